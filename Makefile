@@ -1,0 +1,40 @@
+# Quire: `make run` starts the embedded stack and sends the example packet;
+# `make test` runs the whole suite. Both create the virtualenv themselves.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DATA_DIR ?= .quire
+PROTO_FILES := $(shell find protos -name '*.proto' | sort)
+
+.PHONY: run test protos protos-check bench venv clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	printf '%s\n' $(abspath gen libs $(wildcard services/*)) \
+	  > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/quire-sources.pth"
+	touch $@
+
+run: venv
+	$(VENV)/bin/quire up --data-dir $(DATA_DIR) --example examples/lease-renewal
+
+test: venv protos-check
+	$(PY) -m pytest
+
+bench: venv
+	$(PY) bench/pipeline_bench.py
+
+protos: venv
+	rm -rf gen/quire
+	$(PY) -m grpc_tools.protoc -Iprotos --python_out=gen --pyi_out=gen --grpc_python_out=gen $(PROTO_FILES)
+
+protos-check: venv
+	@rm -rf $(VENV)/protos-check && mkdir -p $(VENV)/protos-check
+	@$(PY) -m grpc_tools.protoc -Iprotos --python_out=$(VENV)/protos-check --pyi_out=$(VENV)/protos-check --grpc_python_out=$(VENV)/protos-check $(PROTO_FILES)
+	@diff -r $(VENV)/protos-check/quire gen/quire && echo "generated code matches protos/"
+
+clean:
+	rm -rf $(VENV) $(DATA_DIR)

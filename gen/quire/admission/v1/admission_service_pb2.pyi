@@ -1,0 +1,69 @@
+from quire.type import job_pb2 as _job_pb2
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SourceHeader(_message.Message):
+    __slots__ = ("sha256", "size_bytes", "content_type")
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    size_bytes: int
+    content_type: str
+    def __init__(self, sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., content_type: _Optional[str] = ...) -> None: ...
+
+class UploadSourceRequest(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: SourceHeader
+    chunk: bytes
+    def __init__(self, header: _Optional[_Union[SourceHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class Source(_message.Message):
+    __slots__ = ("name", "sha256", "size_bytes", "content_type")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    sha256: str
+    size_bytes: int
+    content_type: str
+    def __init__(self, name: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., content_type: _Optional[str] = ...) -> None: ...
+
+class SubmitJobRequest(_message.Message):
+    __slots__ = ("request_id", "manifest", "priority")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    manifest: _job_pb2.Manifest
+    priority: str
+    def __init__(self, request_id: _Optional[str] = ..., manifest: _Optional[_Union[_job_pb2.Manifest, _Mapping]] = ..., priority: _Optional[str] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DownloadArtifactRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DownloadArtifactResponse(_message.Message):
+    __slots__ = ("chunk", "sha256", "size_bytes")
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    chunk: bytes
+    sha256: str
+    size_bytes: int
+    def __init__(self, chunk: _Optional[bytes] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ...) -> None: ...

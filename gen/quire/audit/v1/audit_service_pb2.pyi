@@ -1,0 +1,45 @@
+from quire.type import job_pb2 as _job_pb2
+from quire.type import queue_pb2 as _queue_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListJobEventsRequest(_message.Message):
+    __slots__ = ("job", "page_size", "page_token")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    page_size: int
+    page_token: str
+    def __init__(self, job: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class LedgerEntry(_message.Message):
+    __slots__ = ("sequence", "event", "prev_hash", "entry_hash")
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    PREV_HASH_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_HASH_FIELD_NUMBER: _ClassVar[int]
+    sequence: int
+    event: _queue_pb2.TransitionEvent
+    prev_hash: str
+    entry_hash: str
+    def __init__(self, sequence: _Optional[int] = ..., event: _Optional[_Union[_queue_pb2.TransitionEvent, _Mapping]] = ..., prev_hash: _Optional[str] = ..., entry_hash: _Optional[str] = ...) -> None: ...
+
+class ListJobEventsResponse(_message.Message):
+    __slots__ = ("entries", "next_page_token")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[LedgerEntry]
+    next_page_token: str
+    def __init__(self, entries: _Optional[_Iterable[_Union[LedgerEntry, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

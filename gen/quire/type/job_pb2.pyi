@@ -1,0 +1,120 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_STATE_UNSPECIFIED: _ClassVar[JobState]
+    JOB_STATE_ACCEPTED: _ClassVar[JobState]
+    JOB_STATE_VALIDATING: _ClassVar[JobState]
+    JOB_STATE_REVIEWING: _ClassVar[JobState]
+    JOB_STATE_NEEDS_REVIEW: _ClassVar[JobState]
+    JOB_STATE_ASSEMBLING: _ClassVar[JobState]
+    JOB_STATE_SIGNING: _ClassVar[JobState]
+    JOB_STATE_COMMITTING: _ClassVar[JobState]
+    JOB_STATE_COMPLETED: _ClassVar[JobState]
+    JOB_STATE_REJECTED: _ClassVar[JobState]
+    JOB_STATE_FAILED: _ClassVar[JobState]
+    JOB_STATE_CANCELLED: _ClassVar[JobState]
+JOB_STATE_UNSPECIFIED: JobState
+JOB_STATE_ACCEPTED: JobState
+JOB_STATE_VALIDATING: JobState
+JOB_STATE_REVIEWING: JobState
+JOB_STATE_NEEDS_REVIEW: JobState
+JOB_STATE_ASSEMBLING: JobState
+JOB_STATE_SIGNING: JobState
+JOB_STATE_COMMITTING: JobState
+JOB_STATE_COMPLETED: JobState
+JOB_STATE_REJECTED: JobState
+JOB_STATE_FAILED: JobState
+JOB_STATE_CANCELLED: JobState
+
+class ManifestItem(_message.Message):
+    __slots__ = ("position", "document_id", "sha256")
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    position: int
+    document_id: str
+    sha256: str
+    def __init__(self, position: _Optional[int] = ..., document_id: _Optional[str] = ..., sha256: _Optional[str] = ...) -> None: ...
+
+class Manifest(_message.Message):
+    __slots__ = ("items", "ruleset", "render_profile")
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    RULESET_FIELD_NUMBER: _ClassVar[int]
+    RENDER_PROFILE_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[ManifestItem]
+    ruleset: str
+    render_profile: str
+    def __init__(self, items: _Optional[_Iterable[_Union[ManifestItem, _Mapping]]] = ..., ruleset: _Optional[str] = ..., render_profile: _Optional[str] = ...) -> None: ...
+
+class SourceRef(_message.Message):
+    __slots__ = ("position", "document_id", "sha256", "content_type", "size_bytes", "blob_key")
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BLOB_KEY_FIELD_NUMBER: _ClassVar[int]
+    position: int
+    document_id: str
+    sha256: str
+    content_type: str
+    size_bytes: int
+    blob_key: str
+    def __init__(self, position: _Optional[int] = ..., document_id: _Optional[str] = ..., sha256: _Optional[str] = ..., content_type: _Optional[str] = ..., size_bytes: _Optional[int] = ..., blob_key: _Optional[str] = ...) -> None: ...
+
+class Artifact(_message.Message):
+    __slots__ = ("blob_key", "sha256", "size_bytes", "page_count")
+    BLOB_KEY_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PAGE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    blob_key: str
+    sha256: str
+    size_bytes: int
+    page_count: int
+    def __init__(self, blob_key: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., page_count: _Optional[int] = ...) -> None: ...
+
+class SigningRecord(_message.Message):
+    __slots__ = ("key_version", "certificate_sha256", "signer_identity")
+    KEY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIGNER_IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    key_version: str
+    certificate_sha256: str
+    signer_identity: str
+    def __init__(self, key_version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., signer_identity: _Optional[str] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("name", "state", "reason_code", "item_count", "manifest_digest", "output_digest", "ruleset_version", "create_time", "update_time", "key_version")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_CODE_FIELD_NUMBER: _ClassVar[int]
+    ITEM_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    RULESET_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    KEY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    state: JobState
+    reason_code: str
+    item_count: int
+    manifest_digest: str
+    output_digest: str
+    ruleset_version: str
+    create_time: _timestamp_pb2.Timestamp
+    update_time: _timestamp_pb2.Timestamp
+    key_version: str
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason_code: _Optional[str] = ..., item_count: _Optional[int] = ..., manifest_digest: _Optional[str] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., key_version: _Optional[str] = ...) -> None: ...

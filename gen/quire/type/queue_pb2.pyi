@@ -1,0 +1,93 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from quire.type import job_pb2 as _job_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class JobTask(_message.Message):
+    __slots__ = ("job", "tenant", "manifest_digest", "sources", "ruleset", "render_profile", "priority", "assembled", "signed", "signing")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
+    RULESET_FIELD_NUMBER: _ClassVar[int]
+    RENDER_PROFILE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    ASSEMBLED_FIELD_NUMBER: _ClassVar[int]
+    SIGNED_FIELD_NUMBER: _ClassVar[int]
+    SIGNING_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    tenant: str
+    manifest_digest: str
+    sources: _containers.RepeatedCompositeFieldContainer[_job_pb2.SourceRef]
+    ruleset: str
+    render_profile: str
+    priority: str
+    assembled: _job_pb2.Artifact
+    signed: _job_pb2.Artifact
+    signing: _job_pb2.SigningRecord
+    def __init__(self, job: _Optional[str] = ..., tenant: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[_job_pb2.SourceRef, _Mapping]]] = ..., ruleset: _Optional[str] = ..., render_profile: _Optional[str] = ..., priority: _Optional[str] = ..., assembled: _Optional[_Union[_job_pb2.Artifact, _Mapping]] = ..., signed: _Optional[_Union[_job_pb2.Artifact, _Mapping]] = ..., signing: _Optional[_Union[_job_pb2.SigningRecord, _Mapping]] = ...) -> None: ...
+
+class Actor(_message.Message):
+    __slots__ = ("service", "instance", "build_version")
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    BUILD_VERSION_FIELD_NUMBER: _ClassVar[int]
+    service: str
+    instance: str
+    build_version: str
+    def __init__(self, service: _Optional[str] = ..., instance: _Optional[str] = ..., build_version: _Optional[str] = ...) -> None: ...
+
+class TransitionEvent(_message.Message):
+    __slots__ = ("event_id", "job", "tenant", "from_state", "to_state", "actor", "attempt", "lease_token", "reason_code", "manifest_digest", "source_digests", "output_digest", "ruleset_version", "key_version", "certificate_sha256", "occurred_at", "item_count")
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    FROM_STATE_FIELD_NUMBER: _ClassVar[int]
+    TO_STATE_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    REASON_CODE_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_DIGESTS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    RULESET_VERSION_FIELD_NUMBER: _ClassVar[int]
+    KEY_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_SHA256_FIELD_NUMBER: _ClassVar[int]
+    OCCURRED_AT_FIELD_NUMBER: _ClassVar[int]
+    ITEM_COUNT_FIELD_NUMBER: _ClassVar[int]
+    event_id: str
+    job: str
+    tenant: str
+    from_state: _job_pb2.JobState
+    to_state: _job_pb2.JobState
+    actor: Actor
+    attempt: int
+    lease_token: int
+    reason_code: str
+    manifest_digest: str
+    source_digests: _containers.RepeatedScalarFieldContainer[str]
+    output_digest: str
+    ruleset_version: str
+    key_version: str
+    certificate_sha256: str
+    occurred_at: _timestamp_pb2.Timestamp
+    item_count: int
+    def __init__(self, event_id: _Optional[str] = ..., job: _Optional[str] = ..., tenant: _Optional[str] = ..., from_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., to_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., actor: _Optional[_Union[Actor, _Mapping]] = ..., attempt: _Optional[int] = ..., lease_token: _Optional[int] = ..., reason_code: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., source_digests: _Optional[_Iterable[str]] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., key_version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., item_count: _Optional[int] = ...) -> None: ...
+
+class StageOutcome(_message.Message):
+    __slots__ = ("events", "next_task", "next_subject")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_TASK_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[TransitionEvent]
+    next_task: JobTask
+    next_subject: str
+    def __init__(self, events: _Optional[_Iterable[_Union[TransitionEvent, _Mapping]]] = ..., next_task: _Optional[_Union[JobTask, _Mapping]] = ..., next_subject: _Optional[str] = ...) -> None: ...

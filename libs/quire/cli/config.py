@@ -1,0 +1,31 @@
+"""Where the CLI finds the stack: the environment first, then ``stack.json``."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from quire.stack.supervisor import StackInfo
+
+__all__ = ["ClientConfig"]
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    admission: str
+    signer: str
+    token: str
+
+    @classmethod
+    def load(cls, data_dir: Path) -> ClientConfig:
+        info = StackInfo.read(data_dir) if (data_dir / "stack.json").exists() else None
+        admission = os.environ.get("QUIRE_ADMISSION_ADDR") or (info.endpoints["admission"] if info else "")
+        signer = os.environ.get("QUIRE_SIGNER_ADDR") or (info.endpoints["signer"] if info else "")
+        token = os.environ.get("QUIRE_TOKEN") or (info.token() if info else "")
+        if not admission or not token:
+            raise SystemExit(
+                f"no running stack found in {data_dir}: start one with `quire up` "
+                "or set QUIRE_ADMISSION_ADDR and QUIRE_TOKEN"
+            )
+        return cls(admission=admission, signer=signer, token=token)

@@ -1,0 +1,185 @@
+"""The ``quire`` command: run the stack, send packets, follow jobs, check signatures.
+
+    quire up [--data-dir DIR] [--example DIR]
+    quire submit FILE... | --manifest M.json [--wait]
+    quire status JOB
+    quire wait JOB [--timeout S]
+    quire fetch JOB -o OUT.pdf
+    quire verify OUT.pdf
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import grpc
+
+from quire.cli.config import ClientConfig
+from quire.cli.packets import PacketFile, read_manifest_file, send_packet
+from quire.cli.verify import verify_file
+from quire.client import AdmissionClient
+from quire.grpcstatus import reason_of
+from quire.jobs import state_name
+from quire.stack.supervisor import Stack, StackInfo
+from quire.type import job_pb2
+
+DEFAULT_DATA_DIR = Path(".quire")
+
+
+def _job_line(job: job_pb2.Job) -> str:
+    parts = [job.name, state_name(job.state)]
+    if job.reason_code:
+        parts.append(job.reason_code)
+    if job.output_digest:
+        parts.append(f"sha256={job.output_digest}")
+    return "  ".join(parts)
+
+
+def _name(job: str) -> str:
+    return job if job.startswith("jobs/") else f"jobs/{job}"
+
+
+async def _submit(args: argparse.Namespace, config: ClientConfig) -> int:
+    if args.manifest:
+        files, options = read_manifest_file(Path(args.manifest))
+    else:
+        files = [PacketFile(Path(f).stem, Path(f).resolve(), i) for i, f in enumerate(args.files)]
+        options = {}
+    if not files:
+        print("nothing to submit: give files or --manifest", file=sys.stderr)
+        return 2
+    async with AdmissionClient(config.admission, config.token) as client:
+        job = await send_packet(client, files, options)
+        print(_job_line(job))
+        if args.wait:
+            job = await client.wait(job.name, timeout=args.timeout)
+            print(_job_line(job))
+            return 0 if state_name(job.state) == "COMPLETED" else 1
+    return 0
+
+
+async def _status(args: argparse.Namespace, config: ClientConfig) -> int:
+    async with AdmissionClient(config.admission, config.token) as client:
+        print(_job_line(await client.get_job(_name(args.job))))
+    return 0
+
+
+async def _wait(args: argparse.Namespace, config: ClientConfig) -> int:
+    async with AdmissionClient(config.admission, config.token) as client:
+        job = await client.wait(_name(args.job), timeout=args.timeout)
+    print(_job_line(job))
+    return 0 if state_name(job.state) == "COMPLETED" else 1
+
+
+async def _fetch(args: argparse.Namespace, config: ClientConfig) -> int:
+    async with AdmissionClient(config.admission, config.token) as client:
+        digest = await client.download(_name(args.job), Path(args.output))
+    print(f"{args.output}  sha256={digest}")
+    return 0
+
+
+async def _verify(args: argparse.Namespace, config: ClientConfig) -> int:
+    report = await verify_file(Path(args.file), config.signer)
+    print(f"signatures: {report.signature_count}")
+    print(f"intact: {report.intact}  valid: {report.valid}")
+    print(f"covers whole file: {report.covers_whole_file}")
+    print(f"made by a key this stack knows: {report.trusted}  certificate sha256={report.certificate_sha256}")
+    print("OK" if report.ok else "NOT VERIFIED")
+    return 0 if report.ok else 1
+
+
+async def _send_example(info: StackInfo, example: Path) -> None:
+    files, options = read_manifest_file(example / "manifest.json")
+    async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
+        job = await send_packet(client, files, options)
+        print(f"example packet submitted: {job.name}")
+        job = await client.wait(job.name, timeout=120)
+        print(_job_line(job))
+        if state_name(job.state) != "COMPLETED":
+            raise SystemExit(f"example packet ended {state_name(job.state)} {job.reason_code}")
+        output = Path(info.data_dir) / "out" / f"{job.name.removeprefix('jobs/')}.pdf"
+        await client.download(job.name, output)
+    report = await verify_file(output, info.endpoints["signer"])
+    print(f"signed PDF: {output}  ({'verified' if report.ok else 'NOT VERIFIED'})")
+    if not report.ok:
+        raise SystemExit("the example packet's signature did not verify")
+
+
+def _up(args: argparse.Namespace) -> int:
+    import os
+
+    stack = Stack(Path(args.data_dir), nats_url=os.environ.get("QUIRE_NATS_URL") or None)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    print(f"starting Quire in {stack.data_dir} ...", flush=True)
+    try:
+        info = stack.start()
+        print(f"NATS JetStream: {info.nats_url}")
+        for service, address in info.endpoints.items():
+            print(f"{service:>10}: {address}")
+        print(f"development token: {info.token()}")
+        if args.example:
+            asyncio.run(_send_example(info, Path(args.example)))
+        print(f"\nsubmit another: quire submit --data-dir {args.data_dir} FILE.pdf ... --wait")
+        print("serving; press Ctrl-C to stop", flush=True)
+        stop.wait()
+    finally:
+        print("stopping ...", flush=True)
+        stack.stop()
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="quire", description=__doc__.split("\n")[0])
+    parser.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR), help="stack data directory")
+    # --data-dir is accepted before or after the subcommand.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data-dir", default=argparse.SUPPRESS, help="stack data directory")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:  # noqa: A002 - argparse's word
+        return commands.add_parser(name, help=help, parents=[common])
+
+    up = command("up", help="start the embedded stack")
+    up.add_argument("--example", help="send the example packet in this folder once up")
+    submit = command("submit", help="send a packet: files in order, or --manifest")
+    submit.add_argument("files", nargs="*")
+    submit.add_argument("--manifest")
+    submit.add_argument("--wait", action="store_true")
+    submit.add_argument("--timeout", type=float, default=120.0)
+    status = command("status", help="a job's state")
+    status.add_argument("job")
+    wait = command("wait", help="wait for a job to end")
+    wait.add_argument("job")
+    wait.add_argument("--timeout", type=float, default=120.0)
+    fetch = command("fetch", help="download a completed job's signed PDF")
+    fetch.add_argument("job")
+    fetch.add_argument("-o", "--output", required=True)
+    verify = command("verify", help="check a signed PDF against the stack's keys")
+    verify.add_argument("file")
+    return parser
+
+
+COMMANDS = {"submit": _submit, "status": _status, "wait": _wait, "fetch": _fetch, "verify": _verify}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "up":
+        return _up(args)
+    config = ClientConfig.load(Path(args.data_dir))
+    try:
+        return asyncio.run(COMMANDS[args.command](args, config))
+    except grpc.aio.AioRpcError as error:
+        print(f"error: {error.code().name} {reason_of(error) or ''} {error.details()}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

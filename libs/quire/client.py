@@ -1,0 +1,150 @@
+"""A client for Quire's admission API: upload, submit, wait, download.
+
+Used by the ``quire`` CLI, the tests and the benchmark. Bytes are streamed in
+chunks both ways, and the downloaded artifact is checked against the digest
+the server announces before it is moved into place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from quire.admission.v1 import admission_service_pb2 as pb
+from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
+from quire.grpcserver import TraceClientInterceptors
+from quire.jobs import TERMINAL_STATES, state_name
+from quire.type import job_pb2
+
+__all__ = ["AdmissionClient", "PacketItem", "ArtifactDigestMismatch"]
+
+CHUNK_BYTES = 256 * 1024
+PARKED_STATES = frozenset({"NEEDS_REVIEW"})
+
+
+class ArtifactDigestMismatch(Exception):
+    """The downloaded bytes do not match the digest the server announced."""
+
+
+@dataclass(frozen=True)
+class PacketItem:
+    document_id: str
+    sha256: str
+
+
+def _digest_file(path: Path) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1024 * 1024):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+class AdmissionClient:
+    def __init__(self, address: str, token: str) -> None:
+        self._channel = grpc.aio.insecure_channel(address, interceptors=TraceClientInterceptors())
+        self._stub = pb_grpc.AdmissionServiceStub(self._channel)
+        self._metadata = (("authorization", f"Bearer {token}"),)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> AdmissionClient:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def upload(self, path: Path, content_type: str = "application/pdf") -> pb.Source:
+        sha256, size = await asyncio.to_thread(_digest_file, path)
+
+        async def requests() -> AsyncIterator[pb.UploadSourceRequest]:
+            yield pb.UploadSourceRequest(
+                header=pb.SourceHeader(sha256=sha256, size_bytes=size, content_type=content_type)
+            )
+            with open(path, "rb") as handle:
+                while chunk := handle.read(CHUNK_BYTES):
+                    yield pb.UploadSourceRequest(chunk=chunk)
+
+        return await self._stub.UploadSource(requests(), metadata=self._metadata)
+
+    async def upload_stream(self, requests: AsyncIterator[pb.UploadSourceRequest]) -> pb.Source:
+        """Send hand-built upload messages (for tests of the upload gate)."""
+        return await self._stub.UploadSource(requests, metadata=self._metadata)
+
+    async def submit(
+        self,
+        items: Sequence[PacketItem],
+        *,
+        request_id: str | None = None,
+        positions: Sequence[int] | None = None,
+        ruleset: str = "",
+        render_profile: str = "",
+        priority: str = "",
+    ) -> job_pb2.Job:
+        order = list(positions) if positions is not None else list(range(len(items)))
+        manifest = job_pb2.Manifest(
+            items=[
+                job_pb2.ManifestItem(position=position, document_id=item.document_id, sha256=item.sha256)
+                for position, item in zip(order, items, strict=True)
+            ],
+            ruleset=ruleset,
+            render_profile=render_profile,
+        )
+        request = pb.SubmitJobRequest(
+            request_id=request_id or uuid.uuid4().hex, manifest=manifest, priority=priority
+        )
+        return await self.submit_request(request)
+
+    async def submit_request(self, request: pb.SubmitJobRequest) -> job_pb2.Job:
+        return await self._stub.SubmitJob(request, metadata=self._metadata)
+
+    async def get_job(self, name: str) -> job_pb2.Job:
+        return await self._stub.GetJob(pb.GetJobRequest(name=name), metadata=self._metadata)
+
+    async def wait(self, name: str, *, timeout: float = 120.0) -> job_pb2.Job:
+        """Poll until the job is terminal or parked; a client-side convenience."""
+        deadline = time.monotonic() + timeout
+        delay = 0.05
+        while True:
+            job = await self.get_job(name)
+            state = state_name(job.state)
+            if state in TERMINAL_STATES or state in PARKED_STATES:
+                return job
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} still {state} after {timeout:.0f}s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+
+    async def download(self, name: str, output: Path) -> str:
+        """Stream the signed artifact to ``output``; returns its verified sha256."""
+        output.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp_name = tempfile.mkstemp(dir=output.parent, prefix=".quire-download-")
+        digest = hashlib.sha256()
+        announced = ""
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                stream = self._stub.DownloadArtifact(
+                    pb.DownloadArtifactRequest(name=name), metadata=self._metadata
+                )
+                async for message in stream:
+                    announced = announced or message.sha256
+                    digest.update(message.chunk)
+                    handle.write(message.chunk)
+            if digest.hexdigest() != announced:
+                raise ArtifactDigestMismatch(name)
+            os.replace(temp_name, output)
+        finally:
+            Path(temp_name).unlink(missing_ok=True)
+        return announced

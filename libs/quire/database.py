@@ -1,0 +1,86 @@
+"""Per-service database: SQLAlchemy over SQLite (WAL) by default, PostgreSQL by URL.
+
+Sessions run on a small thread pool so the event loop never blocks on I/O.
+SQLite write transactions start with ``BEGIN IMMEDIATE`` so that a
+read-then-write (a lease increment, a chain append) cannot interleave with
+another writer; PostgreSQL gets the same effect from row locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine, MetaData, Table, create_engine, event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session, sessionmaker
+
+__all__ = ["Database", "insert_if_absent"]
+
+T = TypeVar("T")
+
+
+def _sqlite_engine(url: str) -> Engine:
+    path = url.removeprefix("sqlite:///")
+    if path and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not pysqlite, decide where transactions begin.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+class Database:
+    """One service's database and the threads that talk to it."""
+
+    def __init__(self, url: str, metadata: MetaData, *, threads: int = 4) -> None:
+        if url.startswith("sqlite"):
+            self.engine = _sqlite_engine(url)
+        else:
+            self.engine = create_engine(url, pool_pre_ping=True, pool_size=threads)
+        self._metadata = metadata
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="db")
+
+    def create_schema(self) -> None:
+        """Create missing tables; existing ones are left as they are."""
+        self._metadata.create_all(self.engine)
+
+    def transaction(self, work: Callable[[Session], T]) -> T:
+        """Run ``work`` in one transaction on the calling thread."""
+        with self._sessions.begin() as session:
+            return work(session)
+
+    async def run(self, work: Callable[[Session], T]) -> T:
+        """Run ``work`` in one transaction on the database threads."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self.transaction, work)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        self.engine.dispose()
+
+
+def insert_if_absent(session: Session, table: Table, values: dict[str, Any]) -> bool:
+    """INSERT ... ON CONFLICT DO NOTHING; True when a row was inserted."""
+    dialect = session.get_bind().dialect.name
+    module = postgresql if dialect == "postgresql" else sqlite
+    result = session.execute(module.insert(table).values(**values).on_conflict_do_nothing())
+    return bool(result.rowcount)

@@ -1,0 +1,133 @@
+"""Quire's one exception tree.
+
+    QuireError                      reason code + safe message, never document text
+    ├── PermanentError              the input is wrong; retrying cannot help
+    │   ├── InvalidInput            the caller sent something malformed (INVALID_ARGUMENT)
+    │   ├── NotFound                missing, or another tenant's (NOT_FOUND)
+    │   ├── Unauthenticated         bad or missing credentials (UNAUTHENTICATED)
+    │   ├── Conflict                idempotency key reused (ALREADY_EXISTS)
+    │   ├── FailedPrecondition      not in a state that allows this (FAILED_PRECONDITION)
+    │   ├── DataLoss                stored bytes no longer match their digest (DATA_LOSS)
+    │   └── Rejected                a stage refuses the job's content (job ends REJECTED)
+    └── TransientError              may succeed later (UNAVAILABLE); queues retry with backoff
+        ├── StaleLease              a newer delivery owns the job; discard this result
+        └── Overloaded              shed load (RESOURCE_EXHAUSTED) with a retry hint
+
+Messages must be safe to return to a caller and to log: ids, digests, sizes,
+counts and reason codes only. Translation to gRPC status happens in
+``quire.grpcstatus``; the queue worker reads ``permanent`` to decide between
+terminating and redelivering a message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from quire.reasons import ReasonCode
+
+__all__ = [
+    "QuireError",
+    "PermanentError",
+    "TransientError",
+    "InvalidInput",
+    "FieldViolation",
+    "NotFound",
+    "Unauthenticated",
+    "Conflict",
+    "FailedPrecondition",
+    "Rejected",
+    "DataLoss",
+    "StaleLease",
+    "Overloaded",
+]
+
+
+class QuireError(Exception):
+    """Base of every error Quire raises on purpose."""
+
+    permanent: bool = False
+
+    def __init__(self, reason: ReasonCode | str, message: str = "") -> None:
+        self.reason = ReasonCode(reason)
+        self.message = message or self.reason.value
+        super().__init__(f"{self.reason.value}: {self.message}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Errors cross process-pool boundaries; rebuild them from their fields.
+        return (_rebuild, (type(self), self.__dict__))
+
+
+def _rebuild(kind: type[QuireError], state: dict[str, object]) -> QuireError:
+    error = kind.__new__(kind)
+    error.__dict__.update(state)
+    Exception.__init__(error, f"{error.reason.value}: {error.message}")
+    return error
+
+
+class PermanentError(QuireError):
+    permanent = True
+
+
+class TransientError(QuireError):
+    permanent = False
+
+    def __init__(
+        self, reason: ReasonCode | str, message: str = "", *, retry_after: float | None = None
+    ) -> None:
+        super().__init__(reason, message)
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One problem with one field of a request, for ``google.rpc.BadRequest``."""
+
+    field: str
+    description: str
+    reason: str = field(default="")
+
+
+class InvalidInput(PermanentError):
+    def __init__(
+        self,
+        reason: ReasonCode | str,
+        message: str = "",
+        violations: tuple[FieldViolation, ...] = (),
+    ) -> None:
+        super().__init__(reason, message)
+        self.violations = violations
+
+
+class NotFound(PermanentError):
+    def __init__(self, message: str = "not found") -> None:
+        super().__init__(ReasonCode.NOT_FOUND, message)
+
+
+class Unauthenticated(PermanentError):
+    def __init__(self, message: str = "missing or invalid bearer token") -> None:
+        super().__init__(ReasonCode.UNAUTHENTICATED, message)
+
+
+class Conflict(PermanentError):
+    pass
+
+
+class FailedPrecondition(PermanentError):
+    pass
+
+
+class DataLoss(PermanentError):
+    pass
+
+
+class Rejected(PermanentError):
+    """A stage refuses a job's content; the job ends REJECTED with this reason."""
+
+
+class StaleLease(TransientError):
+    def __init__(self, job: str) -> None:
+        super().__init__(ReasonCode.INTERNAL, f"lease for {job} superseded")
+
+
+class Overloaded(TransientError):
+    pass

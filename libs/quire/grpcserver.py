@@ -1,0 +1,157 @@
+"""gRPC server bootstrap: grpc.aio, the health service, trace context from
+metadata, and a graceful drain on SIGTERM/SIGINT.
+
+Drain order: mark NOT_SERVING, stop the queue workers from pulling and let
+in-flight work finish (the caller's ``on_drain``), then stop the server with a
+grace period so in-flight RPCs complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from quire.telemetry import extract_context, inject_headers
+
+__all__ = ["serve", "TraceServerInterceptor", "TraceClientInterceptors", "insecure_channel"]
+
+log = logging.getLogger(__name__)
+
+
+def _traced(behavior: Callable[..., Any], method: str, streaming_response: bool) -> Callable[..., Any]:
+    tracer = trace.get_tracer("quire.grpc")
+
+    def _context(servicer_context: grpc.aio.ServicerContext) -> otel_context.Context:
+        metadata = {k: v for k, v in (servicer_context.invocation_metadata() or ()) if isinstance(v, str)}
+        return extract_context(metadata)
+
+    if streaming_response:
+
+        async def stream_wrapper(request: Any, servicer_context: grpc.aio.ServicerContext) -> Any:
+            with tracer.start_as_current_span(method, context=_context(servicer_context)):
+                async for item in behavior(request, servicer_context):
+                    yield item
+
+        return stream_wrapper
+
+    async def unary_wrapper(request: Any, servicer_context: grpc.aio.ServicerContext) -> Any:
+        with tracer.start_as_current_span(method, context=_context(servicer_context)):
+            return await behavior(request, servicer_context)
+
+    return unary_wrapper
+
+
+class TraceServerInterceptor(grpc.aio.ServerInterceptor):
+    """Starts a server span per RPC as a child of the caller's trace context."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None or details.method.startswith("/grpc.health"):
+            return handler
+        method = details.method
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                _traced(handler.unary_unary, method, False),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_unary:
+            return grpc.stream_unary_rpc_method_handler(
+                _traced(handler.stream_unary, method, False),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                _traced(handler.unary_stream, method, True),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+
+class _MetadataInjector:
+    def _with_trace(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        metadata = list(details.metadata or ())
+        metadata.extend(inject_headers().items())
+        return grpc.aio.ClientCallDetails(
+            details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
+        )
+
+
+class _UnaryUnary(_MetadataInjector, grpc.aio.UnaryUnaryClientInterceptor):
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(self._with_trace(details), request)
+
+
+class _UnaryStream(_MetadataInjector, grpc.aio.UnaryStreamClientInterceptor):
+    async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(self._with_trace(details), request)
+
+
+class _StreamUnary(_MetadataInjector, grpc.aio.StreamUnaryClientInterceptor):
+    async def intercept_stream_unary(self, continuation: Any, details: Any, requests: Any) -> Any:
+        return await continuation(self._with_trace(details), requests)
+
+
+def TraceClientInterceptors() -> list[grpc.aio.ClientInterceptor]:  # noqa: N802 - reads as a value
+    """Client interceptors that put the current trace context into call metadata."""
+    return [_UnaryUnary(), _UnaryStream(), _StreamUnary()]
+
+
+def insecure_channel(address: str) -> grpc.aio.Channel:
+    """A loopback channel to another Quire service, carrying the trace context."""
+    return grpc.aio.insecure_channel(address, interceptors=TraceClientInterceptors())
+
+
+async def serve(
+    *,
+    address: str,
+    register: Callable[[grpc.aio.Server], None],
+    service_names: Sequence[str],
+    on_drain: Callable[[], Awaitable[None]] | None = None,
+    drain_seconds: float = 20.0,
+    ready: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Run a gRPC server until SIGTERM/SIGINT, then drain and stop."""
+    server = grpc.aio.server(interceptors=[TraceServerInterceptor()])
+    register(server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    bound = server.add_insecure_port(address)
+    if bound == 0:
+        raise RuntimeError(f"cannot bind {address}")
+    await server.start()
+    if ready is not None:
+        await ready()
+    for name in ("", *service_names):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info("serving on %s", address)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+    log.info("draining")
+    for name in ("", *service_names):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    if on_drain is not None:
+        try:
+            await asyncio.wait_for(on_drain(), timeout=drain_seconds)
+        except TimeoutError:
+            log.warning("drain timed out; unfinished work will be redelivered")
+    await server.stop(grace=min(drain_seconds, 5.0))

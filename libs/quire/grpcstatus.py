@@ -1,0 +1,100 @@
+"""The one place where Quire errors become gRPC statuses with google.rpc details.
+
+Every status carries an ``ErrorInfo`` (reason = reason code, domain = the
+service). Manifests add ``BadRequest`` field violations; load shedding adds
+``RetryInfo``. Unexpected exceptions become INTERNAL with no exception text.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NoReturn
+
+import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from quire.errors import (
+    Conflict,
+    DataLoss,
+    FailedPrecondition,
+    InvalidInput,
+    NotFound,
+    Overloaded,
+    PermanentError,
+    QuireError,
+    Unauthenticated,
+)
+from quire.reasons import ReasonCode
+
+__all__ = ["status_for", "abort_with", "reason_of"]
+
+log = logging.getLogger(__name__)
+
+_CODES: tuple[tuple[type[QuireError], int], ...] = (
+    (InvalidInput, code_pb2.INVALID_ARGUMENT),
+    (NotFound, code_pb2.NOT_FOUND),
+    (Unauthenticated, code_pb2.UNAUTHENTICATED),
+    (Conflict, code_pb2.ALREADY_EXISTS),
+    (FailedPrecondition, code_pb2.FAILED_PRECONDITION),
+    (DataLoss, code_pb2.DATA_LOSS),
+    (Overloaded, code_pb2.RESOURCE_EXHAUSTED),
+    (PermanentError, code_pb2.INVALID_ARGUMENT),
+)
+
+
+def _pack(message: object) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)  # type: ignore[arg-type]
+    return packed
+
+
+def status_for(error: BaseException, domain: str) -> status_pb2.Status:
+    """Build the rich status for ``error``; never includes exception text of unknown errors."""
+    if not isinstance(error, QuireError):
+        info = error_details_pb2.ErrorInfo(reason=ReasonCode.INTERNAL.value, domain=domain)
+        return status_pb2.Status(
+            code=code_pb2.INTERNAL, message="internal error", details=[_pack(info)]
+        )
+    code = next((c for kind, c in _CODES if isinstance(error, kind)), code_pb2.UNAVAILABLE)
+    details = [_pack(error_details_pb2.ErrorInfo(reason=error.reason.value, domain=domain))]
+    if isinstance(error, InvalidInput) and error.violations:
+        bad = error_details_pb2.BadRequest(
+            field_violations=[
+                error_details_pb2.BadRequest.FieldViolation(
+                    field=v.field, description=v.description, reason=v.reason
+                )
+                for v in error.violations
+            ]
+        )
+        details.append(_pack(bad))
+    retry_after = getattr(error, "retry_after", None)
+    if retry_after is not None:
+        delay = duration_pb2.Duration()
+        delay.FromMilliseconds(int(retry_after * 1000))
+        details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
+    return status_pb2.Status(code=code, message=error.message, details=details)
+
+
+async def abort_with(
+    context: grpc.aio.ServicerContext, error: BaseException, domain: str
+) -> NoReturn:
+    """Abort the RPC with the status for ``error``."""
+    if not isinstance(error, QuireError):
+        log.exception("unexpected error in %s", domain)
+    await context.abort_with_status(rpc_status.to_status(status_for(error, domain)))
+    raise AssertionError("abort_with_status returned")  # pragma: no cover
+
+
+def reason_of(error: grpc.RpcError) -> str | None:
+    """The ErrorInfo reason of a received status, for clients and tests."""
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    if status is None:
+        return None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            return info.reason
+    return None

@@ -1,0 +1,86 @@
+"""Jobs: ids, resource names, states and the manifest digest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+
+from quire.errors import NotFound
+from quire.type import job_pb2
+
+__all__ = [
+    "JobState",
+    "new_job_id",
+    "job_name",
+    "job_id",
+    "state_name",
+    "state_value",
+    "TERMINAL_STATES",
+    "HISTORY_BEFORE_COMPLETION",
+    "state_rank",
+    "manifest_digest",
+]
+
+JobState = job_pb2.JobState
+_PREFIX = "JOB_STATE_"
+
+TERMINAL_STATES = frozenset({"COMPLETED", "REJECTED", "FAILED", "CANCELLED"})
+# The transitions a job must have in the ledger before audit may complete it.
+HISTORY_BEFORE_COMPLETION = (
+    "ACCEPTED",
+    "VALIDATING",
+    "REVIEWING",
+    "ASSEMBLING",
+    "SIGNING",
+    "COMMITTING",
+)
+_RANK = {name: index for index, name in enumerate((*HISTORY_BEFORE_COMPLETION, "COMPLETED"))}
+_RANK["NEEDS_REVIEW"] = _RANK["REVIEWING"]
+
+
+def new_job_id() -> str:
+    """A time-ordered id: 12 hex digits of milliseconds, then 16 random hex digits."""
+    return f"{int(time.time() * 1000):012x}{os.urandom(8).hex()}"
+
+
+def job_name(job: str) -> str:
+    return f"jobs/{job}"
+
+
+def job_id(name: str) -> str:
+    """The id in ``jobs/{job}``; anything else is NOT_FOUND."""
+    prefix, _, ident = name.partition("/")
+    if prefix != "jobs" or not ident or not all(c in "0123456789abcdef" for c in ident):
+        raise NotFound("job not found")
+    return ident
+
+
+def state_name(value: int) -> str:
+    return JobState.Name(value).removeprefix(_PREFIX)  # type: ignore[arg-type]
+
+
+def state_value(name: str) -> int:
+    return JobState.Value(_PREFIX + name)
+
+
+def state_rank(name: str) -> int:
+    """Order of states along the pipeline; terminal states outrank everything."""
+    if name in TERMINAL_STATES:
+        return 100
+    return _RANK.get(name, -1)
+
+
+def manifest_digest(manifest: job_pb2.Manifest) -> str:
+    """sha256 of the manifest's canonical JSON: items by position, then ruleset and profile."""
+    canonical = {
+        "items": [
+            [item.position, item.document_id, item.sha256]
+            for item in sorted(manifest.items, key=lambda i: i.position)
+        ],
+        "ruleset": manifest.ruleset,
+        "render_profile": manifest.render_profile,
+    }
+    encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(encoded).hexdigest()

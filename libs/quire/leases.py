@@ -1,0 +1,109 @@
+"""Per-job lease tokens: the fence that a JetStream ack-wait cannot provide.
+
+Every delivery of a job's message increments the job's token in the stage's own
+database. The stage's final write is a compare-and-swap on the token it was
+given; a worker whose token was superseded commits nothing and publishes
+nothing. The committed outcome is kept so that a redelivery after the commit
+(a crash before the publish or the ack) republishes exactly the same messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import Column, DateTime, Integer, LargeBinary, MetaData, String, Table, select, update
+from sqlalchemy.orm import Session
+
+from quire.database import Database
+from quire.type import queue_pb2
+
+__all__ = ["Lease", "LeaseStore", "lease_table"]
+
+
+def lease_table(metadata: MetaData) -> Table:
+    return Table(
+        "stage_leases",
+        metadata,
+        Column("job", String(64), primary_key=True),
+        Column("token", Integer, nullable=False),
+        Column("outcome", LargeBinary, nullable=True),
+        Column("updated_at", DateTime(timezone=True), nullable=False),
+    )
+
+
+@dataclass(frozen=True)
+class Lease:
+    """This delivery's claim on a job."""
+
+    job: str
+    token: int
+    committed: queue_pb2.StageOutcome | None
+    """The outcome an earlier delivery already committed, if any."""
+
+
+class LeaseStore:
+    def __init__(self, database: Database, table: Table) -> None:
+        self._db = database
+        self._table = table
+
+    async def acquire(self, job: str) -> Lease:
+        """Take a new token for ``job``, superseding every earlier delivery."""
+        return await self._db.run(lambda s: self._acquire(s, job))
+
+    def _acquire(self, session: Session, job: str) -> Lease:
+        now = datetime.now(UTC)
+        row = session.execute(
+            select(self._table.c.token, self._table.c.outcome).where(self._table.c.job == job)
+        ).first()
+        if row is None:
+            session.execute(self._table.insert().values(job=job, token=1, updated_at=now))
+            return Lease(job=job, token=1, committed=None)
+        token = row.token + 1
+        session.execute(
+            update(self._table).where(self._table.c.job == job).values(token=token, updated_at=now)
+        )
+        committed = None
+        if row.outcome is not None:
+            committed = queue_pb2.StageOutcome.FromString(row.outcome)
+        return Lease(job=job, token=token, committed=committed)
+
+    async def complete(
+        self,
+        lease: Lease,
+        outcome: queue_pb2.StageOutcome,
+        record: Callable[[Session], None] | None = None,
+    ) -> bool:
+        """Commit ``outcome`` (and ``record``'s writes) only if ``lease`` is still current."""
+        return await self._db.run(lambda s: self._complete(s, lease, outcome, record))
+
+    def _complete(
+        self,
+        session: Session,
+        lease: Lease,
+        outcome: queue_pb2.StageOutcome,
+        record: Callable[[Session], None] | None,
+    ) -> bool:
+        result = session.execute(
+            update(self._table)
+            .where(
+                self._table.c.job == lease.job,
+                self._table.c.token == lease.token,
+                self._table.c.outcome.is_(None),
+            )
+            .values(outcome=outcome.SerializeToString(), updated_at=datetime.now(UTC))
+        )
+        if result.rowcount != 1:
+            return False
+        if record is not None:
+            record(session)
+        return True
+
+    async def current_token(self, job: str) -> int | None:
+        def read(session: Session) -> int | None:
+            return session.execute(
+                select(self._table.c.token).where(self._table.c.job == job)
+            ).scalar_one_or_none()
+
+        return await self._db.run(read)

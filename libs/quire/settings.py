@@ -1,0 +1,168 @@
+"""Settings: read from the environment once, in each process's ``main``, into
+frozen dataclasses that are passed to whatever needs them.
+
+Every variable is ``QUIRE_*``; per-service ones are ``QUIRE_<SERVICE>_*``
+(for example ``QUIRE_VALIDATOR_CONCURRENCY``, ``QUIRE_AUDIT_DATABASE_URL``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "SERVICES",
+    "DEFAULT_PORTS",
+    "ServiceSettings",
+    "QueueSettings",
+    "SandboxSettings",
+    "AdmissionSettings",
+    "service_address_var",
+]
+
+SERVICES = ("admission", "validator", "assembler", "signer", "audit")
+DEFAULT_PORTS = {
+    "admission": 7700,
+    "validator": 7701,
+    "assembler": 7702,
+    "signer": 7703,
+    "audit": 7704,
+}
+BUILD_VERSION = "0.1.0"
+
+
+def service_address_var(service: str) -> str:
+    """The variable holding ``host:port`` of ``service``'s gRPC endpoint."""
+    return f"QUIRE_{service.upper()}_ADDR"
+
+
+def _get(env: Mapping[str, str], name: str, default: str) -> str:
+    value = env.get(name, "")
+    return value if value else default
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """How JetStream leases and retries work items."""
+
+    ack_wait_seconds: float = 30.0
+    """Lease length; workers send in_progress() heartbeats at a third of it."""
+    max_deliver: int = 5
+    """Deliveries before the job ends FAILED (RETRY_LIMIT_REACHED)."""
+    backoff_base_seconds: float = 0.5
+    backoff_cap_seconds: float = 30.0
+    fetch_timeout_seconds: float = 5.0
+    """Long-poll length of one pull request; not a sleep."""
+    duplicate_window_seconds: float = 600.0
+    """Window in which a republish with the same Nats-Msg-Id is dropped."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> QueueSettings:
+        return cls(
+            ack_wait_seconds=float(_get(env, "QUIRE_ACK_WAIT_SECONDS", "30")),
+            max_deliver=int(_get(env, "QUIRE_MAX_DELIVER", "5")),
+            backoff_base_seconds=float(_get(env, "QUIRE_BACKOFF_BASE_SECONDS", "0.5")),
+            backoff_cap_seconds=float(_get(env, "QUIRE_BACKOFF_CAP_SECONDS", "30")),
+        )
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    """Limits for the worker processes that open untrusted PDFs."""
+
+    workers: int = 2
+    memory_bytes: int = 1536 * 1024 * 1024
+    """RLIMIT_AS of each worker process."""
+    cpu_seconds: int = 20
+    """CPU seconds one task may use (RLIMIT_CPU, relative to the worker's usage)."""
+    wall_seconds: float = 30.0
+    """Wall-clock timeout of one task; the worker is killed when it passes."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], service: str) -> SandboxSettings:
+        prefix = f"QUIRE_{service.upper()}_SANDBOX_"
+        return cls(
+            workers=int(_get(env, prefix + "WORKERS", "2")),
+            memory_bytes=int(_get(env, prefix + "MEMORY_BYTES", str(1536 * 1024 * 1024))),
+            cpu_seconds=int(_get(env, prefix + "CPU_SECONDS", "20")),
+            wall_seconds=float(_get(env, prefix + "WALL_SECONDS", "30")),
+        )
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    """What every Quire service process needs to start."""
+
+    service: str
+    data_dir: Path
+    nats_url: str
+    grpc_address: str
+    """``host:port`` this service binds; loopback by default."""
+    database_url: str
+    blob_root: Path
+    instance: str
+    build_version: str
+    concurrency: int
+    """Jobs this process works on at once."""
+    queue: QueueSettings
+    peers: Mapping[str, str]
+    """``host:port`` of the other services, by name."""
+    trace_file: Path | None = None
+    """When set, finished spans are appended to this file as JSON lines."""
+    drain_seconds: float = 20.0
+    """On SIGTERM: time allowed to finish in-flight work before stopping."""
+
+    @classmethod
+    def from_env(cls, service: str, env: Mapping[str, str] | None = None) -> ServiceSettings:
+        env = os.environ if env is None else env
+        upper = service.upper()
+        data_dir = Path(_get(env, "QUIRE_DATA_DIR", ".quire")).resolve()
+        db_default = f"sqlite:///{data_dir / service / (service + '.db')}"
+        trace = env.get("QUIRE_TRACE_FILE", "")
+        return cls(
+            service=service,
+            data_dir=data_dir,
+            nats_url=_get(env, "QUIRE_NATS_URL", "nats://127.0.0.1:4222"),
+            grpc_address=_get(
+                env, service_address_var(service), f"127.0.0.1:{DEFAULT_PORTS[service]}"
+            ),
+            database_url=_get(env, f"QUIRE_{upper}_DATABASE_URL", db_default),
+            blob_root=Path(_get(env, "QUIRE_BLOB_ROOT", str(data_dir / "blobs"))),
+            instance=_get(env, "QUIRE_INSTANCE", f"{socket.gethostname()}-{os.getpid()}"),
+            build_version=BUILD_VERSION,
+            concurrency=int(_get(env, f"QUIRE_{upper}_CONCURRENCY", "4")),
+            queue=QueueSettings.from_env(env),
+            peers={
+                name: _get(env, service_address_var(name), f"127.0.0.1:{port}")
+                for name, port in DEFAULT_PORTS.items()
+            },
+            trace_file=Path(trace) if trace else None,
+            drain_seconds=float(_get(env, "QUIRE_DRAIN_SECONDS", "20")),
+        )
+
+    @property
+    def service_dir(self) -> Path:
+        """This service's private directory under the data directory."""
+        return self.data_dir / self.service
+
+
+@dataclass(frozen=True)
+class AdmissionSettings:
+    """The upload gate's limits."""
+
+    max_upload_bytes: int = 25 * 1024 * 1024
+    allowed_content_types: frozenset[str] = frozenset({"application/pdf"})
+    max_manifest_items: int = 200
+    chunk_bytes: int = 256 * 1024
+    """Size of each chunk of a download stream."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AdmissionSettings:
+        env = os.environ if env is None else env
+        return cls(
+            max_upload_bytes=int(_get(env, "QUIRE_MAX_UPLOAD_BYTES", str(25 * 1024 * 1024))),
+            max_manifest_items=int(_get(env, "QUIRE_MAX_MANIFEST_ITEMS", "200")),
+        )

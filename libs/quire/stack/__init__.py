@@ -1,0 +1,1 @@
+"""The embedded stack: nats-server and the five services on one machine."""

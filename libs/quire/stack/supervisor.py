@@ -1,0 +1,201 @@
+"""``quire up``: the embedded stack as separate processes on one machine.
+
+Starts nats-server (unless ``QUIRE_NATS_URL`` names one), then the five
+services, each on a free loopback port; waits until every service reports
+SERVING on ``grpc.health.v1``; writes ``stack.json`` (endpoints and where the
+development token is) into the data directory; restarts a service that dies;
+and on stop sends SIGTERM so each drains, then stops nats-server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from quire.settings import SERVICES, service_address_var
+from quire.stack.natsserver import NatsServer
+from quire.stack.ports import free_port
+
+__all__ = ["Stack", "StackInfo", "STACK_FILE"]
+
+STACK_FILE = "stack.json"
+HEALTH_TIMEOUT_SECONDS = 60.0
+WATCH_INTERVAL_SECONDS = 0.2
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    data_dir: str
+    nats_url: str
+    endpoints: dict[str, str]
+    token_file: str
+
+    def write(self) -> None:
+        path = Path(self.data_dir) / STACK_FILE
+        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def read(cls, data_dir: Path) -> StackInfo:
+        return cls(**json.loads((data_dir / STACK_FILE).read_text()))
+
+    def token(self) -> str:
+        return Path(self.token_file).read_text().strip()
+
+
+@dataclass
+class _Child:
+    service: str
+    process: subprocess.Popen[bytes]
+    restarts: int = 0
+    expected_exit: bool = False
+    started_at: float = field(default_factory=time.monotonic)
+
+
+class Stack:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        nats_url: str | None = None,
+        env: dict[str, str] | None = None,
+        restart: bool = True,
+    ) -> None:
+        self.data_dir = data_dir.resolve()
+        self._external_nats = nats_url
+        self._extra_env = env or {}
+        self._restart = restart
+        self.nats: NatsServer | None = None
+        self.endpoints = {service: f"127.0.0.1:{free_port()}" for service in SERVICES}
+        self._children: dict[str, _Child] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    @property
+    def nats_url(self) -> str:
+        if self._external_nats:
+            return self._external_nats
+        assert self.nats is not None
+        return self.nats.url
+
+    def start(self) -> StackInfo:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "logs").mkdir(exist_ok=True)
+        if not self._external_nats:
+            self.nats = NatsServer(self.data_dir / "nats", port=free_port(), monitor_port=free_port())
+            self.nats.start()
+        for service in SERVICES:
+            self._spawn(service)
+        self.wait_healthy()
+        info = StackInfo(
+            data_dir=str(self.data_dir),
+            nats_url=self.nats_url,
+            endpoints=dict(self.endpoints),
+            token_file=str(self.data_dir / "admission" / "dev-token"),
+        )
+        info.write()
+        if self._restart:
+            self._watcher = threading.Thread(target=self._watch, name="stack-watch", daemon=True)
+            self._watcher.start()
+        return info
+
+    def service_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            {
+                "QUIRE_DATA_DIR": str(self.data_dir),
+                "QUIRE_NATS_URL": self.nats_url,
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        env.update({service_address_var(s): address for s, address in self.endpoints.items()})
+        env.update(self._extra_env)
+        return env
+
+    def _spawn(self, service: str) -> None:
+        log = open(self.data_dir / "logs" / f"{service}.log", "ab")
+        process = subprocess.Popen(
+            [sys.executable, "-m", f"quire.{service}.main"],
+            env=self.service_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        with self._lock:
+            previous = self._children.get(service)
+            restarts = previous.restarts + 1 if previous else 0
+            self._children[service] = _Child(service, process, restarts)
+
+    def wait_healthy(self, timeout: float = HEALTH_TIMEOUT_SECONDS) -> None:
+        deadline = time.monotonic() + timeout
+        for service, address in self.endpoints.items():
+            with grpc.insecure_channel(address) as channel:
+                stub = health_pb2_grpc.HealthStub(channel)
+                while True:
+                    child = self._children[service]
+                    if child.process.poll() is not None and not self._restart:
+                        raise RuntimeError(f"{service} exited with {child.process.returncode}")
+                    try:
+                        reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                        if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                            break
+                    except grpc.RpcError:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{service} did not become healthy; see logs/{service}.log")
+                    time.sleep(0.1)
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(WATCH_INTERVAL_SECONDS):
+            for service in SERVICES:
+                child = self._children[service]
+                if child.process.poll() is not None and not child.expected_exit and not self._stopping.is_set():
+                    self._spawn(service)
+
+    def pid(self, service: str) -> int:
+        return self._children[service].process.pid
+
+    def restarts(self, service: str) -> int:
+        return self._children[service].restarts
+
+    def kill(self, service: str) -> None:
+        """SIGKILL one service; the watcher restarts it."""
+        self._children[service].process.kill()
+
+    def stop_service(self, service: str) -> None:
+        """Stop one service gracefully and keep it stopped."""
+        child = self._children[service]
+        child.expected_exit = True
+        child.process.terminate()
+        child.process.wait(timeout=30)
+
+    def start_service(self, service: str) -> None:
+        self._spawn(service)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stopping.set()
+        if self._watcher is not None:
+            self._watcher.join()
+        for child in self._children.values():
+            child.expected_exit = True
+            if child.process.poll() is None:
+                child.process.terminate()
+        deadline = time.monotonic() + timeout
+        for child in self._children.values():
+            try:
+                child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.process.kill()
+                child.process.wait()
+        if self.nats is not None:
+            self.nats.stop()

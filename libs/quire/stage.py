@@ -1,0 +1,199 @@
+"""The stage runner: one delivery of one job, from lease to ack.
+
+    take a new lease token ── already committed? ──▶ republish outcome, ack
+            │
+        process (the stage's own work; heartbeats run meanwhile)
+            │ permanent error ─▶ outcome: REJECTED with reason, then term
+            │ transient error ─▶ nak with capped backoff + jitter,
+            │                    or on the last delivery: FAILED RETRY_LIMIT_REACHED
+            ▼
+    compare-and-swap commit on the token ── superseded? ──▶ discard, publish nothing
+            │
+    publish events, then the next stage's task (Nats-Msg-Id dedups republishes)
+            │
+           ack
+
+Acks come after the commit and the publishes, so a crash anywhere leaves the
+message to be redelivered, and the redelivery finds the committed outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from nats.aio.msg import Msg
+from opentelemetry import trace
+from sqlalchemy.orm import Session
+
+from quire.errors import PermanentError, QuireError, TransientError
+from quire.jobs import job_id
+from quire.leases import Lease, LeaseStore
+from quire.reasons import ReasonCode
+from quire.settings import QueueSettings
+from quire.telemetry import extract_context
+from quire.transitions import EventFactory
+from quire.type import queue_pb2
+from quire.workqueue.publisher import Publisher
+from quire.workqueue.topology import event_subject, work_subject
+
+__all__ = ["StageResult", "StageWork", "StageRunner", "retry_delay"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StageResult:
+    """What a stage made of a job: the next task, and rows to write with the commit."""
+
+    next_task: queue_pb2.JobTask | None
+    extra_events: list[tuple[str, str, dict[str, object]]] = field(default_factory=list)
+    """Further (from, to, fields) transitions, in order, before the hand-off one."""
+    handoff_fields: dict[str, object] = field(default_factory=dict)
+    record: Callable[[Session], None] | None = None
+
+
+class StageWork(Protocol):
+    """A stage's own work; everything else is the runner's."""
+
+    stage_state: str
+    """The state a job is in while this stage works on it."""
+    next_state: str
+    """The state the job enters when this stage hands it on."""
+    next_stage: str
+    """The work subject's stage name for the hand-off."""
+
+    async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult: ...
+
+    def record_rejection(
+        self, task: queue_pb2.JobTask, error: Exception
+    ) -> Callable[[Session], None] | None:
+        """Rows to write with a REJECTED or FAILED ending, if the stage keeps any."""
+
+
+def retry_delay(attempt: int, queue: QueueSettings) -> float:
+    """Capped exponential backoff with jitter, in seconds."""
+    ceiling = min(queue.backoff_cap_seconds, queue.backoff_base_seconds * 2 ** (attempt - 1))
+    return ceiling * random.uniform(0.5, 1.0)
+
+
+class StageRunner:
+    def __init__(
+        self,
+        *,
+        service: str,
+        work: StageWork,
+        leases: LeaseStore,
+        publisher: Publisher,
+        events: EventFactory,
+        queue: QueueSettings,
+        entry_state: str,
+    ) -> None:
+        self._service = service
+        self._work = work
+        self._leases = leases
+        self._publisher = publisher
+        self._events = events
+        self._queue = queue
+        self._entry_state = entry_state
+        self._tracer = trace.get_tracer(f"quire.{service}")
+
+    async def handle(self, msg: Msg) -> None:
+        task = queue_pb2.JobTask.FromString(msg.data)
+        attempt = msg.metadata.num_delivered
+        with self._tracer.start_as_current_span(
+            f"{self._service}.process",
+            context=extract_context(msg.headers),
+            attributes={"quire.job": job_id(task.job), "quire.attempt": attempt},
+        ) as span:
+            lease = await self._leases.acquire(task.job)
+            span.set_attribute("quire.lease_token", lease.token)
+            if lease.committed is not None:
+                await self._hand_off(lease.committed, msg, "ack")
+                return
+            outcome, final = await self._decide(task, lease, attempt, msg)
+            if outcome is None:
+                return
+            record = outcome[1]
+            if not await self._leases.complete(lease, outcome[0], record):
+                span.set_attribute("quire.stale", True)
+                log.info("stale lease for job %s (token %d); result discarded", task.job, lease.token)
+                return
+            await self._hand_off(outcome[0], msg, final)
+
+    async def _hand_off(self, outcome: queue_pb2.StageOutcome, msg: Msg, final: str) -> None:
+        try:
+            await self._publish(outcome)
+        except TransientError:
+            # Committed but not yet handed on: the redelivery republishes it.
+            await msg.nak(delay=self._queue.backoff_base_seconds)
+            return
+        await (msg.term() if final == "term" else msg.ack())
+
+    async def _decide(
+        self, task: queue_pb2.JobTask, lease: Lease, attempt: int, msg: Msg
+    ) -> tuple[tuple[queue_pb2.StageOutcome, Callable[[Session], None] | None] | None, str]:
+        work = self._work
+        try:
+            result = await work.process(task, lease, attempt)
+        except PermanentError as error:
+            ending = self._ending(task, lease, attempt, "REJECTED", error.reason)
+            return (ending, work.record_rejection(task, error)), "term"
+        except Exception as error:  # noqa: BLE001 - transient by default
+            reason = error.reason if isinstance(error, QuireError) else ReasonCode.INTERNAL
+            if not isinstance(error, QuireError):
+                log.exception("unexpected error in %s for job %s", self._service, task.job)
+            if attempt < self._queue.max_deliver:
+                await msg.nak(delay=retry_delay(attempt, self._queue))
+                return None, ""
+            log.warning("job %s failed after %d attempts (%s)", task.job, attempt, reason)
+            ending = self._ending(task, lease, attempt, "FAILED", ReasonCode.RETRY_LIMIT_REACHED)
+            return (ending, work.record_rejection(task, error)), "term"
+        return (self._advance(task, lease, attempt, result), result.record), "ack"
+
+    def _advance(
+        self, task: queue_pb2.JobTask, lease: Lease, attempt: int, result: StageResult
+    ) -> queue_pb2.StageOutcome:
+        outcome = queue_pb2.StageOutcome()
+        stamp = {"attempt": attempt, "lease_token": lease.token}
+        if self._entry_state != self._work.stage_state:
+            outcome.events.append(
+                self._events.transition(task, self._entry_state, self._work.stage_state, **stamp)
+            )
+        for from_state, to_state, fields in result.extra_events:
+            outcome.events.append(self._events.transition(task, from_state, to_state, **stamp, **fields))
+        if result.next_task is not None:
+            last = result.extra_events[-1][1] if result.extra_events else self._work.stage_state
+            outcome.events.append(
+                self._events.transition(
+                    task, last, self._work.next_state, **stamp, **result.handoff_fields
+                )
+            )
+            outcome.next_task.CopyFrom(result.next_task)
+            outcome.next_subject = work_subject(self._work.next_stage, task.priority or "interactive")
+        return outcome
+
+    def _ending(
+        self, task: queue_pb2.JobTask, lease: Lease, attempt: int, state: str, reason: str
+    ) -> queue_pb2.StageOutcome:
+        outcome = queue_pb2.StageOutcome()
+        stamp = {"attempt": attempt, "lease_token": lease.token}
+        if self._entry_state != self._work.stage_state:
+            outcome.events.append(
+                self._events.transition(task, self._entry_state, self._work.stage_state, **stamp)
+            )
+        outcome.events.append(
+            self._events.transition(task, self._work.stage_state, state, reason_code=str(reason), **stamp)
+        )
+        return outcome
+
+    async def _publish(self, outcome: queue_pb2.StageOutcome) -> None:
+        for event in outcome.events:
+            await self._publisher.publish(event_subject(self._service), event, event.event_id)
+        if outcome.HasField("next_task"):
+            stage = outcome.next_subject.split(".")[2]
+            msg_id = f"{job_id(outcome.next_task.job)}.{stage}"
+            await self._publisher.publish(outcome.next_subject, outcome.next_task, msg_id)

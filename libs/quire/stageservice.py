@@ -1,0 +1,94 @@
+"""Process wiring shared by the queue-driven stages (validator, assembler, signer)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+from sqlalchemy import MetaData, Table
+
+from quire.blobstore import LocalBlobStore
+from quire.database import Database
+from quire.grpcserver import serve
+from quire.leases import LeaseStore
+from quire.runtime import start_runtime
+from quire.settings import ServiceSettings
+from quire.stage import StageRunner, StageWork
+from quire.transitions import EventFactory
+from quire.workqueue import WORK_STREAM, Publisher, WorkQueueWorker, consumer_name
+
+__all__ = ["StageService", "Registrar", "run_stage_service", "batch_slots"]
+
+Registrar = Callable[[grpc.aio.Server], None]
+"""Adds the stage's gRPC servicer to a server."""
+
+
+def batch_slots(concurrency: int) -> int:
+    """Batch work gets half the capacity interactive work has, and at least one slot."""
+    return max(1, concurrency // 2)
+
+
+@dataclass(frozen=True)
+class StageService:
+    """What distinguishes one stage process from another."""
+
+    stage: str
+    """Work subject's stage name this service consumes, e.g. ``validate``."""
+    entry_state: str
+    """The state jobs are in when their task arrives."""
+    metadata: MetaData
+    leases: Table
+    grpc_service_name: str
+
+
+async def run_stage_service(
+    settings: ServiceSettings,
+    spec: StageService,
+    *,
+    build: Callable[[Database, LocalBlobStore], tuple[StageWork, Registrar]],
+    on_close: Callable[[], None] | None = None,
+) -> None:
+    nc, js = await start_runtime(settings)
+    database = Database(settings.database_url, spec.metadata)
+    database.create_schema()
+    blobs = LocalBlobStore(settings.blob_root)
+    work, register = build(database, blobs)
+    runner = StageRunner(
+        service=settings.service,
+        work=work,
+        leases=LeaseStore(database, spec.leases),
+        publisher=Publisher(js),
+        events=EventFactory(settings.service, settings.instance, settings.build_version),
+        queue=settings.queue,
+        entry_state=spec.entry_state,
+    )
+    worker = WorkQueueWorker(
+        js,
+        stream=WORK_STREAM,
+        consumers={
+            consumer_name(spec.stage, "interactive"): settings.concurrency,
+            consumer_name(spec.stage, "batch"): batch_slots(settings.concurrency),
+        },
+        handler=runner.handle,
+        ack_wait_seconds=settings.queue.ack_wait_seconds,
+        fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
+    )
+
+    async def ready() -> None:
+        worker.start()
+
+    try:
+        await serve(
+            address=settings.grpc_address,
+            register=register,
+            service_names=(spec.grpc_service_name,),
+            on_drain=worker.drain,
+            drain_seconds=settings.drain_seconds,
+            ready=ready,
+        )
+    finally:
+        await nc.drain()
+        if on_close is not None:
+            on_close()
+        database.close()

@@ -1,0 +1,60 @@
+"""Transition events: built the same way by every stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from google.protobuf import timestamp_pb2
+
+from quire.jobs import job_id, state_value
+from quire.type import queue_pb2
+
+__all__ = ["EventFactory", "event_id"]
+
+
+def event_id(job: str, to_state: str) -> str:
+    """One event per job and target state: a republish or redelivery is a no-op."""
+    return f"{job_id(job)}.{to_state}"
+
+
+@dataclass(frozen=True)
+class EventFactory:
+    """Stamps events with the acting service, instance and build."""
+
+    service: str
+    instance: str
+    build_version: str
+
+    def transition(
+        self,
+        task: queue_pb2.JobTask,
+        from_state: str,
+        to_state: str,
+        *,
+        attempt: int,
+        lease_token: int,
+        reason_code: str = "",
+        **fields: object,
+    ) -> queue_pb2.TransitionEvent:
+        occurred = timestamp_pb2.Timestamp()
+        occurred.GetCurrentTime()
+        event = queue_pb2.TransitionEvent(
+            event_id=event_id(task.job, to_state),
+            job=task.job,
+            tenant=task.tenant,
+            from_state=state_value(from_state) if from_state else 0,  # type: ignore[arg-type]
+            to_state=state_value(to_state),  # type: ignore[arg-type]
+            actor=queue_pb2.Actor(
+                service=self.service, instance=self.instance, build_version=self.build_version
+            ),
+            attempt=attempt,
+            lease_token=lease_token,
+            reason_code=reason_code,
+            manifest_digest=task.manifest_digest,
+            source_digests=[source.sha256 for source in task.sources],
+            ruleset_version=task.ruleset,
+            item_count=len(task.sources),
+            occurred_at=occurred,
+            **fields,  # type: ignore[arg-type]
+        )
+        return event

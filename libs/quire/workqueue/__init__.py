@@ -1,0 +1,28 @@
+"""NATS JetStream work queues: topology, publishing and the worker loop."""
+
+from quire.workqueue.publisher import Publisher
+from quire.workqueue.topology import (
+    EVENTS_STREAM,
+    PRIORITIES,
+    STAGES,
+    WORK_STREAM,
+    consumer_name,
+    ensure_topology,
+    event_subject,
+    work_subject,
+)
+from quire.workqueue.worker import Slots, WorkQueueWorker
+
+__all__ = [
+    "EVENTS_STREAM",
+    "PRIORITIES",
+    "STAGES",
+    "WORK_STREAM",
+    "Publisher",
+    "Slots",
+    "WorkQueueWorker",
+    "consumer_name",
+    "ensure_topology",
+    "event_subject",
+    "work_subject",
+]

@@ -1,0 +1,103 @@
+"""Streams, subjects and durable consumers, created idempotently by every service.
+
+One work-queue stream holds ``quire.work.<stage>.<priority>``; each subject has
+exactly one durable pull consumer (work-queue filters must not overlap). One
+events stream holds ``quire.events.<service>``; audit consumes all of it.
+"""
+
+from __future__ import annotations
+
+from nats.js import JetStreamContext, api
+
+from quire.settings import QueueSettings
+
+__all__ = [
+    "WORK_STREAM",
+    "EVENTS_STREAM",
+    "STAGES",
+    "PRIORITIES",
+    "EVENTS_CONSUMER",
+    "work_subject",
+    "event_subject",
+    "consumer_name",
+    "ensure_topology",
+]
+
+WORK_STREAM = "QUIRE_WORK"
+EVENTS_STREAM = "QUIRE_EVENTS"
+STAGES = ("validate", "assemble", "sign", "commit")
+PRIORITIES = ("interactive", "batch")
+EVENTS_CONSUMER = "audit-events"
+EVENTS_MAX_AGE_SECONDS = 30 * 24 * 3600.0
+
+
+def work_subject(stage: str, priority: str) -> str:
+    return f"quire.work.{stage}.{priority}"
+
+
+def event_subject(service: str) -> str:
+    return f"quire.events.{service}"
+
+
+def consumer_name(stage: str, priority: str) -> str:
+    return f"{stage}-{priority}"
+
+
+async def ensure_topology(js: JetStreamContext, queue: QueueSettings) -> None:
+    """Create the streams and consumers if missing; safe to call from every process."""
+    await _ensure_stream(
+        js,
+        api.StreamConfig(
+            name=WORK_STREAM,
+            subjects=["quire.work.>"],
+            retention=api.RetentionPolicy.WORK_QUEUE,
+            storage=api.StorageType.FILE,
+            duplicate_window=queue.duplicate_window_seconds,
+        ),
+    )
+    await _ensure_stream(
+        js,
+        api.StreamConfig(
+            name=EVENTS_STREAM,
+            subjects=["quire.events.>"],
+            retention=api.RetentionPolicy.LIMITS,
+            storage=api.StorageType.FILE,
+            duplicate_window=queue.duplicate_window_seconds,
+            max_age=EVENTS_MAX_AGE_SECONDS,
+        ),
+    )
+    for stage in STAGES:
+        for priority in PRIORITIES:
+            await js.add_consumer(
+                WORK_STREAM,
+                api.ConsumerConfig(
+                    durable_name=consumer_name(stage, priority),
+                    filter_subject=work_subject(stage, priority),
+                    ack_policy=api.AckPolicy.EXPLICIT,
+                    ack_wait=queue.ack_wait_seconds,
+                    # Commit waits for lagging evidence without a delivery limit.
+                    max_deliver=-1 if stage == "commit" else queue.max_deliver,
+                ),
+            )
+    await js.add_consumer(
+        EVENTS_STREAM,
+        api.ConsumerConfig(
+            durable_name=EVENTS_CONSUMER,
+            filter_subject="quire.events.>",
+            ack_policy=api.AckPolicy.EXPLICIT,
+            ack_wait=queue.ack_wait_seconds,
+            max_deliver=-1,
+        ),
+    )
+
+
+async def _ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
+    try:
+        await js.stream_info(config.name or "")
+    except Exception:  # noqa: BLE001 - NotFoundError or a racing creator; add decides
+        try:
+            await js.add_stream(config)
+            return
+        except Exception:  # noqa: BLE001 - created concurrently by another service
+            pass
+    await js.update_stream(config)

@@ -1,0 +1,133 @@
+"""The pull loop shared by every stage: bounded concurrency, heartbeats, drain.
+
+The loop fetches only as many messages as it has free slots, so nothing waits
+in an unbounded local queue, and an idle worker blocks in a long-poll pull
+request rather than sleeping. While a handler runs, the message's lease is
+extended with ``in_progress()`` at a third of the ack wait. The handler owns
+the outcome (ack, nak or term); the loop only guarantees that a handler crash
+leaves the message to be redelivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+
+__all__ = ["WorkQueueWorker", "Handler", "Slots"]
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Msg], Awaitable[None]]
+ERROR_PAUSE_SECONDS = 0.5
+
+
+class Slots:
+    """Capacity of one consumer: how many of its messages may be in work at once."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.capacity = capacity
+        self._free = capacity
+        self._available = asyncio.Event()
+        self._available.set()
+
+    async def take_all(self) -> int:
+        """Wait until at least one slot is free, then take every free slot."""
+        while self._free == 0:
+            self._available.clear()
+            await self._available.wait()
+        taken, self._free = self._free, 0
+        return taken
+
+    def release(self, count: int = 1) -> None:
+        self._free += count
+        if self._free > 0:
+            self._available.set()
+
+    @property
+    def busy(self) -> int:
+        return self.capacity - self._free
+
+
+class WorkQueueWorker:
+    """Pulls from durable consumers, each with its own reserved capacity."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        *,
+        stream: str,
+        consumers: dict[str, int],
+        handler: Handler,
+        ack_wait_seconds: float,
+        fetch_timeout_seconds: float = 5.0,
+    ) -> None:
+        self._js = js
+        self._stream = stream
+        self._slots = {name: Slots(capacity) for name, capacity in consumers.items()}
+        self._handler = handler
+        self._heartbeat_seconds = max(ack_wait_seconds / 3.0, 0.2)
+        self._fetch_timeout = fetch_timeout_seconds
+        self._stopping = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+        self._inflight: set[asyncio.Task[None]] = set()
+
+    def start(self) -> None:
+        for consumer, slots in self._slots.items():
+            task = asyncio.create_task(self._pull_loop(consumer, slots), name=consumer)
+            self._loops.append(task)
+
+    async def drain(self) -> None:
+        """Stop pulling, then wait for in-flight handlers to finish."""
+        self._stopping.set()
+        for loop in self._loops:
+            loop.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        if self._inflight:
+            await asyncio.gather(*self._inflight, return_exceptions=True)
+
+    async def _pull_loop(self, consumer: str, slots: Slots) -> None:
+        subscription = await self._js.pull_subscribe_bind(durable=consumer, stream=self._stream)
+        while not self._stopping.is_set():
+            free = await slots.take_all()
+            try:
+                messages = await subscription.fetch(batch=free, timeout=self._fetch_timeout)
+            except (NatsTimeoutError, TimeoutError):
+                messages = []
+            except asyncio.CancelledError:
+                slots.release(free)
+                raise
+            except Exception:  # noqa: BLE001 - disconnected; the client reconnects
+                log.warning("pull from %s failed; retrying", consumer)
+                slots.release(free)
+                await asyncio.sleep(ERROR_PAUSE_SECONDS)
+                continue
+            slots.release(free - len(messages))
+            for message in messages:
+                task = asyncio.create_task(self._run(message, slots))
+                self._inflight.add(task)
+                task.add_done_callback(self._inflight.discard)
+
+    async def _run(self, message: Msg, slots: Slots) -> None:
+        heartbeat = asyncio.create_task(self._heartbeat(message))
+        try:
+            await self._handler(message)
+        except Exception:  # noqa: BLE001 - the message is redelivered after ack wait
+            log.exception("handler failed; message left for redelivery")
+        finally:
+            heartbeat.cancel()
+            slots.release()
+
+    async def _heartbeat(self, message: Msg) -> None:
+        while True:
+            await asyncio.sleep(self._heartbeat_seconds)
+            try:
+                await message.in_progress()
+            except Exception:  # noqa: BLE001 - lost connection; the lease may lapse
+                log.warning("heartbeat failed")

@@ -1,0 +1,72 @@
+"""Handing accepted jobs to the validate queue, and the sweep that finishes
+any hand-off a crash interrupted."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from quire.admission import tables
+from quire.database import Database
+from quire.jobs import job_id
+from quire.type import queue_pb2
+from quire.workqueue import Publisher, event_subject, work_subject
+
+__all__ = ["Dispatcher"]
+
+log = logging.getLogger(__name__)
+SWEEP_BATCH = 100
+
+
+class Dispatcher:
+    def __init__(self, database: Database, publisher: Publisher, *, sweep_seconds: float = 5.0) -> None:
+        self._db = database
+        self._publisher = publisher
+        self._sweep_seconds = sweep_seconds
+
+    async def dispatch(self, job: str) -> None:
+        """Publish the ACCEPTED event and the validate task, then mark the job dispatched."""
+        table = tables.jobs
+        row = await self._db.run(
+            lambda s: s.execute(select(table.c.task, table.c.accepted_event).where(table.c.job == job)).one()
+        )
+        task = queue_pb2.JobTask.FromString(row.task)
+        accepted = queue_pb2.TransitionEvent.FromString(row.accepted_event)
+        await self._publisher.publish(event_subject("admission"), accepted, accepted.event_id)
+        await self._publisher.publish(
+            work_subject("validate", task.priority), task, f"{job_id(job)}.validate"
+        )
+        await self._db.run(
+            lambda s: s.execute(update(table).where(table.c.job == job).values(dispatched_at=datetime.now(UTC)))
+        )
+
+    async def sweep_forever(self) -> None:
+        """Republish jobs left undispatched (a crash between commit and publish)."""
+        while True:
+            try:
+                await self.sweep(older_than=timedelta(seconds=self._sweep_seconds))
+            except Exception:  # noqa: BLE001 - NATS may be down; try again next round
+                log.warning("dispatch sweep failed; will retry")
+            await asyncio.sleep(self._sweep_seconds)
+
+    async def sweep(self, *, older_than: timedelta) -> int:
+        cutoff = datetime.now(UTC) - older_than
+
+        def pending(session: Session) -> list[str]:
+            table = tables.jobs
+            rows = session.execute(
+                select(table.c.job)
+                .where(table.c.dispatched_at.is_(None), table.c.created_at <= cutoff)
+                .order_by(table.c.created_at)
+                .limit(SWEEP_BATCH)
+            )
+            return [row.job for row in rows]
+
+        jobs = await self._db.run(pending)
+        for job in jobs:
+            await self.dispatch(job)
+        return len(jobs)

@@ -1,0 +1,81 @@
+"""Admission process: ``python -m quire.admission.main``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import grpc
+
+from quire.admission import tables
+from quire.admission.dispatch import Dispatcher
+from quire.admission.intake import Intake
+from quire.admission.servicer import AdmissionServicer
+from quire.admission.tenants import TenantDirectory
+from quire.admission.uploads import UploadGate
+from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
+from quire.audit.v1 import audit_service_pb2_grpc
+from quire.blobstore import LocalBlobStore
+from quire.database import Database
+from quire.grpcserver import insecure_channel, serve
+from quire.runtime import start_runtime
+from quire.settings import AdmissionSettings, ServiceSettings
+from quire.transitions import EventFactory
+from quire.workqueue import Publisher
+
+SERVICE = "admission"
+DEV_TOKEN_FILE = "dev-token"
+
+
+async def main() -> None:
+    settings = ServiceSettings.from_env(SERVICE)
+    admission = AdmissionSettings.from_env()
+    nc, js = await start_runtime(settings)
+    database = Database(settings.database_url, tables.metadata)
+    database.create_schema()
+    tenants = TenantDirectory(database)
+    tenants.ensure_dev_tenant(settings.service_dir / DEV_TOKEN_FILE)
+    blobs = LocalBlobStore(settings.blob_root)
+    dispatcher = Dispatcher(database, Publisher(js))
+    audit_channel = insecure_channel(settings.peers["audit"])
+    servicer = AdmissionServicer(
+        database=database,
+        blobs=blobs,
+        tenants=tenants,
+        uploads=UploadGate(database, blobs, admission),
+        intake=Intake(database, EventFactory(SERVICE, settings.instance, settings.build_version), admission),
+        dispatcher=dispatcher,
+        audit=audit_service_pb2_grpc.AuditServiceStub(audit_channel),
+        settings=admission,
+    )
+    sweeper: list[asyncio.Task[None]] = []
+
+    async def ready() -> None:
+        sweeper.append(asyncio.create_task(dispatcher.sweep_forever()))
+
+    async def drain() -> None:
+        for task in sweeper:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def register(server: grpc.aio.Server) -> None:
+        pb_grpc.add_AdmissionServiceServicer_to_server(servicer, server)
+
+    try:
+        await serve(
+            address=settings.grpc_address,
+            register=register,
+            service_names=("quire.admission.v1.AdmissionService",),
+            on_drain=drain,
+            drain_seconds=settings.drain_seconds,
+            ready=ready,
+        )
+    finally:
+        await audit_channel.close()
+        await nc.drain()
+        database.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

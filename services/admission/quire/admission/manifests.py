@@ -1,0 +1,65 @@
+"""Manifest checks: every violation is collected and reported, not just the first."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping
+
+from quire.errors import FieldViolation
+from quire.type import job_pb2
+
+__all__ = ["check_manifest", "KNOWN_RULESETS", "KNOWN_PROFILES", "PRIORITIES"]
+
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+KNOWN_RULESETS = frozenset({"", "default"})
+KNOWN_PROFILES = frozenset({"", "simple", "strict"})
+PRIORITIES = frozenset({"", "interactive", "batch"})
+
+
+def check_manifest(
+    manifest: job_pb2.Manifest,
+    *,
+    uploaded: Mapping[str, object],
+    max_items: int,
+) -> list[FieldViolation]:
+    """Violations of ``manifest``; ``uploaded`` maps this tenant's known digests."""
+    violations: list[FieldViolation] = []
+    items = list(manifest.items)
+    if not items:
+        violations.append(FieldViolation("manifest.items", "at least one item is required", "EMPTY"))
+    if len(items) > max_items:
+        violations.append(
+            FieldViolation("manifest.items", f"at most {max_items} items are allowed", "TOO_MANY_ITEMS")
+        )
+    positions = Counter(item.position for item in items)
+    for position, count in sorted(positions.items()):
+        if count > 1:
+            violations.append(
+                FieldViolation("manifest.items.position", f"position {position} is used {count} times", "DUPLICATE_POSITION")
+            )
+    expected = set(range(len(items)))
+    if items and set(positions) != expected:
+        violations.append(
+            FieldViolation(
+                "manifest.items.position",
+                "positions must be unique and contiguous from 0",
+                "POSITIONS_NOT_CONTIGUOUS",
+            )
+        )
+    ids = Counter(item.document_id for item in items)
+    for index, item in enumerate(items):
+        field = f"manifest.items[{index}]"
+        if not item.document_id:
+            violations.append(FieldViolation(f"{field}.document_id", "document_id is required", "MISSING_DOCUMENT_ID"))
+        elif ids[item.document_id] > 1:
+            violations.append(FieldViolation(f"{field}.document_id", "document_id is not unique", "DUPLICATE_DOCUMENT_ID"))
+        if not SHA256_HEX.match(item.sha256):
+            violations.append(FieldViolation(f"{field}.sha256", "not a sha256 digest", "BAD_DIGEST"))
+        elif item.sha256 not in uploaded:
+            violations.append(FieldViolation(f"{field}.sha256", "no upload with this digest", "UNKNOWN_SOURCE"))
+    if manifest.ruleset not in KNOWN_RULESETS:
+        violations.append(FieldViolation("manifest.ruleset", "unknown ruleset", "UNKNOWN_RULESET"))
+    if manifest.render_profile not in KNOWN_PROFILES:
+        violations.append(FieldViolation("manifest.render_profile", "unknown render profile", "UNKNOWN_PROFILE"))
+    return violations

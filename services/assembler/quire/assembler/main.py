@@ -1,0 +1,48 @@
+"""Assembler process: ``python -m quire.assembler.main``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import grpc
+
+from quire.assembler import tables
+from quire.assembler.servicer import AssemblerServicer
+from quire.assembler.v1 import assembler_service_pb2_grpc as pb_grpc
+from quire.assembler.work import AssemblerWork
+from quire.blobstore import LocalBlobStore
+from quire.database import Database
+from quire.sandbox import SandboxPool
+from quire.settings import SandboxSettings, ServiceSettings
+from quire.stageservice import Registrar, StageService, run_stage_service
+
+SERVICE = "assembler"
+
+
+async def main() -> None:
+    settings = ServiceSettings.from_env(SERVICE)
+    pool = SandboxPool(SandboxSettings.from_env(os.environ, SERVICE), name="pdf-merge")
+
+    def build(database: Database, blobs: LocalBlobStore) -> tuple[AssemblerWork, Registrar]:
+        def register(server: grpc.aio.Server) -> None:
+            pb_grpc.add_AssemblerServiceServicer_to_server(AssemblerServicer(database), server)
+
+        return AssemblerWork(blobs=blobs, sandbox=pool), register
+
+    await run_stage_service(
+        settings,
+        StageService(
+            stage="assemble",
+            entry_state="ASSEMBLING",
+            metadata=tables.metadata,
+            leases=tables.leases,
+            grpc_service_name="quire.assembler.v1.AssemblerService",
+        ),
+        build=build,
+        on_close=pool.close,
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

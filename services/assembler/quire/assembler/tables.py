@@ -1,0 +1,23 @@
+"""The assembler's own tables: leases and the packets it made."""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Column, DateTime, Integer, MetaData, String, Table
+
+from quire.leases import lease_table
+
+__all__ = ["metadata", "leases", "assemblies"]
+
+metadata = MetaData()
+leases = lease_table(metadata)
+assemblies = Table(
+    "assemblies",
+    metadata,
+    Column("job", String(64), primary_key=True),
+    Column("blob_key", String(256), nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("page_count", Integer, nullable=False),
+    Column("lease_token", Integer, nullable=False),
+    Column("assembled_at", DateTime(timezone=True), nullable=False),
+)

@@ -1,0 +1,131 @@
+"""Completion: the only way a job becomes COMPLETED.
+
+Audit takes the commit task, hashes the signed artifact that the signer
+reported, and then, in one transaction, checks that the ledger holds the
+job's whole history (ACCEPTED through COMMITTING) with the same output
+digest, and appends the COMPLETED entry. Missing history is not an error:
+the events are late, so the task is retried with backoff and the job stays
+COMMITTING. A missing or different artifact ends the job FAILED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from enum import Enum
+
+from nats.aio.msg import Msg
+from opentelemetry import trace
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from quire.audit import ledger, tables
+from quire.blobstore import LocalBlobStore, sha256_file
+from quire.database import Database
+from quire.jobs import HISTORY_BEFORE_COMPLETION, TERMINAL_STATES, job_id
+from quire.reasons import ReasonCode
+from quire.settings import QueueSettings
+from quire.stage import retry_delay
+from quire.telemetry import extract_context
+from quire.transitions import EventFactory
+from quire.type import queue_pb2
+
+__all__ = ["CompletionDesk", "Verdict"]
+
+log = logging.getLogger(__name__)
+
+
+class Verdict(Enum):
+    COMPLETED = "completed"
+    ALREADY_DONE = "already_done"
+    HISTORY_INCOMPLETE = "history_incomplete"
+    FAILED = "failed"
+
+
+class CompletionDesk:
+    def __init__(
+        self, *, database: Database, blobs: LocalBlobStore, events: EventFactory, queue: QueueSettings
+    ) -> None:
+        self._db = database
+        self._blobs = blobs
+        self._events = events
+        self._queue = queue
+        self._tracer = trace.get_tracer("quire.audit")
+
+    async def handle(self, msg: Msg) -> None:
+        task = queue_pb2.JobTask.FromString(msg.data)
+        attempt = msg.metadata.num_delivered
+        with self._tracer.start_as_current_span(
+            "audit.complete",
+            context=extract_context(msg.headers),
+            attributes={"quire.job": job_id(task.job), "quire.attempt": attempt},
+        ) as span:
+            verdict = await self.complete(task, attempt)
+            span.set_attribute("quire.verdict", verdict.value)
+            if verdict is Verdict.HISTORY_INCOMPLETE:
+                await msg.nak(delay=retry_delay(min(attempt, 8), self._queue))
+            elif verdict is Verdict.FAILED:
+                await msg.term()
+            else:
+                await msg.ack()
+
+    async def complete(self, task: queue_pb2.JobTask, attempt: int) -> Verdict:
+        """Complete the job if the evidence is all there."""
+        try:
+            digest, _size = await asyncio.to_thread(
+                sha256_file, self._blobs.local_path(task.signed.blob_key)
+            )
+        except FileNotFoundError:
+            return await self._fail(task, attempt, ReasonCode.ARTIFACT_MISSING)
+        if digest != task.signed.sha256:
+            return await self._fail(task, attempt, ReasonCode.ARTIFACT_DIGEST_MISMATCH)
+        return await self._db.run(lambda s: self._complete(s, task, attempt))
+
+    def _complete(self, session: Session, task: queue_pb2.JobTask, attempt: int) -> Verdict:
+        state = session.execute(
+            select(tables.jobs.c.state).where(tables.jobs.c.job == task.job)
+        ).scalar_one_or_none()
+        if state in TERMINAL_STATES:
+            return Verdict.ALREADY_DONE
+        if not set(HISTORY_BEFORE_COMPLETION) <= ledger.recorded_states(session, task.job):
+            log.info("job %s: history incomplete, completion deferred", task.job)
+            return Verdict.HISTORY_INCOMPLETE
+        reported = session.execute(
+            select(tables.ledger.c.event).where(
+                tables.ledger.c.job == task.job, tables.ledger.c.to_state == "COMMITTING"
+            )
+        ).scalar_one()
+        if queue_pb2.TransitionEvent.FromString(reported).output_digest != task.signed.sha256:
+            ledger.append(session, self._ending(task, attempt, "FAILED", ReasonCode.ARTIFACT_DIGEST_MISMATCH))
+            return Verdict.FAILED
+        ledger.append(session, self._ending(task, attempt, "COMPLETED", ""))
+        return Verdict.COMPLETED
+
+    async def _fail(self, task: queue_pb2.JobTask, attempt: int, reason: ReasonCode) -> Verdict:
+        log.warning("job %s: completion refused (%s)", task.job, reason)
+
+        def write(session: Session) -> Verdict:
+            state = session.execute(
+                select(tables.jobs.c.state).where(tables.jobs.c.job == task.job)
+            ).scalar_one_or_none()
+            if state in TERMINAL_STATES:
+                return Verdict.ALREADY_DONE
+            ledger.append(session, self._ending(task, attempt, "FAILED", reason))
+            return Verdict.FAILED
+
+        return await self._db.run(write)
+
+    def _ending(
+        self, task: queue_pb2.JobTask, attempt: int, state: str, reason: str
+    ) -> queue_pb2.TransitionEvent:
+        return self._events.transition(
+            task,
+            "COMMITTING",
+            state,
+            attempt=attempt,
+            lease_token=0,
+            reason_code=reason,
+            output_digest=task.signed.sha256,
+            key_version=task.signing.key_version,
+            certificate_sha256=task.signing.certificate_sha256,
+        )

@@ -1,0 +1,110 @@
+"""The ledger: every transition appended once, hash-chained per tenant.
+
+Appends happen inside the caller's transaction (SQLite ``BEGIN IMMEDIATE``,
+PostgreSQL row lock on the chain head), so chain order equals commit order.
+An event id already present is a duplicate and changes nothing. The job view
+moves forward only: an event that arrives late never drags a job back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from quire.audit import tables
+from quire.jobs import TERMINAL_STATES, state_name, state_rank
+from quire.type import queue_pb2
+
+__all__ = ["append", "entry_hash", "GENESIS", "recorded_states"]
+
+GENESIS = "0" * 64
+
+
+def entry_hash(prev_hash: str, event_bytes: bytes) -> str:
+    return hashlib.sha256(bytes.fromhex(prev_hash) + event_bytes).hexdigest()
+
+
+def append(session: Session, event: queue_pb2.TransitionEvent) -> bool:
+    """Append ``event`` unless its id is already recorded. Returns True when appended."""
+    known = session.execute(
+        select(tables.ledger.c.sequence).where(tables.ledger.c.event_id == event.event_id)
+    ).first()
+    if known is not None:
+        return False
+    head = session.execute(
+        select(tables.chain_heads).where(tables.chain_heads.c.tenant == event.tenant).with_for_update()
+    ).first()
+    prev = GENESIS if head is None else head.head_hash
+    data = event.SerializeToString(deterministic=True)
+    digest = entry_hash(prev, data)
+    now = datetime.now(UTC)
+    session.execute(
+        tables.ledger.insert().values(
+            event_id=event.event_id,
+            job=event.job,
+            tenant=event.tenant,
+            from_state=state_name(event.from_state),
+            to_state=state_name(event.to_state),
+            reason_code=event.reason_code,
+            event=data,
+            prev_hash=prev,
+            entry_hash=digest,
+            recorded_at=now,
+        )
+    )
+    if head is None:
+        session.execute(tables.chain_heads.insert().values(tenant=event.tenant, head_hash=digest, length=1))
+    else:
+        session.execute(
+            update(tables.chain_heads)
+            .where(tables.chain_heads.c.tenant == event.tenant)
+            .values(head_hash=digest, length=head.length + 1)
+        )
+    _advance_view(session, event, now)
+    return True
+
+
+def _advance_view(session: Session, event: queue_pb2.TransitionEvent, now: datetime) -> None:
+    to_state = state_name(event.to_state)
+    row = session.execute(select(tables.jobs).where(tables.jobs.c.job == event.job)).first()
+    facts = {
+        key: value
+        for key, value in (
+            ("manifest_digest", event.manifest_digest),
+            ("output_digest", event.output_digest),
+            ("ruleset_version", event.ruleset_version),
+            ("key_version", event.key_version),
+        )
+        if value
+    }
+    if event.item_count:
+        facts["item_count"] = event.item_count
+    if row is None:
+        session.execute(
+            tables.jobs.insert().values(
+                job=event.job,
+                tenant=event.tenant,
+                state=to_state,
+                reason_code=event.reason_code,
+                item_count=event.item_count,
+                manifest_digest=event.manifest_digest,
+                output_digest=event.output_digest,
+                ruleset_version=event.ruleset_version,
+                key_version=event.key_version,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        return
+    if row.state not in TERMINAL_STATES and state_rank(to_state) > state_rank(row.state):
+        facts.update(state=to_state, reason_code=event.reason_code)
+    facts["updated_at"] = now
+    session.execute(update(tables.jobs).where(tables.jobs.c.job == event.job).values(**facts))
+
+
+def recorded_states(session: Session, job: str) -> set[str]:
+    rows = session.execute(select(tables.ledger.c.to_state).where(tables.ledger.c.job == job))
+    return {row.to_state for row in rows}

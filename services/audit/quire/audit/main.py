@@ -1,0 +1,89 @@
+"""Audit process: ``python -m quire.audit.main``.
+
+Two consumers: the events stream into the ledger, and the commit work queue
+into completions. Concurrency is the setting for both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+
+from quire.audit import tables
+from quire.audit.completion import CompletionDesk
+from quire.audit.recorder import EventRecorder
+from quire.audit.servicer import AuditServicer
+from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
+from quire.blobstore import LocalBlobStore
+from quire.database import Database
+from quire.grpcserver import serve
+from quire.runtime import start_runtime
+from quire.settings import ServiceSettings
+from quire.stageservice import batch_slots
+from quire.transitions import EventFactory
+from quire.workqueue import EVENTS_STREAM, WORK_STREAM, WorkQueueWorker, consumer_name
+from quire.workqueue.topology import EVENTS_CONSUMER
+
+SERVICE = "audit"
+
+
+async def main() -> None:
+    settings = ServiceSettings.from_env(SERVICE)
+    nc, js = await start_runtime(settings)
+    database = Database(settings.database_url, tables.metadata)
+    database.create_schema()
+    desk = CompletionDesk(
+        database=database,
+        blobs=LocalBlobStore(settings.blob_root),
+        events=EventFactory(SERVICE, settings.instance, settings.build_version),
+        queue=settings.queue,
+    )
+    workers = [
+        WorkQueueWorker(
+            js,
+            stream=EVENTS_STREAM,
+            consumers={EVENTS_CONSUMER: settings.concurrency},
+            handler=EventRecorder(database).handle,
+            ack_wait_seconds=settings.queue.ack_wait_seconds,
+            fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
+        ),
+        WorkQueueWorker(
+            js,
+            stream=WORK_STREAM,
+            consumers={
+                consumer_name("commit", "interactive"): settings.concurrency,
+                consumer_name("commit", "batch"): batch_slots(settings.concurrency),
+            },
+            handler=desk.handle,
+            ack_wait_seconds=settings.queue.ack_wait_seconds,
+            fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
+        ),
+    ]
+
+    async def ready() -> None:
+        for worker in workers:
+            worker.start()
+
+    async def drain() -> None:
+        await asyncio.gather(*(worker.drain() for worker in workers))
+
+    def register(server: grpc.aio.Server) -> None:
+        pb_grpc.add_AuditServiceServicer_to_server(AuditServicer(database), server)
+
+    try:
+        await serve(
+            address=settings.grpc_address,
+            register=register,
+            service_names=("quire.audit.v1.AuditService",),
+            on_drain=drain,
+            drain_seconds=settings.drain_seconds,
+            ready=ready,
+        )
+    finally:
+        await nc.drain()
+        database.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

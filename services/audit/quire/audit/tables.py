@@ -1,0 +1,58 @@
+"""Audit's own tables: the append-only ledger, its chain heads, and the job view."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+)
+
+__all__ = ["metadata", "ledger", "chain_heads", "jobs"]
+
+metadata = MetaData()
+# One row per transition, never updated or deleted. ``entry_hash`` chains each
+# tenant's entries: sha256(prev_hash || event bytes).
+ledger = Table(
+    "ledger",
+    metadata,
+    Column("sequence", Integer, primary_key=True, autoincrement=True),
+    Column("event_id", String(128), nullable=False, unique=True),
+    Column("job", String(64), nullable=False, index=True),
+    Column("tenant", String(64), nullable=False),
+    Column("from_state", String(32), nullable=False),
+    Column("to_state", String(32), nullable=False),
+    Column("reason_code", String(64), nullable=False),
+    Column("event", LargeBinary, nullable=False),
+    Column("prev_hash", String(64), nullable=False),
+    Column("entry_hash", String(64), nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False),
+)
+chain_heads = Table(
+    "chain_heads",
+    metadata,
+    Column("tenant", String(64), primary_key=True),
+    Column("head_hash", String(64), nullable=False),
+    Column("length", BigInteger, nullable=False),
+)
+# The current state of each job, derived from the ledger in the same transaction.
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("job", String(64), primary_key=True),
+    Column("tenant", String(64), nullable=False),
+    Column("state", String(32), nullable=False),
+    Column("reason_code", String(64), nullable=False),
+    Column("item_count", Integer, nullable=False),
+    Column("manifest_digest", String(64), nullable=False),
+    Column("output_digest", String(64), nullable=False),
+    Column("ruleset_version", String(128), nullable=False),
+    Column("key_version", String(32), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)

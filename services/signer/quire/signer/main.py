@@ -1,0 +1,56 @@
+"""Signer process: ``python -m quire.signer.main``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+import grpc
+
+from quire.blobstore import LocalBlobStore
+from quire.database import Database
+from quire.sandbox import SandboxPool
+from quire.settings import SandboxSettings, ServiceSettings
+from quire.signer import tables
+from quire.signer.keystore import KeySource, KeyStore
+from quire.signer.servicer import SignerServicer
+from quire.signer.v1 import signer_service_pb2_grpc as pb_grpc
+from quire.signer.work import SignerWork
+from quire.stageservice import Registrar, StageService, run_stage_service
+
+SERVICE = "signer"
+log = logging.getLogger(__name__)
+
+
+async def main() -> None:
+    settings = ServiceSettings.from_env(SERVICE)
+    pool = SandboxPool(SandboxSettings.from_env(os.environ, SERVICE), name="pdf-signing")
+    source = KeySource.from_env(settings.service_dir)
+
+    def build(database: Database, blobs: LocalBlobStore) -> tuple[SignerWork, Registrar]:
+        keys = KeyStore(database, source)
+        active = keys.ensure_active_key()
+        log.info("active signing key %s (certificate %s)", active.version, active.certificate_sha256)
+
+        def register(server: grpc.aio.Server) -> None:
+            pb_grpc.add_SignerServiceServicer_to_server(SignerServicer(database, keys), server)
+
+        return SignerWork(database=database, blobs=blobs, keys=keys, sandbox=pool), register
+
+    await run_stage_service(
+        settings,
+        StageService(
+            stage="sign",
+            entry_state="SIGNING",
+            metadata=tables.metadata,
+            leases=tables.leases,
+            grpc_service_name="quire.signer.v1.SignerService",
+        ),
+        build=build,
+        on_close=pool.close,
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

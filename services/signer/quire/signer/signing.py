@@ -1,0 +1,60 @@
+"""PAdES signing with pyHanko, run inside a signing worker process.
+
+The packet's digest is re-verified before signing; the signature is a single
+PAdES baseline (B-B) signature over the entire file, written to a temporary
+path that the signer promotes under the job's key only if no artifact exists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+__all__ = ["SignedPacket", "sign_packet", "PacketDigestMismatch", "SIGNATURE_FIELD"]
+
+SIGNATURE_FIELD = "QuireSignature"
+READ_CHUNK = 1024 * 1024
+
+
+class PacketDigestMismatch(Exception):
+    """The assembled packet no longer matches its digest."""
+
+
+@dataclass(frozen=True)
+class SignedPacket:
+    sha256: str
+    size_bytes: int
+
+
+def _sha256_of(path: str) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(READ_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def sign_packet(
+    input_path: str, input_sha256: str, output_path: str, key_path: str, cert_path: str
+) -> SignedPacket:
+    from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
+    from pyhanko.sign import fields, signers
+
+    if _sha256_of(input_path)[0] != input_sha256:
+        raise PacketDigestMismatch(input_sha256)
+    signer = signers.SimpleSigner.load(key_path, cert_path)
+    if signer is None:
+        raise RuntimeError("signing key could not be loaded")
+    metadata = signers.PdfSignatureMetadata(
+        field_name=SIGNATURE_FIELD,
+        md_algorithm="sha256",
+        subfilter=fields.SigSeedSubFilter.PADES,
+        reason="Quire packet signature",
+    )
+    with open(input_path, "rb") as source, open(output_path, "wb") as output:
+        writer = IncrementalPdfFileWriter(source, strict=False)
+        signers.sign_pdf(writer, metadata, signer=signer, output=output)
+    digest, size = _sha256_of(output_path)
+    return SignedPacket(sha256=digest, size_bytes=size)

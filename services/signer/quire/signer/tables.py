@@ -1,0 +1,41 @@
+"""The signer's own tables: leases, key versions and one signature per job."""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Boolean, Column, DateTime, Integer, MetaData, String, Table, Text
+
+from quire.leases import lease_table
+
+__all__ = ["metadata", "leases", "signing_keys", "signatures"]
+
+metadata = MetaData()
+leases = lease_table(metadata)
+signing_keys = Table(
+    "signing_keys",
+    metadata,
+    Column("version", String(32), primary_key=True),
+    Column("certificate_sha256", String(64), nullable=False, unique=True),
+    Column("certificate_pem", Text, nullable=False),
+    Column("key_path", String(512), nullable=False),
+    Column("cert_path", String(512), nullable=False),
+    Column("signer_identity", String(256), nullable=False),
+    Column("not_before", DateTime(timezone=True), nullable=False),
+    Column("not_after", DateTime(timezone=True), nullable=False),
+    Column("active", Boolean, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+# One row per job: the intent is recorded before signing, the artifact after.
+signatures = Table(
+    "signatures",
+    metadata,
+    Column("job", String(64), primary_key=True),
+    Column("key_version", String(32), nullable=False),
+    Column("blob_key", String(256), nullable=False),
+    Column("sha256", String(64), nullable=True),
+    Column("size_bytes", BigInteger, nullable=True),
+    Column("page_count", Integer, nullable=True),
+    Column("certificate_sha256", String(64), nullable=True),
+    Column("lease_token", Integer, nullable=False),
+    Column("intent_at", DateTime(timezone=True), nullable=False),
+    Column("signed_at", DateTime(timezone=True), nullable=True),
+)

@@ -1,0 +1,162 @@
+"""The signer's stage work: exactly one signed artifact per job.
+
+Before signing, the job's intent is recorded. The artifact's key is derived
+from the job (``signed/<tenant>/<job>.pdf``) and promoted with a hard link that
+fails if the key exists, so a second artifact for one job cannot be created.
+An artifact found at that key (a crash after the write, a lost reply) is
+verified against the stack's keys and reused, never signed again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from quire.blobstore import LocalBlobStore, sha256_file
+from quire.database import Database
+from quire.errors import PermanentError, TransientError
+from quire.jobs import job_id
+from quire.leases import Lease
+from quire.pdfsignature import SignatureReport, verify_signed_pdf
+from quire.reasons import ReasonCode
+from quire.sandbox import SandboxPool
+from quire.signer import tables
+from quire.signer.keystore import KeyStore, SigningKey
+from quire.signer.signing import PacketDigestMismatch, SignedPacket, sign_packet
+from quire.stage import StageResult
+from quire.type import job_pb2, queue_pb2
+
+__all__ = ["SignerWork", "signed_key"]
+
+
+def signed_key(tenant: str, job: str) -> str:
+    return f"signed/{tenant}/{job_id(job)}.pdf"
+
+
+class SignerWork:
+    stage_state = "SIGNING"
+    next_state = "COMMITTING"
+    next_stage = "commit"
+
+    def __init__(
+        self, *, database: Database, blobs: LocalBlobStore, keys: KeyStore, sandbox: SandboxPool
+    ) -> None:
+        self._db = database
+        self._blobs = blobs
+        self._keys = keys
+        self._sandbox = sandbox
+
+    async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult:
+        key = await self._keys.active()
+        blob_key = signed_key(task.tenant, task.job)
+        await self._db.run(lambda s: _record_intent(s, task.job, key.version, blob_key, lease.token))
+        if self._blobs.exists(blob_key):
+            signed, used = await self._reuse(blob_key)
+        else:
+            signed, used = await self._sign(task, blob_key, key)
+        artifact = job_pb2.Artifact(
+            blob_key=blob_key,
+            sha256=signed.sha256,
+            size_bytes=signed.size_bytes,
+            page_count=task.assembled.page_count,
+        )
+        signing = job_pb2.SigningRecord(
+            key_version=used.version,
+            certificate_sha256=used.certificate_sha256,
+            signer_identity=used.signer_identity,
+        )
+        next_task = queue_pb2.JobTask()
+        next_task.CopyFrom(task)
+        next_task.signed.CopyFrom(artifact)
+        next_task.signing.CopyFrom(signing)
+        return StageResult(
+            next_task=next_task,
+            handoff_fields={
+                "output_digest": artifact.sha256,
+                "key_version": signing.key_version,
+                "certificate_sha256": signing.certificate_sha256,
+            },
+            record=_record_signature(task.job, artifact, signing, lease.token),
+        )
+
+    async def _sign(
+        self, task: queue_pb2.JobTask, blob_key: str, key: SigningKey
+    ) -> tuple[SignedPacket, SigningKey]:
+        temp = self._blobs.new_temp()
+        try:
+            try:
+                signed: SignedPacket = await self._sandbox.run(
+                    sign_packet,
+                    str(self._blobs.local_path(task.assembled.blob_key)),
+                    task.assembled.sha256,
+                    str(temp),
+                    key.key_path,
+                    key.cert_path,
+                )
+            except PacketDigestMismatch:
+                raise PermanentError(ReasonCode.DIGEST_MISMATCH, "assembled packet changed") from None
+            created = await asyncio.to_thread(self._blobs.promote_file, temp, blob_key, exclusive=True)
+        finally:
+            temp.unlink(missing_ok=True)
+        if not created:
+            return await self._reuse(blob_key)
+        return signed, key
+
+    async def _reuse(self, blob_key: str) -> tuple[SignedPacket, SigningKey]:
+        """Verify the job's existing artifact and take it as the job's signature."""
+        keys = await self._keys.all()
+        path = str(self._blobs.local_path(blob_key))
+        report: SignatureReport = await self._sandbox.run(
+            verify_signed_pdf, path, [k.certificate_pem for k in keys]
+        )
+        used = next((k for k in keys if k.certificate_sha256 == report.certificate_sha256), None)
+        if not report.ok or used is None:
+            # Never overwrite: an artifact that exists but does not verify needs a human.
+            raise TransientError(ReasonCode.SIGNING_FAILED, "existing artifact does not verify")
+
+        digest, size = await asyncio.to_thread(sha256_file, self._blobs.local_path(blob_key))
+        return SignedPacket(sha256=digest, size_bytes=size), used
+
+    def record_rejection(self, task: queue_pb2.JobTask, error: Exception) -> Callable[[Session], None] | None:
+        return None
+
+
+def _record_intent(session: Session, job: str, version: str, blob_key: str, token: int) -> None:
+    exists = session.execute(
+        select(tables.signatures.c.job).where(tables.signatures.c.job == job)
+    ).first()
+    if exists is None:
+        session.execute(
+            tables.signatures.insert().values(
+                job=job,
+                key_version=version,
+                blob_key=blob_key,
+                lease_token=token,
+                intent_at=datetime.now(UTC),
+            )
+        )
+
+
+def _record_signature(
+    job: str, artifact: job_pb2.Artifact, signing: job_pb2.SigningRecord, token: int
+) -> Callable[[Session], None]:
+    def write(session: Session) -> None:
+        session.execute(
+            update(tables.signatures)
+            .where(tables.signatures.c.job == job)
+            .values(
+                key_version=signing.key_version,
+                sha256=artifact.sha256,
+                size_bytes=artifact.size_bytes,
+                page_count=artifact.page_count,
+                certificate_sha256=signing.certificate_sha256,
+                lease_token=token,
+                signed_at=datetime.now(UTC),
+            )
+        )
+
+    return write

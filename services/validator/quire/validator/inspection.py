@@ -1,0 +1,88 @@
+"""Inspection of one untrusted source, run inside a sandbox worker process.
+
+Nothing here trusts the declaration: the bytes are re-hashed against the
+digest they were accepted under, the type is sniffed from the content with
+libmagic, and PDFs are opened by qpdf (through pikepdf) *without* recovery, so
+a file that would need repairing is refused rather than silently
+reinterpreted — two viewers must never disagree about what a signed contract
+says. Returns a plain finding (picklable, no document text).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import lru_cache
+
+from quire.reasons import ReasonCode
+
+__all__ = ["Finding", "inspect_source", "PDF_TYPE"]
+
+PDF_TYPE = "application/pdf"
+SNIFF_BYTES = 64 * 1024
+READ_CHUNK = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Finding:
+    detected_type: str
+    page_count: int
+    reason: str
+    """Empty when the source passed."""
+
+
+@lru_cache(maxsize=1)
+def _magic() -> object:
+    import magic  # lazy: only sandbox workers load libmagic
+
+    return magic.Magic(mime=True)
+
+
+def _digest_and_head(path: str) -> tuple[str, bytes]:
+    digest = hashlib.sha256()
+    head = b""
+    with open(path, "rb") as handle:
+        while chunk := handle.read(READ_CHUNK):
+            if len(head) < SNIFF_BYTES:
+                head += chunk[: SNIFF_BYTES - len(head)]
+            digest.update(chunk)
+    return digest.hexdigest(), head
+
+
+def _inspect_pdf(path: str) -> tuple[int, str]:
+    import pikepdf  # lazy: heavy, and only needed in the sandbox
+
+    try:
+        with pikepdf.open(path, attempt_recovery=False) as pdf:
+            if pdf.is_encrypted:
+                return 0, ReasonCode.ENCRYPTED_PDF
+            pages = 0
+            for page in pdf.pages:
+                page.obj.get("/Contents")
+                pages += 1
+            if pdf.get_warnings():
+                return pages, ReasonCode.MALFORMED_PDF
+            if pages == 0:
+                return 0, ReasonCode.MALFORMED_PDF
+            return pages, ""
+    except pikepdf.PasswordError:
+        return 0, ReasonCode.ENCRYPTED_PDF
+    except (pikepdf.PdfError, pikepdf.ForeignObjectError, ValueError, RecursionError):
+        return 0, ReasonCode.MALFORMED_PDF
+
+
+def inspect_source(path: str, sha256: str, declared_type: str) -> Finding:
+    """Check one source file; runs in a sandbox worker."""
+    try:
+        actual, head = _digest_and_head(path)
+    except FileNotFoundError:
+        return Finding("", 0, ReasonCode.SOURCE_MISSING)
+    if actual != sha256:
+        return Finding("", 0, ReasonCode.DIGEST_MISMATCH)
+    detected = str(_magic().from_buffer(head))  # type: ignore[attr-defined]
+    if detected != declared_type:
+        return Finding(detected, 0, ReasonCode.TYPE_MISMATCH)
+    if detected != PDF_TYPE:
+        return Finding(detected, 0, ReasonCode.TYPE_MISMATCH)
+    pages, reason = _inspect_pdf(path)
+    return Finding(detected, pages, str(reason))
