@@ -88,7 +88,7 @@ async def run_stage_service(
             ready=ready,
         )
     finally:
-        await nc.drain()
+        await nc.close()  # workers are drained; nothing is in flight
         if on_close is not None:
             on_close()
         database.close()

@@ -73,7 +73,7 @@ async def main() -> None:
         )
     finally:
         await audit_channel.close()
-        await nc.drain()
+        await nc.close()  # workers are drained; nothing is in flight
         database.close()
 
 

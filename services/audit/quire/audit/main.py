@@ -81,7 +81,7 @@ async def main() -> None:
             ready=ready,
         )
     finally:
-        await nc.drain()
+        await nc.close()  # workers are drained; nothing is in flight
         database.close()
 
 

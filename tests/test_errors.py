@@ -1,0 +1,71 @@
+"""Errors become gRPC statuses with google.rpc details, in one place."""
+
+from __future__ import annotations
+
+import pickle
+
+from google.rpc import code_pb2, error_details_pb2
+
+from quire.errors import (
+    Conflict,
+    FieldViolation,
+    InvalidInput,
+    NotFound,
+    Overloaded,
+    Rejected,
+    TransientError,
+)
+from quire.grpcstatus import status_for
+from quire.reasons import ReasonCode
+
+
+def _details(status, kind):  # type: ignore[no-untyped-def]
+    found = []
+    for detail in status.details:
+        if detail.Is(kind.DESCRIPTOR):
+            message = kind()
+            detail.Unpack(message)
+            found.append(message)
+    return found
+
+
+def test_invalid_manifest_lists_every_violation_as_bad_request() -> None:
+    error = InvalidInput(
+        ReasonCode.INVALID_MANIFEST,
+        "bad",
+        (FieldViolation("a", "first"), FieldViolation("b", "second")),
+    )
+    status = status_for(error, "admission.quire")
+    assert status.code == code_pb2.INVALID_ARGUMENT
+    (info,) = _details(status, error_details_pb2.ErrorInfo)
+    assert (info.reason, info.domain) == ("INVALID_MANIFEST", "admission.quire")
+    (bad,) = _details(status, error_details_pb2.BadRequest)
+    assert [v.field for v in bad.field_violations] == ["a", "b"]
+
+
+def test_overload_carries_retry_info() -> None:
+    status = status_for(Overloaded(ReasonCode.QUEUE_UNAVAILABLE, "busy", retry_after=2.5), "x")
+    assert status.code == code_pb2.RESOURCE_EXHAUSTED
+    (retry,) = _details(status, error_details_pb2.RetryInfo)
+    assert retry.retry_delay.ToMilliseconds() == 2500
+
+
+def test_codes_follow_the_error_kind() -> None:
+    assert status_for(NotFound(), "x").code == code_pb2.NOT_FOUND
+    assert status_for(Conflict(ReasonCode.IDEMPOTENCY_KEY_REUSED), "x").code == code_pb2.ALREADY_EXISTS
+    assert status_for(TransientError(ReasonCode.STORAGE_UNAVAILABLE), "x").code == code_pb2.UNAVAILABLE
+
+
+def test_unexpected_exceptions_leak_no_text() -> None:
+    status = status_for(ValueError("secret clause text"), "x")
+    assert status.code == code_pb2.INTERNAL
+    assert "secret" not in status.message
+    (info,) = _details(status, error_details_pb2.ErrorInfo)
+    assert info.reason == "INTERNAL"
+
+
+def test_errors_survive_crossing_a_process_boundary() -> None:
+    error = pickle.loads(pickle.dumps(Rejected(ReasonCode.ENCRYPTED_PDF, "encrypted")))
+    assert isinstance(error, Rejected)
+    assert error.reason is ReasonCode.ENCRYPTED_PDF
+    assert error.permanent

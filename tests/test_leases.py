@@ -1,0 +1,104 @@
+"""Fencing: a delivery whose lease token was superseded commits and publishes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from nats.js import JetStreamContext
+from sqlalchemy import MetaData
+
+from quire.database import Database
+from quire.leases import LeaseStore, lease_table
+from quire.settings import QueueSettings
+from quire.stage import StageResult, StageRunner
+from quire.transitions import EventFactory
+from quire.type import job_pb2, queue_pb2
+from quire.workqueue import WORK_STREAM, Publisher, consumer_name, work_subject
+
+JOB = "jobs/0123456789abcdef"
+
+
+def _lease_store(tmp_path: Path) -> LeaseStore:
+    metadata = MetaData()
+    table = lease_table(metadata)
+    database = Database(f"sqlite:///{tmp_path / 'leases.db'}", metadata)
+    database.create_schema()
+    return LeaseStore(database, table)
+
+
+async def test_lease_token_increments_and_old_token_cannot_commit(tmp_path: Path) -> None:
+    leases = _lease_store(tmp_path)
+    first = await leases.acquire(JOB)
+    second = await leases.acquire(JOB)
+    assert (first.token, second.token) == (1, 2)
+    assert not await leases.complete(first, queue_pb2.StageOutcome())
+    assert await leases.complete(second, queue_pb2.StageOutcome())
+    third = await leases.acquire(JOB)
+    assert third.committed is not None, "a redelivery after the commit sees the committed outcome"
+
+
+class _BlockingWork:
+    """Marks its output with the call number; the first call waits for the test."""
+
+    stage_state = "VALIDATING"
+    next_state = "ASSEMBLING"
+    next_stage = "assemble"
+
+    def __init__(self) -> None:
+        self.release_first = asyncio.Event()
+        self.calls = 0
+
+    async def process(self, task: queue_pb2.JobTask, lease, attempt: int) -> StageResult:  # type: ignore[no-untyped-def]
+        self.calls += 1
+        call = self.calls
+        if call == 1:
+            await self.release_first.wait()
+        next_task = queue_pb2.JobTask()
+        next_task.CopyFrom(task)
+        next_task.assembled.CopyFrom(job_pb2.Artifact(sha256=f"call-{call}"))
+        return StageResult(next_task=next_task, extra_events=[("VALIDATING", "REVIEWING", {})])
+
+    def record_rejection(self, task, error):  # type: ignore[no-untyped-def]
+        return None
+
+
+async def test_stale_worker_cannot_commit(
+    tmp_path: Path, jetstream: JetStreamContext, fast_queue: QueueSettings
+) -> None:
+    work = _BlockingWork()
+    leases = _lease_store(tmp_path)
+    runner = StageRunner(
+        service="validator",
+        work=work,
+        leases=leases,
+        publisher=Publisher(jetstream),
+        events=EventFactory("validator", "test", "0"),
+        queue=fast_queue,
+        entry_state="ACCEPTED",
+    )
+    task = queue_pb2.JobTask(job=JOB, tenant="t1", priority="interactive")
+    await jetstream.publish(work_subject("validate", "interactive"), task.SerializeToString())
+    validate = await jetstream.pull_subscribe_bind(
+        durable=consumer_name("validate", "interactive"), stream=WORK_STREAM
+    )
+
+    (stale_delivery,) = await validate.fetch(1, timeout=5)
+    stale = asyncio.create_task(runner.handle(stale_delivery))
+    await asyncio.sleep(0.2)
+    # No heartbeat: the ack wait lapses and JetStream hands the job to a new worker.
+    (fresh_delivery,) = await validate.fetch(1, timeout=5)
+    assert fresh_delivery.metadata.num_delivered == 2
+    await runner.handle(fresh_delivery)
+
+    work.release_first.set()
+    await stale
+
+    assemble = await jetstream.pull_subscribe_bind(
+        durable=consumer_name("assemble", "interactive"), stream=WORK_STREAM
+    )
+    handed_on = await assemble.fetch(5, timeout=1)
+    assert len(handed_on) == 1, "the stale worker must publish nothing"
+    assert queue_pb2.JobTask.FromString(handed_on[0].data).assembled.sha256 == "call-2"
+    assert work.calls == 2
+    assert await leases.current_token(JOB) == 2

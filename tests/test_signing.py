@@ -1,0 +1,71 @@
+"""PAdES signing with pyHanko: one signature over the whole file, by a known key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from quire.blobstore import sha256_file
+from quire.database import Database
+from quire.pdfsignature import verify_signed_pdf
+from quire.signer import tables
+from quire.signer.keystore import KeySource, KeyStore
+from quire.signer.signing import PacketDigestMismatch, sign_packet
+from pdfs import write_text_pdf
+
+
+@pytest.fixture
+def keystore(tmp_path: Path) -> KeyStore:
+    database = Database(f"sqlite:///{tmp_path / 'signer.db'}", tables.metadata)
+    database.create_schema()
+    return KeyStore(database, KeySource(key_dir=tmp_path / "keys"))
+
+
+def test_first_start_generates_one_active_key_version(keystore: KeyStore, tmp_path: Path) -> None:
+    first = keystore.ensure_active_key()
+    again = keystore.ensure_active_key()
+    assert first.version == again.version == "v1"
+    assert (tmp_path / "keys" / "v1" / "key.pem").stat().st_mode & 0o777 == 0o600
+
+
+def test_signed_packet_verifies_and_a_changed_byte_does_not(keystore: KeyStore, tmp_path: Path) -> None:
+    key = keystore.ensure_active_key()
+    packet = write_text_pdf(tmp_path / "packet.pdf", ["one", "two"])
+    digest, _ = sha256_file(packet)
+    signed = tmp_path / "signed.pdf"
+    result = sign_packet(str(packet), digest, str(signed), key.key_path, key.cert_path)
+    assert result.sha256 == sha256_file(signed)[0]
+
+    report = verify_signed_pdf(str(signed), [key.certificate_pem])
+    assert report.ok
+    assert report.certificate_sha256 == key.certificate_sha256
+
+    tampered = tmp_path / "tampered.pdf"
+    data = bytearray(signed.read_bytes())
+    comment = data.index(b"\n%") + 2  # the binary comment after the header: covered, inert
+    data[comment] ^= 0x01
+    tampered.write_bytes(bytes(data))
+    assert not verify_signed_pdf(str(tampered), [key.certificate_pem]).ok
+
+
+def test_a_packet_signed_by_an_unknown_key_is_not_trusted(keystore: KeyStore, tmp_path: Path) -> None:
+    key = keystore.ensure_active_key()
+    other = KeyStore(
+        Database(f"sqlite:///{tmp_path / 'other.db'}", tables.metadata), KeySource(key_dir=tmp_path / "other")
+    )
+    other._db.create_schema()  # noqa: SLF001 - a second, unrelated stack's keys
+    stranger = other.ensure_active_key()
+    packet = write_text_pdf(tmp_path / "packet.pdf", ["one"])
+    digest, _ = sha256_file(packet)
+    signed = tmp_path / "signed.pdf"
+    sign_packet(str(packet), digest, str(signed), stranger.key_path, stranger.cert_path)
+    report = verify_signed_pdf(str(signed), [key.certificate_pem])
+    assert report.intact and not report.trusted and not report.ok
+
+
+def test_signing_refuses_a_packet_that_changed(keystore: KeyStore, tmp_path: Path) -> None:
+    key = keystore.ensure_active_key()
+    packet = write_text_pdf(tmp_path / "packet.pdf", ["one"])
+    with pytest.raises(PacketDigestMismatch):
+        sign_packet(str(packet), "0" * 64, str(tmp_path / "out.pdf"), key.key_path, key.cert_path)

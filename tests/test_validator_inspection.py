@@ -1,0 +1,103 @@
+"""The validator's inspection and its sandbox: hostile input is contained."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from quire.blobstore import sha256_file
+from quire.sandbox import SandboxExhausted, SandboxPool
+from quire.settings import SandboxSettings
+from quire.validator.inspection import inspect_source
+from pdfs import write_text_pdf
+
+PDF = "application/pdf"
+
+
+def _inspect(path: Path, declared: str = PDF) -> str:
+    digest, _size = sha256_file(path)
+    return inspect_source(str(path), digest, declared).reason
+
+
+def test_an_ordinary_pdf_passes(tmp_path: Path) -> None:
+    path = write_text_pdf(tmp_path / "ok.pdf", ["one", "two"])
+    digest, _ = sha256_file(path)
+    finding = inspect_source(str(path), digest, PDF)
+    assert (finding.reason, finding.page_count, finding.detected_type) == ("", 2, PDF)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["r2-user-password.pdf", "r4-aes-user-password.pdf", "r6-empty-password.pdf", "r3-empty-password.pdf"],
+)
+def test_encrypted_pdfs_are_rejected(corpus: Path, name: str) -> None:
+    assert _inspect(corpus / "pypdf" / "resources" / "encryption" / name) == "ENCRYPTED_PDF"
+
+
+def test_a_truncated_pdf_is_malformed(tmp_path: Path) -> None:
+    whole = write_text_pdf(tmp_path / "whole.pdf", ["page"] * 3).read_bytes()
+    truncated = tmp_path / "truncated.pdf"
+    truncated.write_bytes(whole[: len(whole) // 2])
+    assert _inspect(truncated) == "MALFORMED_PDF"
+
+
+def test_json_declared_as_pdf_is_a_type_mismatch(tmp_path: Path) -> None:
+    path = tmp_path / "lines.pdf"
+    path.write_text(json.dumps({"lines": [{"amount": "1.00"}]}))
+    assert _inspect(path) == "TYPE_MISMATCH"
+
+
+def test_bytes_that_changed_since_upload_are_a_digest_mismatch(tmp_path: Path) -> None:
+    path = write_text_pdf(tmp_path / "ok.pdf", ["one"])
+    assert inspect_source(str(path), "0" * 64, PDF).reason == "DIGEST_MISMATCH"
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _allocate(megabytes: int) -> int:
+    return len(bytearray(megabytes * 1024 * 1024))
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+def _add(a: int, b: int) -> int:
+    return a + b
+
+
+@pytest.fixture
+async def sandbox():  # type: ignore[no-untyped-def]
+    pool = SandboxPool(
+        SandboxSettings(workers=1, memory_bytes=512 * 1024 * 1024, cpu_seconds=2, wall_seconds=4.0)
+    )
+    yield pool
+    pool.close()
+
+
+async def test_a_task_that_kills_its_worker_costs_only_that_task(sandbox: SandboxPool) -> None:
+    with pytest.raises(SandboxExhausted):
+        await sandbox.run(_die)
+    assert await sandbox.run(_add, 2, 3) == 5
+
+
+async def test_a_task_over_the_memory_limit_is_stopped(sandbox: SandboxPool) -> None:
+    with pytest.raises(SandboxExhausted):
+        await sandbox.run(_allocate, 1024)
+    assert await sandbox.run(_add, 1, 1) == 2
+
+
+async def test_a_task_over_the_cpu_limit_is_stopped(sandbox: SandboxPool) -> None:
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(SandboxExhausted):
+        await sandbox.run(_spin)
+    assert asyncio.get_running_loop().time() - started < 10
+    assert await sandbox.run(_add, 2, 2) == 4
