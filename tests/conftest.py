@@ -60,3 +60,35 @@ def corpus() -> Path:
     if not CORPUS.is_dir():
         pytest.skip(f"shared corpus not found at {CORPUS}")
     return CORPUS
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """The whole embedded stack: real nats-server, five real service processes.
+
+    Spans go to ``traces.jsonl`` in the data directory, so tests can follow a job.
+    """
+    from quire.stack.supervisor import Stack
+
+    data_dir = tmp_path_factory.mktemp("stack")
+    running = Stack(
+        data_dir,
+        env={
+            "QUIRE_TRACE_FILE": str(data_dir / "traces.jsonl"),
+            "QUIRE_DRAIN_SECONDS": "5",
+        },
+    )
+    running.start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+async def client(stack):  # type: ignore[no-untyped-def]
+    """An admission client authenticated as the development tenant."""
+    from quire.client import AdmissionClient
+    from quire.stack.supervisor import StackInfo
+
+    info = StackInfo.read(stack.data_dir)
+    async with AdmissionClient(info.endpoints["admission"], info.token()) as connected:
+        yield connected
