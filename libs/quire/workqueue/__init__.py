@@ -11,7 +11,7 @@ from quire.workqueue.topology import (
     event_subject,
     work_subject,
 )
-from quire.workqueue.worker import Slots, WorkQueueWorker
+from quire.workqueue.worker import WorkQueueWorker
 
 __all__ = [
     "EVENTS_STREAM",
@@ -19,7 +19,6 @@ __all__ = [
     "STAGES",
     "WORK_STREAM",
     "Publisher",
-    "Slots",
     "WorkQueueWorker",
     "consumer_name",
     "ensure_topology",

@@ -1,8 +1,9 @@
 """The pull loop shared by every stage: bounded concurrency, heartbeats, drain.
 
-The loop fetches only as many messages as it has free slots, so nothing waits
-in an unbounded local queue, and an idle worker blocks in a long-poll pull
-request rather than sleeping. While a handler runs, the message's lease is
+The loop asks for one message per free slot (a pull request for a batch would
+leave a lingering request that can deliver more than there are slots), so no
+message waits unleased in a local buffer, and an idle worker blocks in a
+long-poll pull request rather than sleeping. While a handler runs, the message's lease is
 extended with ``in_progress()`` at a third of the ack wait. The handler owns
 the outcome (ack, nak or term); the loop only guarantees that a handler crash
 leaves the message to be redelivered.
@@ -18,41 +19,12 @@ from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 
-__all__ = ["WorkQueueWorker", "Handler", "Slots"]
+__all__ = ["WorkQueueWorker", "Handler"]
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Msg], Awaitable[None]]
 ERROR_PAUSE_SECONDS = 0.5
-
-
-class Slots:
-    """Capacity of one consumer: how many of its messages may be in work at once."""
-
-    def __init__(self, capacity: int) -> None:
-        if capacity < 1:
-            raise ValueError("capacity must be at least 1")
-        self.capacity = capacity
-        self._free = capacity
-        self._available = asyncio.Event()
-        self._available.set()
-
-    async def take_all(self) -> int:
-        """Wait until at least one slot is free, then take every free slot."""
-        while self._free == 0:
-            self._available.clear()
-            await self._available.wait()
-        taken, self._free = self._free, 0
-        return taken
-
-    def release(self, count: int = 1) -> None:
-        self._free += count
-        if self._free > 0:
-            self._available.set()
-
-    @property
-    def busy(self) -> int:
-        return self.capacity - self._free
 
 
 class WorkQueueWorker:
@@ -70,7 +42,7 @@ class WorkQueueWorker:
     ) -> None:
         self._js = js
         self._stream = stream
-        self._slots = {name: Slots(capacity) for name, capacity in consumers.items()}
+        self._slots = {name: asyncio.Semaphore(capacity) for name, capacity in consumers.items()}
         self._handler = handler
         self._heartbeat_seconds = max(ack_wait_seconds / 3.0, 0.2)
         self._fetch_timeout = fetch_timeout_seconds
@@ -92,29 +64,28 @@ class WorkQueueWorker:
         if self._inflight:
             await asyncio.gather(*self._inflight, return_exceptions=True)
 
-    async def _pull_loop(self, consumer: str, slots: Slots) -> None:
+    async def _pull_loop(self, consumer: str, slots: asyncio.Semaphore) -> None:
         subscription = await self._js.pull_subscribe_bind(durable=consumer, stream=self._stream)
         while not self._stopping.is_set():
-            free = await slots.take_all()
+            await slots.acquire()
             try:
-                messages = await subscription.fetch(batch=free, timeout=self._fetch_timeout)
+                (message,) = await subscription.fetch(batch=1, timeout=self._fetch_timeout)
             except (NatsTimeoutError, TimeoutError):
-                messages = []
+                slots.release()
+                continue
             except asyncio.CancelledError:
-                slots.release(free)
+                slots.release()
                 raise
             except Exception:  # noqa: BLE001 - disconnected; the client reconnects
                 log.warning("pull from %s failed; retrying", consumer)
-                slots.release(free)
+                slots.release()
                 await asyncio.sleep(ERROR_PAUSE_SECONDS)
                 continue
-            slots.release(free - len(messages))
-            for message in messages:
-                task = asyncio.create_task(self._run(message, slots))
-                self._inflight.add(task)
-                task.add_done_callback(self._inflight.discard)
+            task = asyncio.create_task(self._run(message, slots))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
 
-    async def _run(self, message: Msg, slots: Slots) -> None:
+    async def _run(self, message: Msg, slots: asyncio.Semaphore) -> None:
         heartbeat = asyncio.create_task(self._heartbeat(message))
         try:
             await self._handler(message)

@@ -1,0 +1,135 @@
+"""Pipeline benchmark: N packets (3 PDFs, 12 pages each) through the embedded stack.
+
+Prints completed jobs per second and p50/p95/p99 terminal latency (submit to
+COMPLETED), and, in the same run on the same inputs, the throughput of the
+same work done by the bare libraries in one process (sniff, open, merge,
+sign), with the ratio between the two.
+
+    make bench                 # BENCH_JOBS=40 by default
+    BENCH_JOBS=200 make bench
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from pdfs import write_text_pdf  # noqa: E402
+
+from quire.blobstore import sha256_file  # noqa: E402
+from quire.client import AdmissionClient, PacketItem  # noqa: E402
+from quire.jobs import state_name  # noqa: E402
+from quire.stack.supervisor import Stack  # noqa: E402
+
+PAGES_PER_DOCUMENT = (4, 5, 3)  # 12 pages per packet
+IN_FLIGHT = 16
+
+
+def make_packets(folder: Path, count: int) -> list[list[Path]]:
+    packets = []
+    for index in range(count):
+        packet = []
+        for doc, pages in enumerate(PAGES_PER_DOCUMENT):
+            texts = [f"packet {index} document {doc} page {page}" for page in range(pages)]
+            packet.append(write_text_pdf(folder / f"p{index}-d{doc}.pdf", texts))
+        packets.append(packet)
+    return packets
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
+
+
+async def run_pipeline(stack: Stack, packets: list[list[Path]]) -> tuple[float, list[float], dict[str, int]]:
+    info_endpoint = stack.endpoints["admission"]
+    token = (stack.data_dir / "admission" / "dev-token").read_text().strip()
+    outcomes: dict[str, int] = {}
+    latencies: list[float] = []
+    async with AdmissionClient(info_endpoint, token) as client:
+        uploaded: list[list[str]] = []
+        for packet in packets:
+            uploaded.append([(await client.upload(path)).sha256 for path in packet])
+        gate = asyncio.Semaphore(IN_FLIGHT)
+
+        async def one(digests: list[str]) -> None:
+            async with gate:
+                started = time.perf_counter()
+                job = await client.submit([PacketItem(f"d{i}", d) for i, d in enumerate(digests)])
+                job = await client.wait(job.name, timeout=600)
+                latencies.append(time.perf_counter() - started)
+                state = state_name(job.state)
+                outcomes[state] = outcomes.get(state, 0) + 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one(digests) for digests in uploaded))
+        elapsed = time.perf_counter() - started
+    return elapsed, latencies, outcomes
+
+
+def run_bare_libraries(packets: list[list[Path]], key_path: str, cert_path: str, out: Path) -> float:
+    """The same work, in one process, with no queues, databases or services."""
+    import magic
+    import pikepdf
+
+    from quire.assembler.merge import merge_sources
+    from quire.signer.signing import sign_packet
+
+    sniffer = magic.Magic(mime=True)
+    started = time.perf_counter()
+    for index, packet in enumerate(packets):
+        sources = []
+        for path in packet:
+            digest, _ = sha256_file(path)
+            with open(path, "rb") as handle:
+                assert sniffer.from_buffer(handle.read(65536)) == "application/pdf"
+            with pikepdf.open(path, attempt_recovery=False) as pdf:
+                assert not pdf.is_encrypted and len(pdf.pages) > 0
+            sources.append((str(path), digest))
+        merged = out / f"merged-{index}.pdf"
+        packet_digest = merge_sources(sources, str(merged)).sha256
+        sign_packet(str(merged), packet_digest, str(out / f"signed-{index}.pdf"), key_path, cert_path)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    jobs = int(os.environ.get("BENCH_JOBS", "40"))
+    with tempfile.TemporaryDirectory(prefix="quire-bench-") as temp:
+        folder = Path(temp)
+        (folder / "inputs").mkdir()
+        (folder / "bare").mkdir()
+        packets = make_packets(folder / "inputs", jobs)
+        stack = Stack(folder / "stack")
+        stack.start()
+        try:
+            elapsed, latencies, outcomes = asyncio.run(run_pipeline(stack, packets))
+            keys = folder / "stack" / "signer" / "keys" / "v1"
+            bare = run_bare_libraries(packets, str(keys / "key.pem"), str(keys / "cert.pem"), folder / "bare")
+        finally:
+            stack.stop()
+    pipeline_rate = jobs / elapsed
+    bare_rate = jobs / bare
+    print(f"jobs: {jobs} (3 PDFs, 12 pages each), outcomes: {outcomes}")
+    print(f"pipeline: {pipeline_rate:.2f} completed jobs/s over {elapsed:.1f} s")
+    print(
+        "terminal latency: "
+        f"p50 {percentile(latencies, 0.50) * 1000:.0f} ms, "
+        f"p95 {percentile(latencies, 0.95) * 1000:.0f} ms, "
+        f"p99 {percentile(latencies, 0.99) * 1000:.0f} ms, "
+        f"mean {statistics.fmean(latencies) * 1000:.0f} ms"
+    )
+    print(f"bare libraries, one process: {bare_rate:.2f} jobs/s over {bare:.1f} s")
+    print(f"ratio pipeline / bare libraries: {pipeline_rate / bare_rate:.2f}")
+
+
+if __name__ == "__main__":
+    main()

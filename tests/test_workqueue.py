@@ -1,0 +1,96 @@
+"""The work-queue worker: bounded concurrency, heartbeats, drain, idempotent topology."""
+
+from __future__ import annotations
+
+import asyncio
+
+from nats.js import JetStreamContext
+
+from quire.settings import QueueSettings
+from quire.workqueue import WORK_STREAM, WorkQueueWorker, consumer_name, ensure_topology, work_subject
+
+
+async def test_a_worker_never_runs_more_than_its_capacity(jetstream: JetStreamContext) -> None:
+    running = 0
+    peak = 0
+    done: list[bytes] = []
+
+    async def handler(msg) -> None:  # type: ignore[no-untyped-def]
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.05)
+        running -= 1
+        done.append(msg.data)
+        await msg.ack()
+
+    for index in range(12):
+        await jetstream.publish(work_subject("validate", "interactive"), str(index).encode())
+    worker = WorkQueueWorker(
+        jetstream,
+        stream=WORK_STREAM,
+        consumers={consumer_name("validate", "interactive"): 3},
+        handler=handler,
+        ack_wait_seconds=5,
+        fetch_timeout_seconds=0.5,
+    )
+    worker.start()
+    for _ in range(100):
+        if len(done) == 12:
+            break
+        await asyncio.sleep(0.05)
+    await worker.drain()
+    assert sorted(done, key=int) == [str(i).encode() for i in range(12)]
+    assert peak == 3
+
+
+async def test_heartbeats_keep_a_long_job_leased(jetstream: JetStreamContext) -> None:
+    deliveries = []
+
+    async def slow(msg) -> None:  # type: ignore[no-untyped-def]
+        deliveries.append(msg.metadata.num_delivered)
+        await asyncio.sleep(2.5)  # longer than the 1 s ack wait
+        await msg.ack()
+
+    await jetstream.publish(work_subject("sign", "interactive"), b"job")
+    worker = WorkQueueWorker(
+        jetstream,
+        stream=WORK_STREAM,
+        consumers={consumer_name("sign", "interactive"): 2},
+        handler=slow,
+        ack_wait_seconds=1.0,
+        fetch_timeout_seconds=0.5,
+    )
+    worker.start()
+    await asyncio.sleep(3.2)
+    await worker.drain()
+    assert deliveries == [1], "no redelivery while the worker heartbeats"
+
+
+async def test_drain_waits_for_in_flight_work(jetstream: JetStreamContext) -> None:
+    finished = asyncio.Event()
+
+    async def handler(msg) -> None:  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.3)
+        await msg.ack()
+        finished.set()
+
+    await jetstream.publish(work_subject("assemble", "batch"), b"job")
+    worker = WorkQueueWorker(
+        jetstream,
+        stream=WORK_STREAM,
+        consumers={consumer_name("assemble", "batch"): 1},
+        handler=handler,
+        ack_wait_seconds=5,
+        fetch_timeout_seconds=0.5,
+    )
+    worker.start()
+    await asyncio.sleep(0.1)
+    await worker.drain()
+    assert finished.is_set()
+
+
+async def test_topology_can_be_ensured_again(jetstream: JetStreamContext, fast_queue: QueueSettings) -> None:
+    await ensure_topology(jetstream, fast_queue)
+    info = await jetstream.consumer_info(WORK_STREAM, consumer_name("validate", "batch"))
+    assert info.config.filter_subject == work_subject("validate", "batch")
