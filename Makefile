@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= .quire
 PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 
-.PHONY: run test protos protos-check bench venv clean
+.PHONY: run test lint protos protos-check bench venv clean
 
 venv: $(VENV)/.installed
 
@@ -21,8 +21,12 @@ $(VENV)/.installed: pyproject.toml
 run: venv
 	$(VENV)/bin/quire up --data-dir $(DATA_DIR) --example examples/lease-renewal
 
-test: venv protos-check
+test: venv protos-check lint
 	$(PY) -m pytest
+
+lint: venv
+	$(VENV)/bin/ruff check libs services tests bench examples
+	$(VENV)/bin/ruff format --check libs services tests bench examples
 
 bench: venv
 	$(PY) bench/pipeline_bench.py

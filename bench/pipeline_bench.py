@@ -12,7 +12,6 @@ sign), with the ratio between the two.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import statistics
 import sys
@@ -24,7 +23,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from pdfs import write_text_pdf  # noqa: E402
-
 from quire.blobstore import sha256_file  # noqa: E402
 from quire.client import AdmissionClient, PacketItem  # noqa: E402
 from quire.jobs import state_name  # noqa: E402
@@ -50,7 +48,9 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
 
 
-async def run_pipeline(stack: Stack, packets: list[list[Path]]) -> tuple[float, list[float], dict[str, int]]:
+async def run_pipeline(
+    stack: Stack, packets: list[list[Path]]
+) -> tuple[float, list[float], dict[str, int]]:
     info_endpoint = stack.endpoints["admission"]
     token = (stack.data_dir / "admission" / "dev-token").read_text().strip()
     outcomes: dict[str, int] = {}
@@ -76,7 +76,9 @@ async def run_pipeline(stack: Stack, packets: list[list[Path]]) -> tuple[float, 
     return elapsed, latencies, outcomes
 
 
-def run_bare_libraries(packets: list[list[Path]], key_path: str, cert_path: str, out: Path) -> float:
+def run_bare_libraries(
+    packets: list[list[Path]], key_path: str, cert_path: str, out: Path
+) -> float:
     """The same work, in one process, with no queues, databases or services."""
     import magic
     import pikepdf
@@ -97,7 +99,9 @@ def run_bare_libraries(packets: list[list[Path]], key_path: str, cert_path: str,
             sources.append((str(path), digest))
         merged = out / f"merged-{index}.pdf"
         packet_digest = merge_sources(sources, str(merged)).sha256
-        sign_packet(str(merged), packet_digest, str(out / f"signed-{index}.pdf"), key_path, cert_path)
+        sign_packet(
+            str(merged), packet_digest, str(out / f"signed-{index}.pdf"), key_path, cert_path
+        )
     return time.perf_counter() - started
 
 
@@ -113,7 +117,9 @@ def main() -> None:
         try:
             elapsed, latencies, outcomes = asyncio.run(run_pipeline(stack, packets))
             keys = folder / "stack" / "signer" / "keys" / "v1"
-            bare = run_bare_libraries(packets, str(keys / "key.pem"), str(keys / "cert.pem"), folder / "bare")
+            bare = run_bare_libraries(
+                packets, str(keys / "key.pem"), str(keys / "cert.pem"), folder / "bare"
+            )
         finally:
             stack.stop()
     pipeline_rate = jobs / elapsed

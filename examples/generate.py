@@ -1,6 +1,6 @@
 """Regenerates the example packet in examples/lease-renewal (run from the repository root).
 
-    .venv/bin/python examples/generate.py
+.venv/bin/python examples/generate.py
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ def text_pdf(page_texts: list[str]) -> pikepdf.Pdf:
     """A PDF with one page per text, each drawn in Helvetica."""
     pdf = pikepdf.new()
     font = pdf.make_indirect(
-        pikepdf.Dictionary(Type=pikepdf.Name.Font, Subtype=pikepdf.Name.Type1, BaseFont=pikepdf.Name.Helvetica)
+        pikepdf.Dictionary(
+            Type=pikepdf.Name.Font, Subtype=pikepdf.Name.Type1, BaseFont=pikepdf.Name.Helvetica
+        )
     )
     for text in page_texts:
         content = f"BT /F1 18 Tf 72 720 Td ({_escape(text)}) Tj ET".encode()

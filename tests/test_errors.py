@@ -52,8 +52,12 @@ def test_overload_carries_retry_info() -> None:
 
 def test_codes_follow_the_error_kind() -> None:
     assert status_for(NotFound(), "x").code == code_pb2.NOT_FOUND
-    assert status_for(Conflict(ReasonCode.IDEMPOTENCY_KEY_REUSED), "x").code == code_pb2.ALREADY_EXISTS
-    assert status_for(TransientError(ReasonCode.STORAGE_UNAVAILABLE), "x").code == code_pb2.UNAVAILABLE
+    assert (
+        status_for(Conflict(ReasonCode.IDEMPOTENCY_KEY_REUSED), "x").code == code_pb2.ALREADY_EXISTS
+    )
+    assert (
+        status_for(TransientError(ReasonCode.STORAGE_UNAVAILABLE), "x").code == code_pb2.UNAVAILABLE
+    )
 
 
 def test_unexpected_exceptions_leak_no_text() -> None:

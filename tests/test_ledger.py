@@ -56,10 +56,12 @@ def test_entries_chain_per_tenant(tmp_path: Path) -> None:
 
 def test_a_late_event_never_moves_a_job_back(tmp_path: Path) -> None:
     database = _db(tmp_path)
-    for from_state, to_state in [("ACCEPTED", "VALIDATING"), ("VALIDATING", "REVIEWING"), ("", "ACCEPTED")]:
+    for from_state, to_state in [
+        ("ACCEPTED", "VALIDATING"),
+        ("VALIDATING", "REVIEWING"),
+        ("", "ACCEPTED"),
+    ]:
         event = _event("jobs/aa", "t1", from_state, to_state)
         database.transaction(lambda s, e=event: ledger.append(s, e))
-    state = database.transaction(
-        lambda s: s.execute(select(tables.jobs.c.state)).scalar_one()
-    )
+    state = database.transaction(lambda s: s.execute(select(tables.jobs.c.state)).scalar_one())
     assert state == "REVIEWING"

@@ -10,7 +10,9 @@ A = "a" * 64
 B = "b" * 64
 
 
-def _manifest(*items: tuple[int, str, str], ruleset: str = "", profile: str = "") -> job_pb2.Manifest:
+def _manifest(
+    *items: tuple[int, str, str], ruleset: str = "", profile: str = ""
+) -> job_pb2.Manifest:
     return job_pb2.Manifest(
         items=[job_pb2.ManifestItem(position=p, document_id=d, sha256=s) for p, d, s in items],
         ruleset=ruleset,

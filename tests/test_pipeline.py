@@ -14,14 +14,14 @@ import grpc
 import pypdf
 import pytest
 
+from pdfs import write_text_pdf
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
-from quire.client import AdmissionClient, PacketItem
 from quire.cli.verify import known_certificates
+from quire.client import AdmissionClient, PacketItem
 from quire.grpcstatus import reason_of
 from quire.jobs import HISTORY_BEFORE_COMPLETION, state_name
 from quire.pdfsignature import verify_signed_pdf
 from quire.stack.supervisor import StackInfo
-from pdfs import write_text_pdf
 
 pytestmark = pytest.mark.stack
 
@@ -50,12 +50,16 @@ async def _upload_all(client: AdmissionClient, paths: list[Path]) -> dict[Path, 
 
 
 async def test_packet_is_signed_in_manifest_order_with_its_whole_history(
-    stack, client: AdmissionClient, tmp_path: Path  # type: ignore[no-untyped-def]
+    stack,
+    client: AdmissionClient,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     documents = {
         "lease": write_text_pdf(tmp_path / "lease.pdf", ["lease page 1", "lease page 2"]),
         "addendum": write_text_pdf(tmp_path / "addendum.pdf", ["addendum page 1"]),
-        "schedule": write_text_pdf(tmp_path / "schedule.pdf", ["schedule page 1", "schedule page 2"]),
+        "schedule": write_text_pdf(
+            tmp_path / "schedule.pdf", ["schedule page 1", "schedule page 2"]
+        ),
     }
     manifest_order = ["lease", "addendum", "schedule"]
     upload_order = list(documents)
@@ -107,13 +111,20 @@ async def test_packet_is_signed_in_manifest_order_with_its_whole_history(
     ],
 )
 async def test_bad_pdfs_end_rejected_with_their_reason(
-    stack, client: AdmissionClient, tmp_path: Path, corpus: Path, make: str, reason: str  # type: ignore[no-untyped-def]
+    stack,
+    client: AdmissionClient,
+    tmp_path: Path,
+    corpus: Path,
+    make: str,
+    reason: str,  # type: ignore[no-untyped-def]
 ) -> None:
     good = write_text_pdf(tmp_path / "good.pdf", [f"good {uuid.uuid4().hex}"])
     if make == "encrypted":
         bad = corpus / "pypdf" / "resources" / "encryption" / "r4-aes-user-password.pdf"
     else:
-        whole = write_text_pdf(tmp_path / "whole.pdf", [f"whole {uuid.uuid4().hex}"] * 3).read_bytes()
+        whole = write_text_pdf(
+            tmp_path / "whole.pdf", [f"whole {uuid.uuid4().hex}"] * 3
+        ).read_bytes()
         bad = tmp_path / "truncated.pdf"
         bad.write_bytes(whole[: len(whole) * 2 // 3])
     digests = await _upload_all(client, [good, bad])
@@ -147,7 +158,9 @@ async def test_same_request_twice_returns_the_same_job(
     await client.wait(first.name, timeout=60)
 
 
-async def test_same_key_different_manifest_is_refused(client: AdmissionClient, tmp_path: Path) -> None:
+async def test_same_key_different_manifest_is_refused(
+    client: AdmissionClient, tmp_path: Path
+) -> None:
     one = write_text_pdf(tmp_path / "one.pdf", [f"one {uuid.uuid4().hex}"])
     two = write_text_pdf(tmp_path / "two.pdf", [f"two {uuid.uuid4().hex}"])
     digests = await _upload_all(client, [one, two])
@@ -170,7 +183,8 @@ async def test_a_bad_token_is_unauthenticated(stack) -> None:  # type: ignore[no
 
 
 async def test_an_upload_whose_bytes_do_not_match_is_refused_and_leaves_nothing(
-    stack, client: AdmissionClient  # type: ignore[no-untyped-def]
+    stack,
+    client: AdmissionClient,  # type: ignore[no-untyped-def]
 ) -> None:
     from quire.admission.v1 import admission_service_pb2 as pb
 
@@ -179,7 +193,9 @@ async def test_an_upload_whose_bytes_do_not_match_is_refused_and_leaves_nothing(
 
     async def requests():  # type: ignore[no-untyped-def]
         yield pb.UploadSourceRequest(
-            header=pb.SourceHeader(sha256=declared, size_bytes=len(data), content_type="application/pdf")
+            header=pb.SourceHeader(
+                sha256=declared, size_bytes=len(data), content_type="application/pdf"
+            )
         )
         yield pb.UploadSourceRequest(chunk=data)
 
@@ -193,7 +209,9 @@ async def test_an_upload_whose_bytes_do_not_match_is_refused_and_leaves_nothing(
     assert list((blobs / ".tmp").iterdir()) == []
 
 
-async def test_a_manifest_naming_unknown_sources_lists_every_violation(client: AdmissionClient) -> None:
+async def test_a_manifest_naming_unknown_sources_lists_every_violation(
+    client: AdmissionClient,
+) -> None:
     from google.rpc import error_details_pb2
     from grpc_status import rpc_status
 
@@ -207,12 +225,20 @@ async def test_a_manifest_naming_unknown_sources_lists_every_violation(client: A
     next(d for d in status.details if d.Is(bad.DESCRIPTOR)).Unpack(bad)
     reasons = sorted(v.reason for v in bad.field_violations)
     assert reasons == sorted(
-        ["POSITIONS_NOT_CONTIGUOUS", "DUPLICATE_DOCUMENT_ID", "DUPLICATE_DOCUMENT_ID", "UNKNOWN_SOURCE", "UNKNOWN_SOURCE"]
+        [
+            "POSITIONS_NOT_CONTIGUOUS",
+            "DUPLICATE_DOCUMENT_ID",
+            "DUPLICATE_DOCUMENT_ID",
+            "UNKNOWN_SOURCE",
+            "UNKNOWN_SOURCE",
+        ]
     )
 
 
 async def test_one_job_is_one_trace_across_all_five_services(
-    stack, client: AdmissionClient, tmp_path: Path  # type: ignore[no-untyped-def]
+    stack,
+    client: AdmissionClient,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     path = write_text_pdf(tmp_path / "traced.pdf", [f"traced {uuid.uuid4().hex}"])
     digest = (await client.upload(path)).sha256

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from pdfs import write_text_pdf
 from quire.blobstore import sha256_file
 from quire.database import Database
 from quire.pdfsignature import verify_signed_pdf
 from quire.signer import tables
 from quire.signer.keystore import KeySource, KeyStore
 from quire.signer.signing import PacketDigestMismatch, sign_packet
-from pdfs import write_text_pdf
 
 
 @pytest.fixture
@@ -29,7 +29,9 @@ def test_first_start_generates_one_active_key_version(keystore: KeyStore, tmp_pa
     assert (tmp_path / "keys" / "v1" / "key.pem").stat().st_mode & 0o777 == 0o600
 
 
-def test_signed_packet_verifies_and_a_changed_byte_does_not(keystore: KeyStore, tmp_path: Path) -> None:
+def test_signed_packet_verifies_and_a_changed_byte_does_not(
+    keystore: KeyStore, tmp_path: Path
+) -> None:
     key = keystore.ensure_active_key()
     packet = write_text_pdf(tmp_path / "packet.pdf", ["one", "two"])
     digest, _ = sha256_file(packet)
@@ -49,10 +51,13 @@ def test_signed_packet_verifies_and_a_changed_byte_does_not(keystore: KeyStore, 
     assert not verify_signed_pdf(str(tampered), [key.certificate_pem]).ok
 
 
-def test_a_packet_signed_by_an_unknown_key_is_not_trusted(keystore: KeyStore, tmp_path: Path) -> None:
+def test_a_packet_signed_by_an_unknown_key_is_not_trusted(
+    keystore: KeyStore, tmp_path: Path
+) -> None:
     key = keystore.ensure_active_key()
     other = KeyStore(
-        Database(f"sqlite:///{tmp_path / 'other.db'}", tables.metadata), KeySource(key_dir=tmp_path / "other")
+        Database(f"sqlite:///{tmp_path / 'other.db'}", tables.metadata),
+        KeySource(key_dir=tmp_path / "other"),
     )
     other._db.create_schema()  # noqa: SLF001 - a second, unrelated stack's keys
     stranger = other.ensure_active_key()

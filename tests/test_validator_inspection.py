@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from pdfs import write_text_pdf
 from quire.blobstore import sha256_file
 from quire.sandbox import SandboxExhausted, SandboxPool
 from quire.settings import SandboxSettings
 from quire.validator.inspection import inspect_source
-from pdfs import write_text_pdf
 
 PDF = "application/pdf"
 
@@ -33,7 +33,12 @@ def test_an_ordinary_pdf_passes(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["r2-user-password.pdf", "r4-aes-user-password.pdf", "r6-empty-password.pdf", "r3-empty-password.pdf"],
+    [
+        "r2-user-password.pdf",
+        "r4-aes-user-password.pdf",
+        "r6-empty-password.pdf",
+        "r3-empty-password.pdf",
+    ],
 )
 def test_encrypted_pdfs_are_rejected(corpus: Path, name: str) -> None:
     assert _inspect(corpus / "pypdf" / "resources" / "encryption" / name) == "ENCRYPTED_PDF"

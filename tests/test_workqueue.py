@@ -7,7 +7,13 @@ import asyncio
 from nats.js import JetStreamContext
 
 from quire.settings import QueueSettings
-from quire.workqueue import WORK_STREAM, WorkQueueWorker, consumer_name, ensure_topology, work_subject
+from quire.workqueue import (
+    WORK_STREAM,
+    WorkQueueWorker,
+    consumer_name,
+    ensure_topology,
+    work_subject,
+)
 
 
 async def test_a_worker_never_runs_more_than_its_capacity(jetstream: JetStreamContext) -> None:
@@ -90,7 +96,9 @@ async def test_drain_waits_for_in_flight_work(jetstream: JetStreamContext) -> No
     assert finished.is_set()
 
 
-async def test_topology_can_be_ensured_again(jetstream: JetStreamContext, fast_queue: QueueSettings) -> None:
+async def test_topology_can_be_ensured_again(
+    jetstream: JetStreamContext, fast_queue: QueueSettings
+) -> None:
     await ensure_topology(jetstream, fast_queue)
     info = await jetstream.consumer_info(WORK_STREAM, consumer_name("validate", "batch"))
     assert info.config.filter_subject == work_subject("validate", "batch")

@@ -76,7 +76,7 @@ class BlobWriter:
         """Move the blob under ``key``. Returns False when ``exclusive`` and the key exists."""
         if not self._file.closed:
             self.finish()
-        created = self._store._promote(self.path, key, exclusive=exclusive)
+        created = self._store.promote_file(self.path, key, exclusive=exclusive)
         self._done = True
         return created
 

@@ -96,7 +96,9 @@ class AdmissionClient:
         order = list(positions) if positions is not None else list(range(len(items)))
         manifest = job_pb2.Manifest(
             items=[
-                job_pb2.ManifestItem(position=position, document_id=item.document_id, sha256=item.sha256)
+                job_pb2.ManifestItem(
+                    position=position, document_id=item.document_id, sha256=item.sha256
+                )
                 for position, item in zip(order, items, strict=True)
             ],
             ruleset=ruleset,

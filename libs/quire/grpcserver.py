@@ -26,11 +26,15 @@ __all__ = ["serve", "TraceServerInterceptor", "TraceClientInterceptors", "insecu
 log = logging.getLogger(__name__)
 
 
-def _traced(behavior: Callable[..., Any], method: str, streaming_response: bool) -> Callable[..., Any]:
+def _traced(
+    behavior: Callable[..., Any], method: str, streaming_response: bool
+) -> Callable[..., Any]:
     tracer = trace.get_tracer("quire.grpc")
 
     def _context(servicer_context: grpc.aio.ServicerContext) -> otel_context.Context:
-        metadata = {k: v for k, v in (servicer_context.invocation_metadata() or ()) if isinstance(v, str)}
+        metadata = {
+            k: v for k, v in (servicer_context.invocation_metadata() or ()) if isinstance(v, str)
+        }
         return extract_context(metadata)
 
     if streaming_response:

@@ -13,7 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import Column, DateTime, Integer, LargeBinary, MetaData, String, Table, select, update
+from sqlalchemy import (
+    Column,
+    DateTime,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from quire.database import Database

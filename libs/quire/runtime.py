@@ -7,7 +7,7 @@ import logging
 import sys
 
 import nats
-from nats.aio.client import Client as NATS
+from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
 from quire.settings import ServiceSettings
@@ -26,7 +26,7 @@ def configure_logging(service: str) -> None:
     )
 
 
-async def connect_nats(url: str, name: str) -> NATS:
+async def connect_nats(url: str, name: str) -> NatsClient:
     return await nats.connect(
         url,
         name=name,
@@ -37,7 +37,7 @@ async def connect_nats(url: str, name: str) -> NATS:
     )
 
 
-async def start_runtime(settings: ServiceSettings) -> tuple[NATS, JetStreamContext]:
+async def start_runtime(settings: ServiceSettings) -> tuple[NatsClient, JetStreamContext]:
     """Configure logging and tracing, connect to NATS and make sure the streams exist."""
     configure_logging(settings.service)
     configure_tracing(settings.service, settings.instance, settings.trace_file)

@@ -12,6 +12,7 @@ hostile file can cost a retry but never the service. Workers are started with
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import multiprocessing
 import resource
@@ -37,8 +38,14 @@ class SandboxExhausted(TransientError):
         super().__init__(ReasonCode.PARSER_LIMIT_EXCEEDED, message)
 
 
-def _limit_memory(memory_bytes: int) -> None:
+def _start_worker(memory_bytes: int, preload: tuple[str, ...]) -> None:
+    for module in preload:
+        importlib.import_module(module)
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+
+
+def _ready() -> bool:
+    return True
 
 
 def _run_limited(cpu_seconds: int, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
@@ -55,9 +62,12 @@ def _run_limited(cpu_seconds: int, fn: Callable[..., T], args: tuple[Any, ...]) 
 class SandboxPool:
     """A recyclable process pool with per-task limits; at most ``workers`` tasks at once."""
 
-    def __init__(self, settings: SandboxSettings, *, name: str = "sandbox") -> None:
+    def __init__(
+        self, settings: SandboxSettings, *, name: str = "sandbox", preload: tuple[str, ...] = ()
+    ) -> None:
         self._settings = settings
         self._name = name
+        self._preload = preload
         self._gate = asyncio.Semaphore(settings.workers)
         self._executor = self._start()
         self._generation = 0
@@ -66,9 +76,13 @@ class SandboxPool:
         return ProcessPoolExecutor(
             max_workers=self._settings.workers,
             mp_context=multiprocessing.get_context("forkserver"),
-            initializer=_limit_memory,
-            initargs=(self._settings.memory_bytes,),
+            initializer=_start_worker,
+            initargs=(self._settings.memory_bytes, self._preload),
         )
+
+    async def warm(self) -> None:
+        """Start every worker and load its libraries now, not on the first job."""
+        await asyncio.gather(*(self.run(_ready) for _ in range(self._settings.workers)))
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` in a worker process under the limits."""

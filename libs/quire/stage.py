@@ -120,7 +120,9 @@ class StageRunner:
             record = outcome[1]
             if not await self._leases.complete(lease, outcome[0], record):
                 span.set_attribute("quire.stale", True)
-                log.info("stale lease for job %s (token %d); result discarded", task.job, lease.token)
+                log.info(
+                    "stale lease for job %s (token %d); result discarded", task.job, lease.token
+                )
                 return
             await self._hand_off(outcome[0], msg, final)
 
@@ -164,7 +166,9 @@ class StageRunner:
                 self._events.transition(task, self._entry_state, self._work.stage_state, **stamp)
             )
         for from_state, to_state, fields in result.extra_events:
-            outcome.events.append(self._events.transition(task, from_state, to_state, **stamp, **fields))
+            outcome.events.append(
+                self._events.transition(task, from_state, to_state, **stamp, **fields)
+            )
         if result.next_task is not None:
             last = result.extra_events[-1][1] if result.extra_events else self._work.stage_state
             outcome.events.append(
@@ -173,7 +177,9 @@ class StageRunner:
                 )
             )
             outcome.next_task.CopyFrom(result.next_task)
-            outcome.next_subject = work_subject(self._work.next_stage, task.priority or "interactive")
+            outcome.next_subject = work_subject(
+                self._work.next_stage, task.priority or "interactive"
+            )
         return outcome
 
     def _ending(
@@ -186,7 +192,9 @@ class StageRunner:
                 self._events.transition(task, self._entry_state, self._work.stage_state, **stamp)
             )
         outcome.events.append(
-            self._events.transition(task, self._work.stage_state, state, reason_code=str(reason), **stamp)
+            self._events.transition(
+                task, self._work.stage_state, state, reason_code=str(reason), **stamp
+            )
         )
         return outcome
 

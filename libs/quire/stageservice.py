@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
@@ -48,6 +48,7 @@ async def run_stage_service(
     *,
     build: Callable[[Database, LocalBlobStore], tuple[StageWork, Registrar]],
     on_close: Callable[[], None] | None = None,
+    warm: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     nc, js = await start_runtime(settings)
     database = Database(settings.database_url, spec.metadata)
@@ -76,6 +77,8 @@ async def run_stage_service(
     )
 
     async def ready() -> None:
+        if warm is not None:
+            await warm()
         worker.start()
 
     try:

@@ -20,7 +20,9 @@ class ClientConfig:
     @classmethod
     def load(cls, data_dir: Path) -> ClientConfig:
         info = StackInfo.read(data_dir) if (data_dir / "stack.json").exists() else None
-        admission = os.environ.get("QUIRE_ADMISSION_ADDR") or (info.endpoints["admission"] if info else "")
+        admission = os.environ.get("QUIRE_ADMISSION_ADDR") or (
+            info.endpoints["admission"] if info else ""
+        )
         signer = os.environ.get("QUIRE_SIGNER_ADDR") or (info.endpoints["signer"] if info else "")
         token = os.environ.get("QUIRE_TOKEN") or (info.token() if info else "")
         if not admission or not token:

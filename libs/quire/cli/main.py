@@ -1,11 +1,11 @@
 """The ``quire`` command: run the stack, send packets, follow jobs, check signatures.
 
-    quire up [--data-dir DIR] [--example DIR]
-    quire submit FILE... | --manifest M.json [--wait]
-    quire status JOB
-    quire wait JOB [--timeout S]
-    quire fetch JOB -o OUT.pdf
-    quire verify OUT.pdf
+quire up [--data-dir DIR] [--example DIR]
+quire submit FILE... | --manifest M.json [--wait]
+quire status JOB
+quire wait JOB [--timeout S]
+quire fetch JOB -o OUT.pdf
+quire verify OUT.pdf
 """
 
 from __future__ import annotations
@@ -88,7 +88,9 @@ async def _verify(args: argparse.Namespace, config: ClientConfig) -> int:
     print(f"signatures: {report.signature_count}")
     print(f"intact: {report.intact}  valid: {report.valid}")
     print(f"covers whole file: {report.covers_whole_file}")
-    print(f"made by a key this stack knows: {report.trusted}  certificate sha256={report.certificate_sha256}")
+    print(
+        f"made by a key this stack knows: {report.trusted}  certificate sha256={report.certificate_sha256}"
+    )
     print("OK" if report.ok else "NOT VERIFIED")
     return 0 if report.ok else 1
 
@@ -177,7 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return asyncio.run(COMMANDS[args.command](args, config))
     except grpc.aio.AioRpcError as error:
-        print(f"error: {error.code().name} {reason_of(error) or ''} {error.details()}", file=sys.stderr)
+        print(
+            f"error: {error.code().name} {reason_of(error) or ''} {error.details()}",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -30,7 +30,9 @@ def read_manifest_file(path: Path) -> tuple[list[PacketFile], dict[str, str]]:
         )
         for index, doc in enumerate(spec["documents"])
     ]
-    options = {key: str(spec[key]) for key in ("ruleset", "render_profile", "request_id") if key in spec}
+    options = {
+        key: str(spec[key]) for key in ("ruleset", "render_profile", "request_id") if key in spec
+    }
     return files, options
 
 

@@ -91,7 +91,9 @@ class Stack:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         (self.data_dir / "logs").mkdir(exist_ok=True)
         if not self._external_nats:
-            self.nats = NatsServer(self.data_dir / "nats", port=free_port(), monitor_port=free_port())
+            self.nats = NatsServer(
+                self.data_dir / "nats", port=free_port(), monitor_port=free_port()
+            )
             self.nats.start()
         for service in SERVICES:
             self._spawn(service)
@@ -152,14 +154,20 @@ class Stack:
                     except grpc.RpcError:
                         pass
                     if time.monotonic() > deadline:
-                        raise TimeoutError(f"{service} did not become healthy; see logs/{service}.log")
+                        raise TimeoutError(
+                            f"{service} did not become healthy; see logs/{service}.log"
+                        )
                     time.sleep(0.1)
 
     def _watch(self) -> None:
         while not self._stopping.wait(WATCH_INTERVAL_SECONDS):
             for service in SERVICES:
                 child = self._children[service]
-                if child.process.poll() is not None and not child.expected_exit and not self._stopping.is_set():
+                if (
+                    child.process.poll() is not None
+                    and not child.expected_exit
+                    and not self._stopping.is_set()
+                ):
                     self._spawn(service)
 
     def pid(self, service: str) -> int:

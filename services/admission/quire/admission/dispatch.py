@@ -23,7 +23,9 @@ SWEEP_BATCH = 100
 
 
 class Dispatcher:
-    def __init__(self, database: Database, publisher: Publisher, *, sweep_seconds: float = 5.0) -> None:
+    def __init__(
+        self, database: Database, publisher: Publisher, *, sweep_seconds: float = 5.0
+    ) -> None:
         self._db = database
         self._publisher = publisher
         self._sweep_seconds = sweep_seconds
@@ -32,7 +34,9 @@ class Dispatcher:
         """Publish the ACCEPTED event and the validate task, then mark the job dispatched."""
         table = tables.jobs
         row = await self._db.run(
-            lambda s: s.execute(select(table.c.task, table.c.accepted_event).where(table.c.job == job)).one()
+            lambda s: s.execute(
+                select(table.c.task, table.c.accepted_event).where(table.c.job == job)
+            ).one()
         )
         task = queue_pb2.JobTask.FromString(row.task)
         accepted = queue_pb2.TransitionEvent.FromString(row.accepted_event)
@@ -41,7 +45,9 @@ class Dispatcher:
             work_subject("validate", task.priority), task, f"{job_id(job)}.validate"
         )
         await self._db.run(
-            lambda s: s.execute(update(table).where(table.c.job == job).values(dispatched_at=datetime.now(UTC)))
+            lambda s: s.execute(
+                update(table).where(table.c.job == job).values(dispatched_at=datetime.now(UTC))
+            )
         )
 
     async def sweep_forever(self) -> None:

@@ -46,7 +46,9 @@ def _request_sha256(digest: str, priority: str) -> str:
 
 
 class Intake:
-    def __init__(self, database: Database, events: EventFactory, settings: AdmissionSettings) -> None:
+    def __init__(
+        self, database: Database, events: EventFactory, settings: AdmissionSettings
+    ) -> None:
         self._db = database
         self._events = events
         self._settings = settings
@@ -63,16 +65,22 @@ class Intake:
     def _submit(self, session: Session, tenant: str, request: pb.SubmitJobRequest) -> AcceptedJob:
         digests = {item.sha256 for item in request.manifest.items}
         rows = session.execute(
-            select(tables.sources).where(tables.sources.c.tenant == tenant, tables.sources.c.sha256.in_(digests))
+            select(tables.sources).where(
+                tables.sources.c.tenant == tenant, tables.sources.c.sha256.in_(digests)
+            )
         ).all()
         uploaded = {row.sha256: row for row in rows}
         violations = check_manifest(
             request.manifest, uploaded=uploaded, max_items=self._settings.max_manifest_items
         )
         if request.priority not in PRIORITIES:
-            violations.append(FieldViolation("priority", "must be interactive or batch", "UNKNOWN_PRIORITY"))
+            violations.append(
+                FieldViolation("priority", "must be interactive or batch", "UNKNOWN_PRIORITY")
+            )
         if violations:
-            raise InvalidInput(ReasonCode.INVALID_MANIFEST, "the manifest is invalid", tuple(violations))
+            raise InvalidInput(
+                ReasonCode.INVALID_MANIFEST, "the manifest is invalid", tuple(violations)
+            )
 
         digest = manifest_digest(request.manifest)
         priority = request.priority or "interactive"
@@ -120,7 +128,9 @@ class Intake:
             )
         ).one()
         if not inserted and row.request_sha256 != request_sha:
-            raise Conflict(ReasonCode.IDEMPOTENCY_KEY_REUSED, "request_id was used for a different request")
+            raise Conflict(
+                ReasonCode.IDEMPOTENCY_KEY_REUSED, "request_id was used for a different request"
+            )
         return AcceptedJob(
             name=row.job,
             manifest_digest=row.manifest_digest,

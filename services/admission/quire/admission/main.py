@@ -43,7 +43,9 @@ async def main() -> None:
         blobs=blobs,
         tenants=tenants,
         uploads=UploadGate(database, blobs, admission),
-        intake=Intake(database, EventFactory(SERVICE, settings.instance, settings.build_version), admission),
+        intake=Intake(
+            database, EventFactory(SERVICE, settings.instance, settings.build_version), admission
+        ),
         dispatcher=dispatcher,
         audit=audit_service_pb2_grpc.AuditServiceStub(audit_channel),
         settings=admission,

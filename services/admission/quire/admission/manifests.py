@@ -27,16 +27,24 @@ def check_manifest(
     violations: list[FieldViolation] = []
     items = list(manifest.items)
     if not items:
-        violations.append(FieldViolation("manifest.items", "at least one item is required", "EMPTY"))
+        violations.append(
+            FieldViolation("manifest.items", "at least one item is required", "EMPTY")
+        )
     if len(items) > max_items:
         violations.append(
-            FieldViolation("manifest.items", f"at most {max_items} items are allowed", "TOO_MANY_ITEMS")
+            FieldViolation(
+                "manifest.items", f"at most {max_items} items are allowed", "TOO_MANY_ITEMS"
+            )
         )
     positions = Counter(item.position for item in items)
     for position, count in sorted(positions.items()):
         if count > 1:
             violations.append(
-                FieldViolation("manifest.items.position", f"position {position} is used {count} times", "DUPLICATE_POSITION")
+                FieldViolation(
+                    "manifest.items.position",
+                    f"position {position} is used {count} times",
+                    "DUPLICATE_POSITION",
+                )
             )
     expected = set(range(len(items)))
     if items and set(positions) != expected:
@@ -51,15 +59,29 @@ def check_manifest(
     for index, item in enumerate(items):
         field = f"manifest.items[{index}]"
         if not item.document_id:
-            violations.append(FieldViolation(f"{field}.document_id", "document_id is required", "MISSING_DOCUMENT_ID"))
+            violations.append(
+                FieldViolation(
+                    f"{field}.document_id", "document_id is required", "MISSING_DOCUMENT_ID"
+                )
+            )
         elif ids[item.document_id] > 1:
-            violations.append(FieldViolation(f"{field}.document_id", "document_id is not unique", "DUPLICATE_DOCUMENT_ID"))
+            violations.append(
+                FieldViolation(
+                    f"{field}.document_id", "document_id is not unique", "DUPLICATE_DOCUMENT_ID"
+                )
+            )
         if not SHA256_HEX.match(item.sha256):
-            violations.append(FieldViolation(f"{field}.sha256", "not a sha256 digest", "BAD_DIGEST"))
+            violations.append(
+                FieldViolation(f"{field}.sha256", "not a sha256 digest", "BAD_DIGEST")
+            )
         elif item.sha256 not in uploaded:
-            violations.append(FieldViolation(f"{field}.sha256", "no upload with this digest", "UNKNOWN_SOURCE"))
+            violations.append(
+                FieldViolation(f"{field}.sha256", "no upload with this digest", "UNKNOWN_SOURCE")
+            )
     if manifest.ruleset not in KNOWN_RULESETS:
         violations.append(FieldViolation("manifest.ruleset", "unknown ruleset", "UNKNOWN_RULESET"))
     if manifest.render_profile not in KNOWN_PROFILES:
-        violations.append(FieldViolation("manifest.render_profile", "unknown render profile", "UNKNOWN_PROFILE"))
+        violations.append(
+            FieldViolation("manifest.render_profile", "unknown render profile", "UNKNOWN_PROFILE")
+        )
     return violations

@@ -61,7 +61,9 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         self._settings = settings
 
     async def UploadSource(  # noqa: N802 - gRPC method name
-        self, request_iterator: AsyncIterator[pb.UploadSourceRequest], context: grpc.aio.ServicerContext
+        self,
+        request_iterator: AsyncIterator[pb.UploadSourceRequest],
+        context: grpc.aio.ServicerContext,
     ) -> pb.Source:
         try:
             tenant = await self._tenants.authenticate(context)
@@ -112,13 +114,17 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
             key = f"signed/{tenant.id}/{job_id(job.name)}.pdf"
             first = True
             try:
-                for chunk in self._blobs.read_verified(key, job.output_digest, self._settings.chunk_bytes):
+                for chunk in self._blobs.read_verified(
+                    key, job.output_digest, self._settings.chunk_bytes
+                ):
                     yield pb.DownloadArtifactResponse(
                         chunk=chunk, sha256=job.output_digest if first else ""
                     )
                     first = False
             except QuireError as error:
-                raise DataLoss(ReasonCode.ARTIFACT_DIGEST_MISMATCH, "artifact does not match the ledger") from error
+                raise DataLoss(
+                    ReasonCode.ARTIFACT_DIGEST_MISMATCH, "artifact does not match the ledger"
+                ) from error
         except Exception as error:  # noqa: BLE001 - translated at the edge
             await abort_with(context, error, DOMAIN)
 
@@ -126,7 +132,9 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         job = job_name(job_id(name))
         table = tables.jobs
         row = await self._db.run(
-            lambda s: s.execute(select(table).where(table.c.job == job, table.c.tenant == tenant)).first()
+            lambda s: s.execute(
+                select(table).where(table.c.job == job, table.c.tenant == tenant)
+            ).first()
         )
         if row is None:
             raise NotFound("job not found")

@@ -60,7 +60,9 @@ class TenantDirectory:
     def ensure_dev_tenant(self, token_file: Path) -> None:
         """On first start, create the development tenant and write its token (mode 0600)."""
         exists = self._db.transaction(
-            lambda s: s.execute(select(tables.tenants.c.id).where(tables.tenants.c.name == DEV_TENANT)).first()
+            lambda s: s.execute(
+                select(tables.tenants.c.id).where(tables.tenants.c.name == DEV_TENANT)
+            ).first()
         )
         if exists is not None:
             return

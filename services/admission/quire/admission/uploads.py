@@ -63,26 +63,36 @@ def _check_header(header: pb.SourceHeader, settings: AdmissionSettings) -> None:
 
 
 class UploadGate:
-    def __init__(self, database: Database, blobs: LocalBlobStore, settings: AdmissionSettings) -> None:
+    def __init__(
+        self, database: Database, blobs: LocalBlobStore, settings: AdmissionSettings
+    ) -> None:
         self._db = database
         self._blobs = blobs
         self._settings = settings
 
-    async def receive(self, tenant: str, requests: AsyncIterator[pb.UploadSourceRequest]) -> StoredSource:
+    async def receive(
+        self, tenant: str, requests: AsyncIterator[pb.UploadSourceRequest]
+    ) -> StoredSource:
         first = await anext(requests, None)
         if first is None or first.WhichOneof("payload") != "header":
-            raise InvalidInput(ReasonCode.UPLOAD_HEADER_MISSING, "the first message must be the header")
+            raise InvalidInput(
+                ReasonCode.UPLOAD_HEADER_MISSING, "the first message must be the header"
+            )
         header = first.header
         _check_header(header, self._settings)
         with self._blobs.writer(max_bytes=header.size_bytes) as writer:
             async for request in requests:
                 if request.WhichOneof("payload") != "chunk":
-                    raise InvalidInput(ReasonCode.UPLOAD_HEADER_MISSING, "only one header is allowed")
+                    raise InvalidInput(
+                        ReasonCode.UPLOAD_HEADER_MISSING, "only one header is allowed"
+                    )
                 writer.write(request.chunk)
             if writer.size != header.size_bytes:
                 raise InvalidInput(ReasonCode.SIZE_BELOW_DECLARATION, "fewer bytes than declared")
             if writer.sha256 != header.sha256:
-                raise InvalidInput(ReasonCode.DIGEST_MISMATCH, "bytes do not match the declared sha256")
+                raise InvalidInput(
+                    ReasonCode.DIGEST_MISMATCH, "bytes do not match the declared sha256"
+                )
             key = source_key(tenant, header.sha256)
             await asyncio.to_thread(writer.promote, key)
         stored = StoredSource(header.sha256, header.size_bytes, header.content_type)

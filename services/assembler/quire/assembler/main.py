@@ -22,7 +22,9 @@ SERVICE = "assembler"
 
 async def main() -> None:
     settings = ServiceSettings.from_env(SERVICE)
-    pool = SandboxPool(SandboxSettings.from_env(os.environ, SERVICE), name="pdf-merge")
+    pool = SandboxPool(
+        SandboxSettings.from_env(os.environ, SERVICE), name="pdf-merge", preload=("pikepdf",)
+    )
 
     def build(database: Database, blobs: LocalBlobStore) -> tuple[AssemblerWork, Registrar]:
         def register(server: grpc.aio.Server) -> None:
@@ -41,6 +43,7 @@ async def main() -> None:
         ),
         build=build,
         on_close=pool.close,
+        warm=pool.warm,
     )
 
 

@@ -58,7 +58,9 @@ class AssemblerWork:
         next_task.assembled.CopyFrom(artifact)
         return StageResult(next_task=next_task, record=_record(task.job, artifact, lease.token))
 
-    def record_rejection(self, task: queue_pb2.JobTask, error: Exception) -> Callable[[Session], None] | None:
+    def record_rejection(
+        self, task: queue_pb2.JobTask, error: Exception
+    ) -> Callable[[Session], None] | None:
         return None
 
 

@@ -44,7 +44,12 @@ class Verdict(Enum):
 
 class CompletionDesk:
     def __init__(
-        self, *, database: Database, blobs: LocalBlobStore, events: EventFactory, queue: QueueSettings
+        self,
+        *,
+        database: Database,
+        blobs: LocalBlobStore,
+        events: EventFactory,
+        queue: QueueSettings,
     ) -> None:
         self._db = database
         self._blobs = blobs
@@ -96,7 +101,9 @@ class CompletionDesk:
             )
         ).scalar_one()
         if queue_pb2.TransitionEvent.FromString(reported).output_digest != task.signed.sha256:
-            ledger.append(session, self._ending(task, attempt, "FAILED", ReasonCode.ARTIFACT_DIGEST_MISMATCH))
+            ledger.append(
+                session, self._ending(task, attempt, "FAILED", ReasonCode.ARTIFACT_DIGEST_MISMATCH)
+            )
             return Verdict.FAILED
         ledger.append(session, self._ending(task, attempt, "COMPLETED", ""))
         return Verdict.COMPLETED

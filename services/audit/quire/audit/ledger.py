@@ -35,7 +35,9 @@ def append(session: Session, event: queue_pb2.TransitionEvent) -> bool:
     if known is not None:
         return False
     head = session.execute(
-        select(tables.chain_heads).where(tables.chain_heads.c.tenant == event.tenant).with_for_update()
+        select(tables.chain_heads)
+        .where(tables.chain_heads.c.tenant == event.tenant)
+        .with_for_update()
     ).first()
     prev = GENESIS if head is None else head.head_hash
     data = event.SerializeToString(deterministic=True)
@@ -56,7 +58,9 @@ def append(session: Session, event: queue_pb2.TransitionEvent) -> bool:
         )
     )
     if head is None:
-        session.execute(tables.chain_heads.insert().values(tenant=event.tenant, head_hash=digest, length=1))
+        session.execute(
+            tables.chain_heads.insert().values(tenant=event.tenant, head_hash=digest, length=1)
+        )
     else:
         session.execute(
             update(tables.chain_heads)

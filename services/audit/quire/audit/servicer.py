@@ -38,7 +38,9 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         try:
             name = job_name(job_id(request.name))
             table = tables.jobs
-            row = await self._db.run(lambda s: s.execute(select(table).where(table.c.job == name)).first())
+            row = await self._db.run(
+                lambda s: s.execute(select(table).where(table.c.job == name)).first()
+            )
             if row is None:
                 raise NotFound("job not found")
             return job_pb2.Job(

@@ -147,7 +147,9 @@ class KeyStore:
             version = f"v{count + 1}"
             key_path, cert_path = _generate(self._source.key_dir / version, version)
         session.execute(update(tables.signing_keys).values(active=False))
-        session.execute(tables.signing_keys.insert().values(**_key_row(version, key_path, cert_path, True)))
+        session.execute(
+            tables.signing_keys.insert().values(**_key_row(version, key_path, cert_path, True))
+        )
         active = self._active(session)
         assert active is not None
         return active
@@ -167,7 +169,9 @@ class KeyStore:
 
     async def all(self) -> list[SigningKey]:
         def read(session: Session) -> list[SigningKey]:
-            rows = session.execute(select(tables.signing_keys).order_by(tables.signing_keys.c.created_at))
+            rows = session.execute(
+                select(tables.signing_keys).order_by(tables.signing_keys.c.created_at)
+            )
             return [_to_key(row) for row in rows]
 
         return await self._db.run(read)

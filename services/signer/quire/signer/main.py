@@ -25,13 +25,19 @@ log = logging.getLogger(__name__)
 
 async def main() -> None:
     settings = ServiceSettings.from_env(SERVICE)
-    pool = SandboxPool(SandboxSettings.from_env(os.environ, SERVICE), name="pdf-signing")
+    pool = SandboxPool(
+        SandboxSettings.from_env(os.environ, SERVICE),
+        name="pdf-signing",
+        preload=("pyhanko.sign", "pyhanko.sign.validation"),
+    )
     source = KeySource.from_env(settings.service_dir)
 
     def build(database: Database, blobs: LocalBlobStore) -> tuple[SignerWork, Registrar]:
         keys = KeyStore(database, source)
         active = keys.ensure_active_key()
-        log.info("active signing key %s (certificate %s)", active.version, active.certificate_sha256)
+        log.info(
+            "active signing key %s (certificate %s)", active.version, active.certificate_sha256
+        )
 
         def register(server: grpc.aio.Server) -> None:
             pb_grpc.add_SignerServiceServicer_to_server(SignerServicer(database, keys), server)
@@ -49,6 +55,7 @@ async def main() -> None:
         ),
         build=build,
         on_close=pool.close,
+        warm=pool.warm,
     )
 
 

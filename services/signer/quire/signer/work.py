@@ -53,7 +53,9 @@ class SignerWork:
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult:
         key = await self._keys.active()
         blob_key = signed_key(task.tenant, task.job)
-        await self._db.run(lambda s: _record_intent(s, task.job, key.version, blob_key, lease.token))
+        await self._db.run(
+            lambda s: _record_intent(s, task.job, key.version, blob_key, lease.token)
+        )
         if self._blobs.exists(blob_key):
             signed, used = await self._reuse(blob_key)
         else:
@@ -98,8 +100,12 @@ class SignerWork:
                     key.cert_path,
                 )
             except PacketDigestMismatch:
-                raise PermanentError(ReasonCode.DIGEST_MISMATCH, "assembled packet changed") from None
-            created = await asyncio.to_thread(self._blobs.promote_file, temp, blob_key, exclusive=True)
+                raise PermanentError(
+                    ReasonCode.DIGEST_MISMATCH, "assembled packet changed"
+                ) from None
+            created = await asyncio.to_thread(
+                self._blobs.promote_file, temp, blob_key, exclusive=True
+            )
         finally:
             temp.unlink(missing_ok=True)
         if not created:
@@ -121,7 +127,9 @@ class SignerWork:
         digest, size = await asyncio.to_thread(sha256_file, self._blobs.local_path(blob_key))
         return SignedPacket(sha256=digest, size_bytes=size), used
 
-    def record_rejection(self, task: queue_pb2.JobTask, error: Exception) -> Callable[[Session], None] | None:
+    def record_rejection(
+        self, task: queue_pb2.JobTask, error: Exception
+    ) -> Callable[[Session], None] | None:
         return None
 
 

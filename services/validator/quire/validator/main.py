@@ -9,8 +9,8 @@ import grpc
 
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
-from quire.settings import SandboxSettings, ServiceSettings
 from quire.sandbox import SandboxPool
+from quire.settings import SandboxSettings, ServiceSettings
 from quire.stageservice import Registrar, StageService, run_stage_service
 from quire.validator import tables
 from quire.validator.servicer import ValidatorServicer
@@ -22,7 +22,11 @@ SERVICE = "validator"
 
 async def main() -> None:
     settings = ServiceSettings.from_env(SERVICE)
-    pool = SandboxPool(SandboxSettings.from_env(os.environ, SERVICE), name="pdf-inspection")
+    pool = SandboxPool(
+        SandboxSettings.from_env(os.environ, SERVICE),
+        name="pdf-inspection",
+        preload=("magic", "pikepdf"),
+    )
 
     def build(database: Database, blobs: LocalBlobStore) -> tuple[ValidatorWork, Registrar]:
         def register(server: grpc.aio.Server) -> None:
@@ -41,6 +45,7 @@ async def main() -> None:
         ),
         build=build,
         on_close=pool.close,
+        warm=pool.warm,
     )
 
 

@@ -29,7 +29,9 @@ class SourcesRejected(Rejected):
         self.token = token
 
 
-def _record(job: str, verdict: str, reason: str, findings: list[dict[str, object]], token: int) -> Callable[[Session], None]:
+def _record(
+    job: str, verdict: str, reason: str, findings: list[dict[str, object]], token: int
+) -> Callable[[Session], None]:
     def write(session: Session) -> None:
         session.execute(
             tables.validations.insert().values(
@@ -63,7 +65,9 @@ class ValidatorWork:
                 source.sha256,
                 source.content_type,
             )
-            findings.append({"position": source.position, "sha256": source.sha256, **asdict(finding)})
+            findings.append(
+                {"position": source.position, "sha256": source.sha256, **asdict(finding)}
+            )
             if finding.reason:
                 raise SourcesRejected(finding.reason, findings, lease.token)
         next_task = queue_pb2.JobTask()
@@ -74,7 +78,9 @@ class ValidatorWork:
             record=_record(task.job, "PASSED", "", findings, lease.token),
         )
 
-    def record_rejection(self, task: queue_pb2.JobTask, error: Exception) -> Callable[[Session], None] | None:
+    def record_rejection(
+        self, task: queue_pb2.JobTask, error: Exception
+    ) -> Callable[[Session], None] | None:
         if isinstance(error, SourcesRejected):
             return _record(task.job, "REJECTED", str(error.reason), error.findings, error.token)
         return None
