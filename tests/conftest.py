@@ -7,6 +7,7 @@ package) in a temporary directory; ``stack`` starts the whole embedded stack
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -21,7 +22,9 @@ from quire.stack.natsserver import NatsServer  # noqa: E402
 from quire.stack.ports import free_port  # noqa: E402
 from quire.workqueue import ensure_topology  # noqa: E402
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+CORPUS = Path(
+    os.environ.get("QUIRE_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus")
+)
 
 
 @pytest.fixture

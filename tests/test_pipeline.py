@@ -103,30 +103,14 @@ async def test_packet_is_signed_in_manifest_order_with_its_whole_history(
     assert by_state["COMMITTING"].key_version == "v1"
 
 
-@pytest.mark.parametrize(
-    ("make", "reason"),
-    [
-        ("encrypted", "ENCRYPTED_PDF"),
-        ("truncated", "MALFORMED_PDF"),
-    ],
-)
-async def test_bad_pdfs_end_rejected_with_their_reason(
-    stack,
+async def _assert_rejected(
+    stack,  # type: ignore[no-untyped-def]
     client: AdmissionClient,
     tmp_path: Path,
-    corpus: Path,
-    make: str,
-    reason: str,  # type: ignore[no-untyped-def]
+    bad: Path,
+    reason: str,
 ) -> None:
     good = write_text_pdf(tmp_path / "good.pdf", [f"good {uuid.uuid4().hex}"])
-    if make == "encrypted":
-        bad = corpus / "pypdf" / "resources" / "encryption" / "r4-aes-user-password.pdf"
-    else:
-        whole = write_text_pdf(
-            tmp_path / "whole.pdf", [f"whole {uuid.uuid4().hex}"] * 3
-        ).read_bytes()
-        bad = tmp_path / "truncated.pdf"
-        bad.write_bytes(whole[: len(whole) * 2 // 3])
     digests = await _upload_all(client, [good, bad])
     job = await client.submit([PacketItem("good", digests[good]), PacketItem("bad", digests[bad])])
     job = await client.wait(job.name, timeout=60)
@@ -141,6 +125,27 @@ async def test_bad_pdfs_end_rejected_with_their_reason(
     states = [state_name(e.event.to_state) for e in await _ledger(stack, job.name)]
     assert states[-1] == "REJECTED"
     assert "ASSEMBLING" not in states
+
+
+async def test_an_encrypted_pdf_ends_rejected(
+    stack,  # type: ignore[no-untyped-def]
+    client: AdmissionClient,
+    tmp_path: Path,
+    corpus: Path,
+) -> None:
+    encrypted = corpus / "pypdf" / "resources" / "encryption" / "r4-aes-user-password.pdf"
+    await _assert_rejected(stack, client, tmp_path, encrypted, "ENCRYPTED_PDF")
+
+
+async def test_a_truncated_pdf_ends_rejected(
+    stack,  # type: ignore[no-untyped-def]
+    client: AdmissionClient,
+    tmp_path: Path,
+) -> None:
+    whole = write_text_pdf(tmp_path / "whole.pdf", [f"whole {uuid.uuid4().hex}"] * 3).read_bytes()
+    truncated = tmp_path / "truncated.pdf"
+    truncated.write_bytes(whole[: len(whole) * 2 // 3])
+    await _assert_rejected(stack, client, tmp_path, truncated, "MALFORMED_PDF")
 
 
 async def test_same_request_twice_returns_the_same_job(

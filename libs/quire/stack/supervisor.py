@@ -88,6 +88,14 @@ class Stack:
         return self.nats.url
 
     def start(self) -> StackInfo:
+        """Start everything and wait until healthy; on failure, stop what was started."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop(timeout=10)
+            raise
+
+    def _start(self) -> StackInfo:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         (self.data_dir / "logs").mkdir(exist_ok=True)
         if not self._external_nats:
