@@ -1,0 +1,102 @@
+"""The ``quire`` command as a user runs it: ``quire up`` with the example packet,
+then submit, status, fetch and verify from another process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from quire.stack.natsserver import NatsServer
+
+ROOT = Path(__file__).resolve().parent.parent
+QUIRE = [sys.executable, "-m", "quire.cli.main"]
+pytestmark = pytest.mark.stack
+
+
+def _quire(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*QUIRE, "--data-dir", str(data_dir), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+
+
+def _read_until(process: subprocess.Popen[str], marker: str, timeout: float) -> str:
+    seen = []
+    deadline = time.monotonic() + timeout
+    assert process.stdout is not None
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if marker in line:
+            return "".join(seen)
+    raise AssertionError(f"{marker!r} not printed; output so far:\n{''.join(seen)}")
+
+
+def test_up_sends_the_example_then_the_cli_drives_the_stack(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
+    data_dir = tmp_path / "data"
+    env = dict(os.environ, QUIRE_NATS_URL=nats_server.url, QUIRE_DRAIN_SECONDS="5")
+    up = subprocess.Popen(
+        [*QUIRE, "up", "--data-dir", str(data_dir), "--example", "examples/lease-renewal"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    try:
+        printed = _read_until(up, "serving; press Ctrl-C to stop", timeout=120)
+        assert f"NATS JetStream: {nats_server.url}" in printed, "QUIRE_NATS_URL is used as given"
+        assert "development token: qt_" in printed
+        assert "(verified)" in printed
+        assert not (data_dir / "nats").exists(), "no second NATS server was started"
+
+        first = tmp_path / "first.pdf"
+        second = tmp_path / "second.pdf"
+        from pdfs import write_text_pdf
+
+        write_text_pdf(first, ["first document"])
+        write_text_pdf(second, ["second document"])
+        submitted = _quire(data_dir, "submit", str(first), str(second), "--wait")
+        assert submitted.returncode == 0, submitted.stderr
+        job = submitted.stdout.split()[0]
+        assert "COMPLETED" in submitted.stdout
+
+        status = _quire(data_dir, "status", job)
+        assert "COMPLETED" in status.stdout
+
+        output = tmp_path / "packet.pdf"
+        fetched = _quire(data_dir, "fetch", job, "-o", str(output))
+        assert fetched.returncode == 0, fetched.stderr
+        verified = _quire(data_dir, "verify", str(output))
+        assert verified.returncode == 0, verified.stdout
+        assert "OK" in verified.stdout
+
+        tampered = tmp_path / "tampered.pdf"
+        data = bytearray(output.read_bytes())
+        comment = data.index(b"\n%") + 2
+        data[comment] ^= 0x01
+        tampered.write_bytes(bytes(data))
+        refused = _quire(data_dir, "verify", str(tampered))
+        assert refused.returncode == 1
+        assert "NOT VERIFIED" in refused.stdout
+
+        missing = _quire(data_dir, "status", "jobs/ffffffffffffffff")
+        assert missing.returncode == 1
+        assert "NOT_FOUND" in missing.stderr
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.wait(timeout=60)
+    assert up.returncode == 0

@@ -1,0 +1,97 @@
+"""Completion is evidence: audit completes a job only with the artifact and the
+whole history in hand, in one transaction with its ledger entry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from quire.audit import ledger, tables
+from quire.audit.completion import CompletionDesk, Verdict
+from quire.blobstore import LocalBlobStore
+from quire.database import Database
+from quire.jobs import HISTORY_BEFORE_COMPLETION
+from quire.settings import QueueSettings
+from quire.transitions import EventFactory
+from quire.type import job_pb2, queue_pb2
+
+JOB = "jobs/0a0b0c0d0e0f"
+EVENTS = EventFactory("test", "instance", "0")
+
+
+@pytest.fixture
+def desk(tmp_path: Path) -> tuple[CompletionDesk, Database, LocalBlobStore]:
+    database = Database(f"sqlite:///{tmp_path / 'audit.db'}", tables.metadata)
+    database.create_schema()
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    return (
+        CompletionDesk(database=database, blobs=blobs, events=EVENTS, queue=QueueSettings()),
+        database,
+        blobs,
+    )
+
+
+def _signed_task(blobs: LocalBlobStore, content: bytes = b"%PDF signed") -> queue_pb2.JobTask:
+    with blobs.writer() as writer:
+        writer.write(content)
+        digest = writer.sha256
+        writer.promote("signed/t1/0a0b0c0d0e0f.pdf")
+    return queue_pb2.JobTask(
+        job=JOB,
+        tenant="t1",
+        signed=job_pb2.Artifact(blob_key="signed/t1/0a0b0c0d0e0f.pdf", sha256=digest),
+    )
+
+
+def _record_history(database: Database, task: queue_pb2.JobTask, states: tuple[str, ...]) -> None:
+    previous = ""
+    for state in states:
+        fields = {"output_digest": task.signed.sha256} if state == "COMMITTING" else {}
+        event = EVENTS.transition(task, previous, state, attempt=1, lease_token=1, **fields)
+        database.transaction(lambda s, e=event: ledger.append(s, e))
+        previous = state
+
+
+def _state(database: Database) -> str:
+    return database.transaction(lambda s: s.execute(select(tables.jobs.c.state)).scalar_one())
+
+
+async def test_a_job_with_its_whole_history_completes(desk) -> None:  # type: ignore[no-untyped-def]
+    completion, database, blobs = desk
+    task = _signed_task(blobs)
+    _record_history(database, task, HISTORY_BEFORE_COMPLETION)
+    assert await completion.complete(task, 1) is Verdict.COMPLETED
+    assert _state(database) == "COMPLETED"
+    assert await completion.complete(task, 2) is Verdict.ALREADY_DONE
+
+
+async def test_missing_history_keeps_the_job_committing(desk) -> None:  # type: ignore[no-untyped-def]
+    completion, database, blobs = desk
+    task = _signed_task(blobs)
+    _record_history(database, task, ("ACCEPTED", "VALIDATING", "REVIEWING", "COMMITTING"))
+    assert await completion.complete(task, 1) is Verdict.HISTORY_INCOMPLETE
+    assert _state(database) == "COMMITTING"
+    _record_history(database, task, ("ASSEMBLING", "SIGNING"))
+    assert await completion.complete(task, 2) is Verdict.COMPLETED
+
+
+async def test_a_missing_artifact_fails_the_job(desk) -> None:  # type: ignore[no-untyped-def]
+    completion, database, blobs = desk
+    task = _signed_task(blobs)
+    _record_history(database, task, HISTORY_BEFORE_COMPLETION)
+    blobs.delete(task.signed.blob_key)
+    assert await completion.complete(task, 1) is Verdict.FAILED
+    row = database.transaction(lambda s: s.execute(select(tables.jobs)).one())
+    assert (row.state, row.reason_code) == ("FAILED", "ARTIFACT_MISSING")
+
+
+async def test_an_artifact_with_another_digest_fails_the_job(desk) -> None:  # type: ignore[no-untyped-def]
+    completion, database, blobs = desk
+    task = _signed_task(blobs)
+    _record_history(database, task, HISTORY_BEFORE_COMPLETION)
+    blobs.local_path(task.signed.blob_key).write_bytes(b"%PDF replaced")
+    assert await completion.complete(task, 1) is Verdict.FAILED
+    row = database.transaction(lambda s: s.execute(select(tables.jobs)).one())
+    assert (row.state, row.reason_code) == ("FAILED", "ARTIFACT_DIGEST_MISMATCH")
