@@ -267,3 +267,22 @@ async def test_one_job_is_one_trace_across_all_five_services(
     assert len(trace_ids) == 1, "every stage's span belongs to the submitting call's trace"
     submit_spans = [s for s in spans if s["service"] == "admission" and s["trace_id"] in trace_ids]
     assert submit_spans, "admission's SubmitJob span starts the trace"
+
+
+@pytest.mark.parametrize(("page_size", "page_token"), [(-1, ""), (10, "not-a-token"), (10, "-5")])
+async def test_ledger_paging_refuses_what_is_not_a_page(
+    stack,  # type: ignore[no-untyped-def]
+    page_size: int,
+    page_token: str,
+) -> None:
+    info = StackInfo.read(stack.data_dir)
+    async with grpc.aio.insecure_channel(info.endpoints["audit"]) as channel:
+        stub = audit_service_pb2_grpc.AuditServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.ListJobEvents(
+                audit_service_pb2.ListJobEventsRequest(
+                    job="jobs/0123456789abcdef", page_size=page_size, page_token=page_token
+                )
+            )
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert reason_of(refused.value) == "INVALID_PAGE"

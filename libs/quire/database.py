@@ -1,6 +1,8 @@
 """Per-service database: SQLAlchemy over SQLite (WAL) by default, PostgreSQL by URL.
 
 Sessions run on a small thread pool so the event loop never blocks on I/O.
+Statement parameters are hidden from SQLAlchemy's error messages: they can
+hold tenant data, and error text must be safe to log.
 SQLite write transactions start with ``BEGIN IMMEDIATE`` so that a
 read-then-write (a lease increment, a chain append) cannot interleave with
 another writer; PostgreSQL gets the same effect from row locks.
@@ -27,7 +29,11 @@ def _sqlite_engine(url: str) -> Engine:
     path = url.removeprefix("sqlite:///")
     if path and path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+    engine = create_engine(
+        url,
+        connect_args={"timeout": 30, "check_same_thread": False},
+        hide_parameters=True,
+    )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -54,7 +60,9 @@ class Database:
         if url.startswith("sqlite"):
             self.engine = _sqlite_engine(url)
         else:
-            self.engine = create_engine(url, pool_pre_ping=True, pool_size=threads)
+            self.engine = create_engine(
+                url, pool_pre_ping=True, pool_size=threads, hide_parameters=True
+            )
         self._metadata = metadata
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="db")

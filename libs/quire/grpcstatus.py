@@ -82,7 +82,8 @@ async def abort_with(
 ) -> NoReturn:
     """Abort the RPC with the status for ``error``."""
     if not isinstance(error, QuireError):
-        log.exception("unexpected error in %s", domain)
+        # The type only: exception text may carry document content.
+        log.error("unexpected %s in %s", type(error).__name__, domain)
     await context.abort_with_status(rpc_status.to_status(status_for(error, domain)))
     raise AssertionError("abort_with_status returned")  # pragma: no cover
 

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 from opentelemetry import trace
 from sqlalchemy.orm import Session
@@ -102,36 +103,52 @@ class StageRunner:
         self._tracer = trace.get_tracer(f"quire.{service}")
 
     async def handle(self, msg: Msg) -> None:
-        task = queue_pb2.JobTask.FromString(msg.data)
+        try:
+            task = queue_pb2.JobTask.FromString(msg.data)
+            ident = job_id(task.job)
+        except (DecodeError, QuireError):
+            log.warning("undecodable task on %s terminated", msg.subject)
+            await msg.term()
+            return
         attempt = msg.metadata.num_delivered
         with self._tracer.start_as_current_span(
             f"{self._service}.process",
             context=extract_context(msg.headers),
-            attributes={"quire.job": job_id(task.job), "quire.attempt": attempt},
+            attributes={"quire.job": ident, "quire.attempt": attempt},
         ) as span:
-            lease = await self._leases.acquire(task.job)
-            span.set_attribute("quire.lease_token", lease.token)
-            if lease.committed is not None:
-                await self._hand_off(lease.committed, msg, "ack")
-                return
-            outcome, final = await self._decide(task, lease, attempt, msg)
-            if outcome is None:
-                return
-            record = outcome[1]
-            if not await self._leases.complete(lease, outcome[0], record):
-                span.set_attribute("quire.stale", True)
-                log.info(
-                    "stale lease for job %s (token %d); result discarded", task.job, lease.token
+            try:
+                await self._handle(task, attempt, msg, span)
+            except Exception as error:  # noqa: BLE001 - database or queue trouble: retry
+                log.warning(
+                    "job %s attempt %d: %s; will retry", task.job, attempt, type(error).__name__
                 )
-                return
-            await self._hand_off(outcome[0], msg, final)
+                await msg.nak(delay=retry_delay(attempt, self._queue))
 
-    async def _hand_off(self, outcome: queue_pb2.StageOutcome, msg: Msg, final: str) -> None:
+    async def _handle(
+        self, task: queue_pb2.JobTask, attempt: int, msg: Msg, span: trace.Span
+    ) -> None:
+        lease = await self._leases.acquire(task.job)
+        span.set_attribute("quire.lease_token", lease.token)
+        if lease.committed is not None:
+            await self._hand_off(lease.committed, msg, "ack", attempt)
+            return
+        outcome, final = await self._decide(task, lease, attempt, msg)
+        if outcome is None:
+            return
+        if not await self._leases.complete(lease, outcome[0], outcome[1]):
+            span.set_attribute("quire.stale", True)
+            log.info("stale lease for job %s (token %d); result discarded", task.job, lease.token)
+            return
+        await self._hand_off(outcome[0], msg, final, attempt)
+
+    async def _hand_off(
+        self, outcome: queue_pb2.StageOutcome, msg: Msg, final: str, attempt: int
+    ) -> None:
         try:
             await self._publish(outcome)
         except TransientError:
             # Committed but not yet handed on: the redelivery republishes it.
-            await msg.nak(delay=self._queue.backoff_base_seconds)
+            await msg.nak(delay=retry_delay(attempt, self._queue))
             return
         await (msg.term() if final == "term" else msg.ack())
 
@@ -147,7 +164,10 @@ class StageRunner:
         except Exception as error:  # noqa: BLE001 - transient by default
             reason = error.reason if isinstance(error, QuireError) else ReasonCode.INTERNAL
             if not isinstance(error, QuireError):
-                log.exception("unexpected error in %s for job %s", self._service, task.job)
+                # The type only: exception text may carry document content.
+                log.warning("job %s: unexpected %s", task.job, type(error).__name__)
+            if await self._leases.current_token(task.job) != lease.token:
+                return None, ""  # superseded: the newer delivery owns the message
             if attempt < self._queue.max_deliver:
                 await msg.nak(delay=retry_delay(attempt, self._queue))
                 return None, ""

@@ -89,8 +89,9 @@ class WorkQueueWorker:
         heartbeat = asyncio.create_task(self._heartbeat(message))
         try:
             await self._handler(message)
-        except Exception:  # noqa: BLE001 - the message is redelivered after ack wait
-            log.exception("handler failed; message left for redelivery")
+        except Exception as error:  # noqa: BLE001 - the message is redelivered after ack wait
+            # The type only: exception text may carry document content.
+            log.error("handler failed (%s); message left for redelivery", type(error).__name__)
         finally:
             heartbeat.cancel()
             slots.release()

@@ -73,6 +73,11 @@ class Dispatcher:
             return [row.job for row in rows]
 
         jobs = await self._db.run(pending)
+        dispatched = 0
         for job in jobs:
-            await self.dispatch(job)
-        return len(jobs)
+            try:
+                await self.dispatch(job)
+                dispatched += 1
+            except Exception as error:  # noqa: BLE001 - one job's trouble must not block the rest
+                log.warning("dispatch of %s failed (%s)", job, type(error).__name__)
+        return dispatched

@@ -30,6 +30,8 @@ from quire.type import job_pb2, queue_pb2
 
 __all__ = ["Intake", "AcceptedJob"]
 
+MAX_REQUEST_ID = 128
+
 
 @dataclass(frozen=True)
 class AcceptedJob:
@@ -59,6 +61,12 @@ class Intake:
                 ReasonCode.REQUEST_ID_MISSING,
                 "request_id is required",
                 (FieldViolation("request_id", "required"),),
+            )
+        if len(request.request_id) > MAX_REQUEST_ID:
+            raise InvalidInput(
+                ReasonCode.REQUEST_ID_TOO_LONG,
+                f"request_id is limited to {MAX_REQUEST_ID} characters",
+                (FieldViolation("request_id", "too long"),),
             )
         return await self._db.run(lambda s: self._submit(s, tenant, request))
 

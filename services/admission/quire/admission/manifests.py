@@ -12,6 +12,7 @@ from quire.type import job_pb2
 __all__ = ["check_manifest", "KNOWN_RULESETS", "KNOWN_PROFILES", "PRIORITIES"]
 
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+MAX_DOCUMENT_ID = 128
 KNOWN_RULESETS = frozenset({"", "default"})
 KNOWN_PROFILES = frozenset({"", "simple", "strict"})
 PRIORITIES = frozenset({"", "interactive", "batch"})
@@ -62,6 +63,14 @@ def check_manifest(
             violations.append(
                 FieldViolation(
                     f"{field}.document_id", "document_id is required", "MISSING_DOCUMENT_ID"
+                )
+            )
+        elif len(item.document_id) > MAX_DOCUMENT_ID:
+            violations.append(
+                FieldViolation(
+                    f"{field}.document_id",
+                    f"at most {MAX_DOCUMENT_ID} characters",
+                    "DOCUMENT_ID_TOO_LONG",
                 )
             )
         elif ids[item.document_id] > 1:

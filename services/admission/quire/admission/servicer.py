@@ -3,6 +3,7 @@ tenant's job is indistinguishable from one that does not exist."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 
 import grpc
@@ -29,6 +30,7 @@ from quire.type import job_pb2
 __all__ = ["AdmissionServicer"]
 
 DOMAIN = "admission.quire"
+log = logging.getLogger(__name__)
 AUDIT_TIMEOUT_SECONDS = 5.0
 
 
@@ -86,8 +88,8 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
             if not accepted.dispatched:
                 try:
                     await self._dispatcher.dispatch(accepted.name)
-                except TransientError:
-                    pass  # committed: the dispatch sweep will hand it on
+                except Exception:  # noqa: BLE001 - committed: the dispatch sweep hands it on
+                    log.warning("job %s accepted; dispatch deferred to the sweep", accepted.name)
             return self._accepted_view(accepted)
         except Exception as error:  # noqa: BLE001 - translated at the edge
             await abort_with(context, error, DOMAIN)

@@ -14,6 +14,7 @@ import asyncio
 import logging
 from enum import Enum
 
+from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 from opentelemetry import trace
 from sqlalchemy import select
@@ -22,6 +23,7 @@ from sqlalchemy.orm import Session
 from quire.audit import ledger, tables
 from quire.blobstore import LocalBlobStore, sha256_file
 from quire.database import Database
+from quire.errors import PermanentError, QuireError
 from quire.jobs import HISTORY_BEFORE_COMPLETION, TERMINAL_STATES, job_id
 from quire.reasons import ReasonCode
 from quire.settings import QueueSettings
@@ -58,14 +60,25 @@ class CompletionDesk:
         self._tracer = trace.get_tracer("quire.audit")
 
     async def handle(self, msg: Msg) -> None:
-        task = queue_pb2.JobTask.FromString(msg.data)
+        try:
+            task = queue_pb2.JobTask.FromString(msg.data)
+            ident = job_id(task.job)
+        except (DecodeError, QuireError):
+            log.warning("undecodable commit task terminated")
+            await msg.term()
+            return
         attempt = msg.metadata.num_delivered
         with self._tracer.start_as_current_span(
             "audit.complete",
             context=extract_context(msg.headers),
-            attributes={"quire.job": job_id(task.job), "quire.attempt": attempt},
+            attributes={"quire.job": ident, "quire.attempt": attempt},
         ) as span:
-            verdict = await self.complete(task, attempt)
+            try:
+                verdict = await self.complete(task, attempt)
+            except Exception as error:  # noqa: BLE001 - database or storage trouble: retry
+                log.warning("job %s: completion check failed (%s)", task.job, type(error).__name__)
+                await msg.nak(delay=retry_delay(min(attempt, 8), self._queue))
+                return
             span.set_attribute("quire.verdict", verdict.value)
             if verdict is Verdict.HISTORY_INCOMPLETE:
                 await msg.nak(delay=retry_delay(min(attempt, 8), self._queue))
@@ -77,10 +90,12 @@ class CompletionDesk:
     async def complete(self, task: queue_pb2.JobTask, attempt: int) -> Verdict:
         """Complete the job if the evidence is all there."""
         try:
+            if not task.signed.blob_key:
+                raise FileNotFoundError
             digest, _size = await asyncio.to_thread(
                 sha256_file, self._blobs.local_path(task.signed.blob_key)
             )
-        except FileNotFoundError:
+        except (FileNotFoundError, IsADirectoryError, PermanentError):
             return await self._fail(task, attempt, ReasonCode.ARTIFACT_MISSING)
         if digest != task.signed.sha256:
             return await self._fail(task, attempt, ReasonCode.ARTIFACT_DIGEST_MISMATCH)

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import logging
+
+from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 from opentelemetry import trace
 
 from quire.audit import ledger
 from quire.database import Database
+from quire.errors import QuireError
 from quire.jobs import job_id
 from quire.telemetry import extract_context
 from quire.type import queue_pb2
 
 __all__ = ["EventRecorder"]
+
+log = logging.getLogger(__name__)
+RETRY_SECONDS = 1.0
 
 
 class EventRecorder:
@@ -20,12 +27,23 @@ class EventRecorder:
         self._tracer = trace.get_tracer("quire.audit")
 
     async def handle(self, msg: Msg) -> None:
-        event = queue_pb2.TransitionEvent.FromString(msg.data)
+        try:
+            event = queue_pb2.TransitionEvent.FromString(msg.data)
+            ident = job_id(event.job)
+        except (DecodeError, QuireError):
+            log.warning("undecodable event terminated")
+            await msg.term()
+            return
         with self._tracer.start_as_current_span(
             "audit.record",
             context=extract_context(msg.headers),
-            attributes={"quire.job": job_id(event.job), "quire.event": event.event_id},
+            attributes={"quire.job": ident, "quire.event": event.event_id},
         ) as span:
-            appended = await self._db.run(lambda s: ledger.append(s, event))
+            try:
+                appended = await self._db.run(lambda s: ledger.append(s, event))
+            except Exception as error:  # noqa: BLE001 - database trouble: retry
+                log.warning("event %s not recorded (%s)", event.event_id, type(error).__name__)
+                await msg.nak(delay=RETRY_SECONDS)
+                return
             span.set_attribute("quire.duplicate", not appended)
         await msg.ack()

@@ -10,7 +10,7 @@ from quire.audit import tables
 from quire.audit.v1 import audit_service_pb2 as pb
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from quire.database import Database
-from quire.errors import InvalidInput, NotFound
+from quire.errors import FieldViolation, InvalidInput, NotFound
 from quire.grpcstatus import abort_with
 from quire.jobs import job_id, job_name, state_value
 from quire.reasons import ReasonCode
@@ -26,6 +26,24 @@ def _timestamp(moment) -> timestamp_pb2.Timestamp:  # type: ignore[no-untyped-de
     stamp = timestamp_pb2.Timestamp()
     stamp.FromDatetime(moment)
     return stamp
+
+
+def _page(request: pb.ListJobEventsRequest) -> tuple[int, int]:
+    """Page size and the sequence to continue after; refuses what is not a page."""
+    if request.page_size < 0:
+        raise InvalidInput(
+            ReasonCode.INVALID_PAGE,
+            "page_size must not be negative",
+            (FieldViolation("page_size", "negative"),),
+        )
+    token = request.page_token or "0"
+    if not token.isdigit() or len(token) > 19:
+        raise InvalidInput(
+            ReasonCode.INVALID_PAGE,
+            "page_token is not one this service issued",
+            (FieldViolation("page_token", "unknown token"),),
+        )
+    return min(request.page_size or 100, MAX_PAGE), int(token)
 
 
 class AuditServicer(pb_grpc.AuditServiceServicer):
@@ -63,11 +81,7 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
     ) -> pb.ListJobEventsResponse:
         try:
             name = job_name(job_id(request.job))
-            size = min(request.page_size or 100, MAX_PAGE)
-            try:
-                after = int(request.page_token or "0")
-            except ValueError:
-                raise InvalidInput(ReasonCode.INVALID_MANIFEST, "bad page token") from None
+            size, after = _page(request)
             table = tables.ledger
             rows = await self._db.run(
                 lambda s: s.execute(
