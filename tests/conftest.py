@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -95,3 +96,19 @@ async def client(stack):  # type: ignore[no-untyped-def]
     info = StackInfo.read(stack.data_dir)
     async with AdmissionClient(info.endpoints["admission"], info.token()) as connected:
         yield connected
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A real PostgreSQL server from the machine's installation, on a free port."""
+    from quire.stack.postgres import PostgresServer, postgres_binaries
+
+    binaries = postgres_binaries()
+    if binaries is None:
+        pytest.skip("PostgreSQL server binaries are not installed (Debian's postgresql package)")
+    server = PostgresServer(
+        Path(tempfile.mkdtemp(prefix="quire-pg-")), port=free_port(), binaries=binaries
+    )
+    server.start()
+    yield server
+    server.stop()

@@ -90,5 +90,6 @@ def insert_if_absent(session: Session, table: Table, values: dict[str, Any]) -> 
     """INSERT ... ON CONFLICT DO NOTHING; True when a row was inserted."""
     dialect = session.get_bind().dialect.name
     module = postgresql if dialect == "postgresql" else sqlite
-    result = session.execute(module.insert(table).values(**values).on_conflict_do_nothing())
-    return bool(result.rowcount)
+    key = next(iter(table.primary_key.columns))
+    statement = module.insert(table).values(**values).on_conflict_do_nothing().returning(key)
+    return session.execute(statement).first() is not None

@@ -26,7 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from quire.database import Database
+from quire.database import Database, insert_if_absent
 from quire.type import queue_pb2
 
 __all__ = ["Lease", "LeaseStore", "lease_table"]
@@ -63,21 +63,22 @@ class LeaseStore:
         return await self._db.run(lambda s: self._acquire(s, job))
 
     def _acquire(self, session: Session, job: str) -> Lease:
+        # One atomic statement, so concurrent deliveries always get distinct tokens.
         now = datetime.now(UTC)
         row = session.execute(
-            select(self._table.c.token, self._table.c.outcome).where(self._table.c.job == job)
+            update(self._table)
+            .where(self._table.c.job == job)
+            .values(token=self._table.c.token + 1, updated_at=now)
+            .returning(self._table.c.token, self._table.c.outcome)
         ).first()
         if row is None:
-            session.execute(self._table.insert().values(job=job, token=1, updated_at=now))
-            return Lease(job=job, token=1, committed=None)
-        token = row.token + 1
-        session.execute(
-            update(self._table).where(self._table.c.job == job).values(token=token, updated_at=now)
-        )
+            if insert_if_absent(session, self._table, {"job": job, "token": 1, "updated_at": now}):
+                return Lease(job=job, token=1, committed=None)
+            return self._acquire(session, job)  # another delivery inserted it first
         committed = None
         if row.outcome is not None:
             committed = queue_pb2.StageOutcome.FromString(row.outcome)
-        return Lease(job=job, token=token, committed=committed)
+        return Lease(job=job, token=row.token, committed=committed)
 
     async def complete(
         self,

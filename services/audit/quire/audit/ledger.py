@@ -15,6 +15,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from quire.audit import tables
+from quire.database import insert_if_absent
 from quire.jobs import TERMINAL_STATES, state_name, state_rank
 from quire.type import queue_pb2
 
@@ -34,12 +35,17 @@ def append(session: Session, event: queue_pb2.TransitionEvent) -> bool:
     ).first()
     if known is not None:
         return False
+    # The head row exists before it is locked, so the first appends of a new
+    # tenant serialize on it too.
+    insert_if_absent(
+        session, tables.chain_heads, {"tenant": event.tenant, "head_hash": GENESIS, "length": 0}
+    )
     head = session.execute(
         select(tables.chain_heads)
         .where(tables.chain_heads.c.tenant == event.tenant)
         .with_for_update()
-    ).first()
-    prev = GENESIS if head is None else head.head_hash
+    ).one()
+    prev = head.head_hash
     data = event.SerializeToString(deterministic=True)
     digest = entry_hash(prev, data)
     now = datetime.now(UTC)
@@ -57,16 +63,11 @@ def append(session: Session, event: queue_pb2.TransitionEvent) -> bool:
             recorded_at=now,
         )
     )
-    if head is None:
-        session.execute(
-            tables.chain_heads.insert().values(tenant=event.tenant, head_hash=digest, length=1)
-        )
-    else:
-        session.execute(
-            update(tables.chain_heads)
-            .where(tables.chain_heads.c.tenant == event.tenant)
-            .values(head_hash=digest, length=head.length + 1)
-        )
+    session.execute(
+        update(tables.chain_heads)
+        .where(tables.chain_heads.c.tenant == event.tenant)
+        .values(head_hash=digest, length=head.length + 1)
+    )
     _advance_view(session, event, now)
     return True
 
