@@ -10,10 +10,9 @@ PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	printf '%s\n' $(abspath gen libs $(wildcard services/*)) \
 	  > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/quire-sources.pth"
 	touch $@
@@ -27,6 +26,7 @@ test: venv protos-check lint
 lint: venv
 	$(VENV)/bin/ruff check libs services tests bench examples
 	$(VENV)/bin/ruff format --check libs services tests bench examples
+	$(VENV)/bin/mypy libs/quire services/*/quire
 
 bench: venv
 	$(PY) bench/pipeline_bench.py

@@ -21,7 +21,7 @@ terminating and redelivering a message.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from quire.reasons import ReasonCode
 
@@ -84,7 +84,7 @@ class FieldViolation:
 
     field: str
     description: str
-    reason: str = field(default="")
+    reason: str = ""
 
 
 class InvalidInput(PermanentError):

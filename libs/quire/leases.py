@@ -104,8 +104,9 @@ class LeaseStore:
                 self._table.c.outcome.is_(None),
             )
             .values(outcome=outcome.SerializeToString(), updated_at=datetime.now(UTC))
-        )
-        if result.rowcount != 1:
+            .returning(self._table.c.job)
+        ).first()
+        if result is None:
             return False
         if record is not None:
             record(session)

@@ -23,7 +23,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
@@ -51,9 +51,9 @@ class StageResult:
     """What a stage made of a job: the next task, and rows to write with the commit."""
 
     next_task: queue_pb2.JobTask | None
-    extra_events: list[tuple[str, str, dict[str, object]]] = field(default_factory=list)
+    extra_events: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     """Further (from, to, fields) transitions, in order, before the hand-off one."""
-    handoff_fields: dict[str, object] = field(default_factory=dict)
+    handoff_fields: dict[str, Any] = field(default_factory=dict)
     record: Callable[[Session], None] | None = None
 
 
@@ -176,24 +176,47 @@ class StageRunner:
             return (ending, work.record_rejection(task, error)), "term"
         return (self._advance(task, lease, attempt, result), result.record), "ack"
 
+    def _event(
+        self,
+        task: queue_pb2.JobTask,
+        lease: Lease,
+        attempt: int,
+        from_state: str,
+        to_state: str,
+        *,
+        reason: str = "",
+        fields: dict[str, Any] | None = None,
+    ) -> queue_pb2.TransitionEvent:
+        return self._events.transition(
+            task,
+            from_state,
+            to_state,
+            attempt=attempt,
+            lease_token=lease.token,
+            reason_code=reason,
+            **(fields or {}),
+        )
+
+    def _entry_events(
+        self, task: queue_pb2.JobTask, lease: Lease, attempt: int
+    ) -> list[queue_pb2.TransitionEvent]:
+        if self._entry_state == self._work.stage_state:
+            return []
+        return [self._event(task, lease, attempt, self._entry_state, self._work.stage_state)]
+
     def _advance(
         self, task: queue_pb2.JobTask, lease: Lease, attempt: int, result: StageResult
     ) -> queue_pb2.StageOutcome:
-        outcome = queue_pb2.StageOutcome()
-        stamp = {"attempt": attempt, "lease_token": lease.token}
-        if self._entry_state != self._work.stage_state:
-            outcome.events.append(
-                self._events.transition(task, self._entry_state, self._work.stage_state, **stamp)
-            )
+        outcome = queue_pb2.StageOutcome(events=self._entry_events(task, lease, attempt))
         for from_state, to_state, fields in result.extra_events:
             outcome.events.append(
-                self._events.transition(task, from_state, to_state, **stamp, **fields)
+                self._event(task, lease, attempt, from_state, to_state, fields=fields)
             )
         if result.next_task is not None:
             last = result.extra_events[-1][1] if result.extra_events else self._work.stage_state
             outcome.events.append(
-                self._events.transition(
-                    task, last, self._work.next_state, **stamp, **result.handoff_fields
+                self._event(
+                    task, lease, attempt, last, self._work.next_state, fields=result.handoff_fields
                 )
             )
             outcome.next_task.CopyFrom(result.next_task)
@@ -205,16 +228,9 @@ class StageRunner:
     def _ending(
         self, task: queue_pb2.JobTask, lease: Lease, attempt: int, state: str, reason: str
     ) -> queue_pb2.StageOutcome:
-        outcome = queue_pb2.StageOutcome()
-        stamp = {"attempt": attempt, "lease_token": lease.token}
-        if self._entry_state != self._work.stage_state:
-            outcome.events.append(
-                self._events.transition(task, self._entry_state, self._work.stage_state, **stamp)
-            )
+        outcome = queue_pb2.StageOutcome(events=self._entry_events(task, lease, attempt))
         outcome.events.append(
-            self._events.transition(
-                task, self._work.stage_state, state, reason_code=str(reason), **stamp
-            )
+            self._event(task, lease, attempt, self._work.stage_state, state, reason=str(reason))
         )
         return outcome
 

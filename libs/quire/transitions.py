@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf import timestamp_pb2
 
@@ -34,7 +35,7 @@ class EventFactory:
         attempt: int,
         lease_token: int,
         reason_code: str = "",
-        **fields: object,
+        **fields: Any,
     ) -> queue_pb2.TransitionEvent:
         occurred = timestamp_pb2.Timestamp()
         occurred.GetCurrentTime()
@@ -55,6 +56,6 @@ class EventFactory:
             ruleset_version=task.ruleset,
             item_count=len(task.sources),
             occurred_at=occurred,
-            **fields,  # type: ignore[arg-type]
+            **fields,
         )
         return event

@@ -75,7 +75,7 @@ def append(session: Session, event: queue_pb2.TransitionEvent) -> bool:
 def _advance_view(session: Session, event: queue_pb2.TransitionEvent, now: datetime) -> None:
     to_state = state_name(event.to_state)
     row = session.execute(select(tables.jobs).where(tables.jobs.c.job == event.job)).first()
-    facts = {
+    facts: dict[str, object] = {
         key: value
         for key, value in (
             ("manifest_digest", event.manifest_digest),
