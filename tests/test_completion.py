@@ -62,19 +62,31 @@ async def test_a_job_with_its_whole_history_completes(desk) -> None:  # type: ig
     completion, database, blobs = desk
     task = _signed_task(blobs)
     _record_history(database, task, HISTORY_BEFORE_COMPLETION)
-    assert await completion.complete(task, 1) is Verdict.COMPLETED
+    assert (
+        await completion.complete(task, 1, await completion.leases.acquire(JOB))
+        is Verdict.COMPLETED
+    )
     assert _state(database) == "COMPLETED"
-    assert await completion.complete(task, 2) is Verdict.ALREADY_DONE
+    assert (
+        await completion.complete(task, 2, await completion.leases.acquire(JOB))
+        is Verdict.ALREADY_DONE
+    )
 
 
 async def test_missing_history_keeps_the_job_committing(desk) -> None:  # type: ignore[no-untyped-def]
     completion, database, blobs = desk
     task = _signed_task(blobs)
     _record_history(database, task, ("ACCEPTED", "VALIDATING", "REVIEWING", "COMMITTING"))
-    assert await completion.complete(task, 1) is Verdict.HISTORY_INCOMPLETE
+    assert (
+        await completion.complete(task, 1, await completion.leases.acquire(JOB))
+        is Verdict.HISTORY_INCOMPLETE
+    )
     assert _state(database) == "COMMITTING"
     _record_history(database, task, ("ASSEMBLING", "SIGNING"))
-    assert await completion.complete(task, 2) is Verdict.COMPLETED
+    assert (
+        await completion.complete(task, 2, await completion.leases.acquire(JOB))
+        is Verdict.COMPLETED
+    )
 
 
 async def test_a_missing_artifact_fails_the_job(desk) -> None:  # type: ignore[no-untyped-def]
@@ -82,7 +94,9 @@ async def test_a_missing_artifact_fails_the_job(desk) -> None:  # type: ignore[n
     task = _signed_task(blobs)
     _record_history(database, task, HISTORY_BEFORE_COMPLETION)
     blobs.delete(task.signed.blob_key)
-    assert await completion.complete(task, 1) is Verdict.FAILED
+    assert (
+        await completion.complete(task, 1, await completion.leases.acquire(JOB)) is Verdict.FAILED
+    )
     row = database.transaction(lambda s: s.execute(select(tables.jobs)).one())
     assert (row.state, row.reason_code) == ("FAILED", "ARTIFACT_MISSING")
 
@@ -92,6 +106,18 @@ async def test_an_artifact_with_another_digest_fails_the_job(desk) -> None:  # t
     task = _signed_task(blobs)
     _record_history(database, task, HISTORY_BEFORE_COMPLETION)
     blobs.local_path(task.signed.blob_key).write_bytes(b"%PDF replaced")
-    assert await completion.complete(task, 1) is Verdict.FAILED
+    assert (
+        await completion.complete(task, 1, await completion.leases.acquire(JOB)) is Verdict.FAILED
+    )
     row = database.transaction(lambda s: s.execute(select(tables.jobs)).one())
     assert (row.state, row.reason_code) == ("FAILED", "ARTIFACT_DIGEST_MISMATCH")
+
+
+async def test_a_superseded_delivery_cannot_complete(desk) -> None:  # type: ignore[no-untyped-def]
+    completion, database, blobs = desk
+    task = _signed_task(blobs)
+    _record_history(database, task, HISTORY_BEFORE_COMPLETION)
+    stale = await completion.leases.acquire(JOB)
+    await completion.leases.acquire(JOB)  # a redelivery took the job
+    assert await completion.complete(task, 1, stale) is Verdict.STALE
+    assert _state(database) == "COMMITTING"

@@ -87,15 +87,16 @@ class LeaseStore:
         record: Callable[[Session], None] | None = None,
     ) -> bool:
         """Commit ``outcome`` (and ``record``'s writes) only if ``lease`` is still current."""
-        return await self._db.run(lambda s: self._complete(s, lease, outcome, record))
+        return await self._db.run(lambda s: self.complete_in(s, lease, outcome, record))
 
-    def _complete(
+    def complete_in(
         self,
         session: Session,
         lease: Lease,
         outcome: queue_pb2.StageOutcome,
-        record: Callable[[Session], None] | None,
+        record: Callable[[Session], None] | None = None,
     ) -> bool:
+        """``complete`` inside the caller's transaction."""
         result = session.execute(
             update(self._table)
             .where(

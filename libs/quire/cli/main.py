@@ -128,7 +128,8 @@ def _up(args: argparse.Namespace) -> int:
         print(f"development token: {info.token()}")
         if args.example:
             asyncio.run(_send_example(info, Path(args.example)))
-        print(f"\nsubmit another: quire submit --data-dir {args.data_dir} FILE.pdf ... --wait")
+        command = sys.argv[0] if Path(sys.argv[0]).name == "quire" else "quire"
+        print(f"\nsubmit another: {command} --data-dir {args.data_dir} submit FILE.pdf ... --wait")
         print("serving; press Ctrl-C to stop", flush=True)
         stop.wait()
     finally:

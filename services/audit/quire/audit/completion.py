@@ -25,6 +25,7 @@ from quire.blobstore import LocalBlobStore, sha256_file
 from quire.database import Database
 from quire.errors import PermanentError, QuireError
 from quire.jobs import HISTORY_BEFORE_COMPLETION, TERMINAL_STATES, job_id
+from quire.leases import Lease, LeaseStore
 from quire.reasons import ReasonCode
 from quire.settings import QueueSettings
 from quire.stage import retry_delay
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 
 class Verdict(Enum):
     COMPLETED = "completed"
+    STALE = "stale"
     ALREADY_DONE = "already_done"
     HISTORY_INCOMPLETE = "history_incomplete"
     FAILED = "failed"
@@ -54,6 +56,7 @@ class CompletionDesk:
         queue: QueueSettings,
     ) -> None:
         self._db = database
+        self.leases = LeaseStore(database, tables.leases)
         self._blobs = blobs
         self._events = events
         self._queue = queue
@@ -74,7 +77,8 @@ class CompletionDesk:
             attributes={"quire.job": ident, "quire.attempt": attempt},
         ) as span:
             try:
-                verdict = await self.complete(task, attempt)
+                lease = await self.leases.acquire(task.job)
+                verdict = await self.complete(task, attempt, lease)
             except Exception as error:  # noqa: BLE001 - database or storage trouble: retry
                 log.warning("job %s: completion check failed (%s)", task.job, type(error).__name__)
                 await msg.nak(delay=retry_delay(min(attempt, 8), self._queue))
@@ -82,12 +86,14 @@ class CompletionDesk:
             span.set_attribute("quire.verdict", verdict.value)
             if verdict is Verdict.HISTORY_INCOMPLETE:
                 await msg.nak(delay=retry_delay(min(attempt, 8), self._queue))
+            elif verdict is Verdict.STALE:
+                return  # a newer delivery of this task owns it
             elif verdict is Verdict.FAILED:
                 await msg.term()
             else:
                 await msg.ack()
 
-    async def complete(self, task: queue_pb2.JobTask, attempt: int) -> Verdict:
+    async def complete(self, task: queue_pb2.JobTask, attempt: int, lease: Lease) -> Verdict:
         """Complete the job if the evidence is all there."""
         try:
             if not task.signed.blob_key:
@@ -96,12 +102,14 @@ class CompletionDesk:
                 sha256_file, self._blobs.local_path(task.signed.blob_key)
             )
         except (FileNotFoundError, IsADirectoryError, PermanentError):
-            return await self._fail(task, attempt, ReasonCode.ARTIFACT_MISSING)
+            return await self._fail(task, attempt, lease, ReasonCode.ARTIFACT_MISSING)
         if digest != task.signed.sha256:
-            return await self._fail(task, attempt, ReasonCode.ARTIFACT_DIGEST_MISMATCH)
-        return await self._db.run(lambda s: self._complete(s, task, attempt))
+            return await self._fail(task, attempt, lease, ReasonCode.ARTIFACT_DIGEST_MISMATCH)
+        return await self._db.run(lambda s: self._complete(s, task, attempt, lease))
 
-    def _complete(self, session: Session, task: queue_pb2.JobTask, attempt: int) -> Verdict:
+    def _complete(
+        self, session: Session, task: queue_pb2.JobTask, attempt: int, lease: Lease
+    ) -> Verdict:
         state = session.execute(
             select(tables.jobs.c.state).where(tables.jobs.c.job == task.job)
         ).scalar_one_or_none()
@@ -116,14 +124,22 @@ class CompletionDesk:
             )
         ).scalar_one()
         if queue_pb2.TransitionEvent.FromString(reported).output_digest != task.signed.sha256:
-            ledger.append(
-                session, self._ending(task, attempt, "FAILED", ReasonCode.ARTIFACT_DIGEST_MISMATCH)
-            )
-            return Verdict.FAILED
-        ledger.append(session, self._ending(task, attempt, "COMPLETED", ""))
-        return Verdict.COMPLETED
+            return self._end(session, task, attempt, lease, ReasonCode.ARTIFACT_DIGEST_MISMATCH)
+        return self._end(session, task, attempt, lease, "")
 
-    async def _fail(self, task: queue_pb2.JobTask, attempt: int, reason: ReasonCode) -> Verdict:
+    def _end(
+        self, session: Session, task: queue_pb2.JobTask, attempt: int, lease: Lease, reason: str
+    ) -> Verdict:
+        """Append COMPLETED (no reason) or FAILED, fenced by this delivery's lease."""
+        if not self.leases.complete_in(session, lease, queue_pb2.StageOutcome()):
+            return Verdict.STALE
+        state = "FAILED" if reason else "COMPLETED"
+        ledger.append(session, self._ending(task, attempt, lease, state, reason))
+        return Verdict.FAILED if reason else Verdict.COMPLETED
+
+    async def _fail(
+        self, task: queue_pb2.JobTask, attempt: int, lease: Lease, reason: ReasonCode
+    ) -> Verdict:
         log.warning("job %s: completion refused (%s)", task.job, reason)
 
         def write(session: Session) -> Verdict:
@@ -132,20 +148,19 @@ class CompletionDesk:
             ).scalar_one_or_none()
             if state in TERMINAL_STATES:
                 return Verdict.ALREADY_DONE
-            ledger.append(session, self._ending(task, attempt, "FAILED", reason))
-            return Verdict.FAILED
+            return self._end(session, task, attempt, lease, reason)
 
         return await self._db.run(write)
 
     def _ending(
-        self, task: queue_pb2.JobTask, attempt: int, state: str, reason: str
+        self, task: queue_pb2.JobTask, attempt: int, lease: Lease, state: str, reason: str
     ) -> queue_pb2.TransitionEvent:
         return self._events.transition(
             task,
             "COMMITTING",
             state,
             attempt=attempt,
-            lease_token=0,
+            lease_token=lease.token,
             reason_code=reason,
             output_digest=task.signed.sha256,
             key_version=task.signing.key_version,

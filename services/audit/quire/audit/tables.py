@@ -13,9 +13,13 @@ from sqlalchemy import (
     Table,
 )
 
-__all__ = ["metadata", "ledger", "chain_heads", "jobs"]
+from quire.leases import lease_table
+
+__all__ = ["metadata", "ledger", "chain_heads", "jobs", "leases"]
 
 metadata = MetaData()
+# Commit-task deliveries: completion is fenced like every stage's final write.
+leases = lease_table(metadata)
 # One row per transition, never updated or deleted. ``entry_hash`` chains each
 # tenant's entries: sha256(prev_hash || event bytes).
 ledger = Table(
