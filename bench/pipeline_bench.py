@@ -108,6 +108,9 @@ def run_bare_libraries(
 def main() -> None:
     jobs = int(os.environ.get("BENCH_JOBS", "40"))
     with tempfile.TemporaryDirectory(prefix="quire-bench-") as temp:
+        if os.environ.get("BENCH_KEEP"):
+            temp = tempfile.mkdtemp(prefix="quire-bench-kept-")
+            print(f"keeping the stack data in {temp}")
         folder = Path(temp)
         (folder / "inputs").mkdir()
         (folder / "bare").mkdir()

@@ -3,6 +3,7 @@ whole history in hand, in one transaction with its ledger entry."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from sqlalchemy import select
 
 from quire.audit import ledger, tables
 from quire.audit.completion import CompletionDesk, Verdict
+from quire.audit.history import HistoryWatch
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.jobs import HISTORY_BEFORE_COMPLETION
@@ -21,16 +23,23 @@ JOB = "jobs/0a0b0c0d0e0f"
 EVENTS = EventFactory("test", "instance", "0")
 
 
+HISTORY = HistoryWatch()
+
+
 @pytest.fixture
 def desk(tmp_path: Path) -> tuple[CompletionDesk, Database, LocalBlobStore]:
     database = Database(f"sqlite:///{tmp_path / 'audit.db'}", tables.metadata)
     database.create_schema()
     blobs = LocalBlobStore(tmp_path / "blobs")
-    return (
-        CompletionDesk(database=database, blobs=blobs, events=EVENTS, queue=QueueSettings()),
-        database,
-        blobs,
+    completion = CompletionDesk(
+        database=database,
+        blobs=blobs,
+        events=EVENTS,
+        queue=QueueSettings(),
+        history=HISTORY,
+        history_wait_seconds=3.0,
     )
+    return completion, database, blobs
 
 
 def _signed_task(blobs: LocalBlobStore, content: bytes = b"%PDF signed") -> queue_pb2.JobTask:
@@ -121,3 +130,21 @@ async def test_a_superseded_delivery_cannot_complete(desk) -> None:  # type: ign
     await completion.leases.acquire(JOB)  # a redelivery took the job
     assert await completion.complete(task, 1, stale) is Verdict.STALE
     assert _state(database) == "COMMITTING"
+
+
+async def test_completion_waits_for_late_events_instead_of_failing(desk) -> None:  # type: ignore[no-untyped-def]
+    completion, database, blobs = desk
+    task = _signed_task(blobs)
+    _record_history(database, task, ("ACCEPTED", "VALIDATING", "REVIEWING", "COMMITTING"))
+
+    async def late_events() -> None:
+        await asyncio.sleep(0.3)
+        _record_history(database, task, ("ASSEMBLING", "SIGNING"))
+        HISTORY.notify(JOB)
+
+    lease = await completion.leases.acquire(JOB)
+    arriving = asyncio.create_task(late_events())
+    verdict = await completion._complete_when_evident(task, 1, lease)  # noqa: SLF001
+    await arriving
+    assert verdict is Verdict.COMPLETED
+    assert _state(database) == "COMPLETED"

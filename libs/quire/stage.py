@@ -132,6 +132,7 @@ class StageRunner:
         if lease.committed is not None:
             await self._hand_off(lease.committed, msg, "ack", attempt)
             return
+        await self._announce_start(task, lease, attempt)
         outcome, final = await self._decide(task, lease, attempt, msg)
         if outcome is None:
             return
@@ -140,6 +141,18 @@ class StageRunner:
             log.info("stale lease for job %s (token %d); result discarded", task.job, lease.token)
             return
         await self._hand_off(outcome[0], msg, final, attempt)
+
+    async def _announce_start(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> None:
+        """Make the job's new state visible while the work runs.
+
+        Best effort: the same event (same id) is part of the committed outcome,
+        so the ledger gets it exactly once either way.
+        """
+        for event in self._entry_events(task, lease, attempt):
+            try:
+                await self._publisher.publish(event_subject(self._service), event, event.event_id)
+            except TransientError:
+                return
 
     async def _hand_off(
         self, outcome: queue_pb2.StageOutcome, msg: Msg, final: str, attempt: int

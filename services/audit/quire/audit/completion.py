@@ -21,6 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from quire.audit import ledger, tables
+from quire.audit.history import HistoryWatch
 from quire.blobstore import LocalBlobStore, sha256_file
 from quire.database import Database
 from quire.errors import PermanentError, QuireError
@@ -54,8 +55,12 @@ class CompletionDesk:
         blobs: LocalBlobStore,
         events: EventFactory,
         queue: QueueSettings,
+        history: HistoryWatch | None = None,
+        history_wait_seconds: float = 5.0,
     ) -> None:
         self._db = database
+        self._history = history or HistoryWatch()
+        self._history_wait = history_wait_seconds
         self.leases = LeaseStore(database, tables.leases)
         self._blobs = blobs
         self._events = events
@@ -78,7 +83,7 @@ class CompletionDesk:
         ) as span:
             try:
                 lease = await self.leases.acquire(task.job)
-                verdict = await self.complete(task, attempt, lease)
+                verdict = await self._complete_when_evident(task, attempt, lease)
             except Exception as error:  # noqa: BLE001 - database or storage trouble: retry
                 log.warning("job %s: completion check failed (%s)", task.job, type(error).__name__)
                 await msg.nak(delay=retry_delay(min(attempt, 8), self._queue))
@@ -92,6 +97,21 @@ class CompletionDesk:
                 await msg.term()
             else:
                 await msg.ack()
+
+    async def _complete_when_evident(
+        self, task: queue_pb2.JobTask, attempt: int, lease: Lease
+    ) -> Verdict:
+        """Complete, waiting (bounded) for late events of this job's history."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._history_wait
+        verdict = await self.complete(task, attempt, lease)
+        while verdict is Verdict.HISTORY_INCOMPLETE:
+            remaining = deadline - loop.time()
+            if remaining <= 0 or not await self._history.wait(task.job, remaining):
+                return verdict
+            # The artifact was checked above; only the history can have changed.
+            verdict = await self._db.run(lambda s: self._complete(s, task, attempt, lease))
+        return verdict
 
     async def complete(self, task: queue_pb2.JobTask, attempt: int, lease: Lease) -> Verdict:
         """Complete the job if the evidence is all there."""

@@ -12,6 +12,7 @@ import grpc
 
 from quire.audit import tables
 from quire.audit.completion import CompletionDesk
+from quire.audit.history import HistoryWatch
 from quire.audit.recorder import EventRecorder
 from quire.audit.servicer import AuditServicer
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
@@ -33,18 +34,20 @@ async def main() -> None:
     nc, js = await start_runtime(settings)
     database = Database(settings.database_url, tables.metadata)
     database.create_schema()
+    history = HistoryWatch()
     desk = CompletionDesk(
         database=database,
         blobs=LocalBlobStore(settings.blob_root),
         events=EventFactory(SERVICE, settings.instance, settings.build_version),
         queue=settings.queue,
+        history=history,
     )
     workers = [
         WorkQueueWorker(
             js,
             stream=EVENTS_STREAM,
             consumers={EVENTS_CONSUMER: settings.concurrency},
-            handler=EventRecorder(database).handle,
+            handler=EventRecorder(database, history).handle,
             ack_wait_seconds=settings.queue.ack_wait_seconds,
             fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
         ),

@@ -9,6 +9,7 @@ from nats.aio.msg import Msg
 from opentelemetry import trace
 
 from quire.audit import ledger
+from quire.audit.history import HistoryWatch
 from quire.database import Database
 from quire.errors import QuireError
 from quire.jobs import job_id
@@ -22,8 +23,9 @@ RETRY_SECONDS = 1.0
 
 
 class EventRecorder:
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, history: HistoryWatch) -> None:
         self._db = database
+        self._history = history
         self._tracer = trace.get_tracer("quire.audit")
 
     async def handle(self, msg: Msg) -> None:
@@ -47,3 +49,5 @@ class EventRecorder:
                 return
             span.set_attribute("quire.duplicate", not appended)
         await msg.ack()
+        if appended:
+            self._history.notify(event.job)

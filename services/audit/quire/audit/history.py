@@ -1,0 +1,38 @@
+"""In-process notice that a job's ledger history grew.
+
+The events consumer and the completion consumer run in the same audit
+process; when a commit task arrives before the job's last events, completion
+waits on this notice (bounded) instead of naking and coming back later. With
+several audit replicas the events may land elsewhere: the wait times out and
+the task is retried with backoff, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+__all__ = ["HistoryWatch"]
+
+
+class HistoryWatch:
+    def __init__(self) -> None:
+        self._waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
+
+    def notify(self, job: str) -> None:
+        for waiter in self._waiters.get(job, ()):
+            waiter.set()
+
+    async def wait(self, job: str, timeout: float) -> bool:
+        """True if the job's history grew within ``timeout`` seconds."""
+        waiter = asyncio.Event()
+        self._waiters[job].add(waiter)
+        try:
+            await asyncio.wait_for(waiter.wait(), timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._waiters[job].discard(waiter)
+            if not self._waiters[job]:
+                del self._waiters[job]
