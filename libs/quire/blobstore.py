@@ -31,7 +31,7 @@ def source_key(tenant: str, sha256: str) -> str:
     return f"sources/{tenant}/{sha256}"
 
 
-def sha256_file(path: Path) -> tuple[str, int]:
+def sha256_file(path: str | Path) -> tuple[str, int]:
     """Digest and size of a file, read in chunks."""
     digest = hashlib.sha256()
     size = 0

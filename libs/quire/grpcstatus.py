@@ -7,8 +7,11 @@ service). Manifests add ``BadRequest`` field violations; load shedding adds
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
-from typing import NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
@@ -28,7 +31,7 @@ from quire.errors import (
 )
 from quire.reasons import ReasonCode
 
-__all__ = ["status_for", "abort_with", "reason_of"]
+__all__ = ["status_for", "abort_with", "reason_of", "at_the_edge"]
 
 log = logging.getLogger(__name__)
 
@@ -99,3 +102,31 @@ def reason_of(error: grpc.RpcError) -> str | None:
             detail.Unpack(info)
             return info.reason
     return None
+
+
+def at_the_edge(domain: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a servicer method so any error leaves as a rich gRPC status."""
+
+    def decorate(method: Callable[..., Any]) -> Callable[..., Any]:
+        if inspect.isasyncgenfunction(method):
+
+            @functools.wraps(method)
+            async def streaming(self: object, request: Any, context: Any) -> Any:
+                try:
+                    async for item in method(self, request, context):
+                        yield item
+                except Exception as error:  # noqa: BLE001 - translated here, once
+                    await abort_with(context, error, domain)
+
+            return streaming
+
+        @functools.wraps(method)
+        async def unary(self: object, request: Any, context: Any) -> Any:
+            try:
+                return await method(self, request, context)
+            except Exception as error:  # noqa: BLE001 - translated here, once
+                await abort_with(context, error, domain)
+
+        return unary
+
+    return decorate

@@ -6,6 +6,9 @@ import hashlib
 import json
 import os
 import time
+from datetime import datetime
+
+from google.protobuf import timestamp_pb2
 
 from quire.errors import NotFound
 from quire.type import job_pb2
@@ -21,6 +24,7 @@ __all__ = [
     "HISTORY_BEFORE_COMPLETION",
     "state_rank",
     "manifest_digest",
+    "timestamp",
 ]
 
 JobState = job_pb2.JobState
@@ -84,3 +88,10 @@ def manifest_digest(manifest: job_pb2.Manifest) -> str:
     }
     encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(encoded).hexdigest()
+
+
+def timestamp(moment: datetime) -> timestamp_pb2.Timestamp:
+    """A protobuf Timestamp for a stored datetime (SQLite returns naive UTC)."""
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(moment)
+    return stamp

@@ -3,11 +3,11 @@ tenant's job is indistinguishable from one that does not exist."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
 import grpc
-from google.protobuf import timestamp_pb2
 from sqlalchemy import select
 
 from quire.admission import tables
@@ -21,8 +21,8 @@ from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.errors import DataLoss, FailedPrecondition, NotFound, QuireError, TransientError
-from quire.grpcstatus import abort_with
-from quire.jobs import job_id, job_name, state_value
+from quire.grpcstatus import at_the_edge
+from quire.jobs import job_id, job_name, state_value, timestamp
 from quire.reasons import ReasonCode
 from quire.settings import AdmissionSettings
 from quire.type import job_pb2
@@ -32,12 +32,6 @@ __all__ = ["AdmissionServicer"]
 DOMAIN = "admission.quire"
 log = logging.getLogger(__name__)
 AUDIT_TIMEOUT_SECONDS = 5.0
-
-
-def _timestamp(moment) -> timestamp_pb2.Timestamp:  # type: ignore[no-untyped-def]
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromDatetime(moment)
-    return stamp
 
 
 class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
@@ -62,73 +56,65 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         self._audit = audit
         self._settings = settings
 
+    @at_the_edge(DOMAIN)
     async def UploadSource(  # noqa: N802 - gRPC method name
         self,
         request_iterator: AsyncIterator[pb.UploadSourceRequest],
         context: grpc.aio.ServicerContext,
     ) -> pb.Source:
-        try:
-            tenant = await self._tenants.authenticate(context)
-            stored = await self._uploads.receive(tenant.id, request_iterator)
-            return pb.Source(
-                name=f"sources/{stored.sha256}",
-                sha256=stored.sha256,
-                size_bytes=stored.size_bytes,
-                content_type=stored.content_type,
-            )
-        except Exception as error:  # noqa: BLE001 - translated at the edge
-            await abort_with(context, error, DOMAIN)
+        tenant = await self._tenants.authenticate(context)
+        stored = await self._uploads.receive(tenant.id, request_iterator)
+        return pb.Source(
+            name=f"sources/{stored.sha256}",
+            sha256=stored.sha256,
+            size_bytes=stored.size_bytes,
+            content_type=stored.content_type,
+        )
 
+    @at_the_edge(DOMAIN)
     async def SubmitJob(  # noqa: N802 - gRPC method name
         self, request: pb.SubmitJobRequest, context: grpc.aio.ServicerContext
     ) -> job_pb2.Job:
-        try:
-            tenant = await self._tenants.authenticate(context)
-            accepted = await self._intake.submit(tenant.id, request)
-            if not accepted.dispatched:
-                try:
-                    await self._dispatcher.dispatch(accepted.name)
-                except Exception:  # noqa: BLE001 - committed: the dispatch sweep hands it on
-                    log.warning("job %s accepted; dispatch deferred to the sweep", accepted.name)
-            return self._accepted_view(accepted)
-        except Exception as error:  # noqa: BLE001 - translated at the edge
-            await abort_with(context, error, DOMAIN)
+        tenant = await self._tenants.authenticate(context)
+        accepted = await self._intake.submit(tenant.id, request)
+        if not accepted.dispatched:
+            try:
+                await self._dispatcher.dispatch(accepted.name)
+            except Exception:  # noqa: BLE001 - committed: the dispatch sweep hands it on
+                log.warning("job %s accepted; dispatch deferred to the sweep", accepted.name)
+        return self._accepted_view(accepted)
 
+    @at_the_edge(DOMAIN)
     async def GetJob(  # noqa: N802 - gRPC method name
         self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext
     ) -> job_pb2.Job:
-        try:
-            tenant = await self._tenants.authenticate(context)
-            accepted = await self._owned_job(tenant.id, request.name)
-            return await self._current_view(accepted)
-        except Exception as error:  # noqa: BLE001 - translated at the edge
-            await abort_with(context, error, DOMAIN)
+        tenant = await self._tenants.authenticate(context)
+        accepted = await self._owned_job(tenant.id, request.name)
+        return await self._current_view(accepted)
 
+    @at_the_edge(DOMAIN)
     async def DownloadArtifact(  # noqa: N802 - gRPC method name
         self, request: pb.DownloadArtifactRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.DownloadArtifactResponse]:
+        tenant = await self._tenants.authenticate(context)
+        accepted = await self._owned_job(tenant.id, request.name)
+        job = await self._current_view(accepted)
+        if job.state != job_pb2.JOB_STATE_COMPLETED:
+            raise FailedPrecondition(ReasonCode.JOB_NOT_COMPLETED, "the job is not completed")
+        key = f"signed/{tenant.id}/{job_id(job.name)}.pdf"
+        chunks = self._blobs.read_verified(key, job.output_digest, self._settings.chunk_bytes)
+        first = True
         try:
-            tenant = await self._tenants.authenticate(context)
-            accepted = await self._owned_job(tenant.id, request.name)
-            job = await self._current_view(accepted)
-            if job.state != job_pb2.JOB_STATE_COMPLETED:
-                raise FailedPrecondition(ReasonCode.JOB_NOT_COMPLETED, "the job is not completed")
-            key = f"signed/{tenant.id}/{job_id(job.name)}.pdf"
-            first = True
-            try:
-                for chunk in self._blobs.read_verified(
-                    key, job.output_digest, self._settings.chunk_bytes
-                ):
-                    yield pb.DownloadArtifactResponse(
-                        chunk=chunk, sha256=job.output_digest if first else ""
-                    )
-                    first = False
-            except QuireError as error:
-                raise DataLoss(
-                    ReasonCode.ARTIFACT_DIGEST_MISMATCH, "artifact does not match the ledger"
-                ) from error
-        except Exception as error:  # noqa: BLE001 - translated at the edge
-            await abort_with(context, error, DOMAIN)
+            # File reads run off the event loop; the digest is checked after the last chunk.
+            while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+                yield pb.DownloadArtifactResponse(
+                    chunk=chunk, sha256=job.output_digest if first else ""
+                )
+                first = False
+        except QuireError as error:
+            raise DataLoss(
+                ReasonCode.ARTIFACT_DIGEST_MISMATCH, "artifact does not match the ledger"
+            ) from error
 
     async def _owned_job(self, tenant: str, name: str) -> AcceptedJob:
         job = job_name(job_id(name))
@@ -165,6 +151,6 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
             state=state_value("ACCEPTED"),  # type: ignore[arg-type]
             item_count=accepted.item_count,
             manifest_digest=accepted.manifest_digest,
-            create_time=_timestamp(accepted.created_at),
-            update_time=_timestamp(accepted.created_at),
+            create_time=timestamp(accepted.created_at),
+            update_time=timestamp(accepted.created_at),
         )

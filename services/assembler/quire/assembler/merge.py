@@ -7,13 +7,12 @@ deterministically: the same sources in the same order give the same bytes.
 
 from __future__ import annotations
 
-import hashlib
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-__all__ = ["MergedPacket", "merge_sources", "SourceDigestMismatch"]
+from quire.blobstore import sha256_file
 
-READ_CHUNK = 1024 * 1024
+__all__ = ["MergedPacket", "merge_sources", "SourceDigestMismatch"]
 
 
 class SourceDigestMismatch(Exception):
@@ -27,16 +26,6 @@ class MergedPacket:
     page_count: int
 
 
-def _sha256_of(path: str) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as handle:
-        while chunk := handle.read(READ_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
-
-
 def merge_sources(sources: list[tuple[str, str]], output_path: str) -> MergedPacket:
     """Append each ``(path, sha256)`` in order into one PDF written to ``output_path``."""
     import pikepdf  # lazy: heavy, and only needed in the sandbox
@@ -44,11 +33,11 @@ def merge_sources(sources: list[tuple[str, str]], output_path: str) -> MergedPac
     # qpdf copies stream data lazily, at save: sources stay open until then.
     with ExitStack() as open_sources, pikepdf.new() as packet:
         for path, sha256 in sources:
-            if _sha256_of(path)[0] != sha256:
+            if sha256_file(path)[0] != sha256:
                 raise SourceDigestMismatch(sha256)
             source = open_sources.enter_context(pikepdf.open(path))
             packet.pages.extend(source.pages)
         page_count = len(packet.pages)
         packet.save(output_path, deterministic_id=True, compress_streams=True)
-    digest, size = _sha256_of(output_path)
+    digest, size = sha256_file(output_path)
     return MergedPacket(sha256=digest, size_bytes=size, page_count=page_count)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import grpc
-from google.protobuf import timestamp_pb2
 from sqlalchemy import select
 
 from quire.audit import tables
@@ -11,8 +10,8 @@ from quire.audit.v1 import audit_service_pb2 as pb
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from quire.database import Database
 from quire.errors import FieldViolation, InvalidInput, NotFound
-from quire.grpcstatus import abort_with
-from quire.jobs import job_id, job_name, state_value
+from quire.grpcstatus import at_the_edge
+from quire.jobs import job_id, job_name, state_value, timestamp
 from quire.reasons import ReasonCode
 from quire.type import job_pb2, queue_pb2
 
@@ -20,12 +19,6 @@ __all__ = ["AuditServicer"]
 
 DOMAIN = "audit.quire"
 MAX_PAGE = 500
-
-
-def _timestamp(moment) -> timestamp_pb2.Timestamp:  # type: ignore[no-untyped-def]
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromDatetime(moment)
-    return stamp
 
 
 def _page(request: pb.ListJobEventsRequest) -> tuple[int, int]:
@@ -50,59 +43,55 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
     def __init__(self, database: Database) -> None:
         self._db = database
 
+    @at_the_edge(DOMAIN)
     async def GetJob(  # noqa: N802 - gRPC method name
         self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext
     ) -> job_pb2.Job:
-        try:
-            name = job_name(job_id(request.name))
-            table = tables.jobs
-            row = await self._db.run(
-                lambda s: s.execute(select(table).where(table.c.job == name)).first()
-            )
-            if row is None:
-                raise NotFound("job not found")
-            return job_pb2.Job(
-                name=name,
-                state=state_value(row.state),  # type: ignore[arg-type]
-                reason_code=row.reason_code,
-                item_count=row.item_count,
-                manifest_digest=row.manifest_digest,
-                output_digest=row.output_digest,
-                ruleset_version=row.ruleset_version,
-                key_version=row.key_version,
-                create_time=_timestamp(row.created_at),
-                update_time=_timestamp(row.updated_at),
-            )
-        except Exception as error:  # noqa: BLE001 - translated at the edge
-            await abort_with(context, error, DOMAIN)
+        name = job_name(job_id(request.name))
+        table = tables.jobs
+        row = await self._db.run(
+            lambda s: s.execute(select(table).where(table.c.job == name)).first()
+        )
+        if row is None:
+            raise NotFound("job not found")
+        return job_pb2.Job(
+            name=name,
+            state=state_value(row.state),  # type: ignore[arg-type]
+            reason_code=row.reason_code,
+            item_count=row.item_count,
+            manifest_digest=row.manifest_digest,
+            output_digest=row.output_digest,
+            ruleset_version=row.ruleset_version,
+            key_version=row.key_version,
+            create_time=timestamp(row.created_at),
+            update_time=timestamp(row.updated_at),
+        )
 
+    @at_the_edge(DOMAIN)
     async def ListJobEvents(  # noqa: N802 - gRPC method name
         self, request: pb.ListJobEventsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListJobEventsResponse:
-        try:
-            name = job_name(job_id(request.job))
-            size, after = _page(request)
-            table = tables.ledger
-            rows = await self._db.run(
-                lambda s: s.execute(
-                    select(table)
-                    .where(table.c.job == name, table.c.sequence > after)
-                    .order_by(table.c.sequence)
-                    .limit(size + 1)
-                ).all()
-            )
-            page = rows[:size]
-            return pb.ListJobEventsResponse(
-                entries=[
-                    pb.LedgerEntry(
-                        sequence=row.sequence,
-                        event=queue_pb2.TransitionEvent.FromString(row.event),
-                        prev_hash=row.prev_hash,
-                        entry_hash=row.entry_hash,
-                    )
-                    for row in page
-                ],
-                next_page_token=str(page[-1].sequence) if len(rows) > size else "",
-            )
-        except Exception as error:  # noqa: BLE001 - translated at the edge
-            await abort_with(context, error, DOMAIN)
+        name = job_name(job_id(request.job))
+        size, after = _page(request)
+        table = tables.ledger
+        rows = await self._db.run(
+            lambda s: s.execute(
+                select(table)
+                .where(table.c.job == name, table.c.sequence > after)
+                .order_by(table.c.sequence)
+                .limit(size + 1)
+            ).all()
+        )
+        page = rows[:size]
+        return pb.ListJobEventsResponse(
+            entries=[
+                pb.LedgerEntry(
+                    sequence=row.sequence,
+                    event=queue_pb2.TransitionEvent.FromString(row.event),
+                    prev_hash=row.prev_hash,
+                    entry_hash=row.entry_hash,
+                )
+                for row in page
+            ],
+            next_page_token=str(page[-1].sequence) if len(rows) > size else "",
+        )

@@ -7,13 +7,13 @@ path that the signer promotes under the job's key only if no artifact exists.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
+
+from quire.blobstore import sha256_file
 
 __all__ = ["SignedPacket", "sign_packet", "PacketDigestMismatch", "SIGNATURE_FIELD"]
 
 SIGNATURE_FIELD = "QuireSignature"
-READ_CHUNK = 1024 * 1024
 
 
 class PacketDigestMismatch(Exception):
@@ -26,23 +26,13 @@ class SignedPacket:
     size_bytes: int
 
 
-def _sha256_of(path: str) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as handle:
-        while chunk := handle.read(READ_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
-
-
 def sign_packet(
     input_path: str, input_sha256: str, output_path: str, key_path: str, cert_path: str
 ) -> SignedPacket:
     from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
     from pyhanko.sign import fields, signers
 
-    if _sha256_of(input_path)[0] != input_sha256:
+    if sha256_file(input_path)[0] != input_sha256:
         raise PacketDigestMismatch(input_sha256)
     signer = signers.SimpleSigner.load(key_path, cert_path)
     if signer is None:
@@ -56,5 +46,5 @@ def sign_packet(
     with open(input_path, "rb") as source, open(output_path, "wb") as output:
         writer = IncrementalPdfFileWriter(source, strict=False)
         signers.sign_pdf(writer, metadata, signer=signer, output=output)
-    digest, size = _sha256_of(output_path)
+    digest, size = sha256_file(output_path)
     return SignedPacket(sha256=digest, size_bytes=size)
