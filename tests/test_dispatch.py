@@ -11,6 +11,7 @@ from nats.js import JetStreamContext
 from quire.admission import tables
 from quire.admission.dispatch import Dispatcher
 from quire.admission.intake import Intake
+from quire.admission.tenants import Tenant
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database
 from quire.settings import AdmissionSettings
@@ -54,7 +55,8 @@ async def test_an_undispatched_job_is_published_by_the_sweep_once(
             items=[job_pb2.ManifestItem(position=0, document_id="doc", sha256=DIGEST)]
         ),
     )
-    accepted = await intake.submit("t1", request)
+    tenant = Tenant(id="t1", name="tenant")
+    accepted = await intake.submit(tenant, request)
     assert not accepted.dispatched  # the "crash": committed, never published
 
     dispatcher = Dispatcher(database, Publisher(jetstream))
@@ -67,5 +69,5 @@ async def test_an_undispatched_job_is_published_by_the_sweep_once(
     )
     delivered = await validate.fetch(5, timeout=1)
     assert len(delivered) == 1, "the queue dropped the republish by its Nats-Msg-Id"
-    again = await intake.submit("t1", request)
+    again = await intake.submit(tenant, request)
     assert again.name == accepted.name and again.dispatched

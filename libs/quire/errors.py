@@ -8,7 +8,8 @@
     │   ├── Conflict                idempotency key reused (ALREADY_EXISTS)
     │   ├── FailedPrecondition      not in a state that allows this (FAILED_PRECONDITION)
     │   ├── DataLoss                stored bytes no longer match their digest (DATA_LOSS)
-    │   └── Rejected                a stage refuses the job's content (job ends REJECTED)
+    │   ├── Rejected                a stage refuses the job's content (job ends REJECTED)
+    │   └── JobCancelled            the client cancelled before signing (job ends CANCELLED)
     └── TransientError              may succeed later (UNAVAILABLE); queues retry with backoff
         ├── StaleLease              a newer delivery owns the job; discard this result
         └── Overloaded              shed load (RESOURCE_EXHAUSTED) with a retry hint
@@ -38,7 +39,9 @@ __all__ = [
     "Rejected",
     "DataLoss",
     "StaleLease",
+    "JobCancelled",
     "Overloaded",
+    "QuotaViolation",
 ]
 
 
@@ -124,10 +127,36 @@ class Rejected(PermanentError):
     """A stage refuses a job's content; the job ends REJECTED with this reason."""
 
 
+class JobCancelled(PermanentError):
+    """The client cancelled the job before signing began; it ends CANCELLED."""
+
+    def __init__(self) -> None:
+        super().__init__(ReasonCode.CANCELLED_BY_CLIENT, "the job was cancelled")
+
+
 class StaleLease(TransientError):
     def __init__(self, job: str) -> None:
         super().__init__(ReasonCode.INTERNAL, f"lease for {job} superseded")
 
 
+@dataclass(frozen=True)
+class QuotaViolation:
+    """One exceeded limit, for ``google.rpc.QuotaFailure``."""
+
+    subject: str
+    description: str
+
+
 class Overloaded(TransientError):
-    pass
+    """Refused for load (RESOURCE_EXHAUSTED) with a retry hint and the limits passed."""
+
+    def __init__(
+        self,
+        reason: ReasonCode | str,
+        message: str = "",
+        *,
+        retry_after: float | None = None,
+        quota: tuple[QuotaViolation, ...] = (),
+    ) -> None:
+        super().__init__(reason, message, retry_after=retry_after)
+        self.quota = quota

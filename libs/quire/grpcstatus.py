@@ -72,6 +72,16 @@ def status_for(error: BaseException, domain: str) -> status_pb2.Status:
             ]
         )
         details.append(_pack(bad))
+    if isinstance(error, Overloaded) and error.quota:
+        failure = error_details_pb2.QuotaFailure(
+            violations=[
+                error_details_pb2.QuotaFailure.Violation(
+                    subject=v.subject, description=v.description
+                )
+                for v in error.quota
+            ]
+        )
+        details.append(_pack(failure))
     retry_after = getattr(error, "retry_after", None)
     if retry_after is not None:
         delay = duration_pb2.Duration()

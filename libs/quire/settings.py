@@ -151,13 +151,24 @@ class ServiceSettings:
 
 @dataclass(frozen=True)
 class AdmissionSettings:
-    """The upload gate's limits."""
+    """The front door's limits. Upload ceiling and outstanding quota are
+    defaults that a tenant's own limits override."""
 
     max_upload_bytes: int = 25 * 1024 * 1024
-    allowed_content_types: frozenset[str] = frozenset({"application/pdf"})
+    allowed_content_types: frozenset[str] = frozenset({"application/pdf", "application/json"})
     max_manifest_items: int = 200
     chunk_bytes: int = 256 * 1024
     """Size of each chunk of a download stream."""
+    max_outstanding_jobs: int = 100
+    """Non-terminal jobs a tenant may have before new ones are refused."""
+    queue_age_budget_seconds: float = 60.0
+    """Refuse new work when the oldest ready validate message is older than this."""
+    queue_age_cache_seconds: float = 1.0
+    """How long a reading of the queue's age is reused."""
+    idempotency_window_seconds: float = 24 * 3600.0
+    """How long a request_id keeps returning the job it made."""
+    retry_after_seconds: float = 5.0
+    """The retry hint given when refusing for load."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AdmissionSettings:
@@ -165,4 +176,11 @@ class AdmissionSettings:
         return cls(
             max_upload_bytes=int(_get(env, "QUIRE_MAX_UPLOAD_BYTES", str(25 * 1024 * 1024))),
             max_manifest_items=int(_get(env, "QUIRE_MAX_MANIFEST_ITEMS", "200")),
+            max_outstanding_jobs=int(_get(env, "QUIRE_MAX_OUTSTANDING_JOBS", "100")),
+            queue_age_budget_seconds=float(_get(env, "QUIRE_QUEUE_AGE_BUDGET_SECONDS", "60")),
+            queue_age_cache_seconds=float(_get(env, "QUIRE_QUEUE_AGE_CACHE_SECONDS", "1")),
+            idempotency_window_seconds=float(
+                _get(env, "QUIRE_IDEMPOTENCY_WINDOW_SECONDS", str(24 * 3600))
+            ),
+            retry_after_seconds=float(_get(env, "QUIRE_RETRY_AFTER_SECONDS", "5")),
         )

@@ -30,7 +30,8 @@ from nats.aio.msg import Msg
 from opentelemetry import trace
 from sqlalchemy.orm import Session
 
-from quire.errors import PermanentError, QuireError, TransientError
+from quire.errors import JobCancelled, PermanentError, QuireError, TransientError
+from quire.jobgate import JobGate
 from quire.jobs import job_id
 from quire.leases import Lease, LeaseStore
 from quire.reasons import ReasonCode
@@ -42,6 +43,9 @@ from quire.workqueue.publisher import Publisher
 from quire.workqueue.topology import event_subject, work_subject
 
 __all__ = ["StageResult", "StageWork", "StageRunner", "retry_delay"]
+
+_Decision = tuple[queue_pb2.StageOutcome, "Callable[[Session], None] | None"]
+"""The outcome to commit, and the stage's own rows to write with it."""
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +96,10 @@ class StageRunner:
         events: EventFactory,
         queue: QueueSettings,
         entry_state: str,
+        gate: JobGate | None = None,
     ) -> None:
         self._service = service
+        self._gate = gate
         self._work = work
         self._leases = leases
         self._publisher = publisher
@@ -132,8 +138,13 @@ class StageRunner:
         if lease.committed is not None:
             await self._hand_off(lease.committed, msg, "ack", attempt)
             return
-        await self._announce_start(task, lease, attempt)
-        outcome, final = await self._decide(task, lease, attempt, msg)
+        if self._gate is not None and await self._gate.is_cancelled(task.job):
+            ending = self._ending(task, lease, attempt, "CANCELLED", ReasonCode.CANCELLED_BY_CLIENT)
+            outcome: _Decision | None = (ending, None)
+            final = "term"
+        else:
+            await self._announce_start(task, lease, attempt)
+            outcome, final = await self._decide(task, lease, attempt, msg)
         if outcome is None:
             return
         if not await self._leases.complete(lease, outcome[0], outcome[1]):
@@ -167,12 +178,13 @@ class StageRunner:
 
     async def _decide(
         self, task: queue_pb2.JobTask, lease: Lease, attempt: int, msg: Msg
-    ) -> tuple[tuple[queue_pb2.StageOutcome, Callable[[Session], None] | None] | None, str]:
+    ) -> tuple[_Decision | None, str]:
         work = self._work
         try:
             result = await work.process(task, lease, attempt)
         except PermanentError as error:
-            ending = self._ending(task, lease, attempt, "REJECTED", error.reason)
+            state = "CANCELLED" if isinstance(error, JobCancelled) else "REJECTED"
+            ending = self._ending(task, lease, attempt, state, error.reason)
             return (ending, work.record_rejection(task, error)), "term"
         except Exception as error:  # noqa: BLE001 - transient by default
             reason = error.reason if isinstance(error, QuireError) else ReasonCode.INTERNAL

@@ -11,6 +11,7 @@ from sqlalchemy import MetaData, Table
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.grpcserver import serve
+from quire.jobgate import JobGate
 from quire.leases import LeaseStore
 from quire.runtime import start_runtime
 from quire.settings import ServiceSettings
@@ -46,7 +47,7 @@ async def run_stage_service(
     settings: ServiceSettings,
     spec: StageService,
     *,
-    build: Callable[[Database, LocalBlobStore], tuple[StageWork, Registrar]],
+    build: Callable[[Database, LocalBlobStore, JobGate], tuple[StageWork, Registrar]],
     on_close: Callable[[], None] | None = None,
     warm: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
@@ -54,7 +55,8 @@ async def run_stage_service(
     database = Database(settings.database_url, spec.metadata)
     database.create_schema()
     blobs = LocalBlobStore(settings.blob_root)
-    work, register = build(database, blobs)
+    gate = await JobGate.open(js)
+    work, register = build(database, blobs, gate)
     runner = StageRunner(
         service=settings.service,
         work=work,
@@ -63,6 +65,7 @@ async def run_stage_service(
         events=EventFactory(settings.service, settings.instance, settings.build_version),
         queue=settings.queue,
         entry_state=spec.entry_state,
+        gate=gate,
     )
     worker = WorkQueueWorker(
         js,

@@ -55,6 +55,16 @@ class AdmissionServiceStub:
                 request_serializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.DownloadArtifactRequest.SerializeToString,
                 response_deserializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.DownloadArtifactResponse.FromString,
                 _registered_method=True)
+        self.ListJobs = channel.unary_unary(
+                '/quire.admission.v1.AdmissionService/ListJobs',
+                request_serializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.ListJobsResponse.FromString,
+                _registered_method=True)
+        self.CancelJob = channel.unary_unary(
+                '/quire.admission.v1.AdmissionService/CancelJob',
+                request_serializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.CancelJobRequest.SerializeToString,
+                response_deserializer=quire_dot_type_dot_job__pb2.Job.FromString,
+                _registered_method=True)
 
 
 class AdmissionServiceServicer:
@@ -87,6 +97,21 @@ class AdmissionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListJobs(self, request, context):
+        """The caller's jobs, newest first, optionally only those in one state.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelJob(self, request, context):
+        """Cancels a job that has not started signing; otherwise returns the job as
+        it is, so the caller sees honestly which state it reached.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdmissionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -109,6 +134,16 @@ def add_AdmissionServiceServicer_to_server(servicer, server):
                     servicer.DownloadArtifact,
                     request_deserializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.DownloadArtifactRequest.FromString,
                     response_serializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.DownloadArtifactResponse.SerializeToString,
+            ),
+            'ListJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobs,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.ListJobsRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.ListJobsResponse.SerializeToString,
+            ),
+            'CancelJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelJob,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.CancelJobRequest.FromString,
+                    response_serializer=quire_dot_type_dot_job__pb2.Job.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +254,60 @@ class AdmissionService:
             '/quire.admission.v1.AdmissionService/DownloadArtifact',
             quire_dot_admission_dot_v1_dot_admission__service__pb2.DownloadArtifactRequest.SerializeToString,
             quire_dot_admission_dot_v1_dot_admission__service__pb2.DownloadArtifactResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.AdmissionService/ListJobs',
+            quire_dot_admission_dot_v1_dot_admission__service__pb2.ListJobsRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_admission__service__pb2.ListJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.AdmissionService/CancelJob',
+            quire_dot_admission_dot_v1_dot_admission__service__pb2.CancelJobRequest.SerializeToString,
+            quire_dot_type_dot_job__pb2.Job.FromString,
             options,
             channel_credentials,
             insecure,

@@ -45,6 +45,11 @@ class AuditServiceStub:
                 request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.ListJobEventsRequest.SerializeToString,
                 response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.ListJobEventsResponse.FromString,
                 _registered_method=True)
+        self.BatchGetJobs = channel.unary_unary(
+                '/quire.audit.v1.AuditService/BatchGetJobs',
+                request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.BatchGetJobsRequest.SerializeToString,
+                response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.BatchGetJobsResponse.FromString,
+                _registered_method=True)
 
 
 class AuditServiceServicer:
@@ -62,6 +67,13 @@ class AuditServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BatchGetJobs(self, request, context):
+        """Several jobs at once; names audit has not recorded are left out.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuditServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -74,6 +86,11 @@ def add_AuditServiceServicer_to_server(servicer, server):
                     servicer.ListJobEvents,
                     request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.ListJobEventsRequest.FromString,
                     response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.ListJobEventsResponse.SerializeToString,
+            ),
+            'BatchGetJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.BatchGetJobs,
+                    request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.BatchGetJobsRequest.FromString,
+                    response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.BatchGetJobsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -130,6 +147,33 @@ class AuditService:
             '/quire.audit.v1.AuditService/ListJobEvents',
             quire_dot_audit_dot_v1_dot_audit__service__pb2.ListJobEventsRequest.SerializeToString,
             quire_dot_audit_dot_v1_dot_audit__service__pb2.ListJobEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BatchGetJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.audit.v1.AuditService/BatchGetJobs',
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.BatchGetJobsRequest.SerializeToString,
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.BatchGetJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -7,7 +7,7 @@ import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
@@ -24,11 +24,18 @@ SWEEP_BATCH = 100
 
 class Dispatcher:
     def __init__(
-        self, database: Database, publisher: Publisher, *, sweep_seconds: float = 5.0
+        self,
+        database: Database,
+        publisher: Publisher,
+        *,
+        sweep_seconds: float = 5.0,
+        idempotency: bool = False,
     ) -> None:
         self._db = database
         self._publisher = publisher
         self._sweep_seconds = sweep_seconds
+        self._purge_keys = idempotency
+        """Also forget idempotency keys past their window on each sweep."""
 
     async def dispatch(self, job: str) -> None:
         """Publish the ACCEPTED event and the validate task, then mark the job dispatched."""
@@ -55,6 +62,8 @@ class Dispatcher:
         while True:
             try:
                 await self.sweep(older_than=timedelta(seconds=self._sweep_seconds))
+                if self._purge_keys:
+                    await self.purge_expired_keys()
             except Exception:  # noqa: BLE001 - NATS may be down; try again next round
                 log.warning("dispatch sweep failed; will retry")
             await asyncio.sleep(self._sweep_seconds)
@@ -81,3 +90,13 @@ class Dispatcher:
             except Exception as error:  # noqa: BLE001 - one job's trouble must not block the rest
                 log.warning("dispatch of %s failed (%s)", job, type(error).__name__)
         return dispatched
+
+    async def purge_expired_keys(self) -> int:
+        """Forget idempotency keys past their window (the jobs stay)."""
+        keys = tables.idempotency_keys
+        now = datetime.now(UTC)
+        return await self._db.run(
+            lambda s: len(
+                s.execute(delete(keys).where(keys.c.expires_at <= now).returning(keys.c.job)).all()
+            )
+        )

@@ -1,10 +1,16 @@
 """Job intake: a checked manifest becomes one job, exactly once per idempotency key.
 
-The job row, its first task and its ACCEPTED event are committed together;
-only then is the caller told OK. Publishing to the validate queue happens
-right after (``Dispatcher``), and a sweep republishes anything a crash left
-undispatched, so an accepted job is never lost and never doubled (the queue
-drops a republish by its ``Nats-Msg-Id``).
+Order of decisions, cheapest and most certain first:
+  1. the request itself (request_id, manifest) — INVALID_ARGUMENT, every violation;
+  2. the idempotency key — a live key returns its job (even under load), or is
+     refused as reused for a different request;
+  3. load — the validate queue's backlog age and the tenant's outstanding jobs
+     — RESOURCE_EXHAUSTED with a retry hint, nothing persisted;
+  4. the key, the job row, its first task and its ACCEPTED event, committed in
+     one transaction; the key is the primary key, so concurrent identical
+     submissions make one job.
+Publishing to the validate queue happens right after (``Dispatcher``), and a
+sweep republishes anything a crash left undispatched.
 """
 
 from __future__ import annotations
@@ -12,23 +18,26 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
+from quire.admission.backlog import QueueAgeProbe
 from quire.admission.manifests import PRIORITIES, check_manifest
+from quire.admission.outstanding import OutstandingJobs, count_outstanding
+from quire.admission.tenants import Tenant
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database, insert_if_absent
-from quire.errors import Conflict, FieldViolation, InvalidInput
+from quire.errors import Conflict, FieldViolation, InvalidInput, Overloaded, QuotaViolation
 from quire.jobs import job_name, manifest_digest, new_job_id
 from quire.reasons import ReasonCode
 from quire.settings import AdmissionSettings
 from quire.transitions import EventFactory
 from quire.type import job_pb2, queue_pb2
 
-__all__ = ["Intake", "AcceptedJob"]
+__all__ = ["Intake", "AcceptedJob", "MAX_REQUEST_ID"]
 
 MAX_REQUEST_ID = 128
 
@@ -42,44 +51,108 @@ class AcceptedJob:
     dispatched: bool
 
 
+class _OverQuota(Exception):
+    """Raised inside the transaction so that it rolls back and writes nothing."""
+
+    def __init__(self, outstanding: int) -> None:
+        super().__init__(outstanding)
+        self.outstanding = outstanding
+
+
 def _request_sha256(digest: str, priority: str) -> str:
     canonical = json.dumps({"manifest": digest, "priority": priority}, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def _accepted(row: object) -> AcceptedJob:
+    return AcceptedJob(
+        name=row.job,  # type: ignore[attr-defined]
+        manifest_digest=row.manifest_digest,  # type: ignore[attr-defined]
+        item_count=row.item_count,  # type: ignore[attr-defined]
+        created_at=row.created_at,  # type: ignore[attr-defined]
+        dispatched=row.dispatched_at is not None,  # type: ignore[attr-defined]
+    )
+
+
 class Intake:
     def __init__(
-        self, database: Database, events: EventFactory, settings: AdmissionSettings
+        self,
+        database: Database,
+        events: EventFactory,
+        settings: AdmissionSettings,
+        *,
+        backlog: QueueAgeProbe | None = None,
+        outstanding: OutstandingJobs | None = None,
     ) -> None:
         self._db = database
         self._events = events
         self._settings = settings
+        self._backlog = backlog
+        self._outstanding = outstanding
 
-    async def submit(self, tenant: str, request: pb.SubmitJobRequest) -> AcceptedJob:
-        if not request.request_id:
-            raise InvalidInput(
-                ReasonCode.REQUEST_ID_MISSING,
-                "request_id is required",
-                (FieldViolation("request_id", "required"),),
-            )
-        if len(request.request_id) > MAX_REQUEST_ID:
-            raise InvalidInput(
-                ReasonCode.REQUEST_ID_TOO_LONG,
-                f"request_id is limited to {MAX_REQUEST_ID} characters",
-                (FieldViolation("request_id", "too long"),),
-            )
-        return await self._db.run(lambda s: self._submit(s, tenant, request))
+    async def submit(self, tenant: Tenant, request: pb.SubmitJobRequest) -> AcceptedJob:
+        _check_request_id(request.request_id)
+        priority = request.priority or "interactive"
+        digest = manifest_digest(request.manifest)
+        request_sha = _request_sha256(digest, priority)
+        replay = await self._db.run(lambda s: self._replay(s, tenant.id, request, request_sha))
+        if replay is not None:
+            return replay
+        await self._db.run(lambda s: self._check(s, tenant.id, request))
+        await self._shed_for_backlog(priority)
+        quota = tenant.outstanding_quota(self._settings)
+        try:
+            return await self._accept(tenant.id, request, request_sha, digest, priority, quota)
+        except _OverQuota:
+            if self._outstanding is None:
+                raise self._over_quota(quota) from None
+        await self._outstanding.refresh(tenant.id)  # some may have ended: ask audit
+        try:
+            return await self._accept(tenant.id, request, request_sha, digest, priority, quota)
+        except _OverQuota:
+            raise self._over_quota(quota) from None
 
-    def _submit(self, session: Session, tenant: str, request: pb.SubmitJobRequest) -> AcceptedJob:
+    async def _accept(
+        self,
+        tenant: str,
+        request: pb.SubmitJobRequest,
+        request_sha: str,
+        digest: str,
+        priority: str,
+        quota: int,
+    ) -> AcceptedJob:
+        return await self._db.run(
+            lambda s: self._insert(s, tenant, request, request_sha, digest, priority, quota)
+        )
+
+    def _replay(
+        self, session: Session, tenant: str, request: pb.SubmitJobRequest, request_sha: str
+    ) -> AcceptedJob | None:
+        """The job a live key already made, or None; refuses a key reused differently."""
+        keys = tables.idempotency_keys
+        key = session.execute(
+            select(keys).where(keys.c.tenant == tenant, keys.c.request_id == request.request_id)
+        ).first()
+        if key is None or key.expires_at.replace(tzinfo=UTC) <= datetime.now(UTC):
+            return None
+        if key.request_sha256 != request_sha:
+            raise Conflict(
+                ReasonCode.IDEMPOTENCY_KEY_REUSED, "request_id was used for a different request"
+            )
+        row = session.execute(select(tables.jobs).where(tables.jobs.c.job == key.job)).one()
+        return _accepted(row)
+
+    def _check(self, session: Session, tenant: str, request: pb.SubmitJobRequest) -> None:
         digests = {item.sha256 for item in request.manifest.items}
         rows = session.execute(
-            select(tables.sources).where(
+            select(tables.sources.c.sha256).where(
                 tables.sources.c.tenant == tenant, tables.sources.c.sha256.in_(digests)
             )
         ).all()
-        uploaded = {row.sha256: row for row in rows}
         violations = check_manifest(
-            request.manifest, uploaded=uploaded, max_items=self._settings.max_manifest_items
+            request.manifest,
+            uploaded={row.sha256: True for row in rows},
+            max_items=self._settings.max_manifest_items,
         )
         if request.priority not in PRIORITIES:
             violations.append(
@@ -90,11 +163,112 @@ class Intake:
                 ReasonCode.INVALID_MANIFEST, "the manifest is invalid", tuple(violations)
             )
 
-        digest = manifest_digest(request.manifest)
-        priority = request.priority or "interactive"
-        request_sha = _request_sha256(digest, priority)
+    async def _shed_for_backlog(self, priority: str) -> None:
+        if self._backlog is None:
+            return
+        age = await self._backlog.oldest_ready_age(priority)
+        budget = self._settings.queue_age_budget_seconds
+        if age > budget:
+            raise Overloaded(
+                ReasonCode.QUEUE_BACKLOG,
+                "the pipeline is behind; try again later",
+                retry_after=self._settings.retry_after_seconds,
+                quota=(
+                    QuotaViolation(
+                        f"queue:validate.{priority}",
+                        f"oldest ready job waited {age:.0f}s, over the {budget:.0f}s budget",
+                    ),
+                ),
+            )
+
+    def _over_quota(self, quota: int) -> Overloaded:
+        return Overloaded(
+            ReasonCode.TENANT_QUOTA_EXCEEDED,
+            "too many outstanding jobs; try again when some have finished",
+            retry_after=self._settings.retry_after_seconds,
+            quota=(QuotaViolation("tenant:outstanding_jobs", f"at most {quota} outstanding jobs"),),
+        )
+
+    def _insert(
+        self,
+        session: Session,
+        tenant: str,
+        request: pb.SubmitJobRequest,
+        request_sha: str,
+        digest: str,
+        priority: str,
+        quota: int,
+    ) -> AcceptedJob:
+        # Serialize a tenant's submissions (PostgreSQL; SQLite's write lock already does).
+        session.execute(
+            select(tables.tenants.c.id).where(tables.tenants.c.id == tenant).with_for_update()
+        ).one()
+        keys = tables.idempotency_keys
+        now = datetime.now(UTC)
+        session.execute(
+            delete(keys).where(
+                keys.c.tenant == tenant,
+                keys.c.request_id == request.request_id,
+                keys.c.expires_at <= now,
+            )
+        )
+        replay = self._replay(session, tenant, request, request_sha)
+        if replay is not None:
+            return replay
+        outstanding = count_outstanding(session, tenant)
+        if outstanding >= quota:
+            raise _OverQuota(outstanding)
         job = job_name(new_job_id())
-        task = queue_pb2.JobTask(
+        inserted = insert_if_absent(
+            session,
+            keys,
+            {
+                "tenant": tenant,
+                "request_id": request.request_id,
+                "request_sha256": request_sha,
+                "job": job,
+                "expires_at": now + timedelta(seconds=self._settings.idempotency_window_seconds),
+            },
+        )
+        if not inserted:  # a concurrent identical submission won the key
+            replay = self._replay(session, tenant, request, request_sha)
+            assert replay is not None
+            return replay
+        task = self._task(session, tenant, job, request, digest, priority)
+        accepted = self._events.transition(task, "", "ACCEPTED", attempt=1, lease_token=0)
+        session.execute(
+            tables.jobs.insert().values(
+                job=job,
+                tenant=tenant,
+                request_id=request.request_id,
+                manifest_digest=digest,
+                item_count=len(task.sources),
+                task=task.SerializeToString(),
+                accepted_event=accepted.SerializeToString(),
+                created_at=now,
+            )
+        )
+        return AcceptedJob(job, digest, len(task.sources), now, dispatched=False)
+
+    @staticmethod
+    def _task(
+        session: Session,
+        tenant: str,
+        job: str,
+        request: pb.SubmitJobRequest,
+        digest: str,
+        priority: str,
+    ) -> queue_pb2.JobTask:
+        digests = {item.sha256 for item in request.manifest.items}
+        uploaded = {
+            row.sha256: row
+            for row in session.execute(
+                select(tables.sources).where(
+                    tables.sources.c.tenant == tenant, tables.sources.c.sha256.in_(digests)
+                )
+            )
+        }
+        return queue_pb2.JobTask(
             job=job,
             tenant=tenant,
             manifest_digest=digest,
@@ -113,36 +287,18 @@ class Intake:
                 for item in sorted(request.manifest.items, key=lambda i: i.position)
             ],
         )
-        accepted = self._events.transition(task, "", "ACCEPTED", attempt=1, lease_token=0)
-        now = datetime.now(UTC)
-        inserted = insert_if_absent(
-            session,
-            tables.jobs,
-            {
-                "job": job,
-                "tenant": tenant,
-                "request_id": request.request_id,
-                "request_sha256": request_sha,
-                "manifest_digest": digest,
-                "item_count": len(task.sources),
-                "task": task.SerializeToString(),
-                "accepted_event": accepted.SerializeToString(),
-                "created_at": now,
-            },
+
+
+def _check_request_id(request_id: str) -> None:
+    if not request_id:
+        raise InvalidInput(
+            ReasonCode.REQUEST_ID_MISSING,
+            "request_id is required",
+            (FieldViolation("request_id", "required"),),
         )
-        row = session.execute(
-            select(tables.jobs).where(
-                tables.jobs.c.tenant == tenant, tables.jobs.c.request_id == request.request_id
-            )
-        ).one()
-        if not inserted and row.request_sha256 != request_sha:
-            raise Conflict(
-                ReasonCode.IDEMPOTENCY_KEY_REUSED, "request_id was used for a different request"
-            )
-        return AcceptedJob(
-            name=row.job,
-            manifest_digest=row.manifest_digest,
-            item_count=row.item_count,
-            created_at=row.created_at,
-            dispatched=row.dispatched_at is not None,
+    if len(request_id) > MAX_REQUEST_ID:
+        raise InvalidInput(
+            ReasonCode.REQUEST_ID_TOO_LONG,
+            f"request_id is limited to {MAX_REQUEST_ID} characters",
+            (FieldViolation("request_id", "too long"),),
         )

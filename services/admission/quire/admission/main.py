@@ -8,23 +8,29 @@ import contextlib
 import grpc
 
 from quire.admission import tables
+from quire.admission.admin import TenantAdminServicer
+from quire.admission.backlog import QueueAgeProbe
+from quire.admission.cancellation import Canceller
 from quire.admission.dispatch import Dispatcher
 from quire.admission.intake import Intake
+from quire.admission.jobviews import JobViews
+from quire.admission.outstanding import OutstandingJobs
 from quire.admission.servicer import AdmissionServicer
 from quire.admission.tenants import TenantDirectory
 from quire.admission.uploads import UploadGate
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
+from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
 from quire.audit.v1 import audit_service_pb2_grpc
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.grpcserver import insecure_channel, serve
+from quire.jobgate import JobGate
 from quire.runtime import start_runtime
 from quire.settings import AdmissionSettings, ServiceSettings
 from quire.transitions import EventFactory
 from quire.workqueue import Publisher
 
 SERVICE = "admission"
-DEV_TOKEN_FILE = "dev-token"
 
 
 async def main() -> None:
@@ -34,20 +40,38 @@ async def main() -> None:
     database = Database(settings.database_url, tables.metadata)
     database.create_schema()
     tenants = TenantDirectory(database)
-    tenants.ensure_dev_tenant(settings.service_dir / DEV_TOKEN_FILE)
+    tenants.ensure_bootstrap(settings.service_dir)
     blobs = LocalBlobStore(settings.blob_root)
-    dispatcher = Dispatcher(database, Publisher(js))
+    publisher = Publisher(js)
+    events = EventFactory(SERVICE, settings.instance, settings.build_version)
+    dispatcher = Dispatcher(database, publisher, idempotency=True)
     audit_channel = insecure_channel(settings.peers["audit"])
+    audit = audit_service_pb2_grpc.AuditServiceStub(audit_channel)
+    outstanding = OutstandingJobs(database, audit)
+    views = JobViews(database, audit, outstanding)
+    intake = Intake(
+        database,
+        events,
+        admission,
+        backlog=QueueAgeProbe(js, cache_seconds=admission.queue_age_cache_seconds),
+        outstanding=outstanding,
+    )
     servicer = AdmissionServicer(
         database=database,
         blobs=blobs,
         tenants=tenants,
         uploads=UploadGate(database, blobs, admission),
-        intake=Intake(
-            database, EventFactory(SERVICE, settings.instance, settings.build_version), admission
-        ),
+        intake=intake,
         dispatcher=dispatcher,
-        audit=audit_service_pb2_grpc.AuditServiceStub(audit_channel),
+        views=views,
+        canceller=Canceller(
+            database=database,
+            views=views,
+            gate=await JobGate.open(js),
+            publisher=publisher,
+            events=events,
+            outstanding=outstanding,
+        ),
         settings=admission,
     )
     sweeper: list[asyncio.Task[None]] = []
@@ -63,12 +87,16 @@ async def main() -> None:
 
     def register(server: grpc.aio.Server) -> None:
         pb_grpc.add_AdmissionServiceServicer_to_server(servicer, server)
+        admin_grpc.add_TenantAdminServiceServicer_to_server(TenantAdminServicer(tenants), server)
 
     try:
         await serve(
             address=settings.grpc_address,
             register=register,
-            service_names=("quire.admission.v1.AdmissionService",),
+            service_names=(
+                "quire.admission.v1.AdmissionService",
+                "quire.admission.v1.TenantAdminService",
+            ),
             on_drain=drain,
             drain_seconds=settings.drain_seconds,
             ready=ready,

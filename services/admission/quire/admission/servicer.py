@@ -8,21 +8,20 @@ import logging
 from collections.abc import AsyncIterator
 
 import grpc
-from sqlalchemy import select
 
-from quire.admission import tables
+from quire.admission.cancellation import Canceller
 from quire.admission.dispatch import Dispatcher
-from quire.admission.intake import AcceptedJob, Intake
+from quire.admission.intake import Intake
+from quire.admission.jobviews import JobViews, accepted_view
 from quire.admission.tenants import TenantDirectory
 from quire.admission.uploads import UploadGate
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
-from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
-from quire.errors import DataLoss, FailedPrecondition, NotFound, QuireError, TransientError
+from quire.errors import DataLoss, FailedPrecondition, QuireError
 from quire.grpcstatus import at_the_edge
-from quire.jobs import job_id, job_name, state_value, timestamp
+from quire.jobs import job_id
 from quire.reasons import ReasonCode
 from quire.settings import AdmissionSettings
 from quire.type import job_pb2
@@ -31,7 +30,6 @@ __all__ = ["AdmissionServicer"]
 
 DOMAIN = "admission.quire"
 log = logging.getLogger(__name__)
-AUDIT_TIMEOUT_SECONDS = 5.0
 
 
 class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
@@ -44,7 +42,8 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         uploads: UploadGate,
         intake: Intake,
         dispatcher: Dispatcher,
-        audit: audit_service_pb2_grpc.AuditServiceStub,
+        views: JobViews,
+        canceller: Canceller,
         settings: AdmissionSettings,
     ) -> None:
         self._db = database
@@ -53,7 +52,8 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         self._uploads = uploads
         self._intake = intake
         self._dispatcher = dispatcher
-        self._audit = audit
+        self._views = views
+        self._canceller = canceller
         self._settings = settings
 
     @at_the_edge(DOMAIN)
@@ -63,7 +63,7 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         context: grpc.aio.ServicerContext,
     ) -> pb.Source:
         tenant = await self._tenants.authenticate(context)
-        stored = await self._uploads.receive(tenant.id, request_iterator)
+        stored = await self._uploads.receive(tenant, request_iterator)
         return pb.Source(
             name=f"sources/{stored.sha256}",
             sha256=stored.sha256,
@@ -76,29 +76,27 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         self, request: pb.SubmitJobRequest, context: grpc.aio.ServicerContext
     ) -> job_pb2.Job:
         tenant = await self._tenants.authenticate(context)
-        accepted = await self._intake.submit(tenant.id, request)
+        accepted = await self._intake.submit(tenant, request)
         if not accepted.dispatched:
             try:
                 await self._dispatcher.dispatch(accepted.name)
             except Exception:  # noqa: BLE001 - committed: the dispatch sweep hands it on
                 log.warning("job %s accepted; dispatch deferred to the sweep", accepted.name)
-        return self._accepted_view(accepted)
+        return accepted_view(accepted)
 
     @at_the_edge(DOMAIN)
     async def GetJob(  # noqa: N802 - gRPC method name
         self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext
     ) -> job_pb2.Job:
         tenant = await self._tenants.authenticate(context)
-        accepted = await self._owned_job(tenant.id, request.name)
-        return await self._current_view(accepted)
+        return await self._views.current(await self._views.owned(tenant.id, request.name))
 
     @at_the_edge(DOMAIN)
     async def DownloadArtifact(  # noqa: N802 - gRPC method name
         self, request: pb.DownloadArtifactRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.DownloadArtifactResponse]:
         tenant = await self._tenants.authenticate(context)
-        accepted = await self._owned_job(tenant.id, request.name)
-        job = await self._current_view(accepted)
+        job = await self._views.current(await self._views.owned(tenant.id, request.name))
         if job.state != job_pb2.JOB_STATE_COMPLETED:
             raise FailedPrecondition(ReasonCode.JOB_NOT_COMPLETED, "the job is not completed")
         key = f"signed/{tenant.id}/{job_id(job.name)}.pdf"
@@ -116,41 +114,19 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
                 ReasonCode.ARTIFACT_DIGEST_MISMATCH, "artifact does not match the ledger"
             ) from error
 
-    async def _owned_job(self, tenant: str, name: str) -> AcceptedJob:
-        job = job_name(job_id(name))
-        table = tables.jobs
-        row = await self._db.run(
-            lambda s: s.execute(
-                select(table).where(table.c.job == job, table.c.tenant == tenant)
-            ).first()
+    @at_the_edge(DOMAIN)
+    async def ListJobs(  # noqa: N802 - gRPC method name
+        self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListJobsResponse:
+        tenant = await self._tenants.authenticate(context)
+        page = await self._views.page(
+            tenant.id, size=request.page_size, token=request.page_token, state=request.state
         )
-        if row is None:
-            raise NotFound("job not found")
-        return AcceptedJob(
-            name=row.job,
-            manifest_digest=row.manifest_digest,
-            item_count=row.item_count,
-            created_at=row.created_at,
-            dispatched=row.dispatched_at is not None,
-        )
+        return pb.ListJobsResponse(jobs=page.jobs, next_page_token=page.next_token)
 
-    async def _current_view(self, accepted: AcceptedJob) -> job_pb2.Job:
-        try:
-            return await self._audit.GetJob(
-                audit_service_pb2.GetJobRequest(name=accepted.name), timeout=AUDIT_TIMEOUT_SECONDS
-            )
-        except grpc.aio.AioRpcError as error:
-            if error.code() == grpc.StatusCode.NOT_FOUND:
-                return self._accepted_view(accepted)  # audit has not recorded it yet
-            raise TransientError(ReasonCode.DEPENDENCY_UNAVAILABLE, "audit unavailable") from None
-
-    @staticmethod
-    def _accepted_view(accepted: AcceptedJob) -> job_pb2.Job:
-        return job_pb2.Job(
-            name=accepted.name,
-            state=state_value("ACCEPTED"),  # type: ignore[arg-type]
-            item_count=accepted.item_count,
-            manifest_digest=accepted.manifest_digest,
-            create_time=timestamp(accepted.created_at),
-            update_time=timestamp(accepted.created_at),
-        )
+    @at_the_edge(DOMAIN)
+    async def CancelJob(  # noqa: N802 - gRPC method name
+        self, request: pb.CancelJobRequest, context: grpc.aio.ServicerContext
+    ) -> job_pb2.Job:
+        tenant = await self._tenants.authenticate(context)
+        return await self._canceller.cancel(tenant.id, request.name)

@@ -1,4 +1,5 @@
-"""Admission's own tables: tenants, token hashes, uploaded sources, job intake."""
+"""Admission's own tables: tenants, token hashes, uploaded sources, job intake
+and idempotency keys."""
 
 from __future__ import annotations
 
@@ -7,30 +8,35 @@ from sqlalchemy import (
     Column,
     DateTime,
     ForeignKey,
+    Index,
     Integer,
     LargeBinary,
     MetaData,
     String,
     Table,
-    UniqueConstraint,
 )
 
-__all__ = ["metadata", "tenants", "tokens", "sources", "jobs"]
+__all__ = ["metadata", "tenants", "tokens", "sources", "jobs", "idempotency_keys"]
 
 metadata = MetaData()
+# Limits left NULL follow the service-wide defaults.
 tenants = Table(
     "tenants",
     metadata,
     Column("id", String(64), primary_key=True),
     Column("name", String(128), nullable=False, unique=True),
+    Column("max_upload_bytes", BigInteger, nullable=True),
+    Column("max_outstanding_jobs", Integer, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
 )
-# Only the sha256 of a bearer token is stored.
+# Only the sha256 of a bearer token is stored. Operator tokens have no tenant.
 tokens = Table(
     "tokens",
     metadata,
     Column("token_sha256", String(64), primary_key=True),
-    Column("tenant", String(64), ForeignKey("tenants.id"), nullable=False),
+    Column("token_id", String(32), nullable=False, unique=True),
+    Column("role", String(16), nullable=False),
+    Column("tenant", String(64), ForeignKey("tenants.id"), nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("revoked_at", DateTime(timezone=True), nullable=True),
 )
@@ -44,20 +50,33 @@ sources = Table(
     Column("blob_key", String(256), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
 )
-# The idempotency key is a unique constraint, so two identical submissions
-# racing each other still make one job.
+# Every job admission accepted. ``finished_at`` is set once audit reports the
+# job terminal; jobs without it count against the tenant's outstanding quota.
 jobs = Table(
     "jobs",
     metadata,
     Column("job", String(64), primary_key=True),
     Column("tenant", String(64), ForeignKey("tenants.id"), nullable=False),
     Column("request_id", String(128), nullable=False),
-    Column("request_sha256", String(64), nullable=False),
     Column("manifest_digest", String(64), nullable=False),
     Column("item_count", Integer, nullable=False),
     Column("task", LargeBinary, nullable=False),
     Column("accepted_event", LargeBinary, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("dispatched_at", DateTime(timezone=True), nullable=True),
-    UniqueConstraint("tenant", "request_id", name="uq_jobs_tenant_request"),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    Index("ix_jobs_tenant_created", "tenant", "created_at"),
+)
+# The idempotency key is the primary key, so two identical submissions racing
+# each other make one job: the database decides, not a read-then-write.
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("tenant", String(64), ForeignKey("tenants.id"), primary_key=True),
+    Column("request_id", String(128), primary_key=True),
+    Column("request_sha256", String(64), nullable=False),
+    # No foreign key: the key is claimed first, then its job row is written,
+    # in the same transaction.
+    Column("job", String(64), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False, index=True),
 )

@@ -1,5 +1,12 @@
-"""Tenants and their bearer tokens. The tenant of a call always comes from its
-token, never from the request body; tokens are stored as sha256 hashes."""
+"""Tenants, their limits and their bearer tokens.
+
+The tenant of a call always comes from its token, never from the request
+body. Tokens look like ``qt_<id>_<secret>``: the id names the token (for
+listing and revoking) and is harmless to show; only the sha256 of the whole
+token is stored. A tenant may hold several valid tokens at once, which is how
+tokens rotate without downtime. Operator tokens (role ``operator``) call the
+admin API and belong to no tenant.
+"""
 
 from __future__ import annotations
 
@@ -12,86 +19,272 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
 from quire.database import Database
-from quire.errors import Unauthenticated
+from quire.errors import InvalidInput, NotFound, Unauthenticated
+from quire.reasons import ReasonCode
+from quire.settings import AdmissionSettings
 
-__all__ = ["Tenant", "TenantDirectory", "hash_token", "DEV_TENANT"]
+__all__ = ["Tenant", "TokenRecord", "TenantDirectory", "hash_token", "DEV_TENANT"]
 
 log = logging.getLogger(__name__)
 DEV_TENANT = "dev"
-TOKEN_PREFIX = "qt_"
+TENANT_ROLE = "tenant"
+OPERATOR_ROLE = "operator"
 
 
 @dataclass(frozen=True)
 class Tenant:
     id: str
     name: str
+    max_upload_bytes: int | None = None
+    max_outstanding_jobs: int | None = None
+    created_at: datetime | None = None
+
+    def upload_ceiling(self, settings: AdmissionSettings) -> int:
+        return self.max_upload_bytes or settings.max_upload_bytes
+
+    def outstanding_quota(self, settings: AdmissionSettings) -> int:
+        return self.max_outstanding_jobs or settings.max_outstanding_jobs
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    token_id: str
+    tenant: str | None
+    created_at: datetime
+    revoked_at: datetime | None
 
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def _new_token() -> tuple[str, str]:
+    token_id = secrets.token_hex(6)
+    return token_id, f"qt_{token_id}_{secrets.token_urlsafe(32)}"
+
+
+def _write_secret(path: Path, secret: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secret + "\n")
+
+
+def _bearer(context: grpc.aio.ServicerContext) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
+            return value.removeprefix("Bearer ").strip()
+    return ""
+
+
+def _tenant(row: object) -> Tenant:
+    return Tenant(
+        id=row.id,  # type: ignore[attr-defined]
+        name=row.name,  # type: ignore[attr-defined]
+        max_upload_bytes=row.max_upload_bytes,  # type: ignore[attr-defined]
+        max_outstanding_jobs=row.max_outstanding_jobs,  # type: ignore[attr-defined]
+        created_at=row.created_at,  # type: ignore[attr-defined]
+    )
+
+
 class TenantDirectory:
     def __init__(self, database: Database) -> None:
         self._db = database
 
-    def create_tenant(self, name: str) -> tuple[Tenant, str]:
-        """Create a tenant and its first token; the token is returned once, never stored."""
-        tenant = Tenant(id=secrets.token_hex(8), name=name)
-        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        now = datetime.now(UTC)
+    # -- tenants ---------------------------------------------------------
 
-        def write(session: Session) -> None:
-            session.execute(tables.tenants.insert().values(id=tenant.id, name=name, created_at=now))
+    def create_tenant(
+        self, name: str, *, max_upload_bytes: int = 0, max_outstanding_jobs: int = 0
+    ) -> tuple[Tenant, str]:
+        """Create a tenant and its first token; the token is returned once, never stored."""
+        if not name or len(name) > 128:
+            raise InvalidInput(ReasonCode.INVALID_TENANT, "a tenant name of 1 to 128 characters")
+        tenant = Tenant(
+            id=secrets.token_hex(8),
+            name=name,
+            max_upload_bytes=max_upload_bytes or None,
+            max_outstanding_jobs=max_outstanding_jobs or None,
+            created_at=datetime.now(UTC),
+        )
+
+        def write(session: Session) -> str:
+            taken = session.execute(
+                select(tables.tenants.c.id).where(tables.tenants.c.name == name)
+            ).first()
+            if taken is not None:
+                raise InvalidInput(ReasonCode.INVALID_TENANT, "a tenant with this name exists")
             session.execute(
-                tables.tokens.insert().values(
-                    token_sha256=hash_token(token), tenant=tenant.id, created_at=now
+                tables.tenants.insert().values(
+                    id=tenant.id,
+                    name=name,
+                    max_upload_bytes=tenant.max_upload_bytes,
+                    max_outstanding_jobs=tenant.max_outstanding_jobs,
+                    created_at=tenant.created_at,
                 )
             )
+            return self._issue(session, TENANT_ROLE, tenant.id)
 
-        self._db.transaction(write)
-        return tenant, token
+        return tenant, self._db.transaction(write)
 
-    def ensure_dev_tenant(self, token_file: Path) -> None:
-        """On first start, create the development tenant and write its token (mode 0600)."""
-        exists = self._db.transaction(
-            lambda s: s.execute(
+    def list_tenants(self) -> list[tuple[Tenant, list[TokenRecord]]]:
+        def read(session: Session) -> list[tuple[Tenant, list[TokenRecord]]]:
+            tenants = session.execute(select(tables.tenants).order_by(tables.tenants.c.name)).all()
+            tokens = session.execute(
+                select(tables.tokens).where(tables.tokens.c.role == TENANT_ROLE)
+            ).all()
+            return [
+                (
+                    _tenant(row),
+                    [
+                        TokenRecord(t.token_id, t.tenant, t.created_at, t.revoked_at)
+                        for t in tokens
+                        if t.tenant == row.id
+                    ],
+                )
+                for row in tenants
+            ]
+
+        return self._db.transaction(read)
+
+    def update_limits(
+        self, tenant_id: str, *, max_upload_bytes: int, max_outstanding_jobs: int
+    ) -> Tenant:
+        def write(session: Session) -> Tenant:
+            done = session.execute(
+                update(tables.tenants)
+                .where(tables.tenants.c.id == tenant_id)
+                .values(
+                    max_upload_bytes=max_upload_bytes or None,
+                    max_outstanding_jobs=max_outstanding_jobs or None,
+                )
+                .returning(tables.tenants.c.id)
+            ).first()
+            if done is None:
+                raise NotFound("tenant not found")
+            row = session.execute(
+                select(tables.tenants).where(tables.tenants.c.id == tenant_id)
+            ).one()
+            return _tenant(row)
+
+        return self._db.transaction(write)
+
+    # -- tokens ----------------------------------------------------------
+
+    def _issue(self, session: Session, role: str, tenant: str | None) -> str:
+        token_id, token = _new_token()
+        session.execute(
+            tables.tokens.insert().values(
+                token_sha256=hash_token(token),
+                token_id=token_id,
+                role=role,
+                tenant=tenant,
+                created_at=datetime.now(UTC),
+            )
+        )
+        return token
+
+    def create_token(self, tenant_id: str) -> tuple[TokenRecord, str]:
+        """A further valid token for a tenant (rotation: the old one stays valid)."""
+
+        def write(session: Session) -> str:
+            exists = session.execute(
+                select(tables.tenants.c.id).where(tables.tenants.c.id == tenant_id)
+            ).first()
+            if exists is None:
+                raise NotFound("tenant not found")
+            return self._issue(session, TENANT_ROLE, tenant_id)
+
+        token = self._db.transaction(write)
+        token_id = token.split("_")[1]
+        return TokenRecord(token_id, tenant_id, datetime.now(UTC), None), token
+
+    def revoke_token(self, tenant_id: str, token_id: str) -> TokenRecord:
+        def write(session: Session) -> TokenRecord:
+            table = tables.tokens
+            row = session.execute(
+                select(table).where(
+                    table.c.token_id == token_id,
+                    table.c.tenant == tenant_id,
+                    table.c.role == TENANT_ROLE,
+                )
+            ).first()
+            if row is None:
+                raise NotFound("token not found")
+            revoked = row.revoked_at or datetime.now(UTC)
+            session.execute(
+                update(table).where(table.c.token_id == token_id).values(revoked_at=revoked)
+            )
+            return TokenRecord(token_id, tenant_id, row.created_at, revoked)
+
+        return self._db.transaction(write)
+
+    # -- first start -----------------------------------------------------
+
+    def ensure_bootstrap(self, service_dir: Path) -> None:
+        """On first start: the development tenant and an operator token, written
+        (mode 0600) into the service directory for ``quire up`` and the CLI."""
+
+        def missing(session: Session) -> tuple[bool, bool]:
+            dev = session.execute(
                 select(tables.tenants.c.id).where(tables.tenants.c.name == DEV_TENANT)
             ).first()
-        )
-        if exists is not None:
-            return
-        _tenant, token = self.create_tenant(DEV_TENANT)
-        token_file.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(token + "\n")
-        log.info("development tenant created; its token is in %s", token_file)
+            operator = session.execute(
+                select(tables.tokens.c.token_id).where(tables.tokens.c.role == OPERATOR_ROLE)
+            ).first()
+            return dev is None, operator is None
+
+        need_dev, need_operator = self._db.transaction(missing)
+        if need_dev:
+            _tenant_row, token = self.create_tenant(DEV_TENANT)
+            _write_secret(service_dir / "dev-token", token)
+            log.info("development tenant created; its token is in dev-token")
+        if need_operator:
+            token = self._db.transaction(lambda s: self._issue(s, OPERATOR_ROLE, None))
+            _write_secret(service_dir / "operator-token", token)
+            log.info("operator token created in operator-token")
+
+    # -- authentication --------------------------------------------------
 
     async def authenticate(self, context: grpc.aio.ServicerContext) -> Tenant:
         """The tenant of the bearer token in the call's metadata."""
-        token = ""
-        for key, value in context.invocation_metadata() or ():
-            if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
-                token = value.removeprefix("Bearer ").strip()
-        if not token:
-            raise Unauthenticated()
-        digest = hash_token(token)
+        digest = hash_token(_bearer(context) or "-")
 
         def read(session: Session) -> Tenant | None:
             row = session.execute(
-                select(tables.tenants.c.id, tables.tenants.c.name)
+                select(tables.tenants)
                 .join(tables.tokens, tables.tokens.c.tenant == tables.tenants.c.id)
-                .where(tables.tokens.c.token_sha256 == digest, tables.tokens.c.revoked_at.is_(None))
+                .where(
+                    tables.tokens.c.token_sha256 == digest,
+                    tables.tokens.c.role == TENANT_ROLE,
+                    tables.tokens.c.revoked_at.is_(None),
+                )
             ).first()
-            return None if row is None else Tenant(id=row.id, name=row.name)
+            return None if row is None else _tenant(row)
 
         tenant = await self._db.run(read)
         if tenant is None:
             raise Unauthenticated()
         return tenant
+
+    async def authenticate_operator(self, context: grpc.aio.ServicerContext) -> None:
+        digest = hash_token(_bearer(context) or "-")
+
+        def read(session: Session) -> bool:
+            return (
+                session.execute(
+                    select(tables.tokens.c.token_id).where(
+                        tables.tokens.c.token_sha256 == digest,
+                        tables.tokens.c.role == OPERATOR_ROLE,
+                        tables.tokens.c.revoked_at.is_(None),
+                    )
+                ).first()
+                is not None
+            )
+
+        if not await self._db.run(read):
+            raise Unauthenticated("missing or invalid operator token")

@@ -13,9 +13,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
+from quire.admission.tenants import Tenant
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.blobstore import LocalBlobStore, source_key
 from quire.database import Database, insert_if_absent
@@ -35,7 +37,7 @@ class StoredSource:
     content_type: str
 
 
-def _check_header(header: pb.SourceHeader, settings: AdmissionSettings) -> None:
+def _check_header(header: pb.SourceHeader, settings: AdmissionSettings, ceiling: int) -> None:
     if not SHA256_HEX.match(header.sha256):
         raise InvalidInput(
             ReasonCode.DIGEST_MISMATCH,
@@ -54,10 +56,10 @@ def _check_header(header: pb.SourceHeader, settings: AdmissionSettings) -> None:
             "declared size must be positive",
             (FieldViolation("header.size_bytes", "must be positive"),),
         )
-    if header.size_bytes > settings.max_upload_bytes:
+    if header.size_bytes > ceiling:
         raise InvalidInput(
             ReasonCode.SIZE_LIMIT_EXCEEDED,
-            f"declared size over the {settings.max_upload_bytes}-byte ceiling",
+            f"declared size over the {ceiling}-byte ceiling",
             (FieldViolation("header.size_bytes", "over the ceiling"),),
         )
 
@@ -71,7 +73,7 @@ class UploadGate:
         self._settings = settings
 
     async def receive(
-        self, tenant: str, requests: AsyncIterator[pb.UploadSourceRequest]
+        self, tenant: Tenant, requests: AsyncIterator[pb.UploadSourceRequest]
     ) -> StoredSource:
         first = await anext(requests, None)
         if first is None or first.WhichOneof("payload") != "header":
@@ -79,7 +81,18 @@ class UploadGate:
                 ReasonCode.UPLOAD_HEADER_MISSING, "the first message must be the header"
             )
         header = first.header
-        _check_header(header, self._settings)
+        _check_header(header, self._settings, tenant.upload_ceiling(self._settings))
+        known = await self._db.run(lambda s: _known(s, tenant.id, header.sha256))
+        if known is not None:
+            return _already_stored(known, header)
+        return await self._store(tenant.id, header, requests)
+
+    async def _store(
+        self,
+        tenant: str,
+        header: pb.SourceHeader,
+        requests: AsyncIterator[pb.UploadSourceRequest],
+    ) -> StoredSource:
         with self._blobs.writer(max_bytes=header.size_bytes) as writer:
             async for request in requests:
                 if request.WhichOneof("payload") != "chunk":
@@ -98,6 +111,28 @@ class UploadGate:
         stored = StoredSource(header.sha256, header.size_bytes, header.content_type)
         await self._db.run(lambda s: _remember(s, tenant, stored, key))
         return stored
+
+
+def _known(session: Session, tenant: str, sha256: str) -> StoredSource | None:
+    row = session.execute(
+        select(tables.sources).where(
+            tables.sources.c.tenant == tenant, tables.sources.c.sha256 == sha256
+        )
+    ).first()
+    return None if row is None else StoredSource(row.sha256, row.size_bytes, row.content_type)
+
+
+def _already_stored(known: StoredSource, header: pb.SourceHeader) -> StoredSource:
+    """The tenant has these bytes: nothing to receive, nothing to store twice."""
+    if known.size_bytes != header.size_bytes:
+        raise InvalidInput(
+            ReasonCode.DIGEST_MISMATCH, "this digest is stored with a different size"
+        )
+    if known.content_type != header.content_type:
+        raise InvalidInput(
+            ReasonCode.TYPE_MISMATCH, "these bytes were uploaded with another content type"
+        )
+    return known
 
 
 def _remember(session: Session, tenant: str, source: StoredSource, key: str) -> None:

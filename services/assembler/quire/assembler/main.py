@@ -13,6 +13,7 @@ from quire.assembler.v1 import assembler_service_pb2_grpc as pb_grpc
 from quire.assembler.work import AssemblerWork
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
+from quire.jobgate import JobGate
 from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings, ServiceSettings
 from quire.stageservice import Registrar, StageService, run_stage_service
@@ -26,7 +27,9 @@ async def main() -> None:
         SandboxSettings.from_env(os.environ, SERVICE), name="pdf-merge", preload=("pikepdf",)
     )
 
-    def build(database: Database, blobs: LocalBlobStore) -> tuple[AssemblerWork, Registrar]:
+    def build(
+        database: Database, blobs: LocalBlobStore, _gate: JobGate
+    ) -> tuple[AssemblerWork, Registrar]:
         def register(server: grpc.aio.Server) -> None:
             pb_grpc.add_AssemblerServiceServicer_to_server(AssemblerServicer(database), server)
 

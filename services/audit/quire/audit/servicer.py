@@ -19,6 +19,7 @@ __all__ = ["AuditServicer"]
 
 DOMAIN = "audit.quire"
 MAX_PAGE = 500
+MAX_BATCH = 1000
 
 
 def _page(request: pb.ListJobEventsRequest) -> tuple[int, int]:
@@ -39,6 +40,21 @@ def _page(request: pb.ListJobEventsRequest) -> tuple[int, int]:
     return min(request.page_size or 100, MAX_PAGE), int(token)
 
 
+def _job(row: object) -> job_pb2.Job:
+    return job_pb2.Job(
+        name=row.job,  # type: ignore[attr-defined]
+        state=state_value(row.state),  # type: ignore[attr-defined, arg-type]
+        reason_code=row.reason_code,  # type: ignore[attr-defined]
+        item_count=row.item_count,  # type: ignore[attr-defined]
+        manifest_digest=row.manifest_digest,  # type: ignore[attr-defined]
+        output_digest=row.output_digest,  # type: ignore[attr-defined]
+        ruleset_version=row.ruleset_version,  # type: ignore[attr-defined]
+        key_version=row.key_version,  # type: ignore[attr-defined]
+        create_time=timestamp(row.created_at),  # type: ignore[attr-defined]
+        update_time=timestamp(row.updated_at),  # type: ignore[attr-defined]
+    )
+
+
 class AuditServicer(pb_grpc.AuditServiceServicer):
     def __init__(self, database: Database) -> None:
         self._db = database
@@ -54,18 +70,24 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         )
         if row is None:
             raise NotFound("job not found")
-        return job_pb2.Job(
-            name=name,
-            state=state_value(row.state),  # type: ignore[arg-type]
-            reason_code=row.reason_code,
-            item_count=row.item_count,
-            manifest_digest=row.manifest_digest,
-            output_digest=row.output_digest,
-            ruleset_version=row.ruleset_version,
-            key_version=row.key_version,
-            create_time=timestamp(row.created_at),
-            update_time=timestamp(row.updated_at),
+        return _job(row)
+
+    @at_the_edge(DOMAIN)
+    async def BatchGetJobs(  # noqa: N802 - gRPC method name
+        self, request: pb.BatchGetJobsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BatchGetJobsResponse:
+        if len(request.names) > MAX_BATCH:
+            raise InvalidInput(
+                ReasonCode.INVALID_PAGE,
+                f"at most {MAX_BATCH} names",
+                (FieldViolation("names", "too many"),),
+            )
+        names = [job_name(job_id(name)) for name in request.names]
+        table = tables.jobs
+        rows = await self._db.run(
+            lambda s: s.execute(select(table).where(table.c.job.in_(names))).all()
         )
+        return pb.BatchGetJobsResponse(jobs=[_job(row) for row in rows])
 
     @at_the_edge(DOMAIN)
     async def ListJobEvents(  # noqa: N802 - gRPC method name

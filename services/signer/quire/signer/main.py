@@ -10,6 +10,7 @@ import grpc
 
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
+from quire.jobgate import JobGate
 from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings, ServiceSettings
 from quire.signer import tables
@@ -32,7 +33,9 @@ async def main() -> None:
     )
     source = KeySource.from_env(settings.service_dir)
 
-    def build(database: Database, blobs: LocalBlobStore) -> tuple[SignerWork, Registrar]:
+    def build(
+        database: Database, blobs: LocalBlobStore, gate: JobGate
+    ) -> tuple[SignerWork, Registrar]:
         keys = KeyStore(database, source)
         active = keys.ensure_active_key()
         log.info(
@@ -42,7 +45,9 @@ async def main() -> None:
         def register(server: grpc.aio.Server) -> None:
             pb_grpc.add_SignerServiceServicer_to_server(SignerServicer(database, keys), server)
 
-        return SignerWork(database=database, blobs=blobs, keys=keys, sandbox=pool), register
+        return SignerWork(
+            database=database, blobs=blobs, keys=keys, sandbox=pool, gate=gate
+        ), register
 
     await run_stage_service(
         settings,

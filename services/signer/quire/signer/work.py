@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session
 
 from quire.blobstore import LocalBlobStore, sha256_file
 from quire.database import Database
-from quire.errors import PermanentError, TransientError
+from quire.errors import JobCancelled, PermanentError, TransientError
+from quire.jobgate import CANCELLED, JobGate
 from quire.jobs import job_id
 from quire.leases import Lease
 from quire.pdfsignature import SignatureReport, verify_signed_pdf
@@ -43,14 +44,23 @@ class SignerWork:
     next_stage = "commit"
 
     def __init__(
-        self, *, database: Database, blobs: LocalBlobStore, keys: KeyStore, sandbox: SandboxPool
+        self,
+        *,
+        database: Database,
+        blobs: LocalBlobStore,
+        keys: KeyStore,
+        sandbox: SandboxPool,
+        gate: JobGate | None = None,
     ) -> None:
         self._db = database
+        self._gate = gate
         self._blobs = blobs
         self._keys = keys
         self._sandbox = sandbox
 
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult:
+        if self._gate is not None and await self._gate.claim_signing(task.job) == CANCELLED:
+            raise JobCancelled()
         key = await self._keys.active()
         blob_key = signed_key(task.tenant, task.job)
         await self._db.run(

@@ -9,6 +9,7 @@ import grpc
 
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
+from quire.jobgate import JobGate
 from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings, ServiceSettings
 from quire.stageservice import Registrar, StageService, run_stage_service
@@ -28,7 +29,9 @@ async def main() -> None:
         preload=("magic", "pikepdf"),
     )
 
-    def build(database: Database, blobs: LocalBlobStore) -> tuple[ValidatorWork, Registrar]:
+    def build(
+        database: Database, blobs: LocalBlobStore, _gate: JobGate
+    ) -> tuple[ValidatorWork, Registrar]:
         def register(server: grpc.aio.Server) -> None:
             pb_grpc.add_ValidatorServiceServicer_to_server(ValidatorServicer(database), server)
 

@@ -1,0 +1,66 @@
+"""The job gate: one JetStream key-value entry per job that decides, once,
+between "signing has started" and "the client cancelled".
+
+Both sides *create* the job's key; JetStream accepts only the first create, so
+exactly one wins even when the cancel and the signer arrive at the same
+instant. A job whose key says ``CANCELLED`` is ended by whichever stage next
+touches it; a job whose key says ``SIGNING`` can no longer be cancelled and
+the caller is told the state it reached.
+"""
+
+from __future__ import annotations
+
+from nats.js import JetStreamContext, api
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from quire.jobs import job_id
+
+__all__ = ["JobGate", "SIGNING", "CANCELLED", "GATE_BUCKET"]
+
+GATE_BUCKET = "QUIRE_JOB_GATES"
+SIGNING = "SIGNING"
+CANCELLED = "CANCELLED"
+
+
+class JobGate:
+    def __init__(self, kv: KeyValue) -> None:
+        self._kv = kv
+
+    @classmethod
+    async def open(cls, js: JetStreamContext) -> JobGate:
+        try:
+            return cls(await js.key_value(GATE_BUCKET))
+        except BucketNotFoundError:
+            pass
+        try:
+            kv = await js.create_key_value(
+                api.KeyValueConfig(bucket=GATE_BUCKET, history=1, storage=api.StorageType.FILE)
+            )
+        except Exception:  # noqa: BLE001 - another service created it first
+            kv = await js.key_value(GATE_BUCKET)
+        return cls(kv)
+
+    async def _claim(self, job: str, outcome: str) -> str:
+        key = job_id(job)
+        try:
+            await self._kv.create(key, outcome.encode())
+            return outcome
+        except KeyWrongLastSequenceError:
+            entry = await self._kv.get(key)
+            return (entry.value or b"").decode()
+
+    async def claim_signing(self, job: str) -> str:
+        """SIGNING if the signer may go ahead, CANCELLED if the client was first."""
+        return await self._claim(job, SIGNING)
+
+    async def cancel(self, job: str) -> str:
+        """CANCELLED if the cancel won, SIGNING if signing had already started."""
+        return await self._claim(job, CANCELLED)
+
+    async def is_cancelled(self, job: str) -> bool:
+        try:
+            entry = await self._kv.get(job_id(job))
+        except KeyNotFoundError:
+            return False
+        return (entry.value or b"").decode() == CANCELLED

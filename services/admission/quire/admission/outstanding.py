@@ -1,0 +1,80 @@
+"""Which of a tenant's jobs are still outstanding (not terminal).
+
+Admission knows every job it accepted; audit knows which have ended. Jobs are
+marked finished here when audit reports them terminal: on status reads, and in
+a batch when a tenant reaches its quota, so the common path costs no call.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import grpc
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from quire.admission import tables
+from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+from quire.database import Database
+from quire.errors import TransientError
+from quire.jobs import TERMINAL_STATES, state_name
+from quire.reasons import ReasonCode
+
+__all__ = ["OutstandingJobs", "count_outstanding"]
+
+AUDIT_TIMEOUT_SECONDS = 5.0
+REFRESH_BATCH = 1000
+
+
+def count_outstanding(session: Session, tenant: str) -> int:
+    table = tables.jobs
+    return int(
+        session.execute(
+            select(func.count())
+            .select_from(table)
+            .where(table.c.tenant == tenant, table.c.finished_at.is_(None))
+        ).scalar_one()
+    )
+
+
+class OutstandingJobs:
+    def __init__(self, database: Database, audit: audit_service_pb2_grpc.AuditServiceStub) -> None:
+        self._db = database
+        self._audit = audit
+
+    async def mark_finished(self, names: list[str]) -> None:
+        if not names:
+            return
+        now = datetime.now(UTC)
+        await self._db.run(
+            lambda s: s.execute(
+                update(tables.jobs)
+                .where(tables.jobs.c.job.in_(names), tables.jobs.c.finished_at.is_(None))
+                .values(finished_at=now)
+            )
+        )
+
+    async def refresh(self, tenant: str) -> None:
+        """Ask audit about the tenant's outstanding jobs and mark the ended ones."""
+        table = tables.jobs
+        names = await self._db.run(
+            lambda s: [
+                row.job
+                for row in s.execute(
+                    select(table.c.job)
+                    .where(table.c.tenant == tenant, table.c.finished_at.is_(None))
+                    .limit(REFRESH_BATCH)
+                )
+            ]
+        )
+        if not names:
+            return
+        try:
+            reply = await self._audit.BatchGetJobs(
+                audit_service_pb2.BatchGetJobsRequest(names=names), timeout=AUDIT_TIMEOUT_SECONDS
+            )
+        except grpc.aio.AioRpcError:
+            raise TransientError(ReasonCode.DEPENDENCY_UNAVAILABLE, "audit unavailable") from None
+        await self.mark_finished(
+            [job.name for job in reply.jobs if state_name(job.state) in TERMINAL_STATES]
+        )
