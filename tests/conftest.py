@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -80,6 +81,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         env={
             "QUIRE_TRACE_FILE": str(data_dir / "traces.jsonl"),
             "QUIRE_DRAIN_SECONDS": "5",
+            "QUIRE_QUEUE_AGE_BUDGET_SECONDS": "2",
+            "QUIRE_QUEUE_AGE_CACHE_SECONDS": "0.2",
         },
     )
     running.start()
@@ -112,3 +115,54 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+async def tenants(stack):  # type: ignore[no-untyped-def]
+    """Makes fresh tenants on the stack: ``await tenants("name", max_outstanding_jobs=2)``
+    returns an admission client authenticated as the new tenant."""
+    from quire.client import AdmissionClient, TenantAdminClient
+    from quire.stack.supervisor import StackInfo
+
+    info = StackInfo.read(stack.data_dir)
+    admin = TenantAdminClient(info.endpoints["admission"], info.operator_token())
+    clients: list[AdmissionClient] = []
+
+    async def make(name: str, **limits: int) -> AdmissionClient:
+        reply = await admin.create_tenant(f"{name}-{uuid.uuid4().hex[:8]}", **limits)
+        client = AdmissionClient(info.endpoints["admission"], reply.secret)
+        client.tenant = reply.tenant.name  # type: ignore[attr-defined]
+        clients.append(client)
+        return client
+
+    make.admin = admin  # type: ignore[attr-defined]
+    yield make
+    for client in clients:
+        await client.close()
+    await admin.close()
+
+
+@pytest.fixture
+async def validate_queue(stack):  # type: ignore[no-untyped-def]
+    """Pauses and resumes the validator's interactive consumer, so work waits in
+    the queue (downstream stalled) without stopping any process."""
+    from datetime import UTC, datetime, timedelta
+
+    from quire.workqueue import WORK_STREAM, consumer_name
+
+    nc = await connect_nats(stack.nats_url, "quire-test-control")
+    js = nc.jetstream(timeout=10)
+    consumer = consumer_name("validate", "interactive")
+
+    class Control:
+        async def pause(self) -> None:
+            until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            await js.pause_consumer(WORK_STREAM, consumer, until)
+
+        async def resume(self) -> None:
+            await js.resume_consumer(WORK_STREAM, consumer)
+
+    control = Control()
+    yield control
+    await control.resume()
+    await nc.close()

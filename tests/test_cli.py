@@ -93,6 +93,24 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         assert refused.returncode == 1
         assert "NOT VERIFIED" in refused.stdout
 
+        listed = _quire(data_dir, "jobs", "--state", "COMPLETED")
+        assert job in listed.stdout
+        too_late = _quire(data_dir, "cancel", job)
+        assert too_late.returncode == 1 and "COMPLETED" in too_late.stdout
+
+        created = _quire(data_dir, "tenants", "create", "acme", "--max-outstanding-jobs", "3")
+        assert created.returncode == 0, created.stderr
+        tenant = created.stdout.split()[0]
+        assert tenant.startswith("tenants/") and "token (shown once): qt_" in created.stdout
+        rotated = _quire(data_dir, "tokens", "create", tenant)
+        assert rotated.returncode == 0, rotated.stderr
+        token_name = rotated.stdout.split()[0]
+        revoked = _quire(data_dir, "tokens", "revoke", token_name)
+        assert revoked.returncode == 0 and "revoked" in revoked.stdout
+        tenants = _quire(data_dir, "tenants", "list")
+        assert "acme" in tenants.stdout and "outstanding≤3" in tenants.stdout
+        assert f"{token_name}  revoked" in tenants.stdout
+
         missing = _quire(data_dir, "status", "jobs/ffffffffffffffff")
         assert missing.returncode == 1
         assert "NOT_FOUND" in missing.stderr

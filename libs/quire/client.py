@@ -21,11 +21,13 @@ import grpc
 
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
+from quire.admission.v1 import tenant_admin_service_pb2 as admin_pb
+from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
 from quire.grpcserver import TraceClientInterceptors
-from quire.jobs import TERMINAL_STATES, state_name
+from quire.jobs import TERMINAL_STATES, state_name, state_value
 from quire.type import job_pb2
 
-__all__ = ["AdmissionClient", "PacketItem", "ArtifactDigestMismatch"]
+__all__ = ["AdmissionClient", "TenantAdminClient", "PacketItem", "ArtifactDigestMismatch"]
 
 CHUNK_BYTES = 256 * 1024
 PARKED_STATES = frozenset({"NEEDS_REVIEW"})
@@ -115,6 +117,17 @@ class AdmissionClient:
     async def get_job(self, name: str) -> job_pb2.Job:
         return await self._stub.GetJob(pb.GetJobRequest(name=name), metadata=self._metadata)
 
+    async def list_jobs(
+        self, *, page_size: int = 0, page_token: str = "", state: str = ""
+    ) -> pb.ListJobsResponse:
+        request = pb.ListJobsRequest(page_size=page_size, page_token=page_token)
+        if state:
+            request.state = state_value(state)  # type: ignore[assignment]
+        return await self._stub.ListJobs(request, metadata=self._metadata)
+
+    async def cancel(self, name: str) -> job_pb2.Job:
+        return await self._stub.CancelJob(pb.CancelJobRequest(name=name), metadata=self._metadata)
+
     async def wait(self, name: str, *, timeout: float = 120.0) -> job_pb2.Job:
         """Poll until the job is terminal or parked; a client-side convenience."""
         deadline = time.monotonic() + timeout
@@ -150,3 +163,61 @@ class AdmissionClient:
         finally:
             Path(temp_name).unlink(missing_ok=True)
         return announced
+
+
+class TenantAdminClient:
+    """The operators' API: tenants, limits and tokens."""
+
+    def __init__(self, address: str, operator_token: str) -> None:
+        self._channel = grpc.aio.insecure_channel(address, interceptors=TraceClientInterceptors())
+        self._stub = admin_grpc.TenantAdminServiceStub(self._channel)
+        self._metadata = (("authorization", f"Bearer {operator_token}"),)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> TenantAdminClient:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def create_tenant(
+        self, name: str, *, max_upload_bytes: int = 0, max_outstanding_jobs: int = 0
+    ) -> admin_pb.CreateTenantResponse:
+        return await self._stub.CreateTenant(
+            admin_pb.CreateTenantRequest(
+                display_name=name,
+                limits=admin_pb.TenantLimits(
+                    max_upload_bytes=max_upload_bytes, max_outstanding_jobs=max_outstanding_jobs
+                ),
+            ),
+            metadata=self._metadata,
+        )
+
+    async def list_tenants(self) -> list[admin_pb.Tenant]:
+        reply = await self._stub.ListTenants(admin_pb.ListTenantsRequest(), metadata=self._metadata)
+        return list(reply.tenants)
+
+    async def update_limits(
+        self, tenant: str, *, max_upload_bytes: int = 0, max_outstanding_jobs: int = 0
+    ) -> admin_pb.Tenant:
+        return await self._stub.UpdateTenantLimits(
+            admin_pb.UpdateTenantLimitsRequest(
+                name=tenant,
+                limits=admin_pb.TenantLimits(
+                    max_upload_bytes=max_upload_bytes, max_outstanding_jobs=max_outstanding_jobs
+                ),
+            ),
+            metadata=self._metadata,
+        )
+
+    async def create_token(self, tenant: str) -> admin_pb.CreateTokenResponse:
+        return await self._stub.CreateToken(
+            admin_pb.CreateTokenRequest(tenant=tenant), metadata=self._metadata
+        )
+
+    async def revoke_token(self, token: str) -> admin_pb.Token:
+        return await self._stub.RevokeToken(
+            admin_pb.RevokeTokenRequest(name=token), metadata=self._metadata
+        )

@@ -16,6 +16,7 @@ class ClientConfig:
     admission: str
     signer: str
     token: str
+    operator_token: str
 
     @classmethod
     def load(cls, data_dir: Path) -> ClientConfig:
@@ -25,9 +26,10 @@ class ClientConfig:
         )
         signer = os.environ.get("QUIRE_SIGNER_ADDR") or (info.endpoints["signer"] if info else "")
         token = os.environ.get("QUIRE_TOKEN") or (info.token() if info else "")
+        operator = os.environ.get("QUIRE_OPERATOR_TOKEN") or (info.operator_token() if info else "")
         if not admission or not token:
             raise SystemExit(
                 f"no running stack found in {data_dir}: start one with `quire up` "
                 "or set QUIRE_ADMISSION_ADDR and QUIRE_TOKEN"
             )
-        return cls(admission=admission, signer=signer, token=token)
+        return cls(admission=admission, signer=signer, token=token, operator_token=operator)

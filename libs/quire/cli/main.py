@@ -19,6 +19,7 @@ from pathlib import Path
 
 import grpc
 
+from quire.cli import operators
 from quire.cli.config import ClientConfig
 from quire.cli.packets import PacketFile, read_manifest_file, send_packet
 from quire.cli.verify import verify_file
@@ -81,6 +82,25 @@ async def _fetch(args: argparse.Namespace, config: ClientConfig) -> int:
         digest = await client.download(_name(args.job), Path(args.output))
     print(f"{args.output}  sha256={digest}")
     return 0
+
+
+async def _jobs(args: argparse.Namespace, config: ClientConfig) -> int:
+    token = ""
+    async with AdmissionClient(config.admission, config.token) as client:
+        while True:
+            page = await client.list_jobs(page_token=token, state=args.state or "")
+            for job in page.jobs:
+                print(_job_line(job))
+            token = page.next_page_token
+            if not token:
+                return 0
+
+
+async def _cancel(args: argparse.Namespace, config: ClientConfig) -> int:
+    async with AdmissionClient(config.admission, config.token) as client:
+        job = await client.cancel(_name(args.job))
+    print(_job_line(job))
+    return 0 if state_name(job.state) == "CANCELLED" else 1
 
 
 async def _verify(args: argparse.Namespace, config: ClientConfig) -> int:
@@ -166,10 +186,39 @@ def _parser() -> argparse.ArgumentParser:
     fetch.add_argument("-o", "--output", required=True)
     verify = command("verify", help="check a signed PDF against the stack's keys")
     verify.add_argument("file")
+    jobs = command("jobs", help="your jobs, newest first")
+    jobs.add_argument("--state", help="only jobs in this state, e.g. COMPLETED")
+    cancel = command("cancel", help="cancel a job that has not started signing")
+    cancel.add_argument("job")
+    tenants = command("tenants", help="operators: tenants").add_subparsers(
+        dest="action", required=True
+    )
+    create = tenants.add_parser("create", parents=[common])
+    create.add_argument("name")
+    create.add_argument("--max-upload-bytes", type=int, default=0)
+    create.add_argument("--max-outstanding-jobs", type=int, default=0)
+    tenants.add_parser("list", parents=[common])
+    tokens = command("tokens", help="operators: bearer tokens").add_subparsers(
+        dest="action", required=True
+    )
+    tokens.add_parser("create", parents=[common]).add_argument("tenant")
+    tokens.add_parser("revoke", parents=[common]).add_argument("token")
     return parser
 
 
-COMMANDS = {"submit": _submit, "status": _status, "wait": _wait, "fetch": _fetch, "verify": _verify}
+COMMANDS = {
+    "submit": _submit,
+    "status": _status,
+    "wait": _wait,
+    "fetch": _fetch,
+    "verify": _verify,
+    "jobs": _jobs,
+    "cancel": _cancel,
+    "tenants create": operators.tenants_create,
+    "tenants list": operators.tenants_list,
+    "tokens create": operators.tokens_create,
+    "tokens revoke": operators.tokens_revoke,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         return _up(args)
     config = ClientConfig.load(Path(args.data_dir))
     try:
-        return asyncio.run(COMMANDS[args.command](args, config))
+        name = f"{args.command} {args.action}" if getattr(args, "action", None) else args.command
+        return asyncio.run(COMMANDS[name](args, config))
     except grpc.aio.AioRpcError as error:
         print(
             f"error: {error.code().name} {reason_of(error) or ''} {error.details()}",

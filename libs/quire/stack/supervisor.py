@@ -50,6 +50,11 @@ class StackInfo:
     def token(self) -> str:
         return Path(self.token_file).read_text().strip()
 
+    def operator_token(self) -> str:
+        """The operator token admission wrote beside the development token."""
+        path = Path(self.token_file).with_name("operator-token")
+        return path.read_text().strip() if path.exists() else ""
+
 
 @dataclass
 class _Child:

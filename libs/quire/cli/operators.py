@@ -1,0 +1,57 @@
+"""``quire tenants …`` and ``quire tokens …``: the operator's commands."""
+
+from __future__ import annotations
+
+import argparse
+
+from quire.cli.config import ClientConfig
+from quire.client import TenantAdminClient
+
+__all__ = ["tenants_create", "tenants_list", "tokens_create", "tokens_revoke"]
+
+
+def _client(config: ClientConfig) -> TenantAdminClient:
+    if not config.operator_token:
+        raise SystemExit("no operator token: set QUIRE_OPERATOR_TOKEN or run against `quire up`")
+    return TenantAdminClient(config.admission, config.operator_token)
+
+
+async def tenants_create(args: argparse.Namespace, config: ClientConfig) -> int:
+    async with _client(config) as admin:
+        reply = await admin.create_tenant(
+            args.name,
+            max_upload_bytes=args.max_upload_bytes,
+            max_outstanding_jobs=args.max_outstanding_jobs,
+        )
+    print(f"{reply.tenant.name}  {reply.tenant.display_name}")
+    print(f"token (shown once): {reply.secret}")
+    return 0
+
+
+async def tenants_list(args: argparse.Namespace, config: ClientConfig) -> int:
+    async with _client(config) as admin:
+        tenants = await admin.list_tenants()
+    for tenant in tenants:
+        limits = tenant.limits
+        upload = limits.max_upload_bytes or "default"
+        outstanding = limits.max_outstanding_jobs or "default"
+        print(f"{tenant.name}  {tenant.display_name}  upload≤{upload}  outstanding≤{outstanding}")
+        for token in tenant.tokens:
+            state = "revoked" if token.HasField("revoke_time") else "valid"
+            print(f"    {token.name}  {state}")
+    return 0
+
+
+async def tokens_create(args: argparse.Namespace, config: ClientConfig) -> int:
+    async with _client(config) as admin:
+        reply = await admin.create_token(args.tenant)
+    print(reply.token.name)
+    print(f"token (shown once): {reply.secret}")
+    return 0
+
+
+async def tokens_revoke(args: argparse.Namespace, config: ClientConfig) -> int:
+    async with _client(config) as admin:
+        token = await admin.revoke_token(args.token)
+    print(f"{token.name}  revoked")
+    return 0

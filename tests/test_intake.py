@@ -1,0 +1,94 @@
+"""Intake on its own database: idempotency keys live for their window, and a
+tenant over quota gets a typed refusal with nothing written."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from quire.admission import tables
+from quire.admission.intake import Intake
+from quire.admission.tenants import Tenant
+from quire.admission.v1 import admission_service_pb2 as pb
+from quire.database import Database
+from quire.errors import Conflict, Overloaded
+from quire.settings import AdmissionSettings
+from quire.transitions import EventFactory
+from quire.type import job_pb2
+
+DIGESTS = ["a" * 64, "b" * 64]
+TENANT = Tenant(id="t1", name="tenant")
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Database:
+    database = Database(f"sqlite:///{tmp_path / 'admission.db'}", tables.metadata)
+    database.create_schema()
+    now = datetime.now(UTC)
+
+    def seed(session) -> None:  # type: ignore[no-untyped-def]
+        session.execute(tables.tenants.insert().values(id="t1", name="tenant", created_at=now))
+        for digest in DIGESTS:
+            session.execute(
+                tables.sources.insert().values(
+                    tenant="t1",
+                    sha256=digest,
+                    size_bytes=10,
+                    content_type="application/pdf",
+                    blob_key=f"sources/t1/{digest}",
+                    created_at=now,
+                )
+            )
+
+    database.transaction(seed)
+    return database
+
+
+def _request(request_id: str, digest: str) -> pb.SubmitJobRequest:
+    return pb.SubmitJobRequest(
+        request_id=request_id,
+        manifest=job_pb2.Manifest(
+            items=[job_pb2.ManifestItem(position=0, document_id="doc", sha256=digest)]
+        ),
+    )
+
+
+def _count(database: Database, table) -> int:  # type: ignore[no-untyped-def]
+    return database.transaction(
+        lambda s: s.execute(select(func.count()).select_from(table)).scalar_one()
+    )
+
+
+async def test_a_key_returns_its_job_within_the_window_and_is_free_after(
+    database: Database,
+) -> None:
+    intake = Intake(
+        database,
+        EventFactory("admission", "t", "0"),
+        AdmissionSettings(idempotency_window_seconds=0.5),
+    )
+    first = await intake.submit(TENANT, _request("k", DIGESTS[0]))
+    assert (await intake.submit(TENANT, _request("k", DIGESTS[0]))).name == first.name
+    with pytest.raises(Conflict):
+        await intake.submit(TENANT, _request("k", DIGESTS[1]))
+    await asyncio.sleep(0.6)
+    later = await intake.submit(TENANT, _request("k", DIGESTS[1]))
+    assert later.name != first.name
+    assert _count(database, tables.jobs) == 2
+
+
+async def test_over_quota_writes_nothing(database: Database) -> None:
+    intake = Intake(
+        database, EventFactory("admission", "t", "0"), AdmissionSettings(max_outstanding_jobs=1)
+    )
+    await intake.submit(TENANT, _request("one", DIGESTS[0]))
+    with pytest.raises(Overloaded) as refused:
+        await intake.submit(TENANT, _request("two", DIGESTS[1]))
+    assert refused.value.reason == "TENANT_QUOTA_EXCEEDED"
+    assert refused.value.retry_after and refused.value.quota
+    assert _count(database, tables.jobs) == 1
+    assert _count(database, tables.idempotency_keys) == 1
