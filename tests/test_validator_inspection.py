@@ -57,6 +57,20 @@ def test_json_declared_as_pdf_is_a_type_mismatch(tmp_path: Path) -> None:
     assert _inspect(path) == "TYPE_MISMATCH"
 
 
+def test_a_json_object_declared_as_json_passes_and_other_json_does_not(tmp_path: Path) -> None:
+    good = tmp_path / "lines.json"
+    good.write_text(json.dumps({"lines": [{"amount": "1.00"}]}))
+    assert _inspect(good, "application/json") == ""
+    listed = tmp_path / "list.json"
+    listed.write_text(json.dumps([1, 2, 3]))
+    assert _inspect(listed, "application/json") == "SCHEMA_INVALID"
+
+
+def test_a_pdf_declared_as_json_is_a_type_mismatch(tmp_path: Path) -> None:
+    path = write_text_pdf(tmp_path / "doc.pdf", ["not json"])
+    assert _inspect(path, "application/json") == "TYPE_MISMATCH"
+
+
 def test_bytes_that_changed_since_upload_are_a_digest_mismatch(tmp_path: Path) -> None:
     path = write_text_pdf(tmp_path / "ok.pdf", ["one"])
     assert inspect_source(str(path), "0" * 64, PDF).reason == "DIGEST_MISMATCH"

@@ -20,6 +20,8 @@ from quire.type import job_pb2, queue_pb2
 
 __all__ = ["AssemblerWork", "assembled_key"]
 
+PDF_TYPE = "application/pdf"
+
 
 def assembled_key(tenant: str, sha256: str) -> str:
     return f"assembled/{tenant}/{sha256}"
@@ -36,6 +38,12 @@ class AssemblerWork:
 
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult:
         ordered = sorted(task.sources, key=lambda source: source.position)
+        if any(source.content_type != PDF_TYPE for source in ordered):
+            # Structured sources pass the gate and the validator, but no render
+            # profile is implemented yet: refuse clearly rather than drop them.
+            raise PermanentError(
+                ReasonCode.RENDER_UNAVAILABLE, "structured sources cannot be rendered yet"
+            )
         inputs = [(str(self._blobs.local_path(s.blob_key)), s.sha256) for s in ordered]
         temp = self._blobs.new_temp()
         try:

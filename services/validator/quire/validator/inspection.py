@@ -16,9 +16,10 @@ from functools import lru_cache
 
 from quire.reasons import ReasonCode
 
-__all__ = ["Finding", "inspect_source", "PDF_TYPE"]
+__all__ = ["Finding", "inspect_source", "PDF_TYPE", "JSON_TYPE"]
 
 PDF_TYPE = "application/pdf"
+JSON_TYPE = "application/json"
 SNIFF_BYTES = 64 * 1024
 READ_CHUNK = 1024 * 1024
 
@@ -82,7 +83,21 @@ def inspect_source(path: str, sha256: str, declared_type: str) -> Finding:
     detected = str(_magic().from_buffer(head))  # type: ignore[attr-defined]
     if detected != declared_type:
         return Finding(detected, 0, ReasonCode.TYPE_MISMATCH)
+    if detected == JSON_TYPE:
+        return Finding(detected, 0, _inspect_json(path))
     if detected != PDF_TYPE:
         return Finding(detected, 0, ReasonCode.TYPE_MISMATCH)
     pages, reason = _inspect_pdf(path)
     return Finding(detected, pages, str(reason))
+
+
+def _inspect_json(path: str) -> str:
+    """A structured source must at least be one JSON object."""
+    import json
+
+    try:
+        with open(path, "rb") as handle:
+            value = json.load(handle)
+    except (ValueError, RecursionError):
+        return ReasonCode.SCHEMA_INVALID
+    return "" if isinstance(value, dict) else ReasonCode.SCHEMA_INVALID
