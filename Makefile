@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= .quire
 PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 
-.PHONY: run test lint protos protos-check bench venv clean
+.PHONY: run test lint protos protos-check bench bench-admission venv clean
 
 venv: $(VENV)/.installed
 
@@ -30,6 +30,9 @@ lint: venv
 
 bench: venv
 	$(PY) bench/pipeline_bench.py
+
+bench-admission: venv
+	$(PY) bench/admission_bench.py
 
 protos: venv
 	rm -rf gen/quire

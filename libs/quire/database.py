@@ -22,6 +22,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 __all__ = ["Database", "insert_if_absent"]
 
+READ_ONLY = "quire_read_only"
+
 T = TypeVar("T")
 
 
@@ -48,7 +50,10 @@ def _sqlite_engine(url: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        if connection.get_execution_options().get(READ_ONLY):
+            connection.exec_driver_sql("BEGIN")  # WAL readers never wait for the writer
+        else:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
 
@@ -65,6 +70,9 @@ class Database:
             )
         self._metadata = metadata
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._read_sessions = sessionmaker(
+            self.engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False
+        )
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="db")
 
     def create_schema(self) -> None:
@@ -80,6 +88,15 @@ class Database:
         """Run ``work`` in one transaction on the database threads."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self.transaction, work)
+
+    def _read_transaction(self, work: Callable[[Session], T]) -> T:
+        with self._read_sessions.begin() as session:
+            return work(session)
+
+    async def read(self, work: Callable[[Session], T]) -> T:
+        """Run ``work``, which only reads, in one transaction that takes no write lock."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._read_transaction, work)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)

@@ -119,4 +119,4 @@ class LeaseStore:
                 select(self._table.c.token).where(self._table.c.job == job)
             ).scalar_one_or_none()
 
-        return await self._db.run(read)
+        return await self._db.read(read)

@@ -36,31 +36,50 @@ class Dispatcher:
         self._sweep_seconds = sweep_seconds
         self._purge_keys = idempotency
         """Also forget idempotency keys past their window on each sweep."""
+        self._published: set[str] = set()
+        """Jobs handed on but not yet marked; marked in one batch by the sweep."""
 
     async def dispatch(self, job: str) -> None:
-        """Publish the ACCEPTED event and the validate task, then mark the job dispatched."""
+        """Publish the job's ACCEPTED event and validate task from its stored row."""
         table = tables.jobs
-        row = await self._db.run(
+        row = await self._db.read(
             lambda s: s.execute(
                 select(table.c.task, table.c.accepted_event).where(table.c.job == job)
             ).one()
         )
-        task = queue_pb2.JobTask.FromString(row.task)
-        accepted = queue_pb2.TransitionEvent.FromString(row.accepted_event)
+        await self.hand_on(row.task, row.accepted_event)
+
+    async def hand_on(self, task_bytes: bytes, event_bytes: bytes) -> None:
+        """Publish the ACCEPTED event and the validate task of a committed job.
+
+        The job is marked dispatched later, in a batch; a crash before that only
+        makes the sweep publish again, which the queue drops by ``Nats-Msg-Id``.
+        """
+        task = queue_pb2.JobTask.FromString(task_bytes)
+        accepted = queue_pb2.TransitionEvent.FromString(event_bytes)
         await self._publisher.publish(event_subject("admission"), accepted, accepted.event_id)
         await self._publisher.publish(
-            work_subject("validate", task.priority), task, f"{job_id(job)}.validate"
+            work_subject("validate", task.priority), task, f"{job_id(task.job)}.validate"
         )
-        await self._db.run(
-            lambda s: s.execute(
-                update(table).where(table.c.job == job).values(dispatched_at=datetime.now(UTC))
+        self._published.add(task.job)
+
+    async def mark_published(self) -> int:
+        jobs, self._published = list(self._published), set()
+        if jobs:
+            now = datetime.now(UTC)
+            table = tables.jobs
+            await self._db.run(
+                lambda s: s.execute(
+                    update(table).where(table.c.job.in_(jobs)).values(dispatched_at=now)
+                )
             )
-        )
+        return len(jobs)
 
     async def sweep_forever(self) -> None:
         """Republish jobs left undispatched (a crash between commit and publish)."""
         while True:
             try:
+                await self.mark_published()
                 await self.sweep(older_than=timedelta(seconds=self._sweep_seconds))
                 if self._purge_keys:
                     await self.purge_expired_keys()
@@ -81,7 +100,8 @@ class Dispatcher:
             )
             return [row.job for row in rows]
 
-        jobs = await self._db.run(pending)
+        await self.mark_published()
+        jobs = await self._db.read(pending)
         dispatched = 0
         for job in jobs:
             try:
@@ -89,6 +109,7 @@ class Dispatcher:
                 dispatched += 1
             except Exception as error:  # noqa: BLE001 - one job's trouble must not block the rest
                 log.warning("dispatch of %s failed (%s)", job, type(error).__name__)
+        await self.mark_published()
         return dispatched
 
     async def purge_expired_keys(self) -> int:

@@ -49,6 +49,8 @@ class AcceptedJob:
     item_count: int
     created_at: datetime
     dispatched: bool
+    handoff: tuple[bytes, bytes] | None = None
+    """For a job accepted by this call: its task and ACCEPTED event, to publish."""
 
 
 class _OverQuota(Exception):
@@ -95,10 +97,11 @@ class Intake:
         priority = request.priority or "interactive"
         digest = manifest_digest(request.manifest)
         request_sha = _request_sha256(digest, priority)
-        replay = await self._db.run(lambda s: self._replay(s, tenant.id, request, request_sha))
+        replay = await self._db.read(
+            lambda s: self._replay_or_check(s, tenant.id, request, request_sha)
+        )
         if replay is not None:
             return replay
-        await self._db.run(lambda s: self._check(s, tenant.id, request))
         await self._shed_for_backlog(priority)
         quota = tenant.outstanding_quota(self._settings)
         try:
@@ -141,6 +144,15 @@ class Intake:
             )
         row = session.execute(select(tables.jobs).where(tables.jobs.c.job == key.job)).one()
         return _accepted(row)
+
+    def _replay_or_check(
+        self, session: Session, tenant: str, request: pb.SubmitJobRequest, request_sha: str
+    ) -> AcceptedJob | None:
+        """A live key's job, or None once the request has passed every check."""
+        replay = self._replay(session, tenant, request, request_sha)
+        if replay is None:
+            self._check(session, tenant, request)
+        return replay
 
     def _check(self, session: Session, tenant: str, request: pb.SubmitJobRequest) -> None:
         digests = {item.sha256 for item in request.manifest.items}
@@ -248,7 +260,14 @@ class Intake:
                 created_at=now,
             )
         )
-        return AcceptedJob(job, digest, len(task.sources), now, dispatched=False)
+        return AcceptedJob(
+            job,
+            digest,
+            len(task.sources),
+            now,
+            dispatched=False,
+            handoff=(task.SerializeToString(), accepted.SerializeToString()),
+        )
 
     @staticmethod
     def _task(

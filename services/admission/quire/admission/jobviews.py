@@ -95,7 +95,7 @@ class JobViews:
     async def owned(self, tenant: str, name: str) -> AcceptedJob:
         job = job_name(job_id(name))
         table = tables.jobs
-        row = await self._db.run(
+        row = await self._db.read(
             lambda s: s.execute(
                 select(table).where(table.c.job == job, table.c.tenant == tenant)
             ).first()
@@ -130,7 +130,7 @@ class JobViews:
         found: list[job_pb2.Job] = []
         scanned = 0
         while len(found) < size and scanned < SCAN_LIMIT:
-            rows = await self._db.run(partial(_rows, tenant=tenant, after=after, size=size))
+            rows = await self._db.read(partial(_rows, tenant=tenant, after=after, size=size))
             if not rows:
                 return JobPage(found, "")
             views = await self._views([_accepted(row) for row in rows])

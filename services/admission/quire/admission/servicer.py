@@ -79,7 +79,10 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         accepted = await self._intake.submit(tenant, request)
         if not accepted.dispatched:
             try:
-                await self._dispatcher.dispatch(accepted.name)
+                if accepted.handoff is not None:
+                    await self._dispatcher.hand_on(*accepted.handoff)
+                else:
+                    await self._dispatcher.dispatch(accepted.name)
             except Exception:  # noqa: BLE001 - committed: the dispatch sweep hands it on
                 log.warning("job %s accepted; dispatch deferred to the sweep", accepted.name)
         return accepted_view(accepted)

@@ -266,7 +266,7 @@ class TenantDirectory:
             ).first()
             return None if row is None else _tenant(row)
 
-        tenant = await self._db.run(read)
+        tenant = await self._db.read(read)
         if tenant is None:
             raise Unauthenticated()
         return tenant
@@ -286,5 +286,5 @@ class TenantDirectory:
                 is not None
             )
 
-        if not await self._db.run(read):
+        if not await self._db.read(read):
             raise Unauthenticated("missing or invalid operator token")

@@ -82,7 +82,7 @@ class UploadGate:
             )
         header = first.header
         _check_header(header, self._settings, tenant.upload_ceiling(self._settings))
-        known = await self._db.run(lambda s: _known(s, tenant.id, header.sha256))
+        known = await self._db.read(lambda s: _known(s, tenant.id, header.sha256))
         if known is not None:
             return _already_stored(known, header)
         return await self._store(tenant.id, header, requests)

@@ -27,7 +27,7 @@ class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
     ) -> pb.Assembly:
         job = job_name(job_id(request.job))
         table = tables.assemblies
-        row = await self._db.run(
+        row = await self._db.read(
             lambda s: s.execute(select(table).where(table.c.job == job)).first()
         )
         if row is None:

@@ -65,7 +65,7 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
     ) -> job_pb2.Job:
         name = job_name(job_id(request.name))
         table = tables.jobs
-        row = await self._db.run(
+        row = await self._db.read(
             lambda s: s.execute(select(table).where(table.c.job == name)).first()
         )
         if row is None:
@@ -84,7 +84,7 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
             )
         names = [job_name(job_id(name)) for name in request.names]
         table = tables.jobs
-        rows = await self._db.run(
+        rows = await self._db.read(
             lambda s: s.execute(select(table).where(table.c.job.in_(names))).all()
         )
         return pb.BatchGetJobsResponse(jobs=[_job(row) for row in rows])
@@ -96,7 +96,7 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         name = job_name(job_id(request.job))
         size, after = _page(request)
         table = tables.ledger
-        rows = await self._db.run(
+        rows = await self._db.read(
             lambda s: s.execute(
                 select(table)
                 .where(table.c.job == name, table.c.sequence > after)

@@ -162,7 +162,7 @@ class KeyStore:
         return None if row is None else _to_key(row)
 
     async def active(self) -> SigningKey:
-        key = await self._db.run(self._active)
+        key = await self._db.read(self._active)
         if key is None:
             raise LookupError("no active signing key")
         return key
@@ -174,7 +174,7 @@ class KeyStore:
             )
             return [_to_key(row) for row in rows]
 
-        return await self._db.run(read)
+        return await self._db.read(read)
 
 
 def _to_key(row: object) -> SigningKey:

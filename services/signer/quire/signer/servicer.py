@@ -31,7 +31,7 @@ class SignerServicer(pb_grpc.SignerServiceServicer):
     ) -> pb.Signature:
         job = job_name(job_id(request.job))
         table = tables.signatures
-        row = await self._db.run(
+        row = await self._db.read(
             lambda s: s.execute(select(table).where(table.c.job == job)).first()
         )
         if row is None or row.sha256 is None:

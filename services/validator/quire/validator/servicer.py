@@ -26,7 +26,7 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
         self, request: pb.GetValidationRequest, context: grpc.aio.ServicerContext
     ) -> pb.Validation:
         job = job_name(job_id(request.job))
-        row = await self._db.run(lambda s: self._read(s, job))
+        row = await self._db.read(lambda s: self._read(s, job))
         if row is None:
             raise NotFound("no validation for this job")
         return pb.Validation(
