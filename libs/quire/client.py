@@ -17,14 +17,13 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
-
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
 from quire.admission.v1 import tenant_admin_service_pb2 as admin_pb
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
 from quire.grpcserver import TraceClientInterceptors
 from quire.jobs import TERMINAL_STATES, state_name, state_value
+from quire.tls import TlsSettings, aio_channel
 from quire.type import job_pb2
 
 __all__ = ["AdmissionClient", "TenantAdminClient", "PacketItem", "ArtifactDigestMismatch"]
@@ -54,8 +53,8 @@ def _digest_file(path: Path) -> tuple[str, int]:
 
 
 class AdmissionClient:
-    def __init__(self, address: str, token: str) -> None:
-        self._channel = grpc.aio.insecure_channel(address, interceptors=TraceClientInterceptors())
+    def __init__(self, address: str, token: str, *, tls: TlsSettings | None = None) -> None:
+        self._channel = aio_channel(address, tls, TraceClientInterceptors())
         self._stub = pb_grpc.AdmissionServiceStub(self._channel)
         self._metadata = (("authorization", f"Bearer {token}"),)
 
@@ -168,8 +167,10 @@ class AdmissionClient:
 class TenantAdminClient:
     """The operators' API: tenants, limits and tokens."""
 
-    def __init__(self, address: str, operator_token: str) -> None:
-        self._channel = grpc.aio.insecure_channel(address, interceptors=TraceClientInterceptors())
+    def __init__(
+        self, address: str, operator_token: str, *, tls: TlsSettings | None = None
+    ) -> None:
+        self._channel = aio_channel(address, tls, TraceClientInterceptors())
         self._stub = admin_grpc.TenantAdminServiceStub(self._channel)
         self._metadata = (("authorization", f"Bearer {operator_token}"),)
 

@@ -20,8 +20,9 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from quire.telemetry import extract_context, inject_headers
+from quire.tls import TlsSettings, aio_channel
 
-__all__ = ["serve", "TraceServerInterceptor", "TraceClientInterceptors", "insecure_channel"]
+__all__ = ["serve", "TraceServerInterceptor", "TraceClientInterceptors", "service_channel"]
 
 log = logging.getLogger(__name__)
 
@@ -115,9 +116,9 @@ def TraceClientInterceptors() -> list[grpc.aio.ClientInterceptor]:  # noqa: N802
     return [_UnaryUnary(), _UnaryStream(), _StreamUnary()]
 
 
-def insecure_channel(address: str) -> grpc.aio.Channel:
-    """A loopback channel to another Quire service, carrying the trace context."""
-    return grpc.aio.insecure_channel(address, interceptors=TraceClientInterceptors())
+def service_channel(address: str, tls: TlsSettings | None) -> grpc.aio.Channel:
+    """A channel to another Quire service, carrying the trace context."""
+    return aio_channel(address, tls, TraceClientInterceptors())
 
 
 async def serve(
@@ -128,13 +129,17 @@ async def serve(
     on_drain: Callable[[], Awaitable[None]] | None = None,
     drain_seconds: float = 20.0,
     ready: Callable[[], Awaitable[None]] | None = None,
+    tls: TlsSettings | None = None,
 ) -> None:
     """Run a gRPC server until SIGTERM/SIGINT, then drain and stop."""
     server = grpc.aio.server(interceptors=[TraceServerInterceptor()])
     register(server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    bound = server.add_insecure_port(address)
+    if tls is None:
+        bound = server.add_insecure_port(address)
+    else:
+        bound = server.add_secure_port(address, tls.server_credentials())
     if bound == 0:
         raise RuntimeError(f"cannot bind {address}")
     await server.start()

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from quire.tls import TlsSettings
+
 __all__ = [
     "SERVICES",
     "DEFAULT_PORTS",
@@ -114,6 +116,8 @@ class ServiceSettings:
     """When set, finished spans are appended to this file as JSON lines."""
     drain_seconds: float = 20.0
     """On SIGTERM: time allowed to finish in-flight work before stopping."""
+    tls: TlsSettings | None = None
+    """Mutual TLS for every gRPC server and client of this process, when set."""
 
     @classmethod
     def from_env(cls, service: str, env: Mapping[str, str] | None = None) -> ServiceSettings:
@@ -141,6 +145,7 @@ class ServiceSettings:
             },
             trace_file=Path(trace) if trace else None,
             drain_seconds=float(_get(env, "QUIRE_DRAIN_SECONDS", "20")),
+            tls=TlsSettings.from_env(env),
         )
 
     @property

@@ -92,6 +92,7 @@ async def run_stage_service(
             on_drain=worker.drain,
             drain_seconds=settings.drain_seconds,
             ready=ready,
+            tls=settings.tls,
         )
     finally:
         await nc.close()  # workers are drained; nothing is in flight

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quire.stack.supervisor import StackInfo
+from quire.tls import TlsSettings
 
 __all__ = ["ClientConfig"]
 
@@ -17,6 +18,7 @@ class ClientConfig:
     signer: str
     token: str
     operator_token: str
+    tls: TlsSettings | None = None
 
     @classmethod
     def load(cls, data_dir: Path) -> ClientConfig:
@@ -32,4 +34,10 @@ class ClientConfig:
                 f"no running stack found in {data_dir}: start one with `quire up` "
                 "or set QUIRE_ADMISSION_ADDR and QUIRE_TOKEN"
             )
-        return cls(admission=admission, signer=signer, token=token, operator_token=operator)
+        return cls(
+            admission=admission,
+            signer=signer,
+            token=token,
+            operator_token=operator,
+            tls=TlsSettings.from_env(),
+        )

@@ -27,6 +27,7 @@ from quire.client import AdmissionClient
 from quire.grpcstatus import reason_of
 from quire.jobs import state_name
 from quire.stack.supervisor import Stack, StackInfo
+from quire.tls import TlsSettings
 from quire.type import job_pb2
 
 DEFAULT_DATA_DIR = Path(".quire")
@@ -54,7 +55,7 @@ async def _submit(args: argparse.Namespace, config: ClientConfig) -> int:
     if not files:
         print("nothing to submit: give files or --manifest", file=sys.stderr)
         return 2
-    async with AdmissionClient(config.admission, config.token) as client:
+    async with AdmissionClient(config.admission, config.token, tls=config.tls) as client:
         job = await send_packet(client, files, options)
         print(_job_line(job))
         if args.wait:
@@ -65,20 +66,20 @@ async def _submit(args: argparse.Namespace, config: ClientConfig) -> int:
 
 
 async def _status(args: argparse.Namespace, config: ClientConfig) -> int:
-    async with AdmissionClient(config.admission, config.token) as client:
+    async with AdmissionClient(config.admission, config.token, tls=config.tls) as client:
         print(_job_line(await client.get_job(_name(args.job))))
     return 0
 
 
 async def _wait(args: argparse.Namespace, config: ClientConfig) -> int:
-    async with AdmissionClient(config.admission, config.token) as client:
+    async with AdmissionClient(config.admission, config.token, tls=config.tls) as client:
         job = await client.wait(_name(args.job), timeout=args.timeout)
     print(_job_line(job))
     return 0 if state_name(job.state) == "COMPLETED" else 1
 
 
 async def _fetch(args: argparse.Namespace, config: ClientConfig) -> int:
-    async with AdmissionClient(config.admission, config.token) as client:
+    async with AdmissionClient(config.admission, config.token, tls=config.tls) as client:
         digest = await client.download(_name(args.job), Path(args.output))
     print(f"{args.output}  sha256={digest}")
     return 0
@@ -86,7 +87,7 @@ async def _fetch(args: argparse.Namespace, config: ClientConfig) -> int:
 
 async def _jobs(args: argparse.Namespace, config: ClientConfig) -> int:
     token = ""
-    async with AdmissionClient(config.admission, config.token) as client:
+    async with AdmissionClient(config.admission, config.token, tls=config.tls) as client:
         while True:
             page = await client.list_jobs(page_token=token, state=args.state or "")
             for job in page.jobs:
@@ -97,14 +98,14 @@ async def _jobs(args: argparse.Namespace, config: ClientConfig) -> int:
 
 
 async def _cancel(args: argparse.Namespace, config: ClientConfig) -> int:
-    async with AdmissionClient(config.admission, config.token) as client:
+    async with AdmissionClient(config.admission, config.token, tls=config.tls) as client:
         job = await client.cancel(_name(args.job))
     print(_job_line(job))
     return 0 if state_name(job.state) == "CANCELLED" else 1
 
 
 async def _verify(args: argparse.Namespace, config: ClientConfig) -> int:
-    report = await verify_file(Path(args.file), config.signer)
+    report = await verify_file(Path(args.file), config.signer, config.tls)
     print(f"signatures: {report.signature_count}")
     print(f"intact: {report.intact}  valid: {report.valid}")
     print(f"covers whole file: {report.covers_whole_file}")
@@ -117,7 +118,8 @@ async def _verify(args: argparse.Namespace, config: ClientConfig) -> int:
 
 async def _send_example(info: StackInfo, example: Path) -> None:
     files, options = read_manifest_file(example / "manifest.json")
-    async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
+    tls = TlsSettings.from_env()
+    async with AdmissionClient(info.endpoints["admission"], info.token(), tls=tls) as client:
         job = await send_packet(client, files, options)
         print(f"example packet submitted: {job.name}")
         job = await client.wait(job.name, timeout=120)
@@ -126,7 +128,7 @@ async def _send_example(info: StackInfo, example: Path) -> None:
             raise SystemExit(f"example packet ended {state_name(job.state)} {job.reason_code}")
         output = Path(info.data_dir) / "out" / f"{job.name.removeprefix('jobs/')}.pdf"
         await client.download(job.name, output)
-    report = await verify_file(output, info.endpoints["signer"])
+    report = await verify_file(output, info.endpoints["signer"], tls)
     print(f"signed PDF: {output}  ({'verified' if report.ok else 'NOT VERIFIED'})")
     if not report.ok:
         raise SystemExit("the example packet's signature did not verify")

@@ -13,7 +13,7 @@ __all__ = ["tenants_create", "tenants_list", "tokens_create", "tokens_revoke"]
 def _client(config: ClientConfig) -> TenantAdminClient:
     if not config.operator_token:
         raise SystemExit("no operator token: set QUIRE_OPERATOR_TOKEN or run against `quire up`")
-    return TenantAdminClient(config.admission, config.operator_token)
+    return TenantAdminClient(config.admission, config.operator_token, tls=config.tls)
 
 
 async def tenants_create(args: argparse.Namespace, config: ClientConfig) -> int:

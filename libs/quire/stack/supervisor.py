@@ -24,6 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from quire.settings import SERVICES, service_address_var
 from quire.stack.natsserver import NatsServer
 from quire.stack.ports import free_port
+from quire.tls import TlsSettings, sync_channel
 
 __all__ = ["Stack", "StackInfo", "STACK_FILE"]
 
@@ -154,7 +155,7 @@ class Stack:
     def wait_healthy(self, timeout: float = HEALTH_TIMEOUT_SECONDS) -> None:
         deadline = time.monotonic() + timeout
         for service, address in self.endpoints.items():
-            with grpc.insecure_channel(address) as channel:
+            with sync_channel(address, TlsSettings.from_env(self.service_env())) as channel:
                 stub = health_pb2_grpc.HealthStub(channel)
                 while True:
                     child = self._children[service]

@@ -23,7 +23,7 @@ from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
 from quire.audit.v1 import audit_service_pb2_grpc
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
-from quire.grpcserver import insecure_channel, serve
+from quire.grpcserver import serve, service_channel
 from quire.jobgate import JobGate
 from quire.runtime import start_runtime
 from quire.settings import AdmissionSettings, ServiceSettings
@@ -45,7 +45,7 @@ async def main() -> None:
     publisher = Publisher(js)
     events = EventFactory(SERVICE, settings.instance, settings.build_version)
     dispatcher = Dispatcher(database, publisher, idempotency=True)
-    audit_channel = insecure_channel(settings.peers["audit"])
+    audit_channel = service_channel(settings.peers["audit"], settings.tls)
     audit = audit_service_pb2_grpc.AuditServiceStub(audit_channel)
     outstanding = OutstandingJobs(database, audit)
     views = JobViews(database, audit, outstanding)
@@ -100,6 +100,7 @@ async def main() -> None:
             on_drain=drain,
             drain_seconds=settings.drain_seconds,
             ready=ready,
+            tls=settings.tls,
         )
     finally:
         await audit_channel.close()

@@ -82,6 +82,7 @@ async def main() -> None:
             on_drain=drain,
             drain_seconds=settings.drain_seconds,
             ready=ready,
+            tls=settings.tls,
         )
     finally:
         await nc.close()  # workers are drained; nothing is in flight
