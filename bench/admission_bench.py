@@ -73,6 +73,16 @@ async def bench(stack: Stack, folder: Path, submits: int, uploads: int) -> None:
             f"p99 {percentile(latencies, 0.99) * 1000:.1f} ms"
         )
 
+        alone: list[float] = []
+        for _ in range(min(200, submits)):
+            started = time.perf_counter()
+            await client.submit(items, request_id=uuid.uuid4().hex)
+            alone.append(time.perf_counter() - started)
+        print(
+            f"SubmitJob latency, one client at a time: p50 {percentile(alone, 0.5) * 1000:.1f} ms, "
+            f"p99 {percentile(alone, 0.99) * 1000:.1f} ms"
+        )
+
         files = []
         for index in range(uploads):
             path = folder / f"big-{index}.pdf"

@@ -379,3 +379,78 @@ async def test_cancelling_a_completed_job_says_it_completed(tenants, tmp_path: P
     answer = await client.cancel(job.name)
     assert state_name(answer.state) == "COMPLETED"
     assert answer.output_digest == job.output_digest
+
+
+async def test_a_bad_token_stores_nothing(stack) -> None:  # type: ignore[no-untyped-def]
+    address = StackInfo.read(stack.data_dir).endpoints["admission"]
+    data = b"%PDF-1.7\n" + uuid.uuid4().bytes
+    header = pb.SourceHeader(
+        sha256=hashlib.sha256(data).hexdigest(), size_bytes=len(data), content_type=PDF
+    )
+    async with AdmissionClient(address, "qt_0000_not-a-token") as stranger:
+        await _refused(
+            stranger.upload_stream(_stream(header, data)),
+            grpc.StatusCode.UNAUTHENTICATED,
+            "UNAUTHENTICATED",
+        )
+        await _refused(
+            stranger.submit([PacketItem("doc", header.sha256)]),
+            grpc.StatusCode.UNAUTHENTICATED,
+            "UNAUTHENTICATED",
+        )
+    _nothing_stored(stack, header.sha256)
+
+
+async def test_every_manifest_violation_is_listed_and_no_job_is_made(
+    tenants, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    client = await tenants("violations")
+    known = (await client.upload(write_text_pdf(tmp_path / "k.pdf", [uuid.uuid4().hex]))).sha256
+    request = pb.SubmitJobRequest(
+        request_id="bad-manifest",
+        manifest={
+            "items": [
+                {"position": 1, "document_id": "a", "sha256": known},
+                {"position": 1, "document_id": "a", "sha256": "f" * 64},
+                {"position": 4, "document_id": "", "sha256": "not-hex"},
+            ],
+            "ruleset": "unknown@1",
+            "render_profile": "glossy",
+        },
+        priority="urgent",
+    )
+    error = await _refused(
+        client.submit_request(request), grpc.StatusCode.INVALID_ARGUMENT, "INVALID_MANIFEST"
+    )
+    reasons = sorted(
+        v.reason for v in _detail(error, error_details_pb2.BadRequest).field_violations
+    )
+    assert reasons == sorted(
+        [
+            "DUPLICATE_POSITION",
+            "POSITIONS_NOT_CONTIGUOUS",
+            "DUPLICATE_DOCUMENT_ID",
+            "DUPLICATE_DOCUMENT_ID",
+            "UNKNOWN_SOURCE",
+            "MISSING_DOCUMENT_ID",
+            "BAD_DIGEST",
+            "UNKNOWN_RULESET",
+            "UNKNOWN_PROFILE",
+            "UNKNOWN_PRIORITY",
+        ]
+    )
+    assert (await client.list_jobs()).jobs == []
+
+
+async def test_a_reused_key_is_refused_and_makes_no_second_job(tenants, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    client = await tenants("reuse")
+    one = (await client.upload(write_text_pdf(tmp_path / "1.pdf", [uuid.uuid4().hex]))).sha256
+    two = (await client.upload(write_text_pdf(tmp_path / "2.pdf", [uuid.uuid4().hex]))).sha256
+    job = await client.submit([PacketItem("doc", one)], request_id="same")
+    await _refused(
+        client.submit([PacketItem("doc", two)], request_id="same"),
+        grpc.StatusCode.ALREADY_EXISTS,
+        "IDEMPOTENCY_KEY_REUSED",
+    )
+    assert [j.name for j in (await client.list_jobs()).jobs] == [job.name]
+    await client.wait(job.name, timeout=60)

@@ -31,6 +31,7 @@ from quire.admission.tenants import Tenant
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database, insert_if_absent
 from quire.errors import Conflict, FieldViolation, InvalidInput, Overloaded, QuotaViolation
+from quire.groupcommit import GroupCommit
 from quire.jobs import job_name, manifest_digest, new_job_id
 from quire.reasons import ReasonCode
 from quire.settings import AdmissionSettings
@@ -87,6 +88,7 @@ class Intake:
         outstanding: OutstandingJobs | None = None,
     ) -> None:
         self._db = database
+        self._writes = GroupCommit(database)
         self._events = events
         self._settings = settings
         self._backlog = backlog
@@ -124,7 +126,7 @@ class Intake:
         priority: str,
         quota: int,
     ) -> AcceptedJob:
-        return await self._db.run(
+        return await self._writes.run(
             lambda s: self._insert(s, tenant, request, request_sha, digest, priority, quota)
         )
 

@@ -1,0 +1,58 @@
+"""Group commit: concurrent writes share a transaction, and one failing write
+rolls back only itself."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import MetaData, func, select
+
+from quire.database import Database
+from quire.groupcommit import GroupCommit
+from quire.leases import lease_table
+
+
+async def test_one_failing_write_does_not_undo_the_others(tmp_path: Path) -> None:
+    metadata = MetaData()
+    table = lease_table(metadata)
+    database = Database(f"sqlite:///{tmp_path / 'g.db'}", metadata)
+    database.create_schema()
+    writes = GroupCommit(database)
+
+    def insert(job: str):  # type: ignore[no-untyped-def]
+        def work(session) -> str:  # type: ignore[no-untyped-def]
+            session.execute(table.insert().values(job=job, token=1, updated_at=datetime.now(UTC)))
+            if job == "jobs/bad":
+                raise ValueError("refused")
+            return job
+
+        return work
+
+    names = [f"jobs/{n:02d}" for n in range(20)] + ["jobs/bad"]
+    results = await asyncio.gather(
+        *(writes.run(insert(name)) for name in names), return_exceptions=True
+    )
+    assert results[:-1] == names[:-1]
+    assert isinstance(results[-1], ValueError)
+    stored = database.transaction(
+        lambda s: s.execute(select(func.count()).select_from(table)).scalar_one()
+    )
+    assert stored == 20
+
+
+async def test_a_lone_write_commits_at_once(tmp_path: Path) -> None:
+    metadata = MetaData()
+    table = lease_table(metadata)
+    database = Database(f"sqlite:///{tmp_path / 'g.db'}", metadata)
+    database.create_schema()
+    writes = GroupCommit(database)
+    now = datetime.now(UTC)
+    await asyncio.wait_for(
+        writes.run(lambda s: s.execute(table.insert().values(job="j", token=1, updated_at=now))),
+        timeout=2,
+    )
+    with pytest.raises(ValueError):
+        await writes.run(lambda s: (_ for _ in ()).throw(ValueError("x")))
