@@ -93,6 +93,13 @@ def _add(a: int, b: int) -> int:
     return a + b
 
 
+def _slow_add(a: int, b: int) -> int:
+    import time
+
+    time.sleep(0.5)
+    return a + b
+
+
 @pytest.fixture
 async def sandbox():  # type: ignore[no-untyped-def]
     pool = SandboxPool(
@@ -120,3 +127,24 @@ async def test_a_task_over_the_cpu_limit_is_stopped(sandbox: SandboxPool) -> Non
         await sandbox.run(_spin)
     assert asyncio.get_running_loop().time() - started < 10
     assert await sandbox.run(_add, 2, 2) == 4
+
+
+async def test_a_crash_never_costs_a_concurrent_innocent_task() -> None:
+    pool = SandboxPool(SandboxSettings(workers=2, cpu_seconds=5, wall_seconds=10.0))
+    try:
+        innocent = asyncio.create_task(pool.run(_slow_add, 20, 22))
+        await asyncio.sleep(0.05)
+        with pytest.raises(SandboxExhausted):
+            await pool.run(_die)
+        assert await innocent == 42
+    finally:
+        pool.close()
+
+
+async def test_an_abandoned_task_never_answers_the_next_caller(sandbox: SandboxPool) -> None:
+    abandoned = asyncio.create_task(sandbox.run(_slow_add, 1, 1))
+    await asyncio.sleep(0.1)
+    abandoned.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await abandoned
+    assert await sandbox.run(_add, 3, 4) == 7

@@ -1,12 +1,13 @@
-"""Bounded process pools for CPU-heavy and hostile work (PDF parsing, merging, signing).
+"""Bounded, isolated worker processes for CPU-heavy and hostile work (PDF
+parsing, merging, signing).
 
-Work never runs on the event loop. Each worker process lives under a memory
-limit (RLIMIT_AS, set once when it starts) and each task under a CPU-time
-limit (RLIMIT_CPU, set relative to what the worker has already used) and a
-wall-clock timeout. A task that kills its worker, or runs out of time, makes
-the pool recycle: the processes are killed and a fresh pool is started, so a
-hostile file can cost a retry but never the service. Workers are started with
-``forkserver`` so that no gRPC or asyncio state is forked into them.
+Work never runs on the event loop. Each worker is its own process, started
+with ``forkserver`` (no gRPC or asyncio state is forked into it), under a
+memory limit (RLIMIT_AS) set when it starts; each task runs under a CPU-time
+limit (RLIMIT_CPU, relative to what the worker has used) and a wall-clock
+timeout. A worker that dies, overruns or is abandoned is killed and replaced,
+and only the task it was running fails (``SandboxExhausted``): a hostile file
+costs its own job a retry, never another job, never the service.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import logging
 import multiprocessing
 import resource
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
 from quire.errors import TransientError
@@ -38,81 +39,122 @@ class SandboxExhausted(TransientError):
         super().__init__(ReasonCode.PARSER_LIMIT_EXCEEDED, message)
 
 
-def _start_worker(memory_bytes: int, preload: tuple[str, ...]) -> None:
+def _serve(connection: Connection, memory_bytes: int, preload: tuple[str, ...]) -> None:
+    """A worker's life: load libraries, limit memory, then run tasks one at a time."""
     for module in preload:
         importlib.import_module(module)
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    while True:
+        try:
+            fn, args, cpu_seconds = connection.recv()
+        except (EOFError, OSError):
+            return
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        spent = int(used.ru_utime + used.ru_stime) + 1
+        _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        resource.setrlimit(resource.RLIMIT_CPU, (spent + cpu_seconds, hard))
+        try:
+            outcome: tuple[bool, Any] = (True, fn(*args))
+        except MemoryError:
+            outcome = (False, SandboxExhausted("memory limit reached"))
+        except Exception as error:  # noqa: BLE001 - returned to the caller as it is
+            outcome = (False, error)
+        try:
+            connection.send(outcome)
+        except Exception as error:  # noqa: BLE001 - an unpicklable result or error
+            connection.send((False, RuntimeError(type(error).__name__)))
 
 
 def _ready() -> bool:
     return True
 
 
-def _run_limited(cpu_seconds: int, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
-    used = resource.getrusage(resource.RUSAGE_SELF)
-    spent = int(used.ru_utime + used.ru_stime) + 1
-    _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    resource.setrlimit(resource.RLIMIT_CPU, (spent + cpu_seconds, hard))
-    try:
-        return fn(*args)
-    except MemoryError:
-        raise SandboxExhausted("memory limit reached") from None
+class _Worker:
+    """One worker process and the pipe to it; replaced when it misbehaves."""
+
+    def __init__(self, settings: SandboxSettings, preload: tuple[str, ...]) -> None:
+        self._settings = settings
+        self._preload = preload
+        self._process: Any = None
+        self._connection: Connection | None = None
+
+    def _start(self) -> None:
+        context = multiprocessing.get_context("forkserver")
+        parent, child = context.Pipe()
+        process = context.Process(
+            target=_serve,
+            args=(child, self._settings.memory_bytes, self._preload),
+            daemon=True,
+        )
+        process.start()
+        child.close()
+        self._process, self._connection = process, parent
+
+    def call(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
+        """Run one task (blocking; called on a pool thread)."""
+        if self._process is None or not self._process.is_alive():
+            self.stop()
+            self._start()
+        assert self._connection is not None
+        try:
+            self._connection.send((fn, args, self._settings.cpu_seconds))
+            if not self._connection.poll(self._settings.wall_seconds):
+                self.stop()
+                return False, SandboxExhausted("wall-clock limit reached")
+            return self._connection.recv()
+        except (EOFError, OSError):
+            self.stop()
+            return False, SandboxExhausted("worker process died")
+
+    def stop(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+        if self._process is not None:
+            if self._process.is_alive():
+                self._process.kill()
+            self._process.join(timeout=5)
+            self._process = None
 
 
 class SandboxPool:
-    """A recyclable process pool with per-task limits; at most ``workers`` tasks at once."""
+    """At most ``workers`` tasks at once, each in its own limited process."""
 
     def __init__(
         self, settings: SandboxSettings, *, name: str = "sandbox", preload: tuple[str, ...] = ()
     ) -> None:
-        self._settings = settings
         self._name = name
-        self._preload = preload
-        self._gate = asyncio.Semaphore(settings.workers)
-        self._executor = self._start()
-        self._generation = 0
-
-    def _start(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(
-            max_workers=self._settings.workers,
-            mp_context=multiprocessing.get_context("forkserver"),
-            initializer=_start_worker,
-            initargs=(self._settings.memory_bytes, self._preload),
+        self._threads = ThreadPoolExecutor(
+            max_workers=settings.workers, thread_name_prefix=f"{name}-call"
         )
-
-    async def warm(self) -> None:
-        """Start every worker and load its libraries now, not on the first job."""
-        await asyncio.gather(*(self.run(_ready) for _ in range(self._settings.workers)))
+        self._all = [_Worker(settings, preload) for _ in range(settings.workers)]
+        self._idle: asyncio.Queue[_Worker] = asyncio.Queue()
+        for worker in self._all:
+            self._idle.put_nowait(worker)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` in a worker process under the limits."""
-        async with self._gate:
-            executor, generation = self._executor, self._generation
-            loop = asyncio.get_running_loop()
-            future = loop.run_in_executor(
-                executor, _run_limited, self._settings.cpu_seconds, fn, args
-            )
-            try:
-                return await asyncio.wait_for(future, timeout=self._settings.wall_seconds)
-            except TimeoutError:
-                self._recycle(generation)
-                raise SandboxExhausted("wall-clock limit reached") from None
-            except BrokenProcessPool:
-                self._recycle(generation)
-                raise SandboxExhausted("worker process died") from None
+        worker = await self._idle.get()
+        loop = asyncio.get_running_loop()
+        try:
+            ok, value = await loop.run_in_executor(self._threads, worker.call, fn, args)
+        except asyncio.CancelledError:
+            # The task was abandoned mid-flight: its worker must not serve anyone else.
+            await loop.run_in_executor(None, worker.stop)
+            raise
+        finally:
+            self._idle.put_nowait(worker)
+        if ok:
+            return value  # type: ignore[no-any-return]
+        if isinstance(value, SandboxExhausted):
+            log.warning("%s: %s; worker replaced", self._name, value.message)
+        raise value
 
-    def _recycle(self, generation: int) -> None:
-        if generation != self._generation:
-            return  # another task already replaced this pool
-        log.warning("%s: recycling worker processes", self._name)
-        old = self._executor
-        self._generation += 1
-        self._executor = self._start()
-        for process in list(getattr(old, "_processes", {}).values()):
-            process.kill()
-        old.shutdown(wait=False, cancel_futures=True)
+    async def warm(self) -> None:
+        """Start every worker and load its libraries now, not on the first job."""
+        await asyncio.gather(*(self.run(_ready) for _ in self._all))
 
     def close(self) -> None:
-        for process in list(getattr(self._executor, "_processes", {}).values()):
-            process.kill()
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        for worker in self._all:
+            worker.stop()
+        self._threads.shutdown(wait=False, cancel_futures=True)
