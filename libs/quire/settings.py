@@ -22,6 +22,7 @@ __all__ = [
     "QueueSettings",
     "SandboxSettings",
     "AdmissionSettings",
+    "ValidationLimits",
     "service_address_var",
 ]
 
@@ -91,6 +92,24 @@ class SandboxSettings:
             memory_bytes=int(_get(env, prefix + "MEMORY_BYTES", str(1536 * 1024 * 1024))),
             cpu_seconds=int(_get(env, prefix + "CPU_SECONDS", "20")),
             wall_seconds=float(_get(env, prefix + "WALL_SECONDS", "30")),
+        )
+
+
+@dataclass(frozen=True)
+class ValidationLimits:
+    """What the validator refuses regardless of ruleset."""
+
+    max_pages: int = 2000
+    max_decompressed_bytes: int = 256 * 1024 * 1024
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ValidationLimits:
+        env = os.environ if env is None else env
+        return cls(
+            max_pages=int(_get(env, "QUIRE_MAX_PAGES", "2000")),
+            max_decompressed_bytes=int(
+                _get(env, "QUIRE_MAX_DECOMPRESSED_BYTES", str(256 * 1024 * 1024))
+            ),
         )
 
 

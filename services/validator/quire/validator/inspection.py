@@ -11,10 +11,12 @@ says. Returns a plain finding (picklable, no document text).
 from __future__ import annotations
 
 import hashlib
+import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 
 from quire.reasons import ReasonCode
+from quire.validator.pdfchecks import PdfLimits, check_pdf
 
 __all__ = ["Finding", "inspect_source", "PDF_TYPE", "JSON_TYPE"]
 
@@ -50,29 +52,25 @@ def _digest_and_head(path: str) -> tuple[str, bytes]:
     return digest.hexdigest(), head
 
 
-def _inspect_pdf(path: str) -> tuple[int, str]:
+def _inspect_pdf(path: str, limits: PdfLimits) -> tuple[int, str]:
     import pikepdf  # lazy: heavy, and only needed in the sandbox
 
     try:
         with pikepdf.open(path, attempt_recovery=False) as pdf:
             if pdf.is_encrypted:
                 return 0, ReasonCode.ENCRYPTED_PDF
-            pages = 0
-            for page in pdf.pages:
-                page.obj.get("/Contents")
-                pages += 1
-            if pdf.get_warnings():
-                return pages, ReasonCode.MALFORMED_PDF
-            if pages == 0:
-                return 0, ReasonCode.MALFORMED_PDF
-            return pages, ""
+            return check_pdf(pdf, limits)
     except pikepdf.PasswordError:
         return 0, ReasonCode.ENCRYPTED_PDF
-    except (pikepdf.PdfError, pikepdf.ForeignObjectError, ValueError, RecursionError):
+    except MemoryError:
+        raise  # the sandbox reports it as a limit, not as a verdict on the file
+    except (pikepdf.PdfError, zlib.error, RecursionError, ValueError, TypeError, KeyError):
         return 0, ReasonCode.MALFORMED_PDF
 
 
-def inspect_source(path: str, sha256: str, declared_type: str) -> Finding:
+def inspect_source(
+    path: str, sha256: str, declared_type: str, limits: PdfLimits | None = None
+) -> Finding:
     """Check one source file; runs in a sandbox worker."""
     try:
         actual, head = _digest_and_head(path)
@@ -87,7 +85,7 @@ def inspect_source(path: str, sha256: str, declared_type: str) -> Finding:
         return Finding(detected, 0, _inspect_json(path))
     if detected != PDF_TYPE:
         return Finding(detected, 0, ReasonCode.TYPE_MISMATCH)
-    pages, reason = _inspect_pdf(path)
+    pages, reason = _inspect_pdf(path, limits or PdfLimits())
     return Finding(detected, pages, str(reason))
 
 

@@ -11,9 +11,10 @@ from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.jobgate import JobGate
 from quire.sandbox import SandboxPool
-from quire.settings import SandboxSettings, ServiceSettings
+from quire.settings import SandboxSettings, ServiceSettings, ValidationLimits
 from quire.stageservice import Registrar, StageService, run_stage_service
 from quire.validator import tables
+from quire.validator.pdfchecks import PdfLimits
 from quire.validator.servicer import ValidatorServicer
 from quire.validator.v1 import validator_service_pb2_grpc as pb_grpc
 from quire.validator.work import ValidatorWork
@@ -35,7 +36,11 @@ async def main() -> None:
         def register(server: grpc.aio.Server) -> None:
             pb_grpc.add_ValidatorServiceServicer_to_server(ValidatorServicer(database), server)
 
-        return ValidatorWork(blobs=blobs, sandbox=pool), register
+        limits = ValidationLimits.from_env()
+        pdf_limits = PdfLimits(
+            max_pages=limits.max_pages, max_decompressed_bytes=limits.max_decompressed_bytes
+        )
+        return ValidatorWork(blobs=blobs, sandbox=pool, limits=pdf_limits), register
 
     await run_stage_service(
         settings,

@@ -11,13 +11,18 @@ from sqlalchemy.orm import Session
 from quire.blobstore import LocalBlobStore
 from quire.errors import Rejected
 from quire.leases import Lease
-from quire.sandbox import SandboxPool
+from quire.reasons import ReasonCode
+from quire.sandbox import SandboxExhausted, SandboxPool
 from quire.stage import StageResult
 from quire.type import queue_pb2
 from quire.validator import tables
 from quire.validator.inspection import Finding, inspect_source
+from quire.validator.pdfchecks import PdfLimits
 
-__all__ = ["ValidatorWork", "SourcesRejected"]
+__all__ = ["ValidatorWork", "SourcesRejected", "STRIKES"]
+
+STRIKES = 2
+"""Deliveries on which a source exhausts its sandbox before the job is REJECTED."""
 
 
 class SourcesRejected(Rejected):
@@ -52,19 +57,28 @@ class ValidatorWork:
     next_state = "ASSEMBLING"
     next_stage = "assemble"
 
-    def __init__(self, *, blobs: LocalBlobStore, sandbox: SandboxPool) -> None:
+    def __init__(
+        self, *, blobs: LocalBlobStore, sandbox: SandboxPool, limits: PdfLimits | None = None
+    ) -> None:
         self._blobs = blobs
         self._sandbox = sandbox
+        self._limits = limits or PdfLimits()
 
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult:
         findings: list[dict[str, object]] = []
         for source in task.sources:
-            finding: Finding = await self._sandbox.run(
-                inspect_source,
-                str(self._blobs.local_path(source.blob_key)),
-                source.sha256,
-                source.content_type,
-            )
+            try:
+                finding: Finding = await self._sandbox.run(
+                    inspect_source,
+                    str(self._blobs.local_path(source.blob_key)),
+                    source.sha256,
+                    source.content_type,
+                    self._limits,
+                )
+            except SandboxExhausted:
+                if attempt < STRIKES:
+                    raise  # transient: the machine may have been busy; try once more
+                finding = Finding("", 0, ReasonCode.PARSER_LIMIT_EXCEEDED)
             findings.append(
                 {"position": source.position, "sha256": source.sha256, **asdict(finding)}
             )

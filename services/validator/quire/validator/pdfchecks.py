@@ -1,0 +1,148 @@
+"""What the validator looks for inside a PDF, run in a sandbox worker.
+
+Every check is bounded by the file, not by what the file claims: stream sizes
+are measured by decoding with a cap (never trusting ``/Length``), the object
+walk is iterative with a depth and count limit, and qpdf's own recovery is
+off, so a file that needs repair is refused rather than reinterpreted.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from quire.reasons import ReasonCode
+
+__all__ = ["PdfLimits", "check_pdf"]
+
+FLATE = {"/FlateDecode", "/Fl"}
+IMAGE_CODECS = {"/DCTDecode", "/DCT", "/JPXDecode", "/JBIG2Decode", "/CCITTFaxDecode", "/CCF"}
+ACTIVE_ACTIONS = {
+    "/JavaScript",
+    "/Launch",
+    "/GoToR",
+    "/GoToE",
+    "/SubmitForm",
+    "/ImportData",
+    "/RichMediaExecute",
+    "/Rendition",
+    "/Movie",
+    "/Sound",
+}
+ACTIVE_KEYS = {"/JS", "/JavaScript", "/AA", "/XFA", "/EmbeddedFiles", "/EF", "/RichMedia"}
+ACTIVE_SUBTYPES = {"/FileAttachment", "/RichMedia", "/Screen", "/Movie", "/Sound", "/3D"}
+INFLATE_CHUNK = 64 * 1024
+MAX_WALK_DEPTH = 64
+
+
+@dataclass(frozen=True)
+class PdfLimits:
+    max_pages: int = 2000
+    max_decompressed_bytes: int = 256 * 1024 * 1024
+    """Sum over all streams, measured by decoding with a cap."""
+    max_objects: int = 500_000
+    allow_active_content: bool = False
+
+
+def _inflate(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    inflater = zlib.decompressobj()
+    for chunk in chunks:
+        data = chunk
+        while data:
+            yield inflater.decompress(data, INFLATE_CHUNK)
+            data = inflater.unconsumed_tail
+    yield inflater.flush()
+
+
+def _decoded_size(stream: Any, budget: int) -> int:
+    """Bytes the stream decodes to, counting no further than ``budget`` + 1."""
+    import pikepdf
+
+    filters = stream.get("/Filter")
+    if filters is None:
+        names: list[str] = []
+    elif isinstance(filters, pikepdf.Array):
+        names = [str(f) for f in filters]
+    else:
+        names = [str(filters)]
+    if not names or any(name in IMAGE_CODECS for name in names):
+        return len(stream.read_raw_bytes())  # images are not decoded by the validator
+    if all(name in FLATE for name in names):
+        chunks: Iterator[bytes] = iter([stream.read_raw_bytes()])
+        for _ in names:
+            chunks = _inflate(chunks)
+        size = 0
+        for piece in chunks:
+            size += len(piece)
+            if size > budget:
+                break
+        return size
+    return len(stream.read_bytes())  # other filters decode under the worker's memory limit
+
+
+def _is_active(dictionary: Any) -> bool:
+    keys = set(dictionary.keys())
+    if keys & ACTIVE_KEYS:
+        return True
+    if str(dictionary.get("/S", "")) in ACTIVE_ACTIONS:
+        return True
+    return str(dictionary.get("/Subtype", "")) in ACTIVE_SUBTYPES
+
+
+def _walk(root: Any) -> Iterator[Any]:
+    """The dictionaries reachable from ``root`` through direct objects, iteratively."""
+    import pikepdf
+
+    pending = [(root, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if depth > MAX_WALK_DEPTH:
+            continue
+        if isinstance(item, pikepdf.Dictionary | pikepdf.Stream):
+            yield item
+            values = (
+                item.values() if isinstance(item, pikepdf.Dictionary) else item.stream_dict.values()
+            )
+        elif isinstance(item, pikepdf.Array):
+            values = list(item)
+        else:
+            continue
+        for value in values:
+            if isinstance(value, pikepdf.Dictionary | pikepdf.Array) and not value.is_indirect:
+                pending.append((value, depth + 1))
+
+
+def check_pdf(pdf: Any, limits: PdfLimits) -> tuple[int, str]:
+    """Page count and the first reason to refuse (empty when the PDF passes)."""
+    import pikepdf
+
+    pages = len(pdf.pages)
+    if pages > limits.max_pages:
+        return pages, ReasonCode.TOO_MANY_PAGES
+    for page in pdf.pages:
+        page.obj.get("/Contents")
+    if pdf.get_warnings() or pages == 0:
+        return pages, ReasonCode.MALFORMED_PDF
+    decoded = 0
+    active = False
+    for count, obj in enumerate(pdf.objects):
+        if count > limits.max_objects:
+            return pages, ReasonCode.MALFORMED_PDF
+        if isinstance(obj, pikepdf.Stream):
+            decoded += _decoded_size(obj, limits.max_decompressed_bytes - decoded)
+            if decoded > limits.max_decompressed_bytes:
+                return pages, ReasonCode.DECOMPRESSED_SIZE_EXCEEDED
+        if not active and isinstance(obj, pikepdf.Dictionary | pikepdf.Stream):
+            active = any(_is_active(d) for d in _walk(obj))
+    names = pdf.Root.get("/Names")
+    if names is not None and "/JavaScript" in names:
+        active = True
+    if "/OpenAction" in pdf.Root and any(_is_active(d) for d in _walk(pdf.Root.OpenAction)):
+        active = True
+    if pdf.get_warnings():
+        return pages, ReasonCode.MALFORMED_PDF  # e.g. nesting qpdf would not parse
+    if active and not limits.allow_active_content:
+        return pages, ReasonCode.ACTIVE_CONTENT
+    return pages, ""

@@ -1,0 +1,140 @@
+"""Hostile PDFs built byte by byte for tests: bombs, loops and deep nesting.
+
+Written directly (objects, then a cross-reference table with exact offsets),
+so that no PDF library repairs or normalises what the test means to send.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+__all__ = [
+    "raw_pdf",
+    "flate_bomb",
+    "nested_arrays",
+    "page_tree_loop",
+    "many_pages",
+    "javascript_on_open",
+    "embedded_file",
+    "uri_link",
+    "many_objects",
+]
+
+FONT = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"
+
+
+def raw_pdf(path: Path, objects: list[bytes], root: int = 1) -> Path:
+    """Objects numbered from 1 in order; object ``root`` is the catalog."""
+    out = bytearray(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    for offset in offsets:
+        out += b"%010d 00000 n \n" % offset
+    out += b"trailer\n<< /Size %d /Root %d 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1,
+        root,
+        xref,
+    )
+    path.write_bytes(bytes(out))
+    return path
+
+
+def _stream(data: bytes, extra: bytes = b"") -> bytes:
+    return b"<< /Length %d %s >>\nstream\n" % (len(data), extra) + data + b"\nendstream"
+
+
+def _one_page(
+    contents: bytes = b"BT /F1 12 Tf 72 720 Td (page) Tj ET", page_extra: bytes = b""
+) -> list[bytes]:
+    return [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 5 0 R >> >> /Contents 4 0 R "
+        + page_extra
+        + b">>",
+        _stream(contents),
+        FONT,
+    ]
+
+
+def flate_bomb(path: Path, gibibytes: int = 2) -> Path:
+    """A few KiB that inflate to gigabytes: zeros compressed twice."""
+    inner = zlib.compressobj(9)
+    chunk = bytes(64 * 1024 * 1024)
+    layer = b"".join(inner.compress(chunk) for _ in range(gibibytes * 16)) + inner.flush()
+    outer = zlib.compress(layer, 9)
+    objects = _one_page(page_extra=b"/Thumb 6 0 R ")
+    objects.append(_stream(outer, b"/Filter [/FlateDecode /FlateDecode]"))
+    return raw_pdf(path, objects)
+
+
+def nested_arrays(path: Path, depth: int = 100_000) -> Path:
+    objects = _one_page(page_extra=b"/Nested 6 0 R ")
+    objects.append(b"[" * depth + b"]" * depth)
+    return raw_pdf(path, objects)
+
+
+def page_tree_loop(path: Path) -> Path:
+    """The page tree's only kid is an intermediate node whose kid is the root again."""
+    return raw_pdf(
+        path,
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Pages /Parent 2 0 R /Kids [2 0 R] /Count 1 >>",
+        ],
+    )
+
+
+def many_pages(path: Path, pages: int) -> Path:
+    kids = b" ".join(b"%d 0 R" % (4 + n) for n in range(pages))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % pages,
+        _stream(b""),
+    ]
+    objects += [
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << >> /Contents 3 0 R >>"
+    ] * pages
+    return raw_pdf(path, objects)
+
+
+def javascript_on_open(path: Path) -> Path:
+    objects = _one_page()
+    objects[0] = (
+        b"<< /Type /Catalog /Pages 2 0 R /OpenAction << /S /JavaScript /JS (app.alert(1)) >> >>"
+    )
+    return raw_pdf(path, objects)
+
+
+def embedded_file(path: Path) -> Path:
+    objects = _one_page()
+    objects[0] = (
+        b"<< /Type /Catalog /Pages 2 0 R /Names << /EmbeddedFiles << /Names [(a.exe) 6 0 R] >> >> >>"
+    )
+    objects.append(b"<< /Type /Filespec /F (a.exe) /EF << /F 7 0 R >> >>")
+    objects.append(_stream(b"MZ payload", b"/Type /EmbeddedFile"))
+    return raw_pdf(path, objects)
+
+
+def uri_link(path: Path) -> Path:
+    """An ordinary hyperlink: not active content."""
+    objects = _one_page(page_extra=b"/Annots [6 0 R] ")
+    objects.append(
+        b"<< /Type /Annot /Subtype /Link /Rect [72 700 200 720] /A << /S /URI /URI (https://example.org/) >> >>"
+    )
+    return raw_pdf(path, objects)
+
+
+def many_objects(path: Path, count: int) -> Path:
+    """A valid page plus ``count`` small objects hanging off it (slow to walk)."""
+    first = 7
+    objects = _one_page(page_extra=b"/Extra 6 0 R ")
+    objects.append(b"[" + b" ".join(b"%d 0 R" % n for n in range(first, first + count)) + b"]")
+    objects += [b"<< /N %d >>" % n for n in range(count)]
+    return raw_pdf(path, objects)
