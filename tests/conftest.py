@@ -24,7 +24,7 @@ from quire.stack.natsserver import NatsServer  # noqa: E402
 from quire.stack.ports import free_port  # noqa: E402
 from quire.workqueue import ensure_topology  # noqa: E402
 
-CORPUS = Path(
+CORPUS: Path = Path(
     os.environ.get("QUIRE_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus")
 )
 

@@ -1,0 +1,108 @@
+"""Every file of the shared corpus through the real pipeline: each ends
+accepted (COMPLETED) or rejected with a reason code, within the time budget,
+with no crash of the validator, no hang and no leaked temporary file."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import CORPUS
+
+from quire.client import AdmissionClient, PacketItem
+from quire.jobs import state_name
+
+pytestmark = pytest.mark.stack
+
+FILES = sorted(p for p in CORPUS.rglob("*") if p.is_file()) if CORPUS.is_dir() else []
+TIME_BUDGET_SECONDS = 60.0
+IN_FLIGHT = 6
+EXPECTED_REASONS = {
+    "ENCRYPTED_PDF",
+    "MALFORMED_PDF",
+    "TYPE_MISMATCH",
+    "ACTIVE_CONTENT",
+    "TOO_MANY_PAGES",
+    "DECOMPRESSED_SIZE_EXCEEDED",
+    "PARSER_LIMIT_EXCEEDED",
+    "SCHEMA_INVALID",
+    "RENDER_UNAVAILABLE",
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: str
+    reason: str
+    seconds: float
+
+
+def _declared_type(path: Path) -> str:
+    return "application/json" if path.suffix == ".json" else "application/pdf"
+
+
+async def _run_all(client: AdmissionClient) -> dict[Path, Outcome]:
+    outcomes: dict[Path, Outcome] = {}
+    gate = asyncio.Semaphore(IN_FLIGHT)
+
+    async def one(path: Path) -> None:
+        async with gate:
+            started = time.monotonic()
+            source = await client.upload(path, _declared_type(path))
+            job = await client.submit([PacketItem("doc", source.sha256)])
+            job = await client.wait(job.name, timeout=TIME_BUDGET_SECONDS)
+            outcomes[path] = Outcome(
+                state_name(job.state), job.reason_code, time.monotonic() - started
+            )
+
+    await asyncio.gather(*(one(path) for path in FILES))
+    return outcomes
+
+
+@pytest.fixture(scope="module")
+def corpus_run(stack, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """Sends every corpus file once; tests below read the outcomes."""
+    if not FILES:
+        pytest.skip(f"shared corpus not found at {CORPUS}")
+    from quire.client import TenantAdminClient
+    from quire.stack.supervisor import StackInfo
+
+    info = StackInfo.read(stack.data_dir)
+    validator_pid = stack.pid("validator")
+
+    async def run() -> dict[Path, Outcome]:
+        async with TenantAdminClient(info.endpoints["admission"], info.operator_token()) as admin:
+            tenant = await admin.create_tenant("corpus", max_outstanding_jobs=10_000)
+        async with AdmissionClient(info.endpoints["admission"], tenant.secret) as client:
+            return await _run_all(client)
+
+    outcomes = asyncio.run(run())
+    counts = collections.Counter(f"{o.state} {o.reason}".strip() for o in outcomes.values())
+    print("\ncorpus outcomes:", dict(sorted(counts.items())))
+    return outcomes, validator_pid
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(CORPUS)) for p in FILES])
+def test_every_corpus_file_ends_accepted_or_rejected_with_a_reason(corpus_run, path: Path) -> None:  # type: ignore[no-untyped-def]
+    outcomes, _pid = corpus_run
+    outcome = outcomes[path]
+    assert outcome.seconds < TIME_BUDGET_SECONDS
+    if outcome.state == "COMPLETED":
+        assert outcome.reason == ""
+    else:
+        assert outcome.state == "REJECTED", outcome
+        assert outcome.reason in EXPECTED_REASONS, outcome
+
+
+def test_the_corpus_leaves_no_temporary_file_and_no_dead_validator(stack, corpus_run) -> None:  # type: ignore[no-untyped-def]
+    _outcomes, validator_pid = corpus_run
+    assert stack.pid("validator") == validator_pid, "the validator process never died"
+    assert stack.restarts("validator") == 0
+    assert list((Path(stack.data_dir) / "blobs" / ".tmp").iterdir()) == []
+    status = Path(f"/proc/{validator_pid}/status").read_text()
+    rss_kib = int(next(line for line in status.splitlines() if line.startswith("VmRSS")).split()[1])
+    assert rss_kib < 512 * 1024, "the validator's own memory stayed bounded"
