@@ -39,3 +39,27 @@ def write_text_pdf(path: Path, page_texts: list[str]) -> Path:
     with text_pdf(page_texts) as pdf:
         pdf.save(path, deterministic_id=True)
     return path
+
+
+def write_form_pdf(path: Path, page_texts: list[str], fields: dict[str, str]) -> Path:
+    """Text pages plus an AcroForm of filled text fields on the first page."""
+    with text_pdf(page_texts) as pdf:
+        page = pdf.pages[0]
+        widgets = []
+        for index, (name, value) in enumerate(fields.items()):
+            widget = pdf.make_indirect(
+                pikepdf.Dictionary(
+                    Type=pikepdf.Name.Annot,
+                    Subtype=pikepdf.Name.Widget,
+                    FT=pikepdf.Name.Tx,
+                    T=pikepdf.String(name),
+                    V=pikepdf.String(value),
+                    Rect=[72, 600 - 30 * index, 300, 620 - 30 * index],
+                    P=page.obj,
+                )
+            )
+            widgets.append(widget)
+        page.obj.Annots = pdf.make_indirect(pikepdf.Array(widgets))
+        pdf.Root.AcroForm = pdf.make_indirect(pikepdf.Dictionary(Fields=pikepdf.Array(widgets)))
+        pdf.save(path, deterministic_id=True)
+    return path

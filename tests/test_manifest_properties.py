@@ -8,7 +8,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quire.admission.manifests import KNOWN_PROFILES, KNOWN_RULESETS, check_manifest
+from quire.admission.manifests import KNOWN_PROFILES, check_manifest
 from quire.jobs import manifest_digest
 from quire.type import job_pb2
 
@@ -57,7 +57,7 @@ def expected_reasons(manifest: job_pb2.Manifest) -> set[str]:
             found.add("BAD_DIGEST")
         elif entry.sha256 not in UPLOADED:
             found.add("UNKNOWN_SOURCE")
-    if manifest.ruleset not in KNOWN_RULESETS:
+    if manifest.ruleset not in {"", "default", "default@1"}:
         found.add("UNKNOWN_RULESET")
     if manifest.render_profile not in KNOWN_PROFILES:
         found.add("UNKNOWN_PROFILE")

@@ -47,7 +47,7 @@ async def run_stage_service(
     settings: ServiceSettings,
     spec: StageService,
     *,
-    build: Callable[[Database, LocalBlobStore, JobGate], tuple[StageWork, Registrar]],
+    build: Callable[[Database, LocalBlobStore, JobGate, Publisher], tuple[StageWork, Registrar]],
     on_close: Callable[[], None] | None = None,
     warm: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
@@ -56,12 +56,13 @@ async def run_stage_service(
     database.create_schema()
     blobs = LocalBlobStore(settings.blob_root)
     gate = await JobGate.open(js)
-    work, register = build(database, blobs, gate)
+    publisher = Publisher(js)
+    work, register = build(database, blobs, gate, publisher)
     runner = StageRunner(
         service=settings.service,
         work=work,
         leases=LeaseStore(database, spec.leases),
-        publisher=Publisher(js),
+        publisher=publisher,
         events=EventFactory(settings.service, settings.instance, settings.build_version),
         queue=settings.queue,
         entry_state=spec.entry_state,

@@ -54,6 +54,7 @@ class EventFactory:
             manifest_digest=task.manifest_digest,
             source_digests=[source.sha256 for source in task.sources],
             ruleset_version=task.ruleset,
+            ruleset_digest=task.ruleset_digest,
             item_count=len(task.sources),
             occurred_at=occurred,
             **fields,

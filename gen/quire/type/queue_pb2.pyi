@@ -11,7 +11,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobTask(_message.Message):
-    __slots__ = ("job", "tenant", "manifest_digest", "sources", "ruleset", "render_profile", "priority", "assembled", "signed", "signing")
+    __slots__ = ("job", "tenant", "manifest_digest", "sources", "ruleset", "render_profile", "priority", "assembled", "signed", "signing", "ruleset_digest")
     JOB_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
@@ -22,6 +22,7 @@ class JobTask(_message.Message):
     ASSEMBLED_FIELD_NUMBER: _ClassVar[int]
     SIGNED_FIELD_NUMBER: _ClassVar[int]
     SIGNING_FIELD_NUMBER: _ClassVar[int]
+    RULESET_DIGEST_FIELD_NUMBER: _ClassVar[int]
     job: str
     tenant: str
     manifest_digest: str
@@ -32,7 +33,8 @@ class JobTask(_message.Message):
     assembled: _job_pb2.Artifact
     signed: _job_pb2.Artifact
     signing: _job_pb2.SigningRecord
-    def __init__(self, job: _Optional[str] = ..., tenant: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[_job_pb2.SourceRef, _Mapping]]] = ..., ruleset: _Optional[str] = ..., render_profile: _Optional[str] = ..., priority: _Optional[str] = ..., assembled: _Optional[_Union[_job_pb2.Artifact, _Mapping]] = ..., signed: _Optional[_Union[_job_pb2.Artifact, _Mapping]] = ..., signing: _Optional[_Union[_job_pb2.SigningRecord, _Mapping]] = ...) -> None: ...
+    ruleset_digest: str
+    def __init__(self, job: _Optional[str] = ..., tenant: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[_job_pb2.SourceRef, _Mapping]]] = ..., ruleset: _Optional[str] = ..., render_profile: _Optional[str] = ..., priority: _Optional[str] = ..., assembled: _Optional[_Union[_job_pb2.Artifact, _Mapping]] = ..., signed: _Optional[_Union[_job_pb2.Artifact, _Mapping]] = ..., signing: _Optional[_Union[_job_pb2.SigningRecord, _Mapping]] = ..., ruleset_digest: _Optional[str] = ...) -> None: ...
 
 class Actor(_message.Message):
     __slots__ = ("service", "instance", "build_version")
@@ -45,7 +47,7 @@ class Actor(_message.Message):
     def __init__(self, service: _Optional[str] = ..., instance: _Optional[str] = ..., build_version: _Optional[str] = ...) -> None: ...
 
 class TransitionEvent(_message.Message):
-    __slots__ = ("event_id", "job", "tenant", "from_state", "to_state", "actor", "attempt", "lease_token", "reason_code", "manifest_digest", "source_digests", "output_digest", "ruleset_version", "key_version", "certificate_sha256", "occurred_at", "item_count")
+    __slots__ = ("event_id", "job", "tenant", "from_state", "to_state", "actor", "attempt", "lease_token", "reason_code", "manifest_digest", "source_digests", "output_digest", "ruleset_version", "key_version", "certificate_sha256", "occurred_at", "item_count", "ruleset_digest", "note")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +65,8 @@ class TransitionEvent(_message.Message):
     CERTIFICATE_SHA256_FIELD_NUMBER: _ClassVar[int]
     OCCURRED_AT_FIELD_NUMBER: _ClassVar[int]
     ITEM_COUNT_FIELD_NUMBER: _ClassVar[int]
+    RULESET_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     job: str
     tenant: str
@@ -80,7 +84,9 @@ class TransitionEvent(_message.Message):
     certificate_sha256: str
     occurred_at: _timestamp_pb2.Timestamp
     item_count: int
-    def __init__(self, event_id: _Optional[str] = ..., job: _Optional[str] = ..., tenant: _Optional[str] = ..., from_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., to_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., actor: _Optional[_Union[Actor, _Mapping]] = ..., attempt: _Optional[int] = ..., lease_token: _Optional[int] = ..., reason_code: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., source_digests: _Optional[_Iterable[str]] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., key_version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., item_count: _Optional[int] = ...) -> None: ...
+    ruleset_digest: str
+    note: str
+    def __init__(self, event_id: _Optional[str] = ..., job: _Optional[str] = ..., tenant: _Optional[str] = ..., from_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., to_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., actor: _Optional[_Union[Actor, _Mapping]] = ..., attempt: _Optional[int] = ..., lease_token: _Optional[int] = ..., reason_code: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., source_digests: _Optional[_Iterable[str]] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., key_version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., item_count: _Optional[int] = ..., ruleset_digest: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
 
 class StageOutcome(_message.Message):
     __slots__ = ("events", "next_task", "next_subject")

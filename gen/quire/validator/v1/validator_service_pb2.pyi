@@ -1,3 +1,6 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -26,16 +29,126 @@ class DocumentFinding(_message.Message):
     reason_code: str
     def __init__(self, position: _Optional[int] = ..., sha256: _Optional[str] = ..., detected_type: _Optional[str] = ..., page_count: _Optional[int] = ..., reason_code: _Optional[str] = ...) -> None: ...
 
+class RuleDecision(_message.Message):
+    __slots__ = ("rule", "outcome", "reason_code", "detail", "position")
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    REASON_CODE_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    rule: str
+    outcome: str
+    reason_code: str
+    detail: str
+    position: int
+    def __init__(self, rule: _Optional[str] = ..., outcome: _Optional[str] = ..., reason_code: _Optional[str] = ..., detail: _Optional[str] = ..., position: _Optional[int] = ...) -> None: ...
+
 class Validation(_message.Message):
-    __slots__ = ("job", "verdict", "reason_code", "documents", "lease_token")
+    __slots__ = ("job", "verdict", "reason_code", "documents", "lease_token", "ruleset_version", "ruleset_digest", "decisions")
     JOB_FIELD_NUMBER: _ClassVar[int]
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     REASON_CODE_FIELD_NUMBER: _ClassVar[int]
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
     LEASE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    RULESET_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RULESET_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
     job: str
     verdict: str
     reason_code: str
     documents: _containers.RepeatedCompositeFieldContainer[DocumentFinding]
     lease_token: int
-    def __init__(self, job: _Optional[str] = ..., verdict: _Optional[str] = ..., reason_code: _Optional[str] = ..., documents: _Optional[_Iterable[_Union[DocumentFinding, _Mapping]]] = ..., lease_token: _Optional[int] = ...) -> None: ...
+    ruleset_version: str
+    ruleset_digest: str
+    decisions: _containers.RepeatedCompositeFieldContainer[RuleDecision]
+    def __init__(self, job: _Optional[str] = ..., verdict: _Optional[str] = ..., reason_code: _Optional[str] = ..., documents: _Optional[_Iterable[_Union[DocumentFinding, _Mapping]]] = ..., lease_token: _Optional[int] = ..., ruleset_version: _Optional[str] = ..., ruleset_digest: _Optional[str] = ..., decisions: _Optional[_Iterable[_Union[RuleDecision, _Mapping]]] = ...) -> None: ...
+
+class Ruleset(_message.Message):
+    __slots__ = ("version", "digest", "description", "body")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    digest: str
+    description: str
+    body: str
+    def __init__(self, version: _Optional[str] = ..., digest: _Optional[str] = ..., description: _Optional[str] = ..., body: _Optional[str] = ...) -> None: ...
+
+class ListRulesetsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListRulesetsResponse(_message.Message):
+    __slots__ = ("rulesets",)
+    RULESETS_FIELD_NUMBER: _ClassVar[int]
+    rulesets: _containers.RepeatedCompositeFieldContainer[Ruleset]
+    def __init__(self, rulesets: _Optional[_Iterable[_Union[Ruleset, _Mapping]]] = ...) -> None: ...
+
+class Review(_message.Message):
+    __slots__ = ("job", "status", "ruleset_version", "decisions", "operator", "note", "create_time", "resolve_time")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    RULESET_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    OPERATOR_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    RESOLVE_TIME_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    status: str
+    ruleset_version: str
+    decisions: _containers.RepeatedCompositeFieldContainer[RuleDecision]
+    operator: str
+    note: str
+    create_time: _timestamp_pb2.Timestamp
+    resolve_time: _timestamp_pb2.Timestamp
+    def __init__(self, job: _Optional[str] = ..., status: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., decisions: _Optional[_Iterable[_Union[RuleDecision, _Mapping]]] = ..., operator: _Optional[str] = ..., note: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolve_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListReviewsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListReviewsResponse(_message.Message):
+    __slots__ = ("reviews",)
+    REVIEWS_FIELD_NUMBER: _ClassVar[int]
+    reviews: _containers.RepeatedCompositeFieldContainer[Review]
+    def __init__(self, reviews: _Optional[_Iterable[_Union[Review, _Mapping]]] = ...) -> None: ...
+
+class ResolveReviewRequest(_message.Message):
+    __slots__ = ("job", "approve", "note", "operator")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    APPROVE_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    OPERATOR_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    approve: bool
+    note: str
+    operator: str
+    def __init__(self, job: _Optional[str] = ..., approve: _Optional[bool] = ..., note: _Optional[str] = ..., operator: _Optional[str] = ...) -> None: ...
+
+class EvaluateManifestRequest(_message.Message):
+    __slots__ = ("job", "ruleset")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    RULESET_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    ruleset: str
+    def __init__(self, job: _Optional[str] = ..., ruleset: _Optional[str] = ...) -> None: ...
+
+class Evaluation(_message.Message):
+    __slots__ = ("job", "ruleset_version", "ruleset_digest", "verdict", "reason_code", "documents", "decisions")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    RULESET_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RULESET_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    REASON_CODE_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    ruleset_version: str
+    ruleset_digest: str
+    verdict: str
+    reason_code: str
+    documents: _containers.RepeatedCompositeFieldContainer[DocumentFinding]
+    decisions: _containers.RepeatedCompositeFieldContainer[RuleDecision]
+    def __init__(self, job: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., ruleset_digest: _Optional[str] = ..., verdict: _Optional[str] = ..., reason_code: _Optional[str] = ..., documents: _Optional[_Iterable[_Union[DocumentFinding, _Mapping]]] = ..., decisions: _Optional[_Iterable[_Union[RuleDecision, _Mapping]]] = ...) -> None: ...

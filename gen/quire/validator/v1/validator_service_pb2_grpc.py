@@ -39,6 +39,26 @@ class ValidatorServiceStub:
                 request_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.GetValidationRequest.SerializeToString,
                 response_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.Validation.FromString,
                 _registered_method=True)
+        self.ListRulesets = channel.unary_unary(
+                '/quire.validator.v1.ValidatorService/ListRulesets',
+                request_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ListRulesetsRequest.SerializeToString,
+                response_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ListRulesetsResponse.FromString,
+                _registered_method=True)
+        self.ListReviews = channel.unary_unary(
+                '/quire.validator.v1.ValidatorService/ListReviews',
+                request_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ListReviewsRequest.SerializeToString,
+                response_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ListReviewsResponse.FromString,
+                _registered_method=True)
+        self.ResolveReview = channel.unary_unary(
+                '/quire.validator.v1.ValidatorService/ResolveReview',
+                request_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ResolveReviewRequest.SerializeToString,
+                response_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.Review.FromString,
+                _registered_method=True)
+        self.EvaluateManifest = channel.unary_unary(
+                '/quire.validator.v1.ValidatorService/EvaluateManifest',
+                request_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.EvaluateManifestRequest.SerializeToString,
+                response_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.Evaluation.FromString,
+                _registered_method=True)
 
 
 class ValidatorServiceServicer:
@@ -50,6 +70,34 @@ class ValidatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRulesets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListReviews(self, request, context):
+        """Jobs parked in NEEDS_REVIEW, oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResolveReview(self, request, context):
+        """Approve (the job moves on to assembly) or reject (it ends REJECTED).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EvaluateManifest(self, request, context):
+        """Runs the checks and a ruleset over a submitted job's sources and returns
+        the decisions. Changes nothing: no state, no ledger event, no signature.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ValidatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -57,6 +105,26 @@ def add_ValidatorServiceServicer_to_server(servicer, server):
                     servicer.GetValidation,
                     request_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.GetValidationRequest.FromString,
                     response_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.Validation.SerializeToString,
+            ),
+            'ListRulesets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRulesets,
+                    request_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ListRulesetsRequest.FromString,
+                    response_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ListRulesetsResponse.SerializeToString,
+            ),
+            'ListReviews': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListReviews,
+                    request_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ListReviewsRequest.FromString,
+                    response_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ListReviewsResponse.SerializeToString,
+            ),
+            'ResolveReview': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResolveReview,
+                    request_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ResolveReviewRequest.FromString,
+                    response_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.Review.SerializeToString,
+            ),
+            'EvaluateManifest': grpc.unary_unary_rpc_method_handler(
+                    servicer.EvaluateManifest,
+                    request_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.EvaluateManifestRequest.FromString,
+                    response_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.Evaluation.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,6 +154,114 @@ class ValidatorService:
             '/quire.validator.v1.ValidatorService/GetValidation',
             quire_dot_validator_dot_v1_dot_validator__service__pb2.GetValidationRequest.SerializeToString,
             quire_dot_validator_dot_v1_dot_validator__service__pb2.Validation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRulesets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.validator.v1.ValidatorService/ListRulesets',
+            quire_dot_validator_dot_v1_dot_validator__service__pb2.ListRulesetsRequest.SerializeToString,
+            quire_dot_validator_dot_v1_dot_validator__service__pb2.ListRulesetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListReviews(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.validator.v1.ValidatorService/ListReviews',
+            quire_dot_validator_dot_v1_dot_validator__service__pb2.ListReviewsRequest.SerializeToString,
+            quire_dot_validator_dot_v1_dot_validator__service__pb2.ListReviewsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResolveReview(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.validator.v1.ValidatorService/ResolveReview',
+            quire_dot_validator_dot_v1_dot_validator__service__pb2.ResolveReviewRequest.SerializeToString,
+            quire_dot_validator_dot_v1_dot_validator__service__pb2.Review.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EvaluateManifest(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.validator.v1.ValidatorService/EvaluateManifest',
+            quire_dot_validator_dot_v1_dot_validator__service__pb2.EvaluateManifestRequest.SerializeToString,
+            quire_dot_validator_dot_v1_dot_validator__service__pb2.Evaluation.FromString,
             options,
             channel_credentials,
             insecure,

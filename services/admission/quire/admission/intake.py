@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from quire.admission import tables
 from quire.admission.backlog import QueueAgeProbe
+from quire.admission.catalog import RulesetCatalog, resolve_ruleset
 from quire.admission.manifests import PRIORITIES, check_manifest
 from quire.admission.outstanding import OutstandingJobs, count_outstanding
 from quire.admission.tenants import Tenant
@@ -86,7 +87,9 @@ class Intake:
         *,
         backlog: QueueAgeProbe | None = None,
         outstanding: OutstandingJobs | None = None,
+        catalog: RulesetCatalog | None = None,
     ) -> None:
+        self._catalog = catalog
         self._db = database
         self._writes = GroupCommit(database)
         self._events = events
@@ -99,11 +102,16 @@ class Intake:
         priority = request.priority or "interactive"
         digest = manifest_digest(request.manifest)
         request_sha = _request_sha256(digest, priority)
+        known = await self._catalog.keys() if self._catalog else frozenset({"default@1"})
         replay = await self._db.read(
-            lambda s: self._replay_or_check(s, tenant.id, request, request_sha)
+            lambda s: self._replay_or_check(s, tenant.id, request, request_sha, known)
         )
         if replay is not None:
             return replay
+        pinned = pb.SubmitJobRequest()
+        pinned.CopyFrom(request)
+        pinned.manifest.ruleset = resolve_ruleset(request.manifest.ruleset, known) or ""
+        request = pinned  # the job carries name@version from here on
         await self._shed_for_backlog(priority)
         quota = tenant.outstanding_quota(self._settings)
         try:
@@ -148,15 +156,26 @@ class Intake:
         return _accepted(row)
 
     def _replay_or_check(
-        self, session: Session, tenant: str, request: pb.SubmitJobRequest, request_sha: str
+        self,
+        session: Session,
+        tenant: str,
+        request: pb.SubmitJobRequest,
+        request_sha: str,
+        rulesets: frozenset[str],
     ) -> AcceptedJob | None:
         """A live key's job, or None once the request has passed every check."""
         replay = self._replay(session, tenant, request, request_sha)
         if replay is None:
-            self._check(session, tenant, request)
+            self._check(session, tenant, request, rulesets)
         return replay
 
-    def _check(self, session: Session, tenant: str, request: pb.SubmitJobRequest) -> None:
+    def _check(
+        self,
+        session: Session,
+        tenant: str,
+        request: pb.SubmitJobRequest,
+        rulesets: frozenset[str],
+    ) -> None:
         digests = {item.sha256 for item in request.manifest.items}
         rows = session.execute(
             select(tables.sources.c.sha256).where(
@@ -167,6 +186,7 @@ class Intake:
             request.manifest,
             uploaded={row.sha256: True for row in rows},
             max_items=self._settings.max_manifest_items,
+            rulesets=rulesets,
         )
         if request.priority not in PRIORITIES:
             violations.append(
@@ -293,7 +313,7 @@ class Intake:
             job=job,
             tenant=tenant,
             manifest_digest=digest,
-            ruleset=request.manifest.ruleset or "default",
+            ruleset=request.manifest.ruleset,
             render_profile=request.manifest.render_profile or "simple",
             priority=priority,
             sources=[

@@ -11,6 +11,7 @@ from quire.admission import tables
 from quire.admission.admin import TenantAdminServicer
 from quire.admission.backlog import QueueAgeProbe
 from quire.admission.cancellation import Canceller
+from quire.admission.catalog import RulesetCatalog
 from quire.admission.dispatch import Dispatcher
 from quire.admission.intake import Intake
 from quire.admission.jobviews import JobViews
@@ -28,6 +29,7 @@ from quire.jobgate import JobGate
 from quire.runtime import start_runtime
 from quire.settings import AdmissionSettings, ServiceSettings
 from quire.transitions import EventFactory
+from quire.validator.v1 import validator_service_pb2_grpc
 from quire.workqueue import Publisher
 
 SERVICE = "admission"
@@ -47,6 +49,7 @@ async def main() -> None:
     dispatcher = Dispatcher(database, publisher, idempotency=True)
     audit_channel = service_channel(settings.peers["audit"], settings.tls)
     audit = audit_service_pb2_grpc.AuditServiceStub(audit_channel)
+    validator_channel = service_channel(settings.peers["validator"], settings.tls)
     outstanding = OutstandingJobs(database, audit)
     views = JobViews(database, audit, outstanding)
     intake = Intake(
@@ -55,6 +58,7 @@ async def main() -> None:
         admission,
         backlog=QueueAgeProbe(js, cache_seconds=admission.queue_age_cache_seconds),
         outstanding=outstanding,
+        catalog=RulesetCatalog(validator_service_pb2_grpc.ValidatorServiceStub(validator_channel)),
     )
     servicer = AdmissionServicer(
         database=database,
@@ -104,6 +108,7 @@ async def main() -> None:
         )
     finally:
         await audit_channel.close()
+        await validator_channel.close()
         await nc.close()  # workers are drained; nothing is in flight
         database.close()
 

@@ -6,14 +6,14 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 
+from quire.admission.catalog import resolve_ruleset
 from quire.errors import FieldViolation
 from quire.type import job_pb2
 
-__all__ = ["check_manifest", "KNOWN_RULESETS", "KNOWN_PROFILES", "PRIORITIES"]
+__all__ = ["check_manifest", "KNOWN_PROFILES", "PRIORITIES"]
 
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 MAX_DOCUMENT_ID = 128
-KNOWN_RULESETS = frozenset({"", "default"})
 KNOWN_PROFILES = frozenset({"", "simple", "strict"})
 PRIORITIES = frozenset({"", "interactive", "batch"})
 
@@ -23,6 +23,7 @@ def check_manifest(
     *,
     uploaded: Mapping[str, object],
     max_items: int,
+    rulesets: frozenset[str] = frozenset({"default@1"}),
 ) -> list[FieldViolation]:
     """Violations of ``manifest``; ``uploaded`` maps this tenant's known digests."""
     violations: list[FieldViolation] = []
@@ -87,7 +88,7 @@ def check_manifest(
             violations.append(
                 FieldViolation(f"{field}.sha256", "no upload with this digest", "UNKNOWN_SOURCE")
             )
-    if manifest.ruleset not in KNOWN_RULESETS:
+    if resolve_ruleset(manifest.ruleset, rulesets) is None:
         violations.append(FieldViolation("manifest.ruleset", "unknown ruleset", "UNKNOWN_RULESET"))
     if manifest.render_profile not in KNOWN_PROFILES:
         violations.append(

@@ -17,6 +17,7 @@ from quire.jobgate import JobGate
 from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings, ServiceSettings
 from quire.stageservice import Registrar, StageService, run_stage_service
+from quire.workqueue import Publisher
 
 SERVICE = "assembler"
 
@@ -28,7 +29,7 @@ async def main() -> None:
     )
 
     def build(
-        database: Database, blobs: LocalBlobStore, _gate: JobGate
+        database: Database, blobs: LocalBlobStore, _gate: JobGate, _publisher: Publisher
     ) -> tuple[AssemblerWork, Registrar]:
         def register(server: grpc.aio.Server) -> None:
             pb_grpc.add_AssemblerServiceServicer_to_server(AssemblerServicer(database), server)

@@ -19,6 +19,7 @@ from quire.signer.servicer import SignerServicer
 from quire.signer.v1 import signer_service_pb2_grpc as pb_grpc
 from quire.signer.work import SignerWork
 from quire.stageservice import Registrar, StageService, run_stage_service
+from quire.workqueue import Publisher
 
 SERVICE = "signer"
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ async def main() -> None:
     source = KeySource.from_env(settings.service_dir)
 
     def build(
-        database: Database, blobs: LocalBlobStore, gate: JobGate
+        database: Database, blobs: LocalBlobStore, gate: JobGate, _publisher: Publisher
     ) -> tuple[SignerWork, Registrar]:
         keys = KeyStore(database, source)
         active = keys.ensure_active_key()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 import grpc
 
@@ -14,10 +15,14 @@ from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings, ServiceSettings, ValidationLimits
 from quire.stageservice import Registrar, StageService, run_stage_service
 from quire.validator import tables
+from quire.validator.evaluation import Evaluator
 from quire.validator.pdfchecks import PdfLimits
+from quire.validator.reviews import ReviewDesk
+from quire.validator.rulesets import DEFAULT_DIRECTORY, RulesetBook, load_directory
 from quire.validator.servicer import ValidatorServicer
 from quire.validator.v1 import validator_service_pb2_grpc as pb_grpc
 from quire.validator.work import ValidatorWork
+from quire.workqueue import Publisher
 
 SERVICE = "validator"
 
@@ -27,20 +32,31 @@ async def main() -> None:
     pool = SandboxPool(
         SandboxSettings.from_env(os.environ, SERVICE),
         name="pdf-inspection",
-        preload=("magic", "pikepdf"),
+        preload=("magic", "pikepdf", "pypdf"),
     )
+    limits = ValidationLimits.from_env()
+    rulesets_dir = Path(os.environ.get("QUIRE_RULESETS_DIR", "") or DEFAULT_DIRECTORY)
 
     def build(
-        database: Database, blobs: LocalBlobStore, _gate: JobGate
+        database: Database, blobs: LocalBlobStore, _gate: JobGate, publisher: Publisher
     ) -> tuple[ValidatorWork, Registrar]:
-        def register(server: grpc.aio.Server) -> None:
-            pb_grpc.add_ValidatorServiceServicer_to_server(ValidatorServicer(database), server)
-
-        limits = ValidationLimits.from_env()
-        pdf_limits = PdfLimits(
-            max_pages=limits.max_pages, max_decompressed_bytes=limits.max_decompressed_bytes
+        book = RulesetBook(database)
+        book.install(load_directory(rulesets_dir))
+        evaluator = Evaluator(
+            blobs=blobs,
+            sandbox=pool,
+            limits=PdfLimits(
+                max_pages=limits.max_pages, max_decompressed_bytes=limits.max_decompressed_bytes
+            ),
         )
-        return ValidatorWork(blobs=blobs, sandbox=pool, limits=pdf_limits), register
+        servicer = ValidatorServicer(
+            database, book=book, reviews=ReviewDesk(database, publisher), evaluator=evaluator
+        )
+
+        def register(server: grpc.aio.Server) -> None:
+            pb_grpc.add_ValidatorServiceServicer_to_server(servicer, server)
+
+        return ValidatorWork(evaluator=evaluator, book=book), register
 
     await run_stage_service(
         settings,

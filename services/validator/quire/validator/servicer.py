@@ -1,53 +1,163 @@
-"""ValidatorService: what the validator decided for a job."""
+"""ValidatorService: decisions, rulesets, reviews and shadow evaluation."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import grpc
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from quire.database import Database
-from quire.errors import NotFound
+from quire.errors import FieldViolation, InvalidInput, NotFound
 from quire.grpcstatus import at_the_edge
-from quire.jobs import job_id, job_name
+from quire.jobs import job_id, job_name, timestamp
+from quire.reasons import ReasonCode
+from quire.type import queue_pb2
 from quire.validator import tables
+from quire.validator.evaluation import Evaluator
+from quire.validator.reviews import ReviewDesk, ReviewRow
+from quire.validator.rulesets import RulesetBook, canonical
 from quire.validator.v1 import validator_service_pb2 as pb
 from quire.validator.v1 import validator_service_pb2_grpc as pb_grpc
 
 __all__ = ["ValidatorServicer"]
 
+DOMAIN = "validator.quire"
+
+
+def _findings(findings: list[dict[str, Any]]) -> list[pb.DocumentFinding]:
+    return [
+        pb.DocumentFinding(
+            position=int(f["position"]),
+            sha256=str(f["sha256"]),
+            detected_type=str(f["detected_type"]),
+            page_count=int(f["page_count"]),
+            reason_code=str(f["reason"]),
+        )
+        for f in findings
+    ]
+
+
+def _decisions(decisions: list[dict[str, Any]]) -> list[pb.RuleDecision]:
+    return [
+        pb.RuleDecision(
+            rule=str(d["rule"]),
+            outcome=str(d["outcome"]),
+            reason_code=str(d["reason_code"]),
+            detail=str(d["detail"]),
+            position=int(d["position"]),
+        )
+        for d in decisions
+    ]
+
+
+def _review(review: ReviewRow) -> pb.Review:
+    message = pb.Review(
+        job=review.job,
+        status=review.status,
+        ruleset_version=review.ruleset,
+        decisions=_decisions(review.decisions),
+        operator=review.operator or "",
+        note=review.note or "",
+        create_time=timestamp(review.created_at),
+    )
+    if review.resolved_at is not None:
+        message.resolve_time.CopyFrom(timestamp(review.resolved_at))
+    return message
+
 
 class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
-    def __init__(self, database: Database) -> None:
+    def __init__(
+        self, database: Database, *, book: RulesetBook, reviews: ReviewDesk, evaluator: Evaluator
+    ) -> None:
         self._db = database
+        self._book = book
+        self._reviews = reviews
+        self._evaluator = evaluator
 
-    @at_the_edge("validator.quire")
+    async def _validation_row(self, name: str):  # type: ignore[no-untyped-def]
+        job = job_name(job_id(name))
+        table = tables.validations
+        row = await self._db.read(
+            lambda s: s.execute(select(table).where(table.c.job == job)).first()
+        )
+        if row is None:
+            raise NotFound("no validation for this job")
+        return row
+
+    @at_the_edge(DOMAIN)
     async def GetValidation(  # noqa: N802 - gRPC method name
         self, request: pb.GetValidationRequest, context: grpc.aio.ServicerContext
     ) -> pb.Validation:
-        job = job_name(job_id(request.job))
-        row = await self._db.read(lambda s: self._read(s, job))
-        if row is None:
-            raise NotFound("no validation for this job")
+        row = await self._validation_row(request.job)
         return pb.Validation(
-            job=job,
+            job=row.job,
             verdict=row.verdict,
             reason_code=row.reason_code,
             lease_token=row.lease_token,
-            documents=[
-                pb.DocumentFinding(
-                    position=int(f["position"]),
-                    sha256=str(f["sha256"]),
-                    detected_type=str(f["detected_type"]),
-                    page_count=int(f["page_count"]),
-                    reason_code=str(f["reason"]),
-                )
-                for f in row.findings
-            ],
+            documents=_findings(row.findings),
+            decisions=_decisions(row.decisions),
+            ruleset_version=row.ruleset,
+            ruleset_digest=row.ruleset_digest,
         )
 
-    @staticmethod
-    def _read(session: Session, job: str):  # type: ignore[no-untyped-def]
-        return session.execute(
-            select(tables.validations).where(tables.validations.c.job == job)
-        ).first()
+    @at_the_edge(DOMAIN)
+    async def ListRulesets(  # noqa: N802 - gRPC method name
+        self, request: pb.ListRulesetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListRulesetsResponse:
+        return pb.ListRulesetsResponse(
+            rulesets=[
+                pb.Ruleset(
+                    version=r.key,
+                    digest=r.digest,
+                    description=str(r.body.get("description", "")),
+                    body=canonical(r.body).decode(),
+                )
+                for r in self._book.all()
+            ]
+        )
+
+    @at_the_edge(DOMAIN)
+    async def ListReviews(  # noqa: N802 - gRPC method name
+        self, request: pb.ListReviewsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListReviewsResponse:
+        return pb.ListReviewsResponse(reviews=[_review(r) for r in await self._reviews.pending()])
+
+    @at_the_edge(DOMAIN)
+    async def ResolveReview(  # noqa: N802 - gRPC method name
+        self, request: pb.ResolveReviewRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Review:
+        if not request.operator or len(request.operator) > 128 or len(request.note) > 1000:
+            raise InvalidInput(
+                ReasonCode.INVALID_MANIFEST,
+                "an operator name (≤128) and a note (≤1000) are required",
+                (FieldViolation("operator", "required, at most 128 characters"),),
+            )
+        review = await self._reviews.resolve(
+            job_name(job_id(request.job)),
+            approve=request.approve,
+            operator=request.operator,
+            note=request.note,
+        )
+        return _review(review)
+
+    @at_the_edge(DOMAIN)
+    async def EvaluateManifest(  # noqa: N802 - gRPC method name
+        self, request: pb.EvaluateManifestRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Evaluation:
+        row = await self._validation_row(request.job)
+        ruleset = self._book.get(request.ruleset or row.ruleset)
+        if ruleset is None:
+            raise NotFound("ruleset not found")
+        task = queue_pb2.JobTask.FromString(row.task)
+        evaluation = await self._evaluator.evaluate(task, ruleset)
+        return pb.Evaluation(
+            job=row.job,
+            ruleset_version=ruleset.key,
+            ruleset_digest=ruleset.digest,
+            verdict=evaluation.verdict,
+            reason_code=evaluation.reason,
+            documents=_findings(evaluation.findings),
+            decisions=_decisions(json.loads(json.dumps(evaluation.decisions_json()))),
+        )

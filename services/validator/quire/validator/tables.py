@@ -1,12 +1,12 @@
-"""The validator's own tables: leases and its decisions."""
+"""The validator's own tables: leases, decisions, rulesets and reviews."""
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Column, DateTime, Integer, MetaData, String, Table
+from sqlalchemy import JSON, Column, DateTime, Integer, LargeBinary, MetaData, String, Table, Text
 
 from quire.leases import lease_table
 
-__all__ = ["metadata", "leases", "validations"]
+__all__ = ["metadata", "leases", "validations", "rulesets", "reviews"]
 
 metadata = MetaData()
 leases = lease_table(metadata)
@@ -17,6 +17,36 @@ validations = Table(
     Column("verdict", String(16), nullable=False),
     Column("reason_code", String(64), nullable=False),
     Column("findings", JSON, nullable=False),
+    Column("decisions", JSON, nullable=False),
+    Column("ruleset", String(160), nullable=False),
+    Column("ruleset_digest", String(64), nullable=False),
+    # The task as received, so a ruleset can be re-evaluated in the shadow.
+    Column("task", LargeBinary, nullable=False),
     Column("lease_token", Integer, nullable=False),
     Column("decided_at", DateTime(timezone=True), nullable=False),
+)
+# Published rulesets; a name@version never changes once stored.
+rulesets = Table(
+    "rulesets",
+    metadata,
+    Column("key", String(160), primary_key=True),
+    Column("name", String(128), nullable=False),
+    Column("version", String(32), nullable=False),
+    Column("digest", String(64), nullable=False),
+    Column("body", Text, nullable=False),
+    Column("loaded_at", DateTime(timezone=True), nullable=False),
+)
+# Jobs parked for a human decision, with the task that approval hands on.
+reviews = Table(
+    "reviews",
+    metadata,
+    Column("job", String(64), primary_key=True),
+    Column("status", String(16), nullable=False),
+    Column("ruleset", String(160), nullable=False),
+    Column("decisions", JSON, nullable=False),
+    Column("next_task", LargeBinary, nullable=False),
+    Column("operator", String(128), nullable=True),
+    Column("note", String(1000), nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("resolved_at", DateTime(timezone=True), nullable=True),
 )

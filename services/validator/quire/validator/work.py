@@ -1,53 +1,67 @@
-"""The validator's stage work: every source of a job inspected in the sandbox."""
+"""The validator's stage work: the job's pinned ruleset over its sources.
+
+PASSED hands the job to the assembler; REJECTED ends it with the first
+failing check's reason; NEEDS_REVIEW parks it, with the task approval will
+hand on, until an operator resolves the review.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict
 from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
-from quire.blobstore import LocalBlobStore
 from quire.errors import Rejected
 from quire.leases import Lease
 from quire.reasons import ReasonCode
-from quire.sandbox import SandboxExhausted, SandboxPool
 from quire.stage import StageResult
 from quire.type import queue_pb2
 from quire.validator import tables
-from quire.validator.inspection import Finding, inspect_source
-from quire.validator.pdfchecks import PdfLimits
+from quire.validator.evaluation import Evaluation, Evaluator
+from quire.validator.rulesets import Ruleset, RulesetBook
 
-__all__ = ["ValidatorWork", "SourcesRejected", "STRIKES"]
-
-STRIKES = 2
-"""Deliveries on which a source exhausts its sandbox before the job is REJECTED."""
+__all__ = ["ValidatorWork", "SourcesRejected"]
 
 
 class SourcesRejected(Rejected):
-    """A source failed inspection; carries every finding for the record."""
+    """The job failed a check or a rule; carries the evaluation for the record."""
 
-    def __init__(self, reason: str, findings: list[dict[str, object]], token: int) -> None:
-        super().__init__(reason, "source rejected")
-        self.findings = findings
-        self.token = token
+    def __init__(self, evaluation: Evaluation, write: Callable[[Session], None]) -> None:
+        super().__init__(evaluation.reason, "job rejected")
+        self.write = write
 
 
 def _record(
-    job: str, verdict: str, reason: str, findings: list[dict[str, object]], token: int
+    task: queue_pb2.JobTask, ruleset: Ruleset, evaluation: Evaluation, token: int
 ) -> Callable[[Session], None]:
     def write(session: Session) -> None:
+        now = datetime.now(UTC)
         session.execute(
             tables.validations.insert().values(
-                job=job,
-                verdict=verdict,
-                reason_code=reason,
-                findings=findings,
+                job=task.job,
+                verdict=evaluation.verdict,
+                reason_code=evaluation.reason,
+                findings=evaluation.findings,
+                decisions=evaluation.decisions_json(),
+                ruleset=ruleset.key,
+                ruleset_digest=ruleset.digest,
+                task=task.SerializeToString(),
                 lease_token=token,
-                decided_at=datetime.now(UTC),
+                decided_at=now,
             )
         )
+        if evaluation.verdict == "NEEDS_REVIEW":
+            session.execute(
+                tables.reviews.insert().values(
+                    job=task.job,
+                    status="PENDING",
+                    ruleset=ruleset.key,
+                    decisions=evaluation.decisions_json(),
+                    next_task=task.SerializeToString(),
+                    created_at=now,
+                )
+            )
 
     return write
 
@@ -57,44 +71,38 @@ class ValidatorWork:
     next_state = "ASSEMBLING"
     next_stage = "assemble"
 
-    def __init__(
-        self, *, blobs: LocalBlobStore, sandbox: SandboxPool, limits: PdfLimits | None = None
-    ) -> None:
-        self._blobs = blobs
-        self._sandbox = sandbox
-        self._limits = limits or PdfLimits()
+    def __init__(self, *, evaluator: Evaluator, book: RulesetBook) -> None:
+        self._evaluator = evaluator
+        self._book = book
 
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult:
-        findings: list[dict[str, object]] = []
-        for source in task.sources:
-            try:
-                finding: Finding = await self._sandbox.run(
-                    inspect_source,
-                    str(self._blobs.local_path(source.blob_key)),
-                    source.sha256,
-                    source.content_type,
-                    self._limits,
-                )
-            except SandboxExhausted:
-                if attempt < STRIKES:
-                    raise  # transient: the machine may have been busy; try once more
-                finding = Finding("", 0, ReasonCode.PARSER_LIMIT_EXCEEDED)
-            findings.append(
-                {"position": source.position, "sha256": source.sha256, **asdict(finding)}
+        ruleset = self._book.get(task.ruleset)
+        if ruleset is None:
+            raise Rejected(ReasonCode.RULESET_UNKNOWN, "the job's ruleset is not published")
+        # The ruleset is pinned here: every later event and stage carries its digest.
+        task.ruleset_digest = ruleset.digest
+        evaluation = await self._evaluator.evaluate(task, ruleset, attempt=attempt)
+        write = _record(task, ruleset, evaluation, lease.token)
+        if evaluation.verdict == "REJECTED":
+            raise SourcesRejected(evaluation, write)
+        if evaluation.verdict == "NEEDS_REVIEW":
+            return StageResult(
+                next_task=None,
+                extra_events=[
+                    ("VALIDATING", "REVIEWING", {}),
+                    ("REVIEWING", "NEEDS_REVIEW", {"reason_code": ReasonCode.REVIEW_REQUIRED}),
+                ],
+                record=write,
             )
-            if finding.reason:
-                raise SourcesRejected(finding.reason, findings, lease.token)
         next_task = queue_pb2.JobTask()
         next_task.CopyFrom(task)
         return StageResult(
             next_task=next_task,
             extra_events=[("VALIDATING", "REVIEWING", {})],
-            record=_record(task.job, "PASSED", "", findings, lease.token),
+            record=write,
         )
 
     def record_rejection(
         self, task: queue_pb2.JobTask, error: Exception
     ) -> Callable[[Session], None] | None:
-        if isinstance(error, SourcesRejected):
-            return _record(task.job, "REJECTED", str(error.reason), error.findings, error.token)
-        return None
+        return error.write if isinstance(error, SourcesRejected) else None

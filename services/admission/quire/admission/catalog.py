@@ -1,0 +1,61 @@
+"""Which rulesets exist, asked of the validator (which owns them) and kept
+for a few seconds; a manifest's ruleset is pinned to ``name@version`` here."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+
+from quire.errors import TransientError
+from quire.reasons import ReasonCode
+from quire.validator.v1 import validator_service_pb2, validator_service_pb2_grpc
+
+__all__ = ["RulesetCatalog", "resolve_ruleset", "DEFAULT_RULESET"]
+
+DEFAULT_RULESET = "default"
+TIMEOUT_SECONDS = 5.0
+
+
+def _version_order(key: str) -> tuple[int, str]:
+    version = key.partition("@")[2]
+    return (int(version), "") if version.isdigit() else (0, version)
+
+
+def resolve_ruleset(requested: str, known: frozenset[str]) -> str | None:
+    """``name@version`` for a request of "", "name" or "name@version"; None if unknown."""
+    if "@" in requested:
+        return requested if requested in known else None
+    name = requested or DEFAULT_RULESET
+    versions = [key for key in known if key.partition("@")[0] == name]
+    return max(versions, key=_version_order) if versions else None
+
+
+class RulesetCatalog:
+    def __init__(
+        self,
+        validator: validator_service_pb2_grpc.ValidatorServiceStub,
+        *,
+        ttl_seconds: float = 10.0,
+    ) -> None:
+        self._validator = validator
+        self._ttl = ttl_seconds
+        self._keys: frozenset[str] = frozenset()
+        self._read_at = float("-inf")
+
+    async def keys(self) -> frozenset[str]:
+        if time.monotonic() - self._read_at < self._ttl:
+            return self._keys
+        try:
+            reply = await self._validator.ListRulesets(
+                validator_service_pb2.ListRulesetsRequest(), timeout=TIMEOUT_SECONDS
+            )
+        except grpc.aio.AioRpcError:
+            if self._keys:
+                return self._keys  # a recent answer is better than refusing work
+            raise TransientError(
+                ReasonCode.DEPENDENCY_UNAVAILABLE, "validator unavailable"
+            ) from None
+        self._keys = frozenset(r.version for r in reply.rulesets)
+        self._read_at = time.monotonic()
+        return self._keys

@@ -1,0 +1,83 @@
+"""One evaluation of a job's sources under a ruleset: structural checks in the
+sandbox, then the ruleset's rules over facts extracted in the sandbox. Used
+by the stage (which records the result) and by shadow evaluation (which
+records nothing)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from quire.blobstore import LocalBlobStore
+from quire.reasons import ReasonCode
+from quire.sandbox import SandboxExhausted, SandboxPool
+from quire.type import job_pb2, queue_pb2
+from quire.validator.facts import DocumentFacts, extract_facts
+from quire.validator.inspection import Finding, inspect_source
+from quire.validator.pdfchecks import PdfLimits
+from quire.validator.rules import Decision, evaluate, verdict
+from quire.validator.rulesets import Ruleset
+
+__all__ = ["Evaluation", "Evaluator", "STRIKES"]
+
+STRIKES = 2
+"""Deliveries on which a source exhausts its sandbox before the job is REJECTED."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    verdict: str  # "PASSED", "REJECTED" or "NEEDS_REVIEW"
+    reason: str
+    findings: list[dict[str, object]]
+    decisions: list[Decision]
+
+    def decisions_json(self) -> list[dict[str, object]]:
+        return [asdict(d) for d in self.decisions]
+
+
+class Evaluator:
+    def __init__(self, *, blobs: LocalBlobStore, sandbox: SandboxPool, limits: PdfLimits) -> None:
+        self._blobs = blobs
+        self._sandbox = sandbox
+        self._limits = limits
+
+    async def evaluate(
+        self, task: queue_pb2.JobTask, ruleset: Ruleset, *, attempt: int = STRIKES
+    ) -> Evaluation:
+        limits = replace(self._limits, allow_active_content=ruleset.allows_active_content)
+        findings: list[dict[str, object]] = []
+        for source in task.sources:
+            finding = await self._inspect(source, limits, attempt)
+            findings.append(
+                {"position": source.position, "sha256": source.sha256, **asdict(finding)}
+            )
+            if finding.reason:
+                return Evaluation("REJECTED", finding.reason, findings, [])
+        if not ruleset.reads_content:
+            return Evaluation("PASSED", "", findings, [])
+        facts: list[DocumentFacts] = []
+        for source in task.sources:
+            facts.append(
+                await self._sandbox.run(
+                    extract_facts,
+                    str(self._blobs.local_path(source.blob_key)),
+                    source.position,
+                    source.content_type,
+                )
+            )
+        decisions = evaluate(ruleset, facts)
+        outcome, reason = verdict(decisions)
+        return Evaluation(outcome, reason, findings, decisions)
+
+    async def _inspect(self, source: job_pb2.SourceRef, limits: PdfLimits, attempt: int) -> Finding:
+        try:
+            return await self._sandbox.run(
+                inspect_source,
+                str(self._blobs.local_path(source.blob_key)),
+                source.sha256,
+                source.content_type,
+                limits,
+            )
+        except SandboxExhausted:
+            if attempt < STRIKES:
+                raise  # transient: the machine may have been busy; try once more
+            return Finding("", 0, ReasonCode.PARSER_LIMIT_EXCEEDED)

@@ -1,0 +1,117 @@
+"""Human review: an operator approves or rejects a parked job.
+
+The decision is a compare-and-swap on the review's status, so two operators
+cannot both decide. The ledger records the operator as the actor. Repeating
+the same decision republishes its messages (same ids, so nothing doubles),
+which finishes a hand-off a crash interrupted; a different decision on a
+resolved review is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from quire.database import Database
+from quire.errors import FailedPrecondition, NotFound
+from quire.jobs import job_id
+from quire.reasons import ReasonCode
+from quire.settings import BUILD_VERSION
+from quire.transitions import EventFactory
+from quire.type import queue_pb2
+from quire.validator import tables
+from quire.workqueue import Publisher, event_subject, work_subject
+
+__all__ = ["ReviewDesk", "ReviewRow"]
+
+
+@dataclass(frozen=True)
+class ReviewRow:
+    job: str
+    status: str
+    ruleset: str
+    decisions: list[dict[str, object]]
+    operator: str | None
+    note: str | None
+    created_at: datetime
+    resolved_at: datetime | None
+    next_task: bytes
+
+
+def _row(row: object) -> ReviewRow:
+    return ReviewRow(
+        job=row.job,  # type: ignore[attr-defined]
+        status=row.status,  # type: ignore[attr-defined]
+        ruleset=row.ruleset,  # type: ignore[attr-defined]
+        decisions=row.decisions,  # type: ignore[attr-defined]
+        operator=row.operator,  # type: ignore[attr-defined]
+        note=row.note,  # type: ignore[attr-defined]
+        created_at=row.created_at,  # type: ignore[attr-defined]
+        resolved_at=row.resolved_at,  # type: ignore[attr-defined]
+        next_task=row.next_task,  # type: ignore[attr-defined]
+    )
+
+
+class ReviewDesk:
+    def __init__(self, database: Database, publisher: Publisher) -> None:
+        self._db = database
+        self._publisher = publisher
+
+    async def pending(self) -> list[ReviewRow]:
+        table = tables.reviews
+        rows = await self._db.read(
+            lambda s: s.execute(
+                select(table).where(table.c.status == "PENDING").order_by(table.c.created_at)
+            ).all()
+        )
+        return [_row(row) for row in rows]
+
+    async def resolve(self, job: str, *, approve: bool, operator: str, note: str) -> ReviewRow:
+        status = "APPROVED" if approve else "REJECTED"
+        review = await self._db.run(lambda s: _decide(s, job, status, operator, note))
+        task = queue_pb2.JobTask.FromString(review.next_task)
+        actor = EventFactory("operator", review.operator or operator, BUILD_VERSION)
+        if approve:
+            event = actor.transition(
+                task, "NEEDS_REVIEW", "ASSEMBLING", attempt=1, lease_token=0, note=note
+            )
+            await self._publisher.publish(event_subject("validator"), event, event.event_id)
+            await self._publisher.publish(
+                work_subject("assemble", task.priority or "interactive"),
+                task,
+                f"{job_id(task.job)}.assemble",
+            )
+        else:
+            event = actor.transition(
+                task,
+                "NEEDS_REVIEW",
+                "REJECTED",
+                attempt=1,
+                lease_token=0,
+                reason_code=ReasonCode.REVIEW_REJECTED,
+                note=note,
+            )
+            await self._publisher.publish(event_subject("validator"), event, event.event_id)
+        return review
+
+
+def _decide(session: Session, job: str, status: str, operator: str, note: str) -> ReviewRow:
+    table = tables.reviews
+    row = session.execute(select(table).where(table.c.job == job)).first()
+    if row is None:
+        raise NotFound("no review for this job")
+    if row.status == "PENDING":
+        session.execute(
+            update(table)
+            .where(table.c.job == job, table.c.status == "PENDING")
+            .values(status=status, operator=operator, note=note, resolved_at=datetime.now(UTC))
+        )
+        row = session.execute(select(table).where(table.c.job == job)).one()
+    elif row.status != status:
+        raise FailedPrecondition(
+            ReasonCode.REVIEW_ALREADY_RESOLVED, f"the review was already {row.status.lower()}"
+        )
+    return _row(row)

@@ -1,0 +1,185 @@
+"""Evaluating a ruleset over a job's documents.
+
+Each rule returns one decision per document it applies to (or one for the
+job): ``pass``, ``fail`` with a reason code, or ``review``. Details name the
+rule and the field or path checked, never the document's text or values.
+Money is computed with ``Decimal``, never floats.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from quire.validator.facts import DocumentFacts
+from quire.validator.rulesets import Ruleset
+
+__all__ = ["Decision", "evaluate", "verdict"]
+
+PDF = "application/pdf"
+JSON = "application/json"
+CENT = Decimal("0.01")
+
+
+@dataclass(frozen=True)
+class Decision:
+    rule: str
+    outcome: str  # "pass", "fail" or "review"
+    reason_code: str = ""
+    detail: str = ""
+    position: int = -1
+
+
+def _normalise(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def _lookup(data: Any, path: str) -> Any:
+    value = data
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _decimal(value: Any) -> Decimal | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        return None
+    return number if number.is_finite() else None
+
+
+def _missing(rule: dict[str, Any], reason: str, detail: str) -> Decision:
+    outcome = "review" if rule.get("on_missing") == "review" else "fail"
+    return Decision(rule["id"], outcome, reason if outcome == "fail" else "REVIEW_REQUIRED", detail)
+
+
+def _required_field(rule: dict[str, Any], docs: list[DocumentFacts]) -> Iterable[Decision]:
+    wanted = rule["field"]
+    for doc in docs:
+        for name, value in doc.fields.items():
+            if (name == wanted or name.endswith("." + wanted)) and value.strip():
+                yield Decision(rule["id"], "pass", detail=f"field {wanted}", position=doc.position)
+                return
+    yield _missing(rule, "REQUIRED_FIELD_MISSING", f"field {wanted} missing or empty")
+
+
+def _required_clause(rule: dict[str, Any], docs: list[DocumentFacts]) -> Iterable[Decision]:
+    wanted = _normalise(rule["text"])
+    if any(wanted in _normalise(doc.text) for doc in docs):
+        yield Decision(rule["id"], "pass", detail="clause present")
+    else:
+        yield _missing(rule, "REQUIRED_CLAUSE_MISSING", f"clause {rule['id']} not found")
+
+
+def _json_schema(rule: dict[str, Any], doc: DocumentFacts) -> Decision:
+    from jsonschema import Draft202012Validator
+
+    errors = sorted(Draft202012Validator(rule["schema"]).iter_errors(doc.data), key=str)
+    if errors:
+        where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
+        return Decision(rule["id"], "fail", "SCHEMA_INVALID", f"schema: {where}", doc.position)
+    return Decision(rule["id"], "pass", position=doc.position)
+
+
+def _required_value(rule: dict[str, Any], doc: DocumentFacts) -> Decision:
+    value = _lookup(doc.data, rule["path"])
+    reason = rule.get("reason", "REQUIRED_VALUE_INVALID")
+    ok = isinstance(value, str) and bool(value)
+    if ok and "one_of" in rule:
+        ok = value in rule["one_of"]
+    if ok and "pattern" in rule:
+        ok = re.fullmatch(rule["pattern"], value) is not None
+    detail = f"value at {rule['path']}"
+    return Decision(
+        rule["id"], "pass" if ok else "fail", "" if ok else reason, detail, doc.position
+    )
+
+
+def _positive_quantities(rule: dict[str, Any], doc: DocumentFacts) -> Decision:
+    lines = _lookup(doc.data, "lines") or []
+    for index, line in enumerate(lines if isinstance(lines, list) else []):
+        quantity = _decimal(line.get("quantity") if isinstance(line, dict) else None)
+        if quantity is None or quantity <= 0:
+            return Decision(
+                rule["id"], "fail", "QUANTITY_INVALID", f"lines[{index}].quantity", doc.position
+            )
+    return Decision(rule["id"], "pass", position=doc.position)
+
+
+def _invoice_totals(rule: dict[str, Any], doc: DocumentFacts) -> Decision:
+    """Sum of quantity × unit price, plus tax at ``tax_rate`` percent, against ``total``."""
+    lines = _lookup(doc.data, "lines")
+    declared = _decimal(_lookup(doc.data, "total"))
+    if not isinstance(lines, list) or declared is None:
+        return Decision(rule["id"], "fail", "SCHEMA_INVALID", "lines or total", doc.position)
+    subtotal = Decimal(0)
+    for index, line in enumerate(lines):
+        quantity = _decimal(line.get("quantity")) if isinstance(line, dict) else None
+        price = _decimal(line.get("unit_price")) if isinstance(line, dict) else None
+        if quantity is None or price is None:
+            return Decision(rule["id"], "fail", "SCHEMA_INVALID", f"lines[{index}]", doc.position)
+        subtotal += (quantity * price).quantize(CENT)
+    rate = _decimal(_lookup(doc.data, "tax_rate")) or Decimal(0)
+    computed = (subtotal + (subtotal * rate / 100).quantize(CENT)).quantize(CENT)
+    if computed != declared.quantize(CENT):
+        return Decision(
+            rule["id"], "fail", "TOTAL_MISMATCH", "declared total differs", doc.position
+        )
+    return Decision(rule["id"], "pass", detail="total recomputed", position=doc.position)
+
+
+def _review_above(rule: dict[str, Any], doc: DocumentFacts) -> Decision:
+    value = _decimal(_lookup(doc.data, rule["path"]))
+    if value is not None and value > Decimal(rule["threshold"]):
+        return Decision(
+            rule["id"], "review", "REVIEW_REQUIRED", f"{rule['path']} over threshold", doc.position
+        )
+    return Decision(rule["id"], "pass", position=doc.position)
+
+
+_PER_JOB: dict[str, Callable[[dict[str, Any], list[DocumentFacts]], Iterable[Decision]]] = {
+    "required_field": _required_field,
+    "required_clause": _required_clause,
+}
+_PER_STRUCTURED: dict[str, Callable[[dict[str, Any], DocumentFacts], Decision]] = {
+    "json_schema": _json_schema,
+    "required_value": _required_value,
+    "positive_quantities": _positive_quantities,
+    "invoice_totals": _invoice_totals,
+    "review_above": _review_above,
+}
+
+
+def evaluate(ruleset: Ruleset, documents: list[DocumentFacts]) -> list[Decision]:
+    pdfs = [doc for doc in documents if doc.content_type == PDF]
+    structured = [doc for doc in documents if doc.content_type == JSON]
+    decisions: list[Decision] = []
+    for rule in ruleset.rules:
+        kind = rule["kind"]
+        if kind in _PER_JOB:
+            decisions.extend(_PER_JOB[kind](rule, pdfs))
+            continue
+        for doc in structured:
+            decision = _PER_STRUCTURED[kind](rule, doc)
+            decisions.append(decision)
+            if decision.reason_code == "SCHEMA_INVALID":
+                return decisions  # later rules would read what the schema refused
+    return decisions
+
+
+def verdict(decisions: list[Decision]) -> tuple[str, str]:
+    """("PASSED" | "REJECTED" | "NEEDS_REVIEW", reason of the first failure)."""
+    failed = next((d for d in decisions if d.outcome == "fail"), None)
+    if failed is not None:
+        return "REJECTED", failed.reason_code
+    if any(d.outcome == "review" for d in decisions):
+        return "NEEDS_REVIEW", "REVIEW_REQUIRED"
+    return "PASSED", ""

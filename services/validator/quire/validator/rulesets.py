@@ -1,0 +1,127 @@
+"""Rulesets: declarative JSON files kept in the repository, versioned by name
+and version, identified by the sha256 of their canonical JSON.
+
+At start the validator loads every file into its database. A name@version
+already stored with a different digest is refused: a published version never
+changes, so a job pinned to it is judged tomorrow as it was today.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from quire.database import Database
+from quire.validator import tables
+
+__all__ = ["Ruleset", "RulesetBook", "load_directory", "DEFAULT_DIRECTORY", "canonical"]
+
+DEFAULT_DIRECTORY = Path(__file__).resolve().parents[2] / "rulesets"
+KNOWN_KINDS = {
+    "required_field",
+    "required_clause",
+    "json_schema",
+    "required_value",
+    "positive_quantities",
+    "invoice_totals",
+    "review_above",
+}
+
+
+def canonical(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True)
+class Ruleset:
+    name: str
+    version: str
+    body: dict[str, Any] = field(repr=False)
+    digest: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    @property
+    def rules(self) -> list[dict[str, Any]]:
+        return list(self.body.get("rules", []))
+
+    @property
+    def allows_active_content(self) -> bool:
+        return self.body.get("active_content", "refuse") == "allow"
+
+    @property
+    def reads_content(self) -> bool:
+        """Whether any rule needs the documents' text, fields or data."""
+        return bool(self.rules)
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> Ruleset:
+        for rule in body.get("rules", []):
+            if rule.get("kind") not in KNOWN_KINDS or not rule.get("id"):
+                raise ValueError(f"ruleset {body.get('name')}: unknown rule {rule.get('id')!r}")
+        return cls(
+            name=str(body["name"]),
+            version=str(body["version"]),
+            body=body,
+            digest=hashlib.sha256(canonical(body)).hexdigest(),
+        )
+
+
+def load_directory(directory: Path) -> list[Ruleset]:
+    return [Ruleset.from_body(json.loads(p.read_text())) for p in sorted(directory.glob("*.json"))]
+
+
+class RulesetBook:
+    """The rulesets stored in the validator's database, by ``name@version``."""
+
+    def __init__(self, database: Database) -> None:
+        self._db = database
+        self._by_key: dict[str, Ruleset] = {}
+
+    def install(self, rulesets: list[Ruleset]) -> None:
+        """Store new versions; refuse a changed body under a published version."""
+
+        def write(session: Session) -> None:
+            for ruleset in rulesets:
+                row = session.execute(
+                    select(tables.rulesets).where(tables.rulesets.c.key == ruleset.key)
+                ).first()
+                if row is None:
+                    session.execute(
+                        tables.rulesets.insert().values(
+                            key=ruleset.key,
+                            name=ruleset.name,
+                            version=ruleset.version,
+                            digest=ruleset.digest,
+                            body=canonical(ruleset.body).decode(),
+                            loaded_at=datetime.now(UTC),
+                        )
+                    )
+                elif row.digest != ruleset.digest:
+                    raise ValueError(f"ruleset {ruleset.key} changed after publication")
+
+        self._db.transaction(write)
+        self.reload()
+
+    def reload(self) -> None:
+        rows = self._db.transaction(lambda s: s.execute(select(tables.rulesets)).all())
+        self._by_key = {row.key: Ruleset.from_body(json.loads(row.body)) for row in rows}
+
+    def get(self, key: str) -> Ruleset | None:
+        return self._by_key.get(key)
+
+    def all(self) -> list[Ruleset]:
+        return sorted(self._by_key.values(), key=lambda r: (r.name, int_or_text(r.version)))
+
+
+def int_or_text(version: str) -> tuple[int, str]:
+    return (int(version), "") if version.isdigit() else (0, version)
