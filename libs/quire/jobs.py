@@ -40,8 +40,10 @@ HISTORY_BEFORE_COMPLETION = (
     "SIGNING",
     "COMMITTING",
 )
-_RANK = {name: index for index, name in enumerate((*HISTORY_BEFORE_COMPLETION, "COMPLETED"))}
-_RANK["NEEDS_REVIEW"] = _RANK["REVIEWING"]
+_RANK: dict[str, float] = {
+    name: index for index, name in enumerate((*HISTORY_BEFORE_COMPLETION, "COMPLETED"))
+}
+_RANK["NEEDS_REVIEW"] = _RANK["REVIEWING"] + 0.5  # parked after review, before assembly
 
 
 def new_job_id() -> str:
@@ -69,7 +71,7 @@ def state_value(name: str) -> int:
     return JobState.Value(_PREFIX + name)
 
 
-def state_rank(name: str) -> int:
+def state_rank(name: str) -> float:
     """Order of states along the pipeline; terminal states outrank everything."""
     if name in TERMINAL_STATES:
         return 100

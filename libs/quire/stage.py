@@ -212,6 +212,8 @@ class StageRunner:
         reason: str = "",
         fields: dict[str, Any] | None = None,
     ) -> queue_pb2.TransitionEvent:
+        extra = dict(fields or {})
+        reason = str(extra.pop("reason_code", reason))
         return self._events.transition(
             task,
             from_state,
@@ -219,7 +221,7 @@ class StageRunner:
             attempt=attempt,
             lease_token=lease.token,
             reason_code=reason,
-            **(fields or {}),
+            **extra,
         )
 
     def _entry_events(
