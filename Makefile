@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= .quire
 PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 
-.PHONY: run test lint protos protos-check bench bench-admission venv clean
+.PHONY: run test lint protos protos-check bench bench-admission bench-validator venv clean
 
 venv: $(VENV)/.installed
 
@@ -33,6 +33,9 @@ bench: venv
 
 bench-admission: venv
 	$(PY) bench/admission_bench.py
+
+bench-validator: venv
+	$(PY) bench/validator_bench.py
 
 protos: venv
 	rm -rf gen/quire

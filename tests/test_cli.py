@@ -111,6 +111,11 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         assert "acme" in tenants.stdout and "outstanding≤3" in tenants.stdout
         assert f"{token_name}  revoked" in tenants.stdout
 
+        nothing_parked = _quire(data_dir, "review", "list")
+        assert nothing_parked.returncode == 0 and nothing_parked.stdout == ""
+        no_review = _quire(data_dir, "review", "approve", job, "--note", "ok", "--operator", "me")
+        assert no_review.returncode == 1 and "NOT_FOUND" in no_review.stderr
+
         missing = _quire(data_dir, "status", "jobs/ffffffffffffffff")
         assert missing.returncode == 1
         assert "NOT_FOUND" in missing.stderr

@@ -16,6 +16,7 @@ __all__ = ["ClientConfig"]
 class ClientConfig:
     admission: str
     signer: str
+    validator: str
     token: str
     operator_token: str
     tls: TlsSettings | None = None
@@ -27,6 +28,9 @@ class ClientConfig:
             info.endpoints["admission"] if info else ""
         )
         signer = os.environ.get("QUIRE_SIGNER_ADDR") or (info.endpoints["signer"] if info else "")
+        validator = os.environ.get("QUIRE_VALIDATOR_ADDR") or (
+            info.endpoints["validator"] if info else ""
+        )
         token = os.environ.get("QUIRE_TOKEN") or (info.token() if info else "")
         operator = os.environ.get("QUIRE_OPERATOR_TOKEN") or (info.operator_token() if info else "")
         if not admission or not token:
@@ -37,6 +41,7 @@ class ClientConfig:
         return cls(
             admission=admission,
             signer=signer,
+            validator=validator,
             token=token,
             operator_token=operator,
             tls=TlsSettings.from_env(),

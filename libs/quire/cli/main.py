@@ -19,7 +19,7 @@ from pathlib import Path
 
 import grpc
 
-from quire.cli import operators
+from quire.cli import operators, reviews
 from quire.cli.config import ClientConfig
 from quire.cli.packets import PacketFile, read_manifest_file, send_packet
 from quire.cli.verify import verify_file
@@ -205,6 +205,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     tokens.add_parser("create", parents=[common]).add_argument("tenant")
     tokens.add_parser("revoke", parents=[common]).add_argument("token")
+    review = command("review", help="operators: jobs parked for review").add_subparsers(
+        dest="action", required=True
+    )
+    review.add_parser("list", parents=[common])
+    for decision in ("approve", "reject"):
+        decide = review.add_parser(decision, parents=[common])
+        decide.add_argument("job")
+        decide.add_argument("--note", required=True)
+        decide.add_argument("--operator", default="")
     return parser
 
 
@@ -220,6 +229,9 @@ COMMANDS = {
     "tenants list": operators.tenants_list,
     "tokens create": operators.tokens_create,
     "tokens revoke": operators.tokens_revoke,
+    "review list": reviews.review_list,
+    "review approve": reviews.review_approve,
+    "review reject": reviews.review_reject,
 }
 
 

@@ -1,0 +1,47 @@
+"""``quire review list|approve|reject``: operators decide parked jobs."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+
+from quire.cli.config import ClientConfig
+from quire.tls import aio_channel
+from quire.validator.v1 import validator_service_pb2 as pb
+from quire.validator.v1 import validator_service_pb2_grpc as pb_grpc
+
+__all__ = ["review_list", "review_approve", "review_reject"]
+
+
+def _name(job: str) -> str:
+    return job if job.startswith("jobs/") else f"jobs/{job}"
+
+
+async def review_list(args: argparse.Namespace, config: ClientConfig) -> int:
+    async with aio_channel(config.validator, config.tls) as channel:
+        reply = await pb_grpc.ValidatorServiceStub(channel).ListReviews(pb.ListReviewsRequest())
+    for review in reply.reviews:
+        asks = [d.rule for d in review.decisions if d.outcome == "review"]
+        print(f"{review.job}  {review.ruleset_version}  needs: {', '.join(asks)}")
+    return 0
+
+
+async def _resolve(args: argparse.Namespace, config: ClientConfig, approve: bool) -> int:
+    request = pb.ResolveReviewRequest(
+        job=_name(args.job),
+        approve=approve,
+        note=args.note,
+        operator=args.operator or getpass.getuser(),
+    )
+    async with aio_channel(config.validator, config.tls) as channel:
+        review = await pb_grpc.ValidatorServiceStub(channel).ResolveReview(request)
+    print(f"{review.job}  {review.status}  by {review.operator}")
+    return 0
+
+
+async def review_approve(args: argparse.Namespace, config: ClientConfig) -> int:
+    return await _resolve(args, config, approve=True)
+
+
+async def review_reject(args: argparse.Namespace, config: ClientConfig) -> int:
+    return await _resolve(args, config, approve=False)
