@@ -92,3 +92,34 @@ async def test_a_file_that_exhausts_its_worker_costs_only_its_worker(folder: Pat
         assert await _verdict(pool, fine) == "", "a fresh worker took its place"
     finally:
         pool.close()
+
+
+@pytest.mark.stack
+async def test_a_file_that_keeps_killing_its_worker_ends_rejected_not_looping(
+    tmp_path: Path,
+) -> None:
+    """On the real stack, with a 1-second CPU budget per task: the worker is
+    killed on each try, the job ends REJECTED after two, the validator lives."""
+    import asyncio
+
+    from quire.client import AdmissionClient, PacketItem
+    from quire.jobs import state_name
+    from quire.stack.supervisor import Stack
+
+    slow = hostile.many_objects(tmp_path / "slow.pdf", 200_000)
+    stack = Stack(
+        tmp_path / "stack",
+        env={"QUIRE_VALIDATOR_SANDBOX_CPU_SECONDS": "1", "QUIRE_BACKOFF_BASE_SECONDS": "0.1"},
+    )
+    info = await asyncio.to_thread(stack.start)
+    try:
+        validator_pid = stack.pid("validator")
+        async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
+            digest = (await client.upload(slow)).sha256
+            job = await client.wait(
+                (await client.submit([PacketItem("slow", digest)])).name, timeout=90
+            )
+        assert (state_name(job.state), job.reason_code) == ("REJECTED", "PARSER_LIMIT_EXCEEDED")
+        assert stack.pid("validator") == validator_pid and stack.restarts("validator") == 0
+    finally:
+        await asyncio.to_thread(stack.stop)
