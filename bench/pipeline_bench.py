@@ -83,22 +83,26 @@ def run_bare_libraries(
     import magic
     import pikepdf
 
-    from quire.assembler.merge import merge_sources
+    from quire.assembler.merge import PacketSource, assemble_packet
     from quire.signer.signing import sign_packet
 
     sniffer = magic.Magic(mime=True)
     started = time.perf_counter()
     for index, packet in enumerate(packets):
         sources = []
-        for path in packet:
+        for position, path in enumerate(packet):
             digest, _ = sha256_file(path)
             with open(path, "rb") as handle:
                 assert sniffer.from_buffer(handle.read(65536)) == "application/pdf"
             with pikepdf.open(path, attempt_recovery=False) as pdf:
                 assert not pdf.is_encrypted and len(pdf.pages) > 0
-            sources.append((str(path), digest))
+            sources.append(
+                PacketSource(position, f"d{position}", digest, "application/pdf", str(path))
+            )
         merged = out / f"merged-{index}.pdf"
-        packet_digest = merge_sources(sources, str(merged)).sha256
+        packet_digest = assemble_packet(
+            sources, str(merged), profile="simple", manifest_digest="0" * 64, workdir=str(out)
+        ).sha256
         sign_packet(
             str(merged), packet_digest, str(out / f"signed-{index}.pdf"), key_path, cert_path
         )

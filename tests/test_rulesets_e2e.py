@@ -170,8 +170,7 @@ async def test_a_correct_invoice_passes_the_validator(client: AdmissionClient, v
     )
     validation = await validator.GetValidation(vpb.GetValidationRequest(job=job.name))
     assert validation.verdict == "PASSED"
-    # Rendering structured sources is issue 5's: until then the assembler refuses clearly.
-    assert (state_name(job.state), job.reason_code) == ("REJECTED", "RENDER_UNAVAILABLE")
+    assert state_name(job.state) == "COMPLETED", "rendered by its profile, then signed"
 
 
 async def test_a_large_invoice_review_rejected_by_an_operator_ends_rejected(

@@ -1,22 +1,43 @@
-"""Merging sources into one PDF, run inside a sandbox worker process.
+"""Assembling a packet, run inside a sandbox worker process.
 
 Sources are re-hashed before use (a blob is trusted only under its digest),
-appended strictly in the order given (the manifest's positions), and saved
-deterministically: the same sources in the same order give the same bytes.
+structured ones rendered by the manifest's profile into the attempt's private
+directory, everything appended strictly in manifest order, with one bookmark
+per document and, in the document information, the manifest's digest and
+every source's position and digest — so a verifier holding only the PDF can
+tell which sources, in which order, made it. Saving is deterministic: the same
+sources in the same order give the same bytes. qpdf streams page content from
+the source files while writing, so memory does not grow with the packet.
 """
 
 from __future__ import annotations
 
+import json
 from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
 
+from quire.assembler.render import render_structured
 from quire.blobstore import sha256_file
 
-__all__ = ["MergedPacket", "merge_sources", "SourceDigestMismatch"]
+__all__ = ["MergedPacket", "PacketSource", "assemble_packet", "SourceDigestMismatch"]
+
+PDF = "application/pdf"
+MANIFEST_KEY = "/QuireManifestDigest"
+SOURCES_KEY = "/QuireSources"
 
 
 class SourceDigestMismatch(Exception):
     """A stored source no longer matches the digest it was accepted under."""
+
+
+@dataclass(frozen=True)
+class PacketSource:
+    position: int
+    document_id: str
+    sha256: str
+    content_type: str
+    path: str
 
 
 @dataclass(frozen=True)
@@ -26,17 +47,43 @@ class MergedPacket:
     page_count: int
 
 
-def merge_sources(sources: list[tuple[str, str]], output_path: str) -> MergedPacket:
-    """Append each ``(path, sha256)`` in order into one PDF written to ``output_path``."""
+def _as_pdf(source: PacketSource, profile: str, workdir: Path) -> str:
+    if sha256_file(source.path)[0] != source.sha256:
+        raise SourceDigestMismatch(source.sha256)
+    if source.content_type == PDF:
+        return source.path
+    rendered = workdir / f"rendered-{source.position}.pdf"
+    render_structured(source.path, str(rendered), profile, source.document_id)
+    return str(rendered)
+
+
+def assemble_packet(
+    sources: list[PacketSource],
+    output_path: str,
+    *,
+    profile: str,
+    manifest_digest: str,
+    workdir: str,
+) -> MergedPacket:
     import pikepdf  # lazy: heavy, and only needed in the sandbox
 
-    # qpdf copies stream data lazily, at save: sources stay open until then.
+    ordered = sorted(sources, key=lambda s: s.position)
     with ExitStack() as open_sources, pikepdf.new() as packet:
-        for path, sha256 in sources:
-            if sha256_file(path)[0] != sha256:
-                raise SourceDigestMismatch(sha256)
-            source = open_sources.enter_context(pikepdf.open(path))
-            packet.pages.extend(source.pages)
+        starts: list[tuple[str, int]] = []
+        for source in ordered:
+            document = open_sources.enter_context(
+                pikepdf.open(_as_pdf(source, profile, Path(workdir)))
+            )
+            starts.append((source.document_id, len(packet.pages)))
+            packet.pages.extend(document.pages)
+        with packet.open_outline() as outline:
+            for title, first_page in starts:
+                outline.root.append(pikepdf.OutlineItem(title, first_page))
+        packet.docinfo[MANIFEST_KEY] = manifest_digest
+        packet.docinfo[SOURCES_KEY] = json.dumps(
+            [{"position": s.position, "sha256": s.sha256} for s in ordered],
+            separators=(",", ":"),
+        )
         page_count = len(packet.pages)
         packet.save(output_path, deterministic_id=True, compress_streams=True)
     digest, size = sha256_file(output_path)

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
 
 from sqlalchemy.orm import Session
 
 from quire.assembler import tables
-from quire.assembler.merge import MergedPacket, SourceDigestMismatch, merge_sources
+from quire.assembler.merge import (
+    MergedPacket,
+    PacketSource,
+    SourceDigestMismatch,
+    assemble_packet,
+)
 from quire.blobstore import LocalBlobStore
 from quire.errors import PermanentError
 from quire.leases import Lease
@@ -19,8 +28,6 @@ from quire.stage import StageResult
 from quire.type import job_pb2, queue_pb2
 
 __all__ = ["AssemblerWork", "assembled_key"]
-
-PDF_TYPE = "application/pdf"
 
 
 def assembled_key(tenant: str, sha256: str) -> str:
@@ -37,24 +44,37 @@ class AssemblerWork:
         self._sandbox = sandbox
 
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult:
-        ordered = sorted(task.sources, key=lambda source: source.position)
-        if any(source.content_type != PDF_TYPE for source in ordered):
-            # Structured sources pass the gate and the validator, but no render
-            # profile is implemented yet: refuse clearly rather than drop them.
-            raise PermanentError(
-                ReasonCode.RENDER_UNAVAILABLE, "structured sources cannot be rendered yet"
+        sources = [
+            PacketSource(
+                position=s.position,
+                document_id=s.document_id,
+                sha256=s.sha256,
+                content_type=s.content_type,
+                path=str(self._blobs.local_path(s.blob_key)),
             )
-        inputs = [(str(self._blobs.local_path(s.blob_key)), s.sha256) for s in ordered]
+            for s in task.sources
+        ]
+        workdir = Path(tempfile.mkdtemp(prefix="attempt-", dir=self._blobs.tmp_dir))
         temp = self._blobs.new_temp()
         try:
             try:
-                packet: MergedPacket = await self._sandbox.run(merge_sources, inputs, str(temp))
+                packet: MergedPacket = await self._sandbox.run(
+                    partial(
+                        assemble_packet,
+                        profile=task.render_profile or "simple",
+                        manifest_digest=task.manifest_digest,
+                        workdir=str(workdir),
+                    ),
+                    sources,
+                    str(temp),
+                )
             except SourceDigestMismatch:
                 raise PermanentError(ReasonCode.DIGEST_MISMATCH, "stored source changed") from None
             key = assembled_key(task.tenant, packet.sha256)
             await asyncio.to_thread(self._blobs.promote_file, temp, key)
         finally:
             temp.unlink(missing_ok=True)
+            shutil.rmtree(workdir, ignore_errors=True)
         artifact = job_pb2.Artifact(
             blob_key=key,
             sha256=packet.sha256,
