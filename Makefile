@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= .quire
 PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 
-.PHONY: run test lint protos protos-check bench bench-admission bench-validator venv clean
+.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator venv clean
 
 venv: $(VENV)/.installed
 
@@ -20,8 +20,11 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 run: venv
 	$(VENV)/bin/quire up --data-dir $(DATA_DIR) --example examples/lease-renewal
 
-test: venv protos-check lint
+test: venv protos-check lint system-deps
 	$(PY) -m pytest
+
+system-deps:
+	@sh tools/install-system-deps.sh
 
 lint: venv
 	$(VENV)/bin/ruff check libs services tests bench examples

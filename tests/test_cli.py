@@ -80,9 +80,19 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         output = tmp_path / "packet.pdf"
         fetched = _quire(data_dir, "fetch", job, "-o", str(output))
         assert fetched.returncode == 0, fetched.stderr
-        verified = _quire(data_dir, "verify", str(output))
+        verified = _quire(data_dir, "verify", str(output), "--job", job)
         assert verified.returncode == 0, verified.stdout
+        assert "embedded sources match the ledger, in order: True" in verified.stdout
         assert "OK" in verified.stdout
+        other = tmp_path / "other.pdf"
+        write_text_pdf(other, ["other"])
+        other_job = _quire(data_dir, "submit", str(other), "--wait").stdout.split()[0]
+        assert _quire(data_dir, "fetch", other_job, "-o", str(tmp_path / "o.pdf")).returncode == 0
+        mismatch = _quire(data_dir, "verify", str(tmp_path / "o.pdf"), "--job", job)
+        assert (
+            mismatch.returncode == 1
+            and "output digest matches the ledger: False" in mismatch.stdout
+        )
 
         tampered = tmp_path / "tampered.pdf"
         data = bytearray(output.read_bytes())

@@ -74,3 +74,27 @@ def test_signing_refuses_a_packet_that_changed(keystore: KeyStore, tmp_path: Pat
     packet = write_text_pdf(tmp_path / "packet.pdf", ["one"])
     with pytest.raises(PacketDigestMismatch):
         sign_packet(str(packet), "0" * 64, str(tmp_path / "out.pdf"), key.key_path, key.cert_path)
+
+
+def test_an_independent_tool_validates_the_signature(keystore: KeyStore, tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    if shutil.which("pdfsig") is None:
+        pytest.skip("pdfsig (Debian's poppler-utils) is not installed; `make test` installs it")
+    key = keystore.ensure_active_key()
+    packet = write_text_pdf(tmp_path / "packet.pdf", ["one", "two"])
+    digest, _ = sha256_file(packet)
+    signed = tmp_path / "signed.pdf"
+    sign_packet(str(packet), digest, str(signed), key.key_path, key.cert_path)
+    report = subprocess.run(["pdfsig", str(signed)], capture_output=True, text=True, timeout=60)
+    assert "Signature is Valid" in report.stdout
+    assert "Total document signed" in report.stdout
+    assert "Quire packet signer v1" in report.stdout
+
+    tampered = tmp_path / "tampered.pdf"
+    data = bytearray(signed.read_bytes())
+    data[data.index(b"\n%") + 2] ^= 0x01
+    tampered.write_bytes(bytes(data))
+    report = subprocess.run(["pdfsig", str(tampered)], capture_output=True, text=True, timeout=60)
+    assert "Signature is Valid" not in report.stdout

@@ -17,6 +17,7 @@ class ClientConfig:
     admission: str
     signer: str
     validator: str
+    audit: str
     token: str
     operator_token: str
     tls: TlsSettings | None = None
@@ -28,6 +29,7 @@ class ClientConfig:
             info.endpoints["admission"] if info else ""
         )
         signer = os.environ.get("QUIRE_SIGNER_ADDR") or (info.endpoints["signer"] if info else "")
+        audit = os.environ.get("QUIRE_AUDIT_ADDR") or (info.endpoints["audit"] if info else "")
         validator = os.environ.get("QUIRE_VALIDATOR_ADDR") or (
             info.endpoints["validator"] if info else ""
         )
@@ -42,6 +44,7 @@ class ClientConfig:
             admission=admission,
             signer=signer,
             validator=validator,
+            audit=audit,
             token=token,
             operator_token=operator,
             tls=TlsSettings.from_env(),

@@ -22,7 +22,7 @@ import grpc
 from quire.cli import operators, reviews
 from quire.cli.config import ClientConfig
 from quire.cli.packets import PacketFile, read_manifest_file, send_packet
-from quire.cli.verify import verify_file
+from quire.cli.verify import ledger_checks, verify_file
 from quire.client import AdmissionClient
 from quire.grpcstatus import reason_of
 from quire.jobs import state_name
@@ -112,8 +112,21 @@ async def _verify(args: argparse.Namespace, config: ClientConfig) -> int:
     print(
         f"made by a key this stack knows: {report.trusted}  certificate sha256={report.certificate_sha256}"
     )
-    print("OK" if report.ok else "NOT VERIFIED")
-    return 0 if report.ok else 1
+    ok = report.ok
+    if args.job:
+        async with AdmissionClient(config.admission, config.token, tls=config.tls) as client:
+            checks = await ledger_checks(
+                Path(args.file),
+                _name(args.job),
+                admission=client,
+                audit_address=config.audit,
+                tls=config.tls,
+            )
+        for label, passed in checks:
+            print(f"{label}: {passed}")
+            ok = ok and passed
+    print("OK" if ok else "NOT VERIFIED")
+    return 0 if ok else 1
 
 
 async def _send_example(info: StackInfo, example: Path) -> None:
@@ -188,6 +201,7 @@ def _parser() -> argparse.ArgumentParser:
     fetch.add_argument("-o", "--output", required=True)
     verify = command("verify", help="check a signed PDF against the stack's keys")
     verify.add_argument("file")
+    verify.add_argument("--job", help="also check the file against this job's ledger record")
     jobs = command("jobs", help="your jobs, newest first")
     jobs.add_argument("--state", help="only jobs in this state, e.g. COMPLETED")
     cancel = command("cancel", help="cancel a job that has not started signing")

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from quire.client import AdmissionClient
 from quire.pdfsignature import SignatureReport, verify_signed_pdf
 from quire.signer.v1 import signer_service_pb2 as signer_pb
 from quire.signer.v1 import signer_service_pb2_grpc as signer_grpc
 from quire.tls import TlsSettings, aio_channel
 
-__all__ = ["known_certificates", "verify_file"]
+__all__ = ["known_certificates", "verify_file", "ledger_checks"]
 
 
 async def known_certificates(signer_address: str, tls: TlsSettings | None = None) -> list[str]:
@@ -27,3 +28,34 @@ async def verify_file(
 ) -> SignatureReport:
     certificates = await known_certificates(signer_address, tls)
     return await asyncio.to_thread(verify_signed_pdf, str(path), certificates)
+
+
+async def ledger_checks(
+    path: Path, job: str, *, admission: AdmissionClient, audit_address: str, tls: TlsSettings | None
+) -> list[tuple[str, bool]]:
+    """The packet against the ledger: output digest, embedded manifest and sources."""
+    import json
+
+    import pikepdf
+
+    from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+    from quire.blobstore import sha256_file
+
+    record = await admission.get_job(job)
+    async with aio_channel(audit_address, tls) as channel:
+        reply = await audit_service_pb2_grpc.AuditServiceStub(channel).ListJobEvents(
+            audit_service_pb2.ListJobEventsRequest(job=record.name, page_size=100)
+        )
+    accepted = next(e.event for e in reply.entries if e.event.to_state == 1)  # ACCEPTED
+    digest, _size = await asyncio.to_thread(sha256_file, path)
+    with pikepdf.open(path) as pdf:
+        embedded_manifest = str(pdf.docinfo.get("/QuireManifestDigest", ""))
+        embedded_sources = json.loads(str(pdf.docinfo.get("/QuireSources", "[]")))
+    return [
+        ("output digest matches the ledger", digest == record.output_digest),
+        ("embedded manifest matches the ledger", embedded_manifest == accepted.manifest_digest),
+        (
+            "embedded sources match the ledger, in order",
+            [s["sha256"] for s in embedded_sources] == list(accepted.source_digests),
+        ),
+    ]

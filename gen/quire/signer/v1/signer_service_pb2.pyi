@@ -10,6 +10,10 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class RotateKeyRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class GetSignatureRequest(_message.Message):
     __slots__ = ("job",)
     JOB_FIELD_NUMBER: _ClassVar[int]

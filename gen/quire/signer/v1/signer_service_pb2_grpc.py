@@ -44,6 +44,11 @@ class SignerServiceStub:
                 request_serializer=quire_dot_signer_dot_v1_dot_signer__service__pb2.ListKeysRequest.SerializeToString,
                 response_deserializer=quire_dot_signer_dot_v1_dot_signer__service__pb2.ListKeysResponse.FromString,
                 _registered_method=True)
+        self.RotateKey = channel.unary_unary(
+                '/quire.signer.v1.SignerService/RotateKey',
+                request_serializer=quire_dot_signer_dot_v1_dot_signer__service__pb2.RotateKeyRequest.SerializeToString,
+                response_deserializer=quire_dot_signer_dot_v1_dot_signer__service__pb2.SigningKey.FromString,
+                _registered_method=True)
 
 
 class SignerServiceServicer:
@@ -62,6 +67,13 @@ class SignerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RotateKey(self, request, context):
+        """A new key version becomes active; older versions stay for verification.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SignerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -74,6 +86,11 @@ def add_SignerServiceServicer_to_server(servicer, server):
                     servicer.ListKeys,
                     request_deserializer=quire_dot_signer_dot_v1_dot_signer__service__pb2.ListKeysRequest.FromString,
                     response_serializer=quire_dot_signer_dot_v1_dot_signer__service__pb2.ListKeysResponse.SerializeToString,
+            ),
+            'RotateKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.RotateKey,
+                    request_deserializer=quire_dot_signer_dot_v1_dot_signer__service__pb2.RotateKeyRequest.FromString,
+                    response_serializer=quire_dot_signer_dot_v1_dot_signer__service__pb2.SigningKey.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -130,6 +147,33 @@ class SignerService:
             '/quire.signer.v1.SignerService/ListKeys',
             quire_dot_signer_dot_v1_dot_signer__service__pb2.ListKeysRequest.SerializeToString,
             quire_dot_signer_dot_v1_dot_signer__service__pb2.ListKeysResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RotateKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.signer.v1.SignerService/RotateKey',
+            quire_dot_signer_dot_v1_dot_signer__service__pb2.RotateKeyRequest.SerializeToString,
+            quire_dot_signer_dot_v1_dot_signer__service__pb2.SigningKey.FromString,
             options,
             channel_credentials,
             insecure,

@@ -154,6 +154,23 @@ class KeyStore:
         assert active is not None
         return active
 
+    def rotate(self) -> SigningKey:
+        """Generate the next version and make it the active one."""
+
+        def write(session: Session) -> SigningKey:
+            count = len(session.execute(select(tables.signing_keys.c.version)).all())
+            version = f"v{count + 1}"
+            key_path, cert_path = _generate(self._source.key_dir / version, version)
+            session.execute(update(tables.signing_keys).values(active=False))
+            session.execute(
+                tables.signing_keys.insert().values(**_key_row(version, key_path, cert_path, True))
+            )
+            active = self._active(session)
+            assert active is not None
+            return active
+
+        return self._db.transaction(write)
+
     @staticmethod
     def _active(session: Session) -> SigningKey | None:
         row = session.execute(

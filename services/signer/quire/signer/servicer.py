@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 from sqlalchemy import select
 
@@ -10,7 +12,7 @@ from quire.errors import NotFound
 from quire.grpcstatus import at_the_edge
 from quire.jobs import job_id, job_name, timestamp
 from quire.signer import tables
-from quire.signer.keystore import KeyStore
+from quire.signer.keystore import KeyStore, SigningKey
 from quire.signer.v1 import signer_service_pb2 as pb
 from quire.signer.v1 import signer_service_pb2_grpc as pb_grpc
 from quire.type import job_pb2
@@ -18,6 +20,17 @@ from quire.type import job_pb2
 __all__ = ["SignerServicer"]
 
 DOMAIN = "signer.quire"
+
+
+def _key(key: SigningKey) -> pb.SigningKey:
+    return pb.SigningKey(
+        version=key.version,
+        certificate_sha256=key.certificate_sha256,
+        certificate_pem=key.certificate_pem,
+        not_before=timestamp(key.not_before),
+        not_after=timestamp(key.not_after),
+        active=key.active,
+    )
 
 
 class SignerServicer(pb_grpc.SignerServiceServicer):
@@ -50,20 +63,14 @@ class SignerServicer(pb_grpc.SignerServiceServicer):
         )
 
     @at_the_edge(DOMAIN)
+    async def RotateKey(  # noqa: N802 - gRPC method name
+        self, request: pb.RotateKeyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SigningKey:
+        key = await asyncio.to_thread(self._keys.rotate)
+        return _key(key)
+
+    @at_the_edge(DOMAIN)
     async def ListKeys(  # noqa: N802 - gRPC method name
         self, request: pb.ListKeysRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListKeysResponse:
-        keys = await self._keys.all()
-        return pb.ListKeysResponse(
-            keys=[
-                pb.SigningKey(
-                    version=key.version,
-                    certificate_sha256=key.certificate_sha256,
-                    certificate_pem=key.certificate_pem,
-                    not_before=timestamp(key.not_before),
-                    not_after=timestamp(key.not_after),
-                    active=key.active,
-                )
-                for key in keys
-            ]
-        )
+        return pb.ListKeysResponse(keys=[_key(key) for key in await self._keys.all()])

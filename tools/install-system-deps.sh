@@ -1,0 +1,15 @@
+#!/usr/bin/env sh
+# Debian packages the tests use as independent tools: poppler-utils (pdfsig,
+# a second opinion on signatures) and softhsm2 (a PKCS#11 token). Installed
+# only when missing, and only where apt-get can run (root on Debian).
+set -eu
+need=""
+command -v pdfsig >/dev/null 2>&1 || need="$need poppler-utils"
+command -v softhsm2-util >/dev/null 2>&1 || need="$need softhsm2"
+[ -z "$need" ] && exit 0
+if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
+  echo "note: install$need from your distribution to run every test" >&2
+  exit 0
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get install -y -q $need >/dev/null 2>&1 || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q $need >/dev/null; }
