@@ -138,3 +138,13 @@ def many_objects(path: Path, count: int) -> Path:
     objects.append(b"[" + b" ".join(b"%d 0 R" % n for n in range(first, first + count)) + b"]")
     objects += [b"<< /N %d >>" % n for n in range(count)]
     return raw_pdf(path, objects)
+
+
+def chained_javascript(path: Path, depth: int = 70) -> Path:
+    """JavaScript at the end of a long chain of direct /Next actions."""
+    action = b"<< /S /JavaScript /JS (app.alert(1)) >>"
+    for _ in range(depth):
+        action = b"<< /S /GoTo /D [3 0 R /Fit] /Next " + action + b" >>"
+    objects = _one_page()
+    objects[0] = b"<< /Type /Catalog /Pages 2 0 R /OpenAction " + action + b" >>"
+    return raw_pdf(path, objects)

@@ -148,3 +148,17 @@ async def test_an_abandoned_task_never_answers_the_next_caller(sandbox: SandboxP
     with pytest.raises(asyncio.CancelledError):
         await abandoned
     assert await sandbox.run(_add, 3, 4) == 7
+
+
+async def test_a_task_abandoned_while_its_worker_restarts_never_answers_another(
+    sandbox: SandboxPool,
+) -> None:
+    for round_ in range(3):
+        with pytest.raises(SandboxExhausted):
+            await sandbox.run(_die)  # the next call starts a fresh process
+        abandoned = asyncio.create_task(sandbox.run(_slow_add, 100, round_))
+        await asyncio.sleep(0.01 * round_)
+        abandoned.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await abandoned
+        assert await sandbox.run(_add, round_, 1) == round_ + 1

@@ -106,6 +106,12 @@ class _Worker:
             self.stop()
             return False, SandboxExhausted("worker process died")
 
+    def kill(self) -> None:
+        """Signal the current process to die now (safe from any thread)."""
+        process = self._process
+        if process is not None and process.is_alive():
+            process.kill()
+
     def stop(self) -> None:
         if self._connection is not None:
             self._connection.close()
@@ -129,6 +135,7 @@ class SandboxPool:
         )
         self._all = [_Worker(settings, preload) for _ in range(settings.workers)]
         self._idle: asyncio.Queue[_Worker] = asyncio.Queue()
+        self._recovering: set[asyncio.Task[None]] = set()
         for worker in self._all:
             self._idle.put_nowait(worker)
 
@@ -136,19 +143,32 @@ class SandboxPool:
         """Run ``fn(*args)`` in a worker process under the limits."""
         worker = await self._idle.get()
         loop = asyncio.get_running_loop()
+        call = loop.run_in_executor(self._threads, worker.call, fn, args)
         try:
-            ok, value = await loop.run_in_executor(self._threads, worker.call, fn, args)
+            ok, value = await asyncio.shield(call)
         except asyncio.CancelledError:
-            # The task was abandoned mid-flight: its worker must not serve anyone else.
-            await loop.run_in_executor(None, worker.stop)
+            # Abandoned mid-flight: kill the process so the call ends, and hand the
+            # worker back only once that call has returned and the worker is reset,
+            # so its answer can never reach the next caller.
+            worker.kill()
+            recovery = asyncio.create_task(self._recover(call, worker))
+            self._recovering.add(recovery)
+            recovery.add_done_callback(self._recovering.discard)
             raise
-        finally:
-            self._idle.put_nowait(worker)
+        self._idle.put_nowait(worker)
         if ok:
             return value  # type: ignore[no-any-return]
         if isinstance(value, SandboxExhausted):
             log.warning("%s: %s; worker replaced", self._name, value.message)
         raise value
+
+    async def _recover(self, call: asyncio.Future[Any], worker: _Worker) -> None:
+        try:
+            await call
+        except Exception:  # noqa: BLE001 - the abandoned call's outcome is discarded
+            pass
+        await asyncio.get_running_loop().run_in_executor(self._threads, worker.stop)
+        self._idle.put_nowait(worker)
 
     async def warm(self) -> None:
         """Start every worker and load its libraries now, not on the first job."""

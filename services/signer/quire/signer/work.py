@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from quire.blobstore import LocalBlobStore, sha256_file
 from quire.database import Database
 from quire.errors import JobCancelled, PermanentError, TransientError
+from quire.faults import fault_point
 from quire.jobgate import CANCELLED, JobGate
 from quire.jobs import job_id
 from quire.leases import Lease
@@ -116,6 +117,7 @@ class SignerWork:
             created = await asyncio.to_thread(
                 self._blobs.promote_file, temp, blob_key, exclusive=True
             )
+            fault_point("signer.after_artifact")
         finally:
             temp.unlink(missing_ok=True)
         if not created:

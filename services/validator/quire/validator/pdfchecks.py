@@ -35,6 +35,7 @@ ACTIVE_KEYS = {"/JS", "/JavaScript", "/AA", "/XFA", "/EmbeddedFiles", "/EF", "/R
 ACTIVE_SUBTYPES = {"/FileAttachment", "/RichMedia", "/Screen", "/Movie", "/Sound", "/3D"}
 INFLATE_CHUNK = 64 * 1024
 MAX_WALK_DEPTH = 64
+MAX_ACTION_HOPS = 10_000
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,10 @@ def _is_active(dictionary: Any) -> bool:
     return str(dictionary.get("/Subtype", "")) in ACTIVE_SUBTYPES
 
 
+class _TooDeep(Exception):
+    """Nesting beyond what the validator inspects: refused, never skipped."""
+
+
 def _walk(root: Any) -> Iterator[Any]:
     """The dictionaries reachable from ``root`` through direct objects, iteratively."""
     import pikepdf
@@ -99,7 +104,7 @@ def _walk(root: Any) -> Iterator[Any]:
     while pending:
         item, depth = pending.pop()
         if depth > MAX_WALK_DEPTH:
-            continue
+            raise _TooDeep()
         if isinstance(item, pikepdf.Dictionary | pikepdf.Stream):
             yield item
             values = (
@@ -114,8 +119,41 @@ def _walk(root: Any) -> Iterator[Any]:
                 pending.append((value, depth + 1))
 
 
+def _reaches_active(root: Any) -> bool:
+    """Active content reachable from ``root``, following action chains (/Next)
+    through indirect objects too, with a bound on how far."""
+    import pikepdf
+
+    seen: set[tuple[int, int]] = set()
+    pending = [root]
+    hops = 0
+    while pending:
+        hops += 1
+        if hops > MAX_ACTION_HOPS:
+            raise _TooDeep()
+        item = pending.pop()
+        if getattr(item, "is_indirect", False):
+            if item.objgen in seen:
+                continue
+            seen.add(item.objgen)
+        for dictionary in _walk(item):
+            if _is_active(dictionary):
+                return True
+            following = dictionary.get("/Next")
+            if isinstance(following, pikepdf.Dictionary | pikepdf.Array):
+                pending.append(following)
+    return False
+
+
 def check_pdf(pdf: Any, limits: PdfLimits) -> tuple[int, str]:
     """Page count and the first reason to refuse (empty when the PDF passes)."""
+    try:
+        return _check_pdf(pdf, limits)
+    except _TooDeep:
+        return 0, ReasonCode.MALFORMED_PDF
+
+
+def _check_pdf(pdf: Any, limits: PdfLimits) -> tuple[int, str]:
     import pikepdf
 
     pages = len(pdf.pages)
@@ -135,11 +173,11 @@ def check_pdf(pdf: Any, limits: PdfLimits) -> tuple[int, str]:
             if decoded > limits.max_decompressed_bytes:
                 return pages, ReasonCode.DECOMPRESSED_SIZE_EXCEEDED
         if not active and isinstance(obj, pikepdf.Dictionary | pikepdf.Stream):
-            active = any(_is_active(d) for d in _walk(obj))
+            active = _reaches_active(obj)
     names = pdf.Root.get("/Names")
     if names is not None and "/JavaScript" in names:
         active = True
-    if "/OpenAction" in pdf.Root and any(_is_active(d) for d in _walk(pdf.Root.OpenAction)):
+    if "/OpenAction" in pdf.Root and _reaches_active(pdf.Root.OpenAction):
         active = True
     if pdf.get_warnings():
         return pages, ReasonCode.MALFORMED_PDF  # e.g. nesting qpdf would not parse
