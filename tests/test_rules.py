@@ -61,6 +61,11 @@ def test_a_correct_invoice_passes_with_exact_decimals() -> None:
         ),
         ({"lines": []}, "SCHEMA_INVALID"),
         ({"total": None}, "SCHEMA_INVALID"),
+        ({"total": "1e30"}, "SCHEMA_INVALID"),
+        ({"total": "1e999999"}, "SCHEMA_INVALID"),
+        ({"tax_rate": "20%"}, "SCHEMA_INVALID"),
+        ({"total": "24.149"}, "TOTAL_MISMATCH"),
+        ({"lines": [{"description": "x", "quantity": "1e30", "unit_price": "1"}]}, "QUANTITY_INVALID"),
     ],
 )
 def test_a_wrong_invoice_fails_with_its_reason(changes: dict[str, object], reason: str) -> None:
@@ -124,3 +129,12 @@ def test_facts_come_from_a_real_pdf_form(tmp_path) -> None:  # type: ignore[no-u
     assert extracted.fields == SIGNED
     assert "renewal term" in extracted.text.lower()
     assert verdict(evaluate(LEASE, [extracted])) == ("PASSED", "")
+
+
+def test_half_cents_round_up_as_on_paper() -> None:
+    half = invoice(
+        lines=[{"description": "x", "quantity": "1", "unit_price": "0.125"}],
+        tax_rate="0",
+        total="0.13",
+    )
+    assert verdict(evaluate(INVOICE, [facts(half)])) == ("PASSED", "")

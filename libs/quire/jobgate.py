@@ -54,6 +54,10 @@ class JobGate:
         """SIGNING if the signer may go ahead, CANCELLED if the client was first."""
         return await self._claim(job, SIGNING)
 
+    async def end(self, job: str, state: str) -> str:
+        """Record that a stage ended the job (REJECTED, FAILED); CANCELLED if the client was first."""
+        return await self._claim(job, state)
+
     async def cancel(self, job: str) -> str:
         """CANCELLED if the cancel won, SIGNING if signing had already started."""
         return await self._claim(job, CANCELLED)

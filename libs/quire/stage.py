@@ -31,7 +31,7 @@ from opentelemetry import trace
 from sqlalchemy.orm import Session
 
 from quire.errors import JobCancelled, PermanentError, QuireError, TransientError
-from quire.jobgate import JobGate
+from quire.jobgate import CANCELLED, JobGate
 from quire.jobs import job_id
 from quire.leases import Lease, LeaseStore
 from quire.reasons import ReasonCode
@@ -184,8 +184,7 @@ class StageRunner:
             result = await work.process(task, lease, attempt)
         except PermanentError as error:
             state = "CANCELLED" if isinstance(error, JobCancelled) else "REJECTED"
-            ending = self._ending(task, lease, attempt, state, error.reason)
-            return (ending, work.record_rejection(task, error)), "term"
+            return await self._end(task, lease, attempt, state, error.reason, error), "term"
         except Exception as error:  # noqa: BLE001 - transient by default
             reason = error.reason if isinstance(error, QuireError) else ReasonCode.INTERNAL
             if not isinstance(error, QuireError):
@@ -197,8 +196,10 @@ class StageRunner:
                 await msg.nak(delay=retry_delay(attempt, self._queue))
                 return None, ""
             log.warning("job %s failed after %d attempts (%s)", task.job, attempt, reason)
-            ending = self._ending(task, lease, attempt, "FAILED", ReasonCode.RETRY_LIMIT_REACHED)
-            return (ending, work.record_rejection(task, error)), "term"
+            ending = await self._end(
+                task, lease, attempt, "FAILED", ReasonCode.RETRY_LIMIT_REACHED, error
+            )
+            return ending, "term"
         return (self._advance(task, lease, attempt, result), result.record), "ack"
 
     def _event(
@@ -251,6 +252,22 @@ class StageRunner:
                 self._work.next_stage, task.priority or "interactive"
             )
         return outcome
+
+    async def _end(
+        self,
+        task: queue_pb2.JobTask,
+        lease: Lease,
+        attempt: int,
+        state: str,
+        reason: str,
+        error: Exception,
+    ) -> _Decision:
+        """A terminal outcome, unless the client's cancel was recorded first."""
+        if self._gate is not None and state != "CANCELLED":
+            if await self._gate.end(task.job, state) == CANCELLED:
+                state, reason = "CANCELLED", ReasonCode.CANCELLED_BY_CLIENT
+        ending = self._ending(task, lease, attempt, state, reason)
+        return ending, self._work.record_rejection(task, error)
 
     def _ending(
         self, task: queue_pb2.JobTask, lease: Lease, attempt: int, state: str, reason: str

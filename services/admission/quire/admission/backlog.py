@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from quire.errors import TransientError
+from quire.reasons import ReasonCode
 from quire.workqueue import WORK_STREAM, consumer_name, work_subject
 
 __all__ = ["QueueAgeProbe"]
@@ -45,6 +47,14 @@ class QueueAgeProbe:
             return age
 
     async def _read(self, priority: str) -> float:
+        try:
+            return await self._age(priority)
+        except NotFoundError:
+            return 0.0
+        except Exception as error:  # noqa: BLE001 - NATS unreachable: say so, typed
+            raise TransientError(ReasonCode.QUEUE_UNAVAILABLE, "cannot read the queue") from error
+
+    async def _age(self, priority: str) -> float:
         info = await self._js.consumer_info(WORK_STREAM, consumer_name(self._stage, priority))
         if not info.num_pending:
             return 0.0

@@ -50,8 +50,18 @@ class Canceller:
         state = state_name(current.state)
         if state in TERMINAL_STATES:
             return current
-        if await self._gate.cancel(accepted.name) != CANCELLED:
-            return await self._views.current(accepted)  # signing began first
+        try:
+            decided = await self._gate.cancel(accepted.name)
+        except Exception as error:  # noqa: BLE001 - NATS trouble: the caller may retry
+            raise TransientError(
+                ReasonCode.QUEUE_UNAVAILABLE, "cannot reach the job gate"
+            ) from error
+        if decided != CANCELLED:
+            # Signing began, or a stage ended the job, before the cancel: say which.
+            view = await self._views.current(accepted)
+            if decided in ("REJECTED", "FAILED") and state_name(view.state) not in TERMINAL_STATES:
+                view.state = state_value(decided)  # type: ignore[assignment]
+            return view
         table = tables.jobs
         task_bytes = await self._db.run(
             lambda s: s.execute(

@@ -42,6 +42,8 @@ from quire.type import job_pb2, queue_pb2
 __all__ = ["Intake", "AcceptedJob", "MAX_REQUEST_ID"]
 
 MAX_REQUEST_ID = 128
+MAX_VIOLATIONS_SHOWN = 40
+"""Beyond this, a count: gRPC trailers must stay small enough to arrive."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,9 @@ class Intake:
         priority = request.priority or "interactive"
         digest = manifest_digest(request.manifest)
         request_sha = _request_sha256(digest, priority)
+        replay = await self._db.read(lambda s: self._replay(s, tenant.id, request, request_sha))
+        if replay is not None:
+            return replay  # a live key answers even when the validator cannot
         known = await self._catalog.keys() if self._catalog else frozenset({"default@1"})
         replay = await self._db.read(
             lambda s: self._replay_or_check(s, tenant.id, request, request_sha, known)
@@ -119,7 +124,7 @@ class Intake:
         except _OverQuota:
             if self._outstanding is None:
                 raise self._over_quota(quota) from None
-        await self._outstanding.refresh(tenant.id)  # some may have ended: ask audit
+        await self._outstanding.refresh(tenant.id, quota)  # some may have ended: ask audit
         try:
             return await self._accept(tenant.id, request, request_sha, digest, priority, quota)
         except _OverQuota:
@@ -193,9 +198,11 @@ class Intake:
                 FieldViolation("priority", "must be interactive or batch", "UNKNOWN_PRIORITY")
             )
         if violations:
-            raise InvalidInput(
-                ReasonCode.INVALID_MANIFEST, "the manifest is invalid", tuple(violations)
-            )
+            shown = tuple(violations[:MAX_VIOLATIONS_SHOWN])
+            if len(violations) > MAX_VIOLATIONS_SHOWN:
+                more = len(violations) - MAX_VIOLATIONS_SHOWN
+                shown += (FieldViolation("manifest", f"and {more} more violations", "MORE"),)
+            raise InvalidInput(ReasonCode.INVALID_MANIFEST, "the manifest is invalid", shown)
 
     async def _shed_for_backlog(self, priority: str) -> None:
         if self._backlog is None:

@@ -54,7 +54,7 @@ class OutstandingJobs:
             )
         )
 
-    async def refresh(self, tenant: str) -> None:
+    async def refresh(self, tenant: str, quota: int = REFRESH_BATCH) -> None:
         """Ask audit about the tenant's outstanding jobs and mark the ended ones."""
         table = tables.jobs
         names = await self._db.run(
@@ -63,18 +63,24 @@ class OutstandingJobs:
                 for row in s.execute(
                     select(table.c.job)
                     .where(table.c.tenant == tenant, table.c.finished_at.is_(None))
-                    .limit(REFRESH_BATCH)
+                    .limit(max(REFRESH_BATCH, quota + 1))
                 )
             ]
         )
         if not names:
             return
-        try:
-            reply = await self._audit.BatchGetJobs(
-                audit_service_pb2.BatchGetJobsRequest(names=names), timeout=AUDIT_TIMEOUT_SECONDS
+        for start in range(0, len(names), REFRESH_BATCH):
+            try:
+                reply = await self._audit.BatchGetJobs(
+                    audit_service_pb2.BatchGetJobsRequest(
+                        names=names[start : start + REFRESH_BATCH]
+                    ),
+                    timeout=AUDIT_TIMEOUT_SECONDS,
+                )
+            except grpc.aio.AioRpcError:
+                raise TransientError(
+                    ReasonCode.DEPENDENCY_UNAVAILABLE, "audit unavailable"
+                ) from None
+            await self.mark_finished(
+                [job.name for job in reply.jobs if state_name(job.state) in TERMINAL_STATES]
             )
-        except grpc.aio.AioRpcError:
-            raise TransientError(ReasonCode.DEPENDENCY_UNAVAILABLE, "audit unavailable") from None
-        await self.mark_finished(
-            [job.name for job in reply.jobs if state_name(job.state) in TERMINAL_STATES]
-        )

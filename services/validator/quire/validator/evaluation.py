@@ -34,6 +34,13 @@ class Evaluation:
         return [asdict(d) for d in self.decisions]
 
 
+def judge(sources: list[tuple[str, int, str]], ruleset: Ruleset) -> list[Decision]:
+    """Extract the facts and apply the rules, inside a sandbox worker: only the
+    decisions (no document text) come back to the service."""
+    facts: list[DocumentFacts] = [extract_facts(*source) for source in sources]
+    return evaluate(ruleset, facts)
+
+
 class Evaluator:
     def __init__(self, *, blobs: LocalBlobStore, sandbox: SandboxPool, limits: PdfLimits) -> None:
         self._blobs = blobs
@@ -54,17 +61,16 @@ class Evaluator:
                 return Evaluation("REJECTED", finding.reason, findings, [])
         if not ruleset.reads_content:
             return Evaluation("PASSED", "", findings, [])
-        facts: list[DocumentFacts] = []
-        for source in task.sources:
-            facts.append(
-                await self._sandbox.run(
-                    extract_facts,
-                    str(self._blobs.local_path(source.blob_key)),
-                    source.position,
-                    source.content_type,
-                )
-            )
-        decisions = evaluate(ruleset, facts)
+        inputs = [
+            (str(self._blobs.local_path(s.blob_key)), s.position, s.content_type)
+            for s in task.sources
+        ]
+        try:
+            decisions: list[Decision] = await self._sandbox.run(judge, inputs, ruleset)
+        except SandboxExhausted:
+            if attempt < STRIKES:
+                raise
+            return Evaluation("REJECTED", ReasonCode.PARSER_LIMIT_EXCEEDED, findings, [])
         outcome, reason = verdict(decisions)
         return Evaluation(outcome, reason, findings, decisions)
 

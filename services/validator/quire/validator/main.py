@@ -38,7 +38,7 @@ async def main() -> None:
     rulesets_dir = Path(os.environ.get("QUIRE_RULESETS_DIR", "") or DEFAULT_DIRECTORY)
 
     def build(
-        database: Database, blobs: LocalBlobStore, _gate: JobGate, publisher: Publisher
+        database: Database, blobs: LocalBlobStore, gate: JobGate, publisher: Publisher
     ) -> tuple[ValidatorWork, Registrar]:
         book = RulesetBook(database)
         book.install(load_directory(rulesets_dir))
@@ -50,7 +50,7 @@ async def main() -> None:
             ),
         )
         servicer = ValidatorServicer(
-            database, book=book, reviews=ReviewDesk(database, publisher), evaluator=evaluator
+            database, book=book, reviews=ReviewDesk(database, publisher, gate), evaluator=evaluator
         )
 
         def register(server: grpc.aio.Server) -> None:

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from quire.database import Database
 from quire.errors import FailedPrecondition, NotFound
+from quire.jobgate import CANCELLED, JobGate
 from quire.jobs import job_id
 from quire.reasons import ReasonCode
 from quire.settings import BUILD_VERSION
@@ -56,9 +57,12 @@ def _row(row: object) -> ReviewRow:
 
 
 class ReviewDesk:
-    def __init__(self, database: Database, publisher: Publisher) -> None:
+    def __init__(
+        self, database: Database, publisher: Publisher, gate: JobGate | None = None
+    ) -> None:
         self._db = database
         self._publisher = publisher
+        self._gate = gate
 
     async def pending(self) -> list[ReviewRow]:
         table = tables.reviews
@@ -71,10 +75,15 @@ class ReviewDesk:
 
     async def resolve(self, job: str, *, approve: bool, operator: str, note: str) -> ReviewRow:
         status = "APPROVED" if approve else "REJECTED"
+        if self._gate is not None and not approve:
+            if await self._gate.end(job, "REJECTED") == CANCELLED:
+                raise FailedPrecondition(ReasonCode.JOB_CANCELLED, "the job was cancelled")
+        if self._gate is not None and approve and await self._gate.is_cancelled(job):
+            raise FailedPrecondition(ReasonCode.JOB_CANCELLED, "the job was cancelled")
         review = await self._db.run(lambda s: _decide(s, job, status, operator, note))
         task = queue_pb2.JobTask.FromString(review.next_task)
         actor = EventFactory("operator", review.operator or operator, BUILD_VERSION)
-        if approve:
+        if review.status == "APPROVED":  # what was recorded, not what this caller asked
             event = actor.transition(
                 task, "NEEDS_REVIEW", "ASSEMBLING", attempt=1, lease_token=0, note=note
             )
@@ -109,8 +118,9 @@ def _decide(session: Session, job: str, status: str, operator: str, note: str) -
             .where(table.c.job == job, table.c.status == "PENDING")
             .values(status=status, operator=operator, note=note, resolved_at=datetime.now(UTC))
         )
+        # Re-read: under concurrent deciders the row shows whose decision won.
         row = session.execute(select(table).where(table.c.job == job)).one()
-    elif row.status != status:
+    if row.status != status:
         raise FailedPrecondition(
             ReasonCode.REVIEW_ALREADY_RESOLVED, f"the review was already {row.status.lower()}"
         )

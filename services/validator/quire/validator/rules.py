@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from quire.validator.facts import DocumentFacts
@@ -22,6 +22,9 @@ __all__ = ["Decision", "evaluate", "verdict"]
 PDF = "application/pdf"
 JSON = "application/json"
 CENT = Decimal("0.01")
+MAX_AMOUNT = Decimal(10) ** 15
+MIN_EXPONENT = -8
+"""Numbers outside these bounds are not money: the source is SCHEMA_INVALID."""
 
 
 @dataclass(frozen=True)
@@ -47,13 +50,23 @@ def _lookup(data: Any, path: str) -> Any:
 
 
 def _decimal(value: Any) -> Decimal | None:
+    """An amount as an exact decimal, or None when it is not a sane amount."""
     if isinstance(value, bool) or value is None:
         return None
     try:
         number = Decimal(str(value))
-    except (InvalidOperation, ValueError):
+    except (ArithmeticError, ValueError):
         return None
-    return number if number.is_finite() else None
+    if not number.is_finite() or abs(number) >= MAX_AMOUNT:
+        return None
+    exponent = number.as_tuple().exponent
+    if not isinstance(exponent, int) or exponent < MIN_EXPONENT:
+        return None
+    return number
+
+
+def _cents(value: Decimal) -> Decimal:
+    return value.quantize(CENT, rounding=ROUND_HALF_UP)
 
 
 def _missing(rule: dict[str, Any], reason: str, detail: str) -> Decision:
@@ -82,7 +95,10 @@ def _required_clause(rule: dict[str, Any], docs: list[DocumentFacts]) -> Iterabl
 def _json_schema(rule: dict[str, Any], doc: DocumentFacts) -> Decision:
     from jsonschema import Draft202012Validator
 
-    errors = sorted(Draft202012Validator(rule["schema"]).iter_errors(doc.data), key=str)
+    errors = sorted(
+        Draft202012Validator(rule["schema"]).iter_errors(doc.data),
+        key=lambda e: [str(p) for p in e.absolute_path],
+    )
     if errors:
         where = "/".join(str(p) for p in errors[0].absolute_path) or "(root)"
         return Decision(rule["id"], "fail", "SCHEMA_INVALID", f"schema: {where}", doc.position)
@@ -126,10 +142,13 @@ def _invoice_totals(rule: dict[str, Any], doc: DocumentFacts) -> Decision:
         price = _decimal(line.get("unit_price")) if isinstance(line, dict) else None
         if quantity is None or price is None:
             return Decision(rule["id"], "fail", "SCHEMA_INVALID", f"lines[{index}]", doc.position)
-        subtotal += (quantity * price).quantize(CENT)
-    rate = _decimal(_lookup(doc.data, "tax_rate")) or Decimal(0)
-    computed = (subtotal + (subtotal * rate / 100).quantize(CENT)).quantize(CENT)
-    if computed != declared.quantize(CENT):
+        subtotal += _cents(quantity * price)
+    raw_rate = _lookup(doc.data, "tax_rate")
+    rate = Decimal(0) if raw_rate is None else _decimal(raw_rate)
+    if rate is None:
+        return Decision(rule["id"], "fail", "SCHEMA_INVALID", "tax_rate", doc.position)
+    computed = subtotal + _cents(subtotal * rate / 100)
+    if computed != declared:  # exact: a declared total finer than cents does not match
         return Decision(
             rule["id"], "fail", "TOTAL_MISMATCH", "declared total differs", doc.position
         )

@@ -19,6 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from quire.database import Database
+from quire.reasons import ReasonCode
 from quire.validator import tables
 
 __all__ = ["Ruleset", "RulesetBook", "load_directory", "DEFAULT_DIRECTORY", "canonical"]
@@ -68,6 +69,8 @@ class Ruleset:
         for rule in body.get("rules", []):
             if rule.get("kind") not in KNOWN_KINDS or not rule.get("id"):
                 raise ValueError(f"ruleset {body.get('name')}: unknown rule {rule.get('id')!r}")
+            if "reason" in rule and rule["reason"] not in ReasonCode.__members__:
+                raise ValueError(f"ruleset {body.get('name')}: unknown reason in {rule['id']!r}")
         return cls(
             name=str(body["name"]),
             version=str(body["version"]),
