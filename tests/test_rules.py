@@ -65,7 +65,10 @@ def test_a_correct_invoice_passes_with_exact_decimals() -> None:
         ({"total": "1e999999"}, "SCHEMA_INVALID"),
         ({"tax_rate": "20%"}, "SCHEMA_INVALID"),
         ({"total": "24.149"}, "TOTAL_MISMATCH"),
-        ({"lines": [{"description": "x", "quantity": "1e30", "unit_price": "1"}]}, "QUANTITY_INVALID"),
+        (
+            {"lines": [{"description": "x", "quantity": "1e30", "unit_price": "1"}]},
+            "QUANTITY_INVALID",
+        ),
     ],
 )
 def test_a_wrong_invoice_fails_with_its_reason(changes: dict[str, object], reason: str) -> None:
