@@ -66,11 +66,47 @@ async def _lease(client: AdmissionClient, tmp_path: Path, text: str, fields: dic
     return (await client.upload(path)).sha256
 
 
+class _AsOperator(grpc.aio.UnaryUnaryClientInterceptor):
+    def __init__(self, token: str) -> None:
+        self._metadata = (("authorization", f"Bearer {token}"),)
+
+    async def intercept_unary_unary(self, continuation, details, request):  # type: ignore[no-untyped-def]
+        details = grpc.aio.ClientCallDetails(
+            details.method,
+            details.timeout,
+            self._metadata,
+            details.credentials,
+            details.wait_for_ready,
+        )
+        return await continuation(details, request)
+
+
 @pytest.fixture
 async def validator(stack):  # type: ignore[no-untyped-def]
+    """The validator's API, called with the operator token."""
     info = StackInfo.read(stack.data_dir)
-    async with grpc.aio.insecure_channel(info.endpoints["validator"]) as channel:
+    interceptor = _AsOperator(info.operator_token())
+    async with grpc.aio.insecure_channel(
+        info.endpoints["validator"], interceptors=[interceptor]
+    ) as channel:
         yield vgrpc.ValidatorServiceStub(channel)
+
+
+async def test_review_calls_need_an_operator_token(stack) -> None:  # type: ignore[no-untyped-def]
+    info = StackInfo.read(stack.data_dir)
+    for token in ("", info.token()):  # none, and a tenant's
+        interceptors = [_AsOperator(token)] if token else []
+        async with grpc.aio.insecure_channel(
+            info.endpoints["validator"], interceptors=interceptors
+        ) as channel:
+            stub = vgrpc.ValidatorServiceStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.ResolveReview(
+                    vpb.ResolveReviewRequest(
+                        job="jobs/" + "ab" * 14, approve=True, note="x", operator="me"
+                    )
+                )
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
 async def _ledger(stack, job: str) -> list[audit_service_pb2.LedgerEntry]:  # type: ignore[no-untyped-def]
@@ -137,7 +173,7 @@ async def test_a_lease_review_approved_by_an_operator_completes(
             job=job.name, approve=True, note="landlord signs on paper", operator="ops-alice"
         )
     )
-    assert review.status == "APPROVED" and review.operator == "ops-alice"
+    assert review.status == "APPROVED" and review.operator.startswith("ops-alice (token ")
     final = await client.wait(job.name, timeout=60)
     assert state_name(final.state) == "COMPLETED"
     approval = next(
@@ -145,7 +181,8 @@ async def test_a_lease_review_approved_by_an_operator_completes(
         for e in await _ledger(stack, job.name)
         if state_name(e.event.from_state) == "NEEDS_REVIEW"
     )
-    assert (approval.actor.service, approval.actor.instance) == ("operator", "ops-alice")
+    assert approval.actor.service == "operator"
+    assert approval.actor.instance.startswith("ops-alice (token ")
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await validator.ResolveReview(
             vpb.ResolveReviewRequest(

@@ -17,9 +17,17 @@ def _name(job: str) -> str:
     return job if job.startswith("jobs/") else f"jobs/{job}"
 
 
+def _operator(config: ClientConfig) -> tuple[tuple[str, str], ...]:
+    if not config.operator_token:
+        raise SystemExit("no operator token: set QUIRE_OPERATOR_TOKEN or run against `quire up`")
+    return (("authorization", f"Bearer {config.operator_token}"),)
+
+
 async def review_list(args: argparse.Namespace, config: ClientConfig) -> int:
     async with aio_channel(config.validator, config.tls) as channel:
-        reply = await pb_grpc.ValidatorServiceStub(channel).ListReviews(pb.ListReviewsRequest())
+        reply = await pb_grpc.ValidatorServiceStub(channel).ListReviews(
+            pb.ListReviewsRequest(), metadata=_operator(config)
+        )
     for review in reply.reviews:
         asks = [d.rule for d in review.decisions if d.outcome == "review"]
         print(f"{review.job}  {review.ruleset_version}  needs: {', '.join(asks)}")
@@ -34,7 +42,9 @@ async def _resolve(args: argparse.Namespace, config: ClientConfig, approve: bool
         operator=args.operator or getpass.getuser(),
     )
     async with aio_channel(config.validator, config.tls) as channel:
-        review = await pb_grpc.ValidatorServiceStub(channel).ResolveReview(request)
+        review = await pb_grpc.ValidatorServiceStub(channel).ResolveReview(
+            request, metadata=_operator(config)
+        )
     print(f"{review.job}  {review.status}  by {review.operator}")
     return 0
 

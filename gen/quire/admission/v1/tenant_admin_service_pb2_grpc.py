@@ -59,6 +59,11 @@ class TenantAdminServiceStub:
                 request_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.RevokeTokenRequest.SerializeToString,
                 response_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.Token.FromString,
                 _registered_method=True)
+        self.WhoAmI = channel.unary_unary(
+                '/quire.admission.v1.TenantAdminService/WhoAmI',
+                request_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.WhoAmIRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.Operator.FromString,
+                _registered_method=True)
 
 
 class TenantAdminServiceServicer:
@@ -96,6 +101,14 @@ class TenantAdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WhoAmI(self, request, context):
+        """Who the caller's operator token belongs to; UNAUTHENTICATED for anything
+        else. Other services use it to authorise operator calls.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TenantAdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -123,6 +136,11 @@ def add_TenantAdminServiceServicer_to_server(servicer, server):
                     servicer.RevokeToken,
                     request_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.RevokeTokenRequest.FromString,
                     response_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.Token.SerializeToString,
+            ),
+            'WhoAmI': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhoAmI,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.WhoAmIRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.Operator.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -260,6 +278,33 @@ class TenantAdminService:
             '/quire.admission.v1.TenantAdminService/RevokeToken',
             quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.RevokeTokenRequest.SerializeToString,
             quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.Token.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WhoAmI(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.TenantAdminService/WhoAmI',
+            quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.WhoAmIRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.Operator.FromString,
             options,
             channel_credentials,
             insecure,

@@ -106,6 +106,13 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         return pb.CreateTokenResponse(token=_token(record), secret=secret)
 
     @at_the_edge(DOMAIN)
+    async def WhoAmI(  # noqa: N802 - gRPC method name
+        self, request: pb.WhoAmIRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Operator:
+        token_id = await self._tenants.authenticate_operator(context)
+        return pb.Operator(token=f"operators/-/tokens/{token_id}")
+
+    @at_the_edge(DOMAIN)
     async def RevokeToken(  # noqa: N802 - gRPC method name
         self, request: pb.RevokeTokenRequest, context: grpc.aio.ServicerContext
     ) -> pb.Token:

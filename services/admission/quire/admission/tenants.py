@@ -271,20 +271,20 @@ class TenantDirectory:
             raise Unauthenticated()
         return tenant
 
-    async def authenticate_operator(self, context: grpc.aio.ServicerContext) -> None:
+    async def authenticate_operator(self, context: grpc.aio.ServicerContext) -> str:
+        """The id of the caller's operator token."""
         digest = hash_token(_bearer(context) or "-")
 
-        def read(session: Session) -> bool:
-            return (
-                session.execute(
-                    select(tables.tokens.c.token_id).where(
-                        tables.tokens.c.token_sha256 == digest,
-                        tables.tokens.c.role == OPERATOR_ROLE,
-                        tables.tokens.c.revoked_at.is_(None),
-                    )
-                ).first()
-                is not None
-            )
+        def read(session: Session) -> str | None:
+            return session.execute(
+                select(tables.tokens.c.token_id).where(
+                    tables.tokens.c.token_sha256 == digest,
+                    tables.tokens.c.role == OPERATOR_ROLE,
+                    tables.tokens.c.revoked_at.is_(None),
+                )
+            ).scalar_one_or_none()
 
-        if not await self._db.read(read):
+        token_id = await self._db.read(read)
+        if token_id is None:
             raise Unauthenticated("missing or invalid operator token")
+        return token_id

@@ -8,14 +8,17 @@ from pathlib import Path
 
 import grpc
 
+from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
+from quire.grpcserver import service_channel
 from quire.jobgate import JobGate
 from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings, ServiceSettings, ValidationLimits
 from quire.stageservice import Registrar, StageService, run_stage_service
 from quire.validator import tables
 from quire.validator.evaluation import Evaluator
+from quire.validator.operators import OperatorCheck
 from quire.validator.pdfchecks import PdfLimits
 from quire.validator.reviews import ReviewDesk
 from quire.validator.rulesets import DEFAULT_DIRECTORY, RulesetBook, load_directory
@@ -49,8 +52,13 @@ async def main() -> None:
                 max_pages=limits.max_pages, max_decompressed_bytes=limits.max_decompressed_bytes
             ),
         )
+        admission = service_channel(settings.peers["admission"], settings.tls)
         servicer = ValidatorServicer(
-            database, book=book, reviews=ReviewDesk(database, publisher, gate), evaluator=evaluator
+            database,
+            book=book,
+            reviews=ReviewDesk(database, publisher, gate),
+            evaluator=evaluator,
+            operators=OperatorCheck(admin_grpc.TenantAdminServiceStub(admission)),
         )
 
         def register(server: grpc.aio.Server) -> None:

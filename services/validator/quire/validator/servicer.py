@@ -16,6 +16,7 @@ from quire.reasons import ReasonCode
 from quire.type import queue_pb2
 from quire.validator import tables
 from quire.validator.evaluation import Evaluator
+from quire.validator.operators import OperatorCheck
 from quire.validator.reviews import ReviewDesk, ReviewRow
 from quire.validator.rulesets import RulesetBook, canonical
 from quire.validator.v1 import validator_service_pb2 as pb
@@ -69,9 +70,16 @@ def _review(review: ReviewRow) -> pb.Review:
 
 class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
     def __init__(
-        self, database: Database, *, book: RulesetBook, reviews: ReviewDesk, evaluator: Evaluator
+        self,
+        database: Database,
+        *,
+        book: RulesetBook,
+        reviews: ReviewDesk,
+        evaluator: Evaluator,
+        operators: OperatorCheck,
     ) -> None:
         self._db = database
+        self._operators = operators
         self._book = book
         self._reviews = reviews
         self._evaluator = evaluator
@@ -122,6 +130,7 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
     async def ListReviews(  # noqa: N802 - gRPC method name
         self, request: pb.ListReviewsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListReviewsResponse:
+        await self._operators.operator_of(context)
         return pb.ListReviewsResponse(reviews=[_review(r) for r in await self._reviews.pending()])
 
     @at_the_edge(DOMAIN)
@@ -134,10 +143,11 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
                 "an operator name (≤128) and a note (≤1000) are required",
                 (FieldViolation("operator", "required, at most 128 characters"),),
             )
+        token = await self._operators.operator_of(context)
         review = await self._reviews.resolve(
             job_name(job_id(request.job)),
             approve=request.approve,
-            operator=request.operator,
+            operator=f"{request.operator} (token {token})",
             note=request.note,
         )
         return _review(review)
@@ -146,6 +156,7 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
     async def EvaluateManifest(  # noqa: N802 - gRPC method name
         self, request: pb.EvaluateManifestRequest, context: grpc.aio.ServicerContext
     ) -> pb.Evaluation:
+        await self._operators.operator_of(context)
         row = await self._validation_row(request.job)
         ruleset = self._book.get(request.ruleset or row.ruleset)
         if ruleset is None:
