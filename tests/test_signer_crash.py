@@ -1,0 +1,57 @@
+"""The signer killed (SIGKILL) after writing the signed artifact and before
+committing or acknowledging: on redelivery it finds and reuses the artifact,
+so the job has exactly one signed artifact and completes once."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+import pytest
+
+from pdfs import write_text_pdf
+from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+from quire.blobstore import sha256_file
+from quire.client import AdmissionClient, PacketItem
+from quire.jobs import state_name
+from quire.stack.supervisor import Stack
+
+pytestmark = pytest.mark.stack
+
+
+async def test_a_signer_killed_after_writing_the_artifact_signs_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    faults = tmp_path / "faults"
+    stack = Stack(
+        tmp_path / "stack",
+        env={
+            "QUIRE_FAULTS": "signer.after_artifact",
+            "QUIRE_FAULTS_DIR": str(faults),
+            "QUIRE_ACK_WAIT_SECONDS": "2",
+        },
+    )
+    info = await asyncio.to_thread(stack.start)
+    try:
+        async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
+            digest = (await client.upload(write_text_pdf(tmp_path / "d.pdf", ["once"]))).sha256
+            job = await client.submit([PacketItem("doc", digest)])
+            job = await client.wait(job.name, timeout=90)
+            assert state_name(job.state) == "COMPLETED"
+            output = tmp_path / "signed.pdf"
+            await client.download(job.name, output)
+        assert (faults / "signer.after_artifact.fired").exists(), "the signer really was killed"
+        assert stack.restarts("signer") == 1
+        artifacts = list((Path(stack.data_dir) / "blobs" / "signed").rglob("*.pdf"))
+        assert len(artifacts) == 1, "exactly one signed artifact"
+        assert sha256_file(artifacts[0])[0] == job.output_digest == sha256_file(output)[0]
+        async with grpc.aio.insecure_channel(info.endpoints["audit"]) as channel:
+            entries = (
+                await audit_service_pb2_grpc.AuditServiceStub(channel).ListJobEvents(
+                    audit_service_pb2.ListJobEventsRequest(job=job.name, page_size=100)
+                )
+            ).entries
+        assert [state_name(e.event.to_state) for e in entries].count("COMPLETED") == 1
+    finally:
+        await asyncio.to_thread(stack.stop)
