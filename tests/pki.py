@@ -5,10 +5,11 @@ from __future__ import annotations
 import ipaddress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 __all__ = ["TestCA"]
@@ -40,9 +41,25 @@ class TestCA:
         self.ca_file = folder / "ca.pem"
         self.ca_file.write_bytes(self._cert.public_bytes(serialization.Encoding.PEM))
 
-    def issue(self, name: str) -> tuple[Path, Path]:
+    def issue_tsa(self, name: str = "Quire test TSA") -> tuple[Path, Path]:
+        """A timestamping certificate (critical EKU timeStamping, RFC 3161)."""
+        return self.issue(
+            name, usages=[ExtendedKeyUsageOID.TIME_STAMPING], critical=True, rsa_key=True
+        )
+
+    def issue(
+        self,
+        name: str,
+        usages: list[x509.ObjectIdentifier] | None = None,
+        critical: bool = False,
+        rsa_key: bool = False,
+    ) -> tuple[Path, Path]:
         """A certificate for 127.0.0.1/localhost usable as server and client."""
-        key = ec.generate_private_key(ec.SECP256R1())
+        key: Any = (
+            rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            if rsa_key
+            else ec.generate_private_key(ec.SECP256R1())
+        )
         now = datetime.now(UTC)
         cert = (
             x509.CertificateBuilder()
@@ -60,14 +77,15 @@ class TestCA:
             )
             .add_extension(
                 x509.ExtendedKeyUsage(
-                    [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+                    usages or [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
                 ),
-                critical=False,
+                critical=critical,
             )
             .sign(self._key, hashes.SHA256())
         )
-        cert_file = self.folder / f"{name}.pem"
-        key_file = self.folder / f"{name}.key"
+        stem = name.replace(" ", "-")
+        cert_file = self.folder / f"{stem}.pem"
+        key_file = self.folder / f"{stem}.key"
         cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         key_file.write_bytes(
             key.private_bytes(

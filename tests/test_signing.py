@@ -98,3 +98,23 @@ def test_an_independent_tool_validates_the_signature(keystore: KeyStore, tmp_pat
     tampered.write_bytes(bytes(data))
     report = subprocess.run(["pdfsig", str(tampered)], capture_output=True, text=True, timeout=60)
     assert "Signature is Valid" not in report.stdout
+
+
+def test_with_a_timestamp_authority_the_signature_is_b_t(
+    keystore: KeyStore, tmp_path: Path
+) -> None:
+    from pki import TestCA
+    from tsa import LocalTsa
+
+    key = keystore.ensure_active_key()
+    tsa_cert, tsa_key = TestCA(tmp_path / "pki").issue_tsa()
+    packet = write_text_pdf(tmp_path / "packet.pdf", ["stamped"])
+    digest, _ = sha256_file(packet)
+    signed = tmp_path / "signed.pdf"
+    with LocalTsa(tsa_cert, tsa_key) as tsa:
+        sign_packet(str(packet), digest, str(signed), key.key_path, key.cert_path, tsa.url)
+    report = verify_signed_pdf(str(signed), [key.certificate_pem])
+    assert report.ok and report.timestamped
+    plain = tmp_path / "plain.pdf"
+    sign_packet(str(packet), digest, str(plain), key.key_path, key.cert_path)
+    assert not verify_signed_pdf(str(plain), [key.certificate_pem]).timestamped

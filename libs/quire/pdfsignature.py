@@ -21,6 +21,8 @@ class SignatureReport:
     trusted: bool
     certificate_sha256: str
     signer_identity: str
+    timestamped: bool = False
+    """A signature timestamp token is embedded (PAdES B-T)."""
 
     @property
     def ok(self) -> bool:
@@ -71,4 +73,5 @@ def verify_signed_pdf(path: str, trusted_pems: list[str]) -> SignatureReport:
             trusted=bool(status.trusted),
             certificate_sha256=hashlib.sha256(cert.dump()).hexdigest(),
             signer_identity=cert.subject.human_friendly,
+            timestamped=status.timestamp_validity is not None,
         )

@@ -86,14 +86,16 @@ class Artifact(_message.Message):
     def __init__(self, blob_key: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., page_count: _Optional[int] = ...) -> None: ...
 
 class SigningRecord(_message.Message):
-    __slots__ = ("key_version", "certificate_sha256", "signer_identity")
+    __slots__ = ("key_version", "certificate_sha256", "signer_identity", "level")
     KEY_VERSION_FIELD_NUMBER: _ClassVar[int]
     CERTIFICATE_SHA256_FIELD_NUMBER: _ClassVar[int]
     SIGNER_IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
     key_version: str
     certificate_sha256: str
     signer_identity: str
-    def __init__(self, key_version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., signer_identity: _Optional[str] = ...) -> None: ...
+    level: str
+    def __init__(self, key_version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., signer_identity: _Optional[str] = ..., level: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("name", "state", "reason_code", "item_count", "manifest_digest", "output_digest", "ruleset_version", "create_time", "update_time", "key_version")

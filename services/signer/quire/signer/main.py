@@ -46,9 +46,15 @@ async def main() -> None:
         def register(server: grpc.aio.Server) -> None:
             pb_grpc.add_SignerServiceServicer_to_server(SignerServicer(database, keys), server)
 
-        return SignerWork(
-            database=database, blobs=blobs, keys=keys, sandbox=pool, gate=gate
-        ), register
+        work = SignerWork(
+            database=database,
+            blobs=blobs,
+            keys=keys,
+            sandbox=pool,
+            gate=gate,
+            tsa_url=os.environ.get("QUIRE_SIGNER_TSA_URL") or None,
+        )
+        return work, register
 
     await run_stage_service(
         settings,

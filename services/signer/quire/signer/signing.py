@@ -27,10 +27,17 @@ class SignedPacket:
 
 
 def sign_packet(
-    input_path: str, input_sha256: str, output_path: str, key_path: str, cert_path: str
+    input_path: str,
+    input_sha256: str,
+    output_path: str,
+    key_path: str,
+    cert_path: str,
+    tsa_url: str | None = None,
 ) -> SignedPacket:
+    """PAdES B-B, or B-T when a timestamp authority is given."""
     from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
     from pyhanko.sign import fields, signers
+    from pyhanko.sign.timestamps import HTTPTimeStamper
 
     if sha256_file(input_path)[0] != input_sha256:
         raise PacketDigestMismatch(input_sha256)
@@ -45,6 +52,7 @@ def sign_packet(
     )
     with open(input_path, "rb") as source, open(output_path, "wb") as output:
         writer = IncrementalPdfFileWriter(source, strict=False)
-        signers.sign_pdf(writer, metadata, signer=signer, output=output)
+        timestamper = HTTPTimeStamper(tsa_url, timeout=10) if tsa_url else None
+        signers.sign_pdf(writer, metadata, signer=signer, timestamper=timestamper, output=output)
     digest, size = sha256_file(output_path)
     return SignedPacket(sha256=digest, size_bytes=size)

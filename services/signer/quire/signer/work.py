@@ -52,9 +52,11 @@ class SignerWork:
         keys: KeyStore,
         sandbox: SandboxPool,
         gate: JobGate | None = None,
+        tsa_url: str | None = None,
     ) -> None:
         self._db = database
         self._gate = gate
+        self._tsa_url = tsa_url
         self._blobs = blobs
         self._keys = keys
         self._sandbox = sandbox
@@ -81,6 +83,7 @@ class SignerWork:
             key_version=used.version,
             certificate_sha256=used.certificate_sha256,
             signer_identity=used.signer_identity,
+            level="B-T" if self._tsa_url else "B-B",
         )
         next_task = queue_pb2.JobTask()
         next_task.CopyFrom(task)
@@ -109,6 +112,7 @@ class SignerWork:
                     str(temp),
                     key.key_path,
                     key.cert_path,
+                    self._tsa_url,
                 )
             except PacketDigestMismatch:
                 raise PermanentError(
