@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= .quire
 PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 
-.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator venv clean
+.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly venv clean
 
 venv: $(VENV)/.installed
 
@@ -39,6 +39,9 @@ bench-admission: venv
 
 bench-validator: venv
 	$(PY) bench/validator_bench.py
+
+bench-assembly: venv
+	$(PY) bench/assembly_bench.py
 
 protos: venv
 	rm -rf gen/quire
