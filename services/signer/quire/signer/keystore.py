@@ -19,10 +19,16 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from quire.database import Database
+from quire.errors import FailedPrecondition
 from quire.pdfsignature import certificate_sha256
+from quire.reasons import ReasonCode
 from quire.signer import tables
+from quire.signer.signing import Pkcs11Key
 
-__all__ = ["SigningKey", "KeyStore", "KeySource"]
+__all__ = ["SigningKey", "KeyStore", "KeySource", "PKCS11_PREFIX"]
+
+PKCS11_PREFIX = "pkcs11:"
+"""Key paths of token keys: the key itself never leaves the token."""
 
 CERT_VALIDITY = timedelta(days=3650)
 
@@ -42,20 +48,32 @@ class SigningKey:
 
 @dataclass(frozen=True)
 class KeySource:
-    """Where keys come from: generated under ``key_dir``, or an existing pair of files."""
+    """Where keys come from: generated under ``key_dir``, an existing pair of
+    files, or a PKCS#11 token (with the certificate as a file)."""
 
     key_dir: Path
     key_file: Path | None = None
     cert_file: Path | None = None
+    pkcs11: Pkcs11Key | None = None
 
     @classmethod
     def from_env(cls, service_dir: Path) -> KeySource:
         key_file = os.environ.get("QUIRE_SIGNER_KEY_FILE")
         cert_file = os.environ.get("QUIRE_SIGNER_CERT_FILE")
+        module = os.environ.get("QUIRE_SIGNER_PKCS11_MODULE")
+        pkcs11 = None
+        if module:
+            pkcs11 = Pkcs11Key(
+                module=module,
+                token_label=os.environ.get("QUIRE_SIGNER_PKCS11_TOKEN", ""),
+                key_label=os.environ.get("QUIRE_SIGNER_PKCS11_KEY_LABEL", ""),
+                pin=os.environ.get("QUIRE_SIGNER_PKCS11_PIN", ""),
+            )
         return cls(
             key_dir=service_dir / "keys",
             key_file=Path(key_file) if key_file else None,
             cert_file=Path(cert_file) if cert_file else None,
+            pkcs11=pkcs11,
         )
 
 
@@ -140,7 +158,12 @@ class KeyStore:
         if active is not None:
             return active
         count = len(session.execute(select(tables.signing_keys.c.version)).all())
-        if self._source.key_file and self._source.cert_file:
+        if self._source.pkcs11 is not None and self._source.cert_file:
+            token = self._source.pkcs11
+            key_path = Path(f"{PKCS11_PREFIX}{token.token_label}/{token.key_label}")
+            cert_path = self._source.cert_file
+            version = f"v{count + 1}-pkcs11"
+        elif self._source.key_file and self._source.cert_file:
             key_path, cert_path = self._source.key_file, self._source.cert_file
             version = f"v{count + 1}-env"
         else:
@@ -156,6 +179,11 @@ class KeyStore:
 
     def rotate(self) -> SigningKey:
         """Generate the next version and make it the active one."""
+        if self._source.pkcs11 is not None:
+            raise FailedPrecondition(
+                ReasonCode.KEY_SOURCE_EXTERNAL,
+                "token keys are rotated in the token, then configured",
+            )
 
         def write(session: Session) -> SigningKey:
             count = len(session.execute(select(tables.signing_keys.c.version)).all())

@@ -53,6 +53,7 @@ async def main() -> None:
             sandbox=pool,
             gate=gate,
             tsa_url=os.environ.get("QUIRE_SIGNER_TSA_URL") or None,
+            pkcs11=source.pkcs11,
         )
         return work, register
 
