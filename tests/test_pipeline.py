@@ -101,6 +101,9 @@ async def test_packet_is_signed_in_manifest_order_with_its_whole_history(
     assert by_state["COMMITTING"].output_digest == job.output_digest
     assert by_state["COMPLETED"].output_digest == job.output_digest
     assert by_state["COMMITTING"].key_version == "v1"
+    assert by_state["COMMITTING"].certificate_sha256 == report.certificate_sha256
+    assert "Quire packet signer v1" in by_state["COMMITTING"].signer_identity
+    assert by_state["COMPLETED"].signature_level == "B-B"
 
 
 async def _assert_rejected(

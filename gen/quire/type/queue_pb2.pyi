@@ -47,7 +47,7 @@ class Actor(_message.Message):
     def __init__(self, service: _Optional[str] = ..., instance: _Optional[str] = ..., build_version: _Optional[str] = ...) -> None: ...
 
 class TransitionEvent(_message.Message):
-    __slots__ = ("event_id", "job", "tenant", "from_state", "to_state", "actor", "attempt", "lease_token", "reason_code", "manifest_digest", "source_digests", "output_digest", "ruleset_version", "key_version", "certificate_sha256", "occurred_at", "item_count", "ruleset_digest", "note")
+    __slots__ = ("event_id", "job", "tenant", "from_state", "to_state", "actor", "attempt", "lease_token", "reason_code", "manifest_digest", "source_digests", "output_digest", "ruleset_version", "key_version", "certificate_sha256", "occurred_at", "item_count", "ruleset_digest", "note", "signer_identity", "signature_level")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +67,8 @@ class TransitionEvent(_message.Message):
     ITEM_COUNT_FIELD_NUMBER: _ClassVar[int]
     RULESET_DIGEST_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    SIGNER_IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_LEVEL_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     job: str
     tenant: str
@@ -86,7 +88,9 @@ class TransitionEvent(_message.Message):
     item_count: int
     ruleset_digest: str
     note: str
-    def __init__(self, event_id: _Optional[str] = ..., job: _Optional[str] = ..., tenant: _Optional[str] = ..., from_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., to_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., actor: _Optional[_Union[Actor, _Mapping]] = ..., attempt: _Optional[int] = ..., lease_token: _Optional[int] = ..., reason_code: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., source_digests: _Optional[_Iterable[str]] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., key_version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., item_count: _Optional[int] = ..., ruleset_digest: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+    signer_identity: str
+    signature_level: str
+    def __init__(self, event_id: _Optional[str] = ..., job: _Optional[str] = ..., tenant: _Optional[str] = ..., from_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., to_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., actor: _Optional[_Union[Actor, _Mapping]] = ..., attempt: _Optional[int] = ..., lease_token: _Optional[int] = ..., reason_code: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., source_digests: _Optional[_Iterable[str]] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., key_version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., item_count: _Optional[int] = ..., ruleset_digest: _Optional[str] = ..., note: _Optional[str] = ..., signer_identity: _Optional[str] = ..., signature_level: _Optional[str] = ...) -> None: ...
 
 class StageOutcome(_message.Message):
     __slots__ = ("events", "next_task", "next_subject")

@@ -185,4 +185,6 @@ class CompletionDesk:
             output_digest=task.signed.sha256,
             key_version=task.signing.key_version,
             certificate_sha256=task.signing.certificate_sha256,
+            signer_identity=task.signing.signer_identity,
+            signature_level=task.signing.level,
         )

@@ -97,6 +97,8 @@ class SignerWork:
                 "output_digest": artifact.sha256,
                 "key_version": signing.key_version,
                 "certificate_sha256": signing.certificate_sha256,
+                "signer_identity": signing.signer_identity,
+                "signature_level": signing.level,
             },
             record=_record_signature(task.job, artifact, signing, lease.token),
         )
