@@ -1,0 +1,104 @@
+"""Checkpoints: the chain heads, signed with audit's own key and written out
+of the database (files in the data directory, and the events stream), so a
+later rewrite of the database is detectable against copies held elsewhere."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from quire.audit import tables
+
+__all__ = ["Checkpoint", "CheckpointSigner", "load_checkpoints"]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    tenant: str
+    length: int
+    head_hash: str
+    time: str
+
+    def payload(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode()
+
+
+class CheckpointSigner:
+    """Audit's checkpoint key: Ed25519, generated at first start (mode 0600)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        key_file = directory / "checkpoint.key"
+        if not key_file.exists():
+            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(
+                    Ed25519PrivateKey.generate().private_bytes(
+                        serialization.Encoding.PEM,
+                        serialization.PrivateFormat.PKCS8,
+                        serialization.NoEncryption(),
+                    )
+                )
+        loaded = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+        assert isinstance(loaded, Ed25519PrivateKey)
+        self._key = loaded
+        self.public_pem = (
+            self._key.public_key()
+            .public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+            .decode()
+        )
+
+    def take(self, session: Session) -> list[dict[str, Any]]:
+        """Sign every chain head as it stands; returns the signed documents."""
+        now = datetime.now(UTC).isoformat()
+        documents = []
+        for head in session.execute(select(tables.chain_heads)).all():
+            if not head.length:
+                continue
+            checkpoint = Checkpoint(head.tenant, int(head.length), head.head_hash, now)
+            signature = self._key.sign(checkpoint.payload())
+            documents.append(
+                {
+                    "checkpoint": asdict(checkpoint),
+                    "signature": base64.b64encode(signature).decode(),
+                    "public_key": self.public_pem,
+                }
+            )
+        return documents
+
+    def write(self, documents: list[dict[str, Any]], folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        for document in documents:
+            checkpoint = document["checkpoint"]
+            name = f"{checkpoint['length']:012d}-{checkpoint['tenant']}.json"
+            (folder / name).write_text(json.dumps(document, sort_keys=True))
+
+
+def load_checkpoints(folder: Path, trusted_public_pem: str) -> list[Checkpoint]:
+    """Checkpoints signed by audit's key; anything else is ignored, not trusted."""
+    key = serialization.load_pem_public_key(trusted_public_pem.encode())
+    if not isinstance(key, Ed25519PublicKey):
+        raise ValueError("not an Ed25519 public key")
+    found = []
+    for path in sorted(folder.glob("*.json")):
+        document = json.loads(path.read_text())
+        checkpoint = Checkpoint(**document["checkpoint"])
+        try:
+            key.verify(base64.b64decode(document["signature"]), checkpoint.payload())
+        except Exception:  # noqa: BLE001 - InvalidSignature: not a checkpoint
+            continue
+        found.append(checkpoint)
+    return found

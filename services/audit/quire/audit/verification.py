@@ -1,0 +1,122 @@
+"""Ledger verification: recompute every tenant's hash chain and compare it
+with the checkpoints held outside the database.
+
+What each finding means:
+- ``edited``: an entry's stored hash does not match its content;
+- ``deleted``: an entry is missing (its successor links to an unknown hash,
+  or the global sequence has a gap);
+- ``inserted``: an entry sits between two entries that link to each other;
+- ``reordered``: an entry links to an entry that is not its predecessor;
+- ``checkpoint``: the chain no longer has, at a signed checkpoint's length,
+  the head that checkpoint recorded (a rewrite that recomputed the hashes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from quire.audit import tables
+from quire.audit.checkpoints import Checkpoint
+from quire.audit.ledger import GENESIS, entry_hash
+
+__all__ = ["Finding", "LedgerReport", "verify_ledger"]
+
+BATCH = 5000
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    sequence: int
+    tenant: str
+
+
+@dataclass(frozen=True)
+class LedgerReport:
+    entries: int
+    chains: int
+    checkpoints_checked: int
+    findings: list[Finding]
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+@dataclass
+class _Entry:
+    sequence: int
+    prev_hash: str
+    entry_hash: str
+
+
+def _rows(session: Session) -> Iterator[object]:
+    after = 0
+    while True:
+        batch = session.execute(
+            select(
+                tables.ledger.c.sequence,
+                tables.ledger.c.tenant,
+                tables.ledger.c.event,
+                tables.ledger.c.prev_hash,
+                tables.ledger.c.entry_hash,
+            )
+            .where(tables.ledger.c.sequence > after)
+            .order_by(tables.ledger.c.sequence)
+            .limit(BATCH)
+        ).all()
+        if not batch:
+            return
+        yield from batch
+        after = batch[-1].sequence
+
+
+def _links(tenant: str, chain: list[_Entry]) -> Iterable[Finding]:
+    known = {entry.entry_hash for entry in chain}
+    for index, entry in enumerate(chain):
+        expected = chain[index - 1].entry_hash if index else GENESIS
+        if entry.prev_hash == expected:
+            continue
+        before_previous = chain[index - 2].entry_hash if index >= 2 else GENESIS
+        if index >= 1 and entry.prev_hash == before_previous:
+            yield Finding("inserted", chain[index - 1].sequence, tenant)
+        elif entry.prev_hash in known:
+            yield Finding("reordered", entry.sequence, tenant)
+        else:
+            yield Finding("deleted", entry.sequence, tenant)
+
+
+def verify_ledger(session: Session, checkpoints: list[Checkpoint]) -> LedgerReport:
+    chains: dict[str, list[_Entry]] = {}
+    findings: list[Finding] = []
+    previous_sequence = 0
+    count = 0
+    for row in _rows(session):
+        count += 1
+        sequence, tenant = row.sequence, row.tenant  # type: ignore[attr-defined]
+        if sequence != previous_sequence + 1 and previous_sequence:
+            findings.append(Finding("deleted", previous_sequence + 1, tenant))
+        previous_sequence = sequence
+        if entry_hash(row.prev_hash, row.event) != row.entry_hash:  # type: ignore[attr-defined]
+            findings.append(Finding("edited", sequence, tenant))
+        chains.setdefault(tenant, []).append(
+            _Entry(sequence, row.prev_hash, row.entry_hash)  # type: ignore[attr-defined]
+        )
+    for tenant, chain in chains.items():
+        findings.extend(_links(tenant, chain))
+    checked = 0
+    for checkpoint in checkpoints:
+        checked += 1
+        chain = chains.get(checkpoint.tenant, [])
+        if (
+            len(chain) < checkpoint.length
+            or chain[checkpoint.length - 1].entry_hash != checkpoint.head_hash
+        ):
+            at = chain[min(len(chain), checkpoint.length) - 1].sequence if chain else 0
+            findings.append(Finding("checkpoint", at, checkpoint.tenant))
+    unique = sorted(set(findings), key=lambda f: (f.sequence, f.kind))
+    return LedgerReport(count, len(chains), checked, unique)

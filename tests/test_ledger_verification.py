@@ -1,0 +1,185 @@
+"""Tamper tests: edit, delete, reorder and insert ledger rows directly in the
+database; verification detects each and says where. A rewrite that recomputes
+every hash is caught by a signed checkpoint held outside the database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select, text, update
+
+from quire.audit import ledger, tables
+from quire.audit.checkpoints import CheckpointSigner, load_checkpoints
+from quire.audit.verification import verify_ledger
+from quire.database import Database
+from quire.transitions import EventFactory
+from quire.type import queue_pb2
+
+FACTORY = EventFactory("test", "instance", "0")
+STATES = ["ACCEPTED", "VALIDATING", "REVIEWING", "ASSEMBLING", "SIGNING", "COMMITTING", "COMPLETED"]
+
+
+@pytest.fixture
+def audit(tmp_path: Path):  # type: ignore[no-untyped-def]
+    database = Database(f"sqlite:///{tmp_path / 'audit.db'}", tables.metadata)
+    database.create_schema()
+    for job in ("jobs/aa", "jobs/bb"):
+        previous = ""
+        for state in STATES:
+            task = queue_pb2.JobTask(job=job, tenant="t1" if job == "jobs/aa" else "t2")
+            event = FACTORY.transition(task, previous, state, attempt=1, lease_token=1)
+            database.transaction(lambda s, e=event: ledger.append(s, e))
+            previous = state
+    signer = CheckpointSigner(tmp_path / "keys")
+    signer.write(database.transaction(signer.take), tmp_path / "checkpoints")
+    return database, signer, tmp_path / "checkpoints"
+
+
+def _verify(audit):  # type: ignore[no-untyped-def]
+    database, signer, folder = audit
+    checkpoints = load_checkpoints(folder, signer.public_pem)
+    return database.transaction(lambda s: verify_ledger(s, checkpoints))
+
+
+def _t1_sequences(database: Database) -> list[int]:
+    return database.transaction(
+        lambda s: [
+            r.sequence
+            for r in s.execute(
+                select(tables.ledger.c.sequence)
+                .where(tables.ledger.c.tenant == "t1")
+                .order_by(tables.ledger.c.sequence)
+            )
+        ]
+    )
+
+
+def test_an_untouched_ledger_verifies(audit) -> None:  # type: ignore[no-untyped-def]
+    report = _verify(audit)
+    assert (
+        report.ok
+        and report.entries == 14
+        and report.chains == 2
+        and report.checkpoints_checked == 2
+    )
+
+
+def test_an_edited_entry_is_found(audit) -> None:  # type: ignore[no-untyped-def]
+    database = audit[0]
+    target = _t1_sequences(database)[3]
+    database.transaction(
+        lambda s: s.execute(
+            update(tables.ledger).where(tables.ledger.c.sequence == target).values(event=b"forged")
+        )
+    )
+    assert ("edited", target) in {(f.kind, f.sequence) for f in _verify(audit).findings}
+
+
+def test_a_deleted_entry_is_found(audit) -> None:  # type: ignore[no-untyped-def]
+    database = audit[0]
+    target = _t1_sequences(database)[2]
+    database.transaction(
+        lambda s: s.execute(tables.ledger.delete().where(tables.ledger.c.sequence == target))
+    )
+    assert ("deleted", target) in {(f.kind, f.sequence) for f in _verify(audit).findings}
+
+
+def test_reordered_entries_are_found(audit) -> None:  # type: ignore[no-untyped-def]
+    database = audit[0]
+    first, second = _t1_sequences(database)[2:4]
+
+    def swap(session) -> None:  # type: ignore[no-untyped-def]
+        table = tables.ledger
+        rows = {
+            r.sequence: r
+            for r in session.execute(select(table).where(table.c.sequence.in_([first, second])))
+        }
+        for sequence, other in ((first, second), (second, first)):
+            source = rows[other]
+            session.execute(
+                update(table)
+                .where(table.c.sequence == sequence)
+                .values(
+                    event_id=f"swap-{sequence}",
+                    event=source.event,
+                    prev_hash=source.prev_hash,
+                    entry_hash=source.entry_hash,
+                )
+            )
+
+    database.transaction(swap)
+    kinds = {(f.kind, f.sequence) for f in _verify(audit).findings}
+    assert ("reordered", first) in kinds or ("reordered", second) in kinds
+
+
+def test_an_inserted_entry_is_found(audit) -> None:  # type: ignore[no-untyped-def]
+    database = audit[0]
+    sequences = _t1_sequences(database)
+    at = sequences[4]
+
+    def insert(session) -> None:  # type: ignore[no-untyped-def]
+        table = tables.ledger
+        for sequence in sorted(
+            (s for s in session.execute(select(table.c.sequence)).scalars() if s >= at),
+            reverse=True,
+        ):
+            session.execute(
+                update(table).where(table.c.sequence == sequence).values(sequence=sequence + 1)
+            )
+        before = session.execute(select(table).where(table.c.sequence == at - 1)).one()
+        forged = b"forged event"
+        session.execute(
+            table.insert().values(
+                sequence=at,
+                event_id="forged",
+                job="jobs/aa",
+                tenant="t1",
+                from_state="",
+                to_state="COMPLETED",
+                reason_code="",
+                event=forged,
+                prev_hash=before.entry_hash,
+                entry_hash=ledger.entry_hash(before.entry_hash, forged),
+                recorded_at=before.recorded_at,
+            )
+        )
+
+    database.transaction(insert)
+    assert ("inserted", at) in {(f.kind, f.sequence) for f in _verify(audit).findings}
+
+
+def test_a_rewrite_that_recomputes_every_hash_is_caught_by_the_checkpoint(audit) -> None:  # type: ignore[no-untyped-def]
+    database = audit[0]
+
+    def rewrite(session) -> None:  # type: ignore[no-untyped-def]
+        table = tables.ledger
+        rows = session.execute(
+            select(table).where(table.c.tenant == "t1").order_by(table.c.sequence)
+        ).all()
+        previous = ledger.GENESIS
+        for index, row in enumerate(rows):
+            event = b"rewritten" if index == 2 else row.event
+            digest = ledger.entry_hash(previous, event)
+            session.execute(
+                update(table)
+                .where(table.c.sequence == row.sequence)
+                .values(event=event, prev_hash=previous, entry_hash=digest)
+            )
+            previous = digest
+        session.execute(
+            text("UPDATE chain_heads SET head_hash = :h WHERE tenant = 't1'"), {"h": previous}
+        )
+
+    database.transaction(rewrite)
+    findings = _verify(audit).findings
+    assert [f.kind for f in findings] == ["checkpoint"]
+    assert findings[0].tenant == "t1"
+
+
+def test_a_forged_checkpoint_file_is_not_trusted(audit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    database, signer, folder = audit
+    impostor = CheckpointSigner(tmp_path / "impostor")
+    impostor.write(database.transaction(impostor.take), tmp_path / "forged")
+    assert load_checkpoints(tmp_path / "forged", signer.public_pem) == []
+    assert len(load_checkpoints(folder, signer.public_pem)) == 2
