@@ -121,6 +121,9 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         assert "acme" in tenants.stdout and "outstanding≤3" in tenants.stdout
         assert f"{token_name}  revoked" in tenants.stdout
 
+        ledger = _quire(data_dir, "audit", "verify")
+        assert ledger.returncode == 0 and "OK" in ledger.stdout, ledger.stdout
+
         nothing_parked = _quire(data_dir, "review", "list")
         assert nothing_parked.returncode == 0 and nothing_parked.stdout == ""
         no_review = _quire(data_dir, "review", "approve", job, "--note", "ok", "--operator", "me")

@@ -183,3 +183,39 @@ def test_a_forged_checkpoint_file_is_not_trusted(audit, tmp_path: Path) -> None:
     impostor.write(database.transaction(impostor.take), tmp_path / "forged")
     assert load_checkpoints(tmp_path / "forged", signer.public_pem) == []
     assert len(load_checkpoints(folder, signer.public_pem)) == 2
+
+
+@pytest.mark.stack
+async def test_the_running_audit_service_checkpoints_and_finds_tampering(tmp_path: Path) -> None:
+    import asyncio
+    import sqlite3
+
+    import grpc
+
+    from pdfs import write_text_pdf
+    from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+    from quire.client import AdmissionClient, PacketItem
+    from quire.stack.supervisor import Stack
+
+    stack = Stack(tmp_path / "stack")
+    info = await asyncio.to_thread(stack.start)
+    try:
+        async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
+            digest = (await client.upload(write_text_pdf(tmp_path / "d.pdf", ["ledger"]))).sha256
+            await client.wait((await client.submit([PacketItem("d", digest)])).name)
+        await asyncio.to_thread(stack.stop_service, "audit")  # drains, then checkpoints
+        folder = Path(stack.data_dir) / "audit" / "checkpoints"
+        assert list(folder.glob("*.json")), "a signed checkpoint was written out of the database"
+        with sqlite3.connect(Path(stack.data_dir) / "audit" / "audit.db") as db:
+            db.execute("UPDATE ledger SET reason_code = 'X', event = X'00' WHERE sequence = 3")
+        await asyncio.to_thread(stack.start_service, "audit")
+        await asyncio.to_thread(stack.wait_healthy)
+        async with grpc.aio.insecure_channel(info.endpoints["audit"]) as channel:
+            report = await audit_service_pb2_grpc.AuditServiceStub(channel).VerifyLedger(
+                audit_service_pb2.VerifyLedgerRequest()
+            )
+        assert not report.ok
+        assert ("edited", 3) in {(f.kind, f.sequence) for f in report.findings}
+        assert report.checkpoints_checked >= 1
+    finally:
+        await asyncio.to_thread(stack.stop)

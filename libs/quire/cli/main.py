@@ -129,6 +129,24 @@ async def _verify(args: argparse.Namespace, config: ClientConfig) -> int:
     return 0 if ok else 1
 
 
+async def _audit_verify(args: argparse.Namespace, config: ClientConfig) -> int:
+    from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+    from quire.tls import aio_channel
+
+    async with aio_channel(config.audit, config.tls) as channel:
+        report = await audit_service_pb2_grpc.AuditServiceStub(channel).VerifyLedger(
+            audit_service_pb2.VerifyLedgerRequest(), timeout=600
+        )
+    print(
+        f"entries: {report.entries}  chains: {report.chains}  "
+        f"checkpoints checked: {report.checkpoints_checked}"
+    )
+    for finding in report.findings:
+        print(f"{finding.kind} at sequence {finding.sequence} (tenant {finding.tenant})")
+    print("OK" if report.ok else "LEDGER DOES NOT VERIFY")
+    return 0 if report.ok else 1
+
+
 async def _send_example(info: StackInfo, example: Path) -> None:
     files, options = read_manifest_file(example / "manifest.json")
     tls = TlsSettings.from_env()
@@ -222,6 +240,10 @@ def _parser() -> argparse.ArgumentParser:
     review = command("review", help="operators: jobs parked for review").add_subparsers(
         dest="action", required=True
     )
+    audit = command("audit", help="operators: the ledger").add_subparsers(
+        dest="action", required=True
+    )
+    audit.add_parser("verify", parents=[common])
     review.add_parser("list", parents=[common])
     for decision in ("approve", "reject"):
         decide = review.add_parser(decision, parents=[common])
@@ -244,6 +266,7 @@ COMMANDS = {
     "tokens create": operators.tokens_create,
     "tokens revoke": operators.tokens_revoke,
     "review list": reviews.review_list,
+    "audit verify": _audit_verify,
     "review approve": reviews.review_approve,
     "review reject": reviews.review_reject,
 }

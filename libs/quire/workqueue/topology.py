@@ -17,6 +17,7 @@ __all__ = [
     "STAGES",
     "PRIORITIES",
     "EVENTS_CONSUMER",
+    "CHECKPOINT_SUBJECT",
     "work_subject",
     "event_subject",
     "consumer_name",
@@ -28,6 +29,8 @@ EVENTS_STREAM = "QUIRE_EVENTS"
 STAGES = ("validate", "assemble", "sign", "commit")
 PRIORITIES = ("interactive", "batch")
 EVENTS_CONSUMER = "audit-events"
+CHECKPOINT_SUBJECT = "quire.checkpoints.audit"
+"""Signed ledger checkpoints, kept on the events stream beside (not among) events."""
 EVENTS_MAX_AGE_SECONDS = 30 * 24 * 3600.0
 
 
@@ -59,7 +62,7 @@ async def ensure_topology(js: JetStreamContext, queue: QueueSettings) -> None:
         js,
         api.StreamConfig(
             name=EVENTS_STREAM,
-            subjects=["quire.events.>"],
+            subjects=["quire.events.>", "quire.checkpoints.>"],
             retention=api.RetentionPolicy.LIMITS,
             storage=api.StorageType.FILE,
             duplicate_window=queue.duplicate_window_seconds,

@@ -8,6 +8,34 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class VerifyLedgerRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class LedgerFinding(_message.Message):
+    __slots__ = ("kind", "sequence", "tenant")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    sequence: int
+    tenant: str
+    def __init__(self, kind: _Optional[str] = ..., sequence: _Optional[int] = ..., tenant: _Optional[str] = ...) -> None: ...
+
+class VerifyLedgerResponse(_message.Message):
+    __slots__ = ("ok", "entries", "chains", "checkpoints_checked", "findings")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    CHAINS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTS_CHECKED_FIELD_NUMBER: _ClassVar[int]
+    FINDINGS_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    entries: int
+    chains: int
+    checkpoints_checked: int
+    findings: _containers.RepeatedCompositeFieldContainer[LedgerFinding]
+    def __init__(self, ok: _Optional[bool] = ..., entries: _Optional[int] = ..., chains: _Optional[int] = ..., checkpoints_checked: _Optional[int] = ..., findings: _Optional[_Iterable[_Union[LedgerFinding, _Mapping]]] = ...) -> None: ...
+
 class BatchGetJobsRequest(_message.Message):
     __slots__ = ("names",)
     NAMES_FIELD_NUMBER: _ClassVar[int]

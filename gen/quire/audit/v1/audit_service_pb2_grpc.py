@@ -50,6 +50,11 @@ class AuditServiceStub:
                 request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.BatchGetJobsRequest.SerializeToString,
                 response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.BatchGetJobsResponse.FromString,
                 _registered_method=True)
+        self.VerifyLedger = channel.unary_unary(
+                '/quire.audit.v1.AuditService/VerifyLedger',
+                request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.VerifyLedgerRequest.SerializeToString,
+                response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.VerifyLedgerResponse.FromString,
+                _registered_method=True)
 
 
 class AuditServiceServicer:
@@ -74,6 +79,13 @@ class AuditServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def VerifyLedger(self, request, context):
+        """Recompute every tenant's chain and compare it with the signed checkpoints.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuditServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -91,6 +103,11 @@ def add_AuditServiceServicer_to_server(servicer, server):
                     servicer.BatchGetJobs,
                     request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.BatchGetJobsRequest.FromString,
                     response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.BatchGetJobsResponse.SerializeToString,
+            ),
+            'VerifyLedger': grpc.unary_unary_rpc_method_handler(
+                    servicer.VerifyLedger,
+                    request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.VerifyLedgerRequest.FromString,
+                    response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.VerifyLedgerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -174,6 +191,33 @@ class AuditService:
             '/quire.audit.v1.AuditService/BatchGetJobs',
             quire_dot_audit_dot_v1_dot_audit__service__pb2.BatchGetJobsRequest.SerializeToString,
             quire_dot_audit_dot_v1_dot_audit__service__pb2.BatchGetJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def VerifyLedger(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.audit.v1.AuditService/VerifyLedger',
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.VerifyLedgerRequest.SerializeToString,
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.VerifyLedgerResponse.FromString,
             options,
             channel_credentials,
             insecure,

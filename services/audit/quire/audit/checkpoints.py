@@ -4,9 +4,12 @@ later rewrite of the database is detectable against copies held elsewhere."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import logging
 import os
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,8 +21,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from quire.audit import tables
+from quire.database import Database
 
-__all__ = ["Checkpoint", "CheckpointSigner", "load_checkpoints"]
+log = logging.getLogger(__name__)
+
+__all__ = ["Checkpoint", "CheckpointSigner", "CheckpointBook", "load_checkpoints"]
 
 
 @dataclass(frozen=True)
@@ -102,3 +108,34 @@ def load_checkpoints(folder: Path, trusted_public_pem: str) -> list[Checkpoint]:
             continue
         found.append(checkpoint)
     return found
+
+
+class CheckpointBook:
+    """Audit's checkpoints: taken every ``interval`` seconds and at shutdown,
+    written as signed files and published on the events stream."""
+
+    def __init__(self, database: Database, signer: CheckpointSigner, folder: Path) -> None:
+        self._db = database
+        self._signer = signer
+        self.folder = folder
+
+    async def take(self, publish: Callable[[bytes], Awaitable[None]] | None = None) -> int:
+        documents = await self._db.read(self._signer.take)
+        await asyncio.to_thread(self._signer.write, documents, self.folder)
+        if publish is not None:
+            for document in documents:
+                await publish(json.dumps(document, sort_keys=True).encode())
+        return len(documents)
+
+    def load(self) -> list[Checkpoint]:
+        return load_checkpoints(self.folder, self._signer.public_pem)
+
+    async def every(
+        self, seconds: float, publish: Callable[[bytes], Awaitable[None]] | None = None
+    ) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await self.take(publish)
+            except Exception:  # noqa: BLE001 - the next round tries again
+                log.warning("checkpoint failed; will retry")

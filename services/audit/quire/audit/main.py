@@ -7,10 +7,12 @@ into completions. Concurrency is the setting for both.
 from __future__ import annotations
 
 import asyncio
+import os
 
 import grpc
 
 from quire.audit import tables
+from quire.audit.checkpoints import CheckpointBook, CheckpointSigner
 from quire.audit.completion import CompletionDesk
 from quire.audit.history import HistoryWatch
 from quire.audit.recorder import EventRecorder
@@ -24,7 +26,7 @@ from quire.settings import ServiceSettings
 from quire.stageservice import batch_slots
 from quire.transitions import EventFactory
 from quire.workqueue import EVENTS_STREAM, WORK_STREAM, WorkQueueWorker, consumer_name
-from quire.workqueue.topology import EVENTS_CONSUMER
+from quire.workqueue.topology import CHECKPOINT_SUBJECT, EVENTS_CONSUMER
 
 SERVICE = "audit"
 
@@ -64,15 +66,31 @@ async def main() -> None:
         ),
     ]
 
+    checkpoints = CheckpointBook(
+        database,
+        CheckpointSigner(settings.service_dir / "keys"),
+        settings.service_dir / "checkpoints",
+    )
+
+    async def publish_checkpoint(document: bytes) -> None:
+        await js.publish(CHECKPOINT_SUBJECT, document)
+
+    background: list[asyncio.Task[None]] = []
+
     async def ready() -> None:
         for worker in workers:
             worker.start()
+        interval = float(os.environ.get("QUIRE_AUDIT_CHECKPOINT_SECONDS", "60"))
+        background.append(asyncio.create_task(checkpoints.every(interval, publish_checkpoint)))
 
     async def drain() -> None:
+        for task in background:
+            task.cancel()
         await asyncio.gather(*(worker.drain() for worker in workers))
+        await checkpoints.take(publish_checkpoint)
 
     def register(server: grpc.aio.Server) -> None:
-        pb_grpc.add_AuditServiceServicer_to_server(AuditServicer(database), server)
+        pb_grpc.add_AuditServiceServicer_to_server(AuditServicer(database, checkpoints), server)
 
     try:
         await serve(

@@ -6,8 +6,10 @@ import grpc
 from sqlalchemy import select
 
 from quire.audit import tables
+from quire.audit.checkpoints import CheckpointBook
 from quire.audit.v1 import audit_service_pb2 as pb
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
+from quire.audit.verification import verify_ledger
 from quire.database import Database
 from quire.errors import FieldViolation, InvalidInput, NotFound
 from quire.grpcstatus import at_the_edge
@@ -56,8 +58,9 @@ def _job(row: object) -> job_pb2.Job:
 
 
 class AuditServicer(pb_grpc.AuditServiceServicer):
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, checkpoints: CheckpointBook | None = None) -> None:
         self._db = database
+        self._checkpoints = checkpoints
 
     @at_the_edge(DOMAIN)
     async def GetJob(  # noqa: N802 - gRPC method name
@@ -71,6 +74,23 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         if row is None:
             raise NotFound("job not found")
         return _job(row)
+
+    @at_the_edge(DOMAIN)
+    async def VerifyLedger(  # noqa: N802 - gRPC method name
+        self, request: pb.VerifyLedgerRequest, context: grpc.aio.ServicerContext
+    ) -> pb.VerifyLedgerResponse:
+        checkpoints = self._checkpoints.load() if self._checkpoints else []
+        report = await self._db.read(lambda s: verify_ledger(s, checkpoints))
+        return pb.VerifyLedgerResponse(
+            ok=report.ok,
+            entries=report.entries,
+            chains=report.chains,
+            checkpoints_checked=report.checkpoints_checked,
+            findings=[
+                pb.LedgerFinding(kind=f.kind, sequence=f.sequence, tenant=f.tenant)
+                for f in report.findings
+            ],
+        )
 
     @at_the_edge(DOMAIN)
     async def BatchGetJobs(  # noqa: N802 - gRPC method name
