@@ -12,7 +12,7 @@ from quire.audit import ledger
 from quire.audit.history import HistoryWatch
 from quire.database import Database
 from quire.errors import QuireError
-from quire.jobs import job_id
+from quire.jobs import job_id, state_value
 from quire.telemetry import extract_context
 from quire.type import queue_pb2
 
@@ -20,6 +20,7 @@ __all__ = ["EventRecorder"]
 
 log = logging.getLogger(__name__)
 RETRY_SECONDS = 1.0
+COMPLETED = state_value("COMPLETED")
 
 
 class EventRecorder:
@@ -34,6 +35,11 @@ class EventRecorder:
             ident = job_id(event.job)
         except (DecodeError, QuireError):
             log.warning("undecodable event terminated")
+            await msg.term()
+            return
+        if event.to_state == COMPLETED:
+            # Only the completion desk, after checking the evidence, writes this.
+            log.warning("event %s claims a completion; dropped", event.event_id)
             await msg.term()
             return
         with self._tracer.start_as_current_span(
