@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= .quire
 PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 
-.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly venv clean
+.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly bench-ledger venv clean
 
 venv: $(VENV)/.installed
 
@@ -42,6 +42,9 @@ bench-validator: venv
 
 bench-assembly: venv
 	$(PY) bench/assembly_bench.py
+
+bench-ledger: venv
+	$(PY) bench/ledger_bench.py
 
 protos: venv
 	rm -rf gen/quire
