@@ -123,6 +123,17 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
 
         ledger = _quire(data_dir, "audit", "verify")
         assert ledger.returncode == 0 and "OK" in ledger.stdout, ledger.stdout
+        evidence_file = tmp_path / "evidence.json"
+        exported = _quire(data_dir, "evidence", job, "-o", str(evidence_file))
+        assert exported.returncode == 0, exported.stderr
+        offline = _quire(tmp_path / "no-stack", "evidence", "verify", str(evidence_file))
+        assert offline.returncode == 0 and "OK" in offline.stdout, offline.stdout
+        tampered_evidence = evidence_file.read_text().replace('"COMPLETED"', '"REJECTED"', 1)
+        (tmp_path / "tampered.json").write_text(tampered_evidence)
+        refused_evidence = _quire(
+            tmp_path / "no-stack", "evidence", "verify", str(tmp_path / "tampered.json")
+        )
+        assert refused_evidence.returncode == 1
 
         nothing_parked = _quire(data_dir, "review", "list")
         assert nothing_parked.returncode == 0 and nothing_parked.stdout == ""

@@ -219,3 +219,41 @@ async def test_the_running_audit_service_checkpoints_and_finds_tampering(tmp_pat
         assert report.checkpoints_checked >= 1
     finally:
         await asyncio.to_thread(stack.stop)
+
+
+def test_an_evidence_export_verifies_offline_and_a_tampered_one_does_not(audit) -> None:  # type: ignore[no-untyped-def]
+    import base64
+    import copy
+
+    from quire.audit.evidence import build_evidence, public_key_fingerprint, verify_evidence
+
+    database, signer, _folder = audit
+    documents = database.transaction(signer.take)
+    evidence = database.transaction(
+        lambda s: build_evidence(s, "jobs/aa", documents, signer.public_pem)
+    )
+    trusted = public_key_fingerprint(signer.public_pem)
+    assert verify_evidence(evidence, trusted) == []
+    assert [e["to_state"] for e in evidence["entries"]] == STATES
+
+    edited = copy.deepcopy(evidence)
+    edited["entries"][-1]["output_digest"] = "f" * 64
+    assert verify_evidence(edited, trusted)
+
+    rewritten = copy.deepcopy(evidence)
+    link = rewritten["chain"][1]
+    link["event"] = base64.b64encode(b"other").decode()
+    assert any("does not match its hash" in p for p in verify_evidence(rewritten, trusted))
+
+    impostor = CheckpointSigner(Path(_folder).parent / "impostor-keys")
+    forged = build_evidence_with(database, impostor)
+    assert any("trusted" in p for p in verify_evidence(forged, trusted))
+
+
+def build_evidence_with(database, signer):  # type: ignore[no-untyped-def]
+    from quire.audit.evidence import build_evidence
+
+    documents = database.transaction(signer.take)
+    return database.transaction(
+        lambda s: build_evidence(s, "jobs/aa", documents, signer.public_pem)
+    )

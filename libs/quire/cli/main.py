@@ -147,6 +147,36 @@ async def _audit_verify(args: argparse.Namespace, config: ClientConfig) -> int:
     return 0 if report.ok else 1
 
 
+async def _evidence(args: argparse.Namespace, config: ClientConfig) -> int:
+    from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+    from quire.tls import aio_channel
+
+    async with aio_channel(config.audit, config.tls) as channel:
+        evidence = await audit_service_pb2_grpc.AuditServiceStub(channel).ExportEvidence(
+            audit_service_pb2.ExportEvidenceRequest(job=_name(args.job)), timeout=120
+        )
+    Path(args.output).write_text(evidence.json)
+    print(f"{args.output}  evidence for {evidence.job}")
+    return 0
+
+
+def _evidence_verify(args: argparse.Namespace) -> int:
+    import json
+
+    from quire.audit.evidence import public_key_fingerprint, verify_evidence
+
+    document = json.loads(Path(args.file).read_text())
+    problems = verify_evidence(document, args.key_sha256 or None)
+    print(
+        f"job {document['job']}: {len(document['entries'])} entries, chain of {len(document['chain'])}"
+    )
+    print(f"checkpoint key sha256 {public_key_fingerprint(document['public_key'])}")
+    for problem in problems:
+        print(f"problem: {problem}")
+    print("OK" if not problems else "EVIDENCE DOES NOT VERIFY")
+    return 0 if not problems else 1
+
+
 async def _send_example(info: StackInfo, example: Path) -> None:
     files, options = read_manifest_file(example / "manifest.json")
     tls = TlsSettings.from_env()
@@ -244,6 +274,11 @@ def _parser() -> argparse.ArgumentParser:
         dest="action", required=True
     )
     audit.add_parser("verify", parents=[common])
+    evidence = command("evidence", help="a job's evidence: export, or verify offline")
+    evidence.add_argument("job", help="a job, or `verify`")
+    evidence.add_argument("file", nargs="?", help="with `verify`: the evidence file")
+    evidence.add_argument("-o", "--output", default="")
+    evidence.add_argument("--key-sha256", default="", help="the checkpoint key to trust")
     review.add_parser("list", parents=[common])
     for decision in ("approve", "reject"):
         decide = review.add_parser(decision, parents=[common])
@@ -267,6 +302,7 @@ COMMANDS = {
     "tokens revoke": operators.tokens_revoke,
     "review list": reviews.review_list,
     "audit verify": _audit_verify,
+    "evidence": _evidence,
     "review approve": reviews.review_approve,
     "review reject": reviews.review_reject,
 }
@@ -276,6 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "up":
         return _up(args)
+    if args.command == "evidence" and args.job == "verify":
+        return _evidence_verify(args)  # offline: needs no stack
+    if args.command == "evidence":
+        args.output = args.output or f"{_name(args.job).removeprefix('jobs/')}.evidence.json"
     config = ClientConfig.load(Path(args.data_dir))
     try:
         name = f"{args.command} {args.action}" if getattr(args, "action", None) else args.command

@@ -26,31 +26,35 @@ from quire.type import job_pb2 as quire_dot_type_dot_job__pb2
 from quire.type import queue_pb2 as quire_dot_type_dot_queue__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"quire/audit/v1/audit_service.proto\x12\x0equire.audit.v1\x1a\x14quire/type/job.proto\x1a\x16quire/type/queue.proto\"\x15\n\x13VerifyLedgerRequest\"?\n\rLedgerFinding\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\x0e\n\x06tenant\x18\x03 \x01(\t\"\x91\x01\n\x14VerifyLedgerResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0f\n\x07\x65ntries\x18\x02 \x01(\x03\x12\x0e\n\x06\x63hains\x18\x03 \x01(\x05\x12\x1b\n\x13\x63heckpoints_checked\x18\x04 \x01(\x05\x12/\n\x08\x66indings\x18\x05 \x03(\x0b\x32\x1d.quire.audit.v1.LedgerFinding\"$\n\x13\x42\x61tchGetJobsRequest\x12\r\n\x05names\x18\x01 \x03(\t\"5\n\x14\x42\x61tchGetJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.quire.type.Job\"\x1d\n\rGetJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"J\n\x14ListJobEventsRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"r\n\x0bLedgerEntry\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12*\n\x05\x65vent\x18\x02 \x01(\x0b\x32\x1b.quire.type.TransitionEvent\x12\x11\n\tprev_hash\x18\x03 \x01(\t\x12\x12\n\nentry_hash\x18\x04 \x01(\t\"^\n\x15ListJobEventsResponse\x12,\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1b.quire.audit.v1.LedgerEntry\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\xdc\x02\n\x0c\x41uditService\x12\x38\n\x06GetJob\x12\x1d.quire.audit.v1.GetJobRequest\x1a\x0f.quire.type.Job\x12\\\n\rListJobEvents\x12$.quire.audit.v1.ListJobEventsRequest\x1a%.quire.audit.v1.ListJobEventsResponse\x12Y\n\x0c\x42\x61tchGetJobs\x12#.quire.audit.v1.BatchGetJobsRequest\x1a$.quire.audit.v1.BatchGetJobsResponse\x12Y\n\x0cVerifyLedger\x12#.quire.audit.v1.VerifyLedgerRequest\x1a$.quire.audit.v1.VerifyLedgerResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"quire/audit/v1/audit_service.proto\x12\x0equire.audit.v1\x1a\x14quire/type/job.proto\x1a\x16quire/type/queue.proto\"$\n\x15\x45xportEvidenceRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"%\n\x08\x45vidence\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04json\x18\x02 \x01(\t\"\x15\n\x13VerifyLedgerRequest\"?\n\rLedgerFinding\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\x0e\n\x06tenant\x18\x03 \x01(\t\"\x91\x01\n\x14VerifyLedgerResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0f\n\x07\x65ntries\x18\x02 \x01(\x03\x12\x0e\n\x06\x63hains\x18\x03 \x01(\x05\x12\x1b\n\x13\x63heckpoints_checked\x18\x04 \x01(\x05\x12/\n\x08\x66indings\x18\x05 \x03(\x0b\x32\x1d.quire.audit.v1.LedgerFinding\"$\n\x13\x42\x61tchGetJobsRequest\x12\r\n\x05names\x18\x01 \x03(\t\"5\n\x14\x42\x61tchGetJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.quire.type.Job\"\x1d\n\rGetJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"J\n\x14ListJobEventsRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"r\n\x0bLedgerEntry\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12*\n\x05\x65vent\x18\x02 \x01(\x0b\x32\x1b.quire.type.TransitionEvent\x12\x11\n\tprev_hash\x18\x03 \x01(\t\x12\x12\n\nentry_hash\x18\x04 \x01(\t\"^\n\x15ListJobEventsResponse\x12,\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1b.quire.audit.v1.LedgerEntry\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\xaf\x03\n\x0c\x41uditService\x12\x38\n\x06GetJob\x12\x1d.quire.audit.v1.GetJobRequest\x1a\x0f.quire.type.Job\x12\\\n\rListJobEvents\x12$.quire.audit.v1.ListJobEventsRequest\x1a%.quire.audit.v1.ListJobEventsResponse\x12Y\n\x0c\x42\x61tchGetJobs\x12#.quire.audit.v1.BatchGetJobsRequest\x1a$.quire.audit.v1.BatchGetJobsResponse\x12Y\n\x0cVerifyLedger\x12#.quire.audit.v1.VerifyLedgerRequest\x1a$.quire.audit.v1.VerifyLedgerResponse\x12Q\n\x0e\x45xportEvidence\x12%.quire.audit.v1.ExportEvidenceRequest\x1a\x18.quire.audit.v1.Evidenceb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'quire.audit.v1.audit_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_VERIFYLEDGERREQUEST']._serialized_start=100
-  _globals['_VERIFYLEDGERREQUEST']._serialized_end=121
-  _globals['_LEDGERFINDING']._serialized_start=123
-  _globals['_LEDGERFINDING']._serialized_end=186
-  _globals['_VERIFYLEDGERRESPONSE']._serialized_start=189
-  _globals['_VERIFYLEDGERRESPONSE']._serialized_end=334
-  _globals['_BATCHGETJOBSREQUEST']._serialized_start=336
-  _globals['_BATCHGETJOBSREQUEST']._serialized_end=372
-  _globals['_BATCHGETJOBSRESPONSE']._serialized_start=374
-  _globals['_BATCHGETJOBSRESPONSE']._serialized_end=427
-  _globals['_GETJOBREQUEST']._serialized_start=429
-  _globals['_GETJOBREQUEST']._serialized_end=458
-  _globals['_LISTJOBEVENTSREQUEST']._serialized_start=460
-  _globals['_LISTJOBEVENTSREQUEST']._serialized_end=534
-  _globals['_LEDGERENTRY']._serialized_start=536
-  _globals['_LEDGERENTRY']._serialized_end=650
-  _globals['_LISTJOBEVENTSRESPONSE']._serialized_start=652
-  _globals['_LISTJOBEVENTSRESPONSE']._serialized_end=746
-  _globals['_AUDITSERVICE']._serialized_start=749
-  _globals['_AUDITSERVICE']._serialized_end=1097
+  _globals['_EXPORTEVIDENCEREQUEST']._serialized_start=100
+  _globals['_EXPORTEVIDENCEREQUEST']._serialized_end=136
+  _globals['_EVIDENCE']._serialized_start=138
+  _globals['_EVIDENCE']._serialized_end=175
+  _globals['_VERIFYLEDGERREQUEST']._serialized_start=177
+  _globals['_VERIFYLEDGERREQUEST']._serialized_end=198
+  _globals['_LEDGERFINDING']._serialized_start=200
+  _globals['_LEDGERFINDING']._serialized_end=263
+  _globals['_VERIFYLEDGERRESPONSE']._serialized_start=266
+  _globals['_VERIFYLEDGERRESPONSE']._serialized_end=411
+  _globals['_BATCHGETJOBSREQUEST']._serialized_start=413
+  _globals['_BATCHGETJOBSREQUEST']._serialized_end=449
+  _globals['_BATCHGETJOBSRESPONSE']._serialized_start=451
+  _globals['_BATCHGETJOBSRESPONSE']._serialized_end=504
+  _globals['_GETJOBREQUEST']._serialized_start=506
+  _globals['_GETJOBREQUEST']._serialized_end=535
+  _globals['_LISTJOBEVENTSREQUEST']._serialized_start=537
+  _globals['_LISTJOBEVENTSREQUEST']._serialized_end=611
+  _globals['_LEDGERENTRY']._serialized_start=613
+  _globals['_LEDGERENTRY']._serialized_end=727
+  _globals['_LISTJOBEVENTSRESPONSE']._serialized_start=729
+  _globals['_LISTJOBEVENTSRESPONSE']._serialized_end=823
+  _globals['_AUDITSERVICE']._serialized_start=826
+  _globals['_AUDITSERVICE']._serialized_end=1257
 # @@protoc_insertion_point(module_scope)

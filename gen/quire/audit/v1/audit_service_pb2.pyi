@@ -8,6 +8,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ExportEvidenceRequest(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    def __init__(self, job: _Optional[str] = ...) -> None: ...
+
+class Evidence(_message.Message):
+    __slots__ = ("job", "json")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    json: str
+    def __init__(self, job: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...
+
 class VerifyLedgerRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -55,6 +55,11 @@ class AuditServiceStub:
                 request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.VerifyLedgerRequest.SerializeToString,
                 response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.VerifyLedgerResponse.FromString,
                 _registered_method=True)
+        self.ExportEvidence = channel.unary_unary(
+                '/quire.audit.v1.AuditService/ExportEvidence',
+                request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.ExportEvidenceRequest.SerializeToString,
+                response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.Evidence.FromString,
+                _registered_method=True)
 
 
 class AuditServiceServicer:
@@ -86,6 +91,13 @@ class AuditServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExportEvidence(self, request, context):
+        """One JSON document proving the job's history, verifiable offline.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuditServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -108,6 +120,11 @@ def add_AuditServiceServicer_to_server(servicer, server):
                     servicer.VerifyLedger,
                     request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.VerifyLedgerRequest.FromString,
                     response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.VerifyLedgerResponse.SerializeToString,
+            ),
+            'ExportEvidence': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExportEvidence,
+                    request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.ExportEvidenceRequest.FromString,
+                    response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.Evidence.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -218,6 +235,33 @@ class AuditService:
             '/quire.audit.v1.AuditService/VerifyLedger',
             quire_dot_audit_dot_v1_dot_audit__service__pb2.VerifyLedgerRequest.SerializeToString,
             quire_dot_audit_dot_v1_dot_audit__service__pb2.VerifyLedgerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportEvidence(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.audit.v1.AuditService/ExportEvidence',
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.ExportEvidenceRequest.SerializeToString,
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.Evidence.FromString,
             options,
             channel_credentials,
             insecure,

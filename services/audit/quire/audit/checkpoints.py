@@ -130,6 +130,21 @@ class CheckpointBook:
     def load(self) -> list[Checkpoint]:
         return load_checkpoints(self.folder, self._signer.public_pem)
 
+    @property
+    def public_pem(self) -> str:
+        return self._signer.public_pem
+
+    def documents(self) -> list[dict[str, Any]]:
+        """The signed checkpoint documents that verify with audit's key."""
+        trusted = {(c.tenant, c.length, c.head_hash, c.time) for c in self.load()}
+        found = []
+        for path in sorted(self.folder.glob("*.json")):
+            document = json.loads(path.read_text())
+            c = document["checkpoint"]
+            if (c["tenant"], c["length"], c["head_hash"], c["time"]) in trusted:
+                found.append(document)
+        return found
+
     async def every(
         self, seconds: float, publish: Callable[[bytes], Awaitable[None]] | None = None
     ) -> None:

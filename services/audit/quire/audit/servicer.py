@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 from sqlalchemy import select
 
 from quire.audit import tables
 from quire.audit.checkpoints import CheckpointBook
+from quire.audit.evidence import build_evidence, dumps
 from quire.audit.v1 import audit_service_pb2 as pb
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from quire.audit.verification import verify_ledger
@@ -91,6 +94,21 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
                 for f in report.findings
             ],
         )
+
+    @at_the_edge(DOMAIN)
+    async def ExportEvidence(  # noqa: N802 - gRPC method name
+        self, request: pb.ExportEvidenceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Evidence:
+        if self._checkpoints is None:
+            raise NotFound("this audit service keeps no checkpoints")
+        name = job_name(job_id(request.job))
+        book = self._checkpoints
+        await book.take()  # so that a checkpoint covers even the newest entry
+        documents = await asyncio.to_thread(book.documents)
+        evidence = await self._db.read(
+            lambda s: build_evidence(s, name, documents, book.public_pem)
+        )
+        return pb.Evidence(job=name, json=dumps(evidence))
 
     @at_the_edge(DOMAIN)
     async def BatchGetJobs(  # noqa: N802 - gRPC method name
