@@ -7,6 +7,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from quire.audit import ledger, tables
+from quire.audit.verification import verify_ledger
 from quire.database import Database
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
@@ -32,6 +33,7 @@ def test_duplicate_events_leave_one_entry(tmp_path: Path) -> None:
     assert not database.transaction(lambda s: ledger.append(s, event))
     rows = database.transaction(lambda s: s.execute(select(tables.ledger)).all())
     assert len(rows) == 1
+    assert database.transaction(lambda s: verify_ledger(s, [])).ok
 
 
 def test_entries_chain_per_tenant(tmp_path: Path) -> None:
@@ -65,3 +67,5 @@ def test_a_late_event_never_moves_a_job_back(tmp_path: Path) -> None:
         database.transaction(lambda s, e=event: ledger.append(s, e))
     state = database.transaction(lambda s: s.execute(select(tables.jobs.c.state)).scalar_one())
     assert state == "REVIEWING"
+    report = database.transaction(lambda s: verify_ledger(s, []))
+    assert report.ok and report.entries == 3, "out-of-order arrival still chains cleanly"
