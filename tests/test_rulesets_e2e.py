@@ -174,7 +174,7 @@ async def test_a_lease_review_approved_by_an_operator_completes(
         )
     )
     assert review.status == "APPROVED" and review.operator.startswith("ops-alice (token ")
-    final = await client.wait(job.name, timeout=60)
+    final = await client.wait(job.name, timeout=60, stop_when_parked=False)
     assert state_name(final.state) == "COMPLETED"
     approval = next(
         e.event
@@ -223,7 +223,7 @@ async def test_a_large_invoice_review_rejected_by_an_operator_ends_rejected(
             job=job.name, approve=False, note="not our customer", operator="ops-bob"
         )
     )
-    final = await client.wait(job.name, timeout=60)
+    final = await client.wait(job.name, timeout=60, stop_when_parked=False)
     assert (state_name(final.state), final.reason_code) == ("REJECTED", "REVIEW_REJECTED")
 
 

@@ -127,14 +127,16 @@ class AdmissionClient:
     async def cancel(self, name: str) -> job_pb2.Job:
         return await self._stub.CancelJob(pb.CancelJobRequest(name=name), metadata=self._metadata)
 
-    async def wait(self, name: str, *, timeout: float = 120.0) -> job_pb2.Job:
-        """Poll until the job is terminal or parked; a client-side convenience."""
+    async def wait(
+        self, name: str, *, timeout: float = 120.0, stop_when_parked: bool = True
+    ) -> job_pb2.Job:
+        """Poll until the job is terminal (or parked, unless told otherwise)."""
         deadline = time.monotonic() + timeout
         delay = 0.05
         while True:
             job = await self.get_job(name)
             state = state_name(job.state)
-            if state in TERMINAL_STATES or state in PARKED_STATES:
+            if state in TERMINAL_STATES or (stop_when_parked and state in PARKED_STATES):
                 return job
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{name} still {state} after {timeout:.0f}s")
