@@ -31,6 +31,7 @@ from opentelemetry import trace
 from sqlalchemy.orm import Session
 
 from quire.errors import JobCancelled, PermanentError, QuireError, TransientError
+from quire.faults import fault_point
 from quire.jobgate import CANCELLED, JobGate
 from quire.jobs import job_id
 from quire.leases import Lease, LeaseStore
@@ -147,6 +148,7 @@ class StageRunner:
             outcome, final = await self._decide(task, lease, attempt, msg)
         if outcome is None:
             return
+        fault_point(f"{self._service}.before_commit")
         if not await self._leases.complete(lease, outcome[0], outcome[1]):
             span.set_attribute("quire.stale", True)
             log.info("stale lease for job %s (token %d); result discarded", task.job, lease.token)

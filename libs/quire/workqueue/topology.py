@@ -18,6 +18,8 @@ __all__ = [
     "PRIORITIES",
     "EVENTS_CONSUMER",
     "CHECKPOINT_SUBJECT",
+    "DEAD_STREAM",
+    "DEAD_CONSUMER",
     "work_subject",
     "event_subject",
     "consumer_name",
@@ -30,6 +32,11 @@ STAGES = ("validate", "assemble", "sign", "commit")
 PRIORITIES = ("interactive", "batch")
 EVENTS_CONSUMER = "audit-events"
 CHECKPOINT_SUBJECT = "quire.checkpoints.audit"
+DEAD_STREAM = "QUIRE_DEAD"
+DEAD_CONSUMER = "dead-letter-office"
+MAX_DELIVERIES_ADVISORY = f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{WORK_STREAM}.>"
+"""JetStream's notice that a work message will not be delivered again; kept in
+the dead-letter stream so none is missed while no listener runs."""
 """Signed ledger checkpoints, kept on the events stream beside (not among) events."""
 EVENTS_MAX_AGE_SECONDS = 30 * 24 * 3600.0
 
@@ -82,6 +89,26 @@ async def ensure_topology(js: JetStreamContext, queue: QueueSettings) -> None:
                     max_deliver=-1 if stage == "commit" else queue.max_deliver,
                 ),
             )
+    await _ensure_stream(
+        js,
+        api.StreamConfig(
+            name=DEAD_STREAM,
+            subjects=["quire.dead.>", MAX_DELIVERIES_ADVISORY],
+            retention=api.RetentionPolicy.LIMITS,
+            storage=api.StorageType.FILE,
+            duplicate_window=queue.duplicate_window_seconds,
+        ),
+    )
+    await js.add_consumer(
+        DEAD_STREAM,
+        api.ConsumerConfig(
+            durable_name=DEAD_CONSUMER,
+            filter_subject=MAX_DELIVERIES_ADVISORY,
+            ack_policy=api.AckPolicy.EXPLICIT,
+            ack_wait=queue.ack_wait_seconds,
+            max_deliver=-1,
+        ),
+    )
     await js.add_consumer(
         EVENTS_STREAM,
         api.ConsumerConfig(

@@ -14,6 +14,7 @@ import grpc
 from quire.audit import tables
 from quire.audit.checkpoints import CheckpointBook, CheckpointSigner
 from quire.audit.completion import CompletionDesk
+from quire.audit.deadletters import DeadLetterOffice
 from quire.audit.history import HistoryWatch
 from quire.audit.recorder import EventRecorder
 from quire.audit.servicer import AuditServicer
@@ -21,12 +22,18 @@ from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.grpcserver import serve
+from quire.jobgate import JobGate
 from quire.runtime import start_runtime
 from quire.settings import ServiceSettings
 from quire.stageservice import batch_slots
 from quire.transitions import EventFactory
 from quire.workqueue import EVENTS_STREAM, WORK_STREAM, WorkQueueWorker, consumer_name
-from quire.workqueue.topology import CHECKPOINT_SUBJECT, EVENTS_CONSUMER
+from quire.workqueue.topology import (
+    CHECKPOINT_SUBJECT,
+    DEAD_CONSUMER,
+    DEAD_STREAM,
+    EVENTS_CONSUMER,
+)
 
 SERVICE = "audit"
 
@@ -44,7 +51,20 @@ async def main() -> None:
         queue=settings.queue,
         history=history,
     )
+    office = DeadLetterOffice(
+        js,
+        await JobGate.open(js),
+        EventFactory("dead-letter", settings.instance, settings.build_version),
+    )
     workers = [
+        WorkQueueWorker(
+            js,
+            stream=DEAD_STREAM,
+            consumers={DEAD_CONSUMER: 1},
+            handler=office.handle,
+            ack_wait_seconds=settings.queue.ack_wait_seconds,
+            fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
+        ),
         WorkQueueWorker(
             js,
             stream=EVENTS_STREAM,
