@@ -70,7 +70,7 @@ def _request_sha256(digest: str, priority: str) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _accepted(row: object) -> AcceptedJob:
+def accepted_from_row(row: object) -> AcceptedJob:
     return AcceptedJob(
         name=row.job,  # type: ignore[attr-defined]
         manifest_digest=row.manifest_digest,  # type: ignore[attr-defined]
@@ -158,7 +158,7 @@ class Intake:
                 ReasonCode.IDEMPOTENCY_KEY_REUSED, "request_id was used for a different request"
             )
         row = session.execute(select(tables.jobs).where(tables.jobs.c.job == key.job)).one()
-        return _accepted(row)
+        return accepted_from_row(row)
 
     def _replay_or_check(
         self,

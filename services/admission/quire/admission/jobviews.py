@@ -16,7 +16,7 @@ from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
-from quire.admission.intake import AcceptedJob
+from quire.admission.intake import AcceptedJob, accepted_from_row
 from quire.admission.outstanding import OutstandingJobs
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.database import Database
@@ -38,16 +38,6 @@ SCAN_LIMIT = 2000
 class JobPage:
     jobs: list[job_pb2.Job]
     next_token: str
-
-
-def _accepted(row: object) -> AcceptedJob:
-    return AcceptedJob(
-        name=row.job,  # type: ignore[attr-defined]
-        manifest_digest=row.manifest_digest,  # type: ignore[attr-defined]
-        item_count=row.item_count,  # type: ignore[attr-defined]
-        created_at=row.created_at,  # type: ignore[attr-defined]
-        dispatched=row.dispatched_at is not None,  # type: ignore[attr-defined]
-    )
 
 
 def accepted_view(accepted: AcceptedJob) -> job_pb2.Job:
@@ -102,7 +92,7 @@ class JobViews:
         )
         if row is None:
             raise NotFound("job not found")
-        return _accepted(row)
+        return accepted_from_row(row)
 
     async def current(self, accepted: AcceptedJob) -> job_pb2.Job:
         try:
@@ -133,7 +123,7 @@ class JobViews:
             rows = await self._db.read(partial(_rows, tenant=tenant, after=after, size=size))
             if not rows:
                 return JobPage(found, "")
-            views = await self._views([_accepted(row) for row in rows])
+            views = await self._views([accepted_from_row(row) for row in rows])
             for row, view in zip(rows, views, strict=True):
                 scanned += 1
                 after = (row.created_at, row.job)

@@ -169,6 +169,12 @@ class KeyStore:
         else:
             version = f"v{count + 1}"
             key_path, cert_path = _generate(self._source.key_dir / version, version)
+        return self._activate(session, version, key_path, cert_path)
+
+    def _activate(
+        self, session: Session, version: str, key_path: Path, cert_path: Path
+    ) -> SigningKey:
+        """Record a new key version as the only active one."""
         session.execute(update(tables.signing_keys).values(active=False))
         session.execute(
             tables.signing_keys.insert().values(**_key_row(version, key_path, cert_path, True))
@@ -189,13 +195,7 @@ class KeyStore:
             count = len(session.execute(select(tables.signing_keys.c.version)).all())
             version = f"v{count + 1}"
             key_path, cert_path = _generate(self._source.key_dir / version, version)
-            session.execute(update(tables.signing_keys).values(active=False))
-            session.execute(
-                tables.signing_keys.insert().values(**_key_row(version, key_path, cert_path, True))
-            )
-            active = self._active(session)
-            assert active is not None
-            return active
+            return self._activate(session, version, key_path, cert_path)
 
         return self._db.transaction(write)
 
