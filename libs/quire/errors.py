@@ -9,6 +9,7 @@
     │   ├── FailedPrecondition      not in a state that allows this (FAILED_PRECONDITION)
     │   ├── DataLoss                stored bytes no longer match their digest (DATA_LOSS)
     │   ├── Rejected                a stage refuses the job's content (job ends REJECTED)
+    │   ├── SystemFailure           Quire cannot finish it, retrying won't help (job ends FAILED)
     │   └── JobCancelled            the client cancelled before signing (job ends CANCELLED)
     └── TransientError              may succeed later (UNAVAILABLE); queues retry with backoff
         ├── StaleLease              a newer delivery owns the job; discard this result
@@ -125,6 +126,12 @@ class DataLoss(PermanentError):
 
 class Rejected(PermanentError):
     """A stage refuses a job's content; the job ends REJECTED with this reason."""
+
+
+class SystemFailure(PermanentError):
+    """Quire itself cannot finish the job, and retrying will not help (storage
+    refusing writes, say): the job ends FAILED with this reason, not REJECTED —
+    the input was not at fault."""
 
 
 class JobCancelled(PermanentError):

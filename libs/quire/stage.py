@@ -30,7 +30,13 @@ from nats.aio.msg import Msg
 from opentelemetry import trace
 from sqlalchemy.orm import Session
 
-from quire.errors import JobCancelled, PermanentError, QuireError, TransientError
+from quire.errors import (
+    JobCancelled,
+    PermanentError,
+    QuireError,
+    SystemFailure,
+    TransientError,
+)
 from quire.faults import fault_point
 from quire.jobgate import CANCELLED, JobGate
 from quire.jobs import job_id
@@ -153,6 +159,7 @@ class StageRunner:
             span.set_attribute("quire.stale", True)
             log.info("stale lease for job %s (token %d); result discarded", task.job, lease.token)
             return
+        fault_point(f"{self._service}.after_commit")
         await self._hand_off(outcome[0], msg, final, attempt)
 
     async def _announce_start(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> None:
@@ -176,6 +183,7 @@ class StageRunner:
             # Committed but not yet handed on: the redelivery republishes it.
             await msg.nak(delay=retry_delay(attempt, self._queue))
             return
+        fault_point(f"{self._service}.after_publish")
         await (msg.term() if final == "term" else msg.ack())
 
     async def _decide(
@@ -185,7 +193,11 @@ class StageRunner:
         try:
             result = await work.process(task, lease, attempt)
         except PermanentError as error:
-            state = "CANCELLED" if isinstance(error, JobCancelled) else "REJECTED"
+            state = "REJECTED"
+            if isinstance(error, JobCancelled):
+                state = "CANCELLED"
+            elif isinstance(error, SystemFailure):
+                state = "FAILED"
             return await self._end(task, lease, attempt, state, error.reason, error), "term"
         except Exception as error:  # noqa: BLE001 - transient by default
             reason = error.reason if isinstance(error, QuireError) else ReasonCode.INTERNAL

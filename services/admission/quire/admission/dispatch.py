@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from quire.admission import tables
 from quire.database import Database
+from quire.faults import fault_point
 from quire.jobs import job_id
 from quire.type import queue_pb2
 from quire.workqueue import Publisher, event_subject, work_subject
@@ -61,6 +62,7 @@ class Dispatcher:
         await self._publisher.publish(
             work_subject("validate", task.priority), task, f"{job_id(task.job)}.validate"
         )
+        fault_point("admission.after_publish")
         self._published.add(task.job)
 
     async def mark_published(self) -> int:

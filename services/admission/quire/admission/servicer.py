@@ -20,6 +20,7 @@ from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.errors import DataLoss, FailedPrecondition, QuireError
+from quire.faults import fault_point
 from quire.grpcstatus import at_the_edge
 from quire.jobs import job_id
 from quire.reasons import ReasonCode
@@ -77,6 +78,7 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
     ) -> job_pb2.Job:
         tenant = await self._tenants.authenticate(context)
         accepted = await self._intake.submit(tenant, request)
+        fault_point("admission.after_commit")
         if not accepted.dispatched:
             try:
                 if accepted.handoff is not None:

@@ -25,6 +25,7 @@ from quire.audit.history import HistoryWatch
 from quire.blobstore import LocalBlobStore, sha256_file
 from quire.database import Database
 from quire.errors import PermanentError, QuireError
+from quire.faults import fault_point
 from quire.jobs import HISTORY_BEFORE_COMPLETION, TERMINAL_STATES, job_id
 from quire.leases import Lease, LeaseStore
 from quire.reasons import ReasonCode
@@ -96,6 +97,7 @@ class CompletionDesk:
             elif verdict is Verdict.FAILED:
                 await msg.term()
             else:
+                fault_point("audit.after_commit")
                 await msg.ack()
 
     async def _complete_when_evident(
@@ -125,6 +127,7 @@ class CompletionDesk:
             return await self._fail(task, attempt, lease, ReasonCode.ARTIFACT_MISSING)
         if digest != task.signed.sha256:
             return await self._fail(task, attempt, lease, ReasonCode.ARTIFACT_DIGEST_MISMATCH)
+        fault_point("audit.before_commit")
         return await self._db.run(lambda s: self._complete(s, task, attempt, lease))
 
     def _complete(

@@ -12,6 +12,7 @@ from quire.audit import ledger
 from quire.audit.history import HistoryWatch
 from quire.database import Database
 from quire.errors import QuireError
+from quire.faults import fault_point
 from quire.jobs import job_id, state_value
 from quire.telemetry import extract_context
 from quire.type import queue_pb2
@@ -54,6 +55,7 @@ class EventRecorder:
                 await msg.nak(delay=RETRY_SECONDS)
                 return
             span.set_attribute("quire.duplicate", not appended)
+        fault_point("audit.after_record")
         await msg.ack()
         if appended:
             self._history.notify(event.job)
