@@ -45,7 +45,9 @@ async def test_a_job_whose_worker_always_dies_ends_failed_via_the_dead_letter_of
         try:
             js = nc.jetstream()
             dead = await js.get_last_msg(DEAD_STREAM, "quire.dead.validate")
-            assert queue_pb2.JobTask.FromString(dead.data).job == job.name
+            letter = queue_pb2.DeadLetter.FromString(dead.data)
+            assert (letter.task.job, letter.stage) == (job.name, "validate")
+            assert letter.reason_code == "RETRY_LIMIT_REACHED" and letter.deliveries == 2
         finally:
             await nc.close()
     finally:

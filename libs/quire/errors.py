@@ -103,8 +103,10 @@ class InvalidInput(PermanentError):
 
 
 class NotFound(PermanentError):
-    def __init__(self, message: str = "not found") -> None:
-        super().__init__(ReasonCode.NOT_FOUND, message)
+    def __init__(
+        self, message: str = "not found", reason: ReasonCode | str = ReasonCode.NOT_FOUND
+    ) -> None:
+        super().__init__(reason, message)
 
 
 class Unauthenticated(PermanentError):

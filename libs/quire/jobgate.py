@@ -11,7 +11,12 @@ the caller is told the state it reached.
 from __future__ import annotations
 
 from nats.js import JetStreamContext, api
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import (
+    BucketNotFoundError,
+    KeyDeletedError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+)
 from nats.js.kv import KeyValue
 
 from quire.jobs import job_id
@@ -47,7 +52,10 @@ class JobGate:
             await self._kv.create(key, outcome.encode())
             return outcome
         except KeyWrongLastSequenceError:
-            entry = await self._kv.get(key)
+            try:
+                entry = await self._kv.get(key)
+            except (KeyNotFoundError, KeyDeletedError):
+                return await self._claim(job, outcome)  # reopened meanwhile
             return (entry.value or b"").decode()
 
     async def claim_signing(self, job: str) -> str:
@@ -62,9 +70,28 @@ class JobGate:
         """CANCELLED if the cancel won, SIGNING if signing had already started."""
         return await self._claim(job, CANCELLED)
 
+    async def reopen(self, job: str) -> str:
+        """Clear a FAILED ending for a dead-letter retry; returns what the gate held.
+
+        ``SIGNING`` stays (signing had begun; cancel still cannot win), and a
+        ``CANCELLED`` is never cleared. The delete is conditional on the entry's
+        revision, so a cancel that lands meanwhile is kept.
+        """
+        try:
+            entry = await self._kv.get(job_id(job))
+        except (KeyNotFoundError, KeyDeletedError):
+            return ""
+        held = (entry.value or b"").decode()
+        if held in ("FAILED", "REJECTED"):
+            try:
+                await self._kv.delete(job_id(job), last=entry.revision)
+            except KeyWrongLastSequenceError:
+                return await self.reopen(job)
+        return held
+
     async def is_cancelled(self, job: str) -> bool:
         try:
             entry = await self._kv.get(job_id(job))
-        except KeyNotFoundError:
+        except (KeyNotFoundError, KeyDeletedError):
             return False
         return (entry.value or b"").decode() == CANCELLED

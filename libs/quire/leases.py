@@ -29,7 +29,13 @@ from sqlalchemy.orm import Session
 from quire.database import Database, insert_if_absent
 from quire.type import queue_pb2
 
-__all__ = ["Lease", "LeaseStore", "lease_table"]
+__all__ = ["Lease", "LeaseStore", "lease_table", "lease_key"]
+
+
+def lease_key(job: str, generation: int = 0) -> str:
+    """The lease row of a job's generation: a dead-letter retry starts afresh,
+    while every delivery within a generation is fenced by the same row."""
+    return f"{job}.g{generation}" if generation else job
 
 
 def lease_table(metadata: MetaData) -> Table:

@@ -40,14 +40,20 @@ from quire.errors import (
 from quire.faults import fault_point
 from quire.jobgate import CANCELLED, JobGate
 from quire.jobs import job_id
-from quire.leases import Lease, LeaseStore
+from quire.leases import Lease, LeaseStore, lease_key
 from quire.reasons import ReasonCode
 from quire.settings import QueueSettings
 from quire.telemetry import extract_context
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
 from quire.workqueue.publisher import Publisher
-from quire.workqueue.topology import event_subject, work_subject
+from quire.workqueue.topology import (
+    STAGE_OF_SERVICE,
+    dead_subject,
+    event_subject,
+    task_message_id,
+    work_subject,
+)
 
 __all__ = ["StageResult", "StageWork", "StageRunner", "retry_delay"]
 
@@ -140,7 +146,7 @@ class StageRunner:
     async def _handle(
         self, task: queue_pb2.JobTask, attempt: int, msg: Msg, span: trace.Span
     ) -> None:
-        lease = await self._leases.acquire(task.job)
+        lease = await self._leases.acquire(lease_key(task.job, task.generation))
         span.set_attribute("quire.lease_token", lease.token)
         if lease.committed is not None:
             await self._hand_off(lease.committed, msg, "ack", attempt)
@@ -204,7 +210,7 @@ class StageRunner:
             if not isinstance(error, QuireError):
                 # The type only: exception text may carry document content.
                 log.warning("job %s: unexpected %s", task.job, type(error).__name__)
-            if await self._leases.current_token(task.job) != lease.token:
+            if await self._leases.current_token(lease.job) != lease.token:
                 return None, ""  # superseded: the newer delivery owns the message
             if attempt < self._queue.max_deliver:
                 await msg.nak(delay=retry_delay(attempt, self._queue))
@@ -281,6 +287,16 @@ class StageRunner:
             if await self._gate.end(task.job, state) == CANCELLED:
                 state, reason = "CANCELLED", ReasonCode.CANCELLED_BY_CLIENT
         ending = self._ending(task, lease, attempt, state, reason)
+        if state == "FAILED":
+            # Kept for operators: `quire dlq retry` starts a new generation from it.
+            ending.dead_letter.CopyFrom(
+                queue_pb2.DeadLetter(
+                    task=task,
+                    stage=STAGE_OF_SERVICE.get(self._service, self._service),
+                    reason_code=str(reason),
+                    deliveries=attempt,
+                )
+            )
         return ending, self._work.record_rejection(task, error)
 
     def _ending(
@@ -297,5 +313,13 @@ class StageRunner:
             await self._publisher.publish(event_subject(self._service), event, event.event_id)
         if outcome.HasField("next_task"):
             stage = outcome.next_subject.split(".")[2]
-            msg_id = f"{job_id(outcome.next_task.job)}.{stage}"
-            await self._publisher.publish(outcome.next_subject, outcome.next_task, msg_id)
+            task = outcome.next_task
+            msg_id = task_message_id(task.job, stage, task.generation)
+            await self._publisher.publish(outcome.next_subject, task, msg_id)
+        if outcome.HasField("dead_letter"):
+            letter = outcome.dead_letter
+            await self._publisher.publish(
+                dead_subject(letter.stage),
+                letter,
+                task_message_id(letter.task.job, f"dead.{letter.stage}", letter.task.generation),
+            )

@@ -13,8 +13,12 @@ from quire.type import queue_pb2
 __all__ = ["EventFactory", "event_id"]
 
 
-def event_id(job: str, to_state: str) -> str:
-    """One event per job and target state: a republish or redelivery is a no-op."""
+def event_id(job: str, to_state: str, generation: int = 0) -> str:
+    """One event per job, generation and target state: a republish or
+    redelivery is a no-op, while a dead-letter retry (a new generation) records
+    the job's second pass through the same states."""
+    if generation:
+        return f"{job_id(job)}.g{generation}.{to_state}"
     return f"{job_id(job)}.{to_state}"
 
 
@@ -40,7 +44,8 @@ class EventFactory:
         occurred = timestamp_pb2.Timestamp()
         occurred.GetCurrentTime()
         event = queue_pb2.TransitionEvent(
-            event_id=event_id(task.job, to_state),
+            event_id=event_id(task.job, to_state, task.generation),
+            generation=task.generation,
             job=task.job,
             tenant=task.tenant,
             from_state=state_value(from_state) if from_state else 0,  # type: ignore[arg-type]

@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from quire.type import job_pb2 as quire_dot_type_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16quire/type/queue.proto\x12\nquire.type\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14quire/type/job.proto\"\xb5\x02\n\x07JobTask\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x17\n\x0fmanifest_digest\x18\x03 \x01(\t\x12&\n\x07sources\x18\x04 \x03(\x0b\x32\x15.quire.type.SourceRef\x12\x0f\n\x07ruleset\x18\x05 \x01(\t\x12\x16\n\x0erender_profile\x18\x06 \x01(\t\x12\x10\n\x08priority\x18\x07 \x01(\t\x12\'\n\tassembled\x18\x08 \x01(\x0b\x32\x14.quire.type.Artifact\x12$\n\x06signed\x18\t \x01(\x0b\x32\x14.quire.type.Artifact\x12*\n\x07signing\x18\n \x01(\x0b\x32\x19.quire.type.SigningRecord\x12\x16\n\x0eruleset_digest\x18\x0b \x01(\t\"A\n\x05\x41\x63tor\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x10\n\x08instance\x18\x02 \x01(\t\x12\x15\n\rbuild_version\x18\x03 \x01(\t\"\x9e\x04\n\x0fTransitionEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x0b\n\x03job\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12(\n\nfrom_state\x18\x04 \x01(\x0e\x32\x14.quire.type.JobState\x12&\n\x08to_state\x18\x05 \x01(\x0e\x32\x14.quire.type.JobState\x12 \n\x05\x61\x63tor\x18\x06 \x01(\x0b\x32\x11.quire.type.Actor\x12\x0f\n\x07\x61ttempt\x18\x07 \x01(\x05\x12\x13\n\x0blease_token\x18\x08 \x01(\x03\x12\x13\n\x0breason_code\x18\t \x01(\t\x12\x17\n\x0fmanifest_digest\x18\n \x01(\t\x12\x16\n\x0esource_digests\x18\x0b \x03(\t\x12\x15\n\routput_digest\x18\x0c \x01(\t\x12\x17\n\x0fruleset_version\x18\r \x01(\t\x12\x13\n\x0bkey_version\x18\x0e \x01(\t\x12\x1a\n\x12\x63\x65rtificate_sha256\x18\x0f \x01(\t\x12/\n\x0boccurred_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nitem_count\x18\x11 \x01(\x05\x12\x16\n\x0eruleset_digest\x18\x12 \x01(\t\x12\x0c\n\x04note\x18\x13 \x01(\t\x12\x17\n\x0fsigner_identity\x18\x14 \x01(\t\x12\x17\n\x0fsignature_level\x18\x15 \x01(\t\"y\n\x0cStageOutcome\x12+\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1b.quire.type.TransitionEvent\x12&\n\tnext_task\x18\x02 \x01(\x0b\x32\x13.quire.type.JobTask\x12\x14\n\x0cnext_subject\x18\x03 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16quire/type/queue.proto\x12\nquire.type\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14quire/type/job.proto\"\xc9\x02\n\x07JobTask\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x17\n\x0fmanifest_digest\x18\x03 \x01(\t\x12&\n\x07sources\x18\x04 \x03(\x0b\x32\x15.quire.type.SourceRef\x12\x0f\n\x07ruleset\x18\x05 \x01(\t\x12\x16\n\x0erender_profile\x18\x06 \x01(\t\x12\x10\n\x08priority\x18\x07 \x01(\t\x12\'\n\tassembled\x18\x08 \x01(\x0b\x32\x14.quire.type.Artifact\x12$\n\x06signed\x18\t \x01(\x0b\x32\x14.quire.type.Artifact\x12*\n\x07signing\x18\n \x01(\x0b\x32\x19.quire.type.SigningRecord\x12\x16\n\x0eruleset_digest\x18\x0b \x01(\t\x12\x12\n\ngeneration\x18\x0c \x01(\r\"A\n\x05\x41\x63tor\x12\x0f\n\x07service\x18\x01 \x01(\t\x12\x10\n\x08instance\x18\x02 \x01(\t\x12\x15\n\rbuild_version\x18\x03 \x01(\t\"\xb2\x04\n\x0fTransitionEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x0b\n\x03job\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12(\n\nfrom_state\x18\x04 \x01(\x0e\x32\x14.quire.type.JobState\x12&\n\x08to_state\x18\x05 \x01(\x0e\x32\x14.quire.type.JobState\x12 \n\x05\x61\x63tor\x18\x06 \x01(\x0b\x32\x11.quire.type.Actor\x12\x0f\n\x07\x61ttempt\x18\x07 \x01(\x05\x12\x13\n\x0blease_token\x18\x08 \x01(\x03\x12\x13\n\x0breason_code\x18\t \x01(\t\x12\x17\n\x0fmanifest_digest\x18\n \x01(\t\x12\x16\n\x0esource_digests\x18\x0b \x03(\t\x12\x15\n\routput_digest\x18\x0c \x01(\t\x12\x17\n\x0fruleset_version\x18\r \x01(\t\x12\x13\n\x0bkey_version\x18\x0e \x01(\t\x12\x1a\n\x12\x63\x65rtificate_sha256\x18\x0f \x01(\t\x12/\n\x0boccurred_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nitem_count\x18\x11 \x01(\x05\x12\x16\n\x0eruleset_digest\x18\x12 \x01(\t\x12\x0c\n\x04note\x18\x13 \x01(\t\x12\x17\n\x0fsigner_identity\x18\x14 \x01(\t\x12\x17\n\x0fsignature_level\x18\x15 \x01(\t\x12\x12\n\ngeneration\x18\x16 \x01(\r\"\xa6\x01\n\x0cStageOutcome\x12+\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1b.quire.type.TransitionEvent\x12&\n\tnext_task\x18\x02 \x01(\x0b\x32\x13.quire.type.JobTask\x12\x14\n\x0cnext_subject\x18\x03 \x01(\t\x12+\n\x0b\x64\x65\x61\x64_letter\x18\x04 \x01(\x0b\x32\x16.quire.type.DeadLetter\"g\n\nDeadLetter\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.quire.type.JobTask\x12\r\n\x05stage\x18\x02 \x01(\t\x12\x13\n\x0breason_code\x18\x03 \x01(\t\x12\x12\n\ndeliveries\x18\x04 \x01(\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,11 +34,13 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'quire.type.queue_pb2', _glo
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_JOBTASK']._serialized_start=94
-  _globals['_JOBTASK']._serialized_end=403
-  _globals['_ACTOR']._serialized_start=405
-  _globals['_ACTOR']._serialized_end=470
-  _globals['_TRANSITIONEVENT']._serialized_start=473
-  _globals['_TRANSITIONEVENT']._serialized_end=1015
-  _globals['_STAGEOUTCOME']._serialized_start=1017
-  _globals['_STAGEOUTCOME']._serialized_end=1138
+  _globals['_JOBTASK']._serialized_end=423
+  _globals['_ACTOR']._serialized_start=425
+  _globals['_ACTOR']._serialized_end=490
+  _globals['_TRANSITIONEVENT']._serialized_start=493
+  _globals['_TRANSITIONEVENT']._serialized_end=1055
+  _globals['_STAGEOUTCOME']._serialized_start=1058
+  _globals['_STAGEOUTCOME']._serialized_end=1224
+  _globals['_DEADLETTER']._serialized_start=1226
+  _globals['_DEADLETTER']._serialized_end=1329
 # @@protoc_insertion_point(module_scope)

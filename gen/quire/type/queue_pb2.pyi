@@ -11,7 +11,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobTask(_message.Message):
-    __slots__ = ("job", "tenant", "manifest_digest", "sources", "ruleset", "render_profile", "priority", "assembled", "signed", "signing", "ruleset_digest")
+    __slots__ = ("job", "tenant", "manifest_digest", "sources", "ruleset", "render_profile", "priority", "assembled", "signed", "signing", "ruleset_digest", "generation")
     JOB_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +23,7 @@ class JobTask(_message.Message):
     SIGNED_FIELD_NUMBER: _ClassVar[int]
     SIGNING_FIELD_NUMBER: _ClassVar[int]
     RULESET_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     job: str
     tenant: str
     manifest_digest: str
@@ -34,7 +35,8 @@ class JobTask(_message.Message):
     signed: _job_pb2.Artifact
     signing: _job_pb2.SigningRecord
     ruleset_digest: str
-    def __init__(self, job: _Optional[str] = ..., tenant: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[_job_pb2.SourceRef, _Mapping]]] = ..., ruleset: _Optional[str] = ..., render_profile: _Optional[str] = ..., priority: _Optional[str] = ..., assembled: _Optional[_Union[_job_pb2.Artifact, _Mapping]] = ..., signed: _Optional[_Union[_job_pb2.Artifact, _Mapping]] = ..., signing: _Optional[_Union[_job_pb2.SigningRecord, _Mapping]] = ..., ruleset_digest: _Optional[str] = ...) -> None: ...
+    generation: int
+    def __init__(self, job: _Optional[str] = ..., tenant: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[_job_pb2.SourceRef, _Mapping]]] = ..., ruleset: _Optional[str] = ..., render_profile: _Optional[str] = ..., priority: _Optional[str] = ..., assembled: _Optional[_Union[_job_pb2.Artifact, _Mapping]] = ..., signed: _Optional[_Union[_job_pb2.Artifact, _Mapping]] = ..., signing: _Optional[_Union[_job_pb2.SigningRecord, _Mapping]] = ..., ruleset_digest: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class Actor(_message.Message):
     __slots__ = ("service", "instance", "build_version")
@@ -47,7 +49,7 @@ class Actor(_message.Message):
     def __init__(self, service: _Optional[str] = ..., instance: _Optional[str] = ..., build_version: _Optional[str] = ...) -> None: ...
 
 class TransitionEvent(_message.Message):
-    __slots__ = ("event_id", "job", "tenant", "from_state", "to_state", "actor", "attempt", "lease_token", "reason_code", "manifest_digest", "source_digests", "output_digest", "ruleset_version", "key_version", "certificate_sha256", "occurred_at", "item_count", "ruleset_digest", "note", "signer_identity", "signature_level")
+    __slots__ = ("event_id", "job", "tenant", "from_state", "to_state", "actor", "attempt", "lease_token", "reason_code", "manifest_digest", "source_digests", "output_digest", "ruleset_version", "key_version", "certificate_sha256", "occurred_at", "item_count", "ruleset_digest", "note", "signer_identity", "signature_level", "generation")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +71,7 @@ class TransitionEvent(_message.Message):
     NOTE_FIELD_NUMBER: _ClassVar[int]
     SIGNER_IDENTITY_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     job: str
     tenant: str
@@ -90,14 +93,29 @@ class TransitionEvent(_message.Message):
     note: str
     signer_identity: str
     signature_level: str
-    def __init__(self, event_id: _Optional[str] = ..., job: _Optional[str] = ..., tenant: _Optional[str] = ..., from_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., to_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., actor: _Optional[_Union[Actor, _Mapping]] = ..., attempt: _Optional[int] = ..., lease_token: _Optional[int] = ..., reason_code: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., source_digests: _Optional[_Iterable[str]] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., key_version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., item_count: _Optional[int] = ..., ruleset_digest: _Optional[str] = ..., note: _Optional[str] = ..., signer_identity: _Optional[str] = ..., signature_level: _Optional[str] = ...) -> None: ...
+    generation: int
+    def __init__(self, event_id: _Optional[str] = ..., job: _Optional[str] = ..., tenant: _Optional[str] = ..., from_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., to_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., actor: _Optional[_Union[Actor, _Mapping]] = ..., attempt: _Optional[int] = ..., lease_token: _Optional[int] = ..., reason_code: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., source_digests: _Optional[_Iterable[str]] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., key_version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., item_count: _Optional[int] = ..., ruleset_digest: _Optional[str] = ..., note: _Optional[str] = ..., signer_identity: _Optional[str] = ..., signature_level: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class StageOutcome(_message.Message):
-    __slots__ = ("events", "next_task", "next_subject")
+    __slots__ = ("events", "next_task", "next_subject", "dead_letter")
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     NEXT_TASK_FIELD_NUMBER: _ClassVar[int]
     NEXT_SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[TransitionEvent]
     next_task: JobTask
     next_subject: str
-    def __init__(self, events: _Optional[_Iterable[_Union[TransitionEvent, _Mapping]]] = ..., next_task: _Optional[_Union[JobTask, _Mapping]] = ..., next_subject: _Optional[str] = ...) -> None: ...
+    dead_letter: DeadLetter
+    def __init__(self, events: _Optional[_Iterable[_Union[TransitionEvent, _Mapping]]] = ..., next_task: _Optional[_Union[JobTask, _Mapping]] = ..., next_subject: _Optional[str] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ...) -> None: ...
+
+class DeadLetter(_message.Message):
+    __slots__ = ("task", "stage", "reason_code", "deliveries")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    REASON_CODE_FIELD_NUMBER: _ClassVar[int]
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    task: JobTask
+    stage: str
+    reason_code: str
+    deliveries: int
+    def __init__(self, task: _Optional[_Union[JobTask, _Mapping]] = ..., stage: _Optional[str] = ..., reason_code: _Optional[str] = ..., deliveries: _Optional[int] = ...) -> None: ...

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import grpc
 
-from quire.cli import operators, reviews
+from quire.cli import deadletters, operators, reviews
 from quire.cli.config import ClientConfig
 from quire.cli.packets import PacketFile, read_manifest_file, send_packet
 from quire.cli.verify import ledger_checks, verify_file
@@ -274,6 +274,16 @@ def _parser() -> argparse.ArgumentParser:
         dest="action", required=True
     )
     audit.add_parser("verify", parents=[common])
+    dlq = command("dlq", help="operators: jobs that ended FAILED").add_subparsers(
+        dest="action", required=True
+    )
+    listing = dlq.add_parser("list", parents=[common])
+    listing.add_argument("--all", action="store_true", help="include retried and discarded")
+    listing.add_argument("--limit", type=int, default=100)
+    dlq.add_parser(
+        "retry", parents=[common], help="a new attempt, recorded in the ledger"
+    ).add_argument("job")
+    dlq.add_parser("discard", parents=[common], help="leave the job FAILED").add_argument("job")
     evidence = command("evidence", help="a job's evidence: export, or verify offline")
     evidence.add_argument("job", help="a job, or `verify`")
     evidence.add_argument("file", nargs="?", help="with `verify`: the evidence file")
@@ -302,6 +312,9 @@ COMMANDS = {
     "tokens revoke": operators.tokens_revoke,
     "review list": reviews.review_list,
     "audit verify": _audit_verify,
+    "dlq list": deadletters.dlq_list,
+    "dlq retry": deadletters.dlq_retry,
+    "dlq discard": deadletters.dlq_discard,
     "evidence": _evidence,
     "review approve": reviews.review_approve,
     "review reject": reviews.review_reject,

@@ -17,7 +17,7 @@ def _name(job: str) -> str:
     return job if job.startswith("jobs/") else f"jobs/{job}"
 
 
-def _operator(config: ClientConfig) -> tuple[tuple[str, str], ...]:
+def operator_metadata(config: ClientConfig) -> tuple[tuple[str, str], ...]:
     if not config.operator_token:
         raise SystemExit("no operator token: set QUIRE_OPERATOR_TOKEN or run against `quire up`")
     return (("authorization", f"Bearer {config.operator_token}"),)
@@ -26,7 +26,7 @@ def _operator(config: ClientConfig) -> tuple[tuple[str, str], ...]:
 async def review_list(args: argparse.Namespace, config: ClientConfig) -> int:
     async with aio_channel(config.validator, config.tls) as channel:
         reply = await pb_grpc.ValidatorServiceStub(channel).ListReviews(
-            pb.ListReviewsRequest(), metadata=_operator(config)
+            pb.ListReviewsRequest(), metadata=operator_metadata(config)
         )
     for review in reply.reviews:
         asks = [d.rule for d in review.decisions if d.outcome == "review"]
@@ -43,7 +43,7 @@ async def _resolve(args: argparse.Namespace, config: ClientConfig, approve: bool
     )
     async with aio_channel(config.validator, config.tls) as channel:
         review = await pb_grpc.ValidatorServiceStub(channel).ResolveReview(
-            request, metadata=_operator(config)
+            request, metadata=operator_metadata(config)
         )
     print(f"{review.job}  {review.status}  by {review.operator}")
     return 0

@@ -7,8 +7,10 @@ from quire.workqueue.topology import (
     STAGES,
     WORK_STREAM,
     consumer_name,
+    dead_subject,
     ensure_topology,
     event_subject,
+    task_message_id,
     work_subject,
 )
 from quire.workqueue.worker import WorkQueueWorker
@@ -21,7 +23,9 @@ __all__ = [
     "Publisher",
     "WorkQueueWorker",
     "consumer_name",
+    "dead_subject",
     "ensure_topology",
     "event_subject",
+    "task_message_id",
     "work_subject",
 ]

@@ -23,17 +23,26 @@ __all__ = [
     "work_subject",
     "event_subject",
     "consumer_name",
+    "task_message_id",
+    "dead_subject",
+    "STAGE_OF_SERVICE",
+    "SERVICE_OF_STAGE",
+    "DEAD_BOOK_CONSUMER",
     "ensure_topology",
 ]
 
 WORK_STREAM = "QUIRE_WORK"
 EVENTS_STREAM = "QUIRE_EVENTS"
 STAGES = ("validate", "assemble", "sign", "commit")
+STAGE_OF_SERVICE = {"validator": "validate", "assembler": "assemble", "signer": "sign"}
+SERVICE_OF_STAGE = {stage: service for service, stage in STAGE_OF_SERVICE.items()}
 PRIORITIES = ("interactive", "batch")
 EVENTS_CONSUMER = "audit-events"
 CHECKPOINT_SUBJECT = "quire.checkpoints.audit"
 DEAD_STREAM = "QUIRE_DEAD"
 DEAD_CONSUMER = "dead-letter-office"
+DEAD_BOOK_CONSUMER = "dead-letter-book"
+"""Audit's record of every dead letter (``quire.dead.<stage>``), for operators."""
 MAX_DELIVERIES_ADVISORY = f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{WORK_STREAM}.>"
 """JetStream's notice that a work message will not be delivered again; kept in
 the dead-letter stream so none is missed while no listener runs."""
@@ -47,6 +56,19 @@ def work_subject(stage: str, priority: str) -> str:
 
 def event_subject(service: str) -> str:
     return f"quire.events.{service}"
+
+
+def task_message_id(job: str, stage: str, generation: int = 0) -> str:
+    """``Nats-Msg-Id`` of a job's task for a stage: a republish is dropped, while a
+    dead-letter retry (a new generation) is a new message."""
+    ident = job.removeprefix("jobs/")
+    if generation:
+        return f"{ident}.g{generation}.{stage}"
+    return f"{ident}.{stage}"
+
+
+def dead_subject(stage: str) -> str:
+    return f"quire.dead.{stage}"
 
 
 def consumer_name(stage: str, priority: str) -> str:
@@ -104,6 +126,16 @@ async def ensure_topology(js: JetStreamContext, queue: QueueSettings) -> None:
         api.ConsumerConfig(
             durable_name=DEAD_CONSUMER,
             filter_subject=MAX_DELIVERIES_ADVISORY,
+            ack_policy=api.AckPolicy.EXPLICIT,
+            ack_wait=queue.ack_wait_seconds,
+            max_deliver=-1,
+        ),
+    )
+    await js.add_consumer(
+        DEAD_STREAM,
+        api.ConsumerConfig(
+            durable_name=DEAD_BOOK_CONSUMER,
+            filter_subject="quire.dead.>",
             ack_policy=api.AckPolicy.EXPLICIT,
             ack_wait=queue.ack_wait_seconds,
             max_deliver=-1,

@@ -60,6 +60,21 @@ class AuditServiceStub:
                 request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.ExportEvidenceRequest.SerializeToString,
                 response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.Evidence.FromString,
                 _registered_method=True)
+        self.ListDeadLetters = channel.unary_unary(
+                '/quire.audit.v1.AuditService/ListDeadLetters',
+                request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.ListDeadLettersRequest.SerializeToString,
+                response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.ListDeadLettersResponse.FromString,
+                _registered_method=True)
+        self.RetryDeadLetter = channel.unary_unary(
+                '/quire.audit.v1.AuditService/RetryDeadLetter',
+                request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.RetryDeadLetterRequest.SerializeToString,
+                response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.DeadLetterRecord.FromString,
+                _registered_method=True)
+        self.DiscardDeadLetter = channel.unary_unary(
+                '/quire.audit.v1.AuditService/DiscardDeadLetter',
+                request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.DiscardDeadLetterRequest.SerializeToString,
+                response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.DeadLetterRecord.FromString,
+                _registered_method=True)
 
 
 class AuditServiceServicer:
@@ -98,6 +113,28 @@ class AuditServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListDeadLetters(self, request, context):
+        """Operators: jobs that ended FAILED, kept on the dead-letter stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RetryDeadLetter(self, request, context):
+        """A new attempt from the failed stage: FAILED -> the stage's entry state,
+        recorded in the ledger, under a new generation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DiscardDeadLetter(self, request, context):
+        """The job stays FAILED; its dead letter is resolved and no longer listed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuditServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -125,6 +162,21 @@ def add_AuditServiceServicer_to_server(servicer, server):
                     servicer.ExportEvidence,
                     request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.ExportEvidenceRequest.FromString,
                     response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.Evidence.SerializeToString,
+            ),
+            'ListDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDeadLetters,
+                    request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.ListDeadLettersRequest.FromString,
+                    response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.ListDeadLettersResponse.SerializeToString,
+            ),
+            'RetryDeadLetter': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryDeadLetter,
+                    request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.RetryDeadLetterRequest.FromString,
+                    response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.DeadLetterRecord.SerializeToString,
+            ),
+            'DiscardDeadLetter': grpc.unary_unary_rpc_method_handler(
+                    servicer.DiscardDeadLetter,
+                    request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.DiscardDeadLetterRequest.FromString,
+                    response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.DeadLetterRecord.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -262,6 +314,87 @@ class AuditService:
             '/quire.audit.v1.AuditService/ExportEvidence',
             quire_dot_audit_dot_v1_dot_audit__service__pb2.ExportEvidenceRequest.SerializeToString,
             quire_dot_audit_dot_v1_dot_audit__service__pb2.Evidence.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.audit.v1.AuditService/ListDeadLetters',
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.ListDeadLettersRequest.SerializeToString,
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.ListDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetryDeadLetter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.audit.v1.AuditService/RetryDeadLetter',
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.RetryDeadLetterRequest.SerializeToString,
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.DeadLetterRecord.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DiscardDeadLetter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.audit.v1.AuditService/DiscardDeadLetter',
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.DiscardDeadLetterRequest.SerializeToString,
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.DeadLetterRecord.FromString,
             options,
             channel_credentials,
             insecure,

@@ -13,9 +13,8 @@ from sqlalchemy.orm import Session
 from quire.admission import tables
 from quire.database import Database
 from quire.faults import fault_point
-from quire.jobs import job_id
 from quire.type import queue_pb2
-from quire.workqueue import Publisher, event_subject, work_subject
+from quire.workqueue import Publisher, event_subject, task_message_id, work_subject
 
 __all__ = ["Dispatcher"]
 
@@ -60,7 +59,9 @@ class Dispatcher:
         accepted = queue_pb2.TransitionEvent.FromString(event_bytes)
         await self._publisher.publish(event_subject("admission"), accepted, accepted.event_id)
         await self._publisher.publish(
-            work_subject("validate", task.priority), task, f"{job_id(task.job)}.validate"
+            work_subject("validate", task.priority),
+            task,
+            task_message_id(task.job, "validate", task.generation),
         )
         fault_point("admission.after_publish")
         self._published.add(task.job)

@@ -27,7 +27,7 @@ from quire.database import Database
 from quire.errors import PermanentError, QuireError
 from quire.faults import fault_point
 from quire.jobs import HISTORY_BEFORE_COMPLETION, TERMINAL_STATES, job_id
-from quire.leases import Lease, LeaseStore
+from quire.leases import Lease, LeaseStore, lease_key
 from quire.reasons import ReasonCode
 from quire.settings import QueueSettings
 from quire.stage import retry_delay
@@ -83,7 +83,7 @@ class CompletionDesk:
             attributes={"quire.job": ident, "quire.attempt": attempt},
         ) as span:
             try:
-                lease = await self.leases.acquire(task.job)
+                lease = await self.leases.acquire(lease_key(task.job, task.generation))
                 verdict = await self._complete_when_evident(task, attempt, lease)
             except Exception as error:  # noqa: BLE001 - database or storage trouble: retry
                 log.warning("job %s: completion check failed (%s)", task.job, type(error).__name__)
@@ -142,9 +142,10 @@ class CompletionDesk:
             log.info("job %s: history incomplete, completion deferred", task.job)
             return Verdict.HISTORY_INCOMPLETE
         reported = session.execute(
-            select(tables.ledger.c.event).where(
-                tables.ledger.c.job == task.job, tables.ledger.c.to_state == "COMMITTING"
-            )
+            select(tables.ledger.c.event)
+            .where(tables.ledger.c.job == task.job, tables.ledger.c.to_state == "COMMITTING")
+            .order_by(tables.ledger.c.sequence.desc())
+            .limit(1)
         ).scalar_one()
         if queue_pb2.TransitionEvent.FromString(reported).output_digest != task.signed.sha256:
             return self._end(session, task, attempt, lease, ReasonCode.ARTIFACT_DIGEST_MISMATCH)

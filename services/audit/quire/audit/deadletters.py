@@ -15,11 +15,16 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from quire.jobgate import CANCELLED, JobGate
-from quire.jobs import job_id
 from quire.reasons import ReasonCode
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
-from quire.workqueue import WORK_STREAM, Publisher, event_subject
+from quire.workqueue import (
+    WORK_STREAM,
+    Publisher,
+    dead_subject,
+    event_subject,
+    task_message_id,
+)
 
 __all__ = ["DeadLetterOffice"]
 
@@ -44,8 +49,15 @@ class DeadLetterOffice:
             await msg.ack()  # already gone (acknowledged after all): nothing to do
             return
         task = queue_pb2.JobTask.FromString(stored.data or b"")
+        deliveries = int(advisory.get("deliveries", 0))
+        letter = queue_pb2.DeadLetter(
+            task=task,
+            stage=stage,
+            reason_code=ReasonCode.RETRY_LIMIT_REACHED,
+            deliveries=deliveries,
+        )
         await self._publisher.publish(
-            f"quire.dead.{stage}", task, f"{job_id(task.job)}.dead.{stage}"
+            dead_subject(stage), letter, task_message_id(task.job, f"dead.{stage}", task.generation)
         )
         ending = "FAILED"
         if await self._gate.end(task.job, "FAILED") == CANCELLED:
@@ -59,7 +71,7 @@ class DeadLetterOffice:
             task,
             STAGE_STATES.get(stage, ""),
             ending,
-            attempt=int(advisory.get("deliveries", 0)),
+            attempt=deliveries,
             lease_token=0,
             reason_code=reason,
         )

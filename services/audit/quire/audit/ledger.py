@@ -3,7 +3,9 @@
 Appends happen inside the caller's transaction (SQLite ``BEGIN IMMEDIATE``,
 PostgreSQL row lock on the chain head), so chain order equals commit order.
 An event id already present is a duplicate and changes nothing. The job view
-moves forward only: an event that arrives late never drags a job back.
+moves forward only: an event that arrives late never drags a job back. The one
+exception is an operator's dead-letter retry, which reopens a FAILED job under
+a new generation (``FAILED -> <stage entry state>``, ``DEAD_LETTER_RETRIED``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from sqlalchemy.orm import Session
 from quire.audit import tables
 from quire.database import insert_if_absent
 from quire.jobs import TERMINAL_STATES, state_name, state_rank
+from quire.reasons import ReasonCode
 from quire.type import queue_pb2
 
 __all__ = ["append", "entry_hash", "GENESIS", "recorded_states"]
@@ -106,8 +109,20 @@ def _advance_view(session: Session, event: queue_pb2.TransitionEvent, now: datet
         return
     if row.state not in TERMINAL_STATES and state_rank(to_state) > state_rank(row.state):
         facts.update(state=to_state, reason_code=event.reason_code)
+    elif _reopens(row.state, event):
+        facts.update(state=to_state, reason_code="")
     facts["updated_at"] = now
     session.execute(update(tables.jobs).where(tables.jobs.c.job == event.job).values(**facts))
+
+
+def _reopens(state: str, event: queue_pb2.TransitionEvent) -> bool:
+    """An operator's dead-letter retry: the one way out of FAILED."""
+    return (
+        state == "FAILED"
+        and state_name(event.from_state) == "FAILED"
+        and event.reason_code == ReasonCode.DEAD_LETTER_RETRIED
+        and event.generation > 0
+    )
 
 
 def recorded_states(session: Session, job: str) -> set[str]:

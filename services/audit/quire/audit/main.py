@@ -11,9 +11,12 @@ import os
 
 import grpc
 
+from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
 from quire.audit import tables
 from quire.audit.checkpoints import CheckpointBook, CheckpointSigner
 from quire.audit.completion import CompletionDesk
+from quire.audit.deadletterbook import DeadLetterBook
+from quire.audit.deadletterdesk import DeadLetterDesk
 from quire.audit.deadletters import DeadLetterOffice
 from quire.audit.history import HistoryWatch
 from quire.audit.recorder import EventRecorder
@@ -21,15 +24,17 @@ from quire.audit.servicer import AuditServicer
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
-from quire.grpcserver import serve
+from quire.grpcserver import serve, service_channel
 from quire.jobgate import JobGate
+from quire.operatorcheck import OperatorCheck
 from quire.runtime import start_runtime
 from quire.settings import ServiceSettings
 from quire.stageservice import batch_slots
 from quire.transitions import EventFactory
-from quire.workqueue import EVENTS_STREAM, WORK_STREAM, WorkQueueWorker, consumer_name
+from quire.workqueue import EVENTS_STREAM, WORK_STREAM, Publisher, WorkQueueWorker, consumer_name
 from quire.workqueue.topology import (
     CHECKPOINT_SUBJECT,
+    DEAD_BOOK_CONSUMER,
     DEAD_CONSUMER,
     DEAD_STREAM,
     EVENTS_CONSUMER,
@@ -51,12 +56,22 @@ async def main() -> None:
         queue=settings.queue,
         history=history,
     )
+    gate = await JobGate.open(js)
     office = DeadLetterOffice(
-        js,
-        await JobGate.open(js),
-        EventFactory("dead-letter", settings.instance, settings.build_version),
+        js, gate, EventFactory("dead-letter", settings.instance, settings.build_version)
     )
+    dead_letters = DeadLetterDesk(database, Publisher(js), gate, settings.build_version)
+    admission = service_channel(settings.peers["admission"], settings.tls)
+    operators = OperatorCheck(admin_grpc.TenantAdminServiceStub(admission))
     workers = [
+        WorkQueueWorker(
+            js,
+            stream=DEAD_STREAM,
+            consumers={DEAD_BOOK_CONSUMER: 1},
+            handler=DeadLetterBook(database).handle,
+            ack_wait_seconds=settings.queue.ack_wait_seconds,
+            fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
+        ),
         WorkQueueWorker(
             js,
             stream=DEAD_STREAM,
@@ -110,7 +125,10 @@ async def main() -> None:
         await checkpoints.take(publish_checkpoint)
 
     def register(server: grpc.aio.Server) -> None:
-        pb_grpc.add_AuditServiceServicer_to_server(AuditServicer(database, checkpoints), server)
+        pb_grpc.add_AuditServiceServicer_to_server(
+            AuditServicer(database, checkpoints, dead_letters=dead_letters, operators=operators),
+            server,
+        )
 
     try:
         await serve(
@@ -124,6 +142,7 @@ async def main() -> None:
         )
     finally:
         await nc.close()  # workers are drained; nothing is in flight
+        await admission.close()
         database.close()
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import grpc
 from sqlalchemy import select
 
 from quire.audit import tables
 from quire.audit.checkpoints import CheckpointBook
+from quire.audit.deadletterdesk import MAX_LIST, DeadLetterDesk
 from quire.audit.evidence import build_evidence, dumps
 from quire.audit.v1 import audit_service_pb2 as pb
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
@@ -17,6 +19,7 @@ from quire.database import Database
 from quire.errors import FieldViolation, InvalidInput, NotFound
 from quire.grpcstatus import at_the_edge
 from quire.jobs import job_id, job_name, state_value, timestamp
+from quire.operatorcheck import OperatorCheck
 from quire.reasons import ReasonCode
 from quire.type import job_pb2, queue_pb2
 
@@ -45,6 +48,23 @@ def _page(request: pb.ListJobEventsRequest) -> tuple[int, int]:
     return min(request.page_size or 100, MAX_PAGE), int(token)
 
 
+def dead_letter_record(row: Any) -> pb.DeadLetterRecord:
+    record = pb.DeadLetterRecord(
+        job=row.job,
+        tenant=row.tenant,
+        stage=row.stage,
+        reason_code=row.reason_code,
+        deliveries=row.deliveries,
+        generation=row.generation,
+        status=row.status,
+        dead_at=timestamp(row.dead_at),
+        resolved_by=row.resolved_by or "",
+    )
+    if row.resolved_at is not None:
+        record.resolved_at.CopyFrom(timestamp(row.resolved_at))
+    return record
+
+
 def _job(row: object) -> job_pb2.Job:
     return job_pb2.Job(
         name=row.job,  # type: ignore[attr-defined]
@@ -61,9 +81,55 @@ def _job(row: object) -> job_pb2.Job:
 
 
 class AuditServicer(pb_grpc.AuditServiceServicer):
-    def __init__(self, database: Database, checkpoints: CheckpointBook | None = None) -> None:
+    def __init__(
+        self,
+        database: Database,
+        checkpoints: CheckpointBook | None = None,
+        *,
+        dead_letters: DeadLetterDesk | None = None,
+        operators: OperatorCheck | None = None,
+    ) -> None:
         self._db = database
         self._checkpoints = checkpoints
+        self._dead_letters = dead_letters
+        self._operators = operators
+
+    async def _desk(self, context: grpc.aio.ServicerContext) -> tuple[DeadLetterDesk, str]:
+        """The dead-letter desk and the calling operator's token id."""
+        if self._dead_letters is None or self._operators is None:
+            raise NotFound("this audit service keeps no dead letters")
+        return self._dead_letters, await self._operators.operator_of(context)
+
+    @at_the_edge(DOMAIN)
+    async def ListDeadLetters(  # noqa: N802 - gRPC method name
+        self, request: pb.ListDeadLettersRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListDeadLettersResponse:
+        desk, _operator = await self._desk(context)
+        if request.page_size < 0:
+            raise InvalidInput(
+                ReasonCode.INVALID_PAGE,
+                "page_size must not be negative",
+                (FieldViolation("page_size", "negative"),),
+            )
+        rows = await desk.list(
+            include_resolved=request.include_resolved,
+            limit=min(request.page_size or 100, MAX_LIST),
+        )
+        return pb.ListDeadLettersResponse(dead_letters=[dead_letter_record(r) for r in rows])
+
+    @at_the_edge(DOMAIN)
+    async def RetryDeadLetter(  # noqa: N802 - gRPC method name
+        self, request: pb.RetryDeadLetterRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeadLetterRecord:
+        desk, operator = await self._desk(context)
+        return dead_letter_record(await desk.retry(job_name(job_id(request.job)), operator))
+
+    @at_the_edge(DOMAIN)
+    async def DiscardDeadLetter(  # noqa: N802 - gRPC method name
+        self, request: pb.DiscardDeadLetterRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeadLetterRecord:
+        desk, operator = await self._desk(context)
+        return dead_letter_record(await desk.discard(job_name(job_id(request.job)), operator))
 
     @at_the_edge(DOMAIN)
     async def GetJob(  # noqa: N802 - gRPC method name

@@ -15,7 +15,7 @@ from sqlalchemy import (
 
 from quire.leases import lease_table
 
-__all__ = ["metadata", "ledger", "chain_heads", "jobs", "leases"]
+__all__ = ["metadata", "ledger", "chain_heads", "jobs", "leases", "dead_letters"]
 
 metadata = MetaData()
 # Commit-task deliveries: completion is fenced like every stage's final write.
@@ -59,4 +59,22 @@ jobs = Table(
     Column("key_version", String(32), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+# Jobs that ended FAILED, from quire.dead.<stage>: one row per job, for the
+# generation that failed last; operators retry or discard them.
+dead_letters = Table(
+    "dead_letters",
+    metadata,
+    Column("job", String(64), primary_key=True),
+    Column("tenant", String(64), nullable=False),
+    Column("stage", String(16), nullable=False),
+    Column("reason_code", String(64), nullable=False),
+    Column("deliveries", Integer, nullable=False),
+    Column("generation", Integer, nullable=False),
+    Column("task", LargeBinary, nullable=False),
+    # dead -> retrying -> retried, or dead -> discarded
+    Column("status", String(16), nullable=False),
+    Column("dead_at", DateTime(timezone=True), nullable=False),
+    Column("resolved_at", DateTime(timezone=True), nullable=True),
+    Column("resolved_by", String(64), nullable=False, default=""),
 )

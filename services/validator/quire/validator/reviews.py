@@ -18,13 +18,12 @@ from sqlalchemy.orm import Session
 from quire.database import Database
 from quire.errors import FailedPrecondition, NotFound
 from quire.jobgate import CANCELLED, JobGate
-from quire.jobs import job_id
 from quire.reasons import ReasonCode
 from quire.settings import BUILD_VERSION
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
 from quire.validator import tables
-from quire.workqueue import Publisher, event_subject, work_subject
+from quire.workqueue import Publisher, event_subject, task_message_id, work_subject
 
 __all__ = ["ReviewDesk", "ReviewRow"]
 
@@ -91,7 +90,7 @@ class ReviewDesk:
             await self._publisher.publish(
                 work_subject("assemble", task.priority or "interactive"),
                 task,
-                f"{job_id(task.job)}.assemble",
+                task_message_id(task.job, "assemble", task.generation),
             )
         else:
             event = actor.transition(

@@ -12,11 +12,11 @@ from quire.database import Database
 from quire.errors import FieldViolation, InvalidInput, NotFound
 from quire.grpcstatus import at_the_edge
 from quire.jobs import job_id, job_name, timestamp
+from quire.operatorcheck import OperatorCheck
 from quire.reasons import ReasonCode
 from quire.type import queue_pb2
 from quire.validator import tables
 from quire.validator.evaluation import Evaluator
-from quire.validator.operators import OperatorCheck
 from quire.validator.reviews import ReviewDesk, ReviewRow
 from quire.validator.rulesets import RulesetBook, canonical
 from quire.validator.v1 import validator_service_pb2 as pb

@@ -1,5 +1,5 @@
-"""Operator calls (reviews, shadow evaluation) need an operator token; the
-validator asks admission, which owns the tokens, whose token it is."""
+"""Operator calls (reviews, shadow evaluation, dead letters) need an operator
+token; the service asks admission, which owns the tokens, whose token it is."""
 
 from __future__ import annotations
 

@@ -1,0 +1,87 @@
+"""The dead-letter book: every ``quire.dead.<stage>`` message recorded once, so
+operators can list, retry and discard failed jobs.
+
+One row per job holds the generation that failed last; a redelivered or
+republished letter of the same (or an older) generation changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from google.protobuf.message import DecodeError
+from nats.aio.msg import Msg
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from quire.audit import tables
+from quire.database import Database, insert_if_absent
+from quire.errors import QuireError
+from quire.jobs import job_id
+from quire.type import queue_pb2
+
+__all__ = ["DeadLetterBook", "record_letter"]
+
+log = logging.getLogger(__name__)
+RETRY_SECONDS = 1.0
+
+
+def record_letter(session: Session, letter: queue_pb2.DeadLetter) -> bool:
+    """Record ``letter``; True if it is new (a job's first, or a later generation)."""
+    table = tables.dead_letters
+    task = letter.task
+    values = {
+        "tenant": task.tenant,
+        "stage": letter.stage,
+        "reason_code": letter.reason_code,
+        "deliveries": letter.deliveries,
+        "generation": task.generation,
+        "task": task.SerializeToString(deterministic=True),
+        "status": "dead",
+        "dead_at": datetime.now(UTC),
+        "resolved_at": None,
+        "resolved_by": "",
+    }
+    if insert_if_absent(session, table, {"job": task.job, **values}):
+        return True
+    renewed = session.execute(
+        update(table)
+        .where(table.c.job == task.job, table.c.generation < task.generation)
+        .values(**values)
+        .returning(table.c.job)
+    ).first()
+    return renewed is not None
+
+
+class DeadLetterBook:
+    def __init__(self, database: Database) -> None:
+        self._db = database
+
+    async def handle(self, msg: Msg) -> None:
+        try:
+            letter = queue_pb2.DeadLetter.FromString(msg.data)
+            job_id(letter.task.job)
+        except (DecodeError, QuireError):
+            log.warning("undecodable dead letter on %s terminated", msg.subject)
+            await msg.term()
+            return
+        try:
+            new = await self._db.run(lambda s: record_letter(s, letter))
+        except Exception as error:  # noqa: BLE001 - database trouble: retry
+            log.warning("dead letter not recorded (%s)", type(error).__name__)
+            await msg.nak(delay=RETRY_SECONDS)
+            return
+        if new:
+            log.info(
+                "job %s dead-lettered from %s (%s)",
+                letter.task.job,
+                letter.stage,
+                letter.reason_code,
+            )
+        await msg.ack()
+
+
+def letter_row(session: Session, job: str) -> object | None:
+    table = tables.dead_letters
+    return session.execute(select(table).where(table.c.job == job)).first()

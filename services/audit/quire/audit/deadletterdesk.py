@@ -1,0 +1,141 @@
+"""Operators' desk for dead letters: list them, retry a job, or discard it.
+
+A retry is a new attempt from the stage the job failed in, under a new
+generation (new event ids, message ids and stage leases, so nothing of the
+failed attempt is mistaken for the new one):
+
+    dead ── gate reopened, ledger: FAILED -> <stage entry state> ──▶ retrying
+         ── task (generation + 1) published to the stage's work subject ──▶ retried
+
+The ledger entry and the ``retrying`` mark are one transaction; the publish is
+deduplicated by message id, so a retry interrupted anywhere is finished by
+asking again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from quire.audit import ledger, tables
+from quire.audit.deadletterbook import letter_row
+from quire.database import Database
+from quire.errors import FailedPrecondition, NotFound
+from quire.jobgate import CANCELLED, JobGate
+from quire.reasons import ReasonCode
+from quire.transitions import EventFactory
+from quire.type import queue_pb2
+from quire.workqueue import Publisher, task_message_id, work_subject
+
+__all__ = ["DeadLetterDesk", "ENTRY_STATES", "MAX_LIST"]
+
+ENTRY_STATES = {"validate": "ACCEPTED", "assemble": "ASSEMBLING", "sign": "SIGNING"}
+"""The state a job waits in for each stage: where a retry puts it back."""
+OPEN = ("dead", "retrying")
+MAX_LIST = 1000
+
+
+@dataclass(frozen=True)
+class DeadLetterDesk:
+    database: Database
+    publisher: Publisher
+    gate: JobGate
+    build_version: str
+
+    async def list(self, *, include_resolved: bool, limit: int) -> list[Any]:
+        table = tables.dead_letters
+        query = select(table).order_by(table.c.dead_at, table.c.job).limit(limit)
+        if not include_resolved:
+            query = query.where(table.c.status.in_(OPEN))
+        return await self.database.read(lambda s: list(s.execute(query).all()))
+
+    async def retry(self, job: str, operator: str) -> Any:
+        row = await self._letter(job)
+        if row.status == "retried":
+            return row  # asked twice: already done
+        if row.status == "discarded":
+            raise FailedPrecondition(
+                ReasonCode.DEAD_LETTER_RESOLVED, "the dead letter was discarded"
+            )
+        failed = queue_pb2.JobTask.FromString(row.task)
+        task = queue_pb2.JobTask()
+        task.CopyFrom(failed)
+        task.generation = row.generation + 1
+        if row.status == "dead":
+            await self._reopen(job)
+            event = EventFactory("operator", operator, self.build_version).transition(
+                task,
+                "FAILED",
+                ENTRY_STATES[row.stage],
+                attempt=1,
+                lease_token=0,
+                reason_code=ReasonCode.DEAD_LETTER_RETRIED,
+            )
+            await self.database.run(lambda s: _mark_retrying(s, job, row.generation, event))
+        await self.publisher.publish(
+            work_subject(row.stage, task.priority or "interactive"),
+            task,
+            task_message_id(task.job, row.stage, task.generation),
+        )
+        return await self.database.run(lambda s: _resolve(s, job, "retrying", "retried", operator))
+
+    async def discard(self, job: str, operator: str) -> Any:
+        row = await self._letter(job)
+        if row.status == "discarded":
+            return row
+        if row.status != "dead":
+            raise FailedPrecondition(ReasonCode.DEAD_LETTER_RESOLVED, "the job was retried")
+        return await self.database.run(lambda s: _resolve(s, job, "dead", "discarded", operator))
+
+    async def _letter(self, job: str) -> Any:
+        row = await self.database.read(lambda s: letter_row(s, job))
+        if row is None:
+            raise NotFound("no dead letter for this job", ReasonCode.DEAD_LETTER_NOT_FOUND)
+        return row
+
+    async def _reopen(self, job: str) -> None:
+        state = await self.database.read(
+            lambda s: s.execute(
+                select(tables.jobs.c.state).where(tables.jobs.c.job == job)
+            ).scalar_one_or_none()
+        )
+        if state == "CANCELLED":
+            raise FailedPrecondition(ReasonCode.JOB_CANCELLED, "the job was cancelled")
+        if state != "FAILED":
+            raise FailedPrecondition(
+                ReasonCode.HISTORY_INCOMPLETE, "the job's failure is not recorded yet; try again"
+            )
+        if await self.gate.reopen(job) == CANCELLED:
+            raise FailedPrecondition(ReasonCode.JOB_CANCELLED, "the job was cancelled")
+
+
+def _mark_retrying(
+    session: Session, job: str, generation: int, event: queue_pb2.TransitionEvent
+) -> None:
+    table = tables.dead_letters
+    claimed = session.execute(
+        update(table)
+        .where(table.c.job == job, table.c.status == "dead", table.c.generation == generation)
+        .values(status="retrying")
+        .returning(table.c.job)
+    ).first()
+    if claimed is not None:
+        ledger.append(session, event)
+    # Otherwise a concurrent retry claimed it first and appended the same event.
+
+
+def _resolve(session: Session, job: str, current: str, status: str, operator: str) -> Any:
+    table = tables.dead_letters
+    session.execute(
+        update(table)
+        .where(table.c.job == job, table.c.status == current)
+        .values(status=status, resolved_at=datetime.now(UTC), resolved_by=operator)
+    )
+    row = letter_row(session, job)
+    if row is None or row.status != status:  # type: ignore[attr-defined]
+        raise FailedPrecondition(ReasonCode.DEAD_LETTER_RESOLVED, "resolved meanwhile")
+    return row
