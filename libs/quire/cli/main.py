@@ -19,7 +19,7 @@ from pathlib import Path
 
 import grpc
 
-from quire.cli import deadletters, operators, reviews
+from quire.cli import check, deadletters, operators, reviews
 from quire.cli.config import ClientConfig
 from quire.cli.packets import PacketFile, read_manifest_file, send_packet
 from quire.cli.verify import ledger_checks, verify_file
@@ -289,6 +289,9 @@ def _parser() -> argparse.ArgumentParser:
     evidence.add_argument("file", nargs="?", help="with `verify`: the evidence file")
     evidence.add_argument("-o", "--output", default="")
     evidence.add_argument("--key-sha256", default="", help="the checkpoint key to trust")
+    check.add_arguments(
+        command("check", help="operators: check every invariant over the data directory")
+    )
     review.add_parser("list", parents=[common])
     for decision in ("approve", "reject"):
         decide = review.add_parser(decision, parents=[common])
@@ -325,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "up":
         return _up(args)
+    if args.command == "check":
+        return check.run(args)  # reads the data directory; needs no running stack
     if args.command == "evidence" and args.job == "verify":
         return _evidence_verify(args)  # offline: needs no stack
     if args.command == "evidence":

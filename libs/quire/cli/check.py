@@ -1,0 +1,52 @@
+"""``quire check``: the invariant checker over a data directory, like fsck.
+
+Reads the services' databases read-only and the blob directory; needs no
+running stack (run it with the stack stopped, or running and idle). Prints a
+summary and every finding (kinds, job ids, ledger sequences, states: never
+document content), and exits 1 when anything is found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from quire.invariants import CheckReport, check
+
+__all__ = ["add_arguments", "run", "render"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--stopped",
+        action="store_true",
+        help="the stack is stopped: its temporary space must be empty "
+        "(detected from stack.json when not given)",
+    )
+
+
+def render(report: CheckReport) -> list[str]:
+    """The summary and findings, one line each."""
+    states = "  ".join(f"{state}={count}" for state, count in report.jobs_by_state.items())
+    lines = [
+        f"stack: {'stopped' if report.stopped else 'running'}",
+        f"jobs accepted: {report.jobs_accepted}  by state: {states or '-'}",
+        f"ledger: {report.ledger_entries} entries, {report.ledger_chains} chains, "
+        f"{report.checkpoints_checked} checkpoints checked",
+        f"signed artifacts: {report.artifacts}  temporary entries: {report.temp_entries}",
+    ]
+    lines += [f"finding: {finding}" for finding in report.findings]
+    lines.append("OK" if report.ok else f"{len(report.findings)} FINDINGS")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    data_dir = Path(args.data_dir)
+    if not data_dir.is_dir():
+        print(f"no data directory at {data_dir}", file=sys.stderr)
+        return 2
+    report = check(data_dir, stopped=True if args.stopped else None)
+    for line in render(report):
+        print(line)
+    return 0 if report.ok else 1

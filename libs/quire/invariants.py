@@ -1,0 +1,121 @@
+"""The invariant checker behind ``quire check``: after any run, with the stack
+stopped or running and idle, read every service's records read-only and
+report each promise of DESIGN.md that does not hold.
+
+It is an operations tool like fsck: it opens the services' databases itself
+(the URLs they use, SQLite or PostgreSQL), hashes the signed artifacts in the
+blob directory again, and reuses audit's own ledger verification. It writes
+nothing. What it reports is listed in ``quire.invariants_findings``.
+
+Whether the stack is stopped decides one rule: a stopped stack must leave
+``.tmp`` empty, while a running one may be using entries whose owner lives.
+Pass ``stopped`` to say so; left ``None`` it is detected from ``stack.json``:
+the stack counts as running if any service endpoint recorded there accepts a
+connection, as stopped if none does, and as running (the weaker rule) when
+there is no ``stack.json`` (a cluster, say).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from quire.invariants_blobs import scan_artifacts, temp_findings
+from quire.invariants_db import service_settings
+from quire.invariants_findings import KINDS, Finding
+from quire.invariants_jobs import artifact_findings, job_findings, ledger_row_findings
+from quire.invariants_snapshot import read_snapshot
+
+__all__ = ["CheckReport", "Finding", "KINDS", "check", "stack_running"]
+
+STACK_FILE = "stack.json"
+PROBE_TIMEOUT_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    findings: list[Finding]
+    stopped: bool
+    """Whether the check treated the stack as stopped."""
+    jobs_accepted: int
+    jobs_by_state: Mapping[str, int] = field(default_factory=dict)
+    """Audit's job view, by state."""
+    ledger_entries: int = 0
+    ledger_chains: int = 0
+    checkpoints_checked: int = 0
+    artifacts: int = 0
+    temp_entries: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def kinds(self) -> set[str]:
+        return {finding.kind for finding in self.findings}
+
+
+def _endpoint_open(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT_SECONDS):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def stack_running(data_dir: Path) -> bool | None:
+    """True if a service of the stack in ``data_dir`` answers, False if none
+    does, None when there is no ``stack.json`` to tell."""
+    try:
+        info = json.loads((data_dir / STACK_FILE).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    endpoints = info.get("endpoints", {}) if isinstance(info, dict) else {}
+    return any(_endpoint_open(str(address)) for address in endpoints.values())
+
+
+def check(
+    data_dir: Path,
+    *,
+    stopped: bool | None = None,
+    env: Mapping[str, str] | None = None,
+) -> CheckReport:
+    """Check every invariant over ``data_dir``; see the module's docstring."""
+    env = os.environ if env is None else env
+    data_dir = data_dir.resolve()
+    if stopped is None:
+        stopped = stack_running(data_dir) is False
+    snapshot = read_snapshot(data_dir, env, stopped=stopped)
+    blob_root = service_settings(data_dir, "signer", env).blob_root
+    scan = scan_artifacts(blob_root)
+    findings = [Finding("database_missing", detail=s) for s in snapshot.missing_databases]
+    findings += job_findings(snapshot, scan.artifacts)
+    findings += artifact_findings(snapshot, scan.artifacts)
+    if scan.unrecognized:
+        findings.append(Finding("unrecognized_blob", detail=f"{scan.unrecognized} files"))
+    temp, temp_entries = temp_findings(blob_root, stopped=stopped)
+    findings += temp
+    verification = snapshot.verification
+    if verification is not None:
+        job_at = {entry.sequence: entry.job for entry in snapshot.ledger}
+        findings += [
+            Finding(f"ledger_{f.kind}", job_at.get(f.sequence, ""), f.sequence)
+            for f in verification.findings
+        ]
+    findings += ledger_row_findings(snapshot.ledger)
+    return CheckReport(
+        findings=sorted(set(findings), key=lambda f: (f.kind, f.job, f.sequence, f.detail)),
+        stopped=stopped,
+        jobs_accepted=len(snapshot.accepted),
+        jobs_by_state=dict(sorted(Counter(v.state for v in snapshot.views.values()).items())),
+        ledger_entries=len(snapshot.ledger),
+        ledger_chains=verification.chains if verification else 0,
+        checkpoints_checked=verification.checkpoints_checked if verification else 0,
+        artifacts=len(scan.artifacts),
+        temp_entries=temp_entries,
+    )

@@ -1,0 +1,203 @@
+"""What the invariant checker reads from the services' databases, read-only:
+admission's accepted jobs, audit's ledger, job view and chain verification,
+and the signer's signature records.
+
+Only ids, states, reason codes and digests are kept. Reads go service by
+service in pipeline order (admission first), each in one transaction, so a
+stack that is idle yields one consistent picture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.message import DecodeError
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from quire.admission import tables as admission_tables
+from quire.audit import tables as audit_tables
+from quire.audit.checkpoints import Checkpoint, CheckpointSigner, load_checkpoints
+from quire.audit.verification import LedgerReport, verify_ledger
+from quire.invariants_db import database_exists, read_only_engine, service_settings
+from quire.jobs import state_name
+from quire.signer import tables as signer_tables
+from quire.type import queue_pb2
+
+__all__ = [
+    "AcceptedJob",
+    "LedgerEntry",
+    "JobView",
+    "SignatureRecord",
+    "Snapshot",
+    "read_snapshot",
+]
+
+
+@dataclass(frozen=True)
+class AcceptedJob:
+    job: str
+    tenant: str
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    sequence: int
+    event_id: str
+    job: str
+    tenant: str
+    from_state: str
+    to_state: str
+    reason_code: str
+    output_digest: str
+    """From the hashed event; empty when the event does not decode."""
+    decodes: bool
+    columns_match: bool
+    """Whether the row's columns say what its hashed event says."""
+
+
+@dataclass(frozen=True)
+class JobView:
+    job: str
+    state: str
+
+
+@dataclass(frozen=True)
+class SignatureRecord:
+    job: str
+    blob_key: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    accepted: Mapping[str, AcceptedJob]
+    ledger: list[LedgerEntry]
+    """Every entry, in sequence order."""
+    views: Mapping[str, JobView]
+    signatures: Mapping[str, SignatureRecord]
+    verification: LedgerReport | None
+    missing_databases: tuple[str, ...]
+
+
+def _accepted(session: Session) -> dict[str, AcceptedJob]:
+    table = admission_tables.jobs
+    rows = session.execute(select(table.c.job, table.c.tenant))
+    return {row.job: AcceptedJob(row.job, row.tenant) for row in rows}
+
+
+def _said(event: queue_pb2.TransitionEvent) -> tuple[str, ...] | None:
+    """The columns a ledger row should have, as its hashed event says them."""
+    try:
+        return (
+            event.event_id,
+            event.job,
+            event.tenant,
+            state_name(event.from_state),
+            state_name(event.to_state),
+            event.reason_code,
+        )
+    except ValueError:  # a state number this build does not know
+        return None
+
+
+def _entry(row: Any) -> LedgerEntry:
+    try:
+        event: queue_pb2.TransitionEvent | None = queue_pb2.TransitionEvent.FromString(row.event)
+    except DecodeError:
+        event = None
+    columns = (row.event_id, row.job, row.tenant, row.from_state, row.to_state, row.reason_code)
+    return LedgerEntry(
+        sequence=row.sequence,
+        event_id=row.event_id,
+        job=row.job,
+        tenant=row.tenant,
+        from_state=row.from_state,
+        to_state=row.to_state,
+        reason_code=row.reason_code,
+        output_digest=event.output_digest if event is not None else "",
+        decodes=event is not None,
+        columns_match=event is not None and _said(event) == columns,
+    )
+
+
+def _ledger(session: Session) -> list[LedgerEntry]:
+    table = audit_tables.ledger
+    rows = session.execute(
+        select(
+            table.c.sequence,
+            table.c.event_id,
+            table.c.job,
+            table.c.tenant,
+            table.c.from_state,
+            table.c.to_state,
+            table.c.reason_code,
+            table.c.event,
+        ).order_by(table.c.sequence)
+    )
+    return [_entry(row) for row in rows]
+
+
+def _views(session: Session) -> dict[str, JobView]:
+    table = audit_tables.jobs
+    rows = session.execute(select(table.c.job, table.c.state))
+    return {row.job: JobView(row.job, row.state) for row in rows}
+
+
+def _signatures(session: Session) -> dict[str, SignatureRecord]:
+    table = signer_tables.signatures
+    rows = session.execute(select(table.c.job, table.c.blob_key, table.c.sha256))
+    return {row.job: SignatureRecord(row.job, row.blob_key, row.sha256 or "") for row in rows}
+
+
+def _checkpoints(audit_dir: Path) -> list[Checkpoint]:
+    """Checkpoints that verify with audit's key; none if audit never made its key."""
+    if not (audit_dir / "keys" / "checkpoint.key").is_file():
+        return []
+    signer = CheckpointSigner(audit_dir / "keys")
+    return load_checkpoints(audit_dir / "checkpoints", signer.public_pem)
+
+
+def read_snapshot(data_dir: Path, env: Mapping[str, str], *, stopped: bool) -> Snapshot:
+    """Read every service's part of the picture; a missing database reads as empty."""
+    missing: list[str] = []
+    engines: dict[str, Engine] = {}
+    for service in ("admission", "audit", "signer"):
+        url = service_settings(data_dir, service, env).database_url
+        if database_exists(url):
+            engines[service] = read_only_engine(url, stopped=stopped)
+        else:
+            missing.append(service)
+    try:
+        accepted: dict[str, AcceptedJob] = {}
+        if "admission" in engines:
+            with Session(engines["admission"]) as session, session.begin():
+                accepted = _accepted(session)
+        ledger: list[LedgerEntry] = []
+        views: dict[str, JobView] = {}
+        verification = None
+        if "audit" in engines:
+            audit_dir = service_settings(data_dir, "audit", env).service_dir
+            checkpoints = _checkpoints(audit_dir)
+            with Session(engines["audit"]) as session, session.begin():
+                ledger = _ledger(session)
+                views = _views(session)
+                verification = verify_ledger(session, checkpoints)
+        signatures: dict[str, SignatureRecord] = {}
+        if "signer" in engines:
+            with Session(engines["signer"]) as session, session.begin():
+                signatures = _signatures(session)
+    finally:
+        for engine in engines.values():
+            engine.dispose()
+    return Snapshot(
+        accepted=accepted,
+        ledger=ledger,
+        views=views,
+        signatures=signatures,
+        verification=verification,
+        missing_databases=tuple(missing),
+    )

@@ -1,0 +1,103 @@
+"""Helpers shared by the fault-scenario tests and the invariant checker's tests
+(no tests here): a private stack, a batch of small jobs, bounded waits, and
+read-only looks at the ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from pdfs import write_text_pdf
+from quire.client import AdmissionClient, PacketItem
+from quire.jobs import TERMINAL_STATES, state_name
+from quire.stack.supervisor import Stack, StackInfo
+from quire.type import job_pb2
+
+__all__ = [
+    "Running",
+    "running_stack",
+    "submit_text_jobs",
+    "wait_all",
+    "eventually",
+    "ledger_rows",
+]
+
+BASE_ENV = {"QUIRE_DRAIN_SECONDS": "5"}
+
+
+@dataclass(frozen=True)
+class Running:
+    stack: Stack
+    info: StackInfo
+    client: AdmissionClient
+
+    @property
+    def data_dir(self) -> Path:
+        return self.stack.data_dir
+
+
+@asynccontextmanager
+async def running_stack(
+    directory: Path, env: dict[str, str] | None = None
+) -> AsyncIterator[Running]:
+    """A private stack; stopped (gracefully) when the block ends."""
+    stack = Stack(directory, env={**BASE_ENV, **(env or {})})
+    info = await asyncio.to_thread(stack.start)
+    try:
+        async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
+            yield Running(stack, info, client)
+    finally:
+        await asyncio.to_thread(stack.stop)
+
+
+async def submit_text_jobs(client: AdmissionClient, folder: Path, count: int) -> list[str]:
+    """``count`` one-page jobs, each from its own freshly made PDF."""
+    folder.mkdir(parents=True, exist_ok=True)
+    names = []
+    for index in range(count):
+        path = write_text_pdf(folder / f"{index}.pdf", [f"page {index} {uuid.uuid4().hex}"])
+        digest = (await client.upload(path)).sha256
+        names.append((await client.submit([PacketItem(f"d{index}", digest)])).name)
+    return names
+
+
+async def wait_all(
+    client: AdmissionClient, names: list[str], timeout: float
+) -> dict[str, job_pb2.Job]:
+    """Every job's final view; fails if one is not terminal within ``timeout``."""
+    jobs = await asyncio.gather(*(client.wait(name, timeout=timeout) for name in names))
+    return {job.name: job for job in jobs}
+
+
+async def eventually(
+    condition: Callable[[], Awaitable[bool]], timeout: float, what: str, every: float = 0.1
+) -> None:
+    """Wait until ``condition`` holds, at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f}s")
+        await asyncio.sleep(every)
+
+
+def ledger_rows(data_dir: Path) -> list[tuple[int, str, str, str]]:
+    """(sequence, event_id, job, to_state) of every ledger entry, read-only."""
+    path = data_dir / "audit" / "audit.db"
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        return list(
+            db.execute("SELECT sequence, event_id, job, to_state FROM ledger ORDER BY sequence")
+        )
+
+
+def states_of(jobs: dict[str, job_pb2.Job]) -> dict[str, str]:
+    return {name: state_name(job.state) for name, job in jobs.items()}
+
+
+def all_terminal(jobs: dict[str, job_pb2.Job]) -> bool:
+    return all(state in TERMINAL_STATES for state in states_of(jobs).values())
