@@ -7,10 +7,25 @@ writing, fsync, and promote with a rename (or, for keys that must never be
 overwritten, a hard link that fails if the key exists) followed by an fsync
 of the directory. A crash leaves at worst a temporary file, never a partial
 blob under a real key.
+
+Every temporary entry is named after its owner (``quire.tempspace``), so
+usage is counted per service and a dead process's leftovers can be swept.
+Storage errors on the write path are classified once, here: storage that
+refuses writes (read-only, permission denied) is a ``SystemFailure``
+(``STORAGE_FAILED``: the job ends FAILED, retrying cannot help); anything
+else (I/O error, disk or quota full, ...) is a ``TransientError``
+(``STORAGE_UNAVAILABLE``: retried with backoff). A full disk or quota is
+transient because space comes back as work finishes and leftovers are swept.
+
+For the tests, with ``QUIRE_FAULTS_DIR`` set, a file ``storage.transient``
+(EIO) or ``storage.permanent`` (EROFS) in that directory makes every blob
+write fail; without the variable nothing is checked.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import tempfile
@@ -19,12 +34,47 @@ from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO, Protocol
 
-from quire.errors import InvalidInput, PermanentError, TransientError
+from quire.errors import InvalidInput, PermanentError, QuireError, SystemFailure, TransientError
 from quire.reasons import ReasonCode
+from quire.tempspace import temp_prefix
 
-__all__ = ["BlobStore", "BlobWriter", "LocalBlobStore", "sha256_file", "source_key"]
+__all__ = [
+    "BlobStore",
+    "BlobWriter",
+    "LocalBlobStore",
+    "DEFAULT_OWNER",
+    "sha256_file",
+    "source_key",
+    "storage_error",
+]
 
 READ_CHUNK = 1024 * 1024
+DEFAULT_OWNER = "quire"
+"""The temporary-space owner of a store built without one (tools, tests)."""
+REFUSING_WRITES = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+"""Storage that answers these will not take writes until someone fixes it."""
+
+
+def storage_error(error: OSError, message: str) -> QuireError:
+    """The Quire error for a failed storage write (see the module docstring)."""
+    if error.errno in REFUSING_WRITES:
+        return SystemFailure(ReasonCode.STORAGE_FAILED, message)
+    return TransientError(ReasonCode.STORAGE_UNAVAILABLE, message)
+
+
+def _faults_dir() -> Path | None:
+    value = os.environ.get("QUIRE_FAULTS_DIR", "")
+    return Path(value) if value else None
+
+
+def _injected_fault(faults_dir: Path | None) -> None:
+    """Raise the storage fault a test put in place, if any (tests only)."""
+    if faults_dir is None:
+        return
+    if (faults_dir / "storage.permanent").exists():
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+    if (faults_dir / "storage.transient").exists():
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
 
 
 def source_key(tenant: str, sha256: str) -> str:
@@ -42,14 +92,32 @@ def sha256_file(path: str | Path) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
+class _StorageWrite:
+    """Turns an OSError raised inside it into the classified storage error."""
+
+    def __init__(self, message: str) -> None:
+        self._message = message
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        error: BaseException | None,
+        _tb: TracebackType | None,
+    ) -> None:
+        if isinstance(error, OSError):
+            raise storage_error(error, self._message) from error
+
+
 class BlobWriter:
     """A temporary blob being written; promote it or it is removed on close."""
 
     def __init__(self, store: LocalBlobStore, max_bytes: int | None) -> None:
         self._store = store
         self._max_bytes = max_bytes
-        fd, name = tempfile.mkstemp(dir=store.tmp_dir, prefix="w-")
-        self.path = Path(name)
+        fd, self.path = store.make_temp_file("write")
         self._file: BinaryIO = os.fdopen(fd, "wb")
         self._hash = hashlib.sha256()
         self.size = 0
@@ -58,7 +126,9 @@ class BlobWriter:
     def write(self, data: bytes) -> None:
         if self._max_bytes is not None and self.size + len(data) > self._max_bytes:
             raise InvalidInput(ReasonCode.SIZE_EXCEEDS_DECLARATION, "more bytes than declared")
-        self._file.write(data)
+        with _StorageWrite("blob write failed"):
+            _injected_fault(self._store.faults_dir)
+            self._file.write(data)
         self._hash.update(data)
         self.size += len(data)
 
@@ -68,9 +138,10 @@ class BlobWriter:
 
     def finish(self) -> None:
         """Flush and fsync; after this the digest and size are final."""
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
+        with _StorageWrite("blob write failed"):
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
 
     def promote(self, key: str, *, exclusive: bool = False) -> bool:
         """Move the blob under ``key``. Returns False when ``exclusive`` and the key exists."""
@@ -81,9 +152,11 @@ class BlobWriter:
         return created
 
     def discard(self) -> None:
-        if not self._file.closed:
+        # Best effort: on a failing disk even close() may raise (buffered bytes).
+        with contextlib.suppress(OSError):
             self._file.close()
-        self.path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.path.unlink(missing_ok=True)
         self._done = True
 
     def __enter__(self) -> BlobWriter:
@@ -109,12 +182,23 @@ class BlobStore(Protocol):
 
 
 class LocalBlobStore:
-    """Blobs in a directory on a local (or shared) filesystem."""
+    """Blobs in a directory on a local (or shared) filesystem.
 
-    def __init__(self, root: Path) -> None:
+    ``owner`` is the service whose temporary entries this store makes; they are
+    named ``quire.tempspace.temp_prefix(owner, kind)``.
+    """
+
+    def __init__(self, root: Path, *, owner: str = DEFAULT_OWNER) -> None:
         self.root = root
+        self.owner = owner
         self.tmp_dir = root / ".tmp"
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
+        self.faults_dir = _faults_dir()
+        """Where the tests put storage faults; None (nothing checked) in production."""
+
+    def owned_by(self, owner: str) -> LocalBlobStore:
+        """The same store, its temporary entries named after ``owner``."""
+        return LocalBlobStore(self.root, owner=owner)
 
     def writer(self, *, max_bytes: int | None = None) -> BlobWriter:
         return BlobWriter(self, max_bytes)
@@ -127,17 +211,40 @@ class LocalBlobStore:
     def exists(self, key: str) -> bool:
         return self.local_path(key).is_file()
 
-    def new_temp(self) -> Path:
+    def make_temp_file(self, kind: str) -> tuple[int, Path]:
+        """An exclusively created temporary file, open for writing: (fd, path)."""
+        with _StorageWrite("temporary file not created"):
+            _injected_fault(self.faults_dir)
+            fd, name = tempfile.mkstemp(dir=self.tmp_dir, prefix=temp_prefix(self.owner, kind))
+        return fd, Path(name)
+
+    def new_temp(self, kind: str = "part") -> Path:
         """An empty, exclusively created temporary file for a worker process to fill."""
-        fd, name = tempfile.mkstemp(dir=self.tmp_dir, prefix="p-")
+        fd, path = self.make_temp_file(kind)
         os.close(fd)
+        return path
+
+    def new_temp_dir(self, kind: str = "attempt") -> Path:
+        """A private (0700), exclusively created temporary directory for one attempt."""
+        with _StorageWrite("temporary directory not created"):
+            _injected_fault(self.faults_dir)
+            name = tempfile.mkdtemp(dir=self.tmp_dir, prefix=temp_prefix(self.owner, kind))
         return Path(name)
 
     def promote_file(self, temp: Path, key: str, *, exclusive: bool = False) -> bool:
-        """Promote a finished temporary file (see ``BlobWriter.promote``)."""
-        with open(temp, "rb") as handle:
-            os.fsync(handle.fileno())
-        return self._promote(temp, key, exclusive=exclusive)
+        """Promote a finished temporary file (see ``BlobWriter.promote``).
+
+        The temporary file is gone afterwards, whatever the outcome.
+        """
+        try:
+            with _StorageWrite("blob not promoted"):
+                _injected_fault(self.faults_dir)
+                with open(temp, "rb") as handle:
+                    os.fsync(handle.fileno())
+                return self._promote(temp, key, exclusive=exclusive)
+        finally:
+            with contextlib.suppress(OSError):
+                temp.unlink(missing_ok=True)
 
     def delete(self, key: str) -> None:
         self.local_path(key).unlink(missing_ok=True)
@@ -161,20 +268,14 @@ class LocalBlobStore:
     def _promote(self, temp: Path, key: str, *, exclusive: bool) -> bool:
         target = self.local_path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            if exclusive:
-                try:
-                    os.link(temp, target)
-                except FileExistsError:
-                    return False
-                finally:
-                    temp.unlink(missing_ok=True)
-            else:
-                os.replace(temp, target)
-            _fsync_dir(target.parent)
-        except OSError as error:
-            temp.unlink(missing_ok=True)
-            raise TransientError(ReasonCode.STORAGE_UNAVAILABLE, "blob promote failed") from error
+        if exclusive:
+            try:
+                os.link(temp, target)
+            except FileExistsError:
+                return False
+        else:
+            os.replace(temp, target)
+        _fsync_dir(target.parent)
         return True
 
 

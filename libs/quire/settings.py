@@ -22,6 +22,7 @@ __all__ = [
     "QueueSettings",
     "SandboxSettings",
     "AdmissionSettings",
+    "TempSpaceSettings",
     "ValidationLimits",
     "service_address_var",
 ]
@@ -35,6 +36,7 @@ DEFAULT_PORTS = {
     "audit": 7704,
 }
 BUILD_VERSION = "0.1.0"
+GIB = 1024 * 1024 * 1024
 
 
 def service_address_var(service: str) -> str:
@@ -207,4 +209,36 @@ class AdmissionSettings:
                 _get(env, "QUIRE_IDEMPOTENCY_WINDOW_SECONDS", str(24 * 3600))
             ),
             retry_after_seconds=float(_get(env, "QUIRE_RETRY_AFTER_SECONDS", "5")),
+        )
+
+
+@dataclass(frozen=True)
+class TempSpaceSettings:
+    """Limits and housekeeping of the blob store's temporary space (``.tmp``)."""
+
+    budget_bytes: int = 2 * GIB
+    """This service's own temporary bytes above which its queue worker stops pulling."""
+    space_limit_bytes: int = 8 * GIB
+    """The whole pipeline's temporary space; admission sheds new work near it."""
+    shed_fraction: float = 0.9
+    """Admission refuses new work at this fraction of ``space_limit_bytes``."""
+    free_reserve_bytes: int = GIB
+    """Admission refuses new work when the disk holding ``.tmp`` has less free."""
+    measure_seconds: float = 1.0
+    """How often usage is measured (in the background, never per request or message)."""
+    sweep_seconds: float = 60.0
+    """How often entries left by dead processes are removed (and once at start)."""
+    stale_seconds: float = 3600.0
+    """Age after which another host's entry (shared storage) counts as left over."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], service: str) -> TempSpaceSettings:
+        return cls(
+            budget_bytes=int(_get(env, f"QUIRE_{service.upper()}_TEMP_BUDGET_BYTES", str(2 * GIB))),
+            space_limit_bytes=int(_get(env, "QUIRE_TEMP_SPACE_LIMIT_BYTES", str(8 * GIB))),
+            shed_fraction=float(_get(env, "QUIRE_TEMP_SHED_FRACTION", "0.9")),
+            free_reserve_bytes=int(_get(env, "QUIRE_TEMP_FREE_RESERVE_BYTES", str(GIB))),
+            measure_seconds=float(_get(env, "QUIRE_TEMP_MEASURE_SECONDS", "1")),
+            sweep_seconds=float(_get(env, "QUIRE_TEMP_SWEEP_SECONDS", "60")),
+            stale_seconds=float(_get(env, "QUIRE_TEMP_STALE_SECONDS", "3600")),
         )

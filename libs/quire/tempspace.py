@@ -1,21 +1,54 @@
-"""Temporary space: who owns each entry under the blob store's ``.tmp``.
+"""Temporary space: who owns each entry under the blob store's ``.tmp``, how
+much each service holds, and sweeping what dead processes left behind.
 
 Every temporary file or attempt directory is named
 ``<service>.<host>.<pid>.<kind>-<random>`` so that its owner can be told
 from its name: usage is counted per stage, and an entry whose process is gone
 (same host, pid no longer running) is left over and may be swept.
+
+Usage is measured in the background at an interval (``TempSpaceMonitor``);
+readers take the last reading, so no request and no queue message ever scans
+the directory. A stage's ``TempBudget`` is a pull gate for its queue worker;
+admission sheds new work from the same readings.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import os
+import shutil
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["TempOwner", "temp_prefix", "owner_of", "owner_alive", "leftover_entries"]
+from quire.settings import TempSpaceSettings
 
+__all__ = [
+    "TempOwner",
+    "TempUsage",
+    "TempSpaceMonitor",
+    "TempBudget",
+    "TempKeeper",
+    "UNKNOWN_OWNER",
+    "temp_prefix",
+    "owner_prefix",
+    "local_owner",
+    "owner_of",
+    "owner_alive",
+    "leftover_entries",
+    "entry_bytes",
+    "measure_usage",
+    "sweep_leftovers",
+]
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_OWNER = "unknown"
+"""The usage bucket of entries whose names Quire did not make."""
 _HOST = socket.gethostname().replace(".", "_")[:63] or "host"
 
 
@@ -26,9 +59,19 @@ class TempOwner:
     pid: int
 
 
+def local_owner(service: str, pid: int | None = None) -> TempOwner:
+    """``service`` on this host, as process ``pid`` (this process by default)."""
+    return TempOwner(service=service, host=_HOST, pid=os.getpid() if pid is None else pid)
+
+
+def owner_prefix(owner: TempOwner, kind: str) -> str:
+    """The name prefix for a temporary entry of ``owner``."""
+    return f"{owner.service}.{owner.host}.{owner.pid}.{kind}-"
+
+
 def temp_prefix(service: str, kind: str) -> str:
     """The name prefix for a temporary entry made by this process."""
-    return f"{service}.{_HOST}.{os.getpid()}.{kind}-"
+    return owner_prefix(local_owner(service), kind)
 
 
 def owner_of(path: Path) -> TempOwner | None:
@@ -72,3 +115,199 @@ def leftover_entries(tmp_dir: Path, *, stale_seconds: float = 3600.0) -> list[Pa
     except FileNotFoundError:
         return []
     return sorted(e for e in entries if not owner_alive(e, stale_seconds=stale_seconds))
+
+
+def entry_bytes(path: Path) -> int:
+    """Bytes held by one entry: a file's size, or a directory's files, recursively.
+
+    Entries come and go while they are measured; whatever vanished counts 0.
+    Symbolic links are counted as links, never followed.
+    """
+    try:
+        if not path.is_dir() or path.is_symlink():
+            return path.lstat().st_size
+    except FileNotFoundError:
+        return 0
+    total = 0
+    for folder, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return total
+
+
+@dataclass(frozen=True)
+class TempUsage:
+    """One measurement of the temporary space."""
+
+    total_bytes: int
+    by_service: Mapping[str, int]
+    """Bytes per owning service (``UNKNOWN_OWNER`` for names Quire did not make)."""
+    free_bytes: int
+    """Free bytes on the filesystem that holds the temporary space."""
+
+    def of(self, service: str) -> int:
+        return self.by_service.get(service, 0)
+
+
+def measure_usage(tmp_dir: Path) -> TempUsage:
+    """Bytes under ``tmp_dir`` per owning service, and the disk's free bytes."""
+    by_service: dict[str, int] = {}
+    try:
+        entries = list(tmp_dir.iterdir())
+    except FileNotFoundError:
+        entries = []
+    for entry in entries:
+        owner = owner_of(entry)
+        service = owner.service if owner is not None else UNKNOWN_OWNER
+        by_service[service] = by_service.get(service, 0) + entry_bytes(entry)
+    return TempUsage(
+        total_bytes=sum(by_service.values()),
+        by_service=by_service,
+        free_bytes=shutil.disk_usage(tmp_dir if tmp_dir.exists() else tmp_dir.parent).free,
+    )
+
+
+def _remove(path: Path) -> bool:
+    """Remove one entry; False if it was already gone (another sweeper was first)."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def sweep_leftovers(tmp_dir: Path, *, stale_seconds: float = 3600.0) -> int:
+    """Remove the entries whose owner is gone, whoever made them; the count removed.
+
+    Several services sweep the same directory; losing a race is not an error.
+    """
+    removed = 0
+    failed = 0
+    for entry in leftover_entries(tmp_dir, stale_seconds=stale_seconds):
+        try:
+            removed += _remove(entry)
+        except OSError:
+            failed += 1
+    if failed:
+        log.warning("%d left-over temporary entries could not be removed", failed)
+    return removed
+
+
+class TempSpaceMonitor:
+    """Measures the temporary space at an interval, off the event loop.
+
+    Readers take ``reading`` (the last measurement), never a fresh scan.
+    """
+
+    def __init__(self, tmp_dir: Path, *, interval_seconds: float) -> None:
+        self._tmp_dir = tmp_dir
+        self._interval = interval_seconds
+        self._reading: TempUsage | None = None
+
+    @property
+    def reading(self) -> TempUsage | None:
+        """The last measurement, or None before the first."""
+        return self._reading
+
+    async def refresh(self) -> TempUsage:
+        reading = await asyncio.to_thread(measure_usage, self._tmp_dir)
+        self._reading = reading
+        return reading
+
+    async def run(self) -> None:
+        """Measure every interval until cancelled; a failed measurement keeps the last."""
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                await self.refresh()
+            except OSError as error:
+                log.warning("temporary space not measured (%s)", type(error).__name__)
+
+
+class TempBudget:
+    """A stage's pull gate: closed while its own temporary bytes are over budget.
+
+    Work already taken is not touched: it finishes and frees its space, and a
+    later reading opens the gate again. The gate is checked against the
+    monitor's cached reading, so waiting costs no directory scan.
+    """
+
+    def __init__(
+        self, monitor: TempSpaceMonitor, *, service: str, budget_bytes: int, poll_seconds: float
+    ) -> None:
+        self._monitor = monitor
+        self._service = service
+        self._budget = budget_bytes
+        self._poll = poll_seconds
+        self._paused = False
+
+    def over(self) -> bool:
+        reading = self._monitor.reading
+        return reading is not None and reading.of(self._service) > self._budget
+
+    async def wait_open(self) -> None:
+        """Return once this service may take new work."""
+        if not self.over():
+            return
+        if not self._paused:
+            self._paused = True
+            log.warning("%s temporary space over its budget; not taking new work", self._service)
+        while self.over():
+            await asyncio.sleep(self._poll)
+        if self._paused:
+            self._paused = False
+            log.info("%s temporary space back under its budget; taking work", self._service)
+
+
+class TempKeeper:
+    """A service's housekeeping of the temporary space: a sweep at start and
+    every ``sweep_seconds``, a usage reading every ``measure_seconds``."""
+
+    def __init__(self, tmp_dir: Path, settings: TempSpaceSettings, *, service: str) -> None:
+        self._tmp_dir = tmp_dir
+        self._settings = settings
+        self.monitor = TempSpaceMonitor(tmp_dir, interval_seconds=settings.measure_seconds)
+        self.budget = TempBudget(
+            self.monitor,
+            service=service,
+            budget_bytes=settings.budget_bytes,
+            poll_seconds=settings.measure_seconds,
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Sweep and take a first reading, then keep doing both in the background."""
+        await asyncio.to_thread(self.sweep)
+        await self.monitor.refresh()
+        self._tasks = [
+            asyncio.create_task(self.monitor.run(), name="temp-monitor"),
+            asyncio.create_task(self._sweep_forever(), name="temp-sweeper"),
+        ]
+
+    def sweep(self) -> int:
+        removed = sweep_leftovers(self._tmp_dir, stale_seconds=self._settings.stale_seconds)
+        if removed:
+            log.info("swept %d left-over temporary entries", removed)
+        return removed
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.sweep_seconds)
+            try:
+                await asyncio.to_thread(self.sweep)
+            except OSError as error:
+                log.warning("temporary space not swept (%s)", type(error).__name__)
+
+    def close(self) -> None:
+        """Stop the background tasks (for synchronous shutdown hooks)."""
+        for task in self._tasks:
+            task.cancel()
+
+    async def stop(self) -> None:
+        self.close()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []

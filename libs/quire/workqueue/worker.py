@@ -7,6 +7,10 @@ long-poll pull request rather than sleeping. While a handler runs, the message's
 extended with ``in_progress()`` at a third of the ack wait. The handler owns
 the outcome (ack, nak or term); the loop only guarantees that a handler crash
 leaves the message to be redelivered.
+
+An optional pull gate (a stage's temporary-space budget, say) is awaited
+before every pull: while it is closed nothing new is taken, and the work
+already in hand goes on to finish.
 """
 
 from __future__ import annotations
@@ -14,17 +18,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 
-__all__ = ["WorkQueueWorker", "Handler"]
+__all__ = ["WorkQueueWorker", "Handler", "PullGate"]
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Msg], Awaitable[None]]
 ERROR_PAUSE_SECONDS = 0.5
+
+
+class PullGate(Protocol):
+    """Decides whether the worker may take new messages."""
+
+    async def wait_open(self) -> None:
+        """Return once new work may be pulled; must be cheap when open."""
 
 
 class WorkQueueWorker:
@@ -39,6 +51,7 @@ class WorkQueueWorker:
         handler: Handler,
         ack_wait_seconds: float,
         fetch_timeout_seconds: float = 5.0,
+        pull_gate: PullGate | None = None,
     ) -> None:
         self._js = js
         self._stream = stream
@@ -46,6 +59,7 @@ class WorkQueueWorker:
         self._handler = handler
         self._heartbeat_seconds = max(ack_wait_seconds / 3.0, 0.2)
         self._fetch_timeout = fetch_timeout_seconds
+        self._pull_gate = pull_gate
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._inflight: set[asyncio.Task[None]] = set()
@@ -69,6 +83,8 @@ class WorkQueueWorker:
         while not self._stopping.is_set():
             await slots.acquire()
             try:
+                if self._pull_gate is not None:
+                    await self._pull_gate.wait_open()
                 (message,) = await subscription.fetch(batch=1, timeout=self._fetch_timeout)
             except (NatsTimeoutError, TimeoutError):
                 slots.release()
