@@ -1,11 +1,17 @@
-"""The assembler's stage work: merge by manifest position, promote once digested."""
+"""The assembler's stage work: merge by manifest position, promote once digested.
+
+Each attempt works in its own private directory and output file in the blob
+store's temporary space, named after the assembler (``quire.tempspace``) and
+removed on every path. Storage errors surface as the blob store classifies
+them: STORAGE_FAILED ends the job, STORAGE_UNAVAILABLE is retried.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
-import tempfile
 from collections.abc import Callable
+from contextlib import ExitStack, suppress
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -19,7 +25,7 @@ from quire.assembler.merge import (
     SourceDigestMismatch,
     assemble_packet,
 )
-from quire.blobstore import LocalBlobStore
+from quire.blobstore import LocalBlobStore, storage_error
 from quire.errors import PermanentError
 from quire.leases import Lease
 from quire.reasons import ReasonCode
@@ -54,27 +60,14 @@ class AssemblerWork:
             )
             for s in task.sources
         ]
-        workdir = Path(tempfile.mkdtemp(prefix="attempt-", dir=self._blobs.tmp_dir))
-        temp = self._blobs.new_temp()
-        try:
-            try:
-                packet: MergedPacket = await self._sandbox.run(
-                    partial(
-                        assemble_packet,
-                        profile=task.render_profile or "simple",
-                        manifest_digest=task.manifest_digest,
-                        workdir=str(workdir),
-                    ),
-                    sources,
-                    str(temp),
-                )
-            except SourceDigestMismatch:
-                raise PermanentError(ReasonCode.DIGEST_MISMATCH, "stored source changed") from None
+        with ExitStack() as cleanup:
+            workdir = self._blobs.new_temp_dir("attempt")
+            cleanup.callback(shutil.rmtree, workdir, ignore_errors=True)
+            temp = self._blobs.new_temp("packet")
+            cleanup.callback(_discard, temp)
+            packet = await self._merge(task, sources, workdir, temp)
             key = assembled_key(task.tenant, packet.sha256)
             await asyncio.to_thread(self._blobs.promote_file, temp, key)
-        finally:
-            temp.unlink(missing_ok=True)
-            shutil.rmtree(workdir, ignore_errors=True)
         artifact = job_pb2.Artifact(
             blob_key=key,
             sha256=packet.sha256,
@@ -86,10 +79,37 @@ class AssemblerWork:
         next_task.assembled.CopyFrom(artifact)
         return StageResult(next_task=next_task, record=_record(task.job, artifact, lease.token))
 
+    async def _merge(
+        self, task: queue_pb2.JobTask, sources: list[PacketSource], workdir: Path, temp: Path
+    ) -> MergedPacket:
+        try:
+            packet: MergedPacket = await self._sandbox.run(
+                partial(
+                    assemble_packet,
+                    profile=task.render_profile or "simple",
+                    manifest_digest=task.manifest_digest,
+                    workdir=str(workdir),
+                ),
+                sources,
+                str(temp),
+            )
+        except SourceDigestMismatch:
+            raise PermanentError(ReasonCode.DIGEST_MISMATCH, "stored source changed") from None
+        except OSError as error:
+            # The worker process reads sources and writes the packet into our temp space.
+            raise storage_error(error, "packet not written") from error
+        return packet
+
     def record_rejection(
         self, task: queue_pb2.JobTask, error: Exception
     ) -> Callable[[Session], None] | None:
         return None
+
+
+def _discard(path: Path) -> None:
+    """Best-effort removal: a failing disk must not hide the error that ended the attempt."""
+    with suppress(OSError):
+        path.unlink(missing_ok=True)
 
 
 def _record(job: str, artifact: job_pb2.Artifact, token: int) -> Callable[[Session], None]:
