@@ -4,8 +4,9 @@ Order of decisions, cheapest and most certain first:
   1. the request itself (request_id, manifest) — INVALID_ARGUMENT, every violation;
   2. the idempotency key — a live key returns its job (even under load), or is
      refused as reused for a different request;
-  3. load — the validate queue's backlog age and the tenant's outstanding jobs
-     — RESOURCE_EXHAUSTED with a retry hint, nothing persisted;
+  3. load — the pipeline's temporary space, the validate queue's backlog age
+     and the tenant's outstanding jobs — RESOURCE_EXHAUSTED with a retry hint,
+     nothing persisted;
   4. the key, the job row, its first task and its ACCEPTED event, committed in
      one transaction; the key is the primary key, so concurrent identical
      submissions make one job.
@@ -28,6 +29,7 @@ from quire.admission.backlog import QueueAgeProbe
 from quire.admission.catalog import RulesetCatalog, resolve_ruleset
 from quire.admission.manifests import PRIORITIES, check_manifest
 from quire.admission.outstanding import OutstandingJobs, count_outstanding
+from quire.admission.tempguard import TempSpaceGuard
 from quire.admission.tenants import Tenant
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database, insert_if_absent
@@ -90,8 +92,10 @@ class Intake:
         backlog: QueueAgeProbe | None = None,
         outstanding: OutstandingJobs | None = None,
         catalog: RulesetCatalog | None = None,
+        temp_space: TempSpaceGuard | None = None,
     ) -> None:
         self._catalog = catalog
+        self._temp_space = temp_space
         self._db = database
         self._writes = GroupCommit(database)
         self._events = events
@@ -117,6 +121,8 @@ class Intake:
         pinned.CopyFrom(request)
         pinned.manifest.ruleset = resolve_ruleset(request.manifest.ruleset, known) or ""
         request = pinned  # the job carries name@version from here on
+        if self._temp_space is not None:
+            self._temp_space.check()
         await self._shed_for_backlog(priority)
         quota = tenant.outstanding_quota(self._settings)
         try:

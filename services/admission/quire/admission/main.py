@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 
 import grpc
 
@@ -17,6 +18,7 @@ from quire.admission.intake import Intake
 from quire.admission.jobviews import JobViews
 from quire.admission.outstanding import OutstandingJobs
 from quire.admission.servicer import AdmissionServicer
+from quire.admission.tempguard import TempSpaceGuard
 from quire.admission.tenants import TenantDirectory
 from quire.admission.uploads import UploadGate
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
@@ -27,7 +29,8 @@ from quire.database import Database
 from quire.grpcserver import serve, service_channel
 from quire.jobgate import JobGate
 from quire.runtime import start_runtime
-from quire.settings import AdmissionSettings, ServiceSettings
+from quire.settings import AdmissionSettings, ServiceSettings, TempSpaceSettings
+from quire.tempspace import TempKeeper
 from quire.transitions import EventFactory
 from quire.validator.v1 import validator_service_pb2_grpc
 from quire.workqueue import Publisher
@@ -43,7 +46,12 @@ async def main() -> None:
     database.create_schema()
     tenants = TenantDirectory(database)
     tenants.ensure_bootstrap(settings.service_dir)
-    blobs = LocalBlobStore(settings.blob_root)
+    blobs = LocalBlobStore(settings.blob_root, owner=SERVICE)
+    temp_space = TempSpaceSettings.from_env(os.environ, SERVICE)
+    keeper = TempKeeper(blobs.tmp_dir, temp_space, service=SERVICE)
+    temp_guard = TempSpaceGuard(
+        keeper.monitor, temp_space, retry_after_seconds=admission.retry_after_seconds
+    )
     publisher = Publisher(js)
     events = EventFactory(SERVICE, settings.instance, settings.build_version)
     dispatcher = Dispatcher(database, publisher, idempotency=True)
@@ -59,6 +67,7 @@ async def main() -> None:
         backlog=QueueAgeProbe(js, cache_seconds=admission.queue_age_cache_seconds),
         outstanding=outstanding,
         catalog=RulesetCatalog(validator_service_pb2_grpc.ValidatorServiceStub(validator_channel)),
+        temp_space=temp_guard,
     )
     servicer = AdmissionServicer(
         database=database,
@@ -77,6 +86,7 @@ async def main() -> None:
             outstanding=outstanding,
         ),
         settings=admission,
+        temp_space=temp_guard,
     )
     sweeper: list[asyncio.Task[None]] = []
 
@@ -93,6 +103,7 @@ async def main() -> None:
         pb_grpc.add_AdmissionServiceServicer_to_server(servicer, server)
         admin_grpc.add_TenantAdminServiceServicer_to_server(TenantAdminServicer(tenants), server)
 
+    await keeper.start()  # a first reading before the first request; leftovers swept
     try:
         await serve(
             address=settings.grpc_address,
@@ -107,6 +118,7 @@ async def main() -> None:
             tls=settings.tls,
         )
     finally:
+        await keeper.stop()
         await audit_channel.close()
         await validator_channel.close()
         await nc.close()  # workers are drained; nothing is in flight

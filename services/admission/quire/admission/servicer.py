@@ -1,5 +1,13 @@
 """AdmissionService: the front door. Every call is authenticated first; another
-tenant's job is indistinguishable from one that does not exist."""
+tenant's job is indistinguishable from one that does not exist.
+
+Uploads are refused (RESOURCE_EXHAUSTED, ``TEMP_SPACE_LOW``) while temporary
+space is low, before a byte is written. Storage failing during an upload is
+UNAVAILABLE: ``STORAGE_UNAVAILABLE`` when it may pass, ``STORAGE_FAILED`` when
+storage refuses writes until an operator acts — still UNAVAILABLE, not
+INVALID_ARGUMENT, because the upload itself was not at fault. Either way the
+temporary blob is discarded and no source is recorded.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +21,14 @@ from quire.admission.cancellation import Canceller
 from quire.admission.dispatch import Dispatcher
 from quire.admission.intake import Intake
 from quire.admission.jobviews import JobViews, accepted_view
+from quire.admission.tempguard import TempSpaceGuard
 from quire.admission.tenants import TenantDirectory
 from quire.admission.uploads import UploadGate
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
-from quire.errors import DataLoss, FailedPrecondition, QuireError
+from quire.errors import DataLoss, FailedPrecondition, QuireError, SystemFailure, TransientError
 from quire.faults import fault_point
 from quire.grpcstatus import at_the_edge
 from quire.jobs import job_id
@@ -46,8 +55,10 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         views: JobViews,
         canceller: Canceller,
         settings: AdmissionSettings,
+        temp_space: TempSpaceGuard | None = None,
     ) -> None:
         self._db = database
+        self._temp_space = temp_space
         self._blobs = blobs
         self._tenants = tenants
         self._uploads = uploads
@@ -64,7 +75,12 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         context: grpc.aio.ServicerContext,
     ) -> pb.Source:
         tenant = await self._tenants.authenticate(context)
-        stored = await self._uploads.receive(tenant, request_iterator)
+        if self._temp_space is not None:
+            self._temp_space.check()
+        try:
+            stored = await self._uploads.receive(tenant, request_iterator)
+        except SystemFailure as error:
+            raise TransientError(error.reason, "storage refuses writes; try again later") from None
         return pb.Source(
             name=f"sources/{stored.sha256}",
             sha256=stored.sha256,
