@@ -1,0 +1,187 @@
+"""Temporary space on the real stack: admission sheds new work while the
+pipeline's temporary space is nearly full (and work already accepted still
+completes), and every service sweeps what dead processes left behind, at
+start and periodically, never touching a live process's entries."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from pdfs import write_text_pdf
+from quire.client import AdmissionClient, PacketItem
+from quire.grpcstatus import reason_of
+from quire.jobs import state_name
+from quire.runtime import connect_nats
+from quire.stack.supervisor import Stack
+from quire.tempspace import local_owner, owner_prefix, temp_prefix
+from quire.workqueue import WORK_STREAM, consumer_name
+
+pytestmark = pytest.mark.stack
+
+LIMIT_BYTES = 20_000_000
+
+
+def _invariants_hold(data_dir: Path) -> None:
+    invariants = pytest.importorskip("quire.invariants")
+    report = invariants.check(data_dir)
+    assert report.ok, report.findings
+
+
+def _retry_delay_seconds(error: grpc.aio.AioRpcError) -> float:
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    for detail in status.details:
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            detail.Unpack(info)
+            return info.retry_delay.ToMilliseconds() / 1000
+    raise AssertionError("no RetryInfo in the status")
+
+
+async def _refused_for_temp_space(client: AdmissionClient, digest: str) -> grpc.aio.AioRpcError:
+    """Submit until refused: admission notices the filled space at its next reading."""
+    for _ in range(50):
+        try:
+            await client.submit([PacketItem("late", digest)])
+        except grpc.aio.AioRpcError as error:
+            assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error.details()
+            assert reason_of(error) == "TEMP_SPACE_LOW"
+            return error
+        await asyncio.sleep(0.1)
+    raise AssertionError("submissions were still accepted with the temporary space full")
+
+
+async def _accepted_again(client: AdmissionClient, digest: str) -> str:
+    for _ in range(50):
+        try:
+            return (await client.submit([PacketItem("again", digest)])).name
+        except grpc.aio.AioRpcError as error:
+            assert reason_of(error) == "TEMP_SPACE_LOW"
+        await asyncio.sleep(0.1)
+    raise AssertionError("submissions stayed refused after the space was freed")
+
+
+class _ValidateQueue:
+    """Pauses the validator's interactive consumer, so accepted jobs wait in flight."""
+
+    def __init__(self, stack: Stack) -> None:
+        self._stack = stack
+
+    async def __aenter__(self) -> _ValidateQueue:
+        self._nc = await connect_nats(self._stack.nats_url, "quire-test-temp")
+        self._js = self._nc.jetstream(timeout=10)
+        until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        await self._js.pause_consumer(WORK_STREAM, self._consumer, until)
+        return self
+
+    async def resume(self) -> None:
+        await self._js.resume_consumer(WORK_STREAM, self._consumer)
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.resume()
+        await self._nc.close()
+
+    @property
+    def _consumer(self) -> str:
+        return consumer_name("validate", "interactive")
+
+
+async def test_admission_sheds_new_work_while_temp_space_is_full_and_accepted_work_completes(
+    tmp_path: Path,
+) -> None:
+    stack = Stack(
+        tmp_path / "stack",
+        env={
+            "QUIRE_TEMP_SPACE_LIMIT_BYTES": str(LIMIT_BYTES),
+            "QUIRE_TEMP_MEASURE_SECONDS": "0.2",
+            "QUIRE_DRAIN_SECONDS": "5",
+        },
+    )
+    info = await asyncio.to_thread(stack.start)
+    fill = stack.data_dir / "blobs" / ".tmp" / (temp_prefix("test", "fill") + uuid.uuid4().hex)
+    try:
+        async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
+            paths = [
+                write_text_pdf(tmp_path / f"t{i}.pdf", [f"temp {i} {uuid.uuid4().hex}"])
+                for i in range(3)
+            ]
+            digests = [(await client.upload(path)).sha256 for path in paths]
+            async with _ValidateQueue(stack) as queue:
+                in_flight = [await client.submit([PacketItem("doc", d)]) for d in digests[:2]]
+                fill.write_bytes(b"\0" * LIMIT_BYTES)
+
+                refused = await _refused_for_temp_space(client, digests[2])
+                assert _retry_delay_seconds(refused) > 0
+                with pytest.raises(grpc.aio.AioRpcError) as upload:
+                    await client.upload(write_text_pdf(tmp_path / "u.pdf", ["late upload"]))
+                assert upload.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert reason_of(upload.value) == "TEMP_SPACE_LOW"
+                listed = {job.name for job in (await client.list_jobs()).jobs}
+                assert listed == {job.name for job in in_flight}, "nothing refused was kept"
+
+                await queue.resume()
+                for job in in_flight:
+                    done = await client.wait(job.name, timeout=60)
+                    assert state_name(done.state) == "COMPLETED", "accepted work is not lost"
+
+            fill.unlink()
+            again = await _accepted_again(client, digests[2])
+            assert state_name((await client.wait(again, timeout=60)).state) == "COMPLETED"
+    finally:
+        fill.unlink(missing_ok=True)
+        await asyncio.to_thread(stack.stop)
+    _invariants_hold(stack.data_dir)
+
+
+def _dead_pid() -> int:
+    process = subprocess.Popen(["sleep", "0"])
+    process.wait()
+    return process.pid
+
+
+def _leftovers(tmp_dir: Path, pid: int) -> list[Path]:
+    """A dead assembler's attempt directory and a dead signer's output file."""
+    attempt = tmp_dir / (owner_prefix(local_owner("assembler", pid), "attempt") + "x")
+    (attempt / "nested").mkdir(parents=True)
+    (attempt / "nested" / "rendered-0.pdf").write_bytes(b"%PDF-")
+    part = tmp_dir / (owner_prefix(local_owner("signer", pid), "part") + "y")
+    part.write_bytes(b"%PDF-")
+    return [attempt, part]
+
+
+async def test_leftovers_of_dead_processes_are_swept_when_a_service_starts(
+    tmp_path: Path,
+) -> None:
+    stack = Stack(tmp_path / "stack", env={"QUIRE_DRAIN_SECONDS": "5"})
+    tmp_dir = stack.data_dir / "blobs" / ".tmp"
+    tmp_dir.mkdir(parents=True)
+    before = _leftovers(tmp_dir, _dead_pid())
+    live = tmp_dir / (temp_prefix("test", "keep") + "z")
+    live.write_bytes(b"mine")
+    await asyncio.to_thread(stack.start)
+    try:
+        # The periodic sweep is a minute away: this was the sweep at start.
+        assert not any(path.exists() for path in before), "swept at start, before taking work"
+        assert live.exists(), "a live process's entry is kept"
+
+        later = _leftovers(tmp_dir, _dead_pid())
+        stack.kill("validator")  # restarted by the supervisor; it sweeps as it starts
+        for _ in range(150):
+            if not any(path.exists() for path in later):
+                break
+            await asyncio.sleep(0.1)
+        assert not any(path.exists() for path in later), "swept by the restarted service"
+        assert stack.restarts("validator") == 1
+        assert live.exists()
+    finally:
+        live.unlink(missing_ok=True)
+        await asyncio.to_thread(stack.stop)
+    _invariants_hold(stack.data_dir)
