@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= .quire
 PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 
-.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly bench-ledger venv clean
+.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly bench-ledger soak venv clean
 
 venv: $(VENV)/.installed
 
@@ -33,6 +33,9 @@ lint: venv
 
 bench: venv
 	$(PY) bench/pipeline_bench.py
+
+soak: venv
+	$(PY) bench/soak.py
 
 bench-admission: venv
 	$(PY) bench/admission_bench.py

@@ -57,7 +57,6 @@ class FaultStack:
                 "QUIRE_ACK_WAIT_SECONDS": "2",
                 "QUIRE_BACKOFF_BASE_SECONDS": "0.1",
                 "QUIRE_DRAIN_SECONDS": "3",
-                "QUIRE_DISPATCH_SWEEP_SECONDS": "1",
             },
         )
         self.info: StackInfo | None = None

@@ -1,0 +1,173 @@
+"""A soak run: many jobs through the real stack while a random process is
+SIGKILLed every few seconds; afterwards every job must have exactly one
+outcome and the invariant checker must pass.
+
+Used by ``tests/test_soak.py`` (a bounded run inside the suite) and by
+``bench/soak.py`` (``make soak``: 1,000 jobs, figures printed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from pdfs import write_text_pdf
+from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+from quire.client import AdmissionClient, PacketItem
+from quire.jobs import TERMINAL_STATES, state_name
+from quire.stack.supervisor import Stack
+from quire.tls import aio_channel
+
+__all__ = ["SoakReport", "soak"]
+
+VICTIMS = ("admission", "validator", "assembler", "signer", "audit", "nats")
+RETRYABLE = (
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.UNKNOWN,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+)
+
+
+@dataclass
+class SoakReport:
+    jobs: int
+    seconds: float = 0.0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    kills: Counter[str] = field(default_factory=Counter)
+    client_retries: int = 0
+    redeliveries: int = 0
+    """Stage deliveries beyond the first, from the attempt counts in the ledger."""
+    terminal_entries: Counter[int] = field(default_factory=Counter)
+    """How many jobs have 0, 1, 2... terminal entries in the ledger (must be all 1)."""
+    findings: list[object] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        return [
+            f"jobs: {self.jobs} in {self.seconds:.1f} s ({self.jobs / self.seconds:.2f} jobs/s)",
+            f"outcomes: {dict(sorted(self.outcomes.items()))}",
+            f"kills: {sum(self.kills.values())} {dict(sorted(self.kills.items()))}",
+            f"retries: {self.redeliveries} stage redeliveries (ledger attempt counts), "
+            f"{self.client_retries} client calls retried while a service restarted",
+            f"terminal ledger entries per job: {dict(self.terminal_entries)}",
+            f"quire check findings: {len(self.findings)}",
+        ]
+
+
+class _Killer:
+    """SIGKILLs a random process every ``interval`` seconds (jittered)."""
+
+    def __init__(self, stack: Stack, interval: float, seed: int) -> None:
+        self._stack = stack
+        self._interval = interval
+        self._random = random.Random(seed)
+        self.kills: Counter[str] = Counter()
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval * self._random.uniform(0.5, 1.5))
+            victim = self._random.choice(VICTIMS)
+            if victim == "nats":
+                nats = self._stack.nats
+                assert nats is not None
+                await asyncio.to_thread(nats.kill)
+                await asyncio.sleep(0.5)
+                await asyncio.to_thread(nats.start)
+            else:
+                self._stack.kill(victim)
+            self.kills[victim] += 1
+
+
+async def _retrying(call, report: SoakReport, deadline: float):  # type: ignore[no-untyped-def]
+    while True:
+        try:
+            return await call()
+        except grpc.aio.AioRpcError as error:
+            if error.code() not in RETRYABLE or time.monotonic() > deadline:
+                raise
+            report.client_retries += 1
+            await asyncio.sleep(0.3)
+
+
+async def soak(
+    stack: Stack,
+    inputs: Path,
+    *,
+    jobs: int,
+    kill_interval: float,
+    in_flight: int = 24,
+    timeout: float = 1800.0,
+    seed: int = 7,
+) -> SoakReport:
+    """Run ``jobs`` jobs through a started ``stack`` while killing processes."""
+    report = SoakReport(jobs=jobs)
+    token = (stack.data_dir / "admission" / "dev-token").read_text().strip()
+    deadline = time.monotonic() + timeout
+    async with AdmissionClient(stack.endpoints["admission"], token) as client:
+        digests = []
+        for index in range(8):
+            path = write_text_pdf(inputs / f"s{index}.pdf", [f"soak source {index}", "page 2"])
+            digests.append((await client.upload(path)).sha256)
+        killer = _Killer(stack, kill_interval, seed)
+        killing = asyncio.create_task(killer.run())
+        gate = asyncio.Semaphore(in_flight)
+        names: list[str] = []
+        started = time.monotonic()
+
+        async def one(index: int) -> None:
+            async with gate:
+                items = [PacketItem(f"d{i}", digests[(index + i) % 8]) for i in range(2)]
+                request_id = uuid.uuid4().hex
+                job = await _retrying(
+                    lambda: client.submit(items, request_id=request_id), report, deadline
+                )
+                names.append(job.name)
+                await _retrying(
+                    lambda: client.wait(job.name, timeout=max(1.0, deadline - time.monotonic())),
+                    report,
+                    deadline,
+                )
+
+        try:
+            await asyncio.gather(*(one(index) for index in range(jobs)))
+        finally:
+            killing.cancel()
+            try:
+                await killing
+            except asyncio.CancelledError:
+                pass
+        report.seconds = time.monotonic() - started
+        report.kills = killer.kills
+        await asyncio.to_thread(stack.wait_healthy)
+        for name in names:
+            job = await _retrying(lambda: client.get_job(name), report, deadline)  # noqa: B023
+            report.outcomes[state_name(job.state)] += 1
+    await _read_ledger(stack.endpoints["audit"], names, report)
+    return report
+
+
+async def _read_ledger(address: str, names: list[str], report: SoakReport) -> None:
+    async with aio_channel(address, None) as channel:
+        stub = audit_service_pb2_grpc.AuditServiceStub(channel)
+        for name in names:
+            reply = await stub.ListJobEvents(
+                audit_service_pb2.ListJobEventsRequest(job=name, page_size=100)
+            )
+            terminal = 0
+            deliveries: dict[str, int] = {}
+            for entry in reply.entries:
+                event = entry.event
+                if state_name(event.to_state) in TERMINAL_STATES:
+                    terminal += 1
+                if event.lease_token:  # a stage's delivery, not an operator's step
+                    stage = event.actor.service
+                    deliveries[stage] = max(deliveries.get(stage, 0), event.attempt)
+            report.redeliveries += sum(count - 1 for count in deliveries.values())
+            report.terminal_entries[terminal] += 1
