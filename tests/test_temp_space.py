@@ -46,11 +46,17 @@ def _retry_delay_seconds(error: grpc.aio.AioRpcError) -> float:
     raise AssertionError("no RetryInfo in the status")
 
 
-async def _refused_for_temp_space(client: AdmissionClient, digest: str) -> grpc.aio.AioRpcError:
-    """Submit until refused: admission notices the filled space at its next reading."""
+async def _refused_for_temp_space(
+    client: AdmissionClient, digest: str, accepted: list[str]
+) -> grpc.aio.AioRpcError:
+    """Submit until refused: admission notices the filled space at its next reading.
+
+    A submission that gets in before that reading is accepted work like any other.
+    """
+    await asyncio.sleep(0.6)  # three readings
     for _ in range(50):
         try:
-            await client.submit([PacketItem("late", digest)])
+            accepted.append((await client.submit([PacketItem("late", digest)])).name)
         except grpc.aio.AioRpcError as error:
             assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error.details()
             assert reason_of(error) == "TEMP_SPACE_LOW"
@@ -115,21 +121,23 @@ async def test_admission_sheds_new_work_while_temp_space_is_full_and_accepted_wo
             ]
             digests = [(await client.upload(path)).sha256 for path in paths]
             async with _ValidateQueue(stack) as queue:
-                in_flight = [await client.submit([PacketItem("doc", d)]) for d in digests[:2]]
+                in_flight = [
+                    (await client.submit([PacketItem("doc", d)])).name for d in digests[:2]
+                ]
                 fill.write_bytes(b"\0" * LIMIT_BYTES)
 
-                refused = await _refused_for_temp_space(client, digests[2])
+                refused = await _refused_for_temp_space(client, digests[2], in_flight)
                 assert _retry_delay_seconds(refused) > 0
                 with pytest.raises(grpc.aio.AioRpcError) as upload:
                     await client.upload(write_text_pdf(tmp_path / "u.pdf", ["late upload"]))
                 assert upload.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
                 assert reason_of(upload.value) == "TEMP_SPACE_LOW"
                 listed = {job.name for job in (await client.list_jobs()).jobs}
-                assert listed == {job.name for job in in_flight}, "nothing refused was kept"
+                assert listed == set(in_flight), "nothing refused was kept"
 
                 await queue.resume()
-                for job in in_flight:
-                    done = await client.wait(job.name, timeout=60)
+                for name in in_flight:
+                    done = await client.wait(name, timeout=60)
                     assert state_name(done.state) == "COMPLETED", "accepted work is not lost"
 
             fill.unlink()
