@@ -193,3 +193,41 @@ async def test_leftovers_of_dead_processes_are_swept_when_a_service_starts(
         live.unlink(missing_ok=True)
         await asyncio.to_thread(stack.stop)
     _invariants_hold(stack.data_dir)
+
+
+async def test_a_stage_over_its_temp_budget_takes_no_new_work_until_space_is_freed(
+    tmp_path: Path,
+) -> None:
+    budget = 1_000_000
+    stack = Stack(
+        tmp_path / "stack",
+        env={
+            "QUIRE_ASSEMBLER_TEMP_BUDGET_BYTES": str(budget),
+            "QUIRE_TEMP_MEASURE_SECONDS": "0.2",
+            "QUIRE_DRAIN_SECONDS": "5",
+        },
+    )
+    info = await asyncio.to_thread(stack.start)
+    # Counted against the assembler's budget; owned by this (live) process, so not swept.
+    hog = (
+        stack.data_dir
+        / "blobs"
+        / ".tmp"
+        / (owner_prefix(local_owner("assembler"), "attempt") + uuid.uuid4().hex)
+    )
+    try:
+        async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
+            digest = (await client.upload(write_text_pdf(tmp_path / "b.pdf", ["budget"]))).sha256
+            hog.write_bytes(b"\0" * (budget + 1))
+            await asyncio.sleep(0.6)  # the assembler's next readings
+            name = (await client.submit([PacketItem("doc", digest)])).name
+            await asyncio.sleep(4.0)
+            waiting = await client.get_job(name)
+            assert state_name(waiting.state) == "ASSEMBLING", "validated, then held at assembly"
+            hog.unlink()
+            done = await client.wait(name, timeout=60)
+            assert state_name(done.state) == "COMPLETED"
+    finally:
+        hog.unlink(missing_ok=True)
+        await asyncio.to_thread(stack.stop)
+    _invariants_hold(stack.data_dir)

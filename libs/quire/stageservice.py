@@ -18,6 +18,7 @@ from quire.settings import ServiceSettings
 from quire.stage import StageRunner, StageWork
 from quire.transitions import EventFactory
 from quire.workqueue import WORK_STREAM, Publisher, WorkQueueWorker, consumer_name
+from quire.workqueue.worker import PullGate
 
 __all__ = ["StageService", "Registrar", "run_stage_service", "batch_slots"]
 
@@ -50,11 +51,14 @@ async def run_stage_service(
     build: Callable[[Database, LocalBlobStore, JobGate, Publisher], tuple[StageWork, Registrar]],
     on_close: Callable[[], None] | None = None,
     warm: Callable[[], Awaitable[None]] | None = None,
+    pull_gate: PullGate | None = None,
 ) -> None:
+    """Run one stage process; ``pull_gate`` holds off new work (the stage's
+    temporary-space budget) while in-flight work finishes."""
     nc, js = await start_runtime(settings)
     database = Database(settings.database_url, spec.metadata)
     database.create_schema()
-    blobs = LocalBlobStore(settings.blob_root)
+    blobs = LocalBlobStore(settings.blob_root, owner=settings.service)
     gate = await JobGate.open(js)
     publisher = Publisher(js)
     work, register = build(database, blobs, gate, publisher)
@@ -78,6 +82,7 @@ async def run_stage_service(
         handler=runner.handle,
         ack_wait_seconds=settings.queue.ack_wait_seconds,
         fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
+        pull_gate=pull_gate,
     )
 
     async def ready() -> None:

@@ -63,6 +63,7 @@ async def main() -> None:
         build=build,
         on_close=close,
         warm=warm,
+        pull_gate=keeper.budget,
     )
 
 
