@@ -14,6 +14,7 @@ from quire.database import Database
 from quire.errors import QuireError
 from quire.faults import fault_point
 from quire.jobs import job_id, state_value
+from quire.reasons import ReasonCode
 from quire.telemetry import extract_context
 from quire.type import queue_pb2
 
@@ -38,9 +39,10 @@ class EventRecorder:
             log.warning("undecodable event terminated")
             await msg.term()
             return
-        if event.to_state == COMPLETED:
-            # Only the completion desk, after checking the evidence, writes this.
-            log.warning("event %s claims a completion; dropped", event.event_id)
+        if event.to_state == COMPLETED or event.reason_code == ReasonCode.DEAD_LETTER_RETRIED:
+            # Only audit writes these: the completion desk after checking the
+            # evidence, the dead-letter desk for an operator's retry.
+            log.warning("event %s claims a step only audit takes; dropped", event.event_id)
             await msg.term()
             return
         with self._tracer.start_as_current_span(
