@@ -13,6 +13,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
+
 from pdfs import write_text_pdf
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import TERMINAL_STATES, state_name
@@ -68,10 +70,26 @@ async def submit_text_jobs(client: AdmissionClient, folder: Path, count: int) ->
 
 
 async def wait_all(
-    client: AdmissionClient, names: list[str], timeout: float
+    client: AdmissionClient, names: list[str], timeout: float, *, through_unavailable: bool = False
 ) -> dict[str, job_pb2.Job]:
-    """Every job's final view; fails if one is not terminal within ``timeout``."""
-    jobs = await asyncio.gather(*(client.wait(name, timeout=timeout) for name in names))
+    """Every job's final view; fails if one is not terminal within ``timeout``.
+
+    With ``through_unavailable``, UNAVAILABLE answers (a peer still coming
+    back) are waited out too, within the same ``timeout``.
+    """
+    deadline = time.monotonic() + timeout
+
+    async def one(name: str) -> job_pb2.Job:
+        while True:
+            try:
+                return await client.wait(name, timeout=max(0.1, deadline - time.monotonic()))
+            except grpc.aio.AioRpcError as error:
+                unavailable = error.code() == grpc.StatusCode.UNAVAILABLE
+                if not (through_unavailable and unavailable) or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+
+    jobs = await asyncio.gather(*(one(name) for name in names))
     return {job.name: job for job in jobs}
 
 

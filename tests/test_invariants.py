@@ -5,28 +5,33 @@ tampered with, one promise at a time, and each is reported by its kind."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import shutil
 import sqlite3
 import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import grpc
 import pytest
-from test_faults_common import running_stack, wait_all
+from test_faults_common import Running, eventually, running_stack, wait_all
 
 from pdfs import write_form_pdf, write_text_pdf
 from quire.audit import ledger as audit_ledger
 from quire.audit import tables as audit_tables
+from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.cli.main import main as quire_main
 from quire.client import PacketItem
 from quire.database import Database
+from quire.faults import arm
 from quire.invariants import KINDS, CheckReport, check
 from quire.invariants_jobs import generations, outcome
-from quire.invariants_snapshot import LedgerEntry
+from quire.invariants_snapshot import LedgerEntry, read_snapshot
 from quire.jobs import job_id, new_job_id, state_name, state_value
 from quire.runtime import connect_nats
 from quire.tempspace import temp_prefix
@@ -53,7 +58,7 @@ class FinishedRun:
     stopped: CheckReport
 
 
-async def _cancelled_job(running, digest: str) -> str:  # type: ignore[no-untyped-def]
+async def _cancelled_job(running: Running, digest: str) -> str:
     """A job cancelled while its validate task waits in a paused queue."""
     nc = await connect_nats(running.stack.nats_url, "quire-test-pause")
     js = nc.jetstream(timeout=10)
@@ -326,3 +331,73 @@ def test_generations_split_at_dead_letter_retries() -> None:
         _entry(3, "ASSEMBLING"),
     ]
     assert outcome(cancelled_while_working) == "CANCELLED"
+
+
+@contextlib.asynccontextmanager
+async def _dying(fault_dir: Path, point: str) -> AsyncIterator[None]:
+    """Keep ``point`` armed, so every delivery that reaches it dies."""
+
+    async def rearm() -> None:
+        while True:
+            if not (fault_dir / f"{point}.armed").exists():
+                arm(fault_dir, point)
+            await asyncio.sleep(0.05)
+
+    task = asyncio.create_task(rearm())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        (fault_dir / f"{point}.armed").unlink(missing_ok=True)
+
+
+async def test_dead_lettered_jobs_retried_and_discarded_pass_the_check(tmp_path: Path) -> None:
+    """Two jobs fail at signing (the signer dies before each commit, perhaps
+    after writing an artifact): one is retried into a second generation that
+    completes, the other is discarded and stays FAILED. Both are consistent."""
+    faults = tmp_path / "faults"
+    env = {
+        "QUIRE_FAULTS_DIR": str(faults),
+        "QUIRE_MAX_DELIVER": "2",
+        "QUIRE_ACK_WAIT_SECONDS": "1",
+        "QUIRE_BACKOFF_BASE_SECONDS": "0.1",
+    }
+    async with running_stack(tmp_path / "stack", env=env) as running:
+        client = running.client
+        names = []
+        async with _dying(faults, "signer.before_commit"):
+            for index in range(2):
+                path = write_text_pdf(tmp_path / f"{index}.pdf", [f"dead letter {index}"])
+                digest = (await client.upload(path)).sha256
+                names.append((await client.submit([PacketItem("d", digest)])).name)
+            failed = await wait_all(client, names, timeout=90)
+        assert {state_name(job.state) for job in failed.values()} == {"FAILED"}
+        operator = (("authorization", f"Bearer {running.info.operator_token()}"),)
+        async with grpc.aio.insecure_channel(running.info.endpoints["audit"]) as channel:
+            audit = audit_service_pb2_grpc.AuditServiceStub(channel)
+
+            async def booked() -> bool:
+                reply = await audit.ListDeadLetters(
+                    audit_service_pb2.ListDeadLettersRequest(), metadata=operator
+                )
+                return set(names) <= {letter.job for letter in reply.dead_letters}
+
+            await eventually(booked, 30, "both dead letters booked")
+            retried, discarded = names
+            await audit.RetryDeadLetter(
+                audit_service_pb2.RetryDeadLetterRequest(job=retried), metadata=operator
+            )
+            await audit.DiscardDeadLetter(
+                audit_service_pb2.DiscardDeadLetterRequest(job=discarded), metadata=operator
+            )
+        done = await client.wait(retried, timeout=60)
+        assert state_name(done.state) == "COMPLETED"
+        assert (await asyncio.to_thread(check, running.data_dir)).findings == []
+    report = check(running.data_dir)
+    assert report.findings == [], report.findings
+    assert dict(report.jobs_by_state) == {"COMPLETED": 1, "FAILED": 1}
+    snapshot = read_snapshot(running.data_dir, {}, stopped=True)
+    retried_entries = [e for e in snapshot.ledger if e.job == retried]
+    assert [g[-1].to_state for g in generations(retried_entries)] == ["FAILED", "COMPLETED"]

@@ -1,0 +1,114 @@
+"""Evidence lags: audit's events consumer is paused (and, later, the whole
+audit service is stopped) while jobs run through every stage. No job is ever
+shown COMPLETED while its history is missing from the ledger; once the events
+flow again every job completes, once, and the invariant checker finds
+nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from nats.js import JetStreamContext
+from test_faults_common import eventually, ledger_rows, running_stack, submit_text_jobs, wait_all
+
+from quire.client import AdmissionClient
+from quire.invariants import check
+from quire.jobs import state_name
+from quire.runtime import connect_nats
+from quire.workqueue import EVENTS_STREAM, WORK_STREAM, consumer_name
+from quire.workqueue.topology import EVENTS_CONSUMER
+
+pytestmark = pytest.mark.stack
+
+JOBS = 4
+ENV = {
+    # Deferred completions come back within a second once the evidence is in.
+    "QUIRE_BACKOFF_CAP_SECONDS": "1",
+    "QUIRE_ACK_WAIT_SECONDS": "10",
+}
+
+
+def _signed(data_dir: Path, names: list[str]) -> bool:
+    """Whether the signer has committed its outcome for every job."""
+    path = data_dir / "signer" / "signer.db"
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        done = {
+            job for (job,) in db.execute("SELECT job FROM stage_leases WHERE outcome IS NOT NULL")
+        }
+    return set(names) <= done
+
+
+async def _never_completed(client: AdmissionClient, names: list[str]) -> None:
+    for name in names:
+        try:
+            job = await client.get_job(name)
+        except Exception:  # noqa: BLE001 - audit unreachable: nothing shown complete
+            continue
+        assert state_name(job.state) != "COMPLETED", "shown complete with evidence missing"
+
+
+async def _watch_while(
+    client: AdmissionClient,
+    data_dir: Path,
+    names: list[str],
+    ready: Callable[[], Awaitable[bool]],
+) -> None:
+    """Poll every job's status until ``ready()`` holds; none may be COMPLETED."""
+
+    async def settled() -> bool:
+        await _never_completed(client, names)
+        completions = [r for r in ledger_rows(data_dir) if r[2] in names and r[3] == "COMPLETED"]
+        assert not completions, "a completion was recorded without its history"
+        return await ready()
+
+    await eventually(settled, 60, "jobs reached the commit stage", every=0.2)
+
+
+async def test_no_job_is_shown_complete_while_its_events_lag(tmp_path: Path) -> None:
+    async with running_stack(tmp_path / "stack", env=ENV) as running:
+        nc = await connect_nats(running.stack.nats_url, "quire-test-lag")
+        js: JetStreamContext = nc.jetstream(timeout=10)
+        try:
+            until = (datetime.now(UTC) + timedelta(minutes=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            await js.pause_consumer(EVENTS_STREAM, EVENTS_CONSUMER, until)
+            names = await submit_text_jobs(running.client, tmp_path / "paused", JOBS)
+            commit = consumer_name("commit", "interactive")
+
+            async def deferred() -> bool:
+                """Every job signed, and audit has already put a completion off."""
+                info = await js.consumer_info(WORK_STREAM, commit)
+                return _signed(running.data_dir, names) and info.num_redelivered >= 1
+
+            await _watch_while(running.client, running.data_dir, names, deferred)
+            assert not [r for r in ledger_rows(running.data_dir) if r[2] in names]
+            await js.resume_consumer(EVENTS_STREAM, EVENTS_CONSUMER)
+            jobs = await wait_all(running.client, names, timeout=60)
+            assert {n: state_name(j.state) for n, j in jobs.items()} == dict.fromkeys(
+                names, "COMPLETED"
+            )
+        finally:
+            await nc.close()
+
+        # The same with the whole audit service stopped, and its events waiting.
+        await asyncio.to_thread(running.stack.stop_service, "audit")
+        later = await submit_text_jobs(running.client, tmp_path / "stopped", JOBS)
+
+        async def all_signed() -> bool:
+            return _signed(running.data_dir, later)
+
+        await _watch_while(running.client, running.data_dir, later, all_signed)
+        await asyncio.to_thread(running.stack.start_service, "audit")
+        await asyncio.to_thread(running.stack.wait_healthy)
+        # Admission's channel to audit may still be reconnecting for a moment.
+        jobs = await wait_all(running.client, later, timeout=60, through_unavailable=True)
+        assert {state_name(j.state) for j in jobs.values()} == {"COMPLETED"}
+        completions = [r[2] for r in ledger_rows(running.data_dir) if r[3] == "COMPLETED"]
+        assert sorted(completions) == sorted(names + later), "one completion per job"
+    report = check(running.data_dir)
+    assert report.stopped and report.findings == [], report.findings
+    assert dict(report.jobs_by_state) == {"COMPLETED": 2 * JOBS}
