@@ -19,6 +19,8 @@ from pathlib import Path
 
 import grpc
 import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from test_faults_common import Running, eventually, running_stack, wait_all
 
 from pdfs import write_form_pdf, write_text_pdf
@@ -30,10 +32,12 @@ from quire.client import PacketItem
 from quire.database import Database
 from quire.faults import arm
 from quire.invariants import KINDS, CheckReport, check
+from quire.invariants_db import read_only_engine
 from quire.invariants_jobs import generations, outcome
 from quire.invariants_snapshot import LedgerEntry, read_snapshot
 from quire.jobs import job_id, new_job_id, state_name, state_value
 from quire.runtime import connect_nats
+from quire.settings import SERVICES
 from quire.tempspace import temp_prefix
 from quire.type import queue_pb2
 from quire.workqueue import WORK_STREAM, consumer_name
@@ -158,7 +162,7 @@ def test_a_deleted_artifact_is_missing(run: FinishedRun, copy: Path) -> None:
     job = run.jobs["COMPLETED"]
     _artifact(copy, run.tenant, job).unlink()
     report = check(copy)
-    assert ("artifact_missing", job) in {(f.kind, f.job) for f in report.findings}
+    assert {(f.kind, f.job) for f in report.findings} == {("artifact_missing", job)}
     assert not report.ok
 
 
@@ -401,3 +405,36 @@ async def test_dead_lettered_jobs_retried_and_discarded_pass_the_check(tmp_path:
     snapshot = read_snapshot(running.data_dir, {}, stopped=True)
     retried_entries = [e for e in snapshot.ledger if e.job == retried]
     assert [g[-1].to_state for g in generations(retried_entries)] == ["FAILED", "COMPLETED"]
+
+
+async def test_a_run_on_postgresql_is_checked_where_its_data_is(
+    postgres,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    env = {
+        f"QUIRE_{service.upper()}_DATABASE_URL": postgres.create_database(
+            f"check_{service}_{uuid.uuid4().hex[:8]}"
+        )
+        for service in SERVICES
+    }
+    async with running_stack(tmp_path / "stack", env=env) as running:
+        path = write_text_pdf(tmp_path / "pg.pdf", ["on postgresql"])
+        digest = (await running.client.upload(path)).sha256
+        name = (await running.client.submit([PacketItem("pg", digest)])).name
+        done = await running.client.wait(name, timeout=60)
+        assert state_name(done.state) == "COMPLETED"
+    data_dir = running.data_dir
+    assert not list(data_dir.glob("*/*.db")), "nothing on SQLite"
+    report = check(data_dir, env=env)
+    assert report.findings == [] and report.ledger_entries >= 7, report.findings
+    assert dict(report.jobs_by_state) == {"COMPLETED": 1}
+    assert "database_missing" in check(data_dir).kinds(), "without the URLs there is nothing"
+
+    engine = read_only_engine(env["QUIRE_AUDIT_DATABASE_URL"], stopped=True)
+    try:
+        with pytest.raises(DBAPIError), engine.begin() as connection:
+            connection.execute(text("DELETE FROM ledger"))
+    finally:
+        engine.dispose()
+    next((data_dir / "blobs" / "signed").rglob("*.pdf")).unlink()
+    assert check(data_dir, env=env).kinds() == {"artifact_missing"}

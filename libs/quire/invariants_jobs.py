@@ -96,7 +96,9 @@ def _completion_findings(
     record = snapshot.signatures.get(job)
     if record is None:
         yield Finding("signature_record_missing", job)
-    elif record.sha256 != digest or record.blob_key not in {a.key for a in artifacts}:
+    elif record.sha256 != digest or (
+        artifacts and record.blob_key not in {a.key for a in artifacts}
+    ):
         yield Finding("signature_record_mismatch", job)
 
 
