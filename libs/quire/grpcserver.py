@@ -136,6 +136,10 @@ async def serve(
     register(server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    # grpc's servicer starts SERVING; say so only once ``ready`` has run (a
+    # stage warmed and pulling), so readiness probes and the stack wait for it.
+    for name in ("", *service_names):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     if tls is None:
         bound = server.add_insecure_port(address)
     else:

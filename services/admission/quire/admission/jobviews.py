@@ -97,7 +97,9 @@ class JobViews:
     async def current(self, accepted: AcceptedJob) -> job_pb2.Job:
         try:
             job = await self._audit.GetJob(
-                audit_service_pb2.GetJobRequest(name=accepted.name), timeout=AUDIT_TIMEOUT_SECONDS
+                audit_service_pb2.GetJobRequest(name=accepted.name),
+                timeout=AUDIT_TIMEOUT_SECONDS,
+                wait_for_ready=True,
             )
         except grpc.aio.AioRpcError as error:
             if error.code() == grpc.StatusCode.NOT_FOUND:
@@ -138,6 +140,7 @@ class JobViews:
             reply = await self._audit.BatchGetJobs(
                 audit_service_pb2.BatchGetJobsRequest(names=[a.name for a in accepted]),
                 timeout=AUDIT_TIMEOUT_SECONDS,
+                wait_for_ready=True,
             )
         except grpc.aio.AioRpcError:
             raise TransientError(ReasonCode.DEPENDENCY_UNAVAILABLE, "audit unavailable") from None

@@ -76,6 +76,7 @@ class OutstandingJobs:
                         names=names[start : start + REFRESH_BATCH]
                     ),
                     timeout=AUDIT_TIMEOUT_SECONDS,
+                    wait_for_ready=True,
                 )
             except grpc.aio.AioRpcError:
                 raise TransientError(
