@@ -104,6 +104,10 @@ class WorkQueueWorker:
     async def _run(self, message: Msg, slots: asyncio.Semaphore) -> None:
         heartbeat = asyncio.create_task(self._heartbeat(message))
         try:
+            if self._pull_gate is not None:
+                # A long-poll pull placed while the gate was open can deliver after
+                # it closed: hold that message (leased, not started) until it opens.
+                await self._pull_gate.wait_open()
             await self._handler(message)
         except Exception as error:  # noqa: BLE001 - the message is redelivered after ack wait
             # The type only: exception text may carry document content.
