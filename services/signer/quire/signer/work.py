@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from quire.blobstore import LocalBlobStore, sha256_file
+from quire.blobstore import LocalBlobStore, sha256_file, storage_error
 from quire.database import Database
 from quire.errors import JobCancelled, PermanentError, TransientError
 from quire.faults import fault_point
@@ -123,6 +123,8 @@ class SignerWork:
                 raise PermanentError(
                     ReasonCode.DIGEST_MISMATCH, "assembled packet changed"
                 ) from None
+            except OSError as error:  # from the worker: classified like every blob write
+                raise storage_error(error, "signed packet not written") from error
             created = await asyncio.to_thread(
                 self._blobs.promote_file, temp, blob_key, exclusive=True
             )
