@@ -266,3 +266,64 @@ async def test_admission_refuses_when_the_disk_is_under_its_free_reserve(tmp_pat
         guard.check()
     assert refused.value.reason == ReasonCode.TEMP_SPACE_LOW
     assert refused.value.quota[0].subject == "disk:free_bytes"
+
+
+class _ClosingGate:
+    """Open for the pull, closed by the time the message arrives."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.never = asyncio.Event()
+
+    async def wait_open(self) -> None:
+        self.calls += 1
+        if self.calls > 1:
+            await self.never.wait()
+
+
+async def test_a_message_held_at_a_closed_gate_is_released_when_the_worker_drains(
+    jetstream: JetStreamContext,
+) -> None:
+    handled: list[bytes] = []
+
+    async def handler(msg) -> None:  # type: ignore[no-untyped-def]
+        handled.append(msg.data)
+        await msg.ack()
+
+    worker = WorkQueueWorker(
+        jetstream,
+        stream=WORK_STREAM,
+        consumers={consumer_name("assemble", "interactive"): 1},
+        handler=handler,
+        ack_wait_seconds=30,
+        fetch_timeout_seconds=2,
+        pull_gate=_ClosingGate(),
+    )
+    worker.start()
+    await asyncio.sleep(0.3)  # the pull is waiting
+    await jetstream.publish(work_subject("assemble", "interactive"), b"job")
+    consumer = consumer_name("assemble", "interactive")
+    for _ in range(40):
+        if (await jetstream.consumer_info(WORK_STREAM, consumer)).num_ack_pending == 1:
+            break
+        await asyncio.sleep(0.05)
+    assert (await jetstream.consumer_info(WORK_STREAM, consumer)).num_ack_pending == 1, "held"
+    await asyncio.wait_for(worker.drain(), timeout=5)  # not held until the gate opens
+    assert handled == [], "never started"
+    successor = WorkQueueWorker(
+        jetstream,
+        stream=WORK_STREAM,
+        consumers={consumer: 1},
+        handler=handler,
+        ack_wait_seconds=30,
+        fetch_timeout_seconds=2,
+    )
+    successor.start()
+    try:
+        for _ in range(60):
+            if handled:
+                break
+            await asyncio.sleep(0.05)
+        assert handled == [b"job"], "handed back at once, not after its 30 s ack wait"
+    finally:
+        await successor.drain()

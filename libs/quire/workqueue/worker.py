@@ -104,10 +104,9 @@ class WorkQueueWorker:
     async def _run(self, message: Msg, slots: asyncio.Semaphore) -> None:
         heartbeat = asyncio.create_task(self._heartbeat(message))
         try:
-            if self._pull_gate is not None:
-                # A long-poll pull placed while the gate was open can deliver after
-                # it closed: hold that message (leased, not started) until it opens.
-                await self._pull_gate.wait_open()
+            if self._pull_gate is not None and not await self._gate_opened():
+                await message.nak()  # draining: not started, so let another worker have it
+                return
             await self._handler(message)
         except Exception as error:  # noqa: BLE001 - the message is redelivered after ack wait
             # The type only: exception text may carry document content.
@@ -115,6 +114,22 @@ class WorkQueueWorker:
         finally:
             heartbeat.cancel()
             slots.release()
+
+    async def _gate_opened(self) -> bool:
+        """Wait until the pull gate opens; False if the worker drains first.
+
+        A long-poll pull placed while the gate was open can deliver after it
+        closed: that message is held (leased, heartbeated, not started).
+        """
+        assert self._pull_gate is not None
+        opened = asyncio.create_task(self._pull_gate.wait_open())
+        stopping = asyncio.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait({opened, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            opened.cancel()
+            stopping.cancel()
+        return opened.done() and not opened.cancelled()
 
     async def _heartbeat(self, message: Msg) -> None:
         while True:
