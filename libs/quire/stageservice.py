@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -14,11 +15,12 @@ from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.leases import LeaseStore
 from quire.runtime import start_runtime
-from quire.settings import ServiceSettings
+from quire.sandbox import SandboxPool
+from quire.settings import ServiceSettings, TempSpaceSettings
 from quire.stage import StageRunner, StageWork
+from quire.tempspace import TempKeeper
 from quire.transitions import EventFactory
 from quire.workqueue import WORK_STREAM, Publisher, WorkQueueWorker, consumer_name
-from quire.workqueue.worker import PullGate
 
 __all__ = ["StageService", "Registrar", "run_stage_service", "batch_slots"]
 
@@ -49,16 +51,25 @@ async def run_stage_service(
     spec: StageService,
     *,
     build: Callable[[Database, LocalBlobStore, JobGate, Publisher], tuple[StageWork, Registrar]],
-    on_close: Callable[[], None] | None = None,
-    warm: Callable[[], Awaitable[None]] | None = None,
-    pull_gate: PullGate | None = None,
+    sandbox: SandboxPool,
 ) -> None:
-    """Run one stage process; ``pull_gate`` holds off new work (the stage's
-    temporary-space budget) while in-flight work finishes."""
+    """Run one stage process.
+
+    Before taking work it sweeps what dead processes left in the temporary
+    space and warms ``sandbox``; while its temporary bytes are over budget it
+    takes no new work (in-flight work finishes).
+    """
     nc, js = await start_runtime(settings)
     database = Database(settings.database_url, spec.metadata)
     database.create_schema()
+    # Temporary entries are named after this stage, so they count against its
+    # budget and a dead process's leftovers are recognised and swept.
     blobs = LocalBlobStore(settings.blob_root, owner=settings.service)
+    keeper = TempKeeper(
+        blobs.tmp_dir,
+        TempSpaceSettings.from_env(os.environ, settings.service),
+        service=settings.service,
+    )
     gate = await JobGate.open(js)
     publisher = Publisher(js)
     work, register = build(database, blobs, gate, publisher)
@@ -82,12 +93,12 @@ async def run_stage_service(
         handler=runner.handle,
         ack_wait_seconds=settings.queue.ack_wait_seconds,
         fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
-        pull_gate=pull_gate,
+        pull_gate=keeper.budget,
     )
 
     async def ready() -> None:
-        if warm is not None:
-            await warm()
+        await keeper.start()
+        await sandbox.warm()
         worker.start()
 
     try:
@@ -102,6 +113,6 @@ async def run_stage_service(
         )
     finally:
         await nc.close()  # workers are drained; nothing is in flight
-        if on_close is not None:
-            on_close()
+        keeper.close()
+        sandbox.close()
         database.close()

@@ -26,7 +26,6 @@ __all__ = [
     "task_message_id",
     "dead_subject",
     "STAGE_OF_SERVICE",
-    "SERVICE_OF_STAGE",
     "DEAD_BOOK_CONSUMER",
     "ensure_topology",
 ]
@@ -35,7 +34,6 @@ WORK_STREAM = "QUIRE_WORK"
 EVENTS_STREAM = "QUIRE_EVENTS"
 STAGES = ("validate", "assemble", "sign", "commit")
 STAGE_OF_SERVICE = {"validator": "validate", "assembler": "assemble", "signer": "sign"}
-SERVICE_OF_STAGE = {stage: service for service, stage in STAGE_OF_SERVICE.items()}
 PRIORITIES = ("interactive", "batch")
 EVENTS_CONSUMER = "audit-events"
 CHECKPOINT_SUBJECT = "quire.checkpoints.audit"

@@ -15,9 +15,8 @@ from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.jobgate import JobGate
 from quire.sandbox import SandboxPool
-from quire.settings import SandboxSettings, ServiceSettings, TempSpaceSettings
+from quire.settings import SandboxSettings, ServiceSettings
 from quire.stageservice import Registrar, StageService, run_stage_service
-from quire.tempspace import TempKeeper
 from quire.workqueue import Publisher
 
 SERVICE = "assembler"
@@ -25,31 +24,17 @@ SERVICE = "assembler"
 
 async def main() -> None:
     settings = ServiceSettings.from_env(SERVICE)
-    # Temporary entries are named after this stage, so they count against its
-    # budget and a dead process's leftovers are recognised and swept.
-    blobs = LocalBlobStore(settings.blob_root, owner=SERVICE)
-    keeper = TempKeeper(
-        blobs.tmp_dir, TempSpaceSettings.from_env(os.environ, SERVICE), service=SERVICE
-    )
     pool = SandboxPool(
         SandboxSettings.from_env(os.environ, SERVICE), name="pdf-merge", preload=("pikepdf",)
     )
 
     def build(
-        database: Database, _unowned: LocalBlobStore, _gate: JobGate, _publisher: Publisher
+        database: Database, blobs: LocalBlobStore, _gate: JobGate, _publisher: Publisher
     ) -> tuple[AssemblerWork, Registrar]:
         def register(server: grpc.aio.Server) -> None:
             pb_grpc.add_AssemblerServiceServicer_to_server(AssemblerServicer(database), server)
 
         return AssemblerWork(blobs=blobs, sandbox=pool), register
-
-    async def warm() -> None:
-        await keeper.start()  # sweeps what dead processes left before taking work
-        await pool.warm()
-
-    def close() -> None:
-        keeper.close()
-        pool.close()
 
     await run_stage_service(
         settings,
@@ -61,9 +46,7 @@ async def main() -> None:
             grpc_service_name="quire.assembler.v1.AssemblerService",
         ),
         build=build,
-        on_close=close,
-        warm=warm,
-        pull_gate=keeper.budget,
+        sandbox=pool,
     )
 
 

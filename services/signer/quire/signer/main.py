@@ -12,14 +12,13 @@ from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.jobgate import JobGate
 from quire.sandbox import SandboxPool
-from quire.settings import SandboxSettings, ServiceSettings, TempSpaceSettings
+from quire.settings import SandboxSettings, ServiceSettings
 from quire.signer import tables
 from quire.signer.keystore import KeySource, KeyStore
 from quire.signer.servicer import SignerServicer
 from quire.signer.v1 import signer_service_pb2_grpc as pb_grpc
 from quire.signer.work import SignerWork
 from quire.stageservice import Registrar, StageService, run_stage_service
-from quire.tempspace import TempKeeper
 from quire.workqueue import Publisher
 
 SERVICE = "signer"
@@ -28,12 +27,6 @@ log = logging.getLogger(__name__)
 
 async def main() -> None:
     settings = ServiceSettings.from_env(SERVICE)
-    # Temporary entries are named after this stage, so they count against its
-    # budget and a dead process's leftovers are recognised and swept.
-    blobs = LocalBlobStore(settings.blob_root, owner=SERVICE)
-    keeper = TempKeeper(
-        blobs.tmp_dir, TempSpaceSettings.from_env(os.environ, SERVICE), service=SERVICE
-    )
     pool = SandboxPool(
         SandboxSettings.from_env(os.environ, SERVICE),
         name="pdf-signing",
@@ -42,7 +35,7 @@ async def main() -> None:
     source = KeySource.from_env(settings.service_dir)
 
     def build(
-        database: Database, _unowned: LocalBlobStore, gate: JobGate, _publisher: Publisher
+        database: Database, blobs: LocalBlobStore, gate: JobGate, _publisher: Publisher
     ) -> tuple[SignerWork, Registrar]:
         keys = KeyStore(database, source)
         active = keys.ensure_active_key()
@@ -64,14 +57,6 @@ async def main() -> None:
         )
         return work, register
 
-    async def warm() -> None:
-        await keeper.start()  # sweeps what dead processes left before taking work
-        await pool.warm()
-
-    def close() -> None:
-        keeper.close()
-        pool.close()
-
     await run_stage_service(
         settings,
         StageService(
@@ -82,9 +67,7 @@ async def main() -> None:
             grpc_service_name="quire.signer.v1.SignerService",
         ),
         build=build,
-        on_close=close,
-        warm=warm,
-        pull_gate=keeper.budget,
+        sandbox=pool,
     )
 
 

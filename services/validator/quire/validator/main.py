@@ -15,9 +15,8 @@ from quire.grpcserver import service_channel
 from quire.jobgate import JobGate
 from quire.operatorcheck import OperatorCheck
 from quire.sandbox import SandboxPool
-from quire.settings import SandboxSettings, ServiceSettings, TempSpaceSettings, ValidationLimits
+from quire.settings import SandboxSettings, ServiceSettings, ValidationLimits
 from quire.stageservice import Registrar, StageService, run_stage_service
-from quire.tempspace import TempKeeper
 from quire.validator import tables
 from quire.validator.evaluation import Evaluator
 from quire.validator.pdfchecks import PdfLimits
@@ -33,12 +32,6 @@ SERVICE = "validator"
 
 async def main() -> None:
     settings = ServiceSettings.from_env(SERVICE)
-    # Temporary entries are named after this stage, so they count against its
-    # budget and a dead process's leftovers are recognised and swept.
-    blobs = LocalBlobStore(settings.blob_root, owner=SERVICE)
-    keeper = TempKeeper(
-        blobs.tmp_dir, TempSpaceSettings.from_env(os.environ, SERVICE), service=SERVICE
-    )
     pool = SandboxPool(
         SandboxSettings.from_env(os.environ, SERVICE),
         name="pdf-inspection",
@@ -48,7 +41,7 @@ async def main() -> None:
     rulesets_dir = Path(os.environ.get("QUIRE_RULESETS_DIR", "") or DEFAULT_DIRECTORY)
 
     def build(
-        database: Database, _unowned: LocalBlobStore, gate: JobGate, publisher: Publisher
+        database: Database, blobs: LocalBlobStore, gate: JobGate, publisher: Publisher
     ) -> tuple[ValidatorWork, Registrar]:
         book = RulesetBook(database)
         book.install(load_directory(rulesets_dir))
@@ -73,14 +66,6 @@ async def main() -> None:
 
         return ValidatorWork(evaluator=evaluator, book=book), register
 
-    async def warm() -> None:
-        await keeper.start()  # sweeps what dead processes left before taking work
-        await pool.warm()
-
-    def close() -> None:
-        keeper.close()
-        pool.close()
-
     await run_stage_service(
         settings,
         StageService(
@@ -91,9 +76,7 @@ async def main() -> None:
             grpc_service_name="quire.validator.v1.ValidatorService",
         ),
         build=build,
-        on_close=close,
-        warm=warm,
-        pull_gate=keeper.budget,
+        sandbox=pool,
     )
 
 
