@@ -6,27 +6,15 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from quirecli import QUIRE, ROOT, run_quire
 
 from quire.stack.natsserver import NatsServer
 
-ROOT = Path(__file__).resolve().parent.parent
-QUIRE = [sys.executable, "-m", "quire.cli.main"]
 pytestmark = pytest.mark.stack
-
-
-def _quire(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*QUIRE, "--data-dir", str(data_dir), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
 
 
 def _read_until(process: subprocess.Popen[str], marker: str, timeout: float) -> str:
@@ -69,26 +57,28 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
 
         write_text_pdf(first, ["first document"])
         write_text_pdf(second, ["second document"])
-        submitted = _quire(data_dir, "submit", str(first), str(second), "--wait")
+        submitted = run_quire(data_dir, "submit", str(first), str(second), "--wait")
         assert submitted.returncode == 0, submitted.stderr
         job = submitted.stdout.split()[0]
         assert "COMPLETED" in submitted.stdout
 
-        status = _quire(data_dir, "status", job)
+        status = run_quire(data_dir, "status", job)
         assert "COMPLETED" in status.stdout
 
         output = tmp_path / "packet.pdf"
-        fetched = _quire(data_dir, "fetch", job, "-o", str(output))
+        fetched = run_quire(data_dir, "fetch", job, "-o", str(output))
         assert fetched.returncode == 0, fetched.stderr
-        verified = _quire(data_dir, "verify", str(output), "--job", job)
+        verified = run_quire(data_dir, "verify", str(output), "--job", job)
         assert verified.returncode == 0, verified.stdout
         assert "embedded sources match the ledger, in order: True" in verified.stdout
         assert "OK" in verified.stdout
         other = tmp_path / "other.pdf"
         write_text_pdf(other, ["other"])
-        other_job = _quire(data_dir, "submit", str(other), "--wait").stdout.split()[0]
-        assert _quire(data_dir, "fetch", other_job, "-o", str(tmp_path / "o.pdf")).returncode == 0
-        mismatch = _quire(data_dir, "verify", str(tmp_path / "o.pdf"), "--job", job)
+        other_job = run_quire(data_dir, "submit", str(other), "--wait").stdout.split()[0]
+        assert (
+            run_quire(data_dir, "fetch", other_job, "-o", str(tmp_path / "o.pdf")).returncode == 0
+        )
+        mismatch = run_quire(data_dir, "verify", str(tmp_path / "o.pdf"), "--job", job)
         assert (
             mismatch.returncode == 1
             and "output digest matches the ledger: False" in mismatch.stdout
@@ -99,48 +89,50 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         comment = data.index(b"\n%") + 2
         data[comment] ^= 0x01
         tampered.write_bytes(bytes(data))
-        refused = _quire(data_dir, "verify", str(tampered))
+        refused = run_quire(data_dir, "verify", str(tampered))
         assert refused.returncode == 1
         assert "NOT VERIFIED" in refused.stdout
 
-        listed = _quire(data_dir, "jobs", "--state", "COMPLETED")
+        listed = run_quire(data_dir, "jobs", "--state", "COMPLETED")
         assert job in listed.stdout
-        too_late = _quire(data_dir, "cancel", job)
+        too_late = run_quire(data_dir, "cancel", job)
         assert too_late.returncode == 1 and "COMPLETED" in too_late.stdout
 
-        created = _quire(data_dir, "tenants", "create", "acme", "--max-outstanding-jobs", "3")
+        created = run_quire(data_dir, "tenants", "create", "acme", "--max-outstanding-jobs", "3")
         assert created.returncode == 0, created.stderr
         tenant = created.stdout.split()[0]
         assert tenant.startswith("tenants/") and "token (shown once): qt_" in created.stdout
-        rotated = _quire(data_dir, "tokens", "create", tenant)
+        rotated = run_quire(data_dir, "tokens", "create", tenant)
         assert rotated.returncode == 0, rotated.stderr
         token_name = rotated.stdout.split()[0]
-        revoked = _quire(data_dir, "tokens", "revoke", token_name)
+        revoked = run_quire(data_dir, "tokens", "revoke", token_name)
         assert revoked.returncode == 0 and "revoked" in revoked.stdout
-        tenants = _quire(data_dir, "tenants", "list")
+        tenants = run_quire(data_dir, "tenants", "list")
         assert "acme" in tenants.stdout and "outstanding≤3" in tenants.stdout
         assert f"{token_name}  revoked" in tenants.stdout
 
-        ledger = _quire(data_dir, "audit", "verify")
+        ledger = run_quire(data_dir, "audit", "verify")
         assert ledger.returncode == 0 and "OK" in ledger.stdout, ledger.stdout
         evidence_file = tmp_path / "evidence.json"
-        exported = _quire(data_dir, "evidence", job, "-o", str(evidence_file))
+        exported = run_quire(data_dir, "evidence", job, "-o", str(evidence_file))
         assert exported.returncode == 0, exported.stderr
-        offline = _quire(tmp_path / "no-stack", "evidence", "verify", str(evidence_file))
+        offline = run_quire(tmp_path / "no-stack", "evidence", "verify", str(evidence_file))
         assert offline.returncode == 0 and "OK" in offline.stdout, offline.stdout
         tampered_evidence = evidence_file.read_text().replace('"COMPLETED"', '"REJECTED"', 1)
         (tmp_path / "tampered.json").write_text(tampered_evidence)
-        refused_evidence = _quire(
+        refused_evidence = run_quire(
             tmp_path / "no-stack", "evidence", "verify", str(tmp_path / "tampered.json")
         )
         assert refused_evidence.returncode == 1
 
-        nothing_parked = _quire(data_dir, "review", "list")
+        nothing_parked = run_quire(data_dir, "review", "list")
         assert nothing_parked.returncode == 0 and nothing_parked.stdout == ""
-        no_review = _quire(data_dir, "review", "approve", job, "--note", "ok", "--operator", "me")
+        no_review = run_quire(
+            data_dir, "review", "approve", job, "--note", "ok", "--operator", "me"
+        )
         assert no_review.returncode == 1 and "NOT_FOUND" in no_review.stderr
 
-        missing = _quire(data_dir, "status", "jobs/ffffffffffffffff")
+        missing = run_quire(data_dir, "status", "jobs/ffffffffffffffff")
         assert missing.returncode == 1
         assert "NOT_FOUND" in missing.stderr
     finally:

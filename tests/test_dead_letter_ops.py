@@ -10,56 +10,23 @@ discards it (it stays FAILED).
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 import pytest
+from quirecli import run_quire
+from test_faults_common import kept_armed
 
 from pdfs import write_text_pdf
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.client import AdmissionClient, PacketItem
-from quire.faults import arm
 from quire.grpcstatus import reason_of
 from quire.jobs import state_name
 from quire.stack.supervisor import Stack, StackInfo
 from quire.tls import aio_channel
 
 pytestmark = pytest.mark.stack
-
-QUIRE = [sys.executable, "-m", "quire.cli.main"]
-
-
-def _quire(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*QUIRE, "--data-dir", str(data_dir), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-@contextlib.asynccontextmanager
-async def _dying(fault_dir: Path, point: str) -> AsyncIterator[None]:
-    """Keep ``point`` armed, so every delivery that reaches it dies."""
-
-    async def rearm() -> None:
-        while True:
-            if not (fault_dir / f"{point}.armed").exists():
-                arm(fault_dir, point)
-            await asyncio.sleep(0.05)
-
-    task = asyncio.create_task(rearm())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        (fault_dir / f"{point}.armed").unlink(missing_ok=True)
 
 
 async def _events(address: str, job: str) -> list[audit_service_pb2.LedgerEntry]:
@@ -73,7 +40,7 @@ async def _events(address: str, job: str) -> list[audit_service_pb2.LedgerEntry]
 async def _until_listed(data_dir: Path, job: str, timeout: float = 30.0) -> str:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
-        listing = await asyncio.to_thread(_quire, data_dir, "dlq", "list")
+        listing = await asyncio.to_thread(run_quire, data_dir, "dlq", "list")
         assert listing.returncode == 0, listing.stderr
         if job in listing.stdout:
             return listing.stdout
@@ -107,7 +74,7 @@ async def test_a_dead_lettered_job_retried_by_an_operator_completes_in_a_new_gen
     stack, info, faults = dying_stack
     async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
         digest = (await client.upload(write_text_pdf(tmp_path / "d.pdf", ["retry me"]))).sha256
-        async with _dying(faults, "signer.before_commit"):
+        async with kept_armed(faults, "signer.before_commit"):
             name = (await client.submit([PacketItem("d", digest)])).name
             failed = await client.wait(name, timeout=90)
         assert (state_name(failed.state), failed.reason_code) == ("FAILED", "RETRY_LIMIT_REACHED")
@@ -117,12 +84,12 @@ async def test_a_dead_lettered_job_retried_by_an_operator_completes_in_a_new_gen
         line = next(row for row in listing.splitlines() if name in row)
         assert " sign " in f" {line} " and "RETRY_LIMIT_REACHED" in line and " dead " in line
 
-        retried = await asyncio.to_thread(_quire, stack.data_dir, "dlq", "retry", name)
+        retried = await asyncio.to_thread(run_quire, stack.data_dir, "dlq", "retry", name)
         assert retried.returncode == 0, retried.stderr
         assert "retried" in retried.stdout and "generation=0" in retried.stdout
         done = await client.wait(name, timeout=60)
         assert state_name(done.state) == "COMPLETED"
-        again = await asyncio.to_thread(_quire, stack.data_dir, "dlq", "retry", name)
+        again = await asyncio.to_thread(run_quire, stack.data_dir, "dlq", "retry", name)
         assert again.returncode == 0, "asking twice is harmless"
 
     entries = await _events(info.endpoints["audit"], name)
@@ -139,9 +106,9 @@ async def test_a_dead_lettered_job_retried_by_an_operator_completes_in_a_new_gen
     signed = list((stack.data_dir / "blobs" / "signed").rglob("*.pdf"))
     assert len(signed) == 1, "the retry reused the artifact of the failed attempt"
 
-    still_listed = await asyncio.to_thread(_quire, stack.data_dir, "dlq", "list")
+    still_listed = await asyncio.to_thread(run_quire, stack.data_dir, "dlq", "list")
     assert name not in still_listed.stdout, "a retried letter leaves the open list"
-    everything = await asyncio.to_thread(_quire, stack.data_dir, "dlq", "list", "--all")
+    everything = await asyncio.to_thread(run_quire, stack.data_dir, "dlq", "list", "--all")
     assert name in everything.stdout and "retried" in everything.stdout
 
 
@@ -151,17 +118,17 @@ async def test_a_discarded_dead_letter_leaves_the_job_failed_and_cannot_be_retri
     stack, info, faults = dying_stack
     async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
         digest = (await client.upload(write_text_pdf(tmp_path / "d.pdf", ["discard"]))).sha256
-        async with _dying(faults, "validator.before_commit"):
+        async with kept_armed(faults, "validator.before_commit"):
             name = (await client.submit([PacketItem("d", digest)])).name
             failed = await client.wait(name, timeout=90)
         assert state_name(failed.state) == "FAILED"
         assert stack.restarts("validator") >= 2, "the validator really died on each delivery"
         await _until_listed(stack.data_dir, name)
 
-        discarded = await asyncio.to_thread(_quire, stack.data_dir, "dlq", "discard", name)
+        discarded = await asyncio.to_thread(run_quire, stack.data_dir, "dlq", "discard", name)
         assert discarded.returncode == 0, discarded.stderr
         assert "discarded" in discarded.stdout
-        refused = await asyncio.to_thread(_quire, stack.data_dir, "dlq", "retry", name)
+        refused = await asyncio.to_thread(run_quire, stack.data_dir, "dlq", "retry", name)
         assert refused.returncode == 1 and "DEAD_LETTER_RESOLVED" in refused.stderr
         await asyncio.sleep(1.0)
         assert state_name((await client.get_job(name)).state) == "FAILED"

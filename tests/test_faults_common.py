@@ -9,7 +9,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +17,7 @@ import grpc
 
 from pdfs import write_text_pdf
 from quire.client import AdmissionClient, PacketItem
+from quire.faults import arm
 from quire.jobs import TERMINAL_STATES, state_name
 from quire.stack.supervisor import Stack, StackInfo
 from quire.type import job_pb2
@@ -28,6 +29,7 @@ __all__ = [
     "wait_all",
     "eventually",
     "ledger_rows",
+    "kept_armed",
 ]
 
 BASE_ENV = {"QUIRE_DRAIN_SECONDS": "5"}
@@ -119,3 +121,23 @@ def states_of(jobs: dict[str, job_pb2.Job]) -> dict[str, str]:
 
 def all_terminal(jobs: dict[str, job_pb2.Job]) -> bool:
     return all(state in TERMINAL_STATES for state in states_of(jobs).values())
+
+
+@asynccontextmanager
+async def kept_armed(fault_dir: Path, point: str) -> AsyncIterator[None]:
+    """Keep fault ``point`` armed, so every delivery that reaches it dies."""
+
+    async def rearm() -> None:
+        while True:
+            if not (fault_dir / f"{point}.armed").exists():
+                arm(fault_dir, point)
+            await asyncio.sleep(0.05)
+
+    task = asyncio.create_task(rearm())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+        (fault_dir / f"{point}.armed").unlink(missing_ok=True)

@@ -5,14 +5,12 @@ tampered with, one promise at a time, and each is reported by its kind."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import shutil
 import sqlite3
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,7 +19,7 @@ import grpc
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
-from test_faults_common import Running, eventually, running_stack, wait_all
+from test_faults_common import Running, eventually, kept_armed, running_stack, wait_all
 
 from pdfs import write_form_pdf, write_text_pdf
 from quire.audit import ledger as audit_ledger
@@ -30,7 +28,6 @@ from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.cli.main import main as quire_main
 from quire.client import PacketItem
 from quire.database import Database
-from quire.faults import arm
 from quire.invariants import KINDS, CheckReport, check
 from quire.invariants_db import read_only_engine
 from quire.invariants_jobs import generations, outcome
@@ -337,26 +334,6 @@ def test_generations_split_at_dead_letter_retries() -> None:
     assert outcome(cancelled_while_working) == "CANCELLED"
 
 
-@contextlib.asynccontextmanager
-async def _dying(fault_dir: Path, point: str) -> AsyncIterator[None]:
-    """Keep ``point`` armed, so every delivery that reaches it dies."""
-
-    async def rearm() -> None:
-        while True:
-            if not (fault_dir / f"{point}.armed").exists():
-                arm(fault_dir, point)
-            await asyncio.sleep(0.05)
-
-    task = asyncio.create_task(rearm())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        (fault_dir / f"{point}.armed").unlink(missing_ok=True)
-
-
 async def test_dead_lettered_jobs_retried_and_discarded_pass_the_check(tmp_path: Path) -> None:
     """Two jobs fail at signing (the signer dies before each commit, perhaps
     after writing an artifact): one is retried into a second generation that
@@ -371,7 +348,7 @@ async def test_dead_lettered_jobs_retried_and_discarded_pass_the_check(tmp_path:
     async with running_stack(tmp_path / "stack", env=env) as running:
         client = running.client
         names = []
-        async with _dying(faults, "signer.before_commit"):
+        async with kept_armed(faults, "signer.before_commit"):
             for index in range(2):
                 path = write_text_pdf(tmp_path / f"{index}.pdf", [f"dead letter {index}"])
                 digest = (await client.upload(path)).sha256

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import argparse
 
+from google.protobuf.message import Message
+
 from quire.audit.v1 import audit_service_pb2 as pb
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
+from quire.cli.args import job_resource, operator_metadata
 from quire.cli.config import ClientConfig
-from quire.cli.reviews import operator_metadata
 from quire.tls import aio_channel
 
 __all__ = ["dlq_list", "dlq_retry", "dlq_discard"]
 
 TIMEOUT_SECONDS = 30.0
-
-
-def _name(job: str) -> str:
-    return job if job.startswith("jobs/") else f"jobs/{job}"
 
 
 def _line(record: pb.DeadLetterRecord) -> str:
@@ -45,22 +43,20 @@ async def dlq_list(args: argparse.Namespace, config: ClientConfig) -> int:
 
 
 async def dlq_retry(args: argparse.Namespace, config: ClientConfig) -> int:
-    async with aio_channel(config.audit, config.tls) as channel:
-        record = await pb_grpc.AuditServiceStub(channel).RetryDeadLetter(
-            pb.RetryDeadLetterRequest(job=_name(args.job)),
-            metadata=operator_metadata(config),
-            timeout=TIMEOUT_SECONDS,
-        )
-    print(_line(record))
-    return 0
+    return await _decide(
+        config, "RetryDeadLetter", pb.RetryDeadLetterRequest(job=job_resource(args.job))
+    )
 
 
 async def dlq_discard(args: argparse.Namespace, config: ClientConfig) -> int:
+    return await _decide(
+        config, "DiscardDeadLetter", pb.DiscardDeadLetterRequest(job=job_resource(args.job))
+    )
+
+
+async def _decide(config: ClientConfig, method: str, request: Message) -> int:
     async with aio_channel(config.audit, config.tls) as channel:
-        record = await pb_grpc.AuditServiceStub(channel).DiscardDeadLetter(
-            pb.DiscardDeadLetterRequest(job=_name(args.job)),
-            metadata=operator_metadata(config),
-            timeout=TIMEOUT_SECONDS,
-        )
+        call = getattr(pb_grpc.AuditServiceStub(channel), method)
+        record = await call(request, metadata=operator_metadata(config), timeout=TIMEOUT_SECONDS)
     print(_line(record))
     return 0

@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 
 from quire.cli import check, deadletters, operators, reviews
+from quire.cli.args import job_resource
 from quire.cli.config import ClientConfig
 from quire.cli.packets import PacketFile, read_manifest_file, send_packet
 from quire.cli.verify import ledger_checks, verify_file
@@ -40,10 +41,6 @@ def _job_line(job: job_pb2.Job) -> str:
     if job.output_digest:
         parts.append(f"sha256={job.output_digest}")
     return "  ".join(parts)
-
-
-def _name(job: str) -> str:
-    return job if job.startswith("jobs/") else f"jobs/{job}"
 
 
 async def _submit(args: argparse.Namespace, config: ClientConfig) -> int:
@@ -67,20 +64,20 @@ async def _submit(args: argparse.Namespace, config: ClientConfig) -> int:
 
 async def _status(args: argparse.Namespace, config: ClientConfig) -> int:
     async with AdmissionClient(config.admission, config.token, tls=config.tls) as client:
-        print(_job_line(await client.get_job(_name(args.job))))
+        print(_job_line(await client.get_job(job_resource(args.job))))
     return 0
 
 
 async def _wait(args: argparse.Namespace, config: ClientConfig) -> int:
     async with AdmissionClient(config.admission, config.token, tls=config.tls) as client:
-        job = await client.wait(_name(args.job), timeout=args.timeout)
+        job = await client.wait(job_resource(args.job), timeout=args.timeout)
     print(_job_line(job))
     return 0 if state_name(job.state) == "COMPLETED" else 1
 
 
 async def _fetch(args: argparse.Namespace, config: ClientConfig) -> int:
     async with AdmissionClient(config.admission, config.token, tls=config.tls) as client:
-        digest = await client.download(_name(args.job), Path(args.output))
+        digest = await client.download(job_resource(args.job), Path(args.output))
     print(f"{args.output}  sha256={digest}")
     return 0
 
@@ -99,7 +96,7 @@ async def _jobs(args: argparse.Namespace, config: ClientConfig) -> int:
 
 async def _cancel(args: argparse.Namespace, config: ClientConfig) -> int:
     async with AdmissionClient(config.admission, config.token, tls=config.tls) as client:
-        job = await client.cancel(_name(args.job))
+        job = await client.cancel(job_resource(args.job))
     print(_job_line(job))
     return 0 if state_name(job.state) == "CANCELLED" else 1
 
@@ -117,7 +114,7 @@ async def _verify(args: argparse.Namespace, config: ClientConfig) -> int:
         async with AdmissionClient(config.admission, config.token, tls=config.tls) as client:
             checks = await ledger_checks(
                 Path(args.file),
-                _name(args.job),
+                job_resource(args.job),
                 admission=client,
                 audit_address=config.audit,
                 tls=config.tls,
@@ -153,7 +150,7 @@ async def _evidence(args: argparse.Namespace, config: ClientConfig) -> int:
 
     async with aio_channel(config.audit, config.tls) as channel:
         evidence = await audit_service_pb2_grpc.AuditServiceStub(channel).ExportEvidence(
-            audit_service_pb2.ExportEvidenceRequest(job=_name(args.job)), timeout=120
+            audit_service_pb2.ExportEvidenceRequest(job=job_resource(args.job)), timeout=120
         )
     Path(args.output).write_text(evidence.json)
     print(f"{args.output}  evidence for {evidence.job}")
@@ -333,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "evidence" and args.job == "verify":
         return _evidence_verify(args)  # offline: needs no stack
     if args.command == "evidence":
-        args.output = args.output or f"{_name(args.job).removeprefix('jobs/')}.evidence.json"
+        args.output = args.output or f"{job_resource(args.job).removeprefix('jobs/')}.evidence.json"
     config = ClientConfig.load(Path(args.data_dir))
     try:
         name = f"{args.command} {args.action}" if getattr(args, "action", None) else args.command

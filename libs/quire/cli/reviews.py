@@ -5,22 +5,13 @@ from __future__ import annotations
 import argparse
 import getpass
 
+from quire.cli.args import job_resource, operator_metadata
 from quire.cli.config import ClientConfig
 from quire.tls import aio_channel
 from quire.validator.v1 import validator_service_pb2 as pb
 from quire.validator.v1 import validator_service_pb2_grpc as pb_grpc
 
 __all__ = ["review_list", "review_approve", "review_reject"]
-
-
-def _name(job: str) -> str:
-    return job if job.startswith("jobs/") else f"jobs/{job}"
-
-
-def operator_metadata(config: ClientConfig) -> tuple[tuple[str, str], ...]:
-    if not config.operator_token:
-        raise SystemExit("no operator token: set QUIRE_OPERATOR_TOKEN or run against `quire up`")
-    return (("authorization", f"Bearer {config.operator_token}"),)
 
 
 async def review_list(args: argparse.Namespace, config: ClientConfig) -> int:
@@ -36,7 +27,7 @@ async def review_list(args: argparse.Namespace, config: ClientConfig) -> int:
 
 async def _resolve(args: argparse.Namespace, config: ClientConfig, approve: bool) -> int:
     request = pb.ResolveReviewRequest(
-        job=_name(args.job),
+        job=job_resource(args.job),
         approve=approve,
         note=args.note,
         operator=args.operator or getpass.getuser(),
