@@ -10,9 +10,8 @@ the caller is told the state it reached.
 
 from __future__ import annotations
 
-from nats.js import JetStreamContext, api
+from nats.js import JetStreamContext
 from nats.js.errors import (
-    BucketNotFoundError,
     KeyDeletedError,
     KeyNotFoundError,
     KeyWrongLastSequenceError,
@@ -34,17 +33,8 @@ class JobGate:
 
     @classmethod
     async def open(cls, js: JetStreamContext) -> JobGate:
-        try:
-            return cls(await js.key_value(GATE_BUCKET))
-        except BucketNotFoundError:
-            pass
-        try:
-            kv = await js.create_key_value(
-                api.KeyValueConfig(bucket=GATE_BUCKET, history=1, storage=api.StorageType.FILE)
-            )
-        except Exception:  # noqa: BLE001 - another service created it first
-            kv = await js.key_value(GATE_BUCKET)
-        return cls(kv)
+        """Bind the bucket, which the topology's provisioning created."""
+        return cls(await js.key_value(GATE_BUCKET))
 
     async def _claim(self, job: str, outcome: str) -> str:
         key = job_id(job)

@@ -1,20 +1,25 @@
 """What every service's ``main`` does before its own work: logging, tracing,
-NATS with JetStream, and the queue topology."""
+NATS with JetStream under the service's own credentials, the queue topology,
+and the keys that sign and verify what travels on the queues."""
 
 from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import dataclass
 
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
+from quire.identity import ServiceIdentity, TrustStore
+from quire.natsauth import inbox_prefix
 from quire.settings import ServiceSettings
 from quire.telemetry import configure_tracing
-from quire.workqueue.topology import ensure_topology
+from quire.wire import WireSigner, WireVerifier
+from quire.workqueue.topology import ensure_topology, wait_for_topology
 
-__all__ = ["configure_logging", "start_runtime", "connect_nats"]
+__all__ = ["configure_logging", "start_runtime", "connect_nats", "Wire", "load_wire"]
 
 
 def configure_logging(service: str) -> None:
@@ -26,7 +31,11 @@ def configure_logging(service: str) -> None:
     )
 
 
-async def connect_nats(url: str, name: str) -> NatsClient:
+async def connect_nats(url: str, name: str, *, user: str = "", password: str = "") -> NatsClient:
+    """Connect as ``user`` (replies on that user's own inbox prefix), or anonymously."""
+    login: dict[str, str] = {}
+    if user:
+        login = {"user": user, "password": password, "inbox_prefix": inbox_prefix(user)}
     return await nats.connect(
         url,
         name=name,
@@ -34,15 +43,41 @@ async def connect_nats(url: str, name: str) -> NatsClient:
         reconnect_time_wait=0.5,
         connect_timeout=5,
         allow_reconnect=True,
+        **login,  # type: ignore[arg-type]
     )
 
 
+@dataclass(frozen=True)
+class Wire:
+    """This service's signer for what it publishes, and the verifier for what it reads."""
+
+    signer: WireSigner
+    verifier: WireVerifier
+
+
+def load_wire(settings: ServiceSettings) -> Wire:
+    """Load the service's identity key and the trusted public keys; fail closed."""
+    if settings.identity is None:
+        raise RuntimeError("no service identity configured")
+    identity = ServiceIdentity.load(settings.identity)
+    return Wire(WireSigner(identity), WireVerifier(TrustStore.load(settings.identity.trust_dir)))
+
+
 async def start_runtime(settings: ServiceSettings) -> tuple[NatsClient, JetStreamContext]:
-    """Configure logging and tracing, connect to NATS and make sure the streams exist."""
+    """Configure logging and tracing, connect to NATS and wait for (or, on a NATS
+    without authorization, create) the streams."""
     configure_logging(settings.service)
     configure_tracing(settings.service, settings.instance, settings.trace_file)
     settings.service_dir.mkdir(parents=True, exist_ok=True)
-    nc = await connect_nats(settings.nats_url, f"quire-{settings.service}")
+    password = ""
+    if settings.nats_password_file is not None:
+        password = settings.nats_password_file.read_text().strip()
+    nc = await connect_nats(
+        settings.nats_url, f"quire-{settings.service}", user=settings.nats_user, password=password
+    )
     js = nc.jetstream(timeout=10)
-    await ensure_topology(js, settings.queue)
+    if settings.nats_user:
+        await wait_for_topology(js)
+    else:
+        await ensure_topology(js, settings.queue)
     return nc, js

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from quire.identity import IdentitySettings
 from quire.tls import TlsSettings
 
 __all__ = [
@@ -115,6 +116,17 @@ class ValidationLimits:
         )
 
 
+def _nats_login(env: Mapping[str, str], service: str) -> tuple[str, Path | None]:
+    """``QUIRE_NATS_USER`` + ``QUIRE_NATS_PASSWORD_FILE`` (a mounted Secret), or the
+    service's own user in ``QUIRE_NATS_CREDENTIALS_DIR`` (the embedded stack)."""
+    user = env.get("QUIRE_NATS_USER", "")
+    password = env.get("QUIRE_NATS_PASSWORD_FILE", "")
+    directory = env.get("QUIRE_NATS_CREDENTIALS_DIR", "")
+    if not user and directory:
+        user, password = service, str(Path(directory) / f"{service}.password")
+    return user, Path(password) if password else None
+
+
 @dataclass(frozen=True)
 class ServiceSettings:
     """What every Quire service process needs to start."""
@@ -139,6 +151,12 @@ class ServiceSettings:
     """On SIGTERM: time allowed to finish in-flight work before stopping."""
     tls: TlsSettings | None = None
     """Mutual TLS for every gRPC server and client of this process, when set."""
+    identity: IdentitySettings | None = None
+    """This service's signing key and the public keys it trusts (see ``quire.identity``)."""
+    nats_user: str = ""
+    """NATS user this service connects as; empty connects without credentials."""
+    nats_password_file: Path | None = None
+    """File holding that user's password (a mounted Secret, or the stack's credentials)."""
 
     @classmethod
     def from_env(cls, service: str, env: Mapping[str, str] | None = None) -> ServiceSettings:
@@ -167,6 +185,9 @@ class ServiceSettings:
             trace_file=Path(trace) if trace else None,
             drain_seconds=float(_get(env, "QUIRE_DRAIN_SECONDS", "20")),
             tls=TlsSettings.from_env(env),
+            identity=IdentitySettings.from_env(service, data_dir, env),
+            nats_user=_nats_login(env, service)[0],
+            nats_password_file=_nats_login(env, service)[1],
         )
 
     @property

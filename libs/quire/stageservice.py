@@ -14,7 +14,7 @@ from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.leases import LeaseStore
-from quire.runtime import start_runtime
+from quire.runtime import load_wire, start_runtime
 from quire.sandbox import SandboxPool
 from quire.settings import ServiceSettings, TempSpaceSettings
 from quire.stage import StageRunner, StageWork
@@ -60,6 +60,7 @@ async def run_stage_service(
     takes no new work (in-flight work finishes).
     """
     nc, js = await start_runtime(settings)
+    wire = load_wire(settings)
     database = Database(settings.database_url, spec.metadata)
     database.create_schema()
     # Temporary entries are named after this stage, so they count against its
@@ -71,7 +72,7 @@ async def run_stage_service(
         service=settings.service,
     )
     gate = await JobGate.open(js)
-    publisher = Publisher(js)
+    publisher = Publisher(js, signer=wire.signer)
     work, register = build(database, blobs, gate, publisher)
     runner = StageRunner(
         service=settings.service,
@@ -94,6 +95,7 @@ async def run_stage_service(
         ack_wait_seconds=settings.queue.ack_wait_seconds,
         fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
         pull_gate=keeper.budget,
+        verifier=wire.verifier,
     )
 
     async def ready() -> None:

@@ -29,10 +29,19 @@ def nats_server_binary() -> str:
 
 
 class NatsServer:
-    def __init__(self, directory: Path, *, port: int, monitor_port: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        port: int,
+        monitor_port: int,
+        authorization: str | None = None,
+    ) -> None:
         self.directory = directory
         self.port = port
         self.monitor_port = monitor_port
+        self.authorization = authorization
+        """The config's ``authorization`` block (``quire.natsauth``); None allows anonymous."""
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -52,10 +61,12 @@ class NatsServer:
                     f'  store_dir: "{store}"',
                     "  sync_interval: always",
                     "}",
+                    self.authorization or "",
                     "",
                 ]
             )
         )
+        config.chmod(0o600)
         return config
 
     def start(self) -> None:

@@ -1,5 +1,11 @@
 """``quire up``: the embedded stack as separate processes on one machine.
 
+At first start it generates each service's identity key pair
+(``identity/``) and NATS password (``credentials/nats/``); nats-server then
+runs with one user per service under least-privilege permissions and refuses
+anonymous connections, and the stack lays out the streams once with the
+operator user, which no service holds.
+
 Starts nats-server (unless ``QUIRE_NATS_URL`` names one), then the five
 services, each on a free loopback port; waits until every service reports
 SERVING on ``grpc.health.v1``; writes ``stack.json`` (endpoints and where the
@@ -9,6 +15,7 @@ and on stop sends SIGTERM so each drains, then stops nats-server.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -21,10 +28,14 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from quire.settings import SERVICES, service_address_var
+from quire.identity import provision_identities
+from quire.natsauth import OPERATOR, authorization_config, provision_nats_passwords
+from quire.runtime import connect_nats
+from quire.settings import SERVICES, QueueSettings, service_address_var
 from quire.stack.natsserver import NatsServer
 from quire.stack.ports import free_port
 from quire.tls import TlsSettings, sync_channel
+from quire.workqueue.topology import ensure_topology
 
 __all__ = ["Stack", "StackInfo", "STACK_FILE"]
 
@@ -104,11 +115,17 @@ class Stack:
     def _start(self) -> StackInfo:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         (self.data_dir / "logs").mkdir(exist_ok=True)
+        provision_identities(self.data_dir / "identity", SERVICES)
         if not self._external_nats:
+            passwords = provision_nats_passwords(self.credentials_dir, (*SERVICES, OPERATOR))
             self.nats = NatsServer(
-                self.data_dir / "nats", port=free_port(), monitor_port=free_port()
+                self.data_dir / "nats",
+                port=free_port(),
+                monitor_port=free_port(),
+                authorization=authorization_config(passwords),
             )
             self.nats.start()
+            self._provision_topology()
         for service in SERVICES:
             self._spawn(service)
         self.wait_healthy()
@@ -124,6 +141,45 @@ class Stack:
             self._watcher.start()
         return info
 
+    @property
+    def credentials_dir(self) -> Path:
+        """The embedded NATS server's passwords, one file per user."""
+        return self.data_dir / "credentials" / "nats"
+
+    def nats_login(self, user: str = OPERATOR) -> dict[str, str]:
+        """``connect_nats`` keywords for ``user`` on the embedded NATS (none for an external one)."""
+        if self._external_nats:
+            return {}
+        password = (self.credentials_dir / f"{user}.password").read_text().strip()
+        return {"user": user, "password": password}
+
+    def _provision_topology(self) -> None:
+        """Streams, consumers and the job-gate bucket, made with the operator's login."""
+
+        async def provision() -> None:
+            nc = await connect_nats(self.nats_url, "quire-stack", **self.nats_login())
+            try:
+                await ensure_topology(
+                    nc.jetstream(timeout=10), QueueSettings.from_env(self.service_env())
+                )
+            finally:
+                await nc.close()
+
+        # Callers may run inside an event loop (tests, the CLI): use a thread of our own.
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                asyncio.run(provision())
+            except BaseException as error:  # noqa: BLE001 - re-raised in the caller
+                failure.append(error)
+
+        worker = threading.Thread(target=run, name="stack-topology")
+        worker.start()
+        worker.join()
+        if failure:
+            raise failure[0]
+
     def service_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(
@@ -133,6 +189,8 @@ class Stack:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        if not self._external_nats:
+            env["QUIRE_NATS_CREDENTIALS_DIR"] = str(self.credentials_dir)
         env.update({service_address_var(s): address for s, address in self.endpoints.items()})
         env.update(self._extra_env)
         return env

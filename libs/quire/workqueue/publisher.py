@@ -1,4 +1,5 @@
-"""Publishing protobuf messages to JetStream with dedup ids and trace context."""
+"""Publishing protobuf messages to JetStream with dedup ids, trace context and
+the producing service's signature (see ``quire.wire``)."""
 
 from __future__ import annotations
 
@@ -10,22 +11,33 @@ from nats.js.errors import Error as JetStreamError
 from quire.errors import TransientError
 from quire.reasons import ReasonCode
 from quire.telemetry import inject_headers
+from quire.wire import SIGNATURE_HEADER, WireSigner
 
 __all__ = ["Publisher"]
 
 
 class Publisher:
-    """Publishes with ``Nats-Msg-Id`` so a republish of the same message is a no-op."""
+    """Publishes with ``Nats-Msg-Id`` so a republish of the same message is a no-op.
 
-    def __init__(self, js: JetStreamContext, *, timeout: float = 10.0) -> None:
+    With a ``signer`` every message is signed for its subject; consumers that
+    verify (every Quire service) refuse what is not.
+    """
+
+    def __init__(
+        self, js: JetStreamContext, *, signer: WireSigner | None = None, timeout: float = 10.0
+    ) -> None:
         self._js = js
+        self._signer = signer
         self._timeout = timeout
 
     async def publish(self, subject: str, message: Message, msg_id: str) -> None:
+        await self.publish_bytes(subject, message.SerializeToString(), msg_id)
+
+    async def publish_bytes(self, subject: str, payload: bytes, msg_id: str) -> None:
         headers = inject_headers({"Nats-Msg-Id": msg_id})
+        if self._signer is not None:
+            headers[SIGNATURE_HEADER] = self._signer.header(subject, payload)
         try:
-            await self._js.publish(
-                subject, message.SerializeToString(), timeout=self._timeout, headers=headers
-            )
+            await self._js.publish(subject, payload, timeout=self._timeout, headers=headers)
         except (NatsError, JetStreamError, TimeoutError) as error:
             raise TransientError(ReasonCode.QUEUE_UNAVAILABLE, "publish failed") from error

@@ -1,4 +1,9 @@
-"""Streams, subjects and durable consumers, created idempotently by every service.
+"""Streams, subjects, durable consumers and the job-gate bucket.
+
+They are created idempotently by whoever holds the right to: the embedded
+stack with its operator credential, a cluster's provisioning job, or — only
+on a NATS that has no authorization at all — each service at start. A service
+with credentials cannot administer streams; it waits until they exist.
 
 One work-queue stream holds ``quire.work.<stage>.<priority>``; each subject has
 exactly one durable pull consumer (work-queue filters must not overlap). One
@@ -7,8 +12,12 @@ events stream holds ``quire.events.<service>``; audit consumes all of it.
 
 from __future__ import annotations
 
-from nats.js import JetStreamContext, api
+import asyncio
 
+from nats.js import JetStreamContext, api
+from nats.js.errors import BucketNotFoundError
+
+from quire.jobgate import GATE_BUCKET
 from quire.settings import QueueSettings
 
 __all__ = [
@@ -28,6 +37,7 @@ __all__ = [
     "STAGE_OF_SERVICE",
     "DEAD_BOOK_CONSUMER",
     "ensure_topology",
+    "wait_for_topology",
 ]
 
 WORK_STREAM = "QUIRE_WORK"
@@ -149,6 +159,33 @@ async def ensure_topology(js: JetStreamContext, queue: QueueSettings) -> None:
             max_deliver=-1,
         ),
     )
+    await _ensure_gate_bucket(js)
+
+
+async def wait_for_topology(js: JetStreamContext, timeout: float = 120.0) -> None:
+    """Return once the streams and the job-gate bucket exist (made by an operator)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            for stream in (WORK_STREAM, EVENTS_STREAM, DEAD_STREAM, f"KV_{GATE_BUCKET}"):
+                await js.stream_info(stream)
+            return
+        except Exception:  # noqa: BLE001 - not provisioned yet, or NATS restarting
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
+async def _ensure_gate_bucket(js: JetStreamContext) -> None:
+    try:
+        await js.key_value(GATE_BUCKET)
+    except BucketNotFoundError:
+        try:
+            await js.create_key_value(
+                api.KeyValueConfig(bucket=GATE_BUCKET, history=1, storage=api.StorageType.FILE)
+            )
+        except Exception:  # noqa: BLE001 - created concurrently
+            await js.key_value(GATE_BUCKET)
 
 
 async def _ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:

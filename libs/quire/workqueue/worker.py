@@ -8,6 +8,11 @@ extended with ``in_progress()`` at a third of the ack wait. The handler owns
 the outcome (ack, nak or term); the loop only guarantees that a handler crash
 leaves the message to be redelivered.
 
+With a ``verifier``, every message must carry a valid signature of a service
+allowed to produce on its subject (``quire.wire``); a forged one is
+terminated and counted before any handler sees it. JetStream's own advisories
+(``$JS.EVENT.>``, which no Quire credential may publish) are exempt.
+
 An optional pull gate (a stage's temporary-space budget, say) is awaited
 before every pull: while it is closed nothing new is taken, and the work
 already in hand goes on to finish.
@@ -23,6 +28,8 @@ from typing import Protocol
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
+
+from quire.wire import ForgedMessage, WireVerifier
 
 __all__ = ["WorkQueueWorker", "Handler", "PullGate"]
 
@@ -52,6 +59,7 @@ class WorkQueueWorker:
         ack_wait_seconds: float,
         fetch_timeout_seconds: float = 5.0,
         pull_gate: PullGate | None = None,
+        verifier: WireVerifier | None = None,
     ) -> None:
         self._js = js
         self._stream = stream
@@ -60,6 +68,7 @@ class WorkQueueWorker:
         self._heartbeat_seconds = max(ack_wait_seconds / 3.0, 0.2)
         self._fetch_timeout = fetch_timeout_seconds
         self._pull_gate = pull_gate
+        self._verifier = verifier
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._inflight: set[asyncio.Task[None]] = set()
@@ -107,6 +116,9 @@ class WorkQueueWorker:
             if self._pull_gate is not None and not await self._gate_opened():
                 await message.nak()  # draining: not started, so let another worker have it
                 return
+            if not self._genuine(message):
+                await message.term()
+                return
             await self._handler(message)
         except Exception as error:  # noqa: BLE001 - the message is redelivered after ack wait
             # The type only: exception text may carry document content.
@@ -114,6 +126,15 @@ class WorkQueueWorker:
         finally:
             heartbeat.cancel()
             slots.release()
+
+    def _genuine(self, message: Msg) -> bool:
+        if self._verifier is None or message.subject.startswith("$JS.EVENT."):
+            return True
+        try:
+            self._verifier.producer(message.subject, message.data, message.headers)
+        except ForgedMessage:
+            return False
+        return True
 
     async def _gate_opened(self) -> bool:
         """Wait until the pull gate opens; False if the worker drains first.

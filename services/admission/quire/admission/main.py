@@ -28,7 +28,7 @@ from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.grpcserver import serve, service_channel
 from quire.jobgate import JobGate
-from quire.runtime import start_runtime
+from quire.runtime import load_wire, start_runtime
 from quire.settings import AdmissionSettings, ServiceSettings, TempSpaceSettings
 from quire.tempspace import TempKeeper
 from quire.transitions import EventFactory
@@ -52,7 +52,7 @@ async def main() -> None:
     temp_guard = TempSpaceGuard(
         keeper.monitor, temp_space, retry_after_seconds=admission.retry_after_seconds
     )
-    publisher = Publisher(js)
+    publisher = Publisher(js, signer=load_wire(settings).signer)
     events = EventFactory(SERVICE, settings.instance, settings.build_version)
     dispatcher = Dispatcher(database, publisher, idempotency=True)
     audit_channel = service_channel(settings.peers["audit"], settings.tls)

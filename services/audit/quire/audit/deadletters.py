@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 
+from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
@@ -18,6 +19,7 @@ from quire.jobgate import CANCELLED, JobGate
 from quire.reasons import ReasonCode
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
+from quire.wire import ForgedMessage, WireVerifier
 from quire.workqueue import (
     WORK_STREAM,
     Publisher,
@@ -33,11 +35,20 @@ STAGE_STATES = {"validate": "VALIDATING", "assemble": "ASSEMBLING", "sign": "SIG
 
 
 class DeadLetterOffice:
-    def __init__(self, js: JetStreamContext, gate: JobGate, events: EventFactory) -> None:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        gate: JobGate,
+        events: EventFactory,
+        *,
+        publisher: Publisher,
+        verifier: WireVerifier,
+    ) -> None:
         self._js = js
         self._gate = gate
         self._events = events
-        self._publisher = Publisher(js)
+        self._publisher = publisher
+        self._verifier = verifier
 
     async def handle(self, msg: Msg) -> None:
         advisory = json.loads(msg.data)
@@ -48,7 +59,14 @@ class DeadLetterOffice:
         except NotFoundError:
             await msg.ack()  # already gone (acknowledged after all): nothing to do
             return
-        task = queue_pb2.JobTask.FromString(stored.data or b"")
+        try:
+            # The advisory names a sequence; act only on a genuine task stored there.
+            self._verifier.producer(stored.subject or "", stored.data or b"", stored.headers)
+            task = queue_pb2.JobTask.FromString(stored.data or b"")
+        except (ForgedMessage, DecodeError):
+            await self._js.delete_msg(WORK_STREAM, sequence)
+            await msg.ack()
+            return
         deliveries = int(advisory.get("deliveries", 0))
         letter = queue_pb2.DeadLetter(
             task=task,

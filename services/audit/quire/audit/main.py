@@ -7,6 +7,7 @@ into completions. Concurrency is the setting for both.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 
 import grpc
@@ -27,7 +28,7 @@ from quire.database import Database
 from quire.grpcserver import serve, service_channel
 from quire.jobgate import JobGate
 from quire.operatorcheck import OperatorCheck
-from quire.runtime import start_runtime
+from quire.runtime import load_wire, start_runtime
 from quire.settings import ServiceSettings
 from quire.stageservice import batch_slots
 from quire.transitions import EventFactory
@@ -46,6 +47,8 @@ SERVICE = "audit"
 async def main() -> None:
     settings = ServiceSettings.from_env(SERVICE)
     nc, js = await start_runtime(settings)
+    wire = load_wire(settings)
+    publisher = Publisher(js, signer=wire.signer)
     database = Database(settings.database_url, tables.metadata)
     database.create_schema()
     history = HistoryWatch()
@@ -58,9 +61,13 @@ async def main() -> None:
     )
     gate = await JobGate.open(js)
     office = DeadLetterOffice(
-        js, gate, EventFactory("dead-letter", settings.instance, settings.build_version)
+        js,
+        gate,
+        EventFactory("dead-letter", settings.instance, settings.build_version),
+        publisher=publisher,
+        verifier=wire.verifier,
     )
-    dead_letters = DeadLetterDesk(database, Publisher(js), gate, settings.build_version)
+    dead_letters = DeadLetterDesk(database, publisher, gate, settings.build_version)
     admission = service_channel(settings.peers["admission"], settings.tls)
     operators = OperatorCheck(admin_grpc.TenantAdminServiceStub(admission))
     workers = [
@@ -71,6 +78,7 @@ async def main() -> None:
             handler=DeadLetterBook(database).handle,
             ack_wait_seconds=settings.queue.ack_wait_seconds,
             fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
+            verifier=wire.verifier,
         ),
         WorkQueueWorker(
             js,
@@ -79,6 +87,7 @@ async def main() -> None:
             handler=office.handle,
             ack_wait_seconds=settings.queue.ack_wait_seconds,
             fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
+            verifier=wire.verifier,
         ),
         WorkQueueWorker(
             js,
@@ -87,6 +96,7 @@ async def main() -> None:
             handler=EventRecorder(database, history).handle,
             ack_wait_seconds=settings.queue.ack_wait_seconds,
             fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
+            verifier=wire.verifier,
         ),
         WorkQueueWorker(
             js,
@@ -98,6 +108,7 @@ async def main() -> None:
             handler=desk.handle,
             ack_wait_seconds=settings.queue.ack_wait_seconds,
             fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
+            verifier=wire.verifier,
         ),
     ]
 
@@ -108,7 +119,8 @@ async def main() -> None:
     )
 
     async def publish_checkpoint(document: bytes) -> None:
-        await js.publish(CHECKPOINT_SUBJECT, document)
+        digest = hashlib.sha256(document).hexdigest()
+        await publisher.publish_bytes(CHECKPOINT_SUBJECT, document, f"checkpoint.{digest}")
 
     background: list[asyncio.Task[None]] = []
 

@@ -1,0 +1,190 @@
+"""Who may do what on NATS: one user per service, least privilege, no anonymous.
+
+Each service connects as its own user and may publish only its own events,
+its successor's tasks and its dead letters, pull and acknowledge only its own
+consumers, and read or write the job gate where its step needs it. Replies
+come to a per-user inbox prefix, so no service can read another's
+deliveries. Stream, consumer and key-value administration (create, purge,
+delete, direct writes to streams) belongs to the ``operator`` user, which no
+service holds: the embedded stack uses it once to lay out the topology, and a
+cluster runs a provisioning job with it.
+
+Passwords are generated at first start into the credentials directory (mode
+0600, one file per user) and the server's configuration holds only their
+bcrypt hashes.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import bcrypt
+
+from quire.jobgate import GATE_BUCKET
+from quire.workqueue.topology import (
+    DEAD_BOOK_CONSUMER,
+    DEAD_CONSUMER,
+    DEAD_STREAM,
+    EVENTS_CONSUMER,
+    EVENTS_STREAM,
+    PRIORITIES,
+    WORK_STREAM,
+    consumer_name,
+)
+
+__all__ = [
+    "OPERATOR",
+    "NatsPermissions",
+    "SERVICE_PERMISSIONS",
+    "inbox_prefix",
+    "provision_nats_passwords",
+    "authorization_config",
+]
+
+OPERATOR = "operator"
+BCRYPT_ROUNDS = 10
+_KV_STREAM = f"KV_{GATE_BUCKET}"
+_TOPOLOGY_READ = ("$JS.API.STREAM.INFO.*",)
+_GATE = (
+    f"$KV.{GATE_BUCKET}.>",
+    f"$JS.API.DIRECT.GET.{_KV_STREAM}.>",
+    f"$JS.API.STREAM.MSG.GET.{_KV_STREAM}",
+)
+
+
+def inbox_prefix(user: str) -> str:
+    """Where ``user``'s replies and pulled messages arrive; nobody else may listen."""
+    return f"_INBOX_{user}"
+
+
+def _consume(stream: str, consumers: Iterable[str]) -> tuple[str, ...]:
+    allowed: list[str] = []
+    for consumer in consumers:
+        allowed.append(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}")
+        allowed.append(f"$JS.ACK.{stream}.{consumer}.>")
+    return tuple(allowed)
+
+
+def _stage(stage: str) -> tuple[str, ...]:
+    return _consume(WORK_STREAM, (consumer_name(stage, p) for p in PRIORITIES))
+
+
+@dataclass(frozen=True)
+class NatsPermissions:
+    """Subjects a user may publish to; it may subscribe only to its own inbox."""
+
+    publish: tuple[str, ...]
+
+
+SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
+    "admission": NatsPermissions(
+        (
+            "quire.work.validate.*",
+            "quire.events.admission",
+            # Queue age for load shedding: the validate consumers and their oldest message.
+            *(
+                f"$JS.API.CONSUMER.INFO.{WORK_STREAM}.{consumer_name('validate', p)}"
+                for p in PRIORITIES
+            ),
+            f"$JS.API.STREAM.MSG.GET.{WORK_STREAM}",
+            *_GATE,
+            *_TOPOLOGY_READ,
+        )
+    ),
+    "validator": NatsPermissions(
+        (
+            *_stage("validate"),
+            "quire.work.assemble.*",
+            "quire.events.validator",
+            "quire.dead.validate",
+            *_GATE,
+            *_TOPOLOGY_READ,
+        )
+    ),
+    "assembler": NatsPermissions(
+        (
+            *_stage("assemble"),
+            "quire.work.sign.*",
+            "quire.events.assembler",
+            "quire.dead.assemble",
+            *_GATE,
+            *_TOPOLOGY_READ,
+        )
+    ),
+    "signer": NatsPermissions(
+        (
+            *_stage("sign"),
+            "quire.work.commit.*",
+            "quire.events.signer",
+            "quire.dead.sign",
+            *_GATE,
+            *_TOPOLOGY_READ,
+        )
+    ),
+    "audit": NatsPermissions(
+        (
+            *_stage("commit"),
+            *_consume(EVENTS_STREAM, (EVENTS_CONSUMER,)),
+            *_consume(DEAD_STREAM, (DEAD_CONSUMER, DEAD_BOOK_CONSUMER)),
+            # Operators' dead-letter retries and re-drives start any stage.
+            "quire.work.*.*",
+            "quire.events.audit",
+            "quire.dead.*",
+            "quire.checkpoints.audit",
+            # The dead-letter office moves an exhausted message out of the work queue.
+            f"$JS.API.STREAM.MSG.GET.{WORK_STREAM}",
+            f"$JS.API.STREAM.MSG.DELETE.{WORK_STREAM}",
+            *_GATE,
+            *_TOPOLOGY_READ,
+        )
+    ),
+}
+
+
+def provision_nats_passwords(directory: Path, users: Iterable[str]) -> dict[str, str]:
+    """Each user's password, generated (exclusively, mode 0600) if missing."""
+    directory.mkdir(parents=True, exist_ok=True)
+    passwords: dict[str, str] = {}
+    for user in users:
+        path = directory / f"{user}.password"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            passwords[user] = path.read_text().strip()
+            continue
+        password = secrets.token_urlsafe(32)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(password + "\n")
+        passwords[user] = password
+    return passwords
+
+
+def _quoted(subjects: Iterable[str]) -> str:
+    return ", ".join(f'"{subject}"' for subject in subjects)
+
+
+def authorization_config(passwords: Mapping[str, str]) -> str:
+    """The server's ``authorization`` block: bcrypt hashes and permissions.
+
+    The operator may do anything; a service user only what
+    :data:`SERVICE_PERMISSIONS` lists. There is no ``no_auth_user``, so an
+    anonymous connection is refused.
+    """
+    lines = ["authorization {", "  users = ["]
+    for user, password in sorted(passwords.items()):
+        hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(BCRYPT_ROUNDS)).decode()
+        if user == OPERATOR:
+            permissions = '{ publish: ">", subscribe: ">" }'
+        else:
+            publish = SERVICE_PERMISSIONS[user].publish
+            permissions = (
+                f"{{ publish: {{ allow: [{_quoted(publish)}] }}, "
+                f'subscribe: {{ allow: ["{inbox_prefix(user)}.>"] }} }}'
+            )
+        lines.append(f'    {{ user: "{user}", password: "{hashed}", permissions: {permissions} }}')
+    lines.extend(["  ]", "}"])
+    return "\n".join(lines)
