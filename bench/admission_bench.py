@@ -34,8 +34,8 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
 
 
-async def pause_downstream(nats_url: str) -> None:
-    nc = await connect_nats(nats_url, "quire-bench")
+async def pause_downstream(stack: Stack) -> None:
+    nc = await connect_nats(stack.nats_url, "quire-bench", **stack.nats_login())
     js = nc.jetstream()
     until = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     for priority in PRIORITIES:
@@ -48,7 +48,7 @@ async def bench(stack: Stack, folder: Path, submits: int, uploads: int) -> None:
     operator = (stack.data_dir / "admission" / "operator-token").read_text().strip()
     async with TenantAdminClient(info, operator) as admin:
         tenant = await admin.create_tenant("bench", max_outstanding_jobs=10_000_000)
-    await pause_downstream(stack.nats_url)
+    await pause_downstream(stack)
     async with AdmissionClient(info, tenant.secret) as client:
         source = await client.upload(write_text_pdf(folder / "source.pdf", ["bench"]))
         items = [PacketItem("doc", source.sha256)]

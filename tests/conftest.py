@@ -150,7 +150,7 @@ async def validate_queue(stack):  # type: ignore[no-untyped-def]
 
     from quire.workqueue import WORK_STREAM, consumer_name
 
-    nc = await connect_nats(stack.nats_url, "quire-test-control")
+    nc = await connect_nats(stack.nats_url, "quire-test-control", **stack.nats_login())
     js = nc.jetstream(timeout=10)
     consumer = consumer_name("validate", "interactive")
 

@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from pdfs import write_text_pdf
+from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import state_name
 from quire.runtime import connect_nats
@@ -31,7 +32,7 @@ async def test_a_forged_completion_event_completes_nothing(
     digest = (await client.upload(write_text_pdf(tmp_path / "f.pdf", ["forged"]))).sha256
     await validate_queue.pause()
     job = await client.submit([PacketItem("d", digest)])
-    nc = await connect_nats(stack.nats_url, "impostor")
+    nc = await connect_nats(stack.nats_url, "impostor", **stack.nats_login())
     try:
         forged = EventFactory("signer", "impostor", "0").transition(
             queue_pb2.JobTask(job=job.name, tenant="whoever"),
@@ -56,7 +57,7 @@ async def test_completion_waits_for_late_events(
     stack, client: AdmissionClient, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     info = StackInfo.read(stack.data_dir)
-    nc = await connect_nats(stack.nats_url, "quire-test-events")
+    nc = await connect_nats(stack.nats_url, "quire-test-events", **stack.nats_login())
     js = nc.jetstream()
     until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
@@ -67,7 +68,10 @@ async def test_completion_waits_for_late_events(
             signer = sgrpc.SignerServiceStub(channel)
             for _ in range(100):  # the signer finishes while audit hears nothing
                 try:
-                    signature = await signer.GetSignature(spb.GetSignatureRequest(job=job.name))
+                    signature = await signer.GetSignature(
+                        spb.GetSignatureRequest(job=job.name),
+                        metadata=bearer_metadata(info.operator_token()),
+                    )
                     break
                 except grpc.aio.AioRpcError:
                     await asyncio.sleep(0.1)

@@ -41,7 +41,7 @@ async def test_a_job_whose_worker_always_dies_ends_failed_via_the_dead_letter_of
             )
         assert (state_name(job.state), job.reason_code) == ("FAILED", "RETRY_LIMIT_REACHED")
         assert stack.restarts("validator") >= 2, "the worker really died on each delivery"
-        nc = await connect_nats(stack.nats_url, "quire-test-dead")
+        nc = await connect_nats(stack.nats_url, "quire-test-dead", **stack.nats_login())
         try:
             js = nc.jetstream()
             dead = await js.get_last_msg(DEAD_STREAM, "quire.dead.validate")

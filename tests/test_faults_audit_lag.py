@@ -71,7 +71,9 @@ async def _watch_while(
 
 async def test_no_job_is_shown_complete_while_its_events_lag(tmp_path: Path) -> None:
     async with running_stack(tmp_path / "stack", env=ENV) as running:
-        nc = await connect_nats(running.stack.nats_url, "quire-test-lag")
+        nc = await connect_nats(
+            running.stack.nats_url, "quire-test-lag", **running.stack.nats_login()
+        )
         js: JetStreamContext = nc.jetstream(timeout=10)
         try:
             until = (datetime.now(UTC) + timedelta(minutes=3)).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -18,9 +18,11 @@ import grpc
 from pdfs import write_text_pdf
 from quire.client import AdmissionClient, PacketItem
 from quire.faults import arm
+from quire.identity import IdentitySettings, ServiceIdentity
 from quire.jobs import TERMINAL_STATES, state_name
 from quire.stack.supervisor import Stack, StackInfo
 from quire.type import job_pb2
+from quire.wire import WireSigner
 
 __all__ = [
     "Running",
@@ -30,6 +32,7 @@ __all__ = [
     "eventually",
     "ledger_rows",
     "kept_armed",
+    "signer_of",
 ]
 
 BASE_ENV = {"QUIRE_DRAIN_SECONDS": "5"}
@@ -113,6 +116,12 @@ def ledger_rows(data_dir: Path) -> list[tuple[int, str, str, str]]:
         return list(
             db.execute("SELECT sequence, event_id, job, to_state FROM ledger ORDER BY sequence")
         )
+
+
+def signer_of(data_dir: Path, service: str) -> WireSigner:
+    """``service``'s own message signer, from the stack's identity directory:
+    what a test republishing genuine messages (duplicates) signs them with."""
+    return WireSigner(ServiceIdentity.load(IdentitySettings.from_env(service, data_dir, {})))
 
 
 def states_of(jobs: dict[str, job_pb2.Job]) -> dict[str, str]:

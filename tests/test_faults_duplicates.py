@@ -20,12 +20,20 @@ from typing import Any
 
 import pytest
 from nats.js import JetStreamContext
-from test_faults_common import eventually, ledger_rows, running_stack, submit_text_jobs, wait_all
+from test_faults_common import (
+    eventually,
+    ledger_rows,
+    running_stack,
+    signer_of,
+    submit_text_jobs,
+    wait_all,
+)
 
 from quire.invariants import check
 from quire.jobs import state_name
 from quire.runtime import connect_nats
 from quire.type import job_pb2, queue_pb2
+from quire.wire import SIGNATURE_HEADER, WireSigner
 from quire.workqueue import (
     EVENTS_STREAM,
     PRIORITIES,
@@ -84,7 +92,8 @@ def _messages(data_dir: Path, jobs: set[str]) -> list[Message]:
     for event_id, job, data in _rows(data_dir, "audit", "SELECT event_id, job, event FROM ledger"):
         if job in jobs:
             actor = queue_pb2.TransitionEvent.FromString(data).actor.service
-            found.append(Message(f"ledger.{event_id}", event_subject(actor or "audit"), data))
+            producer = "audit" if actor in ("", "dead-letter") else actor
+            found.append(Message(f"ledger.{event_id}", event_subject(producer), data))
     return found
 
 
@@ -98,12 +107,21 @@ class Duplicator:
         self._sent: set[str] = set()
         self.published = 0
 
+    def _signer(self, subject: str) -> WireSigner:
+        kind, name = subject.split(".")[1:3]
+        return signer_of(self._data_dir, KEPT_BY[name] if kind == "work" else name)
+
     async def round(self, jobs: set[str]) -> int:
         fresh = [m for m in _messages(self._data_dir, jobs) if m.key not in self._sent]
         for message in fresh:
-            await self._js.publish(message.subject, message.data)
+            # Genuine copies: signed by the service that produced the original.
+            signature = self._signer(message.subject).header(message.subject, message.data)
+            headers = {SIGNATURE_HEADER: signature}
+            await self._js.publish(message.subject, message.data, headers=headers)
             await self._js.publish(
-                message.subject, message.data, headers={"Nats-Msg-Id": uuid.uuid4().hex}
+                message.subject,
+                message.data,
+                headers={**headers, "Nats-Msg-Id": uuid.uuid4().hex},
             )
             self._sent.add(message.key)
             self.published += 2
@@ -194,7 +212,9 @@ def _one_of_everything(data_dir: Path, jobs: dict[str, job_pb2.Job]) -> None:
 async def test_duplicates_of_every_message_change_nothing(tmp_path: Path) -> None:
     async with running_stack(tmp_path / "stack", env=ENV) as running:
         data_dir = running.data_dir
-        nc = await connect_nats(running.stack.nats_url, "quire-test-duplicates")
+        nc = await connect_nats(
+            running.stack.nats_url, "quire-test-duplicates", **running.stack.nats_login()
+        )
         js = nc.jetstream(timeout=10)
         try:
             # After completion: every message again, twice.

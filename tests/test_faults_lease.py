@@ -103,7 +103,7 @@ async def _pulling(stack: Stack) -> None:
 
     (The stack's health check passes earlier: see the report on grpcserver.)
     """
-    nc = await connect_nats(stack.nats_url, "quire-test-probe")
+    nc = await connect_nats(stack.nats_url, "quire-test-probe", **stack.nats_login())
     try:
         js = nc.jetstream(timeout=10)
 
@@ -176,7 +176,7 @@ async def test_a_worker_whose_lease_expired_commits_and_publishes_nothing(
             await asyncio.to_thread(validator_b.wait, 30)
 
             assembler_token = _lease_token(data_dir, "assembler", job)
-            nc = await connect_nats(stack.nats_url, "quire-test-stale")
+            nc = await connect_nats(stack.nats_url, "quire-test-stale", **stack.nats_login())
             published: list[Msg] = []
 
             async def record(msg: Msg) -> None:

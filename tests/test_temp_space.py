@@ -82,7 +82,9 @@ class _ValidateQueue:
         self._stack = stack
 
     async def __aenter__(self) -> _ValidateQueue:
-        self._nc = await connect_nats(self._stack.nats_url, "quire-test-temp")
+        self._nc = await connect_nats(
+            self._stack.nats_url, "quire-test-temp", **self._stack.nats_login()
+        )
         self._js = self._nc.jetstream(timeout=10)
         until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
         await self._js.pause_consumer(WORK_STREAM, self._consumer, until)

@@ -45,6 +45,8 @@ __all__ = [
     "DEFAULT_OWNER",
     "sha256_file",
     "source_key",
+    "assembled_key",
+    "signed_key",
     "storage_error",
 ]
 
@@ -79,6 +81,15 @@ def _injected_fault(faults_dir: Path | None) -> None:
 
 def source_key(tenant: str, sha256: str) -> str:
     return f"sources/{tenant}/{sha256}"
+
+
+def assembled_key(tenant: str, sha256: str) -> str:
+    return f"assembled/{tenant}/{sha256}"
+
+
+def signed_key(tenant: str, job: str) -> str:
+    """The one signed artifact of ``job`` (``jobs/{id}``)."""
+    return f"signed/{tenant}/{job.removeprefix('jobs/')}.pdf"
 
 
 def sha256_file(path: str | Path) -> tuple[str, int]:

@@ -6,6 +6,13 @@ exactly one wins even when the cancel and the signer arrive at the same
 instant. A job whose key says ``CANCELLED`` is ended by whichever stage next
 touches it; a job whose key says ``SIGNING`` can no longer be cancelled and
 the caller is told the state it reached.
+
+Every entry is signed by the service that claimed it, for that job and that
+state (``quire.wire``), and only the services whose step it is may claim a
+state: the signer ``SIGNING``, admission ``CANCELLED``, a stage or audit's
+dead-letter office ``REJECTED``/``FAILED``. An entry that does not verify was
+written by someone else: it counts as absent and is replaced (conditionally on
+its revision, so a genuine claim racing with us still wins once).
 """
 
 from __future__ import annotations
@@ -19,34 +26,82 @@ from nats.js.errors import (
 from nats.js.kv import KeyValue
 
 from quire.jobs import job_id
+from quire.wire import SIGNATURE_HEADER, ForgedMessage, WireSigner, WireVerifier
 
 __all__ = ["JobGate", "SIGNING", "CANCELLED", "GATE_BUCKET"]
 
 GATE_BUCKET = "QUIRE_JOB_GATES"
 SIGNING = "SIGNING"
 CANCELLED = "CANCELLED"
+CLAIMANTS = {
+    SIGNING: frozenset({"signer"}),
+    CANCELLED: frozenset({"admission"}),
+    "REJECTED": frozenset({"validator", "assembler", "signer"}),
+    "FAILED": frozenset({"validator", "assembler", "signer", "audit"}),
+}
+_SEPARATOR = "|"
 
 
 class JobGate:
-    def __init__(self, kv: KeyValue) -> None:
+    def __init__(self, kv: KeyValue, signer: WireSigner, verifier: WireVerifier) -> None:
         self._kv = kv
+        self._signer = signer
+        self._verifier = verifier
 
     @classmethod
-    async def open(cls, js: JetStreamContext) -> JobGate:
+    async def open(
+        cls, js: JetStreamContext, signer: WireSigner, verifier: WireVerifier
+    ) -> JobGate:
         """Bind the bucket, which the topology's provisioning created."""
-        return cls(await js.key_value(GATE_BUCKET))
+        return cls(await js.key_value(GATE_BUCKET), signer, verifier)
+
+    @staticmethod
+    def _subject(key: str) -> str:
+        return f"$KV.{GATE_BUCKET}.{key}"
+
+    def _sealed(self, key: str, state: str) -> bytes:
+        signature = self._signer.header(self._subject(key), state.encode())
+        return f"{state}{_SEPARATOR}{signature}".encode()
+
+    def _opened(self, key: str, value: bytes | None) -> str:
+        """The state an entry holds, or "" when no one entitled to it signed it."""
+        state, _, signature = (value or b"").decode(errors="replace").partition(_SEPARATOR)
+        try:
+            self._verifier.producer(
+                self._subject(key),
+                state.encode(),
+                {SIGNATURE_HEADER: signature},
+                allowed=CLAIMANTS.get(state, frozenset()),
+            )
+        except ForgedMessage:
+            return ""
+        return state
+
+    async def _held(self, key: str) -> tuple[str, int] | None:
+        """The genuine state at ``key`` and the entry's revision; None if there is none."""
+        try:
+            entry = await self._kv.get(key)
+        except (KeyNotFoundError, KeyDeletedError):
+            return None
+        return self._opened(key, entry.value), entry.revision or 0
 
     async def _claim(self, job: str, outcome: str) -> str:
         key = job_id(job)
         try:
-            await self._kv.create(key, outcome.encode())
+            await self._kv.create(key, self._sealed(key, outcome))
             return outcome
         except KeyWrongLastSequenceError:
-            try:
-                entry = await self._kv.get(key)
-            except (KeyNotFoundError, KeyDeletedError):
+            held = await self._held(key)
+            if held is None:
                 return await self._claim(job, outcome)  # reopened meanwhile
-            return (entry.value or b"").decode()
+            state, revision = held
+            if state:
+                return state
+        try:  # a forged entry: replace it, unless someone else does first
+            await self._kv.update(key, self._sealed(key, outcome), last=revision)
+            return outcome
+        except KeyWrongLastSequenceError:
+            return await self._claim(job, outcome)
 
     async def claim_signing(self, job: str) -> str:
         """SIGNING if the signer may go ahead, CANCELLED if the client was first."""
@@ -65,23 +120,21 @@ class JobGate:
 
         ``SIGNING`` stays (signing had begun; cancel still cannot win), and a
         ``CANCELLED`` is never cleared. The delete is conditional on the entry's
-        revision, so a cancel that lands meanwhile is kept.
+        revision, so a cancel that lands meanwhile is kept. A forged entry is
+        cleared too.
         """
-        try:
-            entry = await self._kv.get(job_id(job))
-        except (KeyNotFoundError, KeyDeletedError):
+        key = job_id(job)
+        held = await self._held(key)
+        if held is None:
             return ""
-        held = (entry.value or b"").decode()
-        if held in ("FAILED", "REJECTED"):
+        state, revision = held
+        if state in ("FAILED", "REJECTED", ""):
             try:
-                await self._kv.delete(job_id(job), last=entry.revision)
+                await self._kv.delete(key, last=revision)
             except KeyWrongLastSequenceError:
                 return await self.reopen(job)
-        return held
+        return state
 
     async def is_cancelled(self, job: str) -> bool:
-        try:
-            entry = await self._kv.get(job_id(job))
-        except (KeyNotFoundError, KeyDeletedError):
-            return False
-        return (entry.value or b"").decode() == CANCELLED
+        held = await self._held(job_id(job))
+        return held is not None and held[0] == CANCELLED

@@ -26,6 +26,8 @@ __all__ = [
     "TempSpaceSettings",
     "ValidationLimits",
     "service_address_var",
+    "service_health_var",
+    "HEALTH_PORT_OFFSET",
 ]
 
 SERVICES = ("admission", "validator", "assembler", "signer", "audit")
@@ -36,6 +38,8 @@ DEFAULT_PORTS = {
     "signer": 7703,
     "audit": 7704,
 }
+HEALTH_PORT_OFFSET = 100
+"""A service's own health port is its gRPC port plus this, unless set."""
 BUILD_VERSION = "0.1.0"
 GIB = 1024 * 1024 * 1024
 
@@ -43,6 +47,11 @@ GIB = 1024 * 1024 * 1024
 def service_address_var(service: str) -> str:
     """The variable holding ``host:port`` of ``service``'s gRPC endpoint."""
     return f"QUIRE_{service.upper()}_ADDR"
+
+
+def service_health_var(service: str) -> str:
+    """The variable holding ``host:port`` of ``service``'s plaintext health endpoint."""
+    return f"QUIRE_{service.upper()}_HEALTH_ADDR"
 
 
 def _get(env: Mapping[str, str], name: str, default: str) -> str:
@@ -136,6 +145,8 @@ class ServiceSettings:
     nats_url: str
     grpc_address: str
     """``host:port`` this service binds; loopback by default."""
+    health_address: str
+    """``host:port`` where ``grpc.health.v1`` alone is served in plaintext (probes)."""
     database_url: str
     blob_root: Path
     instance: str
@@ -171,6 +182,11 @@ class ServiceSettings:
             nats_url=_get(env, "QUIRE_NATS_URL", "nats://127.0.0.1:4222"),
             grpc_address=_get(
                 env, service_address_var(service), f"127.0.0.1:{DEFAULT_PORTS[service]}"
+            ),
+            health_address=_get(
+                env,
+                service_health_var(service),
+                f"127.0.0.1:{DEFAULT_PORTS[service] + HEALTH_PORT_OFFSET}",
             ),
             database_url=_get(env, f"QUIRE_{upper}_DATABASE_URL", db_default),
             blob_root=Path(_get(env, "QUIRE_BLOB_ROOT", str(data_dir / "blobs"))),

@@ -43,9 +43,11 @@ from quire.jobs import job_id
 from quire.leases import Lease, LeaseStore, lease_key
 from quire.reasons import ReasonCode
 from quire.settings import QueueSettings
+from quire.taskbinding import check_task_binding
 from quire.telemetry import extract_context
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
+from quire.wire import ForgedMessage
 from quire.workqueue.publisher import Publisher
 from quire.workqueue.topology import (
     STAGE_OF_SERVICE,
@@ -127,6 +129,12 @@ class StageRunner:
             ident = job_id(task.job)
         except (DecodeError, QuireError):
             log.warning("undecodable task on %s terminated", msg.subject)
+            await msg.term()
+            return
+        try:
+            check_task_binding(task)
+        except ForgedMessage as forged:
+            log.warning("task for job %s refused: %s", task.job, forged.message)
             await msg.term()
             return
         attempt = msg.metadata.num_delivered

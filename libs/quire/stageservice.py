@@ -14,6 +14,7 @@ from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.leases import LeaseStore
+from quire.peers import Peers
 from quire.runtime import load_wire, start_runtime
 from quire.sandbox import SandboxPool
 from quire.settings import ServiceSettings, TempSpaceSettings
@@ -52,6 +53,7 @@ async def run_stage_service(
     *,
     build: Callable[[Database, LocalBlobStore, JobGate, Publisher], tuple[StageWork, Registrar]],
     sandbox: SandboxPool,
+    peers: Peers,
 ) -> None:
     """Run one stage process.
 
@@ -71,7 +73,7 @@ async def run_stage_service(
         TempSpaceSettings.from_env(os.environ, settings.service),
         service=settings.service,
     )
-    gate = await JobGate.open(js)
+    gate = await JobGate.open(js, wire.signer, wire.verifier)
     publisher = Publisher(js, signer=wire.signer)
     work, register = build(database, blobs, gate, publisher)
     runner = StageRunner(
@@ -108,6 +110,8 @@ async def run_stage_service(
             address=settings.grpc_address,
             register=register,
             service_names=(spec.grpc_service_name,),
+            access=peers.guard(),
+            health_address=settings.health_address,
             on_drain=worker.drain,
             drain_seconds=settings.drain_seconds,
             ready=ready,
@@ -115,6 +119,7 @@ async def run_stage_service(
         )
     finally:
         await nc.close()  # workers are drained; nothing is in flight
+        await peers.close()
         keeper.close()
         sandbox.close()
         database.close()

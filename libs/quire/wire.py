@@ -39,6 +39,7 @@ __all__ = [
     "WireSigner",
     "WireVerifier",
     "allowed_producers",
+    "verified_producer",
 ]
 
 SIGNATURE_HEADER = "Quire-Signature"
@@ -74,6 +75,11 @@ def allowed_producers(subject: str) -> frozenset[str]:
     if kind == "checkpoints" and subject == "quire.checkpoints.audit":
         return frozenset({"audit"})
     return _NOBODY
+
+
+def verified_producer(headers: Mapping[str, str] | None) -> str:
+    """The producer named by a message that a :class:`WireVerifier` already accepted."""
+    return (headers or {}).get(SIGNATURE_HEADER, "").partition(".")[0]
 
 
 def _signed_bytes(subject: str, payload: bytes) -> bytes:
@@ -113,13 +119,24 @@ class WireVerifier:
         self._trust = trust
         self.refused: Counter[str] = Counter()
 
-    def producer(self, subject: str, payload: bytes, headers: Mapping[str, str] | None) -> str:
-        """The service that produced this message, or :class:`ForgedMessage`."""
+    def producer(
+        self,
+        subject: str,
+        payload: bytes,
+        headers: Mapping[str, str] | None,
+        *,
+        allowed: frozenset[str] | None = None,
+    ) -> str:
+        """The service that produced this message, or :class:`ForgedMessage`.
+
+        ``allowed`` overrides the producers the subject admits (for data that
+        is not a message on a Quire subject, such as a job-gate entry).
+        """
         value = (headers or {}).get(SIGNATURE_HEADER, "")
         service, _, encoded = value.partition(".")
         if not service or not encoded:
             raise self._refuse(subject, "unsigned")
-        if service not in allowed_producers(subject):
+        if service not in (allowed_producers(subject) if allowed is None else allowed):
             raise self._refuse(subject, "producer not allowed")
         try:
             signature = base64.b64decode(encoded, validate=True)

@@ -7,10 +7,11 @@ anonymous connections, and the stack lays out the streams once with the
 operator user, which no service holds.
 
 Starts nats-server (unless ``QUIRE_NATS_URL`` names one), then the five
-services, each on a free loopback port; waits until every service reports
-SERVING on ``grpc.health.v1``; writes ``stack.json`` (endpoints and where the
-development token is) into the data directory; restarts a service that dies;
-and on stop sends SIGTERM so each drains, then stops nats-server.
+services, each on a free loopback port (and one more for its plaintext
+health port); waits until every service reports SERVING on its health port;
+writes ``stack.json`` (endpoints and where the development token is) into the
+data directory; restarts a service that dies; and on stop sends SIGTERM so
+each drains, then stops nats-server.
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from quire.identity import provision_identities
 from quire.natsauth import OPERATOR, authorization_config, provision_nats_passwords
 from quire.runtime import connect_nats
-from quire.settings import SERVICES, QueueSettings, service_address_var
+from quire.settings import SERVICES, QueueSettings, service_address_var, service_health_var
 from quire.stack.natsserver import NatsServer
 from quire.stack.ports import free_port
-from quire.tls import TlsSettings, sync_channel
+from quire.tls import sync_channel
 from quire.workqueue.topology import ensure_topology
 
 __all__ = ["Stack", "StackInfo", "STACK_FILE"]
@@ -50,6 +51,8 @@ class StackInfo:
     nats_url: str
     endpoints: dict[str, str]
     token_file: str
+    health_endpoints: dict[str, str] = field(default_factory=dict)
+    """Each service's plaintext ``grpc.health.v1`` port (no credentials needed)."""
 
     def write(self) -> None:
         path = Path(self.data_dir) / STACK_FILE
@@ -92,6 +95,7 @@ class Stack:
         self._restart = restart
         self.nats: NatsServer | None = None
         self.endpoints = {service: f"127.0.0.1:{free_port()}" for service in SERVICES}
+        self.health_endpoints = {service: f"127.0.0.1:{free_port()}" for service in SERVICES}
         self._children: dict[str, _Child] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -134,6 +138,7 @@ class Stack:
             nats_url=self.nats_url,
             endpoints=dict(self.endpoints),
             token_file=str(self.data_dir / "admission" / "dev-token"),
+            health_endpoints=dict(self.health_endpoints),
         )
         info.write()
         if self._restart:
@@ -192,6 +197,7 @@ class Stack:
         if not self._external_nats:
             env["QUIRE_NATS_CREDENTIALS_DIR"] = str(self.credentials_dir)
         env.update({service_address_var(s): address for s, address in self.endpoints.items()})
+        env.update({service_health_var(s): a for s, a in self.health_endpoints.items()})
         env.update(self._extra_env)
         return env
 
@@ -212,8 +218,9 @@ class Stack:
 
     def wait_healthy(self, timeout: float = HEALTH_TIMEOUT_SECONDS) -> None:
         deadline = time.monotonic() + timeout
-        for service, address in self.endpoints.items():
-            with sync_channel(address, TlsSettings.from_env(self.service_env())) as channel:
+        # Each service's own plaintext health port: no credentials, with or without mTLS.
+        for service, address in self.health_endpoints.items():
+            with sync_channel(address, None) as channel:
                 stub = health_pb2_grpc.HealthStub(channel)
                 while True:
                     child = self._children[service]

@@ -26,8 +26,9 @@ from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
 from quire.audit.v1 import audit_service_pb2_grpc
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
-from quire.grpcserver import serve, service_channel
+from quire.grpcserver import serve
 from quire.jobgate import JobGate
+from quire.peers import Peers
 from quire.runtime import load_wire, start_runtime
 from quire.settings import AdmissionSettings, ServiceSettings, TempSpaceSettings
 from quire.tempspace import TempKeeper
@@ -52,12 +53,13 @@ async def main() -> None:
     temp_guard = TempSpaceGuard(
         keeper.monitor, temp_space, retry_after_seconds=admission.retry_after_seconds
     )
-    publisher = Publisher(js, signer=load_wire(settings).signer)
+    wire = load_wire(settings)
+    publisher = Publisher(js, signer=wire.signer)
     events = EventFactory(SERVICE, settings.instance, settings.build_version)
     dispatcher = Dispatcher(database, publisher, idempotency=True)
-    audit_channel = service_channel(settings.peers["audit"], settings.tls)
-    audit = audit_service_pb2_grpc.AuditServiceStub(audit_channel)
-    validator_channel = service_channel(settings.peers["validator"], settings.tls)
+    peers = Peers.load(settings)
+    audit = audit_service_pb2_grpc.AuditServiceStub(peers.channel("audit"))
+    validator_channel = peers.channel("validator")
     outstanding = OutstandingJobs(database, audit)
     views = JobViews(database, audit, outstanding)
     intake = Intake(
@@ -80,7 +82,7 @@ async def main() -> None:
         canceller=Canceller(
             database=database,
             views=views,
-            gate=await JobGate.open(js),
+            gate=await JobGate.open(js, wire.signer, wire.verifier),
             publisher=publisher,
             events=events,
             outstanding=outstanding,
@@ -112,6 +114,8 @@ async def main() -> None:
                 "quire.admission.v1.AdmissionService",
                 "quire.admission.v1.TenantAdminService",
             ),
+            access=peers.guard(),
+            health_address=settings.health_address,
             on_drain=drain,
             drain_seconds=settings.drain_seconds,
             ready=ready,
@@ -119,8 +123,7 @@ async def main() -> None:
         )
     finally:
         await keeper.stop()
-        await audit_channel.close()
-        await validator_channel.close()
+        await peers.close()
         await nc.close()  # workers are drained; nothing is in flight
         database.close()
 

@@ -25,7 +25,7 @@ from quire.assembler.merge import (
     SourceDigestMismatch,
     assemble_packet,
 )
-from quire.blobstore import LocalBlobStore, storage_error
+from quire.blobstore import LocalBlobStore, assembled_key, storage_error
 from quire.errors import PermanentError
 from quire.leases import Lease
 from quire.reasons import ReasonCode
@@ -34,10 +34,6 @@ from quire.stage import StageResult
 from quire.type import job_pb2, queue_pb2
 
 __all__ = ["AssemblerWork", "assembled_key"]
-
-
-def assembled_key(tenant: str, sha256: str) -> str:
-    return f"assembled/{tenant}/{sha256}"
 
 
 class AssemblerWork:

@@ -31,9 +31,11 @@ from quire.leases import Lease, LeaseStore, lease_key
 from quire.reasons import ReasonCode
 from quire.settings import QueueSettings
 from quire.stage import retry_delay
+from quire.taskbinding import check_task_binding
 from quire.telemetry import extract_context
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
+from quire.wire import ForgedMessage
 
 __all__ = ["CompletionDesk", "Verdict"]
 
@@ -74,6 +76,12 @@ class CompletionDesk:
             ident = job_id(task.job)
         except (DecodeError, QuireError):
             log.warning("undecodable commit task terminated")
+            await msg.term()
+            return
+        try:
+            check_task_binding(task)
+        except ForgedMessage as forged:
+            log.warning("commit task for job %s refused: %s", task.job, forged.message)
             await msg.term()
             return
         attempt = msg.metadata.num_delivered

@@ -12,7 +12,6 @@ import os
 
 import grpc
 
-from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
 from quire.audit import tables
 from quire.audit.checkpoints import CheckpointBook, CheckpointSigner
 from quire.audit.completion import CompletionDesk
@@ -25,9 +24,9 @@ from quire.audit.servicer import AuditServicer
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
-from quire.grpcserver import serve, service_channel
+from quire.grpcserver import serve
 from quire.jobgate import JobGate
-from quire.operatorcheck import OperatorCheck
+from quire.peers import Peers
 from quire.runtime import load_wire, start_runtime
 from quire.settings import ServiceSettings
 from quire.stageservice import batch_slots
@@ -59,7 +58,7 @@ async def main() -> None:
         queue=settings.queue,
         history=history,
     )
-    gate = await JobGate.open(js)
+    gate = await JobGate.open(js, wire.signer, wire.verifier)
     office = DeadLetterOffice(
         js,
         gate,
@@ -68,8 +67,8 @@ async def main() -> None:
         verifier=wire.verifier,
     )
     dead_letters = DeadLetterDesk(database, publisher, gate, settings.build_version)
-    admission = service_channel(settings.peers["admission"], settings.tls)
-    operators = OperatorCheck(admin_grpc.TenantAdminServiceStub(admission))
+    peers = Peers.load(settings)
+    operators = peers.operators()
     workers = [
         WorkQueueWorker(
             js,
@@ -147,6 +146,8 @@ async def main() -> None:
             address=settings.grpc_address,
             register=register,
             service_names=("quire.audit.v1.AuditService",),
+            access=peers.guard(),
+            health_address=settings.health_address,
             on_drain=drain,
             drain_seconds=settings.drain_seconds,
             ready=ready,
@@ -154,7 +155,7 @@ async def main() -> None:
         )
     finally:
         await nc.close()  # workers are drained; nothing is in flight
-        await admission.close()
+        await peers.close()
         database.close()
 
 

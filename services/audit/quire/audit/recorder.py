@@ -1,4 +1,10 @@
-"""The events consumer: every stage's transitions into the ledger, once each."""
+"""The events consumer: every stage's transitions into the ledger, once each.
+
+The queue worker has already checked each event's signature against the
+subject (``quire.wire``); here the event must also be one its producer may
+make — the actor it names is that producer, and the state it moves to is one
+of that producer's steps. Anything else is refused and changes nothing.
+"""
 
 from __future__ import annotations
 
@@ -13,16 +19,35 @@ from quire.audit.history import HistoryWatch
 from quire.database import Database
 from quire.errors import QuireError
 from quire.faults import fault_point
-from quire.jobs import job_id, state_value
+from quire.jobs import job_id, state_name, state_value
 from quire.reasons import ReasonCode
 from quire.telemetry import extract_context
 from quire.type import queue_pb2
+from quire.wire import verified_producer
 
 __all__ = ["EventRecorder"]
 
 log = logging.getLogger(__name__)
 RETRY_SECONDS = 1.0
 COMPLETED = state_value("COMPLETED")
+_ENDINGS = frozenset({"REJECTED", "FAILED", "CANCELLED"})
+STEPS_OF_PRODUCER: dict[str, frozenset[str]] = {
+    "admission": frozenset({"ACCEPTED", "CANCELLED"}),
+    "validator": frozenset({"VALIDATING", "REVIEWING", "NEEDS_REVIEW", "ASSEMBLING"}) | _ENDINGS,
+    "assembler": frozenset({"ASSEMBLING", "SIGNING"}) | _ENDINGS,
+    "signer": frozenset({"SIGNING", "COMMITTING"}) | _ENDINGS,
+    # The dead-letter office ends jobs whose worker died on its last try.
+    "audit": frozenset({"FAILED", "CANCELLED"}),
+}
+ACTORS_OF_PRODUCER = {"audit": frozenset({"audit", "dead-letter"})}
+
+
+def may_record(producer: str, event: queue_pb2.TransitionEvent) -> bool:
+    """Whether ``producer`` (the event's verified signer) may make this step."""
+    actors = ACTORS_OF_PRODUCER.get(producer, frozenset({producer}))
+    if event.actor.service not in actors:
+        return False
+    return state_name(event.to_state) in STEPS_OF_PRODUCER.get(producer, frozenset())
 
 
 class EventRecorder:
@@ -43,6 +68,10 @@ class EventRecorder:
             # Only audit writes these: the completion desk after checking the
             # evidence, the dead-letter desk for an operator's retry.
             log.warning("event %s claims a step only audit takes; dropped", event.event_id)
+            await msg.term()
+            return
+        if not may_record(verified_producer(msg.headers), event):
+            log.warning("event %s is not a step its producer takes; refused", event.event_id)
             await msg.term()
             return
         with self._tracer.start_as_current_span(

@@ -16,12 +16,11 @@ from datetime import UTC, datetime
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from quire.blobstore import LocalBlobStore, sha256_file, storage_error
+from quire.blobstore import LocalBlobStore, sha256_file, signed_key, storage_error
 from quire.database import Database
 from quire.errors import JobCancelled, PermanentError, TransientError
 from quire.faults import fault_point
 from quire.jobgate import CANCELLED, JobGate
-from quire.jobs import job_id
 from quire.leases import Lease
 from quire.pdfsignature import SignatureReport, verify_signed_pdf
 from quire.reasons import ReasonCode
@@ -33,10 +32,6 @@ from quire.stage import StageResult
 from quire.type import job_pb2, queue_pb2
 
 __all__ = ["SignerWork", "signed_key"]
-
-
-def signed_key(tenant: str, job: str) -> str:
-    return f"signed/{tenant}/{job_id(job)}.pdf"
 
 
 class SignerWork:

@@ -1,0 +1,333 @@
+"""Forged messages on the real stack sign, complete, reject and fail nothing.
+
+The adversary is a process on the same network. Without credentials NATS
+refuses it. With a service's NATS login it can publish on that service's
+subjects, so every forgery is tried with a login that may publish there:
+unsigned, signed with another service's identity key (a stolen key of a
+stage that may not make that message), and — for tasks — signed by the right
+producer but naming blobs of another job or tenant. Afterwards nothing
+forged has taken effect, genuine work still completes, and ``quire check``
+finds nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+import pytest_asyncio
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
+from test_faults_common import Running, eventually, ledger_rows, running_stack, signer_of
+
+from pdfs import write_text_pdf
+from quire.blobstore import assembled_key, signed_key, source_key
+from quire.client import AdmissionClient, PacketItem, TenantAdminClient
+from quire.invariants import check
+from quire.jobgate import GATE_BUCKET
+from quire.jobs import state_name
+from quire.runtime import connect_nats
+from quire.transitions import EventFactory
+from quire.type import queue_pb2
+from quire.wire import SIGNATURE_HEADER, WireSigner
+from quire.workqueue import (
+    EVENTS_STREAM,
+    PRIORITIES,
+    WORK_STREAM,
+    consumer_name,
+    event_subject,
+    work_subject,
+)
+from quire.workqueue.topology import EVENTS_CONSUMER
+
+pytestmark = [pytest.mark.stack, pytest.mark.asyncio(loop_scope="module")]
+
+ENV = {"QUIRE_ACK_WAIT_SECONDS": "3", "QUIRE_BACKOFF_CAP_SECONDS": "1"}
+PRODUCER_OF_STAGE = {"validate": "admission", "assemble": "validator", "sign": "assembler"}
+PRODUCER_OF_STAGE["commit"] = "signer"
+STATES = (
+    "ACCEPTED",
+    "VALIDATING",
+    "REVIEWING",
+    "NEEDS_REVIEW",
+    "ASSEMBLING",
+    "SIGNING",
+    "COMMITTING",
+    "COMPLETED",
+    "REJECTED",
+    "FAILED",
+    "CANCELLED",
+)
+SERVICES = ("admission", "validator", "assembler", "signer", "audit")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def running(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Running]:
+    async with running_stack(tmp_path_factory.mktemp("forgery"), ENV) as stack:
+        yield stack
+
+
+async def login(running: Running, user: str) -> NatsClient:
+    return await connect_nats(
+        running.stack.nats_url, f"forger-{user}", **running.stack.nats_login(user)
+    )
+
+
+def _rows(data_dir: Path, service: str, query: str, *args: Any) -> list[Any]:
+    path = data_dir / service / f"{service}.db"
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        return list(db.execute(query, args))
+
+
+def _task_of(running: Running, job: str) -> queue_pb2.JobTask:
+    ((data,),) = _rows(running.data_dir, "admission", "SELECT task FROM jobs WHERE job = ?", job)
+    return queue_pb2.JobTask.FromString(data)
+
+
+async def _publish(
+    js: JetStreamContext, subject: str, payload: bytes, signer: WireSigner | None
+) -> None:
+    headers = {"Nats-Msg-Id": uuid.uuid4().hex}
+    if signer is not None:
+        headers[SIGNATURE_HEADER] = signer.header(subject, payload)
+    await js.publish(subject, payload, headers=headers, timeout=5)
+
+
+async def _drained(running: Running, stream: str, consumers: list[str]) -> None:
+    """Wait until these consumers have settled everything they were given."""
+    nc = await login(running, "operator")
+    js = nc.jetstream()
+
+    async def settled() -> bool:
+        for consumer in consumers:
+            info = await js.consumer_info(stream, consumer)
+            if info.num_pending or info.num_ack_pending:
+                return False
+        return True
+
+    try:
+        await eventually(settled, 30, f"{consumers} settled")
+    finally:
+        await nc.close()
+
+
+async def _pause_validation(running: Running) -> NatsClient:
+    nc = await login(running, "operator")
+    until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for priority in PRIORITIES:
+        await nc.jetstream().pause_consumer(WORK_STREAM, consumer_name("validate", priority), until)
+    return nc
+
+
+async def _resume_validation(nc: NatsClient) -> None:
+    for priority in PRIORITIES:
+        await nc.jetstream().resume_consumer(WORK_STREAM, consumer_name("validate", priority))
+    await nc.close()
+
+
+def _refusals(running: Running, service: str) -> int:
+    log = (running.data_dir / "logs" / f"{service}.log").read_text(errors="replace")
+    return log.count("forged message on") + log.count("refused:")
+
+
+async def test_an_anonymous_nats_connection_is_refused(running: Running) -> None:
+    with pytest.raises(Exception) as refused:  # noqa: B017 - nats-py's error type varies
+        nc = await asyncio.wait_for(
+            nats.connect(
+                running.stack.nats_url,
+                allow_reconnect=False,
+                max_reconnect_attempts=0,
+                connect_timeout=2,
+            ),
+            timeout=15,
+        )
+        await nc.close()
+    assert "uthorization" in repr(refused.value) or "NoServers" in repr(refused.value)
+
+
+async def test_a_service_login_cannot_administer_streams_or_leave_its_subjects(
+    running: Running,
+) -> None:
+    nc = await login(running, "validator")
+    js = nc.jetstream(timeout=3)
+    try:
+        for attempt in (
+            js.purge_stream(WORK_STREAM),
+            js.delete_stream(EVENTS_STREAM),
+            js.delete_consumer(EVENTS_STREAM, EVENTS_CONSUMER),
+            js.purge_stream(f"KV_{GATE_BUCKET}"),
+        ):
+            with pytest.raises(Exception):  # noqa: B017 - denied: a timeout or an error reply
+                await attempt
+        # The validator hands on assemble tasks only; it cannot make a sign task.
+        with pytest.raises(Exception):  # noqa: B017
+            await js.publish(work_subject("sign", "interactive"), b"x", timeout=3)
+        info = await (await login(running, "operator")).jetstream().stream_info(WORK_STREAM)
+        assert info.config.name == WORK_STREAM
+    finally:
+        await nc.close()
+
+
+async def test_forged_tasks_sign_nothing(running: Running, tmp_path: Path) -> None:
+    client = running.client
+    # Tenant A's job completes: its source and assembled packet are on disk.
+    a_digest = (await client.upload(write_text_pdf(tmp_path / "a.pdf", ["tenant a"]))).sha256
+    a_job = await client.submit([PacketItem("a", a_digest)])
+    assert state_name((await client.wait(a_job.name, timeout=60)).state) == "COMPLETED"
+    ((outcome,),) = _rows(
+        running.data_dir,
+        "assembler",
+        "SELECT outcome FROM stage_leases WHERE job = ? AND outcome IS NOT NULL",
+        a_job.name,
+    )
+    a_task = queue_pb2.StageOutcome.FromString(outcome).next_task
+    assert a_task.assembled.blob_key
+    # Tenant B's job waits before validation, so nothing genuine moves it.
+    async with TenantAdminClient(
+        running.info.endpoints["admission"], running.info.operator_token()
+    ) as admin:
+        reply = await admin.create_tenant(f"victim-{uuid.uuid4().hex[:6]}")
+    async with AdmissionClient(running.info.endpoints["admission"], reply.secret) as b_client:
+        b_client.tenant = reply.tenant.name  # type: ignore[attr-defined]
+        b_digest = (await b_client.upload(write_text_pdf(tmp_path / "b.pdf", ["b"]))).sha256
+        control = await _pause_validation(running)
+        try:
+            b_job = await b_client.submit([PacketItem("b", b_digest)])
+            b_task = _task_of(running, b_job.name)
+            before = {s: _refusals(running, s) for s in ("assembler", "signer", "audit")}
+            forgeries = _forged_tasks(running, a_task, b_task)
+            for user, subject, task, signer in forgeries:
+                nc = await login(running, user)
+                try:
+                    await _publish(nc.jetstream(), subject, task.SerializeToString(), signer)
+                finally:
+                    await nc.close()
+            await _drained(
+                running,
+                WORK_STREAM,
+                [consumer_name(stage, "interactive") for stage in ("assemble", "sign", "commit")],
+            )
+            # Nothing forged was acted on: B's job is untouched, nothing signed for it.
+            assert state_name((await b_client.get_job(b_job.name)).state) == "ACCEPTED"
+            assert not (running.data_dir / "blobs" / signed_key(b_task.tenant, b_job.name)).exists()
+            assert not _rows(
+                running.data_dir, "signer", "SELECT 1 FROM stage_leases WHERE job = ?", b_job.name
+            )
+            assert not [row for row in ledger_rows(running.data_dir) if row[2] == b_job.name][1:]
+            after = {s: _refusals(running, s) for s in before}
+            assert sum(after.values()) - sum(before.values()) >= len(forgeries)
+        finally:
+            await _resume_validation(control)
+        final = await b_client.wait(b_job.name, timeout=60)
+        assert state_name(final.state) == "COMPLETED"
+
+
+def _forged_tasks(
+    running: Running, a_task: queue_pb2.JobTask, b_task: queue_pb2.JobTask
+) -> list[tuple[str, str, queue_pb2.JobTask, WireSigner | None]]:
+    """(login, subject, task, signer) of each forgery against B's job."""
+    data_dir = running.data_dir
+    stolen = signer_of(data_dir, "validator")  # a real key of a service not allowed there
+    sign = queue_pb2.JobTask()
+    sign.CopyFrom(b_task)
+    # A's document under B's job: the signer would sign another tenant's packet.
+    sign.assembled.CopyFrom(a_task.assembled)
+    assert sign.assembled.blob_key == assembled_key(a_task.tenant, a_task.assembled.sha256)
+    other_source = queue_pb2.JobTask()
+    other_source.CopyFrom(b_task)
+    other_source.sources[0].blob_key = source_key(a_task.tenant, a_task.sources[0].sha256)
+    other_source.sources[0].sha256 = a_task.sources[0].sha256
+    commit = queue_pb2.JobTask()
+    commit.CopyFrom(b_task)  # an "empty" commit task: no artifact at all
+    sign_subject = work_subject("sign", "interactive")
+    assemble_subject = work_subject("assemble", "interactive")
+    commit_subject = work_subject("commit", "interactive")
+    return [
+        ("assembler", sign_subject, sign, None),
+        ("assembler", sign_subject, sign, stolen),
+        ("assembler", sign_subject, sign, signer_of(data_dir, "assembler")),
+        ("validator", assemble_subject, other_source, None),
+        ("validator", assemble_subject, other_source, signer_of(data_dir, "validator")),
+        ("signer", commit_subject, commit, None),
+        ("signer", commit_subject, commit, stolen),
+    ]
+
+
+async def test_forged_events_of_every_kind_change_nothing(running: Running, tmp_path: Path) -> None:
+    client = running.client
+    digest = (await client.upload(write_text_pdf(tmp_path / "e.pdf", ["events"]))).sha256
+    control = await _pause_validation(running)
+    ghost = f"jobs/{uuid.uuid4().hex}"  # a job admission never accepted
+    try:
+        job = await client.submit([PacketItem("e", digest)])
+        task = _task_of(running, job.name)
+        ghost_task = queue_pb2.JobTask()
+        ghost_task.CopyFrom(task)
+        ghost_task.job = ghost
+        stolen = signer_of(running.data_dir, "assembler")
+        published = 0
+        for producer in SERVICES:
+            nc = await login(running, producer)
+            try:
+                for target in (task, ghost_task):
+                    for to_state in STATES:
+                        event = EventFactory(producer, "forger", "0").transition(
+                            target, "", to_state, attempt=1, lease_token=0
+                        )
+                        event.event_id = f"forged-{uuid.uuid4().hex}"
+                        # Unsigned, and signed with another stage's real key.
+                        for signer in (None, stolen if producer != "assembler" else None):
+                            await _publish(
+                                nc.jetstream(),
+                                event_subject(producer),
+                                event.SerializeToString(),
+                                signer,
+                            )
+                            published += 1
+            finally:
+                await nc.close()
+        await _drained(running, EVENTS_STREAM, [EVENTS_CONSUMER])
+        forged = [row for row in ledger_rows(running.data_dir) if row[1].startswith("forged-")]
+        assert forged == [] and published > 100
+        assert not _rows(running.data_dir, "audit", "SELECT 1 FROM jobs WHERE job = ?", ghost)
+        assert state_name((await client.get_job(job.name)).state) == "ACCEPTED"
+    finally:
+        await _resume_validation(control)
+    assert state_name((await client.wait(job.name, timeout=60)).state) == "COMPLETED"
+
+
+async def test_a_forged_gate_entry_does_not_refuse_a_cancel(
+    running: Running, tmp_path: Path
+) -> None:
+    client = running.client
+    digest = (await client.upload(write_text_pdf(tmp_path / "g.pdf", ["gate"]))).sha256
+    control = await _pause_validation(running)
+    try:
+        job = await client.submit([PacketItem("g", digest)])
+        nc = await login(running, "validator")
+        try:
+            kv = await nc.jetstream().key_value(GATE_BUCKET)
+            # "Signing has started", as an impostor would write it.
+            await kv.create(job.name.removeprefix("jobs/"), b"SIGNING|signer.Zm9yZ2Vk")
+        finally:
+            await nc.close()
+        cancelled = await client.cancel(job.name)
+        assert state_name(cancelled.state) == "CANCELLED"
+    finally:
+        await _resume_validation(control)
+    final = await client.wait(job.name, timeout=60)
+    assert state_name(final.state) == "CANCELLED"
+
+
+async def test_after_the_attacks_the_checker_finds_nothing(running: Running) -> None:
+    async def idle() -> bool:
+        report = check(running.data_dir, stopped=False)
+        return report.ok
+
+    await eventually(idle, 60, "quire check clean", every=1.0)
