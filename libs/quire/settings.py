@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from quire.identity import IdentitySettings
@@ -232,10 +232,29 @@ class AdmissionSettings:
     """How long a request_id keeps returning the job it made."""
     retry_after_seconds: float = 5.0
     """The retry hint given when refusing for load."""
+    max_tenant_uploads: int = 16
+    """Uploads one tenant may have open at once in this process."""
+    max_uploads_in_flight: int = 1024
+    """Uploads open at once in this process, all tenants together (each may hold a descriptor)."""
+    upload_bytes_in_flight: int = 512 * 1024 * 1024
+    """Declared bytes of the uploads open in this process, reserved when the header arrives."""
+    tenant_upload_share_bytes: int = 128 * 1024 * 1024
+    """Declared bytes one tenant's open uploads may reserve; a quarter of the above by default."""
+    upload_idle_seconds: float = 30.0
+    """An upload that moves fewer than ``upload_min_bytes_per_second`` for this long is closed."""
+    upload_min_bytes_per_second: int = 8 * 1024
+    """The slowest rate an upload may keep up, measured over windows of ``upload_idle_seconds``."""
+    upload_max_seconds: float = 900.0
+    """The longest an upload may take from its first message to its last."""
+    upload_linger_seconds: float = 5.0
+    """How long a refused upload is still read (and discarded) so the caller hears the reason."""
+    upload_linger_bytes: int = 64 * 1024 * 1024
+    """How many bytes of a refused upload are read and discarded at most."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AdmissionSettings:
         env = os.environ if env is None else env
+        in_flight = int(_get(env, "QUIRE_UPLOAD_BYTES_IN_FLIGHT", str(512 * 1024 * 1024)))
         return cls(
             max_upload_bytes=int(_get(env, "QUIRE_MAX_UPLOAD_BYTES", str(25 * 1024 * 1024))),
             max_manifest_items=int(_get(env, "QUIRE_MAX_MANIFEST_ITEMS", "200")),
@@ -246,6 +265,19 @@ class AdmissionSettings:
                 _get(env, "QUIRE_IDEMPOTENCY_WINDOW_SECONDS", str(24 * 3600))
             ),
             retry_after_seconds=float(_get(env, "QUIRE_RETRY_AFTER_SECONDS", "5")),
+            max_tenant_uploads=int(_get(env, "QUIRE_MAX_TENANT_UPLOADS", "16")),
+            max_uploads_in_flight=int(_get(env, "QUIRE_MAX_UPLOADS_IN_FLIGHT", "1024")),
+            upload_bytes_in_flight=in_flight,
+            tenant_upload_share_bytes=int(
+                _get(env, "QUIRE_TENANT_UPLOAD_SHARE_BYTES", str(in_flight // 4))
+            ),
+            upload_idle_seconds=float(_get(env, "QUIRE_UPLOAD_IDLE_SECONDS", "30")),
+            upload_min_bytes_per_second=int(
+                _get(env, "QUIRE_UPLOAD_MIN_BYTES_PER_SECOND", str(8 * 1024))
+            ),
+            upload_max_seconds=float(_get(env, "QUIRE_UPLOAD_MAX_SECONDS", "900")),
+            upload_linger_seconds=float(_get(env, "QUIRE_UPLOAD_LINGER_SECONDS", "5")),
+            upload_linger_bytes=int(_get(env, "QUIRE_UPLOAD_LINGER_BYTES", str(64 * 1024 * 1024))),
         )
 
 
@@ -278,4 +310,41 @@ class TempSpaceSettings:
             measure_seconds=float(_get(env, "QUIRE_TEMP_MEASURE_SECONDS", "1")),
             sweep_seconds=float(_get(env, "QUIRE_TEMP_SWEEP_SECONDS", "60")),
             stale_seconds=float(_get(env, "QUIRE_TEMP_STALE_SECONDS", "3600")),
+        )
+
+
+STALL_STATES = ("ACCEPTED", "VALIDATING", "REVIEWING", "ASSEMBLING", "SIGNING", "COMMITTING")
+
+
+@dataclass(frozen=True)
+class ReconcileSettings:
+    """When admission's reconciler re-drives a job that sits still.
+
+    A job that stays in one non-terminal state (``NEEDS_REVIEW`` is parked,
+    not stalled) longer than that state's budget is re-driven from the
+    stages' committed records: its messages were lost or purged.
+    """
+
+    interval_seconds: float = 30.0
+    """How often accepted, unfinished jobs are compared with audit's view."""
+    stall_seconds: Mapping[str, float] = field(default_factory=dict)
+    """Budget per state; a state missing here uses ``default_stall_seconds``."""
+    default_stall_seconds: float = 600.0
+    """Longer than a stage's ack wait times its deliveries, so a slow worker is not raced."""
+
+    def budget(self, state: str) -> float:
+        return self.stall_seconds.get(state, self.default_stall_seconds)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ReconcileSettings:
+        """``QUIRE_STALL_SECONDS`` for every state, ``QUIRE_STALL_<STATE>_SECONDS`` for one."""
+        env = os.environ if env is None else env
+        default = float(_get(env, "QUIRE_STALL_SECONDS", "600"))
+        return cls(
+            interval_seconds=float(_get(env, "QUIRE_RECONCILE_SECONDS", "30")),
+            stall_seconds={
+                state: float(_get(env, f"QUIRE_STALL_{state}_SECONDS", str(default)))
+                for state in STALL_STATES
+            },
+            default_stall_seconds=default,
         )

@@ -53,6 +53,7 @@ from quire.workqueue.topology import (
     STAGE_OF_SERVICE,
     dead_subject,
     event_subject,
+    redriven,
     task_message_id,
     work_subject,
 )
@@ -157,7 +158,7 @@ class StageRunner:
         lease = await self._leases.acquire(lease_key(task.job, task.generation))
         span.set_attribute("quire.lease_token", lease.token)
         if lease.committed is not None:
-            await self._hand_off(lease.committed, msg, "ack", attempt)
+            await self._hand_off(lease.committed, msg, "ack", attempt, task.redrive)
             return
         if self._gate is not None and await self._gate.is_cancelled(task.job):
             ending = self._ending(task, lease, attempt, "CANCELLED", ReasonCode.CANCELLED_BY_CLIENT)
@@ -174,7 +175,7 @@ class StageRunner:
             log.info("stale lease for job %s (token %d); result discarded", task.job, lease.token)
             return
         fault_point(f"{self._service}.after_commit")
-        await self._hand_off(outcome[0], msg, final, attempt)
+        await self._hand_off(outcome[0], msg, final, attempt, task.redrive)
 
     async def _announce_start(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> None:
         """Make the job's new state visible while the work runs.
@@ -189,10 +190,10 @@ class StageRunner:
                 return
 
     async def _hand_off(
-        self, outcome: queue_pb2.StageOutcome, msg: Msg, final: str, attempt: int
+        self, outcome: queue_pb2.StageOutcome, msg: Msg, final: str, attempt: int, redrive: int
     ) -> None:
         try:
-            await self._publish(outcome)
+            await self._publish(outcome, redrive)
         except TransientError:
             # Committed but not yet handed on: the redelivery republishes it.
             await msg.nak(delay=retry_delay(attempt, self._queue))
@@ -316,13 +317,19 @@ class StageRunner:
         )
         return outcome
 
-    async def _publish(self, outcome: queue_pb2.StageOutcome) -> None:
+    async def _publish(self, outcome: queue_pb2.StageOutcome, redrive: int = 0) -> None:
+        """Publish what was committed; a re-driven task (``redrive`` > 0) sends it all
+        again under fresh message ids, in case the first copies were lost."""
         for event in outcome.events:
-            await self._publisher.publish(event_subject(self._service), event, event.event_id)
+            await self._publisher.publish(
+                event_subject(self._service), event, redriven(event.event_id, redrive)
+            )
         if outcome.HasField("next_task"):
             stage = outcome.next_subject.split(".")[2]
-            task = outcome.next_task
-            msg_id = task_message_id(task.job, stage, task.generation)
+            task = queue_pb2.JobTask()
+            task.CopyFrom(outcome.next_task)
+            task.redrive = max(task.redrive, redrive)
+            msg_id = redriven(task_message_id(task.job, stage, task.generation), task.redrive)
             await self._publisher.publish(outcome.next_subject, task, msg_id)
         if outcome.HasField("dead_letter"):
             letter = outcome.dead_letter

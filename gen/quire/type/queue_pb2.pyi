@@ -11,7 +11,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobTask(_message.Message):
-    __slots__ = ("job", "tenant", "manifest_digest", "sources", "ruleset", "render_profile", "priority", "assembled", "signed", "signing", "ruleset_digest", "generation")
+    __slots__ = ("job", "tenant", "manifest_digest", "sources", "ruleset", "render_profile", "priority", "assembled", "signed", "signing", "ruleset_digest", "generation", "redrive")
     JOB_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +24,7 @@ class JobTask(_message.Message):
     SIGNING_FIELD_NUMBER: _ClassVar[int]
     RULESET_DIGEST_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
+    REDRIVE_FIELD_NUMBER: _ClassVar[int]
     job: str
     tenant: str
     manifest_digest: str
@@ -36,7 +37,8 @@ class JobTask(_message.Message):
     signing: _job_pb2.SigningRecord
     ruleset_digest: str
     generation: int
-    def __init__(self, job: _Optional[str] = ..., tenant: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[_job_pb2.SourceRef, _Mapping]]] = ..., ruleset: _Optional[str] = ..., render_profile: _Optional[str] = ..., priority: _Optional[str] = ..., assembled: _Optional[_Union[_job_pb2.Artifact, _Mapping]] = ..., signed: _Optional[_Union[_job_pb2.Artifact, _Mapping]] = ..., signing: _Optional[_Union[_job_pb2.SigningRecord, _Mapping]] = ..., ruleset_digest: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
+    redrive: int
+    def __init__(self, job: _Optional[str] = ..., tenant: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[_job_pb2.SourceRef, _Mapping]]] = ..., ruleset: _Optional[str] = ..., render_profile: _Optional[str] = ..., priority: _Optional[str] = ..., assembled: _Optional[_Union[_job_pb2.Artifact, _Mapping]] = ..., signed: _Optional[_Union[_job_pb2.Artifact, _Mapping]] = ..., signing: _Optional[_Union[_job_pb2.SigningRecord, _Mapping]] = ..., ruleset_digest: _Optional[str] = ..., generation: _Optional[int] = ..., redrive: _Optional[int] = ...) -> None: ...
 
 class Actor(_message.Message):
     __slots__ = ("service", "instance", "build_version")

@@ -10,6 +10,7 @@ from quire.workqueue.topology import (
     dead_subject,
     ensure_topology,
     event_subject,
+    redriven,
     task_message_id,
     work_subject,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "dead_subject",
     "ensure_topology",
     "event_subject",
+    "redriven",
     "task_message_id",
     "work_subject",
 ]

@@ -33,6 +33,7 @@ __all__ = [
     "event_subject",
     "consumer_name",
     "task_message_id",
+    "redriven",
     "dead_subject",
     "STAGE_OF_SERVICE",
     "DEAD_BOOK_CONSUMER",
@@ -73,6 +74,12 @@ def task_message_id(job: str, stage: str, generation: int = 0) -> str:
     if generation:
         return f"{ident}.g{generation}.{stage}"
     return f"{ident}.{stage}"
+
+
+def redriven(msg_id: str, redrive: int) -> str:
+    """The ``Nats-Msg-Id`` of a message sent again by a re-drive: a fresh one, so
+    JetStream's duplicate window does not swallow a copy whose original was lost."""
+    return f"{msg_id}.r{redrive}" if redrive else msg_id
 
 
 def dead_subject(stage: str) -> str:

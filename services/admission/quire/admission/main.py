@@ -17,6 +17,7 @@ from quire.admission.dispatch import Dispatcher
 from quire.admission.intake import Intake
 from quire.admission.jobviews import JobViews
 from quire.admission.outstanding import OutstandingJobs
+from quire.admission.reconciler import Reconciler
 from quire.admission.servicer import AdmissionServicer
 from quire.admission.tempguard import TempSpaceGuard
 from quire.admission.tenants import TenantDirectory
@@ -30,7 +31,12 @@ from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.peers import Peers
 from quire.runtime import load_wire, start_runtime
-from quire.settings import AdmissionSettings, ServiceSettings, TempSpaceSettings
+from quire.settings import (
+    AdmissionSettings,
+    ReconcileSettings,
+    ServiceSettings,
+    TempSpaceSettings,
+)
 from quire.tempspace import TempKeeper
 from quire.transitions import EventFactory
 from quire.validator.v1 import validator_service_pb2_grpc
@@ -90,10 +96,18 @@ async def main() -> None:
         settings=admission,
         temp_space=temp_guard,
     )
+    reconciler = Reconciler(
+        database=database,
+        publisher=publisher,
+        audit=audit,
+        outstanding=outstanding,
+        settings=ReconcileSettings.from_env(),
+    )
     sweeper: list[asyncio.Task[None]] = []
 
     async def ready() -> None:
         sweeper.append(asyncio.create_task(dispatcher.sweep_forever()))
+        sweeper.append(asyncio.create_task(reconciler.run_forever()))
 
     async def drain() -> None:
         for task in sweeper:

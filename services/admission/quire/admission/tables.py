@@ -80,3 +80,12 @@ idempotency_keys = Table(
     Column("job", String(64), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False, index=True),
 )
+# How often the reconciler re-drove a stalled job; the number makes each
+# re-drive's messages new to JetStream (see quire.admission.reconciler).
+redrives = Table(
+    "redrives",
+    metadata,
+    Column("job", String(64), ForeignKey("jobs.job"), primary_key=True),
+    Column("count", Integer, nullable=False),
+    Column("last_at", DateTime(timezone=True), nullable=False),
+)

@@ -1,0 +1,180 @@
+"""The reconciler: accepted work is never stranded by a lost queue message.
+
+JetStream can lose acknowledged messages, and an operator (or an attacker
+with an operator's login) can purge a stream. Admission knows every job it
+accepted; audit knows where each one is. Every ``interval`` the reconciler
+compares the two for unfinished jobs, and re-drives each job that has sat in
+one non-terminal state longer than that state's budget — or that audit has
+never heard of — by publishing its ACCEPTED event and validate task again.
+
+A re-drive starts no new work of its own: every stage that already committed
+the job answers a task for it by republishing what it committed (the stage
+runner's "already committed" path), so the job moves from the stages' own
+records to the point where it stopped. Each re-drive has a number that makes
+its messages new to JetStream (a fresh ``Nats-Msg-Id``); the copies it
+causes are duplicates that leases, event ids and the one-artifact rule
+already absorb. ``NEEDS_REVIEW`` is parked, not stalled, and is left alone.
+
+A job in a later generation (an operator's dead-letter retry) is not
+re-driven from here: its entry task belongs to audit's dead-letter desk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from quire.admission import tables
+from quire.admission.outstanding import OutstandingJobs
+from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+from quire.database import Database, insert_if_absent
+from quire.jobs import TERMINAL_STATES, state_name
+from quire.settings import ReconcileSettings
+from quire.type import job_pb2, queue_pb2
+from quire.workqueue import Publisher, event_subject, redriven, task_message_id, work_subject
+
+__all__ = ["Reconciler"]
+
+log = logging.getLogger(__name__)
+BATCH = 500
+AUDIT_TIMEOUT_SECONDS = 10.0
+PARKED = "NEEDS_REVIEW"
+
+
+class Reconciler:
+    """Finds stalled jobs and re-drives them; one pass every ``settings.interval_seconds``."""
+
+    def __init__(
+        self,
+        *,
+        database: Database,
+        publisher: Publisher,
+        audit: audit_service_pb2_grpc.AuditServiceStub,
+        outstanding: OutstandingJobs,
+        settings: ReconcileSettings,
+    ) -> None:
+        self._db = database
+        self._publisher = publisher
+        self._audit = audit
+        self._outstanding = outstanding
+        self._settings = settings
+
+    async def run_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.interval_seconds)
+            try:
+                redriven_jobs = await self.reconcile()
+            except Exception as error:  # noqa: BLE001 - audit or NATS away; next pass
+                log.warning("reconcile pass failed (%s); will retry", type(error).__name__)
+                continue
+            if redriven_jobs:
+                log.warning("re-drove %d stalled job(s)", redriven_jobs)
+
+    async def reconcile(self) -> int:
+        """One pass; returns how many jobs were re-driven."""
+        now = datetime.now(UTC)
+        youngest = now - timedelta(seconds=min(self._budgets()))
+        after = ""
+        redriven_jobs = 0
+        while True:
+            rows = await self._db.read(
+                lambda s, after=after: _unfinished(s, youngest, after)  # type: ignore[misc]
+            )
+            if not rows:
+                return redriven_jobs
+            after = rows[-1].job
+            views = await self._views([row.job for row in rows])
+            await self._outstanding.mark_finished(
+                [name for name, view in views.items() if state_name(view.state) in TERMINAL_STATES]
+            )
+            for row in rows:
+                if self._stalled(row, views.get(row.job), now):
+                    await self._redrive(row.job, now)
+                    redriven_jobs += 1
+
+    def _budgets(self) -> list[float]:
+        return [self._settings.budget("ACCEPTED"), *self._settings.stall_seconds.values()]
+
+    async def _views(self, names: list[str]) -> dict[str, job_pb2.Job]:
+        reply = await self._audit.BatchGetJobs(
+            audit_service_pb2.BatchGetJobsRequest(names=names),
+            timeout=AUDIT_TIMEOUT_SECONDS,
+            wait_for_ready=True,
+        )
+        return {job.name: job for job in reply.jobs}
+
+    def _stalled(self, row: _Row, view: job_pb2.Job | None, now: datetime) -> bool:
+        if view is None:  # audit never heard of it: its ACCEPTED event was lost too
+            state, since = "ACCEPTED", row.created_at
+        else:
+            state = state_name(view.state)
+            if state in TERMINAL_STATES or state == PARKED:
+                return False
+            since = view.update_time.ToDatetime(tzinfo=UTC)
+        budget = timedelta(seconds=self._settings.budget(state))
+        if row.last_redrive is not None and now - _aware(row.last_redrive) < budget:
+            return False  # re-driven recently: give it its budget again
+        return now - _aware(since) > budget
+
+    async def _redrive(self, job: str, now: datetime) -> None:
+        count = await self._db.run(lambda s: _count_redrive(s, job, now))
+        row = await self._db.read(
+            lambda s: s.execute(
+                select(tables.jobs.c.task, tables.jobs.c.accepted_event).where(
+                    tables.jobs.c.job == job
+                )
+            ).one()
+        )
+        task = queue_pb2.JobTask.FromString(row.task)
+        task.redrive = count
+        accepted = queue_pb2.TransitionEvent.FromString(row.accepted_event)
+        await self._publisher.publish(
+            event_subject("admission"), accepted, redriven(accepted.event_id, count)
+        )
+        await self._publisher.publish(
+            work_subject("validate", task.priority or "interactive"),
+            task,
+            redriven(task_message_id(task.job, "validate", task.generation), count),
+        )
+
+
+class _Row:
+    job: str
+    created_at: datetime
+    last_redrive: datetime | None
+
+
+def _aware(moment: datetime) -> datetime:
+    """SQLite hands back naive datetimes; they were stored in UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _unfinished(session: Session, youngest: datetime, after: str) -> list[_Row]:
+    """Dispatched, unfinished jobs accepted before ``youngest``, by name after ``after``."""
+    jobs, redrives = tables.jobs, tables.redrives
+    rows = session.execute(
+        select(jobs.c.job, jobs.c.created_at, redrives.c.last_at.label("last_redrive"))
+        .outerjoin(redrives, redrives.c.job == jobs.c.job)
+        .where(
+            jobs.c.finished_at.is_(None),
+            jobs.c.dispatched_at.is_not(None),
+            jobs.c.created_at <= youngest,
+            jobs.c.job > after,
+        )
+        .order_by(jobs.c.job)
+        .limit(BATCH)
+    )
+    return list(rows)  # type: ignore[arg-type]
+
+
+def _count_redrive(session: Session, job: str, now: datetime) -> int:
+    table = tables.redrives
+    if insert_if_absent(session, table, {"job": job, "count": 1, "last_at": now}):
+        return 1
+    count = session.execute(select(table.c.count).where(table.c.job == job)).scalar_one() + 1
+    session.execute(update(table).where(table.c.job == job).values(count=count, last_at=now))
+    return int(count)

@@ -1,0 +1,87 @@
+"""Lost queue messages heal: a purged work stream strands no accepted job.
+
+Jobs wait at several points of the pipeline (validate and assemble tasks held
+in the queue, events held from audit) when the operator's login purges the
+work stream — every task in it is gone. Admission's reconciler notices jobs
+that sit still past their state's budget and re-drives them from the stages'
+committed records; every job ends COMPLETED exactly once, with one artifact,
+and ``quire check`` finds nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from test_faults_common import Running, eventually, ledger_rows, running_stack, submit_text_jobs
+from test_faults_common import wait_all as wait_terminal
+
+from quire.invariants import check
+from quire.jobs import state_name
+from quire.runtime import connect_nats
+from quire.workqueue import PRIORITIES, WORK_STREAM, consumer_name
+
+pytestmark = [pytest.mark.stack, pytest.mark.asyncio(loop_scope="module")]
+
+ENV = {
+    "QUIRE_ACK_WAIT_SECONDS": "3",
+    "QUIRE_BACKOFF_CAP_SECONDS": "1",
+    "QUIRE_RECONCILE_SECONDS": "1",
+    "QUIRE_STALL_SECONDS": "4",
+}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def running(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Running]:
+    async with running_stack(tmp_path_factory.mktemp("reconcile"), ENV) as stack:
+        yield stack
+
+
+async def test_a_purged_work_stream_strands_no_job(running: Running, tmp_path: Path) -> None:
+    nc = await connect_nats(running.stack.nats_url, "operator-purge", **running.stack.nats_login())
+    js = nc.jetstream()
+    until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    held = [consumer_name(stage, p) for stage in ("validate", "assemble") for p in PRIORITIES]
+    try:
+        # Half the jobs get as far as the assemble queue, half stay in the validate queue.
+        for consumer in held[2:]:
+            await js.pause_consumer(WORK_STREAM, consumer, until)
+        early = await submit_text_jobs(running.client, tmp_path / "early", 10)
+
+        async def assembling() -> bool:
+            views = [await running.client.get_job(name) for name in early]
+            return all(state_name(view.state) == "ASSEMBLING" for view in views)
+
+        await eventually(assembling, 60, "early jobs waiting for the assembler")
+        for consumer in held[:2]:
+            await js.pause_consumer(WORK_STREAM, consumer, until)
+        late = await submit_text_jobs(running.client, tmp_path / "late", 10)
+        info = await js.stream_info(WORK_STREAM)
+        assert info.state.messages >= 20  # every job's next task is waiting in the stream
+        await js.purge_stream(WORK_STREAM)
+        assert (await js.stream_info(WORK_STREAM)).state.messages == 0
+        for consumer in held:
+            await js.resume_consumer(WORK_STREAM, consumer)
+    finally:
+        await nc.close()
+
+    names = early + late
+    jobs = await wait_terminal(running.client, names, timeout=120)
+    assert Counter(state_name(job.state) for job in jobs.values()) == {"COMPLETED": 20}
+    completions = Counter(
+        job for _, _, job, to_state in ledger_rows(running.data_dir) if to_state == "COMPLETED"
+    )
+    assert all(completions[name] == 1 for name in names)
+    signed = list((running.data_dir / "blobs" / "signed").rglob("*.pdf"))
+    assert len(signed) == len(names)
+    log = (running.data_dir / "logs" / "admission.log").read_text(errors="replace")
+    assert "re-drove" in log  # healed by the reconciler, not by luck
+
+    async def clean() -> bool:
+        return (await asyncio.to_thread(check, running.data_dir, stopped=False)).ok
+
+    await eventually(clean, 60, "quire check clean", every=1.0)
