@@ -19,8 +19,8 @@ from pathlib import Path
 
 import grpc
 
-from quire.cli import check, deadletters, operators, reviews
-from quire.cli.args import job_resource
+from quire.cli import check, deadletters, operators, provision, reviews
+from quire.cli.args import bearer_metadata, job_resource, operator_metadata
 from quire.cli.config import ClientConfig
 from quire.cli.packets import PacketFile, read_manifest_file, send_packet
 from quire.cli.verify import ledger_checks, verify_file
@@ -102,7 +102,9 @@ async def _cancel(args: argparse.Namespace, config: ClientConfig) -> int:
 
 
 async def _verify(args: argparse.Namespace, config: ClientConfig) -> int:
-    report = await verify_file(Path(args.file), config.signer, config.tls)
+    report = await verify_file(
+        Path(args.file), config.signer, config.tls, metadata=operator_metadata(config)
+    )
     print(f"signatures: {report.signature_count}")
     print(f"intact: {report.intact}  valid: {report.valid}")
     print(f"covers whole file: {report.covers_whole_file}")
@@ -118,6 +120,7 @@ async def _verify(args: argparse.Namespace, config: ClientConfig) -> int:
                 admission=client,
                 audit_address=config.audit,
                 tls=config.tls,
+                metadata=operator_metadata(config),
             )
         for label, passed in checks:
             print(f"{label}: {passed}")
@@ -132,7 +135,9 @@ async def _audit_verify(args: argparse.Namespace, config: ClientConfig) -> int:
 
     async with aio_channel(config.audit, config.tls) as channel:
         report = await audit_service_pb2_grpc.AuditServiceStub(channel).VerifyLedger(
-            audit_service_pb2.VerifyLedgerRequest(), timeout=600
+            audit_service_pb2.VerifyLedgerRequest(),
+            metadata=operator_metadata(config),
+            timeout=600,
         )
     print(
         f"entries: {report.entries}  chains: {report.chains}  "
@@ -150,7 +155,9 @@ async def _evidence(args: argparse.Namespace, config: ClientConfig) -> int:
 
     async with aio_channel(config.audit, config.tls) as channel:
         evidence = await audit_service_pb2_grpc.AuditServiceStub(channel).ExportEvidence(
-            audit_service_pb2.ExportEvidenceRequest(job=job_resource(args.job)), timeout=120
+            audit_service_pb2.ExportEvidenceRequest(job=job_resource(args.job)),
+            metadata=operator_metadata(config),
+            timeout=120,
         )
     Path(args.output).write_text(evidence.json)
     print(f"{args.output}  evidence for {evidence.job}")
@@ -186,7 +193,8 @@ async def _send_example(info: StackInfo, example: Path) -> None:
             raise SystemExit(f"example packet ended {state_name(job.state)} {job.reason_code}")
         output = Path(info.data_dir) / "out" / f"{job.name.removeprefix('jobs/')}.pdf"
         await client.download(job.name, output)
-    report = await verify_file(output, info.endpoints["signer"], tls)
+    operator = bearer_metadata(info.operator_token())
+    report = await verify_file(output, info.endpoints["signer"], tls, metadata=operator)
     print(f"signed PDF: {output}  ({'verified' if report.ok else 'NOT VERIFIED'})")
     if not report.ok:
         raise SystemExit("the example packet's signature did not verify")
@@ -289,6 +297,10 @@ def _parser() -> argparse.ArgumentParser:
     check.add_arguments(
         command("check", help="operators: check every invariant over the data directory")
     )
+    provision.add_arguments(
+        command("credentials", help="operators: identity keys and NATS logins for a cluster"),
+        command("nats", help="operators: lay out the queue topology"),
+    )
     review.add_parser("list", parents=[common])
     for decision in ("approve", "reject"):
         decide = review.add_parser(decision, parents=[common])
@@ -327,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         return _up(args)
     if args.command == "check":
         return check.run(args)  # reads the data directory; needs no running stack
+    if args.command in ("credentials", "nats"):
+        return provision.run(args)  # no running stack
     if args.command == "evidence" and args.job == "verify":
         return _evidence_verify(args)  # offline: needs no stack
     if args.command == "evidence":
