@@ -20,9 +20,10 @@ import grpc
 
 from pdfs import write_text_pdf
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import TERMINAL_STATES, state_name
-from quire.stack.supervisor import Stack
+from quire.stack.supervisor import Stack, StackInfo
 from quire.tls import aio_channel
 
 __all__ = ["SoakReport", "soak"]
@@ -149,16 +150,18 @@ async def soak(
         for name in names:
             job = await _retrying(lambda: client.get_job(name), report, deadline)  # noqa: B023
             report.outcomes[state_name(job.state)] += 1
-    await _read_ledger(stack.endpoints["audit"], names, report)
+    await _read_ledger(StackInfo.read(stack.data_dir), names, report)
     return report
 
 
-async def _read_ledger(address: str, names: list[str], report: SoakReport) -> None:
-    async with aio_channel(address, None) as channel:
+async def _read_ledger(info: StackInfo, names: list[str], report: SoakReport) -> None:
+    operator = bearer_metadata(info.operator_token())
+    async with aio_channel(info.endpoints["audit"], None) as channel:
         stub = audit_service_pb2_grpc.AuditServiceStub(channel)
         for name in names:
             reply = await stub.ListJobEvents(
-                audit_service_pb2.ListJobEventsRequest(job=name, page_size=100)
+                audit_service_pb2.ListJobEventsRequest(job=name, page_size=100),
+                metadata=operator,
             )
             terminal = 0
             deliveries: dict[str, int] = {}

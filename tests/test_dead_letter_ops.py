@@ -20,6 +20,7 @@ from test_faults_common import kept_armed
 
 from pdfs import write_text_pdf
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem
 from quire.grpcstatus import reason_of
 from quire.jobs import state_name
@@ -29,10 +30,11 @@ from quire.tls import aio_channel
 pytestmark = pytest.mark.stack
 
 
-async def _events(address: str, job: str) -> list[audit_service_pb2.LedgerEntry]:
-    async with aio_channel(address, None) as channel:
+async def _events(info: StackInfo, job: str) -> list[audit_service_pb2.LedgerEntry]:
+    async with aio_channel(info.endpoints["audit"], None) as channel:
         reply = await audit_service_pb2_grpc.AuditServiceStub(channel).ListJobEvents(
-            audit_service_pb2.ListJobEventsRequest(job=job, page_size=100)
+            audit_service_pb2.ListJobEventsRequest(job=job, page_size=100),
+            metadata=bearer_metadata(info.operator_token()),
         )
     return list(reply.entries)
 
@@ -92,7 +94,7 @@ async def test_a_dead_lettered_job_retried_by_an_operator_completes_in_a_new_gen
         again = await asyncio.to_thread(run_quire, stack.data_dir, "dlq", "retry", name)
         assert again.returncode == 0, "asking twice is harmless"
 
-    entries = await _events(info.endpoints["audit"], name)
+    entries = await _events(info, name)
     moves = [
         (state_name(e.event.from_state), state_name(e.event.to_state), e.event.generation)
         for e in entries

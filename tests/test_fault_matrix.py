@@ -25,6 +25,7 @@ import pytest
 
 from pdfs import write_text_pdf
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem
 from quire.faults import arm, fired
 from quire.jobs import state_name
@@ -84,10 +85,11 @@ async def _submit_through_kills(client: AdmissionClient, digest: str) -> str:
     raise AssertionError("admission did not come back")
 
 
-async def _ledger(address: str, job: str) -> list[tuple[str, str]]:
-    async with aio_channel(address, None) as channel:
+async def _ledger(info: StackInfo, job: str) -> list[tuple[str, str]]:
+    async with aio_channel(info.endpoints["audit"], None) as channel:
         reply = await audit_service_pb2_grpc.AuditServiceStub(channel).ListJobEvents(
-            audit_service_pb2.ListJobEventsRequest(job=job, page_size=100)
+            audit_service_pb2.ListJobEventsRequest(job=job, page_size=100),
+            metadata=bearer_metadata(info.operator_token()),
         )
     return [(state_name(e.event.from_state), state_name(e.event.to_state)) for e in reply.entries]
 
@@ -124,7 +126,7 @@ async def test_a_process_killed_at_this_step_loses_and_duplicates_nothing(
             break
         await asyncio.sleep(0.1)
     assert stack.restarts(service) == restarts + 1, "exactly one SIGKILL, one restart"
-    moves = await _ledger(info.endpoints["audit"], name)
+    moves = await _ledger(info, name)
     assert [to for _, to in moves].count("COMPLETED") == 1
     assert len(moves) == len(set(moves)), f"a transition recorded twice: {moves}"
     job = name.removeprefix("jobs/")

@@ -10,6 +10,7 @@ import grpc
 import pytest
 
 from pdfs import write_text_pdf
+from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import state_name
 from quire.pdfsignature import verify_signed_pdf
@@ -40,11 +41,13 @@ async def test_rotation_mid_stream_keeps_every_packet_verifiable(tmp_path: Path)
                 return job.name
 
             first = await asyncio.gather(*(one(i) for i in range(JOBS // 2)))
-            rotated = await signer.RotateKey(spb.RotateKeyRequest())
+            operator = bearer_metadata(info.operator_token())
+            rotated = await signer.RotateKey(spb.RotateKeyRequest(), metadata=operator)
             second = await asyncio.gather(*(one(i) for i in range(JOBS // 2, JOBS)))
             assert rotated.version == "v2" and rotated.active
 
-            keys = {k.version: k for k in (await signer.ListKeys(spb.ListKeysRequest())).keys}
+            listed = await signer.ListKeys(spb.ListKeysRequest(), metadata=operator)
+            keys = {k.version: k for k in listed.keys}
             assert set(keys) == {"v1", "v2"} and keys["v2"].active and not keys["v1"].active
             versions = []
             for name in [*first, *second]:

@@ -212,7 +212,8 @@ async def test_the_running_audit_service_checkpoints_and_finds_tampering(tmp_pat
         await asyncio.to_thread(stack.wait_healthy)
         async with grpc.aio.insecure_channel(info.endpoints["audit"]) as channel:
             report = await audit_service_pb2_grpc.AuditServiceStub(channel).VerifyLedger(
-                audit_service_pb2.VerifyLedgerRequest()
+                audit_service_pb2.VerifyLedgerRequest(),
+                metadata=(("authorization", f"Bearer {info.operator_token()}"),),
             )
         assert not report.ok
         assert ("edited", 3) in {(f.kind, f.sequence) for f in report.findings}

@@ -16,6 +16,7 @@ import pytest
 
 from pdfs import write_text_pdf
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+from quire.cli.args import bearer_metadata
 from quire.cli.verify import known_certificates
 from quire.client import AdmissionClient, PacketItem
 from quire.grpcstatus import reason_of
@@ -30,11 +31,13 @@ async def _ledger(stack, job: str) -> list[audit_service_pb2.LedgerEntry]:  # ty
     info = StackInfo.read(stack.data_dir)
     entries: list[audit_service_pb2.LedgerEntry] = []
     token = ""
+    operator = bearer_metadata(info.operator_token())
     async with grpc.aio.insecure_channel(info.endpoints["audit"]) as channel:
         stub = audit_service_pb2_grpc.AuditServiceStub(channel)
         while True:
             page = await stub.ListJobEvents(
-                audit_service_pb2.ListJobEventsRequest(job=job, page_size=3, page_token=token)
+                audit_service_pb2.ListJobEventsRequest(job=job, page_size=3, page_token=token),
+                metadata=operator,
             )
             entries.extend(page.entries)
             token = page.next_page_token
@@ -85,7 +88,10 @@ async def test_packet_is_signed_in_manifest_order_with_its_whole_history(
         "schedule page 2",
     ]
 
-    certificates = await known_certificates(StackInfo.read(stack.data_dir).endpoints["signer"])
+    info = StackInfo.read(stack.data_dir)
+    certificates = await known_certificates(
+        info.endpoints["signer"], metadata=bearer_metadata(info.operator_token())
+    )
     report = await asyncio.to_thread(verify_signed_pdf, str(output), certificates)
     assert report.ok, report
 
@@ -285,7 +291,8 @@ async def test_ledger_paging_refuses_what_is_not_a_page(
             await stub.ListJobEvents(
                 audit_service_pb2.ListJobEventsRequest(
                     job="jobs/0123456789abcdef", page_size=page_size, page_token=page_token
-                )
+                ),
+                metadata=bearer_metadata(info.operator_token()),
             )
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert reason_of(refused.value) == "INVALID_PAGE"

@@ -15,6 +15,7 @@ import pytest
 from pdfs import write_form_pdf
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import state_name
 from quire.stack.supervisor import StackInfo
@@ -113,7 +114,8 @@ async def _ledger(stack, job: str) -> list[audit_service_pb2.LedgerEntry]:  # ty
     info = StackInfo.read(stack.data_dir)
     async with grpc.aio.insecure_channel(info.endpoints["audit"]) as channel:
         reply = await audit_service_pb2_grpc.AuditServiceStub(channel).ListJobEvents(
-            audit_service_pb2.ListJobEventsRequest(job=job, page_size=100)
+            audit_service_pb2.ListJobEventsRequest(job=job, page_size=100),
+            metadata=bearer_metadata(info.operator_token()),
         )
     return list(reply.entries)
 

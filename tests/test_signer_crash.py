@@ -13,6 +13,7 @@ import pytest
 from pdfs import write_text_pdf
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.blobstore import sha256_file
+from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import state_name
 from quire.stack.supervisor import Stack
@@ -49,7 +50,8 @@ async def test_a_signer_killed_after_writing_the_artifact_signs_nothing_twice(
         async with grpc.aio.insecure_channel(info.endpoints["audit"]) as channel:
             entries = (
                 await audit_service_pb2_grpc.AuditServiceStub(channel).ListJobEvents(
-                    audit_service_pb2.ListJobEventsRequest(job=job.name, page_size=100)
+                    audit_service_pb2.ListJobEventsRequest(job=job.name, page_size=100),
+                    metadata=bearer_metadata(info.operator_token()),
                 )
             ).entries
         assert [state_name(e.event.to_state) for e in entries].count("COMPLETED") == 1

@@ -13,6 +13,7 @@ from pki import TestCA
 from tsa import LocalTsa
 
 from pdfs import write_text_pdf
+from quire.cli.args import bearer_metadata
 from quire.cli.verify import known_certificates
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import state_name
@@ -36,7 +37,9 @@ async def test_packets_are_signed_b_t_when_a_timestamp_authority_is_configured(
                 assert state_name(job.state) == "COMPLETED"
                 output = tmp_path / "signed.pdf"
                 await client.download(job.name, output)
-            certificates = await known_certificates(info.endpoints["signer"])
+            certificates = await known_certificates(
+                info.endpoints["signer"], metadata=bearer_metadata(info.operator_token())
+            )
         finally:
             await asyncio.to_thread(stack.stop)
     report = await asyncio.to_thread(verify_signed_pdf, str(output), certificates)

@@ -5,6 +5,7 @@
     │   ├── InvalidInput            the caller sent something malformed (INVALID_ARGUMENT)
     │   ├── NotFound                missing, or another tenant's (NOT_FOUND)
     │   ├── Unauthenticated         bad or missing credentials (UNAUTHENTICATED)
+    │   ├── PermissionDenied        a known caller this RPC does not admit (PERMISSION_DENIED)
     │   ├── Conflict                idempotency key reused (ALREADY_EXISTS)
     │   ├── FailedPrecondition      not in a state that allows this (FAILED_PRECONDITION)
     │   ├── DataLoss                stored bytes no longer match their digest (DATA_LOSS)
@@ -35,6 +36,7 @@ __all__ = [
     "FieldViolation",
     "NotFound",
     "Unauthenticated",
+    "PermissionDenied",
     "Conflict",
     "FailedPrecondition",
     "Rejected",
@@ -112,6 +114,17 @@ class NotFound(PermanentError):
 class Unauthenticated(PermanentError):
     def __init__(self, message: str = "missing or invalid bearer token") -> None:
         super().__init__(ReasonCode.UNAUTHENTICATED, message)
+
+
+class PermissionDenied(PermanentError):
+    """The caller proved who it is, and this RPC does not admit it."""
+
+    def __init__(
+        self,
+        message: str = "caller not allowed",
+        reason: ReasonCode | str = ReasonCode.CALLER_NOT_ALLOWED,
+    ) -> None:
+        super().__init__(reason, message)
 
 
 class Conflict(PermanentError):

@@ -1,4 +1,5 @@
-"""gRPC server bootstrap: grpc.aio, the health service, trace context from
+"""gRPC server bootstrap: grpc.aio, the access check on every call, the
+health service (also on its own plaintext port), trace context from
 metadata, and a graceful drain on SIGTERM/SIGINT.
 
 Drain order: mark NOT_SERVING, stop the queue workers from pulling and let
@@ -19,6 +20,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from quire.callers import CallerProofInterceptors
+from quire.identity import ServiceIdentity
 from quire.telemetry import extract_context, inject_headers
 from quire.tls import TlsSettings, aio_channel
 
@@ -116,9 +119,23 @@ def TraceClientInterceptors() -> list[grpc.aio.ClientInterceptor]:  # noqa: N802
     return [_UnaryUnary(), _UnaryStream(), _StreamUnary()]
 
 
-def service_channel(address: str, tls: TlsSettings | None) -> grpc.aio.Channel:
-    """A channel to another Quire service, carrying the trace context."""
-    return aio_channel(address, tls, TraceClientInterceptors())
+def service_channel(
+    address: str, tls: TlsSettings | None, *, identity: ServiceIdentity
+) -> grpc.aio.Channel:
+    """A channel to another Quire service: every call carries the trace context
+    and a proof that it comes from ``identity`` (``quire.callers``)."""
+    return aio_channel(
+        address, tls, [*TraceClientInterceptors(), *CallerProofInterceptors(identity)]
+    )
+
+
+def _bind(server: grpc.aio.Server, address: str, tls: TlsSettings | None) -> None:
+    if tls is None:
+        bound = server.add_insecure_port(address)
+    else:
+        bound = server.add_secure_port(address, tls.server_credentials())
+    if bound == 0:
+        raise RuntimeError(f"cannot bind {address}")
 
 
 async def serve(
@@ -126,32 +143,42 @@ async def serve(
     address: str,
     register: Callable[[grpc.aio.Server], None],
     service_names: Sequence[str],
+    access: grpc.aio.ServerInterceptor,
+    health_address: str | None = None,
     on_drain: Callable[[], Awaitable[None]] | None = None,
     drain_seconds: float = 20.0,
     ready: Callable[[], Awaitable[None]] | None = None,
     tls: TlsSettings | None = None,
 ) -> None:
-    """Run a gRPC server until SIGTERM/SIGINT, then drain and stop."""
-    server = grpc.aio.server(interceptors=[TraceServerInterceptor()])
+    """Run a gRPC server until SIGTERM/SIGINT, then drain and stop.
+
+    ``access`` admits or refuses every call but health's (``quire.access``).
+    With ``health_address``, ``grpc.health.v1`` alone is also served there,
+    in plaintext, so that a kubelet's gRPC probe works while the service port
+    demands mutual TLS; the service port keeps its own health service too.
+    """
+    server = grpc.aio.server(interceptors=[access, TraceServerInterceptor()])
     register(server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    servers = [server]
+    if health_address:
+        probes = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, probes)
+        _bind(probes, health_address, None)
+        servers.append(probes)
     # grpc's servicer starts SERVING; say so only once ``ready`` has run (a
     # stage warmed and pulling), so readiness probes and the stack wait for it.
     for name in ("", *service_names):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-    if tls is None:
-        bound = server.add_insecure_port(address)
-    else:
-        bound = server.add_secure_port(address, tls.server_credentials())
-    if bound == 0:
-        raise RuntimeError(f"cannot bind {address}")
-    await server.start()
+    _bind(server, address, tls)
+    for each in servers:
+        await each.start()
     if ready is not None:
         await ready()
     for name in ("", *service_names):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("serving on %s", address)
+    log.info("serving on %s (health also on %s)", address, health_address or "-")
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -167,4 +194,5 @@ async def serve(
             await asyncio.wait_for(on_drain(), timeout=drain_seconds)
         except TimeoutError:
             log.warning("drain timed out; unfinished work will be redelivered")
-    await server.stop(grace=min(drain_seconds, 5.0))
+    for each in servers:
+        await each.stop(grace=min(drain_seconds, 5.0))

@@ -26,6 +26,7 @@ from quire.errors import (
     NotFound,
     Overloaded,
     PermanentError,
+    PermissionDenied,
     QuireError,
     Unauthenticated,
 )
@@ -39,6 +40,7 @@ _CODES: tuple[tuple[type[QuireError], int], ...] = (
     (InvalidInput, code_pb2.INVALID_ARGUMENT),
     (NotFound, code_pb2.NOT_FOUND),
     (Unauthenticated, code_pb2.UNAUTHENTICATED),
+    (PermissionDenied, code_pb2.PERMISSION_DENIED),
     (Conflict, code_pb2.ALREADY_EXISTS),
     (FailedPrecondition, code_pb2.FAILED_PRECONDITION),
     (DataLoss, code_pb2.DATA_LOSS),

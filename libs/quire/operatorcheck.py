@@ -3,6 +3,8 @@ token; the service asks admission, which owns the tokens, whose token it is."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import grpc
 
 from quire.admission.v1 import tenant_admin_service_pb2 as admin_pb
@@ -21,9 +23,13 @@ class OperatorCheck:
 
     async def operator_of(self, context: grpc.aio.ServicerContext) -> str:
         """The caller's operator token id; UNAUTHENTICATED for anyone else."""
+        return await self.operator_in(context.invocation_metadata() or ())
+
+    async def operator_in(self, metadata: Iterable[tuple[str, str | bytes]]) -> str:
+        """The operator token id in a call's ``metadata``; UNAUTHENTICATED for anyone else."""
         bearer = [
             (key, value)
-            for key, value in (context.invocation_metadata() or ())
+            for key, value in metadata
             if key == "authorization" and isinstance(value, str)
         ]
         if not bearer:

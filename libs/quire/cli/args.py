@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from quire.cli.config import ClientConfig
 
-__all__ = ["job_resource", "operator_metadata"]
+__all__ = ["job_resource", "bearer_metadata", "operator_metadata"]
 
 
 def job_resource(job: str) -> str:
@@ -12,7 +12,13 @@ def job_resource(job: str) -> str:
     return job if job.startswith("jobs/") else f"jobs/{job}"
 
 
+def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:
+    """Call metadata presenting ``token``."""
+    return (("authorization", f"Bearer {token}"),)
+
+
 def operator_metadata(config: ClientConfig) -> tuple[tuple[str, str], ...]:
+    """The operator token, which every call to an internal service needs."""
     if not config.operator_token:
         raise SystemExit("no operator token: set QUIRE_OPERATOR_TOKEN or run against `quire up`")
-    return (("authorization", f"Bearer {config.operator_token}"),)
+    return bearer_metadata(config.operator_token)

@@ -11,27 +11,40 @@ from quire.signer.v1 import signer_service_pb2 as signer_pb
 from quire.signer.v1 import signer_service_pb2_grpc as signer_grpc
 from quire.tls import TlsSettings, aio_channel
 
-__all__ = ["known_certificates", "verify_file", "ledger_checks"]
+__all__ = ["known_certificates", "verify_file", "ledger_checks", "Metadata"]
+
+Metadata = tuple[tuple[str, str], ...]
+"""Call metadata: the operator's ``authorization`` header."""
 
 
-async def known_certificates(signer_address: str, tls: TlsSettings | None = None) -> list[str]:
-    """Public certificates of every key version the stack has signed with."""
+async def known_certificates(
+    signer_address: str, tls: TlsSettings | None = None, *, metadata: Metadata
+) -> list[str]:
+    """Public certificates of every key version the stack has signed with
+    (the signer answers operators and services only: ``metadata`` carries the
+    operator token)."""
     async with aio_channel(signer_address, tls) as channel:
         reply = await signer_grpc.SignerServiceStub(channel).ListKeys(
-            signer_pb.ListKeysRequest(), timeout=10
+            signer_pb.ListKeysRequest(), metadata=metadata, timeout=10
         )
     return [key.certificate_pem for key in reply.keys]
 
 
 async def verify_file(
-    path: Path, signer_address: str, tls: TlsSettings | None = None
+    path: Path, signer_address: str, tls: TlsSettings | None = None, *, metadata: Metadata
 ) -> SignatureReport:
-    certificates = await known_certificates(signer_address, tls)
+    certificates = await known_certificates(signer_address, tls, metadata=metadata)
     return await asyncio.to_thread(verify_signed_pdf, str(path), certificates)
 
 
 async def ledger_checks(
-    path: Path, job: str, *, admission: AdmissionClient, audit_address: str, tls: TlsSettings | None
+    path: Path,
+    job: str,
+    *,
+    admission: AdmissionClient,
+    audit_address: str,
+    tls: TlsSettings | None,
+    metadata: Metadata,
 ) -> list[tuple[str, bool]]:
     """The packet against the ledger: output digest, embedded manifest and sources."""
     import json
@@ -44,7 +57,8 @@ async def ledger_checks(
     record = await admission.get_job(job)
     async with aio_channel(audit_address, tls) as channel:
         reply = await audit_service_pb2_grpc.AuditServiceStub(channel).ListJobEvents(
-            audit_service_pb2.ListJobEventsRequest(job=record.name, page_size=100)
+            audit_service_pb2.ListJobEventsRequest(job=record.name, page_size=100),
+            metadata=metadata,
         )
     accepted = next(e.event for e in reply.entries if e.event.to_state == 1)  # ACCEPTED
     digest, _size = await asyncio.to_thread(sha256_file, path)

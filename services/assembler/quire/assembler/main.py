@@ -14,6 +14,7 @@ from quire.assembler.work import AssemblerWork
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.jobgate import JobGate
+from quire.peers import Peers
 from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings, ServiceSettings
 from quire.stageservice import Registrar, StageService, run_stage_service
@@ -47,6 +48,7 @@ async def main() -> None:
         ),
         build=build,
         sandbox=pool,
+        peers=Peers.load(settings),
     )
 
 

@@ -11,6 +11,7 @@ import grpc
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.jobgate import JobGate
+from quire.peers import Peers
 from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings, ServiceSettings
 from quire.signer import tables
@@ -68,6 +69,7 @@ async def main() -> None:
         ),
         build=build,
         sandbox=pool,
+        peers=Peers.load(settings),
     )
 
 

@@ -8,12 +8,10 @@ from pathlib import Path
 
 import grpc
 
-from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
-from quire.grpcserver import service_channel
 from quire.jobgate import JobGate
-from quire.operatorcheck import OperatorCheck
+from quire.peers import Peers
 from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings, ServiceSettings, ValidationLimits
 from quire.stageservice import Registrar, StageService, run_stage_service
@@ -32,6 +30,7 @@ SERVICE = "validator"
 
 async def main() -> None:
     settings = ServiceSettings.from_env(SERVICE)
+    peers = Peers.load(settings)
     pool = SandboxPool(
         SandboxSettings.from_env(os.environ, SERVICE),
         name="pdf-inspection",
@@ -52,13 +51,12 @@ async def main() -> None:
                 max_pages=limits.max_pages, max_decompressed_bytes=limits.max_decompressed_bytes
             ),
         )
-        admission = service_channel(settings.peers["admission"], settings.tls)
         servicer = ValidatorServicer(
             database,
             book=book,
             reviews=ReviewDesk(database, publisher, gate),
             evaluator=evaluator,
-            operators=OperatorCheck(admin_grpc.TenantAdminServiceStub(admission)),
+            operators=peers.operators(),
         )
 
         def register(server: grpc.aio.Server) -> None:
@@ -77,6 +75,7 @@ async def main() -> None:
         ),
         build=build,
         sandbox=pool,
+        peers=peers,
     )
 
 

@@ -1,0 +1,94 @@
+"""Every RPC of every service and who may call it — one table per service.
+
+Reads of one job's records are open to admission (the front door, the one
+service that answers tenants, after checking the job is theirs) and to
+operators. Every write, and every read that spans tenants, needs an
+operator. Admission's own API keeps its bearer tokens, checked by its
+servicers. An RPC missing here is refused to everyone; the caller-auth tests
+enumerate the generated service descriptors, so a new RPC fails them until
+it has a rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from quire.access import BEARER, OPERATOR, Rule, read_by
+
+__all__ = ["POLICIES", "policy_for"]
+
+ADMISSION = "admission"
+FRONT_DOOR_READ = read_by(ADMISSION)
+
+
+def _service(name: str, rules: Mapping[str, Rule]) -> dict[str, Rule]:
+    return {f"/{name}/{method}": rule for method, rule in rules.items()}
+
+
+POLICIES: Mapping[str, Mapping[str, Rule]] = {
+    "admission": {
+        **_service(
+            "quire.admission.v1.AdmissionService",
+            {
+                "UploadSource": BEARER,
+                "SubmitJob": BEARER,
+                "GetJob": BEARER,
+                "DownloadArtifact": BEARER,
+                "ListJobs": BEARER,
+                "CancelJob": BEARER,
+            },
+        ),
+        **_service(
+            "quire.admission.v1.TenantAdminService",
+            {
+                "CreateTenant": BEARER,
+                "ListTenants": BEARER,
+                "UpdateTenantLimits": BEARER,
+                "CreateToken": BEARER,
+                "RevokeToken": BEARER,
+                # Audit and validator forward an operator's token here.
+                "WhoAmI": BEARER,
+            },
+        ),
+    },
+    "audit": _service(
+        "quire.audit.v1.AuditService",
+        {
+            "GetJob": FRONT_DOOR_READ,
+            "BatchGetJobs": FRONT_DOOR_READ,
+            "ListJobEvents": FRONT_DOOR_READ,
+            "ExportEvidence": FRONT_DOOR_READ,
+            "VerifyLedger": OPERATOR,  # every tenant's chain
+            "ListDeadLetters": OPERATOR,  # every tenant's failed jobs
+            "RetryDeadLetter": OPERATOR,
+            "DiscardDeadLetter": OPERATOR,
+        },
+    ),
+    "validator": _service(
+        "quire.validator.v1.ValidatorService",
+        {
+            "GetValidation": FRONT_DOOR_READ,
+            "ListRulesets": FRONT_DOOR_READ,  # admission pins a job's ruleset
+            "ListReviews": OPERATOR,  # every tenant's parked jobs
+            "ResolveReview": OPERATOR,
+            "EvaluateManifest": OPERATOR,  # shadow evaluation runs the sandbox
+        },
+    ),
+    "assembler": _service(
+        "quire.assembler.v1.AssemblerService",
+        {"GetAssembly": FRONT_DOOR_READ},
+    ),
+    "signer": _service(
+        "quire.signer.v1.SignerService",
+        {
+            "GetSignature": FRONT_DOOR_READ,
+            "ListKeys": FRONT_DOOR_READ,
+            "RotateKey": OPERATOR,
+        },
+    ),
+}
+
+
+def policy_for(service: str) -> Mapping[str, Rule]:
+    """``service``'s table; a service without one admits no call at all."""
+    return POLICIES.get(service, {})
