@@ -17,7 +17,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 from test_faults_common import Running, eventually, kept_armed, running_stack, wait_all
 
@@ -28,7 +28,7 @@ from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.cli.main import main as quire_main
 from quire.client import PacketItem
 from quire.database import Database
-from quire.invariants import KINDS, CheckReport, check
+from quire.invariants import KINDS, CheckReport, Finding, check
 from quire.invariants_db import read_only_engine
 from quire.invariants_jobs import generations, outcome
 from quire.invariants_snapshot import LedgerEntry, read_snapshot
@@ -175,7 +175,10 @@ def test_a_stray_artifact_has_no_job(run: FinishedRun, copy: Path) -> None:
     source = _artifact(copy, run.tenant, run.jobs["COMPLETED"])
     shutil.copyfile(source, _artifact(copy, run.tenant, stray))
     report = check(copy)
-    assert {(f.kind, f.job) for f in report.findings} == {("artifact_without_job", stray)}
+    assert {(f.kind, f.job) for f in report.findings} == {
+        ("artifact_without_job", stray),
+        ("artifacts_exceed_completions", ""),
+    }
 
 
 def test_a_second_artifact_for_one_job_is_reported(run: FinishedRun, copy: Path) -> None:
@@ -379,6 +382,7 @@ async def test_dead_lettered_jobs_retried_and_discarded_pass_the_check(tmp_path:
     report = check(running.data_dir)
     assert report.findings == [], report.findings
     assert dict(report.jobs_by_state) == {"COMPLETED": 1, "FAILED": 1}
+    assert report.artifacts == 2, "the discarded job's artifact, left by its failed signing"
     snapshot = read_snapshot(running.data_dir, {}, stopped=True)
     retried_entries = [e for e in snapshot.ledger if e.job == retried]
     assert [g[-1].to_state for g in generations(retried_entries)] == ["FAILED", "COMPLETED"]
@@ -415,3 +419,13 @@ async def test_a_run_on_postgresql_is_checked_where_its_data_is(
         engine.dispose()
     next((data_dir / "blobs" / "signed").rglob("*.pdf")).unlink()
     assert check(data_dir, env=env).kinds() == {"artifact_missing"}
+
+    assembler = create_engine(env["QUIRE_ASSEMBLER_DATABASE_URL"])
+    try:
+        with assembler.begin() as connection:
+            connection.execute(text("UPDATE assemblies SET sha256 = repeat('0', 64)"))
+    finally:
+        assembler.dispose()
+    assert Finding("artifact_input_mismatch", name, detail="signer input differs") in (
+        check(data_dir, env=env).findings
+    )

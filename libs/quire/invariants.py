@@ -29,6 +29,7 @@ from quire.invariants_blobs import scan_artifacts, temp_findings
 from quire.invariants_db import service_settings
 from quire.invariants_findings import KINDS, Finding
 from quire.invariants_jobs import artifact_findings, job_findings, ledger_row_findings
+from quire.invariants_provenance import packet_sizes, provenance_findings
 from quire.invariants_snapshot import read_snapshot
 
 __all__ = ["CheckReport", "Finding", "KINDS", "check", "stack_running"]
@@ -92,10 +93,11 @@ def check(
         stopped = stack_running(data_dir) is False
     snapshot = read_snapshot(data_dir, env, stopped=stopped)
     blob_root = service_settings(data_dir, "signer", env).blob_root
-    scan = scan_artifacts(blob_root)
+    scan = scan_artifacts(blob_root, packet_sizes(snapshot))
     findings = [Finding("database_missing", detail=s) for s in snapshot.missing_databases]
     findings += job_findings(snapshot, scan.artifacts)
     findings += artifact_findings(snapshot, scan.artifacts)
+    findings += provenance_findings(snapshot, scan.artifacts)
     if scan.unrecognized:
         findings.append(Finding("unrecognized_blob", detail=f"{scan.unrecognized} files"))
     temp, temp_entries = temp_findings(blob_root, stopped=stopped)

@@ -1,6 +1,11 @@
 """The blob store as the invariant checker sees it: signed artifacts (each
 hashed again) and the temporary space.
 
+The signer signs with an incremental update, so an artifact begins with the
+exact bytes it signed: where the assembler recorded its packet's size, the
+artifact's first that many bytes are hashed too (its signed revision) in the
+same pass.
+
 The signer keys every artifact by its job, ``signed/<tenant>/<job>.pdf``;
 anything else under ``signed/`` is not Quire's. Temporary entries live
 under ``<blob root>/.tmp``: those whose owner is gone are left over, and
@@ -9,10 +14,12 @@ once the stack is stopped there should be none at all.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from quire.blobstore import sha256_file
+from quire.blobstore import READ_CHUNK
 from quire.errors import NotFound
 from quire.invariants_findings import Finding
 from quire.jobs import job_id, job_name
@@ -31,6 +38,10 @@ class Artifact:
     job: str
     """``jobs/{job}``."""
     sha256: str
+    revision_sha256: str = ""
+    """The sha256 of the artifact's first bytes, as many as its job's
+    assembled packet has; empty when that size is unknown or the artifact is
+    shorter."""
 
 
 @dataclass(frozen=True)
@@ -49,8 +60,24 @@ def _job_of(name: str) -> str | None:
         return None
 
 
-def scan_artifacts(blob_root: Path) -> ArtifactScan:
-    """Every signed artifact with its recomputed sha256."""
+def _digests(path: Path, prefix: int) -> tuple[str, str]:
+    """The file's sha256 and that of its first ``prefix`` bytes ("" when
+    ``prefix`` is 0 or the file is shorter)."""
+    whole, head = hashlib.sha256(), hashlib.sha256()
+    size = 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(READ_CHUNK):
+            whole.update(chunk)
+            if size < prefix:
+                head.update(chunk[: prefix - size])
+            size += len(chunk)
+    return whole.hexdigest(), head.hexdigest() if 0 < prefix <= size else ""
+
+
+def scan_artifacts(blob_root: Path, packet_sizes: Mapping[str, int] | None = None) -> ArtifactScan:
+    """Every signed artifact with its recomputed sha256, and that of its
+    signed revision where ``packet_sizes`` (by job) gives its length."""
+    sizes = packet_sizes or {}
     artifacts: list[Artifact] = []
     unrecognized = 0
     root = blob_root / SIGNED
@@ -62,8 +89,8 @@ def scan_artifacts(blob_root: Path) -> ArtifactScan:
         if job is None:
             unrecognized += 1
             continue
-        digest, _size = sha256_file(path)
-        artifacts.append(Artifact(relative.as_posix(), relative.parts[1], job, digest))
+        digest, revision = _digests(path, sizes.get(job, 0))
+        artifacts.append(Artifact(relative.as_posix(), relative.parts[1], job, digest, revision))
     return ArtifactScan(artifacts, unrecognized)
 
 

@@ -21,6 +21,11 @@ Kinds, by invariant:
 - (c) one artifact per accepted job: ``artifact_without_job``,
   ``duplicate_artifacts``, ``artifact_tenant_mismatch``,
   ``unrecognized_blob`` (a file under ``signed/`` not named by Quire);
+- (g) only a completed job's assembled packet is signed
+  (``quire.invariants_provenance``): ``artifact_not_completed`` (audit does
+  not show the artifact's job COMPLETED), ``artifact_input_mismatch`` (what
+  was signed is not the packet the assembler committed for the job),
+  ``artifacts_exceed_completions`` (more artifacts than COMPLETED jobs);
 - (d) no leftover temporary space: ``temp_leftover`` (owner process gone),
   ``temp_not_empty`` (the stack is stopped, yet entries remain);
 - (e) the ledger verifies: ``ledger_edited``, ``ledger_deleted``,
@@ -58,6 +63,9 @@ KINDS = frozenset(
         "duplicate_artifacts",
         "artifact_tenant_mismatch",
         "unrecognized_blob",
+        "artifact_not_completed",
+        "artifact_input_mismatch",
+        "artifacts_exceed_completions",
         "temp_leftover",
         "temp_not_empty",
         "ledger_edited",

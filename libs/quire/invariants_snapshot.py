@@ -1,6 +1,7 @@
 """What the invariant checker reads from the services' databases, read-only:
 admission's accepted jobs, audit's ledger, job view and chain verification,
-and the signer's signature records.
+the assembler's packets and the signer's signature records and inputs
+(``quire.invariants_records``).
 
 Only ids, states, reason codes and digests are kept. Reads go service by
 service in pipeline order (admission first), each in one transaction, so a
@@ -10,7 +11,7 @@ stack that is idle yields one consistent picture.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,12 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from quire.admission import tables as admission_tables
+from quire.assembler import tables as assembler_tables
 from quire.audit import tables as audit_tables
 from quire.audit.checkpoints import Checkpoint, CheckpointSigner, load_checkpoints
 from quire.audit.verification import LedgerReport, verify_ledger
 from quire.invariants_db import database_exists, read_only_engine, service_settings
+from quire.invariants_records import PacketRef, read_assemblies, read_handed_packets
 from quire.jobs import state_name
 from quire.signer import tables as signer_tables
 from quire.type import queue_pb2
@@ -81,6 +84,12 @@ class Snapshot:
     signatures: Mapping[str, SignatureRecord]
     verification: LedgerReport | None
     missing_databases: tuple[str, ...]
+    assemblies: Mapping[str, PacketRef] = field(default_factory=dict)
+    """The assembler's ``assemblies`` row of each job."""
+    assembler_handed: Mapping[str, list[PacketRef]] = field(default_factory=dict)
+    """The packet each committed assembler outcome handed to the signer."""
+    signer_inputs: Mapping[str, list[PacketRef]] = field(default_factory=dict)
+    """The packet each committed signer outcome signed (its sign task's)."""
 
 
 def _accepted(session: Session) -> dict[str, AcceptedJob]:
@@ -165,7 +174,7 @@ def read_snapshot(data_dir: Path, env: Mapping[str, str], *, stopped: bool) -> S
     """Read every service's part of the picture; a missing database reads as empty."""
     missing: list[str] = []
     engines: dict[str, Engine] = {}
-    for service in ("admission", "audit", "signer"):
+    for service in ("admission", "audit", "assembler", "signer"):
         url = service_settings(data_dir, service, env).database_url
         if database_exists(url):
             engines[service] = read_only_engine(url, stopped=stopped)
@@ -186,10 +195,18 @@ def read_snapshot(data_dir: Path, env: Mapping[str, str], *, stopped: bool) -> S
                 ledger = _ledger(session)
                 views = _views(session)
                 verification = verify_ledger(session, checkpoints)
+        assemblies: dict[str, PacketRef] = {}
+        assembler_handed: dict[str, list[PacketRef]] = {}
+        if "assembler" in engines:
+            with Session(engines["assembler"]) as session, session.begin():
+                assemblies = read_assemblies(session)
+                assembler_handed = read_handed_packets(session, assembler_tables.leases)
         signatures: dict[str, SignatureRecord] = {}
+        signer_inputs: dict[str, list[PacketRef]] = {}
         if "signer" in engines:
             with Session(engines["signer"]) as session, session.begin():
                 signatures = _signatures(session)
+                signer_inputs = read_handed_packets(session, signer_tables.leases)
     finally:
         for engine in engines.values():
             engine.dispose()
@@ -200,4 +217,7 @@ def read_snapshot(data_dir: Path, env: Mapping[str, str], *, stopped: bool) -> S
         signatures=signatures,
         verification=verification,
         missing_databases=tuple(missing),
+        assemblies=assemblies,
+        assembler_handed=assembler_handed,
+        signer_inputs=signer_inputs,
     )
