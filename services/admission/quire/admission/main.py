@@ -21,6 +21,7 @@ from quire.admission.reconciler import Reconciler
 from quire.admission.servicer import AdmissionServicer
 from quire.admission.tempguard import TempSpaceGuard
 from quire.admission.tenants import TenantDirectory
+from quire.admission.uploadlimits import UploadLedger
 from quire.admission.uploads import UploadGate
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
@@ -81,7 +82,9 @@ async def main() -> None:
         database=database,
         blobs=blobs,
         tenants=tenants,
-        uploads=UploadGate(database, blobs, admission),
+        uploads=UploadGate(
+            database, blobs, admission, ledger=UploadLedger(admission), temp_space=temp_guard
+        ),
         intake=intake,
         dispatcher=dispatcher,
         views=views,
@@ -94,7 +97,6 @@ async def main() -> None:
             outstanding=outstanding,
         ),
         settings=admission,
-        temp_space=temp_guard,
     )
     reconciler = Reconciler(
         database=database,

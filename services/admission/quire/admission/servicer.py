@@ -21,7 +21,6 @@ from quire.admission.cancellation import Canceller
 from quire.admission.dispatch import Dispatcher
 from quire.admission.intake import Intake
 from quire.admission.jobviews import JobViews, accepted_view
-from quire.admission.tempguard import TempSpaceGuard
 from quire.admission.tenants import TenantDirectory
 from quire.admission.uploads import UploadGate
 from quire.admission.v1 import admission_service_pb2 as pb
@@ -55,10 +54,8 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         views: JobViews,
         canceller: Canceller,
         settings: AdmissionSettings,
-        temp_space: TempSpaceGuard | None = None,
     ) -> None:
         self._db = database
-        self._temp_space = temp_space
         self._blobs = blobs
         self._tenants = tenants
         self._uploads = uploads
@@ -75,8 +72,6 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         context: grpc.aio.ServicerContext,
     ) -> pb.Source:
         tenant = await self._tenants.authenticate(context)
-        if self._temp_space is not None:
-            self._temp_space.check()
         try:
             stored = await self._uploads.receive(tenant, request_iterator)
         except SystemFailure as error:

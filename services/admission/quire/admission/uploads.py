@@ -1,27 +1,45 @@
-"""The upload gate: a declared size, type and digest, enforced while streaming.
+"""The upload gate: a declared size, type and digest, enforced while streaming,
+by uploads that stay cheap to refuse.
 
-Nothing is kept until every check has passed: chunks go to a temporary blob
-that is discarded on any refusal; the first byte past the declared size stops
-the stream. Bytes a tenant already has are stored once (content addressing).
+Refusals come in the order of what they cost. Before anything is read beyond
+the header, temporary space must not be low (``TempSpaceGuard``) and the
+tenant and the process must have room for one more upload and its declared
+bytes (``UploadLedger``). The first bytes are held in memory until they show
+the declared type (``typesniff``); only then is a temporary blob opened. The
+first byte past the declared size stops the stream, and a stream that stalls
+or crawls is closed (``uploadpace``). Nothing is kept until every check has
+passed: the temporary blob is discarded and the slot and its reservation are
+returned on every path, the caller's disconnect included. Bytes a tenant
+already has are stored once (content addressing).
+
+An answer given while the caller is still sending is given only once the
+caller has finished, within bounds (``uploadpace.hear_out``), so that its
+client reports the reason rather than a broken stream.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import TracebackType
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
+from quire.admission.tempguard import TempSpaceGuard
 from quire.admission.tenants import Tenant
+from quire.admission.typesniff import SNIFF_BYTES, check_declared_type
+from quire.admission.uploadlimits import UploadLedger
+from quire.admission.uploadpace import PacedRequests, hear_out
 from quire.admission.v1 import admission_service_pb2 as pb
-from quire.blobstore import LocalBlobStore, source_key
+from quire.blobstore import BlobWriter, LocalBlobStore, source_key
 from quire.database import Database, insert_if_absent
-from quire.errors import FieldViolation, InvalidInput
+from quire.errors import FieldViolation, InvalidInput, QuireError
 from quire.reasons import ReasonCode
 from quire.settings import AdmissionSettings
 
@@ -64,53 +82,136 @@ def _check_header(header: pb.SourceHeader, settings: AdmissionSettings, ceiling:
         )
 
 
+def _chunk_of(request: pb.UploadSourceRequest) -> bytes:
+    if request.WhichOneof("payload") != "chunk":
+        raise InvalidInput(ReasonCode.UPLOAD_HEADER_MISSING, "only one header is allowed")
+    return request.chunk
+
+
 class UploadGate:
+    """Takes one upload through every check and stores it under its digest."""
+
     def __init__(
-        self, database: Database, blobs: LocalBlobStore, settings: AdmissionSettings
+        self,
+        database: Database,
+        blobs: LocalBlobStore,
+        settings: AdmissionSettings,
+        *,
+        ledger: UploadLedger,
+        temp_space: TempSpaceGuard | None = None,
     ) -> None:
         self._db = database
         self._blobs = blobs
         self._settings = settings
+        self._ledger = ledger
+        self._temp_space = temp_space
 
     async def receive(
         self, tenant: Tenant, requests: AsyncIterator[pb.UploadSourceRequest]
     ) -> StoredSource:
-        first = await anext(requests, None)
-        if first is None or first.WhichOneof("payload") != "header":
-            raise InvalidInput(
-                ReasonCode.UPLOAD_HEADER_MISSING, "the first message must be the header"
-            )
-        header = first.header
-        _check_header(header, self._settings, tenant.upload_ceiling(self._settings))
-        known = await self._db.read(lambda s: _known(s, tenant.id, header.sha256))
-        if known is not None:
-            return _already_stored(known, header)
-        return await self._store(tenant.id, header, requests)
+        """Store the upload, or raise why not once the caller has stopped sending."""
+        try:
+            return await self._receive(tenant, requests)
+        except QuireError as error:
+            if error.reason is not ReasonCode.UPLOAD_IDLE_TIMEOUT:
+                await hear_out(requests, self._settings)
+            raise
+
+    async def _receive(
+        self, tenant: Tenant, requests: AsyncIterator[pb.UploadSourceRequest]
+    ) -> StoredSource:
+        if self._temp_space is not None:
+            self._temp_space.check()
+        with self._ledger.open(tenant.id) as slot:
+            paced = PacedRequests(requests, self._settings)
+            first = await anext(paced, None)
+            if first is None or first.WhichOneof("payload") != "header":
+                raise InvalidInput(
+                    ReasonCode.UPLOAD_HEADER_MISSING, "the first message must be the header"
+                )
+            header = first.header
+            _check_header(header, self._settings, tenant.upload_ceiling(self._settings))
+            known = await self._db.read(lambda s: _known(s, tenant.id, header.sha256))
+            if known is not None:
+                stored = _already_stored(known, header)
+                await _discard_rest(paced, header.size_bytes)
+                return stored
+            slot.reserve(header.size_bytes)
+            return await self._store(tenant.id, header, paced)
 
     async def _store(
-        self,
-        tenant: str,
-        header: pb.SourceHeader,
-        requests: AsyncIterator[pb.UploadSourceRequest],
+        self, tenant: str, header: pb.SourceHeader, requests: PacedRequests
     ) -> StoredSource:
-        with self._blobs.writer(max_bytes=header.size_bytes) as writer:
+        with _IncomingSource(self._blobs, header) as incoming:
             async for request in requests:
-                if request.WhichOneof("payload") != "chunk":
-                    raise InvalidInput(
-                        ReasonCode.UPLOAD_HEADER_MISSING, "only one header is allowed"
-                    )
-                writer.write(request.chunk)
-            if writer.size != header.size_bytes:
-                raise InvalidInput(ReasonCode.SIZE_BELOW_DECLARATION, "fewer bytes than declared")
-            if writer.sha256 != header.sha256:
-                raise InvalidInput(
-                    ReasonCode.DIGEST_MISMATCH, "bytes do not match the declared sha256"
-                )
+                incoming.take(_chunk_of(request))
+            writer = incoming.complete()
             key = source_key(tenant, header.sha256)
             await asyncio.to_thread(writer.promote, key)
         stored = StoredSource(header.sha256, header.size_bytes, header.content_type)
         await self._db.run(lambda s: _remember(s, tenant, stored, key))
         return stored
+
+
+class _IncomingSource:
+    """One upload's bytes: the first ones held in memory until they show the
+    declared type, then a temporary blob, discarded on exit unless promoted."""
+
+    def __init__(self, blobs: LocalBlobStore, header: pb.SourceHeader) -> None:
+        self._blobs = blobs
+        self._header = header
+        self._head = bytearray()
+        self._writer: BlobWriter | None = None
+        self._cleanup = contextlib.ExitStack()
+        self.size = 0
+
+    def take(self, chunk: bytes) -> None:
+        if self.size + len(chunk) > self._header.size_bytes:
+            raise InvalidInput(ReasonCode.SIZE_EXCEEDS_DECLARATION, "more bytes than declared")
+        self.size += len(chunk)
+        if self._writer is not None:
+            self._writer.write(chunk)
+            return
+        self._head += chunk
+        if len(self._head) >= min(SNIFF_BYTES, self._header.size_bytes):
+            self._open()
+
+    def _open(self) -> BlobWriter:
+        check_declared_type(self._header.content_type, bytes(self._head[:SNIFF_BYTES]))
+        writer = self._cleanup.enter_context(self._blobs.writer(max_bytes=self._header.size_bytes))
+        writer.write(bytes(self._head))
+        self._head = bytearray()
+        self._writer = writer
+        return writer
+
+    def complete(self) -> BlobWriter:
+        """The finished blob, once its size and digest are the declared ones."""
+        if self.size != self._header.size_bytes:
+            raise InvalidInput(ReasonCode.SIZE_BELOW_DECLARATION, "fewer bytes than declared")
+        writer = self._writer if self._writer is not None else self._open()
+        if writer.sha256 != self._header.sha256:
+            raise InvalidInput(ReasonCode.DIGEST_MISMATCH, "bytes do not match the declared sha256")
+        return writer
+
+    def __enter__(self) -> _IncomingSource:
+        return self
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        _value: BaseException | None,
+        _tb: TracebackType | None,
+    ) -> None:
+        self._cleanup.close()
+
+
+async def _discard_rest(requests: PacedRequests, declared: int) -> None:
+    """Read what the caller sends of bytes already stored, keeping nothing."""
+    received = 0
+    async for request in requests:
+        received += len(_chunk_of(request))
+        if received > declared:
+            raise InvalidInput(ReasonCode.SIZE_EXCEEDS_DECLARATION, "more bytes than declared")
 
 
 def _known(session: Session, tenant: str, sha256: str) -> StoredSource | None:

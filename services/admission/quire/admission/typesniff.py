@@ -1,0 +1,64 @@
+"""Magic bytes at the door: the first bytes of an upload must look like the
+type it declares, or it is refused (INVALID_ARGUMENT, ``TYPE_MISMATCH``)
+before a temporary file is opened, and so before any job can name it.
+
+Deliberately small rules on at most ``SNIFF_BYTES`` held in memory, not
+libmagic: admission parses nothing of a hostile upload on its event loop. The
+validator still sniffs every source with libmagic in its sandbox, so what
+passes here can still be rejected there (a PDF whose header is not at the
+start, say); what fails here could never have passed there.
+
+- ``application/pdf``: ``%PDF-`` within the first 1024 bytes, where viewers
+  look for the header;
+- ``application/json``: the first byte after an optional UTF-8 byte-order mark
+  and JSON whitespace is ``{`` or ``[``.
+
+A declared type without a rule here passes the door and is judged by the
+validator alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from quire.errors import FieldViolation, InvalidInput
+from quire.reasons import ReasonCode
+
+__all__ = ["SNIFF_BYTES", "check_declared_type", "looks_like"]
+
+SNIFF_BYTES = 1024
+"""How many leading bytes the door looks at (and holds in memory until it has)."""
+
+_UTF8_BOM = b"\xef\xbb\xbf"
+_JSON_WHITESPACE = b" \t\r\n"
+
+
+def _pdf(head: bytes) -> bool:
+    return b"%PDF-" in head[:SNIFF_BYTES]
+
+
+def _json(head: bytes) -> bool:
+    text = head[:SNIFF_BYTES].removeprefix(_UTF8_BOM).lstrip(_JSON_WHITESPACE)
+    return text[:1] in (b"{", b"[")
+
+
+_RULES: dict[str, Callable[[bytes], bool]] = {
+    "application/pdf": _pdf,
+    "application/json": _json,
+}
+
+
+def looks_like(content_type: str, head: bytes) -> bool:
+    """Whether ``head`` (an upload's first bytes) may be of ``content_type``."""
+    rule = _RULES.get(content_type)
+    return rule is None or rule(head)
+
+
+def check_declared_type(content_type: str, head: bytes) -> None:
+    """Refuse (``TYPE_MISMATCH``) an upload whose first bytes are not its declared type."""
+    if not looks_like(content_type, head):
+        raise InvalidInput(
+            ReasonCode.TYPE_MISMATCH,
+            "the first bytes are not of the declared content type",
+            (FieldViolation("header.content_type", "does not match the content"),),
+        )
