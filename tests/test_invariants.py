@@ -61,7 +61,9 @@ class FinishedRun:
 
 async def _cancelled_job(running: Running, digest: str) -> str:
     """A job cancelled while its validate task waits in a paused queue."""
-    nc = await connect_nats(running.stack.nats_url, "quire-test-pause")
+    nc = await connect_nats(
+        running.stack.nats_url, "quire-test-pause", **running.stack.nats_login()
+    )
     js = nc.jetstream(timeout=10)
     consumer = consumer_name("validate", "interactive")
     try:

@@ -39,7 +39,11 @@ STEPS_OF_PRODUCER: dict[str, frozenset[str]] = {
     # The dead-letter office ends jobs whose worker died on its last try.
     "audit": frozenset({"FAILED", "CANCELLED"}),
 }
-ACTORS_OF_PRODUCER = {"audit": frozenset({"audit", "dead-letter"})}
+ACTORS_OF_PRODUCER = {
+    "audit": frozenset({"audit", "dead-letter"}),
+    # The validator's review desk records the operator who decided a parked job.
+    "validator": frozenset({"validator", "operator"}),
+}
 
 
 def may_record(producer: str, event: queue_pb2.TransitionEvent) -> bool:
