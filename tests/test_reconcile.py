@@ -17,9 +17,19 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from test_faults_common import Running, eventually, ledger_rows, running_stack, submit_text_jobs
+from quirecli import run_quire
+from test_faults_common import (
+    Running,
+    eventually,
+    kept_armed,
+    ledger_rows,
+    running_stack,
+    submit_text_jobs,
+)
 from test_faults_common import wait_all as wait_terminal
 
+from pdfs import write_text_pdf
+from quire.client import PacketItem
 from quire.invariants import check
 from quire.jobs import state_name
 from quire.runtime import connect_nats
@@ -28,6 +38,7 @@ from quire.workqueue import PRIORITIES, WORK_STREAM, consumer_name
 pytestmark = [pytest.mark.stack, pytest.mark.asyncio(loop_scope="module")]
 
 ENV = {
+    "QUIRE_MAX_DELIVER": "2",
     "QUIRE_ACK_WAIT_SECONDS": "3",
     "QUIRE_BACKOFF_CAP_SECONDS": "1",
     "QUIRE_RECONCILE_SECONDS": "1",
@@ -37,7 +48,9 @@ ENV = {
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def running(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Running]:
-    async with running_stack(tmp_path_factory.mktemp("reconcile"), ENV) as stack:
+    directory = tmp_path_factory.mktemp("reconcile")
+    env = {**ENV, "QUIRE_FAULTS_DIR": str(directory / "faults")}
+    async with running_stack(directory, env) as stack:
         yield stack
 
 
@@ -85,3 +98,38 @@ async def test_a_purged_work_stream_strands_no_job(running: Running, tmp_path: P
         return (await asyncio.to_thread(check, running.data_dir, stopped=False)).ok
 
     await eventually(clean, 60, "quire check clean", every=1.0)
+
+
+async def test_a_lost_dead_letter_retry_is_published_again(
+    running: Running, tmp_path: Path
+) -> None:
+    client = running.client
+    faults = running.data_dir / "faults"
+    digest = (await client.upload(write_text_pdf(tmp_path / "r.pdf", ["retry"]))).sha256
+    async with kept_armed(faults, "signer.before_commit"):
+        name = (await client.submit([PacketItem("r", digest)])).name
+        failed = await client.wait(name, timeout=120)
+    assert state_name(failed.state) == "FAILED"
+    nc = await connect_nats(running.stack.nats_url, "operator-purge", **running.stack.nats_login())
+    js = nc.jetstream()
+    until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        for priority in PRIORITIES:
+            await js.pause_consumer(WORK_STREAM, consumer_name("sign", priority), until)
+
+        async def retried() -> bool:
+            reply = await asyncio.to_thread(run_quire, running.data_dir, "dlq", "retry", name)
+            return reply.returncode == 0
+
+        await eventually(retried, 30, "the operator's retry accepted", every=0.5)
+        await js.purge_stream(WORK_STREAM)  # the retry's sign task is lost
+        for priority in PRIORITIES:
+            await js.resume_consumer(WORK_STREAM, consumer_name("sign", priority))
+    finally:
+        await nc.close()
+    final = await client.wait(name, timeout=120)
+    assert state_name(final.state) == "COMPLETED"
+    completions = [row for row in ledger_rows(running.data_dir) if row[2] == name]
+    assert [row[3] for row in completions].count("COMPLETED") == 1
+    log = (running.data_dir / "logs" / "audit.log").read_text(errors="replace")
+    assert "stalled dead-letter retr" in log

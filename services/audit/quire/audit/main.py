@@ -20,6 +20,7 @@ from quire.audit.deadletterdesk import DeadLetterDesk
 from quire.audit.deadletters import DeadLetterOffice
 from quire.audit.history import HistoryWatch
 from quire.audit.recorder import EventRecorder
+from quire.audit.retrydrive import RetryRedriver
 from quire.audit.servicer import AuditServicer
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from quire.blobstore import LocalBlobStore
@@ -28,7 +29,7 @@ from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.peers import Peers
 from quire.runtime import load_wire, start_runtime
-from quire.settings import ServiceSettings
+from quire.settings import ReconcileSettings, ServiceSettings
 from quire.stageservice import batch_slots
 from quire.transitions import EventFactory
 from quire.workqueue import EVENTS_STREAM, WORK_STREAM, Publisher, WorkQueueWorker, consumer_name
@@ -128,6 +129,10 @@ async def main() -> None:
             worker.start()
         interval = float(os.environ.get("QUIRE_AUDIT_CHECKPOINT_SECONDS", "60"))
         background.append(asyncio.create_task(checkpoints.every(interval, publish_checkpoint)))
+        retries = RetryRedriver(
+            database=database, publisher=publisher, settings=ReconcileSettings.from_env()
+        )
+        background.append(asyncio.create_task(retries.run_forever()))
 
     async def drain() -> None:
         for task in background:

@@ -78,3 +78,13 @@ dead_letters = Table(
     Column("resolved_at", DateTime(timezone=True), nullable=True),
     Column("resolved_by", String(64), nullable=False, default=""),
 )
+# How often a stalled dead-letter retry was published again (see
+# quire.audit.retrydrive): the number makes each copy new to JetStream.
+retry_redrives = Table(
+    "retry_redrives",
+    metadata,
+    Column("job", String(64), primary_key=True),
+    Column("generation", Integer, nullable=False),
+    Column("count", Integer, nullable=False),
+    Column("last_at", DateTime(timezone=True), nullable=False),
+)
