@@ -12,6 +12,7 @@ finds nothing."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator
@@ -91,10 +92,13 @@ def _task_of(running: Running, job: str) -> queue_pb2.JobTask:
 
 
 async def _publish(
-    js: JetStreamContext, subject: str, payload: bytes, signer: WireSigner | None
+    js: JetStreamContext, subject: str, payload: bytes, signer: WireSigner | str | None
 ) -> None:
+    """Publish with ``signer``'s signature, a made-up header (a str), or none."""
     headers = {"Nats-Msg-Id": uuid.uuid4().hex}
-    if signer is not None:
+    if isinstance(signer, str):
+        headers[SIGNATURE_HEADER] = signer
+    elif signer is not None:
         headers[SIGNATURE_HEADER] = signer.header(subject, payload)
     await js.publish(subject, payload, headers=headers, timeout=5)
 
@@ -230,7 +234,7 @@ async def test_forged_tasks_sign_nothing(running: Running, tmp_path: Path) -> No
 
 def _forged_tasks(
     running: Running, a_task: queue_pb2.JobTask, b_task: queue_pb2.JobTask
-) -> list[tuple[str, str, queue_pb2.JobTask, WireSigner | None]]:
+) -> list[tuple[str, str, queue_pb2.JobTask, WireSigner | str | None]]:
     """(login, subject, task, signer) of each forgery against B's job."""
     data_dir = running.data_dir
     stolen = signer_of(data_dir, "validator")  # a real key of a service not allowed there
@@ -256,6 +260,7 @@ def _forged_tasks(
         ("validator", assemble_subject, other_source, signer_of(data_dir, "validator")),
         ("signer", commit_subject, commit, None),
         ("signer", commit_subject, commit, stolen),
+        ("signer", commit_subject, commit, f"signer.{base64.b64encode(b'x' * 64).decode()}"),
     ]
 
 
@@ -281,8 +286,10 @@ async def test_forged_events_of_every_kind_change_nothing(running: Running, tmp_
                             target, "", to_state, attempt=1, lease_token=0
                         )
                         event.event_id = f"forged-{uuid.uuid4().hex}"
-                        # Unsigned, and signed with another stage's real key.
-                        for signer in (None, stolen if producer != "assembler" else None):
+                        # Unsigned, claiming the producer with a made-up signature,
+                        # and signed with another stage's real key.
+                        made_up = f"{producer}.{base64.b64encode(b'x' * 64).decode()}"
+                        for signer in (None, made_up, stolen if producer != "assembler" else None):
                             await _publish(
                                 nc.jetstream(),
                                 event_subject(producer),

@@ -15,8 +15,8 @@ its messages new to JetStream (a fresh ``Nats-Msg-Id``); the copies it
 causes are duplicates that leases, event ids and the one-artifact rule
 already absorb. ``NEEDS_REVIEW`` is parked, not stalled, and is left alone.
 
-A job in a later generation (an operator's dead-letter retry) is not
-re-driven from here: its entry task belongs to audit's dead-letter desk.
+A job in a later generation (an operator's dead-letter retry) started from a
+task only audit keeps; audit re-drives those itself (``quire.audit.retrydrive``).
 """
 
 from __future__ import annotations
