@@ -232,6 +232,47 @@ async def test_forged_tasks_sign_nothing(running: Running, tmp_path: Path) -> No
         assert state_name(final.state) == "COMPLETED"
 
 
+async def test_a_rejected_job_takes_no_step_after_its_ending(
+    running: Running, tmp_path: Path
+) -> None:
+    """Even a task signed with the assembler's own key (a stolen key, or a replay)
+    cannot get a job signed once the validator has rejected it."""
+    client = running.client
+    good = (await client.upload(write_text_pdf(tmp_path / "ok.pdf", ["ok"]))).sha256
+    done = await client.submit([PacketItem("ok", good)])
+    assert state_name((await client.wait(done.name, timeout=60)).state) == "COMPLETED"
+    ((outcome,),) = _rows(
+        running.data_dir,
+        "assembler",
+        "SELECT outcome FROM stage_leases WHERE job = ? AND outcome IS NOT NULL",
+        done.name,
+    )
+    packet = queue_pb2.StageOutcome.FromString(outcome).next_task.assembled
+    whole = write_text_pdf(tmp_path / "cut.pdf", ["cut short"]).read_bytes()
+    (tmp_path / "cut.pdf").write_bytes(whole[: len(whole) // 2])
+    bad = (await client.upload(tmp_path / "cut.pdf")).sha256
+    rejected = await client.submit([PacketItem("cut", bad)])
+    assert state_name((await client.wait(rejected.name, timeout=60)).state) == "REJECTED"
+    sign = _task_of(running, rejected.name)
+    sign.assembled.CopyFrom(packet)  # the same tenant's real packet, so the binding holds
+    nc = await login(running, "assembler")
+    try:
+        subject = work_subject("sign", "interactive")
+        await _publish(
+            nc.jetstream(),
+            subject,
+            sign.SerializeToString(),
+            signer_of(running.data_dir, "assembler"),
+        )
+    finally:
+        await nc.close()
+    await _drained(running, WORK_STREAM, [consumer_name("sign", "interactive")])
+    assert not (running.data_dir / "blobs" / signed_key(sign.tenant, rejected.name)).exists()
+    assert state_name((await client.get_job(rejected.name)).state) == "REJECTED"
+    log = (running.data_dir / "logs" / "signer.log").read_text(errors="replace")
+    assert "the job ended REJECTED" in log
+
+
 def _forged_tasks(
     running: Running, a_task: queue_pb2.JobTask, b_task: queue_pb2.JobTask
 ) -> list[tuple[str, str, queue_pb2.JobTask, WireSigner | str | None]]:

@@ -28,11 +28,13 @@ from nats.js.kv import KeyValue
 from quire.jobs import job_id
 from quire.wire import SIGNATURE_HEADER, ForgedMessage, WireSigner, WireVerifier
 
-__all__ = ["JobGate", "SIGNING", "CANCELLED", "GATE_BUCKET"]
+__all__ = ["JobGate", "SIGNING", "CANCELLED", "ENDED", "GATE_BUCKET"]
 
 GATE_BUCKET = "QUIRE_JOB_GATES"
 SIGNING = "SIGNING"
 CANCELLED = "CANCELLED"
+ENDED = frozenset({"REJECTED", "FAILED"})
+"""Endings a stage records here; no later step of the same generation may run."""
 CLAIMANTS = {
     SIGNING: frozenset({"signer"}),
     CANCELLED: frozenset({"admission"}),
@@ -63,27 +65,28 @@ class JobGate:
         signature = self._signer.header(self._subject(key), state.encode())
         return f"{state}{_SEPARATOR}{signature}".encode()
 
-    def _opened(self, key: str, value: bytes | None) -> str:
-        """The state an entry holds, or "" when no one entitled to it signed it."""
+    def _opened(self, key: str, value: bytes | None) -> tuple[str, str]:
+        """(state, claimant) of an entry, or ("", "") when no one entitled to it signed it."""
         state, _, signature = (value or b"").decode(errors="replace").partition(_SEPARATOR)
         try:
-            self._verifier.producer(
+            claimant = self._verifier.producer(
                 self._subject(key),
                 state.encode(),
                 {SIGNATURE_HEADER: signature},
                 allowed=CLAIMANTS.get(state, frozenset()),
             )
         except ForgedMessage:
-            return ""
-        return state
+            return "", ""
+        return state, claimant
 
-    async def _held(self, key: str) -> tuple[str, int] | None:
-        """The genuine state at ``key`` and the entry's revision; None if there is none."""
+    async def _held(self, key: str) -> tuple[str, str, int] | None:
+        """The genuine (state, claimant) at ``key`` and the entry's revision; None if empty."""
         try:
             entry = await self._kv.get(key)
         except (KeyNotFoundError, KeyDeletedError):
             return None
-        return self._opened(key, entry.value), entry.revision or 0
+        state, claimant = self._opened(key, entry.value)
+        return state, claimant, entry.revision or 0
 
     async def _claim(self, job: str, outcome: str) -> str:
         key = job_id(job)
@@ -94,7 +97,7 @@ class JobGate:
             held = await self._held(key)
             if held is None:
                 return await self._claim(job, outcome)  # reopened meanwhile
-            state, revision = held
+            state, _, revision = held
             if state:
                 return state
         try:  # a forged entry: replace it, unless someone else does first
@@ -127,7 +130,7 @@ class JobGate:
         held = await self._held(key)
         if held is None:
             return ""
-        state, revision = held
+        state, _, revision = held
         if state in ("FAILED", "REJECTED", ""):
             try:
                 await self._kv.delete(key, last=revision)
@@ -136,5 +139,9 @@ class JobGate:
         return state
 
     async def is_cancelled(self, job: str) -> bool:
+        return (await self.claim_of(job))[0] == CANCELLED
+
+    async def claim_of(self, job: str) -> tuple[str, str]:
+        """(state, the service that claimed it) the gate genuinely holds, or ("", "")."""
         held = await self._held(job_id(job))
-        return held is not None and held[0] == CANCELLED
+        return ("", "") if held is None else (held[0], held[1])

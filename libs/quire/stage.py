@@ -38,7 +38,7 @@ from quire.errors import (
     TransientError,
 )
 from quire.faults import fault_point
-from quire.jobgate import CANCELLED, JobGate
+from quire.jobgate import CANCELLED, ENDED, JobGate
 from quire.jobs import job_id
 from quire.leases import Lease, LeaseStore, lease_key
 from quire.reasons import ReasonCode
@@ -160,7 +160,15 @@ class StageRunner:
         if lease.committed is not None:
             await self._hand_off(lease.committed, msg, "ack", attempt, task.redrive)
             return
-        if self._gate is not None and await self._gate.is_cancelled(task.job):
+        held, claimant = ("", "") if self._gate is None else await self._gate.claim_of(task.job)
+        if held in ENDED and claimant != self._service:
+            # Another stage (or the dead-letter office) ended the job: no step may
+            # follow, whoever sent this task. An ending this stage claimed itself
+            # but did not commit (it crashed in between) is decided again below.
+            log.warning("task for job %s refused: the job ended %s", task.job, held)
+            await msg.term()
+            return
+        if held == CANCELLED:
             ending = self._ending(task, lease, attempt, "CANCELLED", ReasonCode.CANCELLED_BY_CLIENT)
             outcome: _Decision | None = (ending, None)
             final = "term"
