@@ -8,7 +8,8 @@ is open, so it must keep moving (the rules of Apache's ``mod_reqtimeout``
   ``upload_idle_seconds`` bytes in every window of ``upload_idle_seconds``
   (the header opens the first window, and every window that reaches its quota
   opens the next). A stream that goes silent, or trickles a byte a second,
-  is closed ``upload_idle_seconds`` after its last window opened;
+  is closed ``upload_idle_seconds`` after its last window opened (and at most
+  ``ANSWER_GRACE_SECONDS`` later, see below);
 - it must end within ``upload_max_seconds`` of its first message.
 
 Either way the upload is refused with ``UPLOAD_IDLE_TIMEOUT`` as
@@ -25,7 +26,10 @@ arrive while the caller's client is in the middle of a write; grpc's asyncio
 client then reports ``INTERNAL`` ("Internal error from Core") instead of the
 status sent. ``hear_out`` therefore reads and discards what the caller still
 sends, up to ``upload_linger_bytes`` and ``upload_linger_seconds`` (Apache's
-"lingering close"), so that the caller hears the reason.
+"lingering close"), so that the caller hears the reason. An answer due while
+the caller is sending slowly (a timeout, the linger's end) waits for the
+caller's next message, for at most ``ANSWER_GRACE_SECONDS``, and goes right
+after it, between two of the caller's writes.
 """
 
 from __future__ import annotations
@@ -38,7 +42,11 @@ from quire.errors import InvalidInput
 from quire.reasons import ReasonCode
 from quire.settings import AdmissionSettings
 
-__all__ = ["UploadPace", "PacedRequests", "hear_out"]
+__all__ = ["UploadPace", "PacedRequests", "hear_out", "ANSWER_GRACE_SECONDS"]
+
+ANSWER_GRACE_SECONDS = 1.0
+"""How long an answer due while the caller is still sending waits for the
+caller's next message, so that it does not land in the middle of a write."""
 
 
 class UploadPace:
@@ -78,7 +86,12 @@ class UploadPace:
 
 
 class PacedRequests:
-    """An upload's request stream that raises ``UPLOAD_IDLE_TIMEOUT`` when it stalls."""
+    """An upload's request stream that raises ``UPLOAD_IDLE_TIMEOUT`` when it stalls.
+
+    A read still pending at the deadline is not cancelled at once: the refusal
+    waits up to ``ANSWER_GRACE_SECONDS`` for the caller's next message, so that
+    a trickling caller gets it between two of its writes.
+    """
 
     def __init__(
         self, requests: AsyncIterator[pb.UploadSourceRequest], settings: AdmissionSettings
@@ -91,11 +104,18 @@ class PacedRequests:
         return self
 
     async def __anext__(self) -> pb.UploadSourceRequest:
+        read = asyncio.ensure_future(_next_or_none(self._requests))
         try:
-            async with asyncio.timeout_at(self._pace.deadline()):
-                request = await anext(self._requests)
-        except TimeoutError:
-            raise self._pace.overdue(self._loop.time()) from None
+            await asyncio.wait({read}, timeout=max(0.0, self._pace.deadline() - self._loop.time()))
+            if not read.done():
+                overdue = self._pace.overdue(self._loop.time())
+                await asyncio.wait({read}, timeout=ANSWER_GRACE_SECONDS)
+                raise overdue
+        finally:
+            read.cancel()  # a no-op once done; the caller's disconnect cancels it too
+        request = read.result()
+        if request is None:
+            raise StopAsyncIteration
         now = self._loop.time()
         if request.WhichOneof("payload") == "header":
             self._pace.restart(now)
@@ -104,16 +124,28 @@ class PacedRequests:
         return request
 
 
+async def _next_or_none(
+    requests: AsyncIterator[pb.UploadSourceRequest],
+) -> pb.UploadSourceRequest | None:
+    return await anext(requests, None)
+
+
 async def hear_out(
     requests: AsyncIterator[pb.UploadSourceRequest], settings: AdmissionSettings
 ) -> None:
-    """Read and discard the rest of a refused upload, within the linger bounds."""
+    """Read and discard the rest of a refused upload, within the linger bounds.
+
+    Past ``upload_linger_seconds`` the answer goes right after the caller's next
+    message, or ``ANSWER_GRACE_SECONDS`` later if none comes.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.upload_linger_seconds
     discarded = 0
     try:
-        async with asyncio.timeout(settings.upload_linger_seconds):
+        async with asyncio.timeout_at(deadline + ANSWER_GRACE_SECONDS):
             async for request in requests:
                 discarded += len(request.chunk)
-                if discarded > settings.upload_linger_bytes:
+                if discarded > settings.upload_linger_bytes or loop.time() >= deadline:
                     return
     except TimeoutError:
         return

@@ -1,13 +1,13 @@
 """The upload gate: a declared size, type and digest, enforced while streaming,
 by uploads that stay cheap to refuse.
 
-Refusals come in the order of what they cost. Before anything is read beyond
-the header, temporary space must not be low (``TempSpaceGuard``) and the
-tenant and the process must have room for one more upload and its declared
+Refusals come in the order of what they cost. Before the header is read,
+temporary space must not be low (``TempSpaceGuard``) and the tenant and the
+process must have room for one more upload; once it is read, for its declared
 bytes (``UploadLedger``). The first bytes are held in memory until they show
-the declared type (``typesniff``); only then is a temporary blob opened. The
-first byte past the declared size stops the stream, and a stream that stalls
-or crawls is closed (``uploadpace``). Nothing is kept until every check has
+the declared type (``typesniff``, ``incoming``); only then is a temporary blob
+opened. The first byte past the declared size stops the stream, and a stream
+that stalls or crawls is closed (``uploadpace``). Nothing is kept until every check has
 passed: the temporary blob is discarded and the slot and its reservation are
 returned on every path, the caller's disconnect included. Bytes a tenant
 already has are stored once (content addressing).
@@ -20,24 +20,22 @@ client reports the reason rather than a broken stream.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from types import TracebackType
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
+from quire.admission.incoming import IncomingSource
 from quire.admission.tempguard import TempSpaceGuard
 from quire.admission.tenants import Tenant
-from quire.admission.typesniff import SNIFF_BYTES, check_declared_type
 from quire.admission.uploadlimits import UploadLedger
 from quire.admission.uploadpace import PacedRequests, hear_out
 from quire.admission.v1 import admission_service_pb2 as pb
-from quire.blobstore import BlobWriter, LocalBlobStore, source_key
+from quire.blobstore import LocalBlobStore, source_key
 from quire.database import Database, insert_if_absent
 from quire.errors import FieldViolation, InvalidInput, QuireError
 from quire.reasons import ReasonCode
@@ -105,6 +103,7 @@ class UploadGate:
         self._settings = settings
         self._ledger = ledger
         self._temp_space = temp_space
+        self._hearing_out = 0
 
     async def receive(
         self, tenant: Tenant, requests: AsyncIterator[pb.UploadSourceRequest]
@@ -114,8 +113,19 @@ class UploadGate:
             return await self._receive(tenant, requests)
         except QuireError as error:
             if error.reason is not ReasonCode.UPLOAD_IDLE_TIMEOUT:
-                await hear_out(requests, self._settings)
+                await self._hear_out(requests)
             raise
+
+    async def _hear_out(self, requests: AsyncIterator[pb.UploadSourceRequest]) -> None:
+        # Refused streams hold no slot, so how many are heard out at once is
+        # bounded here; past the bound the answer goes at once.
+        if self._hearing_out >= self._settings.max_uploads_in_flight:
+            return
+        self._hearing_out += 1
+        try:
+            await hear_out(requests, self._settings)
+        finally:
+            self._hearing_out -= 1
 
     async def _receive(
         self, tenant: Tenant, requests: AsyncIterator[pb.UploadSourceRequest]
@@ -142,7 +152,7 @@ class UploadGate:
     async def _store(
         self, tenant: str, header: pb.SourceHeader, requests: PacedRequests
     ) -> StoredSource:
-        with _IncomingSource(self._blobs, header) as incoming:
+        with IncomingSource(self._blobs, header) as incoming:
             async for request in requests:
                 incoming.take(_chunk_of(request))
             writer = incoming.complete()
@@ -151,58 +161,6 @@ class UploadGate:
         stored = StoredSource(header.sha256, header.size_bytes, header.content_type)
         await self._db.run(lambda s: _remember(s, tenant, stored, key))
         return stored
-
-
-class _IncomingSource:
-    """One upload's bytes: the first ones held in memory until they show the
-    declared type, then a temporary blob, discarded on exit unless promoted."""
-
-    def __init__(self, blobs: LocalBlobStore, header: pb.SourceHeader) -> None:
-        self._blobs = blobs
-        self._header = header
-        self._head = bytearray()
-        self._writer: BlobWriter | None = None
-        self._cleanup = contextlib.ExitStack()
-        self.size = 0
-
-    def take(self, chunk: bytes) -> None:
-        if self.size + len(chunk) > self._header.size_bytes:
-            raise InvalidInput(ReasonCode.SIZE_EXCEEDS_DECLARATION, "more bytes than declared")
-        self.size += len(chunk)
-        if self._writer is not None:
-            self._writer.write(chunk)
-            return
-        self._head += chunk
-        if len(self._head) >= min(SNIFF_BYTES, self._header.size_bytes):
-            self._open()
-
-    def _open(self) -> BlobWriter:
-        check_declared_type(self._header.content_type, bytes(self._head[:SNIFF_BYTES]))
-        writer = self._cleanup.enter_context(self._blobs.writer(max_bytes=self._header.size_bytes))
-        writer.write(bytes(self._head))
-        self._head = bytearray()
-        self._writer = writer
-        return writer
-
-    def complete(self) -> BlobWriter:
-        """The finished blob, once its size and digest are the declared ones."""
-        if self.size != self._header.size_bytes:
-            raise InvalidInput(ReasonCode.SIZE_BELOW_DECLARATION, "fewer bytes than declared")
-        writer = self._writer if self._writer is not None else self._open()
-        if writer.sha256 != self._header.sha256:
-            raise InvalidInput(ReasonCode.DIGEST_MISMATCH, "bytes do not match the declared sha256")
-        return writer
-
-    def __enter__(self) -> _IncomingSource:
-        return self
-
-    def __exit__(
-        self,
-        _type: type[BaseException] | None,
-        _value: BaseException | None,
-        _tb: TracebackType | None,
-    ) -> None:
-        self._cleanup.close()
 
 
 async def _discard_rest(requests: PacedRequests, declared: int) -> None:
