@@ -85,11 +85,9 @@ SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
         (
             "quire.work.validate.*",
             "quire.events.admission",
-            # Queue age for load shedding: the validate consumers and their oldest message.
-            *(
-                f"$JS.API.CONSUMER.INFO.{WORK_STREAM}.{consumer_name('validate', p)}"
-                for p in PRIORITIES
-            ),
+            # Queue ages: the validate queue for load shedding, every stage's for the
+            # reconciler (a job still waiting in line is not re-driven).
+            f"$JS.API.CONSUMER.INFO.{WORK_STREAM}.*",
             f"$JS.API.STREAM.MSG.GET.{WORK_STREAM}",
             *_GATE,
             *_TOPOLOGY_READ,

@@ -41,7 +41,7 @@ from quire.settings import (
 from quire.tempspace import TempKeeper
 from quire.transitions import EventFactory
 from quire.validator.v1 import validator_service_pb2_grpc
-from quire.workqueue import Publisher
+from quire.workqueue import STAGES, Publisher
 
 SERVICE = "admission"
 
@@ -104,6 +104,7 @@ async def main() -> None:
         audit=audit,
         outstanding=outstanding,
         settings=ReconcileSettings.from_env(),
+        queues={stage: QueueAgeProbe(js, cache_seconds=1.0, stage=stage) for stage in STAGES},
     )
     sweeper: list[asyncio.Task[None]] = []
 

@@ -15,6 +15,11 @@ its messages new to JetStream (a fresh ``Nats-Msg-Id``); the copies it
 causes are duplicates that leases, event ids and the one-artifact rule
 already absorb. ``NEEDS_REVIEW`` is parked, not stalled, and is left alone.
 
+A job that merely waits its turn is not re-driven: if the queue of the stage
+it waits for holds an undelivered message at least as old as the job's stall,
+the job's own task may still be in line (queues are first in, first out), so
+a backlog never multiplies itself.
+
 A job in a later generation (an operator's dead-letter retry) started from a
 task only audit keeps; audit re-drives those itself (``quire.audit.retrydrive``).
 """
@@ -29,6 +34,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
+from quire.admission.backlog import QueueAgeProbe
 from quire.admission.outstanding import OutstandingJobs
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.database import Database, insert_if_absent
@@ -43,6 +49,15 @@ log = logging.getLogger(__name__)
 BATCH = 500
 AUDIT_TIMEOUT_SECONDS = 10.0
 PARKED = "NEEDS_REVIEW"
+QUEUE_OF_STATE = {
+    "ACCEPTED": "validate",
+    "VALIDATING": "validate",
+    "ASSEMBLING": "assemble",
+    "SIGNING": "sign",
+    "COMMITTING": "commit",
+}
+"""The work queue a job in each state waits on (REVIEWING waits on none)."""
+CLOCK_SLACK_SECONDS = 2.0
 
 
 class Reconciler:
@@ -56,7 +71,10 @@ class Reconciler:
         audit: audit_service_pb2_grpc.AuditServiceStub,
         outstanding: OutstandingJobs,
         settings: ReconcileSettings,
+        queues: dict[str, QueueAgeProbe],
     ) -> None:
+        self._queues = queues
+        """Age of the oldest undelivered message, per stage."""
         self._db = database
         self._publisher = publisher
         self._audit = audit
@@ -92,8 +110,8 @@ class Reconciler:
                 [name for name, view in views.items() if state_name(view.state) in TERMINAL_STATES]
             )
             for row in rows:
-                if self._stalled(row, views.get(row.job), now):
-                    await self._redrive(row.job, now)
+                stall = self._stall(row, views.get(row.job), now)
+                if stall is not None and await self._redrive(row.job, *stall, now):
                     redriven_jobs += 1
 
     def _budgets(self) -> list[float]:
@@ -107,21 +125,32 @@ class Reconciler:
         )
         return {job.name: job for job in reply.jobs}
 
-    def _stalled(self, row: _Row, view: job_pb2.Job | None, now: datetime) -> bool:
+    def _stall(
+        self, row: _Row, view: job_pb2.Job | None, now: datetime
+    ) -> tuple[str, float] | None:
+        """(state, seconds it has sat there) of a job past its budget, else None."""
         if view is None:  # audit never heard of it: its ACCEPTED event was lost too
             state, since = "ACCEPTED", row.created_at
         else:
             state = state_name(view.state)
             if state in TERMINAL_STATES or state == PARKED:
-                return False
+                return None
             since = view.update_time.ToDatetime(tzinfo=UTC)
         budget = timedelta(seconds=self._settings.budget(state))
         if row.last_redrive is not None and now - _aware(row.last_redrive) < budget:
-            return False  # re-driven recently: give it its budget again
-        return now - _aware(since) > budget
+            return None  # re-driven recently: give it its budget again
+        stalled = now - _aware(since)
+        return (state, stalled.total_seconds()) if stalled > budget else None
 
-    async def _redrive(self, job: str, now: datetime) -> None:
-        count = await self._db.run(lambda s: _count_redrive(s, job, now))
+    async def _in_line(self, state: str, priority: str, stalled_seconds: float) -> bool:
+        """Whether the queue the job waits on still holds messages from before its stall."""
+        stage = QUEUE_OF_STATE.get(state)
+        if stage is None:
+            return False
+        oldest = await self._queues[stage].oldest_ready_age(priority)
+        return oldest + CLOCK_SLACK_SECONDS >= stalled_seconds
+
+    async def _redrive(self, job: str, state: str, stalled_seconds: float, now: datetime) -> bool:
         row = await self._db.read(
             lambda s: s.execute(
                 select(tables.jobs.c.task, tables.jobs.c.accepted_event).where(
@@ -130,6 +159,9 @@ class Reconciler:
             ).one()
         )
         task = queue_pb2.JobTask.FromString(row.task)
+        if await self._in_line(state, task.priority or "interactive", stalled_seconds):
+            return False
+        count = await self._db.run(lambda s: _count_redrive(s, job, now))
         task.redrive = count
         accepted = queue_pb2.TransitionEvent.FromString(row.accepted_event)
         await self._publisher.publish(
@@ -140,6 +172,7 @@ class Reconciler:
             task,
             redriven(task_message_id(task.job, "validate", task.generation), count),
         )
+        return True
 
 
 class _Row:
