@@ -26,10 +26,10 @@ from grpc_status import rpc_status
 from pdfs import write_text_pdf
 from quire.admission.typesniff import looks_like
 from quire.admission.uploadlimits import UploadLedger
-from quire.admission.uploadpace import UploadPace
+from quire.admission.uploadpace import ANSWER_GRACE_SECONDS, PacedRequests, UploadPace, hear_out
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
-from quire.errors import Overloaded
+from quire.errors import InvalidInput, Overloaded
 from quire.grpcstatus import reason_of
 from quire.settings import AdmissionSettings
 from quire.stack.supervisor import Stack, StackInfo
@@ -98,6 +98,48 @@ def test_an_upload_longer_than_the_maximum_is_overdue_however_fast() -> None:
         pace.moved(MIB, now=float(second))
     assert pace.deadline() == 60.0
     assert "longer than 60 s" in pace.overdue(60.0).message
+
+
+async def _trickle(gap: float | None, count: int = 50) -> AsyncIterator[pb.UploadSourceRequest]:
+    """A header, then a byte every ``gap`` seconds (``None``: silence), bounded."""
+    yield pb.UploadSourceRequest(header=pb.SourceHeader(size_bytes=1000))
+    for _ in range(count):
+        await asyncio.sleep(gap if gap is not None else 5.0)
+        if gap is not None:
+            yield pb.UploadSourceRequest(chunk=b"x")
+
+
+async def _overdue_after(requests: AsyncIterator[pb.UploadSourceRequest]) -> float:
+    settings = AdmissionSettings(upload_idle_seconds=0.5, upload_min_bytes_per_second=100)
+    paced = PacedRequests(requests, settings)
+    started = time.monotonic()
+    with pytest.raises(InvalidInput) as overdue:
+        async for _request in paced:
+            pass
+    assert overdue.value.reason == "UPLOAD_IDLE_TIMEOUT"
+    return time.monotonic() - started
+
+
+async def test_an_overdue_answer_goes_right_after_the_callers_next_message() -> None:
+    trickling = await _overdue_after(_trickle(0.4))  # bytes at 0.4, 0.8, ...: due at 0.5
+    assert 0.75 <= trickling < 1.2, "answered right after the byte at 0.8 s"
+    silent = await _overdue_after(_trickle(None))
+    assert 0.5 + ANSWER_GRACE_SECONDS - 0.05 <= silent < 0.5 + ANSWER_GRACE_SECONDS + 0.5
+
+
+async def test_a_refused_upload_is_heard_out_within_its_bounds() -> None:
+    async def endless(chunk: bytes, gap: float) -> AsyncIterator[pb.UploadSourceRequest]:
+        for _ in range(100_000):
+            yield pb.UploadSourceRequest(chunk=chunk)
+            await asyncio.sleep(gap)
+
+    settings = AdmissionSettings(upload_linger_seconds=0.3, upload_linger_bytes=10 * MIB)
+    started = time.monotonic()
+    await hear_out(endless(b"x" * MIB, 0.0), settings)
+    assert time.monotonic() - started < 0.3, "stopped at the byte bound"
+    started = time.monotonic()
+    await hear_out(endless(b"x", 0.05), settings)
+    assert 0.3 <= time.monotonic() - started < 0.6, "stopped after a message past its time"
 
 
 @pytest.mark.parametrize(
