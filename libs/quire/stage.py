@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 from opentelemetry import trace
 from sqlalchemy.orm import Session
@@ -39,11 +38,10 @@ from quire.errors import (
 )
 from quire.faults import fault_point
 from quire.jobgate import CANCELLED, ENDED, JobGate
-from quire.jobs import job_id
 from quire.leases import Lease, LeaseStore, lease_key
 from quire.reasons import ReasonCode
 from quire.settings import QueueSettings
-from quire.taskbinding import check_task_binding
+from quire.taskbinding import read_task
 from quire.telemetry import extract_context
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
@@ -126,16 +124,9 @@ class StageRunner:
 
     async def handle(self, msg: Msg) -> None:
         try:
-            task = queue_pb2.JobTask.FromString(msg.data)
-            ident = job_id(task.job)
-        except (DecodeError, QuireError):
-            log.warning("undecodable task on %s terminated", msg.subject)
-            await msg.term()
-            return
-        try:
-            check_task_binding(task)
-        except ForgedMessage as forged:
-            log.warning("task for job %s refused: %s", task.job, forged.message)
+            task, ident = read_task(msg.data)
+        except ForgedMessage as refused:
+            log.warning("task on %s refused: %s", msg.subject, refused.message)
             await msg.term()
             return
         attempt = msg.metadata.num_delivered

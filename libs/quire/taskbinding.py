@@ -9,11 +9,27 @@ another tenant's source, say — is refused before any stage reads a byte.
 
 from __future__ import annotations
 
+from google.protobuf.message import DecodeError
+
 from quire.blobstore import assembled_key, signed_key, source_key
+from quire.errors import QuireError
+from quire.jobs import job_id
 from quire.type import queue_pb2
 from quire.wire import ForgedMessage
 
-__all__ = ["check_task_binding"]
+__all__ = ["check_task_binding", "read_task"]
+
+
+def read_task(data: bytes) -> tuple[queue_pb2.JobTask, str]:
+    """A received task and its job id; :class:`ForgedMessage` if it is not a
+    well-formed task about its own job's and tenant's blobs."""
+    try:
+        task = queue_pb2.JobTask.FromString(data)
+        ident = job_id(task.job)
+    except (DecodeError, QuireError):
+        raise ForgedMessage("undecodable task") from None
+    check_task_binding(task)
+    return task, ident
 
 
 def check_task_binding(task: queue_pb2.JobTask) -> None:

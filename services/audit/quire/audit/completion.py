@@ -14,7 +14,6 @@ import asyncio
 import logging
 from enum import Enum
 
-from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 from opentelemetry import trace
 from sqlalchemy import select
@@ -24,14 +23,14 @@ from quire.audit import ledger, tables
 from quire.audit.history import HistoryWatch
 from quire.blobstore import LocalBlobStore, sha256_file
 from quire.database import Database
-from quire.errors import PermanentError, QuireError
+from quire.errors import PermanentError
 from quire.faults import fault_point
-from quire.jobs import HISTORY_BEFORE_COMPLETION, TERMINAL_STATES, job_id
+from quire.jobs import HISTORY_BEFORE_COMPLETION, TERMINAL_STATES
 from quire.leases import Lease, LeaseStore, lease_key
 from quire.reasons import ReasonCode
 from quire.settings import QueueSettings
 from quire.stage import retry_delay
-from quire.taskbinding import check_task_binding
+from quire.taskbinding import read_task
 from quire.telemetry import extract_context
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
@@ -72,16 +71,9 @@ class CompletionDesk:
 
     async def handle(self, msg: Msg) -> None:
         try:
-            task = queue_pb2.JobTask.FromString(msg.data)
-            ident = job_id(task.job)
-        except (DecodeError, QuireError):
-            log.warning("undecodable commit task terminated")
-            await msg.term()
-            return
-        try:
-            check_task_binding(task)
-        except ForgedMessage as forged:
-            log.warning("commit task for job %s refused: %s", task.job, forged.message)
+            task, ident = read_task(msg.data)
+        except ForgedMessage as refused:
+            log.warning("commit task refused: %s", refused.message)
             await msg.term()
             return
         attempt = msg.metadata.num_delivered
