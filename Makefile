@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= .quire
 PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 
-.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly bench-ledger soak venv clean
+.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads soak venv clean
 
 venv: $(VENV)/.installed
 
@@ -48,6 +48,9 @@ bench-assembly: venv
 
 bench-ledger: venv
 	$(PY) bench/ledger_bench.py
+
+bench-slow-uploads: venv
+	$(PY) bench/slow_uploads_bench.py
 
 protos: venv
 	rm -rf gen/quire

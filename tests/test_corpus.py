@@ -1,6 +1,8 @@
 """Every file of the shared corpus through the real pipeline: each ends
 accepted (COMPLETED) or rejected with a reason code, within the time budget,
-with no crash of the validator, no hang and no leaked temporary file."""
+with no crash of the validator, no hang and no leaked temporary file. Bytes
+that are not the declared type at all are refused at the door (upload,
+``TYPE_MISMATCH``) before any job exists."""
 
 from __future__ import annotations
 
@@ -10,10 +12,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import pytest
 from conftest import CORPUS
 
 from quire.client import AdmissionClient, PacketItem
+from quire.grpcstatus import reason_of
 from quire.jobs import state_name
 
 pytestmark = pytest.mark.stack
@@ -51,7 +55,12 @@ async def _run_all(client: AdmissionClient) -> dict[Path, Outcome]:
     async def one(path: Path) -> None:
         async with gate:
             started = time.monotonic()
-            source = await client.upload(path, _declared_type(path))
+            try:
+                source = await client.upload(path, _declared_type(path))
+            except grpc.aio.AioRpcError as error:  # refused at the door
+                elapsed = time.monotonic() - started
+                outcomes[path] = Outcome("REFUSED", reason_of(error) or "", elapsed)
+                return
             job = await client.submit([PacketItem("doc", source.sha256)])
             job = await client.wait(job.name, timeout=TIME_BUDGET_SECONDS)
             outcomes[path] = Outcome(
@@ -92,6 +101,8 @@ def test_every_corpus_file_ends_accepted_or_rejected_with_a_reason(corpus_run, p
     assert outcome.seconds < TIME_BUDGET_SECONDS
     if outcome.state == "COMPLETED":
         assert outcome.reason == ""
+    elif outcome.state == "REFUSED":
+        assert outcome.reason == "TYPE_MISMATCH", outcome
     else:
         assert outcome.state == "REJECTED", outcome
         assert outcome.reason in EXPECTED_REASONS, outcome
