@@ -27,7 +27,7 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from test_faults_common import Running, eventually, ledger_rows, running_stack, signer_of
 
-from pdfs import write_text_pdf
+from pdfs import write_form_pdf, write_text_pdf
 from quire.blobstore import assembled_key, signed_key, source_key
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.invariants import check
@@ -230,6 +230,47 @@ async def test_forged_tasks_sign_nothing(running: Running, tmp_path: Path) -> No
             await _resume_validation(control)
         final = await b_client.wait(b_job.name, timeout=60)
         assert state_name(final.state) == "COMPLETED"
+
+
+async def test_a_parked_job_cannot_be_moved_by_forgeries(running: Running, tmp_path: Path) -> None:
+    """A job parked for review: a forged assemble task does not get it assembled or
+    signed, and forged events do not reject it with a made-up reason."""
+    client = running.client
+    unsigned_lease = write_form_pdf(
+        tmp_path / "lease.pdf",
+        [
+            "The renewal term is twelve months. Monthly rent: 1,200. Lead-based paint "
+            "disclosure attached.",
+            uuid.uuid4().hex,
+        ],
+        {"property_address": "1 Main St", "tenant_signature": "A. Tenant"},
+    )
+    digest = (await client.upload(unsigned_lease)).sha256
+    job = await client.submit([PacketItem("lease", digest)], ruleset="lease-renewal")
+    assert state_name((await client.wait(job.name, timeout=60)).state) == "NEEDS_REVIEW"
+    task = _task_of(running, job.name)
+    made_up = base64.b64encode(b"x" * 64).decode()
+    nc = await login(running, "validator")
+    try:
+        js = nc.jetstream()
+        subject = work_subject("assemble", "interactive")
+        for signer in (None, f"validator.{made_up}", signer_of(running.data_dir, "assembler")):
+            await _publish(js, subject, task.SerializeToString(), signer)
+        reject = EventFactory("validator", "forger", "0").transition(
+            task, "NEEDS_REVIEW", "REJECTED", attempt=1, lease_token=0, reason_code="MADE_UP"
+        )
+        for signer in (None, f"validator.{made_up}", signer_of(running.data_dir, "signer")):
+            await _publish(js, event_subject("validator"), reject.SerializeToString(), signer)
+    finally:
+        await nc.close()
+    await _drained(running, WORK_STREAM, [consumer_name("assemble", "interactive")])
+    await _drained(running, EVENTS_STREAM, [EVENTS_CONSUMER])
+    view = await client.get_job(job.name)
+    assert state_name(view.state) == "NEEDS_REVIEW" and view.reason_code != "MADE_UP"
+    assert not _rows(
+        running.data_dir, "assembler", "SELECT 1 FROM stage_leases WHERE job = ?", job.name
+    )
+    assert not (running.data_dir / "blobs" / signed_key(task.tenant, job.name)).exists()
 
 
 async def test_a_rejected_job_takes_no_step_after_its_ending(
