@@ -197,6 +197,15 @@ def test_an_unrecognized_file_among_artifacts_is_reported(run: FinishedRun, copy
     assert check(copy).kinds() == {"unrecognized_blob"}
 
 
+def test_an_edited_job_index_disagrees_with_the_ledger(run: FinishedRun, copy: Path) -> None:
+    job = run.jobs["REJECTED"]
+    with _audit(copy) as db:
+        db.execute("UPDATE jobs SET state = 'COMPLETED', reason_code = '' WHERE job = ?", (job,))
+    found = {(f.kind, f.job, f.detail) for f in check(copy).findings}
+    assert ("job_view_mismatch", job, "state") in found
+    assert ("job_view_mismatch", job, "reason_code") in found
+
+
 def test_an_edited_ledger_event_breaks_the_chain(run: FinishedRun, copy: Path) -> None:
     job = run.jobs["COMPLETED"]
     with _audit(copy) as db:

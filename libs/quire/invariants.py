@@ -105,10 +105,13 @@ def check(
     verification = snapshot.verification
     if verification is not None:
         job_at = {entry.sequence: entry.job for entry in snapshot.ledger}
-        findings += [
-            Finding(f"ledger_{f.kind}", job_at.get(f.sequence, ""), f.sequence)
-            for f in verification.findings
-        ]
+        for f in verification.findings:
+            if f.kind in ("column", "undecodable"):
+                continue  # the same rule as ledger_row_mismatch/_undecodable below
+            if f.kind == "view":
+                findings.append(Finding("job_view_mismatch", f.job, f.sequence, f.column))
+            else:
+                findings.append(Finding(f"ledger_{f.kind}", job_at.get(f.sequence, ""), f.sequence))
     findings += ledger_row_findings(snapshot.ledger)
     return CheckReport(
         findings=sorted(set(findings), key=lambda f: (f.kind, f.job, f.sequence, f.detail)),

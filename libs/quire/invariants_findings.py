@@ -31,7 +31,9 @@ Kinds, by invariant:
 - (e) the ledger verifies: ``ledger_edited``, ``ledger_deleted``,
   ``ledger_inserted``, ``ledger_reordered``, ``ledger_checkpoint`` (from
   audit's own verification), ``ledger_row_mismatch`` (a row's columns
-  disagree with the hashed event), ``ledger_undecodable``;
+  disagree with the hashed event), ``ledger_undecodable``,
+  ``job_view_mismatch`` (audit's job index disagrees with what the job's
+  events fold to; the detail names the field);
 - (f) one outcome per generation: ``multiple_terminal_entries``,
   ``retry_not_after_failure`` (a DEAD_LETTER_RETRIED entry that does not
   follow a FAILED one);
@@ -75,6 +77,7 @@ KINDS = frozenset(
         "ledger_checkpoint",
         "ledger_row_mismatch",
         "ledger_undecodable",
+        "job_view_mismatch",
         "multiple_terminal_entries",
         "retry_not_after_failure",
         "database_missing",

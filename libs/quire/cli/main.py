@@ -144,7 +144,11 @@ async def _audit_verify(args: argparse.Namespace, config: ClientConfig) -> int:
         f"checkpoints checked: {report.checkpoints_checked}"
     )
     for finding in report.findings:
-        print(f"{finding.kind} at sequence {finding.sequence} (tenant {finding.tenant})")
+        what = f" {finding.column}" if finding.column else ""
+        which = f" of {finding.job}" if finding.job else ""
+        print(
+            f"{finding.kind}{what}{which} at sequence {finding.sequence} (tenant {finding.tenant})"
+        )
     print("OK" if report.ok else "LEDGER DOES NOT VERIFY")
     return 0 if report.ok else 1
 

@@ -80,14 +80,18 @@ class VerifyLedgerRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class LedgerFinding(_message.Message):
-    __slots__ = ("kind", "sequence", "tenant")
+    __slots__ = ("kind", "sequence", "tenant", "column", "job")
     KIND_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    COLUMN_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
     kind: str
     sequence: int
     tenant: str
-    def __init__(self, kind: _Optional[str] = ..., sequence: _Optional[int] = ..., tenant: _Optional[str] = ...) -> None: ...
+    column: str
+    job: str
+    def __init__(self, kind: _Optional[str] = ..., sequence: _Optional[int] = ..., tenant: _Optional[str] = ..., column: _Optional[str] = ..., job: _Optional[str] = ...) -> None: ...
 
 class VerifyLedgerResponse(_message.Message):
     __slots__ = ("ok", "entries", "chains", "checkpoints_checked", "findings")

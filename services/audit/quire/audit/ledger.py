@@ -17,9 +17,9 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from quire.audit import tables
+from quire.audit.jobview import COMPARED, JobFacts, apply
 from quire.database import insert_if_absent
-from quire.jobs import TERMINAL_STATES, state_name, state_rank
-from quire.reasons import ReasonCode
+from quire.jobs import state_name
 from quire.type import queue_pb2
 
 __all__ = ["append", "entry_hash", "GENESIS", "recorded_states"]
@@ -76,52 +76,24 @@ def append(session: Session, event: queue_pb2.TransitionEvent) -> bool:
 
 
 def _advance_view(session: Session, event: queue_pb2.TransitionEvent, now: datetime) -> None:
-    to_state = state_name(event.to_state)
+    """Keep the ``jobs`` index in step, by the same rule the API folds events with."""
     row = session.execute(select(tables.jobs).where(tables.jobs.c.job == event.job)).first()
-    facts: dict[str, object] = {
-        key: value
-        for key, value in (
-            ("manifest_digest", event.manifest_digest),
-            ("output_digest", event.output_digest),
-            ("ruleset_version", event.ruleset_version),
-            ("key_version", event.key_version),
+    current = None
+    if row is not None:
+        current = JobFacts(
+            **{name: getattr(row, name) for name in ("job", *COMPARED)},
+            created=row.created_at,
+            updated=row.updated_at,
         )
-        if value
-    }
-    if event.item_count:
-        facts["item_count"] = event.item_count
+    after = apply(current, event)
+    values = {name: getattr(after, name) for name in COMPARED}
     if row is None:
         session.execute(
-            tables.jobs.insert().values(
-                job=event.job,
-                tenant=event.tenant,
-                state=to_state,
-                reason_code=event.reason_code,
-                item_count=event.item_count,
-                manifest_digest=event.manifest_digest,
-                output_digest=event.output_digest,
-                ruleset_version=event.ruleset_version,
-                key_version=event.key_version,
-                created_at=now,
-                updated_at=now,
-            )
+            tables.jobs.insert().values(job=event.job, created_at=now, updated_at=now, **values)
         )
         return
-    if row.state not in TERMINAL_STATES and state_rank(to_state) > state_rank(row.state):
-        facts.update(state=to_state, reason_code=event.reason_code)
-    elif _reopens(row.state, event):
-        facts.update(state=to_state, reason_code="")
-    facts["updated_at"] = now
-    session.execute(update(tables.jobs).where(tables.jobs.c.job == event.job).values(**facts))
-
-
-def _reopens(state: str, event: queue_pb2.TransitionEvent) -> bool:
-    """An operator's dead-letter retry: the one way out of FAILED."""
-    return (
-        state == "FAILED"
-        and state_name(event.from_state) == "FAILED"
-        and event.reason_code == ReasonCode.DEAD_LETTER_RETRIED
-        and event.generation > 0
+    session.execute(
+        update(tables.jobs).where(tables.jobs.c.job == event.job).values(updated_at=now, **values)
     )
 
 

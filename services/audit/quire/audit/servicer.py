@@ -7,11 +7,13 @@ from typing import Any
 
 import grpc
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from quire.audit import tables
 from quire.audit.checkpoints import CheckpointBook
 from quire.audit.deadletterdesk import MAX_LIST, DeadLetterDesk
 from quire.audit.evidence import build_evidence, dumps
+from quire.audit.jobview import JobFacts, fold
 from quire.audit.v1 import audit_service_pb2 as pb
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from quire.audit.verification import verify_ledger
@@ -65,19 +67,33 @@ def dead_letter_record(row: Any) -> pb.DeadLetterRecord:
     return record
 
 
-def _job(row: object) -> job_pb2.Job:
+def _job(facts: JobFacts) -> job_pb2.Job:
+    """What the API says of a job: folded from its ledger entries' hashed bytes."""
     return job_pb2.Job(
-        name=row.job,  # type: ignore[attr-defined]
-        state=state_value(row.state),  # type: ignore[attr-defined, arg-type]
-        reason_code=row.reason_code,  # type: ignore[attr-defined]
-        item_count=row.item_count,  # type: ignore[attr-defined]
-        manifest_digest=row.manifest_digest,  # type: ignore[attr-defined]
-        output_digest=row.output_digest,  # type: ignore[attr-defined]
-        ruleset_version=row.ruleset_version,  # type: ignore[attr-defined]
-        key_version=row.key_version,  # type: ignore[attr-defined]
-        create_time=timestamp(row.created_at),  # type: ignore[attr-defined]
-        update_time=timestamp(row.updated_at),  # type: ignore[attr-defined]
+        name=facts.job,
+        state=state_value(facts.state),  # type: ignore[arg-type]
+        reason_code=facts.reason_code,
+        item_count=facts.item_count,
+        manifest_digest=facts.manifest_digest,
+        output_digest=facts.output_digest,
+        ruleset_version=facts.ruleset_version,
+        key_version=facts.key_version,
+        create_time=timestamp(facts.created),
+        update_time=timestamp(facts.updated),
     )
+
+
+def _views(session: Session, names: list[str]) -> dict[str, JobFacts]:
+    """Each named job's view, folded from its events in ledger order."""
+    table = tables.ledger
+    events: dict[str, list[queue_pb2.TransitionEvent]] = {}
+    rows = session.execute(
+        select(table.c.job, table.c.event).where(table.c.job.in_(names)).order_by(table.c.sequence)
+    )
+    for row in rows:
+        events.setdefault(row.job, []).append(queue_pb2.TransitionEvent.FromString(row.event))
+    folded = {job: fold(entries) for job, entries in events.items()}
+    return {job: facts for job, facts in folded.items() if facts is not None}
 
 
 class AuditServicer(pb_grpc.AuditServiceServicer):
@@ -136,13 +152,10 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext
     ) -> job_pb2.Job:
         name = job_name(job_id(request.name))
-        table = tables.jobs
-        row = await self._db.read(
-            lambda s: s.execute(select(table).where(table.c.job == name)).first()
-        )
-        if row is None:
+        views = await self._db.read(lambda s: _views(s, [name]))
+        if name not in views:
             raise NotFound("job not found")
-        return _job(row)
+        return _job(views[name])
 
     @at_the_edge(DOMAIN)
     async def VerifyLedger(  # noqa: N802 - gRPC method name
@@ -156,7 +169,9 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
             chains=report.chains,
             checkpoints_checked=report.checkpoints_checked,
             findings=[
-                pb.LedgerFinding(kind=f.kind, sequence=f.sequence, tenant=f.tenant)
+                pb.LedgerFinding(
+                    kind=f.kind, sequence=f.sequence, tenant=f.tenant, column=f.column, job=f.job
+                )
                 for f in report.findings
             ],
         )
@@ -187,11 +202,8 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
                 (FieldViolation("names", "too many"),),
             )
         names = [job_name(job_id(name)) for name in request.names]
-        table = tables.jobs
-        rows = await self._db.read(
-            lambda s: s.execute(select(table).where(table.c.job.in_(names))).all()
-        )
-        return pb.BatchGetJobsResponse(jobs=[_job(row) for row in rows])
+        views = await self._db.read(lambda s: _views(s, names))
+        return pb.BatchGetJobsResponse(jobs=[_job(views[name]) for name in names if name in views])
 
     @at_the_edge(DOMAIN)
     async def ListJobEvents(  # noqa: N802 - gRPC method name

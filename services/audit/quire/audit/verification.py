@@ -8,7 +8,12 @@ What each finding means:
 - ``inserted``: an entry sits between two entries that link to each other;
 - ``reordered``: an entry links to an entry that is not its predecessor;
 - ``checkpoint``: the chain no longer has, at a signed checkpoint's length,
-  the head that checkpoint recorded (a rewrite that recomputed the hashes).
+  the head that checkpoint recorded (a rewrite that recomputed the hashes);
+- ``column``: a stored column (event id, job, tenant, states, reason) says
+  something other than the hashed event it sits beside — ``column`` names it;
+- ``undecodable``: the hashed bytes are not an event at all;
+- ``view``: the job index disagrees with what the job's events fold to
+  (``quire.audit.jobview``) — ``column`` names the field, ``job`` the job.
 """
 
 from __future__ import annotations
@@ -16,12 +21,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from google.protobuf.message import DecodeError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from quire.audit import tables
 from quire.audit.checkpoints import Checkpoint
+from quire.audit.jobview import COMPARED, JobFacts, apply
 from quire.audit.ledger import GENESIS, entry_hash
+from quire.jobs import state_name
+from quire.type import queue_pb2
 
 __all__ = ["Finding", "LedgerReport", "verify_ledger"]
 
@@ -33,6 +42,8 @@ class Finding:
     kind: str
     sequence: int
     tenant: str
+    column: str = ""
+    job: str = ""
 
 
 @dataclass(frozen=True)
@@ -60,7 +71,12 @@ def _rows(session: Session) -> Iterator[object]:
         batch = session.execute(
             select(
                 tables.ledger.c.sequence,
+                tables.ledger.c.event_id,
+                tables.ledger.c.job,
                 tables.ledger.c.tenant,
+                tables.ledger.c.from_state,
+                tables.ledger.c.to_state,
+                tables.ledger.c.reason_code,
                 tables.ledger.c.event,
                 tables.ledger.c.prev_hash,
                 tables.ledger.c.entry_hash,
@@ -90,9 +106,61 @@ def _links(tenant: str, chain: list[_Entry]) -> Iterable[Finding]:
             yield Finding("deleted", entry.sequence, tenant)
 
 
+_COLUMNS = ("event_id", "job", "tenant", "from_state", "to_state", "reason_code")
+
+
+def _said(event: queue_pb2.TransitionEvent) -> dict[str, str]:
+    """What each stored column must hold, as the hashed event says it."""
+    return {
+        "event_id": event.event_id,
+        "job": event.job,
+        "tenant": event.tenant,
+        "from_state": state_name(event.from_state),
+        "to_state": state_name(event.to_state),
+        "reason_code": event.reason_code,
+    }
+
+
+def _columns(row: object, views: dict[str, JobFacts], last: dict[str, int]) -> Iterable[Finding]:
+    """Check a row's columns against its bytes, and fold its event into the views."""
+    sequence, tenant = row.sequence, row.tenant  # type: ignore[attr-defined]
+    try:
+        event = queue_pb2.TransitionEvent.FromString(row.event)  # type: ignore[attr-defined]
+        said = _said(event)
+    except (DecodeError, ValueError):
+        yield Finding("undecodable", sequence, tenant)
+        return
+    for column in _COLUMNS:
+        if getattr(row, column) != said[column]:
+            yield Finding("column", sequence, tenant, column=column)
+    views[event.job] = apply(views.get(event.job), event)
+    last[event.job] = sequence
+
+
+def _view_findings(
+    session: Session, views: dict[str, JobFacts], last: dict[str, int]
+) -> Iterable[Finding]:
+    """The job index against the folded events: every disagreeing field, and
+    index rows with no events (or events with no index row)."""
+    indexed = set()
+    for row in session.execute(select(tables.jobs)):
+        indexed.add(row.job)
+        folded = views.get(row.job)
+        if folded is None:
+            yield Finding("view", 0, row.tenant, column="job", job=row.job)
+            continue
+        for column in COMPARED:
+            if getattr(row, column) != getattr(folded, column):
+                yield Finding("view", last[row.job], row.tenant, column=column, job=row.job)
+    for job in views.keys() - indexed:
+        yield Finding("view", last[job], views[job].tenant, column="job", job=job)
+
+
 def verify_ledger(session: Session, checkpoints: list[Checkpoint]) -> LedgerReport:
     chains: dict[str, list[_Entry]] = {}
     findings: list[Finding] = []
+    views: dict[str, JobFacts] = {}
+    last: dict[str, int] = {}
     previous_sequence = 0
     count = 0
     for row in _rows(session):
@@ -103,11 +171,13 @@ def verify_ledger(session: Session, checkpoints: list[Checkpoint]) -> LedgerRepo
         previous_sequence = sequence
         if entry_hash(row.prev_hash, row.event) != row.entry_hash:  # type: ignore[attr-defined]
             findings.append(Finding("edited", sequence, tenant))
+        findings.extend(_columns(row, views, last))
         chains.setdefault(tenant, []).append(
             _Entry(sequence, row.prev_hash, row.entry_hash)  # type: ignore[attr-defined]
         )
     for tenant, chain in chains.items():
         findings.extend(_links(tenant, chain))
+    findings.extend(_view_findings(session, views, last))
     checked = 0
     for checkpoint in checkpoints:
         checked += 1
@@ -118,5 +188,5 @@ def verify_ledger(session: Session, checkpoints: list[Checkpoint]) -> LedgerRepo
         ):
             at = chain[min(len(chain), checkpoint.length) - 1].sequence if chain else 0
             findings.append(Finding("checkpoint", at, checkpoint.tenant))
-    unique = sorted(set(findings), key=lambda f: (f.sequence, f.kind))
+    unique = sorted(set(findings), key=lambda f: (f.sequence, f.kind, f.column, f.job))
     return LedgerReport(count, len(chains), checked, unique)

@@ -1,0 +1,107 @@
+"""A job's view, derived from its ledger entries' hashed bytes.
+
+The ``jobs`` table is an index for listing and for audit's own bookkeeping;
+what the API serves about a job is folded here from the events themselves,
+so a value edited in a table is never served as genuine, and the checker and
+``quire audit verify`` can compare the index with what the ledger says.
+
+The rule is the ledger's: the view moves forward only (a late event never
+drags a job back), a terminal state is final, and the one way out of FAILED
+is an operator's dead-letter retry. Facts (digests, versions, item count)
+take the latest non-empty value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from quire.jobs import TERMINAL_STATES, state_name, state_rank
+from quire.reasons import ReasonCode
+from quire.type import queue_pb2
+
+__all__ = ["JobFacts", "apply", "fold", "COMPARED"]
+
+COMPARED = (
+    "tenant",
+    "state",
+    "reason_code",
+    "item_count",
+    "manifest_digest",
+    "output_digest",
+    "ruleset_version",
+    "key_version",
+)
+"""The fields the ``jobs`` index holds that must agree with the ledger."""
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    job: str
+    tenant: str
+    state: str
+    reason_code: str
+    item_count: int
+    manifest_digest: str
+    output_digest: str
+    ruleset_version: str
+    key_version: str
+    created: datetime
+    """When the first recorded event occurred (the producer's clock, hashed)."""
+    updated: datetime
+    """When the last recorded event occurred."""
+
+
+def _reopens(state: str, event: queue_pb2.TransitionEvent) -> bool:
+    """An operator's dead-letter retry: the one way out of FAILED."""
+    return (
+        state == "FAILED"
+        and state_name(event.from_state) == "FAILED"
+        and event.reason_code == ReasonCode.DEAD_LETTER_RETRIED
+        and event.generation > 0
+    )
+
+
+def apply(facts: JobFacts | None, event: queue_pb2.TransitionEvent) -> JobFacts:
+    """The view after ``event`` was recorded on top of ``facts``."""
+    to_state = state_name(event.to_state)
+    occurred = event.occurred_at.ToDatetime()
+    if facts is None:
+        return JobFacts(
+            job=event.job,
+            tenant=event.tenant,
+            state=to_state,
+            reason_code=event.reason_code,
+            item_count=event.item_count,
+            manifest_digest=event.manifest_digest,
+            output_digest=event.output_digest,
+            ruleset_version=event.ruleset_version,
+            key_version=event.key_version,
+            created=occurred,
+            updated=occurred,
+        )
+    state, reason = facts.state, facts.reason_code
+    if state not in TERMINAL_STATES and state_rank(to_state) > state_rank(state):
+        state, reason = to_state, event.reason_code
+    elif _reopens(state, event):
+        state, reason = to_state, ""
+    return replace(
+        facts,
+        state=state,
+        reason_code=reason,
+        item_count=event.item_count or facts.item_count,
+        manifest_digest=event.manifest_digest or facts.manifest_digest,
+        output_digest=event.output_digest or facts.output_digest,
+        ruleset_version=event.ruleset_version or facts.ruleset_version,
+        key_version=event.key_version or facts.key_version,
+        updated=occurred,
+    )
+
+
+def fold(events: Iterable[queue_pb2.TransitionEvent]) -> JobFacts | None:
+    """A job's view from its events in ledger order; None for no events."""
+    facts: JobFacts | None = None
+    for event in events:
+        facts = apply(facts, event)
+    return facts
