@@ -93,6 +93,18 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         assert refused.returncode == 1
         assert "NOT VERIFIED" in refused.stdout
 
+        # Offline, with the published certificate and no stack or token at all.
+        cert = next((data_dir / "signer" / "keys").glob("v*/cert.pem"))
+        no_stack = tmp_path / "no-stack"
+        offline_ok = run_quire(no_stack, "verify", str(output), "--cert", str(cert))
+        assert offline_ok.returncode == 0 and "OK" in offline_ok.stdout, offline_ok.stdout
+        offline_bad = run_quire(no_stack, "verify", str(tampered), "--cert", str(cert))
+        assert offline_bad.returncode == 1 and "NOT VERIFIED" in offline_bad.stdout
+        stranger = run_quire(
+            no_stack, "verify", str(output), "--cert", str(_stranger_cert(tmp_path))
+        )
+        assert stranger.returncode == 1 and "trusted: False" in stranger.stdout
+
         listed = run_quire(data_dir, "jobs", "--state", "COMPLETED")
         assert job in listed.stdout
         too_late = run_quire(data_dir, "cancel", job)
@@ -139,3 +151,30 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         up.send_signal(signal.SIGTERM)
         up.wait(timeout=60)
     assert up.returncode == 0
+
+
+def _stranger_cert(folder: Path) -> Path:
+    """A self-signed certificate no Quire key made."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "stranger")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    path = folder / "stranger.pem"
+    path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    return path

@@ -27,6 +27,7 @@ from quire.cli.verify import ledger_checks, verify_file
 from quire.client import AdmissionClient
 from quire.grpcstatus import reason_of
 from quire.jobs import state_name
+from quire.pdfsignature import SignatureReport, verify_signed_pdf
 from quire.stack.supervisor import Stack, StackInfo
 from quire.tls import TlsSettings
 from quire.type import job_pb2
@@ -101,17 +102,20 @@ async def _cancel(args: argparse.Namespace, config: ClientConfig) -> int:
     return 0 if state_name(job.state) == "CANCELLED" else 1
 
 
+def _verify_offline(args: argparse.Namespace) -> int:
+    """``quire verify FILE --cert CERT``: no stack, no token; the certificates given."""
+    if args.job:
+        print("--job needs the stack's ledger; leave out --cert to use it", file=sys.stderr)
+        return 2
+    pems = [Path(path).read_text() for path in args.cert]
+    return _print_signature(verify_signed_pdf(args.file, pems), ledger=[])
+
+
 async def _verify(args: argparse.Namespace, config: ClientConfig) -> int:
     report = await verify_file(
         Path(args.file), config.signer, config.tls, metadata=operator_metadata(config)
     )
-    print(f"signatures: {report.signature_count}")
-    print(f"intact: {report.intact}  valid: {report.valid}")
-    print(f"covers whole file: {report.covers_whole_file}")
-    print(
-        f"made by a key this stack knows: {report.trusted}  certificate sha256={report.certificate_sha256}"
-    )
-    ok = report.ok
+    checks: list[tuple[str, bool]] = []
     if args.job:
         async with AdmissionClient(config.admission, config.token, tls=config.tls) as client:
             checks = await ledger_checks(
@@ -122,9 +126,21 @@ async def _verify(args: argparse.Namespace, config: ClientConfig) -> int:
                 tls=config.tls,
                 metadata=operator_metadata(config),
             )
-        for label, passed in checks:
-            print(f"{label}: {passed}")
-            ok = ok and passed
+    return _print_signature(report, ledger=checks)
+
+
+def _print_signature(report: SignatureReport, *, ledger: list[tuple[str, bool]]) -> int:
+    print(f"signatures: {report.signature_count}")
+    print(f"intact: {report.intact}  valid: {report.valid}")
+    print(f"covers whole file: {report.covers_whole_file}")
+    print(
+        f"made by a trusted key (the stack's, or --cert): trusted: {report.trusted}  "
+        f"certificate sha256={report.certificate_sha256}"
+    )
+    ok = report.ok
+    for label, passed in ledger:
+        print(f"{label}: {passed}")
+        ok = ok and passed
     print("OK" if ok else "NOT VERIFIED")
     return 0 if ok else 1
 
@@ -259,6 +275,12 @@ def _parser() -> argparse.ArgumentParser:
     verify = command("verify", help="check a signed PDF against the stack's keys")
     verify.add_argument("file")
     verify.add_argument("--job", help="also check the file against this job's ledger record")
+    verify.add_argument(
+        "--cert",
+        action="append",
+        default=[],
+        help="offline: trust this PEM certificate instead of asking the stack (repeatable)",
+    )
     jobs = command("jobs", help="your jobs, newest first")
     jobs.add_argument("--state", help="only jobs in this state, e.g. COMPLETED")
     cancel = command("cancel", help="cancel a job that has not started signing")
@@ -343,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         return _up(args)
     if args.command == "check":
         return check.run(args)  # reads the data directory; needs no running stack
+    if args.command == "verify" and args.cert:
+        return _verify_offline(args)  # the certificates given; no stack
     if args.command in ("credentials", "nats"):
         return provision.run(args)  # no running stack
     if args.command == "evidence" and args.job == "verify":
