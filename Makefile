@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= .quire
 PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 
-.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads soak venv clean
+.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs soak venv clean
 
 venv: $(VENV)/.installed
 
@@ -51,6 +51,9 @@ bench-ledger: venv
 
 bench-slow-uploads: venv
 	$(PY) bench/slow_uploads_bench.py
+
+bench-proofs: venv
+	$(PY) bench/proof_size_bench.py
 
 protos: venv
 	rm -rf gen/quire
