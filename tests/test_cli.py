@@ -3,6 +3,8 @@ then submit, status, fetch and verify from another process."""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import signal
 import subprocess
@@ -13,6 +15,7 @@ import pytest
 from quirecli import QUIRE, ROOT, run_quire
 
 from quire.stack.natsserver import NatsServer
+from quire.type import job_pb2, queue_pb2
 
 pytestmark = pytest.mark.stack
 
@@ -130,8 +133,13 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         assert exported.returncode == 0, exported.stderr
         offline = run_quire(tmp_path / "no-stack", "evidence", "verify", str(evidence_file))
         assert offline.returncode == 0 and "OK" in offline.stdout, offline.stdout
-        tampered_evidence = evidence_file.read_text().replace('"COMPLETED"', '"REJECTED"', 1)
-        (tmp_path / "tampered.json").write_text(tampered_evidence)
+        assert "COMPLETED" in offline.stdout  # read from the proven entries
+        document = json.loads(evidence_file.read_text())
+        entry = document["entries"][-1]
+        event = queue_pb2.TransitionEvent.FromString(base64.b64decode(entry["entry"]))
+        event.to_state = job_pb2.JOB_STATE_REJECTED
+        entry["entry"] = base64.b64encode(event.SerializeToString()).decode()
+        (tmp_path / "tampered.json").write_text(json.dumps(document))
         refused_evidence = run_quire(
             tmp_path / "no-stack", "evidence", "verify", str(tmp_path / "tampered.json")
         )

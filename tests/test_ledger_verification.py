@@ -232,26 +232,55 @@ async def test_the_running_audit_service_checkpoints_and_finds_tampering(tmp_pat
 def test_an_evidence_export_verifies_offline_and_a_tampered_one_does_not(audit) -> None:  # type: ignore[no-untyped-def]
     import base64
     import copy
+    import json
 
-    from quire.audit.evidence import build_evidence, public_key_fingerprint, verify_evidence
+    from cryptography.hazmat.primitives import serialization
+    from test_evidence_format import verify_evidence as verify_independently
+
+    from quire.audit.evidence import (
+        build_evidence,
+        public_key_fingerprint,
+        summaries,
+        verify_evidence,
+    )
 
     database, signer, _folder = audit
-    documents = database.transaction(signer.take)
+    first = database.transaction(signer.take)
+    # The tenant's log grows after the job; a second checkpoint covers both.
+    for job in ("jobs/cc", "jobs/dd"):
+        task = queue_pb2.JobTask(job=job, tenant="t1")
+        event = FACTORY.transition(task, "", "ACCEPTED", attempt=1, lease_token=1)
+        database.transaction(lambda s, e=event: ledger.append(s, e))
+    documents = first + database.transaction(signer.take)
     evidence = database.transaction(
         lambda s: build_evidence(s, "jobs/aa", documents, signer.public_pem)
     )
     trusted = public_key_fingerprint(signer.public_pem)
     assert verify_evidence(evidence, trusted) == []
-    assert [e["to_state"] for e in evidence["entries"]] == STATES
+    assert [e["to_state"] for e in summaries(evidence)] == STATES
+    assert len(evidence["consistency"]) == 1, "from the first covering checkpoint to the latest"
+
+    # Written to the specification, without Quire's code: the same file verifies.
+    public = serialization.load_pem_public_key(signer.public_pem.encode()).public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    )
+    proven = verify_independently(json.dumps(evidence), "quire/t1", public)
+    assert [index for index, _ in proven] == [e["index"] for e in evidence["entries"]]
 
     edited = copy.deepcopy(evidence)
-    edited["entries"][-1]["output_digest"] = "f" * 64
+    last = queue_pb2.TransitionEvent.FromString(base64.b64decode(edited["entries"][-1]["entry"]))
+    last.output_digest = "f" * 64
+    edited["entries"][-1]["entry"] = base64.b64encode(last.SerializeToString()).decode()
     assert verify_evidence(edited, trusted)
 
-    rewritten = copy.deepcopy(evidence)
-    link = rewritten["chain"][1]
-    link["event"] = base64.b64encode(b"other").decode()
-    assert any("does not match its hash" in p for p in verify_evidence(rewritten, trusted))
+    proof = copy.deepcopy(evidence)
+    hashes = proof["entries"][0]["inclusion_proof"]
+    hashes[0] = base64.b64encode(bytes(32)).decode()
+    assert verify_evidence(proof, trusted)
+
+    other_origin = copy.deepcopy(evidence)
+    other_origin["origin"] = "quire/t2"
+    assert verify_evidence(other_origin, trusted)
 
     impostor = CheckpointSigner(Path(_folder).parent / "impostor-keys")
     forged = build_evidence_with(database, impostor)

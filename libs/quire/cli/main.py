@@ -187,16 +187,23 @@ async def _evidence(args: argparse.Namespace, config: ClientConfig) -> int:
 def _evidence_verify(args: argparse.Namespace) -> int:
     import json
 
-    from quire.audit.evidence import public_key_fingerprint, verify_evidence
+    from quire.audit.evidence import public_key_fingerprint, summaries, verify_evidence
 
     document = json.loads(Path(args.file).read_text())
     problems = verify_evidence(document, args.key_sha256 or None)
+    proof = max((len(e.get("inclusion_proof", [])) for e in document.get("entries", [])), default=0)
     print(
-        f"job {document['job']}: {len(document['entries'])} entries, chain of {len(document['chain'])}"
+        f"job {document.get('job')}: {len(document.get('entries', []))} entries in "
+        f"{document.get('origin')}, inclusion proofs of up to {proof} hashes"
     )
     print(f"checkpoint key sha256 {public_key_fingerprint(document['public_key'])}")
     for problem in problems:
         print(f"problem: {problem}")
+    if not problems:  # shown only once proven
+        for entry in summaries(document):
+            print(
+                f"  #{entry['index']} {entry['to_state']} {entry['reason_code']} {entry['actor']}"
+            )
     print("OK" if not problems else "EVIDENCE DOES NOT VERIFY")
     return 0 if not problems else 1
 

@@ -1,6 +1,11 @@
 """Checkpoints: the chain heads, signed with audit's own key and written out
 of the database (files in the data directory, and the events stream), so a
-later rewrite of the database is detectable against copies held elsewhere."""
+later rewrite of the database is detectable against copies held elsewhere.
+
+Each document also carries ``note``: the tenant's log head as a C2SP
+tlog-checkpoint signed note (origin ``quire/<tenant>``, the RFC 9162 root over
+the tenant's entries), which evidence proves entries against
+(``docs/evidence-format.md``)."""
 
 from __future__ import annotations
 
@@ -21,6 +26,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from quire.audit import tables
+from quire.audit.tenantlog import origin, tenant_entries, tenant_tree
+from quire.checkpoint import Checkpoint as LogHead
+from quire.checkpoint import sign_checkpoint
 from quire.database import Database
 
 log = logging.getLogger(__name__)
@@ -81,9 +89,16 @@ class CheckpointSigner:
                     "checkpoint": asdict(checkpoint),
                     "signature": base64.b64encode(signature).decode(),
                     "public_key": self.public_pem,
+                    "note": self._note(session, head.tenant, int(head.length)),
                 }
             )
         return documents
+
+    def _note(self, session: Session, tenant: str, size: int) -> str:
+        """The tenant's log head at ``size`` entries, as a signed checkpoint note."""
+        tree = tenant_tree(tenant_entries(session, tenant, size))
+        head = LogHead(origin(tenant), size, tree.root(size))
+        return sign_checkpoint(head, self._key).decode()
 
     def write(self, documents: list[dict[str, Any]], folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)

@@ -1,15 +1,19 @@
-"""Evidence export: one JSON document that proves a job's history offline.
+"""Evidence export: one JSON document that proves a job's history offline, in
+the format written down in ``docs/evidence-format.md``.
 
-It holds the job's ledger entries and the tenant's chain from the job's first
-entry to the nearest signed checkpoint at or after its last entry (every link
-with its event bytes, which carry ids, digests and versions, never document
-text), plus the signed checkpoint and audit's checkpoint public key.
-``verify_evidence`` needs nothing but the document.
+It holds the job's ledger entries (their hashed event bytes: ids, digests and
+versions, never document text), each with an RFC 9162 inclusion proof against
+a signed checkpoint of the tenant's log, and a consistency proof from the
+first checkpoint that covered the job to the one used. Its size grows with
+the job's entries times log2 of the tenant's history, not with the history.
+``verify_evidence`` needs nothing but the document (and, to pin it, the
+checkpoint key's fingerprint).
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import json
 from typing import Any
@@ -21,13 +25,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from quire.audit import tables
-from quire.audit.checkpoints import Checkpoint
-from quire.audit.ledger import GENESIS, entry_hash
+from quire.audit.tenantlog import origin, tenant_entries, tenant_of, tenant_tree
+from quire.checkpoint import open_checkpoint
 from quire.errors import NotFound
-from quire.jobs import state_name
+from quire.jobs import HISTORY_BEFORE_COMPLETION, state_name
+from quire.merkle import ProofError, leaf_hash, verify_consistency, verify_inclusion
+from quire.signednote import NoteError
 from quire.type import queue_pb2
 
-__all__ = ["build_evidence", "verify_evidence", "public_key_fingerprint"]
+__all__ = ["build_evidence", "verify_evidence", "public_key_fingerprint", "summaries", "FORMAT"]
 
 FORMAT = "quire-evidence/1"
 
@@ -38,115 +44,142 @@ def public_key_fingerprint(pem: str) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
-def _summary(event: queue_pb2.TransitionEvent) -> dict[str, Any]:
-    return {
-        "to_state": state_name(event.to_state),
-        "from_state": state_name(event.from_state) if event.from_state else "",
-        "reason_code": event.reason_code,
-        "actor": f"{event.actor.service}/{event.actor.instance}",
-        "manifest_digest": event.manifest_digest,
-        "source_digests": list(event.source_digests),
-        "output_digest": event.output_digest,
-        "ruleset_version": event.ruleset_version,
-        "ruleset_digest": event.ruleset_digest,
-        "key_version": event.key_version,
-        "certificate_sha256": event.certificate_sha256,
-    }
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text, validate=True)
 
 
 def build_evidence(
     session: Session, job: str, checkpoints: list[dict[str, Any]], public_pem: str
 ) -> dict[str, Any]:
+    """The job's evidence against the latest checkpoint of its tenant's log."""
     table = tables.ledger
-    mine = session.execute(select(table).where(table.c.job == job).order_by(table.c.sequence)).all()
+    mine = session.execute(
+        select(table.c.sequence, table.c.tenant)
+        .where(table.c.job == job)
+        .order_by(table.c.sequence)
+    ).all()
     if not mine:
         raise NotFound("no ledger entries for this job")
     tenant = mine[0].tenant
-    chain = session.execute(
-        select(table).where(table.c.tenant == tenant).order_by(table.c.sequence)
-    ).all()
-    positions = {row.sequence: index for index, row in enumerate(chain)}
-    first, last = positions[mine[0].sequence], positions[mine[-1].sequence]
-    usable = [
-        c
-        for c in checkpoints
-        if c["checkpoint"]["tenant"] == tenant and c["checkpoint"]["length"] > last
-    ]
-    if not usable:
+    entries = tenant_entries(session, tenant)
+    index_of = {sequence: index for index, (sequence, _) in enumerate(entries)}
+    indices = [index_of[row.sequence] for row in mine]
+    covering = sorted(
+        (c for c in checkpoints if c.get("note") and c["checkpoint"]["tenant"] == tenant),
+        key=lambda c: c["checkpoint"]["length"],
+    )
+    covering = [c for c in covering if c["checkpoint"]["length"] > indices[-1]]
+    if not covering:
         raise NotFound("no checkpoint covers this job yet")
-    checkpoint = min(usable, key=lambda c: c["checkpoint"]["length"])
-    end = checkpoint["checkpoint"]["length"]
-    links = [
-        {
-            "sequence": row.sequence,
-            "position": index + 1,
-            "prev_hash": row.prev_hash,
-            "entry_hash": row.entry_hash,
-            "event": base64.b64encode(row.event).decode(),
-        }
-        for index, row in enumerate(chain[first:end], start=first)
-    ]
+    first, latest = covering[0], covering[-1]
+    size = latest["checkpoint"]["length"]
+    tree = tenant_tree(entries[:size])
+    consistency = []
+    if first["checkpoint"]["length"] < size:
+        proof = tree.consistency_proof(first["checkpoint"]["length"], size)
+        consistency.append({"checkpoint": first["note"], "proof": [_b64(h) for h in proof]})
     return {
         "format": FORMAT,
+        "origin": origin(tenant),
         "job": job,
-        "tenant": tenant,
+        "checkpoint": latest["note"],
         "entries": [
-            {"sequence": row.sequence, **_summary(queue_pb2.TransitionEvent.FromString(row.event))}
-            for row in mine
+            {
+                "index": index,
+                "entry": _b64(entries[index][1]),
+                "inclusion_proof": [_b64(h) for h in tree.inclusion_proof(index, size)],
+            }
+            for index in indices
         ],
-        "chain": links,
-        "checkpoint": checkpoint,
+        "consistency": consistency,
         "public_key": public_pem,
         "public_key_sha256": public_key_fingerprint(public_pem),
     }
 
 
-def verify_evidence(document: dict[str, Any], trusted_key_sha256: str | None = None) -> list[str]:
-    """Problems found; empty when the evidence holds."""
-    problems: list[str] = []
+def _key(document: dict[str, Any], trusted_key_sha256: str | None) -> Ed25519PublicKey:
     pem = document["public_key"]
     if trusted_key_sha256 and public_key_fingerprint(pem) != trusted_key_sha256:
-        problems.append("checkpoint key is not the trusted one")
+        raise NoteError("checkpoint key is not the trusted one")
     key = serialization.load_pem_public_key(pem.encode())
-    signed = document["checkpoint"]
-    checkpoint = Checkpoint(**signed["checkpoint"])
+    if not isinstance(key, Ed25519PublicKey):
+        raise NoteError("checkpoint key is not Ed25519")
+    return key
+
+
+def verify_evidence(document: dict[str, Any], trusted_key_sha256: str | None = None) -> list[str]:
+    """Problems found (``docs/evidence-format.md`` section 7); empty when it holds."""
     try:
-        assert isinstance(key, Ed25519PublicKey)
-        key.verify(base64.b64decode(signed["signature"]), checkpoint.payload())
-    except Exception:  # noqa: BLE001 - InvalidSignature or a wrong key type
-        problems.append("checkpoint signature does not verify")
-    links = document["chain"]
-    previous = links[0]["prev_hash"] if links else GENESIS
-    job_events: dict[int, queue_pb2.TransitionEvent] = {}
-    for link in links:
-        data = base64.b64decode(link["event"])
-        if link["prev_hash"] != previous:
-            problems.append(f"chain broken before sequence {link['sequence']}")
-        if entry_hash(link["prev_hash"], data) != link["entry_hash"]:
-            problems.append(f"entry {link['sequence']} does not match its hash")
-        previous = link["entry_hash"]
+        events = _proven_events(document, trusted_key_sha256)
+    except (NoteError, ProofError, KeyError, ValueError, binascii.Error) as error:
+        return [str(error) or type(error).__name__]
+    return _history_problems(document, events)
+
+
+def _proven_events(
+    document: dict[str, Any], trusted_key_sha256: str | None
+) -> list[queue_pb2.TransitionEvent]:
+    """Steps 1-5: the entries proven to be in the signed log, decoded."""
+    if document.get("format") != FORMAT:
+        raise NoteError("not quire evidence in this format")
+    log_origin = document["origin"]
+    key = _key(document, trusted_key_sha256)
+    head = open_checkpoint(document["checkpoint"].encode(), log_origin, key)
+    events = []
+    previous = -1
+    for item in document["entries"]:
+        index, data = int(item["index"]), _unb64(item["entry"])
+        if index <= previous:
+            raise ProofError("entry indices are not increasing")
+        previous = index
+        proof = [_unb64(h) for h in item["inclusion_proof"]]
+        verify_inclusion(leaf_hash(data), index, head.size, proof, head.root_hash)
         try:
-            event = queue_pb2.TransitionEvent.FromString(data)
+            events.append(queue_pb2.TransitionEvent.FromString(data))
         except DecodeError:
-            problems.append(f"entry {link['sequence']} is not a transition event")
-            continue
-        if event.job == document["job"]:
-            job_events[link["sequence"]] = event
-    if not links or links[-1]["entry_hash"] != checkpoint.head_hash:
-        problems.append("chain does not end at the checkpoint's head")
-    if links and links[-1]["position"] != checkpoint.length:
-        problems.append("chain length differs from the checkpoint's")
-    if checkpoint.tenant != document["tenant"]:
-        problems.append("checkpoint is for another tenant")
-    claimed = {entry["sequence"]: entry for entry in document["entries"]}
-    if set(claimed) != set(job_events):
-        problems.append("the listed entries are not the job's entries in the chain")
-    for sequence, event in job_events.items():
-        entry = dict(claimed.get(sequence, {}))
-        entry.pop("sequence", None)
-        if entry != _summary(event):
-            problems.append(f"entry {sequence} summary differs from the signed chain")
+            raise ProofError(f"entry {index} is not a transition event") from None
+    for item in document.get("consistency", []):
+        old = open_checkpoint(item["checkpoint"].encode(), log_origin, key)
+        proof = [_unb64(h) for h in item["proof"]]
+        verify_consistency(old.size, head.size, old.root_hash, head.root_hash, proof)
+    return events
+
+
+def _history_problems(
+    document: dict[str, Any], events: list[queue_pb2.TransitionEvent]
+) -> list[str]:
+    """Step 6: every entry is this job's, in its tenant's log, and the history is whole."""
+    problems = []
+    tenant = tenant_of(document["origin"])
+    if any(event.job != document["job"] or event.tenant != tenant for event in events):
+        problems.append("an entry belongs to another job or tenant")
+    states = {state_name(event.to_state) for event in events}
+    if "ACCEPTED" not in states:
+        problems.append("the history does not start with ACCEPTED")
+    if "COMPLETED" in states and not set(HISTORY_BEFORE_COMPLETION) <= states:
+        problems.append("a completion without the whole history before it")
     return problems
+
+
+def summaries(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """What each entry says, read from its bytes (for printing after verifying)."""
+    out = []
+    for item in document["entries"]:
+        event = queue_pb2.TransitionEvent.FromString(_unb64(item["entry"]))
+        out.append(
+            {
+                "index": item["index"],
+                "to_state": state_name(event.to_state),
+                "reason_code": event.reason_code,
+                "actor": f"{event.actor.service}/{event.actor.instance}",
+                "output_digest": event.output_digest,
+            }
+        )
+    return out
 
 
 def dumps(document: dict[str, Any]) -> str:

@@ -1,0 +1,46 @@
+"""A tenant's ledger as a transparency log (``docs/evidence-format.md``).
+
+Leaf ``i`` of tenant T's log is the ``i``-th ledger entry of T in chain order,
+and its bytes are the entry's stored event bytes exactly as hashed into the
+chain. The log's name (its checkpoints' origin and key name) is
+``quire/<tenant>``.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from quire.audit import tables
+from quire.merkle import MerkleTree
+
+__all__ = ["ORIGIN_PREFIX", "origin", "tenant_of", "tenant_entries", "tenant_tree"]
+
+ORIGIN_PREFIX = "quire/"
+
+
+def origin(tenant: str) -> str:
+    return f"{ORIGIN_PREFIX}{tenant}"
+
+
+def tenant_of(log_origin: str) -> str:
+    return log_origin.removeprefix(ORIGIN_PREFIX)
+
+
+def tenant_entries(
+    session: Session, tenant: str, size: int | None = None
+) -> list[tuple[int, bytes]]:
+    """(sequence, event bytes) of the tenant's first ``size`` entries, in chain order."""
+    table = tables.ledger
+    query = (
+        select(table.c.sequence, table.c.event)
+        .where(table.c.tenant == tenant)
+        .order_by(table.c.sequence)
+    )
+    if size is not None:
+        query = query.limit(size)
+    return [(row.sequence, bytes(row.event)) for row in session.execute(query)]
+
+
+def tenant_tree(entries: list[tuple[int, bytes]]) -> MerkleTree:
+    return MerkleTree.from_entries(event for _, event in entries)
