@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select, text, update
 
 from quire.audit import ledger, tables
-from quire.audit.checkpoints import CheckpointSigner, load_checkpoints
+from quire.audit.checkpoints import CheckpointSigner, load_checkpoints, read_checkpoint_files
 from quire.audit.verification import verify_ledger
 from quire.database import Database
 from quire.transitions import EventFactory
@@ -38,8 +38,10 @@ def audit(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 def _verify(audit):  # type: ignore[no-untyped-def]
     database, signer, folder = audit
-    checkpoints = load_checkpoints(folder, signer.public_pem)
-    return database.transaction(lambda s: verify_ledger(s, checkpoints))
+    files = read_checkpoint_files(folder, signer.public_pem)
+    return database.transaction(
+        lambda s: verify_ledger(s, files.checkpoints, heads=files.heads, refused=files.refused)
+    )
 
 
 def _t1_sequences(database: Database) -> list[int]:
@@ -180,8 +182,9 @@ def test_a_rewrite_that_recomputes_every_hash_is_caught_by_the_checkpoint(audit)
 
     database.transaction(rewrite)
     findings = _verify(audit).findings
-    assert [f.kind for f in findings] == ["checkpoint"]
-    assert findings[0].tenant == "t1"
+    assert {f.kind for f in findings} == {"checkpoint"}
+    assert {f.tenant for f in findings} == {"t1"}
+    assert {f.column for f in findings} == {"", "log head"}, "the chain head and the Merkle root"
 
 
 def test_a_forged_checkpoint_file_is_not_trusted(audit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -294,3 +297,27 @@ def build_evidence_with(database, signer):  # type: ignore[no-untyped-def]
     return database.transaction(
         lambda s: build_evidence(s, "jobs/aa", documents, signer.public_pem)
     )
+
+
+@pytest.mark.parametrize("part", ["length", "head_hash", "note size", "note root", "signature"])
+def test_an_edited_checkpoint_file_is_reported(audit, part: str) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    _database, _signer, folder = audit
+    path = sorted(folder.glob("*t1.json"))[0]
+    document = json.loads(path.read_text())
+    if part == "length":
+        document["checkpoint"]["length"] -= 1
+    elif part == "head_hash":
+        document["checkpoint"]["head_hash"] = "0" * 64
+    elif part == "note size":
+        origin, size, rest = document["note"].split("\n", 2)
+        document["note"] = "\n".join((origin, str(int(size) - 1), rest))
+    elif part == "note root":
+        origin, size, root, rest = document["note"].split("\n", 3)
+        document["note"] = "\n".join((origin, size, "A" * 43 + "=", rest))
+    else:
+        document["signature"] = document["signature"][::-1]
+    path.write_text(json.dumps(document))
+    findings = _verify(audit).findings
+    assert ("checkpoint_file", path.name) in {(f.kind, f.column) for f in findings}

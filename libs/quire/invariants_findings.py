@@ -29,8 +29,9 @@ Kinds, by invariant:
 - (d) no leftover temporary space: ``temp_leftover`` (owner process gone),
   ``temp_not_empty`` (the stack is stopped, yet entries remain);
 - (e) the ledger verifies: ``ledger_edited``, ``ledger_deleted``,
-  ``ledger_inserted``, ``ledger_reordered``, ``ledger_checkpoint`` (from
-  audit's own verification), ``ledger_row_mismatch`` (a row's columns
+  ``ledger_inserted``, ``ledger_reordered``, ``ledger_checkpoint``,
+  ``ledger_checkpoint_file`` (a checkpoint file audit's key does not vouch
+  for as it stands) (from audit's own verification), ``ledger_row_mismatch`` (a row's columns
   disagree with the hashed event), ``ledger_undecodable``,
   ``job_view_mismatch`` (audit's job index disagrees with what the job's
   events fold to; the detail names the field);
@@ -75,6 +76,7 @@ KINDS = frozenset(
         "ledger_inserted",
         "ledger_reordered",
         "ledger_checkpoint",
+        "ledger_checkpoint_file",
         "ledger_row_mismatch",
         "ledger_undecodable",
         "job_view_mismatch",

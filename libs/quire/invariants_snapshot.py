@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from quire.admission import tables as admission_tables
 from quire.assembler import tables as assembler_tables
 from quire.audit import tables as audit_tables
-from quire.audit.checkpoints import Checkpoint, CheckpointSigner, load_checkpoints
+from quire.audit.checkpoints import CheckpointFiles, CheckpointSigner, read_checkpoint_files
 from quire.audit.verification import LedgerReport, verify_ledger
 from quire.invariants_db import database_exists, read_only_engine, service_settings
 from quire.invariants_records import PacketRef, read_assemblies, read_handed_packets
@@ -162,12 +162,12 @@ def _signatures(session: Session) -> dict[str, SignatureRecord]:
     return {row.job: SignatureRecord(row.job, row.blob_key, row.sha256 or "") for row in rows}
 
 
-def _checkpoints(audit_dir: Path) -> list[Checkpoint]:
-    """Checkpoints that verify with audit's key; none if audit never made its key."""
+def _checkpoints(audit_dir: Path) -> CheckpointFiles:
+    """The checkpoint folder as audit's key vouches for it; empty if audit never made its key."""
     if not (audit_dir / "keys" / "checkpoint.key").is_file():
-        return []
+        return CheckpointFiles([], [], [])
     signer = CheckpointSigner(audit_dir / "keys")
-    return load_checkpoints(audit_dir / "checkpoints", signer.public_pem)
+    return read_checkpoint_files(audit_dir / "checkpoints", signer.public_pem)
 
 
 def read_snapshot(data_dir: Path, env: Mapping[str, str], *, stopped: bool) -> Snapshot:
@@ -194,7 +194,12 @@ def read_snapshot(data_dir: Path, env: Mapping[str, str], *, stopped: bool) -> S
             with Session(engines["audit"]) as session, session.begin():
                 ledger = _ledger(session)
                 views = _views(session)
-                verification = verify_ledger(session, checkpoints)
+                verification = verify_ledger(
+                    session,
+                    checkpoints.checkpoints,
+                    heads=checkpoints.heads,
+                    refused=checkpoints.refused,
+                )
         assemblies: dict[str, PacketRef] = {}
         assembler_handed: dict[str, list[PacketRef]] = {}
         if "assembler" in engines:

@@ -28,12 +28,19 @@ from sqlalchemy.orm import Session
 from quire.audit import tables
 from quire.audit.tenantlog import origin, tenant_entries, tenant_tree
 from quire.checkpoint import Checkpoint as LogHead
-from quire.checkpoint import sign_checkpoint
+from quire.checkpoint import open_checkpoint, sign_checkpoint
 from quire.database import Database
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Checkpoint", "CheckpointSigner", "CheckpointBook", "load_checkpoints"]
+__all__ = [
+    "Checkpoint",
+    "CheckpointFiles",
+    "CheckpointSigner",
+    "CheckpointBook",
+    "load_checkpoints",
+    "read_checkpoint_files",
+]
 
 
 @dataclass(frozen=True)
@@ -108,21 +115,44 @@ class CheckpointSigner:
             (folder / name).write_text(json.dumps(document, sort_keys=True))
 
 
-def load_checkpoints(folder: Path, trusted_public_pem: str) -> list[Checkpoint]:
-    """Checkpoints signed by audit's key; anything else is ignored, not trusted."""
+@dataclass(frozen=True)
+class CheckpointFiles:
+    """What a checkpoint folder holds, as audit's key vouches for it."""
+
+    checkpoints: list[Checkpoint]
+    """Chain heads whose signature verifies."""
+    heads: list[tuple[str, LogHead]]
+    """(tenant, log head) of every signed tlog-checkpoint note that verifies."""
+    refused: list[str]
+    """Files that are not checkpoints signed by audit's key (edited, or forged)."""
+
+
+def read_checkpoint_files(folder: Path, trusted_public_pem: str) -> CheckpointFiles:
     key = serialization.load_pem_public_key(trusted_public_pem.encode())
     if not isinstance(key, Ed25519PublicKey):
         raise ValueError("not an Ed25519 public key")
-    found = []
+    found = CheckpointFiles([], [], [])
     for path in sorted(folder.glob("*.json")):
-        document = json.loads(path.read_text())
-        checkpoint = Checkpoint(**document["checkpoint"])
         try:
+            document = json.loads(path.read_text())
+            checkpoint = Checkpoint(**document["checkpoint"])
             key.verify(base64.b64decode(document["signature"]), checkpoint.payload())
-        except Exception:  # noqa: BLE001 - InvalidSignature: not a checkpoint
+            note = document.get("note")
+            if note is not None:
+                head = open_checkpoint(note.encode(), origin(checkpoint.tenant), key)
+                if head.size != checkpoint.length:
+                    raise ValueError("the note and the chain head disagree on the size")
+                found.heads.append((checkpoint.tenant, head))
+        except Exception:  # noqa: BLE001 - unreadable, bad signature or note: not audit's
+            found.refused.append(path.name)
             continue
-        found.append(checkpoint)
+        found.checkpoints.append(checkpoint)
     return found
+
+
+def load_checkpoints(folder: Path, trusted_public_pem: str) -> list[Checkpoint]:
+    """Checkpoints signed by audit's key; anything else is ignored, not trusted."""
+    return read_checkpoint_files(folder, trusted_public_pem).checkpoints
 
 
 class CheckpointBook:
@@ -144,6 +174,9 @@ class CheckpointBook:
 
     def load(self) -> list[Checkpoint]:
         return load_checkpoints(self.folder, self._signer.public_pem)
+
+    def files(self) -> CheckpointFiles:
+        return read_checkpoint_files(self.folder, self._signer.public_pem)
 
     @property
     def public_pem(self) -> str:

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from quire.audit import tables
-from quire.audit.checkpoints import CheckpointBook
+from quire.audit.checkpoints import CheckpointBook, CheckpointFiles
 from quire.audit.deadletterdesk import MAX_LIST, DeadLetterDesk
 from quire.audit.evidence import build_evidence, dumps
 from quire.audit.jobview import JobFacts, fold
@@ -161,8 +161,10 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
     async def VerifyLedger(  # noqa: N802 - gRPC method name
         self, request: pb.VerifyLedgerRequest, context: grpc.aio.ServicerContext
     ) -> pb.VerifyLedgerResponse:
-        checkpoints = self._checkpoints.load() if self._checkpoints else []
-        report = await self._db.read(lambda s: verify_ledger(s, checkpoints))
+        files = self._checkpoints.files() if self._checkpoints else CheckpointFiles([], [], [])
+        report = await self._db.read(
+            lambda s: verify_ledger(s, files.checkpoints, heads=files.heads, refused=files.refused)
+        )
         return pb.VerifyLedgerResponse(
             ok=report.ok,
             entries=report.entries,

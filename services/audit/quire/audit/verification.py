@@ -8,7 +8,11 @@ What each finding means:
 - ``inserted``: an entry sits between two entries that link to each other;
 - ``reordered``: an entry links to an entry that is not its predecessor;
 - ``checkpoint``: the chain no longer has, at a signed checkpoint's length,
-  the head that checkpoint recorded (a rewrite that recomputed the hashes);
+  the head that checkpoint recorded (a rewrite that recomputed the hashes),
+  or the tenant's Merkle tree no longer has the root its signed log head
+  (tlog-checkpoint note) recorded;
+- ``checkpoint_file``: a file among the checkpoints that audit's key did not
+  sign as it stands (an edited or forged checkpoint); ``column`` names it;
 - ``column``: a stored column (event id, job, tenant, states, reason) says
   something other than the hashed event it sits beside — ``column`` names it;
 - ``undecodable``: the hashed bytes are not an event at all;
@@ -29,7 +33,9 @@ from quire.audit import tables
 from quire.audit.checkpoints import Checkpoint
 from quire.audit.jobview import COMPARED, JobFacts, apply
 from quire.audit.ledger import GENESIS, entry_hash
+from quire.checkpoint import Checkpoint as LogHead
 from quire.jobs import state_name
+from quire.merkle import MerkleTree, leaf_hash
 from quire.type import queue_pb2
 
 __all__ = ["Finding", "LedgerReport", "verify_ledger"]
@@ -156,9 +162,29 @@ def _view_findings(
         yield Finding("view", last[job], views[job].tenant, column="job", job=job)
 
 
-def verify_ledger(session: Session, checkpoints: list[Checkpoint]) -> LedgerReport:
+def _head_findings(
+    trees: dict[str, MerkleTree], heads: Iterable[tuple[str, LogHead]]
+) -> Iterable[Finding]:
+    """Each signed log head against the tenant's tree as the ledger rebuilds it."""
+    for tenant, head in heads:
+        tree = trees.get(tenant)
+        if tree is None or tree.size < head.size or tree.root(head.size) != head.root_hash:
+            yield Finding("checkpoint", head.size, tenant, column="log head")
+
+
+def verify_ledger(
+    session: Session,
+    checkpoints: list[Checkpoint],
+    *,
+    heads: Iterable[tuple[str, LogHead]] = (),
+    refused: Iterable[str] = (),
+) -> LedgerReport:
+    """Verify every chain, every column, the job index, and the checkpoints:
+    ``checkpoints`` (signed chain heads), ``heads`` (signed log heads) and the
+    names of checkpoint files that did not verify (``refused``)."""
     chains: dict[str, list[_Entry]] = {}
-    findings: list[Finding] = []
+    trees: dict[str, MerkleTree] = {}
+    findings: list[Finding] = [Finding("checkpoint_file", 0, "", column=name) for name in refused]
     views: dict[str, JobFacts] = {}
     last: dict[str, int] = {}
     previous_sequence = 0
@@ -172,12 +198,14 @@ def verify_ledger(session: Session, checkpoints: list[Checkpoint]) -> LedgerRepo
         if entry_hash(row.prev_hash, row.event) != row.entry_hash:  # type: ignore[attr-defined]
             findings.append(Finding("edited", sequence, tenant))
         findings.extend(_columns(row, views, last))
+        trees.setdefault(tenant, MerkleTree()).append(leaf_hash(row.event))  # type: ignore[attr-defined]
         chains.setdefault(tenant, []).append(
             _Entry(sequence, row.prev_hash, row.entry_hash)  # type: ignore[attr-defined]
         )
     for tenant, chain in chains.items():
         findings.extend(_links(tenant, chain))
     findings.extend(_view_findings(session, views, last))
+    findings.extend(_head_findings(trees, heads))
     checked = 0
     for checkpoint in checkpoints:
         checked += 1
