@@ -54,6 +54,7 @@ bench-slow-uploads: venv
 
 bench-proofs: venv
 	$(PY) bench/proof_size_bench.py
+	$(PY) bench/evidence_size_bench.py
 
 protos: venv
 	rm -rf gen/quire
