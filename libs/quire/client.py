@@ -22,14 +22,13 @@ from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
 from quire.admission.v1 import tenant_admin_service_pb2 as admin_pb
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
 from quire.grpcserver import TraceClientInterceptors
-from quire.jobs import TERMINAL_STATES, state_name, state_value
+from quire.jobs import PARKED_STATES, TERMINAL_STATES, state_name, state_value
 from quire.tls import TlsSettings, aio_channel
 from quire.type import job_pb2
 
 __all__ = ["AdmissionClient", "TenantAdminClient", "PacketItem", "ArtifactDigestMismatch"]
 
 CHUNK_BYTES = 256 * 1024
-PARKED_STATES = frozenset({"NEEDS_REVIEW"})
 
 
 class ArtifactDigestMismatch(Exception):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,7 +21,7 @@ from sqlalchemy import Engine, MetaData, Table, create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
-__all__ = ["Database", "insert_if_absent"]
+__all__ = ["Database", "insert_if_absent", "as_utc"]
 
 READ_ONLY = "quire_read_only"
 
@@ -101,6 +102,11 @@ class Database:
     def close(self) -> None:
         self._executor.shutdown(wait=True)
         self.engine.dispose()
+
+
+def as_utc(moment: datetime) -> datetime:
+    """SQLite hands back naive datetimes; Quire stores them in UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def insert_if_absent(session: Session, table: Table, values: dict[str, Any]) -> bool:

@@ -18,12 +18,10 @@ from collections.abc import Iterable
 from quire.invariants_blobs import Artifact
 from quire.invariants_findings import Finding
 from quire.invariants_snapshot import LedgerEntry, Snapshot
-from quire.jobs import HISTORY_BEFORE_COMPLETION, TERMINAL_STATES, state_rank
+from quire.jobs import HISTORY_BEFORE_COMPLETION, PARKED_STATES, TERMINAL_STATES, state_rank
 from quire.reasons import ReasonCode
 
 __all__ = ["generations", "outcome", "job_findings", "artifact_findings", "ledger_row_findings"]
-
-PARKED_STATES = frozenset({"NEEDS_REVIEW"})
 
 
 def generations(entries: list[LedgerEntry]) -> list[list[LedgerEntry]]:

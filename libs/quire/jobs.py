@@ -21,6 +21,7 @@ __all__ = [
     "state_name",
     "state_value",
     "TERMINAL_STATES",
+    "PARKED_STATES",
     "HISTORY_BEFORE_COMPLETION",
     "state_rank",
     "manifest_digest",
@@ -31,6 +32,8 @@ JobState = job_pb2.JobState
 _PREFIX = "JOB_STATE_"
 
 TERMINAL_STATES = frozenset({"COMPLETED", "REJECTED", "FAILED", "CANCELLED"})
+PARKED_STATES = frozenset({"NEEDS_REVIEW"})
+"""Waiting for an operator, not stalled."""
 # The transitions a job must have in the ledger before audit may complete it.
 HISTORY_BEFORE_COMPLETION = (
     "ACCEPTED",

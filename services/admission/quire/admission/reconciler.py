@@ -37,8 +37,8 @@ from quire.admission import tables
 from quire.admission.backlog import QueueAgeProbe
 from quire.admission.outstanding import OutstandingJobs
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
-from quire.database import Database, insert_if_absent
-from quire.jobs import TERMINAL_STATES, state_name
+from quire.database import Database, as_utc, insert_if_absent
+from quire.jobs import PARKED_STATES, TERMINAL_STATES, state_name
 from quire.settings import ReconcileSettings
 from quire.type import job_pb2, queue_pb2
 from quire.workqueue import Publisher, event_subject, redriven, task_message_id, work_subject
@@ -48,7 +48,6 @@ __all__ = ["Reconciler"]
 log = logging.getLogger(__name__)
 BATCH = 500
 AUDIT_TIMEOUT_SECONDS = 10.0
-PARKED = "NEEDS_REVIEW"
 QUEUE_OF_STATE = {
     "ACCEPTED": "validate",
     "VALIDATING": "validate",
@@ -133,13 +132,13 @@ class Reconciler:
             state, since = "ACCEPTED", row.created_at
         else:
             state = state_name(view.state)
-            if state in TERMINAL_STATES or state == PARKED:
+            if state in TERMINAL_STATES or state in PARKED_STATES:
                 return None
             since = view.update_time.ToDatetime(tzinfo=UTC)
         budget = timedelta(seconds=self._settings.budget(state))
-        if row.last_redrive is not None and now - _aware(row.last_redrive) < budget:
+        if row.last_redrive is not None and now - as_utc(row.last_redrive) < budget:
             return None  # re-driven recently: give it its budget again
-        stalled = now - _aware(since)
+        stalled = now - as_utc(since)
         return (state, stalled.total_seconds()) if stalled > budget else None
 
     async def _in_line(self, state: str, priority: str, stalled_seconds: float) -> bool:
@@ -179,11 +178,6 @@ class _Row:
     job: str
     created_at: datetime
     last_redrive: datetime | None
-
-
-def _aware(moment: datetime) -> datetime:
-    """SQLite hands back naive datetimes; they were stored in UTC."""
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _unfinished(session: Session, youngest: datetime, after: str) -> list[_Row]:

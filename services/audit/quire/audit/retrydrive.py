@@ -21,8 +21,8 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from quire.audit import tables
-from quire.database import Database, insert_if_absent
-from quire.jobs import TERMINAL_STATES
+from quire.database import Database, as_utc, insert_if_absent
+from quire.jobs import PARKED_STATES, TERMINAL_STATES
 from quire.settings import ReconcileSettings
 from quire.type import queue_pb2
 from quire.workqueue import Publisher, redriven, task_message_id, work_subject
@@ -31,7 +31,6 @@ __all__ = ["RetryRedriver"]
 
 log = logging.getLogger(__name__)
 BATCH = 500
-PARKED = "NEEDS_REVIEW"
 
 
 class RetryRedriver:
@@ -58,7 +57,7 @@ class RetryRedriver:
         rows = await self._db.read(_retried_and_open)
         count = 0
         for row in rows:
-            since = max(_aware(row.updated_at), _aware(row.last_at or row.updated_at))
+            since = max(as_utc(row.updated_at), as_utc(row.last_at or row.updated_at))
             if now - since <= timedelta(seconds=self._settings.budget(row.state)):
                 continue
             generation = row.generation + 1
@@ -75,10 +74,6 @@ class RetryRedriver:
             )
             count += 1
         return count
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _retried_and_open(session: Session) -> list[Any]:
@@ -101,7 +96,7 @@ def _retried_and_open(session: Session) -> list[Any]:
             )
             .where(
                 letters.c.status == "retried",
-                jobs.c.state.not_in([*TERMINAL_STATES, PARKED]),
+                jobs.c.state.not_in([*TERMINAL_STATES, *PARKED_STATES]),
             )
             .limit(BATCH)
         ).all()
