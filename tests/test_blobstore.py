@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from quire.blobstore import LocalBlobStore
+from sealedstore import sealed_store
 from quire.errors import InvalidInput, PermanentError
 from quire.reasons import ReasonCode
 
 
 def test_promoted_blob_is_readable_and_verified(tmp_path: Path) -> None:
-    store = LocalBlobStore(tmp_path)
-    with store.writer() as writer:
+    store = sealed_store(tmp_path)
+    with store.writer("t") as writer:
         writer.write(b"hello ")
         writer.write(b"world")
         writer.promote("sources/t/abc")
@@ -24,19 +24,19 @@ def test_promoted_blob_is_readable_and_verified(tmp_path: Path) -> None:
 
 
 def test_reading_a_blob_whose_bytes_changed_fails_with_digest_mismatch(tmp_path: Path) -> None:
-    store = LocalBlobStore(tmp_path)
-    with store.writer() as writer:
+    store = sealed_store(tmp_path)
+    with store.writer("t") as writer:
         writer.write(b"original")
-        writer.promote("k/one")
-    store.local_path("k/one").write_bytes(b"tampered")
+        writer.promote("sources/t/one")
+    store.local_path("sources/t/one").write_bytes(b"tampered")
     with pytest.raises(PermanentError) as caught:
-        b"".join(store.read_verified("k/one", hashlib.sha256(b"original").hexdigest()))
+        b"".join(store.read_verified("sources/t/one", hashlib.sha256(b"original").hexdigest()))
     assert caught.value.reason is ReasonCode.DIGEST_MISMATCH
 
 
 def test_writer_stops_at_first_byte_past_the_limit_and_leaves_no_file(tmp_path: Path) -> None:
-    store = LocalBlobStore(tmp_path)
-    with pytest.raises(InvalidInput) as caught, store.writer(max_bytes=4) as writer:
+    store = sealed_store(tmp_path)
+    with pytest.raises(InvalidInput) as caught, store.writer("t", max_bytes=4) as writer:
         writer.write(b"abcd")
         writer.write(b"e")
     assert caught.value.reason is ReasonCode.SIZE_EXCEEDS_DECLARATION
@@ -44,18 +44,21 @@ def test_writer_stops_at_first_byte_past_the_limit_and_leaves_no_file(tmp_path: 
 
 
 def test_exclusive_promotion_never_replaces_an_existing_blob(tmp_path: Path) -> None:
-    store = LocalBlobStore(tmp_path)
-    with store.writer() as first:
+    store = sealed_store(tmp_path)
+    with store.writer("t") as first:
         first.write(b"first")
         assert first.promote("signed/t/job.pdf", exclusive=True)
-    with store.writer() as second:
+    with store.writer("t") as second:
         second.write(b"second")
         assert not second.promote("signed/t/job.pdf", exclusive=True)
-    assert store.local_path("signed/t/job.pdf").read_bytes() == b"first"
+    first_digest = hashlib.sha256(b"first").hexdigest()
+    assert b"".join(store.read_verified("signed/t/job.pdf", first_digest)) == b"first"
     assert list(store.tmp_dir.iterdir()) == []
 
 
-@pytest.mark.parametrize("key", ["../escape", "/abs/path", ".tmp/x", "a/../../b"])
+@pytest.mark.parametrize(
+    "key", ["../escape", "/abs/path", ".tmp/x", "a/../../b", ".keyring/t/v1.key"]
+)
 def test_keys_cannot_leave_the_store(tmp_path: Path, key: str) -> None:
     with pytest.raises(PermanentError):
-        LocalBlobStore(tmp_path).local_path(key)
+        sealed_store(tmp_path).local_path(key)

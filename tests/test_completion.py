@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from sealedstore import sealed_store
 from quire.audit import ledger, tables
 from quire.audit.completion import CompletionDesk, Verdict
 from quire.audit.history import HistoryWatch
@@ -30,7 +31,7 @@ HISTORY = HistoryWatch()
 def desk(tmp_path: Path) -> tuple[CompletionDesk, Database, LocalBlobStore]:
     database = Database(f"sqlite:///{tmp_path / 'audit.db'}", tables.metadata)
     database.create_schema()
-    blobs = LocalBlobStore(tmp_path / "blobs")
+    blobs = sealed_store(tmp_path / "blobs")
     completion = CompletionDesk(
         database=database,
         blobs=blobs,
@@ -43,7 +44,7 @@ def desk(tmp_path: Path) -> tuple[CompletionDesk, Database, LocalBlobStore]:
 
 
 def _signed_task(blobs: LocalBlobStore, content: bytes = b"%PDF signed") -> queue_pb2.JobTask:
-    with blobs.writer() as writer:
+    with blobs.writer("t1") as writer:
         writer.write(content)
         digest = writer.sha256
         writer.promote("signed/t1/0a0b0c0d0e0f.pdf")

@@ -17,6 +17,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from sealedstore import plaintext
 from test_invariants import FinishedRun, _finished_run
 
 from quire.audit import ledger as audit_ledger
@@ -101,8 +102,10 @@ def test_the_untampered_run_shows_where_its_artifact_came_from(
     assert packet.size_bytes > 0 and packet.blob_key.startswith("assembled/")
     assert snapshot.assembler_handed[job] == [PacketRef(packet.blob_key, packet.sha256)]
     assert snapshot.signer_inputs[job] == [PacketRef(packet.blob_key, packet.sha256)]
-    signed = _artifact(copy, run.tenant, job).read_bytes()
-    assembled = (copy / "blobs" / packet.blob_key).read_bytes()
+    signed = plaintext(
+        copy, _artifact(copy, run.tenant, job).relative_to(copy / "blobs").as_posix()
+    )
+    assembled = plaintext(copy, packet.blob_key)
     assert signed[: len(assembled)] == assembled, "the signature is an incremental update"
     assert check(copy).findings == []
 

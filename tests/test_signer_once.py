@@ -10,7 +10,8 @@ import pytest
 from sqlalchemy import select
 
 from pdfs import write_text_pdf
-from quire.blobstore import LocalBlobStore, sha256_file
+from sealedstore import sealed_store
+from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.leases import Lease
 from quire.sandbox import SandboxPool
@@ -29,7 +30,7 @@ async def signer(tmp_path: Path):  # type: ignore[no-untyped-def]
     database.create_schema()
     keys = KeyStore(database, KeySource(key_dir=tmp_path / "keys"))
     keys.ensure_active_key()
-    blobs = LocalBlobStore(tmp_path / "blobs")
+    blobs = sealed_store(tmp_path / "blobs")
     pool = SandboxPool(SandboxSettings(workers=1))
     yield SignerWork(database=database, blobs=blobs, keys=keys, sandbox=pool), blobs, database
     pool.close()
@@ -37,7 +38,7 @@ async def signer(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 def _task(blobs: LocalBlobStore, tmp_path: Path) -> queue_pb2.JobTask:
     packet = write_text_pdf(tmp_path / "packet.pdf", ["page one", "page two"])
-    with blobs.writer() as writer:
+    with blobs.writer("t1") as writer:
         writer.write(packet.read_bytes())
         digest = writer.sha256
         writer.promote(f"assembled/t1/{digest}")
@@ -57,7 +58,7 @@ async def test_a_second_run_reuses_the_signed_artifact(signer, tmp_path: Path) -
     second = await work.process(task, Lease(JOB, 2, None), 2)
     assert first.next_task.signed.sha256 == second.next_task.signed.sha256
     assert path.stat().st_mtime_ns == written, "the artifact was not rewritten"
-    assert sha256_file(path)[0] == first.next_task.signed.sha256
+    assert blobs.digest(signed_key("t1", JOB))[0] == first.next_task.signed.sha256
     assert len(list(path.parent.iterdir())) == 1
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from sealedstore import sealed_store
 from quire.blobstore import LocalBlobStore
 from quire.errors import SystemFailure, TransientError
 from quire.leases import Lease
@@ -54,7 +55,7 @@ class _OneKey:
 async def test_a_storage_error_in_the_signing_worker_is_classified(
     tmp_path: Path, code: int, kind: type[Exception], reason: ReasonCode
 ) -> None:
-    blobs = LocalBlobStore(tmp_path / "blobs", owner="signer")
+    blobs = sealed_store(tmp_path / "blobs", owner="signer")
     key = SigningKey.__new__(SigningKey)
     object.__setattr__(key, "version", "v1")
     object.__setattr__(key, "key_path", str(tmp_path / "key.pem"))
@@ -65,10 +66,13 @@ async def test_a_storage_error_in_the_signing_worker_is_classified(
         keys=_OneKey(key),  # type: ignore[arg-type]
         sandbox=_FailingSandbox(code),  # type: ignore[arg-type]
     )
+    with blobs.writer("t1") as packet:
+        packet.write(b"%PDF-1.7 stand-in packet")
+        packet.promote("assembled/t1/x.pdf")
     task = queue_pb2.JobTask(
         job="jobs/0123456789abcdef",
         tenant="t1",
-        assembled=job_pb2.Artifact(blob_key="assembled/t1/x.pdf", sha256="0" * 64),
+        assembled=job_pb2.Artifact(blob_key="assembled/t1/x.pdf", sha256=packet.sha256),
     )
     with pytest.raises(kind) as raised:
         await work.process(task, Lease(job=task.job, token=1, committed=None), attempt=1)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from nats.js import JetStreamContext
 
+from sealedstore import sealed_store
 from quire.admission.tempguard import TempSpaceGuard
 from quire.blobstore import LocalBlobStore, storage_error
 from quire.errors import Overloaded, SystemFailure, TransientError
@@ -119,12 +120,12 @@ def test_storage_errors_are_classified(code: int, kind: type, reason: ReasonCode
 
 
 def test_temporary_entries_are_named_after_their_owner(tmp_path: Path) -> None:
-    store = LocalBlobStore(tmp_path, owner="assembler")
-    made = [store.new_temp(), store.new_temp_dir(), store.writer().path]
+    store = sealed_store(tmp_path, owner="assembler")
+    made = [store.new_temp(), store.new_temp_dir(), store.writer("t").path]
     for path in made:
         owner = owner_of(path)
         assert owner is not None and (owner.service, owner.pid) == ("assembler", os.getpid())
-    assert LocalBlobStore(tmp_path).owner, "a store built without an owner still names its entries"
+    assert sealed_store(tmp_path).owner, "a store built without an owner still names its entries"
 
 
 @pytest.mark.parametrize(
@@ -140,18 +141,18 @@ def test_a_storage_fault_refuses_every_write_and_leaves_nothing(
     faults = tmp_path / "faults"
     faults.mkdir()
     monkeypatch.setenv("QUIRE_FAULTS_DIR", str(faults))
-    store = LocalBlobStore(tmp_path / "blobs", owner="admission")
+    store = sealed_store(tmp_path / "blobs", owner="admission")
     finished = store.new_temp()
     _fill(finished, 5)
-    writer = store.writer()
+    writer = store.writer("t")
     writer.write(b"half")
     (faults / fault).touch()
 
     for write in (
-        store.writer,
+        lambda: store.writer("t"),
         store.new_temp,
         store.new_temp_dir,
-        lambda: store.promote_file(finished, "k/finished"),
+        lambda: store.promote_file(finished, "sources/t/finished"),
     ):
         with pytest.raises(kind) as refused:
             write()
@@ -159,13 +160,13 @@ def test_a_storage_fault_refuses_every_write_and_leaves_nothing(
     with writer, pytest.raises(kind):
         writer.write(b"more")
     assert list(store.tmp_dir.iterdir()) == [], "no temporary file is left"
-    assert not store.exists("k/finished"), "no half-stored blob"
+    assert not store.exists("sources/t/finished"), "no half-stored blob"
 
     (faults / fault).unlink()
-    with store.writer() as healed:
+    with store.writer("t") as healed:
         healed.write(b"ok")
-        assert healed.promote("k/healed")
-    assert store.exists("k/healed")
+        assert healed.promote("sources/t/healed")
+    assert store.exists("sources/t/healed")
 
 
 async def test_a_budget_closes_while_its_stage_is_over_and_opens_when_usage_drops(

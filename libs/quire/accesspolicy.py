@@ -48,6 +48,8 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
                 "RevokeToken": BEARER,
                 # Audit and validator forward an operator's token here.
                 "WhoAmI": BEARER,
+                "UpdateTenantRetention": BEARER,
+                "ForgetSource": BEARER,  # `quire retention apply`, operator token
             },
         ),
     },
@@ -62,6 +64,7 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
             "ListDeadLetters": OPERATOR,  # every tenant's failed jobs
             "RetryDeadLetter": OPERATOR,
             "DiscardDeadLetter": OPERATOR,
+            "RecordRetirement": OPERATOR,  # `quire retention apply`
         },
     ),
     "validator": _service(

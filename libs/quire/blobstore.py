@@ -1,5 +1,14 @@
-"""Blob storage: content bound to digests, written to a temporary key and
-promoted atomically.
+"""Blob storage: content bound to digests, sealed under the tenant's data
+key, written to a temporary key and promoted atomically.
+
+Every stored blob is sealed (``quire.sealing``: AES-256-GCM in segments)
+under its tenant's data key (``quire.datakeys``); the tenant is the second
+part of every key (``sources/<tenant>/...``). Digests and sizes are of the
+plaintext, so the ledger and evidence do not depend on encryption. Nothing
+in the store is plaintext: uploads are sealed as they stream in, a worker's
+output is sealed when promoted, and a stage that needs a file (pikepdf opens
+paths) gets a decrypted copy in its attempt's private directory
+(``materialize``), removed with that directory.
 
 The local backend keeps blobs under one root directory: ``<root>/<key>``.
 Writers stream into ``<root>/.tmp/`` (files created exclusively), hash while
@@ -34,8 +43,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO, Protocol
 
+from quire.datakeys import KEYRING_DIR, DataKeys
 from quire.errors import InvalidInput, PermanentError, QuireError, SystemFailure, TransientError
 from quire.reasons import ReasonCode
+from quire.sealing import Sealer, open_sealed, read_header
 from quire.tempspace import temp_prefix
 
 __all__ = [
@@ -48,6 +59,7 @@ __all__ = [
     "assembled_key",
     "signed_key",
     "storage_error",
+    "tenant_of_key",
 ]
 
 READ_CHUNK = 1024 * 1024
@@ -92,6 +104,14 @@ def signed_key(tenant: str, job: str) -> str:
     return f"signed/{tenant}/{job.removeprefix('jobs/')}.pdf"
 
 
+def tenant_of_key(key: str) -> str:
+    """The tenant a blob key belongs to: ``<kind>/<tenant>/...``."""
+    parts = key.split("/")
+    if len(parts) < 3 or not parts[1]:
+        raise PermanentError(ReasonCode.INTERNAL, "invalid blob key")
+    return parts[1]
+
+
 def sha256_file(path: str | Path) -> tuple[str, int]:
     """Digest and size of a file, read in chunks."""
     digest = hashlib.sha256()
@@ -123,11 +143,16 @@ class _StorageWrite:
 
 
 class BlobWriter:
-    """A temporary blob being written; promote it or it is removed on close."""
+    """A temporary blob of ``tenant`` being written (sealed as it streams);
+    promote it or it is removed on close. ``sha256`` and ``size`` are of the
+    plaintext."""
 
-    def __init__(self, store: LocalBlobStore, max_bytes: int | None) -> None:
+    def __init__(self, store: LocalBlobStore, tenant: str, max_bytes: int | None) -> None:
         self._store = store
+        self.tenant = tenant
         self._max_bytes = max_bytes
+        version, key = store.keys.for_writing(tenant)
+        self._sealer = Sealer(tenant, version, key)
         fd, self.path = store.make_temp_file("write")
         self._file: BinaryIO = os.fdopen(fd, "wb")
         self._hash = hashlib.sha256()
@@ -139,7 +164,7 @@ class BlobWriter:
             raise InvalidInput(ReasonCode.SIZE_EXCEEDS_DECLARATION, "more bytes than declared")
         with _StorageWrite("blob write failed"):
             _injected_fault(self._store.faults_dir)
-            self._file.write(data)
+            self._file.write(self._sealer.update(data))
         self._hash.update(data)
         self.size += len(data)
 
@@ -148,17 +173,20 @@ class BlobWriter:
         return self._hash.hexdigest()
 
     def finish(self) -> None:
-        """Flush and fsync; after this the digest and size are final."""
+        """Seal the rest, flush and fsync; after this the digest and size are final."""
         with _StorageWrite("blob write failed"):
+            self._file.write(self._sealer.finish())
             self._file.flush()
             os.fsync(self._file.fileno())
             self._file.close()
 
     def promote(self, key: str, *, exclusive: bool = False) -> bool:
         """Move the blob under ``key``. Returns False when ``exclusive`` and the key exists."""
+        if tenant_of_key(key) != self.tenant:
+            raise PermanentError(ReasonCode.INTERNAL, "blob key of another tenant")
         if not self._file.closed:
             self.finish()
-        created = self._store.promote_file(self.path, key, exclusive=exclusive)
+        created = self._store.promote_sealed(self.path, key, exclusive=exclusive)
         self._done = True
         return created
 
@@ -186,21 +214,23 @@ class BlobWriter:
 class BlobStore(Protocol):
     """What the stages need from blob storage; the local backend is the default."""
 
-    def writer(self, *, max_bytes: int | None = None) -> BlobWriter: ...
+    def writer(self, tenant: str, *, max_bytes: int | None = None) -> BlobWriter: ...
     def exists(self, key: str) -> bool: ...
-    def local_path(self, key: str) -> Path: ...
+    def materialize(self, key: str, sha256: str, directory: Path) -> Path: ...
     def read_verified(self, key: str, sha256: str, chunk: int = READ_CHUNK) -> Iterator[bytes]: ...
 
 
 class LocalBlobStore:
-    """Blobs in a directory on a local (or shared) filesystem.
+    """Blobs in a directory on a local (or shared) filesystem, sealed under
+    the data keys of ``keys``.
 
     ``owner`` is the service whose temporary entries this store makes; they are
     named ``quire.tempspace.temp_prefix(owner, kind)``.
     """
 
-    def __init__(self, root: Path, *, owner: str = DEFAULT_OWNER) -> None:
+    def __init__(self, root: Path, keys: DataKeys, *, owner: str = DEFAULT_OWNER) -> None:
         self.root = root
+        self.keys = keys
         self.owner = owner
         self.tmp_dir = root / ".tmp"
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
@@ -209,13 +239,14 @@ class LocalBlobStore:
 
     def owned_by(self, owner: str) -> LocalBlobStore:
         """The same store, its temporary entries named after ``owner``."""
-        return LocalBlobStore(self.root, owner=owner)
+        return LocalBlobStore(self.root, self.keys, owner=owner)
 
-    def writer(self, *, max_bytes: int | None = None) -> BlobWriter:
-        return BlobWriter(self, max_bytes)
+    def writer(self, tenant: str, *, max_bytes: int | None = None) -> BlobWriter:
+        return BlobWriter(self, tenant, max_bytes)
 
     def local_path(self, key: str) -> Path:
-        if key.startswith("/") or ".." in key.split("/") or key.startswith(".tmp"):
+        """Where the sealed bytes of ``key`` are (never plaintext)."""
+        if key.startswith(("/", ".tmp", KEYRING_DIR)) or ".." in key.split("/"):
             raise PermanentError(ReasonCode.INTERNAL, "invalid blob key")
         return self.root / key
 
@@ -243,10 +274,22 @@ class LocalBlobStore:
         return Path(name)
 
     def promote_file(self, temp: Path, key: str, *, exclusive: bool = False) -> bool:
-        """Promote a finished temporary file (see ``BlobWriter.promote``).
+        """Seal a finished plaintext file (a worker's output) and promote it
+        under ``key`` (see ``BlobWriter.promote``).
 
-        The temporary file is gone afterwards, whatever the outcome.
+        The plaintext file is gone afterwards, whatever the outcome.
         """
+        try:
+            with self.writer(tenant_of_key(key)) as writer, open(temp, "rb") as plain:
+                while data := plain.read(READ_CHUNK):
+                    writer.write(data)
+                return writer.promote(key, exclusive=exclusive)
+        finally:
+            with contextlib.suppress(OSError):
+                temp.unlink(missing_ok=True)
+
+    def promote_sealed(self, temp: Path, key: str, *, exclusive: bool = False) -> bool:
+        """Promote a finished sealed temporary file; it is gone afterwards."""
         try:
             with _StorageWrite("blob not promoted"):
                 _injected_fault(self.faults_dir)
@@ -260,9 +303,13 @@ class LocalBlobStore:
     def delete(self, key: str) -> None:
         self.local_path(key).unlink(missing_ok=True)
 
-    def read_verified(self, key: str, sha256: str, chunk: int = READ_CHUNK) -> Iterator[bytes]:
-        """Yield the blob's bytes; raise DIGEST_MISMATCH after the last chunk if they differ."""
-        digest = hashlib.sha256()
+    def read_plain(self, key: str) -> Iterator[bytes]:
+        """Yield the blob's plaintext in segments, each authenticated before
+        it is yielded (the digest is the caller's to check).
+
+        SOURCE_MISSING when there is no such blob, DATA_SHREDDED when its
+        tenant's key was destroyed, DIGEST_MISMATCH when it does not open.
+        """
         try:
             handle = open(self.local_path(key), "rb")
         except FileNotFoundError:
@@ -270,11 +317,50 @@ class LocalBlobStore:
         except OSError:
             raise TransientError(ReasonCode.STORAGE_UNAVAILABLE, "blob unreadable") from None
         with handle:
-            while data := handle.read(chunk):
-                digest.update(data)
-                yield data
+            header = read_header(handle)
+            if header.tenant != tenant_of_key(key):
+                raise PermanentError(ReasonCode.DIGEST_MISMATCH, "stored blob of another tenant")
+            key_bytes = self.keys.for_reading(header.tenant, header.key_version)
+            yield from open_sealed(handle, header, key_bytes)
+
+    def read_verified(self, key: str, sha256: str, chunk: int = READ_CHUNK) -> Iterator[bytes]:
+        """Yield the blob's plaintext in pieces of up to ``chunk`` bytes;
+        raise DIGEST_MISMATCH after the last one if the digest differs."""
+        digest = hashlib.sha256()
+        pending = bytearray()
+        for data in self.read_plain(key):
+            digest.update(data)
+            pending += data
+            while len(pending) >= chunk:
+                yield bytes(pending[:chunk])
+                del pending[:chunk]
+        if pending:
+            yield bytes(pending)
         if digest.hexdigest() != sha256:
             raise PermanentError(ReasonCode.DIGEST_MISMATCH, "stored blob does not match digest")
+
+    def digest(self, key: str) -> tuple[str, int]:
+        """The sha256 and size of the blob's plaintext."""
+        digest = hashlib.sha256()
+        size = 0
+        for data in self.read_plain(key):
+            digest.update(data)
+            size += len(data)
+        return digest.hexdigest(), size
+
+    def materialize(self, key: str, sha256: str, directory: Path) -> Path:
+        """A plaintext copy of the blob in ``directory`` (an attempt's private
+        directory), checked against ``sha256``; the caller removes it."""
+        fd, name = tempfile.mkstemp(dir=directory, prefix="plain-")
+        path = Path(name)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                for data in self.read_verified(key, sha256):
+                    out.write(data)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return path
 
     def _promote(self, temp: Path, key: str, *, exclusive: bool) -> bool:
         target = self.local_path(key)

@@ -31,6 +31,7 @@ from quire.invariants_findings import KINDS, Finding
 from quire.invariants_jobs import artifact_findings, job_findings, ledger_row_findings
 from quire.invariants_provenance import packet_sizes, provenance_findings
 from quire.invariants_snapshot import read_snapshot
+from quire.storage import open_blob_store, tool_kek_settings
 
 __all__ = ["CheckReport", "Finding", "KINDS", "check", "stack_running"]
 
@@ -92,8 +93,10 @@ def check(
     if stopped is None:
         stopped = stack_running(data_dir) is False
     snapshot = read_snapshot(data_dir, env, stopped=stopped)
-    blob_root = service_settings(data_dir, "signer", env).blob_root
-    scan = scan_artifacts(blob_root, packet_sizes(snapshot))
+    settings = service_settings(data_dir, "signer", env)
+    blob_root = settings.blob_root
+    blobs = open_blob_store(blob_root, data_dir, tool_kek_settings(data_dir, env))
+    scan = scan_artifacts(blobs, packet_sizes(snapshot))
     findings = [Finding("database_missing", detail=s) for s in snapshot.missing_databases]
     findings += job_findings(snapshot, scan.artifacts)
     findings += artifact_findings(snapshot, scan.artifacts)

@@ -19,10 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from quire.blobstore import READ_CHUNK
-from quire.errors import NotFound
+from quire.blobstore import LocalBlobStore
+from quire.errors import NotFound, PermanentError
 from quire.invariants_findings import Finding
 from quire.jobs import job_id, job_name
+from quire.reasons import ReasonCode
 from quire.tempspace import leftover_entries
 
 __all__ = ["Artifact", "ArtifactScan", "scan_artifacts", "temp_findings"]
@@ -42,6 +43,9 @@ class Artifact:
     """The sha256 of the artifact's first bytes, as many as its job's
     assembled packet has; empty when that size is unknown or the artifact is
     shorter."""
+    shredded: bool = False
+    """Its tenant's data key was destroyed: present, but no digest can be
+    taken (``sha256`` and ``revision_sha256`` are empty)."""
 
 
 @dataclass(frozen=True)
@@ -60,26 +64,34 @@ def _job_of(name: str) -> str | None:
         return None
 
 
-def _digests(path: Path, prefix: int) -> tuple[str, str]:
-    """The file's sha256 and that of its first ``prefix`` bytes ("" when
-    ``prefix`` is 0 or the file is shorter)."""
+def _digests(blobs: LocalBlobStore, key: str, prefix: int) -> tuple[str, str]:
+    """The plaintext's sha256 and that of its first ``prefix`` bytes ("" when
+    ``prefix`` is 0 or the blob is shorter). A blob that does not open
+    (edited, truncated) has digest "", which matches no ledger entry."""
     whole, head = hashlib.sha256(), hashlib.sha256()
     size = 0
-    with open(path, "rb") as handle:
-        while chunk := handle.read(READ_CHUNK):
+    try:
+        for chunk in blobs.read_plain(key):
             whole.update(chunk)
             if size < prefix:
                 head.update(chunk[: prefix - size])
             size += len(chunk)
+    except PermanentError as error:
+        if error.reason is ReasonCode.DATA_SHREDDED:
+            raise
+        return "", ""
     return whole.hexdigest(), head.hexdigest() if 0 < prefix <= size else ""
 
 
-def scan_artifacts(blob_root: Path, packet_sizes: Mapping[str, int] | None = None) -> ArtifactScan:
+def scan_artifacts(
+    blobs: LocalBlobStore, packet_sizes: Mapping[str, int] | None = None
+) -> ArtifactScan:
     """Every signed artifact with its recomputed sha256, and that of its
     signed revision where ``packet_sizes`` (by job) gives its length."""
     sizes = packet_sizes or {}
     artifacts: list[Artifact] = []
     unrecognized = 0
+    blob_root = blobs.root
     root = blob_root / SIGNED
     if not root.is_dir():
         return ArtifactScan([], 0)
@@ -89,8 +101,13 @@ def scan_artifacts(blob_root: Path, packet_sizes: Mapping[str, int] | None = Non
         if job is None:
             unrecognized += 1
             continue
-        digest, revision = _digests(path, sizes.get(job, 0))
-        artifacts.append(Artifact(relative.as_posix(), relative.parts[1], job, digest, revision))
+        key, tenant = relative.as_posix(), relative.parts[1]
+        try:
+            digest, revision = _digests(blobs, key, sizes.get(job, 0))
+        except PermanentError:  # DATA_SHREDDED: there, and unreadable by design
+            artifacts.append(Artifact(key, tenant, job, "", "", shredded=True))
+            continue
+        artifacts.append(Artifact(key, tenant, job, digest, revision))
     return ArtifactScan(artifacts, unrecognized)
 
 

@@ -15,7 +15,8 @@ Kinds, by invariant:
 - (b) a completion has its evidence: ``duplicate_completion``,
   ``history_incomplete``, ``completed_before_history``,
   ``output_digest_mismatch`` (COMMITTING and COMPLETED disagree),
-  ``artifact_missing``, ``artifact_digest_mismatch`` (the artifact's bytes
+  ``artifact_missing`` (gone, and the ledger records no retirement of it
+  under the retention policy), ``artifact_digest_mismatch`` (the artifact's bytes
   do not hash to the ledger's output digest), ``signature_record_missing``,
   ``signature_record_mismatch`` (the signer's record disagrees);
 - (c) one artifact per accepted job: ``artifact_without_job``,

@@ -8,6 +8,11 @@ outcome is the last generation's terminal entry, or, while it has none, the
 furthest state it reached. Non-terminal entries recorded after the terminal
 one are tolerated: a stage that was working when the client cancelled still
 publishes its transitions, and audit's view rightly stays CANCELLED.
+
+Retirement entries (bytes deleted under the retention policy) are not
+transitions and take no part in any of this; a completed job whose artifact
+the ledger records as retired is not ``artifact_missing``, while one whose
+artifact is gone with no such record still is.
 """
 
 from __future__ import annotations
@@ -21,7 +26,29 @@ from quire.invariants_snapshot import LedgerEntry, Snapshot
 from quire.jobs import HISTORY_BEFORE_COMPLETION, PARKED_STATES, TERMINAL_STATES, state_rank
 from quire.reasons import ReasonCode
 
-__all__ = ["generations", "outcome", "job_findings", "artifact_findings", "ledger_row_findings"]
+__all__ = [
+    "generations",
+    "outcome",
+    "transitions",
+    "retired_kinds",
+    "job_findings",
+    "artifact_findings",
+    "ledger_row_findings",
+]
+
+
+def transitions(entries: list[LedgerEntry]) -> list[LedgerEntry]:
+    """The entries that are transitions: all but retirement entries."""
+    return [entry for entry in entries if not entry.retired_kind]
+
+
+def retired_kinds(entries: list[LedgerEntry]) -> dict[str, set[str]]:
+    """For each job, the kinds of bytes the ledger records as retired."""
+    kinds: dict[str, set[str]] = defaultdict(set)
+    for entry in entries:
+        if entry.retired_kind and entry.job:
+            kinds[entry.job].add(entry.retired_kind)
+    return kinds
 
 
 def generations(entries: list[LedgerEntry]) -> list[list[LedgerEntry]]:
@@ -69,6 +96,7 @@ def _completion_findings(
     entries: list[LedgerEntry],
     artifacts: list[Artifact],
     snapshot: Snapshot,
+    retired: set[str],
 ) -> Iterable[Finding]:
     completions = [e for e in entries if e.to_state == "COMPLETED"]
     if not completions:
@@ -86,10 +114,10 @@ def _completion_findings(
     committing = [e for e in entries if e.to_state == "COMMITTING"]
     if committing and committing[-1].output_digest != digest:
         yield Finding("output_digest_mismatch", job, committing[-1].sequence)
-    if not artifacts:
+    if not artifacts and "artifact" not in retired:
         yield Finding("artifact_missing", job, completed.sequence)
     for artifact in artifacts:
-        if artifact.sha256 != digest:
+        if artifact.sha256 != digest and not artifact.shredded:
             yield Finding("artifact_digest_mismatch", job, completed.sequence)
     record = snapshot.signatures.get(job)
     if record is None:
@@ -103,8 +131,9 @@ def _completion_findings(
 def job_findings(snapshot: Snapshot, artifacts: list[Artifact]) -> list[Finding]:
     """Invariants (a), (b) and (f) for every job any service knows."""
     by_job: dict[str, list[LedgerEntry]] = defaultdict(list)
-    for entry in snapshot.ledger:
+    for entry in transitions(snapshot.ledger):
         by_job[entry.job].append(entry)
+    retired = retired_kinds(snapshot.ledger)
     artifacts_of: dict[str, list[Artifact]] = defaultdict(list)
     for artifact in artifacts:
         artifacts_of[artifact.job].append(artifact)
@@ -127,7 +156,11 @@ def job_findings(snapshot: Snapshot, artifacts: list[Artifact]) -> list[Finding]
                 Finding("view_state_mismatch", job, detail=f"view {view.state}, ledger {state}")
             )
         findings.extend(_generation_findings(job, entries))
-        findings.extend(_completion_findings(job, entries, artifacts_of.get(job, []), snapshot))
+        findings.extend(
+            _completion_findings(
+                job, entries, artifacts_of.get(job, []), snapshot, retired.get(job, set())
+            )
+        )
     return findings
 
 

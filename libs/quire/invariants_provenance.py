@@ -28,7 +28,7 @@ from collections.abc import Iterable
 
 from quire.invariants_blobs import Artifact
 from quire.invariants_findings import Finding
-from quire.invariants_jobs import generations, outcome
+from quire.invariants_jobs import generations, outcome, transitions
 from quire.invariants_snapshot import LedgerEntry, Snapshot
 from quire.jobs import TERMINAL_STATES
 
@@ -62,7 +62,7 @@ def _input_findings(job: str, snapshot: Snapshot, artifacts: list[Artifact]) -> 
         yield Finding("artifact_input_mismatch", job, detail="assembler hand-off differs")
     if any(not packet.same_packet(ref) for ref in signed):
         yield Finding("artifact_input_mismatch", job, detail="signer input differs")
-    if any(a.revision_sha256 != packet.sha256 for a in artifacts):
+    if any(a.revision_sha256 != packet.sha256 and not a.shredded for a in artifacts):
         yield Finding("artifact_input_mismatch", job, detail="signed revision differs")
 
 
@@ -81,7 +81,7 @@ def provenance_findings(snapshot: Snapshot, artifacts: list[Artifact]) -> list[F
     admission never accepted are ``artifact_without_job`` elsewhere and are
     only counted here."""
     entries_of: dict[str, list[LedgerEntry]] = defaultdict(list)
-    for entry in snapshot.ledger:
+    for entry in transitions(snapshot.ledger):
         entries_of[entry.job].append(entry)
     artifacts_of: dict[str, list[Artifact]] = defaultdict(list)
     for artifact in artifacts:

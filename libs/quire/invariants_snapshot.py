@@ -60,6 +60,9 @@ class LedgerEntry:
     decodes: bool
     columns_match: bool
     """Whether the row's columns say what its hashed event says."""
+    retired_kind: str = ""
+    """For a retirement entry (bytes deleted under the retention policy): what
+    was retired ("source", "packet", "artifact", "upload"); empty otherwise."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,7 @@ def _entry(row: Any) -> LedgerEntry:
         output_digest=event.output_digest if event is not None else "",
         decodes=event is not None,
         columns_match=event is not None and _said(event) == columns,
+        retired_kind=event.retirement.kind if event is not None else "",
     )
 
 

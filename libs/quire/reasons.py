@@ -27,6 +27,8 @@ class ReasonCode(StrEnum):
     TENANT_UPLOADS_EXCEEDED = "TENANT_UPLOADS_EXCEEDED"
     UPLOADS_IN_FLIGHT_EXCEEDED = "UPLOADS_IN_FLIGHT_EXCEEDED"
     TENANT_TEMP_SHARE_EXCEEDED = "TENANT_TEMP_SHARE_EXCEEDED"
+    STORAGE_QUOTA_EXCEEDED = "STORAGE_QUOTA_EXCEEDED"
+    """The upload would take the tenant's stored uploads past its storage quota."""
     # Manifests and idempotency.
     INVALID_MANIFEST = "INVALID_MANIFEST"
     REQUEST_ID_MISSING = "REQUEST_ID_MISSING"
@@ -43,6 +45,15 @@ class ReasonCode(StrEnum):
     JOB_NOT_COMPLETED = "JOB_NOT_COMPLETED"
     ARTIFACT_DIGEST_MISMATCH = "ARTIFACT_DIGEST_MISMATCH"
     ARTIFACT_MISSING = "ARTIFACT_MISSING"
+    # Retention.
+    BYTES_RETIRED = "BYTES_RETIRED"
+    """A ledger entry recording bytes deleted under the retention policy."""
+    ARTIFACT_RETIRED = "ARTIFACT_RETIRED"
+    """The artifact's bytes were deleted under the retention policy (the ledger says so)."""
+    JOB_NOT_ENDED = "JOB_NOT_ENDED"
+    """A job's bytes are kept until it ends: nothing of a running job is retired."""
+    DATA_SHREDDED = "DATA_SHREDDED"
+    """The tenant's data key was destroyed (crypto-shredding): its bytes are unreadable."""
     HISTORY_INCOMPLETE = "HISTORY_INCOMPLETE"
     # Validation.
     TYPE_MISMATCH = "TYPE_MISMATCH"
@@ -72,6 +83,8 @@ class ReasonCode(StrEnum):
     QUEUE_UNAVAILABLE = "QUEUE_UNAVAILABLE"
     STORAGE_UNAVAILABLE = "STORAGE_UNAVAILABLE"
     STORAGE_FAILED = "STORAGE_FAILED"
+    DATA_KEY_UNAVAILABLE = "DATA_KEY_UNAVAILABLE"
+    """A tenant's data key could not be unwrapped: no configured key-encryption key fits."""
     DEAD_LETTER_RETRIED = "DEAD_LETTER_RETRIED"
     DEAD_LETTER_NOT_FOUND = "DEAD_LETTER_NOT_FOUND"
     DEAD_LETTER_RESOLVED = "DEAD_LETTER_RESOLVED"

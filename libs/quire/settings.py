@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quire.identity import IdentitySettings
+from quire.kek import KekSettings
 from quire.tls import TlsSettings
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "SandboxSettings",
     "AdmissionSettings",
     "TempSpaceSettings",
+    "RetentionSettings",
     "ValidationLimits",
     "service_address_var",
     "service_health_var",
@@ -168,6 +170,8 @@ class ServiceSettings:
     """NATS user this service connects as; empty connects without credentials."""
     nats_password_file: Path | None = None
     """File holding that user's password (a mounted Secret, or the stack's credentials)."""
+    kek: KekSettings = field(default_factory=KekSettings)
+    """Where the key-encryption keys that wrap tenants' data keys come from (``quire.kek``)."""
 
     @classmethod
     def from_env(cls, service: str, env: Mapping[str, str] | None = None) -> ServiceSettings:
@@ -204,6 +208,7 @@ class ServiceSettings:
             identity=IdentitySettings.from_env(service, data_dir, env),
             nats_user=_nats_login(env, service)[0],
             nats_password_file=_nats_login(env, service)[1],
+            kek=KekSettings.from_env(env),
         )
 
     @property
@@ -250,6 +255,8 @@ class AdmissionSettings:
     """How long a refused upload is still read (and discarded) so the caller hears the reason."""
     upload_linger_bytes: int = 64 * 1024 * 1024
     """How many bytes of a refused upload are read and discarded at most."""
+    storage_quota_bytes: int = 10 * GIB
+    """Bytes of stored uploads one tenant may keep (its own quota overrides it)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AdmissionSettings:
@@ -278,6 +285,38 @@ class AdmissionSettings:
             upload_max_seconds=float(_get(env, "QUIRE_UPLOAD_MAX_SECONDS", "900")),
             upload_linger_seconds=float(_get(env, "QUIRE_UPLOAD_LINGER_SECONDS", "5")),
             upload_linger_bytes=int(_get(env, "QUIRE_UPLOAD_LINGER_BYTES", str(64 * 1024 * 1024))),
+            storage_quota_bytes=int(_get(env, "QUIRE_STORAGE_QUOTA_BYTES", str(10 * GIB))),
+        )
+
+
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class RetentionSettings:
+    """How long stored bytes are kept when a tenant sets no period of its own
+    (``quire retention``). Ledger facts are kept whatever these say."""
+
+    sources_seconds: float = 30 * DAY
+    """Uploaded sources, from the end of the last job that used them."""
+    packets_seconds: float = 7 * DAY
+    """Assembled packets, from the end of their job (the signed artifact holds them)."""
+    artifacts_seconds: float = 365 * DAY
+    """Signed artifacts, from the end of their job."""
+    unused_uploads_seconds: float = DAY
+    """Uploads no job used, from the upload."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RetentionSettings:
+        """``QUIRE_RETENTION_{SOURCES,PACKETS,ARTIFACTS}_DAYS`` and
+        ``QUIRE_RETENTION_UNUSED_UPLOAD_HOURS`` (fractions allowed)."""
+        env = os.environ if env is None else env
+        return cls(
+            sources_seconds=float(_get(env, "QUIRE_RETENTION_SOURCES_DAYS", "30")) * DAY,
+            packets_seconds=float(_get(env, "QUIRE_RETENTION_PACKETS_DAYS", "7")) * DAY,
+            artifacts_seconds=float(_get(env, "QUIRE_RETENTION_ARTIFACTS_DAYS", "365")) * DAY,
+            unused_uploads_seconds=float(_get(env, "QUIRE_RETENTION_UNUSED_UPLOAD_HOURS", "24"))
+            * 3600.0,
         )
 
 

@@ -19,6 +19,7 @@ from quire.runtime import load_wire, start_runtime
 from quire.sandbox import SandboxPool
 from quire.settings import ServiceSettings, TempSpaceSettings
 from quire.stage import StageRunner, StageWork
+from quire.storage import open_blob_store
 from quire.tempspace import TempKeeper
 from quire.transitions import EventFactory
 from quire.workqueue import WORK_STREAM, Publisher, WorkQueueWorker, consumer_name
@@ -67,7 +68,9 @@ async def run_stage_service(
     database.create_schema()
     # Temporary entries are named after this stage, so they count against its
     # budget and a dead process's leftovers are recognised and swept.
-    blobs = LocalBlobStore(settings.blob_root, owner=settings.service)
+    blobs = open_blob_store(
+        settings.blob_root, settings.data_dir, settings.kek, owner=settings.service
+    )
     keeper = TempKeeper(
         blobs.tmp_dir,
         TempSpaceSettings.from_env(os.environ, settings.service),

@@ -187,7 +187,12 @@ async def _evidence(args: argparse.Namespace, config: ClientConfig) -> int:
 def _evidence_verify(args: argparse.Namespace) -> int:
     import json
 
-    from quire.audit.evidence import public_key_fingerprint, summaries, verify_evidence
+    from quire.audit.evidence import (
+        public_key_fingerprint,
+        retirements,
+        summaries,
+        verify_evidence,
+    )
 
     document = json.loads(Path(args.file).read_text())
     problems = verify_evidence(document, args.key_sha256 or None)
@@ -203,6 +208,13 @@ def _evidence_verify(args: argparse.Namespace) -> int:
         for entry in summaries(document):
             print(
                 f"  #{entry['index']} {entry['to_state']} {entry['reason_code']} {entry['actor']}"
+            )
+        for retired in retirements(document):
+            print(
+                f"  bytes retired under the retention policy: {retired['kind']} "
+                f"sha256={retired['sha256']} size={retired['size_bytes']} "
+                f"rule={retired['rule']} period={retired['period_seconds']}s "
+                f"since={retired['since']} at={retired['retired_at']}"
             )
     print("OK" if not problems else "EVIDENCE DOES NOT VERIFY")
     return 0 if not problems else 1

@@ -30,6 +30,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from quire.identity import provision_identities
+from quire.kek import DEVELOPMENT_RING, provision_development_ring
 from quire.natsauth import OPERATOR, authorization_config, provision_nats_passwords
 from quire.runtime import connect_nats
 from quire.settings import SERVICES, QueueSettings, service_address_var, service_health_var
@@ -120,6 +121,8 @@ class Stack:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         (self.data_dir / "logs").mkdir(exist_ok=True)
         provision_identities(self.data_dir / "identity", SERVICES)
+        if self.uses_development_kek:
+            provision_development_ring(self.kek_ring)
         if not self._external_nats:
             passwords = provision_nats_passwords(self.credentials_dir, (*SERVICES, OPERATOR))
             self.nats = NatsServer(
@@ -145,6 +148,11 @@ class Stack:
             self._watcher = threading.Thread(target=self._watch, name="stack-watch", daemon=True)
             self._watcher.start()
         return info
+
+    @property
+    def kek_ring(self) -> Path:
+        """The embedded stack's development KEK ring (production configures its own)."""
+        return self.data_dir / DEVELOPMENT_RING
 
     @property
     def credentials_dir(self) -> Path:
@@ -199,7 +207,16 @@ class Stack:
         env.update({service_address_var(s): address for s, address in self.endpoints.items()})
         env.update({service_health_var(s): a for s, a in self.health_endpoints.items()})
         env.update(self._extra_env)
+        if self.uses_development_kek:
+            env["QUIRE_KEK_FILE"] = str(self.kek_ring)
+            env["QUIRE_KEK_DEVELOPMENT"] = "1"
         return env
+
+    @property
+    def uses_development_kek(self) -> bool:
+        """True unless a KEK was configured (QUIRE_KEK_FILE or a PKCS#11 token)."""
+        configured = {**os.environ, **self._extra_env}
+        return not (configured.get("QUIRE_KEK_FILE") or configured.get("QUIRE_KEK_PKCS11_MODULE"))
 
     def _spawn(self, service: str) -> None:
         log = open(self.data_dir / "logs" / f"{service}.log", "ab")

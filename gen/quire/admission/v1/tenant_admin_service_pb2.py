@@ -25,39 +25,47 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-quire/admission/v1/tenant_admin_service.proto\x12\x12quire.admission.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x0f\n\rWhoAmIRequest\"\x19\n\x08Operator\x12\r\n\x05token\x18\x01 \x01(\t\"w\n\x05Token\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x0b\x63reate_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0brevoke_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"F\n\x0cTenantLimits\x12\x18\n\x10max_upload_bytes\x18\x01 \x01(\x03\x12\x1c\n\x14max_outstanding_jobs\x18\x02 \x01(\x05\"\xba\x01\n\x06Tenant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x30\n\x06limits\x18\x03 \x01(\x0b\x32 .quire.admission.v1.TenantLimits\x12/\n\x0b\x63reate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x06tokens\x18\x05 \x03(\x0b\x32\x19.quire.admission.v1.Token\"]\n\x13\x43reateTenantRequest\x12\x14\n\x0c\x64isplay_name\x18\x01 \x01(\t\x12\x30\n\x06limits\x18\x02 \x01(\x0b\x32 .quire.admission.v1.TenantLimits\"R\n\x14\x43reateTenantResponse\x12*\n\x06tenant\x18\x01 \x01(\x0b\x32\x1a.quire.admission.v1.Tenant\x12\x0e\n\x06secret\x18\x02 \x01(\t\"\x14\n\x12ListTenantsRequest\"B\n\x13ListTenantsResponse\x12+\n\x07tenants\x18\x01 \x03(\x0b\x32\x1a.quire.admission.v1.Tenant\"[\n\x19UpdateTenantLimitsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\x06limits\x18\x02 \x01(\x0b\x32 .quire.admission.v1.TenantLimits\"$\n\x12\x43reateTokenRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"O\n\x13\x43reateTokenResponse\x12(\n\x05token\x18\x01 \x01(\x0b\x32\x19.quire.admission.v1.Token\x12\x0e\n\x06secret\x18\x02 \x01(\t\"\"\n\x12RevokeTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t2\xb5\x04\n\x12TenantAdminService\x12\x61\n\x0c\x43reateTenant\x12\'.quire.admission.v1.CreateTenantRequest\x1a(.quire.admission.v1.CreateTenantResponse\x12^\n\x0bListTenants\x12&.quire.admission.v1.ListTenantsRequest\x1a\'.quire.admission.v1.ListTenantsResponse\x12_\n\x12UpdateTenantLimits\x12-.quire.admission.v1.UpdateTenantLimitsRequest\x1a\x1a.quire.admission.v1.Tenant\x12^\n\x0b\x43reateToken\x12&.quire.admission.v1.CreateTokenRequest\x1a\'.quire.admission.v1.CreateTokenResponse\x12P\n\x0bRevokeToken\x12&.quire.admission.v1.RevokeTokenRequest\x1a\x19.quire.admission.v1.Token\x12I\n\x06WhoAmI\x12!.quire.admission.v1.WhoAmIRequest\x1a\x1c.quire.admission.v1.Operatorb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-quire/admission/v1/tenant_admin_service.proto\x12\x12quire.admission.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"~\n\x0fTenantRetention\x12\x17\n\x0fsources_seconds\x18\x01 \x01(\x03\x12\x17\n\x0fpackets_seconds\x18\x02 \x01(\x03\x12\x19\n\x11\x61rtifacts_seconds\x18\x03 \x01(\x03\x12\x1e\n\x16unused_uploads_seconds\x18\x04 \x01(\x03\"d\n\x1cUpdateTenantRetentionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x36\n\tretention\x18\x02 \x01(\x0b\x32#.quire.admission.v1.TenantRetention\"5\n\x13\x46orgetSourceRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\")\n\x14\x46orgetSourceResponse\x12\x11\n\tforgotten\x18\x01 \x01(\x08\"\x0f\n\rWhoAmIRequest\"\x19\n\x08Operator\x12\r\n\x05token\x18\x01 \x01(\t\"w\n\x05Token\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x0b\x63reate_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0brevoke_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"c\n\x0cTenantLimits\x12\x18\n\x10max_upload_bytes\x18\x01 \x01(\x03\x12\x1c\n\x14max_outstanding_jobs\x18\x02 \x01(\x05\x12\x1b\n\x13storage_quota_bytes\x18\x03 \x01(\x03\"\xf2\x01\n\x06Tenant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x30\n\x06limits\x18\x03 \x01(\x0b\x32 .quire.admission.v1.TenantLimits\x12/\n\x0b\x63reate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x06tokens\x18\x05 \x03(\x0b\x32\x19.quire.admission.v1.Token\x12\x36\n\tretention\x18\x06 \x01(\x0b\x32#.quire.admission.v1.TenantRetention\"\x95\x01\n\x13\x43reateTenantRequest\x12\x14\n\x0c\x64isplay_name\x18\x01 \x01(\t\x12\x30\n\x06limits\x18\x02 \x01(\x0b\x32 .quire.admission.v1.TenantLimits\x12\x36\n\tretention\x18\x03 \x01(\x0b\x32#.quire.admission.v1.TenantRetention\"R\n\x14\x43reateTenantResponse\x12*\n\x06tenant\x18\x01 \x01(\x0b\x32\x1a.quire.admission.v1.Tenant\x12\x0e\n\x06secret\x18\x02 \x01(\t\"\x14\n\x12ListTenantsRequest\"B\n\x13ListTenantsResponse\x12+\n\x07tenants\x18\x01 \x03(\x0b\x32\x1a.quire.admission.v1.Tenant\"[\n\x19UpdateTenantLimitsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\x06limits\x18\x02 \x01(\x0b\x32 .quire.admission.v1.TenantLimits\"$\n\x12\x43reateTokenRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"O\n\x13\x43reateTokenResponse\x12(\n\x05token\x18\x01 \x01(\x0b\x32\x19.quire.admission.v1.Token\x12\x0e\n\x06secret\x18\x02 \x01(\t\"\"\n\x12RevokeTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t2\xff\x05\n\x12TenantAdminService\x12\x61\n\x0c\x43reateTenant\x12\'.quire.admission.v1.CreateTenantRequest\x1a(.quire.admission.v1.CreateTenantResponse\x12^\n\x0bListTenants\x12&.quire.admission.v1.ListTenantsRequest\x1a\'.quire.admission.v1.ListTenantsResponse\x12_\n\x12UpdateTenantLimits\x12-.quire.admission.v1.UpdateTenantLimitsRequest\x1a\x1a.quire.admission.v1.Tenant\x12^\n\x0b\x43reateToken\x12&.quire.admission.v1.CreateTokenRequest\x1a\'.quire.admission.v1.CreateTokenResponse\x12P\n\x0bRevokeToken\x12&.quire.admission.v1.RevokeTokenRequest\x1a\x19.quire.admission.v1.Token\x12I\n\x06WhoAmI\x12!.quire.admission.v1.WhoAmIRequest\x1a\x1c.quire.admission.v1.Operator\x12\x65\n\x15UpdateTenantRetention\x12\x30.quire.admission.v1.UpdateTenantRetentionRequest\x1a\x1a.quire.admission.v1.Tenant\x12\x61\n\x0c\x46orgetSource\x12\'.quire.admission.v1.ForgetSourceRequest\x1a(.quire.admission.v1.ForgetSourceResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'quire.admission.v1.tenant_admin_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_WHOAMIREQUEST']._serialized_start=102
-  _globals['_WHOAMIREQUEST']._serialized_end=117
-  _globals['_OPERATOR']._serialized_start=119
-  _globals['_OPERATOR']._serialized_end=144
-  _globals['_TOKEN']._serialized_start=146
-  _globals['_TOKEN']._serialized_end=265
-  _globals['_TENANTLIMITS']._serialized_start=267
-  _globals['_TENANTLIMITS']._serialized_end=337
-  _globals['_TENANT']._serialized_start=340
-  _globals['_TENANT']._serialized_end=526
-  _globals['_CREATETENANTREQUEST']._serialized_start=528
-  _globals['_CREATETENANTREQUEST']._serialized_end=621
-  _globals['_CREATETENANTRESPONSE']._serialized_start=623
-  _globals['_CREATETENANTRESPONSE']._serialized_end=705
-  _globals['_LISTTENANTSREQUEST']._serialized_start=707
-  _globals['_LISTTENANTSREQUEST']._serialized_end=727
-  _globals['_LISTTENANTSRESPONSE']._serialized_start=729
-  _globals['_LISTTENANTSRESPONSE']._serialized_end=795
-  _globals['_UPDATETENANTLIMITSREQUEST']._serialized_start=797
-  _globals['_UPDATETENANTLIMITSREQUEST']._serialized_end=888
-  _globals['_CREATETOKENREQUEST']._serialized_start=890
-  _globals['_CREATETOKENREQUEST']._serialized_end=926
-  _globals['_CREATETOKENRESPONSE']._serialized_start=928
-  _globals['_CREATETOKENRESPONSE']._serialized_end=1007
-  _globals['_REVOKETOKENREQUEST']._serialized_start=1009
-  _globals['_REVOKETOKENREQUEST']._serialized_end=1043
-  _globals['_TENANTADMINSERVICE']._serialized_start=1046
-  _globals['_TENANTADMINSERVICE']._serialized_end=1611
+  _globals['_TENANTRETENTION']._serialized_start=102
+  _globals['_TENANTRETENTION']._serialized_end=228
+  _globals['_UPDATETENANTRETENTIONREQUEST']._serialized_start=230
+  _globals['_UPDATETENANTRETENTIONREQUEST']._serialized_end=330
+  _globals['_FORGETSOURCEREQUEST']._serialized_start=332
+  _globals['_FORGETSOURCEREQUEST']._serialized_end=385
+  _globals['_FORGETSOURCERESPONSE']._serialized_start=387
+  _globals['_FORGETSOURCERESPONSE']._serialized_end=428
+  _globals['_WHOAMIREQUEST']._serialized_start=430
+  _globals['_WHOAMIREQUEST']._serialized_end=445
+  _globals['_OPERATOR']._serialized_start=447
+  _globals['_OPERATOR']._serialized_end=472
+  _globals['_TOKEN']._serialized_start=474
+  _globals['_TOKEN']._serialized_end=593
+  _globals['_TENANTLIMITS']._serialized_start=595
+  _globals['_TENANTLIMITS']._serialized_end=694
+  _globals['_TENANT']._serialized_start=697
+  _globals['_TENANT']._serialized_end=939
+  _globals['_CREATETENANTREQUEST']._serialized_start=942
+  _globals['_CREATETENANTREQUEST']._serialized_end=1091
+  _globals['_CREATETENANTRESPONSE']._serialized_start=1093
+  _globals['_CREATETENANTRESPONSE']._serialized_end=1175
+  _globals['_LISTTENANTSREQUEST']._serialized_start=1177
+  _globals['_LISTTENANTSREQUEST']._serialized_end=1197
+  _globals['_LISTTENANTSRESPONSE']._serialized_start=1199
+  _globals['_LISTTENANTSRESPONSE']._serialized_end=1265
+  _globals['_UPDATETENANTLIMITSREQUEST']._serialized_start=1267
+  _globals['_UPDATETENANTLIMITSREQUEST']._serialized_end=1358
+  _globals['_CREATETOKENREQUEST']._serialized_start=1360
+  _globals['_CREATETOKENREQUEST']._serialized_end=1396
+  _globals['_CREATETOKENRESPONSE']._serialized_start=1398
+  _globals['_CREATETOKENRESPONSE']._serialized_end=1477
+  _globals['_REVOKETOKENREQUEST']._serialized_start=1479
+  _globals['_REVOKETOKENREQUEST']._serialized_end=1513
+  _globals['_TENANTADMINSERVICE']._serialized_start=1516
+  _globals['_TENANTADMINSERVICE']._serialized_end=2283
 # @@protoc_insertion_point(module_scope)

@@ -9,6 +9,40 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class TenantRetention(_message.Message):
+    __slots__ = ("sources_seconds", "packets_seconds", "artifacts_seconds", "unused_uploads_seconds")
+    SOURCES_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PACKETS_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    UNUSED_UPLOADS_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    sources_seconds: int
+    packets_seconds: int
+    artifacts_seconds: int
+    unused_uploads_seconds: int
+    def __init__(self, sources_seconds: _Optional[int] = ..., packets_seconds: _Optional[int] = ..., artifacts_seconds: _Optional[int] = ..., unused_uploads_seconds: _Optional[int] = ...) -> None: ...
+
+class UpdateTenantRetentionRequest(_message.Message):
+    __slots__ = ("name", "retention")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    retention: TenantRetention
+    def __init__(self, name: _Optional[str] = ..., retention: _Optional[_Union[TenantRetention, _Mapping]] = ...) -> None: ...
+
+class ForgetSourceRequest(_message.Message):
+    __slots__ = ("tenant", "sha256")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    sha256: str
+    def __init__(self, tenant: _Optional[str] = ..., sha256: _Optional[str] = ...) -> None: ...
+
+class ForgetSourceResponse(_message.Message):
+    __slots__ = ("forgotten",)
+    FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
+    forgotten: bool
+    def __init__(self, forgotten: _Optional[bool] = ...) -> None: ...
+
 class WhoAmIRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
@@ -30,34 +64,40 @@ class Token(_message.Message):
     def __init__(self, name: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., revoke_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class TenantLimits(_message.Message):
-    __slots__ = ("max_upload_bytes", "max_outstanding_jobs")
+    __slots__ = ("max_upload_bytes", "max_outstanding_jobs", "storage_quota_bytes")
     MAX_UPLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTSTANDING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_QUOTA_BYTES_FIELD_NUMBER: _ClassVar[int]
     max_upload_bytes: int
     max_outstanding_jobs: int
-    def __init__(self, max_upload_bytes: _Optional[int] = ..., max_outstanding_jobs: _Optional[int] = ...) -> None: ...
+    storage_quota_bytes: int
+    def __init__(self, max_upload_bytes: _Optional[int] = ..., max_outstanding_jobs: _Optional[int] = ..., storage_quota_bytes: _Optional[int] = ...) -> None: ...
 
 class Tenant(_message.Message):
-    __slots__ = ("name", "display_name", "limits", "create_time", "tokens")
+    __slots__ = ("name", "display_name", "limits", "create_time", "tokens", "retention")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
     name: str
     display_name: str
     limits: TenantLimits
     create_time: _timestamp_pb2.Timestamp
     tokens: _containers.RepeatedCompositeFieldContainer[Token]
-    def __init__(self, name: _Optional[str] = ..., display_name: _Optional[str] = ..., limits: _Optional[_Union[TenantLimits, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tokens: _Optional[_Iterable[_Union[Token, _Mapping]]] = ...) -> None: ...
+    retention: TenantRetention
+    def __init__(self, name: _Optional[str] = ..., display_name: _Optional[str] = ..., limits: _Optional[_Union[TenantLimits, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tokens: _Optional[_Iterable[_Union[Token, _Mapping]]] = ..., retention: _Optional[_Union[TenantRetention, _Mapping]] = ...) -> None: ...
 
 class CreateTenantRequest(_message.Message):
-    __slots__ = ("display_name", "limits")
+    __slots__ = ("display_name", "limits", "retention")
     DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
     display_name: str
     limits: TenantLimits
-    def __init__(self, display_name: _Optional[str] = ..., limits: _Optional[_Union[TenantLimits, _Mapping]] = ...) -> None: ...
+    retention: TenantRetention
+    def __init__(self, display_name: _Optional[str] = ..., limits: _Optional[_Union[TenantLimits, _Mapping]] = ..., retention: _Optional[_Union[TenantRetention, _Mapping]] = ...) -> None: ...
 
 class CreateTenantResponse(_message.Message):
     __slots__ = ("tenant", "secret")

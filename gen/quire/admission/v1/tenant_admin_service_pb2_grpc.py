@@ -64,6 +64,16 @@ class TenantAdminServiceStub:
                 request_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.WhoAmIRequest.SerializeToString,
                 response_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.Operator.FromString,
                 _registered_method=True)
+        self.UpdateTenantRetention = channel.unary_unary(
+                '/quire.admission.v1.TenantAdminService/UpdateTenantRetention',
+                request_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.UpdateTenantRetentionRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.Tenant.FromString,
+                _registered_method=True)
+        self.ForgetSource = channel.unary_unary(
+                '/quire.admission.v1.TenantAdminService/ForgetSource',
+                request_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ForgetSourceRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ForgetSourceResponse.FromString,
+                _registered_method=True)
 
 
 class TenantAdminServiceServicer:
@@ -109,6 +119,22 @@ class TenantAdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateTenantRetention(self, request, context):
+        """How long the tenant's bytes are kept; 0 fields follow the defaults.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForgetSource(self, request, context):
+        """`quire retention apply`, after a source's retirement is in the ledger and
+        its bytes are deleted: forget the upload, so it no longer counts against
+        the storage quota and a new upload of the same bytes stores them again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TenantAdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -141,6 +167,16 @@ def add_TenantAdminServiceServicer_to_server(servicer, server):
                     servicer.WhoAmI,
                     request_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.WhoAmIRequest.FromString,
                     response_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.Operator.SerializeToString,
+            ),
+            'UpdateTenantRetention': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateTenantRetention,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.UpdateTenantRetentionRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.Tenant.SerializeToString,
+            ),
+            'ForgetSource': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForgetSource,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ForgetSourceRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ForgetSourceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -305,6 +341,60 @@ class TenantAdminService:
             '/quire.admission.v1.TenantAdminService/WhoAmI',
             quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.WhoAmIRequest.SerializeToString,
             quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.Operator.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateTenantRetention(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.TenantAdminService/UpdateTenantRetention',
+            quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.UpdateTenantRetentionRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.Tenant.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForgetSource(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.TenantAdminService/ForgetSource',
+            quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ForgetSourceRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ForgetSourceResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -11,6 +11,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class RecordRetirementRequest(_message.Message):
+    __slots__ = ("tenant", "job", "retirement")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    RETIREMENT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    job: str
+    retirement: _queue_pb2.Retirement
+    def __init__(self, tenant: _Optional[str] = ..., job: _Optional[str] = ..., retirement: _Optional[_Union[_queue_pb2.Retirement, _Mapping]] = ...) -> None: ...
+
+class RecordRetirementResponse(_message.Message):
+    __slots__ = ("event_id", "appended")
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    APPENDED_FIELD_NUMBER: _ClassVar[int]
+    event_id: str
+    appended: bool
+    def __init__(self, event_id: _Optional[str] = ..., appended: _Optional[bool] = ...) -> None: ...
+
 class DeadLetterRecord(_message.Message):
     __slots__ = ("job", "tenant", "stage", "reason_code", "deliveries", "generation", "status", "dead_at", "resolved_at", "resolved_by")
     JOB_FIELD_NUMBER: _ClassVar[int]

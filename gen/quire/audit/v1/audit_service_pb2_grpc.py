@@ -75,6 +75,11 @@ class AuditServiceStub:
                 request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.DiscardDeadLetterRequest.SerializeToString,
                 response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.DeadLetterRecord.FromString,
                 _registered_method=True)
+        self.RecordRetirement = channel.unary_unary(
+                '/quire.audit.v1.AuditService/RecordRetirement',
+                request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.RecordRetirementRequest.SerializeToString,
+                response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.RecordRetirementResponse.FromString,
+                _registered_method=True)
 
 
 class AuditServiceServicer:
@@ -135,6 +140,16 @@ class AuditServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecordRetirement(self, request, context):
+        """Operators (`quire retention apply`): record, before the bytes are
+        deleted, that a blob is retired under the retention policy. Appends one
+        hash-chained entry (TransitionEvent.retirement) that changes no job's
+        state; asking again for the same blob appends nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuditServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -177,6 +192,11 @@ def add_AuditServiceServicer_to_server(servicer, server):
                     servicer.DiscardDeadLetter,
                     request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.DiscardDeadLetterRequest.FromString,
                     response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.DeadLetterRecord.SerializeToString,
+            ),
+            'RecordRetirement': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordRetirement,
+                    request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.RecordRetirementRequest.FromString,
+                    response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.RecordRetirementResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -395,6 +415,33 @@ class AuditService:
             '/quire.audit.v1.AuditService/DiscardDeadLetter',
             quire_dot_audit_dot_v1_dot_audit__service__pb2.DiscardDeadLetterRequest.SerializeToString,
             quire_dot_audit_dot_v1_dot_audit__service__pb2.DeadLetterRecord.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordRetirement(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.audit.v1.AuditService/RecordRetirement',
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.RecordRetirementRequest.SerializeToString,
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.RecordRetirementResponse.FromString,
             options,
             channel_credentials,
             insecure,

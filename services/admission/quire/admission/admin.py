@@ -1,5 +1,7 @@
-"""TenantAdminService: operators create tenants, set their limits, and issue
-and revoke tokens. Every call needs the operator token."""
+"""TenantAdminService: operators create tenants, set their limits and
+retention periods, and issue and revoke tokens; ``quire retention apply``
+has admission forget the uploads it retired. Every call needs the operator
+token."""
 
 from __future__ import annotations
 
@@ -7,12 +9,15 @@ import asyncio
 
 import grpc
 
+from quire.admission.storagepolicy import PERIODS, TenantStorage
 from quire.admission.tenants import Tenant, TenantDirectory, TokenRecord
+from quire.admission.uploads import SHA256_HEX
 from quire.admission.v1 import tenant_admin_service_pb2 as pb
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as pb_grpc
-from quire.errors import NotFound
+from quire.errors import FieldViolation, InvalidInput, NotFound
 from quire.grpcstatus import at_the_edge
 from quire.jobs import timestamp
+from quire.reasons import ReasonCode
 
 __all__ = ["TenantAdminServicer"]
 
@@ -36,15 +41,36 @@ def _token(record: TokenRecord) -> pb.Token:
     return token
 
 
-def _tenant(tenant: Tenant, tokens: list[TokenRecord]) -> pb.Tenant:
+def _storage(limits: pb.TenantLimits, retention: pb.TenantRetention) -> TenantStorage:
+    """The request's quota and periods; negative values are refused."""
+    periods = {name: getattr(retention, name) for name in PERIODS}
+    values = {"storage_quota_bytes": limits.storage_quota_bytes, **periods}
+    for name, value in values.items():
+        if value < 0:
+            raise InvalidInput(
+                ReasonCode.INVALID_TENANT,
+                f"{name} must not be negative",
+                (FieldViolation(name, "negative"),),
+            )
+    return TenantStorage(**{name: value or None for name, value in values.items()})
+
+
+def _tenant(
+    tenant: Tenant, tokens: list[TokenRecord], storage: TenantStorage | None = None
+) -> pb.Tenant:
+    storage = storage or TenantStorage()
     message = pb.Tenant(
         name=f"tenants/{tenant.id}",
         display_name=tenant.name,
         limits=pb.TenantLimits(
             max_upload_bytes=tenant.max_upload_bytes or 0,
             max_outstanding_jobs=tenant.max_outstanding_jobs or 0,
+            storage_quota_bytes=storage.storage_quota_bytes or 0,
         ),
         tokens=[_token(t) for t in tokens],
+        retention=pb.TenantRetention(
+            **{name: getattr(storage, name) or 0 for name in PERIODS}
+        ),
     )
     if tenant.created_at is not None:
         message.create_time.CopyFrom(timestamp(tenant.created_at))
@@ -60,26 +86,27 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         self, request: pb.CreateTenantRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateTenantResponse:
         await self._tenants.authenticate_operator(context)
+        storage = _storage(request.limits, request.retention)
         tenant, secret = await asyncio.to_thread(
             self._tenants.create_tenant,
             request.display_name,
             max_upload_bytes=request.limits.max_upload_bytes,
             max_outstanding_jobs=request.limits.max_outstanding_jobs,
+            storage=storage,
         )
         assert tenant.created_at is not None
         record = TokenRecord(secret.split("_")[1], tenant.id, tenant.created_at, None)
-        return pb.CreateTenantResponse(tenant=_tenant(tenant, [record]), secret=secret)
+        return pb.CreateTenantResponse(tenant=_tenant(tenant, [record], storage), secret=secret)
 
     @at_the_edge(DOMAIN)
     async def ListTenants(  # noqa: N802 - gRPC method name
         self, request: pb.ListTenantsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListTenantsResponse:
         await self._tenants.authenticate_operator(context)
+        listed = await asyncio.to_thread(self._tenants.list_tenants)
+        storage = await asyncio.to_thread(self._tenants.storage, [t.id for t, _ in listed])
         return pb.ListTenantsResponse(
-            tenants=[
-                _tenant(t, tokens)
-                for t, tokens in await asyncio.to_thread(self._tenants.list_tenants)
-            ]
+            tenants=[_tenant(t, tokens, storage[t.id]) for t, tokens in listed]
         )
 
     @at_the_edge(DOMAIN)
@@ -87,13 +114,48 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         self, request: pb.UpdateTenantLimitsRequest, context: grpc.aio.ServicerContext
     ) -> pb.Tenant:
         await self._tenants.authenticate_operator(context)
+        storage = _storage(request.limits, pb.TenantRetention())
         tenant = await asyncio.to_thread(
             self._tenants.update_limits,
             _tenant_id(request.name),
             max_upload_bytes=request.limits.max_upload_bytes,
             max_outstanding_jobs=request.limits.max_outstanding_jobs,
+            storage_quota_bytes=storage.storage_quota_bytes or 0,
         )
-        return _tenant(tenant, [])
+        current = await asyncio.to_thread(self._tenants.storage, [tenant.id])
+        return _tenant(tenant, [], current[tenant.id])
+
+    @at_the_edge(DOMAIN)
+    async def UpdateTenantRetention(  # noqa: N802 - gRPC method name
+        self, request: pb.UpdateTenantRetentionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Tenant:
+        await self._tenants.authenticate_operator(context)
+        tenant_id = _tenant_id(request.name)
+        periods = _storage(pb.TenantLimits(), request.retention)
+        storage = await asyncio.to_thread(
+            self._tenants.update_retention,
+            tenant_id,
+            **{name: getattr(periods, name) or 0 for name in PERIODS},
+        )
+        listed = await asyncio.to_thread(self._tenants.list_tenants)
+        tenant = next(t for t, _ in listed if t.id == tenant_id)
+        return _tenant(tenant, [], storage)
+
+    @at_the_edge(DOMAIN)
+    async def ForgetSource(  # noqa: N802 - gRPC method name
+        self, request: pb.ForgetSourceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ForgetSourceResponse:
+        await self._tenants.authenticate_operator(context)
+        if not SHA256_HEX.match(request.sha256):
+            raise InvalidInput(
+                ReasonCode.DIGEST_MISMATCH,
+                "sha256 must be 64 lower-case hex digits",
+                (FieldViolation("sha256", "not a sha256 digest"),),
+            )
+        forgotten = await asyncio.to_thread(
+            self._tenants.forget_source, _tenant_id(request.tenant), request.sha256
+        )
+        return pb.ForgetSourceResponse(forgotten=forgotten)
 
     @at_the_edge(DOMAIN)
     async def CreateToken(  # noqa: N802 - gRPC method name

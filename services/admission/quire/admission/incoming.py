@@ -23,8 +23,9 @@ class IncomingSource:
     """One upload's bytes: the first ones held in memory until they show the
     declared type, then a temporary blob, discarded on exit unless promoted."""
 
-    def __init__(self, blobs: LocalBlobStore, header: pb.SourceHeader) -> None:
+    def __init__(self, blobs: LocalBlobStore, tenant: str, header: pb.SourceHeader) -> None:
         self._blobs = blobs
+        self._tenant = tenant
         self._header = header
         self._head = bytearray()
         self._writer: BlobWriter | None = None
@@ -44,7 +45,9 @@ class IncomingSource:
 
     def _open(self) -> BlobWriter:
         check_declared_type(self._header.content_type, bytes(self._head[:SNIFF_BYTES]))
-        writer = self._cleanup.enter_context(self._blobs.writer(max_bytes=self._header.size_bytes))
+        writer = self._cleanup.enter_context(
+            self._blobs.writer(self._tenant, max_bytes=self._header.size_bytes)
+        )
         writer.write(bytes(self._head))
         self._head = bytearray()
         self._writer = writer

@@ -109,6 +109,29 @@ class JobViews:
             await self._outstanding.mark_finished([job.name])
         return job
 
+    async def artifact_retired(self, name: str) -> bool:
+        """Whether audit's ledger records the job's signed artifact as retired
+        under the retention policy (its bytes deleted on purpose)."""
+        token = ""
+        while True:
+            try:
+                reply = await self._audit.ListJobEvents(
+                    audit_service_pb2.ListJobEventsRequest(
+                        job=name, page_size=MAX_PAGE, page_token=token
+                    ),
+                    timeout=AUDIT_TIMEOUT_SECONDS,
+                    wait_for_ready=True,
+                )
+            except grpc.aio.AioRpcError:
+                raise TransientError(
+                    ReasonCode.DEPENDENCY_UNAVAILABLE, "audit unavailable"
+                ) from None
+            if any(entry.event.retirement.kind == "artifact" for entry in reply.entries):
+                return True
+            token = reply.next_page_token
+            if not token:
+                return False
+
     async def page(self, tenant: str, *, size: int, token: str, state: int) -> JobPage:
         """The tenant's jobs, newest first, filtered by state when one is given."""
         if size < 0:

@@ -26,7 +26,6 @@ from quire.admission.uploads import UploadGate
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
 from quire.audit.v1 import audit_service_pb2_grpc
-from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
@@ -38,6 +37,7 @@ from quire.settings import (
     ServiceSettings,
     TempSpaceSettings,
 )
+from quire.storage import open_blob_store
 from quire.tempspace import TempKeeper
 from quire.transitions import EventFactory
 from quire.validator.v1 import validator_service_pb2_grpc
@@ -54,7 +54,7 @@ async def main() -> None:
     database.create_schema()
     tenants = TenantDirectory(database)
     tenants.ensure_bootstrap(settings.service_dir)
-    blobs = LocalBlobStore(settings.blob_root, owner=SERVICE)
+    blobs = open_blob_store(settings.blob_root, settings.data_dir, settings.kek, owner=SERVICE)
     temp_space = TempSpaceSettings.from_env(os.environ, SERVICE)
     keeper = TempKeeper(blobs.tmp_dir, temp_space, service=SERVICE)
     temp_guard = TempSpaceGuard(

@@ -116,6 +116,12 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         if job.state != job_pb2.JOB_STATE_COMPLETED:
             raise FailedPrecondition(ReasonCode.JOB_NOT_COMPLETED, "the job is not completed")
         key = f"signed/{tenant.id}/{job_id(job.name)}.pdf"
+        if not await asyncio.to_thread(self._blobs.exists, key):
+            if await self._views.artifact_retired(job.name):
+                raise FailedPrecondition(
+                    ReasonCode.ARTIFACT_RETIRED,
+                    "the artifact's bytes were retired under the retention policy",
+                )
         chunks = self._blobs.read_verified(key, job.output_digest, self._settings.chunk_bytes)
         first = True
         try:
@@ -126,6 +132,8 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
                 )
                 first = False
         except QuireError as error:
+            if isinstance(error, FailedPrecondition | TransientError):
+                raise  # DATA_SHREDDED (crypto-shredded), DATA_KEY_UNAVAILABLE (retry later)
             raise DataLoss(
                 ReasonCode.ARTIFACT_DIGEST_MISMATCH, "artifact does not match the ledger"
             ) from error

@@ -16,7 +16,15 @@ from sqlalchemy import (
     Table,
 )
 
-__all__ = ["metadata", "tenants", "tokens", "sources", "jobs", "idempotency_keys"]
+__all__ = [
+    "metadata",
+    "tenants",
+    "tenant_storage",
+    "tokens",
+    "sources",
+    "jobs",
+    "idempotency_keys",
+]
 
 metadata = MetaData()
 # Limits left NULL follow the service-wide defaults.
@@ -28,6 +36,19 @@ tenants = Table(
     Column("max_upload_bytes", BigInteger, nullable=True),
     Column("max_outstanding_jobs", Integer, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
+)
+# A tenant's storage quota and retention periods (seconds); a missing row or
+# a NULL follows the defaults (``AdmissionSettings``, ``RetentionSettings``).
+# Its own table, so that data directories made before it need no migration.
+tenant_storage = Table(
+    "tenant_storage",
+    metadata,
+    Column("tenant", String(64), ForeignKey("tenants.id"), primary_key=True),
+    Column("storage_quota_bytes", BigInteger, nullable=True),
+    Column("sources_seconds", BigInteger, nullable=True),
+    Column("packets_seconds", BigInteger, nullable=True),
+    Column("artifacts_seconds", BigInteger, nullable=True),
+    Column("unused_uploads_seconds", BigInteger, nullable=True),
 )
 # Only the sha256 of a bearer token is stored. Operator tokens have no tenant.
 tokens = Table(

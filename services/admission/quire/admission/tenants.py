@@ -23,6 +23,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
+from quire.admission.storagepolicy import TenantStorage, forget_source, read_storage, write_storage
 from quire.database import Database
 from quire.errors import InvalidInput, NotFound, Unauthenticated
 from quire.reasons import ReasonCode
@@ -99,9 +100,15 @@ class TenantDirectory:
     # -- tenants ---------------------------------------------------------
 
     def create_tenant(
-        self, name: str, *, max_upload_bytes: int = 0, max_outstanding_jobs: int = 0
+        self,
+        name: str,
+        *,
+        max_upload_bytes: int = 0,
+        max_outstanding_jobs: int = 0,
+        storage: TenantStorage | None = None,
     ) -> tuple[Tenant, str]:
-        """Create a tenant and its first token; the token is returned once, never stored."""
+        """Create a tenant and its first token; the token is returned once, never stored.
+        ``storage`` sets its own quota and retention periods."""
         if not name or len(name) > 128:
             raise InvalidInput(ReasonCode.INVALID_TENANT, "a tenant name of 1 to 128 characters")
         tenant = Tenant(
@@ -127,6 +134,8 @@ class TenantDirectory:
                     created_at=tenant.created_at,
                 )
             )
+            if storage is not None and storage != TenantStorage():
+                write_storage(session, tenant.id, **storage.__dict__)
             return self._issue(session, TENANT_ROLE, tenant.id)
 
         return tenant, self._db.transaction(write)
@@ -151,9 +160,39 @@ class TenantDirectory:
 
         return self._db.transaction(read)
 
+    def storage(self, tenant_ids: list[str]) -> dict[str, TenantStorage]:
+        """Each tenant's own quota and retention periods (None: the default)."""
+        return self._db.transaction(lambda s: read_storage(s, tenant_ids))
+
+    def update_retention(self, tenant_id: str, **periods: int) -> TenantStorage:
+        """Set the tenant's retention periods (seconds; 0 is the default)."""
+        self._require(tenant_id)
+        return self._db.transaction(lambda s: write_storage(s, tenant_id, **periods))
+
+    def forget_source(self, tenant_id: str, sha256: str) -> bool:
+        """Forget an upload whose bytes were retired (see ``storagepolicy``)."""
+        return self._db.transaction(lambda s: forget_source(s, tenant_id, sha256))
+
+    def _require(self, tenant_id: str) -> None:
+        exists = self._db.transaction(
+            lambda s: s.execute(
+                select(tables.tenants.c.id).where(tables.tenants.c.id == tenant_id)
+            ).first()
+        )
+        if exists is None:
+            raise NotFound("tenant not found")
+
     def update_limits(
-        self, tenant_id: str, *, max_upload_bytes: int, max_outstanding_jobs: int
+        self,
+        tenant_id: str,
+        *,
+        max_upload_bytes: int,
+        max_outstanding_jobs: int,
+        storage_quota_bytes: int | None = None,
     ) -> Tenant:
+        """Set the tenant's limits; a ``storage_quota_bytes`` of 0 is the default,
+        None leaves it as it is."""
+
         def write(session: Session) -> Tenant:
             done = session.execute(
                 update(tables.tenants)
@@ -166,6 +205,8 @@ class TenantDirectory:
             ).first()
             if done is None:
                 raise NotFound("tenant not found")
+            if storage_quota_bytes is not None:
+                write_storage(session, tenant_id, storage_quota_bytes=storage_quota_bytes)
             row = session.execute(
                 select(tables.tenants).where(tables.tenants.c.id == tenant_id)
             ).one()

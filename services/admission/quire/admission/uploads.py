@@ -4,7 +4,8 @@ by uploads that stay cheap to refuse.
 Refusals come in the order of what they cost. Before the header is read,
 temporary space must not be low (``TempSpaceGuard``) and the tenant and the
 process must have room for one more upload; once it is read, for its declared
-bytes (``UploadLedger``). The first bytes are held in memory until they show
+bytes (``UploadLedger``), which must also fit the tenant's storage quota
+(``storagepolicy``). The first bytes are held in memory until they show
 the declared type (``typesniff``, ``incoming``); only then is a temporary blob
 opened. The first byte past the declared size stops the stream, and a stream
 that stalls or crawls is closed (``uploadpace``). Nothing is kept until every check has
@@ -30,6 +31,7 @@ from sqlalchemy.orm import Session
 
 from quire.admission import tables
 from quire.admission.incoming import IncomingSource
+from quire.admission.storagepolicy import check_quota
 from quire.admission.tempguard import TempSpaceGuard
 from quire.admission.tenants import Tenant
 from quire.admission.uploadlimits import UploadLedger
@@ -146,13 +148,17 @@ class UploadGate:
                 stored = _already_stored(known, header)
                 await _discard_rest(paced, header.size_bytes)
                 return stored
+            quota = self._settings.storage_quota_bytes
+            await self._db.read(lambda s: check_quota(s, tenant.id, header.size_bytes, quota))
             slot.reserve(header.size_bytes)
             return await self._store(tenant.id, header, paced)
 
     async def _store(
         self, tenant: str, header: pb.SourceHeader, requests: PacedRequests
     ) -> StoredSource:
-        with IncomingSource(self._blobs, header) as incoming:
+        # Unwrapping the tenant's data key may reach a token: not on the event loop.
+        await asyncio.to_thread(self._blobs.keys.for_writing, tenant)
+        with IncomingSource(self._blobs, tenant, header) as incoming:
             async for request in requests:
                 incoming.take(_chunk_of(request))
             writer = incoming.complete()

@@ -9,9 +9,7 @@ them: STORAGE_FAILED ends the job, STORAGE_UNAVAILABLE is retried.
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import Callable
-from contextlib import ExitStack, suppress
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -25,6 +23,7 @@ from quire.assembler.merge import (
     SourceDigestMismatch,
     assemble_packet,
 )
+from quire.attemptfiles import AttemptFiles
 from quire.blobstore import LocalBlobStore, assembled_key, storage_error
 from quire.errors import PermanentError
 from quire.leases import Lease
@@ -46,22 +45,21 @@ class AssemblerWork:
         self._sandbox = sandbox
 
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult:
-        sources = [
-            PacketSource(
-                position=s.position,
-                document_id=s.document_id,
-                sha256=s.sha256,
-                content_type=s.content_type,
-                path=str(self._blobs.local_path(s.blob_key)),
-            )
-            for s in task.sources
-        ]
-        with ExitStack() as cleanup:
-            workdir = self._blobs.new_temp_dir("attempt")
-            cleanup.callback(shutil.rmtree, workdir, ignore_errors=True)
-            temp = self._blobs.new_temp("packet")
-            cleanup.callback(_discard, temp)
-            packet = await self._merge(task, sources, workdir, temp)
+        # Sources are decrypted into the attempt's private directory, and the
+        # packet is written there before it is sealed into the store.
+        async with AttemptFiles(self._blobs) as files:
+            sources = [
+                PacketSource(
+                    position=s.position,
+                    document_id=s.document_id,
+                    sha256=s.sha256,
+                    content_type=s.content_type,
+                    path=await files.plain(s.blob_key, s.sha256),
+                )
+                for s in task.sources
+            ]
+            temp = files.new_file("packet")
+            packet = await self._merge(task, sources, files.directory, temp)
             key = assembled_key(task.tenant, packet.sha256)
             await asyncio.to_thread(self._blobs.promote_file, temp, key)
         artifact = job_pb2.Artifact(
@@ -100,12 +98,6 @@ class AssemblerWork:
         self, task: queue_pb2.JobTask, error: Exception
     ) -> Callable[[Session], None] | None:
         return None
-
-
-def _discard(path: Path) -> None:
-    """Best-effort removal: a failing disk must not hide the error that ended the attempt."""
-    with suppress(OSError):
-        path.unlink(missing_ok=True)
 
 
 def _record(job: str, artifact: job_pb2.Artifact, token: int) -> Callable[[Session], None]:

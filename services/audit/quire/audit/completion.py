@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from quire.audit import ledger, tables
 from quire.audit.history import HistoryWatch
-from quire.blobstore import LocalBlobStore, sha256_file
+from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.errors import PermanentError
 from quire.faults import fault_point
@@ -117,13 +117,14 @@ class CompletionDesk:
 
     async def complete(self, task: queue_pb2.JobTask, attempt: int, lease: Lease) -> Verdict:
         """Complete the job if the evidence is all there."""
+        if not task.signed.blob_key:
+            return await self._fail(task, attempt, lease, ReasonCode.ARTIFACT_MISSING)
         try:
-            if not task.signed.blob_key:
-                raise FileNotFoundError
-            digest, _size = await asyncio.to_thread(
-                sha256_file, self._blobs.local_path(task.signed.blob_key)
-            )
-        except (FileNotFoundError, IsADirectoryError, PermanentError):
+            # The artifact is sealed at rest: decrypted (and authenticated) to hash it.
+            digest, _size = await asyncio.to_thread(self._blobs.digest, task.signed.blob_key)
+        except (IsADirectoryError, PermanentError) as error:
+            if isinstance(error, PermanentError) and error.reason is ReasonCode.DIGEST_MISMATCH:
+                return await self._fail(task, attempt, lease, ReasonCode.ARTIFACT_DIGEST_MISMATCH)
             return await self._fail(task, attempt, lease, ReasonCode.ARTIFACT_MISSING)
         if digest != task.signed.sha256:
             return await self._fail(task, attempt, lease, ReasonCode.ARTIFACT_DIGEST_MISMATCH)

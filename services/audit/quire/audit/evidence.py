@@ -8,6 +8,11 @@ first checkpoint that covered the job to the one used. Its size grows with
 the job's entries times log2 of the tenant's history, not with the history.
 ``verify_evidence`` needs nothing but the document (and, to pin it, the
 checkpoint key's fingerprint).
+
+A job whose bytes were deleted under the retention policy still has every
+entry, plus one retirement entry per blob deleted (``retirements`` reads
+them back from the proven bytes), so its evidence verifies and says what
+was retired, when and under which rule.
 """
 
 from __future__ import annotations
@@ -28,12 +33,19 @@ from quire.audit import tables
 from quire.audit.tenantlog import origin, tenant_entries, tenant_of, tenant_tree
 from quire.checkpoint import open_checkpoint
 from quire.errors import NotFound
-from quire.jobs import HISTORY_BEFORE_COMPLETION, state_name
+from quire.jobs import HISTORY_BEFORE_COMPLETION, TERMINAL_STATES, state_name
 from quire.merkle import ProofError, leaf_hash, verify_consistency, verify_inclusion
 from quire.signednote import NoteError
 from quire.type import queue_pb2
 
-__all__ = ["build_evidence", "verify_evidence", "public_key_fingerprint", "summaries", "FORMAT"]
+__all__ = [
+    "build_evidence",
+    "verify_evidence",
+    "public_key_fingerprint",
+    "summaries",
+    "retirements",
+    "FORMAT",
+]
 
 FORMAT = "quire-evidence/1"
 
@@ -158,10 +170,21 @@ def _history_problems(
     if any(event.job != document["job"] or event.tenant != tenant for event in events):
         problems.append("an entry belongs to another job or tenant")
     states = {state_name(event.to_state) for event in events}
+    states_ended = {
+        state_name(event.to_state)
+        for event in events
+        if not event.HasField("retirement") and state_name(event.to_state) in TERMINAL_STATES
+    }
     if "ACCEPTED" not in states:
         problems.append("the history does not start with ACCEPTED")
     if "COMPLETED" in states and not set(HISTORY_BEFORE_COMPLETION) <= states:
         problems.append("a completion without the whole history before it")
+    if any(
+        event.HasField("retirement")
+        and (event.from_state != event.to_state or state_name(event.to_state) not in states_ended)
+        for event in events
+    ):
+        problems.append("bytes retired from a job that had not ended, or with a state change")
     return problems
 
 
@@ -177,6 +200,31 @@ def summaries(document: dict[str, Any]) -> list[dict[str, Any]]:
                 "reason_code": event.reason_code,
                 "actor": f"{event.actor.service}/{event.actor.instance}",
                 "output_digest": event.output_digest,
+            }
+        )
+    return out
+
+
+def retirements(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The bytes retired under the retention policy, read from the entries'
+    bytes (for printing after verifying): kind, digest, size, rule, period,
+    and since when the period ran."""
+    out = []
+    for item in document["entries"]:
+        event = queue_pb2.TransitionEvent.FromString(_unb64(item["entry"]))
+        if not event.HasField("retirement"):
+            continue
+        retired = event.retirement
+        out.append(
+            {
+                "index": item["index"],
+                "kind": retired.kind,
+                "sha256": retired.sha256,
+                "size_bytes": retired.size_bytes,
+                "rule": retired.rule,
+                "period_seconds": retired.period_seconds,
+                "since": retired.since.ToDatetime().isoformat() + "Z",
+                "retired_at": event.occurred_at.ToDatetime().isoformat() + "Z",
             }
         )
     return out

@@ -8,7 +8,9 @@ so a value edited in a table is never served as genuine, and the checker and
 The rule is the ledger's: the view moves forward only (a late event never
 drags a job back), a terminal state is final, and the one way out of FAILED
 is an operator's dead-letter retry. Facts (digests, versions, item count)
-take the latest non-empty value.
+take the latest non-empty value. A retirement entry (bytes deleted under the
+retention policy, ``quire.audit.retirement``) is not a transition: the view
+skips it, so retiring a job's bytes changes nothing audit serves about it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from quire.jobs import TERMINAL_STATES, state_name, state_rank
 from quire.reasons import ReasonCode
 from quire.type import queue_pb2
 
-__all__ = ["JobFacts", "apply", "fold", "COMPARED"]
+__all__ = ["JobFacts", "apply", "fold", "is_retirement", "COMPARED"]
 
 COMPARED = (
     "tenant",
@@ -53,6 +55,11 @@ class JobFacts:
     """When the last recorded event occurred."""
 
 
+def is_retirement(event: queue_pb2.TransitionEvent) -> bool:
+    """Whether ``event`` records retired bytes rather than a transition."""
+    return event.HasField("retirement")
+
+
 def _reopens(state: str, event: queue_pb2.TransitionEvent) -> bool:
     """An operator's dead-letter retry: the one way out of FAILED."""
     return (
@@ -65,6 +72,8 @@ def _reopens(state: str, event: queue_pb2.TransitionEvent) -> bool:
 
 def apply(facts: JobFacts | None, event: queue_pb2.TransitionEvent) -> JobFacts:
     """The view after ``event`` was recorded on top of ``facts``."""
+    if facts is not None and is_retirement(event):
+        return facts
     to_state = state_name(event.to_state)
     occurred = event.occurred_at.ToDatetime()
     if facts is None:
@@ -103,5 +112,6 @@ def fold(events: Iterable[queue_pb2.TransitionEvent]) -> JobFacts | None:
     """A job's view from its events in ledger order; None for no events."""
     facts: JobFacts | None = None
     for event in events:
-        facts = apply(facts, event)
+        if not is_retirement(event):
+            facts = apply(facts, event)
     return facts

@@ -6,6 +6,8 @@ An event id already present is a duplicate and changes nothing. The job view
 moves forward only: an event that arrives late never drags a job back. The one
 exception is an operator's dead-letter retry, which reopens a FAILED job under
 a new generation (``FAILED -> <stage entry state>``, ``DEAD_LETTER_RETRIED``).
+A retirement entry (``quire.audit.retirement``) is chained like any other and
+leaves the job view as it was.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from quire.audit import tables
-from quire.audit.jobview import COMPARED, JobFacts, apply
+from quire.audit.jobview import COMPARED, JobFacts, apply, is_retirement
 from quire.database import insert_if_absent
 from quire.jobs import state_name
 from quire.type import queue_pb2
@@ -71,7 +73,8 @@ def append(session: Session, event: queue_pb2.TransitionEvent) -> bool:
         .where(tables.chain_heads.c.tenant == event.tenant)
         .values(head_hash=digest, length=head.length + 1)
     )
-    _advance_view(session, event, now)
+    if not is_retirement(event):
+        _advance_view(session, event, now)
     return True
 
 

@@ -23,7 +23,6 @@ from quire.audit.recorder import EventRecorder
 from quire.audit.retrydrive import RetryRedriver
 from quire.audit.servicer import AuditServicer
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
-from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
@@ -31,6 +30,7 @@ from quire.peers import Peers
 from quire.runtime import load_wire, start_runtime
 from quire.settings import ReconcileSettings, ServiceSettings
 from quire.stageservice import batch_slots
+from quire.storage import open_blob_store
 from quire.transitions import EventFactory
 from quire.workqueue import EVENTS_STREAM, WORK_STREAM, Publisher, WorkQueueWorker, consumer_name
 from quire.workqueue.topology import (
@@ -54,7 +54,7 @@ async def main() -> None:
     history = HistoryWatch()
     desk = CompletionDesk(
         database=database,
-        blobs=LocalBlobStore(settings.blob_root),
+        blobs=open_blob_store(settings.blob_root, settings.data_dir, settings.kek, owner=SERVICE),
         events=EventFactory(SERVICE, settings.instance, settings.build_version),
         queue=settings.queue,
         history=history,

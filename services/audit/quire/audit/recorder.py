@@ -68,9 +68,14 @@ class EventRecorder:
             log.warning("undecodable event terminated")
             await msg.term()
             return
-        if event.to_state == COMPLETED or event.reason_code == ReasonCode.DEAD_LETTER_RETRIED:
+        if (
+            event.to_state == COMPLETED
+            or event.reason_code in (ReasonCode.DEAD_LETTER_RETRIED, ReasonCode.BYTES_RETIRED)
+            or event.HasField("retirement")
+        ):
             # Only audit writes these: the completion desk after checking the
-            # evidence, the dead-letter desk for an operator's retry.
+            # evidence, the dead-letter desk for an operator's retry, and
+            # RecordRetirement for bytes retired under the retention policy.
             log.warning("event %s claims a step only audit takes; dropped", event.event_id)
             await msg.term()
             return

@@ -1,4 +1,5 @@
-"""AuditService: the job view and the ledger, read-only."""
+"""AuditService: the job view and the ledger, read-only but for operators'
+dead-letter decisions and retirement records (``quire.audit.retirement``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from quire.audit.checkpoints import CheckpointBook, CheckpointFiles
 from quire.audit.deadletterdesk import MAX_LIST, DeadLetterDesk
 from quire.audit.evidence import build_evidence, dumps
 from quire.audit.jobview import JobFacts, fold
+from quire.audit.retirement import record_retirement
 from quire.audit.v1 import audit_service_pb2 as pb
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from quire.audit.verification import verify_ledger
@@ -23,6 +25,7 @@ from quire.grpcstatus import at_the_edge
 from quire.jobs import job_id, job_name, state_value, timestamp
 from quire.operatorcheck import OperatorCheck
 from quire.reasons import ReasonCode
+from quire.settings import BUILD_VERSION
 from quire.type import job_pb2, queue_pb2
 
 __all__ = ["AuditServicer"]
@@ -146,6 +149,24 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
     ) -> pb.DeadLetterRecord:
         desk, operator = await self._desk(context)
         return dead_letter_record(await desk.discard(job_name(job_id(request.job)), operator))
+
+    @at_the_edge(DOMAIN)
+    async def RecordRetirement(  # noqa: N802 - gRPC method name
+        self, request: pb.RecordRetirementRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecordRetirementResponse:
+        if self._operators is None:
+            raise NotFound("this audit service takes no operator calls")
+        operator = await self._operators.operator_of(context)
+        prefix, _, tenant = request.tenant.partition("/")
+        if prefix != "tenants":
+            raise NotFound("tenant not found")
+        job = job_name(job_id(request.job)) if request.job else ""
+        build = self._dead_letters.build_version if self._dead_letters else BUILD_VERSION
+        actor = queue_pb2.Actor(service="operator", instance=operator, build_version=build)
+        event_id, appended = await self._db.run(
+            lambda s: record_retirement(s, tenant, job, request.retirement, actor)
+        )
+        return pb.RecordRetirementResponse(event_id=event_id, appended=appended)
 
     @at_the_edge(DOMAIN)
     async def GetJob(  # noqa: N802 - gRPC method name

@@ -18,6 +18,9 @@ What each finding means:
 - ``undecodable``: the hashed bytes are not an event at all;
 - ``view``: the job index disagrees with what the job's events fold to
   (``quire.audit.jobview``) — ``column`` names the field, ``job`` the job.
+
+A retirement entry (bytes deleted under the retention policy) is chained,
+hashed and column-checked like every entry, and folds into no view.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from sqlalchemy.orm import Session
 
 from quire.audit import tables
 from quire.audit.checkpoints import Checkpoint
-from quire.audit.jobview import COMPARED, JobFacts, apply
+from quire.audit.jobview import COMPARED, JobFacts, apply, is_retirement
 from quire.audit.ledger import GENESIS, entry_hash
 from quire.checkpoint import Checkpoint as LogHead
 from quire.jobs import state_name
@@ -139,6 +142,8 @@ def _columns(row: object, views: dict[str, JobFacts], last: dict[str, int]) -> I
     for column in _COLUMNS:
         if getattr(row, column) != said[column]:
             yield Finding("column", sequence, tenant, column=column)
+    if is_retirement(event):
+        return
     views[event.job] = apply(views.get(event.job), event)
     last[event.job] = sequence
 

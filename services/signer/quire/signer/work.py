@@ -16,7 +16,8 @@ from datetime import UTC, datetime
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from quire.blobstore import LocalBlobStore, sha256_file, signed_key, storage_error
+from quire.attemptfiles import AttemptFiles
+from quire.blobstore import LocalBlobStore, signed_key, storage_error
 from quire.database import Database
 from quire.errors import JobCancelled, PermanentError, TransientError
 from quire.faults import fault_point
@@ -101,12 +102,15 @@ class SignerWork:
     async def _sign(
         self, task: queue_pb2.JobTask, blob_key: str, key: SigningKey
     ) -> tuple[SignedPacket, SigningKey]:
-        temp = self._blobs.new_temp()
-        try:
+        # The packet is decrypted into the attempt's private directory and the
+        # signed copy written there, then sealed into the store.
+        async with AttemptFiles(self._blobs) as files:
+            assembled = await files.plain(task.assembled.blob_key, task.assembled.sha256)
+            temp = files.new_file("signed")
             try:
                 signed: SignedPacket = await self._sandbox.run(
                     sign_packet,
-                    str(self._blobs.local_path(task.assembled.blob_key)),
+                    assembled,
                     task.assembled.sha256,
                     str(temp),
                     key.key_path,
@@ -124,8 +128,6 @@ class SignerWork:
                 self._blobs.promote_file, temp, blob_key, exclusive=True
             )
             fault_point("signer.after_artifact")
-        finally:
-            temp.unlink(missing_ok=True)
         if not created:
             return await self._reuse(blob_key)
         return signed, key
@@ -133,16 +135,16 @@ class SignerWork:
     async def _reuse(self, blob_key: str) -> tuple[SignedPacket, SigningKey]:
         """Verify the job's existing artifact and take it as the job's signature."""
         keys = await self._keys.all()
-        path = str(self._blobs.local_path(blob_key))
-        report: SignatureReport = await self._sandbox.run(
-            verify_signed_pdf, path, [k.certificate_pem for k in keys]
-        )
+        digest, size = await asyncio.to_thread(self._blobs.digest, blob_key)
+        async with AttemptFiles(self._blobs) as files:
+            path = await files.plain(blob_key, digest)
+            report: SignatureReport = await self._sandbox.run(
+                verify_signed_pdf, path, [k.certificate_pem for k in keys]
+            )
         used = next((k for k in keys if k.certificate_sha256 == report.certificate_sha256), None)
         if not report.ok or used is None:
             # Never overwrite: an artifact that exists but does not verify needs a human.
             raise TransientError(ReasonCode.SIGNING_FAILED, "existing artifact does not verify")
-
-        digest, size = await asyncio.to_thread(sha256_file, self._blobs.local_path(blob_key))
         return SignedPacket(sha256=digest, size_bytes=size), used
 
     def record_rejection(

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+from quire.attemptfiles import AttemptFiles
 from quire.blobstore import LocalBlobStore
+from quire.errors import PermanentError
 from quire.reasons import ReasonCode
 from quire.sandbox import SandboxExhausted, SandboxPool
 from quire.type import job_pb2, queue_pb2
@@ -20,6 +22,8 @@ from quire.validator.rulesets import Ruleset
 __all__ = ["Evaluation", "Evaluator", "STRIKES"]
 
 STRIKES = 2
+UNREADABLE_SOURCE = frozenset({ReasonCode.SOURCE_MISSING, ReasonCode.DIGEST_MISMATCH})
+"""Why a stored source may not open: the job is REJECTED for it, as the sandbox would."""
 """Deliveries on which a source exhausts its sandbox before the job is REJECTED."""
 
 
@@ -50,10 +54,25 @@ class Evaluator:
     async def evaluate(
         self, task: queue_pb2.JobTask, ruleset: Ruleset, *, attempt: int = STRIKES
     ) -> Evaluation:
+        async with AttemptFiles(self._blobs) as files:
+            return await self._evaluate(task, ruleset, attempt, files)
+
+    async def _evaluate(
+        self, task: queue_pb2.JobTask, ruleset: Ruleset, attempt: int, files: AttemptFiles
+    ) -> Evaluation:
         limits = replace(self._limits, allow_active_content=ruleset.allows_active_content)
         findings: list[dict[str, object]] = []
+        paths: list[str] = []
         for source in task.sources:
-            finding = await self._inspect(source, limits, attempt)
+            try:
+                path = await files.plain(source.blob_key, source.sha256)
+            except PermanentError as error:
+                if error.reason not in UNREADABLE_SOURCE:
+                    raise  # DATA_SHREDDED and the like end the job as they are
+                finding = Finding("", 0, error.reason)
+            else:
+                paths.append(path)
+                finding = await self._inspect(path, source, limits, attempt)
             findings.append(
                 {"position": source.position, "sha256": source.sha256, **asdict(finding)}
             )
@@ -62,8 +81,7 @@ class Evaluator:
         if not ruleset.reads_content:
             return Evaluation("PASSED", "", findings, [])
         inputs = [
-            (str(self._blobs.local_path(s.blob_key)), s.position, s.content_type)
-            for s in task.sources
+            (path, s.position, s.content_type) for path, s in zip(paths, task.sources, strict=True)
         ]
         try:
             decisions: list[Decision] = await self._sandbox.run(judge, inputs, ruleset)
@@ -74,11 +92,13 @@ class Evaluator:
         outcome, reason = verdict(decisions)
         return Evaluation(outcome, reason, findings, decisions)
 
-    async def _inspect(self, source: job_pb2.SourceRef, limits: PdfLimits, attempt: int) -> Finding:
+    async def _inspect(
+        self, path: str, source: job_pb2.SourceRef, limits: PdfLimits, attempt: int
+    ) -> Finding:
         try:
             return await self._sandbox.run(
                 inspect_source,
-                str(self._blobs.local_path(source.blob_key)),
+                path,
                 source.sha256,
                 source.content_type,
                 limits,

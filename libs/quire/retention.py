@@ -1,0 +1,312 @@
+"""Retention as policy: which stored bytes have outlived their tenant's
+period, and retiring them with a record in the ledger first.
+
+The rules (periods per tenant, ``RetentionSettings`` by default):
+
+- ``artifacts``: a COMPLETED job's signed artifact, once the job ended that
+  long ago;
+- ``packets``: an ended job's assembled packet, once every job whose packet
+  it is ended that long ago;
+- ``sources``: an upload, once every job that used it ended that long ago;
+- ``unused_uploads``: an upload no job used, that long after the upload.
+
+A job's end is its terminal entry in the ledger (COMPLETED, REJECTED,
+FAILED, CANCELLED); a job that has not ended, or that audit has not
+recorded, keeps everything it uses. Ledger entries themselves (digests,
+manifests, transitions, actors, versions, signer identity) are never
+deleted.
+
+``apply`` retires exactly the plan, one blob at a time: first every
+retirement entry for it goes into audit's ledger (``RecordRetirement``; a
+repeat appends nothing), then the bytes are deleted, then admission forgets
+a retired upload (``ForgetSource``) so it stops counting against the quota.
+A crash anywhere leaves "recorded, bytes maybe still there": the bytes are
+still planned (the record is there, the rule still holds) and a rerun
+finishes them. Bytes that are gone with no record are never planned, so
+``quire check`` still reports them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from google.protobuf import timestamp_pb2
+
+from quire.admission.storagepolicy import TenantStorage
+from quire.blobstore import assembled_key, signed_key
+from quire.jobs import job_id
+from quire.retention_records import AcceptedJob, LedgerJob, Records, StoredBlob, Upload
+from quire.settings import RetentionSettings
+from quire.type import queue_pb2
+
+__all__ = ["Periods", "PlannedRetirement", "BlobPresence", "plan", "apply_plan", "describe"]
+
+RULE_OF_KIND = {
+    "source": "sources",
+    "packet": "packets",
+    "artifact": "artifacts",
+    "upload": "unused_uploads",
+}
+
+
+class BlobPresence(Protocol):
+    """What the plan asks of the blob store."""
+
+    def exists(self, key: str) -> bool: ...
+
+
+class BlobDeletion(BlobPresence, Protocol):
+    def delete(self, key: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Periods:
+    """One tenant's periods in seconds: its own, or the defaults."""
+
+    sources: float
+    packets: float
+    artifacts: float
+    unused_uploads: float
+
+    @classmethod
+    def of(cls, storage: TenantStorage | None, defaults: RetentionSettings) -> Periods:
+        own = storage or TenantStorage()
+        return cls(
+            sources=own.sources_seconds or defaults.sources_seconds,
+            packets=own.packets_seconds or defaults.packets_seconds,
+            artifacts=own.artifacts_seconds or defaults.artifacts_seconds,
+            unused_uploads=own.unused_uploads_seconds or defaults.unused_uploads_seconds,
+        )
+
+    def of_rule(self, rule: str) -> float:
+        return float(getattr(self, rule))
+
+
+@dataclass(frozen=True)
+class PlannedRetirement:
+    """One blob retired for one job (or, ``job`` empty, an upload no job used)."""
+
+    tenant: str
+    job: str
+    kind: str
+    blob_key: str
+    sha256: str
+    size_bytes: int
+    rule: str
+    period_seconds: int
+    since: datetime
+    """When the period started: the job's end, or the upload."""
+    age_seconds: float
+    recorded: bool
+    """Already in the ledger: an earlier apply stopped before finishing it."""
+
+    def event_id(self) -> str:
+        """The id audit gives its retirement entry (``quire.audit.retirement``)."""
+        if self.job:
+            return f"{job_id(self.job)}.retired.{self.kind}.{self.sha256}"
+        return f"upload.{self.tenant}.{self.sha256}.{_millis(self.since)}"
+
+    def message(self) -> queue_pb2.Retirement:
+        since = timestamp_pb2.Timestamp()
+        since.FromMilliseconds(_millis(self.since))
+        return queue_pb2.Retirement(
+            kind=self.kind,
+            blob_key=self.blob_key,
+            sha256=self.sha256,
+            size_bytes=self.size_bytes,
+            rule=self.rule,
+            period_seconds=self.period_seconds,
+            since=since,
+        )
+
+
+def _millis(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+@dataclass(frozen=True)
+class _Context:
+    records: Records
+    defaults: RetentionSettings
+    now: datetime
+    blobs: BlobPresence
+
+    def periods(self, tenant: str) -> Periods:
+        return Periods.of(self.records.tenants.get(tenant), self.defaults)
+
+    def due(self, tenant: str, rule: str, since: datetime) -> bool:
+        return since + timedelta(seconds=self.periods(tenant).of_rule(rule)) <= self.now
+
+    def item(
+        self, tenant: str, job: str, kind: str, blob: StoredBlob | Upload, since: datetime
+    ) -> PlannedRetirement:
+        rule = RULE_OF_KIND[kind]
+        planned = PlannedRetirement(
+            tenant=tenant,
+            job=job,
+            kind=kind,
+            blob_key=blob.blob_key,
+            sha256=blob.sha256,
+            size_bytes=blob.size_bytes,
+            rule=rule,
+            period_seconds=int(self.periods(tenant).of_rule(rule)),
+            since=since,
+            age_seconds=(self.now - since).total_seconds(),
+            recorded=False,
+        )
+        return _with_recorded(planned, self.records)
+
+
+def _with_recorded(planned: PlannedRetirement, records: Records) -> PlannedRetirement:
+    if planned.job:
+        ledger_job = records.ledger.get(planned.job)
+        recorded = ledger_job is not None and planned.event_id() in ledger_job.retired
+    else:
+        recorded = planned.event_id() in records.retired_uploads
+    return PlannedRetirement(**{**planned.__dict__, "recorded": recorded})
+
+
+def _ended(records: Records, job: str) -> tuple[LedgerJob, datetime] | None:
+    ledger_job = records.ledger.get(job)
+    if ledger_job is None or ledger_job.facts is None or ledger_job.ended_at is None:
+        return None
+    return ledger_job, ledger_job.ended_at
+
+
+def _tenant_of(records: Records, job: str) -> str:
+    accepted = records.accepted.get(job)
+    return accepted.tenant if accepted else ""
+
+
+def _artifacts(ctx: _Context) -> Iterable[PlannedRetirement]:
+    for job, blob in sorted(ctx.records.artifacts.items()):
+        ended = _ended(ctx.records, job)
+        tenant = _tenant_of(ctx.records, job)
+        if ended is None or not tenant or ended[0].facts is None:
+            continue
+        facts, since = ended[0].facts, ended[1]
+        if facts.state != "COMPLETED" or facts.output_digest != blob.sha256:
+            continue  # only a completed job's artifact, as the ledger knows it
+        if blob.blob_key != signed_key(tenant, job) or not ctx.due(tenant, "artifacts", since):
+            continue
+        if ctx.blobs.exists(blob.blob_key):
+            yield ctx.item(tenant, job, "artifact", blob, since)
+
+
+def _shared(
+    ctx: _Context, users: dict[str, list[str]], rule: str, tenant_of: dict[str, str]
+) -> Iterable[tuple[str, str, datetime]]:
+    """(key, job, job's end) for each user of each key whose every user is due."""
+    for key, jobs in sorted(users.items()):
+        tenant = tenant_of[key]
+        ends = [_ended(ctx.records, job) for job in jobs]
+        if any(end is None for end in ends):
+            continue
+        if all(ctx.due(tenant, rule, end[1]) for end in ends if end is not None):
+            for job, end in zip(jobs, ends, strict=True):
+                assert end is not None
+                yield key, job, end[1]
+
+
+def _packets(ctx: _Context) -> Iterable[PlannedRetirement]:
+    users: dict[str, list[str]] = defaultdict(list)
+    tenant_of: dict[str, str] = {}
+    blob_of: dict[str, StoredBlob] = {}
+    for job, blob in sorted(ctx.records.packets.items()):
+        tenant = _tenant_of(ctx.records, job)
+        if not tenant or blob.blob_key != assembled_key(tenant, blob.sha256):
+            continue
+        users[blob.blob_key].append(job)
+        tenant_of[blob.blob_key] = tenant
+        blob_of[blob.blob_key] = blob
+    for key, job, since in _shared(ctx, users, "packets", tenant_of):
+        if ctx.blobs.exists(key):
+            yield ctx.item(tenant_of[key], job, "packet", blob_of[key], since)
+
+
+def _users(records: Records, upload: Upload) -> list[AcceptedJob]:
+    """The jobs that used this upload: accepted after it was stored (an earlier
+    job naming the same digest used an earlier, retired copy)."""
+    return sorted(
+        (
+            job
+            for job in records.accepted.values()
+            if job.tenant == upload.tenant
+            and upload.sha256 in job.sources
+            and job.created_at >= upload.created_at
+        ),
+        key=lambda job: job.job,
+    )
+
+
+def _uploads(ctx: _Context) -> Iterable[PlannedRetirement]:
+    for upload in sorted(ctx.records.uploads, key=lambda u: (u.tenant, u.sha256)):
+        users = _users(ctx.records, upload)
+        items: list[PlannedRetirement] = []
+        if users:
+            users_by_key = {upload.blob_key: [job.job for job in users]}
+            due = _shared(ctx, users_by_key, "sources", {upload.blob_key: upload.tenant})
+            items = [ctx.item(upload.tenant, job, "source", upload, end) for _, job, end in due]
+        elif ctx.due(upload.tenant, "unused_uploads", upload.created_at):
+            items = [ctx.item(upload.tenant, "", "upload", upload, upload.created_at)]
+        # Bytes gone with no record are not ours to explain: `quire check` says so.
+        if items and (ctx.blobs.exists(upload.blob_key) or any(i.recorded for i in items)):
+            yield from items
+
+
+def plan(
+    records: Records, defaults: RetentionSettings, *, now: datetime, blobs: BlobPresence
+) -> list[PlannedRetirement]:
+    """What is due for retirement at ``now``, blob by blob."""
+    ctx = _Context(records, defaults, now, blobs)
+    return [*_artifacts(ctx), *_packets(ctx), *_uploads(ctx)]
+
+
+def describe(planned: PlannedRetirement) -> str:
+    """One line of the plan: ids, digests, sizes, the rule and the age; no names."""
+    days = planned.period_seconds / 86400
+    return "  ".join(
+        (
+            planned.job or f"tenants/{planned.tenant} (no job)",
+            planned.kind,
+            planned.blob_key,
+            f"sha256={planned.sha256}",
+            f"{planned.size_bytes} bytes",
+            f"rule={planned.rule} ({days:g} days after "
+            + ("the upload)" if planned.kind == "upload" else "the job ended)"),
+            f"age={planned.age_seconds / 86400:.2f} days",
+            *(("recorded, finishing",) if planned.recorded else ()),
+        )
+    )
+
+
+Record = Callable[[PlannedRetirement], Awaitable[None]]
+Forget = Callable[[str, str], Awaitable[None]]
+
+
+async def apply_plan(
+    planned: list[PlannedRetirement],
+    *,
+    record: Record,
+    blobs: BlobDeletion,
+    forget: Forget,
+    deleted: Callable[[str], None] = lambda _key: None,
+) -> int:
+    """Retire exactly ``planned``: for each blob, record every retirement in
+    the ledger, then delete the bytes, then forget a retired upload. Returns
+    how many blobs were deleted; stops at the first error (a rerun finishes)."""
+    by_key: dict[str, list[PlannedRetirement]] = defaultdict(list)
+    for item in planned:
+        by_key[item.blob_key].append(item)
+    for key, items in by_key.items():
+        for item in items:
+            await record(item)
+        blobs.delete(key)
+        deleted(key)
+        if items[0].kind in ("source", "upload"):
+            await forget(items[0].tenant, items[0].sha256)
+    return len(by_key)

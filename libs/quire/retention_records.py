@@ -1,0 +1,187 @@
+"""What ``quire retention`` reads from the services' databases, read-only:
+admission's tenants (their periods), uploads and accepted jobs; each job's
+ledger entries in audit (its end, and what is already recorded as retired);
+the assembler's packets and the signer's artifacts.
+
+Only ids, digests, sizes, keys and times are kept; never a document's name
+or content. Like ``quire check``, it opens each service's database through
+the URL the service itself uses, read-only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from google.protobuf.message import DecodeError
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from quire.admission import tables as admission_tables
+from quire.admission.storagepolicy import TenantStorage, read_storage
+from quire.assembler import tables as assembler_tables
+from quire.audit import tables as audit_tables
+from quire.audit.jobview import JobFacts, apply, is_retirement
+from quire.database import as_utc
+from quire.invariants_db import database_exists, read_only_engine, service_settings
+from quire.jobs import TERMINAL_STATES
+from quire.signer import tables as signer_tables
+from quire.type import queue_pb2
+
+__all__ = ["Upload", "AcceptedJob", "LedgerJob", "StoredBlob", "Records", "read_records"]
+
+
+@dataclass(frozen=True)
+class Upload:
+    """An upload admission holds: ``sources`` row."""
+
+    tenant: str
+    sha256: str
+    size_bytes: int
+    blob_key: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class AcceptedJob:
+    """A job admission accepted, and the source digests its task names."""
+
+    job: str
+    tenant: str
+    created_at: datetime
+    sources: frozenset[str]
+
+
+@dataclass
+class LedgerJob:
+    """A job as its ledger entries say: the view, when it ended, what is retired."""
+
+    facts: JobFacts | None = None
+    ended_at: datetime | None = None
+    """When its last terminal entry occurred; None while it has not ended."""
+    retired: set[str] = field(default_factory=set)
+    """Event ids of its retirement entries."""
+
+    def take(self, event: queue_pb2.TransitionEvent) -> None:
+        if is_retirement(event):
+            self.retired.add(event.event_id)
+            return
+        before = self.facts.state if self.facts else ""
+        self.facts = apply(self.facts, event)
+        if self.facts.state not in TERMINAL_STATES:
+            self.ended_at = None
+        elif before not in TERMINAL_STATES:
+            self.ended_at = event.occurred_at.ToDatetime().replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class StoredBlob:
+    """A packet or artifact one job's stage recorded."""
+
+    job: str
+    blob_key: str
+    sha256: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class Records:
+    tenants: Mapping[str, TenantStorage]
+    uploads: list[Upload]
+    accepted: Mapping[str, AcceptedJob]
+    ledger: Mapping[str, LedgerJob]
+    retired_uploads: frozenset[str]
+    """Event ids of retirement entries without a job (uploads no job used)."""
+    packets: Mapping[str, StoredBlob]
+    artifacts: Mapping[str, StoredBlob]
+
+
+def _sources(task: bytes) -> frozenset[str]:
+    try:
+        return frozenset(s.sha256 for s in queue_pb2.JobTask.FromString(task).sources)
+    except DecodeError:
+        return frozenset()
+
+
+def _admission(session: Session) -> tuple[dict[str, TenantStorage], list[Upload], dict]:
+    tenant_ids = list(session.execute(select(admission_tables.tenants.c.id)).scalars())
+    table = admission_tables.sources
+    uploads = [
+        Upload(r.tenant, r.sha256, r.size_bytes, r.blob_key, as_utc(r.created_at))
+        for r in session.execute(select(table))
+    ]
+    jobs = admission_tables.jobs
+    accepted = {
+        r.job: AcceptedJob(r.job, r.tenant, as_utc(r.created_at), _sources(r.task))
+        for r in session.execute(select(jobs.c.job, jobs.c.tenant, jobs.c.created_at, jobs.c.task))
+    }
+    return read_storage(session, tenant_ids), uploads, accepted
+
+
+def _ledger(session: Session) -> tuple[dict[str, LedgerJob], frozenset[str]]:
+    table = audit_tables.ledger
+    jobs: dict[str, LedgerJob] = {}
+    unused: set[str] = set()
+    for row in session.execute(select(table.c.job, table.c.event).order_by(table.c.sequence)):
+        try:
+            event = queue_pb2.TransitionEvent.FromString(row.event)
+        except DecodeError:
+            continue  # `quire check` and `quire audit verify` report it
+        if not event.job:
+            if is_retirement(event):
+                unused.add(event.event_id)
+            continue
+        jobs.setdefault(event.job, LedgerJob()).take(event)
+    return jobs, frozenset(unused)
+
+
+def _blobs(session: Session, table: object) -> dict[str, StoredBlob]:
+    rows = session.execute(
+        select(table.c.job, table.c.blob_key, table.c.sha256, table.c.size_bytes)  # type: ignore[attr-defined]
+    )
+    return {
+        r.job: StoredBlob(r.job, r.blob_key, r.sha256, r.size_bytes or 0)
+        for r in rows
+        if r.sha256
+    }
+
+
+def _engines(data_dir: Path, env: Mapping[str, str]) -> dict[str, Engine]:
+    engines = {}
+    for service in ("admission", "audit", "assembler", "signer"):
+        url = service_settings(data_dir, service, env).database_url
+        if database_exists(url):
+            engines[service] = read_only_engine(url, stopped=False)
+    return engines
+
+
+def read_records(data_dir: Path, env: Mapping[str, str]) -> Records:
+    """Everything the plan needs. Audit is read after admission, so a job
+    admission accepted meanwhile is at worst unknown to the ledger (kept)."""
+    engines = _engines(data_dir, env)
+    try:
+        tenants: dict[str, TenantStorage] = {}
+        uploads: list[Upload] = []
+        accepted: dict[str, AcceptedJob] = {}
+        if "admission" in engines:
+            with Session(engines["admission"]) as session, session.begin():
+                tenants, uploads, accepted = _admission(session)
+        ledger: dict[str, LedgerJob] = {}
+        unused: frozenset[str] = frozenset()
+        if "audit" in engines:
+            with Session(engines["audit"]) as session, session.begin():
+                ledger, unused = _ledger(session)
+        packets: dict[str, StoredBlob] = {}
+        if "assembler" in engines:
+            with Session(engines["assembler"]) as session, session.begin():
+                packets = _blobs(session, assembler_tables.assemblies)
+        artifacts: dict[str, StoredBlob] = {}
+        if "signer" in engines:
+            with Session(engines["signer"]) as session, session.begin():
+                artifacts = _blobs(session, signer_tables.signatures)
+    finally:
+        for engine in engines.values():
+            engine.dispose()
+    return Records(tenants, uploads, accepted, ledger, unused, packets, artifacts)
