@@ -157,6 +157,17 @@ class DataKeys:
             return []
         return sorted(p.name for p in self.root.iterdir() if p.is_dir())
 
+    def status(self) -> list[dict[str, object]]:
+        """Each tenant's keys as stored: version, wrapping KEK, when; no key material."""
+        report: list[dict[str, object]] = []
+        for tenant in self.tenants():
+            keys = []
+            for path in sorted(self._dir(tenant).glob("v*.key")):
+                record = json.loads(path.read_text())
+                keys.append({k: record.get(k) for k in ("version", "kek", "wrapped_at")})
+            report.append({"tenant": tenant, "shredded": self.is_shredded(tenant), "keys": keys})
+        return report
+
     def rewrap(self) -> RewrapReport:
         """Wrap every data key under the ring's current KEK; blobs are untouched."""
         current = self._keks.current

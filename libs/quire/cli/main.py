@@ -19,7 +19,7 @@ from pathlib import Path
 
 import grpc
 
-from quire.cli import check, deadletters, operators, provision, reviews
+from quire.cli import check, deadletters, keys, operators, provision, reviews
 from quire.cli.args import bearer_metadata, job_resource, operator_metadata
 from quire.cli.config import ClientConfig
 from quire.cli.packets import PacketFile, read_manifest_file, send_packet
@@ -342,6 +342,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_arguments(
         command("check", help="operators: check every invariant over the data directory")
     )
+    keys.add_arguments(command("keys", help="operators: tenants' data keys and KEKs"), common)
     provision.add_arguments(
         command("credentials", help="operators: identity keys and NATS logins for a cluster"),
         command("nats", help="operators: lay out the queue topology"),
@@ -388,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
         return _verify_offline(args)  # the certificates given; no stack
     if args.command in ("credentials", "nats"):
         return provision.run(args)  # no running stack
+    if args.command == "keys":
+        return keys.run(args)  # the key ring beside the blobs; no running stack
     if args.command == "evidence" and args.job == "verify":
         return _evidence_verify(args)  # offline: needs no stack
     if args.command == "evidence":
