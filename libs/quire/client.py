@@ -185,30 +185,62 @@ class TenantAdminClient:
         await self.close()
 
     async def create_tenant(
-        self, name: str, *, max_upload_bytes: int = 0, max_outstanding_jobs: int = 0
+        self,
+        name: str,
+        *,
+        max_upload_bytes: int = 0,
+        max_outstanding_jobs: int = 0,
+        storage_quota_bytes: int = 0,
+        retention: admin_pb.TenantRetention | None = None,
     ) -> admin_pb.CreateTenantResponse:
         return await self._stub.CreateTenant(
             admin_pb.CreateTenantRequest(
                 display_name=name,
                 limits=admin_pb.TenantLimits(
-                    max_upload_bytes=max_upload_bytes, max_outstanding_jobs=max_outstanding_jobs
+                    max_upload_bytes=max_upload_bytes,
+                    max_outstanding_jobs=max_outstanding_jobs,
+                    storage_quota_bytes=storage_quota_bytes,
                 ),
+                retention=retention,
             ),
             metadata=self._metadata,
         )
+
+    async def update_retention(
+        self, tenant: str, retention: admin_pb.TenantRetention
+    ) -> admin_pb.Tenant:
+        """Set the tenant's retention periods (seconds; 0 is the default)."""
+        return await self._stub.UpdateTenantRetention(
+            admin_pb.UpdateTenantRetentionRequest(name=tenant, retention=retention),
+            metadata=self._metadata,
+        )
+
+    async def forget_source(self, tenant: str, sha256: str) -> bool:
+        """Have admission forget an upload whose bytes were retired."""
+        reply = await self._stub.ForgetSource(
+            admin_pb.ForgetSourceRequest(tenant=tenant, sha256=sha256), metadata=self._metadata
+        )
+        return reply.forgotten
 
     async def list_tenants(self) -> list[admin_pb.Tenant]:
         reply = await self._stub.ListTenants(admin_pb.ListTenantsRequest(), metadata=self._metadata)
         return list(reply.tenants)
 
     async def update_limits(
-        self, tenant: str, *, max_upload_bytes: int = 0, max_outstanding_jobs: int = 0
+        self,
+        tenant: str,
+        *,
+        max_upload_bytes: int = 0,
+        max_outstanding_jobs: int = 0,
+        storage_quota_bytes: int = 0,
     ) -> admin_pb.Tenant:
         return await self._stub.UpdateTenantLimits(
             admin_pb.UpdateTenantLimitsRequest(
                 name=tenant,
                 limits=admin_pb.TenantLimits(
-                    max_upload_bytes=max_upload_bytes, max_outstanding_jobs=max_outstanding_jobs
+                    max_upload_bytes=max_upload_bytes,
+                    max_outstanding_jobs=max_outstanding_jobs,
+                    storage_quota_bytes=storage_quota_bytes,
                 ),
             ),
             metadata=self._metadata,

@@ -142,9 +142,7 @@ def _blobs(session: Session, table: object) -> dict[str, StoredBlob]:
         select(table.c.job, table.c.blob_key, table.c.sha256, table.c.size_bytes)  # type: ignore[attr-defined]
     )
     return {
-        r.job: StoredBlob(r.job, r.blob_key, r.sha256, r.size_bytes or 0)
-        for r in rows
-        if r.sha256
+        r.job: StoredBlob(r.job, r.blob_key, r.sha256, r.size_bytes or 0) for r in rows if r.sha256
     }
 
 

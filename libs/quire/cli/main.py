@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 
 from quire.cli import check, deadletters, keys, operators, provision, reviews
+from quire.cli import retention as retention_commands
 from quire.cli.args import bearer_metadata, job_resource, operator_metadata
 from quire.cli.config import ClientConfig
 from quire.cli.packets import PacketFile, read_manifest_file, send_packet
@@ -311,7 +312,11 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("name")
     create.add_argument("--max-upload-bytes", type=int, default=0)
     create.add_argument("--max-outstanding-jobs", type=int, default=0)
+    create.add_argument(
+        "--storage-quota-bytes", type=int, default=0, help="bytes of uploads it may keep"
+    )
     tenants.add_parser("list", parents=[common])
+    retention_commands.add_tenant_arguments(tenants, common)
     tokens = command("tokens", help="operators: bearer tokens").add_subparsers(
         dest="action", required=True
     )
@@ -342,6 +347,10 @@ def _parser() -> argparse.ArgumentParser:
     check.add_arguments(
         command("check", help="operators: check every invariant over the data directory")
     )
+    retention_commands.add_arguments(
+        command("retention", help="operators: retire stored bytes under the retention policy"),
+        common,
+    )
     keys.add_arguments(command("keys", help="operators: tenants' data keys and KEKs"), common)
     provision.add_arguments(
         command("credentials", help="operators: identity keys and NATS logins for a cluster"),
@@ -366,6 +375,8 @@ COMMANDS = {
     "cancel": _cancel,
     "tenants create": operators.tenants_create,
     "tenants list": operators.tenants_list,
+    "tenants retention": retention_commands.tenants_retention,
+    "retention apply": retention_commands.run_apply,
     "tokens create": operators.tokens_create,
     "tokens revoke": operators.tokens_revoke,
     "review list": reviews.review_list,
@@ -385,6 +396,8 @@ def main(argv: list[str] | None = None) -> int:
         return _up(args)
     if args.command == "check":
         return check.run(args)  # reads the data directory; needs no running stack
+    if args.command == "retention" and args.action == "plan":
+        return retention_commands.run_plan(args)  # reads the data directory; changes nothing
     if args.command == "verify" and args.cert:
         return _verify_offline(args)  # the certificates given; no stack
     if args.command in ("credentials", "nats"):

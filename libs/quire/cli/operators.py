@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from quire.cli.config import ClientConfig
+from quire.cli.retention import retention_line
 from quire.client import TenantAdminClient
 
 __all__ = ["tenants_create", "tenants_list", "tokens_create", "tokens_revoke"]
@@ -22,6 +23,7 @@ async def tenants_create(args: argparse.Namespace, config: ClientConfig) -> int:
             args.name,
             max_upload_bytes=args.max_upload_bytes,
             max_outstanding_jobs=args.max_outstanding_jobs,
+            storage_quota_bytes=args.storage_quota_bytes,
         )
     print(f"{reply.tenant.name}  {reply.tenant.display_name}")
     print(f"token (shown once): {reply.secret}")
@@ -35,7 +37,11 @@ async def tenants_list(args: argparse.Namespace, config: ClientConfig) -> int:
         limits = tenant.limits
         upload = limits.max_upload_bytes or "default"
         outstanding = limits.max_outstanding_jobs or "default"
-        print(f"{tenant.name}  {tenant.display_name}  upload≤{upload}  outstanding≤{outstanding}")
+        quota = limits.storage_quota_bytes or "default"
+        print(
+            f"{tenant.name}  {tenant.display_name}  upload≤{upload}  outstanding≤{outstanding}"
+            f"  stored≤{quota}  {retention_line(tenant.retention)}"
+        )
         for token in tenant.tokens:
             state = "revoked" if token.HasField("revoke_time") else "valid"
             print(f"    {token.name}  {state}")

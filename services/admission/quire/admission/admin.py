@@ -68,9 +68,7 @@ def _tenant(
             storage_quota_bytes=storage.storage_quota_bytes or 0,
         ),
         tokens=[_token(t) for t in tokens],
-        retention=pb.TenantRetention(
-            **{name: getattr(storage, name) or 0 for name in PERIODS}
-        ),
+        retention=pb.TenantRetention(**{name: getattr(storage, name) or 0 for name in PERIODS}),
     )
     if tenant.created_at is not None:
         message.create_time.CopyFrom(timestamp(tenant.created_at))

@@ -35,7 +35,12 @@ from quire.type import queue_pb2
 
 __all__ = ["RULES", "is_retirement", "record_retirement", "retirement_event_id"]
 
-RULES = {"source": "sources", "packet": "packets", "artifact": "artifacts", "upload": "unused_uploads"}
+RULES = {
+    "source": "sources",
+    "packet": "packets",
+    "artifact": "artifacts",
+    "upload": "unused_uploads",
+}
 """Each kind of bytes and the tenant's period that governs it."""
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 TENANT_ID = re.compile(r"^[0-9a-z_-]{1,64}$")

@@ -1,0 +1,164 @@
+"""``quire retention plan|apply`` and ``quire tenants retention``: the
+retention policy, as operators see and run it (``quire.retention``).
+
+``plan`` reads the services' databases read-only and the blob directory,
+like ``quire check``, and prints what would go and why; it needs no running
+stack. ``apply`` retires exactly that plan through the running stack: audit
+records each retirement in its ledger before the bytes are deleted, and
+admission forgets retired uploads. Lines carry job ids, kinds, blob keys,
+digests, sizes, rules and ages: never a file name or document text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+from quire.admission.v1 import tenant_admin_service_pb2 as admin_pb
+from quire.audit.v1 import audit_service_pb2 as audit_pb
+from quire.audit.v1 import audit_service_pb2_grpc as audit_grpc
+from quire.blobstore import LocalBlobStore
+from quire.cli.args import operator_metadata
+from quire.cli.config import ClientConfig
+from quire.client import TenantAdminClient
+from quire.invariants_db import service_settings
+from quire.retention import PlannedRetirement, apply_plan, describe, plan
+from quire.retention_records import read_records
+from quire.settings import DAY, RetentionSettings
+from quire.storage import open_blob_store, tool_kek_settings
+from quire.tls import aio_channel
+
+__all__ = ["add_arguments", "run_plan", "run_apply", "tenants_retention"]
+
+TIMEOUT_SECONDS = 30.0
+
+
+def add_arguments(retention: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    actions = retention.add_subparsers(dest="action", required=True)
+    for name, help_text in (
+        ("plan", "print what the policy retires now, and why (changes nothing)"),
+        ("apply", "retire it: record each deletion in the ledger, then delete the bytes"),
+    ):
+        action = actions.add_parser(name, parents=[common], help=help_text)
+        action.add_argument(
+            "--as-of",
+            default="",
+            help="judge ages at this ISO 8601 time instead of now (to preview a date)",
+        )
+
+
+def add_tenant_arguments(
+    tenants: argparse._SubParsersAction, common: argparse.ArgumentParser
+) -> None:  # type: ignore[type-arg]
+    retention = tenants.add_parser(
+        "retention", parents=[common], help="set a tenant's retention periods (0: the default)"
+    )
+    retention.add_argument("tenant", help="tenants/ID")
+    retention.add_argument("--sources-days", type=float, default=0.0)
+    retention.add_argument("--packets-days", type=float, default=0.0)
+    retention.add_argument("--artifacts-days", type=float, default=0.0)
+    retention.add_argument("--unused-upload-hours", type=float, default=0.0)
+
+
+def _as_of(text: str) -> datetime:
+    if not text:
+        return datetime.now(UTC)
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def open_blobs(data_dir: Path, env: Mapping[str, str]) -> LocalBlobStore:
+    """The stack's blob store, opened the way operator tools open it (only
+    ``exists`` and ``delete`` are used: nothing is read or written)."""
+    blob_root = service_settings(data_dir, "admission", env).blob_root
+    return open_blob_store(blob_root, data_dir, tool_kek_settings(data_dir, env), owner="retention")
+
+
+def _plan(args: argparse.Namespace) -> tuple[list[PlannedRetirement], LocalBlobStore]:
+    data_dir = Path(args.data_dir).resolve()
+    env = os.environ
+    blobs = open_blobs(data_dir, env)
+    records = read_records(data_dir, env)
+    planned = plan(records, RetentionSettings.from_env(env), now=_as_of(args.as_of), blobs=blobs)
+    return planned, blobs
+
+
+def _summary(planned: list[PlannedRetirement]) -> str:
+    blobs = {item.blob_key: item.size_bytes for item in planned}
+    return f"{len(planned)} retirements, {len(blobs)} blobs, {sum(blobs.values())} bytes"
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    if not Path(args.data_dir).is_dir():
+        raise SystemExit(f"no data directory at {args.data_dir}")
+    planned, _blobs = _plan(args)
+    for item in planned:
+        print(describe(item))
+    print(_summary(planned) if planned else "nothing to retire")
+    return 0
+
+
+async def run_apply(args: argparse.Namespace, config: ClientConfig) -> int:
+    planned, blobs = _plan(args)
+    metadata = operator_metadata(config)
+    async with (
+        aio_channel(config.audit, config.tls) as channel,
+        TenantAdminClient(config.admission, config.operator_token, tls=config.tls) as admin,
+    ):
+        audit = audit_grpc.AuditServiceStub(channel)
+
+        async def record(item: PlannedRetirement) -> None:
+            await audit.RecordRetirement(
+                audit_pb.RecordRetirementRequest(
+                    tenant=f"tenants/{item.tenant}", job=item.job, retirement=item.message()
+                ),
+                metadata=metadata,
+                timeout=TIMEOUT_SECONDS,
+            )
+            print(f"recorded: {describe(item)}")
+
+        async def forget(tenant: str, sha256: str) -> None:
+            await admin.forget_source(f"tenants/{tenant}", sha256)
+
+        await apply_plan(
+            planned,
+            record=record,
+            blobs=blobs,
+            forget=forget,
+            deleted=lambda key: print(f"deleted: {key}"),
+        )
+    print(_summary(planned) if planned else "nothing to retire")
+    return 0
+
+
+async def tenants_retention(args: argparse.Namespace, config: ClientConfig) -> int:
+    retention = admin_pb.TenantRetention(
+        sources_seconds=round(args.sources_days * DAY),
+        packets_seconds=round(args.packets_days * DAY),
+        artifacts_seconds=round(args.artifacts_days * DAY),
+        unused_uploads_seconds=round(args.unused_upload_hours * 3600),
+    )
+    if not config.operator_token:
+        raise SystemExit("no operator token: set QUIRE_OPERATOR_TOKEN or run against `quire up`")
+    tenant = args.tenant if args.tenant.startswith("tenants/") else f"tenants/{args.tenant}"
+    async with TenantAdminClient(config.admission, config.operator_token, tls=config.tls) as admin:
+        reply = await admin.update_retention(tenant, retention)
+    print(f"{reply.name}  {retention_line(reply.retention)}")
+    return 0
+
+
+def retention_line(retention: admin_pb.TenantRetention) -> str:
+    """A tenant's own periods, in days (hours for unused uploads)."""
+
+    def days(seconds: int) -> str:
+        return f"{seconds / DAY:g}d" if seconds else "default"
+
+    hours = retention.unused_uploads_seconds
+    return (
+        f"sources {days(retention.sources_seconds)}  packets {days(retention.packets_seconds)}  "
+        f"artifacts {days(retention.artifacts_seconds)}  "
+        f"unused uploads {f'{hours / 3600:g}h' if hours else 'default'}"
+    )
