@@ -1,0 +1,217 @@
+"""Retention without a stack: audit records a retirement only for bytes the
+ledger ties to an ended job, once, without changing the job's view, and the
+ledger still verifies; the plan's rules keep what is shared with a job not
+yet due, what a fresh copy of retired bytes holds, and bytes lost with no
+record (those are for ``quire check`` to report)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from quire.admission.storagepolicy import TenantStorage
+from quire.audit import ledger, tables
+from quire.audit.jobview import fold
+from quire.audit.retirement import record_retirement
+from quire.audit.verification import verify_ledger
+from quire.blobstore import assembled_key, signed_key, source_key
+from quire.database import Database
+from quire.errors import FailedPrecondition, InvalidInput
+from quire.retention import PlannedRetirement, plan
+from quire.retention_records import AcceptedJob, LedgerJob, Records, StoredBlob, Upload
+from quire.settings import RetentionSettings
+from quire.transitions import EventFactory
+from quire.type import queue_pb2
+
+FACTORY = EventFactory("test", "instance", "0")
+STATES = ["ACCEPTED", "VALIDATING", "REVIEWING", "ASSEMBLING", "SIGNING", "COMMITTING", "COMPLETED"]
+TENANT = "0123456789abcdef"
+SOURCE = "a" * 64
+SIGNED = "b" * 64
+ACTOR = queue_pb2.Actor(service="operator", instance="op1", build_version="0")
+
+
+@pytest.fixture
+def audit(tmp_path: Path) -> Database:
+    database = Database(f"sqlite:///{tmp_path / 'audit.db'}", tables.metadata)
+    database.create_schema()
+    for job, states in (("jobs/aa", STATES), ("jobs/bb", STATES[:3])):
+        previous = ""
+        for state in states:
+            task = queue_pb2.JobTask(job=job, tenant=TENANT)
+            task.sources.add(sha256=SOURCE)
+            fields = {"output_digest": SIGNED} if state in ("COMMITTING", "COMPLETED") else {}
+            event = FACTORY.transition(task, previous, state, attempt=1, lease_token=1, **fields)
+            database.transaction(lambda s, e=event: ledger.append(s, e))
+            previous = state
+    return database
+
+
+def _retirement(kind: str, sha256: str, job: str = "jobs/aa") -> queue_pb2.Retirement:
+    keys = {
+        "artifact": signed_key(TENANT, job),
+        "packet": assembled_key(TENANT, sha256),
+        "source": source_key(TENANT, sha256),
+        "upload": source_key(TENANT, sha256),
+    }
+    rule = {"artifact": "artifacts", "packet": "packets", "source": "sources"}
+    return queue_pb2.Retirement(
+        kind=kind,
+        blob_key=keys[kind],
+        sha256=sha256,
+        size_bytes=10,
+        rule=rule.get(kind, "unused_uploads"),
+        period_seconds=86400,
+    )
+
+
+def _events(database: Database, job: str) -> list[queue_pb2.TransitionEvent]:
+    return database.transaction(
+        lambda s: [
+            queue_pb2.TransitionEvent.FromString(row.event)
+            for row in s.execute(
+                tables.ledger.select()
+                .where(tables.ledger.c.job == job)
+                .order_by(tables.ledger.c.sequence)
+            )
+        ]
+    )
+
+
+def test_a_retirement_is_recorded_once_and_changes_no_view(audit: Database) -> None:
+    before = fold(_events(audit, "jobs/aa"))
+    for kind, digest in (("artifact", SIGNED), ("source", SOURCE), ("packet", "c" * 64)):
+        retirement = _retirement(kind, digest)
+        first = audit.transaction(
+            lambda s, r=retirement: record_retirement(s, TENANT, "jobs/aa", r, ACTOR)
+        )
+        again = audit.transaction(
+            lambda s, r=retirement: record_retirement(s, TENANT, "jobs/aa", r, ACTOR)
+        )
+        assert first[1] and not again[1] and first[0] == again[0]
+    upload = _retirement("upload", "d" * 64)
+    assert audit.transaction(lambda s: record_retirement(s, TENANT, "", upload, ACTOR))[1]
+    events = _events(audit, "jobs/aa")
+    retired = [e for e in events if e.HasField("retirement")]
+    assert len(retired) == 3
+    assert all(e.from_state == e.to_state and e.reason_code == "BYTES_RETIRED" for e in retired)
+    assert fold(events) == before
+    index = audit.transaction(
+        lambda s: s.execute(tables.jobs.select().where(tables.jobs.c.job == "jobs/aa")).one()
+    )
+    assert index.state == "COMPLETED"
+    report = audit.transaction(lambda s: verify_ledger(s, []))
+    assert report.ok, report.findings
+
+
+@pytest.mark.parametrize(
+    ("job", "retirement", "error"),
+    [
+        ("jobs/bb", _retirement("source", SOURCE, "jobs/bb"), FailedPrecondition),
+        ("jobs/aa", _retirement("artifact", "e" * 64), InvalidInput),
+        ("jobs/aa", _retirement("source", "e" * 64), InvalidInput),
+        ("", _retirement("source", SOURCE), InvalidInput),
+        ("jobs/aa", _retirement("upload", SOURCE), InvalidInput),
+    ],
+    ids=["job-not-ended", "not-its-artifact", "not-its-source", "no-job", "upload-with-job"],
+)
+def test_a_retirement_the_ledger_does_not_back_is_refused(
+    audit: Database, job: str, retirement: queue_pb2.Retirement, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        audit.transaction(lambda s: record_retirement(s, TENANT, job, retirement, ACTOR))
+
+
+# -- the plan's rules ----------------------------------------------------------
+
+NOW = datetime(2030, 1, 31, tzinfo=UTC)
+DAY = timedelta(days=1)
+
+
+class Present:
+    def __init__(self, keys: set[str]) -> None:
+        self.keys = keys
+
+    def exists(self, key: str) -> bool:
+        return key in self.keys
+
+
+def _ended(days_ago: float) -> LedgerJob:
+    job = LedgerJob()
+    for state in STATES:
+        event = FACTORY.transition(
+            queue_pb2.JobTask(job="jobs/00", tenant=TENANT), "", state, attempt=1, lease_token=1
+        )
+        event.occurred_at.FromDatetime(NOW - timedelta(days=days_ago))
+        job.take(event)
+    return job
+
+
+def _records(
+    uploads: list[Upload], jobs: dict[str, tuple[float | None, datetime, frozenset[str]]]
+) -> Records:
+    ledger_jobs = {name: _ended(ago) for name, (ago, _, _) in jobs.items() if ago is not None}
+    return Records(
+        tenants={TENANT: TenantStorage(sources_seconds=86400, packets_seconds=86400)},
+        uploads=uploads,
+        accepted={
+            name: AcceptedJob(name, TENANT, created, sources)
+            for name, (_, created, sources) in jobs.items()
+        },
+        ledger=ledger_jobs,
+        retired_uploads=frozenset(),
+        packets={
+            name: StoredBlob(name, assembled_key(TENANT, "c" * 64), "c" * 64, 5) for name in jobs
+        },
+        artifacts={},
+    )
+
+
+def _plan(records: Records, present: set[str]) -> list[PlannedRetirement]:
+    return plan(records, RetentionSettings(), now=NOW, blobs=Present(present))
+
+
+def test_bytes_shared_with_a_job_not_yet_due_are_kept() -> None:
+    upload = Upload(TENANT, SOURCE, 10, source_key(TENANT, SOURCE), NOW - 30 * DAY)
+    keys = {upload.blob_key, assembled_key(TENANT, "c" * 64)}
+    old, recent = "jobs/01", "jobs/02"
+    due = _records(
+        [upload],
+        {old: (3, NOW - 9 * DAY, frozenset({SOURCE})), recent: (2, NOW - 9 * DAY, frozenset())},
+    )
+    assert {(p.kind, p.job) for p in _plan(due, keys)} == {
+        ("source", old),
+        ("packet", old),
+        ("packet", recent),
+    }
+    shared = _records(
+        [upload],
+        {
+            old: (3, NOW - 9 * DAY, frozenset({SOURCE})),
+            recent: (0.5, NOW - 9 * DAY, frozenset({SOURCE})),
+        },
+    )
+    assert _plan(shared, keys) == [], "one user ended half a day ago: nothing it shares goes"
+    running = _records(
+        [upload],
+        {
+            old: (3, NOW - 9 * DAY, frozenset({SOURCE})),
+            recent: (None, NOW - 9 * DAY, frozenset({SOURCE})),
+        },
+    )
+    assert _plan(running, keys) == [], "a job that has not ended keeps what it uses"
+
+
+def test_a_fresh_copy_of_retired_bytes_is_an_unused_upload() -> None:
+    fresh = Upload(TENANT, SOURCE, 10, source_key(TENANT, SOURCE), NOW - DAY / 2)
+    records = _records([fresh], {"jobs/01": (10, NOW - 20 * DAY, frozenset({SOURCE}))})
+    planned = _plan(records, {fresh.blob_key, assembled_key(TENANT, "c" * 64)})
+    assert [p.kind for p in planned] == ["packet"], "the job before it used an earlier copy"
+
+
+def test_bytes_lost_with_no_record_are_not_planned() -> None:
+    upload = Upload(TENANT, SOURCE, 10, source_key(TENANT, SOURCE), NOW - 30 * DAY)
+    records = _records([upload], {"jobs/01": (3, NOW - 9 * DAY, frozenset({SOURCE}))})
+    assert _plan(records, set()) == []
