@@ -6,8 +6,8 @@ import hashlib
 from pathlib import Path
 
 import pytest
-
 from sealedstore import sealed_store
+
 from quire.errors import InvalidInput, PermanentError
 from quire.reasons import ReasonCode
 

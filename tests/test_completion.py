@@ -7,9 +7,9 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from sealedstore import sealed_store
 from sqlalchemy import select
 
-from sealedstore import sealed_store
 from quire.audit import ledger, tables
 from quire.audit.completion import CompletionDesk, Verdict
 from quire.audit.history import HistoryWatch

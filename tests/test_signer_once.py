@@ -7,10 +7,10 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from sealedstore import sealed_store
 from sqlalchemy import select
 
 from pdfs import write_text_pdf
-from sealedstore import sealed_store
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.leases import Lease

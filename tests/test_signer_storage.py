@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from sealedstore import sealed_store
-from quire.blobstore import LocalBlobStore
+
 from quire.errors import SystemFailure, TransientError
 from quire.leases import Lease
 from quire.reasons import ReasonCode

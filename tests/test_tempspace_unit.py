@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from nats.js import JetStreamContext
-
 from sealedstore import sealed_store
+
 from quire.admission.tempguard import TempSpaceGuard
-from quire.blobstore import LocalBlobStore, storage_error
+from quire.blobstore import storage_error
 from quire.errors import Overloaded, SystemFailure, TransientError
 from quire.reasons import ReasonCode
 from quire.settings import TempSpaceSettings

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from quire.datakeys import DataKeys
+from quire.errors import QuireError
 from quire.kek import KekConfigError, new_ring_line
 from quire.settings import ServiceSettings
 from quire.storage import open_data_keys, tool_kek_settings
@@ -71,8 +72,13 @@ def run(args: argparse.Namespace) -> int:
     if not args.yes:
         print("shredding cannot be undone: add --yes", file=sys.stderr)
         return 2
-    destroyed = keys.shred(args.tenant)
-    print(f"destroyed {destroyed} data keys of {args.tenant}; its blobs are unreadable")
+    tenant = args.tenant.removeprefix("tenants/")
+    try:
+        destroyed = keys.shred(tenant)
+    except QuireError as error:
+        print(f"error: {error.reason.value}", file=sys.stderr)
+        return 2
+    print(f"destroyed {destroyed} data keys of tenants/{tenant}; its blobs are unreadable")
     return 0
 
 

@@ -143,6 +143,10 @@ class UploadGate:
                 )
             header = first.header
             _check_header(header, self._settings, tenant.upload_ceiling(self._settings))
+            # The tenant's data key, before anything is kept or deduplicated: a
+            # shredded tenant is refused here (DATA_SHREDDED). Unwrapping may reach
+            # a token, so not on the event loop.
+            await asyncio.to_thread(self._blobs.keys.for_writing, tenant.id)
             known = await self._db.read(lambda s: _known(s, tenant.id, header.sha256))
             if known is not None:
                 stored = _already_stored(known, header)
@@ -156,8 +160,6 @@ class UploadGate:
     async def _store(
         self, tenant: str, header: pb.SourceHeader, requests: PacedRequests
     ) -> StoredSource:
-        # Unwrapping the tenant's data key may reach a token: not on the event loop.
-        await asyncio.to_thread(self._blobs.keys.for_writing, tenant)
         with IncomingSource(self._blobs, tenant, header) as incoming:
             async for request in requests:
                 incoming.take(_chunk_of(request))
