@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from nats.js import JetStreamContext
+from sealedstore import plaintext
 from test_faults_common import (
     eventually,
     ledger_rows,
@@ -180,7 +181,10 @@ def _artifacts(data_dir: Path) -> dict[str, tuple[str, int, int]]:
     found = {}
     for path in (data_dir / "blobs" / "signed").rglob("*.pdf"):
         stat = path.stat()
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        digest = hashlib.sha256(
+            plaintext(data_dir, path.relative_to(data_dir / "blobs").as_posix())
+        )
+        digest = digest.hexdigest()
         found[path.stem] = (digest, stat.st_ino, stat.st_mtime_ns)
     return found
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import multiprocessing
 import os
 import shutil
 import subprocess
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -218,25 +220,14 @@ def test_a_ring_inside_the_data_directory_is_refused_outside_development(tmp_pat
 MODULE = "/usr/lib/softhsm/libsofthsm2.so"
 
 
-def test_a_kek_inside_a_pkcs11_token_wraps_and_unwraps(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if shutil.which("softhsm2-util") is None or not Path(MODULE).exists():
-        pytest.skip("SoftHSM2 (Debian's softhsm2) is not installed; `make test` installs it")
+def _round_trip_in_token(tmp: str) -> dict[str, object]:
+    """In a fresh process (SoftHSM2 reads its configuration once per process):
+    make an AES KEK in the token, seal a blob under a data key it wrapped, and
+    open it again from a second ring loaded from the same settings."""
     import pkcs11
     from pkcs11 import KeyType
 
-    tokens = tmp_path / "tokens"
-    tokens.mkdir()
-    config = tmp_path / "softhsm2.conf"
-    config.write_text(f"directories.tokendir = {tokens}\nobjectstore.backend = file\n")
-    monkeypatch.setenv("SOFTHSM2_CONF", str(config))
-    subprocess.run(
-        ["softhsm2-util", "--init-token", "--free", "--label", "kek", "--pin", "2468"]
-        + ["--so-pin", "13579"],
-        check=True,
-        capture_output=True,
-    )
+    tmp_path = Path(tmp)
     token = pkcs11.lib(MODULE).get_token(token_label="kek")
     with token.open(user_pin="2468", rw=True) as session:
         session.generate_key(KeyType.AES, 256, label="quire-kek", store=True)
@@ -249,7 +240,6 @@ def test_a_kek_inside_a_pkcs11_token_wraps_and_unwraps(
         pkcs11_pin_file=pin,
     )
     ring = load_kek_ring(settings, tmp_path / "data")
-    assert isinstance(ring.current, Pkcs11Kek) and ring.current.kek_id == "pkcs11:kek/quire-kek"
     store = LocalBlobStore(tmp_path / "blobs", DataKeys(tmp_path / "blobs", ring))
     with store.writer("t") as writer:
         writer.write(MARKER)
@@ -257,6 +247,38 @@ def test_a_kek_inside_a_pkcs11_token_wraps_and_unwraps(
     fresh = LocalBlobStore(
         tmp_path / "blobs", DataKeys(tmp_path / "blobs", load_kek_ring(settings, tmp_path))
     )
-    assert fresh.digest("sources/t/doc") == (hashlib.sha256(MARKER).hexdigest(), len(MARKER))
-    with pytest.raises(TransientError):
+    try:
         DataKeys(tmp_path / "blobs", made_up_ring("pkcs11:kek/quire-kek")).for_reading("t", 1)
+        impostor = "opened"
+    except TransientError as error:
+        impostor = error.reason.value
+    return {
+        "in_token": isinstance(ring.current, Pkcs11Kek),
+        "kek_id": ring.current.kek_id,
+        "digest": fresh.digest("sources/t/doc"),
+        "impostor": impostor,
+    }
+
+
+def test_a_kek_inside_a_pkcs11_token_wraps_and_unwraps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if shutil.which("softhsm2-util") is None or not Path(MODULE).exists():
+        pytest.skip("SoftHSM2 (Debian's softhsm2) is not installed; `make test` installs it")
+    tokens = tmp_path / "tokens"
+    tokens.mkdir()
+    config = tmp_path / "softhsm2.conf"
+    config.write_text(f"directories.tokendir = {tokens}\nobjectstore.backend = file\n")
+    monkeypatch.setenv("SOFTHSM2_CONF", str(config))
+    subprocess.run(
+        ["softhsm2-util", "--init-token", "--free", "--label", "kek", "--pin", "2468"]
+        + ["--so-pin", "13579"],
+        check=True,
+        capture_output=True,
+    )
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
+        facts = pool.submit(_round_trip_in_token, str(tmp_path)).result(timeout=120)
+    assert facts["in_token"] and facts["kek_id"] == "pkcs11:kek/quire-kek"
+    assert facts["digest"] == (hashlib.sha256(MARKER).hexdigest(), len(MARKER))
+    assert facts["impostor"] == "DATA_KEY_UNAVAILABLE", "a software KEK of that id does not fit"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from sealedstore import stack_store
 
 from pdfs import write_text_pdf
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
@@ -46,7 +47,9 @@ async def test_a_signer_killed_after_writing_the_artifact_signs_nothing_twice(
         assert stack.restarts("signer") == 1
         artifacts = list((Path(stack.data_dir) / "blobs" / "signed").rglob("*.pdf"))
         assert len(artifacts) == 1, "exactly one signed artifact"
-        assert sha256_file(artifacts[0])[0] == job.output_digest == sha256_file(output)[0]
+        stored = artifacts[0].relative_to(Path(stack.data_dir) / "blobs").as_posix()
+        assert stack_store(Path(stack.data_dir)).digest(stored)[0] == job.output_digest
+        assert sha256_file(output)[0] == job.output_digest
         async with grpc.aio.insecure_channel(info.endpoints["audit"]) as channel:
             entries = (
                 await audit_service_pb2_grpc.AuditServiceStub(channel).ListJobEvents(
