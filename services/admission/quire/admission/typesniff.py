@@ -4,12 +4,13 @@ before a temporary file is opened, and so before any job can name it.
 
 Deliberately small rules on at most ``SNIFF_BYTES`` held in memory, not
 libmagic: admission parses nothing of a hostile upload on its event loop. The
-validator still sniffs every source with libmagic in its sandbox, so what
-passes here can still be rejected there (a PDF whose header is not at the
-start, say); what fails here could never have passed there.
+validator still sniffs every source in its sandbox, so what passes here can
+still be rejected there; what fails here could never have passed there.
 
-- ``application/pdf``: ``%PDF-`` within the first 1024 bytes, where viewers
-  look for the header;
+- ``application/pdf``: a PDF header found as viewers find it
+  (``quire.pdfheader``): ``%PDF``, an optional ``-`` and a version
+  ``digit.digit``, all within the first 1024 bytes, whatever precedes it
+  (junk, a byte-order mark, whitespace) — the same rule the validator applies;
 - ``application/json``: the first byte after an optional UTF-8 byte-order mark
   and JSON whitespace is ``{`` or ``[``.
 
@@ -22,11 +23,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from quire.errors import FieldViolation, InvalidInput
+from quire.pdfheader import HEADER_WINDOW, has_pdf_header
 from quire.reasons import ReasonCode
 
 __all__ = ["SNIFF_BYTES", "check_declared_type", "looks_like"]
 
-SNIFF_BYTES = 1024
+SNIFF_BYTES = HEADER_WINDOW
 """How many leading bytes the door looks at (and holds in memory until it has)."""
 
 _UTF8_BOM = b"\xef\xbb\xbf"
@@ -34,7 +36,7 @@ _JSON_WHITESPACE = b" \t\r\n"
 
 
 def _pdf(head: bytes) -> bool:
-    return b"%PDF-" in head[:SNIFF_BYTES]
+    return has_pdf_header(head[:SNIFF_BYTES])
 
 
 def _json(head: bytes) -> bool:

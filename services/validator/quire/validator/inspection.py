@@ -1,8 +1,9 @@
 """Inspection of one untrusted source, run inside a sandbox worker process.
 
 Nothing here trusts the declaration: the bytes are re-hashed against the
-digest they were accepted under, the type is sniffed from the content with
-libmagic, and PDFs are opened by qpdf (through pikepdf) *without* recovery, so
+digest they were accepted under, the type is sniffed from the content (a PDF
+by its header, found where viewers look for it, ``quire.pdfheader``; anything
+else by libmagic), and PDFs are opened by qpdf (through pikepdf) *without* recovery, so
 a file that would need repairing is refused rather than silently
 reinterpreted — two viewers must never disagree about what a signed contract
 says. Returns a plain finding (picklable, no document text).
@@ -15,6 +16,7 @@ import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 
+from quire.pdfheader import has_pdf_header
 from quire.reasons import ReasonCode
 from quire.validator.pdfchecks import PdfLimits, check_pdf
 
@@ -22,6 +24,7 @@ __all__ = ["Finding", "inspect_source", "PDF_TYPE", "JSON_TYPE"]
 
 PDF_TYPE = "application/pdf"
 JSON_TYPE = "application/json"
+UNKNOWN_TYPE = "application/octet-stream"
 SNIFF_BYTES = 64 * 1024
 READ_CHUNK = 1024 * 1024
 
@@ -68,6 +71,26 @@ def _inspect_pdf(path: str, limits: PdfLimits) -> tuple[int, str]:
         return 0, ReasonCode.MALFORMED_PDF
 
 
+def _sniff_type(head: bytes) -> str:
+    """The content type of a file whose first bytes are ``head``.
+
+    A PDF is what viewers open as one: its header within the first 1,024 bytes,
+    after junk, a byte-order mark or whitespace, with or without the dash
+    (libmagic wants ``%PDF-`` at offset 0 and calls the rest
+    ``application/octet-stream``). Anything else is libmagic's verdict, except
+    that libmagic's ``application/pdf`` without such a header (``%PDF-X.Y``) is
+    not taken: the PDF type is decided by the header rule alone, as at the door.
+    JSON that libmagic recognises stays JSON even if a string in it reads
+    ``%PDF-1.4``.
+    """
+    detected = str(_magic().from_buffer(head))  # type: ignore[attr-defined]
+    if detected == JSON_TYPE:
+        return detected
+    if has_pdf_header(head):
+        return PDF_TYPE
+    return UNKNOWN_TYPE if detected == PDF_TYPE else detected
+
+
 def inspect_source(
     path: str, sha256: str, declared_type: str, limits: PdfLimits | None = None
 ) -> Finding:
@@ -78,7 +101,7 @@ def inspect_source(
         return Finding("", 0, ReasonCode.SOURCE_MISSING)
     if actual != sha256:
         return Finding("", 0, ReasonCode.DIGEST_MISMATCH)
-    detected = str(_magic().from_buffer(head))  # type: ignore[attr-defined]
+    detected = _sniff_type(head)
     if detected != declared_type:
         return Finding(detected, 0, ReasonCode.TYPE_MISMATCH)
     if detected == JSON_TYPE:
