@@ -1,24 +1,23 @@
 """What the validator looks for inside a PDF, run in a sandbox worker.
 
 Every check is bounded by the file, not by what the file claims: stream sizes
-are measured by decoding with a cap (never trusting ``/Length``), the object
+are measured by decoding every standard filter and chain incrementally with a
+cap (never trusting ``/Length``; see ``decoding``), the object
 walk is iterative with a depth and count limit, and qpdf's own recovery is
 off, so a file that needs repair is refused rather than reinterpreted.
 """
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from quire.reasons import ReasonCode
+from quire.validator.decoding import DecodeError, UnsupportedFilter, decoded_size
 
 __all__ = ["PdfLimits", "check_pdf"]
 
-FLATE = {"/FlateDecode", "/Fl"}
-IMAGE_CODECS = {"/DCTDecode", "/DCT", "/JPXDecode", "/JBIG2Decode", "/CCITTFaxDecode", "/CCF"}
 ACTIVE_ACTIONS = {
     "/JavaScript",
     "/Launch",
@@ -33,7 +32,6 @@ ACTIVE_ACTIONS = {
 }
 ACTIVE_KEYS = {"/JS", "/JavaScript", "/AA", "/XFA", "/EmbeddedFiles", "/EF", "/RichMedia"}
 ACTIVE_SUBTYPES = {"/FileAttachment", "/RichMedia", "/Screen", "/Movie", "/Sound", "/3D"}
-INFLATE_CHUNK = 64 * 1024
 MAX_WALK_DEPTH = 64
 MAX_ACTION_HOPS = 10_000
 
@@ -45,42 +43,6 @@ class PdfLimits:
     """Sum over all streams, measured by decoding with a cap."""
     max_objects: int = 500_000
     allow_active_content: bool = False
-
-
-def _inflate(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    inflater = zlib.decompressobj()
-    for chunk in chunks:
-        data = chunk
-        while data:
-            yield inflater.decompress(data, INFLATE_CHUNK)
-            data = inflater.unconsumed_tail
-    yield inflater.flush()
-
-
-def _decoded_size(stream: Any, budget: int) -> int:
-    """Bytes the stream decodes to, counting no further than ``budget`` + 1."""
-    import pikepdf
-
-    filters = stream.get("/Filter")
-    if filters is None:
-        names: list[str] = []
-    elif isinstance(filters, pikepdf.Array):
-        names = [str(f) for f in filters]
-    else:
-        names = [str(filters)]
-    if not names or any(name in IMAGE_CODECS for name in names):
-        return len(stream.read_raw_bytes())  # images are not decoded by the validator
-    if all(name in FLATE for name in names):
-        chunks: Iterator[bytes] = iter([stream.read_raw_bytes()])
-        for _ in names:
-            chunks = _inflate(chunks)
-        size = 0
-        for piece in chunks:
-            size += len(piece)
-            if size > budget:
-                break
-        return size
-    return len(stream.read_bytes())  # other filters decode under the worker's memory limit
 
 
 def _is_active(dictionary: Any) -> bool:
@@ -169,7 +131,10 @@ def _check_pdf(pdf: Any, limits: PdfLimits) -> tuple[int, str]:
         if count > limits.max_objects:
             return pages, ReasonCode.MALFORMED_PDF
         if isinstance(obj, pikepdf.Stream):
-            decoded += _decoded_size(obj, limits.max_decompressed_bytes - decoded)
+            try:
+                decoded += decoded_size(obj, limits.max_decompressed_bytes - decoded)
+            except (UnsupportedFilter, DecodeError):
+                return pages, ReasonCode.MALFORMED_PDF
             if decoded > limits.max_decompressed_bytes:
                 return pages, ReasonCode.DECOMPRESSED_SIZE_EXCEEDED
         if not active and isinstance(obj, pikepdf.Dictionary | pikepdf.Stream):

@@ -1,0 +1,462 @@
+"""Decoded size of a PDF stream, measured by streaming decoders under a byte cap.
+
+Every standard filter is decoded incrementally: the raw bytes are fed in
+slices of at most ``INPUT_CHUNK`` and each stage yields pieces of bounded
+size, so a chain of filters never holds a whole decoded stream in memory and
+never runs past the cap. Every loop in here consumes input or produces output
+on each turn (or stops), so a hostile stream cannot make the measurement spin.
+
+The image codecs are not decoded: they end a chain, and their output is
+bounded by the image dictionary (``/Width`` × ``/Height`` × bits per component
+× components), which is counted when present; otherwise their input is.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+__all__ = [
+    "DecodeError",
+    "UnsupportedFilter",
+    "measure",
+    "decoded_size",
+    "inflate",
+    "lzw_decode",
+    "ascii_hex_decode",
+    "ascii85_decode",
+    "run_length_decode",
+]
+
+INPUT_CHUNK = 16 * 1024
+OUTPUT_CHUNK = 64 * 1024
+MAX_FILTERS = 32
+"""A longer /Filter array is not something any writer produces: refused as malformed."""
+
+FLATE = frozenset({"/FlateDecode", "/Fl"})
+LZW = frozenset({"/LZWDecode", "/LZW"})
+ASCII_HEX = frozenset({"/ASCIIHexDecode", "/AHx"})
+ASCII_85 = frozenset({"/ASCII85Decode", "/A85"})
+RUN_LENGTH = frozenset({"/RunLengthDecode", "/RL"})
+CRYPT = frozenset({"/Crypt"})
+IMAGE_CODECS = frozenset(
+    {"/DCTDecode", "/DCT", "/JPXDecode", "/JBIG2Decode", "/CCITTFaxDecode", "/CCF"}
+)
+BILEVEL_CODECS = frozenset({"/JBIG2Decode", "/CCITTFaxDecode", "/CCF"})
+
+_WHITESPACE = b" \t\n\r\f\v\x00"
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
+_Z_RUN = re.compile(rb"z+")
+
+
+class DecodeError(ValueError):
+    """The stream's data is corrupt for its filter."""
+
+
+class UnsupportedFilter(ValueError):
+    """A filter name that is not one of the PDF standard filters."""
+
+
+class _Exceeded(Exception):
+    pass
+
+
+def _slices(chunks: Iterable[bytes], size: int = INPUT_CHUNK) -> Iterator[bytes]:
+    for chunk in chunks:
+        for start in range(0, len(chunk), size):
+            yield chunk[start : start + size]
+
+
+# --- FlateDecode ---------------------------------------------------------------
+
+
+def _is_zlib_header(data: bytes) -> bool:
+    return len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+
+
+def inflate(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Inflate zlib data, one member after another, yielding at most
+    ``OUTPUT_CHUNK`` bytes at a time.
+
+    Each member ends at its own end (``eof``); the bytes after it are data,
+    never more input for that member (zlib keeps a stale ``unconsumed_tail``
+    there, and feeding it again returns ``b''`` for ever). If they start like
+    another zlib member it is inflated too (counted, never hidden); anything
+    else is trailing junk and ignored, as viewers do. Corrupt data in the first
+    member raises ``DecodeError``; corrupt data after it ends the stream.
+    """
+    inflater = zlib.decompressobj()
+    first = True
+    done = False
+    data = b""
+    for chunk in _slices(chunks):
+        if done:
+            continue  # trailing junk: read through, not decoded
+        data += chunk
+        while data:
+            if inflater.eof:  # ``data`` is what followed the member
+                if len(data) < 2:
+                    break  # wait for more: it may be a member's header
+                if not _is_zlib_header(data):
+                    done = True
+                    break
+                inflater = zlib.decompressobj()
+                first = False
+            try:
+                out = inflater.decompress(data, OUTPUT_CHUNK)
+            except zlib.error as error:
+                if first:
+                    raise DecodeError(str(error)) from error
+                done = True
+                break
+            if out:
+                yield out
+            if inflater.eof:
+                data = inflater.unused_data
+                continue
+            tail = inflater.unconsumed_tail
+            if not out and len(tail) >= len(data):
+                done = True  # no progress: never spin
+                break
+            data = tail
+            # Output may still be pending inside zlib with all input consumed.
+            while not data and len(out) == OUTPUT_CHUNK and not inflater.eof:
+                out = inflater.decompress(b"", OUTPUT_CHUNK)
+                if out:
+                    yield out
+                data = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
+        if done:
+            data = b""
+
+
+# --- LZWDecode -----------------------------------------------------------------
+
+
+def lzw_decode(chunks: Iterable[bytes], early_change: int = 1) -> Iterator[bytes]:
+    """PDF LZW (variable 9–12-bit codes, MSB first, 256 clear, 257 end),
+    with /EarlyChange. A full table stops growing; corrupt codes raise."""
+    early = 1 if early_change else 0
+    table: list[bytes] = [bytes((i,)) for i in range(256)] + [b"", b""]
+    width = 9
+    previous: bytes | None = None
+    bits = 0
+    nbits = 0
+    out = bytearray()
+    for chunk in _slices(chunks):
+        for byte in chunk:
+            bits = (bits << 8) | byte
+            nbits += 8
+            if nbits < width:
+                continue
+            nbits -= width
+            code = bits >> nbits
+            bits &= (1 << nbits) - 1
+            if code == 256:
+                del table[258:]
+                width = 9
+                previous = None
+                continue
+            if code == 257:
+                if out:
+                    yield bytes(out)
+                return
+            size = len(table)
+            if code < size:
+                entry = table[code]
+                if previous is not None and size < 4096:
+                    table.append(previous + entry[:1])
+            elif code == size and previous is not None:
+                entry = previous + previous[:1]
+                if size < 4096:
+                    table.append(entry)
+            else:
+                raise DecodeError(f"LZW code {code} beyond table of {size}")
+            if previous is not None and len(table) + early >= (1 << width) and width < 12:
+                width += 1
+            previous = entry
+            out += entry
+            if len(out) >= OUTPUT_CHUNK:
+                yield bytes(out)
+                out.clear()
+    if out:
+        yield bytes(out)
+
+
+# --- ASCIIHexDecode ------------------------------------------------------------
+
+
+def ascii_hex_decode(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    carry = b""
+    for chunk in _slices(chunks):
+        text = chunk.translate(None, _WHITESPACE)
+        end = text.find(b">")
+        if end >= 0:
+            text = text[:end]
+        if text.translate(None, _HEX_DIGITS):
+            raise DecodeError("non-hex character in ASCIIHexDecode data")
+        text = carry + text
+        even = len(text) & ~1
+        carry = text[even:]
+        if even:
+            yield bytes.fromhex(text[:even].decode("ascii"))
+        if end >= 0:
+            break
+    if carry:
+        yield bytes.fromhex(carry.decode("ascii") + "0")
+
+
+# --- ASCII85Decode -------------------------------------------------------------
+
+
+def _a85_whole(text: bytes) -> Iterator[bytes]:
+    """Complete groups: runs of ``z`` (four zero bytes each) without decoding
+    them one by one, the rest through ``base64``."""
+    at = 0
+    for run in _Z_RUN.finditer(text):
+        if run.start() > at:
+            yield _a85(text[at : run.start()])
+        zeros = 4 * (run.end() - run.start())
+        for _ in range(zeros // OUTPUT_CHUNK):
+            yield bytes(OUTPUT_CHUNK)
+        if zeros % OUTPUT_CHUNK:
+            yield bytes(zeros % OUTPUT_CHUNK)
+        at = run.end()
+    if at < len(text):
+        yield _a85(text[at:])
+
+
+def _a85(text: bytes) -> bytes:
+    try:
+        return base64.a85decode(text)
+    except ValueError as error:
+        raise DecodeError(str(error)) from error
+
+
+def ascii85_decode(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    carry = b""
+    start = True
+    for chunk in _slices(chunks):
+        text = chunk.translate(None, _WHITESPACE)
+        if start and text:
+            if text.startswith(b"<~"):
+                text = text[2:]
+            start = False
+        end = text.find(b"~")
+        if end >= 0:
+            text = text[:end]
+        text = carry + text
+        last_z = text.rfind(b"z")
+        keep = (len(text) - last_z - 1) % 5
+        whole, carry = text[: len(text) - keep], text[len(text) - keep :]
+        if whole:
+            yield from _a85_whole(whole)
+        if end >= 0:
+            break
+    if len(carry) > 1:
+        yield _a85(carry)
+
+
+# --- RunLengthDecode -----------------------------------------------------------
+
+
+def run_length_decode(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    out = bytearray()
+    carry = b""
+    for chunk in _slices(chunks):
+        data = carry + chunk if carry else chunk
+        i = 0
+        n = len(data)
+        while i < n:
+            length = data[i]
+            if length < 128:
+                if i + length + 2 > n:
+                    break
+                out += data[i + 1 : i + length + 2]
+                i += length + 2
+            elif length > 128:
+                if i + 2 > n:
+                    break
+                out += data[i + 1 : i + 2] * (257 - length)
+                i += 2
+            else:
+                if out:
+                    yield bytes(out)
+                return
+            if len(out) >= OUTPUT_CHUNK:
+                yield bytes(out)
+                out.clear()
+        carry = data[i:]
+    if carry:
+        out += carry[1:]  # a truncated literal run: what is there
+    if out:
+        yield bytes(out)
+
+
+# --- Chains ----------------------------------------------------------------------
+
+
+def _capped(pieces: Iterable[bytes], budget: int) -> Iterator[bytes]:
+    """Pass ``pieces`` through, raising ``_Exceeded`` once more than ``budget``
+    bytes went by."""
+    total = 0
+    for piece in pieces:
+        total += len(piece)
+        if total > budget:
+            raise _Exceeded()
+        yield piece
+
+
+def _image_size(dictionary: Any, codec: str) -> int | None:
+    """Bytes an image decodes to, from its dictionary, or None when it does not say."""
+    width, height = _int(dictionary.get("/Width")), _int(dictionary.get("/Height"))
+    if width is None or height is None or width < 0 or height < 0:
+        return None
+    if codec in BILEVEL_CODECS or _truthy(dictionary.get("/ImageMask")):
+        bpc, components = 1, 1
+    else:
+        bpc = _int(dictionary.get("/BitsPerComponent")) or 8
+        components = _components(dictionary.get("/ColorSpace"))
+    return (width * bpc * components + 7) // 8 * height
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _truthy(value: Any) -> bool:
+    try:
+        return bool(value)
+    except (TypeError, ValueError):
+        return False
+
+
+def _components(space: Any) -> int:
+    """Colour components of a colour space; 4 (the most of any standard space)
+    when it cannot be told, so the bound stays an upper bound."""
+    try:
+        if space is None:
+            return 4
+        operand: Any = None
+        if not isinstance(space, _array_types()):
+            family = str(space)
+        else:
+            items: list[Any] = list(space)  # type: ignore[call-overload]
+            if not items:
+                return 4
+            family = str(items[0])
+            operand = items[1] if len(items) > 1 else None
+        if family in {"/DeviceGray", "/G", "/CalGray", "/Indexed", "/I", "/Separation"}:
+            return 1
+        if family in {"/DeviceRGB", "/RGB", "/CalRGB", "/Lab"}:
+            return 3
+        if family in {"/DeviceCMYK", "/CMYK"}:
+            return 4
+        if family == "/ICCBased" and operand is not None and hasattr(operand, "get"):
+            components = _int(operand.get("/N"))
+            return components if components and 0 < components <= 32 else 4
+        if family == "/DeviceN" and operand is not None and hasattr(operand, "__len__"):
+            return max(1, min(len(operand), 32))
+    except (TypeError, ValueError, AttributeError):
+        pass
+    return 4
+
+
+def _array_types() -> tuple[type, ...]:
+    try:
+        import pikepdf
+    except ImportError:  # pragma: no cover - pikepdf is a dependency
+        return (list, tuple)
+    return (list, tuple, pikepdf.Array)
+
+
+def _stage(name: str, parms: Any) -> Callable[[Iterable[bytes]], Iterator[bytes]]:
+    if name in FLATE:
+        return inflate
+    if name in LZW:
+        early = _int(parms.get("/EarlyChange")) if parms is not None else None
+        early_change = 1 if early is None else early
+        return lambda chunks: lzw_decode(chunks, early_change)
+    if name in ASCII_HEX:
+        return ascii_hex_decode
+    if name in ASCII_85:
+        return ascii85_decode
+    if name in RUN_LENGTH:
+        return run_length_decode
+    if name in CRYPT:
+        return _slices  # decrypted by qpdf, or refused as encrypted before this
+    raise UnsupportedFilter(name)
+
+
+def measure(
+    raw: bytes,
+    names: list[str],
+    parms: list[Any],
+    budget: int,
+    dictionary: Any = None,
+) -> int:
+    """Bytes ``raw`` decodes to through ``names`` (with their decode
+    parameters), counting no further than ``budget`` + 1: each stage's output
+    is capped at ``budget`` too, so an intermediate bomb ends the measurement.
+
+    Raises ``UnsupportedFilter`` for a name that is not a standard filter and
+    ``DecodeError`` for corrupt data.
+    """
+    if len(names) > MAX_FILTERS:
+        raise UnsupportedFilter(f"{len(names)} filters in one chain")
+    for index, name in enumerate(names):  # refuse unknown names before any work
+        if name in IMAGE_CODECS:
+            if index != len(names) - 1:
+                raise UnsupportedFilter(f"{name} is not the last filter")
+        else:
+            _stage(name, None)
+    budget = max(budget, 0)
+    pieces: Iterable[bytes] = (raw,)
+    final_codec: str | None = None
+    try:
+        for index, name in enumerate(names):
+            if name in IMAGE_CODECS:
+                final_codec = name
+                break
+            parm = parms[index] if index < len(parms) else None
+            pieces = _capped(_stage(name, parm)(pieces), budget)
+        size = 0
+        for piece in pieces:
+            size += len(piece)
+            if size > budget:
+                return budget + 1
+    except _Exceeded:
+        return budget + 1
+    if final_codec is not None and dictionary is not None:
+        bound = _image_size(dictionary, final_codec)
+        if bound is not None:
+            return min(bound, budget + 1)
+    return size
+
+
+def decoded_size(stream: Any, budget: int) -> int:
+    """Bytes a pikepdf stream decodes to, counting no further than ``budget`` + 1."""
+    import pikepdf
+
+    filters = stream.get("/Filter")
+    if filters is None:
+        names: list[str] = []
+    elif isinstance(filters, pikepdf.Array):
+        names = [str(f) for f in filters]
+    else:
+        names = [str(filters)]
+    raw_parms = stream.get("/DecodeParms")
+    if raw_parms is None:
+        parms: list[Any] = []
+    elif isinstance(raw_parms, pikepdf.Array):
+        parms = [p if isinstance(p, pikepdf.Dictionary) else None for p in raw_parms]
+    else:
+        parms = [raw_parms if isinstance(raw_parms, pikepdf.Dictionary) else None]
+    if len(parms) == 1 and len(names) > 1 and not isinstance(raw_parms, pikepdf.Array):
+        parms = parms + [None] * (len(names) - 1)
+    return measure(stream.read_raw_bytes(), names, parms, budget, stream.stream_dict)

@@ -1,0 +1,338 @@
+"""The validator's streaming decoders: each standard filter and chain is
+measured under a byte cap, ends at the end of its data, and cannot spin.
+
+Fast unit tests: no stack, no sandbox. Bombs are built small (a few KiB that
+decode past a small cap) so every test is bounded by design, not by a timer.
+"""
+
+from __future__ import annotations
+
+import base64
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pikepdf
+import pytest
+
+from quire.validator import decoding
+from quire.validator.decoding import (
+    DecodeError,
+    UnsupportedFilter,
+    ascii85_decode,
+    ascii_hex_decode,
+    inflate,
+    lzw_decode,
+    measure,
+    run_length_decode,
+)
+from quire.validator.pdfchecks import PdfLimits, check_pdf
+
+SAMPLE = b"".join(b"line %d of a lease renewal, signed twice\n" % i for i in range(3000))
+
+
+# --- encoders used only to build test data ------------------------------------
+
+
+def lzw_encode(data: bytes, early_change: int = 1) -> bytes:
+    """PDF LZW: clear code first, 9-12 bit codes, EOD at the end."""
+    bits = 0
+    nbits = 0
+    out = bytearray()
+    width = 9
+
+    def emit(code: int) -> None:
+        nonlocal bits, nbits
+        bits = (bits << width) | code
+        nbits += width
+        while nbits >= 8:
+            nbits -= 8
+            out.append((bits >> nbits) & 0xFF)
+        bits &= (1 << nbits) - 1
+
+    def reset() -> dict[bytes, int]:
+        return {bytes((i,)): i for i in range(256)}
+
+    table = reset()
+    emit(256)
+    current = b""
+    for byte in data:
+        candidate = current + bytes((byte,))
+        if candidate in table:
+            current = candidate
+            continue
+        emit(table[current])
+        table[candidate] = len(table) + 2
+        # The decoder's table runs one entry behind the encoder's.
+        if len(table) + 1 + early_change >= (1 << width) and width < 12:
+            width += 1
+        if len(table) + 2 >= 4096 - 1:
+            emit(256)
+            table = reset()
+            width = 9
+        current = bytes((byte,))
+    if current:
+        emit(table[current])
+        # The decoder adds an entry for this code too; keep widths in step.
+        if len(table) + 2 + early_change >= (1 << width) and width < 12:
+            width += 1
+    emit(257)
+    if nbits:
+        out.append((bits << (8 - nbits)) & 0xFF)
+    return bytes(out)
+
+
+def run_length_encode(data: bytes) -> bytes:
+    out = bytearray()
+    i = 0
+    while i < len(data):
+        run = 1
+        while i + run < len(data) and run < 128 and data[i + run] == data[i]:
+            run += 1
+        if run > 1:
+            out += bytes((257 - run, data[i]))
+            i += run
+        else:
+            literal = data[i : i + 128]
+            out += bytes((len(literal) - 1,)) + literal
+            i += len(literal)
+    return bytes(out + b"\x80")
+
+
+def hex_encode(data: bytes) -> bytes:
+    text = data.hex().encode()
+    return b"\n".join(text[i : i + 64] for i in range(0, len(text), 64)) + b">"
+
+
+def a85_encode(data: bytes) -> bytes:
+    return base64.a85encode(data, wrapcol=72) + b"~>"
+
+
+def joined(pieces: Any) -> bytes:
+    return b"".join(pieces)
+
+
+# --- FlateDecode ----------------------------------------------------------------
+
+
+def test_trailing_byte_after_a_large_zlib_stream_ends_with_the_right_size() -> None:
+    data = zlib.compress(bytes(200_000)) + b"X"  # > 64 KiB decoded, one junk byte
+    assert measure(data, ["/FlateDecode"], [], 10**9) == 200_000
+    assert joined(inflate([data])) == bytes(200_000)
+
+
+@pytest.mark.parametrize("junk", [b"\n", b"\r\n", b"endstream", bytes(5000)])
+def test_any_trailing_junk_is_data_not_input(junk: bytes) -> None:
+    data = zlib.compress(SAMPLE) + junk
+    assert joined(inflate([data])) == SAMPLE
+
+
+def test_a_stream_split_at_every_boundary_gives_the_same_size() -> None:
+    small = SAMPLE[:3000]
+    data = zlib.compress(small) + b"\n"
+    for cut in range(len(data) + 1):
+        assert joined(inflate([data[:cut], data[cut:]])) == small, cut
+    assert joined(inflate(data[i : i + 1] for i in range(len(data)))) == small
+
+
+def test_concatenated_zlib_members_are_all_counted() -> None:
+    members = [zlib.compress(bytes(100_000)), zlib.compress(SAMPLE), zlib.compress(b"tail")]
+    data = b"".join(members)
+    assert joined(inflate([data])) == bytes(100_000) + SAMPLE + b"tail"
+    assert joined(inflate(data[i : i + 7] for i in range(0, len(data), 7))) == (
+        bytes(100_000) + SAMPLE + b"tail"
+    )
+
+
+def test_a_truncated_flate_stream_counts_what_it_holds() -> None:
+    data = zlib.compress(SAMPLE)[:-40]
+    size = measure(data, ["/FlateDecode"], [], 10**9)
+    assert 0 < size <= len(SAMPLE)
+
+
+def test_corrupt_flate_data_is_a_decode_error() -> None:
+    with pytest.raises(DecodeError):
+        measure(b"\x78\x9c\xff\xff\xff\xff" * 10, ["/FlateDecode"], [], 10**9)
+
+
+def test_pieces_stay_bounded() -> None:
+    bomb = zlib.compress(bytes(5_000_000), 9)
+    assert max(len(piece) for piece in inflate([bomb])) <= decoding.OUTPUT_CHUNK
+
+
+def test_flate_with_a_predictor_counts_the_inflated_bytes() -> None:
+    parms = pikepdf.Dictionary(Predictor=12, Columns=10)
+    assert measure(zlib.compress(SAMPLE), ["/FlateDecode"], [parms], 10**9) == len(SAMPLE)
+
+
+# --- the other standard filters ------------------------------------------------
+
+
+@pytest.mark.parametrize("early_change", [1, 0])
+@pytest.mark.parametrize("data", [b"", b"a", SAMPLE, bytes(range(256)) * 40, bytes(50_000)])
+def test_lzw_round_trips(early_change: int, data: bytes) -> None:
+    encoded = lzw_encode(data, early_change)
+    assert joined(lzw_decode([encoded], early_change)) == data
+    split = (encoded[i : i + 3] for i in range(0, len(encoded), 3))
+    assert joined(lzw_decode(split, early_change)) == data
+
+
+def test_lzw_reads_early_change_from_decode_parms() -> None:
+    encoded = lzw_encode(SAMPLE, 0)
+    parms = pikepdf.Dictionary(EarlyChange=0)
+    assert measure(encoded, ["/LZWDecode"], [parms], 10**9) == len(SAMPLE)
+
+
+def test_lzw_code_beyond_the_table_is_a_decode_error() -> None:
+    with pytest.raises(DecodeError):
+        joined(lzw_decode([b"\x80\x7f\xff\xff\xff"]))
+
+
+def test_ascii_hex_round_trips_with_whitespace_and_odd_digits() -> None:
+    assert joined(ascii_hex_decode([hex_encode(SAMPLE)])) == SAMPLE
+    assert joined(ascii_hex_decode([b"4 1\n4", b"2 7>ignored"])) == b"ABp"
+    with pytest.raises(DecodeError):
+        joined(ascii_hex_decode([b"4G>"]))
+
+
+def test_ascii85_round_trips_split_anywhere() -> None:
+    encoded = a85_encode(SAMPLE[:2000] + bytes(40) + b"xyz")
+    expected = SAMPLE[:2000] + bytes(40) + b"xyz"
+    for cut in range(0, len(encoded), 37):
+        assert joined(ascii85_decode([encoded[:cut], encoded[cut:]])) == expected
+    assert joined(ascii85_decode([b"<~" + encoded])) == expected
+
+
+def test_run_length_round_trips_split_anywhere() -> None:
+    data = SAMPLE[:1000] + bytes(1000) + b"xy" * 300
+    encoded = run_length_encode(data)
+    for cut in range(len(encoded) + 1):
+        assert joined(run_length_decode([encoded[:cut], encoded[cut:]])) == data, cut
+
+
+# --- caps, per filter and per chain ---------------------------------------------
+
+CAP = 100_096
+
+
+def _bombs() -> dict[str, tuple[bytes, list[str]]]:
+    zeros = bytes(CAP * 5)  # a multiple of 128 and of 4: every encoding is exact
+    return {
+        "flate": (zlib.compress(zeros, 9), ["/FlateDecode"]),
+        "flate-twice": (zlib.compress(zlib.compress(zeros, 9)), ["/Fl", "/Fl"]),
+        "lzw": (lzw_encode(zeros), ["/LZWDecode"]),
+        "ascii85": (b"z" * (len(zeros) // 4) + b"~>", ["/ASCII85Decode"]),
+        "ascii-hex": (b"00" * len(zeros) + b">", ["/ASCIIHexDecode"]),
+        "run-length": (b"\x81\x00" * (len(zeros) // 128) + b"\x80", ["/RunLengthDecode"]),
+        "hex-flate": (hex_encode(zlib.compress(zeros)), ["/AHx", "/Fl"]),
+        "a85-rl-flate": (
+            a85_encode(run_length_encode(zlib.compress(zeros))),
+            ["/A85", "/RL", "/FlateDecode"],
+        ),
+        "flate-rl": (
+            zlib.compress(b"\x81\x00" * (len(zeros) // 128) + b"\x80"),
+            ["/FlateDecode", "/RunLengthDecode"],
+        ),
+        "flate-lzw": (zlib.compress(lzw_encode(zeros)), ["/FlateDecode", "/LZWDecode"]),
+    }
+
+
+BOMBS = _bombs()
+
+
+@pytest.mark.parametrize("name", sorted(BOMBS))
+def test_each_filter_and_chain_stops_at_the_cap(name: str) -> None:
+    data, names = BOMBS[name]
+    assert measure(data, names, [], CAP) == CAP + 1
+    assert measure(data, names, [], CAP * 5) == CAP * 5
+
+
+def test_an_intermediate_stage_past_the_cap_ends_the_measurement() -> None:
+    # Inflates to 4x the cap (+1), then hex-decodes to half of that: with a
+    # cap of 3x, the first stage's output alone is past it.
+    data = zlib.compress(b"00" * CAP * 2 + b">")
+    assert measure(data, ["/FlateDecode", "/ASCIIHexDecode"], [], CAP * 3) == CAP * 3 + 1
+    assert measure(data, ["/FlateDecode", "/ASCIIHexDecode"], [], CAP * 5) == CAP * 2
+
+
+def test_unknown_filters_are_refused_before_any_work() -> None:
+    with pytest.raises(UnsupportedFilter):
+        measure(b"", ["/FlateDecode", "/NoSuchDecode"], [], CAP)
+    with pytest.raises(UnsupportedFilter):
+        measure(b"", ["/DCTDecode", "/FlateDecode"], [], CAP)  # a codec ends a chain
+    with pytest.raises(UnsupportedFilter):
+        measure(b"", ["/Crypt"] * (decoding.MAX_FILTERS + 1), [], CAP)
+
+
+def test_image_codecs_count_their_bound_or_their_raw_size() -> None:
+    image = pikepdf.Dictionary(
+        Width=100, Height=50, BitsPerComponent=8, ColorSpace=pikepdf.Name.DeviceRGB
+    )
+    assert measure(b"jpeg" * 10, ["/DCTDecode"], [], CAP, image) == 15_000
+    assert measure(b"jpeg" * 10, ["/DCTDecode"], [], CAP) == 40
+    huge = pikepdf.Dictionary(Width=100_000, Height=100_000, BitsPerComponent=8)
+    assert measure(b"jpeg", ["/JPXDecode"], [], CAP, huge) == CAP + 1
+    fax = pikepdf.Dictionary(Width=17, Height=10)
+    assert measure(b"fax", ["/CCITTFaxDecode"], [], CAP, fax) == 30
+    wrapped = hex_encode(b"jpeg" * 10)
+    assert measure(wrapped, ["/AHx", "/DCT"], [], CAP, image) == 15_000
+
+
+# --- through check_pdf, on real PDFs ---------------------------------------------
+
+
+def _pdf_with_stream(path: Path, data: bytes, names: list[str], **extra: Any) -> Path:
+    pdf = pikepdf.new()
+    pdf.add_blank_page(page_size=(200, 200))
+    stream = pikepdf.Stream(pdf, data)
+    filters = [pikepdf.Name(name) for name in names]
+    stream.stream_dict.Filter = filters[0] if len(filters) == 1 else pikepdf.Array(filters)
+    for key, value in extra.items():
+        stream.stream_dict[f"/{key}"] = value
+    pdf.pages[0].obj.Thumb = pdf.make_indirect(stream)
+    pdf.save(path, compress_streams=False, stream_decode_level=pikepdf.StreamDecodeLevel.none)
+    return path
+
+
+def _reason(path: Path, limits: PdfLimits) -> str:
+    with pikepdf.open(path, attempt_recovery=False) as pdf:
+        return str(check_pdf(pdf, limits)[1])
+
+
+@pytest.mark.parametrize("name", sorted(BOMBS))
+def test_a_bomb_in_any_filter_or_chain_is_decompressed_size_exceeded(
+    name: str, tmp_path: Path
+) -> None:
+    data, names = BOMBS[name]
+    path = _pdf_with_stream(tmp_path / f"{name}.pdf", data, names)
+    assert _reason(path, PdfLimits(max_decompressed_bytes=CAP)) == "DECOMPRESSED_SIZE_EXCEEDED"
+    assert _reason(path, PdfLimits(max_decompressed_bytes=CAP * 10)) == ""
+
+
+def test_an_image_bomb_by_its_dimensions_is_decompressed_size_exceeded(tmp_path: Path) -> None:
+    path = _pdf_with_stream(
+        tmp_path / "image.pdf",
+        b"\xff\xd8\xff\xd9",
+        ["/DCTDecode"],
+        Type=pikepdf.Name.XObject,
+        Subtype=pikepdf.Name.Image,
+        Width=60_000,
+        Height=60_000,
+        BitsPerComponent=8,
+        ColorSpace=pikepdf.Name.DeviceRGB,
+    )
+    assert _reason(path, PdfLimits(max_decompressed_bytes=CAP)) == "DECOMPRESSED_SIZE_EXCEEDED"
+
+
+def test_the_trailing_byte_file_passes(tmp_path: Path) -> None:
+    data = zlib.compress(bytes(200_000)) + b"X"
+    path = _pdf_with_stream(tmp_path / "trailing.pdf", data, ["/FlateDecode"])
+    assert _reason(path, PdfLimits()) == ""
+    assert _reason(path, PdfLimits(max_decompressed_bytes=150_000)) == (
+        "DECOMPRESSED_SIZE_EXCEEDED"
+    )
+
+
+def test_an_unknown_filter_stays_malformed(tmp_path: Path) -> None:
+    path = _pdf_with_stream(tmp_path / "unknown.pdf", b"abc", ["/NoSuchDecode"])
+    assert _reason(path, PdfLimits()) == "MALFORMED_PDF"
