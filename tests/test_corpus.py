@@ -26,6 +26,7 @@ FILES = sorted(p for p in CORPUS.rglob("*") if p.is_file()) if CORPUS.is_dir() e
 TIME_BUDGET_SECONDS = 60.0
 IN_FLIGHT = 6
 EXPECTED_REASONS = {
+    "CYCLIC_STRUCTURE",
     "ENCRYPTED_PDF",
     "MALFORMED_PDF",
     "TYPE_MISMATCH",

@@ -53,8 +53,10 @@ async def test_deeply_nested_arrays_are_malformed(sandbox, folder: Path) -> None
     assert await _verdict(sandbox, hostile.nested_arrays(folder / "nested.pdf")) == "MALFORMED_PDF"
 
 
-async def test_a_page_tree_loop_is_malformed(sandbox, folder: Path) -> None:  # type: ignore[no-untyped-def]
-    assert await _verdict(sandbox, hostile.page_tree_loop(folder / "loop.pdf")) == "MALFORMED_PDF"
+async def test_a_page_tree_loop_is_refused_as_a_cycle(sandbox, folder: Path) -> None:  # type: ignore[no-untyped-def]
+    assert (
+        await _verdict(sandbox, hostile.page_tree_loop(folder / "loop.pdf")) == "CYCLIC_STRUCTURE"
+    )
 
 
 async def test_too_many_pages_are_refused(sandbox, folder: Path) -> None:  # type: ignore[no-untyped-def]

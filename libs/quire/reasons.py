@@ -59,6 +59,9 @@ class ReasonCode(StrEnum):
     TYPE_MISMATCH = "TYPE_MISMATCH"
     ENCRYPTED_PDF = "ENCRYPTED_PDF"
     MALFORMED_PDF = "MALFORMED_PDF"
+    CYCLIC_STRUCTURE = "CYCLIC_STRUCTURE"
+    """A page tree, outline, form-field tree, annotation chain, function or object-stream
+    chain that leads back to itself: refused before anything walks it."""
     PARSER_LIMIT_EXCEEDED = "PARSER_LIMIT_EXCEEDED"
     TOO_MANY_PAGES = "TOO_MANY_PAGES"
     DECOMPRESSED_SIZE_EXCEEDED = "DECOMPRESSED_SIZE_EXCEEDED"

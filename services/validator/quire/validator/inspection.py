@@ -19,6 +19,7 @@ from functools import lru_cache
 from quire.pdfheader import has_pdf_header
 from quire.reasons import ReasonCode
 from quire.validator.pdfchecks import PdfLimits, check_pdf
+from quire.validator.pdfcycles import find_cycle
 
 __all__ = ["Finding", "inspect_source", "PDF_TYPE", "JSON_TYPE"]
 
@@ -59,9 +60,13 @@ def _inspect_pdf(path: str, limits: PdfLimits) -> tuple[int, str]:
     import pikepdf  # lazy: heavy, and only needed in the sandbox
 
     try:
-        with pikepdf.open(path, attempt_recovery=False) as pdf:
+        # Page attributes are not pushed down at open: that walks the page tree,
+        # and a tree that loops must be found (find_cycle) before anything walks it.
+        with pikepdf.open(path, attempt_recovery=False, inherit_page_attributes=False) as pdf:
             if pdf.is_encrypted:
                 return 0, ReasonCode.ENCRYPTED_PDF
+            if find_cycle(pdf) is not None:  # before anything else walks the file
+                return 0, ReasonCode.CYCLIC_STRUCTURE
             return check_pdf(pdf, limits)
     except pikepdf.PasswordError:
         return 0, ReasonCode.ENCRYPTED_PDF

@@ -1,0 +1,144 @@
+"""Cycles in the structures readers walk, found before anything walks them.
+
+A viewer, a renderer or the assembler follows these links as trees or
+chains; a file built so that one leads back to itself makes a careless
+walker loop (and a signed packet would carry the trap on). Each walk here is
+iterative, remembers what it has seen by object number, and is bounded:
+
+- the page tree and the form-field tree (``/Kids``): a node that is its own
+  ancestor (a page listed twice under different parents is not a cycle);
+- outlines (``/First``, ``/Next``): every item is reached once;
+- annotation reply chains (``/IRT``) and field parent chains (``/Parent``);
+- function references (``/Functions`` of stitching functions);
+- object-stream ``/Extends`` chains.
+
+Runs inside a sandbox worker on an open pikepdf document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["find_cycle", "MAX_NODES"]
+
+MAX_NODES = 500_000
+"""Nodes one walk may visit; beyond it the file is unbounded and refused as a cycle."""
+
+
+class _Unbounded(Exception):
+    pass
+
+
+def _key(item: Any) -> tuple[int, int] | None:
+    return item.objgen if getattr(item, "is_indirect", False) else None
+
+
+def _children(node: Any, name: str) -> list[Any]:
+    import pikepdf
+
+    value = node.get(name) if isinstance(node, pikepdf.Dictionary | pikepdf.Stream) else None
+    if isinstance(value, pikepdf.Array):
+        return [v for v in value if isinstance(v, pikepdf.Dictionary | pikepdf.Stream)]
+    if isinstance(value, pikepdf.Dictionary | pikepdf.Stream):
+        return [value]
+    return []
+
+
+def _tree_has_cycle(root: Any, kids: str) -> bool:
+    """Depth-first with the path of ancestors: a node met again on its own path."""
+    path: set[tuple[int, int]] = set()
+    pending: list[tuple[Any, bool]] = [(root, True)]
+    visits = 0
+    while pending:
+        node, entering = pending.pop()
+        key = _key(node)
+        if not entering:
+            if key is not None:
+                path.discard(key)
+            continue
+        visits += 1
+        if visits > MAX_NODES:
+            raise _Unbounded()
+        if key is not None:
+            if key in path:
+                return True
+            path.add(key)
+        pending.append((node, False))
+        pending.extend((child, True) for child in _children(node, kids))
+    return False
+
+
+def _chain_has_cycle(start: Any, link: str) -> bool:
+    seen: set[tuple[int, int]] = set()
+    node: Any = start
+    for _ in range(MAX_NODES):
+        key = _key(node)
+        if key is not None:
+            if key in seen:
+                return True
+            seen.add(key)
+        following = _children(node, link)
+        if not following:
+            return False
+        node = following[0]
+    raise _Unbounded()
+
+
+def _outlines_have_cycle(outlines: Any) -> bool:
+    seen: set[tuple[int, int]] = set()
+    pending = _children(outlines, "/First")
+    while pending:
+        item = pending.pop()
+        key = _key(item)
+        if key is not None:
+            if key in seen:
+                return True
+            seen.add(key)
+        if len(seen) > MAX_NODES:
+            raise _Unbounded()
+        pending.extend(_children(item, "/First"))
+        pending.extend(_children(item, "/Next"))
+    return False
+
+
+def _objects(pdf: Any) -> Iterator[Any]:
+    import pikepdf
+
+    for obj in pdf.objects:
+        if isinstance(obj, pikepdf.Dictionary | pikepdf.Stream):
+            yield obj
+
+
+def _cycles(pdf: Any) -> Iterator[str]:
+    root = pdf.Root
+    pages = root.get("/Pages")
+    if pages is not None and _tree_has_cycle(pages, "/Kids"):
+        yield "page_tree"
+    outlines = root.get("/Outlines")
+    if outlines is not None and _outlines_have_cycle(outlines):
+        yield "outlines"
+    form = root.get("/AcroForm")
+    if form is not None:
+        for field in _children(form, "/Fields"):
+            if _tree_has_cycle(field, "/Kids"):
+                yield "form_fields"
+    for obj in _objects(pdf):
+        if "/IRT" in obj and _chain_has_cycle(obj, "/IRT"):
+            yield "annotations"
+        is_field = "/FT" in obj or "/T" in obj
+        is_page = obj.get("/Type") in ("/Page", "/Pages")
+        if "/Parent" in obj and (is_field or is_page) and _chain_has_cycle(obj, "/Parent"):
+            yield "page_tree" if is_page else "form_fields"
+        if "/FunctionType" in obj and _tree_has_cycle(obj, "/Functions"):
+            yield "functions"
+        if obj.get("/Type") == "/ObjStm" and _chain_has_cycle(obj, "/Extends"):
+            yield "object_streams"
+
+
+def find_cycle(pdf: Any) -> str | None:
+    """The first structure found to loop back on itself, or None."""
+    try:
+        return next(_cycles(pdf), None)
+    except _Unbounded:
+        return "unbounded"
