@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= .quire
 PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 
-.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs soak venv clean
+.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus soak venv clean
 
 venv: $(VENV)/.installed
 
@@ -55,6 +55,9 @@ bench-slow-uploads: venv
 bench-proofs: venv
 	$(PY) bench/proof_size_bench.py
 	$(PY) bench/evidence_size_bench.py
+
+bench-corpus: venv
+	$(PY) bench/corpus_bench.py
 
 protos: venv
 	rm -rf gen/quire
