@@ -336,3 +336,70 @@ def test_the_trailing_byte_file_passes(tmp_path: Path) -> None:
 def test_an_unknown_filter_stays_malformed(tmp_path: Path) -> None:
     path = _pdf_with_stream(tmp_path / "unknown.pdf", b"abc", ["/NoSuchDecode"])
     assert _reason(path, PdfLimits()) == "MALFORMED_PDF"
+
+
+# --- size-only last stages --------------------------------------------------------
+
+
+def _outcome(stage: Any, chunks: list[bytes]) -> int | str:
+    try:
+        return sum(p if isinstance(p, int) else len(p) for p in stage(chunks))
+    except DecodeError:
+        return "error"
+
+
+SIZE_PAIRS = [
+    (decoding.ascii85_decode, decoding.ascii85_size, b"!#su8W-zz \n~ts9s8W-!<>v"),
+    (decoding.ascii_hex_decode, decoding.ascii_hex_size, b"0aFg >\n9x"),
+    (decoding.run_length_decode, decoding.run_length_size, bytes(range(256))),
+]
+
+
+@pytest.mark.parametrize(("decode", "size", "alphabet"), SIZE_PAIRS)
+def test_size_only_stages_match_the_decoder_on_random_input(
+    decode: Any, size: Any, alphabet: bytes
+) -> None:
+    import random
+
+    rng = random.Random(7)
+    for length in [0, 1, 2, 3, 4, 5, 6, 9, 10, 11, 40, 300, 40_000]:
+        for _ in range(40 if length < 1000 else 3):
+            data = bytes(rng.choice(alphabet) for _ in range(length))
+            cut = rng.randrange(length + 1)
+            chunks = [data[:cut], data[cut:]]
+            assert _outcome(size, chunks) == _outcome(decode, chunks), (data, cut)
+
+
+@pytest.mark.parametrize(
+    ("decode", "size", "data"),
+    [
+        (ascii85_decode, decoding.ascii85_size, a85_encode(SAMPLE + bytes(4000) + b"\xff" * 99)),
+        (ascii85_decode, decoding.ascii85_size, b"<~" + a85_encode(bytes(70_000) + b"x")),
+        (ascii85_decode, decoding.ascii85_size, b's8W-!s8W-!zs8W-"~>'),  # overflow
+        (ascii85_decode, decoding.ascii85_size, b"ab!!z!!!!!zq~>"),  # z ends a partial group
+        (ascii85_decode, decoding.ascii85_size, b"!!!!!s~>"),
+        (ascii85_decode, decoding.ascii85_size, b"!!!v!~>"),
+        (ascii_hex_decode, decoding.ascii_hex_size, hex_encode(SAMPLE)),
+        (ascii_hex_decode, decoding.ascii_hex_size, b"abc"),
+        (ascii_hex_decode, decoding.ascii_hex_size, b"00" * 40_000 + b"0g>"),
+        (run_length_decode, decoding.run_length_size, run_length_encode(SAMPLE + bytes(999))),
+        (run_length_decode, decoding.run_length_size, b"\x05abc"),
+        (run_length_decode, decoding.run_length_size, b"\x81"),
+    ],
+)
+def test_size_only_stages_match_the_decoder_on_edge_cases(
+    decode: Any, size: Any, data: bytes
+) -> None:
+    for cut in [0, 1, len(data) // 2, len(data) - 1, len(data)]:
+        chunks = [data[:cut], data[cut:]]
+        assert _outcome(size, chunks) == _outcome(decode, chunks), cut
+
+
+def test_invalid_text_in_a_last_stage_is_still_a_decode_error() -> None:
+    with pytest.raises(DecodeError):
+        measure(b"00 4G>", ["/ASCIIHexDecode"], [], 10**9)
+    with pytest.raises(DecodeError):
+        measure(b"!!!v!~>", ["/ASCII85Decode"], [], 10**9)
+    with pytest.raises(DecodeError):
+        measure(zlib.compress(b's8W-"~>'), ["/FlateDecode", "/A85"], [], 10**9)
+    assert measure(zlib.compress(b"z" * 1000 + b"~>"), ["/Fl", "/A85"], [], 10**9) == 4000

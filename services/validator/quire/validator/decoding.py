@@ -29,10 +29,16 @@ __all__ = [
     "ascii_hex_decode",
     "ascii85_decode",
     "run_length_decode",
+    "ascii_hex_size",
+    "ascii85_size",
+    "run_length_size",
 ]
 
 INPUT_CHUNK = 16 * 1024
 OUTPUT_CHUNK = 64 * 1024
+"""Largest piece a decoder yields (and so the most any stage holds at once)."""
+SIZE_CHUNK = 1024 * 1024
+"""Slice the size-only last stages read at a time: they hold no output."""
 MAX_FILTERS = 32
 """A longer /Filter array is not something any writer produces: refused as malformed."""
 
@@ -50,6 +56,7 @@ BILEVEL_CODECS = frozenset({"/JBIG2Decode", "/CCITTFaxDecode", "/CCF"})
 _WHITESPACE = b" \t\n\r\f\v\x00"
 _HEX_DIGITS = b"0123456789abcdefABCDEF"
 _Z_RUN = re.compile(rb"z+")
+_A85_DIGITS = bytes(range(33, 118))  # '!' .. 'u'
 
 
 class DecodeError(ValueError):
@@ -295,6 +302,152 @@ def run_length_decode(chunks: Iterable[bytes]) -> Iterator[bytes]:
         yield bytes(out)
 
 
+# --- Size only, for a last stage ------------------------------------------------
+#
+# A last stage's output is never used, only its size, so the text filters and
+# RunLengthDecode count it without decoding, with the same slicing and carries
+# as the decoders above: the size is the decoder's, and data the decoder would
+# refuse is handed to the decoder itself, which raises.
+
+
+def _flags(low: int, high: int = 255) -> bytes:
+    """A translation table: 1 for bytes in ``low`` .. ``high``, 0 for the rest."""
+    return bytes(1 if low <= b <= high else 0 for b in range(256))
+
+
+_IS_S = _flags(ord("s"), ord("s"))
+_IS_Z = _flags(ord("z"), ord("z"))
+_A85_MAX = b"s8W-!"  # 0xFFFFFFFF: a group above it overflows
+_GT = [_flags(c + 1) for c in _A85_MAX]
+_EQ = [_flags(c, c) for c in _A85_MAX]
+
+
+def _column(text: bytes, index: int, table: bytes) -> int:
+    return int.from_bytes(text[index::5].translate(table), "big")
+
+
+def _a85_overflows(groups: bytes) -> bool:
+    """Whether any 5-character group of ``groups`` (digits only, a multiple of
+    5 long) is above ``s8W-!``, compared column by column on flag bytes."""
+    firsts = groups[0::5]
+    if b"t" in firsts or b"u" in firsts:
+        return True
+    if b"s" not in firsts:
+        return False
+    above = _column(groups, 4, _GT[4])
+    for index in (3, 2, 1):
+        above = _column(groups, index, _GT[index]) | (_column(groups, index, _EQ[index]) & above)
+    return bool(_column(groups, 0, _IS_S) & above)
+
+
+def _a85_z_aligned(text: bytes) -> bool:
+    """Whether every 'z' of ``text`` (digits and 'z' only) starts a group, and
+    the digits end one: with each 'z' widened to five, no group then mixes
+    'z' and digits."""
+    wide = text.replace(b"z", b"zzzzz")
+    if len(wide) % 5:
+        return False
+    first = _column(wide, 0, _IS_Z)
+    return all(_column(wide, index, _IS_Z) == first for index in (1, 2, 3, 4))
+
+
+def _a85_whole_size(text: bytes) -> Iterator[int]:
+    """Bytes ``_a85_whole(text)`` yields, or its own error."""
+    zeros = text.count(b"z")
+    digits = text.replace(b"z", b"") if zeros else text
+    if (
+        digits.translate(None, _A85_DIGITS)  # not a digit: the decoder says which
+        or (zeros and digits and not _a85_z_aligned(text))  # a 'z' ends a partial group
+        or _a85_overflows(digits[: len(digits) - len(digits) % 5])
+    ):
+        for piece in _a85_whole(text):
+            yield len(piece)
+        return
+    tail = len(digits) % 5  # only when ``text`` has no 'z' after it
+    if tail:
+        _a85(digits[-tail:])  # its padding may overflow
+    yield 4 * zeros + 4 * (len(digits) // 5) + max(tail - 1, 0)
+
+
+def ascii85_size(chunks: Iterable[bytes]) -> Iterator[int]:
+    """Sizes of what ``ascii85_decode`` yields for ``chunks``, summing to its total."""
+    carry = b""
+    start = True
+    for chunk in _slices(chunks, SIZE_CHUNK):
+        text = chunk.translate(None, _WHITESPACE)
+        if start and text:
+            if text.startswith(b"<~"):
+                text = text[2:]
+            start = False
+        end = text.find(b"~")
+        if end >= 0:
+            text = text[:end]
+        text = carry + text
+        last_z = text.rfind(b"z")
+        keep = (len(text) - last_z - 1) % 5
+        whole, carry = text[: len(text) - keep], text[len(text) - keep :]
+        if whole:
+            yield from _a85_whole_size(whole)
+        if end >= 0:
+            break
+    if len(carry) > 1:
+        yield len(_a85(carry))
+
+
+def ascii_hex_size(chunks: Iterable[bytes]) -> Iterator[int]:
+    """Sizes of what ``ascii_hex_decode`` yields for ``chunks``, summing to its total."""
+    odd = 0
+    for chunk in _slices(chunks, SIZE_CHUNK):
+        text = chunk.translate(None, _WHITESPACE)
+        end = text.find(b">")
+        if end >= 0:
+            text = text[:end]
+        if text.translate(None, _HEX_DIGITS):
+            # The decoder yields what comes before the bad digit, then raises.
+            for piece in ascii_hex_decode(_slices([b"0" * odd + text + b">"])):
+                yield len(piece)
+            raise DecodeError("non-hex character in ASCIIHexDecode data")  # pragma: no cover
+        digits = odd + len(text)
+        odd = digits & 1
+        if digits >> 1:
+            yield digits >> 1
+        if end >= 0:
+            break
+    if odd:
+        yield 1
+
+
+def run_length_size(chunks: Iterable[bytes]) -> Iterator[int]:
+    """Sizes of what ``run_length_decode`` yields for ``chunks``, summing to its total."""
+    carry = b""
+    for chunk in _slices(chunks, SIZE_CHUNK):
+        data = carry + chunk if carry else chunk
+        size = 0
+        i = 0
+        n = len(data)
+        while i < n:
+            length = data[i]
+            if length < 128:
+                if i + length + 2 > n:
+                    break
+                size += length + 1
+                i += length + 2
+            elif length > 128:
+                if i + 2 > n:
+                    break
+                size += 257 - length
+                i += 2
+            else:
+                if size:
+                    yield size
+                return
+        if size:
+            yield size
+        carry = data[i:]
+    if len(carry) > 1:
+        yield len(carry) - 1  # a truncated literal run: what is there
+
+
 # --- Chains ----------------------------------------------------------------------
 
 
@@ -393,6 +546,17 @@ def _stage(name: str, parms: Any) -> Callable[[Iterable[bytes]], Iterator[bytes]
     raise UnsupportedFilter(name)
 
 
+def _size_stage(name: str) -> Callable[[Iterable[bytes]], Iterator[int]] | None:
+    """Counts a last stage's output without decoding it, for the filters that can."""
+    if name in ASCII_HEX:
+        return ascii_hex_size
+    if name in ASCII_85:
+        return ascii85_size
+    if name in RUN_LENGTH:
+        return run_length_size
+    return None
+
+
 def measure(
     raw: bytes,
     names: list[str],
@@ -417,17 +581,22 @@ def measure(
             _stage(name, None)
     budget = max(budget, 0)
     pieces: Iterable[bytes] = (raw,)
+    sizes: Iterable[int] | None = None
     final_codec: str | None = None
     try:
         for index, name in enumerate(names):
             if name in IMAGE_CODECS:
                 final_codec = name
                 break
+            counter = _size_stage(name) if index == len(names) - 1 else None
+            if counter is not None:
+                sizes = counter(pieces)
+                break
             parm = parms[index] if index < len(parms) else None
             pieces = _capped(_stage(name, parm)(pieces), budget)
         size = 0
-        for piece in pieces:
-            size += len(piece)
+        for piece_size in sizes if sizes is not None else map(len, pieces):
+            size += piece_size
             if size > budget:
                 return budget + 1
     except _Exceeded:
