@@ -14,7 +14,7 @@ __all__ = ["check_manifest", "KNOWN_PROFILES", "PRIORITIES"]
 
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 MAX_DOCUMENT_ID = 128
-KNOWN_PROFILES = frozenset({"", "simple", "strict"})
+KNOWN_PROFILES = frozenset({"", "simple", "strict", "simple-fillable", "strict-fillable"})
 PRIORITIES = frozenset({"", "interactive", "batch"})
 
 

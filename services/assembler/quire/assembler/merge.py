@@ -17,7 +17,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from quire.assembler.render import render_structured
+from quire.assembler.forms import SourceCopy, carry_outline, finish_forms
+from quire.assembler.render import form_mode, render_structured
 from quire.blobstore import sha256_file
 
 __all__ = ["MergedPacket", "PacketSource", "assemble_packet", "SourceDigestMismatch"]
@@ -69,16 +70,24 @@ def assemble_packet(
 
     ordered = sorted(sources, key=lambda s: s.position)
     with ExitStack() as open_sources, pikepdf.new() as packet:
-        starts: list[tuple[str, int]] = []
+        copies: list[tuple[str, SourceCopy]] = []
         for source in ordered:
             document = open_sources.enter_context(
                 pikepdf.open(_as_pdf(source, profile, Path(workdir)))
             )
-            starts.append((source.document_id, len(packet.pages)))
-            packet.pages.extend(document.pages)
+            copies.append(
+                (source.document_id, SourceCopy.append(packet, document, source.position))
+            )
+        finish_forms(
+            packet,
+            form_mode(profile),
+            need_appearances=any(copy.need_appearances for _, copy in copies),
+        )
         with packet.open_outline() as outline:
-            for title, first_page in starts:
-                outline.root.append(pikepdf.OutlineItem(title, first_page))
+            for title, copy in copies:
+                mark = pikepdf.OutlineItem(title, copy.start)
+                mark.children.extend(carry_outline(copy))
+                outline.root.append(mark)
         packet.docinfo[MANIFEST_KEY] = manifest_digest
         packet.docinfo[SOURCES_KEY] = json.dumps(
             [{"position": s.position, "sha256": s.sha256} for s in ordered],

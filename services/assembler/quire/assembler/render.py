@@ -2,9 +2,13 @@
 
 Only the source's normalised values are drawn (numbers as exact decimals,
 keys in sorted order, nested objects as dotted paths), never its raw text.
-Two profiles: ``simple`` uses the standard Helvetica; ``strict`` embeds its
+Two renderings: ``simple`` uses the standard Helvetica; ``strict`` embeds its
 font (Bitstream Vera, shipped with ReportLab) and a fixed layout, for
-documents that must look the same forever. ReportLab's invariant mode fixes
+documents that must look the same forever. The profile also says what the
+merge does with PDF sources' form fields: ``simple`` and ``strict`` flatten
+them into page content (a signed legal packet shows the values, and nobody
+can change them afterwards); ``simple-fillable`` and ``strict-fillable`` keep
+them as interactive fields, renamed per source (see ``merge.py``). ReportLab's invariant mode fixes
 dates and ids, so the same source and profile always give the same bytes.
 """
 
@@ -15,9 +19,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-__all__ = ["render_structured", "PROFILES"]
+__all__ = ["render_structured", "form_mode", "PROFILES"]
 
-PROFILES = ("simple", "strict")
+PROFILES = ("simple", "strict", "simple-fillable", "strict-fillable")
+FILLABLE = "-fillable"
 PAGE_WIDTH, PAGE_HEIGHT = 595.27, 841.89  # A4 in points
 MARGIN = 56
 LINE = 14
@@ -49,8 +54,13 @@ def _rows(data: Any, prefix: str = "") -> list[tuple[str, str]]:
     return [(prefix, _normalise(data))]
 
 
+def form_mode(profile: str) -> str:
+    """``flatten`` (the default) or ``merge``: what the packet does with form fields."""
+    return "merge" if profile.endswith(FILLABLE) else "flatten"
+
+
 def _font(profile: str) -> str:
-    if profile != "strict":
+    if profile.removesuffix(FILLABLE) != "strict":
         return "Helvetica"
     import reportlab
     from reportlab.pdfbase import pdfmetrics
