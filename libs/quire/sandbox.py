@@ -15,10 +15,13 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import math
 import multiprocessing
+import os
 import resource
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
@@ -26,7 +29,7 @@ from quire.errors import TransientError
 from quire.reasons import ReasonCode
 from quire.settings import SandboxSettings
 
-__all__ = ["SandboxPool", "SandboxExhausted"]
+__all__ = ["Budget", "SandboxBusy", "SandboxPool", "SandboxExhausted"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -39,10 +42,32 @@ class SandboxExhausted(TransientError):
         super().__init__(ReasonCode.PARSER_LIMIT_EXCEEDED, message)
 
 
-def _serve(connection: Connection, memory_bytes: int, preload: tuple[str, ...]) -> None:
+class SandboxBusy(TransientError):
+    """No worker became free within the caller's wait; nothing was run."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ReasonCode.PARSER_LIMIT_EXCEEDED, message)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One task's limits, below the pool's own (which stay the hard ceilings)."""
+
+    cpu_seconds: float
+    wall_seconds: float
+
+    def scaled(self, factor: float) -> Budget:
+        return Budget(self.cpu_seconds * factor, self.wall_seconds * factor)
+
+
+def _serve(
+    connection: Connection, memory_bytes: int, preload: tuple[str, ...], nice: int = 0
+) -> None:
     """A worker's life: load libraries, limit memory, then run tasks one at a time."""
     for module in preload:
         importlib.import_module(module)
+    if nice:
+        os.nice(nice)
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     while True:
         try:
@@ -83,22 +108,29 @@ class _Worker:
         parent, child = context.Pipe()
         process = context.Process(
             target=_serve,
-            args=(child, self._settings.memory_bytes, self._preload),
+            args=(child, self._settings.memory_bytes, self._preload, self._settings.nice),
             daemon=True,
         )
         process.start()
         child.close()
         self._process, self._connection = process, parent
 
-    def call(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
-        """Run one task (blocking; called on a pool thread)."""
+    def call(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], budget: Budget | None = None
+    ) -> tuple[bool, Any]:
+        """Run one task (blocking; called on a pool thread), under ``budget``
+        where it is tighter than the pool's limits."""
+        cpu_seconds, wall_seconds = self._settings.cpu_seconds, self._settings.wall_seconds
+        if budget is not None:
+            cpu_seconds = max(1, min(cpu_seconds, math.ceil(budget.cpu_seconds)))
+            wall_seconds = min(wall_seconds, budget.wall_seconds)
         if self._process is None or not self._process.is_alive():
             self.stop()
             self._start()
         assert self._connection is not None
         try:
-            self._connection.send((fn, args, self._settings.cpu_seconds))
-            if not self._connection.poll(self._settings.wall_seconds):
+            self._connection.send((fn, args, cpu_seconds))
+            if not self._connection.poll(wall_seconds):
                 self.stop()
                 return False, SandboxExhausted("wall-clock limit reached")
             return self._connection.recv()
@@ -139,11 +171,25 @@ class SandboxPool:
         for worker in self._all:
             self._idle.put_nowait(worker)
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(*args)`` in a worker process under the limits."""
-        worker = await self._idle.get()
+    async def run(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        budget: Budget | None = None,
+        wait_seconds: float | None = None,
+    ) -> T:
+        """Run ``fn(*args)`` in a worker process under the limits, and under
+        ``budget`` where it is tighter. With ``wait_seconds``, wait at most that
+        long for a free worker (``SandboxBusy``)."""
+        if wait_seconds is None:
+            worker = await self._idle.get()
+        else:
+            try:
+                worker = await asyncio.wait_for(self._idle.get(), wait_seconds)
+            except TimeoutError:
+                raise SandboxBusy(f"{self._name}: no worker free in {wait_seconds:g}s") from None
         loop = asyncio.get_running_loop()
-        call = loop.run_in_executor(self._threads, worker.call, fn, args)
+        call = loop.run_in_executor(self._threads, worker.call, fn, args, budget)
         try:
             ok, value = await asyncio.shield(call)
         except asyncio.CancelledError:

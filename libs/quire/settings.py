@@ -97,15 +97,23 @@ class SandboxSettings:
     """CPU seconds one task may use (RLIMIT_CPU, relative to the worker's usage)."""
     wall_seconds: float = 30.0
     """Wall-clock timeout of one task; the worker is killed when it passes."""
+    nice: int = 0
+    """Added to the workers' scheduling niceness (a quarantine lane yields the CPU)."""
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str], service: str) -> SandboxSettings:
-        prefix = f"QUIRE_{service.upper()}_SANDBOX_"
+    def from_env(
+        cls, env: Mapping[str, str], service: str, lane: str = "sandbox"
+    ) -> SandboxSettings:
+        """``QUIRE_<SERVICE>_SANDBOX_*``, or ``QUIRE_<SERVICE>_QUARANTINE_*`` for the
+        quarantine lane (one worker at lower CPU priority by default)."""
+        prefix = f"QUIRE_{service.upper()}_{lane.upper()}_"
+        base = cls(workers=1, nice=10) if lane == "quarantine" else cls()
         return cls(
-            workers=int(_get(env, prefix + "WORKERS", "2")),
-            memory_bytes=int(_get(env, prefix + "MEMORY_BYTES", str(1536 * 1024 * 1024))),
-            cpu_seconds=int(_get(env, prefix + "CPU_SECONDS", "20")),
-            wall_seconds=float(_get(env, prefix + "WALL_SECONDS", "30")),
+            workers=int(_get(env, prefix + "WORKERS", str(base.workers))),
+            memory_bytes=int(_get(env, prefix + "MEMORY_BYTES", str(base.memory_bytes))),
+            cpu_seconds=int(_get(env, prefix + "CPU_SECONDS", str(base.cpu_seconds))),
+            wall_seconds=float(_get(env, prefix + "WALL_SECONDS", str(base.wall_seconds))),
+            nice=int(_get(env, prefix + "NICE", str(base.nice))),
         )
 
 

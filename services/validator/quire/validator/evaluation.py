@@ -5,7 +5,12 @@ records nothing)."""
 
 from __future__ import annotations
 
+import logging
+import os
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
+from typing import Any, TypeVar
 
 from quire.attemptfiles import AttemptFiles
 from quire.blobstore import LocalBlobStore
@@ -13,6 +18,7 @@ from quire.errors import PermanentError
 from quire.reasons import ReasonCode
 from quire.sandbox import SandboxExhausted, SandboxPool
 from quire.type import job_pb2, queue_pb2
+from quire.validator.budgets import BudgetRule
 from quire.validator.facts import DocumentFacts, extract_facts
 from quire.validator.inspection import Finding, inspect_source
 from quire.validator.pdfchecks import PdfLimits
@@ -22,9 +28,16 @@ from quire.validator.rulesets import Ruleset
 __all__ = ["Evaluation", "Evaluator", "STRIKES"]
 
 STRIKES = 2
+"""Without a quarantine lane: deliveries on which a source exhausts its sandbox
+before the job is REJECTED. With one, the second strike is the quarantine lane,
+within the same delivery."""
 UNREADABLE_SOURCE = frozenset({ReasonCode.SOURCE_MISSING, ReasonCode.DIGEST_MISMATCH})
 """Why a stored source may not open: the job is REJECTED for it, as the sandbox would."""
-"""Deliveries on which a source exhausts its sandbox before the job is REJECTED."""
+REMEMBERED = 1024
+"""How many sources that exhausted the shared lane go straight to quarantine."""
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -46,10 +59,58 @@ def judge(sources: list[tuple[str, int, str]], ruleset: Ruleset) -> list[Decisio
 
 
 class Evaluator:
-    def __init__(self, *, blobs: LocalBlobStore, sandbox: SandboxPool, limits: PdfLimits) -> None:
+    def __init__(
+        self,
+        *,
+        blobs: LocalBlobStore,
+        sandbox: SandboxPool,
+        limits: PdfLimits,
+        quarantine: SandboxPool | None = None,
+        budgets: BudgetRule | None = None,
+    ) -> None:
         self._blobs = blobs
         self._sandbox = sandbox
         self._limits = limits
+        self._quarantine = quarantine
+        self._budgets = budgets or BudgetRule()
+        self._hostile: OrderedDict[tuple[str, ...], None] = OrderedDict()
+
+    async def run_sandboxed(
+        self,
+        key: tuple[str, ...],
+        size: int,
+        pages: int,
+        fn: Callable[..., T],
+        *args: Any,
+    ) -> T:
+        """``fn(*args)`` under a budget for ``size`` bytes over ``pages`` pages: in
+        the shared pool, and if that exhausts it, at once in the quarantine lane
+        (waiting, bounded, for a quarantine worker, never for the shared pool).
+        ``SandboxExhausted`` from here means the last lane was exhausted too.
+        Sources that once exhausted the shared lane (``key``, their digests) go
+        straight to quarantine on a later delivery."""
+        if self._quarantine is None or key not in self._hostile:
+            try:
+                return await self._sandbox.run(fn, *args, budget=self._budgets.budget(size, pages))
+            except SandboxExhausted as error:
+                if self._quarantine is None:
+                    raise
+                log.warning("%s exhausted the shared lane (%s); quarantined", key, error.message)
+                self._hostile[key] = None
+                while len(self._hostile) > REMEMBERED:
+                    self._hostile.popitem(last=False)
+        else:
+            self._hostile.move_to_end(key)
+        return await self._quarantine.run(
+            fn,
+            *args,
+            budget=self._budgets.quarantine(size, pages),
+            wait_seconds=self._budgets.quarantine_wait_seconds,
+        )
+
+    def _retry_later(self, attempt: int) -> bool:
+        """Whether an exhausted sandbox is worth another delivery."""
+        return self._quarantine is None and attempt < STRIKES
 
     async def evaluate(
         self, task: queue_pb2.JobTask, ruleset: Ruleset, *, attempt: int = STRIKES
@@ -83,10 +144,15 @@ class Evaluator:
         inputs = [
             (path, s.position, s.content_type) for path, s in zip(paths, task.sources, strict=True)
         ]
+        key = tuple(s.sha256 for s in task.sources)
+        size = sum(os.path.getsize(path) for path in paths)
+        pages = sum(int(str(f.get("page_count") or 0)) for f in findings)
         try:
-            decisions: list[Decision] = await self._sandbox.run(judge, inputs, ruleset)
+            decisions: list[Decision] = await self.run_sandboxed(
+                key, size, pages, judge, inputs, ruleset
+            )
         except SandboxExhausted:
-            if attempt < STRIKES:
+            if self._retry_later(attempt):
                 raise
             return Evaluation("REJECTED", ReasonCode.PARSER_LIMIT_EXCEEDED, findings, [])
         outcome, reason = verdict(decisions)
@@ -96,7 +162,10 @@ class Evaluator:
         self, path: str, source: job_pb2.SourceRef, limits: PdfLimits, attempt: int
     ) -> Finding:
         try:
-            return await self._sandbox.run(
+            return await self.run_sandboxed(
+                (source.sha256,),
+                os.path.getsize(path),
+                0,  # unknown before the file is opened
                 inspect_source,
                 path,
                 source.sha256,
@@ -104,6 +173,6 @@ class Evaluator:
                 limits,
             )
         except SandboxExhausted:
-            if attempt < STRIKES:
+            if self._retry_later(attempt):
                 raise  # transient: the machine may have been busy; try once more
             return Finding("", 0, ReasonCode.PARSER_LIMIT_EXCEEDED)

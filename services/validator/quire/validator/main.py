@@ -16,6 +16,7 @@ from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings, ServiceSettings, ValidationLimits
 from quire.stageservice import Registrar, StageService, run_stage_service
 from quire.validator import tables
+from quire.validator.budgets import BudgetRule
 from quire.validator.evaluation import Evaluator
 from quire.validator.pdfchecks import PdfLimits
 from quire.validator.reviews import ReviewDesk
@@ -36,6 +37,14 @@ async def main() -> None:
         name="pdf-inspection",
         preload=("magic", "pikepdf", "pypdf"),
     )
+    # Sources that exhaust the shared pool are retried here, with their own
+    # worker(s) and limits, so ordinary documents never wait behind them.
+    quarantine = SandboxPool(
+        SandboxSettings.from_env(os.environ, SERVICE, lane="quarantine"),
+        name="pdf-quarantine",
+        preload=("magic", "pikepdf", "pypdf"),
+    )
+    budgets = BudgetRule.from_env(os.environ)
     limits = ValidationLimits.from_env()
     rulesets_dir = Path(os.environ.get("QUIRE_RULESETS_DIR", "") or DEFAULT_DIRECTORY)
 
@@ -50,6 +59,8 @@ async def main() -> None:
             limits=PdfLimits(
                 max_pages=limits.max_pages, max_decompressed_bytes=limits.max_decompressed_bytes
             ),
+            quarantine=quarantine,
+            budgets=budgets,
         )
         servicer = ValidatorServicer(
             database,
@@ -64,19 +75,22 @@ async def main() -> None:
 
         return ValidatorWork(evaluator=evaluator, book=book), register
 
-    await run_stage_service(
-        settings,
-        StageService(
-            stage="validate",
-            entry_state="ACCEPTED",
-            metadata=tables.metadata,
-            leases=tables.leases,
-            grpc_service_name="quire.validator.v1.ValidatorService",
-        ),
-        build=build,
-        sandbox=pool,
-        peers=peers,
-    )
+    try:
+        await run_stage_service(
+            settings,
+            StageService(
+                stage="validate",
+                entry_state="ACCEPTED",
+                metadata=tables.metadata,
+                leases=tables.leases,
+                grpc_service_name="quire.validator.v1.ValidatorService",
+            ),
+            build=build,
+            sandbox=pool,
+            peers=peers,
+        )
+    finally:
+        quarantine.close()
 
 
 if __name__ == "__main__":

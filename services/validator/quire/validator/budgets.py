@@ -1,0 +1,58 @@
+"""How much sandbox time one validation may take, and where it runs.
+
+A task's budget scales with what it opens: ``base + per MiB × size + per page
+× pages`` seconds of CPU (twice that of wall clock), so a 50 KiB file that
+spins is killed in a few seconds while a 20 MiB scan keeps the full time. The
+pool's own limits stay the hard ceilings. A task that exhausts its budget in
+the shared pool is retried at once in the quarantine lane (its own workers
+and limits) with ``quarantine_scale`` times the budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from quire.sandbox import Budget
+
+__all__ = ["BudgetRule", "MIB"]
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class BudgetRule:
+    base_seconds: float = 3.0
+    seconds_per_mib: float = 2.0
+    seconds_per_page: float = 0.05
+    quarantine_scale: float = 3.0
+    """The quarantine lane's budget, as a multiple of the shared lane's."""
+    quarantine_wait_seconds: float = 120.0
+    """How long a task waits for a free quarantine worker before it is retried later."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> BudgetRule:
+        def number(name: str, default: float) -> float:
+            return float(env.get(f"QUIRE_VALIDATOR_{name}", "") or default)
+
+        base = cls()
+        return cls(
+            base_seconds=number("BUDGET_BASE_SECONDS", base.base_seconds),
+            seconds_per_mib=number("BUDGET_SECONDS_PER_MIB", base.seconds_per_mib),
+            seconds_per_page=number("BUDGET_SECONDS_PER_PAGE", base.seconds_per_page),
+            quarantine_scale=number("QUARANTINE_BUDGET_SCALE", base.quarantine_scale),
+            quarantine_wait_seconds=number("QUARANTINE_WAIT_SECONDS", base.quarantine_wait_seconds),
+        )
+
+    def budget(self, size_bytes: int, pages: int = 0) -> Budget:
+        """The shared lane's budget for opening ``size_bytes`` over ``pages`` pages
+        (uncapped here: the pool caps it at its configured limits)."""
+        seconds = (
+            self.base_seconds
+            + self.seconds_per_mib * max(0, size_bytes) / MIB
+            + self.seconds_per_page * max(0, pages)
+        )
+        return Budget(cpu_seconds=seconds, wall_seconds=2 * seconds)
+
+    def quarantine(self, size_bytes: int, pages: int = 0) -> Budget:
+        return self.budget(size_bytes, pages).scaled(self.quarantine_scale)
