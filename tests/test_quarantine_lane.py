@@ -22,7 +22,9 @@ def test_budget_scales_with_size_and_pages() -> None:
     assert 3 < small.cpu_seconds < 3.2 and small.wall_seconds == 2 * small.cpu_seconds
     assert rule.budget(20 * MIB).cpu_seconds == 43
     assert rule.budget(0, pages=100).cpu_seconds == 8
-    assert rule.quarantine(0) == Budget(9, 18), "quarantine: three times the budget"
+    assert BudgetRule(base_seconds=3).quarantine(0) == Budget(9, 18), (
+        "quarantine: three times the budget"
+    )
 
 
 def test_quarantine_settings_have_their_own_defaults_and_env() -> None:

@@ -22,7 +22,7 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True)
 class BudgetRule:
-    base_seconds: float = 3.0
+    base_seconds: float = 1.0
     seconds_per_mib: float = 2.0
     seconds_per_page: float = 0.05
     quarantine_scale: float = 3.0
