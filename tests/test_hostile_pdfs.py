@@ -101,8 +101,9 @@ async def test_a_file_that_exhausts_its_worker_costs_only_its_worker(folder: Pat
 async def test_a_file_that_keeps_killing_its_worker_ends_rejected_not_looping(
     tmp_path: Path,
 ) -> None:
-    """On the real stack, with a 1-second CPU budget per task: the worker is
-    killed on each try, the job ends REJECTED after two, the validator lives."""
+    """On the real stack, with a 1-second CPU budget in both lanes: the worker
+    is killed in the shared lane, then in quarantine, the job ends REJECTED,
+    the validator lives."""
     import asyncio
 
     from quire.client import AdmissionClient, PacketItem
@@ -112,7 +113,11 @@ async def test_a_file_that_keeps_killing_its_worker_ends_rejected_not_looping(
     slow = hostile.many_objects(tmp_path / "slow.pdf", 200_000)
     stack = Stack(
         tmp_path / "stack",
-        env={"QUIRE_VALIDATOR_SANDBOX_CPU_SECONDS": "1", "QUIRE_BACKOFF_BASE_SECONDS": "0.1"},
+        env={
+            "QUIRE_VALIDATOR_SANDBOX_CPU_SECONDS": "1",
+            "QUIRE_VALIDATOR_QUARANTINE_CPU_SECONDS": "1",
+            "QUIRE_BACKOFF_BASE_SECONDS": "0.1",
+        },
     )
     info = await asyncio.to_thread(stack.start)
     try:
