@@ -270,7 +270,9 @@ def _carry_item(copy: SourceCopy, item: pikepdf.OutlineItem, depth: int) -> pike
     mapped = copy.map_dest(dest) if dest is not None else None
     carried_action: Dictionary | None = None
     if mapped is None and isinstance(action, Dictionary) and action.get(Name.S) != Name.GoTo:
-        foreign = copy.packet.copy_foreign(action)
+        # copy_foreign takes indirect objects only; an action may be written inline.
+        source_action = action if action.is_indirect else copy.source.make_indirect(action)
+        foreign = copy.packet.copy_foreign(source_action)
         carried_action = foreign if isinstance(foreign, Dictionary) else None
     carried = pikepdf.OutlineItem(str(item.title), mapped, action=carried_action)
     carried.is_closed = item.is_closed
