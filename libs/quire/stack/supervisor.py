@@ -43,6 +43,10 @@ __all__ = ["Stack", "StackInfo", "STACK_FILE"]
 
 STACK_FILE = "stack.json"
 HEALTH_TIMEOUT_SECONDS = 60.0
+# A service that exits before it is healthy (most often: another process took
+# its port between the pick and the bind) makes the stack pick fresh ports and
+# start every service again, this many times in all.
+STARTUP_ATTEMPTS = 3
 WATCH_INTERVAL_SECONDS = 0.2
 
 
@@ -72,6 +76,10 @@ class StackInfo:
         return path.read_text().strip() if path.exists() else ""
 
 
+class _ExitedBeforeHealthy(RuntimeError):
+    """A service process ended before its health check answered SERVING."""
+
+
 @dataclass
 class _Child:
     service: str
@@ -95,12 +103,17 @@ class Stack:
         self._extra_env = env or {}
         self._restart = restart
         self.nats: NatsServer | None = None
-        self.endpoints = {service: f"127.0.0.1:{free_port()}" for service in SERVICES}
-        self.health_endpoints = {service: f"127.0.0.1:{free_port()}" for service in SERVICES}
+        self.endpoints: dict[str, str] = {}
+        self.health_endpoints: dict[str, str] = {}
+        self._pick_endpoints()
         self._children: dict[str, _Child] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._watcher: threading.Thread | None = None
+
+    def _pick_endpoints(self) -> None:
+        self.endpoints = {service: f"127.0.0.1:{free_port()}" for service in SERVICES}
+        self.health_endpoints = {service: f"127.0.0.1:{free_port()}" for service in SERVICES}
 
     @property
     def nats_url(self) -> str:
@@ -133,9 +146,7 @@ class Stack:
             )
             self.nats.start()
             self._provision_topology()
-        for service in SERVICES:
-            self._spawn(service)
-        self.wait_healthy()
+        self._start_services()
         info = StackInfo(
             data_dir=str(self.data_dir),
             nats_url=self.nats_url,
@@ -148,6 +159,20 @@ class Stack:
             self._watcher = threading.Thread(target=self._watch, name="stack-watch", daemon=True)
             self._watcher.start()
         return info
+
+    def _start_services(self) -> None:
+        for attempt in range(1, STARTUP_ATTEMPTS + 1):
+            for service in SERVICES:
+                self._spawn(service)
+            try:
+                self.wait_healthy(during_startup=True)
+                return
+            except _ExitedBeforeHealthy:
+                if attempt == STARTUP_ATTEMPTS:
+                    raise
+                self._stop_children(timeout=10)
+                self._children.clear()
+                self._pick_endpoints()
 
     @property
     def kek_ring(self) -> Path:
@@ -233,7 +258,9 @@ class Stack:
             restarts = previous.restarts + 1 if previous else 0
             self._children[service] = _Child(service, process, restarts)
 
-    def wait_healthy(self, timeout: float = HEALTH_TIMEOUT_SECONDS) -> None:
+    def wait_healthy(
+        self, timeout: float = HEALTH_TIMEOUT_SECONDS, *, during_startup: bool = False
+    ) -> None:
         deadline = time.monotonic() + timeout
         # Each service's own plaintext health port: no credentials, with or without mTLS.
         for service, address in self.health_endpoints.items():
@@ -241,8 +268,11 @@ class Stack:
                 stub = health_pb2_grpc.HealthStub(channel)
                 while True:
                     child = self._children[service]
-                    if child.process.poll() is not None and not self._restart:
-                        raise RuntimeError(f"{service} exited with {child.process.returncode}")
+                    if child.process.poll() is not None and (during_startup or not self._restart):
+                        raise _ExitedBeforeHealthy(
+                            f"{service} exited with {child.process.returncode}"
+                            f"; see logs/{service}.log"
+                        )
                     try:
                         reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
                         if reply.status == health_pb2.HealthCheckResponse.SERVING:
@@ -290,6 +320,11 @@ class Stack:
         self._stopping.set()
         if self._watcher is not None:
             self._watcher.join()
+        self._stop_children(timeout)
+        if self.nats is not None:
+            self.nats.stop()
+
+    def _stop_children(self, timeout: float) -> None:
         for child in self._children.values():
             child.expected_exit = True
             if child.process.poll() is None:
@@ -301,5 +336,3 @@ class Stack:
             except subprocess.TimeoutExpired:
                 child.process.kill()
                 child.process.wait()
-        if self.nats is not None:
-            self.nats.stop()
