@@ -196,14 +196,7 @@ def test_the_assembled_packet_starts_with_a_clean_header(tmp_path: Path) -> None
     "variant",
     [
         "junk-prefixed",
-        pytest.param(
-            "no-dash",
-            marks=pytest.mark.xfail(
-                reason="sniffed as a PDF, but pdfchecks refuses qpdf's \"can't find PDF header\" "
-                "warning as MALFORMED_PDF until the repair policy (issue 13) lands",
-                strict=False,
-            ),
-        ),
+        "no-dash",
     ],
 )
 async def test_viewer_openable_headers_are_signed_with_a_clean_header(

@@ -45,6 +45,7 @@ from typing import BinaryIO, Protocol
 
 from quire.datakeys import KEYRING_DIR, DataKeys
 from quire.errors import InvalidInput, PermanentError, QuireError, SystemFailure, TransientError
+from quire.privatefiles import fsync_dir
 from quire.reasons import ReasonCode
 from quire.sealing import Sealer, open_sealed, read_header
 from quire.tempspace import temp_prefix
@@ -93,6 +94,11 @@ def _injected_fault(faults_dir: Path | None) -> None:
 
 def source_key(tenant: str, sha256: str) -> str:
     return f"sources/{tenant}/{sha256}"
+
+
+def normalized_key(tenant: str, sha256: str) -> str:
+    """A repaired source's clean rewrite (the validator's, by its digest)."""
+    return f"normalized/{tenant}/{sha256}"
 
 
 def assembled_key(tenant: str, sha256: str) -> str:
@@ -372,13 +378,5 @@ class LocalBlobStore:
                 return False
         else:
             os.replace(temp, target)
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
         return True
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -142,6 +142,11 @@ class DataLoss(PermanentError):
 class Rejected(PermanentError):
     """A stage refuses a job's content; the job ends REJECTED with this reason."""
 
+    def __init__(self, reason: ReasonCode | str, message: str = "", *, detail: str = "") -> None:
+        super().__init__(reason, message)
+        self.detail = detail
+        """A stable sub-code of the reason, recorded as the ledger's ``reason_detail``."""
+
 
 class SystemFailure(PermanentError):
     """Quire itself cannot finish the job, and retrying will not help (storage

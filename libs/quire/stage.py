@@ -33,6 +33,7 @@ from quire.errors import (
     JobCancelled,
     PermanentError,
     QuireError,
+    Rejected,
     SystemFailure,
     TransientError,
 )
@@ -295,6 +296,8 @@ class StageRunner:
             if await self._gate.end(task.job, state) == CANCELLED:
                 state, reason = "CANCELLED", ReasonCode.CANCELLED_BY_CLIENT
         ending = self._ending(task, lease, attempt, state, reason)
+        if state == "REJECTED" and isinstance(error, Rejected) and error.detail:
+            ending.events[-1].reason_detail = error.detail
         if state == "FAILED":
             # Kept for operators: `quire dlq retry` starts a new generation from it.
             ending.dead_letter.CopyFrom(

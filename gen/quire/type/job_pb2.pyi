@@ -58,20 +58,36 @@ class Manifest(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[ManifestItem, _Mapping]]] = ..., ruleset: _Optional[str] = ..., render_profile: _Optional[str] = ...) -> None: ...
 
 class SourceRef(_message.Message):
-    __slots__ = ("position", "document_id", "sha256", "content_type", "size_bytes", "blob_key")
+    __slots__ = ("position", "document_id", "sha256", "content_type", "size_bytes", "blob_key", "repair")
     POSITION_FIELD_NUMBER: _ClassVar[int]
     DOCUMENT_ID_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
     CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     BLOB_KEY_FIELD_NUMBER: _ClassVar[int]
+    REPAIR_FIELD_NUMBER: _ClassVar[int]
     position: int
     document_id: str
     sha256: str
     content_type: str
     size_bytes: int
     blob_key: str
-    def __init__(self, position: _Optional[int] = ..., document_id: _Optional[str] = ..., sha256: _Optional[str] = ..., content_type: _Optional[str] = ..., size_bytes: _Optional[int] = ..., blob_key: _Optional[str] = ...) -> None: ...
+    repair: SourceRepair
+    def __init__(self, position: _Optional[int] = ..., document_id: _Optional[str] = ..., sha256: _Optional[str] = ..., content_type: _Optional[str] = ..., size_bytes: _Optional[int] = ..., blob_key: _Optional[str] = ..., repair: _Optional[_Union[SourceRepair, _Mapping]] = ...) -> None: ...
+
+class SourceRepair(_message.Message):
+    __slots__ = ("position", "sha256", "normalized_sha256", "normalized_size_bytes", "warnings")
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZED_SHA256_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZED_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    position: int
+    sha256: str
+    normalized_sha256: str
+    normalized_size_bytes: int
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, position: _Optional[int] = ..., sha256: _Optional[str] = ..., normalized_sha256: _Optional[str] = ..., normalized_size_bytes: _Optional[int] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Artifact(_message.Message):
     __slots__ = ("blob_key", "sha256", "size_bytes", "page_count")

@@ -37,8 +37,17 @@ class PacketSource:
     position: int
     document_id: str
     sha256: str
+    """The manifest's digest: of the uploaded bytes."""
     content_type: str
     path: str
+    normalized_sha256: str = ""
+    """Set for a source the validator repaired: ``path`` holds its clean
+    rewrite, whose digest this is."""
+
+    @property
+    def read_sha256(self) -> str:
+        """The digest of the bytes at ``path``."""
+        return self.normalized_sha256 or self.sha256
 
 
 @dataclass(frozen=True)
@@ -49,13 +58,20 @@ class MergedPacket:
 
 
 def _as_pdf(source: PacketSource, profile: str, workdir: Path) -> str:
-    if sha256_file(source.path)[0] != source.sha256:
-        raise SourceDigestMismatch(source.sha256)
+    if sha256_file(source.path)[0] != source.read_sha256:
+        raise SourceDigestMismatch(source.read_sha256)
     if source.content_type == PDF:
         return source.path
     rendered = workdir / f"rendered-{source.position}.pdf"
     render_structured(source.path, str(rendered), profile, source.document_id)
     return str(rendered)
+
+
+def _embedded(source: PacketSource) -> dict[str, object]:
+    entry: dict[str, object] = {"position": source.position, "sha256": source.sha256}
+    if source.normalized_sha256:
+        entry["normalized_sha256"] = source.normalized_sha256
+    return entry
 
 
 def assemble_packet(
@@ -90,7 +106,7 @@ def assemble_packet(
                 outline.root.append(mark)
         packet.docinfo[MANIFEST_KEY] = manifest_digest
         packet.docinfo[SOURCES_KEY] = json.dumps(
-            [{"position": s.position, "sha256": s.sha256} for s in ordered],
+            [_embedded(s) for s in ordered],
             separators=(",", ":"),
         )
         page_count = len(packet.pages)

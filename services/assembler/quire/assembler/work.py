@@ -24,7 +24,7 @@ from quire.assembler.merge import (
     assemble_packet,
 )
 from quire.attemptfiles import AttemptFiles
-from quire.blobstore import LocalBlobStore, assembled_key, storage_error
+from quire.blobstore import LocalBlobStore, assembled_key, normalized_key, storage_error
 from quire.errors import PermanentError
 from quire.leases import Lease
 from quire.reasons import ReasonCode
@@ -33,6 +33,14 @@ from quire.stage import StageResult
 from quire.type import job_pb2, queue_pb2
 
 __all__ = ["AssemblerWork", "assembled_key"]
+
+
+async def _plain(files: AttemptFiles, tenant: str, source: job_pb2.SourceRef) -> str:
+    """The bytes to merge: a repaired source's clean rewrite, else the upload."""
+    if source.repair.normalized_sha256:
+        digest = source.repair.normalized_sha256
+        return await files.plain(normalized_key(tenant, digest), digest)
+    return await files.plain(source.blob_key, source.sha256)
 
 
 class AssemblerWork:
@@ -54,7 +62,8 @@ class AssemblerWork:
                     document_id=s.document_id,
                     sha256=s.sha256,
                     content_type=s.content_type,
-                    path=await files.plain(s.blob_key, s.sha256),
+                    path=await _plain(files, task.tenant, s),
+                    normalized_sha256=s.repair.normalized_sha256,
                 )
                 for s in task.sources
             ]

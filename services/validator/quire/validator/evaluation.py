@@ -5,15 +5,17 @@ records nothing)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 from quire.attemptfiles import AttemptFiles
-from quire.blobstore import LocalBlobStore
+from quire.blobstore import LocalBlobStore, normalized_key
 from quire.errors import PermanentError
 from quire.reasons import ReasonCode
 from quire.sandbox import SandboxExhausted, SandboxPool
@@ -46,9 +48,23 @@ class Evaluation:
     reason: str
     findings: list[dict[str, object]]
     decisions: list[Decision]
+    detail: str = ""
+    """A stable sub-code of ``reason`` (see ``inspection.Finding.detail``)."""
+    repairs: list[job_pb2.SourceRepair] = field(default_factory=list)
+    """Sources repaired into a clean rewrite, stored under ``normalized_key``."""
 
     def decisions_json(self) -> list[dict[str, object]]:
         return [asdict(d) for d in self.decisions]
+
+
+def _repair_of(source: job_pb2.SourceRef, finding: Finding) -> job_pb2.SourceRepair:
+    return job_pb2.SourceRepair(
+        position=source.position,
+        sha256=source.sha256,
+        normalized_sha256=finding.normalized_sha256,
+        normalized_size_bytes=finding.normalized_size,
+        warnings=list(finding.warnings),
+    )
 
 
 def judge(sources: list[tuple[str, int, str]], ruleset: Ruleset) -> list[Decision]:
@@ -124,6 +140,7 @@ class Evaluator:
         limits = replace(self._limits, allow_active_content=ruleset.allows_active_content)
         findings: list[dict[str, object]] = []
         paths: list[str] = []
+        repairs: list[tuple[job_pb2.SourceRepair, Path]] = []
         for source in task.sources:
             try:
                 path = await files.plain(source.blob_key, source.sha256)
@@ -132,13 +149,55 @@ class Evaluator:
                     raise  # DATA_SHREDDED and the like end the job as they are
                 finding = Finding("", 0, error.reason)
             else:
+                # Where a repair writes its clean rewrite; none when the ruleset refuses repairs.
+                rewrite = "" if ruleset.repair_policy == "refuse" else str(files.new_file("clean"))
+                finding = await self._inspect(path, source, limits, attempt, rewrite)
+                if finding.repaired:
+                    repairs.append((_repair_of(source, finding), Path(rewrite)))
+                    path = rewrite  # the rules read what later stages will merge
                 paths.append(path)
-                finding = await self._inspect(path, source, limits, attempt)
             findings.append(
                 {"position": source.position, "sha256": source.sha256, **asdict(finding)}
             )
             if finding.reason:
-                return Evaluation("REJECTED", finding.reason, findings, [])
+                return Evaluation("REJECTED", finding.reason, findings, [], finding.detail)
+        evaluation = await self._judge(task, ruleset, attempt, paths, findings)
+        if evaluation.verdict == "REJECTED" or not repairs:
+            return evaluation
+        for repair, clean in repairs:
+            key = normalized_key(task.tenant, repair.normalized_sha256)
+            await asyncio.to_thread(self._blobs.promote_file, clean, key)
+        decisions = list(evaluation.decisions)
+        outcome, reason = evaluation.verdict, evaluation.reason
+        if ruleset.repair_policy == "review":
+            decisions += [
+                Decision(
+                    rule="repair",
+                    outcome="review",
+                    reason_code=ReasonCode.REVIEW_REQUIRED,
+                    detail=" ".join(repair.warnings) or "REWRITTEN",
+                    position=repair.position,
+                )
+                for repair, _rewrite in repairs
+            ]
+            outcome, reason = "NEEDS_REVIEW", reason or ReasonCode.REVIEW_REQUIRED
+        return replace(
+            evaluation,
+            verdict=outcome,
+            reason=reason,
+            decisions=decisions,
+            repairs=[repair for repair, _rewrite in repairs],
+        )
+
+    async def _judge(
+        self,
+        task: queue_pb2.JobTask,
+        ruleset: Ruleset,
+        attempt: int,
+        paths: list[str],
+        findings: list[dict[str, object]],
+    ) -> Evaluation:
+        """The ruleset's rules over sources that passed inspection."""
         if not ruleset.reads_content:
             return Evaluation("PASSED", "", findings, [])
         inputs = [
@@ -159,7 +218,12 @@ class Evaluator:
         return Evaluation(outcome, reason, findings, decisions)
 
     async def _inspect(
-        self, path: str, source: job_pb2.SourceRef, limits: PdfLimits, attempt: int
+        self,
+        path: str,
+        source: job_pb2.SourceRef,
+        limits: PdfLimits,
+        attempt: int,
+        rewrite: str,
     ) -> Finding:
         try:
             return await self.run_sandboxed(
@@ -171,6 +235,7 @@ class Evaluator:
                 source.sha256,
                 source.content_type,
                 limits,
+                rewrite,
             )
         except SandboxExhausted:
             if self._retry_later(attempt):

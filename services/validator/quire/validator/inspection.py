@@ -3,23 +3,28 @@
 Nothing here trusts the declaration: the bytes are re-hashed against the
 digest they were accepted under, the type is sniffed from the content (a PDF
 by its header, found where viewers look for it, ``quire.pdfheader``; anything
-else by libmagic), and PDFs are opened by qpdf (through pikepdf) *without* recovery, so
-a file that would need repairing is refused rather than silently
-reinterpreted — two viewers must never disagree about what a signed contract
-says. Returns a plain finding (picklable, no document text).
+else by libmagic), and PDFs are opened by qpdf (through pikepdf) *without*
+recovery. A file that needs recovery is never silently reinterpreted: either
+the ruleset refuses repairs, or ``repair`` rewrites it and every check runs
+again on the rewrite, whose digest the ledger records — two viewers must never
+disagree about what a signed contract says. Returns a plain finding
+(picklable, no document text).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 
 from quire.pdfheader import has_pdf_header
 from quire.reasons import ReasonCode
+from quire.validator.damage import codes_of
 from quire.validator.pdfchecks import PdfLimits, check_pdf
 from quire.validator.pdfcycles import find_cycle
+from quire.validator.repair import claimed_pages, repair_pdf
 
 __all__ = ["Finding", "inspect_source", "PDF_TYPE", "JSON_TYPE"]
 
@@ -36,6 +41,17 @@ class Finding:
     page_count: int
     reason: str
     """Empty when the source passed."""
+    detail: str = ""
+    """A stable sub-code of ``reason`` (``MALFORMED_PDF``: why no repair)."""
+    warnings: tuple[str, ...] = ()
+    """Damage codes (``damage``) of a repaired or refused damaged PDF."""
+    normalized_sha256: str = ""
+    """Set when the source was repaired: the digest of the rewrite."""
+    normalized_size: int = 0
+
+    @property
+    def repaired(self) -> bool:
+        return bool(self.normalized_sha256)
 
 
 @lru_cache(maxsize=1)
@@ -56,7 +72,18 @@ def _digest_and_head(path: str) -> tuple[str, bytes]:
     return digest.hexdigest(), head
 
 
-def _inspect_pdf(path: str, limits: PdfLimits) -> tuple[int, str]:
+@dataclass(frozen=True)
+class _Strict:
+    pages: int
+    reason: str
+    damaged: bool = False
+    """qpdf would not open the file without recovery, or warned: a repair may help."""
+    messages: tuple[str, ...] = ()
+    detail: str = ""
+
+
+def _strict(path: str, limits: PdfLimits) -> _Strict:
+    """Open ``path`` without recovery and run every check."""
     import pikepdf  # lazy: heavy, and only needed in the sandbox
 
     try:
@@ -64,16 +91,62 @@ def _inspect_pdf(path: str, limits: PdfLimits) -> tuple[int, str]:
         # and a tree that loops must be found (find_cycle) before anything walks it.
         with pikepdf.open(path, attempt_recovery=False, inherit_page_attributes=False) as pdf:
             if pdf.is_encrypted:
-                return 0, ReasonCode.ENCRYPTED_PDF
+                return _Strict(0, ReasonCode.ENCRYPTED_PDF)
             if find_cycle(pdf) is not None:  # before anything else walks the file
-                return 0, ReasonCode.CYCLIC_STRUCTURE
-            return check_pdf(pdf, limits)
+                return _Strict(0, ReasonCode.CYCLIC_STRUCTURE)
+            pages = len(pdf.pages)
+            for page in pdf.pages:
+                page.obj.get("/Contents")
+            if messages := pdf.get_warnings():
+                return _Strict(pages, ReasonCode.MALFORMED_PDF, True, tuple(messages))
+            if claimed_pages(pdf) not in (None, pages):
+                return _Strict(pages, ReasonCode.MALFORMED_PDF, detail="PAGE_COUNT_MISMATCH")
+            pages, reason = check_pdf(pdf, limits)
+            # check_pdf's MALFORMED_PDF may be damage qpdf warned about deeper in
+            # the file (an object's stream length, say): a repair decides.
+            return _Strict(pages, reason, reason == ReasonCode.MALFORMED_PDF)
     except pikepdf.PasswordError:
-        return 0, ReasonCode.ENCRYPTED_PDF
+        return _Strict(0, ReasonCode.ENCRYPTED_PDF)
+    except pikepdf.PdfError as error:
+        if "encrypt" in str(error).lower():
+            return _Strict(0, ReasonCode.ENCRYPTED_PDF)
+        return _Strict(0, ReasonCode.MALFORMED_PDF, True, (str(error),))
     except MemoryError:
         raise  # the sandbox reports it as a limit, not as a verdict on the file
-    except (pikepdf.PdfError, zlib.error, RecursionError, ValueError, TypeError, KeyError):
-        return 0, ReasonCode.MALFORMED_PDF
+    except (zlib.error, RecursionError, ValueError, TypeError, KeyError):
+        return _Strict(0, ReasonCode.MALFORMED_PDF, True)
+
+
+def _inspect_pdf(path: str, limits: PdfLimits, normalized_path: str) -> Finding:
+    """The strict checks; for a damaged file, a repair into ``normalized_path``
+    (none when it is empty: the ruleset refuses repairs) and the strict checks
+    again on the rewrite."""
+    strict = _strict(path, limits)
+    if not strict.damaged:
+        return Finding(PDF_TYPE, strict.pages, strict.reason, strict.detail)
+    warnings = tuple(codes_of(list(strict.messages)))
+    if not normalized_path:
+        return Finding(PDF_TYPE, 0, ReasonCode.MALFORMED_PDF, "REPAIR_NOT_ALLOWED", warnings)
+    repaired = repair_pdf(path, normalized_path)
+    if repaired.reason:
+        return Finding(
+            PDF_TYPE, repaired.pages, repaired.reason, repaired.detail, repaired.warnings
+        )
+    again = _strict(normalized_path, limits)
+    if again.reason:
+        detail = "REPAIR_INCOMPLETE" if again.messages else again.detail
+        if again.reason == ReasonCode.MALFORMED_PDF and not detail:
+            detail = "STRUCTURE_INVALID"
+        return Finding(PDF_TYPE, again.pages, again.reason, detail, repaired.warnings)
+    digest, _head = _digest_and_head(normalized_path)
+    return Finding(
+        PDF_TYPE,
+        again.pages,
+        "",
+        warnings=repaired.warnings,
+        normalized_sha256=digest,
+        normalized_size=os.path.getsize(normalized_path),
+    )
 
 
 def _sniff_type(head: bytes) -> str:
@@ -97,9 +170,14 @@ def _sniff_type(head: bytes) -> str:
 
 
 def inspect_source(
-    path: str, sha256: str, declared_type: str, limits: PdfLimits | None = None
+    path: str,
+    sha256: str,
+    declared_type: str,
+    limits: PdfLimits | None = None,
+    normalized_path: str = "",
 ) -> Finding:
-    """Check one source file; runs in a sandbox worker."""
+    """Check one source file; runs in a sandbox worker. A damaged PDF is
+    repaired into ``normalized_path`` when one is given (``repair``)."""
     try:
         actual, head = _digest_and_head(path)
     except FileNotFoundError:
@@ -113,8 +191,7 @@ def inspect_source(
         return Finding(detected, 0, _inspect_json(path))
     if detected != PDF_TYPE:
         return Finding(detected, 0, ReasonCode.TYPE_MISMATCH)
-    pages, reason = _inspect_pdf(path, limits or PdfLimits())
-    return Finding(detected, pages, str(reason))
+    return _inspect_pdf(path, limits or PdfLimits(), normalized_path)
 
 
 def _inspect_json(path: str) -> str:

@@ -34,6 +34,10 @@ KNOWN_KINDS = {
     "invoice_totals",
     "review_above",
 }
+REPAIR_POLICIES = ("refuse", "normalize", "review")
+"""What a ruleset does with a damaged PDF that qpdf's recovery can repair:
+refuse it (MALFORMED_PDF), accept the clean rewrite, or accept it only after
+an operator's review. ``normalize`` when the ruleset says nothing."""
 
 
 def canonical(body: dict[str, Any]) -> bytes:
@@ -60,12 +64,18 @@ class Ruleset:
         return self.body.get("active_content", "refuse") == "allow"
 
     @property
+    def repair_policy(self) -> str:
+        return str(self.body.get("repair", "normalize"))
+
+    @property
     def reads_content(self) -> bool:
         """Whether any rule needs the documents' text, fields or data."""
         return bool(self.rules)
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> Ruleset:
+        if body.get("repair", "normalize") not in REPAIR_POLICIES:
+            raise ValueError(f"ruleset {body.get('name')}: repair must be one of {REPAIR_POLICIES}")
         for rule in body.get("rules", []):
             if rule.get("kind") not in KNOWN_KINDS or not rule.get("id"):
                 raise ValueError(f"ruleset {body.get('name')}: unknown rule {rule.get('id')!r}")

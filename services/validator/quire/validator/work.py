@@ -28,7 +28,7 @@ class SourcesRejected(Rejected):
     """The job failed a check or a rule; carries the evaluation for the record."""
 
     def __init__(self, evaluation: Evaluation, write: Callable[[Session], None]) -> None:
-        super().__init__(evaluation.reason, "job rejected")
+        super().__init__(evaluation.reason, "job rejected", detail=evaluation.detail)
         self.write = write
 
 
@@ -82,6 +82,13 @@ class ValidatorWork:
         # The ruleset is pinned here: every later event and stage carries its digest.
         task.ruleset_digest = ruleset.digest
         evaluation = await self._evaluator.evaluate(task, ruleset, attempt=attempt)
+        # Later stages read a repaired source's clean rewrite; its digest in the
+        # manifest (source.sha256) stays the uploaded bytes'.
+        repaired = {repair.position: repair for repair in evaluation.repairs}
+        for source in task.sources:
+            if source.position in repaired:
+                source.repair.CopyFrom(repaired[source.position])
+        accepted = {"repairs": evaluation.repairs} if evaluation.repairs else {}
         write = _record(task, ruleset, evaluation, lease.token)
         if evaluation.verdict == "REJECTED":
             raise SourcesRejected(evaluation, write)
@@ -89,7 +96,7 @@ class ValidatorWork:
             return StageResult(
                 next_task=None,
                 extra_events=[
-                    ("VALIDATING", "REVIEWING", {}),
+                    ("VALIDATING", "REVIEWING", accepted),
                     ("REVIEWING", "NEEDS_REVIEW", {"reason_code": ReasonCode.REVIEW_REQUIRED}),
                 ],
                 record=write,
@@ -98,7 +105,7 @@ class ValidatorWork:
         next_task.CopyFrom(task)
         return StageResult(
             next_task=next_task,
-            extra_events=[("VALIDATING", "REVIEWING", {})],
+            extra_events=[("VALIDATING", "REVIEWING", accepted)],
             record=write,
         )
 

@@ -1,0 +1,135 @@
+"""Repair with evidence, run in a sandbox worker: qpdf's recovery, a clean
+rewrite, then every strict check again on the rewritten bytes.
+
+A PDF that the strict open refuses (``inspection``) comes here when the
+ruleset's repair policy allows it. The repair is refused, ``MALFORMED_PDF``
+with a sub-code, when the result would be a guess:
+
+- ``UNREADABLE``: even qpdf's recovery finds no trailer, root or page tree;
+- any damage code outside ``damage.REPAIRABLE`` (content dropped, a key given
+  twice, damage not on the list), as that code;
+- ``REVISIONS_DISAGREE``: the cross-reference table had to be rebuilt and the
+  file defines one object number more than once with different bodies, so
+  which revision is the document is the reader's guess;
+- ``PAGE_COUNT_MISMATCH``: the repaired page count is not the count the page
+  tree claims;
+- ``NO_PAGES``;
+- ``REPAIR_INCOMPLETE``: the rewritten file still makes qpdf warn.
+
+The rewrite copies stream data as it is (no decoding, so a bomb is not
+inflated here; the strict checks measure it with their caps afterwards) and
+writes a fresh header, cross-reference table and trailer. The same input
+gives the same bytes (a deterministic /ID), so a redelivery stores the same
+normalised blob under the same digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from quire.reasons import ReasonCode
+from quire.validator.damage import codes_of, refusal_of
+from quire.validator.pdfcycles import find_cycle
+
+__all__ = ["RepairResult", "claimed_pages", "repair_pdf", "revisions_disagree"]
+
+_OBJECT_HEADER = re.compile(rb"(?<![0-9])(\d{1,10})\s+(\d{1,5})\s+obj\b")
+_END = re.compile(rb"\bendobj\b")
+
+
+@dataclass(frozen=True)
+class RepairResult:
+    reason: str
+    """Empty when the rewrite may go on to the strict checks."""
+    detail: str
+    warnings: tuple[str, ...]
+    pages: int = 0
+
+
+def revisions_disagree(path: str) -> bool:
+    """Whether the file defines some object number twice with different bodies.
+
+    Read from the raw bytes, as a reader without a usable cross-reference
+    table must: when two definitions differ, the document is whichever the
+    reader happens to take.
+    """
+    with open(path, "rb") as handle:
+        data = handle.read()
+    bodies: dict[tuple[bytes, bytes], set[bytes]] = defaultdict(set)
+    for match in _OBJECT_HEADER.finditer(data):
+        end = _END.search(data, match.end())
+        body = data[match.end() : end.start() if end else len(data)]
+        digests = bodies[(match.group(1), match.group(2))]
+        digests.add(hashlib.sha256(body.strip()).digest())
+        if len(digests) > 1:
+            return True
+    return False
+
+
+def claimed_pages(pdf: Any) -> int | None:
+    """The page count the page tree's root claims (``/Count``), if it says."""
+    import pikepdf
+
+    tree = pdf.Root.get("/Pages")
+    count = tree.get("/Count") if isinstance(tree, pikepdf.Dictionary) else None
+    return count if isinstance(count, int) else None
+
+
+def _refused(detail: str, warnings: list[str], pages: int = 0) -> RepairResult:
+    return RepairResult(ReasonCode.MALFORMED_PDF, detail, tuple(warnings), pages)
+
+
+def repair_pdf(path: str, out_path: str) -> RepairResult:
+    """Recover ``path`` with qpdf and, unless the repair would be a guess, write
+    the clean rewrite to ``out_path``."""
+    import pikepdf  # lazy: only sandbox workers load qpdf
+
+    try:
+        with pikepdf.open(path, attempt_recovery=True, inherit_page_attributes=False) as pdf:
+            if pdf.is_encrypted:
+                return RepairResult(ReasonCode.ENCRYPTED_PDF, "", ())
+            messages = list(pdf.get_warnings())
+            if find_cycle(pdf) is not None:
+                return RepairResult(ReasonCode.CYCLIC_STRUCTURE, "", tuple(codes_of(messages)))
+            pages = len(pdf.pages)
+            for page in pdf.pages:
+                page.obj.get("/Contents")
+            claimed = claimed_pages(pdf)
+            messages += pdf.get_warnings()
+            warnings = codes_of(messages)
+            if refused := refusal_of(warnings):
+                return _refused(refused, warnings, pages)
+            if pages == 0:
+                return _refused("NO_PAGES", warnings)
+            if claimed not in (None, pages):
+                return _refused("PAGE_COUNT_MISMATCH", warnings, pages)
+            if "XREF_RECONSTRUCTED" in warnings and revisions_disagree(path):
+                return _refused("REVISIONS_DISAGREE", warnings, pages)
+            # qpdf keeps the trailer's keys and fills in /Size only when the key
+            # is there; a recovered trailer may have lost it.
+            pdf.trailer.Size = 0
+            pdf.save(
+                out_path,
+                deterministic_id=True,
+                compress_streams=False,
+                stream_decode_level=pikepdf.StreamDecodeLevel.none,
+                object_stream_mode=pikepdf.ObjectStreamMode.preserve,
+            )
+            warnings = list(dict.fromkeys(warnings + codes_of(pdf.get_warnings())))
+            if refused := refusal_of(warnings):
+                return _refused(refused, warnings, pages)
+            return RepairResult("", "", tuple(warnings), pages)
+    except pikepdf.PasswordError:
+        return RepairResult(ReasonCode.ENCRYPTED_PDF, "", ())
+    except pikepdf.PdfError as error:
+        if "encrypt" in str(error).lower():
+            return RepairResult(ReasonCode.ENCRYPTED_PDF, "", ())
+        return _refused("UNREADABLE", [])
+    except MemoryError:
+        raise  # the sandbox reports it as a limit, not as a verdict on the file
+    except (RecursionError, ValueError, TypeError, KeyError):
+        return _refused("UNREADABLE", [])
