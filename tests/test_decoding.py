@@ -7,13 +7,20 @@ decode past a small cap) so every test is bounded by design, not by a timer.
 
 from __future__ import annotations
 
-import base64
 import zlib
 from pathlib import Path
 from typing import Any
 
 import pikepdf
 import pytest
+from bombs import (
+    a85_encode,
+    hex_encode,
+    lzw_encode,
+    pdf_with_stream,
+    run_length_encode,
+    run_length_zeros,
+)
 
 from quire.validator import decoding
 from quire.validator.decoding import (
@@ -29,83 +36,6 @@ from quire.validator.decoding import (
 from quire.validator.pdfchecks import PdfLimits, check_pdf
 
 SAMPLE = b"".join(b"line %d of a lease renewal, signed twice\n" % i for i in range(3000))
-
-
-# --- encoders used only to build test data ------------------------------------
-
-
-def lzw_encode(data: bytes, early_change: int = 1) -> bytes:
-    """PDF LZW: clear code first, 9-12 bit codes, EOD at the end."""
-    bits = 0
-    nbits = 0
-    out = bytearray()
-    width = 9
-
-    def emit(code: int) -> None:
-        nonlocal bits, nbits
-        bits = (bits << width) | code
-        nbits += width
-        while nbits >= 8:
-            nbits -= 8
-            out.append((bits >> nbits) & 0xFF)
-        bits &= (1 << nbits) - 1
-
-    def reset() -> dict[bytes, int]:
-        return {bytes((i,)): i for i in range(256)}
-
-    table = reset()
-    emit(256)
-    current = b""
-    for byte in data:
-        candidate = current + bytes((byte,))
-        if candidate in table:
-            current = candidate
-            continue
-        emit(table[current])
-        table[candidate] = len(table) + 2
-        # The decoder's table runs one entry behind the encoder's.
-        if len(table) + 1 + early_change >= (1 << width) and width < 12:
-            width += 1
-        if len(table) + 2 >= 4096 - 1:
-            emit(256)
-            table = reset()
-            width = 9
-        current = bytes((byte,))
-    if current:
-        emit(table[current])
-        # The decoder adds an entry for this code too; keep widths in step.
-        if len(table) + 2 + early_change >= (1 << width) and width < 12:
-            width += 1
-    emit(257)
-    if nbits:
-        out.append((bits << (8 - nbits)) & 0xFF)
-    return bytes(out)
-
-
-def run_length_encode(data: bytes) -> bytes:
-    out = bytearray()
-    i = 0
-    while i < len(data):
-        run = 1
-        while i + run < len(data) and run < 128 and data[i + run] == data[i]:
-            run += 1
-        if run > 1:
-            out += bytes((257 - run, data[i]))
-            i += run
-        else:
-            literal = data[i : i + 128]
-            out += bytes((len(literal) - 1,)) + literal
-            i += len(literal)
-    return bytes(out + b"\x80")
-
-
-def hex_encode(data: bytes) -> bytes:
-    text = data.hex().encode()
-    return b"\n".join(text[i : i + 64] for i in range(0, len(text), 64)) + b">"
-
-
-def a85_encode(data: bytes) -> bytes:
-    return base64.a85encode(data, wrapcol=72) + b"~>"
 
 
 def joined(pieces: Any) -> bytes:
@@ -223,14 +153,14 @@ def _bombs() -> dict[str, tuple[bytes, list[str]]]:
         "lzw": (lzw_encode(zeros), ["/LZWDecode"]),
         "ascii85": (b"z" * (len(zeros) // 4) + b"~>", ["/ASCII85Decode"]),
         "ascii-hex": (b"00" * len(zeros) + b">", ["/ASCIIHexDecode"]),
-        "run-length": (b"\x81\x00" * (len(zeros) // 128) + b"\x80", ["/RunLengthDecode"]),
+        "run-length": (run_length_zeros(len(zeros)), ["/RunLengthDecode"]),
         "hex-flate": (hex_encode(zlib.compress(zeros)), ["/AHx", "/Fl"]),
         "a85-rl-flate": (
             a85_encode(run_length_encode(zlib.compress(zeros))),
             ["/A85", "/RL", "/FlateDecode"],
         ),
         "flate-rl": (
-            zlib.compress(b"\x81\x00" * (len(zeros) // 128) + b"\x80"),
+            zlib.compress(run_length_zeros(len(zeros))),
             ["/FlateDecode", "/RunLengthDecode"],
         ),
         "flate-lzw": (zlib.compress(lzw_encode(zeros)), ["/FlateDecode", "/LZWDecode"]),
@@ -281,19 +211,6 @@ def test_image_codecs_count_their_bound_or_their_raw_size() -> None:
 # --- through check_pdf, on real PDFs ---------------------------------------------
 
 
-def _pdf_with_stream(path: Path, data: bytes, names: list[str], **extra: Any) -> Path:
-    pdf = pikepdf.new()
-    pdf.add_blank_page(page_size=(200, 200))
-    stream = pikepdf.Stream(pdf, data)
-    filters = [pikepdf.Name(name) for name in names]
-    stream.stream_dict.Filter = filters[0] if len(filters) == 1 else pikepdf.Array(filters)
-    for key, value in extra.items():
-        stream.stream_dict[f"/{key}"] = value
-    pdf.pages[0].obj.Thumb = pdf.make_indirect(stream)
-    pdf.save(path, compress_streams=False, stream_decode_level=pikepdf.StreamDecodeLevel.none)
-    return path
-
-
 def _reason(path: Path, limits: PdfLimits) -> str:
     with pikepdf.open(path, attempt_recovery=False) as pdf:
         return str(check_pdf(pdf, limits)[1])
@@ -304,13 +221,13 @@ def test_a_bomb_in_any_filter_or_chain_is_decompressed_size_exceeded(
     name: str, tmp_path: Path
 ) -> None:
     data, names = BOMBS[name]
-    path = _pdf_with_stream(tmp_path / f"{name}.pdf", data, names)
+    path = pdf_with_stream(tmp_path / f"{name}.pdf", data, names)
     assert _reason(path, PdfLimits(max_decompressed_bytes=CAP)) == "DECOMPRESSED_SIZE_EXCEEDED"
     assert _reason(path, PdfLimits(max_decompressed_bytes=CAP * 10)) == ""
 
 
 def test_an_image_bomb_by_its_dimensions_is_decompressed_size_exceeded(tmp_path: Path) -> None:
-    path = _pdf_with_stream(
+    path = pdf_with_stream(
         tmp_path / "image.pdf",
         b"\xff\xd8\xff\xd9",
         ["/DCTDecode"],
@@ -326,7 +243,7 @@ def test_an_image_bomb_by_its_dimensions_is_decompressed_size_exceeded(tmp_path:
 
 def test_the_trailing_byte_file_passes(tmp_path: Path) -> None:
     data = zlib.compress(bytes(200_000)) + b"X"
-    path = _pdf_with_stream(tmp_path / "trailing.pdf", data, ["/FlateDecode"])
+    path = pdf_with_stream(tmp_path / "trailing.pdf", data, ["/FlateDecode"])
     assert _reason(path, PdfLimits()) == ""
     assert _reason(path, PdfLimits(max_decompressed_bytes=150_000)) == (
         "DECOMPRESSED_SIZE_EXCEEDED"
@@ -334,7 +251,7 @@ def test_the_trailing_byte_file_passes(tmp_path: Path) -> None:
 
 
 def test_an_unknown_filter_stays_malformed(tmp_path: Path) -> None:
-    path = _pdf_with_stream(tmp_path / "unknown.pdf", b"abc", ["/NoSuchDecode"])
+    path = pdf_with_stream(tmp_path / "unknown.pdf", b"abc", ["/NoSuchDecode"])
     assert _reason(path, PdfLimits()) == "MALFORMED_PDF"
 
 

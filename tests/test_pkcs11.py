@@ -5,7 +5,6 @@ is in the token."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,33 +14,18 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from softhsm import MODULE, PIN, init_token
 
 from pdfs import write_text_pdf
 from quire.blobstore import sha256_file
 from quire.pdfsignature import verify_signed_pdf
 from quire.signer.signing import Pkcs11Key, sign_packet
 
-MODULE = "/usr/lib/softhsm/libsofthsm2.so"
-PIN = "2468"
-
 
 @pytest.fixture
 def token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pkcs11Key, Path]:
     """A fresh SoftHSM2 token holding an EC key; returns the key and its certificate."""
-    if shutil.which("softhsm2-util") is None or not Path(MODULE).exists():
-        pytest.skip("SoftHSM2 (Debian's softhsm2) is not installed; `make test` installs it")
-    tokens = tmp_path / "tokens"
-    tokens.mkdir()
-    config = tmp_path / "softhsm2.conf"
-    config.write_text(f"directories.tokendir = {tokens}\nobjectstore.backend = file\n")
-    monkeypatch.setenv("SOFTHSM2_CONF", str(config))
-    util = ["softhsm2-util"]
-    subprocess.run(
-        [*util, "--init-token", "--free", "--label", "quire", "--pin", PIN, "--so-pin", "13579"],
-        check=True,
-        capture_output=True,
-        env=os.environ,
-    )
+    init_token(tmp_path, monkeypatch, "quire")
     key = ec.generate_private_key(ec.SECP256R1())
     key_file = tmp_path / "key.pem"
     key_file.write_bytes(
@@ -53,7 +37,7 @@ def token(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Pkcs11Key, P
     )
     subprocess.run(
         [
-            *util,
+            "softhsm2-util",
             "--import",
             str(key_file),
             "--token",

@@ -10,12 +10,12 @@ import io
 import multiprocessing
 import os
 import shutil
-import subprocess
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
 from sealedstore import made_up_ring
+from softhsm import MODULE, PIN, init_token
 
 from quire.blobstore import LocalBlobStore
 from quire.datakeys import DataKeys
@@ -217,9 +217,6 @@ def test_a_ring_inside_the_data_directory_is_refused_outside_development(tmp_pat
         load_kek_ring(KekSettings(ring_file=outside), data_dir)
 
 
-MODULE = "/usr/lib/softhsm/libsofthsm2.so"
-
-
 def _round_trip_in_token(tmp: str) -> dict[str, object]:
     """In a fresh process (SoftHSM2 reads its configuration once per process):
     make an AES KEK in the token, seal a blob under a data key it wrapped, and
@@ -229,10 +226,10 @@ def _round_trip_in_token(tmp: str) -> dict[str, object]:
 
     tmp_path = Path(tmp)
     token = pkcs11.lib(MODULE).get_token(token_label="kek")
-    with token.open(user_pin="2468", rw=True) as session:
+    with token.open(user_pin=PIN, rw=True) as session:
         session.generate_key(KeyType.AES, 256, label="quire-kek", store=True)
     pin = tmp_path / "pin"
-    pin.write_text("2468\n")
+    pin.write_text(f"{PIN}\n")
     settings = KekSettings(
         pkcs11_module=MODULE,
         pkcs11_token="kek",
@@ -263,19 +260,7 @@ def _round_trip_in_token(tmp: str) -> dict[str, object]:
 def test_a_kek_inside_a_pkcs11_token_wraps_and_unwraps(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if shutil.which("softhsm2-util") is None or not Path(MODULE).exists():
-        pytest.skip("SoftHSM2 (Debian's softhsm2) is not installed; `make test` installs it")
-    tokens = tmp_path / "tokens"
-    tokens.mkdir()
-    config = tmp_path / "softhsm2.conf"
-    config.write_text(f"directories.tokendir = {tokens}\nobjectstore.backend = file\n")
-    monkeypatch.setenv("SOFTHSM2_CONF", str(config))
-    subprocess.run(
-        ["softhsm2-util", "--init-token", "--free", "--label", "kek", "--pin", "2468"]
-        + ["--so-pin", "13579"],
-        check=True,
-        capture_output=True,
-    )
+    init_token(tmp_path, monkeypatch, "kek")
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:
         facts = pool.submit(_round_trip_in_token, str(tmp_path)).result(timeout=120)

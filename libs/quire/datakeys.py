@@ -23,7 +23,6 @@ services at their next read or write.
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
 import threading
@@ -33,6 +32,7 @@ from pathlib import Path
 
 from quire.errors import FailedPrecondition, PermanentError, SystemFailure
 from quire.kek import KekRing
+from quire.privatefiles import fsync_dir, write_private
 from quire.reasons import ReasonCode
 
 __all__ = ["DataKeys", "RewrapReport", "KEYRING_DIR", "FORMAT"]
@@ -140,14 +140,7 @@ class DataKeys:
         if self.is_shredded(tenant):
             raise _shredded()
         record = self._record(tenant, version, os.urandom(DATA_KEY_BYTES))
-        temp = _write_temp(directory, record)
-        try:
-            os.link(temp, self._path(tenant, version))  # the first creator wins
-        except FileExistsError:
-            pass
-        finally:
-            temp.unlink(missing_ok=True)
-        _fsync_dir(directory)
+        write_private(self._path(tenant, version), record, exclusive=True)  # first creator wins
         if self.is_shredded(tenant):  # a shred that raced this creation wins
             self._path(tenant, version).unlink(missing_ok=True)
             raise _shredded()
@@ -180,9 +173,7 @@ class DataKeys:
                     continue
                 version = int(record["version"])
                 key = self._unwrap(tenant, version, path)
-                temp = _write_temp(path.parent, self._record(tenant, version, key))
-                os.replace(temp, path)
-                _fsync_dir(path.parent)
+                write_private(path, self._record(tenant, version, key))
                 if self.is_shredded(tenant):  # never bring a shredded key back
                     path.unlink(missing_ok=True)
                     continue
@@ -193,13 +184,14 @@ class DataKeys:
         """Destroy the tenant's data keys; returns how many were destroyed."""
         directory = self._dir(tenant)
         directory.mkdir(parents=True, exist_ok=True)
-        stone = _write_temp(directory, datetime.now(UTC).isoformat(timespec="seconds").encode())
-        os.replace(stone, directory / TOMBSTONE)
+        write_private(
+            directory / TOMBSTONE, datetime.now(UTC).isoformat(timespec="seconds").encode()
+        )
         destroyed = 0
         for path in directory.glob("v*.key"):
             path.unlink(missing_ok=True)
             destroyed += 1
-        _fsync_dir(directory)
+        fsync_dir(directory, best_effort=True)
         with self._lock:
             for entry in [k for k in self._cache if k[0] == tenant]:
                 del self._cache[entry]
@@ -208,23 +200,3 @@ class DataKeys:
 
 def _unavailable() -> PermanentError:
     return PermanentError(ReasonCode.DATA_KEY_UNAVAILABLE, "no such data key")
-
-
-def _write_temp(directory: Path, data: bytes) -> Path:
-    temp = directory / f".new-{os.getpid()}-{threading.get_ident()}-{os.urandom(4).hex()}"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return temp
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

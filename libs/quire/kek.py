@@ -36,6 +36,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from quire.errors import TransientError
+from quire.privatefiles import write_private
 from quire.reasons import ReasonCode
 
 __all__ = [
@@ -233,16 +234,9 @@ def provision_development_ring(path: Path) -> Path:
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(path.name + ".new")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(
-            "# Development KEK ring of the embedded stack; production configures its own.\n"
-        )
-        handle.write(new_ring_line("dev-1"))
-    try:
-        os.link(temp, path)
-    except FileExistsError:
-        pass
-    temp.unlink(missing_ok=True)
+    ring = (
+        "# Development KEK ring of the embedded stack; production configures its own.\n"
+        + new_ring_line("dev-1")
+    )
+    write_private(path, ring.encode(), exclusive=True)  # of racing stacks, one ring wins
     return path

@@ -25,6 +25,7 @@ from pathlib import Path
 from quire.datakeys import DataKeys
 from quire.errors import QuireError
 from quire.kek import KekConfigError, new_ring_line
+from quire.privatefiles import write_private
 from quire.settings import ServiceSettings
 from quire.storage import open_data_keys, tool_kek_settings
 
@@ -84,11 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _new_kek(ring: Path, kek_id: str) -> int:
     old = ring.read_text() if ring.exists() else ""
-    temp = ring.with_name(ring.name + ".new")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     line = new_ring_line(kek_id or None)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(line + old)
-    os.replace(temp, ring)
+    write_private(ring, (line + old).encode())
     print(f"{line.split()[0]} now wraps; the ring keeps {len(old.splitlines())} older lines")
     return 0

@@ -242,10 +242,13 @@ def _a85(text: bytes) -> bytes:
         raise DecodeError(str(error)) from error
 
 
-def ascii85_decode(chunks: Iterable[bytes]) -> Iterator[bytes]:
+def _a85_texts(slices: Iterable[bytes]) -> Iterator[tuple[bytes, bool]]:
+    """The ASCII85 text in ``slices`` (after an optional '<~', up to '~'), white
+    space removed, cut where groups end: ``(text, True)`` for each run of whole
+    5-digit groups and 'z's, then ``(text, False)`` for a final partial group."""
     carry = b""
     start = True
-    for chunk in _slices(chunks):
+    for chunk in slices:
         text = chunk.translate(None, _WHITESPACE)
         if start and text:
             if text.startswith(b"<~"):
@@ -259,11 +262,19 @@ def ascii85_decode(chunks: Iterable[bytes]) -> Iterator[bytes]:
         keep = (len(text) - last_z - 1) % 5
         whole, carry = text[: len(text) - keep], text[len(text) - keep :]
         if whole:
-            yield from _a85_whole(whole)
+            yield whole, True
         if end >= 0:
             break
     if len(carry) > 1:
-        yield _a85(carry)
+        yield carry, False
+
+
+def ascii85_decode(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    for text, whole in _a85_texts(_slices(chunks)):
+        if whole:
+            yield from _a85_whole(text)
+        else:
+            yield _a85(text)
 
 
 # --- RunLengthDecode -----------------------------------------------------------
@@ -371,27 +382,11 @@ def _a85_whole_size(text: bytes) -> Iterator[int]:
 
 def ascii85_size(chunks: Iterable[bytes]) -> Iterator[int]:
     """Sizes of what ``ascii85_decode`` yields for ``chunks``, summing to its total."""
-    carry = b""
-    start = True
-    for chunk in _slices(chunks, SIZE_CHUNK):
-        text = chunk.translate(None, _WHITESPACE)
-        if start and text:
-            if text.startswith(b"<~"):
-                text = text[2:]
-            start = False
-        end = text.find(b"~")
-        if end >= 0:
-            text = text[:end]
-        text = carry + text
-        last_z = text.rfind(b"z")
-        keep = (len(text) - last_z - 1) % 5
-        whole, carry = text[: len(text) - keep], text[len(text) - keep :]
+    for text, whole in _a85_texts(_slices(chunks, SIZE_CHUNK)):
         if whole:
-            yield from _a85_whole_size(whole)
-        if end >= 0:
-            break
-    if len(carry) > 1:
-        yield len(_a85(carry))
+            yield from _a85_whole_size(text)
+        else:
+            yield len(_a85(text))
 
 
 def ascii_hex_size(chunks: Iterable[bytes]) -> Iterator[int]:
