@@ -53,6 +53,8 @@ class JobFacts:
     """When the first recorded event occurred (the producer's clock, hashed)."""
     updated: datetime
     """When the last recorded event occurred."""
+    reason_detail: str = ""
+    """The sub-code recorded with ``reason_code`` (not in the index)."""
 
 
 def is_retirement(event: queue_pb2.TransitionEvent) -> bool:
@@ -89,16 +91,18 @@ def apply(facts: JobFacts | None, event: queue_pb2.TransitionEvent) -> JobFacts:
             key_version=event.key_version,
             created=occurred,
             updated=occurred,
+            reason_detail=event.reason_detail,
         )
-    state, reason = facts.state, facts.reason_code
+    state, reason, detail = facts.state, facts.reason_code, facts.reason_detail
     if state not in TERMINAL_STATES and state_rank(to_state) > state_rank(state):
-        state, reason = to_state, event.reason_code
+        state, reason, detail = to_state, event.reason_code, event.reason_detail
     elif _reopens(state, event):
-        state, reason = to_state, ""
+        state, reason, detail = to_state, "", ""
     return replace(
         facts,
         state=state,
         reason_code=reason,
+        reason_detail=detail,
         item_count=event.item_count or facts.item_count,
         manifest_digest=event.manifest_digest or facts.manifest_digest,
         output_digest=event.output_digest or facts.output_digest,

@@ -81,6 +81,7 @@ def _job(facts: JobFacts) -> job_pb2.Job:
         output_digest=facts.output_digest,
         ruleset_version=facts.ruleset_version,
         key_version=facts.key_version,
+        reason_detail=facts.reason_detail,
         create_time=timestamp(facts.created),
         update_time=timestamp(facts.updated),
     )
