@@ -191,6 +191,8 @@ async def submit_all(info: StackInfo, files: list[Path]) -> dict[Path, Outcome]:
                         try:
                             job = await client.wait(job.name, timeout=JOB_TIMEOUT_SECONDS)
                             state, reason = state_name(job.state), job.reason_code
+                            if job.reason_detail:
+                                reason = f"{reason}/{job.reason_detail}"
                         except TimeoutError:
                             state, reason = "TIMEOUT", f"> {JOB_TIMEOUT_SECONDS:.0f} s"
                         outcomes[path] = Outcome(
@@ -204,13 +206,17 @@ async def submit_all(info: StackInfo, files: list[Path]) -> dict[Path, Outcome]:
     return outcomes
 
 
-def validation_seconds(data_dir: Path, jobs: set[str], wait: float = 60.0) -> dict[str, float]:
+def from_ledger(
+    data_dir: Path, jobs: set[str], wait: float = 60.0
+) -> tuple[dict[str, float], dict[str, list[str]]]:
     """Per job: first entry into VALIDATING to the last transition out of it,
-    from audit's ledger (read-only). Waits a little for audit to catch up."""
+    and the damage codes of the sources the validator repaired, from audit's
+    ledger (read-only). Waits a little for audit to catch up."""
     deadline = time.monotonic() + wait
     while True:
         entered: dict[str, float] = {}
         left: dict[str, float] = {}
+        repaired: dict[str, list[str]] = {}
         uri = f"file:{data_dir / 'audit' / 'audit.db'}?mode=ro"
         with sqlite3.connect(uri, uri=True) as db:
             rows = [bytes(row[0]) for row in db.execute("SELECT event FROM ledger")]
@@ -222,9 +228,11 @@ def validation_seconds(data_dir: Path, jobs: set[str], wait: float = 60.0) -> di
                 entered[event.job] = min(entered.get(event.job, at), at)
             if event.from_state == job_pb2.JOB_STATE_VALIDATING:
                 left[event.job] = max(left.get(event.job, at), at)
+            if event.repairs:
+                repaired[event.job] = [code for r in event.repairs for code in r.warnings]
         result = {job: left[job] - entered[job] for job in entered if job in left}
         if jobs <= result.keys() or time.monotonic() > deadline:
-            return result
+            return result, repaired
         time.sleep(1.0)
 
 
@@ -257,13 +265,13 @@ def main() -> None:
                 sampler.stop()
             elapsed = time.perf_counter() - started
             jobs = {o.job for o in outcomes.values() if o.job}
-            validating = validation_seconds(data_dir, jobs)
+            validating, repaired = from_ledger(data_dir, jobs)
             restarts = stack.restarts("validator")
             same_validator = stack.pid("validator") == validator_pid
         finally:
             stack.stop()
 
-    report(files, infos, outcomes, validating, sampler, elapsed, restarts, same_validator)
+    report(files, infos, outcomes, validating, repaired, sampler, elapsed, restarts, same_validator)
 
 
 def report(
@@ -271,6 +279,7 @@ def report(
     infos: dict[Path, Pdfinfo],
     outcomes: dict[Path, Outcome],
     validating: dict[str, float],
+    repaired: dict[str, list[str]],
     sampler: RssSampler,
     elapsed: float,
     restarts: int,
@@ -302,7 +311,7 @@ def report(
         )
         for key, count in sorted(reasons.items(), key=lambda item: (-item[1], item[0])):
             print(f"  {count:5d}  {key}")
-        policy = [p for p in false if outcomes[p].reason in POLICY_REASONS]
+        policy = [p for p in false if outcomes[p].reason.split("/")[0] in POLICY_REASONS]
         if policy:
             rest = len(false) - len(policy)
             print(
@@ -310,6 +319,12 @@ def report(
                 f"{'/'.join(sorted(POLICY_REASONS))}: {rest}/{len(group)} = "
                 f"{rest / len(group):.1%})"
             )
+    completed = {o.job for o in outcomes.values() if o.state == "COMPLETED"}
+    fixed = [codes for job, codes in repaired.items() if job in completed]
+    print(f"COMPLETED after a repair (ruleset policy normalize): {len(fixed)}; damage repaired:")
+    damage = collections.Counter(code for codes in fixed for code in set(codes))
+    for code, count in sorted(damage.items(), key=lambda item: (-item[1], item[0])):
+        print(f"  {count:5d}  {code}")
     accepted_invalid = [p for p in files if not infos[p].valid and outcomes[p].state == "COMPLETED"]
     print(f"COMPLETED although pdfinfo refused or found encryption: {len(accepted_invalid)}")
     for path in accepted_invalid[:10]:
