@@ -129,13 +129,26 @@ class Evaluator:
         return self._quarantine is None and attempt < STRIKES
 
     async def evaluate(
-        self, task: queue_pb2.JobTask, ruleset: Ruleset, *, attempt: int = STRIKES
+        self,
+        task: queue_pb2.JobTask,
+        ruleset: Ruleset,
+        *,
+        attempt: int = STRIKES,
+        store_repairs: bool = True,
     ) -> Evaluation:
+        """The ruleset over the task's sources. Repaired sources' rewrites are
+        stored for later stages unless ``store_repairs`` is False (a shadow
+        evaluation, which records nothing)."""
         async with AttemptFiles(self._blobs) as files:
-            return await self._evaluate(task, ruleset, attempt, files)
+            return await self._evaluate(task, ruleset, attempt, files, store_repairs)
 
     async def _evaluate(
-        self, task: queue_pb2.JobTask, ruleset: Ruleset, attempt: int, files: AttemptFiles
+        self,
+        task: queue_pb2.JobTask,
+        ruleset: Ruleset,
+        attempt: int,
+        files: AttemptFiles,
+        store_repairs: bool,
     ) -> Evaluation:
         limits = replace(self._limits, allow_active_content=ruleset.allows_active_content)
         findings: list[dict[str, object]] = []
@@ -164,7 +177,7 @@ class Evaluator:
         evaluation = await self._judge(task, ruleset, attempt, paths, findings)
         if evaluation.verdict == "REJECTED" or not repairs:
             return evaluation
-        for repair, clean in repairs:
+        for repair, clean in repairs if store_repairs else []:
             key = normalized_key(task.tenant, repair.normalized_sha256)
             await asyncio.to_thread(self._blobs.promote_file, clean, key)
         decisions = list(evaluation.decisions)

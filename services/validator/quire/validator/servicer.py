@@ -162,7 +162,7 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
         if ruleset is None:
             raise NotFound("ruleset not found")
         task = queue_pb2.JobTask.FromString(row.task)
-        evaluation = await self._evaluator.evaluate(task, ruleset)
+        evaluation = await self._evaluator.evaluate(task, ruleset, store_repairs=False)
         return pb.Evaluation(
             job=row.job,
             ruleset_version=ruleset.key,
