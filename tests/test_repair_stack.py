@@ -223,6 +223,7 @@ async def test_ambiguous_damage_is_refused_with_its_sub_code(
     job = await client.submit([PacketItem("guess", digest)])
     final = await client.wait(job.name, timeout=60)
     assert (state_name(final.state), final.reason_code) == ("REJECTED", "MALFORMED_PDF")
+    assert final.reason_detail == sub_code, "the job's status names the sub-code too"
     events = await _ledger(stack, job.name, "REJECTED")
     terminal = _terminal(events, "REJECTED")
     assert (terminal.reason_code, terminal.reason_detail) == ("MALFORMED_PDF", sub_code)
