@@ -19,6 +19,7 @@ __all__ = [
     "embedded_file",
     "uri_link",
     "many_objects",
+    "slow_lzw",
 ]
 
 FONT = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"
@@ -147,4 +148,33 @@ def chained_javascript(path: Path, depth: int = 70) -> Path:
         action = b"<< /S /GoTo /D [3 0 R /Fit] /Next " + action + b" >>"
     objects = _one_page()
     objects[0] = b"<< /Type /Catalog /Pages 2 0 R /OpenAction " + action + b" >>"
+    return raw_pdf(path, objects)
+
+
+def _lzw_codes(codes: list[int]) -> bytes:
+    """9-bit LZW codes, most significant bit first (a whole number of bytes)."""
+    value = 0
+    for code in codes:
+        value = (value << 9) | code
+    assert len(codes) % 8 == 0
+    return value.to_bytes(len(codes) * 9 // 8, "big")
+
+
+def slow_lzw(path: Path, mebibytes: int = 96) -> Path:
+    """A one-page PDF of a few KiB with one valid stream filtered
+    ``[/FlateDecode /FlateDecode /LZWDecode]``: the flate layers inflate to
+    ``mebibytes`` MiB of LZW codes (a literal, then a clear-table code, over
+    and over) that decode to under half that. Every size stays under the
+    validator's decompressed-size cap (256 MiB), so nothing refuses it early,
+    but measuring it means running the pure-Python LZW decoder over every
+    input byte: about 8 MiB a second on one core, so ~12 s of CPU by default,
+    past the shared lane's budget (1 s base for a file this small) and the
+    quarantine lane's (3x that) alike."""
+    unit = _lzw_codes([65, 256] * 4)  # 'A', clear: 9 bytes
+    inner = zlib.compressobj(9)
+    block = unit * (1024 * 1024 // len(unit) + 1)
+    layer = b"".join(inner.compress(block) for _ in range(mebibytes)) + inner.flush()
+    outer = zlib.compress(layer, 9)
+    objects = _one_page(page_extra=b"/Thumb 6 0 R ")
+    objects.append(_stream(outer, b"/Filter [/FlateDecode /FlateDecode /LZWDecode]"))
     return raw_pdf(path, objects)

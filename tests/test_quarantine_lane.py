@@ -60,6 +60,24 @@ async def test_a_per_call_budget_is_tighter_than_the_pool_but_never_looser() -> 
         pool.close()
 
 
+async def test_a_fresh_worker_start_is_not_charged_to_the_task_that_finds_it() -> None:
+    """A killed worker is replaced on the next call; loading its libraries (here
+    pikepdf, well over 50 ms) must not eat that call's wall-clock budget, or the
+    job after a hostile one would be pushed to quarantine too."""
+    pool = SandboxPool(
+        SandboxSettings(workers=1, cpu_seconds=20, wall_seconds=30),
+        name="fresh",
+        preload=("pikepdf", "magic"),
+    )
+    try:
+        assert await pool.run(abs, -1, budget=Budget(cpu_seconds=1, wall_seconds=0.05)) == 1
+        with pytest.raises(SandboxExhausted):
+            await pool.run(time.sleep, 5, budget=Budget(cpu_seconds=5, wall_seconds=0.2))
+        assert await pool.run(abs, -2, budget=Budget(cpu_seconds=1, wall_seconds=0.05)) == 2
+    finally:
+        pool.close()
+
+
 async def test_a_busy_pool_makes_a_bounded_wait_fail_without_running() -> None:
     pool = _pool()
     try:

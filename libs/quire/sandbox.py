@@ -69,6 +69,7 @@ def _serve(
     if nice:
         os.nice(nice)
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    connection.send(_READY)  # started: from here on, time is the tasks'
     while True:
         try:
             fn, args, cpu_seconds = connection.recv()
@@ -94,6 +95,10 @@ def _ready() -> bool:
     return True
 
 
+_READY = "ready"
+"""What a worker sends once its libraries are loaded, before its first task."""
+
+
 class _Worker:
     """One worker process and the pipe to it; replaced when it misbehaves."""
 
@@ -114,6 +119,16 @@ class _Worker:
         process.start()
         child.close()
         self._process, self._connection = process, parent
+        # A replacement's start (fork, imports) is not charged to the task that
+        # finds it: after a hostile task is killed, the next one gets its whole
+        # budget. The start itself is bounded by the pool's wall-clock limit.
+        try:
+            ready = parent.poll(self._settings.wall_seconds) and parent.recv() == _READY
+        except (EOFError, OSError):
+            ready = False
+        if not ready:
+            self.stop()
+            raise SandboxExhausted("worker process did not start")
 
     def call(
         self, fn: Callable[..., Any], args: tuple[Any, ...], budget: Budget | None = None
@@ -126,7 +141,10 @@ class _Worker:
             wall_seconds = min(wall_seconds, budget.wall_seconds)
         if self._process is None or not self._process.is_alive():
             self.stop()
-            self._start()
+            try:
+                self._start()
+            except SandboxExhausted as error:
+                return False, error
         assert self._connection is not None
         try:
             self._connection.send((fn, args, cpu_seconds))

@@ -34,6 +34,8 @@ ACTIVE_KEYS = {"/JS", "/JavaScript", "/AA", "/XFA", "/EmbeddedFiles", "/EF", "/R
 ACTIVE_SUBTYPES = {"/FileAttachment", "/RichMedia", "/Screen", "/Movie", "/Sound", "/3D"}
 MAX_WALK_DEPTH = 64
 MAX_ACTION_HOPS = 10_000
+"""The least active-content search work allowed for any file (see ``active_walk_limit``)."""
+ACTIVE_WORK_PER_OBJECT = 4
 
 
 @dataclass(frozen=True)
@@ -81,30 +83,53 @@ def _walk(root: Any) -> Iterator[Any]:
                 pending.append((value, depth + 1))
 
 
-def _reaches_active(root: Any) -> bool:
-    """Active content reachable from ``root``, following action chains (/Next)
-    through indirect objects too, with a bound on how far."""
-    import pikepdf
+class _ActiveSearch:
+    """Whether active content is reachable, following action chains (/Next)
+    through indirect objects too, over one file: every search shares one
+    ``seen`` set, so each indirect object is walked at most once per file.
 
-    seen: set[tuple[int, int]] = set()
-    pending = [root]
-    hops = 0
-    while pending:
-        hops += 1
-        if hops > MAX_ACTION_HOPS:
+    Sharing is sound because a search stops at the first active dictionary: an
+    object seen by a search that found nothing cannot reach active content,
+    and once something is found nothing is searched again. The work (indirect
+    objects taken and dictionaries visited) is bounded per file by ``limit``;
+    past it the file is refused (``_TooDeep``), never half-inspected."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.work = 0
+        self._seen: set[tuple[int, int]] = set()
+
+    def _spend(self) -> None:
+        self.work += 1
+        if self.work > self.limit:
             raise _TooDeep()
-        item = pending.pop()
-        if getattr(item, "is_indirect", False):
-            if item.objgen in seen:
-                continue
-            seen.add(item.objgen)
-        for dictionary in _walk(item):
-            if _is_active(dictionary):
-                return True
-            following = dictionary.get("/Next")
-            if isinstance(following, pikepdf.Dictionary | pikepdf.Array):
-                pending.append(following)
-    return False
+
+    def reaches_active(self, root: Any) -> bool:
+        import pikepdf
+
+        pending = [root]
+        while pending:
+            item = pending.pop()
+            self._spend()
+            if getattr(item, "is_indirect", False):
+                if item.objgen in self._seen:
+                    continue
+                self._seen.add(item.objgen)
+            for dictionary in _walk(item):
+                self._spend()
+                if _is_active(dictionary):
+                    return True
+                following = dictionary.get("/Next")
+                if isinstance(following, pikepdf.Dictionary | pikepdf.Array):
+                    pending.append(following)
+        return False
+
+
+def active_walk_limit(limits: PdfLimits) -> int:
+    """The most work one file's active-content search may do: a few steps per
+    object the file may hold (each object is taken once, plus the dictionaries
+    inside it and the /Next links out of it), never less than MAX_ACTION_HOPS."""
+    return max(MAX_ACTION_HOPS, ACTIVE_WORK_PER_OBJECT * limits.max_objects)
 
 
 def check_pdf(pdf: Any, limits: PdfLimits) -> tuple[int, str]:
@@ -127,6 +152,7 @@ def _check_pdf(pdf: Any, limits: PdfLimits) -> tuple[int, str]:
         return pages, ReasonCode.MALFORMED_PDF
     decoded = 0
     active = False
+    search = _ActiveSearch(active_walk_limit(limits))
     for count, obj in enumerate(pdf.objects):
         if count > limits.max_objects:
             return pages, ReasonCode.MALFORMED_PDF
@@ -138,11 +164,11 @@ def _check_pdf(pdf: Any, limits: PdfLimits) -> tuple[int, str]:
             if decoded > limits.max_decompressed_bytes:
                 return pages, ReasonCode.DECOMPRESSED_SIZE_EXCEEDED
         if not active and isinstance(obj, pikepdf.Dictionary | pikepdf.Stream):
-            active = _reaches_active(obj)
+            active = search.reaches_active(obj)
     names = pdf.Root.get("/Names")
     if names is not None and "/JavaScript" in names:
         active = True
-    if "/OpenAction" in pdf.Root and _reaches_active(pdf.Root.OpenAction):
+    if not active and "/OpenAction" in pdf.Root and search.reaches_active(pdf.Root.OpenAction):
         active = True
     if pdf.get_warnings():
         return pages, ReasonCode.MALFORMED_PDF  # e.g. nesting qpdf would not parse

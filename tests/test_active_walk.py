@@ -1,0 +1,113 @@
+"""The active-content search is linear in the file (issue 13): a long chain of
+indirect /Next actions is walked once per file, not once per object, and an
+active action at the end of such a chain is still found. Asserted on the work
+done (the search's counter and its per-file bound), not on wall time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hostile
+import pikepdf
+import pytest
+
+from quire.blobstore import sha256_file
+from quire.reasons import ReasonCode
+from quire.validator import pdfchecks
+from quire.validator.inspection import inspect_source
+from quire.validator.pdfchecks import (
+    ACTIVE_WORK_PER_OBJECT,
+    PdfLimits,
+    _ActiveSearch,
+    check_pdf,
+)
+
+LENGTH = 20_000
+SKELETON = 5  # hostile._one_page: catalog, pages, page, contents, font
+
+
+def _chain(path: Path, last: bytes = b"/S /GoTo /D [3 0 R /Fit]") -> Path:
+    """The catalog's /OpenAction starts a chain of LENGTH indirect /Next actions;
+    the last one is ``last``."""
+    objects = hostile._one_page()  # noqa: SLF001 - the shared one-page skeleton
+    objects[0] = b"<< /Type /Catalog /Pages 2 0 R /OpenAction 6 0 R >>"
+    first = len(objects) + 1
+    for n in range(LENGTH):
+        if n + 1 < LENGTH:
+            objects.append(b"<< /S /GoTo /D [3 0 R /Fit] /Next %d 0 R >>" % (first + n + 1))
+        else:
+            objects.append(b"<< " + last + b" >>")
+    return hostile.raw_pdf(path, objects)
+
+
+def _search_all(pdf: pikepdf.Pdf) -> _ActiveSearch:
+    """The search as check_pdf runs it: from every object, then /OpenAction."""
+    search = _ActiveSearch(limit=10**9)
+    for obj in pdf.objects:
+        if isinstance(obj, pikepdf.Dictionary | pikepdf.Stream):
+            assert not search.reaches_active(obj)
+    assert not search.reaches_active(pdf.Root.OpenAction)
+    return search
+
+
+def test_a_long_chain_of_next_actions_is_walked_once(tmp_path: Path) -> None:
+    path = _chain(tmp_path / "chain.pdf")
+    with pikepdf.open(path, attempt_recovery=False) as pdf:
+        objects = len(pdf.objects)
+        search = _search_all(pdf)
+    # Each object taken once and its dictionaries visited once, plus one look
+    # back at an already-seen link per /Next: linear, where a search per object
+    # along the chain would be about LENGTH**2 / 2 = 200 million steps.
+    assert search.work <= 4 * objects, (search.work, objects)
+
+
+def test_a_long_chain_passes_inspection_within_a_bound_scaled_to_its_objects(
+    tmp_path: Path,
+) -> None:
+    path = _chain(tmp_path / "chain.pdf")
+    tight = PdfLimits(max_objects=LENGTH + SKELETON + 1)
+    assert ACTIVE_WORK_PER_OBJECT * tight.max_objects < LENGTH**2 // 100
+    with pikepdf.open(path, attempt_recovery=False) as pdf:
+        assert check_pdf(pdf, tight) == (1, "")
+    digest, _ = sha256_file(path)
+    assert inspect_source(str(path), digest, "application/pdf", tight).reason == ""
+
+
+def test_active_content_at_the_end_of_a_long_chain_is_found(tmp_path: Path) -> None:
+    path = _chain(tmp_path / "js.pdf", last=b"/S /JavaScript /JS (app.alert(1))")
+    tight = PdfLimits(max_objects=LENGTH + SKELETON + 1)
+    with pikepdf.open(path, attempt_recovery=False) as pdf:
+        assert check_pdf(pdf, tight) == (1, ReasonCode.ACTIVE_CONTENT)
+        allowed = PdfLimits(max_objects=tight.max_objects, allow_active_content=True)
+        assert check_pdf(pdf, allowed) == (1, "")
+
+
+def test_a_chain_reached_only_from_open_action_is_still_searched(tmp_path: Path) -> None:
+    """/OpenAction pointing at the chain's far end, with /Launch there."""
+    path = _chain(tmp_path / "launch.pdf", last=b"/S /Launch /F (calc.exe)")
+    with pikepdf.open(path, attempt_recovery=False) as pdf:
+        search = _ActiveSearch(limit=10**9)
+        assert search.reaches_active(pdf.Root.OpenAction)
+        assert search.work <= 3 * (LENGTH + 1)
+
+
+def test_work_past_the_bound_is_refused_as_malformed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _chain(tmp_path / "chain.pdf")
+    with pikepdf.open(path, attempt_recovery=False) as pdf:
+        search = _ActiveSearch(limit=1000)
+        try:
+            search.reaches_active(pdf.Root.OpenAction)
+        except Exception as error:  # noqa: BLE001 - _TooDeep is private
+            assert type(error).__name__ == "_TooDeep"
+        else:
+            raise AssertionError("the bound was not enforced")
+        assert search.work == 1001
+    # Through check_pdf: a file whose objects fit max_objects but whose search
+    # would need more than the bound allows is MALFORMED_PDF, never half-read.
+    monkeypatch.setattr(pdfchecks, "ACTIVE_WORK_PER_OBJECT", 1)
+    monkeypatch.setattr(pdfchecks, "MAX_ACTION_HOPS", 0)
+    with pikepdf.open(path, attempt_recovery=False) as pdf:
+        limits = PdfLimits(max_objects=LENGTH + SKELETON + 1)
+        assert check_pdf(pdf, limits) == (0, ReasonCode.MALFORMED_PDF)
