@@ -11,6 +11,8 @@ test sleeps for a period to pass.
   retired; its artifact's download fails with ARTIFACT_RETIRED;
 - an upload no job used expires after its window; the storage quota refuses
   an upload past it with RESOURCE_EXHAUSTED / STORAGE_QUOTA_EXCEEDED;
+- a repaired source's clean rewrite (``normalized/``) retires with the
+  sources: recorded in the ledger, then deleted;
 - ``quire check`` accepts retired bytes and still reports lost ones.
 """
 
@@ -28,6 +30,7 @@ from pathlib import Path
 import grpc
 import pytest
 import pytest_asyncio
+from damaged import EVERYDAY
 from quirecli import run_quire
 from test_faults_common import Running, running_stack
 
@@ -35,7 +38,7 @@ from pdfs import write_text_pdf
 from quire.admission.v1 import tenant_admin_service_pb2 as admin_pb
 from quire.audit.evidence import public_key_fingerprint, retirements, verify_evidence
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
-from quire.blobstore import signed_key
+from quire.blobstore import normalized_key, signed_key
 from quire.cli.retention import open_blobs
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.grpcstatus import reason_of
@@ -48,7 +51,7 @@ from quire.settings import RetentionSettings
 pytestmark = [pytest.mark.stack, pytest.mark.asyncio(loop_scope="module")]
 
 DAY = 86400
-KINDS = ("sources", "assembled", "signed")
+KINDS = ("sources", "normalized", "assembled", "signed")
 
 
 @dataclass
@@ -310,6 +313,42 @@ async def test_the_storage_quota_refuses_an_upload_with_a_typed_error(scene: Sce
         await tenant.client.upload(second)
     finally:
         await tenant.client.close()
+
+
+async def test_a_repaired_sources_clean_rewrite_retires_with_the_sources(scene: Scene) -> None:
+    tenant = await _tenant(
+        scene.admin,
+        scene.running.info.endpoints["admission"],
+        "repaired",
+        admin_pb.TenantRetention(
+            sources_seconds=DAY,
+            packets_seconds=DAY,
+            artifacts_seconds=5 * DAY,
+            unused_uploads_seconds=DAY,
+        ),
+    )
+    try:
+        damaged = EVERYDAY["xref-missing"][0](scene.folder / f"damaged-{uuid.uuid4().hex[:6]}.pdf")
+        uploaded = (await tenant.client.upload(damaged)).sha256
+        job = (await tenant.client.submit([PacketItem("d0", uploaded)])).name
+        assert state_name((await tenant.client.wait(job, timeout=120)).state) == "COMPLETED"
+    finally:
+        await tenant.client.close()
+    assert not [p for p in _plan(scene, _later(0.5)) if p.kind == "normalized"], "not yet due"
+    as_of = _later(2)
+    (rewrite,) = [p for p in _plan(scene, as_of) if p.kind == "normalized"]
+    assert (rewrite.tenant, rewrite.job, rewrite.rule) == (tenant.id, job, "sources")
+    assert rewrite.sha256 != uploaded
+    assert rewrite.blob_key == normalized_key(tenant.id, rewrite.sha256)
+    assert rewrite.blob_key in _blob_files(scene.data_dir)
+    output = _quire(scene, "retention", "apply", "--as-of", as_of)
+    assert f"deleted: {rewrite.blob_key}" in output
+    files = _blob_files(scene.data_dir)
+    assert rewrite.blob_key not in files and f"sources/{tenant.id}/{uploaded}" not in files
+    assert _retirement_ids(scene.data_dir).count(rewrite.event_id()) == 1
+    assert "OK" in _quire(scene, "audit", "verify")
+    report = check(scene.data_dir)
+    assert report.ok, report.findings
 
 
 async def test_check_accepts_retired_bytes_but_reports_lost_ones(scene: Scene) -> None:

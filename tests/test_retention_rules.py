@@ -2,12 +2,14 @@
 ledger ties to an ended job, once, without changing the job's view, and the
 ledger still verifies; the plan's rules keep what is shared with a job not
 yet due, what a fresh copy of retired bytes holds, and bytes lost with no
-record (those are for ``quire check`` to report)."""
+record (those are for ``quire check`` to report); a repaired source's clean
+rewrite goes under the sources rule, once every job using it is due."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,20 +18,21 @@ from quire.audit import ledger, tables
 from quire.audit.jobview import fold
 from quire.audit.retirement import record_retirement
 from quire.audit.verification import verify_ledger
-from quire.blobstore import assembled_key, signed_key, source_key
+from quire.blobstore import assembled_key, normalized_key, signed_key, source_key
 from quire.database import Database
 from quire.errors import FailedPrecondition, InvalidInput
 from quire.retention import PlannedRetirement, plan
 from quire.retention_records import AcceptedJob, LedgerJob, Records, StoredBlob, Upload
 from quire.settings import RetentionSettings
 from quire.transitions import EventFactory
-from quire.type import queue_pb2
+from quire.type import job_pb2, queue_pb2
 
 FACTORY = EventFactory("test", "instance", "0")
 STATES = ["ACCEPTED", "VALIDATING", "REVIEWING", "ASSEMBLING", "SIGNING", "COMMITTING", "COMPLETED"]
 TENANT = "0123456789abcdef"
 SOURCE = "a" * 64
 SIGNED = "b" * 64
+NORMALIZED = "f" * 64
 ACTOR = queue_pb2.Actor(service="operator", instance="op1", build_version="0")
 
 
@@ -42,11 +45,25 @@ def audit(tmp_path: Path) -> Database:
         for state in states:
             task = queue_pb2.JobTask(job=job, tenant=TENANT)
             task.sources.add(sha256=SOURCE)
-            fields = {"output_digest": SIGNED} if state in ("COMMITTING", "COMPLETED") else {}
+            fields: dict[str, Any] = (
+                {"output_digest": SIGNED} if state in ("COMMITTING", "COMPLETED") else {}
+            )
+            if state == "REVIEWING":
+                fields["repairs"] = [_repair()]
             event = FACTORY.transition(task, previous, state, attempt=1, lease_token=1, **fields)
             database.transaction(lambda s, e=event: ledger.append(s, e))
             previous = state
     return database
+
+
+def _repair(source: str = SOURCE, normalized: str = NORMALIZED) -> job_pb2.SourceRepair:
+    return job_pb2.SourceRepair(
+        position=0,
+        sha256=source,
+        normalized_sha256=normalized,
+        normalized_size_bytes=7,
+        warnings=["XREF_RECONSTRUCTED"],
+    )
 
 
 def _retirement(kind: str, sha256: str, job: str = "jobs/aa") -> queue_pb2.Retirement:
@@ -55,8 +72,14 @@ def _retirement(kind: str, sha256: str, job: str = "jobs/aa") -> queue_pb2.Retir
         "packet": assembled_key(TENANT, sha256),
         "source": source_key(TENANT, sha256),
         "upload": source_key(TENANT, sha256),
+        "normalized": normalized_key(TENANT, sha256),
     }
-    rule = {"artifact": "artifacts", "packet": "packets", "source": "sources"}
+    rule = {
+        "artifact": "artifacts",
+        "packet": "packets",
+        "source": "sources",
+        "normalized": "sources",
+    }
     return queue_pb2.Retirement(
         kind=kind,
         blob_key=keys[kind],
@@ -82,7 +105,12 @@ def _events(database: Database, job: str) -> list[queue_pb2.TransitionEvent]:
 
 def test_a_retirement_is_recorded_once_and_changes_no_view(audit: Database) -> None:
     before = fold(_events(audit, "jobs/aa"))
-    for kind, digest in (("artifact", SIGNED), ("source", SOURCE), ("packet", "c" * 64)):
+    for kind, digest in (
+        ("artifact", SIGNED),
+        ("source", SOURCE),
+        ("packet", "c" * 64),
+        ("normalized", NORMALIZED),
+    ):
         retirement = _retirement(kind, digest)
         first = audit.transaction(
             lambda s, r=retirement: record_retirement(s, TENANT, "jobs/aa", r, ACTOR)
@@ -95,7 +123,7 @@ def test_a_retirement_is_recorded_once_and_changes_no_view(audit: Database) -> N
     assert audit.transaction(lambda s: record_retirement(s, TENANT, "", upload, ACTOR))[1]
     events = _events(audit, "jobs/aa")
     retired = [e for e in events if e.HasField("retirement")]
-    assert len(retired) == 3
+    assert len(retired) == 4
     assert all(e.from_state == e.to_state and e.reason_code == "BYTES_RETIRED" for e in retired)
     assert fold(events) == before
     index = audit.transaction(
@@ -114,8 +142,42 @@ def test_a_retirement_is_recorded_once_and_changes_no_view(audit: Database) -> N
         ("jobs/aa", _retirement("source", "e" * 64), InvalidInput),
         ("", _retirement("source", SOURCE), InvalidInput),
         ("jobs/aa", _retirement("upload", SOURCE), InvalidInput),
+        ("jobs/aa", _retirement("normalized", SOURCE), InvalidInput),
+        ("jobs/aa", _retirement("normalized", "e" * 64), InvalidInput),
+        ("jobs/bb", _retirement("normalized", NORMALIZED, "jobs/bb"), FailedPrecondition),
+        (
+            "jobs/aa",
+            queue_pb2.Retirement(
+                kind="normalized",
+                blob_key=source_key(TENANT, NORMALIZED),
+                sha256=NORMALIZED,
+                rule="sources",
+            ),
+            InvalidInput,
+        ),
+        (
+            "jobs/aa",
+            queue_pb2.Retirement(
+                kind="normalized",
+                blob_key=normalized_key(TENANT, NORMALIZED),
+                sha256=NORMALIZED,
+                rule="unused_uploads",
+            ),
+            InvalidInput,
+        ),
     ],
-    ids=["job-not-ended", "not-its-artifact", "not-its-source", "no-job", "upload-with-job"],
+    ids=[
+        "job-not-ended",
+        "not-its-artifact",
+        "not-its-source",
+        "no-job",
+        "upload-with-job",
+        "uploaded-digest-is-not-its-rewrite",
+        "not-its-rewrite",
+        "rewrite-of-a-job-not-ended",
+        "rewrite-under-another-key",
+        "rewrite-under-another-rule",
+    ],
 )
 def test_a_retirement_the_ledger_does_not_back_is_refused(
     audit: Database, job: str, retirement: queue_pb2.Retirement, error: type[Exception]
@@ -138,11 +200,17 @@ class Present:
         return key in self.keys
 
 
-def _ended(days_ago: float) -> LedgerJob:
+def _ended(days_ago: float, repairs: tuple[job_pb2.SourceRepair, ...] = ()) -> LedgerJob:
     job = LedgerJob()
     for state in STATES:
+        fields: dict[str, Any] = {"repairs": list(repairs)} if state == "REVIEWING" else {}
         event = FACTORY.transition(
-            queue_pb2.JobTask(job="jobs/00", tenant=TENANT), "", state, attempt=1, lease_token=1
+            queue_pb2.JobTask(job="jobs/00", tenant=TENANT),
+            "",
+            state,
+            attempt=1,
+            lease_token=1,
+            **fields,
         )
         event.occurred_at.FromDatetime(NOW - timedelta(days=days_ago))
         job.take(event)
@@ -215,3 +283,60 @@ def test_bytes_lost_with_no_record_are_not_planned() -> None:
     upload = Upload(TENANT, SOURCE, 10, source_key(TENANT, SOURCE), NOW - 30 * DAY)
     records = _records([upload], {"jobs/01": (3, NOW - 9 * DAY, frozenset({SOURCE}))})
     assert _plan(records, set()) == []
+
+
+def _repaired(
+    jobs: dict[str, float | None],
+    sources: dict[str, frozenset[str]],
+    unrepaired: frozenset[str] = frozenset(),
+) -> Records:
+    """Jobs that repaired SOURCE into NORMALIZED (None: has not ended; those
+    in ``unrepaired`` ended without recording the repair), and what admission
+    says each job's sources are; no other bytes."""
+    return Records(
+        tenants={TENANT: TenantStorage(sources_seconds=86400)},
+        uploads=[],
+        accepted={
+            name: AcceptedJob(name, TENANT, NOW - 9 * DAY, names) for name, names in sources.items()
+        },
+        ledger={
+            name: _ended(ago, () if name in unrepaired else (_repair(),))
+            for name, ago in jobs.items()
+            if ago is not None
+        },
+        retired_uploads=frozenset(),
+        packets={},
+        artifacts={},
+    )
+
+
+def test_a_repaired_sources_rewrite_goes_under_the_sources_rule_once_due() -> None:
+    key = normalized_key(TENANT, NORMALIZED)
+    assert LedgerJob().repairs == {}
+    assert _ended(3, (_repair(),)).repairs[key].size_bytes == 7
+    sources = {"jobs/01": frozenset({SOURCE})}
+    (planned,) = _plan(_repaired({"jobs/01": 3}, sources), {key})
+    assert (planned.kind, planned.job, planned.rule) == ("normalized", "jobs/01", "sources")
+    assert (planned.blob_key, planned.sha256, planned.size_bytes) == (key, NORMALIZED, 7)
+    assert planned.period_seconds == 86400 and not planned.recorded
+    assert planned.message().kind == "normalized"
+    assert planned.event_id().endswith(f".retired.normalized.{NORMALIZED}")
+    assert _plan(_repaired({"jobs/01": 0.5}, sources), {key}) == [], "not yet due"
+    assert _plan(_repaired({"jobs/01": 3}, sources), set()) == [], "gone with no record"
+
+
+def test_a_rewrite_shared_by_two_jobs_waits_for_both() -> None:
+    key = normalized_key(TENANT, NORMALIZED)
+    both = {"jobs/01": frozenset({SOURCE}), "jobs/02": frozenset({SOURCE})}
+    assert _plan(_repaired({"jobs/01": 3, "jobs/02": 0.5}, both), {key}) == []
+    due = _plan(_repaired({"jobs/01": 3, "jobs/02": 2}, both), {key})
+    assert {(p.kind, p.job) for p in due} == {("normalized", "jobs/01"), ("normalized", "jobs/02")}
+    # A job naming the upload that has not ended (or whose ledger does not
+    # record the repair yet: it may be validating) keeps the rewrite too.
+    assert _plan(_repaired({"jobs/01": 3, "jobs/02": None}, both), {key}) == []
+    # One that ended without recording it waits too, but gets no entry:
+    # audit would refuse it.
+    other = _repaired({"jobs/01": 3, "jobs/02": 2}, both, unrepaired=frozenset({"jobs/02"}))
+    assert [(p.kind, p.job) for p in _plan(other, {key})] == [("normalized", "jobs/01")]
+    recent = _repaired({"jobs/01": 3, "jobs/02": 0.5}, both, unrepaired=frozenset({"jobs/02"}))
+    assert _plan(recent, {key}) == []

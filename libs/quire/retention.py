@@ -8,6 +8,8 @@ The rules (periods per tenant, ``RetentionSettings`` by default):
 - ``packets``: an ended job's assembled packet, once every job whose packet
   it is ended that long ago;
 - ``sources``: an upload, once every job that used it ended that long ago;
+  likewise a repaired upload's clean rewrite (``normalized/``), once every
+  job that used it, or whose sources name that upload, ended that long ago;
 - ``unused_uploads``: an upload no job used, that long after the upload.
 
 A job's end is its terminal entry in the ledger (COMPLETED, REJECTED,
@@ -37,9 +39,16 @@ from typing import Protocol
 from google.protobuf import timestamp_pb2
 
 from quire.admission.storagepolicy import TenantStorage
-from quire.blobstore import assembled_key, signed_key
+from quire.blobstore import assembled_key, normalized_key, signed_key
 from quire.jobs import job_id
-from quire.retention_records import AcceptedJob, LedgerJob, Records, StoredBlob, Upload
+from quire.retention_records import (
+    AcceptedJob,
+    LedgerJob,
+    Records,
+    Rewrite,
+    StoredBlob,
+    Upload,
+)
 from quire.settings import RetentionSettings
 from quire.type import queue_pb2
 
@@ -50,6 +59,7 @@ RULE_OF_KIND = {
     "packet": "packets",
     "artifact": "artifacts",
     "upload": "unused_uploads",
+    "normalized": "sources",
 }
 
 
@@ -142,7 +152,12 @@ class _Context:
         return since + timedelta(seconds=self.periods(tenant).of_rule(rule)) <= self.now
 
     def item(
-        self, tenant: str, job: str, kind: str, blob: StoredBlob | Upload, since: datetime
+        self,
+        tenant: str,
+        job: str,
+        kind: str,
+        blob: StoredBlob | Upload | Rewrite,
+        since: datetime,
     ) -> PlannedRetirement:
         rule = RULE_OF_KIND[kind]
         planned = PlannedRetirement(
@@ -258,12 +273,47 @@ def _uploads(ctx: _Context) -> Iterable[PlannedRetirement]:
             yield from items
 
 
+def _rewrites(ctx: _Context) -> Iterable[PlannedRetirement]:
+    """A repaired upload's clean rewrite goes under the sources rule, once
+    every job that used it is due. Users are the jobs whose ledger records
+    the repair and the tenant's jobs whose sources name the upload (the same
+    upload gives the same rewrite, and a job still validating may have
+    stored it before its ledger says so). Only a job whose ledger records
+    the rewrite gets an entry: audit accepts no other."""
+    recorded: dict[str, dict[str, Rewrite]] = defaultdict(dict)
+    for job, ledger_job in sorted(ctx.records.ledger.items()):
+        for key, rewrite in ledger_job.repairs.items():
+            if key == normalized_key(rewrite.tenant, rewrite.sha256):
+                recorded[key][job] = rewrite
+    naming: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for accepted in ctx.records.accepted.values():
+        for sha256 in accepted.sources:
+            naming[(accepted.tenant, sha256)].add(accepted.job)
+    users: dict[str, list[str]] = {}
+    tenant_of: dict[str, str] = {}
+    for key, by_job in recorded.items():
+        tenant = next(iter(by_job.values())).tenant  # the key names it: one for all
+        sources = {rewrite.source_sha256 for rewrite in by_job.values()}
+        named = {job for sha256 in sources for job in naming.get((tenant, sha256), set())}
+        users[key] = sorted(set(by_job) | named)
+        tenant_of[key] = tenant
+    items: dict[str, list[PlannedRetirement]] = defaultdict(list)
+    for key, job, since in _shared(ctx, users, "sources", tenant_of):
+        if job in recorded[key]:
+            rewrite = recorded[key][job]
+            items[key].append(ctx.item(tenant_of[key], job, "normalized", rewrite, since))
+    for key, due in items.items():
+        # Bytes gone with no record are not ours to explain: `quire check` says so.
+        if ctx.blobs.exists(key) or any(item.recorded for item in due):
+            yield from due
+
+
 def plan(
     records: Records, defaults: RetentionSettings, *, now: datetime, blobs: BlobPresence
 ) -> list[PlannedRetirement]:
     """What is due for retirement at ``now``, blob by blob."""
     ctx = _Context(records, defaults, now, blobs)
-    return [*_artifacts(ctx), *_packets(ctx), *_uploads(ctx)]
+    return [*_artifacts(ctx), *_packets(ctx), *_uploads(ctx), *_rewrites(ctx)]
 
 
 def describe(planned: PlannedRetirement) -> str:

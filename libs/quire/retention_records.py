@@ -1,7 +1,8 @@
 """What ``quire retention`` reads from the services' databases, read-only:
 admission's tenants (their periods), uploads and accepted jobs; each job's
-ledger entries in audit (its end, and what is already recorded as retired);
-the assembler's packets and the signer's artifacts.
+ledger entries in audit (its end, the repaired sources' clean rewrites it
+used, and what is already recorded as retired); the assembler's packets and
+the signer's artifacts.
 
 Only ids, digests, sizes, keys and times are kept; never a document's name
 or content. Like ``quire check``, it opens each service's database through
@@ -24,13 +25,22 @@ from quire.admission.storagepolicy import TenantStorage, read_storage
 from quire.assembler import tables as assembler_tables
 from quire.audit import tables as audit_tables
 from quire.audit.jobview import JobFacts, apply, is_retirement
+from quire.blobstore import normalized_key
 from quire.database import as_utc
 from quire.invariants_db import database_exists, read_only_engine, service_settings
 from quire.jobs import TERMINAL_STATES
 from quire.signer import tables as signer_tables
 from quire.type import queue_pb2
 
-__all__ = ["Upload", "AcceptedJob", "LedgerJob", "StoredBlob", "Records", "read_records"]
+__all__ = [
+    "Upload",
+    "AcceptedJob",
+    "LedgerJob",
+    "Rewrite",
+    "StoredBlob",
+    "Records",
+    "read_records",
+]
 
 
 @dataclass(frozen=True)
@@ -54,20 +64,46 @@ class AcceptedJob:
     sources: frozenset[str]
 
 
+@dataclass(frozen=True)
+class Rewrite:
+    """A repaired source's clean rewrite, as a job's ledger entry records it
+    (``SourceRepair``): stored under ``normalized_key(tenant, sha256)``."""
+
+    tenant: str
+    source_sha256: str
+    """The uploaded bytes' digest it was rewritten from."""
+    blob_key: str
+    sha256: str
+    size_bytes: int
+
+
 @dataclass
 class LedgerJob:
-    """A job as its ledger entries say: the view, when it ended, what is retired."""
+    """A job as its ledger entries say: the view, when it ended, the clean
+    rewrites of its repaired sources, what is retired."""
 
     facts: JobFacts | None = None
     ended_at: datetime | None = None
     """When its last terminal entry occurred; None while it has not ended."""
     retired: set[str] = field(default_factory=set)
     """Event ids of its retirement entries."""
+    repairs: dict[str, Rewrite] = field(default_factory=dict)
+    """Its repaired sources' clean rewrites, by blob key."""
 
     def take(self, event: queue_pb2.TransitionEvent) -> None:
         if is_retirement(event):
             self.retired.add(event.event_id)
             return
+        for repair in event.repairs:
+            if event.tenant and repair.normalized_sha256:
+                key = normalized_key(event.tenant, repair.normalized_sha256)
+                self.repairs[key] = Rewrite(
+                    event.tenant,
+                    repair.sha256,
+                    key,
+                    repair.normalized_sha256,
+                    repair.normalized_size_bytes,
+                )
         before = self.facts.state if self.facts else ""
         self.facts = apply(self.facts, event)
         if self.facts.state not in TERMINAL_STATES:

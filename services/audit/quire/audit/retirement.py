@@ -11,8 +11,9 @@ digest, size) under which rule.
 A retirement changes no job's state. Its ``from_state`` and ``to_state``
 are both the state the job had ended in, and the job view skips it
 (``quire.audit.jobview``). Only an ended job's bytes retire, and only bytes
-the ledger ties to it: a source among its source digests, its artifact
-under its key with its output digest. An upload no job used has no job; its
+the ledger ties to it: a source among its source digests, a repaired
+source's clean rewrite among its recorded repairs, its artifact under its
+key with its output digest. An upload no job used has no job; its
 entry's job is empty and its states UNSPECIFIED. The event id is fixed by
 what is retired, so asking again appends nothing.
 """
@@ -27,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from quire.audit import ledger, tables
 from quire.audit.jobview import fold, is_retirement
-from quire.blobstore import assembled_key, signed_key, source_key
+from quire.blobstore import assembled_key, normalized_key, signed_key, source_key
 from quire.errors import FailedPrecondition, FieldViolation, InvalidInput, NotFound
 from quire.jobs import TERMINAL_STATES, job_id, state_value
 from quire.reasons import ReasonCode
@@ -40,6 +41,7 @@ RULES = {
     "packet": "packets",
     "artifact": "artifacts",
     "upload": "unused_uploads",
+    "normalized": "sources",
 }
 """Each kind of bytes and the tenant's period that governs it."""
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
@@ -63,6 +65,8 @@ def _expected_key(tenant: str, job: str, retirement: queue_pb2.Retirement) -> st
         return signed_key(tenant, job)
     if retirement.kind == "packet":
         return assembled_key(tenant, retirement.sha256)
+    if retirement.kind == "normalized":
+        return normalized_key(tenant, retirement.sha256)
     return source_key(tenant, retirement.sha256)
 
 
@@ -70,7 +74,9 @@ def _check_request(tenant: str, job: str, retirement: queue_pb2.Retirement) -> N
     if not TENANT_ID.match(tenant):
         raise NotFound("tenant not found")
     if RULES.get(retirement.kind) is None:
-        raise _invalid("retirement.kind", "kind must be source, packet, artifact or upload")
+        raise _invalid(
+            "retirement.kind", "kind must be source, normalized, packet, artifact or upload"
+        )
     if retirement.rule != RULES[retirement.kind]:
         raise _invalid("retirement.rule", "the rule does not govern this kind")
     if not SHA256_HEX.match(retirement.sha256):
@@ -104,6 +110,12 @@ def _ended_state(session: Session, tenant: str, job: str, retirement: queue_pb2.
         retirement.sha256 in event.source_digests for event in events
     ):
         raise _invalid("retirement.sha256", "not one of the job's sources")
+    if retirement.kind == "normalized" and not any(
+        retirement.sha256 == repair.normalized_sha256
+        for event in events
+        for repair in event.repairs
+    ):
+        raise _invalid("retirement.sha256", "not the clean rewrite of one of the job's sources")
     if retirement.kind == "artifact" and (
         facts.state != "COMPLETED" or facts.output_digest != retirement.sha256
     ):
