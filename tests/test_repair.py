@@ -170,3 +170,26 @@ def test_a_ruleset_names_its_repair_policy() -> None:
     assert Ruleset.from_body({**body, "repair": "review"}).repair_policy == "review"
     with pytest.raises(ValueError, match="repair"):
         Ruleset.from_body({**body, "repair": "maybe"})
+
+
+def test_a_hostile_shape_is_refused_with_its_sub_code_and_not_repaired(tmp_path: Path) -> None:
+    from hostile import many_objects
+
+    from quire.validator.pdfchecks import PdfLimits
+
+    source = many_objects(tmp_path / "many.pdf", 300)
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()
+    rewrite = tmp_path / "clean.pdf"
+    finding = inspect_source(
+        str(source), digest, PDF_TYPE, PdfLimits(max_objects=100), str(rewrite)
+    )
+    assert (finding.reason, finding.detail) == (ReasonCode.MALFORMED_PDF, "TOO_MANY_OBJECTS")
+    assert not rewrite.exists(), "no repair was attempted"
+
+
+def test_qpdf_refusing_deep_nesting_is_content_dropped_not_repaired(tmp_path: Path) -> None:
+    from hostile import nested_arrays
+
+    finding = _inspect(nested_arrays(tmp_path / "deep.pdf"), tmp_path / "clean.pdf")
+    assert (finding.reason, finding.detail) == (ReasonCode.MALFORMED_PDF, "CONTENT_DROPPED")
+    assert not finding.repaired

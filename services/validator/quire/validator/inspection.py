@@ -22,7 +22,7 @@ from functools import lru_cache
 from quire.pdfheader import has_pdf_header
 from quire.reasons import ReasonCode
 from quire.validator.damage import codes_of
-from quire.validator.pdfchecks import PdfLimits, check_pdf
+from quire.validator.pdfchecks import UNREPAIRABLE_SHAPES, PdfLimits, check_pdf
 from quire.validator.pdfcycles import find_cycle
 from quire.validator.repair import claimed_pages, repair_pdf
 
@@ -101,10 +101,15 @@ def _strict(path: str, limits: PdfLimits) -> _Strict:
                 return _Strict(pages, ReasonCode.MALFORMED_PDF, True, tuple(messages))
             if claimed_pages(pdf) not in (None, pages):
                 return _Strict(pages, ReasonCode.MALFORMED_PDF, detail="PAGE_COUNT_MISMATCH")
-            pages, reason = check_pdf(pdf, limits)
+            checked = check_pdf(pdf, limits)
             # check_pdf's MALFORMED_PDF may be damage qpdf warned about deeper in
-            # the file (an object's stream length, say): a repair decides.
-            return _Strict(pages, reason, reason == ReasonCode.MALFORMED_PDF)
+            # the file (an object's stream length, say): a repair decides. A
+            # hostile shape (too deep, too many objects) is not damage.
+            damaged = (
+                checked.reason == ReasonCode.MALFORMED_PDF
+                and checked.detail not in UNREPAIRABLE_SHAPES
+            )
+            return _Strict(checked.pages, checked.reason, damaged, detail=checked.detail)
     except pikepdf.PasswordError:
         return _Strict(0, ReasonCode.ENCRYPTED_PDF)
     except pikepdf.PdfError as error:
@@ -135,8 +140,6 @@ def _inspect_pdf(path: str, limits: PdfLimits, normalized_path: str) -> Finding:
     again = _strict(normalized_path, limits)
     if again.reason:
         detail = "REPAIR_INCOMPLETE" if again.messages else again.detail
-        if again.reason == ReasonCode.MALFORMED_PDF and not detail:
-            detail = "STRUCTURE_INVALID"
         return Finding(PDF_TYPE, again.pages, again.reason, detail, repaired.warnings)
     digest, _head = _digest_and_head(normalized_path)
     return Finding(

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from quire.reasons import ReasonCode
 from quire.validator.decoding import DecodeError, UnsupportedFilter, decoded_size
 
-__all__ = ["PdfLimits", "check_pdf"]
+__all__ = ["PdfCheck", "PdfLimits", "UNREPAIRABLE_SHAPES", "check_pdf"]
 
 ACTIVE_ACTIONS = {
     "/JavaScript",
@@ -132,37 +132,56 @@ def active_walk_limit(limits: PdfLimits) -> int:
     return max(MAX_ACTION_HOPS, ACTIVE_WORK_PER_OBJECT * limits.max_objects)
 
 
-def check_pdf(pdf: Any, limits: PdfLimits) -> tuple[int, str]:
+class PdfCheck(NamedTuple):
+    pages: int
+    reason: str
+    """The first reason to refuse; empty when the PDF passes."""
+    detail: str = ""
+    """MALFORMED_PDF's sub-code: ``STRUCTURE_TOO_DEEP``, ``TOO_MANY_OBJECTS``
+    (hostile shapes a repair cannot help), ``UNDECODABLE_STREAM``,
+    ``NO_PAGES`` or ``QPDF_WARNING`` (damage a repair may fix)."""
+
+
+UNREPAIRABLE_SHAPES = frozenset({"STRUCTURE_TOO_DEEP", "TOO_MANY_OBJECTS"})
+
+
+def check_pdf(pdf: Any, limits: PdfLimits) -> PdfCheck:
     """Page count and the first reason to refuse (empty when the PDF passes)."""
     try:
         return _check_pdf(pdf, limits)
     except _TooDeep:
-        return 0, ReasonCode.MALFORMED_PDF
+        return PdfCheck(0, ReasonCode.MALFORMED_PDF, "STRUCTURE_TOO_DEEP")
 
 
-def _check_pdf(pdf: Any, limits: PdfLimits) -> tuple[int, str]:
+def _malformed(pages: int, detail: str) -> PdfCheck:
+    return PdfCheck(pages, ReasonCode.MALFORMED_PDF, detail)
+
+
+def _check_pdf(pdf: Any, limits: PdfLimits) -> PdfCheck:
     import pikepdf
 
     pages = len(pdf.pages)
     if pages > limits.max_pages:
-        return pages, ReasonCode.TOO_MANY_PAGES
+        return PdfCheck(pages, ReasonCode.TOO_MANY_PAGES)
     for page in pdf.pages:
         page.obj.get("/Contents")
-    if pdf.get_warnings() or pages == 0:
-        return pages, ReasonCode.MALFORMED_PDF
+    if pdf.get_warnings():
+        return _malformed(pages, "QPDF_WARNING")
+    if pages == 0:
+        return _malformed(pages, "NO_PAGES")
     decoded = 0
     active = False
     search = _ActiveSearch(active_walk_limit(limits))
     for count, obj in enumerate(pdf.objects):
         if count > limits.max_objects:
-            return pages, ReasonCode.MALFORMED_PDF
+            return _malformed(pages, "TOO_MANY_OBJECTS")
         if isinstance(obj, pikepdf.Stream):
             try:
                 decoded += decoded_size(obj, limits.max_decompressed_bytes - decoded)
             except (UnsupportedFilter, DecodeError):
-                return pages, ReasonCode.MALFORMED_PDF
+                return _malformed(pages, "UNDECODABLE_STREAM")
             if decoded > limits.max_decompressed_bytes:
-                return pages, ReasonCode.DECOMPRESSED_SIZE_EXCEEDED
+                return PdfCheck(pages, ReasonCode.DECOMPRESSED_SIZE_EXCEEDED)
         if not active and isinstance(obj, pikepdf.Dictionary | pikepdf.Stream):
             active = search.reaches_active(obj)
     names = pdf.Root.get("/Names")
@@ -171,7 +190,7 @@ def _check_pdf(pdf: Any, limits: PdfLimits) -> tuple[int, str]:
     if not active and "/OpenAction" in pdf.Root and search.reaches_active(pdf.Root.OpenAction):
         active = True
     if pdf.get_warnings():
-        return pages, ReasonCode.MALFORMED_PDF  # e.g. nesting qpdf would not parse
+        return _malformed(pages, "QPDF_WARNING")  # e.g. nesting qpdf would not parse
     if active and not limits.allow_active_content:
-        return pages, ReasonCode.ACTIVE_CONTENT
-    return pages, ""
+        return PdfCheck(pages, ReasonCode.ACTIVE_CONTENT)
+    return PdfCheck(pages, "")
