@@ -149,7 +149,7 @@ async def test_a_refused_upload_is_heard_out_within_its_bounds() -> None:
         (PDF, b"\x00" * 1000 + b"%PDF-1.4", True),  # viewers look within 1024 bytes
         (PDF, b"\x00" * 1024 + b"%PDF-1.4", False),
         (PDF, b"%PDF1.4\n", True),  # viewers open it without the dash
-        (PDF, b"%PDF-X.Y\n", False),  # but a version digit.digit is required
+        (PDF, b"%PDF-X.Y\n", False),  # but a version of digits is required
         (PDF, b"PK\x03\x04", False),
         (PDF, b'{"a": 1}', False),
         (JSON, b'{"a": 1}', True),

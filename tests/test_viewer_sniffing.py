@@ -56,16 +56,17 @@ HEADER_VARIANTS = [
     b"\x00\x01\x02junk\n%PDF-1.5\n",
     b"J" * (HEADER_WINDOW - len(b"%PDF-1.4")) + b"%PDF-1.4",
     b"J" * (HEADER_WINDOW - len(b"%PDF1.4")) + b"%PDF1.4",
+    b"%PDF-14\n",
+    b"%PDF.1.4\r\n",
+    b"%PDF-2.0%\xe2\xe3\xcf\xd3\n",
 ]
 
 NOT_PDF = [
     b"",
     b"%PDF",
     b"%PDF-",
-    b"%PDF-X.Y\n",
-    b"%PDF-14\n",
-    b"%PDF.1.4\n",
     b"%PDF--1.4\n",
+    b"%PDF-X.Y\n",
     b"hello %pdf-1.4\n",
     b"J" * (HEADER_WINDOW - len(b"%PDF-1.4") + 1) + b"%PDF-1.4",
     b"J" * 1030 + b"%PDF-1.4\n",

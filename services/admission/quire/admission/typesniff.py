@@ -8,8 +8,8 @@ validator still sniffs every source in its sandbox, so what passes here can
 still be rejected there; what fails here could never have passed there.
 
 - ``application/pdf``: a PDF header found as viewers find it
-  (``quire.pdfheader``): ``%PDF``, an optional ``-`` and a version
-  ``digit.digit``, all within the first 1024 bytes, whatever precedes it
+  (``quire.pdfheader``): ``%PDF``, an optional ``-`` or ``.`` and a version
+  token, all within the first 1024 bytes, whatever precedes it
   (junk, a byte-order mark, whitespace) — the same rule the validator applies;
 - ``application/json``: the first byte after an optional UTF-8 byte-order mark
   and JSON whitespace is ``{`` or ``[``.
@@ -23,12 +23,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from quire.errors import FieldViolation, InvalidInput
-from quire.pdfheader import HEADER_WINDOW, has_pdf_header
+from quire.pdfheader import HEADER_SNIFF_BYTES, HEADER_WINDOW, has_pdf_header
 from quire.reasons import ReasonCode
 
 __all__ = ["SNIFF_BYTES", "check_declared_type", "looks_like"]
 
-SNIFF_BYTES = HEADER_WINDOW
+SNIFF_BYTES = HEADER_SNIFF_BYTES
 """How many leading bytes the door looks at (and holds in memory until it has)."""
 
 _UTF8_BOM = b"\xef\xbb\xbf"
@@ -40,7 +40,7 @@ def _pdf(head: bytes) -> bool:
 
 
 def _json(head: bytes) -> bool:
-    text = head[:SNIFF_BYTES].removeprefix(_UTF8_BOM).lstrip(_JSON_WHITESPACE)
+    text = head[:HEADER_WINDOW].removeprefix(_UTF8_BOM).lstrip(_JSON_WHITESPACE)
     return text[:1] in (b"{", b"[")
 
 
