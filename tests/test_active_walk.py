@@ -111,3 +111,23 @@ def test_work_past_the_bound_is_refused_as_malformed(
     with pikepdf.open(path, attempt_recovery=False) as pdf:
         limits = PdfLimits(max_objects=LENGTH + SKELETON + 1)
         assert check_pdf(pdf, limits) == (0, ReasonCode.MALFORMED_PDF, "STRUCTURE_TOO_DEEP")
+
+
+def _with_additional_actions(path: Path, action: bytes) -> Path:
+    objects = hostile._one_page(page_extra=b"/AA << /O 6 0 R >> ")  # noqa: SLF001
+    objects.append(action)
+    return hostile.raw_pdf(path, objects)
+
+
+def test_additional_actions_are_judged_by_what_they_do(tmp_path: Path) -> None:
+    """A page whose open action turns to a page is ordinary (veraPDF and
+    Acrobat output has them); one whose open action runs JavaScript is not."""
+    limits = PdfLimits()
+    goto = _with_additional_actions(tmp_path / "goto.pdf", b"<< /S /GoTo /D [3 0 R /Fit] >>")
+    script = _with_additional_actions(
+        tmp_path / "js.pdf", b"<< /S /JavaScript /JS (app.alert(1)) >>"
+    )
+    with pikepdf.open(goto) as pdf:
+        assert check_pdf(pdf, limits)[:2] == (1, "")
+    with pikepdf.open(script) as pdf:
+        assert check_pdf(pdf, limits)[:2] == (1, ReasonCode.ACTIVE_CONTENT)

@@ -30,7 +30,11 @@ ACTIVE_ACTIONS = {
     "/Movie",
     "/Sound",
 }
-ACTIVE_KEYS = {"/JS", "/JavaScript", "/AA", "/XFA", "/EmbeddedFiles", "/EF", "/RichMedia"}
+ACTIVE_KEYS = {"/JS", "/JavaScript", "/XFA", "/EmbeddedFiles", "/EF", "/RichMedia"}
+"""Keys that make a dictionary active by themselves. ``/AA`` (additional
+actions) is not one: what its actions do decides, and each action dictionary
+is judged by its own ``/S`` (a page that turns to another page on open is not
+active; one that runs JavaScript is)."""
 ACTIVE_SUBTYPES = {"/FileAttachment", "/RichMedia", "/Screen", "/Movie", "/Sound", "/3D"}
 MAX_WALK_DEPTH = 64
 MAX_ACTION_HOPS = 10_000
