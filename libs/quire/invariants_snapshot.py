@@ -62,7 +62,7 @@ class LedgerEntry:
     """Whether the row's columns say what its hashed event says."""
     retired_kind: str = ""
     """For a retirement entry (bytes deleted under the retention policy): what
-    was retired ("source", "packet", "artifact", "upload"); empty otherwise."""
+    was retired ("source", "normalized", "packet", "artifact", "upload"); empty otherwise."""
 
 
 @dataclass(frozen=True)
