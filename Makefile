@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= .quire
 PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 
-.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus bench-decoding soak venv clean
+.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine soak venv clean
 
 venv: $(VENV)/.installed
 
@@ -58,6 +58,9 @@ bench-proofs: venv
 
 bench-corpus: venv
 	$(PY) bench/corpus_bench.py
+
+bench-quarantine: venv
+	$(PY) bench/quarantine_bench.py
 
 bench-decoding: venv
 	$(PY) bench/decoding_bench.py

@@ -32,7 +32,7 @@ def test_quarantine_settings_have_their_own_defaults_and_env() -> None:
     shared = SandboxSettings.from_env(env, "validator")
     quarantine = SandboxSettings.from_env(env, "validator", lane="quarantine")
     assert (shared.workers, shared.cpu_seconds, shared.nice) == (4, 20, 0)
-    assert (quarantine.workers, quarantine.cpu_seconds, quarantine.nice) == (1, 7, 10)
+    assert (quarantine.workers, quarantine.cpu_seconds, quarantine.nice) == (1, 7, 19)
     rule = BudgetRule.from_env({"QUIRE_VALIDATOR_BUDGET_BASE_SECONDS": "1.5"})
     assert rule.base_seconds == 1.5 and rule.seconds_per_mib == BudgetRule().seconds_per_mib
 

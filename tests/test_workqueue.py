@@ -102,3 +102,41 @@ async def test_topology_can_be_ensured_again(
     await ensure_topology(jetstream, fast_queue)
     info = await jetstream.consumer_info(WORK_STREAM, consumer_name("validate", "batch"))
     assert info.config.filter_subject == work_subject("validate", "batch")
+
+
+async def test_a_handler_that_steps_aside_lets_ordinary_work_through(
+    jetstream: JetStreamContext,
+) -> None:
+    """One slot; the first message is slow and steps aside (as a quarantined
+    job does): the others are pulled and finish while it still runs."""
+    from quire.workqueue.worker import step_aside
+
+    finished: list[bytes] = []
+    slow_done = asyncio.Event()
+
+    async def handler(msg) -> None:  # type: ignore[no-untyped-def]
+        if msg.data == b"slow":
+            assert step_aside() is True
+            assert step_aside() is True, "a second call gives nothing back twice"
+            await asyncio.sleep(1.5)
+            slow_done.set()
+        finished.append(msg.data)
+        await msg.ack()
+
+    await jetstream.publish(work_subject("validate", "interactive"), b"slow")
+    for index in range(3):
+        await jetstream.publish(work_subject("validate", "interactive"), b"%d" % index)
+    worker = WorkQueueWorker(
+        jetstream,
+        stream=WORK_STREAM,
+        consumers={consumer_name("validate", "interactive"): 1},
+        handler=handler,
+        ack_wait_seconds=1.0,
+        fetch_timeout_seconds=0.5,
+    )
+    worker.start()
+    await asyncio.wait_for(slow_done.wait(), timeout=10)
+    await worker.drain()
+    assert finished[:3] == [b"0", b"1", b"2"], "ordinary work ran while the slow one waited"
+    assert finished[3:] == [b"slow"]
+    assert step_aside() is False, "outside a handler there is no slot to give back"

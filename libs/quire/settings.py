@@ -107,7 +107,7 @@ class SandboxSettings:
         """``QUIRE_<SERVICE>_SANDBOX_*``, or ``QUIRE_<SERVICE>_QUARANTINE_*`` for the
         quarantine lane (one worker at lower CPU priority by default)."""
         prefix = f"QUIRE_{service.upper()}_{lane.upper()}_"
-        base = cls(workers=1, nice=10) if lane == "quarantine" else cls()
+        base = cls(workers=1, nice=19) if lane == "quarantine" else cls()
         return cls(
             workers=int(_get(env, prefix + "WORKERS", str(base.workers))),
             memory_bytes=int(_get(env, prefix + "MEMORY_BYTES", str(base.memory_bytes))),

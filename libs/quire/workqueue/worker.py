@@ -16,11 +16,19 @@ terminated and counted before any handler sees it. JetStream's own advisories
 An optional pull gate (a stage's temporary-space budget, say) is awaited
 before every pull: while it is closed nothing new is taken, and the work
 already in hand goes on to finish.
+
+A handler about to wait a long time on work that is not the stage's ordinary
+kind (a hostile source in the validator's quarantine lane) may call
+``step_aside()``: its slot goes back to the loop, which pulls the next
+message, so ordinary work never queues behind it. The message stays leased
+and heartbeated until the handler settles it; what bounds such handlers is the
+caller's own (the quarantine lane's slots).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -31,12 +39,40 @@ from nats.js import JetStreamContext
 
 from quire.wire import ForgedMessage, WireVerifier
 
-__all__ = ["WorkQueueWorker", "Handler", "PullGate"]
+__all__ = ["WorkQueueWorker", "Handler", "PullGate", "step_aside"]
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Msg], Awaitable[None]]
 ERROR_PAUSE_SECONDS = 0.5
+
+
+class _Slot:
+    """One pull slot held by one handler; given back once, whoever does it first."""
+
+    def __init__(self, slots: asyncio.Semaphore) -> None:
+        self._slots = slots
+        self._held = True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._slots.release()
+
+
+_current_slot: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar(
+    "quire_pull_slot", default=None
+)
+
+
+def step_aside() -> bool:
+    """Give the calling handler's pull slot back to its loop (see the module
+    docstring). True if a slot was held; a no-op outside a handler."""
+    slot = _current_slot.get()
+    if slot is None:
+        return False
+    slot.release()
+    return True
 
 
 class PullGate(Protocol):
@@ -112,6 +148,8 @@ class WorkQueueWorker:
 
     async def _run(self, message: Msg, slots: asyncio.Semaphore) -> None:
         heartbeat = asyncio.create_task(self._heartbeat(message))
+        slot = _Slot(slots)
+        _current_slot.set(slot)  # this task's own context
         try:
             if self._pull_gate is not None and not await self._gate_opened():
                 await message.nak()  # draining: not started, so let another worker have it
@@ -125,7 +163,7 @@ class WorkQueueWorker:
             log.error("handler failed (%s); message left for redelivery", type(error).__name__)
         finally:
             heartbeat.cancel()
-            slots.release()
+            slot.release()
 
     def _genuine(self, message: Msg) -> bool:
         if self._verifier is None or message.subject.startswith("$JS.EVENT."):

@@ -26,6 +26,7 @@ from quire.validator.inspection import Finding, inspect_source
 from quire.validator.pdfchecks import PdfLimits
 from quire.validator.rules import Decision, evaluate, verdict
 from quire.validator.rulesets import Ruleset
+from quire.workqueue.worker import step_aside
 
 __all__ = ["Evaluation", "Evaluator", "STRIKES"]
 
@@ -90,6 +91,7 @@ class Evaluator:
         self._quarantine = quarantine
         self._budgets = budgets or BudgetRule()
         self._hostile: OrderedDict[tuple[str, ...], None] = OrderedDict()
+        self._aside = asyncio.Semaphore(self._budgets.quarantine_slots)
 
     async def run_sandboxed(
         self,
@@ -117,6 +119,14 @@ class Evaluator:
                     self._hostile.popitem(last=False)
         else:
             self._hostile.move_to_end(key)
+        if self._aside.locked():  # every aside slot taken: wait holding the pull slot
+            return await self._quarantined(size, pages, fn, *args)
+        async with self._aside:
+            step_aside()  # ordinary jobs are pulled while this one is in quarantine
+            return await self._quarantined(size, pages, fn, *args)
+
+    async def _quarantined(self, size: int, pages: int, fn: Callable[..., T], *args: Any) -> T:
+        assert self._quarantine is not None
         return await self._quarantine.run(
             fn,
             *args,
