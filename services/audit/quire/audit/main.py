@@ -19,7 +19,7 @@ from quire.audit.deadletterbook import DeadLetterBook
 from quire.audit.deadletterdesk import DeadLetterDesk
 from quire.audit.deadletters import DeadLetterOffice
 from quire.audit.history import HistoryWatch
-from quire.audit.recorder import EventRecorder
+from quire.audit.recorder import EVENTS_IN_FLIGHT, EventRecorder
 from quire.audit.retrydrive import RetryRedriver
 from quire.audit.servicer import AuditServicer
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
@@ -92,7 +92,7 @@ async def main() -> None:
         WorkQueueWorker(
             js,
             stream=EVENTS_STREAM,
-            consumers={EVENTS_CONSUMER: settings.concurrency},
+            consumers={EVENTS_CONSUMER: max(settings.concurrency, EVENTS_IN_FLIGHT)},
             handler=EventRecorder(database, history).handle,
             ack_wait_seconds=settings.queue.ack_wait_seconds,
             fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
