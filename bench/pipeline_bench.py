@@ -1,50 +1,82 @@
 """Pipeline benchmark: N packets (3 PDFs, 12 pages each) through the embedded stack.
 
-Prints completed jobs per second and p50/p95/p99 terminal latency (submit to
-COMPLETED), and, in the same run on the same inputs, the throughput of the
-same work done by the bare libraries in one process (sniff, open, merge,
-sign), with the ratio between the two.
+In one run, on the same inputs, it prints:
+
+- Quire's completed jobs per second (closed loop, 16 jobs in flight) and the
+  terminal latency (submit to COMPLETED), p50/p95/p99;
+- the machine's limit: the same work done by the bare libraries (sniff, open,
+  merge, sign) in one process per core at once, packets/s summed over the
+  processes, and Quire's share of it (aim >= 0.8); the one-process figure too;
+- CPU milliseconds per job for every process kind (the five service main
+  processes, their sandbox workers, nats-server, the bench client) over the
+  upload and pipeline phase, read from ``/proc`` (``bench/procstats.py`` says
+  how, and what it cannot see), the machine-wide CPU from ``/proc/stat``, and
+  the total against the bare libraries' CPU per packet (aim <= 1.3x);
+- resident memory of each service process after the run and its peak during
+  it, sandbox workers on their own (flag above 150 MiB);
+- single-job latency on the idle stack, 20 jobs one after another (aim p50 <=
+  80 ms);
+- SubmitJob latency under open-loop arrivals at 80 % of the measured rate
+  (aim p99 <= 10 ms), and whether those jobs all completed;
+- what signing/verification, encryption at rest and caller proofs cost.
 
     make bench                 # BENCH_JOBS=40 by default
     BENCH_JOBS=200 make bench
+    BENCH_LOAD_SECONDS=15      # length of the open-loop phase
+
+Every figure is wall-clock or CPU on whatever else the machine is doing; the
+machine-wide CPU counts other users' processes too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import io
+import multiprocessing
 import os
+import resource
 import sqlite3
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from procstats import TICK_SECONDS, TreeSampler, machine_busy_ticks  # noqa: E402
 
 from pdfs import write_text_pdf  # noqa: E402
 from quire.blobstore import sha256_file  # noqa: E402
 from quire.callers import CallerVerifier, prove  # noqa: E402
 from quire.client import AdmissionClient, PacketItem  # noqa: E402
 from quire.identity import IdentitySettings, ServiceIdentity, TrustStore  # noqa: E402
-from quire.jobs import state_name  # noqa: E402
+from quire.jobs import PARKED_STATES, TERMINAL_STATES, state_name  # noqa: E402
+from quire.settings import SERVICES  # noqa: E402
 from quire.stack.supervisor import Stack  # noqa: E402
 from quire.wire import SIGNATURE_HEADER, WireSigner, WireVerifier  # noqa: E402
 
 PAGES_PER_DOCUMENT = (4, 5, 3)  # 12 pages per packet
 IN_FLIGHT = 16
+IDLE_JOBS = 20
+IDLE_POLL_SECONDS = 0.005
+LOAD_SHARE = 0.8
+MIB = 1024 * 1024
+RSS_LIMIT = 150 * MIB
 
 
-def make_packets(folder: Path, count: int) -> list[list[Path]]:
+def make_packets(folder: Path, count: int, prefix: str = "p") -> list[list[Path]]:
     packets = []
     for index in range(count):
         packet = []
         for doc, pages in enumerate(PAGES_PER_DOCUMENT):
-            texts = [f"packet {index} document {doc} page {page}" for page in range(pages)]
-            packet.append(write_text_pdf(folder / f"p{index}-d{doc}.pdf", texts))
+            texts = [f"{prefix} packet {index} document {doc} page {page}" for page in range(pages)]
+            packet.append(write_text_pdf(folder / f"{prefix}{index}-d{doc}.pdf", texts))
         packets.append(packet)
     return packets
 
@@ -54,38 +86,113 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
 
 
-async def run_pipeline(
-    stack: Stack, packets: list[list[Path]]
-) -> tuple[float, list[float], dict[str, int]]:
-    info_endpoint = stack.endpoints["admission"]
+def spread(values: list[float]) -> str:
+    return (
+        f"p50 {percentile(values, 0.50) * 1000:.1f} ms, "
+        f"p99 {percentile(values, 0.99) * 1000:.1f} ms, "
+        f"max {max(values) * 1000:.1f} ms"
+    )
+
+
+def client_for(stack: Stack) -> AdmissionClient:
     token = (stack.data_dir / "admission" / "dev-token").read_text().strip()
+    return AdmissionClient(stack.endpoints["admission"], token)
+
+
+def items(digests: list[str]) -> list[PacketItem]:
+    return [PacketItem(f"d{i}", d) for i, d in enumerate(digests)]
+
+
+async def upload_all(client: AdmissionClient, packets: list[list[Path]]) -> list[list[str]]:
+    return [[(await client.upload(path)).sha256 for path in packet] for packet in packets]
+
+
+async def run_pipeline(
+    client: AdmissionClient, uploaded: list[list[str]]
+) -> tuple[float, list[float], dict[str, int]]:
     outcomes: dict[str, int] = {}
     latencies: list[float] = []
-    async with AdmissionClient(info_endpoint, token) as client:
-        uploaded: list[list[str]] = []
-        for packet in packets:
-            uploaded.append([(await client.upload(path)).sha256 for path in packet])
-        gate = asyncio.Semaphore(IN_FLIGHT)
+    gate = asyncio.Semaphore(IN_FLIGHT)
 
-        async def one(digests: list[str]) -> None:
-            async with gate:
-                started = time.perf_counter()
-                job = await client.submit([PacketItem(f"d{i}", d) for i, d in enumerate(digests)])
-                job = await client.wait(job.name, timeout=600)
-                latencies.append(time.perf_counter() - started)
-                state = state_name(job.state)
-                outcomes[state] = outcomes.get(state, 0) + 1
+    async def one(digests: list[str]) -> None:
+        async with gate:
+            started = time.perf_counter()
+            job = await client.submit(items(digests))
+            job = await client.wait(job.name, timeout=600)
+            latencies.append(time.perf_counter() - started)
+            state = state_name(job.state)
+            outcomes[state] = outcomes.get(state, 0) + 1
 
+    started = time.perf_counter()
+    await asyncio.gather(*(one(digests) for digests in uploaded))
+    return time.perf_counter() - started, latencies, outcomes
+
+
+async def idle_latency(client: AdmissionClient, uploaded: list[list[str]]) -> list[float]:
+    """Submit to COMPLETED for one job at a time, polling GetJob every 5 ms."""
+    latencies = []
+    for digests in uploaded:
         started = time.perf_counter()
-        await asyncio.gather(*(one(digests) for digests in uploaded))
-        elapsed = time.perf_counter() - started
-    return elapsed, latencies, outcomes
+        job = await client.submit(items(digests))
+        while state_name(job.state) not in TERMINAL_STATES | PARKED_STATES:
+            if time.perf_counter() - started > 120:
+                raise TimeoutError(f"{job.name} still {state_name(job.state)}")
+            await asyncio.sleep(IDLE_POLL_SECONDS)
+            job = await client.get_job(job.name)
+        if state_name(job.state) != "COMPLETED":
+            raise RuntimeError(f"{job.name} ended {state_name(job.state)}")
+        latencies.append(time.perf_counter() - started)
+    return latencies
+
+
+async def open_loop(
+    client: AdmissionClient, uploaded: list[list[str]], rate: float
+) -> tuple[list[float], float, dict[str, int], float]:
+    """Arrivals every 1/rate s whatever the stack does (open loop). Returns the
+    SubmitJob RPC latencies, the worst lateness of an arrival against its
+    schedule, the jobs' outcomes and the time from the last arrival until the
+    last job ended."""
+    rpc: list[float] = []
+    outcomes: dict[str, int] = {}
+    late = 0.0
+
+    async def one(digests: list[str]) -> None:
+        started = time.perf_counter()
+        job = await client.submit(items(digests))
+        rpc.append(time.perf_counter() - started)
+        job = await client.wait(job.name, timeout=600)
+        state = state_name(job.state)
+        outcomes[state] = outcomes.get(state, 0) + 1
+
+    tasks = []
+    origin = time.perf_counter()
+    for index, digests in enumerate(uploaded):
+        due = origin + index / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        late = max(late, time.perf_counter() - due)
+        tasks.append(asyncio.create_task(one(digests)))
+    last_arrival = time.perf_counter()
+    await asyncio.gather(*tasks)
+    return rpc, late, outcomes, time.perf_counter() - last_arrival
+
+
+def _cpu_self_and_children() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def run_bare_libraries(
-    packets: list[list[Path]], key_path: str, cert_path: str, out: Path
-) -> float:
-    """The same work, in one process, with no queues, databases or services."""
+    packets: list[list[Path]],
+    key_path: str,
+    cert_path: str,
+    out: Path,
+    barrier: Any = None,
+) -> tuple[float, float]:
+    """The same work, in one process, with no queues, databases or services.
+    Returns (wall seconds, CPU seconds of this process and its children)."""
     import magic
     import pikepdf
 
@@ -93,6 +200,9 @@ def run_bare_libraries(
     from quire.signer.signing import sign_packet
 
     sniffer = magic.Magic(mime=True)
+    if barrier is not None:
+        barrier.wait(timeout=300)
+    cpu = _cpu_self_and_children()
     started = time.perf_counter()
     for index, packet in enumerate(packets):
         sources = []
@@ -112,7 +222,40 @@ def run_bare_libraries(
         sign_packet(
             str(merged), packet_digest, str(out / f"signed-{index}.pdf"), key_path, cert_path
         )
-    return time.perf_counter() - started
+    return time.perf_counter() - started, _cpu_self_and_children() - cpu
+
+
+_BARRIER: Any = None
+
+
+def _set_barrier(barrier: Any) -> None:
+    global _BARRIER
+    _BARRIER = barrier
+
+
+def _bare_in_pool(
+    packets: list[list[Path]], key_path: str, cert_path: str, out: Path
+) -> tuple[float, float]:
+    out.mkdir(parents=True, exist_ok=True)
+    return run_bare_libraries(packets, key_path, cert_path, out, _BARRIER)
+
+
+def run_bare_per_core(
+    packets: list[list[Path]], key_path: str, cert_path: str, out: Path, processes: int
+) -> list[tuple[float, float]]:
+    """The bare work in ``processes`` processes at once (spawned, so nothing of
+    this process's gRPC or threads is forked), each over all the packets; they
+    start their loops together at a barrier, after their imports."""
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(processes)
+    with concurrent.futures.ProcessPoolExecutor(
+        processes, mp_context=context, initializer=_set_barrier, initargs=(barrier,)
+    ) as pool:
+        futures = [
+            pool.submit(_bare_in_pool, packets, key_path, cert_path, out / f"process-{n}")
+            for n in range(processes)
+        ]
+        return [future.result() for future in futures]
 
 
 def wire_cost(data_dir: Path, samples: int = 2000) -> tuple[float, float, float]:
@@ -203,8 +346,23 @@ def caller_proof_cost(data_dir: Path, samples: int = 2000) -> float:
     return (time.perf_counter() - started) / samples * 1e6
 
 
+KIND_ORDER = (
+    *SERVICES,
+    *(f"workers:{service}" for service in SERVICES),
+    "nats-server",
+    "client",
+)
+
+
 def main() -> None:
     jobs = int(os.environ.get("BENCH_JOBS", "40"))
+    load_seconds = float(os.environ.get("BENCH_LOAD_SECONDS", "15"))
+    cores = os.cpu_count() or 1
+    print(
+        f"command: BENCH_JOBS={jobs} BENCH_LOAD_SECONDS={load_seconds:g} "
+        f"{sys.executable} {' '.join(sys.argv)}  ({cores} cores, "
+        f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())} at start)"
+    )
     with tempfile.TemporaryDirectory(prefix="quire-bench-") as temp:
         if os.environ.get("BENCH_KEEP"):
             temp = tempfile.mkdtemp(prefix="quire-bench-kept-")
@@ -213,23 +371,70 @@ def main() -> None:
         (folder / "inputs").mkdir()
         (folder / "bare").mkdir()
         packets = make_packets(folder / "inputs", jobs)
+        idle_packets = make_packets(folder / "inputs", IDLE_JOBS, prefix="idle")
         stack = Stack(folder / "stack")
         stack.start()
         try:
-            elapsed, latencies, outcomes = asyncio.run(run_pipeline(stack, packets))
+            assert stack.nats is not None and stack.nats.pid is not None
+            roots = {stack.pid(service): service for service in SERVICES}
+            roots[stack.nats.pid] = "nats-server"
+            sampler = TreeSampler(roots)
+
+            async def throughput() -> Any:
+                async with client_for(stack) as client:
+                    uploaded = await upload_all(client, packets)
+                    marks["uploaded"] = (time.perf_counter(), _cpu_self(), machine_busy_ticks())
+                    return uploaded, await run_pipeline(client, uploaded)
+
+            marks: dict[str, tuple[float, float, int]] = {}
+            sampler.start()
+            client0, machine0 = _cpu_self(), machine_busy_ticks()
+            phase_started = time.perf_counter()
+            _uploaded, (elapsed, latencies, outcomes) = asyncio.run(throughput())
+            phase_seconds = time.perf_counter() - phase_started
+            client_cpu, machine = _cpu_self() - client0, machine_busy_ticks() - machine0
+            sampler.stop()
+            cpu = sampler.cpu_seconds()
+            cpu["client"] = client_cpu
+            memory = sampler.memory()
+            upload_marks = marks["uploaded"]
+
+            keys = folder / "stack" / "signer" / "keys" / "v1"
+            key, cert = str(keys / "key.pem"), str(keys / "cert.pem")
+            bare_one, bare_one_cpu = run_bare_libraries(packets, key, cert, folder / "bare")
+            per_core = run_bare_per_core(packets, key, cert, folder / "bare", cores)
+
+            completed_rate = outcomes.get("COMPLETED", 0) / elapsed
+            load_count = max(1, round(LOAD_SHARE * completed_rate * load_seconds))
+            load_packets = make_packets(folder / "inputs", load_count, prefix="load")
+
+            async def afterwards() -> Any:
+                async with client_for(stack) as client:
+                    idle_uploaded = await upload_all(client, idle_packets)
+                    load_uploaded = await upload_all(client, load_packets)
+                    await asyncio.sleep(1.0)
+                    idle = await idle_latency(client, idle_uploaded)
+                    loaded = await open_loop(
+                        client, load_uploaded, max(LOAD_SHARE * completed_rate, 0.1)
+                    )
+                    return idle, loaded
+
+            idle, (rpc, late, load_outcomes, drain) = asyncio.run(afterwards())
             per_job, sign_us, verify_us = wire_cost(folder / "stack")
             call_us = caller_proof_cost(folder / "stack")
-            sealed, opened, cipher_ms, copy_ms = at_rest_cost(folder / "stack", jobs)
-            keys = folder / "stack" / "signer" / "keys" / "v1"
-            bare = run_bare_libraries(
-                packets, str(keys / "key.pem"), str(keys / "cert.pem"), folder / "bare"
-            )
+            all_jobs = jobs + IDLE_JOBS + load_count
+            sealed, opened, cipher_ms, copy_ms = at_rest_cost(folder / "stack", all_jobs)
+            restarts = {service: stack.restarts(service) for service in SERVICES}
         finally:
             stack.stop()
-    pipeline_rate = jobs / elapsed
-    bare_rate = jobs / bare
+
+    pipeline_rate = outcomes.get("COMPLETED", 0) / elapsed
     print(f"jobs: {jobs} (3 PDFs, 12 pages each), outcomes: {outcomes}")
-    print(f"pipeline: {pipeline_rate:.2f} completed jobs/s over {elapsed:.1f} s")
+    if any(restarts.values()):
+        print(f"service restarts during the run: {restarts}")
+    print(
+        f"pipeline: {pipeline_rate:.2f} completed jobs/s over {elapsed:.1f} s ({IN_FLIGHT} in flight)"
+    )
     print(
         "terminal latency: "
         f"p50 {percentile(latencies, 0.50) * 1000:.0f} ms, "
@@ -237,15 +442,117 @@ def main() -> None:
         f"p99 {percentile(latencies, 0.99) * 1000:.0f} ms, "
         f"mean {statistics.fmean(latencies) * 1000:.0f} ms"
     )
-    print(f"bare libraries, one process: {bare_rate:.2f} jobs/s over {bare:.1f} s")
-    print(f"ratio pipeline / bare libraries: {pipeline_rate / bare_rate:.2f}")
+
+    print()
+    print("== the machine's limit: bare libraries (sniff, open, merge, sign), same packets")
+    print(f"bare libraries, one process: {jobs / bare_one:.2f} packets/s over {bare_one:.1f} s")
+    limit = sum(jobs / wall for wall, _ in per_core)
+    print(
+        f"bare libraries, {cores} processes at once (one per core): "
+        + " + ".join(f"{jobs / wall:.2f}" for wall, _ in per_core)
+        + f" = {limit:.2f} packets/s"
+    )
+    ratio = pipeline_rate / limit
+    cpu_limit = cores * jobs * cores / sum(c for _, c in per_core)
+    print(
+        f"cross-check from CPU time, not wall clock: {cores} cores / bare CPU per packet = "
+        f"{cpu_limit:.2f} packets/s (the wall-clock limit falls below this when other work "
+        "shares the machine)"
+    )
+    print(
+        f"Quire / machine's limit: {pipeline_rate:.2f} / {limit:.2f} = {ratio:.2f} "
+        f"(aim >= 0.80: {'met' if ratio >= 0.8 else 'NOT met'}); "
+        f"Quire / one process: {pipeline_rate * bare_one / jobs:.2f}"
+    )
+
+    print()
+    print("== CPU per job, upload + pipeline phase (/proc, sampled every 0.2 s)")
+    bare_ms = sum(c for _, c in per_core) / (jobs * cores) * 1000
+    bare_one_ms = bare_one_cpu / jobs * 1000
+    total_ms = sum(cpu.values()) / jobs * 1000
+    print(f"{'kind':<22}{'CPU ms/job':>12}{'share':>8}")
+    for kind in [*KIND_ORDER, *sorted(set(cpu) - set(KIND_ORDER))]:
+        if kind not in cpu or (kind.startswith("workers:") and cpu[kind] == 0):
+            continue
+        ms = cpu[kind] / jobs * 1000
+        label = (
+            kind.replace("workers:", "sandbox workers ") if kind.startswith("workers:") else kind
+        )
+        print(f"{label:<22}{ms:>12.1f}{ms / total_ms:>8.1%}")
+    print(f"{'total':<22}{total_ms:>12.1f}{1:>8.0%}")
+    upload_seconds = upload_marks[0] - phase_started
+    upload_machine_ms = (upload_marks[2] - machine0) * TICK_SECONDS / jobs * 1000
+    upload_client_ms = (upload_marks[1] - client0) / jobs * 1000
+    print(
+        f"of the client's {cpu['client'] / jobs * 1000:.1f} ms/job, the /proc sampler took "
+        f"{sampler.own_cpu_seconds / jobs * 1000:.1f}; the uploads ({upload_seconds:.1f} s of "
+        f"the {phase_seconds:.1f} s phase) took {upload_machine_ms:.1f} ms/job machine-wide, "
+        f"{upload_client_ms:.1f} of it in the client"
+    )
+    machine_ms = machine * TICK_SECONDS / jobs * 1000
+    print(
+        f"machine-wide (/proc/stat, every process on the machine): {machine_ms:.1f} ms/job "
+        f"over {phase_seconds:.1f} s"
+    )
+    print(
+        f"bare libraries: {bare_ms:.1f} ms CPU/packet ({cores} processes at once), "
+        f"{bare_one_ms:.1f} ms (one process)"
+    )
+    print(
+        f"Quire total / bare: {total_ms:.1f} / {bare_ms:.1f} = {total_ms / bare_ms:.2f}x "
+        f"(aim <= 1.3x: {'met' if total_ms / bare_ms <= 1.3 else 'NOT met'}); "
+        f"machine-wide / bare: {machine_ms / bare_ms:.2f}x"
+    )
+
+    print()
+    print("== resident memory (VmRSS): right after the run, and the peak while sampling it")
+    print(f"{'process':<34}{'after MiB':>10}{'peak MiB':>10}")
+    for kind in KIND_ORDER:
+        if kind not in memory:
+            continue
+        now, peak, count = memory[kind]
+        if kind.startswith("workers:"):
+            label = f"sandbox workers {kind[8:]} ({count} procs)"
+            print(f"{label:<34}{now / MIB:>10.0f}{peak / MIB:>10.0f}  (sum; peak of one)")
+        else:
+            flag = "  ABOVE 150 MiB" if max(now, peak) > RSS_LIMIT else ""
+            print(f"{kind:<34}{now / MIB:>10.0f}{peak / MIB:>10.0f}{flag}")
+    services_over = [k for k in SERVICES if k in memory and max(memory[k][:2]) > RSS_LIMIT]
+    print(f"service processes above 150 MiB: {', '.join(services_over) or 'none'}")
+
+    print()
+    print(f"== idle stack, {IDLE_JOBS} single jobs one after another (GetJob polled every 5 ms)")
+    p50 = percentile(idle, 0.5)
+    print(
+        f"submit to COMPLETED: {spread(idle)} "
+        f"(aim p50 <= 80 ms: {'met' if p50 <= 0.080 else 'NOT met'})"
+    )
+
+    print()
+    load_rate = max(LOAD_SHARE * pipeline_rate, 0.1)
+    print(
+        f"== open loop at {LOAD_SHARE:.0%} of the measured rate: {load_rate:.2f} arrivals/s, "
+        f"{len(rpc)} jobs over {len(rpc) / load_rate:.1f} s (sources uploaded beforehand)"
+    )
+    p99 = percentile(rpc, 0.99)
+    print(
+        f"SubmitJob RPC: {spread(rpc)} (aim p99 <= 10 ms: {'met' if p99 <= 0.010 else 'NOT met'}); "
+        f"latest arrival {late * 1000:.1f} ms behind schedule"
+    )
+    completed = load_outcomes.get("COMPLETED", 0)
+    print(
+        f"jobs: {load_outcomes}; {'all' if completed == len(rpc) else 'NOT all'} completed, "
+        f"the last {drain:.1f} s after the last arrival"
+    )
+
+    print()
     wire_ms = per_job * (sign_us + verify_us) / 1000
-    budget_ms = (os.cpu_count() or 1) / pipeline_rate * 1000
+    budget_ms = cores / pipeline_rate * 1000
     print(
         f"credentials and verification: {per_job:.1f} signed messages per job, "
         f"sign {sign_us:.0f} us + verify {verify_us:.0f} us each = {wire_ms:.2f} ms CPU per job, "
         f"{wire_ms / budget_ms:.1%} of the machine's CPU per completed job "
-        f"({budget_ms:.0f} ms on {os.cpu_count()} cores); NATS logins are checked once per "
+        f"({budget_ms:.0f} ms on {cores} cores); NATS logins are checked once per "
         "connection (bcrypt), not per message"
     )
     print(f"caller proof on each service-to-service gRPC call: {call_us:.0f} us (make + check)")
@@ -256,6 +563,11 @@ def main() -> None:
         f"plaintext copies in private directories (decrypt, hash, write, remove) "
         f"{copy_ms:.2f} ms per job ({copy_ms / budget_ms:.1%})"
     )
+
+
+def _cpu_self() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
 
 
 if __name__ == "__main__":
