@@ -14,6 +14,7 @@ import hashlib
 import logging
 import os
 import secrets
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -93,9 +94,20 @@ def _tenant(row: object) -> Tenant:
     )
 
 
+MAX_CACHED_TOKENS = 10_000
+AUTH_CACHE_SECONDS = 1.0
+"""How long a verified tenant token is trusted without reading the database
+again. Every upload, submission and status call authenticates, and a read
+transaction costs more than the rest of a small call; a token revoked through
+this process is forgotten at once, one revoked elsewhere (another replica, the
+operator CLI) within this many seconds. A token's limits are cached with it."""
+
+
 class TenantDirectory:
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, *, cache_seconds: float = AUTH_CACHE_SECONDS) -> None:
         self._db = database
+        self._cache_seconds = cache_seconds
+        self._verified: dict[str, tuple[float, Tenant]] = {}
 
     # -- tenants ---------------------------------------------------------
 
@@ -212,7 +224,9 @@ class TenantDirectory:
             ).one()
             return _tenant(row)
 
-        return self._db.transaction(write)
+        tenant = self._db.transaction(write)
+        self._verified.clear()
+        return tenant
 
     # -- tokens ----------------------------------------------------------
 
@@ -262,7 +276,9 @@ class TenantDirectory:
             )
             return TokenRecord(token_id, tenant_id, row.created_at, revoked)
 
-        return self._db.transaction(write)
+        record = self._db.transaction(write)
+        self._verified.clear()
+        return record
 
     # -- first start -----------------------------------------------------
 
@@ -307,9 +323,17 @@ class TenantDirectory:
             ).first()
             return None if row is None else _tenant(row)
 
+        now = time.monotonic()
+        cached = self._verified.get(digest)
+        if cached is not None and cached[0] > now:
+            return cached[1]
         tenant = await self._db.read(read)
         if tenant is None:
+            self._verified.pop(digest, None)
             raise Unauthenticated()
+        if len(self._verified) >= MAX_CACHED_TOKENS:
+            self._verified.clear()  # simple and bounded; the next calls refill it
+        self._verified[digest] = (now + self._cache_seconds, tenant)
         return tenant
 
     async def authenticate_operator(self, context: grpc.aio.ServicerContext) -> str:
