@@ -33,6 +33,7 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
                 "UploadSource": BEARER,
                 "SubmitJob": BEARER,
                 "GetJob": BEARER,
+                "WatchJob": BEARER,
                 "DownloadArtifact": BEARER,
                 "ListJobs": BEARER,
                 "CancelJob": BEARER,
@@ -57,6 +58,7 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
         "quire.audit.v1.AuditService",
         {
             "GetJob": FRONT_DOOR_READ,
+            "WatchJob": FRONT_DOOR_READ,
             "BatchGetJobs": FRONT_DOOR_READ,
             "ListJobEvents": FRONT_DOOR_READ,
             "ExportEvidence": FRONT_DOOR_READ,

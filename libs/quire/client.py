@@ -2,20 +2,26 @@
 
 Used by the ``quire`` CLI, the tests and the benchmark. Bytes are streamed in
 chunks both ways, and the downloaded artifact is checked against the digest
-the server announces before it is moved into place.
+the server announces before it is moved into place. Waiting does not poll:
+``watch`` follows the job's ``WatchJob`` stream and, when the stream breaks
+(admission or audit restarting), watches again after the last ledger
+sequence it saw, so every state change arrives once and in order.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import grpc
 
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
@@ -29,6 +35,9 @@ from quire.type import job_pb2
 __all__ = ["AdmissionClient", "TenantAdminClient", "PacketItem", "ArtifactDigestMismatch"]
 
 CHUNK_BYTES = 256 * 1024
+RESUMABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
+"""A watch that ends with these broke on the way (a restart, a drain): watch again."""
+RESUME_DELAY_CAP_SECONDS = 1.0
 
 
 class ArtifactDigestMismatch(Exception):
@@ -126,21 +135,79 @@ class AdmissionClient:
     async def cancel(self, name: str) -> job_pb2.Job:
         return await self._stub.CancelJob(pb.CancelJobRequest(name=name), metadata=self._metadata)
 
+    async def watch_changes(
+        self, name: str, *, after_sequence: int = 0, timeout: float | None = None
+    ) -> AsyncGenerator[pb.WatchJobResponse, None]:
+        """Each change of the job's state after ``after_sequence`` (0: from its
+        first), with its ledger sequence, until a terminal state. A broken
+        stream is watched again after the last sequence seen; DEADLINE_EXCEEDED
+        once ``timeout`` has passed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        position = after_sequence
+        delay = 0.05
+        while True:
+            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            call = self._stub.WatchJob(
+                pb.WatchJobRequest(name=name, after_sequence=position),
+                metadata=self._metadata,
+                timeout=remaining,
+            )
+            try:
+                async for change in call:
+                    position = change.sequence
+                    delay = 0.05
+                    yield change
+                    if state_name(change.job.state) in TERMINAL_STATES:
+                        return
+                return  # ended by the server: nothing after ``position`` is to come
+            except grpc.aio.AioRpcError as error:
+                if error.code() not in RESUMABLE:
+                    raise
+            finally:
+                call.cancel()
+            if deadline is not None and time.monotonic() + delay >= deadline:
+                await asyncio.sleep(max(deadline - time.monotonic(), 0))
+                continue  # the next call fails DEADLINE_EXCEEDED at once
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RESUME_DELAY_CAP_SECONDS)
+
+    async def watch(self, name: str, *, timeout: float | None = None) -> AsyncIterator[job_pb2.Job]:
+        """The job after each change of its state, from its first state, once
+        each and in order, ending at a terminal state (see ``watch_changes``)."""
+        async with contextlib.aclosing(self.watch_changes(name, timeout=timeout)) as changes:
+            async for change in changes:
+                yield change.job
+
     async def wait(
         self, name: str, *, timeout: float = 120.0, stop_when_parked: bool = True
     ) -> job_pb2.Job:
-        """Poll until the job is terminal (or parked, unless told otherwise)."""
+        """Watch until the job is terminal (or parked, unless told otherwise).
+
+        A job ending FAILED is watched once more from there: an operator's
+        dead-letter retry may have reopened it already."""
         deadline = time.monotonic() + timeout
-        delay = 0.05
-        while True:
-            job = await self.get_job(name)
-            state = state_name(job.state)
-            if state in TERMINAL_STATES or (stop_when_parked and state in PARKED_STATES):
-                return job
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{name} still {state} after {timeout:.0f}s")
-            await asyncio.sleep(delay)
-            delay = min(delay * 1.5, 0.5)
+        position = 0
+        job: job_pb2.Job | None = None
+        try:
+            while True:
+                seen = position
+                changes = self.watch_changes(
+                    name, after_sequence=position, timeout=max(deadline - time.monotonic(), 0.001)
+                )
+                async with contextlib.aclosing(changes):
+                    async for change in changes:
+                        position, job = change.sequence, change.job
+                        if stop_when_parked and state_name(job.state) in PARKED_STATES:
+                            return job
+                if job is None:
+                    return await self.get_job(name)  # the stream said nothing
+                if state_name(job.state) != "FAILED" or position == seen:
+                    return job
+        except grpc.aio.AioRpcError as error:
+            if error.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise
+        state = state_name(job.state) if job is not None else "unseen"
+        raise TimeoutError(f"{name} still {state} after {timeout:.0f}s")
 
     async def download(self, name: str, output: Path) -> str:
         """Stream the signed artifact to ``output``; returns its verified sha256."""

@@ -38,6 +38,10 @@ class ReasonCode(StrEnum):
     # Load shedding.
     TENANT_QUOTA_EXCEEDED = "TENANT_QUOTA_EXCEEDED"
     QUEUE_BACKLOG = "QUEUE_BACKLOG"
+    WATCHES_EXCEEDED = "WATCHES_EXCEEDED"
+    """The process holds as many open WatchJob streams as it may (QUIRE_MAX_WATCHES)."""
+    SERVICE_DRAINING = "SERVICE_DRAINING"
+    """The service is shutting down; a WatchJob stream ended UNAVAILABLE, watch again."""
     TEMP_SPACE_LOW = "TEMP_SPACE_LOW"
     # Job lifecycle.
     CANCELLED_BY_CLIENT = "CANCELLED_BY_CLIENT"

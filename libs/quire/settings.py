@@ -27,6 +27,7 @@ __all__ = [
     "TempSpaceSettings",
     "RetentionSettings",
     "ValidationLimits",
+    "WatchSettings",
     "service_address_var",
     "service_health_var",
     "HEALTH_PORT_OFFSET",
@@ -394,4 +395,25 @@ class ReconcileSettings:
                 for state in STALL_STATES
             },
             default_stall_seconds=default,
+        )
+
+
+@dataclass(frozen=True)
+class WatchSettings:
+    """Open ``WatchJob`` streams: how many one process holds, and how often
+    audit looks for entries another replica appended (its own appends wake
+    the watches at once)."""
+
+    max_watches: int = 1024
+    """Beyond this, per process, WatchJob is refused (RESOURCE_EXHAUSTED, ``WATCHES_EXCEEDED``)."""
+    poll_seconds: float = 0.5
+    """One query per process per interval, for every open watch together."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> WatchSettings:
+        """``QUIRE_MAX_WATCHES`` and ``QUIRE_WATCH_POLL_SECONDS``."""
+        env = os.environ if env is None else env
+        return cls(
+            max_watches=int(_get(env, "QUIRE_MAX_WATCHES", "1024")),
+            poll_seconds=float(_get(env, "QUIRE_WATCH_POLL_SECONDS", "0.5")),
         )

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from quire.type import job_pb2 as quire_dot_type_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*quire/admission/v1/admission_service.proto\x12\x12quire.admission.v1\x1a\x14quire/type/job.proto\"H\n\x0cSourceHeader\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\x12\x14\n\x0c\x63ontent_type\x18\x03 \x01(\t\"e\n\x13UploadSourceRequest\x12\x32\n\x06header\x18\x01 \x01(\x0b\x32 .quire.admission.v1.SourceHeaderH\x00\x12\x0f\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00\x42\t\n\x07payload\"P\n\x06Source\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\x12\x14\n\x0c\x63ontent_type\x18\x04 \x01(\t\"`\n\x10SubmitJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12&\n\x08manifest\x18\x02 \x01(\x0b\x32\x14.quire.type.Manifest\x12\x10\n\x08priority\x18\x03 \x01(\t\"\x1d\n\rGetJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\'\n\x17\x44ownloadArtifactRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"M\n\x18\x44ownloadArtifactResponse\x12\r\n\x05\x63hunk\x18\x01 \x01(\x0c\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\"]\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12#\n\x05state\x18\x03 \x01(\x0e\x32\x14.quire.type.JobState\"J\n\x10ListJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.quire.type.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\" \n\x10\x43\x61ncelJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t2\xf7\x03\n\x10\x41\x64missionService\x12U\n\x0cUploadSource\x12\'.quire.admission.v1.UploadSourceRequest\x1a\x1a.quire.admission.v1.Source(\x01\x12\x42\n\tSubmitJob\x12$.quire.admission.v1.SubmitJobRequest\x1a\x0f.quire.type.Job\x12<\n\x06GetJob\x12!.quire.admission.v1.GetJobRequest\x1a\x0f.quire.type.Job\x12o\n\x10\x44ownloadArtifact\x12+.quire.admission.v1.DownloadArtifactRequest\x1a,.quire.admission.v1.DownloadArtifactResponse0\x01\x12U\n\x08ListJobs\x12#.quire.admission.v1.ListJobsRequest\x1a$.quire.admission.v1.ListJobsResponse\x12\x42\n\tCancelJob\x12$.quire.admission.v1.CancelJobRequest\x1a\x0f.quire.type.Jobb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*quire/admission/v1/admission_service.proto\x12\x12quire.admission.v1\x1a\x14quire/type/job.proto\"H\n\x0cSourceHeader\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\x12\x14\n\x0c\x63ontent_type\x18\x03 \x01(\t\"e\n\x13UploadSourceRequest\x12\x32\n\x06header\x18\x01 \x01(\x0b\x32 .quire.admission.v1.SourceHeaderH\x00\x12\x0f\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00\x42\t\n\x07payload\"P\n\x06Source\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\x12\x14\n\x0c\x63ontent_type\x18\x04 \x01(\t\"`\n\x10SubmitJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12&\n\x08manifest\x18\x02 \x01(\x0b\x32\x14.quire.type.Manifest\x12\x10\n\x08priority\x18\x03 \x01(\t\"\x1d\n\rGetJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x0fWatchJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\"B\n\x10WatchJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.quire.type.Job\x12\x10\n\x08sequence\x18\x02 \x01(\x03\"\'\n\x17\x44ownloadArtifactRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"M\n\x18\x44ownloadArtifactResponse\x12\r\n\x05\x63hunk\x18\x01 \x01(\x0c\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\"]\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12#\n\x05state\x18\x03 \x01(\x0e\x32\x14.quire.type.JobState\"J\n\x10ListJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.quire.type.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\" \n\x10\x43\x61ncelJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t2\xd0\x04\n\x10\x41\x64missionService\x12U\n\x0cUploadSource\x12\'.quire.admission.v1.UploadSourceRequest\x1a\x1a.quire.admission.v1.Source(\x01\x12\x42\n\tSubmitJob\x12$.quire.admission.v1.SubmitJobRequest\x1a\x0f.quire.type.Job\x12<\n\x06GetJob\x12!.quire.admission.v1.GetJobRequest\x1a\x0f.quire.type.Job\x12W\n\x08WatchJob\x12#.quire.admission.v1.WatchJobRequest\x1a$.quire.admission.v1.WatchJobResponse0\x01\x12o\n\x10\x44ownloadArtifact\x12+.quire.admission.v1.DownloadArtifactRequest\x1a,.quire.admission.v1.DownloadArtifactResponse0\x01\x12U\n\x08ListJobs\x12#.quire.admission.v1.ListJobsRequest\x1a$.quire.admission.v1.ListJobsResponse\x12\x42\n\tCancelJob\x12$.quire.admission.v1.CancelJobRequest\x1a\x0f.quire.type.Jobb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,16 +42,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SUBMITJOBREQUEST']._serialized_end=443
   _globals['_GETJOBREQUEST']._serialized_start=445
   _globals['_GETJOBREQUEST']._serialized_end=474
-  _globals['_DOWNLOADARTIFACTREQUEST']._serialized_start=476
-  _globals['_DOWNLOADARTIFACTREQUEST']._serialized_end=515
-  _globals['_DOWNLOADARTIFACTRESPONSE']._serialized_start=517
-  _globals['_DOWNLOADARTIFACTRESPONSE']._serialized_end=594
-  _globals['_LISTJOBSREQUEST']._serialized_start=596
-  _globals['_LISTJOBSREQUEST']._serialized_end=689
-  _globals['_LISTJOBSRESPONSE']._serialized_start=691
-  _globals['_LISTJOBSRESPONSE']._serialized_end=765
-  _globals['_CANCELJOBREQUEST']._serialized_start=767
-  _globals['_CANCELJOBREQUEST']._serialized_end=799
-  _globals['_ADMISSIONSERVICE']._serialized_start=802
-  _globals['_ADMISSIONSERVICE']._serialized_end=1305
+  _globals['_WATCHJOBREQUEST']._serialized_start=476
+  _globals['_WATCHJOBREQUEST']._serialized_end=531
+  _globals['_WATCHJOBRESPONSE']._serialized_start=533
+  _globals['_WATCHJOBRESPONSE']._serialized_end=599
+  _globals['_DOWNLOADARTIFACTREQUEST']._serialized_start=601
+  _globals['_DOWNLOADARTIFACTREQUEST']._serialized_end=640
+  _globals['_DOWNLOADARTIFACTRESPONSE']._serialized_start=642
+  _globals['_DOWNLOADARTIFACTRESPONSE']._serialized_end=719
+  _globals['_LISTJOBSREQUEST']._serialized_start=721
+  _globals['_LISTJOBSREQUEST']._serialized_end=814
+  _globals['_LISTJOBSRESPONSE']._serialized_start=816
+  _globals['_LISTJOBSRESPONSE']._serialized_end=890
+  _globals['_CANCELJOBREQUEST']._serialized_start=892
+  _globals['_CANCELJOBREQUEST']._serialized_end=924
+  _globals['_ADMISSIONSERVICE']._serialized_start=927
+  _globals['_ADMISSIONSERVICE']._serialized_end=1519
 # @@protoc_insertion_point(module_scope)

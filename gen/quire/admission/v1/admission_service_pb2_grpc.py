@@ -50,6 +50,11 @@ class AdmissionServiceStub:
                 request_serializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.GetJobRequest.SerializeToString,
                 response_deserializer=quire_dot_type_dot_job__pb2.Job.FromString,
                 _registered_method=True)
+        self.WatchJob = channel.unary_stream(
+                '/quire.admission.v1.AdmissionService/WatchJob',
+                request_serializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.WatchJobRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.WatchJobResponse.FromString,
+                _registered_method=True)
         self.DownloadArtifact = channel.unary_stream(
                 '/quire.admission.v1.AdmissionService/DownloadArtifact',
                 request_serializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.DownloadArtifactRequest.SerializeToString,
@@ -86,6 +91,16 @@ class AdmissionServiceServicer:
 
     def GetJob(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchJob(self, request, context):
+        """Each change of the job's state the moment audit records it, in order,
+        ending after a terminal state (COMPLETED, REJECTED, FAILED, CANCELLED).
+        A broken watch resumes without gaps or repeats by sending the last
+        sequence it saw as after_sequence.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -129,6 +144,11 @@ def add_AdmissionServiceServicer_to_server(servicer, server):
                     servicer.GetJob,
                     request_deserializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.GetJobRequest.FromString,
                     response_serializer=quire_dot_type_dot_job__pb2.Job.SerializeToString,
+            ),
+            'WatchJob': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchJob,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.WatchJobRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.WatchJobResponse.SerializeToString,
             ),
             'DownloadArtifact': grpc.unary_stream_rpc_method_handler(
                     servicer.DownloadArtifact,
@@ -227,6 +247,33 @@ class AdmissionService:
             '/quire.admission.v1.AdmissionService/GetJob',
             quire_dot_admission_dot_v1_dot_admission__service__pb2.GetJobRequest.SerializeToString,
             quire_dot_type_dot_job__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/quire.admission.v1.AdmissionService/WatchJob',
+            quire_dot_admission_dot_v1_dot_admission__service__pb2.WatchJobRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_admission__service__pb2.WatchJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

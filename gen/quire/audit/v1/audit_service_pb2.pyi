@@ -143,6 +143,22 @@ class GetJobRequest(_message.Message):
     name: str
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
+class WatchJobRequest(_message.Message):
+    __slots__ = ("name", "after_sequence")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    after_sequence: int
+    def __init__(self, name: _Optional[str] = ..., after_sequence: _Optional[int] = ...) -> None: ...
+
+class WatchJobResponse(_message.Message):
+    __slots__ = ("job", "sequence")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    job: _job_pb2.Job
+    sequence: int
+    def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ..., sequence: _Optional[int] = ...) -> None: ...
+
 class ListJobEventsRequest(_message.Message):
     __slots__ = ("job", "page_size", "page_token")
     JOB_FIELD_NUMBER: _ClassVar[int]

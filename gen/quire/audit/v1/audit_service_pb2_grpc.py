@@ -40,6 +40,11 @@ class AuditServiceStub:
                 request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.GetJobRequest.SerializeToString,
                 response_deserializer=quire_dot_type_dot_job__pb2.Job.FromString,
                 _registered_method=True)
+        self.WatchJob = channel.unary_stream(
+                '/quire.audit.v1.AuditService/WatchJob',
+                request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.WatchJobRequest.SerializeToString,
+                response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.WatchJobResponse.FromString,
+                _registered_method=True)
         self.ListJobEvents = channel.unary_unary(
                 '/quire.audit.v1.AuditService/ListJobEvents',
                 request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.ListJobEventsRequest.SerializeToString,
@@ -87,6 +92,17 @@ class AuditServiceServicer:
 
     def GetJob(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchJob(self, request, context):
+        """Each change of the job's state as audit records it, in ledger order:
+        the job as it stood after each ledger entry (after after_sequence) that
+        changed its state. Ends after a terminal state (COMPLETED, REJECTED,
+        FAILED, CANCELLED); a FAILED job an operator retries is watched again.
+        RESOURCE_EXHAUSTED (WATCHES_EXCEEDED) past the process's open watches.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -158,6 +174,11 @@ def add_AuditServiceServicer_to_server(servicer, server):
                     request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.GetJobRequest.FromString,
                     response_serializer=quire_dot_type_dot_job__pb2.Job.SerializeToString,
             ),
+            'WatchJob': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchJob,
+                    request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.WatchJobRequest.FromString,
+                    response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.WatchJobResponse.SerializeToString,
+            ),
             'ListJobEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.ListJobEvents,
                     request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.ListJobEventsRequest.FromString,
@@ -226,6 +247,33 @@ class AuditService:
             '/quire.audit.v1.AuditService/GetJob',
             quire_dot_audit_dot_v1_dot_audit__service__pb2.GetJobRequest.SerializeToString,
             quire_dot_type_dot_job__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/quire.audit.v1.AuditService/WatchJob',
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.WatchJobRequest.SerializeToString,
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.WatchJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -25,6 +25,7 @@ from quire.admission.uploadlimits import UploadLedger
 from quire.admission.uploads import UploadGate
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
+from quire.admission.watch import WatchRelay
 from quire.audit.v1 import audit_service_pb2_grpc
 from quire.database import Database
 from quire.grpcserver import serve
@@ -36,6 +37,7 @@ from quire.settings import (
     ReconcileSettings,
     ServiceSettings,
     TempSpaceSettings,
+    WatchSettings,
 )
 from quire.storage import open_blob_store
 from quire.tempspace import TempKeeper
@@ -69,6 +71,7 @@ async def main() -> None:
     validator_channel = peers.channel("validator")
     outstanding = OutstandingJobs(database, audit)
     views = JobViews(database, audit, outstanding)
+    watches = WatchRelay(audit, outstanding, WatchSettings.from_env())
     intake = Intake(
         database,
         events,
@@ -97,6 +100,7 @@ async def main() -> None:
             outstanding=outstanding,
         ),
         settings=admission,
+        watches=watches,
     )
     reconciler = Reconciler(
         database=database,
@@ -113,6 +117,7 @@ async def main() -> None:
         sweeper.append(asyncio.create_task(reconciler.run_forever()))
 
     async def drain() -> None:
+        watches.close()
         for task in sweeper:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -25,9 +25,19 @@ from quire.admission.tenants import TenantDirectory
 from quire.admission.uploads import UploadGate
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
+from quire.admission.watch import WatchRelay
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
-from quire.errors import DataLoss, FailedPrecondition, QuireError, SystemFailure, TransientError
+from quire.errors import (
+    DataLoss,
+    FailedPrecondition,
+    FieldViolation,
+    InvalidInput,
+    NotFound,
+    QuireError,
+    SystemFailure,
+    TransientError,
+)
 from quire.faults import fault_point
 from quire.grpcstatus import at_the_edge
 from quire.jobs import job_id
@@ -54,6 +64,7 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         views: JobViews,
         canceller: Canceller,
         settings: AdmissionSettings,
+        watches: WatchRelay | None = None,
     ) -> None:
         self._db = database
         self._blobs = blobs
@@ -64,6 +75,7 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         self._views = views
         self._canceller = canceller
         self._settings = settings
+        self._watches = watches
 
     @at_the_edge(DOMAIN)
     async def UploadSource(  # noqa: N802 - gRPC method name
@@ -106,6 +118,26 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
     ) -> job_pb2.Job:
         tenant = await self._tenants.authenticate(context)
         return await self._views.current(await self._views.owned(tenant.id, request.name))
+
+    @at_the_edge(DOMAIN)
+    async def WatchJob(  # noqa: N802 - gRPC method name
+        self, request: pb.WatchJobRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.WatchJobResponse]:
+        tenant = await self._tenants.authenticate(context)
+        accepted = await self._views.owned(tenant.id, request.name)
+        if request.after_sequence < 0:
+            raise InvalidInput(
+                ReasonCode.INVALID_PAGE,
+                "after_sequence must not be negative",
+                (FieldViolation("after_sequence", "negative"),),
+            )
+        if self._watches is None:
+            raise NotFound("this admission service relays no watches")
+        changes = self._watches.relay(
+            accepted.name, request.after_sequence, context.time_remaining()
+        )
+        async for change in changes:
+            yield pb.WatchJobResponse(job=change.job, sequence=change.sequence)
 
     @at_the_edge(DOMAIN)
     async def DownloadArtifact(  # noqa: N802 - gRPC method name

@@ -18,17 +18,17 @@ from quire.audit.completion import CompletionDesk
 from quire.audit.deadletterbook import DeadLetterBook
 from quire.audit.deadletterdesk import DeadLetterDesk
 from quire.audit.deadletters import DeadLetterOffice
-from quire.audit.history import HistoryWatch
 from quire.audit.recorder import EVENTS_IN_FLIGHT, EventRecorder
 from quire.audit.retrydrive import RetryRedriver
 from quire.audit.servicer import AuditServicer
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
+from quire.audit.watch import JobWatches, LedgerNotices
 from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.peers import Peers
 from quire.runtime import load_wire, start_runtime
-from quire.settings import ReconcileSettings, ServiceSettings
+from quire.settings import ReconcileSettings, ServiceSettings, WatchSettings
 from quire.stageservice import batch_slots
 from quire.storage import open_blob_store
 from quire.transitions import EventFactory
@@ -51,7 +51,8 @@ async def main() -> None:
     publisher = Publisher(js, signer=wire.signer)
     database = Database(settings.database_url, tables.metadata)
     database.create_schema()
-    history = HistoryWatch()
+    watches = JobWatches(database, WatchSettings.from_env())
+    history = LedgerNotices(watches)
     desk = CompletionDesk(
         database=database,
         blobs=open_blob_store(settings.blob_root, settings.data_dir, settings.kek, owner=SERVICE),
@@ -105,7 +106,7 @@ async def main() -> None:
                 consumer_name("commit", "interactive"): settings.concurrency,
                 consumer_name("commit", "batch"): batch_slots(settings.concurrency),
             },
-            handler=desk.handle,
+            handler=watches.after(desk.handle),
             ack_wait_seconds=settings.queue.ack_wait_seconds,
             fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
             verifier=wire.verifier,
@@ -135,6 +136,7 @@ async def main() -> None:
         background.append(asyncio.create_task(retries.run_forever()))
 
     async def drain() -> None:
+        watches.close()
         for task in background:
             task.cancel()
         await asyncio.gather(*(worker.drain() for worker in workers))
@@ -142,7 +144,13 @@ async def main() -> None:
 
     def register(server: grpc.aio.Server) -> None:
         pb_grpc.add_AuditServiceServicer_to_server(
-            AuditServicer(database, checkpoints, dead_letters=dead_letters, operators=operators),
+            AuditServicer(
+                database,
+                checkpoints,
+                dead_letters=dead_letters,
+                operators=operators,
+                watches=watches,
+            ),
             server,
         )
 

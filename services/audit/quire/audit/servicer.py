@@ -4,6 +4,7 @@ dead-letter decisions and retirement records (``quire.audit.retirement``)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -19,6 +20,7 @@ from quire.audit.retirement import record_retirement
 from quire.audit.v1 import audit_service_pb2 as pb
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from quire.audit.verification import verify_ledger
+from quire.audit.watch import JobWatches
 from quire.database import Database
 from quire.errors import FieldViolation, InvalidInput, NotFound
 from quire.grpcstatus import at_the_edge
@@ -108,8 +110,10 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         *,
         dead_letters: DeadLetterDesk | None = None,
         operators: OperatorCheck | None = None,
+        watches: JobWatches | None = None,
     ) -> None:
         self._db = database
+        self._watches = watches or JobWatches(database)
         self._checkpoints = checkpoints
         self._dead_letters = dead_letters
         self._operators = operators
@@ -178,6 +182,20 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         if name not in views:
             raise NotFound("job not found")
         return _job(views[name])
+
+    @at_the_edge(DOMAIN)
+    async def WatchJob(  # noqa: N802 - gRPC method name
+        self, request: pb.WatchJobRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.WatchJobResponse]:
+        name = job_name(job_id(request.name))
+        if request.after_sequence < 0:
+            raise InvalidInput(
+                ReasonCode.INVALID_PAGE,
+                "after_sequence must not be negative",
+                (FieldViolation("after_sequence", "negative"),),
+            )
+        async for facts, sequence in self._watches.changes(name, request.after_sequence):
+            yield pb.WatchJobResponse(job=_job(facts), sequence=sequence)
 
     @at_the_edge(DOMAIN)
     async def VerifyLedger(  # noqa: N802 - gRPC method name

@@ -1,0 +1,102 @@
+"""WatchJob at the front door: audit's stream of a job's state changes,
+relayed to the tenant that owns the job.
+
+Ownership is checked first (``JobViews.owned``: another tenant's job is
+NOT_FOUND, as in GetJob). The caller's deadline goes on to audit's call, and
+the caller going away cancels it; audit ending the stream ends this one.
+Audit being unreachable, or going away mid-stream, is UNAVAILABLE
+(``DEPENDENCY_UNAVAILABLE``), and draining ends every relay UNAVAILABLE
+(``SERVICE_DRAINING``): the client watches again from the last sequence it
+saw. Open relays are bounded per process like audit's watches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import grpc
+
+from quire.admission.outstanding import OutstandingJobs
+from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+from quire.errors import Overloaded, QuotaViolation, TransientError
+from quire.jobs import TERMINAL_STATES, state_name
+from quire.reasons import ReasonCode
+from quire.settings import WatchSettings
+
+__all__ = ["WatchRelay"]
+
+
+def _overloaded(limit: int) -> Overloaded:
+    return Overloaded(
+        ReasonCode.WATCHES_EXCEEDED,
+        "too many open watches; try again shortly",
+        retry_after=1.0,
+        quota=(QuotaViolation("watches", f"at most {limit} open watches per process"),),
+    )
+
+
+class WatchRelay:
+    def __init__(
+        self,
+        audit: audit_service_pb2_grpc.AuditServiceStub,
+        outstanding: OutstandingJobs,
+        settings: WatchSettings | None = None,
+    ) -> None:
+        self._audit = audit
+        self._outstanding = outstanding
+        self._settings = settings or WatchSettings()
+        self._open = 0
+        self._closed = asyncio.Event()
+
+    def close(self) -> None:
+        """End every relay (UNAVAILABLE) and refuse new ones: draining."""
+        self._closed.set()
+
+    async def relay(
+        self, name: str, after: int, timeout: float | None
+    ) -> AsyncIterator[audit_service_pb2.WatchJobResponse]:
+        """Audit's changes of the job ``name`` (already known to be the
+        caller's) after ``after``, until audit ends the stream."""
+        if self._closed.is_set():
+            raise TransientError(ReasonCode.SERVICE_DRAINING, "admission is shutting down")
+        if self._open >= self._settings.max_watches:
+            raise _overloaded(self._settings.max_watches)
+        self._open += 1
+        call = self._audit.WatchJob(
+            audit_service_pb2.WatchJobRequest(name=name, after_sequence=after),
+            timeout=timeout,
+            wait_for_ready=True,
+        )
+        closing = asyncio.ensure_future(self._closed.wait())
+        reading: asyncio.Future[object] | None = None
+        try:
+            while True:
+                reading = asyncio.ensure_future(call.read())
+                await asyncio.wait((reading, closing), return_when=asyncio.FIRST_COMPLETED)
+                if not reading.done():
+                    raise TransientError(
+                        ReasonCode.SERVICE_DRAINING, "admission is shutting down; watch again"
+                    )
+                try:
+                    change = reading.result()
+                except grpc.aio.AioRpcError as error:
+                    if error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        raise _overloaded(self._settings.max_watches) from None
+                    raise TransientError(
+                        ReasonCode.DEPENDENCY_UNAVAILABLE, "audit unavailable; watch again"
+                    ) from None
+                if change is grpc.aio.EOF:
+                    return
+                assert isinstance(change, audit_service_pb2.WatchJobResponse)
+                if state_name(change.job.state) in TERMINAL_STATES:
+                    with contextlib.suppress(Exception):
+                        await self._outstanding.mark_finished([change.job.name])
+                yield change
+        finally:
+            self._open -= 1
+            closing.cancel()
+            if reading is not None:
+                reading.cancel()
+            call.cancel()

@@ -1,0 +1,208 @@
+"""WatchJob: each change of a job's state, pushed as audit records it.
+
+A watch reads the job's ledger entries after its position, folds them into
+the job view by the ledger's own rule (``quire.audit.jobview``), yields the
+view after every entry that changed the state, and then sleeps until the
+job's history grows. It is woken
+
+- at once by this process's own appends: the events recorder's notice
+  (:class:`LedgerNotices`, audit's ``HistoryWatch``) and the completion
+  desk's (:meth:`JobWatches.after`);
+- within ``poll_seconds`` by another audit replica's appends (a shared
+  PostgreSQL ledger): one query per process per interval asks, for every
+  watched job together, for its newest sequence.
+
+Within one job, ledger sequence is commit order (a tenant's appends hold its
+chain head's lock), so resuming after a sequence misses nothing and repeats
+nothing. A watch ends after a terminal state. Open watches are bounded per
+process (RESOURCE_EXHAUSTED, ``WATCHES_EXCEEDED``) and end UNAVAILABLE
+(``SERVICE_DRAINING``) when the service drains, so a client watches again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
+from typing import Any
+
+from google.protobuf.message import DecodeError
+from nats.aio.msg import Msg
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from quire.audit import tables
+from quire.audit.history import HistoryWatch
+from quire.audit.jobview import JobFacts, apply, is_retirement
+from quire.database import Database
+from quire.errors import Overloaded, QuotaViolation, TransientError
+from quire.jobs import TERMINAL_STATES
+from quire.reasons import ReasonCode
+from quire.settings import WatchSettings
+from quire.type import queue_pb2
+
+__all__ = ["JobWatches", "LedgerNotices"]
+
+log = logging.getLogger(__name__)
+
+
+class _Watcher:
+    __slots__ = ("job", "position", "woken")
+
+    def __init__(self, job: str) -> None:
+        self.job = job
+        self.position = 0
+        """The last ledger sequence of this job the watch has read."""
+        self.woken = asyncio.Event()
+
+
+def _entries_after(session: Session, *, job: str, after: int) -> list[Any]:
+    table = tables.ledger
+    return list(
+        session.execute(
+            select(table.c.sequence, table.c.event)
+            .where(table.c.job == job, table.c.sequence > after)
+            .order_by(table.c.sequence)
+        )
+    )
+
+
+def _heads(session: Session, *, jobs: list[str]) -> dict[str, int]:
+    table = tables.ledger
+    rows = session.execute(
+        select(table.c.job, func.max(table.c.sequence))
+        .where(table.c.job.in_(jobs))
+        .group_by(table.c.job)
+    )
+    return {job: int(head) for job, head in rows}
+
+
+class JobWatches:
+    """This process's open watches, their bound, and what wakes them."""
+
+    def __init__(self, database: Database, settings: WatchSettings | None = None) -> None:
+        self._db = database
+        self._settings = settings or WatchSettings()
+        self._watchers: dict[str, set[_Watcher]] = defaultdict(set)
+        self._open = 0
+        self._closed = False
+        self._poller: asyncio.Task[None] | None = None
+
+    @property
+    def open(self) -> int:
+        return self._open
+
+    def notify(self, job: str) -> None:
+        """The job's ledger history grew (committed): wake its watches."""
+        for watcher in self._watchers.get(job, ()):
+            watcher.woken.set()
+
+    def after(self, handler: Callable[[Msg], Awaitable[None]]) -> Callable[[Msg], Awaitable[None]]:
+        """``handler`` of commit tasks, then a notice for the task's job (the
+        completion desk appends COMPLETED or FAILED itself)."""
+
+        async def handle(msg: Msg) -> None:
+            try:
+                await handler(msg)
+            finally:
+                try:
+                    job = queue_pb2.JobTask.FromString(msg.data).job
+                except DecodeError:
+                    job = ""
+                if job:
+                    self.notify(job)
+
+        return handle
+
+    def close(self) -> None:
+        """End every open watch (UNAVAILABLE) and refuse new ones: draining."""
+        self._closed = True
+        for watchers in self._watchers.values():
+            for watcher in watchers:
+                watcher.woken.set()
+        if self._poller is not None:
+            self._poller.cancel()
+
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise TransientError(ReasonCode.SERVICE_DRAINING, "audit is shutting down; watch again")
+
+    async def changes(self, job: str, after: int) -> AsyncIterator[tuple[JobFacts, int]]:
+        """The job's view after each entry past ``after`` that changed its
+        state, with the entry's sequence; ends after a terminal state."""
+        self._refuse_if_closed()
+        limit = self._settings.max_watches
+        if self._open >= limit:
+            raise Overloaded(
+                ReasonCode.WATCHES_EXCEEDED,
+                "too many open watches; try again shortly",
+                retry_after=1.0,
+                quota=(QuotaViolation("watches", f"at most {limit} open watches per process"),),
+            )
+        watcher = _Watcher(job)
+        self._open += 1
+        self._watchers[job].add(watcher)
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.create_task(self._poll())
+        try:
+            facts: JobFacts | None = None
+            while True:
+                watcher.woken.clear()  # before the read: a notice during it is kept
+                rows = await self._db.read(partial(_entries_after, job=job, after=watcher.position))
+                for sequence, data in rows:
+                    watcher.position = sequence
+                    event = queue_pb2.TransitionEvent.FromString(data)
+                    if is_retirement(event):
+                        continue
+                    before = facts
+                    facts = apply(facts, event)
+                    if sequence > after and (before is None or before.state != facts.state):
+                        yield facts, sequence
+                        if facts.state in TERMINAL_STATES:
+                            return
+                if facts is not None and facts.state in TERMINAL_STATES:
+                    return  # ended at or before ``after``: nothing more to say
+                await watcher.woken.wait()
+                self._refuse_if_closed()
+        finally:
+            self._open -= 1
+            watchers = self._watchers.get(job)
+            if watchers is not None:
+                watchers.discard(watcher)
+                if not watchers:
+                    del self._watchers[job]
+
+    async def _poll(self) -> None:
+        """While any watch is open: wake those whose job another replica extended."""
+        while self._watchers and not self._closed:
+            await asyncio.sleep(self._settings.poll_seconds)
+            behind = {
+                job: min(w.position for w in watchers)
+                for job, watchers in self._watchers.items()
+                if watchers
+            }
+            if not behind:
+                continue
+            try:
+                heads = await self._db.read(partial(_heads, jobs=list(behind)))
+            except Exception as error:  # noqa: BLE001 - the next interval tries again
+                log.warning("watch poll failed (%s)", type(error).__name__)
+                continue
+            for job, head in heads.items():
+                for watcher in self._watchers.get(job, ()):
+                    if head > watcher.position:
+                        watcher.woken.set()
+
+
+class LedgerNotices(HistoryWatch):
+    """Audit's history notice (the events recorder's) that also wakes watches."""
+
+    def __init__(self, watches: JobWatches) -> None:
+        super().__init__()
+        self._watches = watches
+
+    def notify(self, job: str) -> None:
+        super().notify(job)
+        self._watches.notify(job)

@@ -1,0 +1,246 @@
+"""WatchJob (issue 14, "what must be shown" 3): a client sees each change of a
+job's state once, in ledger order, ending at the terminal state — also when
+admission restarts in the middle of the watch — without polling.
+
+The stack tests compare what the watch delivered with the ledger's own
+sequence of state changes for the job (audit's ListJobEvents, folded by the
+job view's rule). The unit tests drive audit's watches over a SQLite ledger:
+an append wakes a watch at once, a resumed watch repeats nothing, the bound
+refuses RESOURCE_EXHAUSTED and draining ends the open watches."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from damaged import AMBIGUOUS
+
+from pdfs import write_text_pdf
+from quire.audit import ledger, tables
+from quire.audit.jobview import JobFacts, apply, is_retirement
+from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+from quire.audit.watch import JobWatches
+from quire.cli.args import bearer_metadata
+from quire.client import AdmissionClient, PacketItem
+from quire.database import Database
+from quire.errors import Overloaded, TransientError
+from quire.grpcstatus import reason_of
+from quire.jobs import state_name
+from quire.reasons import ReasonCode
+from quire.settings import WatchSettings
+from quire.stack.supervisor import Stack, StackInfo
+from quire.transitions import EventFactory
+from quire.type import queue_pb2
+
+Changes = list[tuple[int, str]]
+
+
+async def _ledger_changes(stack: Stack, job: str) -> Changes:
+    """(sequence, state) of each ledger entry that changed the job's state."""
+    info = StackInfo.read(stack.data_dir)
+    async with grpc.aio.insecure_channel(info.endpoints["audit"]) as channel:
+        audit = audit_service_pb2_grpc.AuditServiceStub(channel)
+        reply = await audit.ListJobEvents(
+            audit_service_pb2.ListJobEventsRequest(job=job, page_size=500),
+            metadata=bearer_metadata(info.operator_token()),
+        )
+    facts: JobFacts | None = None
+    changes: Changes = []
+    for entry in reply.entries:
+        if is_retirement(entry.event):
+            continue
+        before, facts = facts, apply(facts, entry.event)
+        if before is None or before.state != facts.state:
+            changes.append((entry.sequence, facts.state))
+    return changes
+
+
+def _seen(changes: list[object]) -> Changes:
+    return [(c.sequence, state_name(c.job.state)) for c in changes]  # type: ignore[attr-defined]
+
+
+async def _one_page_job(client: AdmissionClient, folder: Path, text: str) -> str:
+    source = await client.upload(write_text_pdf(folder / f"{text}.pdf", [text]))
+    return (await client.submit([PacketItem(text, source.sha256)])).name
+
+
+@pytest.mark.stack
+async def test_a_watch_delivers_every_state_change_in_ledger_order(
+    stack: Stack, client: AdmissionClient, tmp_path: Path
+) -> None:
+    name = await _one_page_job(client, tmp_path, "watched")
+    changes = [change async for change in client.watch_changes(name, timeout=60)]
+    seen = _seen(changes)
+    states = [state for _, state in seen]
+    assert states[0] == "ACCEPTED" and states[-1] == "COMPLETED", states
+    assert {"VALIDATING", "ASSEMBLING", "SIGNING", "COMMITTING"} <= set(states), states
+    assert len(states) == len(set(states)), "no state twice"
+    assert seen == await _ledger_changes(stack, name), "exactly the ledger's changes, in order"
+    assert changes[-1].job == await client.get_job(name), "the last view is GetJob's"
+
+    # Watching a finished job again replays the same; after its end, nothing.
+    assert _seen([c async for c in client.watch_changes(name, timeout=10)]) == seen
+    after_end = client.watch_changes(name, after_sequence=seen[-1][0], timeout=10)
+    assert [c async for c in after_end] == []
+    # Resuming from the middle gives the rest and only the rest.
+    middle = seen[1][0]
+    rest = client.watch_changes(name, after_sequence=middle, timeout=10)
+    assert _seen([c async for c in rest]) == seen[2:]
+
+    jobs = [job async for job in client.watch(name, timeout=10)]
+    assert [state_name(job.state) for job in jobs] == states
+    assert await client.wait(name, timeout=10) == changes[-1].job
+
+
+@pytest.mark.stack
+async def test_a_watch_resumes_across_an_admission_restart(  # type: ignore[no-untyped-def]
+    stack: Stack, client: AdmissionClient, validate_queue, tmp_path: Path
+) -> None:
+    await validate_queue.pause()  # the job waits at ACCEPTED until admission is killed
+    name = await _one_page_job(client, tmp_path, "restarted")
+    received: list[object] = []
+    first = asyncio.Event()
+
+    async def follow() -> None:
+        changes = client.watch_changes(name, timeout=120)
+        async with contextlib.aclosing(changes):
+            async for change in changes:
+                received.append(change)
+                first.set()
+
+    watching = asyncio.create_task(follow())
+    await asyncio.wait_for(first.wait(), 30)
+    assert _seen(received) == [(_seen(received)[0][0], "ACCEPTED")]
+
+    restarts = stack.restarts("admission")
+    stack.kill("admission")
+    await validate_queue.resume()  # the job moves on while admission is down
+    deadline = time.monotonic() + 60
+    while stack.restarts("admission") == restarts:
+        assert time.monotonic() < deadline, "admission was not restarted"
+        await asyncio.sleep(0.1)
+    await asyncio.to_thread(stack.wait_healthy)
+    await asyncio.wait_for(watching, 120)
+
+    seen = _seen(received)
+    states = [state for _, state in seen]
+    assert states[0] == "ACCEPTED" and states[-1] == "COMPLETED", states
+    assert len(states) == len(set(states)), "nothing repeated after the resume"
+    assert seen == await _ledger_changes(stack, name), "nothing missed either"
+    assert stack.restarts("admission") == restarts + 1
+
+
+@pytest.mark.stack
+async def test_another_tenants_job_cannot_be_watched(  # type: ignore[no-untyped-def]
+    stack: Stack, client: AdmissionClient, tenants, tmp_path: Path
+) -> None:
+    name = await _one_page_job(client, tmp_path, "private")
+    stranger = await tenants("stranger")
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        async for _change in stranger.watch_changes(name, timeout=10):
+            pass
+    with pytest.raises(grpc.aio.AioRpcError) as looked:
+        await stranger.get_job(name)
+    assert refused.value.code() == looked.value.code() == grpc.StatusCode.NOT_FOUND
+    assert reason_of(refused.value) == reason_of(looked.value)
+
+
+@pytest.mark.stack
+async def test_a_rejected_jobs_watch_ends_at_rejected(
+    stack: Stack, client: AdmissionClient, tmp_path: Path
+) -> None:
+    builder, sub_code = AMBIGUOUS["revisions-disagree"]
+    source = await client.upload(builder(tmp_path / "revisions.pdf"))
+    name = (await client.submit([PacketItem("guess", source.sha256)])).name
+    changes = [change async for change in client.watch_changes(name, timeout=60)]
+    seen = _seen(changes)
+    assert seen[0][1] == "ACCEPTED" and seen[-1][1] == "REJECTED", seen
+    assert (changes[-1].job.reason_code, changes[-1].job.reason_detail) == (
+        "MALFORMED_PDF",
+        sub_code,
+    )
+    assert seen == await _ledger_changes(stack, name)
+    final = await client.wait(name, timeout=10)
+    assert state_name(final.state) == "REJECTED"
+
+
+FACTORY = EventFactory("test", "instance", "0")
+JOB = "jobs/aa01"
+
+
+def _append(database: Database, from_state: str, to_state: str, reason: str = "") -> None:
+    task = queue_pb2.JobTask(job=JOB, tenant="t1", manifest_digest="m" * 64, ruleset="r@1")
+    event = FACTORY.transition(
+        task, from_state, to_state, attempt=1, lease_token=1, reason_code=reason
+    )
+    database.transaction(lambda s: ledger.append(s, event))
+
+
+@pytest.fixture
+def database(tmp_path: Path):  # type: ignore[no-untyped-def]
+    opened = Database(f"sqlite:///{tmp_path / 'audit.db'}", tables.metadata)
+    opened.create_schema()
+    yield opened
+    opened.close()
+
+
+async def test_an_append_wakes_the_watch_at_once_and_a_resume_repeats_nothing(
+    database: Database,
+) -> None:
+    watches = JobWatches(database, WatchSettings(poll_seconds=60))  # the poll never helps
+    _append(database, "", "ACCEPTED")
+    changes = watches.changes(JOB, 0)
+    facts, first = await asyncio.wait_for(anext(changes), 5)
+    assert facts.state == "ACCEPTED"
+    pending = asyncio.ensure_future(anext(changes))
+    await asyncio.sleep(0.05)
+    assert not pending.done(), "nothing new yet"
+    _append(database, "ACCEPTED", "VALIDATING")
+    _append(database, "ACCEPTED", "VALIDATING", "LATE")  # a late duplicate step: no change
+    watches.notify(JOB)
+    facts, second = await asyncio.wait_for(pending, 1)
+    assert facts.state == "VALIDATING" and second > first
+    _append(database, "VALIDATING", "REJECTED", "MALFORMED_PDF")
+    watches.notify(JOB)
+    facts, third = await asyncio.wait_for(anext(changes), 1)
+    assert (facts.state, facts.reason_code) == ("REJECTED", "MALFORMED_PDF")
+    with pytest.raises(StopAsyncIteration):
+        await anext(changes)
+    assert watches.open == 0
+
+    resumed = [(f.state, s) async for f, s in watches.changes(JOB, second)]
+    assert resumed == [("REJECTED", third)]
+    assert [s async for s in watches.changes(JOB, third)] == []
+
+
+async def test_the_poll_finds_appends_it_was_not_told_of(database: Database) -> None:
+    watches = JobWatches(database, WatchSettings(poll_seconds=0.1))
+    changes = watches.changes(JOB, 0)
+    pending = asyncio.ensure_future(anext(changes))
+    await asyncio.sleep(0.05)
+    _append(database, "", "ACCEPTED")  # another replica's append: no notice here
+    facts, _sequence = await asyncio.wait_for(pending, 2)
+    assert facts.state == "ACCEPTED"
+    await changes.aclose()
+    assert watches.open == 0
+
+
+async def test_watches_are_bounded_and_end_when_the_service_drains(database: Database) -> None:
+    watches = JobWatches(database, WatchSettings(max_watches=1, poll_seconds=60))
+    held = watches.changes(JOB, 0)
+    pending = asyncio.ensure_future(anext(held))
+    await asyncio.sleep(0.05)
+    with pytest.raises(Overloaded) as refused:
+        await anext(watches.changes(JOB, 0))
+    assert refused.value.reason == ReasonCode.WATCHES_EXCEEDED
+    watches.close()
+    with pytest.raises(TransientError) as ended:
+        await asyncio.wait_for(pending, 1)
+    assert ended.value.reason == ReasonCode.SERVICE_DRAINING
+    assert watches.open == 0
+    with pytest.raises(TransientError):
+        await anext(watches.changes(JOB, 0))
