@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -34,22 +35,18 @@ def entry_hash(prev_hash: str, event_bytes: bytes) -> str:
 
 
 def append(session: Session, event: queue_pb2.TransitionEvent) -> bool:
-    """Append ``event`` unless its id is already recorded. Returns True when appended."""
+    """Append ``event`` unless its id is already recorded. Returns True when appended.
+
+    A repeated id is found before anything is written: an insert that conflicts
+    would still use up a sequence number on PostgreSQL, and a gap in the
+    sequence reads as a deleted entry to the verifier.
+    """
     known = session.execute(
         select(tables.ledger.c.sequence).where(tables.ledger.c.event_id == event.event_id)
     ).first()
     if known is not None:
         return False
-    # The head row exists before it is locked, so the first appends of a new
-    # tenant serialize on it too.
-    insert_if_absent(
-        session, tables.chain_heads, {"tenant": event.tenant, "head_hash": GENESIS, "length": 0}
-    )
-    head = session.execute(
-        select(tables.chain_heads)
-        .where(tables.chain_heads.c.tenant == event.tenant)
-        .with_for_update()
-    ).one()
+    head = _locked_head(session, event.tenant)
     prev = head.head_hash
     data = event.SerializeToString(deterministic=True)
     digest = entry_hash(prev, data)
@@ -76,6 +73,22 @@ def append(session: Session, event: queue_pb2.TransitionEvent) -> bool:
     if not is_retirement(event):
         _advance_view(session, event, now)
     return True
+
+
+def _locked_head(session: Session, tenant: str) -> Any:
+    """The tenant's chain head, locked for this transaction (created at
+    genesis first if the tenant has none, so that a new tenant's first
+    appends serialize on it too)."""
+    locked = (
+        select(tables.chain_heads).where(tables.chain_heads.c.tenant == tenant).with_for_update()
+    )
+    head = session.execute(locked).first()
+    if head is None:
+        insert_if_absent(
+            session, tables.chain_heads, {"tenant": tenant, "head_hash": GENESIS, "length": 0}
+        )
+        head = session.execute(locked).one()
+    return head
 
 
 def _advance_view(session: Session, event: queue_pb2.TransitionEvent, now: datetime) -> None:
