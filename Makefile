@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 DATA_DIR ?= .quire
 PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 
-.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine soak venv clean
+.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine load soak venv clean
 
 venv: $(VENV)/.installed
 
@@ -64,6 +64,9 @@ bench-quarantine: venv
 
 bench-decoding: venv
 	$(PY) bench/decoding_bench.py
+
+load: venv
+	$(PY) -m bench.load.main
 
 protos: venv
 	rm -rf gen/quire
