@@ -23,6 +23,7 @@ import grpc
 import pikepdf
 import pytest
 from damaged import AMBIGUOUS, EVERYDAY
+from operatorcalls import AsOperator
 from quirecli import ROOT, run_quire
 from sealedstore import plaintext
 
@@ -77,27 +78,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     running.stop()
 
 
-class _AsOperator(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
-    def __init__(self, token: str) -> None:
-        self._metadata = (("authorization", f"Bearer {token}"),)
-
-    async def intercept_unary_unary(self, continuation, details, request):  # type: ignore[no-untyped-def]
-        details = grpc.aio.ClientCallDetails(
-            details.method,
-            details.timeout,
-            self._metadata,
-            details.credentials,
-            details.wait_for_ready,
-        )
-        return await continuation(details, request)
-
-
 @pytest.fixture
 async def validator(stack: Stack) -> AsyncIterator[vgrpc.ValidatorServiceStub]:
     """The validator's API (the review desk), called with the operator token."""
     info = StackInfo.read(stack.data_dir)
     async with grpc.aio.insecure_channel(
-        info.endpoints["validator"], interceptors=[_AsOperator(info.operator_token())]
+        info.endpoints["validator"], interceptors=[AsOperator(info.operator_token())]
     ) as channel:
         yield vgrpc.ValidatorServiceStub(channel)
 

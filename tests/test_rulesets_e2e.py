@@ -11,6 +11,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from operatorcalls import AsOperator
 
 from pdfs import write_form_pdf
 from quire.admission.v1 import admission_service_pb2 as pb
@@ -67,26 +68,11 @@ async def _lease(client: AdmissionClient, tmp_path: Path, text: str, fields: dic
     return (await client.upload(path)).sha256
 
 
-class _AsOperator(grpc.aio.UnaryUnaryClientInterceptor):
-    def __init__(self, token: str) -> None:
-        self._metadata = (("authorization", f"Bearer {token}"),)
-
-    async def intercept_unary_unary(self, continuation, details, request):  # type: ignore[no-untyped-def]
-        details = grpc.aio.ClientCallDetails(
-            details.method,
-            details.timeout,
-            self._metadata,
-            details.credentials,
-            details.wait_for_ready,
-        )
-        return await continuation(details, request)
-
-
 @pytest.fixture
 async def validator(stack):  # type: ignore[no-untyped-def]
     """The validator's API, called with the operator token."""
     info = StackInfo.read(stack.data_dir)
-    interceptor = _AsOperator(info.operator_token())
+    interceptor = AsOperator(info.operator_token())
     async with grpc.aio.insecure_channel(
         info.endpoints["validator"], interceptors=[interceptor]
     ) as channel:
@@ -96,7 +82,7 @@ async def validator(stack):  # type: ignore[no-untyped-def]
 async def test_review_calls_need_an_operator_token(stack) -> None:  # type: ignore[no-untyped-def]
     info = StackInfo.read(stack.data_dir)
     for token in ("", info.token()):  # none, and a tenant's
-        interceptors = [_AsOperator(token)] if token else []
+        interceptors = [AsOperator(token)] if token else []
         async with grpc.aio.insecure_channel(
             info.endpoints["validator"], interceptors=interceptors
         ) as channel:
