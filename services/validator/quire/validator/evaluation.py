@@ -164,26 +164,25 @@ class Evaluator:
         findings: list[dict[str, object]] = []
         paths: list[str] = []
         repairs: list[tuple[job_pb2.SourceRepair, Path]] = []
-        for source in task.sources:
-            try:
-                path = await files.plain(source.blob_key, source.sha256)
-            except PermanentError as error:
-                if error.reason not in UNREADABLE_SOURCE:
-                    raise  # DATA_SHREDDED and the like end the job as they are
-                finding = Finding("", 0, error.reason)
-            else:
-                # Where a repair writes its clean rewrite; none when the ruleset refuses repairs.
-                rewrite = "" if ruleset.repair_policy == "refuse" else str(files.new_file("clean"))
-                finding = await self._inspect(path, source, limits, attempt, rewrite)
-                if finding.repaired:
-                    repairs.append((_repair_of(source, finding), Path(rewrite)))
-                    path = rewrite  # the rules read what later stages will merge
-                paths.append(path)
+        # Every source is inspected at once (each in its own sandbox call); the
+        # outcomes are then read in manifest order, so the verdict, the findings
+        # recorded and any error raised are those of the first source that fails.
+        looked = await asyncio.gather(
+            *(self._look(source, ruleset, limits, attempt, files) for source in task.sources),
+            return_exceptions=True,
+        )
+        for source, seen in zip(task.sources, looked, strict=True):
+            if isinstance(seen, BaseException):
+                raise seen
+            finding, path = seen
+            if finding.repaired:
+                repairs.append((_repair_of(source, finding), Path(path)))
             findings.append(
                 {"position": source.position, "sha256": source.sha256, **asdict(finding)}
             )
             if finding.reason:
                 return Evaluation("REJECTED", finding.reason, findings, [], finding.detail)
+            paths.append(path)
         evaluation = await self._judge(task, ruleset, attempt, paths, findings)
         if evaluation.verdict == "REJECTED" or not repairs:
             return evaluation
@@ -211,6 +210,27 @@ class Evaluator:
             decisions=decisions,
             repairs=[repair for repair, _rewrite in repairs],
         )
+
+    async def _look(
+        self,
+        source: job_pb2.SourceRef,
+        ruleset: Ruleset,
+        limits: PdfLimits,
+        attempt: int,
+        files: AttemptFiles,
+    ) -> tuple[Finding, str]:
+        """One source's finding, and the path later checks read: its clean
+        rewrite when it was repaired, else the upload."""
+        try:
+            path = await files.plain(source.blob_key, source.sha256)
+        except PermanentError as error:
+            if error.reason not in UNREADABLE_SOURCE:
+                raise  # DATA_SHREDDED and the like end the job as they are
+            return Finding("", 0, error.reason), ""
+        # Where a repair writes its clean rewrite; none when the ruleset refuses repairs.
+        rewrite = "" if ruleset.repair_policy == "refuse" else str(files.new_file("clean"))
+        finding = await self._inspect(path, source, limits, attempt, rewrite)
+        return finding, rewrite if finding.repaired else path
 
     async def _judge(
         self,
