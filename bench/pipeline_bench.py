@@ -56,7 +56,7 @@ from quire.blobstore import sha256_file  # noqa: E402
 from quire.callers import CallerVerifier, prove  # noqa: E402
 from quire.client import AdmissionClient, PacketItem  # noqa: E402
 from quire.identity import IdentitySettings, ServiceIdentity, TrustStore  # noqa: E402
-from quire.jobs import PARKED_STATES, TERMINAL_STATES, state_name  # noqa: E402
+from quire.jobs import state_name  # noqa: E402
 from quire.settings import SERVICES  # noqa: E402
 from quire.stack.supervisor import Stack  # noqa: E402
 from quire.wire import SIGNATURE_HEADER, WireSigner, WireVerifier  # noqa: E402
@@ -64,7 +64,6 @@ from quire.wire import SIGNATURE_HEADER, WireSigner, WireVerifier  # noqa: E402
 PAGES_PER_DOCUMENT = (4, 5, 3)  # 12 pages per packet
 IN_FLIGHT = 16
 IDLE_JOBS = 20
-IDLE_POLL_SECONDS = 0.005
 LOAD_SHARE = 0.8
 MIB = 1024 * 1024
 RSS_LIMIT = 150 * MIB
@@ -129,16 +128,13 @@ async def run_pipeline(
 
 
 async def idle_latency(client: AdmissionClient, uploaded: list[list[str]]) -> list[float]:
-    """Submit to COMPLETED for one job at a time, polling GetJob every 5 ms."""
+    """Submit to COMPLETED for one job at a time, seen through WatchJob (the
+    client's ``wait``), as a client sees it: no polling interval in the figure."""
     latencies = []
     for digests in uploaded:
         started = time.perf_counter()
         job = await client.submit(items(digests))
-        while state_name(job.state) not in TERMINAL_STATES | PARKED_STATES:
-            if time.perf_counter() - started > 120:
-                raise TimeoutError(f"{job.name} still {state_name(job.state)}")
-            await asyncio.sleep(IDLE_POLL_SECONDS)
-            job = await client.get_job(job.name)
+        job = await client.wait(job.name, timeout=120)
         if state_name(job.state) != "COMPLETED":
             raise RuntimeError(f"{job.name} ended {state_name(job.state)}")
         latencies.append(time.perf_counter() - started)
@@ -521,7 +517,7 @@ def main() -> None:
     print(f"service processes above 150 MiB: {', '.join(services_over) or 'none'}")
 
     print()
-    print(f"== idle stack, {IDLE_JOBS} single jobs one after another (GetJob polled every 5 ms)")
+    print(f"== idle stack, {IDLE_JOBS} single jobs one after another (seen through WatchJob)")
     p50 = percentile(idle, 0.5)
     print(
         f"submit to COMPLETED: {spread(idle)} "
