@@ -32,13 +32,13 @@ from test_faults_common import (
 
 from quire.invariants import check
 from quire.jobs import state_name
+from quire.pipeline import STAGE_NAMES
 from quire.runtime import connect_nats
 from quire.type import job_pb2, queue_pb2
 from quire.wire import SIGNATURE_HEADER, WireSigner
 from quire.workqueue import (
     EVENTS_STREAM,
     PRIORITIES,
-    STAGES,
     WORK_STREAM,
     consumer_name,
     event_subject,
@@ -163,7 +163,7 @@ async def _handed_to(data_dir: Path, stage: str, jobs: set[str]) -> None:
 
 async def _quiet(js: JetStreamContext, timeout: float = 60.0) -> None:
     """Wait until no consumer has a message pending or in work, three times running."""
-    consumers = [(WORK_STREAM, consumer_name(s, p)) for s in STAGES for p in PRIORITIES]
+    consumers = [(WORK_STREAM, consumer_name(s, p)) for s in STAGE_NAMES for p in PRIORITIES]
     consumers.append((EVENTS_STREAM, EVENTS_CONSUMER))
     deadline = time.monotonic() + timeout
     calm = 0
@@ -242,13 +242,13 @@ async def test_duplicates_of_every_message_change_nothing(tmp_path: Path) -> Non
 
             # While running: every stage's queue held, so that each task waits
             # beside its copies and they are taken together; events held too.
-            held = [consumer_name(stage, "interactive") for stage in STAGES]
+            held = [consumer_name(stage, "interactive") for stage in STAGE_NAMES]
             for consumer in held:
                 await _hold(js, WORK_STREAM, consumer)
             await _hold(js, EVENTS_STREAM, EVENTS_CONSUMER)
             running_jobs = await submit_text_jobs(running.client, tmp_path / "running", 3)
             during = Duplicator(js, data_dir)
-            for stage, consumer in zip(STAGES, held, strict=True):
+            for stage, consumer in zip(STAGE_NAMES, held, strict=True):
                 await _handed_to(data_dir, stage, set(running_jobs))
                 await during.round(set(running_jobs))
                 await js.resume_consumer(WORK_STREAM, consumer)

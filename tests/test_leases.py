@@ -10,8 +10,9 @@ from sqlalchemy import MetaData
 
 from quire.database import Database
 from quire.leases import LeaseStore, lease_table
+from quire.pipeline import State, stage
 from quire.settings import QueueSettings
-from quire.stage import StageResult, StageRunner
+from quire.stage import StageResult, StageRunner, Step
 from quire.transitions import EventFactory
 from quire.type import job_pb2, queue_pb2
 from quire.workqueue import WORK_STREAM, Publisher, consumer_name, work_subject
@@ -41,10 +42,6 @@ async def test_lease_token_increments_and_old_token_cannot_commit(tmp_path: Path
 class _BlockingWork:
     """Marks its output with the call number; the first call waits for the test."""
 
-    stage_state = "VALIDATING"
-    next_state = "ASSEMBLING"
-    next_stage = "assemble"
-
     def __init__(self) -> None:
         self.release_first = asyncio.Event()
         self.calls = 0
@@ -57,10 +54,7 @@ class _BlockingWork:
         next_task = queue_pb2.JobTask()
         next_task.CopyFrom(task)
         next_task.assembled.CopyFrom(job_pb2.Artifact(sha256=f"call-{call}"))
-        return StageResult(next_task=next_task, extra_events=[("VALIDATING", "REVIEWING", {})])
-
-    def record_rejection(self, task, error):  # type: ignore[no-untyped-def]
-        return None
+        return StageResult.hand_on(next_task, steps=(Step(State.VALIDATING, State.REVIEWING),))
 
 
 async def test_stale_worker_cannot_commit(
@@ -69,13 +63,12 @@ async def test_stale_worker_cannot_commit(
     work = _BlockingWork()
     leases = _lease_store(tmp_path)
     runner = StageRunner(
-        service="validator",
+        stage=stage("validate"),
         work=work,
         leases=leases,
         publisher=Publisher(jetstream),
         events=EventFactory("validator", "test", "0"),
         queue=fast_queue,
-        entry_state="ACCEPTED",
     )
     task = queue_pb2.JobTask(job=JOB, tenant="t1", priority="interactive")
     await jetstream.publish(work_subject("validate", "interactive"), task.SerializeToString())

@@ -56,9 +56,9 @@ async def test_a_second_run_reuses_the_signed_artifact(signer, tmp_path: Path) -
     path = blobs.local_path(signed_key("t1", JOB))
     written = path.stat().st_mtime_ns
     second = await work.process(task, Lease(JOB, 2, None), 2)
-    assert first.next_task.signed.sha256 == second.next_task.signed.sha256
+    assert first.task.signed.sha256 == second.task.signed.sha256
     assert path.stat().st_mtime_ns == written, "the artifact was not rewritten"
-    assert blobs.digest(signed_key("t1", JOB))[0] == first.next_task.signed.sha256
+    assert blobs.digest(signed_key("t1", JOB))[0] == first.task.signed.sha256
     assert len(list(path.parent.iterdir())) == 1
 
 
@@ -69,8 +69,8 @@ async def test_a_crash_after_the_write_is_reconciled_by_reuse(signer, tmp_path: 
     # The crash: the artifact is written but nothing after it was committed.
     database.transaction(lambda s: s.execute(tables.signatures.delete()))
     again = await work.process(task, Lease(JOB, 2, None), 2)
-    assert again.next_task.signed.sha256 == first.next_task.signed.sha256
-    assert again.next_task.signing.key_version == "v1"
+    assert again.task.signed.sha256 == first.task.signed.sha256
+    assert again.task.signing.key_version == "v1"
     rows = database.transaction(lambda s: s.execute(select(tables.signatures)).all())
     assert [row.job for row in rows] == [JOB]
 
@@ -81,5 +81,5 @@ async def test_concurrent_signers_produce_one_artifact(signer, tmp_path: Path) -
     one, two = await asyncio.gather(
         work.process(task, Lease(JOB, 1, None), 1), work.process(task, Lease(JOB, 2, None), 2)
     )
-    assert one.next_task.signed.sha256 == two.next_task.signed.sha256
+    assert one.task.signed.sha256 == two.task.signed.sha256
     assert len(list(blobs.local_path(signed_key("t1", JOB)).parent.iterdir())) == 1

@@ -31,11 +31,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from quire.jobs import state_name
+from quire.pipeline import STAGE_NAMES
 from quire.runtime import connect_nats
 from quire.type import queue_pb2
 from quire.workqueue.topology import (
     PRIORITIES,
-    STAGES,
     WORK_STREAM,
     consumer_name,
     work_subject,
@@ -280,7 +280,7 @@ class QueueSampler(threading.Thread):
             while not self._halt.is_set():
                 started = time.monotonic()
                 now = time.time()
-                for stage in STAGES:
+                for stage in STAGE_NAMES:
                     pending = unacked = 0
                     age = 0.0
                     for priority in PRIORITIES:

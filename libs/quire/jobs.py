@@ -11,10 +11,12 @@ from datetime import datetime
 from google.protobuf import timestamp_pb2
 
 from quire.errors import NotFound
+from quire.pipeline import HISTORY_BEFORE_COMPLETION, PARKED, TERMINAL, State
 from quire.type import job_pb2
 
 __all__ = [
     "JobState",
+    "State",
     "new_job_id",
     "job_name",
     "job_id",
@@ -31,22 +33,12 @@ __all__ = [
 JobState = job_pb2.JobState
 _PREFIX = "JOB_STATE_"
 
-TERMINAL_STATES = frozenset({"COMPLETED", "REJECTED", "FAILED", "CANCELLED"})
-PARKED_STATES = frozenset({"NEEDS_REVIEW"})
-"""Waiting for an operator, not stalled."""
-# The transitions a job must have in the ledger before audit may complete it.
-HISTORY_BEFORE_COMPLETION = (
-    "ACCEPTED",
-    "VALIDATING",
-    "REVIEWING",
-    "ASSEMBLING",
-    "SIGNING",
-    "COMMITTING",
-)
+TERMINAL_STATES = TERMINAL
+PARKED_STATES = PARKED
 _RANK: dict[str, float] = {
-    name: index for index, name in enumerate((*HISTORY_BEFORE_COMPLETION, "COMPLETED"))
+    name: index for index, name in enumerate((*HISTORY_BEFORE_COMPLETION, State.COMPLETED))
 }
-_RANK["NEEDS_REVIEW"] = _RANK["REVIEWING"] + 0.5  # parked after review, before assembly
+_RANK[State.NEEDS_REVIEW] = _RANK[State.REVIEWING] + 0.5  # parked after review, before assembly
 
 
 def new_job_id() -> str:

@@ -2,9 +2,11 @@
 
     take a new lease token ── already committed? ──▶ republish outcome, ack
             │
-        process (the stage's own work; heartbeats run meanwhile)
-            │ permanent error ─▶ outcome: REJECTED with reason, then term
-            │ transient error ─▶ nak with capped backoff + jitter,
+        process (the stage's own work; heartbeats run meanwhile) ─▶ its verdict:
+            │ hand on / park ─▶ outcome: its steps (and the next stage's task)
+            │ reject ─────────▶ outcome: REJECTED with reason, then term
+            │ permanent error ─▶ outcome: REJECTED, FAILED or CANCELLED, then term
+            │ transient error ─▶ retry (the error's delay, else capped backoff + jitter),
             │                    or on the last delivery: FAILED RETRY_LIMIT_REACHED
             ▼
     compare-and-swap commit on the token ── superseded? ──▶ discard, publish nothing
@@ -15,14 +17,15 @@
 
 Acks come after the commit and the publishes, so a crash anywhere leaves the
 message to be redelivered, and the redelivery finds the committed outcome.
+Every path ends in one ``Settlement``, applied in one place (``settle``).
 """
 
 from __future__ import annotations
 
 import logging
-import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Protocol
 
 from nats.aio.msg import Msg
@@ -40,6 +43,7 @@ from quire.errors import (
 from quire.faults import fault_point
 from quire.jobgate import CANCELLED, ENDED, JobGate
 from quire.leases import Lease, LeaseStore, lease_key
+from quire.pipeline import Stage, State
 from quire.reasons import ReasonCode
 from quire.settings import QueueSettings
 from quire.taskbinding import read_task
@@ -48,8 +52,8 @@ from quire.transitions import EventFactory
 from quire.type import queue_pb2
 from quire.wire import ForgedMessage
 from quire.workqueue.publisher import Publisher
+from quire.workqueue.settle import ACK, LEAVE, TERM, Backoff, Settlement, settle
 from quire.workqueue.topology import (
-    STAGE_OF_SERVICE,
     dead_subject,
     event_subject,
     redriven,
@@ -57,79 +61,119 @@ from quire.workqueue.topology import (
     work_subject,
 )
 
-__all__ = ["StageResult", "StageWork", "StageRunner", "retry_delay"]
+__all__ = ["Verdict", "Step", "StageResult", "StageWork", "StageRunner"]
 
-_Decision = tuple[queue_pb2.StageOutcome, "Callable[[Session], None] | None"]
-"""The outcome to commit, and the stage's own rows to write with it."""
+Record = Callable[[Session], None]
+"""A stage's own rows, written in the transaction that commits its outcome."""
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class StageResult:
-    """What a stage made of a job: the next task, and rows to write with the commit."""
+class Verdict(Enum):
+    HAND_ON = "hand_on"
+    """The job goes to the next stage."""
+    PARK = "park"
+    """The job waits (for an operator's review); nothing is handed on."""
+    REJECT = "reject"
+    """The job ends REJECTED with the result's reason."""
 
-    next_task: queue_pb2.JobTask | None
-    extra_events: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
-    """Further (from, to, fields) transitions, in order, before the hand-off one."""
-    handoff_fields: dict[str, Any] = field(default_factory=dict)
-    record: Callable[[Session], None] | None = None
+
+@dataclass(frozen=True)
+class Step:
+    """A transition the stage made on its way to its verdict."""
+
+    from_state: State
+    to_state: State
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """What a stage decided about a job. The stage never changes the task it was
+    given: ``task`` is the job as the stage leaves it (a copy, with what the
+    stage pinned or made), which its events describe and the next stage gets."""
+
+    verdict: Verdict
+    task: queue_pb2.JobTask
+    steps: tuple[Step, ...] = ()
+    """Transitions, in order, before the hand-off or the ending."""
+    handoff_fields: Mapping[str, Any] = field(default_factory=dict)
+    rejection: Rejected | None = None
+    record: Record | None = None
+
+    @classmethod
+    def hand_on(
+        cls,
+        task: queue_pb2.JobTask,
+        *,
+        steps: tuple[Step, ...] = (),
+        fields: Mapping[str, Any] | None = None,
+        record: Record | None = None,
+    ) -> StageResult:
+        return cls(Verdict.HAND_ON, task, steps, fields or {}, None, record)
+
+    @classmethod
+    def park(
+        cls, task: queue_pb2.JobTask, *, steps: tuple[Step, ...], record: Record | None = None
+    ) -> StageResult:
+        return cls(Verdict.PARK, task, steps, record=record)
+
+    @classmethod
+    def reject(
+        cls, task: queue_pb2.JobTask, rejection: Rejected, *, record: Record | None = None
+    ) -> StageResult:
+        return cls(Verdict.REJECT, task, rejection=rejection, record=record)
 
 
 class StageWork(Protocol):
-    """A stage's own work; everything else is the runner's."""
-
-    stage_state: str
-    """The state a job is in while this stage works on it."""
-    next_state: str
-    """The state the job enters when this stage hands it on."""
-    next_stage: str
-    """The work subject's stage name for the hand-off."""
+    """A stage's own work; everything else is the runner's. An error it raises
+    decides for it: permanent ends the job (REJECTED, FAILED or CANCELLED),
+    anything else is retried."""
 
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult: ...
 
-    def record_rejection(
-        self, task: queue_pb2.JobTask, error: Exception
-    ) -> Callable[[Session], None] | None:
-        """Rows to write with a REJECTED or FAILED ending, if the stage keeps any."""
 
+@dataclass(frozen=True)
+class _Commit:
+    """An outcome to commit under the lease, then how to settle the message."""
 
-def retry_delay(attempt: int, queue: QueueSettings) -> float:
-    """Capped exponential backoff with jitter, in seconds."""
-    ceiling = min(queue.backoff_cap_seconds, queue.backoff_base_seconds * 2 ** (attempt - 1))
-    return ceiling * random.uniform(0.5, 1.0)
+    outcome: queue_pb2.StageOutcome
+    record: Record | None
+    then: Settlement
 
 
 class StageRunner:
     def __init__(
         self,
         *,
-        service: str,
+        stage: Stage,
         work: StageWork,
         leases: LeaseStore,
         publisher: Publisher,
         events: EventFactory,
         queue: QueueSettings,
-        entry_state: str,
         gate: JobGate | None = None,
     ) -> None:
-        self._service = service
+        self._stage = stage
+        self._service = stage.service
         self._gate = gate
         self._work = work
         self._leases = leases
         self._publisher = publisher
         self._events = events
-        self._queue = queue
-        self._entry_state = entry_state
-        self._tracer = trace.get_tracer(f"quire.{service}")
+        self._max_deliver = queue.max_deliver
+        self._backoff = Backoff.of(queue)
+        self._tracer = trace.get_tracer(f"quire.{stage.service}")
 
     async def handle(self, msg: Msg) -> None:
+        await settle(msg, await self._deliver(msg))
+
+    async def _deliver(self, msg: Msg) -> Settlement:
         try:
             task, ident = read_task(msg.data)
         except ForgedMessage as refused:
             log.warning("task on %s refused: %s", msg.subject, refused.message)
-            await msg.term()
-            return
+            return TERM
         attempt = msg.metadata.num_delivered
         with self._tracer.start_as_current_span(
             f"{self._service}.process",
@@ -137,45 +181,42 @@ class StageRunner:
             attributes={"quire.job": ident, "quire.attempt": attempt},
         ) as span:
             try:
-                await self._handle(task, attempt, msg, span)
+                return await self._run(task, attempt, span)
             except Exception as error:  # noqa: BLE001 - database or queue trouble: retry
                 log.warning(
                     "job %s attempt %d: %s; will retry", task.job, attempt, type(error).__name__
                 )
-                await msg.nak(delay=retry_delay(attempt, self._queue))
+                return self._backoff.retry(attempt, error)
 
-    async def _handle(
-        self, task: queue_pb2.JobTask, attempt: int, msg: Msg, span: trace.Span
-    ) -> None:
+    async def _run(self, task: queue_pb2.JobTask, attempt: int, span: trace.Span) -> Settlement:
         lease = await self._leases.acquire(lease_key(task.job, task.generation))
         span.set_attribute("quire.lease_token", lease.token)
         if lease.committed is not None:
-            await self._hand_off(lease.committed, msg, "ack", attempt, task.redrive)
-            return
+            return await self._hand_off(lease.committed, ACK, attempt, task.redrive)
         held, claimant = ("", "") if self._gate is None else await self._gate.claim_of(task.job)
         if held in ENDED and claimant != self._service:
             # Another stage (or the dead-letter office) ended the job: no step may
             # follow, whoever sent this task. An ending this stage claimed itself
             # but did not commit (it crashed in between) is decided again below.
             log.warning("task for job %s refused: the job ended %s", task.job, held)
-            await msg.term()
-            return
+            return TERM
         if held == CANCELLED:
-            ending = self._ending(task, lease, attempt, "CANCELLED", ReasonCode.CANCELLED_BY_CLIENT)
-            outcome: _Decision | None = (ending, None)
-            final = "term"
+            ending = self._ending(
+                task, lease, attempt, State.CANCELLED, ReasonCode.CANCELLED_BY_CLIENT
+            )
+            decision: _Commit | Settlement = _Commit(ending, None, TERM)
         else:
             await self._announce_start(task, lease, attempt)
-            outcome, final = await self._decide(task, lease, attempt, msg)
-        if outcome is None:
-            return
+            decision = await self._decide(task, lease, attempt)
+        if isinstance(decision, Settlement):
+            return decision
         fault_point(f"{self._service}.before_commit")
-        if not await self._leases.complete(lease, outcome[0], outcome[1]):
+        if not await self._leases.complete(lease, decision.outcome, decision.record):
             span.set_attribute("quire.stale", True)
             log.info("stale lease for job %s (token %d); result discarded", task.job, lease.token)
-            return
+            return LEAVE
         fault_point(f"{self._service}.after_commit")
-        await self._hand_off(outcome[0], msg, final, attempt, task.redrive)
+        return await self._hand_off(decision.outcome, decision.then, attempt, task.redrive)
 
     async def _announce_start(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> None:
         """Make the job's new state visible while the work runs.
@@ -190,46 +231,47 @@ class StageRunner:
                 return
 
     async def _hand_off(
-        self, outcome: queue_pb2.StageOutcome, msg: Msg, final: str, attempt: int, redrive: int
-    ) -> None:
+        self, outcome: queue_pb2.StageOutcome, then: Settlement, attempt: int, redrive: int
+    ) -> Settlement:
         try:
             await self._publish(outcome, redrive)
-        except TransientError:
+        except TransientError as error:
             # Committed but not yet handed on: the redelivery republishes it.
-            await msg.nak(delay=retry_delay(attempt, self._queue))
-            return
+            return self._backoff.retry(attempt, error)
         fault_point(f"{self._service}.after_publish")
-        await (msg.term() if final == "term" else msg.ack())
+        return then
 
     async def _decide(
-        self, task: queue_pb2.JobTask, lease: Lease, attempt: int, msg: Msg
-    ) -> tuple[_Decision | None, str]:
-        work = self._work
+        self, task: queue_pb2.JobTask, lease: Lease, attempt: int
+    ) -> _Commit | Settlement:
         try:
-            result = await work.process(task, lease, attempt)
+            result = await self._work.process(task, lease, attempt)
         except PermanentError as error:
-            state = "REJECTED"
+            state = State.REJECTED
             if isinstance(error, JobCancelled):
-                state = "CANCELLED"
+                state = State.CANCELLED
             elif isinstance(error, SystemFailure):
-                state = "FAILED"
-            return await self._end(task, lease, attempt, state, error.reason, error), "term"
+                state = State.FAILED
+            return await self._end(task, lease, attempt, state, error)
         except Exception as error:  # noqa: BLE001 - transient by default
             reason = error.reason if isinstance(error, QuireError) else ReasonCode.INTERNAL
             if not isinstance(error, QuireError):
                 # The type only: exception text may carry document content.
                 log.warning("job %s: unexpected %s", task.job, type(error).__name__)
             if await self._leases.current_token(lease.job) != lease.token:
-                return None, ""  # superseded: the newer delivery owns the message
-            if attempt < self._queue.max_deliver:
-                await msg.nak(delay=retry_delay(attempt, self._queue))
-                return None, ""
+                return LEAVE  # superseded: the newer delivery owns the message
+            if attempt < self._max_deliver:
+                return self._backoff.retry(attempt, error)
             log.warning("job %s failed after %d attempts (%s)", task.job, attempt, reason)
-            ending = await self._end(
-                task, lease, attempt, "FAILED", ReasonCode.RETRY_LIMIT_REACHED, error
+            return await self._end(
+                task, lease, attempt, State.FAILED, error, reason=ReasonCode.RETRY_LIMIT_REACHED
             )
-            return ending, "term"
-        return (self._advance(task, lease, attempt, result), result.record), "ack"
+        if result.verdict is Verdict.REJECT:
+            assert result.rejection is not None
+            return await self._end(
+                result.task, lease, attempt, State.REJECTED, result.rejection, record=result.record
+            )
+        return _Commit(self._advance(lease, attempt, result), result.record, ACK)
 
     def _event(
         self,
@@ -240,7 +282,7 @@ class StageRunner:
         to_state: str,
         *,
         reason: str = "",
-        fields: dict[str, Any] | None = None,
+        fields: Mapping[str, Any] | None = None,
     ) -> queue_pb2.TransitionEvent:
         extra = dict(fields or {})
         reason = str(extra.pop("reason_code", reason))
@@ -257,29 +299,29 @@ class StageRunner:
     def _entry_events(
         self, task: queue_pb2.JobTask, lease: Lease, attempt: int
     ) -> list[queue_pb2.TransitionEvent]:
-        if self._entry_state == self._work.stage_state:
+        if self._stage.waiting == self._stage.working:
             return []
-        return [self._event(task, lease, attempt, self._entry_state, self._work.stage_state)]
+        return [self._event(task, lease, attempt, self._stage.waiting, self._stage.working)]
 
-    def _advance(
-        self, task: queue_pb2.JobTask, lease: Lease, attempt: int, result: StageResult
-    ) -> queue_pb2.StageOutcome:
+    def _advance(self, lease: Lease, attempt: int, result: StageResult) -> queue_pb2.StageOutcome:
+        task = result.task
         outcome = queue_pb2.StageOutcome(events=self._entry_events(task, lease, attempt))
-        for from_state, to_state, fields in result.extra_events:
-            outcome.events.append(
-                self._event(task, lease, attempt, from_state, to_state, fields=fields)
-            )
-        if result.next_task is not None:
-            last = result.extra_events[-1][1] if result.extra_events else self._work.stage_state
+        for step in result.steps:
             outcome.events.append(
                 self._event(
-                    task, lease, attempt, last, self._work.next_state, fields=result.handoff_fields
+                    task, lease, attempt, step.from_state, step.to_state, fields=step.fields
                 )
             )
-            outcome.next_task.CopyFrom(result.next_task)
-            outcome.next_subject = work_subject(
-                self._work.next_stage, task.priority or "interactive"
+        if result.verdict is Verdict.HAND_ON:
+            assert self._stage.next is not None
+            last = result.steps[-1].to_state if result.steps else self._stage.working
+            outcome.events.append(
+                self._event(
+                    task, lease, attempt, last, self._stage.hands_on, fields=result.handoff_fields
+                )
             )
+            outcome.next_task.CopyFrom(task)
+            outcome.next_subject = work_subject(self._stage.next, task.priority or "interactive")
         return outcome
 
     async def _end(
@@ -287,35 +329,38 @@ class StageRunner:
         task: queue_pb2.JobTask,
         lease: Lease,
         attempt: int,
-        state: str,
-        reason: str,
-        error: Exception,
-    ) -> _Decision:
+        state: State,
+        error: QuireError | Exception,
+        *,
+        reason: str | None = None,
+        record: Record | None = None,
+    ) -> _Commit:
         """A terminal outcome, unless the client's cancel was recorded first."""
-        if self._gate is not None and state != "CANCELLED":
+        reason = reason or (error.reason if isinstance(error, QuireError) else ReasonCode.INTERNAL)
+        if self._gate is not None and state != State.CANCELLED:
             if await self._gate.end(task.job, state) == CANCELLED:
-                state, reason = "CANCELLED", ReasonCode.CANCELLED_BY_CLIENT
+                state, reason = State.CANCELLED, ReasonCode.CANCELLED_BY_CLIENT
         ending = self._ending(task, lease, attempt, state, reason)
-        if state == "REJECTED" and isinstance(error, Rejected) and error.detail:
+        if state == State.REJECTED and isinstance(error, Rejected) and error.detail:
             ending.events[-1].reason_detail = error.detail
-        if state == "FAILED":
+        if state == State.FAILED:
             # Kept for operators: `quire dlq retry` starts a new generation from it.
             ending.dead_letter.CopyFrom(
                 queue_pb2.DeadLetter(
                     task=task,
-                    stage=STAGE_OF_SERVICE.get(self._service, self._service),
+                    stage=self._stage.name,
                     reason_code=str(reason),
                     deliveries=attempt,
                 )
             )
-        return ending, self._work.record_rejection(task, error)
+        return _Commit(ending, record, TERM)
 
     def _ending(
-        self, task: queue_pb2.JobTask, lease: Lease, attempt: int, state: str, reason: str
+        self, task: queue_pb2.JobTask, lease: Lease, attempt: int, state: State, reason: str
     ) -> queue_pb2.StageOutcome:
         outcome = queue_pb2.StageOutcome(events=self._entry_events(task, lease, attempt))
         outcome.events.append(
-            self._event(task, lease, attempt, self._work.stage_state, state, reason=str(reason))
+            self._event(task, lease, attempt, self._stage.working, state, reason=str(reason))
         )
         return outcome
 

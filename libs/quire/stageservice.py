@@ -15,6 +15,7 @@ from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.leases import LeaseStore
 from quire.peers import Peers
+from quire.pipeline import Stage
 from quire.runtime import load_wire, start_runtime
 from quire.sandbox import SandboxPool
 from quire.settings import ServiceSettings, TempSpaceSettings
@@ -39,10 +40,8 @@ def batch_slots(concurrency: int) -> int:
 class StageService:
     """What distinguishes one stage process from another."""
 
-    stage: str
-    """Work subject's stage name this service consumes, e.g. ``validate``."""
-    entry_state: str
-    """The state jobs are in when their task arrives."""
+    stage: Stage
+    """The pipeline stage this service works (``quire.pipeline``)."""
     metadata: MetaData
     leases: Table
     grpc_service_name: str
@@ -80,21 +79,20 @@ async def run_stage_service(
     publisher = Publisher(js, signer=wire.signer)
     work, register = build(database, blobs, gate, publisher)
     runner = StageRunner(
-        service=settings.service,
+        stage=spec.stage,
         work=work,
         leases=LeaseStore(database, spec.leases),
         publisher=publisher,
         events=EventFactory(settings.service, settings.instance, settings.build_version),
         queue=settings.queue,
-        entry_state=spec.entry_state,
         gate=gate,
     )
     worker = WorkQueueWorker(
         js,
         stream=WORK_STREAM,
         consumers={
-            consumer_name(spec.stage, "interactive"): settings.concurrency,
-            consumer_name(spec.stage, "batch"): batch_slots(settings.concurrency),
+            consumer_name(spec.stage.name, "interactive"): settings.concurrency,
+            consumer_name(spec.stage.name, "batch"): batch_slots(settings.concurrency),
         },
         handler=runner.handle,
         ack_wait_seconds=settings.queue.ack_wait_seconds,

@@ -4,7 +4,6 @@ from quire.workqueue.publisher import Publisher
 from quire.workqueue.topology import (
     EVENTS_STREAM,
     PRIORITIES,
-    STAGES,
     WORK_STREAM,
     consumer_name,
     dead_subject,
@@ -19,7 +18,6 @@ from quire.workqueue.worker import WorkQueueWorker
 __all__ = [
     "EVENTS_STREAM",
     "PRIORITIES",
-    "STAGES",
     "WORK_STREAM",
     "Publisher",
     "WorkQueueWorker",

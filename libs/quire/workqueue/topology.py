@@ -18,12 +18,12 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import BucketNotFoundError
 
 from quire.jobgate import GATE_BUCKET
+from quire.pipeline import STAGES
 from quire.settings import QueueSettings
 
 __all__ = [
     "WORK_STREAM",
     "EVENTS_STREAM",
-    "STAGES",
     "PRIORITIES",
     "EVENTS_CONSUMER",
     "CHECKPOINT_SUBJECT",
@@ -35,7 +35,6 @@ __all__ = [
     "task_message_id",
     "redriven",
     "dead_subject",
-    "STAGE_OF_SERVICE",
     "DEAD_BOOK_CONSUMER",
     "ensure_topology",
     "wait_for_topology",
@@ -43,8 +42,6 @@ __all__ = [
 
 WORK_STREAM = "QUIRE_WORK"
 EVENTS_STREAM = "QUIRE_EVENTS"
-STAGES = ("validate", "assemble", "sign", "commit")
-STAGE_OF_SERVICE = {"validator": "validate", "assembler": "assemble", "signer": "sign"}
 PRIORITIES = ("interactive", "batch")
 EVENTS_CONSUMER = "audit-events"
 CHECKPOINT_SUBJECT = "quire.checkpoints.audit"
@@ -118,12 +115,12 @@ async def ensure_topology(js: JetStreamContext, queue: QueueSettings) -> None:
             await js.add_consumer(
                 WORK_STREAM,
                 api.ConsumerConfig(
-                    durable_name=consumer_name(stage, priority),
-                    filter_subject=work_subject(stage, priority),
+                    durable_name=consumer_name(stage.name, priority),
+                    filter_subject=work_subject(stage.name, priority),
                     ack_policy=api.AckPolicy.EXPLICIT,
                     ack_wait=queue.ack_wait_seconds,
                     # Commit waits for lagging evidence without a delivery limit.
-                    max_deliver=-1 if stage == "commit" else queue.max_deliver,
+                    max_deliver=queue.max_deliver if stage.limited else -1,
                 ),
             )
     await _ensure_stream(

@@ -3,9 +3,10 @@
 The loop asks for one message per free slot (a pull request for a batch would
 leave a lingering request that can deliver more than there are slots), so no
 message waits unleased in a local buffer, and an idle worker blocks in a
-long-poll pull request rather than sleeping. While a handler runs, the message's lease is
-extended with ``in_progress()`` at a third of the ack wait. The handler owns
-the outcome (ack, nak or term); the loop only guarantees that a handler crash
+long-poll pull request rather than sleeping. While a handler runs, the
+message's lease is extended with ``in_progress()`` at a third of the ack wait.
+The handler owns the outcome (a ``Settlement``, applied by
+``quire.workqueue.settle``); the loop only guarantees that a handler crash
 leaves the message to be redelivered.
 
 With a ``verifier``, every message must carry a valid signature of a service
@@ -38,6 +39,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 
 from quire.wire import ForgedMessage, WireVerifier
+from quire.workqueue.settle import TERM, Action, Settlement, settle
 
 __all__ = ["WorkQueueWorker", "Handler", "PullGate", "step_aside"]
 
@@ -152,10 +154,11 @@ class WorkQueueWorker:
         _current_slot.set(slot)  # this task's own context
         try:
             if self._pull_gate is not None and not await self._gate_opened():
-                await message.nak()  # draining: not started, so let another worker have it
+                # Draining: not started, so let another worker have it now.
+                await settle(message, Settlement(Action.RETRY))
                 return
             if not self._genuine(message):
-                await message.term()
+                await settle(message, TERM)
                 return
             await self._handler(message)
         except Exception as error:  # noqa: BLE001 - the message is redelivered after ack wait

@@ -31,6 +31,7 @@ from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.peers import Peers
+from quire.pipeline import STAGE_NAMES
 from quire.runtime import load_wire, start_runtime
 from quire.settings import (
     AdmissionSettings,
@@ -43,7 +44,7 @@ from quire.storage import open_blob_store
 from quire.tempspace import TempKeeper
 from quire.transitions import EventFactory
 from quire.validator.v1 import validator_service_pb2_grpc
-from quire.workqueue import STAGES, Publisher
+from quire.workqueue import Publisher
 
 SERVICE = "admission"
 
@@ -108,7 +109,7 @@ async def main() -> None:
         audit=audit,
         outstanding=outstanding,
         settings=ReconcileSettings.from_env(),
-        queues={stage: QueueAgeProbe(js, cache_seconds=1.0, stage=stage) for stage in STAGES},
+        queues={stage: QueueAgeProbe(js, cache_seconds=1.0, stage=stage) for stage in STAGE_NAMES},
     )
     sweeper: list[asyncio.Task[None]] = []
 

@@ -39,6 +39,7 @@ from quire.admission.outstanding import OutstandingJobs
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.database import Database, as_utc, insert_if_absent
 from quire.jobs import PARKED_STATES, TERMINAL_STATES, state_name
+from quire.pipeline import stage_working_in
 from quire.settings import ReconcileSettings
 from quire.type import job_pb2, queue_pb2
 from quire.workqueue import Publisher, event_subject, redriven, task_message_id, work_subject
@@ -48,14 +49,6 @@ __all__ = ["Reconciler"]
 log = logging.getLogger(__name__)
 BATCH = 500
 AUDIT_TIMEOUT_SECONDS = 10.0
-QUEUE_OF_STATE = {
-    "ACCEPTED": "validate",
-    "VALIDATING": "validate",
-    "ASSEMBLING": "assemble",
-    "SIGNING": "sign",
-    "COMMITTING": "commit",
-}
-"""The work queue a job in each state waits on (REVIEWING waits on none)."""
 CLOCK_SLACK_SECONDS = 2.0
 
 
@@ -143,10 +136,11 @@ class Reconciler:
 
     async def _in_line(self, state: str, priority: str, stalled_seconds: float) -> bool:
         """Whether the queue the job waits on still holds messages from before its stall."""
-        stage = QUEUE_OF_STATE.get(state)
-        if stage is None:
+        # REVIEWING waits on no queue.
+        waits_on = stage_working_in(state)
+        if waits_on is None:
             return False
-        oldest = await self._queues[stage].oldest_ready_age(priority)
+        oldest = await self._queues[waits_on.name].oldest_ready_age(priority)
         return oldest + CLOCK_SLACK_SECONDS >= stalled_seconds
 
     async def _redrive(self, job: str, state: str, stalled_seconds: float, now: datetime) -> bool:

@@ -15,6 +15,7 @@ from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.jobgate import JobGate
 from quire.peers import Peers
+from quire.pipeline import stage
 from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings, ServiceSettings
 from quire.stageservice import Registrar, StageService, run_stage_service
@@ -40,8 +41,7 @@ async def main() -> None:
     await run_stage_service(
         settings,
         StageService(
-            stage="assemble",
-            entry_state="ASSEMBLING",
+            stage=stage("assemble"),
             metadata=tables.metadata,
             leases=tables.leases,
             grpc_service_name="quire.assembler.v1.AssemblerService",

@@ -44,10 +44,6 @@ async def _plain(files: AttemptFiles, tenant: str, source: job_pb2.SourceRef) ->
 
 
 class AssemblerWork:
-    stage_state = "ASSEMBLING"
-    next_state = "SIGNING"
-    next_stage = "sign"
-
     def __init__(self, *, blobs: LocalBlobStore, sandbox: SandboxPool) -> None:
         self._blobs = blobs
         self._sandbox = sandbox
@@ -80,7 +76,7 @@ class AssemblerWork:
         next_task = queue_pb2.JobTask()
         next_task.CopyFrom(task)
         next_task.assembled.CopyFrom(artifact)
-        return StageResult(next_task=next_task, record=_record(task.job, artifact, lease.token))
+        return StageResult.hand_on(next_task, record=_record(task.job, artifact, lease.token))
 
     async def _merge(
         self, task: queue_pb2.JobTask, sources: list[PacketSource], workdir: Path, temp: Path
@@ -102,11 +98,6 @@ class AssemblerWork:
             # The worker process reads sources and writes the packet into our temp space.
             raise storage_error(error, "packet not written") from error
         return packet
-
-    def record_rejection(
-        self, task: queue_pb2.JobTask, error: Exception
-    ) -> Callable[[Session], None] | None:
-        return None
 
 
 def _record(job: str, artifact: job_pb2.Artifact, token: int) -> Callable[[Session], None]:

@@ -29,12 +29,12 @@ from quire.jobs import HISTORY_BEFORE_COMPLETION, TERMINAL_STATES
 from quire.leases import Lease, LeaseStore, lease_key
 from quire.reasons import ReasonCode
 from quire.settings import QueueSettings
-from quire.stage import retry_delay
 from quire.taskbinding import read_task
 from quire.telemetry import extract_context
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
 from quire.wire import ForgedMessage
+from quire.workqueue.settle import ACK, LEAVE, TERM, Backoff, Settlement, settle
 
 __all__ = ["CompletionDesk", "Verdict"]
 
@@ -66,16 +66,18 @@ class CompletionDesk:
         self.leases = LeaseStore(database, tables.leases)
         self._blobs = blobs
         self._events = events
-        self._queue = queue
+        self._backoff = Backoff.of(queue)
         self._tracer = trace.get_tracer("quire.audit")
 
     async def handle(self, msg: Msg) -> None:
+        await settle(msg, await self._deliver(msg))
+
+    async def _deliver(self, msg: Msg) -> Settlement:
         try:
             task, ident = read_task(msg.data)
         except ForgedMessage as refused:
             log.warning("commit task refused: %s", refused.message)
-            await msg.term()
-            return
+            return TERM
         attempt = msg.metadata.num_delivered
         with self._tracer.start_as_current_span(
             "audit.complete",
@@ -87,18 +89,16 @@ class CompletionDesk:
                 verdict = await self._complete_when_evident(task, attempt, lease)
             except Exception as error:  # noqa: BLE001 - database or storage trouble: retry
                 log.warning("job %s: completion check failed (%s)", task.job, type(error).__name__)
-                await msg.nak(delay=retry_delay(min(attempt, 8), self._queue))
-                return
+                return self._backoff.retry(attempt, error)
             span.set_attribute("quire.verdict", verdict.value)
-            if verdict is Verdict.HISTORY_INCOMPLETE:
-                await msg.nak(delay=retry_delay(min(attempt, 8), self._queue))
-            elif verdict is Verdict.STALE:
-                return  # a newer delivery of this task owns it
-            elif verdict is Verdict.FAILED:
-                await msg.term()
-            else:
-                fault_point("audit.after_commit")
-                await msg.ack()
+        if verdict is Verdict.HISTORY_INCOMPLETE:
+            return self._backoff.retry(attempt)
+        if verdict is Verdict.STALE:
+            return LEAVE  # a newer delivery of this task owns it
+        if verdict is Verdict.FAILED:
+            return TERM
+        fault_point("audit.after_commit")
+        return ACK
 
     async def _complete_when_evident(
         self, task: queue_pb2.JobTask, attempt: int, lease: Lease

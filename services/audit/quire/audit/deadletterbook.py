@@ -20,11 +20,11 @@ from quire.database import Database, insert_if_absent
 from quire.errors import QuireError
 from quire.jobs import job_id
 from quire.type import queue_pb2
+from quire.workqueue.settle import ACK, TERM, Backoff, Settlement, settle
 
 __all__ = ["DeadLetterBook", "record_letter"]
 
 log = logging.getLogger(__name__)
-RETRY_SECONDS = 1.0
 
 
 def record_letter(session: Session, letter: queue_pb2.DeadLetter) -> bool:
@@ -55,23 +55,25 @@ def record_letter(session: Session, letter: queue_pb2.DeadLetter) -> bool:
 
 
 class DeadLetterBook:
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, backoff: Backoff) -> None:
         self._db = database
+        self._backoff = backoff
 
     async def handle(self, msg: Msg) -> None:
+        await settle(msg, await self._record(msg))
+
+    async def _record(self, msg: Msg) -> Settlement:
         try:
             letter = queue_pb2.DeadLetter.FromString(msg.data)
             job_id(letter.task.job)
         except (DecodeError, QuireError):
             log.warning("undecodable dead letter on %s terminated", msg.subject)
-            await msg.term()
-            return
+            return TERM
         try:
             new = await self._db.run(lambda s: record_letter(s, letter))
         except Exception as error:  # noqa: BLE001 - database trouble: retry
             log.warning("dead letter not recorded (%s)", type(error).__name__)
-            await msg.nak(delay=RETRY_SECONDS)
-            return
+            return self._backoff.retry(msg.metadata.num_delivered, error)
         if new:
             log.info(
                 "job %s dead-lettered from %s (%s)",
@@ -79,7 +81,7 @@ class DeadLetterBook:
                 letter.stage,
                 letter.reason_code,
             )
-        await msg.ack()
+        return ACK
 
 
 def letter_row(session: Session, job: str) -> object | None:

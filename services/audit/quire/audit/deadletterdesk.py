@@ -26,15 +26,14 @@ from quire.audit.deadletterbook import letter_row
 from quire.database import Database
 from quire.errors import FailedPrecondition, NotFound
 from quire.jobgate import CANCELLED, JobGate
+from quire.pipeline import State, stage
 from quire.reasons import ReasonCode
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
 from quire.workqueue import Publisher, task_message_id, work_subject
 
-__all__ = ["DeadLetterDesk", "ENTRY_STATES", "MAX_LIST"]
+__all__ = ["DeadLetterDesk", "MAX_LIST"]
 
-ENTRY_STATES = {"validate": "ACCEPTED", "assemble": "ASSEMBLING", "sign": "SIGNING"}
-"""The state a job waits in for each stage: where a retry puts it back."""
 OPEN = ("dead", "retrying")
 MAX_LIST = 1000
 
@@ -70,7 +69,7 @@ class DeadLetterDesk:
             event = EventFactory("operator", operator, self.build_version).transition(
                 task,
                 "FAILED",
-                ENTRY_STATES[row.stage],
+                stage(row.stage).waiting,  # where a retry puts the job back
                 attempt=1,
                 lease_token=0,
                 reason_code=ReasonCode.DEAD_LETTER_RETRIED,
@@ -103,9 +102,9 @@ class DeadLetterDesk:
                 select(tables.jobs.c.state).where(tables.jobs.c.job == job)
             ).scalar_one_or_none()
         )
-        if state == "CANCELLED":
+        if state == State.CANCELLED:
             raise FailedPrecondition(ReasonCode.JOB_CANCELLED, "the job was cancelled")
-        if state != "FAILED":
+        if state != State.FAILED:
             raise FailedPrecondition(
                 ReasonCode.HISTORY_INCOMPLETE, "the job's failure is not recorded yet; try again"
             )

@@ -16,6 +16,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from quire.jobgate import CANCELLED, JobGate
+from quire.pipeline import STAGES, Stage, State
 from quire.reasons import ReasonCode
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
@@ -27,11 +28,16 @@ from quire.workqueue import (
     event_subject,
     task_message_id,
 )
+from quire.workqueue.settle import ACK, Backoff, Settlement, settle
 
-__all__ = ["DeadLetterOffice"]
+__all__ = ["DeadLetterOffice", "stage_of_consumer"]
 
 log = logging.getLogger(__name__)
-STAGE_STATES = {"validate": "VALIDATING", "assemble": "ASSEMBLING", "sign": "SIGNING"}
+
+
+def stage_of_consumer(consumer: str) -> Stage | None:
+    """The stage a work consumer (``<stage>-<priority>``) serves."""
+    return next((s for s in STAGES if consumer.startswith(f"{s.name}-")), None)
 
 
 class DeadLetterOffice:
@@ -43,7 +49,9 @@ class DeadLetterOffice:
         *,
         publisher: Publisher,
         verifier: WireVerifier,
+        backoff: Backoff,
     ) -> None:
+        self._backoff = backoff
         self._js = js
         self._gate = gate
         self._events = events
@@ -51,43 +59,50 @@ class DeadLetterOffice:
         self._verifier = verifier
 
     async def handle(self, msg: Msg) -> None:
+        try:
+            settlement = await self._end(msg)
+        except Exception as error:  # noqa: BLE001 - NATS trouble: the advisory comes back
+            log.warning("dead-letter advisory not handled (%s)", type(error).__name__)
+            settlement = self._backoff.retry(msg.metadata.num_delivered, error)
+        await settle(msg, settlement)
+
+    async def _end(self, msg: Msg) -> Settlement:
+        """End the job whose task exhausted its deliveries; ACK once it is done."""
         advisory = json.loads(msg.data)
         sequence = int(advisory.get("stream_seq", 0))
-        stage = str(advisory.get("consumer", "")).split("-")[0]
+        gave_up = stage_of_consumer(str(advisory.get("consumer", "")))
+        if gave_up is None:
+            log.warning("max-deliveries advisory from a consumer of no stage; ignored")
+            return ACK
         try:
             stored = await self._js.get_msg(WORK_STREAM, seq=sequence)
         except NotFoundError:
-            await msg.ack()  # already gone (acknowledged after all): nothing to do
-            return
+            return ACK  # already gone (acknowledged after all): nothing to do
         try:
             # The advisory names a sequence; act only on a genuine task stored there.
             self._verifier.producer(stored.subject or "", stored.data or b"", stored.headers)
             task = queue_pb2.JobTask.FromString(stored.data or b"")
         except (ForgedMessage, DecodeError):
             await self._js.delete_msg(WORK_STREAM, sequence)
-            await msg.ack()
-            return
+            return ACK
         deliveries = int(advisory.get("deliveries", 0))
         letter = queue_pb2.DeadLetter(
             task=task,
-            stage=stage,
+            stage=gave_up.name,
             reason_code=ReasonCode.RETRY_LIMIT_REACHED,
             deliveries=deliveries,
         )
         await self._publisher.publish(
-            dead_subject(stage), letter, task_message_id(task.job, f"dead.{stage}", task.generation)
+            dead_subject(gave_up.name),
+            letter,
+            task_message_id(task.job, f"dead.{gave_up.name}", task.generation),
         )
-        ending = "FAILED"
-        if await self._gate.end(task.job, "FAILED") == CANCELLED:
-            ending = "CANCELLED"
-        reason = (
-            ReasonCode.CANCELLED_BY_CLIENT
-            if ending == "CANCELLED"
-            else ReasonCode.RETRY_LIMIT_REACHED
-        )
+        ending, reason = State.FAILED, ReasonCode.RETRY_LIMIT_REACHED
+        if await self._gate.end(task.job, State.FAILED) == CANCELLED:
+            ending, reason = State.CANCELLED, ReasonCode.CANCELLED_BY_CLIENT
         event = self._events.transition(
             task,
-            STAGE_STATES.get(stage, ""),
+            gave_up.working,
             ending,
             attempt=deliveries,
             lease_token=0,
@@ -98,7 +113,7 @@ class DeadLetterOffice:
         log.warning(
             "job %s dead-lettered from %s after %s deliveries",
             task.job,
-            stage,
+            gave_up.name,
             advisory.get("deliveries"),
         )
-        await msg.ack()
+        return ACK

@@ -33,6 +33,7 @@ from quire.stageservice import batch_slots
 from quire.storage import open_blob_store
 from quire.transitions import EventFactory
 from quire.workqueue import EVENTS_STREAM, WORK_STREAM, Publisher, WorkQueueWorker, consumer_name
+from quire.workqueue.settle import Backoff
 from quire.workqueue.topology import (
     CHECKPOINT_SUBJECT,
     DEAD_BOOK_CONSUMER,
@@ -67,6 +68,7 @@ async def main() -> None:
         EventFactory("dead-letter", settings.instance, settings.build_version),
         publisher=publisher,
         verifier=wire.verifier,
+        backoff=Backoff.of(settings.queue),
     )
     dead_letters = DeadLetterDesk(database, publisher, gate, settings.build_version)
     peers = Peers.load(settings)
@@ -76,7 +78,7 @@ async def main() -> None:
             js,
             stream=DEAD_STREAM,
             consumers={DEAD_BOOK_CONSUMER: 1},
-            handler=DeadLetterBook(database).handle,
+            handler=DeadLetterBook(database, Backoff.of(settings.queue)).handle,
             ack_wait_seconds=settings.queue.ack_wait_seconds,
             fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
             verifier=wire.verifier,
@@ -94,7 +96,7 @@ async def main() -> None:
             js,
             stream=EVENTS_STREAM,
             consumers={EVENTS_CONSUMER: max(settings.concurrency, EVENTS_IN_FLIGHT)},
-            handler=EventRecorder(database, history).handle,
+            handler=EventRecorder(database, history, Backoff.of(settings.queue)).handle,
             ack_wait_seconds=settings.queue.ack_wait_seconds,
             fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
             verifier=wire.verifier,

@@ -26,27 +26,19 @@ from quire.database import Database
 from quire.errors import QuireError
 from quire.faults import fault_point
 from quire.groupcommit import GroupCommit
-from quire.jobs import job_id, state_name, state_value
+from quire.jobs import job_id, state_name
+from quire.pipeline import State, steps_of
 from quire.reasons import ReasonCode
 from quire.telemetry import extract_context
 from quire.type import queue_pb2
 from quire.wire import verified_producer
+from quire.workqueue.settle import ACK, TERM, Backoff, Settlement, settle
 
 __all__ = ["EventRecorder", "EVENTS_IN_FLIGHT"]
 
 log = logging.getLogger(__name__)
-RETRY_SECONDS = 1.0
 EVENTS_IN_FLIGHT = 32
-COMPLETED = state_value("COMPLETED")
-_ENDINGS = frozenset({"REJECTED", "FAILED", "CANCELLED"})
-STEPS_OF_PRODUCER: dict[str, frozenset[str]] = {
-    "admission": frozenset({"ACCEPTED", "CANCELLED"}),
-    "validator": frozenset({"VALIDATING", "REVIEWING", "NEEDS_REVIEW", "ASSEMBLING"}) | _ENDINGS,
-    "assembler": frozenset({"ASSEMBLING", "SIGNING"}) | _ENDINGS,
-    "signer": frozenset({"SIGNING", "COMMITTING"}) | _ENDINGS,
-    # The dead-letter office ends jobs whose worker died on its last try.
-    "audit": frozenset({"FAILED", "CANCELLED"}),
-}
+COMPLETED = State.COMPLETED.number
 ACTORS_OF_PRODUCER = {
     "audit": frozenset({"audit", "dead-letter"}),
     # The validator's review desk records the operator who decided a parked job.
@@ -59,23 +51,30 @@ def may_record(producer: str, event: queue_pb2.TransitionEvent) -> bool:
     actors = ACTORS_OF_PRODUCER.get(producer, frozenset({producer}))
     if event.actor.service not in actors:
         return False
-    return state_name(event.to_state) in STEPS_OF_PRODUCER.get(producer, frozenset())
+    return state_name(event.to_state) in steps_of(producer)
 
 
 class EventRecorder:
-    def __init__(self, database: Database, history: HistoryWatch) -> None:
+    def __init__(self, database: Database, history: HistoryWatch, backoff: Backoff) -> None:
         self._writes = GroupCommit(database)
+        self._backoff = backoff
         self._history = history
         self._tracer = trace.get_tracer("quire.audit")
 
     async def handle(self, msg: Msg) -> None:
+        settlement, appended = await self._record(msg)
+        await settle(msg, settlement)
+        if appended is not None:
+            self._history.notify(appended)
+
+    async def _record(self, msg: Msg) -> tuple[Settlement, str | None]:
+        """How to settle ``msg``, and the job whose history grew, if it did."""
         try:
             event = queue_pb2.TransitionEvent.FromString(msg.data)
             ident = job_id(event.job)
         except (DecodeError, QuireError):
             log.warning("undecodable event terminated")
-            await msg.term()
-            return
+            return TERM, None
         if (
             event.to_state == COMPLETED
             or event.reason_code in (ReasonCode.DEAD_LETTER_RETRIED, ReasonCode.BYTES_RETIRED)
@@ -85,12 +84,10 @@ class EventRecorder:
             # evidence, the dead-letter desk for an operator's retry, and
             # RecordRetirement for bytes retired under the retention policy.
             log.warning("event %s claims a step only audit takes; dropped", event.event_id)
-            await msg.term()
-            return
+            return TERM, None
         if not may_record(verified_producer(msg.headers), event):
             log.warning("event %s is not a step its producer takes; refused", event.event_id)
-            await msg.term()
-            return
+            return TERM, None
         with self._tracer.start_as_current_span(
             "audit.record",
             context=extract_context(msg.headers),
@@ -100,10 +97,7 @@ class EventRecorder:
                 appended = await self._writes.run(lambda s: ledger.append(s, event))
             except Exception as error:  # noqa: BLE001 - database trouble: retry
                 log.warning("event %s not recorded (%s)", event.event_id, type(error).__name__)
-                await msg.nak(delay=RETRY_SECONDS)
-                return
+                return self._backoff.retry(msg.metadata.num_delivered, error), None
             span.set_attribute("quire.duplicate", not appended)
         fault_point("audit.after_record")
-        await msg.ack()
-        if appended:
-            self._history.notify(event.job)
+        return ACK, (event.job if appended else None)

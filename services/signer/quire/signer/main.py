@@ -12,6 +12,7 @@ from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.jobgate import JobGate
 from quire.peers import Peers
+from quire.pipeline import stage
 from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings, ServiceSettings
 from quire.signer import tables
@@ -61,8 +62,7 @@ async def main() -> None:
     await run_stage_service(
         settings,
         StageService(
-            stage="sign",
-            entry_state="SIGNING",
+            stage=stage("sign"),
             metadata=tables.metadata,
             leases=tables.leases,
             grpc_service_name="quire.signer.v1.SignerService",

@@ -36,10 +36,6 @@ __all__ = ["SignerWork", "signed_key"]
 
 
 class SignerWork:
-    stage_state = "SIGNING"
-    next_state = "COMMITTING"
-    next_stage = "commit"
-
     def __init__(
         self,
         *,
@@ -87,9 +83,9 @@ class SignerWork:
         next_task.CopyFrom(task)
         next_task.signed.CopyFrom(artifact)
         next_task.signing.CopyFrom(signing)
-        return StageResult(
-            next_task=next_task,
-            handoff_fields={
+        return StageResult.hand_on(
+            next_task,
+            fields={
                 "output_digest": artifact.sha256,
                 "key_version": signing.key_version,
                 "certificate_sha256": signing.certificate_sha256,
@@ -146,11 +142,6 @@ class SignerWork:
             # Never overwrite: an artifact that exists but does not verify needs a human.
             raise TransientError(ReasonCode.SIGNING_FAILED, "existing artifact does not verify")
         return SignedPacket(sha256=digest, size_bytes=size), used
-
-    def record_rejection(
-        self, task: queue_pb2.JobTask, error: Exception
-    ) -> Callable[[Session], None] | None:
-        return None
 
 
 def _record_intent(session: Session, job: str, version: str, blob_key: str, token: int) -> None:

@@ -12,6 +12,7 @@ from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.jobgate import JobGate
 from quire.peers import Peers
+from quire.pipeline import stage
 from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings, ServiceSettings, ValidationLimits
 from quire.stageservice import Registrar, StageService, run_stage_service
@@ -79,8 +80,7 @@ async def main() -> None:
         await run_stage_service(
             settings,
             StageService(
-                stage="validate",
-                entry_state="ACCEPTED",
+                stage=stage("validate"),
                 metadata=tables.metadata,
                 leases=tables.leases,
                 grpc_service_name="quire.validator.v1.ValidatorService",

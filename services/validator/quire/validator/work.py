@@ -14,22 +14,15 @@ from sqlalchemy.orm import Session
 
 from quire.errors import Rejected
 from quire.leases import Lease
+from quire.pipeline import State
 from quire.reasons import ReasonCode
-from quire.stage import StageResult
+from quire.stage import StageResult, Step
 from quire.type import queue_pb2
 from quire.validator import tables
 from quire.validator.evaluation import Evaluation, Evaluator
 from quire.validator.rulesets import Ruleset, RulesetBook
 
-__all__ = ["ValidatorWork", "SourcesRejected"]
-
-
-class SourcesRejected(Rejected):
-    """The job failed a check or a rule; carries the evaluation for the record."""
-
-    def __init__(self, evaluation: Evaluation, write: Callable[[Session], None]) -> None:
-        super().__init__(evaluation.reason, "job rejected", detail=evaluation.detail)
-        self.write = write
+__all__ = ["ValidatorWork"]
 
 
 def _record(
@@ -67,10 +60,6 @@ def _record(
 
 
 class ValidatorWork:
-    stage_state = "VALIDATING"
-    next_state = "ASSEMBLING"
-    next_stage = "assemble"
-
     def __init__(self, *, evaluator: Evaluator, book: RulesetBook) -> None:
         self._evaluator = evaluator
         self._book = book
@@ -79,37 +68,26 @@ class ValidatorWork:
         ruleset = self._book.get(task.ruleset)
         if ruleset is None:
             raise Rejected(ReasonCode.RULESET_UNKNOWN, "the job's ruleset is not published")
-        # The ruleset is pinned here: every later event and stage carries its digest.
-        task.ruleset_digest = ruleset.digest
         evaluation = await self._evaluator.evaluate(task, ruleset, attempt=attempt)
-        # Later stages read a repaired source's clean rewrite; its digest in the
-        # manifest (source.sha256) stays the uploaded bytes'.
+        # The ruleset is pinned here: every later event and stage carries its
+        # digest. Later stages read a repaired source's clean rewrite; its digest
+        # in the manifest (source.sha256) stays the uploaded bytes'.
+        pinned = queue_pb2.JobTask()
+        pinned.CopyFrom(task)
+        pinned.ruleset_digest = ruleset.digest
         repaired = {repair.position: repair for repair in evaluation.repairs}
-        for source in task.sources:
+        for source in pinned.sources:
             if source.position in repaired:
                 source.repair.CopyFrom(repaired[source.position])
-        accepted = {"repairs": evaluation.repairs} if evaluation.repairs else {}
-        write = _record(task, ruleset, evaluation, lease.token)
+        record = _record(pinned, ruleset, evaluation, lease.token)
         if evaluation.verdict == "REJECTED":
-            raise SourcesRejected(evaluation, write)
+            rejection = Rejected(evaluation.reason, "job rejected", detail=evaluation.detail)
+            return StageResult.reject(pinned, rejection, record=record)
+        accepted = {"repairs": evaluation.repairs} if evaluation.repairs else {}
+        reviewing = Step(State.VALIDATING, State.REVIEWING, accepted)
         if evaluation.verdict == "NEEDS_REVIEW":
-            return StageResult(
-                next_task=None,
-                extra_events=[
-                    ("VALIDATING", "REVIEWING", accepted),
-                    ("REVIEWING", "NEEDS_REVIEW", {"reason_code": ReasonCode.REVIEW_REQUIRED}),
-                ],
-                record=write,
+            parked = Step(
+                State.REVIEWING, State.NEEDS_REVIEW, {"reason_code": ReasonCode.REVIEW_REQUIRED}
             )
-        next_task = queue_pb2.JobTask()
-        next_task.CopyFrom(task)
-        return StageResult(
-            next_task=next_task,
-            extra_events=[("VALIDATING", "REVIEWING", accepted)],
-            record=write,
-        )
-
-    def record_rejection(
-        self, task: queue_pb2.JobTask, error: Exception
-    ) -> Callable[[Session], None] | None:
-        return error.write if isinstance(error, SourcesRejected) else None
+            return StageResult.park(pinned, steps=(reviewing, parked), record=record)
+        return StageResult.hand_on(pinned, steps=(reviewing,), record=record)
