@@ -38,6 +38,7 @@ import grpc
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.grpcstatus import reason_of
 from quire.jobs import state_name
+from quire.pipeline import State
 from quire.stack.supervisor import Stack, StackInfo
 from quire.type import job_pb2, queue_pb2
 
@@ -299,7 +300,7 @@ def report(
         f"(no stderr); {len(files) - len(valid)} not valid"
     )
     for label, group in (("pdfinfo-valid", valid), ("pdfinfo-clean", clean)):
-        false = [p for p in group if outcomes[p].state != "COMPLETED"]
+        false = [p for p in group if outcomes[p].state != State.COMPLETED]
         rate = len(false) / len(group) if group else 0.0
         verdict = "meets" if rate <= AIM else "misses"
         print(
@@ -319,13 +320,15 @@ def report(
                 f"{'/'.join(sorted(POLICY_REASONS))}: {rest}/{len(group)} = "
                 f"{rest / len(group):.1%})"
             )
-    completed = {o.job for o in outcomes.values() if o.state == "COMPLETED"}
+    completed = {o.job for o in outcomes.values() if o.state == State.COMPLETED}
     fixed = [codes for job, codes in repaired.items() if job in completed]
     print(f"COMPLETED after a repair (ruleset policy normalize): {len(fixed)}; damage repaired:")
     damage = collections.Counter(code for codes in fixed for code in set(codes))
     for code, count in sorted(damage.items(), key=lambda item: (-item[1], item[0])):
         print(f"  {count:5d}  {code}")
-    accepted_invalid = [p for p in files if not infos[p].valid and outcomes[p].state == "COMPLETED"]
+    accepted_invalid = [
+        p for p in files if not infos[p].valid and outcomes[p].state == State.COMPLETED
+    ]
     print(f"COMPLETED although pdfinfo refused or found encryption: {len(accepted_invalid)}")
     for path in accepted_invalid[:10]:
         print(f"  {path.relative_to(CORPUS)}  [pdfinfo {infos[path].note}]")
@@ -360,7 +363,7 @@ def report(
         print(f"    ... {len(hwms) - 20} more")
     print(f"validator restarts: {restarts}, same validator pid at the end: {same_validator}")
 
-    false_valid = [p for p in valid if outcomes[p].state != "COMPLETED"]
+    false_valid = [p for p in valid if outcomes[p].state != State.COMPLETED]
     false_valid.sort(key=lambda p: (-len(str(p.relative_to(CORPUS))), str(p)))
     print("falsely rejected pdfinfo-valid files (10 longest paths):")
     for path in false_valid[:10]:

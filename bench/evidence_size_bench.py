@@ -22,10 +22,19 @@ from quire.audit import ledger, tables  # noqa: E402
 from quire.audit.checkpoints import CheckpointSigner  # noqa: E402
 from quire.audit.evidence import build_evidence, dumps, verify_evidence  # noqa: E402
 from quire.database import Database  # noqa: E402
+from quire.pipeline import State  # noqa: E402
 from quire.transitions import EventFactory  # noqa: E402
 from quire.type import queue_pb2  # noqa: E402
 
-STATES = ("ACCEPTED", "VALIDATING", "REVIEWING", "ASSEMBLING", "SIGNING", "COMMITTING", "COMPLETED")
+STATES = (
+    State.ACCEPTED,
+    State.VALIDATING,
+    State.REVIEWING,
+    State.ASSEMBLING,
+    State.SIGNING,
+    State.COMMITTING,
+    State.COMPLETED,
+)
 FACTORY = EventFactory("bench", "bench-0", "0")
 BATCH_JOBS = 500
 
@@ -43,7 +52,7 @@ def _fill(database: Database, entries: int) -> str:
                 previous = ""
                 for state in STATES:
                     event = FACTORY.transition(task, previous, state, attempt=1, lease_token=1)
-                    event.output_digest = "o" * 64 if state == "COMMITTING" else ""
+                    event.output_digest = "o" * 64 if state == State.COMMITTING else ""
                     ledger.append(session, event)
                     previous = state
 

@@ -57,6 +57,7 @@ from quire.callers import CallerVerifier, prove  # noqa: E402
 from quire.client import AdmissionClient, PacketItem  # noqa: E402
 from quire.identity import IdentitySettings, ServiceIdentity, TrustStore  # noqa: E402
 from quire.jobs import state_name  # noqa: E402
+from quire.pipeline import State  # noqa: E402
 from quire.settings import SERVICES  # noqa: E402
 from quire.stack.supervisor import Stack  # noqa: E402
 from quire.wire import SIGNATURE_HEADER, WireSigner, WireVerifier  # noqa: E402
@@ -135,7 +136,7 @@ async def idle_latency(client: AdmissionClient, uploaded: list[list[str]]) -> li
         started = time.perf_counter()
         job = await client.submit(items(digests))
         job = await client.wait(job.name, timeout=120)
-        if state_name(job.state) != "COMPLETED":
+        if state_name(job.state) != State.COMPLETED:
             raise RuntimeError(f"{job.name} ended {state_name(job.state)}")
         latencies.append(time.perf_counter() - started)
     return latencies
@@ -400,7 +401,7 @@ def main() -> None:
             bare_one, bare_one_cpu = run_bare_libraries(packets, key, cert, folder / "bare")
             per_core = run_bare_per_core(packets, key, cert, folder / "bare", cores)
 
-            completed_rate = outcomes.get("COMPLETED", 0) / elapsed
+            completed_rate = outcomes.get(State.COMPLETED, 0) / elapsed
             load_count = max(1, round(LOAD_SHARE * completed_rate * load_seconds))
             load_packets = make_packets(folder / "inputs", load_count, prefix="load")
 
@@ -424,7 +425,7 @@ def main() -> None:
         finally:
             stack.stop()
 
-    pipeline_rate = outcomes.get("COMPLETED", 0) / elapsed
+    pipeline_rate = outcomes.get(State.COMPLETED, 0) / elapsed
     print(f"jobs: {jobs} (3 PDFs, 12 pages each), outcomes: {outcomes}")
     if any(restarts.values()):
         print(f"service restarts during the run: {restarts}")
@@ -535,7 +536,7 @@ def main() -> None:
         f"SubmitJob RPC: {spread(rpc)} (aim p99 <= 10 ms: {'met' if p99 <= 0.010 else 'NOT met'}); "
         f"latest arrival {late * 1000:.1f} ms behind schedule"
     )
-    completed = load_outcomes.get("COMPLETED", 0)
+    completed = load_outcomes.get(State.COMPLETED, 0)
     print(
         f"jobs: {load_outcomes}; {'all' if completed == len(rpc) else 'NOT all'} completed, "
         f"the last {drain:.1f} s after the last arrival"

@@ -21,11 +21,20 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from quire.checkpoint import Checkpoint, sign_checkpoint
 from quire.merkle import HASH_SIZE, MerkleTree, leaf_hash, verify_inclusion
+from quire.pipeline import State
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
 
 FACTORY = EventFactory("bench", "bench", "0")
-STATES = ("ACCEPTED", "VALIDATING", "REVIEWING", "ASSEMBLING", "SIGNING", "COMMITTING", "COMPLETED")
+STATES = (
+    State.ACCEPTED,
+    State.VALIDATING,
+    State.REVIEWING,
+    State.ASSEMBLING,
+    State.SIGNING,
+    State.COMMITTING,
+    State.COMPLETED,
+)
 ORIGIN = "quire/00000000000000aa"
 
 

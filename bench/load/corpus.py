@@ -34,6 +34,7 @@ import hostile  # noqa: E402
 import pikepdf  # noqa: E402
 
 from pdfs import text_pdf, write_text_pdf  # noqa: E402
+from quire.pipeline import State  # noqa: E402
 
 __all__ = ["CLASSES", "Source", "Work", "Shape", "build"]
 
@@ -66,7 +67,7 @@ class Work:
     index: int
     sources: tuple[Source, ...]
     ruleset: str = ""
-    expect: str = "COMPLETED"  # what a correct pipeline ends this job in
+    expect: str = State.COMPLETED  # what a correct pipeline ends this job in
 
 
 def build(cls: str, index: int, folder: Path, shape: Shape) -> Work:
@@ -174,7 +175,7 @@ def _invoice(index: int, folder: Path, shape: Shape, rng: random.Random) -> Work
     }
     path = folder / f"invoice-{index}.json"
     path.write_text(json.dumps(body))
-    expect = "REJECTED" if wrong else "COMPLETED"
+    expect = State.REJECTED if wrong else State.COMPLETED
     return Work("invoice", index, (Source("invoice", path, JSON),), "logistics-invoice", expect)
 
 
@@ -188,4 +189,4 @@ MALFORMED = (
 def _malformed(index: int, folder: Path, _shape: Shape, _rng: random.Random) -> Work:
     name, (builder, _reason) = MALFORMED[index % len(MALFORMED)]
     path = builder(folder / f"malformed-{index}-{name}.pdf")
-    return Work("malformed", index, (Source(name, path, PDF),), expect="REJECTED")
+    return Work("malformed", index, (Source(name, path, PDF),), expect=State.REJECTED)

@@ -8,6 +8,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from quire.pipeline import State
+
 __all__ = ["write", "percentile"]
 
 STAGE_KINDS = {
@@ -20,14 +22,14 @@ STAGE_KINDS = {
 }
 # Time a job spends in each ledger state, and what that time mostly is.
 STATE_MEANING = (
-    ("ACCEPTED", "validate queue"),
-    ("VALIDATING", "validation"),
-    ("REVIEWING", "rules review"),
-    ("ASSEMBLING", "assemble queue + assembly"),
-    ("SIGNING", "sign queue + signing"),
-    ("COMMITTING", "commit queue + completion by audit"),
+    (State.ACCEPTED, "validate queue"),
+    (State.VALIDATING, "validation"),
+    (State.REVIEWING, "rules review"),
+    (State.ASSEMBLING, "assemble queue + assembly"),
+    (State.SIGNING, "sign queue + signing"),
+    (State.COMMITTING, "commit queue + completion by audit"),
 )
-TERMINAL = ("COMPLETED", "REJECTED", "FAILED", "CANCELLED")
+TERMINAL = (State.COMPLETED, State.REJECTED, State.FAILED, State.CANCELLED)
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -64,7 +66,7 @@ def _per_job(results: dict[str, Any]) -> list[dict[str, Any]]:
     for record in results["records"]:
         events = results["events"].get(record["job"], []) if record["job"] else []
         terminal = next((e for e in reversed(events) if e["to_state"] in TERMINAL), None)
-        parked = any(e["to_state"] == "NEEDS_REVIEW" for e in events)
+        parked = any(e["to_state"] == State.NEEDS_REVIEW for e in events)
         entered: dict[str, float] = {}
         in_state: dict[str, float] = defaultdict(float)
         for event in sorted(events, key=lambda e: e["sequence"]):
@@ -90,9 +92,9 @@ def _per_job(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _class_row(label: str, jobs: list[dict[str, Any]], seconds: float) -> list[str]:
     accepted = [j for j in jobs if j["job"]]
-    completed = [j for j in accepted if j["end"] == "COMPLETED"]
-    rejected = [j for j in accepted if j["end"] == "REJECTED"]
-    failed = [j for j in accepted if j["end"] in ("FAILED", "CANCELLED")]
+    completed = [j for j in accepted if j["end"] == State.COMPLETED]
+    rejected = [j for j in accepted if j["end"] == State.REJECTED]
+    failed = [j for j in accepted if j["end"] in (State.FAILED, State.CANCELLED)]
     unfinished = [j for j in accepted if not j["end"] or j["end"] == "PARKED"]
     latencies = [j["latency"] for j in accepted if j["latency"] is not None]
     attempts = [j["attempts"] for j in accepted if j["attempts"]]

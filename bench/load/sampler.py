@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from quire.jobs import state_name
-from quire.pipeline import STAGE_NAMES
+from quire.pipeline import STAGE_NAMES, State
 from quire.runtime import connect_nats
 from quire.type import queue_pb2
 from quire.workqueue.topology import (
@@ -385,7 +385,13 @@ class LedgerReader(threading.Thread):
                 _parse_recorded(recorded),
             )
             self.events[entry.job].append(entry)
-            if entry.to_state in ("COMPLETED", "REJECTED", "FAILED", "CANCELLED", "NEEDS_REVIEW"):
+            if entry.to_state in (
+                State.COMPLETED,
+                State.REJECTED,
+                State.FAILED,
+                State.CANCELLED,
+                State.NEEDS_REVIEW,
+            ):
                 self.terminal[entry.job] = entry
 
     def run(self) -> None:

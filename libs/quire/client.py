@@ -29,6 +29,7 @@ from quire.admission.v1 import tenant_admin_service_pb2 as admin_pb
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
 from quire.grpcserver import TraceClientInterceptors
 from quire.jobs import PARKED_STATES, TERMINAL_STATES, state_name, state_value
+from quire.pipeline import State
 from quire.tls import TlsSettings, aio_channel
 from quire.type import job_pb2
 
@@ -201,7 +202,7 @@ class AdmissionClient:
                             return job
                 if job is None:
                     return await self.get_job(name)  # the stream said nothing
-                if state_name(job.state) != "FAILED" or position == seen:
+                if state_name(job.state) != State.FAILED or position == seen:
                     return job
         except grpc.aio.AioRpcError as error:
             if error.code() != grpc.StatusCode.DEADLINE_EXCEEDED:

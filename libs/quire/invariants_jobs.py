@@ -24,6 +24,7 @@ from quire.invariants_blobs import Artifact
 from quire.invariants_findings import Finding
 from quire.invariants_snapshot import LedgerEntry, Snapshot
 from quire.jobs import HISTORY_BEFORE_COMPLETION, PARKED_STATES, TERMINAL_STATES, state_rank
+from quire.pipeline import State
 from quire.reasons import ReasonCode
 
 __all__ = [
@@ -87,7 +88,8 @@ def _generation_findings(job: str, entries: list[LedgerEntry]) -> Iterable[Findi
             )
         if index + 1 < len(split):
             retry = split[index + 1][0]
-            if [e.to_state for e in ended[:1]] != ["FAILED"] or retry.from_state != "FAILED":
+            failed_first = [e.to_state for e in ended[:1]] == [State.FAILED]
+            if not failed_first or retry.from_state != State.FAILED:
                 yield Finding("retry_not_after_failure", job, retry.sequence)
 
 
@@ -98,7 +100,7 @@ def _completion_findings(
     snapshot: Snapshot,
     retired: set[str],
 ) -> Iterable[Finding]:
-    completions = [e for e in entries if e.to_state == "COMPLETED"]
+    completions = [e for e in entries if e.to_state == State.COMPLETED]
     if not completions:
         return
     completed = completions[0]
@@ -111,7 +113,7 @@ def _completion_findings(
         kind = "history_incomplete" if set(missing) - recorded else "completed_before_history"
         yield Finding(kind, job, completed.sequence, "missing " + ", ".join(missing))
     digest = completed.output_digest
-    committing = [e for e in entries if e.to_state == "COMMITTING"]
+    committing = [e for e in entries if e.to_state == State.COMMITTING]
     if committing and committing[-1].output_digest != digest:
         yield Finding("output_digest_mismatch", job, committing[-1].sequence)
     if not artifacts and "artifact" not in retired:

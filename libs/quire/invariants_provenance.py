@@ -31,6 +31,7 @@ from quire.invariants_findings import Finding
 from quire.invariants_jobs import generations, outcome, transitions
 from quire.invariants_snapshot import LedgerEntry, Snapshot
 from quire.jobs import TERMINAL_STATES
+from quire.pipeline import State
 
 __all__ = ["provenance_findings", "left_by_failed_signing", "packet_sizes"]
 
@@ -40,7 +41,7 @@ NOT_IN_AUDIT = "not in audit"
 def left_by_failed_signing(entries: list[LedgerEntry]) -> bool:
     """Whether the job's last generation ended FAILED out of SIGNING."""
     ended = [e for e in generations(entries)[-1] if e.to_state in TERMINAL_STATES]
-    return bool(ended) and (ended[0].from_state, ended[0].to_state) == ("SIGNING", "FAILED")
+    return bool(ended) and (ended[0].from_state, ended[0].to_state) == (State.SIGNING, State.FAILED)
 
 
 def _audit_state(snapshot: Snapshot, job: str, entries: list[LedgerEntry]) -> str:
@@ -67,7 +68,7 @@ def _input_findings(job: str, snapshot: Snapshot, artifacts: list[Artifact]) -> 
 
 
 def _count_finding(snapshot: Snapshot, artifacts: list[Artifact], tolerated: int) -> list[Finding]:
-    completed = sum(1 for view in snapshot.views.values() if view.state == "COMPLETED")
+    completed = sum(1 for view in snapshot.views.values() if view.state == State.COMPLETED)
     if len(artifacts) - tolerated <= completed:
         return []
     detail = f"{len(artifacts)} artifacts, {completed} completed"
@@ -94,8 +95,8 @@ def provenance_findings(snapshot: Snapshot, artifacts: list[Artifact]) -> list[F
         found = artifacts_of.get(job, [])
         entries = entries_of.get(job, [])
         state = _audit_state(snapshot, job, entries)
-        if found and state != "COMPLETED":
-            if state == "FAILED" and left_by_failed_signing(entries):
+        if found and state != State.COMPLETED:
+            if state == State.FAILED and left_by_failed_signing(entries):
                 tolerated += len(found)
             else:
                 findings.append(

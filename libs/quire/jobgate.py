@@ -26,20 +26,21 @@ from nats.js.errors import (
 from nats.js.kv import KeyValue
 
 from quire.jobs import job_id
+from quire.pipeline import State
 from quire.wire import SIGNATURE_HEADER, ForgedMessage, WireSigner, WireVerifier
 
 __all__ = ["JobGate", "SIGNING", "CANCELLED", "ENDED", "GATE_BUCKET"]
 
 GATE_BUCKET = "QUIRE_JOB_GATES"
-SIGNING = "SIGNING"
-CANCELLED = "CANCELLED"
-ENDED = frozenset({"REJECTED", "FAILED"})
+SIGNING = State.SIGNING
+CANCELLED = State.CANCELLED
+ENDED = frozenset({State.REJECTED, State.FAILED})
 """Endings a stage records here; no later step of the same generation may run."""
-CLAIMANTS = {
+CLAIMANTS: dict[str, frozenset[str]] = {
     SIGNING: frozenset({"signer"}),
     CANCELLED: frozenset({"admission"}),
-    "REJECTED": frozenset({"validator", "assembler", "signer"}),
-    "FAILED": frozenset({"validator", "assembler", "signer", "audit"}),
+    State.REJECTED: frozenset({"validator", "assembler", "signer"}),
+    State.FAILED: frozenset({"validator", "assembler", "signer", "audit"}),
 }
 _SEPARATOR = "|"
 
@@ -131,7 +132,7 @@ class JobGate:
         if held is None:
             return ""
         state, _, revision = held
-        if state in ("FAILED", "REJECTED", ""):
+        if state in (State.FAILED, State.REJECTED, ""):
             try:
                 await self._kv.delete(key, last=revision)
             except KeyWrongLastSequenceError:

@@ -41,6 +41,7 @@ from google.protobuf import timestamp_pb2
 from quire.admission.storagepolicy import TenantStorage
 from quire.blobstore import assembled_key, normalized_key, signed_key
 from quire.jobs import job_id
+from quire.pipeline import State
 from quire.retention_records import (
     AcceptedJob,
     LedgerJob,
@@ -204,7 +205,7 @@ def _artifacts(ctx: _Context) -> Iterable[PlannedRetirement]:
         if ended is None or not tenant or ended[0].facts is None:
             continue
         facts, since = ended[0].facts, ended[1]
-        if facts.state != "COMPLETED" or facts.output_digest != blob.sha256:
+        if facts.state != State.COMPLETED or facts.output_digest != blob.sha256:
             continue  # only a completed job's artifact, as the ledger knows it
         if blob.blob_key != signed_key(tenant, job) or not ctx.due(tenant, "artifacts", since):
             continue

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from quire.identity import IdentitySettings
 from quire.kek import KekSettings
+from quire.pipeline import State
 from quire.tls import TlsSettings
 
 __all__ = [
@@ -361,7 +362,14 @@ class TempSpaceSettings:
         )
 
 
-STALL_STATES = ("ACCEPTED", "VALIDATING", "REVIEWING", "ASSEMBLING", "SIGNING", "COMMITTING")
+STALL_STATES = (
+    State.ACCEPTED,
+    State.VALIDATING,
+    State.REVIEWING,
+    State.ASSEMBLING,
+    State.SIGNING,
+    State.COMMITTING,
+)
 
 
 @dataclass(frozen=True)

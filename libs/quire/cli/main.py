@@ -29,6 +29,7 @@ from quire.client import AdmissionClient
 from quire.grpcstatus import reason_of
 from quire.jobs import state_name
 from quire.pdfsignature import SignatureReport, verify_signed_pdf
+from quire.pipeline import State
 from quire.stack.supervisor import Stack, StackInfo
 from quire.tls import TlsSettings
 from quire.type import job_pb2
@@ -60,7 +61,7 @@ async def _submit(args: argparse.Namespace, config: ClientConfig) -> int:
         if args.wait:
             job = await client.wait(job.name, timeout=args.timeout)
             print(_job_line(job))
-            return 0 if state_name(job.state) == "COMPLETED" else 1
+            return 0 if state_name(job.state) == State.COMPLETED else 1
     return 0
 
 
@@ -74,7 +75,7 @@ async def _wait(args: argparse.Namespace, config: ClientConfig) -> int:
     async with AdmissionClient(config.admission, config.token, tls=config.tls) as client:
         job = await client.wait(job_resource(args.job), timeout=args.timeout)
     print(_job_line(job))
-    return 0 if state_name(job.state) == "COMPLETED" else 1
+    return 0 if state_name(job.state) == State.COMPLETED else 1
 
 
 async def _fetch(args: argparse.Namespace, config: ClientConfig) -> int:
@@ -100,7 +101,7 @@ async def _cancel(args: argparse.Namespace, config: ClientConfig) -> int:
     async with AdmissionClient(config.admission, config.token, tls=config.tls) as client:
         job = await client.cancel(job_resource(args.job))
     print(_job_line(job))
-    return 0 if state_name(job.state) == "CANCELLED" else 1
+    return 0 if state_name(job.state) == State.CANCELLED else 1
 
 
 def _verify_offline(args: argparse.Namespace) -> int:
@@ -229,7 +230,7 @@ async def _send_example(info: StackInfo, example: Path) -> None:
         print(f"example packet submitted: {job.name}")
         job = await client.wait(job.name, timeout=120)
         print(_job_line(job))
-        if state_name(job.state) != "COMPLETED":
+        if state_name(job.state) != State.COMPLETED:
             raise SystemExit(f"example packet ended {state_name(job.state)} {job.reason_code}")
         output = Path(info.data_dir) / "out" / f"{job.name.removeprefix('jobs/')}.pdf"
         await client.download(job.name, output)

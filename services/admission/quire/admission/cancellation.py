@@ -18,6 +18,7 @@ from quire.database import Database
 from quire.errors import TransientError
 from quire.jobgate import CANCELLED, JobGate
 from quire.jobs import TERMINAL_STATES, state_name, state_value
+from quire.pipeline import State
 from quire.reasons import ReasonCode
 from quire.transitions import EventFactory
 from quire.type import job_pb2, queue_pb2
@@ -59,7 +60,10 @@ class Canceller:
         if decided != CANCELLED:
             # Signing began, or a stage ended the job, before the cancel: say which.
             view = await self._views.current(accepted)
-            if decided in ("REJECTED", "FAILED") and state_name(view.state) not in TERMINAL_STATES:
+            if (
+                decided in (State.REJECTED, State.FAILED)
+                and state_name(view.state) not in TERMINAL_STATES
+            ):
                 view.state = state_value(decided)  # type: ignore[assignment]
             return view
         table = tables.jobs
@@ -71,7 +75,7 @@ class Canceller:
         event = self._events.transition(
             queue_pb2.JobTask.FromString(task_bytes),
             state,
-            "CANCELLED",
+            State.CANCELLED,
             attempt=1,
             lease_token=0,
             reason_code=ReasonCode.CANCELLED_BY_CLIENT,
@@ -83,6 +87,6 @@ class Canceller:
         await self._outstanding.mark_finished([accepted.name])
         cancelled = job_pb2.Job()
         cancelled.CopyFrom(current)
-        cancelled.state = state_value("CANCELLED")  # type: ignore[assignment]
+        cancelled.state = State.CANCELLED.number  # type: ignore[assignment]
         cancelled.reason_code = ReasonCode.CANCELLED_BY_CLIENT
         return cancelled

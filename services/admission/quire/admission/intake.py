@@ -36,6 +36,7 @@ from quire.database import Database, insert_if_absent
 from quire.errors import Conflict, FieldViolation, InvalidInput, Overloaded, QuotaViolation
 from quire.groupcommit import GroupCommit
 from quire.jobs import job_name, manifest_digest, new_job_id
+from quire.pipeline import State
 from quire.reasons import ReasonCode
 from quire.settings import AdmissionSettings
 from quire.transitions import EventFactory
@@ -282,7 +283,7 @@ class Intake:
             assert replay is not None
             return replay
         task = self._task(session, tenant, job, request, digest, priority)
-        accepted = self._events.transition(task, "", "ACCEPTED", attempt=1, lease_token=0)
+        accepted = self._events.transition(task, "", State.ACCEPTED, attempt=1, lease_token=0)
         session.execute(
             tables.jobs.insert().values(
                 job=job,

@@ -21,7 +21,8 @@ from quire.admission.outstanding import OutstandingJobs
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.database import Database
 from quire.errors import FieldViolation, InvalidInput, NotFound, TransientError
-from quire.jobs import TERMINAL_STATES, job_id, job_name, state_name, state_value, timestamp
+from quire.jobs import TERMINAL_STATES, job_id, job_name, state_name, timestamp
+from quire.pipeline import State
 from quire.reasons import ReasonCode
 from quire.type import job_pb2
 
@@ -44,7 +45,7 @@ def accepted_view(accepted: AcceptedJob) -> job_pb2.Job:
     """What admission alone can say: the job exists and was accepted."""
     return job_pb2.Job(
         name=accepted.name,
-        state=state_value("ACCEPTED"),  # type: ignore[arg-type]
+        state=State.ACCEPTED.number,  # type: ignore[arg-type]
         item_count=accepted.item_count,
         manifest_digest=accepted.manifest_digest,
         create_time=timestamp(accepted.created_at),

@@ -39,7 +39,7 @@ from quire.admission.outstanding import OutstandingJobs
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.database import Database, as_utc, insert_if_absent
 from quire.jobs import PARKED_STATES, TERMINAL_STATES, state_name
-from quire.pipeline import stage_working_in
+from quire.pipeline import State, stage_working_in
 from quire.settings import ReconcileSettings
 from quire.type import job_pb2, queue_pb2
 from quire.workqueue import Publisher, event_subject, redriven, task_message_id, work_subject
@@ -107,7 +107,7 @@ class Reconciler:
                     redriven_jobs += 1
 
     def _budgets(self) -> list[float]:
-        return [self._settings.budget("ACCEPTED"), *self._settings.stall_seconds.values()]
+        return [self._settings.budget(State.ACCEPTED), *self._settings.stall_seconds.values()]
 
     async def _views(self, names: list[str]) -> dict[str, job_pb2.Job]:
         reply = await self._audit.BatchGetJobs(
@@ -121,8 +121,9 @@ class Reconciler:
         self, row: _Row, view: job_pb2.Job | None, now: datetime
     ) -> tuple[str, float] | None:
         """(state, seconds it has sat there) of a job past its budget, else None."""
+        state: str
         if view is None:  # audit never heard of it: its ACCEPTED event was lost too
-            state, since = "ACCEPTED", row.created_at
+            state, since = State.ACCEPTED, row.created_at
         else:
             state = state_name(view.state)
             if state in TERMINAL_STATES or state in PARKED_STATES:

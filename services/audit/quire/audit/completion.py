@@ -27,6 +27,7 @@ from quire.errors import PermanentError
 from quire.faults import fault_point
 from quire.jobs import HISTORY_BEFORE_COMPLETION, TERMINAL_STATES
 from quire.leases import Lease, LeaseStore, lease_key
+from quire.pipeline import State
 from quire.reasons import ReasonCode
 from quire.settings import QueueSettings
 from quire.taskbinding import read_task
@@ -144,7 +145,7 @@ class CompletionDesk:
             return Verdict.HISTORY_INCOMPLETE
         reported = session.execute(
             select(tables.ledger.c.event)
-            .where(tables.ledger.c.job == task.job, tables.ledger.c.to_state == "COMMITTING")
+            .where(tables.ledger.c.job == task.job, tables.ledger.c.to_state == State.COMMITTING)
             .order_by(tables.ledger.c.sequence.desc())
             .limit(1)
         ).scalar_one()
@@ -158,7 +159,7 @@ class CompletionDesk:
         """Append COMPLETED (no reason) or FAILED, fenced by this delivery's lease."""
         if not self.leases.complete_in(session, lease, queue_pb2.StageOutcome()):
             return Verdict.STALE
-        state = "FAILED" if reason else "COMPLETED"
+        state = State.FAILED if reason else State.COMPLETED
         ledger.append(session, self._ending(task, attempt, lease, state, reason))
         return Verdict.FAILED if reason else Verdict.COMPLETED
 
@@ -182,7 +183,7 @@ class CompletionDesk:
     ) -> queue_pb2.TransitionEvent:
         return self._events.transition(
             task,
-            "COMMITTING",
+            State.COMMITTING,
             state,
             attempt=attempt,
             lease_token=lease.token,

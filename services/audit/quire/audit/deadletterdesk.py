@@ -68,7 +68,7 @@ class DeadLetterDesk:
             await self._reopen(job)
             event = EventFactory("operator", operator, self.build_version).transition(
                 task,
-                "FAILED",
+                State.FAILED,
                 stage(row.stage).waiting,  # where a retry puts the job back
                 attempt=1,
                 lease_token=0,

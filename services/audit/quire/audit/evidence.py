@@ -35,6 +35,7 @@ from quire.checkpoint import open_checkpoint
 from quire.errors import NotFound
 from quire.jobs import HISTORY_BEFORE_COMPLETION, TERMINAL_STATES, state_name
 from quire.merkle import ProofError, leaf_hash, verify_consistency, verify_inclusion
+from quire.pipeline import State
 from quire.signednote import NoteError
 from quire.type import queue_pb2
 
@@ -175,9 +176,9 @@ def _history_problems(
         for event in events
         if not event.HasField("retirement") and state_name(event.to_state) in TERMINAL_STATES
     }
-    if "ACCEPTED" not in states:
+    if State.ACCEPTED not in states:
         problems.append("the history does not start with ACCEPTED")
-    if "COMPLETED" in states and not set(HISTORY_BEFORE_COMPLETION) <= states:
+    if State.COMPLETED in states and not set(HISTORY_BEFORE_COMPLETION) <= states:
         problems.append("a completion without the whole history before it")
     if any(
         event.HasField("retirement")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from quire.jobs import TERMINAL_STATES, state_name, state_rank
+from quire.pipeline import State
 from quire.reasons import ReasonCode
 from quire.type import queue_pb2
 
@@ -65,8 +66,8 @@ def is_retirement(event: queue_pb2.TransitionEvent) -> bool:
 def _reopens(state: str, event: queue_pb2.TransitionEvent) -> bool:
     """An operator's dead-letter retry: the one way out of FAILED."""
     return (
-        state == "FAILED"
-        and state_name(event.from_state) == "FAILED"
+        state == State.FAILED
+        and state_name(event.from_state) == State.FAILED
         and event.reason_code == ReasonCode.DEAD_LETTER_RETRIED
         and event.generation > 0
     )

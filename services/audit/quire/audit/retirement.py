@@ -31,6 +31,7 @@ from quire.audit.jobview import fold, is_retirement
 from quire.blobstore import assembled_key, normalized_key, signed_key, source_key
 from quire.errors import FailedPrecondition, FieldViolation, InvalidInput, NotFound
 from quire.jobs import TERMINAL_STATES, job_id, state_value
+from quire.pipeline import State
 from quire.reasons import ReasonCode
 from quire.type import queue_pb2
 
@@ -117,7 +118,7 @@ def _ended_state(session: Session, tenant: str, job: str, retirement: queue_pb2.
     ):
         raise _invalid("retirement.sha256", "not the clean rewrite of one of the job's sources")
     if retirement.kind == "artifact" and (
-        facts.state != "COMPLETED" or facts.output_digest != retirement.sha256
+        facts.state != State.COMPLETED or facts.output_digest != retirement.sha256
     ):
         raise _invalid("retirement.sha256", "not the job's signed artifact")
     return facts.state

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from quire.database import Database
 from quire.errors import FailedPrecondition, NotFound
 from quire.jobgate import CANCELLED, JobGate
+from quire.pipeline import State
 from quire.reasons import ReasonCode
 from quire.settings import BUILD_VERSION
 from quire.transitions import EventFactory
@@ -75,7 +76,7 @@ class ReviewDesk:
     async def resolve(self, job: str, *, approve: bool, operator: str, note: str) -> ReviewRow:
         status = "APPROVED" if approve else "REJECTED"
         if self._gate is not None and not approve:
-            if await self._gate.end(job, "REJECTED") == CANCELLED:
+            if await self._gate.end(job, State.REJECTED) == CANCELLED:
                 raise FailedPrecondition(ReasonCode.JOB_CANCELLED, "the job was cancelled")
         if self._gate is not None and approve and await self._gate.is_cancelled(job):
             raise FailedPrecondition(ReasonCode.JOB_CANCELLED, "the job was cancelled")
@@ -84,7 +85,7 @@ class ReviewDesk:
         actor = EventFactory("operator", review.operator or operator, BUILD_VERSION)
         if review.status == "APPROVED":  # what was recorded, not what this caller asked
             event = actor.transition(
-                task, "NEEDS_REVIEW", "ASSEMBLING", attempt=1, lease_token=0, note=note
+                task, State.NEEDS_REVIEW, State.ASSEMBLING, attempt=1, lease_token=0, note=note
             )
             await self._publisher.publish(event_subject("validator"), event, event.event_id)
             await self._publisher.publish(
@@ -95,8 +96,8 @@ class ReviewDesk:
         else:
             event = actor.transition(
                 task,
-                "NEEDS_REVIEW",
-                "REJECTED",
+                State.NEEDS_REVIEW,
+                State.REJECTED,
                 attempt=1,
                 lease_token=0,
                 reason_code=ReasonCode.REVIEW_REJECTED,
