@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import MetaData, func, select
+from sqlalchemy import MetaData, event, func, select
 
 from quire.database import Database
 from quire.groupcommit import GroupCommit
@@ -56,3 +56,26 @@ async def test_a_lone_write_commits_at_once(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError):
         await writes.run(lambda s: (_ for _ in ()).throw(ValueError("x")))
+
+
+async def test_a_group_without_failures_needs_no_savepoints(tmp_path: Path) -> None:
+    metadata = MetaData()
+    table = lease_table(metadata)
+    database = Database(f"sqlite:///{tmp_path / 'g.db'}", metadata)
+    database.create_schema()
+    statements: list[str] = []
+    event.listen(
+        database.engine,
+        "before_cursor_execute",
+        lambda _conn, _cursor, sql, *_args: statements.append(sql.split()[0].upper()),
+    )
+    writes = GroupCommit(database)
+    now = datetime.now(UTC)
+
+    def insert(job: str):  # type: ignore[no-untyped-def]
+        return lambda s: s.execute(table.insert().values(job=job, token=1, updated_at=now))
+
+    await asyncio.gather(*(writes.run(insert(f"jobs/{n:02d}")) for n in range(30)))
+    assert statements.count("INSERT") == 30
+    assert "SAVEPOINT" not in statements and "RELEASE" not in statements
+    assert statements.count("BEGIN") < 30, "writes that arrived together shared a transaction"

@@ -22,6 +22,7 @@ Every path ends in one ``Settlement``, applied in one place (``settle``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -365,23 +366,32 @@ class StageRunner:
         return outcome
 
     async def _publish(self, outcome: queue_pb2.StageOutcome, redrive: int = 0) -> None:
-        """Publish what was committed; a re-driven task (``redrive`` > 0) sends it all
-        again under fresh message ids, in case the first copies were lost."""
-        for event in outcome.events:
-            await self._publisher.publish(
+        """Publish what was committed, all at once (each message is deduplicated by
+        its id, and the ledger orders a job's events by their states, not by their
+        arrival); a re-driven task (``redrive`` > 0) sends it all again under fresh
+        message ids, in case the first copies were lost."""
+        sends = [
+            self._publisher.publish(
                 event_subject(self._service), event, redriven(event.event_id, redrive)
             )
+            for event in outcome.events
+        ]
         if outcome.HasField("next_task"):
             stage = outcome.next_subject.split(".")[2]
             task = queue_pb2.JobTask()
             task.CopyFrom(outcome.next_task)
             task.redrive = max(task.redrive, redrive)
             msg_id = redriven(task_message_id(task.job, stage, task.generation), task.redrive)
-            await self._publisher.publish(outcome.next_subject, task, msg_id)
+            sends.append(self._publisher.publish(outcome.next_subject, task, msg_id))
         if outcome.HasField("dead_letter"):
             letter = outcome.dead_letter
-            await self._publisher.publish(
-                dead_subject(letter.stage),
-                letter,
-                task_message_id(letter.task.job, f"dead.{letter.stage}", letter.task.generation),
+            sends.append(
+                self._publisher.publish(
+                    dead_subject(letter.stage),
+                    letter,
+                    task_message_id(
+                        letter.task.job, f"dead.{letter.stage}", letter.task.generation
+                    ),
+                )
             )
+        await asyncio.gather(*sends)

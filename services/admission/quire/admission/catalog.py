@@ -43,9 +43,16 @@ class RulesetCatalog:
         self._keys: frozenset[str] = frozenset()
         self._read_at = float("-inf")
 
-    async def keys(self) -> frozenset[str]:
+    def fresh(self) -> frozenset[str] | None:
+        """The keys read within the TTL, without asking; None when they must be read."""
         if time.monotonic() - self._read_at < self._ttl:
             return self._keys
+        return None
+
+    async def keys(self) -> frozenset[str]:
+        fresh = self.fresh()
+        if fresh is not None:
+            return fresh
         try:
             reply = await self._validator.ListRulesets(
                 validator_service_pb2.ListRulesetsRequest(), timeout=TIMEOUT_SECONDS

@@ -57,11 +57,14 @@ class Dispatcher:
         """
         task = queue_pb2.JobTask.FromString(task_bytes)
         accepted = queue_pb2.TransitionEvent.FromString(event_bytes)
-        await self._publisher.publish(event_subject("admission"), accepted, accepted.event_id)
-        await self._publisher.publish(
-            work_subject("validate", task.priority),
-            task,
-            task_message_id(task.job, "validate", task.generation),
+        # Both at once, each deduplicated by its id; neither waits for the other.
+        await asyncio.gather(
+            self._publisher.publish(event_subject("admission"), accepted, accepted.event_id),
+            self._publisher.publish(
+                work_subject("validate", task.priority),
+                task,
+                task_message_id(task.job, "validate", task.generation),
+            ),
         )
         fault_point("admission.after_publish")
         self._published.add(task.job)

@@ -109,10 +109,15 @@ class Intake:
         priority = request.priority or "interactive"
         digest = manifest_digest(request.manifest)
         request_sha = _request_sha256(digest, priority)
-        replay = await self._db.read(lambda s: self._replay(s, tenant.id, request, request_sha))
-        if replay is not None:
-            return replay  # a live key answers even when the validator cannot
-        known = await self._catalog.keys() if self._catalog else frozenset({"default@1"})
+        known = self._catalog.fresh() if self._catalog else frozenset({"default@1"})
+        if known is None:
+            # The catalog must ask the validator; a live key answers even when
+            # the validator cannot, so look for one first.
+            replay = await self._db.read(lambda s: self._replay(s, tenant.id, request, request_sha))
+            if replay is not None:
+                return replay
+            assert self._catalog is not None
+            known = await self._catalog.keys()
         replay = await self._db.read(
             lambda s: self._replay_or_check(s, tenant.id, request, request_sha, known)
         )

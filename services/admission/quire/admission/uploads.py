@@ -147,13 +147,14 @@ class UploadGate:
             # shredded tenant is refused here (DATA_SHREDDED). Unwrapping may reach
             # a token, so not on the event loop.
             await asyncio.to_thread(self._blobs.keys.for_writing, tenant.id)
-            known = await self._db.read(lambda s: _known(s, tenant.id, header.sha256))
+            quota = self._settings.storage_quota_bytes
+            known = await self._db.read(
+                lambda s: _known_or_within_quota(s, tenant.id, header, quota)
+            )
             if known is not None:
                 stored = _already_stored(known, header)
                 await _discard_rest(paced, header.size_bytes)
                 return stored
-            quota = self._settings.storage_quota_bytes
-            await self._db.read(lambda s: check_quota(s, tenant.id, header.size_bytes, quota))
             slot.reserve(header.size_bytes)
             return await self._store(tenant.id, header, paced)
 
@@ -187,6 +188,17 @@ def _known(session: Session, tenant: str, sha256: str) -> StoredSource | None:
         )
     ).first()
     return None if row is None else StoredSource(row.sha256, row.size_bytes, row.content_type)
+
+
+def _known_or_within_quota(
+    session: Session, tenant: str, header: pb.SourceHeader, quota: int
+) -> StoredSource | None:
+    """The tenant's stored copy of these bytes, if any; otherwise the new bytes
+    must fit the tenant's storage quota. One read transaction for both."""
+    known = _known(session, tenant, header.sha256)
+    if known is None:
+        check_quota(session, tenant, header.size_bytes, quota)
+    return known
 
 
 def _already_stored(known: StoredSource, header: pb.SourceHeader) -> StoredSource:
