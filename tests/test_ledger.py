@@ -69,3 +69,55 @@ def test_a_late_event_never_moves_a_job_back(tmp_path: Path) -> None:
     assert state == "REVIEWING"
     report = database.transaction(lambda s: verify_ledger(s, []))
     assert report.ok and report.entries == 3, "out-of-order arrival still chains cleanly"
+
+
+def test_a_batch_appends_exactly_what_one_by_one_appends_would(tmp_path: Path) -> None:
+    """The recorder appends groups with ``append_many``; chain, view and
+    duplicates must come out as appending each event alone would make them."""
+    steps = ["ACCEPTED", "VALIDATING", "REVIEWING", "ASSEMBLING", "SIGNING", "COMMITTING"]
+    events = []
+    for job, tenant in (("jobs/a1", "t1"), ("jobs/b2", "t2"), ("jobs/c3", "t1")):
+        for before, after in zip(["", *steps], steps, strict=False):
+            events.append(_event(job, tenant, before, after))
+    rejected = _event("jobs/c3", "t1", "COMMITTING", "REJECTED")
+    late = _event("jobs/a1", "t1", "ACCEPTED", "VALIDATING")  # a repeat: a duplicate
+    order = [events[4], events[0], late, events[7], rejected, *events, events[2]]
+    first, rest = order[:5], order[5:]
+
+    one_by_one = Database(f"sqlite:///{tmp_path / 'one.db'}", tables.metadata)
+    one_by_one.create_schema()
+    expected = [one_by_one.transaction(lambda s, e=e: ledger.append(s, e)) for e in order]
+
+    batched = Database(f"sqlite:///{tmp_path / 'many.db'}", tables.metadata)
+    batched.create_schema()
+    got = batched.transaction(lambda s: ledger.append_many(s, first))
+    got += batched.transaction(lambda s: ledger.append_many(s, rest))
+    assert got == expected
+    assert got.count(True) == len(events) + 1
+
+    def snapshot(database: Database) -> tuple[list[tuple[object, ...]], ...]:
+        def read(s):  # type: ignore[no-untyped-def]
+            ledger_rows = s.execute(
+                select(
+                    tables.ledger.c.event_id,
+                    tables.ledger.c.tenant,
+                    tables.ledger.c.prev_hash,
+                    tables.ledger.c.entry_hash,
+                ).order_by(tables.ledger.c.sequence)
+            ).all()
+            heads = s.execute(select(tables.chain_heads).order_by("tenant")).all()
+            views = s.execute(
+                select(tables.jobs.c.job, tables.jobs.c.state, tables.jobs.c.reason_code).order_by(
+                    tables.jobs.c.job
+                )
+            ).all()
+            return (
+                [tuple(r) for r in ledger_rows],
+                [tuple(r) for r in heads],
+                [tuple(r) for r in views],
+            )
+
+        return database.transaction(read)
+
+    assert snapshot(batched) == snapshot(one_by_one)
+    assert batched.transaction(lambda s: verify_ledger(s, [])).ok

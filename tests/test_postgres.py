@@ -79,6 +79,40 @@ async def test_ledger_chain_holds_under_concurrent_appends_on_postgres(postgres)
         previous = row.entry_hash
 
 
+async def test_concurrent_batches_chain_each_tenant_on_postgres(postgres) -> None:  # type: ignore[no-untyped-def]
+    """Batches that lock two tenants' heads in one transaction, run at once on
+    several connections, neither deadlock nor fork a chain."""
+    database = _database(postgres, audit_tables.metadata)
+    factory = EventFactory("test", "instance", "0")
+
+    def event(index: int, tenant: str) -> queue_pb2.TransitionEvent:
+        task = queue_pb2.JobTask(job=f"jobs/{index:04x}", tenant=tenant)
+        return factory.transition(task, "", "ACCEPTED", attempt=1, lease_token=1)
+
+    batches = [
+        [event(10 * b + i, ("ta", "tb")[(b + i) % 2]) for i in range(6)][:: 1 if b % 2 else -1]
+        for b in range(8)
+    ]
+    results = await asyncio.gather(
+        *(database.run(lambda s, batch=batch: ledger.append_many(s, batch)) for batch in batches)
+    )
+    assert all(all(appended) for appended in results)
+    for tenant in ("ta", "tb"):
+        rows = database.transaction(
+            lambda s, t=tenant: s.execute(
+                select(audit_tables.ledger)
+                .where(audit_tables.ledger.c.tenant == t)
+                .order_by(audit_tables.ledger.c.sequence)
+            ).all()
+        )
+        assert len(rows) == 24
+        previous = ledger.GENESIS
+        for row in rows:
+            assert row.prev_hash == previous
+            assert row.entry_hash == ledger.entry_hash(row.prev_hash, row.event)
+            previous = row.entry_hash
+
+
 async def test_the_whole_pipeline_runs_on_postgres(postgres, tmp_path) -> None:  # type: ignore[no-untyped-def]
 
     from pdfs import write_text_pdf

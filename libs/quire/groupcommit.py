@@ -3,41 +3,59 @@
 SQLite has one writer and each commit is an fsync, so concurrent writers
 queue behind each other. Here, writes that arrive while a commit is in
 progress wait and then go together, under one transaction and one fsync. A
-group is first tried as it is; if any item raises, the whole transaction is
-rolled back and the group is tried again with each item in its own savepoint,
-so one failing item rolls back only itself (savepoints cost two statements
-per item, so only groups that need them pay for them). A lone writer still
-commits at once; no timer delays anything.
+group is first written as it is; if that raises, the whole transaction is
+rolled back and the group is written again with each item in its own
+savepoint, so one failing item rolls back only itself (savepoints cost two
+statements per item, so only groups that need them pay for them). A lone
+writer still commits at once; no timer delays anything.
+
+``BatchCommit`` hands a group's items to one function, which can write them
+in fewer statements than one at a time (the ledger appends a group of events
+with one look-up, one insert and one chain-head update per tenant);
+``GroupCommit`` is the same for independent pieces of work.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy.orm import Session
 
 from quire.database import Database
 
-__all__ = ["GroupCommit"]
+__all__ = ["BatchCommit", "GroupCommit"]
 
 T = TypeVar("T")
-_Item = tuple[Callable[[Session], Any], "asyncio.Future[Any]"]
+I = TypeVar("I")  # noqa: E741 - an item
+R = TypeVar("R")
+Outcome = tuple[bool, Any]
+"""(True, result) or (False, the exception for that item's caller)."""
 
 
-class GroupCommit:
-    def __init__(self, database: Database, *, max_batch: int = 64) -> None:
+class BatchCommit(Generic[I, R]):
+    """Items written together by ``write(session, items)``, which returns one
+    result per item, in order."""
+
+    def __init__(
+        self,
+        database: Database,
+        write: Callable[[Session, list[I]], Sequence[R]],
+        *,
+        max_batch: int = 64,
+    ) -> None:
         self._db = database
+        self._write = write
         self._max_batch = max_batch
-        self._waiting: list[_Item] = []
+        self._waiting: list[tuple[I, asyncio.Future[R]]] = []
         self._committing = False
 
-    async def run(self, work: Callable[[Session], T]) -> T:
-        """Run ``work`` in a savepoint of the next group's transaction."""
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._waiting.append((work, future))
+    async def run(self, item: I) -> R:
+        """Write ``item`` with the next group; its result, or its own exception."""
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        self._waiting.append((item, future))
         if not self._committing:
             self._committing = True
             asyncio.create_task(self._commit_groups())
@@ -48,13 +66,14 @@ class GroupCommit:
             while self._waiting:
                 group = self._waiting[: self._max_batch]
                 del self._waiting[: self._max_batch]
+                items = [item for item, _future in group]
                 try:
-                    outcomes = await self._db.run(partial(_all_or_nothing, group=group))
-                except _ItemFailed:
-                    outcomes = await self._isolated(group)
+                    outcomes = await self._db.run(partial(self._together, items=items))
+                except _GroupFailed:
+                    outcomes = await self._one_by_one(items)
                 except Exception as error:  # noqa: BLE001 - the commit itself failed: all fail
                     outcomes = [(False, error)] * len(group)
-                for (_work, future), (ok, value) in zip(group, outcomes, strict=True):
+                for (_item, future), (ok, value) in zip(group, outcomes, strict=True):
                     if future.done():
                         continue
                     if ok:
@@ -64,31 +83,47 @@ class GroupCommit:
         finally:
             self._committing = False
 
-    async def _isolated(self, group: list[_Item]) -> list[tuple[bool, Any]]:
+    def _together(self, session: Session, *, items: list[I]) -> list[Outcome]:
         try:
-            return await self._db.run(partial(_attempt_all, group=group))
+            results = self._write(session, items)
+        except Exception as error:  # noqa: BLE001 - written again, item by item
+            raise _GroupFailed() from error
+        return [(True, result) for result in results]
+
+    async def _one_by_one(self, items: list[I]) -> list[Outcome]:
+        try:
+            return await self._db.run(partial(self._isolated, items=items))
         except Exception as error:  # noqa: BLE001 - the commit itself failed: all fail
-            return [(False, error)] * len(group)
+            return [(False, error)] * len(items)
+
+    def _isolated(self, session: Session, *, items: list[I]) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        for item in items:
+            try:
+                with session.begin_nested():
+                    outcomes.append((True, self._write(session, [item])[0]))
+            except Exception as error:  # noqa: BLE001 - handed to this item's caller
+                outcomes.append((False, error))
+        return outcomes
 
 
-class _ItemFailed(Exception):
-    """One item of a group raised: the group's transaction is rolled back."""
+class _GroupFailed(Exception):
+    """The group's write raised: its transaction is rolled back."""
 
 
-def _all_or_nothing(session: Session, *, group: list[_Item]) -> list[tuple[bool, Any]]:
-    try:
-        return [(True, work(session)) for work, _future in group]
-    except Exception as error:  # noqa: BLE001 - retried item by item, in savepoints
-        raise _ItemFailed() from error
+def _each(session: Session, works: list[Callable[[Session], Any]]) -> list[Any]:
+    return [work(session) for work in works]
 
 
-def _attempt_all(session: Session, *, group: list[_Item]) -> list[tuple[bool, Any]]:
-    return [_attempt(session, work) for work, _future in group]
+class GroupCommit:
+    """Independent pieces of work, each ``work(session)``, committed in groups."""
 
+    def __init__(self, database: Database, *, max_batch: int = 64) -> None:
+        self._batches: BatchCommit[Callable[[Session], Any], Any] = BatchCommit(
+            database, _each, max_batch=max_batch
+        )
 
-def _attempt(session: Session, work: Callable[[Session], Any]) -> tuple[bool, Any]:
-    try:
-        with session.begin_nested():
-            return True, work(session)
-    except Exception as error:  # noqa: BLE001 - handed to this item's caller
-        return False, error
+    async def run(self, work: Callable[[Session], T]) -> T:
+        """Run ``work`` in the next group's transaction."""
+        result: T = await self._batches.run(work)
+        return result

@@ -25,7 +25,7 @@ from quire.audit.history import HistoryWatch
 from quire.database import Database
 from quire.errors import QuireError
 from quire.faults import fault_point
-from quire.groupcommit import GroupCommit
+from quire.groupcommit import BatchCommit
 from quire.jobs import job_id, state_name
 from quire.pipeline import State, steps_of
 from quire.reasons import ReasonCode
@@ -56,7 +56,7 @@ def may_record(producer: str, event: queue_pb2.TransitionEvent) -> bool:
 
 class EventRecorder:
     def __init__(self, database: Database, history: HistoryWatch, backoff: Backoff) -> None:
-        self._writes = GroupCommit(database)
+        self._appends = BatchCommit(database, ledger.append_many)
         self._backoff = backoff
         self._history = history
         self._tracer = trace.get_tracer("quire.audit")
@@ -94,7 +94,7 @@ class EventRecorder:
             attributes={"quire.job": ident, "quire.event": event.event_id},
         ) as span:
             try:
-                appended = await self._writes.run(lambda s: ledger.append(s, event))
+                appended = await self._appends.run(event)
             except Exception as error:  # noqa: BLE001 - database trouble: retry
                 log.warning("event %s not recorded (%s)", event.event_id, type(error).__name__)
                 return self._backoff.retry(msg.metadata.num_delivered, error), None
