@@ -31,10 +31,8 @@ log = logging.getLogger(__name__)
 
 
 def _traced(
-    behavior: Callable[..., Any], method: str, streaming_response: bool
+    tracer: trace.Tracer, behavior: Callable[..., Any], method: str, streaming_response: bool
 ) -> Callable[..., Any]:
-    tracer = trace.get_tracer("quire.grpc")
-
     def _context(servicer_context: grpc.aio.ServicerContext) -> otel_context.Context:
         metadata = {
             k: v for k, v in (servicer_context.invocation_metadata() or ()) if isinstance(v, str)
@@ -60,6 +58,10 @@ def _traced(
 class TraceServerInterceptor(grpc.aio.ServerInterceptor):
     """Starts a server span per RPC as a child of the caller's trace context."""
 
+    def __init__(self) -> None:
+        # Once, not per call: getting a tracer builds its instrumentation scope.
+        self._tracer = trace.get_tracer("quire.grpc")
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
@@ -71,19 +73,19 @@ class TraceServerInterceptor(grpc.aio.ServerInterceptor):
         method = details.method
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
-                _traced(handler.unary_unary, method, False),
+                _traced(self._tracer, handler.unary_unary, method, False),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.stream_unary:
             return grpc.stream_unary_rpc_method_handler(
-                _traced(handler.stream_unary, method, False),
+                _traced(self._tracer, handler.stream_unary, method, False),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream:
             return grpc.unary_stream_rpc_method_handler(
-                _traced(handler.unary_stream, method, True),
+                _traced(self._tracer, handler.unary_stream, method, True),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
