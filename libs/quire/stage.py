@@ -207,8 +207,13 @@ class StageRunner:
             )
             decision: _Commit | Settlement = _Commit(ending, None, TERM)
         else:
-            await self._announce_start(task, lease, attempt)
-            decision = await self._decide(task, lease, attempt)
+            # The announcement need not delay the work: it is best effort, and
+            # the committed outcome carries the same event (same id) anyway.
+            announced = asyncio.create_task(self._announce_start(task, lease, attempt))
+            try:
+                decision = await self._decide(task, lease, attempt)
+            finally:
+                await announced
         if isinstance(decision, Settlement):
             return decision
         fault_point(f"{self._service}.before_commit")
