@@ -11,8 +11,8 @@ dead process's directory is swept with its other leftovers.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import shutil
-import tempfile
 from pathlib import Path
 from types import TracebackType
 
@@ -25,6 +25,7 @@ class AttemptFiles:
     def __init__(self, blobs: LocalBlobStore) -> None:
         self._blobs = blobs
         self._directory: Path | None = None
+        self._names = itertools.count(1)
 
     @property
     def directory(self) -> Path:
@@ -36,11 +37,14 @@ class AttemptFiles:
         path = await asyncio.to_thread(self._blobs.materialize, key, sha256, self.directory)
         return str(path)
 
-    def new_file(self, kind: str) -> Path:
-        """An empty file in the private directory, for a worker's output."""
-        handle = tempfile.NamedTemporaryFile(dir=self.directory, prefix=f"{kind}-", delete=False)
-        handle.close()
-        return Path(handle.name)
+    def name_for(self, kind: str) -> Path:
+        """A fresh name in the private directory for a file a worker may write.
+
+        Nothing is created: the directory is this attempt's alone (0700, made
+        for it), so no one else can take the name first, and a file that is
+        never written (a repair that was not needed) costs nothing.
+        """
+        return self.directory / f"{kind}-{next(self._names)}"
 
     async def __aenter__(self) -> AttemptFiles:
         self._directory = await asyncio.to_thread(self._blobs.new_temp_dir, "attempt")

@@ -63,7 +63,7 @@ class AssemblerWork:
                 )
                 for s in task.sources
             ]
-            temp = files.new_file("packet")
+            temp = files.name_for("packet")
             packet = await self._merge(task, sources, files.directory, temp)
             key = assembled_key(task.tenant, packet.sha256)
             await asyncio.to_thread(self._blobs.promote_file, temp, key)

@@ -102,7 +102,7 @@ class SignerWork:
         # signed copy written there, then sealed into the store.
         async with AttemptFiles(self._blobs) as files:
             assembled = await files.plain(task.assembled.blob_key, task.assembled.sha256)
-            temp = files.new_file("signed")
+            temp = files.name_for("signed")
             try:
                 signed: SignedPacket = await self._sandbox.run(
                     sign_packet,

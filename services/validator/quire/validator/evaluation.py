@@ -228,7 +228,7 @@ class Evaluator:
                 raise  # DATA_SHREDDED and the like end the job as they are
             return Finding("", 0, error.reason), ""
         # Where a repair writes its clean rewrite; none when the ruleset refuses repairs.
-        rewrite = "" if ruleset.repair_policy == "refuse" else str(files.new_file("clean"))
+        rewrite = "" if ruleset.repair_policy == "refuse" else str(files.name_for("clean"))
         finding = await self._inspect(path, source, limits, attempt, rewrite)
         return finding, rewrite if finding.repaired else path
 
