@@ -10,6 +10,7 @@ import pytest
 from quire.audit.deadletters import stage_of_consumer
 from quire.errors import Overloaded, TransientError
 from quire.jobs import HISTORY_BEFORE_COMPLETION, JobState, state_rank
+from quire.natsauth import SERVICE_PERMISSIONS
 from quire.pipeline import (
     ENDINGS,
     QUEUED_STAGES,
@@ -23,6 +24,7 @@ from quire.pipeline import (
 )
 from quire.reasons import ReasonCode
 from quire.settings import QueueSettings
+from quire.wire import allowed_producers
 from quire.workqueue import PRIORITIES, consumer_name
 from quire.workqueue.settle import ACK, LEAVE, TERM, Action, Backoff, settle
 
@@ -139,3 +141,24 @@ async def test_settle_applies_exactly_one_action(settlement, expected) -> None: 
     message = _Message()
     await settle(message, settlement)  # type: ignore[arg-type]
     assert message.calls == expected
+
+
+def test_who_may_produce_each_subject_follows_the_pipeline() -> None:
+    assert allowed_producers("quire.work.validate.interactive") == {"admission", "audit"}
+    assert allowed_producers("quire.work.assemble.batch") == {"validator", "audit"}
+    assert allowed_producers("quire.work.sign.interactive") == {"assembler", "audit"}
+    assert allowed_producers("quire.work.commit.interactive") == {"signer", "audit"}
+    assert allowed_producers("quire.dead.sign") == {"signer", "audit"}
+    assert allowed_producers("quire.dead.commit") == frozenset()
+    assert allowed_producers("quire.work.render.interactive") == frozenset()
+
+
+def test_each_stage_service_may_publish_only_its_own_hand_off() -> None:
+    for each in QUEUED_STAGES:
+        allowed = SERVICE_PERMISSIONS[each.service].publish
+        assert f"quire.work.{each.next}.*" in allowed
+        assert f"quire.events.{each.service}" in allowed
+        assert f"quire.dead.{each.name}" in allowed
+        others = {s.name for s in STAGES} - {each.next}
+        assert not any(f"quire.work.{other}." in subject for other in others for subject in allowed)
+    assert "quire.work.validate.*" in SERVICE_PERMISSIONS["admission"].publish

@@ -25,6 +25,7 @@ from pathlib import Path
 import bcrypt
 
 from quire.jobgate import GATE_BUCKET
+from quire.pipeline import QUEUED_STAGES, STAGES
 from quire.workqueue.topology import (
     DEAD_BOOK_CONSUMER,
     DEAD_CONSUMER,
@@ -83,7 +84,7 @@ class NatsPermissions:
 SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
     "admission": NatsPermissions(
         (
-            "quire.work.validate.*",
+            f"quire.work.{STAGES[0].name}.*",
             "quire.events.admission",
             # Queue ages: the validate queue for load shedding, every stage's for the
             # reconciler (a job still waiting in line is not re-driven).
@@ -93,39 +94,22 @@ SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
             *_TOPOLOGY_READ,
         )
     ),
-    "validator": NatsPermissions(
-        (
-            *_stage("validate"),
-            "quire.work.assemble.*",
-            "quire.events.validator",
-            "quire.dead.validate",
-            *_GATE,
-            *_TOPOLOGY_READ,
+    **{
+        s.service: NatsPermissions(
+            (
+                *_stage(s.name),
+                f"quire.work.{s.next}.*",
+                f"quire.events.{s.service}",
+                f"quire.dead.{s.name}",
+                *_GATE,
+                *_TOPOLOGY_READ,
+            )
         )
-    ),
-    "assembler": NatsPermissions(
-        (
-            *_stage("assemble"),
-            "quire.work.sign.*",
-            "quire.events.assembler",
-            "quire.dead.assemble",
-            *_GATE,
-            *_TOPOLOGY_READ,
-        )
-    ),
-    "signer": NatsPermissions(
-        (
-            *_stage("sign"),
-            "quire.work.commit.*",
-            "quire.events.signer",
-            "quire.dead.sign",
-            *_GATE,
-            *_TOPOLOGY_READ,
-        )
-    ),
+        for s in QUEUED_STAGES
+    },
     "audit": NatsPermissions(
         (
-            *_stage("commit"),
+            *_stage(STAGES[-1].name),
             *_consume(EVENTS_STREAM, (EVENTS_CONSUMER,)),
             *_consume(DEAD_STREAM, (DEAD_CONSUMER, DEAD_BOOK_CONSUMER)),
             # Operators' dead-letter retries and re-drives start any stage.

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 
 from quire.errors import PermanentError
 from quire.identity import ServiceIdentity, TrustStore
+from quire.pipeline import QUEUED_STAGES, STAGES
 from quire.reasons import ReasonCode
 
 __all__ = [
@@ -45,16 +46,12 @@ __all__ = [
 SIGNATURE_HEADER = "Quire-Signature"
 _DOMAIN = b"quire-wire-v1\x00"
 _STAGE_PRODUCERS = {
-    "validate": frozenset({"admission", "audit"}),
-    "assemble": frozenset({"validator", "audit"}),
-    "sign": frozenset({"assembler", "audit"}),
-    "commit": frozenset({"signer", "audit"}),
+    # A stage's work comes from the stage before it (admission for the first),
+    # or from audit (operators' dead-letter retries and re-drives).
+    s.name: frozenset({before.service if before else "admission", "audit"})
+    for before, s in zip((None, *STAGES), STAGES, strict=False)
 }
-_DEAD_PRODUCERS = {
-    "validate": frozenset({"validator", "audit"}),
-    "assemble": frozenset({"assembler", "audit"}),
-    "sign": frozenset({"signer", "audit"}),
-}
+_DEAD_PRODUCERS = {s.name: frozenset({s.service, "audit"}) for s in QUEUED_STAGES}
 _NOBODY: frozenset[str] = frozenset()
 
 log = logging.getLogger(__name__)

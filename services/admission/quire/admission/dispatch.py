@@ -13,11 +13,14 @@ from sqlalchemy.orm import Session
 from quire.admission import tables
 from quire.database import Database
 from quire.faults import fault_point
+from quire.pipeline import STAGES
 from quire.type import queue_pb2
 from quire.workqueue import Publisher, event_subject, task_message_id, work_subject
 
 __all__ = ["Dispatcher"]
 
+FIRST = STAGES[0].name
+"""The stage every accepted job goes to first."""
 log = logging.getLogger(__name__)
 SWEEP_BATCH = 100
 
@@ -61,9 +64,9 @@ class Dispatcher:
         await asyncio.gather(
             self._publisher.publish(event_subject("admission"), accepted, accepted.event_id),
             self._publisher.publish(
-                work_subject("validate", task.priority),
+                work_subject(FIRST, task.priority),
                 task,
-                task_message_id(task.job, "validate", task.generation),
+                task_message_id(task.job, FIRST, task.generation),
             ),
         )
         fault_point("admission.after_publish")

@@ -27,6 +27,7 @@ from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.peers import Peers
+from quire.pipeline import STAGES
 from quire.runtime import load_wire, start_runtime
 from quire.settings import ReconcileSettings, ServiceSettings, WatchSettings
 from quire.stageservice import batch_slots
@@ -43,6 +44,8 @@ from quire.workqueue.topology import (
 )
 
 SERVICE = "audit"
+COMMIT = STAGES[-1].name
+"""Audit works the pipeline's last stage: it alone completes a job."""
 
 
 async def main() -> None:
@@ -105,8 +108,8 @@ async def main() -> None:
             js,
             stream=WORK_STREAM,
             consumers={
-                consumer_name("commit", "interactive"): settings.concurrency,
-                consumer_name("commit", "batch"): batch_slots(settings.concurrency),
+                consumer_name(COMMIT, "interactive"): settings.concurrency,
+                consumer_name(COMMIT, "batch"): batch_slots(settings.concurrency),
             },
             handler=watches.after(desk.handle),
             ack_wait_seconds=settings.queue.ack_wait_seconds,

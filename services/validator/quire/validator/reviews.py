@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from quire.database import Database
 from quire.errors import FailedPrecondition, NotFound
 from quire.jobgate import CANCELLED, JobGate
-from quire.pipeline import State
+from quire.pipeline import State, stage
 from quire.reasons import ReasonCode
 from quire.settings import BUILD_VERSION
 from quire.transitions import EventFactory
@@ -27,6 +27,9 @@ from quire.validator import tables
 from quire.workqueue import Publisher, event_subject, task_message_id, work_subject
 
 __all__ = ["ReviewDesk", "ReviewRow"]
+
+HANDS_TO = stage("validate").next or ""
+"""Where an approved review sends the job: the validate stage's next stage."""
 
 
 @dataclass(frozen=True)
@@ -89,9 +92,9 @@ class ReviewDesk:
             )
             await self._publisher.publish(event_subject("validator"), event, event.event_id)
             await self._publisher.publish(
-                work_subject("assemble", task.priority or "interactive"),
+                work_subject(HANDS_TO, task.priority or "interactive"),
                 task,
-                task_message_id(task.job, "assemble", task.generation),
+                task_message_id(task.job, HANDS_TO, task.generation),
             )
         else:
             event = actor.transition(
