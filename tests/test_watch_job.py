@@ -135,6 +135,42 @@ async def test_a_watch_resumes_across_an_admission_restart(  # type: ignore[no-u
 
 
 @pytest.mark.stack
+async def test_a_watch_resumes_when_admission_drains(  # type: ignore[no-untyped-def]
+    stack: Stack, client: AdmissionClient, validate_queue, tmp_path: Path
+) -> None:
+    """A graceful stop (SIGTERM) ends the relay with SERVICE_DRAINING rather than
+    leaving it hanging; the client watches again from its last sequence."""
+    await validate_queue.pause()
+    name = await _one_page_job(client, tmp_path, "drained")
+    received: list[object] = []
+    first = asyncio.Event()
+
+    async def follow() -> None:
+        changes = client.watch_changes(name, timeout=120)
+        async with contextlib.aclosing(changes):
+            async for change in changes:
+                received.append(change)
+                first.set()
+
+    watching = asyncio.create_task(follow())
+    await asyncio.wait_for(first.wait(), 30)
+    process = stack._children["admission"].process  # noqa: SLF001 - its exit status
+    await asyncio.to_thread(stack.stop_service, "admission")
+    assert process.returncode == 0, "admission drained and exited cleanly"
+    assert not watching.done(), "the client is waiting to watch again, not finished"
+    await validate_queue.resume()
+    stack.start_service("admission")
+    await asyncio.to_thread(stack.wait_healthy)
+    await asyncio.wait_for(watching, 120)
+
+    seen = _seen(received)
+    states = [state for _, state in seen]
+    assert states[0] == "ACCEPTED" and states[-1] == "COMPLETED", states
+    assert len(states) == len(set(states)), "nothing repeated after the resume"
+    assert seen == await _ledger_changes(stack, name), "nothing missed either"
+
+
+@pytest.mark.stack
 async def test_another_tenants_job_cannot_be_watched(  # type: ignore[no-untyped-def]
     stack: Stack, client: AdmissionClient, tenants, tmp_path: Path
 ) -> None:
