@@ -99,7 +99,8 @@ class StageResult:
     steps: tuple[Step, ...] = ()
     """Transitions, in order, before the hand-off or the ending."""
     handoff_fields: Mapping[str, Any] = field(default_factory=dict)
-    rejection: Rejected | None = None
+    rejection: PermanentError | None = None
+    """Why the job is rejected (``REJECT``): its reason, and detail if a ``Rejected``."""
     record: Record | None = None
 
     @classmethod
@@ -121,7 +122,7 @@ class StageResult:
 
     @classmethod
     def reject(
-        cls, task: queue_pb2.JobTask, rejection: Rejected, *, record: Record | None = None
+        cls, task: queue_pb2.JobTask, rejection: PermanentError, *, record: Record | None = None
     ) -> StageResult:
         return cls(Verdict.REJECT, task, rejection=rejection, record=record)
 
@@ -371,32 +372,25 @@ class StageRunner:
         return outcome
 
     async def _publish(self, outcome: queue_pb2.StageOutcome, redrive: int = 0) -> None:
-        """Publish what was committed, all at once (each message is deduplicated by
-        its id, and the ledger orders a job's events by their states, not by their
-        arrival); a re-driven task (``redrive`` > 0) sends it all again under fresh
-        message ids, in case the first copies were lost."""
-        sends = [
-            self._publisher.publish(
+        """Publish what was committed, in order: the events one after another (a
+        later one never lands without the earlier ones, so the ledger keeps the
+        job's order), then the next task; a re-driven task (``redrive`` > 0) sends
+        it all again under fresh message ids, in case the first copies were lost."""
+        for event in outcome.events:
+            await self._publisher.publish(
                 event_subject(self._service), event, redriven(event.event_id, redrive)
             )
-            for event in outcome.events
-        ]
         if outcome.HasField("next_task"):
             stage = outcome.next_subject.split(".")[2]
             task = queue_pb2.JobTask()
             task.CopyFrom(outcome.next_task)
             task.redrive = max(task.redrive, redrive)
             msg_id = redriven(task_message_id(task.job, stage, task.generation), task.redrive)
-            sends.append(self._publisher.publish(outcome.next_subject, task, msg_id))
+            await self._publisher.publish(outcome.next_subject, task, msg_id)
         if outcome.HasField("dead_letter"):
             letter = outcome.dead_letter
-            sends.append(
-                self._publisher.publish(
-                    dead_subject(letter.stage),
-                    letter,
-                    task_message_id(
-                        letter.task.job, f"dead.{letter.stage}", letter.task.generation
-                    ),
-                )
+            await self._publisher.publish(
+                dead_subject(letter.stage),
+                letter,
+                task_message_id(letter.task.job, f"dead.{letter.stage}", letter.task.generation),
             )
-        await asyncio.gather(*sends)

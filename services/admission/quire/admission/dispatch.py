@@ -60,14 +60,12 @@ class Dispatcher:
         """
         task = queue_pb2.JobTask.FromString(task_bytes)
         accepted = queue_pb2.TransitionEvent.FromString(event_bytes)
-        # Both at once, each deduplicated by its id; neither waits for the other.
-        await asyncio.gather(
-            self._publisher.publish(event_subject("admission"), accepted, accepted.event_id),
-            self._publisher.publish(
-                work_subject(FIRST, task.priority),
-                task,
-                task_message_id(task.job, FIRST, task.generation),
-            ),
+        # The event first: the ledger records ACCEPTED before any stage's step.
+        await self._publisher.publish(event_subject("admission"), accepted, accepted.event_id)
+        await self._publisher.publish(
+            work_subject(FIRST, task.priority),
+            task,
+            task_message_id(task.job, FIRST, task.generation),
         )
         fault_point("admission.after_publish")
         self._published.add(task.job)

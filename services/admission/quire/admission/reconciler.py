@@ -39,7 +39,7 @@ from quire.admission.outstanding import OutstandingJobs
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.database import Database, as_utc, insert_if_absent
 from quire.jobs import PARKED_STATES, TERMINAL_STATES, state_name
-from quire.pipeline import State, stage_working_in
+from quire.pipeline import STAGES, State, stage_working_in
 from quire.settings import ReconcileSettings
 from quire.type import job_pb2, queue_pb2
 from quire.workqueue import Publisher, event_subject, redriven, task_message_id, work_subject
@@ -162,9 +162,9 @@ class Reconciler:
             event_subject("admission"), accepted, redriven(accepted.event_id, count)
         )
         await self._publisher.publish(
-            work_subject("validate", task.priority or "interactive"),
+            work_subject(STAGES[0].name, task.priority or "interactive"),
             task,
-            redriven(task_message_id(task.job, "validate", task.generation), count),
+            redriven(task_message_id(task.job, STAGES[0].name, task.generation), count),
         )
         return True
 

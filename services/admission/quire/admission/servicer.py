@@ -19,7 +19,7 @@ import grpc
 
 from quire.admission.cancellation import Canceller
 from quire.admission.dispatch import Dispatcher
-from quire.admission.intake import AcceptedJob, Intake
+from quire.admission.intake import Intake
 from quire.admission.jobviews import JobViews, accepted_view
 from quire.admission.tenants import TenantDirectory
 from quire.admission.uploads import UploadGate
@@ -72,7 +72,6 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         self._uploads = uploads
         self._intake = intake
         self._dispatcher = dispatcher
-        self._handoffs: set[asyncio.Task[None]] = set()
         self._views = views
         self._canceller = canceller
         self._settings = settings
@@ -104,22 +103,16 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         accepted = await self._intake.submit(tenant, request)
         fault_point("admission.after_commit")
         if not accepted.dispatched:
-            # The job is committed: the reply need not wait for the queue's
-            # acknowledgements. A hand-off that fails or is cut short by a crash
-            # is finished by the dispatch sweep.
-            handoff = asyncio.create_task(self._hand_on(accepted))
-            self._handoffs.add(handoff)
-            handoff.add_done_callback(self._handoffs.discard)
+            # Before the reply, so that nothing the client does next (a cancel)
+            # can reach the ledger ahead of ACCEPTED.
+            try:
+                if accepted.handoff is not None:
+                    await self._dispatcher.hand_on(*accepted.handoff)
+                else:
+                    await self._dispatcher.dispatch(accepted.name)
+            except Exception:  # noqa: BLE001 - committed: the dispatch sweep hands it on
+                log.warning("job %s accepted; dispatch deferred to the sweep", accepted.name)
         return accepted_view(accepted)
-
-    async def _hand_on(self, accepted: AcceptedJob) -> None:
-        try:
-            if accepted.handoff is not None:
-                await self._dispatcher.hand_on(*accepted.handoff)
-            else:
-                await self._dispatcher.dispatch(accepted.name)
-        except Exception:  # noqa: BLE001 - committed: the dispatch sweep hands it on
-            log.warning("job %s accepted; dispatch deferred to the sweep", accepted.name)
 
     @at_the_edge(DOMAIN)
     async def GetJob(  # noqa: N802 - gRPC method name

@@ -28,7 +28,7 @@ from quire.workqueue import (
     event_subject,
     task_message_id,
 )
-from quire.workqueue.settle import ACK, Backoff, Settlement, settle
+from quire.workqueue.settle import ACK, TERM, Backoff, Settlement, settle
 
 __all__ = ["DeadLetterOffice", "stage_of_consumer"]
 
@@ -68,8 +68,12 @@ class DeadLetterOffice:
 
     async def _end(self, msg: Msg) -> Settlement:
         """End the job whose task exhausted its deliveries; ACK once it is done."""
-        advisory = json.loads(msg.data)
-        sequence = int(advisory.get("stream_seq", 0))
+        try:
+            advisory = json.loads(msg.data)
+            sequence = int(advisory.get("stream_seq", 0))
+        except (ValueError, TypeError, AttributeError):
+            log.warning("undecodable max-deliveries advisory terminated")
+            return TERM
         gave_up = stage_of_consumer(str(advisory.get("consumer", "")))
         if gave_up is None:
             log.warning("max-deliveries advisory from a consumer of no stage; ignored")

@@ -37,16 +37,18 @@ def entry_hash(prev_hash: str, event_bytes: bytes) -> str:
 def append(session: Session, event: queue_pb2.TransitionEvent) -> bool:
     """Append ``event`` unless its id is already recorded. Returns True when appended.
 
-    A repeated id is found before anything is written: an insert that conflicts
-    would still use up a sequence number on PostgreSQL, and a gap in the
-    sequence reads as a deleted entry to the verifier.
+    A repeated id is found before anything is written, and under the chain
+    head's lock (so another audit replica appending the same event at the same
+    moment is seen): an insert that conflicts would still use up a sequence
+    number on PostgreSQL, and a gap in the sequence reads as a deleted entry to
+    the verifier.
     """
+    head = _locked_head(session, event.tenant)
     known = session.execute(
         select(tables.ledger.c.sequence).where(tables.ledger.c.event_id == event.event_id)
     ).first()
     if known is not None:
         return False
-    head = _locked_head(session, event.tenant)
     prev = head.head_hash
     data = event.SerializeToString(deterministic=True)
     digest = entry_hash(prev, data)
@@ -76,11 +78,22 @@ def append(session: Session, event: queue_pb2.TransitionEvent) -> bool:
 
 
 def append_many(session: Session, events: list[queue_pb2.TransitionEvent]) -> list[bool]:
-    """``append`` for each event in order, in fewer statements: one look-up of
-    the ids, each tenant's head locked once (in tenant order, so two batches
-    never wait on each other's heads), one insert of every new entry, one head
+    """``append`` for each event in order, in fewer statements: each tenant's head
+    locked once (in tenant order, so two batches never wait on each other's
+    heads), one look-up of the ids, one insert of every new entry, one head
     update per tenant and one view write per job. An id already recorded, or
-    repeated within ``events``, is a duplicate (False)."""
+    repeated within ``events``, is a duplicate (False).
+
+    The ids are looked up under the heads' locks, so a second audit replica
+    holding the same events finds them recorded instead of failing on the
+    unique id; and everything that could fail is worked out before the insert.
+    Both keep PostgreSQL from using up sequence numbers on a batch that is then
+    rolled back, which the verifier would read as deleted entries."""
+    heads = {
+        tenant: (head.head_hash, head.length)
+        for tenant in sorted({event.tenant for event in events})
+        for head in (_locked_head(session, tenant),)
+    }
     ids = {event.event_id for event in events}
     known = set(
         session.execute(
@@ -96,11 +109,6 @@ def append_many(session: Session, events: list[queue_pb2.TransitionEvent]) -> li
             fresh.append(event)
     if not fresh:
         return appended
-    heads = {
-        tenant: (head.head_hash, head.length)
-        for tenant in sorted({event.tenant for event in fresh})
-        for head in (_locked_head(session, tenant),)
-    }
     now = datetime.now(UTC)
     rows = []
     for event in fresh:
@@ -122,6 +130,7 @@ def append_many(session: Session, events: list[queue_pb2.TransitionEvent]) -> li
             }
         )
         heads[event.tenant] = (digest, length + 1)
+    views = _advanced_views(session, [event for event in fresh if not is_retirement(event)])
     session.execute(tables.ledger.insert(), rows)
     for tenant, (digest, length) in heads.items():
         session.execute(
@@ -129,16 +138,25 @@ def append_many(session: Session, events: list[queue_pb2.TransitionEvent]) -> li
             .where(tables.chain_heads.c.tenant == tenant)
             .values(head_hash=digest, length=length)
         )
-    _advance_views(session, [event for event in fresh if not is_retirement(event)], now)
+    for job, (values, exists) in views.items():
+        if exists:
+            session.execute(
+                update(tables.jobs).where(tables.jobs.c.job == job).values(updated_at=now, **values)
+            )
+        else:
+            session.execute(
+                tables.jobs.insert().values(job=job, created_at=now, updated_at=now, **values)
+            )
     return appended
 
 
-def _advance_views(
-    session: Session, events: list[queue_pb2.TransitionEvent], now: datetime
-) -> None:
-    """``_advance_view`` for each event, with one read and one write per job."""
+def _advanced_views(
+    session: Session, events: list[queue_pb2.TransitionEvent]
+) -> dict[str, tuple[dict[str, Any], bool]]:
+    """Each job's view after ``events`` (by ``_advance_view``'s rule, one read for
+    all jobs): the values to write, and whether the job has a row already."""
     if not events:
-        return
+        return {}
     rows = session.execute(
         select(tables.jobs).where(tables.jobs.c.job.in_({event.job for event in events}))
     )
@@ -146,16 +164,10 @@ def _advance_views(
     views: dict[str, JobFacts] = dict(stored)
     for event in events:
         views[event.job] = apply(views.get(event.job), event)
-    for job, after in views.items():
-        values = {name: getattr(after, name) for name in COMPARED}
-        if job not in stored:
-            session.execute(
-                tables.jobs.insert().values(job=job, created_at=now, updated_at=now, **values)
-            )
-        else:
-            session.execute(
-                update(tables.jobs).where(tables.jobs.c.job == job).values(updated_at=now, **values)
-            )
+    return {
+        job: ({name: getattr(after, name) for name in COMPARED}, job in stored)
+        for job, after in views.items()
+    }
 
 
 def _facts(row: Any) -> JobFacts:

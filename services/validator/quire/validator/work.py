@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
-from quire.errors import Rejected
+from quire.errors import JobCancelled, PermanentError, Rejected, SystemFailure
 from quire.leases import Lease
 from quire.pipeline import State
 from quire.reasons import ReasonCode
@@ -68,13 +68,19 @@ class ValidatorWork:
         ruleset = self._book.get(task.ruleset)
         if ruleset is None:
             raise Rejected(ReasonCode.RULESET_UNKNOWN, "the job's ruleset is not published")
-        evaluation = await self._evaluator.evaluate(task, ruleset, attempt=attempt)
         # The ruleset is pinned here: every later event and stage carries its
-        # digest. Later stages read a repaired source's clean rewrite; its digest
-        # in the manifest (source.sha256) stays the uploaded bytes'.
+        # digest, a rejection's too.
         pinned = queue_pb2.JobTask()
         pinned.CopyFrom(task)
         pinned.ruleset_digest = ruleset.digest
+        try:
+            evaluation = await self._evaluator.evaluate(task, ruleset, attempt=attempt)
+        except (JobCancelled, SystemFailure):
+            raise
+        except PermanentError as refused:  # DATA_SHREDDED and the like
+            return StageResult.reject(pinned, refused)
+        # Later stages read a repaired source's clean rewrite; its digest in the
+        # manifest (source.sha256) stays the uploaded bytes'.
         repaired = {repair.position: repair for repair in evaluation.repairs}
         for source in pinned.sources:
             if source.position in repaired:
