@@ -191,11 +191,15 @@ class StageRunner:
                 return self._backoff.retry(attempt, error)
 
     async def _run(self, task: queue_pb2.JobTask, attempt: int, span: trace.Span) -> Settlement:
-        lease = await self._leases.acquire(lease_key(task.job, task.generation))
+        # The gate is read while the lease is taken: neither depends on the other,
+        # and a cancel or an ending recorded after the read is still caught when
+        # this delivery ends the job or claims signing.
+        lease, (held, claimant) = await asyncio.gather(
+            self._leases.acquire(lease_key(task.job, task.generation)), self._claim_of(task.job)
+        )
         span.set_attribute("quire.lease_token", lease.token)
         if lease.committed is not None:
             return await self._hand_off(lease.committed, ACK, attempt, task.redrive)
-        held, claimant = ("", "") if self._gate is None else await self._gate.claim_of(task.job)
         if held in ENDED and claimant != self._service:
             # Another stage (or the dead-letter office) ended the job: no step may
             # follow, whoever sent this task. An ending this stage claimed itself
@@ -224,6 +228,10 @@ class StageRunner:
             return LEAVE
         fault_point(f"{self._service}.after_commit")
         return await self._hand_off(decision.outcome, decision.then, attempt, task.redrive)
+
+    async def _claim_of(self, job: str) -> tuple[str, str]:
+        """What the job gate holds for ``job``, and who claimed it."""
+        return ("", "") if self._gate is None else await self._gate.claim_of(job)
 
     async def _announce_start(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> None:
         """Make the job's new state visible while the work runs.
