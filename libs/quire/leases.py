@@ -21,6 +21,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    bindparam,
     select,
     update,
 )
@@ -63,6 +64,23 @@ class LeaseStore:
     def __init__(self, database: Database, table: Table) -> None:
         self._db = database
         self._table = table
+        # Built once: building a statement per call costs more than running it.
+        self._next_token = (
+            update(table)
+            .where(table.c.job == bindparam("b_job"))
+            .values(token=table.c.token + 1, updated_at=bindparam("b_now"))
+            .returning(table.c.token, table.c.outcome)
+        )
+        self._commit = (
+            update(table)
+            .where(
+                table.c.job == bindparam("b_job"),
+                table.c.token == bindparam("b_token"),
+                table.c.outcome.is_(None),
+            )
+            .values(outcome=bindparam("b_outcome"), updated_at=bindparam("b_now"))
+            .returning(table.c.job)
+        )
 
     async def acquire(self, job: str) -> Lease:
         """Take a new token for ``job``, superseding every earlier delivery."""
@@ -71,12 +89,7 @@ class LeaseStore:
     def _acquire(self, session: Session, job: str) -> Lease:
         # One atomic statement, so concurrent deliveries always get distinct tokens.
         now = datetime.now(UTC)
-        row = session.execute(
-            update(self._table)
-            .where(self._table.c.job == job)
-            .values(token=self._table.c.token + 1, updated_at=now)
-            .returning(self._table.c.token, self._table.c.outcome)
-        ).first()
+        row = session.execute(self._next_token, {"b_job": job, "b_now": now}).first()
         if row is None:
             if insert_if_absent(session, self._table, {"job": job, "token": 1, "updated_at": now}):
                 return Lease(job=job, token=1, committed=None)
@@ -104,14 +117,13 @@ class LeaseStore:
     ) -> bool:
         """``complete`` inside the caller's transaction."""
         result = session.execute(
-            update(self._table)
-            .where(
-                self._table.c.job == lease.job,
-                self._table.c.token == lease.token,
-                self._table.c.outcome.is_(None),
-            )
-            .values(outcome=outcome.SerializeToString(), updated_at=datetime.now(UTC))
-            .returning(self._table.c.job)
+            self._commit,
+            {
+                "b_job": lease.job,
+                "b_token": lease.token,
+                "b_outcome": outcome.SerializeToString(),
+                "b_now": datetime.now(UTC),
+            },
         ).first()
         if result is None:
             return False

@@ -16,7 +16,7 @@ import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from quire.audit import tables
@@ -28,6 +28,28 @@ from quire.type import queue_pb2
 __all__ = ["append", "append_many", "entry_hash", "GENESIS", "recorded_states"]
 
 GENESIS = "0" * 64
+
+# The hot statements, built once: building a statement and its cache key on
+# every call costs more CPU than SQLite takes to run it.
+_LOCKED_HEAD = (
+    select(tables.chain_heads)
+    .where(tables.chain_heads.c.tenant == bindparam("tenant"))
+    .with_for_update()
+)
+_KNOWN_IDS = select(tables.ledger.c.event_id).where(
+    tables.ledger.c.event_id.in_(bindparam("ids", expanding=True))
+)
+_MOVE_HEAD = (
+    update(tables.chain_heads)
+    .where(tables.chain_heads.c.tenant == bindparam("b_tenant"))
+    .values(head_hash=bindparam("b_hash"), length=bindparam("b_length"))
+)
+_VIEWS_OF = select(tables.jobs).where(tables.jobs.c.job.in_(bindparam("jobs", expanding=True)))
+_VIEW_UPDATE = (
+    update(tables.jobs)
+    .where(tables.jobs.c.job == bindparam("b_job"))
+    .values({name: bindparam(f"b_{name}") for name in (*COMPARED, "updated_at")})
+)
 
 
 def entry_hash(prev_hash: str, event_bytes: bytes) -> str:
@@ -43,38 +65,7 @@ def append(session: Session, event: queue_pb2.TransitionEvent) -> bool:
     number on PostgreSQL, and a gap in the sequence reads as a deleted entry to
     the verifier.
     """
-    head = _locked_head(session, event.tenant)
-    known = session.execute(
-        select(tables.ledger.c.sequence).where(tables.ledger.c.event_id == event.event_id)
-    ).first()
-    if known is not None:
-        return False
-    prev = head.head_hash
-    data = event.SerializeToString(deterministic=True)
-    digest = entry_hash(prev, data)
-    now = datetime.now(UTC)
-    session.execute(
-        tables.ledger.insert().values(
-            event_id=event.event_id,
-            job=event.job,
-            tenant=event.tenant,
-            from_state=state_name(event.from_state),
-            to_state=state_name(event.to_state),
-            reason_code=event.reason_code,
-            event=data,
-            prev_hash=prev,
-            entry_hash=digest,
-            recorded_at=now,
-        )
-    )
-    session.execute(
-        update(tables.chain_heads)
-        .where(tables.chain_heads.c.tenant == event.tenant)
-        .values(head_hash=digest, length=head.length + 1)
-    )
-    if not is_retirement(event):
-        _advance_view(session, event, now)
-    return True
+    return append_many(session, [event])[0]
 
 
 def append_many(session: Session, events: list[queue_pb2.TransitionEvent]) -> list[bool]:
@@ -94,12 +85,8 @@ def append_many(session: Session, events: list[queue_pb2.TransitionEvent]) -> li
         for tenant in sorted({event.tenant for event in events})
         for head in (_locked_head(session, tenant),)
     }
-    ids = {event.event_id for event in events}
-    known = set(
-        session.execute(
-            select(tables.ledger.c.event_id).where(tables.ledger.c.event_id.in_(ids))
-        ).scalars()
-    )
+    ids = sorted({event.event_id for event in events})
+    known = set(session.execute(_KNOWN_IDS, {"ids": ids}).scalars())
     appended = [False] * len(events)
     fresh: list[queue_pb2.TransitionEvent] = []
     for index, event in enumerate(events):
@@ -132,34 +119,38 @@ def append_many(session: Session, events: list[queue_pb2.TransitionEvent]) -> li
         heads[event.tenant] = (digest, length + 1)
     views = _advanced_views(session, [event for event in fresh if not is_retirement(event)])
     session.execute(tables.ledger.insert(), rows)
-    for tenant, (digest, length) in heads.items():
-        session.execute(
-            update(tables.chain_heads)
-            .where(tables.chain_heads.c.tenant == tenant)
-            .values(head_hash=digest, length=length)
-        )
-    for job, (values, exists) in views.items():
-        if exists:
-            session.execute(
-                update(tables.jobs).where(tables.jobs.c.job == job).values(updated_at=now, **values)
-            )
-        else:
-            session.execute(
-                tables.jobs.insert().values(job=job, created_at=now, updated_at=now, **values)
-            )
+    session.execute(
+        _MOVE_HEAD,
+        [
+            {"b_tenant": tenant, "b_hash": digest, "b_length": length}
+            for tenant, (digest, length) in heads.items()
+        ],
+    )
+    changed = [
+        {"b_job": job, "b_updated_at": now, **{f"b_{k}": v for k, v in values.items()}}
+        for job, (values, exists) in views.items()
+        if exists
+    ]
+    new = [
+        {"job": job, "created_at": now, "updated_at": now, **values}
+        for job, (values, exists) in views.items()
+        if not exists
+    ]
+    if changed:
+        session.execute(_VIEW_UPDATE, changed)
+    if new:
+        session.execute(tables.jobs.insert(), new)
     return appended
 
 
 def _advanced_views(
     session: Session, events: list[queue_pb2.TransitionEvent]
 ) -> dict[str, tuple[dict[str, Any], bool]]:
-    """Each job's view after ``events`` (by ``_advance_view``'s rule, one read for
+    """Each job's view after ``events`` (by the job view's rule, ``jobview.apply``; one read for
     all jobs): the values to write, and whether the job has a row already."""
     if not events:
         return {}
-    rows = session.execute(
-        select(tables.jobs).where(tables.jobs.c.job.in_({event.job for event in events}))
-    )
+    rows = session.execute(_VIEWS_OF, {"jobs": sorted({event.job for event in events})})
     stored: dict[str, JobFacts] = {row.job: _facts(row) for row in rows}
     views: dict[str, JobFacts] = dict(stored)
     for event in events:
@@ -182,38 +173,13 @@ def _locked_head(session: Session, tenant: str) -> Any:
     """The tenant's chain head, locked for this transaction (created at
     genesis first if the tenant has none, so that a new tenant's first
     appends serialize on it too)."""
-    locked = (
-        select(tables.chain_heads).where(tables.chain_heads.c.tenant == tenant).with_for_update()
-    )
-    head = session.execute(locked).first()
+    head = session.execute(_LOCKED_HEAD, {"tenant": tenant}).first()
     if head is None:
         insert_if_absent(
             session, tables.chain_heads, {"tenant": tenant, "head_hash": GENESIS, "length": 0}
         )
-        head = session.execute(locked).one()
+        head = session.execute(_LOCKED_HEAD, {"tenant": tenant}).one()
     return head
-
-
-def _advance_view(session: Session, event: queue_pb2.TransitionEvent, now: datetime) -> None:
-    """Keep the ``jobs`` index in step, by the same rule the API folds events with."""
-    row = session.execute(select(tables.jobs).where(tables.jobs.c.job == event.job)).first()
-    current = None
-    if row is not None:
-        current = JobFacts(
-            **{name: getattr(row, name) for name in ("job", *COMPARED)},
-            created=row.created_at,
-            updated=row.updated_at,
-        )
-    after = apply(current, event)
-    values = {name: getattr(after, name) for name in COMPARED}
-    if row is None:
-        session.execute(
-            tables.jobs.insert().values(job=event.job, created_at=now, updated_at=now, **values)
-        )
-        return
-    session.execute(
-        update(tables.jobs).where(tables.jobs.c.job == event.job).values(updated_at=now, **values)
-    )
 
 
 def recorded_states(session: Session, job: str) -> set[str]:
