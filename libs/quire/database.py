@@ -15,13 +15,14 @@ another writer; PostgreSQL gets the same effect from row locks.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, MetaData, Table, create_engine, event
+from sqlalchemy import Engine, MetaData, Table, bindparam, create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -122,8 +123,15 @@ def as_utc(moment: datetime) -> datetime:
 
 def insert_if_absent(session: Session, table: Table, values: dict[str, Any]) -> bool:
     """INSERT ... ON CONFLICT DO NOTHING; True when a row was inserted."""
-    dialect = session.get_bind().dialect.name
+    statement = _insert_if_absent(table, session.get_bind().dialect.name, tuple(sorted(values)))
+    return session.execute(statement, values).first() is not None
+
+
+@functools.lru_cache(maxsize=256)
+def _insert_if_absent(table: Table, dialect: str, columns: tuple[str, ...]) -> Any:
+    """The statement, built once per table, dialect and set of columns (building
+    it on every call costs more CPU than running it)."""
     module = postgresql if dialect == "postgresql" else sqlite
     key = next(iter(table.primary_key.columns))
-    statement = module.insert(table).values(**values).on_conflict_do_nothing().returning(key)
-    return session.execute(statement).first() is not None
+    values: dict[str, Any] = {column: bindparam(column) for column in columns}
+    return module.insert(table).values(values).on_conflict_do_nothing().returning(key)

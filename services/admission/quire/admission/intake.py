@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import bindparam, delete, select
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
@@ -43,6 +43,26 @@ from quire.transitions import EventFactory
 from quire.type import job_pb2, queue_pb2
 
 __all__ = ["Intake", "AcceptedJob", "MAX_REQUEST_ID"]
+
+# The statements every submission runs, built once (building a statement on
+# every call costs more CPU than SQLite takes to run it).
+_KEY = select(tables.idempotency_keys).where(
+    tables.idempotency_keys.c.tenant == bindparam("tenant"),
+    tables.idempotency_keys.c.request_id == bindparam("request_id"),
+)
+_JOB = select(tables.jobs).where(tables.jobs.c.job == bindparam("job"))
+_SOURCES = select(tables.sources).where(
+    tables.sources.c.tenant == bindparam("tenant"),
+    tables.sources.c.sha256.in_(bindparam("digests", expanding=True)),
+)
+_LOCK_TENANT = (
+    select(tables.tenants.c.id).where(tables.tenants.c.id == bindparam("tenant")).with_for_update()
+)
+_EXPIRED_KEY = delete(tables.idempotency_keys).where(
+    tables.idempotency_keys.c.tenant == bindparam("tenant"),
+    tables.idempotency_keys.c.request_id == bindparam("request_id"),
+    tables.idempotency_keys.c.expires_at <= bindparam("now"),
+)
 
 MAX_REQUEST_ID = 128
 MAX_VIOLATIONS_SHOWN = 40
@@ -159,17 +179,14 @@ class Intake:
         self, session: Session, tenant: str, request: pb.SubmitJobRequest, request_sha: str
     ) -> AcceptedJob | None:
         """The job a live key already made, or None; refuses a key reused differently."""
-        keys = tables.idempotency_keys
-        key = session.execute(
-            select(keys).where(keys.c.tenant == tenant, keys.c.request_id == request.request_id)
-        ).first()
+        key = session.execute(_KEY, {"tenant": tenant, "request_id": request.request_id}).first()
         if key is None or key.expires_at.replace(tzinfo=UTC) <= datetime.now(UTC):
             return None
         if key.request_sha256 != request_sha:
             raise Conflict(
                 ReasonCode.IDEMPOTENCY_KEY_REUSED, "request_id was used for a different request"
             )
-        row = session.execute(select(tables.jobs).where(tables.jobs.c.job == key.job)).one()
+        row = session.execute(_JOB, {"job": key.job}).one()
         return accepted_from_row(row)
 
     def _replay_or_check(
@@ -193,12 +210,8 @@ class Intake:
         request: pb.SubmitJobRequest,
         rulesets: frozenset[str],
     ) -> None:
-        digests = {item.sha256 for item in request.manifest.items}
-        rows = session.execute(
-            select(tables.sources.c.sha256).where(
-                tables.sources.c.tenant == tenant, tables.sources.c.sha256.in_(digests)
-            )
-        ).all()
+        digests = sorted({item.sha256 for item in request.manifest.items})
+        rows = session.execute(_SOURCES, {"tenant": tenant, "digests": digests}).all()
         violations = check_manifest(
             request.manifest,
             uploaded={row.sha256: True for row in rows},
@@ -253,17 +266,11 @@ class Intake:
         quota: int,
     ) -> AcceptedJob:
         # Serialize a tenant's submissions (PostgreSQL; SQLite's write lock already does).
-        session.execute(
-            select(tables.tenants.c.id).where(tables.tenants.c.id == tenant).with_for_update()
-        ).one()
+        session.execute(_LOCK_TENANT, {"tenant": tenant}).one()
         keys = tables.idempotency_keys
         now = datetime.now(UTC)
         session.execute(
-            delete(keys).where(
-                keys.c.tenant == tenant,
-                keys.c.request_id == request.request_id,
-                keys.c.expires_at <= now,
-            )
+            _EXPIRED_KEY, {"tenant": tenant, "request_id": request.request_id, "now": now}
         )
         replay = self._replay(session, tenant, request, request_sha)
         if replay is not None:
@@ -290,16 +297,17 @@ class Intake:
         task = self._task(session, tenant, job, request, digest, priority)
         accepted = self._events.transition(task, "", State.ACCEPTED, attempt=1, lease_token=0)
         session.execute(
-            tables.jobs.insert().values(
-                job=job,
-                tenant=tenant,
-                request_id=request.request_id,
-                manifest_digest=digest,
-                item_count=len(task.sources),
-                task=task.SerializeToString(),
-                accepted_event=accepted.SerializeToString(),
-                created_at=now,
-            )
+            tables.jobs.insert(),
+            {
+                "job": job,
+                "tenant": tenant,
+                "request_id": request.request_id,
+                "manifest_digest": digest,
+                "item_count": len(task.sources),
+                "task": task.SerializeToString(),
+                "accepted_event": accepted.SerializeToString(),
+                "created_at": now,
+            },
         )
         return AcceptedJob(
             job,
@@ -319,14 +327,10 @@ class Intake:
         digest: str,
         priority: str,
     ) -> queue_pb2.JobTask:
-        digests = {item.sha256 for item in request.manifest.items}
+        digests = sorted({item.sha256 for item in request.manifest.items})
         uploaded = {
             row.sha256: row
-            for row in session.execute(
-                select(tables.sources).where(
-                    tables.sources.c.tenant == tenant, tables.sources.c.sha256.in_(digests)
-                )
-            )
+            for row in session.execute(_SOURCES, {"tenant": tenant, "digests": digests})
         }
         return queue_pb2.JobTask(
             job=job,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import grpc
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
@@ -26,15 +26,16 @@ AUDIT_TIMEOUT_SECONDS = 5.0
 REFRESH_BATCH = 1000
 
 
+_OUTSTANDING = (
+    select(func.count())
+    .select_from(tables.jobs)
+    .where(tables.jobs.c.tenant == bindparam("tenant"), tables.jobs.c.finished_at.is_(None))
+)
+"""Built once: every submission counts."""
+
+
 def count_outstanding(session: Session, tenant: str) -> int:
-    table = tables.jobs
-    return int(
-        session.execute(
-            select(func.count())
-            .select_from(table)
-            .where(table.c.tenant == tenant, table.c.finished_at.is_(None))
-        ).scalar_one()
-    )
+    return int(session.execute(_OUTSTANDING, {"tenant": tenant}).scalar_one())
 
 
 class OutstandingJobs:

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
@@ -181,12 +181,14 @@ async def _discard_rest(requests: PacedRequests, declared: int) -> None:
             raise InvalidInput(ReasonCode.SIZE_EXCEEDS_DECLARATION, "more bytes than declared")
 
 
+_SOURCE = select(tables.sources).where(
+    tables.sources.c.tenant == bindparam("tenant"), tables.sources.c.sha256 == bindparam("sha256")
+)
+"""Built once: every upload looks."""
+
+
 def _known(session: Session, tenant: str, sha256: str) -> StoredSource | None:
-    row = session.execute(
-        select(tables.sources).where(
-            tables.sources.c.tenant == tenant, tables.sources.c.sha256 == sha256
-        )
-    ).first()
+    row = session.execute(_SOURCE, {"tenant": tenant, "sha256": sha256}).first()
     return None if row is None else StoredSource(row.sha256, row.size_bytes, row.content_type)
 
 
