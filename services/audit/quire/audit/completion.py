@@ -16,7 +16,7 @@ from enum import Enum
 
 from nats.aio.msg import Msg
 from opentelemetry import trace
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from quire.audit import ledger, tables
@@ -40,6 +40,16 @@ from quire.workqueue.settle import ACK, LEAVE, TERM, Backoff, Settlement, settle
 __all__ = ["CompletionDesk", "Verdict"]
 
 log = logging.getLogger(__name__)
+
+
+# Built once: every completion runs them.
+_STATE = select(tables.jobs.c.state).where(tables.jobs.c.job == bindparam("job"))
+_REPORTED = (
+    select(tables.ledger.c.event)
+    .where(tables.ledger.c.job == bindparam("job"), tables.ledger.c.to_state == State.COMMITTING)
+    .order_by(tables.ledger.c.sequence.desc())
+    .limit(1)
+)
 
 
 class Verdict(Enum):
@@ -135,20 +145,13 @@ class CompletionDesk:
     def _complete(
         self, session: Session, task: queue_pb2.JobTask, attempt: int, lease: Lease
     ) -> Verdict:
-        state = session.execute(
-            select(tables.jobs.c.state).where(tables.jobs.c.job == task.job)
-        ).scalar_one_or_none()
+        state = session.execute(_STATE, {"job": task.job}).scalar_one_or_none()
         if state in TERMINAL_STATES:
             return Verdict.ALREADY_DONE
         if not set(HISTORY_BEFORE_COMPLETION) <= ledger.recorded_states(session, task.job):
             log.info("job %s: history incomplete, completion deferred", task.job)
             return Verdict.HISTORY_INCOMPLETE
-        reported = session.execute(
-            select(tables.ledger.c.event)
-            .where(tables.ledger.c.job == task.job, tables.ledger.c.to_state == State.COMMITTING)
-            .order_by(tables.ledger.c.sequence.desc())
-            .limit(1)
-        ).scalar_one()
+        reported = session.execute(_REPORTED, {"job": task.job}).scalar_one()
         if queue_pb2.TransitionEvent.FromString(reported).output_digest != task.signed.sha256:
             return self._end(session, task, attempt, lease, ReasonCode.ARTIFACT_DIGEST_MISMATCH)
         return self._end(session, task, attempt, lease, "")
@@ -169,9 +172,7 @@ class CompletionDesk:
         log.warning("job %s: completion refused (%s)", task.job, reason)
 
         def write(session: Session) -> Verdict:
-            state = session.execute(
-                select(tables.jobs.c.state).where(tables.jobs.c.job == task.job)
-            ).scalar_one_or_none()
+            state = session.execute(_STATE, {"job": task.job}).scalar_one_or_none()
             if state in TERMINAL_STATES:
                 return Verdict.ALREADY_DONE
             return self._end(session, task, attempt, lease, reason)

@@ -182,6 +182,8 @@ def _locked_head(session: Session, tenant: str) -> Any:
     return head
 
 
+_STATES_OF = select(tables.ledger.c.to_state).where(tables.ledger.c.job == bindparam("job"))
+
+
 def recorded_states(session: Session, job: str) -> set[str]:
-    rows = session.execute(select(tables.ledger.c.to_state).where(tables.ledger.c.job == job))
-    return {row.to_state for row in rows}
+    return {row.to_state for row in session.execute(_STATES_OF, {"job": job})}

@@ -30,7 +30,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
 from quire.audit import tables
@@ -58,24 +58,25 @@ class _Watcher:
         self.woken = asyncio.Event()
 
 
+# Built once: every watch runs them on each wake and each poll.
+_ENTRIES_AFTER = (
+    select(tables.ledger.c.sequence, tables.ledger.c.event)
+    .where(tables.ledger.c.job == bindparam("job"), tables.ledger.c.sequence > bindparam("after"))
+    .order_by(tables.ledger.c.sequence)
+)
+_HEADS = (
+    select(tables.ledger.c.job, func.max(tables.ledger.c.sequence))
+    .where(tables.ledger.c.job.in_(bindparam("jobs", expanding=True)))
+    .group_by(tables.ledger.c.job)
+)
+
+
 def _entries_after(session: Session, *, job: str, after: int) -> list[Any]:
-    table = tables.ledger
-    return list(
-        session.execute(
-            select(table.c.sequence, table.c.event)
-            .where(table.c.job == job, table.c.sequence > after)
-            .order_by(table.c.sequence)
-        )
-    )
+    return list(session.execute(_ENTRIES_AFTER, {"job": job, "after": after}))
 
 
 def _heads(session: Session, *, jobs: list[str]) -> dict[str, int]:
-    table = tables.ledger
-    rows = session.execute(
-        select(table.c.job, func.max(table.c.sequence))
-        .where(table.c.job.in_(jobs))
-        .group_by(table.c.job)
-    )
+    rows = session.execute(_HEADS, {"jobs": list(jobs)})
     return {job: int(head) for job, head in rows}
 
 
