@@ -106,8 +106,14 @@ async def soak(
     in_flight: int = 24,
     timeout: float = 1800.0,
     seed: int = 7,
+    min_kills: int = 0,
 ) -> SoakReport:
-    """Run ``jobs`` jobs through a started ``stack`` while killing processes."""
+    """Run ``jobs`` jobs through a started ``stack`` while killing processes.
+
+    With ``min_kills``, the submissions are spread over long enough for that
+    many kills to land while jobs are in flight, however fast the pipeline is
+    (a kill comes at most 1.5 intervals, plus half a second, after the last).
+    """
     report = SoakReport(jobs=jobs)
     token = (stack.data_dir / "admission" / "dev-token").read_text().strip()
     deadline = time.monotonic() + timeout
@@ -121,8 +127,10 @@ async def soak(
         gate = asyncio.Semaphore(in_flight)
         names: list[str] = []
         started = time.monotonic()
+        spread = (min_kills + 1) * (kill_interval * 1.5 + 0.5) if min_kills else 0.0
 
         async def one(index: int) -> None:
+            await asyncio.sleep(max(0.0, started + spread * index / jobs - time.monotonic()))
             async with gate:
                 items = [PacketItem(f"d{i}", digests[(index + i) % 8]) for i in range(2)]
                 request_id = uuid.uuid4().hex

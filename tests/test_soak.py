@@ -32,7 +32,9 @@ async def test_jobs_survive_random_kills_with_exactly_one_outcome_each(tmp_path:
     await asyncio.to_thread(stack.start)
     try:
         (tmp_path / "inputs").mkdir()
-        report = await soak(stack, tmp_path / "inputs", jobs=60, kill_interval=2.0, timeout=300)
+        report = await soak(
+            stack, tmp_path / "inputs", jobs=60, kill_interval=2.0, timeout=300, min_kills=3
+        )
     finally:
         await asyncio.to_thread(stack.stop)
     print("\n".join(report.lines()))
