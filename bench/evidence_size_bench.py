@@ -22,19 +22,12 @@ from quire.audit import ledger, tables  # noqa: E402
 from quire.audit.checkpoints import CheckpointSigner  # noqa: E402
 from quire.audit.evidence import build_evidence, dumps, verify_evidence  # noqa: E402
 from quire.database import Database  # noqa: E402
-from quire.pipeline import State  # noqa: E402
+from quire.pipeline import HISTORY_BEFORE_COMPLETION, State  # noqa: E402
 from quire.transitions import EventFactory  # noqa: E402
 from quire.type import queue_pb2  # noqa: E402
 
-STATES = (
-    State.ACCEPTED,
-    State.VALIDATING,
-    State.REVIEWING,
-    State.ASSEMBLING,
-    State.SIGNING,
-    State.COMMITTING,
-    State.COMPLETED,
-)
+STATES = (*HISTORY_BEFORE_COMPLETION, State.COMPLETED)
+"""A completed job's states, in the order the pipeline records them."""
 FACTORY = EventFactory("bench", "bench-0", "0")
 BATCH_JOBS = 500
 

@@ -15,20 +15,13 @@ from pathlib import Path
 from quire.audit import ledger, tables
 from quire.audit.verification import verify_ledger
 from quire.database import Database
-from quire.pipeline import State
+from quire.pipeline import HISTORY_BEFORE_COMPLETION, State
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
 
 FACTORY = EventFactory("bench", "bench", "0")
-STATES = (
-    State.ACCEPTED,
-    State.VALIDATING,
-    State.REVIEWING,
-    State.ASSEMBLING,
-    State.SIGNING,
-    State.COMMITTING,
-    State.COMPLETED,
-)
+STATES = (*HISTORY_BEFORE_COMPLETION, State.COMPLETED)
+"""A completed job's states, in the order the pipeline records them."""
 
 
 def _events(count: int, offset: int = 0) -> list[queue_pb2.TransitionEvent]:

@@ -21,20 +21,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from quire.checkpoint import Checkpoint, sign_checkpoint
 from quire.merkle import HASH_SIZE, MerkleTree, leaf_hash, verify_inclusion
-from quire.pipeline import State
+from quire.pipeline import HISTORY_BEFORE_COMPLETION, State
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
 
 FACTORY = EventFactory("bench", "bench", "0")
-STATES = (
-    State.ACCEPTED,
-    State.VALIDATING,
-    State.REVIEWING,
-    State.ASSEMBLING,
-    State.SIGNING,
-    State.COMMITTING,
-    State.COMPLETED,
-)
+STATES = (*HISTORY_BEFORE_COMPLETION, State.COMPLETED)
+"""A completed job's states, in the order the pipeline records them."""
 ORIGIN = "quire/00000000000000aa"
 
 

@@ -68,6 +68,25 @@ async def _one_page_job(client: AdmissionClient, folder: Path, text: str) -> str
     return (await client.submit([PacketItem(text, source.sha256)])).name
 
 
+async def _following(
+    client: AdmissionClient, name: str, received: list[object]
+) -> asyncio.Task[None]:
+    """Watch ``name`` in the background into ``received``; returns once the
+    first change has arrived."""
+    first = asyncio.Event()
+
+    async def follow() -> None:
+        changes = client.watch_changes(name, timeout=120)
+        async with contextlib.aclosing(changes):
+            async for change in changes:
+                received.append(change)
+                first.set()
+
+    watching = asyncio.create_task(follow())
+    await asyncio.wait_for(first.wait(), 30)
+    return watching
+
+
 @pytest.mark.stack
 async def test_a_watch_delivers_every_state_change_in_ledger_order(
     stack: Stack, client: AdmissionClient, tmp_path: Path
@@ -103,17 +122,7 @@ async def test_a_watch_resumes_across_an_admission_restart(  # type: ignore[no-u
     await validate_queue.pause()  # the job waits at ACCEPTED until admission is killed
     name = await _one_page_job(client, tmp_path, "restarted")
     received: list[object] = []
-    first = asyncio.Event()
-
-    async def follow() -> None:
-        changes = client.watch_changes(name, timeout=120)
-        async with contextlib.aclosing(changes):
-            async for change in changes:
-                received.append(change)
-                first.set()
-
-    watching = asyncio.create_task(follow())
-    await asyncio.wait_for(first.wait(), 30)
+    watching = await _following(client, name, received)
     assert _seen(received) == [(_seen(received)[0][0], "ACCEPTED")]
 
     restarts = stack.restarts("admission")
@@ -143,17 +152,7 @@ async def test_a_watch_resumes_when_admission_drains(  # type: ignore[no-untyped
     await validate_queue.pause()
     name = await _one_page_job(client, tmp_path, "drained")
     received: list[object] = []
-    first = asyncio.Event()
-
-    async def follow() -> None:
-        changes = client.watch_changes(name, timeout=120)
-        async with contextlib.aclosing(changes):
-            async for change in changes:
-                received.append(change)
-                first.set()
-
-    watching = asyncio.create_task(follow())
-    await asyncio.wait_for(first.wait(), 30)
+    watching = await _following(client, name, received)
     process = stack._children["admission"].process  # noqa: SLF001 - its exit status
     await asyncio.to_thread(stack.stop_service, "admission")
     assert process.returncode == 0, "admission drained and exited cleanly"

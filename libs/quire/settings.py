@@ -15,7 +15,7 @@ from pathlib import Path
 
 from quire.identity import IdentitySettings
 from quire.kek import KekSettings
-from quire.pipeline import State
+from quire.pipeline import HISTORY_BEFORE_COMPLETION
 from quire.tls import TlsSettings
 
 __all__ = [
@@ -362,14 +362,8 @@ class TempSpaceSettings:
         )
 
 
-STALL_STATES = (
-    State.ACCEPTED,
-    State.VALIDATING,
-    State.REVIEWING,
-    State.ASSEMBLING,
-    State.SIGNING,
-    State.COMMITTING,
-)
+STALL_STATES = HISTORY_BEFORE_COMPLETION
+"""The states a job waits or works in on its way to COMPLETED: each has a stall budget."""
 
 
 @dataclass(frozen=True)
