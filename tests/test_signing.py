@@ -12,7 +12,7 @@ from quire.database import Database
 from quire.pdfsignature import verify_signed_pdf
 from quire.signer import tables
 from quire.signer.keystore import KeySource, KeyStore
-from quire.signer.signing import PacketDigestMismatch, sign_packet
+from quire.signer.signing import PacketDigestMismatch, _reserved_in, sign_packet
 
 
 @pytest.fixture
@@ -67,6 +67,37 @@ def test_a_packet_signed_by_an_unknown_key_is_not_trusted(
     sign_packet(str(packet), digest, str(signed), stranger.key_path, stranger.cert_path)
     report = verify_signed_pdf(str(signed), [key.certificate_pem])
     assert report.intact and not report.trusted and not report.ok
+
+
+def test_later_packets_reuse_the_first_reservation_and_a_replaced_key_is_reloaded(
+    keystore: KeyStore, tmp_path: Path
+) -> None:
+    """A worker signs many packets with one key: the key and the signature
+    space are worked out once, every packet still verifies, and a key file
+    replaced in place is never signed with from the cache."""
+    key = keystore.ensure_active_key()
+    sizes = []
+    for index, pages in enumerate((["one"], ["one", "two", "three"] * 5)):
+        packet = write_text_pdf(tmp_path / f"packet-{index}.pdf", pages)
+        signed = tmp_path / f"signed-{index}.pdf"
+        sign_packet(str(packet), sha256_file(packet)[0], str(signed), key.key_path, key.cert_path)
+        assert verify_signed_pdf(str(signed), [key.certificate_pem]).ok
+        sizes.append(_reserved_in(str(signed)))
+    assert sizes[0] == sizes[1]
+
+    other = KeyStore(
+        Database(f"sqlite:///{tmp_path / 'other.db'}", tables.metadata),
+        KeySource(key_dir=tmp_path / "other"),
+    )
+    other._db.create_schema()  # noqa: SLF001 - a second stack's key, copied over the first
+    stranger = other.ensure_active_key()
+    Path(key.key_path).write_bytes(Path(stranger.key_path).read_bytes())
+    Path(key.cert_path).write_bytes(Path(stranger.cert_path).read_bytes())
+    packet = write_text_pdf(tmp_path / "packet-after.pdf", ["one"])
+    signed = tmp_path / "signed-after.pdf"
+    sign_packet(str(packet), sha256_file(packet)[0], str(signed), key.key_path, key.cert_path)
+    report = verify_signed_pdf(str(signed), [stranger.certificate_pem])
+    assert report.ok and report.certificate_sha256 == stranger.certificate_sha256
 
 
 def test_signing_refuses_a_packet_that_changed(keystore: KeyStore, tmp_path: Path) -> None:
