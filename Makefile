@@ -5,16 +5,17 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DATA_DIR ?= .quire
 PROTO_FILES := $(shell find protos -name '*.proto' | sort)
+# Every distribution, each one folder: installed editable by `make venv`,
+# built as wheels by `make wheels`.
+DIST_PROJECTS := gen libs/core libs/ops libs/testing $(sort $(wildcard services/*))
 
-.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine load soak venv clean
+.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine load soak venv wheels clean
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml constraints.txt
+$(VENV)/.installed: pyproject.toml constraints.txt $(DIST_PROJECTS:%=%/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
-	printf '%s\n' $(abspath gen libs $(wildcard services/*)) \
-	  > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/quire-sources.pth"
+	$(PY) -m pip install --quiet -c constraints.txt $(DIST_PROJECTS:%=-e %) -e '.[dev]'
 	touch $@
 
 run: venv
@@ -29,7 +30,7 @@ system-deps:
 lint: venv
 	$(VENV)/bin/ruff check libs services tests bench examples
 	$(VENV)/bin/ruff format --check libs services tests bench examples
-	$(VENV)/bin/mypy libs/quire services/*/quire
+	$(VENV)/bin/mypy libs/*/quire services/*/quire
 
 bench: venv
 	$(PY) bench/pipeline_bench.py
@@ -77,5 +78,10 @@ protos-check: venv
 	@$(PY) -m grpc_tools.protoc -Iprotos --python_out=$(VENV)/protos-check --pyi_out=$(VENV)/protos-check --grpc_python_out=$(VENV)/protos-check $(PROTO_FILES)
 	@diff -r $(VENV)/protos-check/quire gen/quire && echo "generated code matches protos/"
 
+# One wheel per distribution (and the `quire` one that names them all), as
+# the Containerfile installs them: `pip install --find-links dist quire`.
+wheels: venv
+	rm -rf dist $(DIST_PROJECTS:%=%/build) build && $(PY) -m pip wheel --quiet --no-deps -w dist $(DIST_PROJECTS:%=./%) .
+
 clean:
-	rm -rf $(VENV) $(DATA_DIR)
+	rm -rf $(VENV) $(DATA_DIR) dist

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import tempfile
 import time
 import uuid
@@ -17,12 +16,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
-from pdfs import write_text_pdf  # noqa: E402
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient  # noqa: E402
 from quire.runtime import connect_nats  # noqa: E402
 from quire.stack.supervisor import Stack  # noqa: E402
+from quire.testing.pdfs import write_text_pdf  # noqa: E402
 from quire.workqueue import PRIORITIES, WORK_STREAM, consumer_name  # noqa: E402
 
 IN_FLIGHT = 16

@@ -10,17 +10,15 @@ from __future__ import annotations
 import multiprocessing
 import os
 import resource
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
-from pdfs import write_text_pdf  # noqa: E402
 from quire.assembler.merge import PacketSource, assemble_packet  # noqa: E402
 from quire.blobstore import sha256_file  # noqa: E402
+from quire.testing.pdfs import write_text_pdf  # noqa: E402
 
 PAGES_PER_DOCUMENT = 100
 

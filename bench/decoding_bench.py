@@ -10,7 +10,6 @@ Not a timed test: timings depend on the machine.
 from __future__ import annotations
 
 import base64
-import sys
 import tempfile
 import time
 import zlib
@@ -20,16 +19,14 @@ from pathlib import Path
 import pikepdf
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
-from bombs import (  # noqa: E402
+from quire.testing.bombs import (  # noqa: E402
     deflate_repeat,
     lzw_zeros,
     pdf_with_stream,
     run_length_literal,
     run_length_zeros,
 )
-
 from quire.validator.pdfchecks import PdfLimits, check_pdf  # noqa: E402
 
 AIM_SECONDS = 2.0

@@ -11,20 +11,17 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from quire.audit import ledger, tables  # noqa: E402
-from quire.audit.checkpoints import CheckpointSigner  # noqa: E402
-from quire.audit.evidence import build_evidence, dumps, verify_evidence  # noqa: E402
-from quire.database import Database  # noqa: E402
-from quire.pipeline import HISTORY_BEFORE_COMPLETION, State  # noqa: E402
-from quire.transitions import EventFactory  # noqa: E402
-from quire.type import queue_pb2  # noqa: E402
+from quire.audit import ledger, tables
+from quire.audit.checkpoints import CheckpointSigner
+from quire.audit.evidence import build_evidence, dumps, verify_evidence
+from quire.database import Database
+from quire.pipeline import HISTORY_BEFORE_COMPLETION, State
+from quire.transitions import EventFactory
+from quire.type import queue_pb2
 
 STATES = (*HISTORY_BEFORE_COMPLETION, State.COMPLETED)
 """A completed job's states, in the order the pipeline records them."""

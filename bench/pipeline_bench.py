@@ -46,12 +46,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from procstats import TICK_SECONDS, TreeSampler, machine_busy_ticks  # noqa: E402
 
-from pdfs import write_text_pdf  # noqa: E402
 from quire.blobstore import sha256_file  # noqa: E402
 from quire.callers import CallerVerifier, prove  # noqa: E402
 from quire.client import AdmissionClient, PacketItem  # noqa: E402
@@ -60,6 +58,7 @@ from quire.jobs import state_name  # noqa: E402
 from quire.pipeline import State  # noqa: E402
 from quire.settings import SERVICES  # noqa: E402
 from quire.stack.supervisor import Stack  # noqa: E402
+from quire.testing.pdfs import write_text_pdf  # noqa: E402
 from quire.wire import SIGNATURE_HEADER, WireSigner, WireVerifier  # noqa: E402
 
 PAGES_PER_DOCUMENT = (4, 5, 3)  # 12 pages per packet

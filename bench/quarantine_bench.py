@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
-import hostile  # noqa: E402
-
-from pdfs import write_text_pdf  # noqa: E402
 from quire.client import AdmissionClient, PacketItem  # noqa: E402
 from quire.jobs import state_name  # noqa: E402
 from quire.stack.supervisor import Stack  # noqa: E402
+from quire.testing import hostile  # noqa: E402
+from quire.testing.pdfs import write_text_pdf  # noqa: E402
 
 ORDINARY = int(os.environ.get("BENCH_ORDINARY", "36"))
 HOSTILE = int(os.environ.get("BENCH_HOSTILE", "4"))

@@ -26,7 +26,6 @@ import asyncio
 import collections
 import hashlib
 import os
-import sys
 import tempfile
 import time
 import uuid
@@ -36,13 +35,12 @@ from pathlib import Path
 import grpc
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
-from pdfs import write_text_pdf  # noqa: E402
 from quire.admission.v1 import admission_service_pb2 as pb  # noqa: E402
 from quire.client import AdmissionClient, TenantAdminClient  # noqa: E402
 from quire.grpcstatus import reason_of  # noqa: E402
 from quire.stack.supervisor import Stack, StackInfo  # noqa: E402
+from quire.testing.pdfs import write_text_pdf  # noqa: E402
 
 PREFIX_BYTES = 4096
 DECLARED_BYTES = 64 * 1024

@@ -18,13 +18,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from soak import soak  # noqa: E402
-from test_soak import SOAK_ENV  # noqa: E402
 
 from quire.invariants import check  # noqa: E402
 from quire.stack.supervisor import Stack  # noqa: E402
+from quire.testing.soak import SOAK_ENV, soak  # noqa: E402
 
 
 def main() -> int:

@@ -8,18 +8,16 @@ worker, like for like; and the default two workers), with the ratios.
 from __future__ import annotations
 
 import asyncio
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
 
-from pdfs import write_text_pdf  # noqa: E402
 from quire.blobstore import sha256_file  # noqa: E402
 from quire.sandbox import SandboxPool  # noqa: E402
 from quire.settings import SandboxSettings  # noqa: E402
+from quire.testing.pdfs import write_text_pdf  # noqa: E402
 from quire.validator.inspection import inspect_source  # noqa: E402
 
 CORPUS = ROOT.parent / "shared" / "corpus"

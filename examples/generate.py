@@ -5,12 +5,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from pdfs import write_text_pdf  # noqa: E402
+from quire.testing.pdfs import write_text_pdf
 
 PACKET = {
     "cover-letter.pdf": ["Lease renewal - cover letter"],

@@ -8,7 +8,6 @@ package) in a temporary directory; ``stack`` starts the whole embedded stack
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -16,13 +15,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from quire.runtime import connect_nats  # noqa: E402
-from quire.settings import QueueSettings  # noqa: E402
-from quire.stack.natsserver import NatsServer  # noqa: E402
-from quire.stack.ports import free_port  # noqa: E402
-from quire.workqueue import ensure_topology  # noqa: E402
+from quire.runtime import connect_nats
+from quire.settings import QueueSettings
+from quire.stack.natsserver import NatsServer
+from quire.stack.ports import free_port
+from quire.workqueue import ensure_topology
 
 CORPUS: Path = Path(
     os.environ.get("QUIRE_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus")

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import hostile
 import pikepdf
 import pytest
 
 from quire.blobstore import sha256_file
 from quire.reasons import ReasonCode
+from quire.testing import hostile
 from quire.validator import pdfchecks
 from quire.validator.inspection import inspect_source
 from quire.validator.pdfchecks import (

@@ -13,12 +13,12 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from pdfs import write_text_pdf
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.client import AdmissionClient, PacketItem
 from quire.grpcstatus import reason_of
 from quire.jobs import state_name
 from quire.stack.supervisor import StackInfo
+from quire.testing.pdfs import write_text_pdf
 
 pytestmark = pytest.mark.stack
 

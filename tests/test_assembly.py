@@ -12,10 +12,10 @@ import pikepdf
 import pypdf
 import pytest
 
-from pdfs import write_text_pdf
 from quire.assembler.merge import PacketSource, SourceDigestMismatch, assemble_packet
 from quire.assembler.render import render_structured
 from quire.blobstore import sha256_file
+from quire.testing.pdfs import write_text_pdf
 
 INVOICE = {
     "invoice_number": "INV-7",

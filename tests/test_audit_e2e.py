@@ -10,7 +10,6 @@ from pathlib import Path
 import grpc
 import pytest
 
-from pdfs import write_text_pdf
 from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import state_name
@@ -18,6 +17,7 @@ from quire.runtime import connect_nats
 from quire.signer.v1 import signer_service_pb2 as spb
 from quire.signer.v1 import signer_service_pb2_grpc as sgrpc
 from quire.stack.supervisor import StackInfo
+from quire.testing.pdfs import write_text_pdf
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
 from quire.workqueue import EVENTS_STREAM, Publisher, event_subject

@@ -6,10 +6,10 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from sealedstore import sealed_store
 
 from quire.errors import InvalidInput, PermanentError
 from quire.reasons import ReasonCode
+from quire.testing.sealedstore import sealed_store
 
 
 def test_promoted_blob_is_readable_and_verified(tmp_path: Path) -> None:

@@ -21,7 +21,6 @@ from typing import Any
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from pki import TestCA
 
 from quire.access import OPEN_PREFIXES
 from quire.accesspolicy import POLICIES
@@ -36,6 +35,7 @@ from quire.settings import SERVICES
 from quire.signer.v1 import signer_service_pb2 as spb
 from quire.signer.v1 import signer_service_pb2_grpc as sgrpc
 from quire.stack.supervisor import Stack, StackInfo
+from quire.testing.pki import TestCA
 from quire.tls import TlsSettings, aio_channel
 from quire.validator.v1 import validator_service_pb2 as vpb
 from quire.validator.v1 import validator_service_pb2_grpc as vgrpc

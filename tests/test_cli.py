@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from quirecli import QUIRE, ROOT, run_quire
 
 from quire.stack.natsserver import NatsServer
+from quire.testing.quirecli import QUIRE, ROOT, run_quire
 from quire.type import job_pb2, queue_pb2
 
 pytestmark = pytest.mark.stack
@@ -56,7 +56,7 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
 
         first = tmp_path / "first.pdf"
         second = tmp_path / "second.pdf"
-        from pdfs import write_text_pdf
+        from quire.testing.pdfs import write_text_pdf
 
         write_text_pdf(first, ["first document"])
         write_text_pdf(second, ["second document"])

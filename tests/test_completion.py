@@ -7,7 +7,6 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from sealedstore import sealed_store
 from sqlalchemy import select
 
 from quire.audit import ledger, tables
@@ -17,6 +16,7 @@ from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.jobs import HISTORY_BEFORE_COMPLETION
 from quire.settings import QueueSettings
+from quire.testing.sealedstore import sealed_store
 from quire.transitions import EventFactory
 from quire.type import job_pb2, queue_pb2
 

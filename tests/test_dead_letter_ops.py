@@ -15,16 +15,16 @@ from pathlib import Path
 
 import grpc
 import pytest
-from quirecli import run_quire
 from test_faults_common import kept_armed
 
-from pdfs import write_text_pdf
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem
 from quire.grpcstatus import reason_of
 from quire.jobs import state_name
 from quire.stack.supervisor import Stack, StackInfo
+from quire.testing.pdfs import write_text_pdf
+from quire.testing.quirecli import run_quire
 from quire.tls import aio_channel
 
 pytestmark = pytest.mark.stack

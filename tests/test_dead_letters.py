@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from pdfs import write_text_pdf
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import state_name
 from quire.runtime import connect_nats
 from quire.stack.supervisor import Stack
+from quire.testing.pdfs import write_text_pdf
 from quire.type import queue_pb2
 from quire.workqueue.topology import DEAD_STREAM
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import pikepdf
 import pytest
-from bombs import (
+
+from quire.testing.bombs import (
     a85_encode,
     hex_encode,
     lzw_encode,
@@ -21,7 +22,6 @@ from bombs import (
     run_length_encode,
     run_length_zeros,
 )
-
 from quire.validator import decoding
 from quire.validator.decoding import (
     DecodeError,

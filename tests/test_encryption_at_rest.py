@@ -20,14 +20,14 @@ from typing import Any, TypeVar
 import grpc
 import pikepdf
 import pytest
-from quirecli import QUIRE, ROOT
 
-from pdfs import write_text_pdf
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.grpcstatus import reason_of
 from quire.invariants import check
 from quire.jobs import state_name
 from quire.stack.supervisor import SERVICES, Stack, StackInfo
+from quire.testing.pdfs import write_text_pdf
+from quire.testing.quirecli import QUIRE, ROOT
 
 pytestmark = pytest.mark.stack
 

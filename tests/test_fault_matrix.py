@@ -23,13 +23,13 @@ from pathlib import Path
 import grpc
 import pytest
 
-from pdfs import write_text_pdf
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem
 from quire.faults import arm, fired
 from quire.jobs import state_name
 from quire.stack.supervisor import Stack, StackInfo
+from quire.testing.pdfs import write_text_pdf
 from quire.tls import aio_channel
 
 pytestmark = pytest.mark.stack

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import grpc
 
-from pdfs import write_text_pdf
 from quire.client import AdmissionClient, PacketItem
 from quire.faults import arm
 from quire.identity import IdentitySettings, ServiceIdentity
 from quire.jobs import TERMINAL_STATES, state_name
 from quire.stack.supervisor import Stack, StackInfo
+from quire.testing.pdfs import write_text_pdf
 from quire.type import job_pb2
 from quire.wire import WireSigner
 

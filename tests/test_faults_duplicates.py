@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 from nats.js import JetStreamContext
-from sealedstore import plaintext
 from test_faults_common import (
     eventually,
     ledger_rows,
@@ -34,6 +33,7 @@ from quire.invariants import check
 from quire.jobs import state_name
 from quire.pipeline import STAGE_NAMES
 from quire.runtime import connect_nats
+from quire.testing.sealedstore import plaintext
 from quire.type import job_pb2, queue_pb2
 from quire.wire import SIGNATURE_HEADER, WireSigner
 from quire.workqueue import (

@@ -26,7 +26,6 @@ import pytest
 from nats.aio.msg import Msg
 from test_faults_common import eventually, ledger_rows, running_stack
 
-from pdfs import write_text_pdf
 from quire.client import PacketItem
 from quire.invariants import check
 from quire.jobs import job_id, state_name
@@ -34,6 +33,7 @@ from quire.runtime import connect_nats
 from quire.settings import service_address_var
 from quire.stack.ports import free_port
 from quire.stack.supervisor import Stack
+from quire.testing.pdfs import write_text_pdf
 from quire.type import queue_pb2
 from quire.workqueue import WORK_STREAM, consumer_name
 

@@ -27,13 +27,13 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 from test_faults_common import Running, eventually, ledger_rows, running_stack, signer_of
 
-from pdfs import write_form_pdf, write_text_pdf
 from quire.blobstore import assembled_key, signed_key, source_key
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.invariants import check
 from quire.jobgate import GATE_BUCKET
 from quire.jobs import state_name
 from quire.runtime import connect_nats
+from quire.testing.pdfs import write_form_pdf, write_text_pdf
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
 from quire.wire import SIGNATURE_HEADER, WireSigner

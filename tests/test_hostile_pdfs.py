@@ -6,12 +6,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import hostile
 import pytest
 
 from quire.blobstore import sha256_file
 from quire.sandbox import SandboxExhausted, SandboxPool
 from quire.settings import SandboxSettings
+from quire.testing import hostile
 from quire.validator.inspection import inspect_source
 from quire.validator.pdfchecks import PdfLimits
 

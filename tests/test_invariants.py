@@ -21,7 +21,6 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 from test_faults_common import Running, eventually, kept_armed, running_stack, wait_all
 
-from pdfs import write_form_pdf, write_text_pdf
 from quire.audit import ledger as audit_ledger
 from quire.audit import tables as audit_tables
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
@@ -36,6 +35,7 @@ from quire.jobs import job_id, new_job_id, state_name, state_value
 from quire.runtime import connect_nats
 from quire.settings import SERVICES
 from quire.tempspace import temp_prefix
+from quire.testing.pdfs import write_form_pdf, write_text_pdf
 from quire.type import queue_pb2
 from quire.workqueue import WORK_STREAM, consumer_name
 

@@ -17,7 +17,6 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from sealedstore import plaintext
 from test_invariants import FinishedRun, _finished_run
 
 from quire.audit import ledger as audit_ledger
@@ -29,6 +28,7 @@ from quire.invariants_provenance import provenance_findings
 from quire.invariants_records import PacketRef
 from quire.invariants_snapshot import AcceptedJob, JobView, LedgerEntry, Snapshot, read_snapshot
 from quire.jobs import job_id, new_job_id
+from quire.testing.sealedstore import plaintext
 from quire.type import queue_pb2
 
 pytestmark = pytest.mark.stack

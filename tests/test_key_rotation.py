@@ -9,7 +9,6 @@ from pathlib import Path
 import grpc
 import pytest
 
-from pdfs import write_text_pdf
 from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import state_name
@@ -17,6 +16,7 @@ from quire.pdfsignature import verify_signed_pdf
 from quire.signer.v1 import signer_service_pb2 as spb
 from quire.signer.v1 import signer_service_pb2_grpc as sgrpc
 from quire.stack.supervisor import Stack
+from quire.testing.pdfs import write_text_pdf
 
 pytestmark = pytest.mark.stack
 JOBS = 12

@@ -202,10 +202,10 @@ async def test_the_running_audit_service_checkpoints_and_finds_tampering(tmp_pat
 
     import grpc
 
-    from pdfs import write_text_pdf
     from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
     from quire.client import AdmissionClient, PacketItem
     from quire.stack.supervisor import Stack
+    from quire.testing.pdfs import write_text_pdf
 
     stack = Stack(tmp_path / "stack")
     info = await asyncio.to_thread(stack.start)

@@ -15,9 +15,9 @@ import pikepdf
 import pytest
 from pikepdf import Array, Dictionary, Name, String
 
-from pdfs import text_pdf, write_form_pdf, write_text_pdf
 from quire.assembler.merge import PacketSource, assemble_packet
 from quire.blobstore import sha256_file
+from quire.testing.pdfs import text_pdf, write_form_pdf, write_text_pdf
 
 pytestmark = pytest.mark.filterwarnings("error::pikepdf._exceptions.PageCopyWarning")
 

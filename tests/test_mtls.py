@@ -8,12 +8,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-from pki import TestCA
 
-from pdfs import write_text_pdf
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import state_name
 from quire.stack.supervisor import Stack
+from quire.testing.pdfs import write_text_pdf
+from quire.testing.pki import TestCA
 from quire.tls import TlsSettings
 
 pytestmark = pytest.mark.stack

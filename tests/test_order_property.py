@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pdfs import write_text_pdf
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import state_name
 from quire.stack.supervisor import StackInfo
+from quire.testing.pdfs import write_text_pdf
 
 pytestmark = pytest.mark.stack
 DOCUMENTS = 4

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pikepdf
 import pytest
-from hostile import _one_page, page_tree_loop, raw_pdf
 
+from quire.testing.hostile import _one_page, page_tree_loop, raw_pdf
 from quire.validator.inspection import inspect_source
 from quire.validator.pdfcycles import find_cycle
 

@@ -14,7 +14,6 @@ import grpc
 import pypdf
 import pytest
 
-from pdfs import write_text_pdf
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.cli.args import bearer_metadata
 from quire.cli.verify import known_certificates
@@ -23,6 +22,7 @@ from quire.grpcstatus import reason_of
 from quire.jobs import HISTORY_BEFORE_COMPLETION, state_name
 from quire.pdfsignature import verify_signed_pdf
 from quire.stack.supervisor import StackInfo
+from quire.testing.pdfs import write_text_pdf
 
 pytestmark = pytest.mark.stack
 

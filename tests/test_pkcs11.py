@@ -14,12 +14,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from softhsm import MODULE, PIN, init_token
 
-from pdfs import write_text_pdf
 from quire.blobstore import sha256_file
 from quire.pdfsignature import verify_signed_pdf
 from quire.signer.signing import Pkcs11Key, sign_packet
+from quire.testing.pdfs import write_text_pdf
+from quire.testing.softhsm import MODULE, PIN, init_token
 
 
 @pytest.fixture

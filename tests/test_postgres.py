@@ -115,11 +115,11 @@ async def test_concurrent_batches_chain_each_tenant_on_postgres(postgres) -> Non
 
 async def test_the_whole_pipeline_runs_on_postgres(postgres, tmp_path) -> None:  # type: ignore[no-untyped-def]
 
-    from pdfs import write_text_pdf
     from quire.client import AdmissionClient, PacketItem
     from quire.jobs import state_name
     from quire.settings import SERVICES
     from quire.stack.supervisor import Stack
+    from quire.testing.pdfs import write_text_pdf
 
     env = {
         f"QUIRE_{service.upper()}_DATABASE_URL": postgres.create_database(

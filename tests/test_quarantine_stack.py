@@ -15,12 +15,12 @@ import asyncio
 import time
 from pathlib import Path
 
-import hostile
 import pytest
 
-from pdfs import write_text_pdf
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import state_name
+from quire.testing import hostile
+from quire.testing.pdfs import write_text_pdf
 
 pytestmark = pytest.mark.stack
 

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from quirecli import run_quire
 from test_faults_common import (
     Running,
     eventually,
@@ -29,11 +28,12 @@ from test_faults_common import (
 )
 from test_faults_common import wait_all as wait_terminal
 
-from pdfs import write_text_pdf
 from quire.client import PacketItem
 from quire.invariants import check
 from quire.jobs import state_name
 from quire.runtime import connect_nats
+from quire.testing.pdfs import write_text_pdf
+from quire.testing.quirecli import run_quire
 from quire.workqueue import PRIORITIES, WORK_STREAM, consumer_name
 
 pytestmark = [pytest.mark.stack, pytest.mark.asyncio(loop_scope="module")]

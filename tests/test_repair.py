@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pikepdf
 import pytest
-from damaged import AMBIGUOUS, EVERYDAY, damaged_bomb, damaged_javascript
-from hostile import _one_page, raw_pdf
 
 from quire.reasons import ReasonCode
+from quire.testing.damaged import AMBIGUOUS, EVERYDAY, damaged_bomb, damaged_javascript
+from quire.testing.hostile import _one_page, raw_pdf
 from quire.validator.damage import REPAIRABLE, UNRECOGNIZED, classify, codes_of, refusal_of
 from quire.validator.inspection import PDF_TYPE, Finding, inspect_source
 from quire.validator.rulesets import Ruleset
@@ -173,8 +173,7 @@ def test_a_ruleset_names_its_repair_policy() -> None:
 
 
 def test_a_hostile_shape_is_refused_with_its_sub_code_and_not_repaired(tmp_path: Path) -> None:
-    from hostile import many_objects
-
+    from quire.testing.hostile import many_objects
     from quire.validator.pdfchecks import PdfLimits
 
     source = many_objects(tmp_path / "many.pdf", 300)
@@ -188,7 +187,7 @@ def test_a_hostile_shape_is_refused_with_its_sub_code_and_not_repaired(tmp_path:
 
 
 def test_qpdf_refusing_deep_nesting_is_content_dropped_not_repaired(tmp_path: Path) -> None:
-    from hostile import nested_arrays
+    from quire.testing.hostile import nested_arrays
 
     finding = _inspect(nested_arrays(tmp_path / "deep.pdf"), tmp_path / "clean.pdf")
     assert (finding.reason, finding.detail) == (ReasonCode.MALFORMED_PDF, "CONTENT_DROPPED")

@@ -11,13 +11,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from damaged import EVERYDAY
-from sealedstore import sealed_store
 
 from quire.blobstore import LocalBlobStore, normalized_key, source_key
 from quire.reasons import ReasonCode
 from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings
+from quire.testing.damaged import EVERYDAY
+from quire.testing.sealedstore import sealed_store
 from quire.type import job_pb2, queue_pb2
 from quire.validator.evaluation import Evaluator
 from quire.validator.pdfchecks import PdfLimits

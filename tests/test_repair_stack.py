@@ -22,25 +22,26 @@ from pathlib import Path
 import grpc
 import pikepdf
 import pytest
-from damaged import AMBIGUOUS, EVERYDAY
-from operatorcalls import AsOperator
-from quirecli import ROOT, run_quire
-from sealedstore import plaintext
 
-from pdfs import write_text_pdf
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.blobstore import normalized_key
 from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import state_name
 from quire.stack.supervisor import Stack, StackInfo
+from quire.testing.damaged import AMBIGUOUS, EVERYDAY
+from quire.testing.operatorcalls import AsOperator
+from quire.testing.pdfs import write_text_pdf
+from quire.testing.quirecli import run_quire
+from quire.testing.sealedstore import plaintext
 from quire.type import queue_pb2
+from quire.validator.rulesets import DEFAULT_DIRECTORY
 from quire.validator.v1 import validator_service_pb2 as vpb
 from quire.validator.v1 import validator_service_pb2_grpc as vgrpc
 
 pytestmark = pytest.mark.stack
 
-SHIPPED_RULESETS = ROOT / "services" / "validator" / "rulesets"
+SHIPPED_RULESETS = DEFAULT_DIRECTORY
 TEST_RULESETS = {
     "repair-refuse": "refuse",
     "repair-review": "review",

@@ -30,11 +30,8 @@ from pathlib import Path
 import grpc
 import pytest
 import pytest_asyncio
-from damaged import EVERYDAY
-from quirecli import run_quire
 from test_faults_common import Running, running_stack
 
-from pdfs import write_text_pdf
 from quire.admission.v1 import tenant_admin_service_pb2 as admin_pb
 from quire.audit.evidence import public_key_fingerprint, retirements, verify_evidence
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
@@ -47,6 +44,9 @@ from quire.jobs import job_id, state_name
 from quire.retention import PlannedRetirement, plan
 from quire.retention_records import read_records
 from quire.settings import RetentionSettings
+from quire.testing.damaged import EVERYDAY
+from quire.testing.pdfs import write_text_pdf
+from quire.testing.quirecli import run_quire
 
 pytestmark = [pytest.mark.stack, pytest.mark.asyncio(loop_scope="module")]
 

@@ -125,7 +125,7 @@ def test_decisions_carry_no_document_text() -> None:
 
 
 def test_facts_come_from_a_real_pdf_form(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from pdfs import write_form_pdf
+    from quire.testing.pdfs import write_form_pdf
 
     path = write_form_pdf(tmp_path / "lease.pdf", [CLAUSES], SIGNED)
     extracted = extract_facts(str(path), 0, "application/pdf")

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import grpc
 import pytest
-from operatorcalls import AsOperator
 
-from pdfs import write_form_pdf
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import state_name
 from quire.stack.supervisor import StackInfo
+from quire.testing.operatorcalls import AsOperator
+from quire.testing.pdfs import write_form_pdf
 from quire.validator.v1 import validator_service_pb2 as vpb
 from quire.validator.v1 import validator_service_pb2_grpc as vgrpc
 

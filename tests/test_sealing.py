@@ -14,8 +14,6 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
-from sealedstore import made_up_ring
-from softhsm import MODULE, PIN, init_token
 
 from quire.blobstore import LocalBlobStore
 from quire.datakeys import DataKeys
@@ -30,6 +28,8 @@ from quire.kek import (
 )
 from quire.reasons import ReasonCode
 from quire.sealing import SEGMENT_BYTES, Sealer, open_sealed, read_header
+from quire.testing.sealedstore import made_up_ring
+from quire.testing.softhsm import MODULE, PIN, init_token
 
 MARKER = b"QUIRE-PLAINTEXT-MARKER-7f3a"
 

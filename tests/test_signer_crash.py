@@ -9,15 +9,15 @@ from pathlib import Path
 
 import grpc
 import pytest
-from sealedstore import stack_store
 
-from pdfs import write_text_pdf
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.blobstore import sha256_file
 from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import state_name
 from quire.stack.supervisor import Stack
+from quire.testing.pdfs import write_text_pdf
+from quire.testing.sealedstore import stack_store
 
 pytestmark = pytest.mark.stack
 

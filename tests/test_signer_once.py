@@ -7,10 +7,8 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from sealedstore import sealed_store
 from sqlalchemy import select
 
-from pdfs import write_text_pdf
 from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.leases import Lease
@@ -19,6 +17,8 @@ from quire.settings import SandboxSettings
 from quire.signer import tables
 from quire.signer.keystore import KeySource, KeyStore
 from quire.signer.work import SignerWork, signed_key
+from quire.testing.pdfs import write_text_pdf
+from quire.testing.sealedstore import sealed_store
 from quire.type import job_pb2, queue_pb2
 
 JOB = "jobs/00aa11bb22cc33dd"

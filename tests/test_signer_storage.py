@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sealedstore import sealed_store
 
 from quire.errors import SystemFailure, TransientError
 from quire.leases import Lease
 from quire.reasons import ReasonCode
 from quire.signer.keystore import SigningKey
 from quire.signer.work import SignerWork
+from quire.testing.sealedstore import sealed_store
 from quire.type import job_pb2, queue_pb2
 
 

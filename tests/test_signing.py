@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from pdfs import write_text_pdf
 from quire.blobstore import sha256_file
 from quire.database import Database
 from quire.pdfsignature import verify_signed_pdf
 from quire.signer import tables
 from quire.signer.keystore import KeySource, KeyStore
 from quire.signer.signing import PacketDigestMismatch, _reserved_in, sign_packet
+from quire.testing.pdfs import write_text_pdf
 
 
 @pytest.fixture
@@ -134,8 +134,8 @@ def test_an_independent_tool_validates_the_signature(keystore: KeyStore, tmp_pat
 def test_with_a_timestamp_authority_the_signature_is_b_t(
     keystore: KeyStore, tmp_path: Path
 ) -> None:
-    from pki import TestCA
-    from tsa import LocalTsa
+    from quire.testing.pki import TestCA
+    from quire.testing.tsa import LocalTsa
 
     key = keystore.ensure_active_key()
     tsa_cert, tsa_key = TestCA(tmp_path / "pki").issue_tsa()

@@ -11,20 +11,12 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from soak import soak
 
 from quire.invariants import check
 from quire.stack.supervisor import Stack
+from quire.testing.soak import SOAK_ENV, soak
 
 pytestmark = pytest.mark.stack
-
-SOAK_ENV = {
-    "QUIRE_ACK_WAIT_SECONDS": "3",
-    "QUIRE_BACKOFF_BASE_SECONDS": "0.2",
-    "QUIRE_BACKOFF_CAP_SECONDS": "2",
-    "QUIRE_MAX_DELIVER": "20",
-    "QUIRE_DRAIN_SECONDS": "3",
-}
 
 
 async def test_jobs_survive_random_kills_with_exactly_one_outcome_each(tmp_path: Path) -> None:

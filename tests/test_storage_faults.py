@@ -12,11 +12,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from pdfs import write_text_pdf
 from quire.client import AdmissionClient, PacketItem
 from quire.grpcstatus import reason_of
 from quire.jobs import state_name
 from quire.stack.supervisor import Stack
+from quire.testing.pdfs import write_text_pdf
 
 pytestmark = pytest.mark.stack
 

@@ -16,13 +16,13 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from pdfs import write_text_pdf
 from quire.client import AdmissionClient, PacketItem
 from quire.grpcstatus import reason_of
 from quire.jobs import state_name
 from quire.runtime import connect_nats
 from quire.stack.supervisor import Stack
 from quire.tempspace import local_owner, owner_prefix, temp_prefix
+from quire.testing.pdfs import write_text_pdf
 from quire.workqueue import WORK_STREAM, consumer_name
 
 pytestmark = pytest.mark.stack

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from nats.js import JetStreamContext
-from sealedstore import sealed_store
 
 from quire.admission.tempguard import TempSpaceGuard
 from quire.blobstore import storage_error
@@ -33,6 +32,7 @@ from quire.tempspace import (
     sweep_leftovers,
     temp_prefix,
 )
+from quire.testing.sealedstore import sealed_store
 from quire.workqueue import WORK_STREAM, WorkQueueWorker, consumer_name, work_subject
 
 

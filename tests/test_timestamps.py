@@ -9,16 +9,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from pki import TestCA
-from tsa import LocalTsa
 
-from pdfs import write_text_pdf
 from quire.cli.args import bearer_metadata
 from quire.cli.verify import known_certificates
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import state_name
 from quire.pdfsignature import verify_signed_pdf
 from quire.stack.supervisor import Stack
+from quire.testing.pdfs import write_text_pdf
+from quire.testing.pki import TestCA
+from quire.testing.tsa import LocalTsa
 
 pytestmark = pytest.mark.stack
 

@@ -23,7 +23,6 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from pdfs import write_text_pdf
 from quire.admission.typesniff import looks_like
 from quire.admission.uploadlimits import UploadLedger
 from quire.admission.uploadpace import ANSWER_GRACE_SECONDS, PacedRequests, UploadPace, hear_out
@@ -33,6 +32,7 @@ from quire.errors import InvalidInput, Overloaded
 from quire.grpcstatus import reason_of
 from quire.settings import AdmissionSettings
 from quire.stack.supervisor import Stack, StackInfo
+from quire.testing.pdfs import write_text_pdf
 
 PDF = "application/pdf"
 JSON = "application/json"

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from pdfs import write_text_pdf
 from quire.blobstore import sha256_file
 from quire.sandbox import SandboxExhausted, SandboxPool
 from quire.settings import SandboxSettings
+from quire.testing.pdfs import write_text_pdf
 from quire.validator.inspection import inspect_source
 
 PDF = "application/pdf"

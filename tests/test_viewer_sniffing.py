@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from pdfs import text_pdf
 from quire.admission.typesniff import check_declared_type, looks_like
 from quire.assembler.merge import PacketSource, assemble_packet
 from quire.blobstore import sha256_file
@@ -23,6 +22,7 @@ from quire.errors import InvalidInput
 from quire.jobs import state_name
 from quire.pdfheader import HEADER_WINDOW, has_pdf_header, pdf_header_offset
 from quire.reasons import ReasonCode
+from quire.testing.pdfs import text_pdf
 from quire.validator.inspection import PDF_TYPE, inspect_source
 
 PDF = "application/pdf"

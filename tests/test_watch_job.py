@@ -17,9 +17,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from damaged import AMBIGUOUS
 
-from pdfs import write_text_pdf
 from quire.audit import ledger, tables
 from quire.audit.jobview import JobFacts, apply, is_retirement
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
@@ -33,6 +31,8 @@ from quire.jobs import state_name
 from quire.reasons import ReasonCode
 from quire.settings import WatchSettings
 from quire.stack.supervisor import Stack, StackInfo
+from quire.testing.damaged import AMBIGUOUS
+from quire.testing.pdfs import write_text_pdf
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
 

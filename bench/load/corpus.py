@@ -19,22 +19,16 @@ from __future__ import annotations
 import io
 import json
 import random
-import sys
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import cache
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT / "tests") not in sys.path:
-    sys.path.insert(0, str(ROOT / "tests"))
+import pikepdf
 
-import damaged  # noqa: E402
-import hostile  # noqa: E402
-import pikepdf  # noqa: E402
-
-from pdfs import text_pdf, write_text_pdf  # noqa: E402
-from quire.pipeline import State  # noqa: E402
+from quire.pipeline import State
+from quire.testing import damaged, hostile
+from quire.testing.pdfs import text_pdf, write_text_pdf
 
 __all__ = ["CLASSES", "Source", "Work", "Shape", "build"]
 

@@ -151,5 +151,10 @@ async def main() -> None:
         database.close()
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The ``quire-admission`` command."""
     asyncio.run(main())
+
+
+if __name__ == "__main__":
+    run()

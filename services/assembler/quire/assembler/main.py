@@ -52,5 +52,10 @@ async def main() -> None:
     )
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The ``quire-assembler`` command."""
     asyncio.run(main())
+
+
+if __name__ == "__main__":
+    run()

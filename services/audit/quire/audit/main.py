@@ -177,5 +177,10 @@ async def main() -> None:
         database.close()
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The ``quire-audit`` command."""
     asyncio.run(main())
+
+
+if __name__ == "__main__":
+    run()

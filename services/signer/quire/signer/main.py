@@ -73,5 +73,10 @@ async def main() -> None:
     )
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The ``quire-signer`` command."""
     asyncio.run(main())
+
+
+if __name__ == "__main__":
+    run()

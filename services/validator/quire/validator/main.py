@@ -93,5 +93,10 @@ async def main() -> None:
         quarantine.close()
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The ``quire-validator`` command."""
     asyncio.run(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -24,7 +24,8 @@ from quire.validator import tables
 
 __all__ = ["Ruleset", "RulesetBook", "load_directory", "DEFAULT_DIRECTORY", "canonical"]
 
-DEFAULT_DIRECTORY = Path(__file__).resolve().parents[2] / "rulesets"
+DEFAULT_DIRECTORY = Path(__file__).resolve().parent / "shipped_rulesets"
+"""The rulesets that ship with the validator, inside its distribution."""
 KNOWN_KINDS = {
     "required_field",
     "required_clause",

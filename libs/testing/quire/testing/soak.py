@@ -18,15 +18,25 @@ from pathlib import Path
 
 import grpc
 
-from pdfs import write_text_pdf
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import TERMINAL_STATES, state_name
 from quire.stack.supervisor import Stack, StackInfo
+from quire.testing.pdfs import write_text_pdf
 from quire.tls import aio_channel
 
-__all__ = ["SoakReport", "soak"]
+__all__ = ["SOAK_ENV", "SoakReport", "soak"]
+
+SOAK_ENV = {
+    "QUIRE_ACK_WAIT_SECONDS": "3",
+    "QUIRE_BACKOFF_BASE_SECONDS": "0.2",
+    "QUIRE_BACKOFF_CAP_SECONDS": "2",
+    "QUIRE_MAX_DELIVER": "20",
+    "QUIRE_DRAIN_SECONDS": "3",
+}
+"""Short acknowledgement waits and backoffs, so killed work comes back within
+a soak's seconds rather than production's minutes."""
 
 VICTIMS = ("admission", "validator", "assembler", "signer", "audit", "nats")
 RETRYABLE = (

@@ -8,7 +8,9 @@ from pathlib import Path
 
 __all__ = ["QUIRE", "ROOT", "run_quire"]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[4]
+"""The repository (``libs/testing/quire/testing/`` is four folders down): the
+CLI runs from there, as a user types it in a checkout."""
 QUIRE = [sys.executable, "-m", "quire.cli.main"]
 
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from hostile import FONT, _one_page, _stream, flate_bomb, raw_pdf
+from quire.testing.hostile import FONT, _one_page, _stream, flate_bomb, raw_pdf
 
 Builder = Callable[[Path], Path]
 
