@@ -47,6 +47,10 @@ def lease_table(metadata: MetaData) -> Table:
         Column("token", Integer, nullable=False),
         Column("outcome", LargeBinary, nullable=True),
         Column("updated_at", DateTime(timezone=True), nullable=False),
+        # When the current delivery took its token (migration 0002; empty on
+        # rows from before it): with ``updated_at`` at the commit, how long the
+        # stage held the job, and how many jobs it held at once.
+        Column("leased_at", DateTime(timezone=True), nullable=True),
     )
 
 
@@ -68,7 +72,9 @@ class LeaseStore:
         self._next_token = (
             update(table)
             .where(table.c.job == bindparam("b_job"))
-            .values(token=table.c.token + 1, updated_at=bindparam("b_now"))
+            .values(
+                token=table.c.token + 1, updated_at=bindparam("b_now"), leased_at=bindparam("b_now")
+            )
             .returning(table.c.token, table.c.outcome)
         )
         self._commit = (
@@ -91,7 +97,9 @@ class LeaseStore:
         now = datetime.now(UTC)
         row = session.execute(self._next_token, {"b_job": job, "b_now": now}).first()
         if row is None:
-            if insert_if_absent(session, self._table, {"job": job, "token": 1, "updated_at": now}):
+            if insert_if_absent(
+                session, self._table, {"job": job, "token": 1, "updated_at": now, "leased_at": now}
+            ):
                 return Lease(job=job, token=1, committed=None)
             return self._acquire(session, job)  # another delivery inserted it first
         committed = None

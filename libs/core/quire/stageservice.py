@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from sqlalchemy import MetaData, Table
@@ -14,6 +16,7 @@ from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.leases import LeaseStore
+from quire.migrations import upgrade_schema
 from quire.peers import Peers
 from quire.pipeline import Stage
 from quire.runtime import load_wire, start_runtime
@@ -43,6 +46,8 @@ class StageService:
     stage: Stage
     """The pipeline stage this service works (``quire.pipeline``)."""
     metadata: MetaData
+    migrations: Path
+    """The stage's chain of schema migrations (``quire.migrations``)."""
     leases: Table
     grpc_service_name: str
 
@@ -64,7 +69,7 @@ async def run_stage_service(
     nc, js = await start_runtime(settings)
     wire = load_wire(settings)
     database = Database(settings.database_url, spec.metadata)
-    database.create_schema()
+    await asyncio.to_thread(upgrade_schema, database, spec.metadata, spec.migrations)
     # Temporary entries are named after this stage, so they count against its
     # budget and a dead process's leftovers are recognised and swept.
     blobs = open_blob_store(

@@ -30,6 +30,7 @@ from quire.audit.v1 import audit_service_pb2_grpc
 from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
+from quire.migrations import upgrade_schema
 from quire.peers import Peers
 from quire.pipeline import STAGE_NAMES
 from quire.runtime import load_wire, start_runtime
@@ -54,7 +55,7 @@ async def main() -> None:
     admission = AdmissionSettings.from_env()
     nc, js = await start_runtime(settings)
     database = Database(settings.database_url, tables.metadata)
-    database.create_schema()
+    await asyncio.to_thread(upgrade_schema, database, tables.metadata, tables.MIGRATIONS)
     tenants = TenantDirectory(database)
     tenants.ensure_bootstrap(settings.service_dir)
     blobs = open_blob_store(settings.blob_root, settings.data_dir, settings.kek, owner=SERVICE)

@@ -3,6 +3,8 @@ and idempotency keys."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -17,6 +19,7 @@ from sqlalchemy import (
 )
 
 __all__ = [
+    "MIGRATIONS",
     "metadata",
     "tenants",
     "tenant_storage",
@@ -27,6 +30,8 @@ __all__ = [
 ]
 
 metadata = MetaData()
+MIGRATIONS = Path(__file__).with_name("migrations")
+"""This service's chain of schema migrations (``quire.migrations``)."""
 # Limits left NULL follow the service-wide defaults.
 tenants = Table(
     "tenants",

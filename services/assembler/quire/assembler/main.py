@@ -43,6 +43,7 @@ async def main() -> None:
         StageService(
             stage=stage("assemble"),
             metadata=tables.metadata,
+            migrations=tables.MIGRATIONS,
             leases=tables.leases,
             grpc_service_name="quire.assembler.v1.AssemblerService",
         ),

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sqlalchemy import BigInteger, Column, DateTime, Integer, MetaData, String, Table
 
 from quire.leases import lease_table
 
-__all__ = ["metadata", "leases", "assemblies"]
+__all__ = ["MIGRATIONS", "metadata", "leases", "assemblies"]
 
 metadata = MetaData()
+MIGRATIONS = Path(__file__).with_name("migrations")
+"""This service's chain of schema migrations (``quire.migrations``)."""
 leases = lease_table(metadata)
 assemblies = Table(
     "assemblies",

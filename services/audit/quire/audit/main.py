@@ -26,6 +26,7 @@ from quire.audit.watch import JobWatches, LedgerNotices
 from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
+from quire.migrations import upgrade_schema
 from quire.peers import Peers
 from quire.pipeline import STAGES
 from quire.runtime import load_wire, start_runtime
@@ -54,7 +55,7 @@ async def main() -> None:
     wire = load_wire(settings)
     publisher = Publisher(js, signer=wire.signer)
     database = Database(settings.database_url, tables.metadata)
-    database.create_schema()
+    await asyncio.to_thread(upgrade_schema, database, tables.metadata, tables.MIGRATIONS)
     watches = JobWatches(database, WatchSettings.from_env())
     history = LedgerNotices(watches)
     desk = CompletionDesk(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -15,9 +17,11 @@ from sqlalchemy import (
 
 from quire.leases import lease_table
 
-__all__ = ["metadata", "ledger", "chain_heads", "jobs", "leases", "dead_letters"]
+__all__ = ["MIGRATIONS", "metadata", "ledger", "chain_heads", "jobs", "leases", "dead_letters"]
 
 metadata = MetaData()
+MIGRATIONS = Path(__file__).with_name("migrations")
+"""This service's chain of schema migrations (``quire.migrations``)."""
 # Commit-task deliveries: completion is fenced like every stage's final write.
 leases = lease_table(metadata)
 # One row per transition, never updated or deleted. ``entry_hash`` chains each

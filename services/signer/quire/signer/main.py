@@ -64,6 +64,7 @@ async def main() -> None:
         StageService(
             stage=stage("sign"),
             metadata=tables.metadata,
+            migrations=tables.MIGRATIONS,
             leases=tables.leases,
             grpc_service_name="quire.signer.v1.SignerService",
         ),

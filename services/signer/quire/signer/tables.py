@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sqlalchemy import BigInteger, Boolean, Column, DateTime, Integer, MetaData, String, Table, Text
 
 from quire.leases import lease_table
 
-__all__ = ["metadata", "leases", "signing_keys", "signatures"]
+__all__ = ["MIGRATIONS", "metadata", "leases", "signing_keys", "signatures"]
 
 metadata = MetaData()
+MIGRATIONS = Path(__file__).with_name("migrations")
+"""This service's chain of schema migrations (``quire.migrations``)."""
 leases = lease_table(metadata)
 signing_keys = Table(
     "signing_keys",

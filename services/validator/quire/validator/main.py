@@ -82,6 +82,7 @@ async def main() -> None:
             StageService(
                 stage=stage("validate"),
                 metadata=tables.metadata,
+                migrations=tables.MIGRATIONS,
                 leases=tables.leases,
                 grpc_service_name="quire.validator.v1.ValidatorService",
             ),

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sqlalchemy import JSON, Column, DateTime, Integer, LargeBinary, MetaData, String, Table, Text
 
 from quire.leases import lease_table
 
-__all__ = ["metadata", "leases", "validations", "rulesets", "reviews"]
+__all__ = ["MIGRATIONS", "metadata", "leases", "validations", "rulesets", "reviews"]
 
 metadata = MetaData()
+MIGRATIONS = Path(__file__).with_name("migrations")
+"""This service's chain of schema migrations (``quire.migrations``)."""
 leases = lease_table(metadata)
 validations = Table(
     "validations",
