@@ -15,7 +15,7 @@ from pathlib import Path
 
 from quire.identity import IdentitySettings
 from quire.kek import KekSettings
-from quire.pipeline import HISTORY_BEFORE_COMPLETION
+from quire.pipeline import HISTORY_BEFORE_COMPLETION, STAGES
 from quire.tls import TlsSettings
 
 __all__ = [
@@ -46,6 +46,8 @@ HEALTH_PORT_OFFSET = 100
 """A service's own health port is its gRPC port plus this, unless set."""
 BUILD_VERSION = "0.1.0"
 GIB = 1024 * 1024 * 1024
+DEFAULT_STAGE_LIMIT = 64
+"""Jobs one stage works on at once across its replicas, unless configured."""
 
 
 def service_address_var(service: str) -> str:
@@ -77,14 +79,35 @@ class QueueSettings:
     """Long-poll length of one pull request; not a sleep."""
     duplicate_window_seconds: float = 600.0
     """Window in which a republish with the same Nats-Msg-Id is dropped."""
+    replicas: int = 1
+    """Copies JetStream keeps of every stream, consumer and bucket: 1 on the
+    embedded stack, 3 in a cluster (so losing one NATS node stalls nothing)."""
+    stage_limits: Mapping[str, int] = field(default_factory=dict)
+    """Jobs a stage works on at once, across all its replicas, by stage name;
+    a stage missing here gets ``DEFAULT_STAGE_LIMIT``. Enforced by JetStream
+    (``max_ack_pending`` of the stage's consumers), not by each pod."""
+
+    def stage_limit(self, stage: str) -> int:
+        return self.stage_limits.get(stage, DEFAULT_STAGE_LIMIT)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> QueueSettings:
+        """``QUIRE_NATS_REPLICAS``; ``QUIRE_<SERVICE>_STAGE_LIMIT`` for the stage
+        that service works (``QUIRE_VALIDATOR_STAGE_LIMIT``, say)."""
+        limits = {}
+        for stage in STAGES:
+            name = f"QUIRE_{stage.service.upper()}_STAGE_LIMIT"
+            limit = int(_get(env, name, str(DEFAULT_STAGE_LIMIT)))
+            if limit < 2:
+                raise ValueError(f"{name} must be at least 2 (interactive and batch work)")
+            limits[stage.name] = limit
         return cls(
             ack_wait_seconds=float(_get(env, "QUIRE_ACK_WAIT_SECONDS", "30")),
             max_deliver=int(_get(env, "QUIRE_MAX_DELIVER", "5")),
             backoff_base_seconds=float(_get(env, "QUIRE_BACKOFF_BASE_SECONDS", "0.5")),
             backoff_cap_seconds=float(_get(env, "QUIRE_BACKOFF_CAP_SECONDS", "30")),
+            replicas=int(_get(env, "QUIRE_NATS_REPLICAS", "1")),
+            stage_limits=limits,
         )
 
 

@@ -37,6 +37,7 @@ __all__ = [
     "dead_subject",
     "DEAD_BOOK_CONSUMER",
     "ensure_topology",
+    "priority_shares",
     "wait_for_topology",
 ]
 
@@ -97,6 +98,7 @@ async def ensure_topology(js: JetStreamContext, queue: QueueSettings) -> None:
             retention=api.RetentionPolicy.WORK_QUEUE,
             storage=api.StorageType.FILE,
             duplicate_window=queue.duplicate_window_seconds,
+            num_replicas=queue.replicas,
         ),
     )
     await _ensure_stream(
@@ -108,9 +110,11 @@ async def ensure_topology(js: JetStreamContext, queue: QueueSettings) -> None:
             storage=api.StorageType.FILE,
             duplicate_window=queue.duplicate_window_seconds,
             max_age=EVENTS_MAX_AGE_SECONDS,
+            num_replicas=queue.replicas,
         ),
     )
     for stage in STAGES:
+        shares = priority_shares(queue.stage_limit(stage.name))
         for priority in PRIORITIES:
             await js.add_consumer(
                 WORK_STREAM,
@@ -121,6 +125,9 @@ async def ensure_topology(js: JetStreamContext, queue: QueueSettings) -> None:
                     ack_wait=queue.ack_wait_seconds,
                     # Commit waits for lagging evidence without a delivery limit.
                     max_deliver=queue.max_deliver if stage.limited else -1,
+                    # The stage's limit, across every replica: JetStream hands
+                    # out no more unacknowledged messages than this.
+                    max_ack_pending=shares[priority],
                 ),
             )
     await _ensure_stream(
@@ -131,6 +138,7 @@ async def ensure_topology(js: JetStreamContext, queue: QueueSettings) -> None:
             retention=api.RetentionPolicy.LIMITS,
             storage=api.StorageType.FILE,
             duplicate_window=queue.duplicate_window_seconds,
+            num_replicas=queue.replicas,
         ),
     )
     await js.add_consumer(
@@ -163,7 +171,15 @@ async def ensure_topology(js: JetStreamContext, queue: QueueSettings) -> None:
             max_deliver=-1,
         ),
     )
-    await _ensure_gate_bucket(js)
+    await _ensure_gate_bucket(js, queue.replicas)
+
+
+def priority_shares(limit: int) -> dict[str, int]:
+    """A stage's limit split between its two consumers, since JetStream caps
+    each consumer on its own: batch work gets a third (at least one), as each
+    process gives it half the slots interactive work has."""
+    batch = max(1, limit // 3)
+    return {"interactive": limit - batch, "batch": batch}
 
 
 async def wait_for_topology(js: JetStreamContext, timeout: float = 120.0) -> None:
@@ -180,13 +196,15 @@ async def wait_for_topology(js: JetStreamContext, timeout: float = 120.0) -> Non
             await asyncio.sleep(0.5)
 
 
-async def _ensure_gate_bucket(js: JetStreamContext) -> None:
+async def _ensure_gate_bucket(js: JetStreamContext, replicas: int) -> None:
     try:
         await js.key_value(GATE_BUCKET)
     except BucketNotFoundError:
         try:
             await js.create_key_value(
-                api.KeyValueConfig(bucket=GATE_BUCKET, history=1, storage=api.StorageType.FILE)
+                api.KeyValueConfig(
+                    bucket=GATE_BUCKET, history=1, storage=api.StorageType.FILE, replicas=replicas
+                )
             )
         except Exception:  # noqa: BLE001 - created concurrently
             await js.key_value(GATE_BUCKET)

@@ -1,0 +1,190 @@
+"""A stage's concurrency limit belongs to the stage, not to a pod: ten
+replicas of the assembler, with four slots each, never hold more jobs at once
+than the stage's limit, counted from the stage's own records (each lease's
+delivery time to its commit)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from test_faults_common import ledger_rows, running_stack, wait_all
+
+from quire.client import PacketItem
+from quire.jobs import state_name
+from quire.runtime import connect_nats
+from quire.settings import (
+    DEFAULT_STAGE_LIMIT,
+    QueueSettings,
+    service_address_var,
+    service_health_var,
+)
+from quire.stack.natsserver import NatsServer
+from quire.stack.ports import free_port
+from quire.testing.pdfs import write_text_pdf
+from quire.type import queue_pb2
+from quire.workqueue.topology import (
+    PRIORITIES,
+    WORK_STREAM,
+    consumer_name,
+    ensure_topology,
+    priority_shares,
+    work_subject,
+)
+
+pytestmark = pytest.mark.stack
+
+LIMIT = 3
+REPLICAS = 10
+JOBS = 36
+ENV = {
+    "QUIRE_ASSEMBLER_STAGE_LIMIT": str(LIMIT),
+    "QUIRE_ASSEMBLER_CONCURRENCY": "4",
+    "QUIRE_ASSEMBLER_SANDBOX_WORKERS": "1",
+}
+
+
+def _spawn_replica(
+    env: dict[str, str], number: int, logs: Path
+) -> tuple[subprocess.Popen[bytes], str]:
+    health = f"127.0.0.1:{free_port()}"
+    replica_env = {
+        **env,
+        service_address_var("assembler"): f"127.0.0.1:{free_port()}",
+        service_health_var("assembler"): health,
+        "QUIRE_INSTANCE": f"assembler-replica-{number}",
+    }
+    with open(logs / f"assembler-replica-{number}.log", "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "quire.assembler.main"],
+            env=replica_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return process, health
+
+
+def _wait_serving(health: str, process: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(health) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            assert process.poll() is None, "a replica exited before serving"
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.2)
+    raise AssertionError("a replica did not become healthy")
+
+
+def _peak(intervals: list[tuple[datetime, datetime]]) -> int:
+    """Most intervals open at one instant (an end before a start at a tie)."""
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    held = peak = 0
+    for _, step in edges:
+        held += step
+        peak = max(peak, held)
+    return peak
+
+
+def test_the_limit_is_split_between_priorities_without_exceeding_it() -> None:
+    for limit in range(2, 200):
+        shares = priority_shares(limit)
+        assert sum(shares.values()) == limit and min(shares.values()) >= 1
+
+
+async def test_ten_replicas_of_a_stage_never_hold_more_jobs_than_its_limit(
+    tmp_path: Path,
+) -> None:
+    async with running_stack(tmp_path / "stack", ENV) as running:
+        env = running.stack.service_env()
+        logs = running.data_dir / "logs"
+        replicas = [_spawn_replica(env, n, logs) for n in range(1, REPLICAS)]
+        try:
+            for process, health in replicas:
+                await asyncio.to_thread(_wait_serving, health, process)
+            # Sources big enough that assembling one packet takes a while.
+            digests = []
+            for index in range(3):
+                pages = [f"page {p} of {index} {uuid.uuid4().hex}" for p in range(40)]
+                path = write_text_pdf(tmp_path / f"source-{index}.pdf", pages)
+                digests.append((await running.client.upload(path)).sha256)
+            names = []
+            for index in range(JOBS):
+                order = digests[index % 3 :] + digests[: index % 3]
+                items = [PacketItem(f"d{n}", digest) for n, digest in enumerate(order)]
+                priority = "batch" if index % 3 == 0 else "interactive"
+                names.append((await running.client.submit(items, priority=priority)).name)
+            jobs = await wait_all(running.client, names, timeout=300)
+            assert {state_name(job.state) for job in jobs.values()} == {"COMPLETED"}
+        finally:
+            for process, _ in replicas:
+                process.terminate()
+            for process, _ in replicas:
+                try:
+                    await asyncio.to_thread(process.wait, 30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+
+        with sqlite3.connect(running.data_dir / "assembler" / "assembler.db") as db:
+            rows = db.execute(
+                "SELECT leased_at, updated_at FROM stage_leases WHERE outcome IS NOT NULL"
+            ).fetchall()
+        assert len(rows) == JOBS
+        intervals = [(datetime.fromisoformat(a), datetime.fromisoformat(b)) for a, b in rows]
+        assert all(start <= end for start, end in intervals)
+        peak = _peak(intervals)
+        assert 2 <= peak <= LIMIT, f"{peak} jobs held at once; the stage's limit is {LIMIT}"
+
+        workers = set()
+        with sqlite3.connect(running.data_dir / "audit" / "audit.db") as db:
+            for (event,) in db.execute("SELECT event FROM ledger"):
+                actor = queue_pb2.TransitionEvent.FromString(event).actor
+                if actor.service == "assembler":
+                    workers.add(actor.instance)
+        assert len(workers) >= 3, f"the work spread over the replicas: {sorted(workers)}"
+        assert ledger_rows(running.data_dir), "the ledger holds the jobs"
+
+
+async def test_an_operator_changes_a_stage_limit_and_the_consumers_follow(
+    nats_server: NatsServer,
+) -> None:
+    """Provisioning again with a new limit updates the live consumers (their
+    messages stay); the work and events streams keep the configured replicas."""
+    nc = await connect_nats(nats_server.url, "test")
+    try:
+        js = nc.jetstream(timeout=10)
+        await ensure_topology(js, QueueSettings.from_env({"QUIRE_SIGNER_STAGE_LIMIT": "9"}))
+        await js.publish(work_subject("sign", "interactive"), b"kept")
+        before = await js.consumer_info(WORK_STREAM, consumer_name("sign", "interactive"))
+        assert before.config.max_ack_pending == priority_shares(9)["interactive"] == 6
+        await ensure_topology(js, QueueSettings.from_env({"QUIRE_SIGNER_STAGE_LIMIT": "30"}))
+        for priority in PRIORITIES:
+            info = await js.consumer_info(WORK_STREAM, consumer_name("sign", priority))
+            assert info.config.max_ack_pending == priority_shares(30)[priority]
+        after = await js.consumer_info(WORK_STREAM, consumer_name("sign", "interactive"))
+        assert after.num_pending == 1, "the waiting message is still there"
+        other = await js.consumer_info(WORK_STREAM, consumer_name("validate", "interactive"))
+        assert other.config.max_ack_pending == priority_shares(DEFAULT_STAGE_LIMIT)["interactive"]
+        stream = await js.stream_info(WORK_STREAM)
+        assert stream.config.num_replicas == 1
+    finally:
+        await nc.close()
+
+
+def test_a_stage_limit_below_two_is_refused_at_start() -> None:
+    with pytest.raises(ValueError, match="QUIRE_VALIDATOR_STAGE_LIMIT"):
+        QueueSettings.from_env({"QUIRE_VALIDATOR_STAGE_LIMIT": "1"})
