@@ -154,6 +154,17 @@ class SystemFailure(PermanentError):
     the input was not at fault."""
 
 
+class InvalidSetting(PermanentError):
+    """A ``QUIRE_*`` variable holds what this process cannot use. Raised while
+    settings are read in ``main``, so the process stops before it serves. The
+    message names the variable and what it expects, never the value (which
+    may be a secret)."""
+
+    def __init__(self, variable: str, expected: str) -> None:
+        super().__init__(ReasonCode.INVALID_SETTING, f"{variable}: {expected}")
+        self.variable = variable
+
+
 class JobCancelled(PermanentError):
     """The client cancelled the job before signing began; it ends CANCELLED."""
 

@@ -98,4 +98,6 @@ class ReasonCode(StrEnum):
     DEPENDENCY_UNAVAILABLE = "DEPENDENCY_UNAVAILABLE"
     SIGNING_FAILED = "SIGNING_FAILED"
     KEY_SOURCE_EXTERNAL = "KEY_SOURCE_EXTERNAL"
+    INVALID_SETTING = "INVALID_SETTING"
+    """A process was started with a setting it cannot use; it stops at once."""
     INTERNAL = "INTERNAL"

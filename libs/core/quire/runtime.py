@@ -4,14 +4,18 @@ and the keys that sign and verify what travels on the queues."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 import nats
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
+from quire.errors import InvalidSetting
 from quire.identity import ServiceIdentity, TrustStore
 from quire.natsauth import inbox_prefix
 from quire.settings import ServiceSettings
@@ -20,6 +24,17 @@ from quire.wire import WireSigner, WireVerifier
 from quire.workqueue.topology import ensure_topology, wait_for_topology
 
 __all__ = ["configure_logging", "start_runtime", "connect_nats", "Wire", "load_wire"]
+
+
+def run_service(service: str, main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """A service's command: run ``main``; a setting it cannot use stops it
+    with the variable's name and what it expects (exit status 2), not a
+    traceback."""
+    try:
+        asyncio.run(main())
+    except InvalidSetting as error:
+        print(f"quire-{service}: cannot start: {error.message}", file=sys.stderr)
+        sys.exit(2)
 
 
 def configure_logging(service: str) -> None:

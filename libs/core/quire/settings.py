@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from quire.errors import InvalidSetting
 from quire.identity import IdentitySettings
 from quire.kek import KekSettings
 from quire.pipeline import HISTORY_BEFORE_COMPLETION, STAGES
@@ -32,6 +33,8 @@ __all__ = [
     "service_address_var",
     "service_health_var",
     "HEALTH_PORT_OFFSET",
+    "DEFAULT_STAGE_LIMIT",
+    "read_secret_file",
 ]
 
 SERVICES = ("admission", "validator", "assembler", "signer", "audit")
@@ -63,6 +66,23 @@ def service_health_var(service: str) -> str:
 def _get(env: Mapping[str, str], name: str, default: str) -> str:
     value = env.get(name, "")
     return value if value else default
+
+
+def _optional_path(env: Mapping[str, str], name: str) -> Path | None:
+    value = env.get(name, "")
+    return Path(value) if value else None
+
+
+def read_secret_file(path: Path, variable: str) -> str:
+    """The one line a mounted Secret holds; ``InvalidSetting`` naming the
+    variable when it cannot be read or is empty."""
+    try:
+        value = path.read_text().strip()
+    except OSError:
+        raise InvalidSetting(variable, "a readable file") from None
+    if not value:
+        raise InvalidSetting(variable, "a file that is not empty")
+    return value
 
 
 @dataclass(frozen=True)
@@ -99,7 +119,7 @@ class QueueSettings:
             name = f"QUIRE_{stage.service.upper()}_STAGE_LIMIT"
             limit = int(_get(env, name, str(DEFAULT_STAGE_LIMIT)))
             if limit < 2:
-                raise ValueError(f"{name} must be at least 2 (interactive and batch work)")
+                raise InvalidSetting(name, "at least 2 (interactive and batch work)")
             limits[stage.name] = limit
         return cls(
             ack_wait_seconds=float(_get(env, "QUIRE_ACK_WAIT_SECONDS", "30")),
@@ -290,6 +310,10 @@ class AdmissionSettings:
     """How many bytes of a refused upload are read and discarded at most."""
     storage_quota_bytes: int = 10 * GIB
     """Bytes of stored uploads one tenant may keep (its own quota overrides it)."""
+    operator_token_file: Path | None = None
+    """A file (a mounted Secret) holding the first operator token, so every
+    replica and the operators agree on it. Unset, admission makes one on first
+    start and writes it, with a development tenant's, into its own directory."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AdmissionSettings:
@@ -319,6 +343,7 @@ class AdmissionSettings:
             upload_linger_seconds=float(_get(env, "QUIRE_UPLOAD_LINGER_SECONDS", "5")),
             upload_linger_bytes=int(_get(env, "QUIRE_UPLOAD_LINGER_BYTES", str(64 * 1024 * 1024))),
             storage_quota_bytes=int(_get(env, "QUIRE_STORAGE_QUOTA_BYTES", str(10 * GIB))),
+            operator_token_file=_optional_path(env, "QUIRE_OPERATOR_TOKEN_FILE"),
         )
 
 

@@ -58,6 +58,8 @@ class StackInfo:
     token_file: str
     health_endpoints: dict[str, str] = field(default_factory=dict)
     """Each service's plaintext ``grpc.health.v1`` port (no credentials needed)."""
+    operator_token_file: str = ""
+    """Where the operator token was configured (``QUIRE_OPERATOR_TOKEN_FILE``), if it was."""
 
     def write(self) -> None:
         path = Path(self.data_dir) / STACK_FILE
@@ -71,8 +73,9 @@ class StackInfo:
         return Path(self.token_file).read_text().strip()
 
     def operator_token(self) -> str:
-        """The operator token admission wrote beside the development token."""
-        path = Path(self.token_file).with_name("operator-token")
+        """The configured operator token, or the one admission wrote beside the
+        development token."""
+        path = Path(self.operator_token_file or Path(self.token_file).with_name("operator-token"))
         return path.read_text().strip() if path.exists() else ""
 
 
@@ -153,6 +156,7 @@ class Stack:
             endpoints=dict(self.endpoints),
             token_file=str(self.data_dir / "admission" / "dev-token"),
             health_endpoints=dict(self.health_endpoints),
+            operator_token_file=self.service_env().get("QUIRE_OPERATOR_TOKEN_FILE", ""),
         )
         info.write()
         if self._restart:

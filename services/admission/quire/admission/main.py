@@ -20,7 +20,7 @@ from quire.admission.outstanding import OutstandingJobs
 from quire.admission.reconciler import Reconciler
 from quire.admission.servicer import AdmissionServicer
 from quire.admission.tempguard import TempSpaceGuard
-from quire.admission.tenants import TenantDirectory
+from quire.admission.tenants import TenantDirectory, configured_operator_token
 from quire.admission.uploadlimits import UploadLedger
 from quire.admission.uploads import UploadGate
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
@@ -33,7 +33,7 @@ from quire.jobgate import JobGate
 from quire.migrations import upgrade_schema
 from quire.peers import Peers
 from quire.pipeline import STAGE_NAMES
-from quire.runtime import load_wire, start_runtime
+from quire.runtime import load_wire, run_service, start_runtime
 from quire.settings import (
     AdmissionSettings,
     ReconcileSettings,
@@ -53,11 +53,12 @@ SERVICE = "admission"
 async def main() -> None:
     settings = ServiceSettings.from_env(SERVICE)
     admission = AdmissionSettings.from_env()
+    operator_token = configured_operator_token(admission.operator_token_file)
     nc, js = await start_runtime(settings)
     database = Database(settings.database_url, tables.metadata)
     await asyncio.to_thread(upgrade_schema, database, tables.metadata, tables.MIGRATIONS)
     tenants = TenantDirectory(database)
-    tenants.ensure_bootstrap(settings.service_dir)
+    tenants.ensure_bootstrap(settings.service_dir, operator_token)
     blobs = open_blob_store(settings.blob_root, settings.data_dir, settings.kek, owner=SERVICE)
     temp_space = TempSpaceSettings.from_env(os.environ, SERVICE)
     keeper = TempKeeper(blobs.tmp_dir, temp_space, service=SERVICE)
@@ -154,7 +155,7 @@ async def main() -> None:
 
 def run() -> None:
     """The ``quire-admission`` command."""
-    asyncio.run(main())
+    run_service(SERVICE, main)
 
 
 if __name__ == "__main__":

@@ -13,11 +13,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import secrets
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import grpc
 from sqlalchemy import select, update
@@ -25,10 +27,10 @@ from sqlalchemy.orm import Session
 
 from quire.admission import tables
 from quire.admission.storagepolicy import TenantStorage, forget_source, read_storage, write_storage
-from quire.database import Database
-from quire.errors import InvalidInput, NotFound, Unauthenticated
+from quire.database import Database, insert_if_absent
+from quire.errors import InvalidInput, InvalidSetting, NotFound, Unauthenticated
 from quire.reasons import ReasonCode
-from quire.settings import AdmissionSettings
+from quire.settings import AdmissionSettings, read_secret_file
 
 __all__ = ["Tenant", "TokenRecord", "TenantDirectory", "hash_token", "DEV_TENANT"]
 
@@ -68,6 +70,25 @@ def hash_token(token: str) -> str:
 def _new_token() -> tuple[str, str]:
     token_id = secrets.token_hex(6)
     return token_id, f"qt_{token_id}_{secrets.token_urlsafe(32)}"
+
+
+CONFIGURED_TOKEN = re.compile(r"qt_([0-9a-f]{12})_[A-Za-z0-9_-]{32,}")
+"""A token made elsewhere, for a Secret: an id of 12 hex digits and at least
+32 URL-safe characters of secret, as ``secrets.token_hex(6)`` and
+``secrets.token_urlsafe(32)`` make them (``k8s/README.md`` shows one way)."""
+
+
+def configured_operator_token(path: Path | None) -> str | None:
+    """The operator token in ``QUIRE_OPERATOR_TOKEN_FILE``, checked for its
+    shape; read in ``main``, before anything connects."""
+    if path is None:
+        return None
+    token = read_secret_file(path, "QUIRE_OPERATOR_TOKEN_FILE")
+    if CONFIGURED_TOKEN.fullmatch(token) is None:
+        raise InvalidSetting(
+            "QUIRE_OPERATOR_TOKEN_FILE", "a token qt_<12 hex digits>_<32 or more of A-Za-z0-9_->"
+        )
+    return token
 
 
 def _write_secret(path: Path, secret: str) -> None:
@@ -282,9 +303,15 @@ class TenantDirectory:
 
     # -- first start -----------------------------------------------------
 
-    def ensure_bootstrap(self, service_dir: Path) -> None:
-        """On first start: the development tenant and an operator token, written
-        (mode 0600) into the service directory for ``quire up`` and the CLI."""
+    def ensure_bootstrap(self, service_dir: Path, operator_token: str | None = None) -> None:
+        """With ``operator_token`` (from a mounted Secret): make sure it is a
+        valid operator token, on every replica and every start, and nothing
+        else; it is never written anywhere. Without it, on first start: the
+        development tenant and an operator token, written (mode 0600) into the
+        service directory for ``quire up`` and the CLI."""
+        if operator_token is not None:
+            self._ensure_configured_operator(operator_token)
+            return
 
         def missing(session: Session) -> tuple[bool, bool]:
             dev = session.execute(
@@ -304,6 +331,40 @@ class TenantDirectory:
             token = self._db.transaction(lambda s: self._issue(s, OPERATOR_ROLE, None))
             _write_secret(service_dir / "operator-token", token)
             log.info("operator token created in operator-token")
+
+    def _ensure_configured_operator(self, token: str) -> None:
+        shape = CONFIGURED_TOKEN.fullmatch(token)
+        if shape is None:
+            raise InvalidSetting(
+                "QUIRE_OPERATOR_TOKEN_FILE",
+                "a token qt_<12 hex digits>_<32 or more of A-Z a-z 0-9 _ ->",
+            )
+        row = {
+            "token_sha256": hash_token(token),
+            "token_id": shape.group(1),
+            "role": OPERATOR_ROLE,
+            "tenant": None,
+            "created_at": datetime.now(UTC),
+        }
+
+        def write(session: Session) -> tuple[bool, Any]:
+            inserted = insert_if_absent(session, tables.tokens, row)
+            stored = session.execute(
+                select(tables.tokens.c.role, tables.tokens.c.revoked_at).where(
+                    tables.tokens.c.token_sha256 == row["token_sha256"]
+                )
+            ).first()
+            return inserted, stored
+
+        inserted, stored = self._db.transaction(write)
+        if stored is None or stored.role != OPERATOR_ROLE:
+            raise InvalidSetting(
+                "QUIRE_OPERATOR_TOKEN_FILE", "a token whose id no other token already has"
+            )
+        if inserted:
+            log.info("configured operator token %s installed", shape.group(1))
+        elif stored.revoked_at is not None:
+            log.warning("the configured operator token %s was revoked", shape.group(1))
 
     # -- authentication --------------------------------------------------
 

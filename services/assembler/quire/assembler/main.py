@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 
 import grpc
@@ -16,6 +15,7 @@ from quire.database import Database
 from quire.jobgate import JobGate
 from quire.peers import Peers
 from quire.pipeline import stage
+from quire.runtime import run_service
 from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings, ServiceSettings
 from quire.stageservice import Registrar, StageService, run_stage_service
@@ -55,7 +55,7 @@ async def main() -> None:
 
 def run() -> None:
     """The ``quire-assembler`` command."""
-    asyncio.run(main())
+    run_service(SERVICE, main)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from quire.audit.tenantlog import origin, tenant_entries, tenant_tree
 from quire.checkpoint import Checkpoint as LogHead
 from quire.checkpoint import open_checkpoint, sign_checkpoint
 from quire.database import Database
+from quire.errors import InvalidSetting
 
 log = logging.getLogger(__name__)
 
@@ -55,23 +56,28 @@ class Checkpoint:
 
 
 class CheckpointSigner:
-    """Audit's checkpoint key: Ed25519, generated at first start (mode 0600)."""
+    """Audit's checkpoint key: Ed25519, from ``key_file`` when configured (a
+    mounted Secret every replica shares), else generated at first start in
+    ``directory`` (mode 0600)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, key_file: Path | None = None) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
-        key_file = directory / "checkpoint.key"
-        if not key_file.exists():
-            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(
-                    Ed25519PrivateKey.generate().private_bytes(
-                        serialization.Encoding.PEM,
-                        serialization.PrivateFormat.PKCS8,
-                        serialization.NoEncryption(),
+        if key_file is None:
+            key_file = directory / "checkpoint.key"
+            if not key_file.exists():
+                fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(
+                        Ed25519PrivateKey.generate().private_bytes(
+                            serialization.Encoding.PEM,
+                            serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption(),
+                        )
                     )
-                )
-        loaded = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+            loaded = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
+        else:
+            loaded = _configured_key(key_file)
         assert isinstance(loaded, Ed25519PrivateKey)
         self._key = loaded
         self.public_pem = (
@@ -153,6 +159,21 @@ def read_checkpoint_files(folder: Path, trusted_public_pem: str) -> CheckpointFi
 def load_checkpoints(folder: Path, trusted_public_pem: str) -> list[Checkpoint]:
     """Checkpoints signed by audit's key; anything else is ignored, not trusted."""
     return read_checkpoint_files(folder, trusted_public_pem).checkpoints
+
+
+def _configured_key(path: Path) -> Ed25519PrivateKey:
+    variable = "QUIRE_AUDIT_CHECKPOINT_KEY_FILE"
+    try:
+        data = path.read_bytes()
+    except OSError:
+        raise InvalidSetting(variable, "a readable file") from None
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError):
+        raise InvalidSetting(variable, "an unencrypted PEM private key") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise InvalidSetting(variable, "an Ed25519 key")
+    return key
 
 
 class CheckpointBook:

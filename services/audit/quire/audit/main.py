@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 
 import grpc
 
 from quire.audit import tables
+from quire.audit.auditsettings import AuditSettings
 from quire.audit.checkpoints import CheckpointBook, CheckpointSigner
 from quire.audit.completion import CompletionDesk
 from quire.audit.deadletterbook import DeadLetterBook
@@ -29,7 +29,7 @@ from quire.jobgate import JobGate
 from quire.migrations import upgrade_schema
 from quire.peers import Peers
 from quire.pipeline import STAGES
-from quire.runtime import load_wire, start_runtime
+from quire.runtime import load_wire, run_service, start_runtime
 from quire.settings import ReconcileSettings, ServiceSettings, WatchSettings
 from quire.stageservice import batch_slots
 from quire.storage import open_blob_store
@@ -51,6 +51,8 @@ COMMIT = STAGES[-1].name
 
 async def main() -> None:
     settings = ServiceSettings.from_env(SERVICE)
+    audit = AuditSettings.from_env()
+    checkpoint_signer = CheckpointSigner(settings.service_dir / "keys", audit.checkpoint_key_file)
     nc, js = await start_runtime(settings)
     wire = load_wire(settings)
     publisher = Publisher(js, signer=wire.signer)
@@ -121,7 +123,7 @@ async def main() -> None:
 
     checkpoints = CheckpointBook(
         database,
-        CheckpointSigner(settings.service_dir / "keys"),
+        checkpoint_signer,
         settings.service_dir / "checkpoints",
     )
 
@@ -134,8 +136,9 @@ async def main() -> None:
     async def ready() -> None:
         for worker in workers:
             worker.start()
-        interval = float(os.environ.get("QUIRE_AUDIT_CHECKPOINT_SECONDS", "60"))
-        background.append(asyncio.create_task(checkpoints.every(interval, publish_checkpoint)))
+        background.append(
+            asyncio.create_task(checkpoints.every(audit.checkpoint_seconds, publish_checkpoint))
+        )
         retries = RetryRedriver(
             database=database, publisher=publisher, settings=ReconcileSettings.from_env()
         )
@@ -180,7 +183,7 @@ async def main() -> None:
 
 def run() -> None:
     """The ``quire-audit`` command."""
-    asyncio.run(main())
+    run_service(SERVICE, main)
 
 
 if __name__ == "__main__":

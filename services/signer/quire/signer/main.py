@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 
@@ -13,6 +12,7 @@ from quire.database import Database
 from quire.jobgate import JobGate
 from quire.peers import Peers
 from quire.pipeline import stage
+from quire.runtime import run_service
 from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings, ServiceSettings
 from quire.signer import tables
@@ -76,7 +76,7 @@ async def main() -> None:
 
 def run() -> None:
     """The ``quire-signer`` command."""
-    asyncio.run(main())
+    run_service(SERVICE, main)
 
 
 if __name__ == "__main__":

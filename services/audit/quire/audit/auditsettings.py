@@ -1,0 +1,36 @@
+"""Audit's own settings, read once in ``main``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from quire.errors import InvalidSetting
+
+__all__ = ["AuditSettings"]
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    checkpoint_seconds: float = 60.0
+    """How often every tenant's chain head is signed and published."""
+    checkpoint_key_file: Path | None = None
+    """Audit's Ed25519 checkpoint key (PEM, PKCS#8), from a mounted Secret, so
+    every replica signs with the one key readers trust. Unset, audit makes one
+    on first start in its own directory."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AuditSettings:
+        """``QUIRE_AUDIT_CHECKPOINT_SECONDS`` and ``QUIRE_AUDIT_CHECKPOINT_KEY_FILE``."""
+        env = os.environ if env is None else env
+        raw = env.get("QUIRE_AUDIT_CHECKPOINT_SECONDS", "") or "60"
+        try:
+            seconds = float(raw)
+        except ValueError:
+            raise InvalidSetting("QUIRE_AUDIT_CHECKPOINT_SECONDS", "a number of seconds") from None
+        if not seconds > 0:
+            raise InvalidSetting("QUIRE_AUDIT_CHECKPOINT_SECONDS", "more than 0 seconds")
+        key = env.get("QUIRE_AUDIT_CHECKPOINT_KEY_FILE", "")
+        return cls(checkpoint_seconds=seconds, checkpoint_key_file=Path(key) if key else None)
