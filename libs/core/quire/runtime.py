@@ -47,12 +47,14 @@ def configure_logging(service: str) -> None:
 
 
 async def connect_nats(url: str, name: str, *, user: str = "", password: str = "") -> NatsClient:
-    """Connect as ``user`` (replies on that user's own inbox prefix), or anonymously."""
+    """Connect as ``user`` (replies on that user's own inbox prefix), or
+    anonymously. ``url`` may list several servers of a cluster, comma-separated;
+    the client fails over between them (and learns the others from the first)."""
     login: dict[str, str] = {}
     if user:
         login = {"user": user, "password": password, "inbox_prefix": inbox_prefix(user)}
     return await nats.connect(
-        url,
+        [server.strip() for server in url.split(",") if server.strip()],
         name=name,
         max_reconnect_attempts=-1,
         reconnect_time_wait=0.5,

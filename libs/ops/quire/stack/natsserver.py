@@ -11,9 +11,10 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["NatsServer", "nats_server_binary"]
+__all__ = ["ClusterRoute", "NatsServer", "nats_server_binary"]
 
 READY_TIMEOUT_SECONDS = 20.0
 
@@ -28,6 +29,29 @@ def nats_server_binary() -> str:
     return found
 
 
+@dataclass(frozen=True)
+class ClusterRoute:
+    """One server's cluster settings: its name, its route port, and every
+    member's route port (its own among them; nats-server ignores a route to
+    itself)."""
+
+    name: str
+    server_name: str
+    port: int
+    routes: tuple[int, ...]
+
+    def config_lines(self) -> list[str]:
+        routes = ", ".join(f"nats-route://127.0.0.1:{port}" for port in self.routes)
+        return [
+            f"server_name: {self.server_name}",
+            "cluster {",
+            f"  name: {self.name}",
+            f"  listen: 127.0.0.1:{self.port}",
+            f"  routes: [{routes}]",
+            "}",
+        ]
+
+
 class NatsServer:
     def __init__(
         self,
@@ -36,12 +60,15 @@ class NatsServer:
         port: int,
         monitor_port: int,
         authorization: str | None = None,
+        cluster: ClusterRoute | None = None,
     ) -> None:
         self.directory = directory
         self.port = port
         self.monitor_port = monitor_port
         self.authorization = authorization
         """The config's ``authorization`` block (``quire.natsauth``); None allows anonymous."""
+        self.cluster = cluster
+        """This server's place in a JetStream cluster (``NatsCluster``); None runs alone."""
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -57,6 +84,7 @@ class NatsServer:
                 [
                     f"listen: 127.0.0.1:{self.port}",
                     f"http: 127.0.0.1:{self.monitor_port}",
+                    *(self.cluster.config_lines() if self.cluster else []),
                     "jetstream {",
                     f'  store_dir: "{store}"',
                     "  sync_interval: always",
@@ -69,7 +97,7 @@ class NatsServer:
         config.chmod(0o600)
         return config
 
-    def start(self) -> None:
+    def start(self, *, wait: bool = True) -> None:
         config = self._write_config()
         log = open(self.directory / "nats-server.log", "ab")
         self._process = subprocess.Popen(
@@ -79,7 +107,8 @@ class NatsServer:
             start_new_session=True,
         )
         log.close()
-        self.wait_ready()
+        if wait:
+            self.wait_ready()
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
@@ -92,6 +121,10 @@ class NatsServer:
             except OSError:
                 time.sleep(0.05)
         raise TimeoutError("nats-server did not become ready")
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
 
     @property
     def pid(self) -> int | None:
