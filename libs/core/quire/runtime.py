@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ import nats
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
+from quire.environment import unknown_settings
 from quire.errors import InvalidSetting
 from quire.identity import ServiceIdentity, TrustStore
 from quire.natsauth import inbox_prefix
@@ -29,7 +31,10 @@ __all__ = ["configure_logging", "start_runtime", "connect_nats", "Wire", "load_w
 def run_service(service: str, main: Callable[[], Coroutine[Any, Any, None]]) -> None:
     """A service's command: run ``main``; a setting it cannot use stops it
     with the variable's name and what it expects (exit status 2), not a
-    traceback."""
+    traceback. A ``QUIRE_*`` variable no Quire process reads (misspelt, say)
+    is reported first: its default would otherwise be used in silence."""
+    for line in unknown_settings(os.environ):
+        print(f"quire-{service}: warning: {line}", file=sys.stderr)
     try:
         asyncio.run(main())
     except InvalidSetting as error:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from quire.environment import setting_float, setting_int, setting_text
 from quire.errors import InvalidSetting
 from quire.identity import IdentitySettings
 from quire.kek import KekSettings
@@ -63,9 +64,7 @@ def service_health_var(service: str) -> str:
     return f"QUIRE_{service.upper()}_HEALTH_ADDR"
 
 
-def _get(env: Mapping[str, str], name: str, default: str) -> str:
-    value = env.get(name, "")
-    return value if value else default
+_get = setting_text
 
 
 def _optional_path(env: Mapping[str, str], name: str) -> Path | None:
@@ -117,16 +116,16 @@ class QueueSettings:
         limits = {}
         for stage in STAGES:
             name = f"QUIRE_{stage.service.upper()}_STAGE_LIMIT"
-            limit = int(_get(env, name, str(DEFAULT_STAGE_LIMIT)))
+            limit = setting_int(env, name, DEFAULT_STAGE_LIMIT)
             if limit < 2:
                 raise InvalidSetting(name, "at least 2 (interactive and batch work)")
             limits[stage.name] = limit
         return cls(
-            ack_wait_seconds=float(_get(env, "QUIRE_ACK_WAIT_SECONDS", "30")),
-            max_deliver=int(_get(env, "QUIRE_MAX_DELIVER", "5")),
-            backoff_base_seconds=float(_get(env, "QUIRE_BACKOFF_BASE_SECONDS", "0.5")),
-            backoff_cap_seconds=float(_get(env, "QUIRE_BACKOFF_CAP_SECONDS", "30")),
-            replicas=int(_get(env, "QUIRE_NATS_REPLICAS", "1")),
+            ack_wait_seconds=setting_float(env, "QUIRE_ACK_WAIT_SECONDS", 30),
+            max_deliver=setting_int(env, "QUIRE_MAX_DELIVER", 5),
+            backoff_base_seconds=setting_float(env, "QUIRE_BACKOFF_BASE_SECONDS", 0.5),
+            backoff_cap_seconds=setting_float(env, "QUIRE_BACKOFF_CAP_SECONDS", 30),
+            replicas=setting_int(env, "QUIRE_NATS_REPLICAS", 1),
             stage_limits=limits,
         )
 
@@ -154,11 +153,11 @@ class SandboxSettings:
         prefix = f"QUIRE_{service.upper()}_{lane.upper()}_"
         base = cls(workers=1, nice=19) if lane == "quarantine" else cls()
         return cls(
-            workers=int(_get(env, prefix + "WORKERS", str(base.workers))),
-            memory_bytes=int(_get(env, prefix + "MEMORY_BYTES", str(base.memory_bytes))),
-            cpu_seconds=int(_get(env, prefix + "CPU_SECONDS", str(base.cpu_seconds))),
-            wall_seconds=float(_get(env, prefix + "WALL_SECONDS", str(base.wall_seconds))),
-            nice=int(_get(env, prefix + "NICE", str(base.nice))),
+            workers=setting_int(env, prefix + "WORKERS", base.workers),
+            memory_bytes=setting_int(env, prefix + "MEMORY_BYTES", base.memory_bytes),
+            cpu_seconds=setting_int(env, prefix + "CPU_SECONDS", base.cpu_seconds),
+            wall_seconds=setting_float(env, prefix + "WALL_SECONDS", base.wall_seconds),
+            nice=setting_int(env, prefix + "NICE", base.nice),
         )
 
 
@@ -173,9 +172,9 @@ class ValidationLimits:
     def from_env(cls, env: Mapping[str, str] | None = None) -> ValidationLimits:
         env = os.environ if env is None else env
         return cls(
-            max_pages=int(_get(env, "QUIRE_MAX_PAGES", "2000")),
-            max_decompressed_bytes=int(
-                _get(env, "QUIRE_MAX_DECOMPRESSED_BYTES", str(256 * 1024 * 1024))
+            max_pages=setting_int(env, "QUIRE_MAX_PAGES", 2000),
+            max_decompressed_bytes=setting_int(
+                env, "QUIRE_MAX_DECOMPRESSED_BYTES", 256 * 1024 * 1024
             ),
         )
 
@@ -249,14 +248,14 @@ class ServiceSettings:
             blob_root=Path(_get(env, "QUIRE_BLOB_ROOT", str(data_dir / "blobs"))),
             instance=_get(env, "QUIRE_INSTANCE", f"{socket.gethostname()}-{os.getpid()}"),
             build_version=BUILD_VERSION,
-            concurrency=int(_get(env, f"QUIRE_{upper}_CONCURRENCY", "4")),
+            concurrency=setting_int(env, f"QUIRE_{upper}_CONCURRENCY", 4),
             queue=QueueSettings.from_env(env),
             peers={
                 name: _get(env, service_address_var(name), f"127.0.0.1:{port}")
                 for name, port in DEFAULT_PORTS.items()
             },
             trace_file=Path(trace) if trace else None,
-            drain_seconds=float(_get(env, "QUIRE_DRAIN_SECONDS", "20")),
+            drain_seconds=setting_float(env, "QUIRE_DRAIN_SECONDS", 20),
             tls=TlsSettings.from_env(env),
             identity=IdentitySettings.from_env(service, data_dir, env),
             nats_user=_nats_login(env, service)[0],
@@ -318,31 +317,31 @@ class AdmissionSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AdmissionSettings:
         env = os.environ if env is None else env
-        in_flight = int(_get(env, "QUIRE_UPLOAD_BYTES_IN_FLIGHT", str(512 * 1024 * 1024)))
+        in_flight = setting_int(env, "QUIRE_UPLOAD_BYTES_IN_FLIGHT", 512 * 1024 * 1024)
         return cls(
-            max_upload_bytes=int(_get(env, "QUIRE_MAX_UPLOAD_BYTES", str(25 * 1024 * 1024))),
-            max_manifest_items=int(_get(env, "QUIRE_MAX_MANIFEST_ITEMS", "200")),
-            max_outstanding_jobs=int(_get(env, "QUIRE_MAX_OUTSTANDING_JOBS", "100")),
-            queue_age_budget_seconds=float(_get(env, "QUIRE_QUEUE_AGE_BUDGET_SECONDS", "60")),
-            queue_age_cache_seconds=float(_get(env, "QUIRE_QUEUE_AGE_CACHE_SECONDS", "1")),
-            idempotency_window_seconds=float(
-                _get(env, "QUIRE_IDEMPOTENCY_WINDOW_SECONDS", str(24 * 3600))
+            max_upload_bytes=setting_int(env, "QUIRE_MAX_UPLOAD_BYTES", 25 * 1024 * 1024),
+            max_manifest_items=setting_int(env, "QUIRE_MAX_MANIFEST_ITEMS", 200),
+            max_outstanding_jobs=setting_int(env, "QUIRE_MAX_OUTSTANDING_JOBS", 100),
+            queue_age_budget_seconds=setting_float(env, "QUIRE_QUEUE_AGE_BUDGET_SECONDS", 60),
+            queue_age_cache_seconds=setting_float(env, "QUIRE_QUEUE_AGE_CACHE_SECONDS", 1),
+            idempotency_window_seconds=setting_float(
+                env, "QUIRE_IDEMPOTENCY_WINDOW_SECONDS", 24 * 3600
             ),
-            retry_after_seconds=float(_get(env, "QUIRE_RETRY_AFTER_SECONDS", "5")),
-            max_tenant_uploads=int(_get(env, "QUIRE_MAX_TENANT_UPLOADS", "16")),
-            max_uploads_in_flight=int(_get(env, "QUIRE_MAX_UPLOADS_IN_FLIGHT", "1024")),
+            retry_after_seconds=setting_float(env, "QUIRE_RETRY_AFTER_SECONDS", 5),
+            max_tenant_uploads=setting_int(env, "QUIRE_MAX_TENANT_UPLOADS", 16),
+            max_uploads_in_flight=setting_int(env, "QUIRE_MAX_UPLOADS_IN_FLIGHT", 1024),
             upload_bytes_in_flight=in_flight,
-            tenant_upload_share_bytes=int(
-                _get(env, "QUIRE_TENANT_UPLOAD_SHARE_BYTES", str(in_flight // 4))
+            tenant_upload_share_bytes=setting_int(
+                env, "QUIRE_TENANT_UPLOAD_SHARE_BYTES", in_flight // 4
             ),
-            upload_idle_seconds=float(_get(env, "QUIRE_UPLOAD_IDLE_SECONDS", "30")),
-            upload_min_bytes_per_second=int(
-                _get(env, "QUIRE_UPLOAD_MIN_BYTES_PER_SECOND", str(8 * 1024))
+            upload_idle_seconds=setting_float(env, "QUIRE_UPLOAD_IDLE_SECONDS", 30),
+            upload_min_bytes_per_second=setting_int(
+                env, "QUIRE_UPLOAD_MIN_BYTES_PER_SECOND", 8 * 1024
             ),
-            upload_max_seconds=float(_get(env, "QUIRE_UPLOAD_MAX_SECONDS", "900")),
-            upload_linger_seconds=float(_get(env, "QUIRE_UPLOAD_LINGER_SECONDS", "5")),
-            upload_linger_bytes=int(_get(env, "QUIRE_UPLOAD_LINGER_BYTES", str(64 * 1024 * 1024))),
-            storage_quota_bytes=int(_get(env, "QUIRE_STORAGE_QUOTA_BYTES", str(10 * GIB))),
+            upload_max_seconds=setting_float(env, "QUIRE_UPLOAD_MAX_SECONDS", 900),
+            upload_linger_seconds=setting_float(env, "QUIRE_UPLOAD_LINGER_SECONDS", 5),
+            upload_linger_bytes=setting_int(env, "QUIRE_UPLOAD_LINGER_BYTES", 64 * 1024 * 1024),
+            storage_quota_bytes=setting_int(env, "QUIRE_STORAGE_QUOTA_BYTES", 10 * GIB),
             operator_token_file=_optional_path(env, "QUIRE_OPERATOR_TOKEN_FILE"),
         )
 
@@ -370,10 +369,10 @@ class RetentionSettings:
         ``QUIRE_RETENTION_UNUSED_UPLOAD_HOURS`` (fractions allowed)."""
         env = os.environ if env is None else env
         return cls(
-            sources_seconds=float(_get(env, "QUIRE_RETENTION_SOURCES_DAYS", "30")) * DAY,
-            packets_seconds=float(_get(env, "QUIRE_RETENTION_PACKETS_DAYS", "7")) * DAY,
-            artifacts_seconds=float(_get(env, "QUIRE_RETENTION_ARTIFACTS_DAYS", "365")) * DAY,
-            unused_uploads_seconds=float(_get(env, "QUIRE_RETENTION_UNUSED_UPLOAD_HOURS", "24"))
+            sources_seconds=setting_float(env, "QUIRE_RETENTION_SOURCES_DAYS", 30) * DAY,
+            packets_seconds=setting_float(env, "QUIRE_RETENTION_PACKETS_DAYS", 7) * DAY,
+            artifacts_seconds=setting_float(env, "QUIRE_RETENTION_ARTIFACTS_DAYS", 365) * DAY,
+            unused_uploads_seconds=setting_float(env, "QUIRE_RETENTION_UNUSED_UPLOAD_HOURS", 24)
             * 3600.0,
         )
 
@@ -400,13 +399,13 @@ class TempSpaceSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str], service: str) -> TempSpaceSettings:
         return cls(
-            budget_bytes=int(_get(env, f"QUIRE_{service.upper()}_TEMP_BUDGET_BYTES", str(2 * GIB))),
-            space_limit_bytes=int(_get(env, "QUIRE_TEMP_SPACE_LIMIT_BYTES", str(8 * GIB))),
-            shed_fraction=float(_get(env, "QUIRE_TEMP_SHED_FRACTION", "0.9")),
-            free_reserve_bytes=int(_get(env, "QUIRE_TEMP_FREE_RESERVE_BYTES", str(GIB))),
-            measure_seconds=float(_get(env, "QUIRE_TEMP_MEASURE_SECONDS", "1")),
-            sweep_seconds=float(_get(env, "QUIRE_TEMP_SWEEP_SECONDS", "60")),
-            stale_seconds=float(_get(env, "QUIRE_TEMP_STALE_SECONDS", "3600")),
+            budget_bytes=setting_int(env, f"QUIRE_{service.upper()}_TEMP_BUDGET_BYTES", 2 * GIB),
+            space_limit_bytes=setting_int(env, "QUIRE_TEMP_SPACE_LIMIT_BYTES", 8 * GIB),
+            shed_fraction=setting_float(env, "QUIRE_TEMP_SHED_FRACTION", 0.9),
+            free_reserve_bytes=setting_int(env, "QUIRE_TEMP_FREE_RESERVE_BYTES", GIB),
+            measure_seconds=setting_float(env, "QUIRE_TEMP_MEASURE_SECONDS", 1),
+            sweep_seconds=setting_float(env, "QUIRE_TEMP_SWEEP_SECONDS", 60),
+            stale_seconds=setting_float(env, "QUIRE_TEMP_STALE_SECONDS", 3600),
         )
 
 
@@ -437,11 +436,11 @@ class ReconcileSettings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> ReconcileSettings:
         """``QUIRE_STALL_SECONDS`` for every state, ``QUIRE_STALL_<STATE>_SECONDS`` for one."""
         env = os.environ if env is None else env
-        default = float(_get(env, "QUIRE_STALL_SECONDS", "600"))
+        default = setting_float(env, "QUIRE_STALL_SECONDS", 600)
         return cls(
-            interval_seconds=float(_get(env, "QUIRE_RECONCILE_SECONDS", "30")),
+            interval_seconds=setting_float(env, "QUIRE_RECONCILE_SECONDS", 30),
             stall_seconds={
-                state: float(_get(env, f"QUIRE_STALL_{state}_SECONDS", str(default)))
+                state: setting_float(env, f"QUIRE_STALL_{state}_SECONDS", default)
                 for state in STALL_STATES
             },
             default_stall_seconds=default,
@@ -464,6 +463,6 @@ class WatchSettings:
         """``QUIRE_MAX_WATCHES`` and ``QUIRE_WATCH_POLL_SECONDS``."""
         env = os.environ if env is None else env
         return cls(
-            max_watches=int(_get(env, "QUIRE_MAX_WATCHES", "1024")),
-            poll_seconds=float(_get(env, "QUIRE_WATCH_POLL_SECONDS", "0.5")),
+            max_watches=setting_int(env, "QUIRE_MAX_WATCHES", 1024),
+            poll_seconds=setting_float(env, "QUIRE_WATCH_POLL_SECONDS", 0.5),
         )

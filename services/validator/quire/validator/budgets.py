@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from quire.environment import setting_float
 from quire.sandbox import Budget
 
 __all__ = ["BudgetRule", "MIB"]
@@ -45,7 +46,7 @@ class BudgetRule:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> BudgetRule:
         def number(name: str, default: float) -> float:
-            return float(env.get(f"QUIRE_VALIDATOR_{name}", "") or default)
+            return setting_float(env, f"QUIRE_VALIDATOR_{name}", default, minimum=0)
 
         base = cls()
         return cls(
