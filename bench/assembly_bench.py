@@ -65,12 +65,12 @@ def measure(folder: Path, pages: int) -> tuple[int, float, int, int]:
 def signatures_per_second(folder: Path, rounds: int) -> float:
     from quire.database import Database
     from quire.signer import tables
-    from quire.signer.keystore import KeySource, KeyStore
+    from quire.signer.keystore import GeneratedKeys, KeyStore
     from quire.signer.signing import sign_packet
 
     database = Database(f"sqlite:///{folder / 'signer.db'}", tables.metadata)
     database.create_schema()
-    key = KeyStore(database, KeySource(key_dir=folder / "keys")).ensure_active_key()
+    key = KeyStore(database, GeneratedKeys(folder / "keys")).ensure_active_key()
     packet = folder / "packet-100.pdf"
     digest = sha256_file(packet)[0]
     sign_packet(str(packet), digest, str(folder / "warm.pdf"), key.key_path, key.cert_path)

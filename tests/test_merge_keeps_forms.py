@@ -194,12 +194,12 @@ def test_each_sources_bookmarks_survive_under_its_own_bookmark(tmp_path: Path) -
 def test_a_fillable_packet_signs_and_its_fields_keep_their_values(tmp_path: Path) -> None:
     from quire.database import Database
     from quire.signer import tables
-    from quire.signer.keystore import KeySource, KeyStore
+    from quire.signer.keystore import GeneratedKeys, KeyStore
     from quire.signer.signing import sign_packet
 
     database = Database(f"sqlite:///{tmp_path / 'signer.db'}", tables.metadata)
     database.create_schema()
-    key = KeyStore(database, KeySource(key_dir=tmp_path / "keys")).ensure_active_key()
+    key = KeyStore(database, GeneratedKeys(tmp_path / "keys")).ensure_active_key()
     sources = _three_sources(tmp_path)
     packet = _assemble(tmp_path, sources, "strict-fillable", "packet.pdf")
     signed = tmp_path / "signed.pdf"

@@ -15,7 +15,7 @@ from quire.leases import Lease
 from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings
 from quire.signer import tables
-from quire.signer.keystore import KeySource, KeyStore
+from quire.signer.keystore import GeneratedKeys, KeyStore
 from quire.signer.work import SignerWork, signed_key
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.sealedstore import sealed_store
@@ -28,7 +28,7 @@ JOB = "jobs/00aa11bb22cc33dd"
 async def signer(tmp_path: Path):  # type: ignore[no-untyped-def]
     database = Database(f"sqlite:///{tmp_path / 'signer.db'}", tables.metadata)
     database.create_schema()
-    keys = KeyStore(database, KeySource(key_dir=tmp_path / "keys"))
+    keys = KeyStore(database, GeneratedKeys(tmp_path / "keys"))
     keys.ensure_active_key()
     blobs = sealed_store(tmp_path / "blobs")
     pool = SandboxPool(SandboxSettings(workers=1))

@@ -8,10 +8,17 @@ import pytest
 
 from quire.blobstore import sha256_file
 from quire.database import Database
+from quire.errors import FailedPrecondition, InvalidSetting
 from quire.pdfsignature import verify_signed_pdf
 from quire.signer import tables
-from quire.signer.keystore import KeySource, KeyStore
-from quire.signer.signing import PacketDigestMismatch, _reserved_in, sign_packet
+from quire.signer.keystore import (
+    ConfiguredKeyFiles,
+    GeneratedKeys,
+    KeyStore,
+    TokenKeys,
+    key_source_from_env,
+)
+from quire.signer.signing import PacketDigestMismatch, Pkcs11Key, _reserved_in, sign_packet
 from quire.testing.pdfs import write_text_pdf
 
 
@@ -19,7 +26,7 @@ from quire.testing.pdfs import write_text_pdf
 def keystore(tmp_path: Path) -> KeyStore:
     database = Database(f"sqlite:///{tmp_path / 'signer.db'}", tables.metadata)
     database.create_schema()
-    return KeyStore(database, KeySource(key_dir=tmp_path / "keys"))
+    return KeyStore(database, GeneratedKeys(tmp_path / "keys"))
 
 
 def test_first_start_generates_one_active_key_version(keystore: KeyStore, tmp_path: Path) -> None:
@@ -57,7 +64,7 @@ def test_a_packet_signed_by_an_unknown_key_is_not_trusted(
     key = keystore.ensure_active_key()
     other = KeyStore(
         Database(f"sqlite:///{tmp_path / 'other.db'}", tables.metadata),
-        KeySource(key_dir=tmp_path / "other"),
+        GeneratedKeys(tmp_path / "other"),
     )
     other._db.create_schema()  # noqa: SLF001 - a second, unrelated stack's keys
     stranger = other.ensure_active_key()
@@ -87,7 +94,7 @@ def test_later_packets_reuse_the_first_reservation_and_a_replaced_key_is_reloade
 
     other = KeyStore(
         Database(f"sqlite:///{tmp_path / 'other.db'}", tables.metadata),
-        KeySource(key_dir=tmp_path / "other"),
+        GeneratedKeys(tmp_path / "other"),
     )
     other._db.create_schema()  # noqa: SLF001 - a second stack's key, copied over the first
     stranger = other.ensure_active_key()
@@ -149,3 +156,85 @@ def test_with_a_timestamp_authority_the_signature_is_b_t(
     plain = tmp_path / "plain.pdf"
     sign_packet(str(packet), digest, str(plain), key.key_path, key.cert_path)
     assert not verify_signed_pdf(str(plain), [key.certificate_pem]).timestamped
+
+
+def _copy_of(key_path: str, cert_path: str, folder: Path) -> tuple[Path, Path]:
+    """A replica's own mount of the Secret holding a key and certificate."""
+    folder.mkdir(parents=True)
+    key, cert = folder / "signer.key", folder / "signer.pem"
+    key.write_bytes(Path(key_path).read_bytes())
+    cert.write_bytes(Path(cert_path).read_bytes())
+    return key, cert
+
+
+def test_replicas_with_their_own_mount_of_the_configured_key_share_one_version(
+    tmp_path: Path,
+) -> None:
+    made = KeyStore(
+        Database(f"sqlite:///{tmp_path / 'maker.db'}", tables.metadata),
+        GeneratedKeys(tmp_path / "maker"),
+    )
+    made._db.create_schema()  # noqa: SLF001 - only to produce a key pair
+    pair = made.ensure_active_key()
+    database = Database(f"sqlite:///{tmp_path / 'signer.db'}", tables.metadata)
+    database.create_schema()
+    replicas = []
+    for number in (1, 2):
+        key, cert = _copy_of(pair.key_path, pair.cert_path, tmp_path / f"replica-{number}")
+        replicas.append(KeyStore(database, ConfiguredKeyFiles(key, cert, tmp_path / "generated")))
+    first, second = (store.ensure_active_key() for store in replicas)
+    assert first == second and first.version == "v1-env"
+    for number, store in enumerate(replicas, start=1):
+        material = store.material(first)
+        assert material.key_path == str(tmp_path / f"replica-{number}" / "signer.key")
+        assert material.pkcs11 is None
+        packet = write_text_pdf(tmp_path / f"packet-{number}.pdf", ["one"])
+        signed = tmp_path / f"signed-{number}.pdf"
+        sign_packet(
+            str(packet), sha256_file(packet)[0], str(signed), material.key_path, material.cert_path
+        )
+        assert verify_signed_pdf(str(signed), [first.certificate_pem]).ok
+
+    # The Secret now holds another key: the next start records a new version.
+    other = KeyStore(
+        Database(f"sqlite:///{tmp_path / 'other.db'}", tables.metadata),
+        GeneratedKeys(tmp_path / "other-maker"),
+    )
+    other._db.create_schema()  # noqa: SLF001 - only to produce a key pair
+    new_pair = other.ensure_active_key()
+    key, cert = _copy_of(new_pair.key_path, new_pair.cert_path, tmp_path / "replica-3")
+    renewed = KeyStore(database, ConfiguredKeyFiles(key, cert, tmp_path / "generated"))
+    active = renewed.ensure_active_key()
+    assert active.version == "v2-env"
+    assert active.certificate_sha256 == new_pair.certificate_sha256
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"QUIRE_SIGNER_CERT_FILE": "/x/cert.pem"},
+        {"QUIRE_SIGNER_KEY_FILE": "/x/key.pem"},
+        {"QUIRE_SIGNER_PKCS11_MODULE": "/x/module.so"},
+    ],
+)
+def test_half_a_key_source_is_refused_at_start(env: dict[str, str], tmp_path: Path) -> None:
+    with pytest.raises(InvalidSetting, match="QUIRE_SIGNER_CERT_FILE"):
+        key_source_from_env(tmp_path, env)
+
+
+def test_the_key_source_is_chosen_from_the_environment(tmp_path: Path) -> None:
+    assert isinstance(key_source_from_env(tmp_path, {}), GeneratedKeys)
+    files = {"QUIRE_SIGNER_KEY_FILE": "/k", "QUIRE_SIGNER_CERT_FILE": "/c"}
+    assert isinstance(key_source_from_env(tmp_path, files), ConfiguredKeyFiles)
+    token = {"QUIRE_SIGNER_PKCS11_MODULE": "/m.so", "QUIRE_SIGNER_CERT_FILE": "/c"}
+    assert isinstance(key_source_from_env(tmp_path, token), TokenKeys)
+
+
+def test_a_token_key_is_never_rotated_by_the_api(tmp_path: Path) -> None:
+    database = Database(f"sqlite:///{tmp_path / 'signer.db'}", tables.metadata)
+    database.create_schema()
+    token = Pkcs11Key("/nonexistent/module.so", "quire", "packet-signer", "0000")
+    store = KeyStore(database, TokenKeys(token, tmp_path / "cert.pem"))
+    with pytest.raises(FailedPrecondition) as refused:
+        store.rotate()
+    assert refused.value.reason == "KEY_SOURCE_EXTERNAL"

@@ -7,28 +7,37 @@ the signing worker process.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Protocol
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from quire.database import Database
-from quire.errors import FailedPrecondition
+from quire.errors import FailedPrecondition, InvalidSetting
 from quire.pdfsignature import certificate_sha256
 from quire.reasons import ReasonCode
 from quire.signer import tables
 from quire.signer.signing import Pkcs11Key
 
-__all__ = ["SigningKey", "KeyStore", "KeySource", "PKCS11_PREFIX"]
-
-PKCS11_PREFIX = "pkcs11:"
-"""Key paths of token keys: the key itself never leaves the token."""
+__all__ = [
+    "SigningKey",
+    "SigningMaterial",
+    "KeyStore",
+    "KeySource",
+    "GeneratedKeys",
+    "ConfiguredKeyFiles",
+    "TokenKeys",
+    "key_source_from_env",
+]
 
 CERT_VALIDITY = timedelta(days=3650)
 
@@ -47,34 +56,133 @@ class SigningKey:
 
 
 @dataclass(frozen=True)
-class KeySource:
-    """Where keys come from: generated under ``key_dir``, an existing pair of
-    files, or a PKCS#11 token (with the certificate as a file)."""
+class SigningMaterial:
+    """What a signing worker needs for one key version: its files, or its
+    certificate file and the token that holds the key."""
 
-    key_dir: Path
-    key_file: Path | None = None
-    cert_file: Path | None = None
+    key_path: str
+    cert_path: str
     pkcs11: Pkcs11Key | None = None
 
-    @classmethod
-    def from_env(cls, service_dir: Path) -> KeySource:
-        key_file = os.environ.get("QUIRE_SIGNER_KEY_FILE")
-        cert_file = os.environ.get("QUIRE_SIGNER_CERT_FILE")
-        module = os.environ.get("QUIRE_SIGNER_PKCS11_MODULE")
-        pkcs11 = None
-        if module:
-            pkcs11 = Pkcs11Key(
-                module=module,
-                token_label=os.environ.get("QUIRE_SIGNER_PKCS11_TOKEN", ""),
-                key_label=os.environ.get("QUIRE_SIGNER_PKCS11_KEY_LABEL", ""),
-                pin=os.environ.get("QUIRE_SIGNER_PKCS11_PIN", ""),
+
+class KeySource(Protocol):
+    """Where signing keys come from; chosen once in ``main`` (``key_source_from_env``)."""
+
+    def new_version(self, number: int, *, rotating: bool) -> tuple[str, Path, Path]:
+        """The ``number``-th version: (name, key reference to record, certificate file)."""
+        ...
+
+    def is_current(self, key: SigningKey) -> bool:
+        """Whether the active version is still the one this source holds."""
+        ...
+
+    def material(self, key: SigningKey) -> SigningMaterial: ...
+
+
+@dataclass(frozen=True)
+class GeneratedKeys:
+    """Keys generated into the data directory (``key_dir``), one folder per
+    version: the embedded stack's default. A cluster configures its keys
+    instead, since each replica has its own directory."""
+
+    key_dir: Path
+
+    def new_version(self, number: int, *, rotating: bool) -> tuple[str, Path, Path]:
+        version = f"v{number}"
+        return (version, *_generate(self.key_dir / version, version))
+
+    def is_current(self, key: SigningKey) -> bool:
+        return True
+
+    def material(self, key: SigningKey) -> SigningMaterial:
+        return SigningMaterial(key.key_path, key.cert_path)
+
+
+@dataclass(frozen=True)
+class ConfiguredKeyFiles:
+    """A key and certificate from files a Secret mounts
+    (``QUIRE_SIGNER_KEY_FILE``, ``QUIRE_SIGNER_CERT_FILE``). Every replica
+    signs with its own mount of them; a new certificate there becomes a new
+    version at the next start. Rotation by the API generates (``key_dir``)."""
+
+    key_file: Path
+    cert_file: Path
+    key_dir: Path
+
+    def new_version(self, number: int, *, rotating: bool) -> tuple[str, Path, Path]:
+        if rotating:
+            return GeneratedKeys(self.key_dir).new_version(number, rotating=True)
+        return f"v{number}-env", self.key_file, self.cert_file
+
+    def is_current(self, key: SigningKey) -> bool:
+        configured = _configured_certificate(self.cert_file, "QUIRE_SIGNER_CERT_FILE")
+        return not key.version.endswith("-env") or configured == key.certificate_sha256
+
+    def material(self, key: SigningKey) -> SigningMaterial:
+        if key.version.endswith("-env"):
+            return SigningMaterial(str(self.key_file), str(self.cert_file))
+        return SigningMaterial(key.key_path, key.cert_path)
+
+
+@dataclass(frozen=True)
+class TokenKeys:
+    """A key that never leaves a PKCS#11 token, its certificate from a file
+    (``QUIRE_SIGNER_PKCS11_*``, ``QUIRE_SIGNER_CERT_FILE``). Rotated in the
+    token, then configured; never by the API."""
+
+    token: Pkcs11Key
+    cert_file: Path
+
+    def new_version(self, number: int, *, rotating: bool) -> tuple[str, Path, Path]:
+        if rotating:
+            raise FailedPrecondition(
+                ReasonCode.KEY_SOURCE_EXTERNAL,
+                "token keys are rotated in the token, then configured",
             )
-        return cls(
-            key_dir=service_dir / "keys",
-            key_file=Path(key_file) if key_file else None,
-            cert_file=Path(cert_file) if cert_file else None,
-            pkcs11=pkcs11,
+        # Recorded for people reading the table; nothing opens it as a path.
+        reference = Path(f"pkcs11:{self.token.token_label}/{self.token.key_label}")
+        return f"v{number}-pkcs11", reference, self.cert_file
+
+    def is_current(self, key: SigningKey) -> bool:
+        configured = _configured_certificate(self.cert_file, "QUIRE_SIGNER_CERT_FILE")
+        return key.version.endswith("-pkcs11") and configured == key.certificate_sha256
+
+    def material(self, key: SigningKey) -> SigningMaterial:
+        return SigningMaterial("", str(self.cert_file), self.token)
+
+
+def _configured_certificate(path: Path, variable: str) -> str:
+    try:
+        return certificate_sha256(path.read_text())
+    except (OSError, ValueError):
+        raise InvalidSetting(variable, "a readable PEM certificate") from None
+
+
+def key_source_from_env(service_dir: Path, env: Mapping[str, str] | None = None) -> KeySource:
+    """The signer's key source, from ``QUIRE_SIGNER_*``: a PKCS#11 token (with
+    a certificate file), configured key files, or keys generated under the
+    service's directory."""
+    env = os.environ if env is None else env
+    key_dir = service_dir / "keys"
+    cert_file = env.get("QUIRE_SIGNER_CERT_FILE", "")
+    module = env.get("QUIRE_SIGNER_PKCS11_MODULE", "")
+    if module and cert_file:
+        token = Pkcs11Key(
+            module=module,
+            token_label=env.get("QUIRE_SIGNER_PKCS11_TOKEN", ""),
+            key_label=env.get("QUIRE_SIGNER_PKCS11_KEY_LABEL", ""),
+            pin=env.get("QUIRE_SIGNER_PKCS11_PIN", ""),
         )
+        return TokenKeys(token, Path(cert_file))
+    key_file = env.get("QUIRE_SIGNER_KEY_FILE", "")
+    if key_file and cert_file:
+        return ConfiguredKeyFiles(Path(key_file), Path(cert_file), key_dir)
+    if key_file or cert_file or module:
+        raise InvalidSetting(
+            "QUIRE_SIGNER_CERT_FILE",
+            "set with QUIRE_SIGNER_KEY_FILE or QUIRE_SIGNER_PKCS11_MODULE, or neither",
+        )
+    return GeneratedKeys(key_dir)
 
 
 def _generate(directory: Path, version: str) -> tuple[Path, Path]:
@@ -150,26 +258,26 @@ class KeyStore:
         self._source = source
 
     def ensure_active_key(self) -> SigningKey:
-        """Called at start: make sure one key version is active, generating the first."""
-        return self._db.transaction(self._ensure)
+        """Called at start: make sure one key version is active, generating the first.
+
+        Replicas starting together race to record the first version; the losers'
+        insert fails on the version's key, and they take the winner's."""
+        try:
+            return self._db.transaction(self._ensure)
+        except IntegrityError:
+            return self._db.transaction(self._ensure)
 
     def _ensure(self, session: Session) -> SigningKey:
         active = self._active(session)
-        if active is not None:
+        if active is not None and self._source.is_current(active):
             return active
         count = len(session.execute(select(tables.signing_keys.c.version)).all())
-        if self._source.pkcs11 is not None and self._source.cert_file:
-            token = self._source.pkcs11
-            key_path = Path(f"{PKCS11_PREFIX}{token.token_label}/{token.key_label}")
-            cert_path = self._source.cert_file
-            version = f"v{count + 1}-pkcs11"
-        elif self._source.key_file and self._source.cert_file:
-            key_path, cert_path = self._source.key_file, self._source.cert_file
-            version = f"v{count + 1}-env"
-        else:
-            version = f"v{count + 1}"
-            key_path, cert_path = _generate(self._source.key_dir / version, version)
+        version, key_path, cert_path = self._source.new_version(count + 1, rotating=False)
         return self._activate(session, version, key_path, cert_path)
+
+    def material(self, key: SigningKey) -> SigningMaterial:
+        """What the signing worker is handed for ``key``."""
+        return self._source.material(key)
 
     def _activate(
         self, session: Session, version: str, key_path: Path, cert_path: Path
@@ -184,17 +292,12 @@ class KeyStore:
         return active
 
     def rotate(self) -> SigningKey:
-        """Generate the next version and make it the active one."""
-        if self._source.pkcs11 is not None:
-            raise FailedPrecondition(
-                ReasonCode.KEY_SOURCE_EXTERNAL,
-                "token keys are rotated in the token, then configured",
-            )
+        """Make the source's next version the active one (generated, unless the
+        source refuses: a token's keys are rotated in the token)."""
 
         def write(session: Session) -> SigningKey:
             count = len(session.execute(select(tables.signing_keys.c.version)).all())
-            version = f"v{count + 1}"
-            key_path, cert_path = _generate(self._source.key_dir / version, version)
+            version, key_path, cert_path = self._source.new_version(count + 1, rotating=True)
             return self._activate(session, version, key_path, cert_path)
 
         return self._db.transaction(write)

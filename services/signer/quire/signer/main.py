@@ -16,7 +16,7 @@ from quire.runtime import run_service
 from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings, ServiceSettings
 from quire.signer import tables
-from quire.signer.keystore import KeySource, KeyStore
+from quire.signer.keystore import KeyStore, key_source_from_env
 from quire.signer.servicer import SignerServicer
 from quire.signer.v1 import signer_service_pb2_grpc as pb_grpc
 from quire.signer.work import SignerWork
@@ -34,7 +34,7 @@ async def main() -> None:
         name="pdf-signing",
         preload=("pyhanko.sign", "pyhanko.sign.validation"),
     )
-    source = KeySource.from_env(settings.service_dir)
+    source = key_source_from_env(settings.service_dir)
 
     def build(
         database: Database, blobs: LocalBlobStore, gate: JobGate, _publisher: Publisher
@@ -55,7 +55,6 @@ async def main() -> None:
             sandbox=pool,
             gate=gate,
             tsa_url=os.environ.get("QUIRE_SIGNER_TSA_URL") or None,
-            pkcs11=source.pkcs11,
         )
         return work, register
 

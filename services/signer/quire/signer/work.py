@@ -27,8 +27,8 @@ from quire.pdfsignature import SignatureReport, verify_signed_pdf
 from quire.reasons import ReasonCode
 from quire.sandbox import SandboxPool
 from quire.signer import tables
-from quire.signer.keystore import PKCS11_PREFIX, KeyStore, SigningKey
-from quire.signer.signing import PacketDigestMismatch, Pkcs11Key, SignedPacket, sign_packet
+from quire.signer.keystore import KeyStore, SigningKey
+from quire.signer.signing import PacketDigestMismatch, SignedPacket, sign_packet
 from quire.stage import StageResult
 from quire.type import job_pb2, queue_pb2
 
@@ -45,9 +45,7 @@ class SignerWork:
         sandbox: SandboxPool,
         gate: JobGate | None = None,
         tsa_url: str | None = None,
-        pkcs11: Pkcs11Key | None = None,
     ) -> None:
-        self._pkcs11 = pkcs11
         self._db = database
         self._gate = gate
         self._tsa_url = tsa_url
@@ -104,15 +102,16 @@ class SignerWork:
             assembled = await files.plain(task.assembled.blob_key, task.assembled.sha256)
             temp = files.name_for("signed")
             try:
+                material = self._keys.material(key)
                 signed: SignedPacket = await self._sandbox.run(
                     sign_packet,
                     assembled,
                     task.assembled.sha256,
                     str(temp),
-                    key.key_path,
-                    key.cert_path,
+                    material.key_path,
+                    material.cert_path,
                     self._tsa_url,
-                    self._pkcs11 if key.key_path.startswith(PKCS11_PREFIX) else None,
+                    material.pkcs11,
                 )
             except PacketDigestMismatch:
                 raise PermanentError(
