@@ -12,9 +12,9 @@ from sqlalchemy import select
 from quire.audit import ledger, tables
 from quire.audit.completion import CompletionDesk, Verdict
 from quire.audit.history import HistoryWatch
-from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.jobs import HISTORY_BEFORE_COMPLETION
+from quire.localblobs import LocalBlobStore
 from quire.settings import QueueSettings
 from quire.testing.sealedstore import sealed_store
 from quire.transitions import EventFactory

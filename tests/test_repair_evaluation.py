@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from quire.blobstore import LocalBlobStore, normalized_key, source_key
+from quire.blobstore import normalized_key, source_key
+from quire.localblobs import LocalBlobStore
 from quire.reasons import ReasonCode
 from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings

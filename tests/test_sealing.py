@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from quire.blobstore import LocalBlobStore
 from quire.datakeys import DataKeys
 from quire.errors import FailedPrecondition, PermanentError, TransientError
 from quire.kek import (
@@ -26,6 +25,7 @@ from quire.kek import (
     SoftwareKek,
     load_kek_ring,
 )
+from quire.localblobs import LocalBlobStore
 from quire.reasons import ReasonCode
 from quire.sealing import SEGMENT_BYTES, Sealer, open_sealed, read_header
 from quire.testing.sealedstore import made_up_ring

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from quire.blobstore import LocalBlobStore
 from quire.database import Database
 from quire.leases import Lease
+from quire.localblobs import LocalBlobStore
 from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings
 from quire.signer import tables

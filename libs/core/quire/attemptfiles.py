@@ -16,13 +16,13 @@ import shutil
 from pathlib import Path
 from types import TracebackType
 
-from quire.blobstore import LocalBlobStore
+from quire.blobstore import BlobStore
 
 __all__ = ["AttemptFiles"]
 
 
 class AttemptFiles:
-    def __init__(self, blobs: LocalBlobStore) -> None:
+    def __init__(self, blobs: BlobStore) -> None:
         self._blobs = blobs
         self._directory: Path | None = None
         self._names = itertools.count(1)

@@ -10,12 +10,21 @@ output is sealed when promoted, and a stage that needs a file (pikepdf opens
 paths) gets a decrypted copy in its attempt's private directory
 (``materialize``), removed with that directory.
 
-The local backend keeps blobs under one root directory: ``<root>/<key>``.
-Writers stream into ``<root>/.tmp/`` (files created exclusively), hash while
-writing, fsync, and promote with a rename (or, for keys that must never be
-overwritten, a hard link that fails if the key exists) followed by an fsync
-of the directory. A crash leaves at worst a temporary file, never a partial
-blob under a real key.
+Callers hold a ``BlobStore`` (the port); two backends implement it on
+``SealedBlobStore``, which owns what they share: the service's temporary
+space, the writer, sealing and opening, digests and plaintext copies.
+Writers stream sealed bytes into the temporary space (files created
+exclusively), hash while writing, fsync, and then the backend promotes:
+
+- ``LocalBlobStore`` (the embedded default) keeps blobs under one root
+  directory, ``<root>/<key>``, and promotes with a rename (or, for keys that
+  must never be overwritten, a hard link that fails if the key exists)
+  followed by an fsync of the directory.
+- ``quire.natsblobs.NatsBlobStore`` keeps them in a replicated JetStream
+  object store, for clusters with no shared disk.
+
+Either way a crash leaves at worst a temporary file, never a partial blob
+under a real key.
 
 Every temporary entry is named after its owner (``quire.tempspace``), so
 usage is counted per service and a dead process's leftovers can be swept.
@@ -39,13 +48,13 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO, Protocol
 
 from quire.datakeys import KEYRING_DIR, DataKeys
 from quire.errors import InvalidInput, PermanentError, QuireError, SystemFailure, TransientError
-from quire.privatefiles import fsync_dir
 from quire.reasons import ReasonCode
 from quire.sealing import Sealer, open_sealed, read_header
 from quire.tempspace import temp_prefix
@@ -53,13 +62,16 @@ from quire.tempspace import temp_prefix
 __all__ = [
     "BlobStore",
     "BlobWriter",
-    "LocalBlobStore",
+    "SealedBlobStore",
+    "check_key",
     "DEFAULT_OWNER",
     "sha256_file",
     "source_key",
     "assembled_key",
     "signed_key",
     "storage_error",
+    "StorageWrite",
+    "injected_fault",
     "tenant_of_key",
 ]
 
@@ -82,7 +94,7 @@ def _faults_dir() -> Path | None:
     return Path(value) if value else None
 
 
-def _injected_fault(faults_dir: Path | None) -> None:
+def injected_fault(faults_dir: Path | None) -> None:
     """Raise the storage fault a test put in place, if any (tests only)."""
     if faults_dir is None:
         return
@@ -118,6 +130,14 @@ def tenant_of_key(key: str) -> str:
     return parts[1]
 
 
+def check_key(key: str) -> str:
+    """``key`` if it names a blob: relative, no ``..``, not the temporary
+    space or the key ring."""
+    if key.startswith(("/", ".tmp", KEYRING_DIR)) or ".." in key.split("/") or not key:
+        raise PermanentError(ReasonCode.INTERNAL, "invalid blob key")
+    return key
+
+
 def sha256_file(path: str | Path) -> tuple[str, int]:
     """Digest and size of a file, read in chunks."""
     digest = hashlib.sha256()
@@ -129,7 +149,7 @@ def sha256_file(path: str | Path) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-class _StorageWrite:
+class StorageWrite:
     """Turns an OSError raised inside it into the classified storage error."""
 
     def __init__(self, message: str) -> None:
@@ -153,7 +173,7 @@ class BlobWriter:
     promote it or it is removed on close. ``sha256`` and ``size`` are of the
     plaintext."""
 
-    def __init__(self, store: LocalBlobStore, tenant: str, max_bytes: int | None) -> None:
+    def __init__(self, store: SealedBlobStore, tenant: str, max_bytes: int | None) -> None:
         self._store = store
         self.tenant = tenant
         self._max_bytes = max_bytes
@@ -168,8 +188,8 @@ class BlobWriter:
     def write(self, data: bytes) -> None:
         if self._max_bytes is not None and self.size + len(data) > self._max_bytes:
             raise InvalidInput(ReasonCode.SIZE_EXCEEDS_DECLARATION, "more bytes than declared")
-        with _StorageWrite("blob write failed"):
-            _injected_fault(self._store.faults_dir)
+        with StorageWrite("blob write failed"):
+            injected_fault(self._store.faults_dir)
             self._file.write(self._sealer.update(data))
         self._hash.update(data)
         self.size += len(data)
@@ -180,7 +200,7 @@ class BlobWriter:
 
     def finish(self) -> None:
         """Seal the rest, flush and fsync; after this the digest and size are final."""
-        with _StorageWrite("blob write failed"):
+        with StorageWrite("blob write failed"):
             self._file.write(self._sealer.finish())
             self._file.flush()
             os.fsync(self._file.fileno())
@@ -218,51 +238,69 @@ class BlobWriter:
 
 
 class BlobStore(Protocol):
-    """What the stages need from blob storage; the local backend is the default."""
+    """What services and tools need from blob storage (the port).
 
-    def writer(self, tenant: str, *, max_bytes: int | None = None) -> BlobWriter: ...
-    def exists(self, key: str) -> bool: ...
-    def materialize(self, key: str, sha256: str, directory: Path) -> Path: ...
-    def read_verified(self, key: str, sha256: str, chunk: int = READ_CHUNK) -> Iterator[bytes]: ...
-
-
-class LocalBlobStore:
-    """Blobs in a directory on a local (or shared) filesystem, sealed under
-    the data keys of ``keys``.
-
-    ``owner`` is the service whose temporary entries this store makes; they are
-    named ``quire.tempspace.temp_prefix(owner, kind)``.
+    Keys are ``<kind>/<tenant>/...``; digests and sizes are of the plaintext.
+    Every read is checked (sealing authenticates each segment; callers pass
+    the digest they expect); a promotion is atomic, and ``exclusive`` never
+    replaces a blob. Temporary entries live in ``tmp_dir`` on this host's
+    disk, named after ``owner`` (``quire.tempspace``), whatever the backend.
     """
 
-    def __init__(self, root: Path, keys: DataKeys, *, owner: str = DEFAULT_OWNER) -> None:
-        self.root = root
+    keys: DataKeys
+    """The tenants' data keys (admission asks for one before taking an upload)."""
+    owner: str
+    tmp_dir: Path
+    """This process's temporary space: measured, budgeted and swept by ``TempKeeper``."""
+
+    def owned_by(self, owner: str) -> BlobStore: ...
+    def writer(self, tenant: str, *, max_bytes: int | None = None) -> BlobWriter: ...
+    def promote_file(self, temp: Path, key: str, *, exclusive: bool = False) -> bool: ...
+    def exists(self, key: str) -> bool: ...
+    def delete(self, key: str) -> None: ...
+    def list_keys(self, prefix: str) -> list[str]: ...
+    def read_plain(self, key: str) -> Iterator[bytes]: ...
+    def read_verified(self, key: str, sha256: str, chunk: int = READ_CHUNK) -> Iterator[bytes]: ...
+    def digest(self, key: str) -> tuple[str, int]: ...
+    def materialize(self, key: str, sha256: str, directory: Path) -> Path: ...
+    def new_temp(self, kind: str = "part") -> Path: ...
+    def new_temp_dir(self, kind: str = "attempt") -> Path: ...
+    def close(self) -> None: ...
+
+
+class SealedBlobStore:
+    """What both backends share: the temporary space, writers, sealing and
+    opening, digests and plaintext copies. A backend adds where sealed bytes
+    live: ``promote_sealed``, ``open_sealed``, ``exists``, ``delete``,
+    ``list_keys``."""
+
+    def __init__(self, keys: DataKeys, tmp_dir: Path, *, owner: str = DEFAULT_OWNER) -> None:
         self.keys = keys
         self.owner = owner
-        self.tmp_dir = root / ".tmp"
+        self.tmp_dir = tmp_dir
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         self.faults_dir = _faults_dir()
         """Where the tests put storage faults; None (nothing checked) in production."""
 
-    def owned_by(self, owner: str) -> LocalBlobStore:
-        """The same store, its temporary entries named after ``owner``."""
-        return LocalBlobStore(self.root, self.keys, owner=owner)
+    def promote_sealed(self, temp: Path, key: str, *, exclusive: bool = False) -> bool:
+        """Promote a finished sealed temporary file; it is gone afterwards."""
+        raise NotImplementedError
+
+    def open_sealed(self, key: str) -> AbstractContextManager[BinaryIO]:
+        """The sealed bytes of ``key``, readable from the start; SOURCE_MISSING
+        if there is no such blob."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the backend's connections (nothing for a directory)."""
 
     def writer(self, tenant: str, *, max_bytes: int | None = None) -> BlobWriter:
         return BlobWriter(self, tenant, max_bytes)
 
-    def local_path(self, key: str) -> Path:
-        """Where the sealed bytes of ``key`` are (never plaintext)."""
-        if key.startswith(("/", ".tmp", KEYRING_DIR)) or ".." in key.split("/"):
-            raise PermanentError(ReasonCode.INTERNAL, "invalid blob key")
-        return self.root / key
-
-    def exists(self, key: str) -> bool:
-        return self.local_path(key).is_file()
-
     def make_temp_file(self, kind: str) -> tuple[int, Path]:
         """An exclusively created temporary file, open for writing: (fd, path)."""
-        with _StorageWrite("temporary file not created"):
-            _injected_fault(self.faults_dir)
+        with StorageWrite("temporary file not created"):
+            injected_fault(self.faults_dir)
             fd, name = tempfile.mkstemp(dir=self.tmp_dir, prefix=temp_prefix(self.owner, kind))
         return fd, Path(name)
 
@@ -274,8 +312,8 @@ class LocalBlobStore:
 
     def new_temp_dir(self, kind: str = "attempt") -> Path:
         """A private (0700), exclusively created temporary directory for one attempt."""
-        with _StorageWrite("temporary directory not created"):
-            _injected_fault(self.faults_dir)
+        with StorageWrite("temporary directory not created"):
+            injected_fault(self.faults_dir)
             name = tempfile.mkdtemp(dir=self.tmp_dir, prefix=temp_prefix(self.owner, kind))
         return Path(name)
 
@@ -294,21 +332,6 @@ class LocalBlobStore:
             with contextlib.suppress(OSError):
                 temp.unlink(missing_ok=True)
 
-    def promote_sealed(self, temp: Path, key: str, *, exclusive: bool = False) -> bool:
-        """Promote a finished sealed temporary file; it is gone afterwards."""
-        try:
-            with _StorageWrite("blob not promoted"):
-                _injected_fault(self.faults_dir)
-                with open(temp, "rb") as handle:
-                    os.fsync(handle.fileno())
-                return self._promote(temp, key, exclusive=exclusive)
-        finally:
-            with contextlib.suppress(OSError):
-                temp.unlink(missing_ok=True)
-
-    def delete(self, key: str) -> None:
-        self.local_path(key).unlink(missing_ok=True)
-
     def read_plain(self, key: str) -> Iterator[bytes]:
         """Yield the blob's plaintext in segments, each authenticated before
         it is yielded (the digest is the caller's to check).
@@ -316,13 +339,7 @@ class LocalBlobStore:
         SOURCE_MISSING when there is no such blob, DATA_SHREDDED when its
         tenant's key was destroyed, DIGEST_MISMATCH when it does not open.
         """
-        try:
-            handle = open(self.local_path(key), "rb")
-        except FileNotFoundError:
-            raise PermanentError(ReasonCode.SOURCE_MISSING, "blob missing") from None
-        except OSError:
-            raise TransientError(ReasonCode.STORAGE_UNAVAILABLE, "blob unreadable") from None
-        with handle:
+        with self.open_sealed(check_key(key)) as handle:
             header = read_header(handle)
             if header.tenant != tenant_of_key(key):
                 raise PermanentError(ReasonCode.DIGEST_MISMATCH, "stored blob of another tenant")
@@ -367,16 +384,3 @@ class LocalBlobStore:
             path.unlink(missing_ok=True)
             raise
         return path
-
-    def _promote(self, temp: Path, key: str, *, exclusive: bool) -> bool:
-        target = self.local_path(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if exclusive:
-            try:
-                os.link(temp, target)
-            except FileExistsError:
-                return False
-        else:
-            os.replace(temp, target)
-        fsync_dir(target.parent)
-        return True

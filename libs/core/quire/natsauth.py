@@ -25,6 +25,8 @@ from pathlib import Path
 import bcrypt
 
 from quire.jobgate import GATE_BUCKET
+from quire.natsblobs import BLOB_BUCKET
+from quire.natskeyring import KEYRING_BUCKET
 from quire.pipeline import QUEUED_STAGES, STAGES
 from quire.workqueue.topology import (
     DEAD_BOOK_CONSUMER,
@@ -54,6 +56,20 @@ _GATE = (
     f"$KV.{GATE_BUCKET}.>",
     f"$JS.API.DIRECT.GET.{_KV_STREAM}.>",
     f"$JS.API.STREAM.MSG.GET.{_KV_STREAM}",
+)
+
+_BLOBS = (
+    # The NATS blob backend (QUIRE_BLOB_BACKEND=nats): object chunks and meta
+    # messages, reads from the stream leader, purging replaced chunks, and the
+    # wrapped data keys. A service may create these two buckets if no
+    # provisioning job did, and nothing else.
+    f"$O.{BLOB_BUCKET}.>",
+    f"$JS.API.STREAM.MSG.GET.OBJ_{BLOB_BUCKET}",
+    f"$JS.API.STREAM.PURGE.OBJ_{BLOB_BUCKET}",
+    f"$JS.API.STREAM.CREATE.OBJ_{BLOB_BUCKET}",
+    f"$KV.{KEYRING_BUCKET}.>",
+    f"$JS.API.STREAM.MSG.GET.KV_{KEYRING_BUCKET}",
+    f"$JS.API.STREAM.CREATE.KV_{KEYRING_BUCKET}",
 )
 
 
@@ -91,6 +107,7 @@ SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
             f"$JS.API.CONSUMER.INFO.{WORK_STREAM}.*",
             f"$JS.API.STREAM.MSG.GET.{WORK_STREAM}",
             *_GATE,
+            *_BLOBS,
             *_TOPOLOGY_READ,
         )
     ),
@@ -102,6 +119,7 @@ SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
                 f"quire.events.{s.service}",
                 f"quire.dead.{s.name}",
                 *_GATE,
+                *_BLOBS,
                 *_TOPOLOGY_READ,
             )
         )
@@ -121,6 +139,7 @@ SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
             f"$JS.API.STREAM.MSG.GET.{WORK_STREAM}",
             f"$JS.API.STREAM.MSG.DELETE.{WORK_STREAM}",
             *_GATE,
+            *_BLOBS,
             *_TOPOLOGY_READ,
         )
     ),

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from quire.blobbackend import blob_backend
 from quire.environment import setting_float, setting_int, setting_text
 from quire.errors import InvalidSetting
 from quire.identity import IdentitySettings
@@ -224,6 +225,8 @@ class ServiceSettings:
     """File holding that user's password (a mounted Secret, or the stack's credentials)."""
     kek: KekSettings = field(default_factory=KekSettings)
     """Where the key-encryption keys that wrap tenants' data keys come from (``quire.kek``)."""
+    blob_backend: str = "local"
+    """Where blobs live: ``local`` (a directory) or ``nats`` (``QUIRE_BLOB_BACKEND``)."""
 
     @classmethod
     def from_env(cls, service: str, env: Mapping[str, str] | None = None) -> ServiceSettings:
@@ -261,6 +264,7 @@ class ServiceSettings:
             nats_user=_nats_login(env, service)[0],
             nats_password_file=_nats_login(env, service)[1],
             kek=KekSettings.from_env(env),
+            blob_backend=blob_backend(env),
         )
 
     @property

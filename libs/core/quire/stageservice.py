@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 from sqlalchemy import MetaData, Table
 
-from quire.blobstore import LocalBlobStore
+from quire.blobstore import BlobStore
 from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
@@ -56,7 +56,7 @@ async def run_stage_service(
     settings: ServiceSettings,
     spec: StageService,
     *,
-    build: Callable[[Database, LocalBlobStore, JobGate, Publisher], tuple[StageWork, Registrar]],
+    build: Callable[[Database, BlobStore, JobGate, Publisher], tuple[StageWork, Registrar]],
     sandbox: SandboxPool,
     peers: Peers,
 ) -> None:
@@ -72,9 +72,7 @@ async def run_stage_service(
     await asyncio.to_thread(upgrade_schema, database, spec.metadata, spec.migrations)
     # Temporary entries are named after this stage, so they count against its
     # budget and a dead process's leftovers are recognised and swept.
-    blobs = open_blob_store(
-        settings.blob_root, settings.data_dir, settings.kek, owner=settings.service
-    )
+    blobs = await asyncio.to_thread(open_blob_store, settings, owner=settings.service)
     keeper = TempKeeper(
         blobs.tmp_dir,
         TempSpaceSettings.from_env(os.environ, settings.service),
@@ -128,4 +126,5 @@ async def run_stage_service(
         await peers.close()
         keeper.close()
         sandbox.close()
+        blobs.close()
         database.close()

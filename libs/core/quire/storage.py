@@ -1,15 +1,27 @@
-"""The blob store a process opens: its data keys unwrapped by the configured KEKs."""
+"""The blob store a process opens: the configured backend
+(``QUIRE_BLOB_BACKEND``), its data keys unwrapped by the configured KEKs.
+
+Opening the NATS backend connects (its own connection, ``quire.natsport``)
+and makes the blob and key-ring buckets if they are missing, so callers on an
+event loop open it with ``asyncio.to_thread``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
 
-from quire.blobstore import DEFAULT_OWNER, LocalBlobStore
+from quire.blobbackend import NATS
+from quire.blobstore import DEFAULT_OWNER, BlobStore
 from quire.datakeys import DataKeys
-from quire.kek import DEVELOPMENT_RING, KekSettings, load_kek_ring
+from quire.kek import DEVELOPMENT_RING, KekRing, KekSettings, load_kek_ring
+from quire.localblobs import LocalBlobStore
+from quire.settings import ServiceSettings
 
-__all__ = ["open_blob_store", "open_data_keys", "tool_kek_settings"]
+__all__ = ["open_blob_store", "tool_kek_settings"]
+
+TMP_DIR = ".tmp"
+"""The temporary space under the blob root, on this host's disk whatever the backend."""
 
 
 def tool_kek_settings(data_dir: Path, env: Mapping[str, str]) -> KekSettings:
@@ -23,12 +35,39 @@ def tool_kek_settings(data_dir: Path, env: Mapping[str, str]) -> KekSettings:
     return settings
 
 
-def open_data_keys(blob_root: Path, data_dir: Path, kek: KekSettings) -> DataKeys:
-    """The tenants' data keys under ``blob_root``; KekConfigError without a usable KEK."""
-    return DataKeys(blob_root, load_kek_ring(kek, data_dir))
-
-
 def open_blob_store(
-    blob_root: Path, data_dir: Path, kek: KekSettings, *, owner: str = DEFAULT_OWNER
-) -> LocalBlobStore:
-    return LocalBlobStore(blob_root, open_data_keys(blob_root, data_dir, kek), owner=owner)
+    settings: ServiceSettings, *, kek: KekSettings | None = None, owner: str = DEFAULT_OWNER
+) -> BlobStore:
+    """The backend ``settings`` names, under the KEKs of ``kek`` (default:
+    the service's own); KekConfigError without a usable KEK."""
+    keks = load_kek_ring(settings.kek if kek is None else kek, settings.data_dir)
+    if settings.blob_backend == NATS:
+        return _open_nats(settings, keks, owner)
+    root = settings.blob_root
+    return LocalBlobStore(root, DataKeys(root, keks), owner=owner)
+
+
+def _open_nats(settings: ServiceSettings, keks: KekRing, owner: str) -> BlobStore:
+    # Imported here: the local default needs no NATS client machinery.
+    from quire.natsblobs import NatsBlobStore, ensure_blob_buckets
+    from quire.natsport import NatsPort
+    from quire.runtime import connect_nats
+
+    password = ""
+    if settings.nats_password_file is not None:
+        password = settings.nats_password_file.read_text().strip()
+    port = NatsPort(
+        lambda: connect_nats(
+            settings.nats_url,
+            f"quire-{settings.service}-blobs",
+            user=settings.nats_user,
+            password=password,
+        ),
+        name=f"{settings.service}-blobs",
+    )
+    try:
+        port.run(lambda: ensure_blob_buckets(port.js, settings.queue.replicas))
+        return NatsBlobStore.open(port, keks, settings.blob_root / TMP_DIR, owner=owner)
+    except BaseException:
+        port.close()
+        raise

@@ -4,7 +4,7 @@ report each promise of DESIGN.md that does not hold.
 
 It is an operations tool like fsck: it opens the services' databases itself
 (the URLs they use, SQLite or PostgreSQL), hashes the signed artifacts in the
-blob directory again, and reuses audit's own ledger verification. It writes
+configured blob store again, and reuses audit's own ledger verification. It writes
 nothing. What it reports is listed in ``quire.invariants_findings``.
 
 Whether the stack is stopped decides one rule: a stopped stack must leave
@@ -94,16 +94,18 @@ def check(
         stopped = stack_running(data_dir) is False
     snapshot = read_snapshot(data_dir, env, stopped=stopped)
     settings = service_settings(data_dir, "signer", env)
-    blob_root = settings.blob_root
-    blobs = open_blob_store(blob_root, data_dir, tool_kek_settings(data_dir, env))
-    scan = scan_artifacts(blobs, packet_sizes(snapshot))
+    blobs = open_blob_store(settings, kek=tool_kek_settings(data_dir, env))
+    try:
+        scan = scan_artifacts(blobs, packet_sizes(snapshot))
+    finally:
+        blobs.close()
     findings = [Finding("database_missing", detail=s) for s in snapshot.missing_databases]
     findings += job_findings(snapshot, scan.artifacts)
     findings += artifact_findings(snapshot, scan.artifacts)
     findings += provenance_findings(snapshot, scan.artifacts)
     if scan.unrecognized:
         findings.append(Finding("unrecognized_blob", detail=f"{scan.unrecognized} files"))
-    temp, temp_entries = temp_findings(blob_root, stopped=stopped)
+    temp, temp_entries = temp_findings(blobs.tmp_dir, stopped=stopped)
     findings += temp
     verification = snapshot.verification
     if verification is not None:

@@ -8,7 +8,7 @@ same pass.
 
 The signer keys every artifact by its job, ``signed/<tenant>/<job>.pdf``;
 anything else under ``signed/`` is not Quire's. Temporary entries live
-under ``<blob root>/.tmp``: those whose owner is gone are left over, and
+in the store's temporary space (``<blob root>/.tmp``): those whose owner is gone are left over, and
 once the stack is stopped there should be none at all.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from quire.blobstore import LocalBlobStore
+from quire.blobstore import BlobStore
 from quire.errors import NotFound, PermanentError
 from quire.invariants_findings import Finding
 from quire.jobs import job_id, job_name
@@ -64,7 +64,7 @@ def _job_of(name: str) -> str | None:
         return None
 
 
-def _digests(blobs: LocalBlobStore, key: str, prefix: int) -> tuple[str, str]:
+def _digests(blobs: BlobStore, key: str, prefix: int) -> tuple[str, str]:
     """The plaintext's sha256 and that of its first ``prefix`` bytes ("" when
     ``prefix`` is 0 or the blob is shorter). A blob that does not open
     (edited, truncated) has digest "", which matches no ledger entry."""
@@ -83,25 +83,19 @@ def _digests(blobs: LocalBlobStore, key: str, prefix: int) -> tuple[str, str]:
     return whole.hexdigest(), head.hexdigest() if 0 < prefix <= size else ""
 
 
-def scan_artifacts(
-    blobs: LocalBlobStore, packet_sizes: Mapping[str, int] | None = None
-) -> ArtifactScan:
+def scan_artifacts(blobs: BlobStore, packet_sizes: Mapping[str, int] | None = None) -> ArtifactScan:
     """Every signed artifact with its recomputed sha256, and that of its
     signed revision where ``packet_sizes`` (by job) gives its length."""
     sizes = packet_sizes or {}
     artifacts: list[Artifact] = []
     unrecognized = 0
-    blob_root = blobs.root
-    root = blob_root / SIGNED
-    if not root.is_dir():
-        return ArtifactScan([], 0)
-    for path in sorted(p for p in root.rglob("*") if not p.is_dir()):
-        relative = path.relative_to(blob_root)
-        job = _job_of(path.name) if len(relative.parts) == 3 and path.is_file() else None
+    for key in blobs.list_keys(f"{SIGNED}/"):
+        parts = key.split("/")
+        job = _job_of(parts[-1]) if len(parts) == 3 else None
         if job is None:
             unrecognized += 1
             continue
-        key, tenant = relative.as_posix(), relative.parts[1]
+        tenant = parts[1]
         try:
             digest, revision = _digests(blobs, key, sizes.get(job, 0))
         except PermanentError:  # DATA_SHREDDED: there, and unreadable by design
@@ -111,9 +105,8 @@ def scan_artifacts(
     return ArtifactScan(artifacts, unrecognized)
 
 
-def temp_findings(blob_root: Path, *, stopped: bool) -> tuple[list[Finding], int]:
-    """Findings about the temporary space, and how many entries it holds."""
-    tmp = blob_root / ".tmp"
+def temp_findings(tmp: Path, *, stopped: bool) -> tuple[list[Finding], int]:
+    """Findings about the temporary space ``tmp``, and how many entries it holds."""
     try:
         entries = list(tmp.iterdir())
     except FileNotFoundError:

@@ -27,7 +27,7 @@ from quire.errors import QuireError
 from quire.kek import KekConfigError, new_ring_line
 from quire.privatefiles import write_private
 from quire.settings import ServiceSettings
-from quire.storage import open_data_keys, tool_kek_settings
+from quire.storage import open_blob_store, tool_kek_settings
 
 __all__ = ["add_arguments", "run"]
 
@@ -47,9 +47,8 @@ def add_arguments(keys: argparse.ArgumentParser, common: argparse.ArgumentParser
 def _data_keys(data_dir: Path) -> DataKeys:
     env = {**os.environ, "QUIRE_DATA_DIR": str(data_dir)}
     settings = ServiceSettings.from_env("audit", env)
-    return open_data_keys(
-        settings.blob_root, settings.data_dir, tool_kek_settings(settings.data_dir, env)
-    )
+    # The configured blob backend's key ring (files, or the NATS bucket).
+    return open_blob_store(settings, kek=tool_kek_settings(settings.data_dir, env)).keys
 
 
 def run(args: argparse.Namespace) -> int:

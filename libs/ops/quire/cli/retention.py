@@ -20,7 +20,7 @@ from pathlib import Path
 from quire.admission.v1 import tenant_admin_service_pb2 as admin_pb
 from quire.audit.v1 import audit_service_pb2 as audit_pb
 from quire.audit.v1 import audit_service_pb2_grpc as audit_grpc
-from quire.blobstore import LocalBlobStore
+from quire.blobstore import BlobStore
 from quire.cli.args import operator_metadata
 from quire.cli.config import ClientConfig
 from quire.client import TenantAdminClient
@@ -70,14 +70,14 @@ def _as_of(text: str) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def open_blobs(data_dir: Path, env: Mapping[str, str]) -> LocalBlobStore:
+def open_blobs(data_dir: Path, env: Mapping[str, str]) -> BlobStore:
     """The stack's blob store, opened the way operator tools open it (only
     ``exists`` and ``delete`` are used: nothing is read or written)."""
-    blob_root = service_settings(data_dir, "admission", env).blob_root
-    return open_blob_store(blob_root, data_dir, tool_kek_settings(data_dir, env), owner="retention")
+    settings = service_settings(data_dir, "admission", env)
+    return open_blob_store(settings, kek=tool_kek_settings(data_dir, env), owner="retention")
 
 
-def _plan(args: argparse.Namespace) -> tuple[list[PlannedRetirement], LocalBlobStore]:
+def _plan(args: argparse.Namespace) -> tuple[list[PlannedRetirement], BlobStore]:
     data_dir = Path(args.data_dir).resolve()
     env = os.environ
     blobs = open_blobs(data_dir, env)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from quire.blobstore import DEFAULT_OWNER, LocalBlobStore
+from quire.blobstore import DEFAULT_OWNER
 from quire.datakeys import DataKeys
-from quire.kek import KekRing, SoftwareKek
+from quire.kek import KekRing, SoftwareKek, load_kek_ring
+from quire.localblobs import LocalBlobStore
 
 
 def made_up_ring(kek_id: str = "test-kek") -> KekRing:
@@ -20,11 +21,13 @@ def sealed_store(root: Path, *, owner: str = DEFAULT_OWNER) -> LocalBlobStore:
 
 
 def stack_store(data_dir: Path) -> LocalBlobStore:
-    """The blob store of an embedded stack's data directory, opened as an
-    operator tool would (its development KEK ring)."""
-    from quire.storage import open_blob_store, tool_kek_settings
+    """The local blob store of an embedded stack's data directory, opened as
+    an operator tool would (its development KEK ring)."""
+    from quire.storage import tool_kek_settings
 
-    return open_blob_store(data_dir / "blobs", data_dir, tool_kek_settings(data_dir, {}))
+    root = data_dir / "blobs"
+    keks = load_kek_ring(tool_kek_settings(data_dir, {}), data_dir)
+    return LocalBlobStore(root, DataKeys(root, keks))
 
 
 def plaintext(data_dir: Path, key: str) -> bytes:

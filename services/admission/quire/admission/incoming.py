@@ -12,7 +12,7 @@ from types import TracebackType
 
 from quire.admission.typesniff import SNIFF_BYTES, check_declared_type
 from quire.admission.v1 import admission_service_pb2 as pb
-from quire.blobstore import BlobWriter, LocalBlobStore
+from quire.blobstore import BlobStore, BlobWriter
 from quire.errors import InvalidInput
 from quire.reasons import ReasonCode
 
@@ -23,7 +23,7 @@ class IncomingSource:
     """One upload's bytes: the first ones held in memory until they show the
     declared type, then a temporary blob, discarded on exit unless promoted."""
 
-    def __init__(self, blobs: LocalBlobStore, tenant: str, header: pb.SourceHeader) -> None:
+    def __init__(self, blobs: BlobStore, tenant: str, header: pb.SourceHeader) -> None:
         self._blobs = blobs
         self._tenant = tenant
         self._header = header

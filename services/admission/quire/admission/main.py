@@ -59,7 +59,7 @@ async def main() -> None:
     await asyncio.to_thread(upgrade_schema, database, tables.metadata, tables.MIGRATIONS)
     tenants = TenantDirectory(database)
     tenants.ensure_bootstrap(settings.service_dir, operator_token)
-    blobs = open_blob_store(settings.blob_root, settings.data_dir, settings.kek, owner=SERVICE)
+    blobs = await asyncio.to_thread(open_blob_store, settings, owner=SERVICE)
     temp_space = TempSpaceSettings.from_env(os.environ, SERVICE)
     keeper = TempKeeper(blobs.tmp_dir, temp_space, service=SERVICE)
     temp_guard = TempSpaceGuard(
@@ -148,6 +148,7 @@ async def main() -> None:
         )
     finally:
         await keeper.stop()
+        blobs.close()
         await peers.close()
         await nc.close()  # workers are drained; nothing is in flight
         database.close()

@@ -26,7 +26,7 @@ from quire.admission.uploads import UploadGate
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
 from quire.admission.watch import WatchRelay
-from quire.blobstore import LocalBlobStore
+from quire.blobstore import BlobStore
 from quire.database import Database
 from quire.errors import (
     DataLoss,
@@ -56,7 +56,7 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         self,
         *,
         database: Database,
-        blobs: LocalBlobStore,
+        blobs: BlobStore,
         tenants: TenantDirectory,
         uploads: UploadGate,
         intake: Intake,

@@ -37,7 +37,7 @@ from quire.admission.tenants import Tenant
 from quire.admission.uploadlimits import UploadLedger
 from quire.admission.uploadpace import PacedRequests, hear_out
 from quire.admission.v1 import admission_service_pb2 as pb
-from quire.blobstore import LocalBlobStore, source_key
+from quire.blobstore import BlobStore, source_key
 from quire.database import Database, insert_if_absent
 from quire.errors import FieldViolation, InvalidInput, QuireError
 from quire.reasons import ReasonCode
@@ -94,7 +94,7 @@ class UploadGate:
     def __init__(
         self,
         database: Database,
-        blobs: LocalBlobStore,
+        blobs: BlobStore,
         settings: AdmissionSettings,
         *,
         ledger: UploadLedger,

@@ -10,7 +10,7 @@ from quire.assembler import tables
 from quire.assembler.servicer import AssemblerServicer
 from quire.assembler.v1 import assembler_service_pb2_grpc as pb_grpc
 from quire.assembler.work import AssemblerWork
-from quire.blobstore import LocalBlobStore
+from quire.blobstore import BlobStore
 from quire.database import Database
 from quire.jobgate import JobGate
 from quire.peers import Peers
@@ -31,7 +31,7 @@ async def main() -> None:
     )
 
     def build(
-        database: Database, blobs: LocalBlobStore, _gate: JobGate, _publisher: Publisher
+        database: Database, blobs: BlobStore, _gate: JobGate, _publisher: Publisher
     ) -> tuple[AssemblerWork, Registrar]:
         def register(server: grpc.aio.Server) -> None:
             pb_grpc.add_AssemblerServiceServicer_to_server(AssemblerServicer(database), server)

@@ -24,7 +24,7 @@ from quire.assembler.merge import (
     assemble_packet,
 )
 from quire.attemptfiles import AttemptFiles
-from quire.blobstore import LocalBlobStore, assembled_key, normalized_key, storage_error
+from quire.blobstore import BlobStore, assembled_key, normalized_key, storage_error
 from quire.errors import PermanentError
 from quire.leases import Lease
 from quire.reasons import ReasonCode
@@ -44,7 +44,7 @@ async def _plain(files: AttemptFiles, tenant: str, source: job_pb2.SourceRef) ->
 
 
 class AssemblerWork:
-    def __init__(self, *, blobs: LocalBlobStore, sandbox: SandboxPool) -> None:
+    def __init__(self, *, blobs: BlobStore, sandbox: SandboxPool) -> None:
         self._blobs = blobs
         self._sandbox = sandbox
 

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from quire.audit import ledger, tables
 from quire.audit.history import HistoryWatch
-from quire.blobstore import LocalBlobStore
+from quire.blobstore import BlobStore
 from quire.database import Database
 from quire.errors import PermanentError
 from quire.faults import fault_point
@@ -65,7 +65,7 @@ class CompletionDesk:
         self,
         *,
         database: Database,
-        blobs: LocalBlobStore,
+        blobs: BlobStore,
         events: EventFactory,
         queue: QueueSettings,
         history: HistoryWatch | None = None,

@@ -60,9 +60,10 @@ async def main() -> None:
     await asyncio.to_thread(upgrade_schema, database, tables.metadata, tables.MIGRATIONS)
     watches = JobWatches(database, WatchSettings.from_env())
     history = LedgerNotices(watches)
+    blobs = await asyncio.to_thread(open_blob_store, settings, owner=SERVICE)
     desk = CompletionDesk(
         database=database,
-        blobs=open_blob_store(settings.blob_root, settings.data_dir, settings.kek, owner=SERVICE),
+        blobs=blobs,
         events=EventFactory(SERVICE, settings.instance, settings.build_version),
         queue=settings.queue,
         history=history,
@@ -178,6 +179,7 @@ async def main() -> None:
     finally:
         await nc.close()  # workers are drained; nothing is in flight
         await peers.close()
+        blobs.close()
         database.close()
 
 

@@ -7,7 +7,7 @@ import os
 
 import grpc
 
-from quire.blobstore import LocalBlobStore
+from quire.blobstore import BlobStore
 from quire.database import Database
 from quire.jobgate import JobGate
 from quire.peers import Peers
@@ -37,7 +37,7 @@ async def main() -> None:
     source = key_source_from_env(settings.service_dir)
 
     def build(
-        database: Database, blobs: LocalBlobStore, gate: JobGate, _publisher: Publisher
+        database: Database, blobs: BlobStore, gate: JobGate, _publisher: Publisher
     ) -> tuple[SignerWork, Registrar]:
         keys = KeyStore(database, source)
         active = keys.ensure_active_key()

@@ -1,8 +1,8 @@
 """The signer's stage work: exactly one signed artifact per job.
 
 Before signing, the job's intent is recorded. The artifact's key is derived
-from the job (``signed/<tenant>/<job>.pdf``) and promoted with a hard link that
-fails if the key exists, so a second artifact for one job cannot be created.
+from the job (``signed/<tenant>/<job>.pdf``) and promoted exclusively (the blob
+store never replaces it), so a second artifact for one job cannot be created.
 An artifact found at that key (a crash after the write, a lost reply) is
 verified against the stack's keys and reused, never signed again.
 """
@@ -17,7 +17,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from quire.attemptfiles import AttemptFiles
-from quire.blobstore import LocalBlobStore, signed_key, storage_error
+from quire.blobstore import BlobStore, signed_key, storage_error
 from quire.database import Database
 from quire.errors import JobCancelled, PermanentError, TransientError
 from quire.faults import fault_point
@@ -40,7 +40,7 @@ class SignerWork:
         self,
         *,
         database: Database,
-        blobs: LocalBlobStore,
+        blobs: BlobStore,
         keys: KeyStore,
         sandbox: SandboxPool,
         gate: JobGate | None = None,
@@ -61,7 +61,7 @@ class SignerWork:
         await self._db.run(
             lambda s: _record_intent(s, task.job, key.version, blob_key, lease.token)
         )
-        if self._blobs.exists(blob_key):
+        if await asyncio.to_thread(self._blobs.exists, blob_key):
             signed, used = await self._reuse(blob_key)
         else:
             signed, used = await self._sign(task, blob_key, key)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from quire.attemptfiles import AttemptFiles
-from quire.blobstore import LocalBlobStore, normalized_key
+from quire.blobstore import BlobStore, normalized_key
 from quire.errors import PermanentError
 from quire.reasons import ReasonCode
 from quire.sandbox import SandboxExhausted, SandboxPool
@@ -79,7 +79,7 @@ class Evaluator:
     def __init__(
         self,
         *,
-        blobs: LocalBlobStore,
+        blobs: BlobStore,
         sandbox: SandboxPool,
         limits: PdfLimits,
         quarantine: SandboxPool | None = None,

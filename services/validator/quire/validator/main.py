@@ -7,7 +7,7 @@ from pathlib import Path
 
 import grpc
 
-from quire.blobstore import LocalBlobStore
+from quire.blobstore import BlobStore
 from quire.database import Database
 from quire.jobgate import JobGate
 from quire.peers import Peers
@@ -50,7 +50,7 @@ async def main() -> None:
     rulesets_dir = Path(os.environ.get("QUIRE_RULESETS_DIR", "") or DEFAULT_DIRECTORY)
 
     def build(
-        database: Database, blobs: LocalBlobStore, gate: JobGate, publisher: Publisher
+        database: Database, blobs: BlobStore, gate: JobGate, publisher: Publisher
     ) -> tuple[ValidatorWork, Registrar]:
         book = RulesetBook(database)
         book.install(load_directory(rulesets_dir))

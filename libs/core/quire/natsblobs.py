@@ -1,0 +1,328 @@
+"""The NATS blob backend: blobs in a replicated JetStream object store, for
+clusters where replicas share no disk.
+
+Objects use the object store's own layout (``nats object`` can list them):
+chunks of 128 KiB on ``$O.<bucket>.C.<nuid>``, then one meta message on
+``$O.<bucket>.M.<base64url(key)>`` naming the chunks, their count, size and
+the SHA-256 of the stored bytes. What is stored is the sealed blob, exactly
+as the local backend would keep it (``quire.sealing``).
+
+- **Bounded memory.** A writer seals into a temporary file in the service's
+  temporary space (``quire.blobstore``); promotion uploads that file one
+  chunk at a time. A read downloads one chunk at a time into a temporary
+  file, checks the stored digest, and then opens it like a local blob. No
+  step holds more than a chunk.
+- **Atomic promotion.** Chunks go to a fresh subject no reader knows of; the
+  object appears only when its meta message is stored, whole or not at all.
+  A failed upload purges its chunks.
+- **Exclusive promotion** publishes the meta message with JetStream's
+  expected-last-subject-sequence: of any number of replicas promoting the
+  same key, the stream stores exactly one, and the others get False. A
+  replacing promotion uses the same compare-and-set in a loop, so the
+  chunks it replaces are always purged by whoever replaced them.
+- **Digests** are checked on every read: the stored bytes against the
+  meta's SHA-256 and chunk count, then every sealed segment, then (by the
+  caller) the plaintext digest. A mismatch is DIGEST_MISMATCH.
+- Reads go to the stream leader (``STREAM.MSG.GET``), not a direct get that
+  a lagging follower may answer, so a blob promoted by one replica is seen
+  by the next stage at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import BinaryIO
+
+import nats.js.errors
+from nats.js import JetStreamContext, api
+
+from quire.blobstore import (
+    DEFAULT_OWNER,
+    SealedBlobStore,
+    StorageWrite,
+    check_key,
+    injected_fault,
+)
+from quire.datakeys import DataKeys
+from quire.errors import PermanentError, TransientError
+from quire.kek import KekRing
+from quire.natskeyring import (
+    EXPECTED_LAST_SUBJECT_SEQUENCE,
+    WRONG_LAST_SEQUENCE,
+    NatsKeyRing,
+    keyring_config,
+)
+from quire.natsport import NatsPort
+from quire.reasons import ReasonCode
+
+__all__ = ["BLOB_BUCKET", "CHUNK_BYTES", "NatsBlobStore", "ensure_blob_buckets"]
+
+log = logging.getLogger(__name__)
+
+BLOB_BUCKET = "QUIRE_BLOBS"
+STREAM = f"OBJ_{BLOB_BUCKET}"
+CHUNK_BYTES = 128 * 1024
+_DIGEST_PREFIX = "SHA-256="
+_REPLACE_ATTEMPTS = 10
+
+
+def _meta_subject(key: str) -> str:
+    return f"$O.{BLOB_BUCKET}.M.{base64.urlsafe_b64encode(key.encode()).decode()}"
+
+
+def _chunk_subject(nuid: str) -> str:
+    return f"$O.{BLOB_BUCKET}.C.{nuid}"
+
+
+def _corrupt() -> PermanentError:
+    return PermanentError(ReasonCode.DIGEST_MISMATCH, "stored blob does not match digest")
+
+
+def _missing() -> PermanentError:
+    return PermanentError(ReasonCode.SOURCE_MISSING, "blob missing")
+
+
+@dataclass(frozen=True)
+class _Meta:
+    sequence: int
+    """The meta message's stream sequence (0: the key never existed)."""
+    info: dict[str, object]
+
+    @property
+    def live(self) -> bool:
+        return self.sequence > 0 and not self.info.get("deleted")
+
+    @property
+    def nuid(self) -> str:
+        return str(self.info.get("nuid") or "")
+
+
+async def ensure_blob_buckets(js: JetStreamContext, replicas: int) -> None:
+    """Create the blob object store and the key-ring bucket if missing."""
+    try:
+        await js.stream_info(STREAM)
+    except nats.js.errors.NotFoundError:
+        with contextlib.suppress(nats.js.errors.BadRequestError):  # made concurrently
+            await js.create_object_store(
+                BLOB_BUCKET,
+                api.ObjectStoreConfig(replicas=replicas, storage=api.StorageType.FILE),
+            )
+    try:
+        await js.stream_info(f"KV_{keyring_config(replicas).bucket}")
+    except nats.js.errors.NotFoundError:
+        with contextlib.suppress(nats.js.errors.BadRequestError):
+            await js.create_key_value(keyring_config(replicas))
+
+
+class NatsBlobStore(SealedBlobStore):
+    """Blobs in the ``QUIRE_BLOBS`` object store through ``port``; the
+    temporary space ``tmp_dir`` is on this host's disk."""
+
+    def __init__(
+        self, port: NatsPort, keys: DataKeys, tmp_dir: Path, *, owner: str = DEFAULT_OWNER
+    ) -> None:
+        super().__init__(keys, tmp_dir, owner=owner)
+        self._port = port
+
+    @classmethod
+    def open(
+        cls, port: NatsPort, keks: KekRing, tmp_dir: Path, *, owner: str = DEFAULT_OWNER
+    ) -> NatsBlobStore:
+        """The store on ``port``, its data keys in the bucket's key ring."""
+        return cls(port, DataKeys(NatsKeyRing(port), keks), tmp_dir, owner=owner)
+
+    def owned_by(self, owner: str) -> NatsBlobStore:
+        """The same store and connection, its temporary entries named after ``owner``."""
+        return NatsBlobStore(self._port, self.keys, self.tmp_dir, owner=owner)
+
+    def close(self) -> None:
+        self._port.close()
+
+    def _meta(self, key: str) -> _Meta:
+        async def get() -> _Meta:
+            try:
+                msg = await self._port.js.get_msg(STREAM, subject=_meta_subject(key))
+            except nats.js.errors.NotFoundError:
+                return _Meta(0, {})
+            try:
+                info = json.loads(msg.data or b"")
+            except ValueError:
+                raise _corrupt() from None
+            return _Meta(msg.seq or 0, info if isinstance(info, dict) else {})
+
+        return self._port.run(get)
+
+    def exists(self, key: str) -> bool:
+        return self._meta(check_key(key)).live
+
+    def list_keys(self, prefix: str) -> list[str]:
+        """Every live key under ``prefix``, sorted (one request per object: for tools)."""
+
+        async def subjects() -> dict[str, int]:
+            filter_subject = f"$O.{BLOB_BUCKET}.M.>"
+            info = await self._port.js.stream_info(STREAM, subjects_filter=filter_subject)
+            return dict(info.state.subjects or {})
+
+        keys = []
+        for subject in self._port.run(subjects):
+            encoded = subject.rsplit(".", 1)[-1]
+            key = base64.urlsafe_b64decode(encoded).decode(errors="replace")
+            if key.startswith(prefix) and self._meta(key).live:
+                keys.append(key)
+        return sorted(keys)
+
+    def delete(self, key: str) -> None:
+        meta = self._meta(check_key(key))
+        if not meta.live:
+            return
+        marker = {**meta.info, "deleted": True, "size": 0, "chunks": 0, "digest": ""}
+        self._port.run(self._publish_meta, key, marker, meta.sequence)
+        self._port.run(self._purge, meta.nuid)
+
+    def promote_sealed(self, temp: Path, key: str, *, exclusive: bool = False) -> bool:
+        """Upload a finished sealed temporary file under ``key``; it is gone afterwards."""
+        check_key(key)
+        try:
+            with StorageWrite("blob not promoted"):
+                injected_fault(self.faults_dir)
+            current = self._meta(key)
+            if exclusive and current.live:
+                return False
+            nuid = secrets.token_hex(16)
+            info = self._port.run(self._upload, temp, key, nuid)
+            return self._settle(key, info, current, exclusive=exclusive)
+        finally:
+            with contextlib.suppress(OSError):
+                temp.unlink(missing_ok=True)
+
+    def _settle(
+        self, key: str, info: dict[str, object], current: _Meta, *, exclusive: bool
+    ) -> bool:
+        """Publish the meta message by compare-and-set; purge what it replaced
+        (or, when it was not published, its own chunks)."""
+        published = False
+        try:
+            for _ in range(_REPLACE_ATTEMPTS):
+                if self._port.run(self._publish_meta, key, info, current.sequence):
+                    published = True
+                    break
+                current = self._meta(key)
+                if exclusive and current.live:
+                    return False
+            else:
+                raise TransientError(ReasonCode.STORAGE_UNAVAILABLE, "blob key contended")
+        finally:
+            if not published:
+                self._purge_quietly(str(info["nuid"]))
+        if current.live:
+            self._purge_quietly(current.nuid)
+        return True
+
+    def _purge_quietly(self, nuid: str) -> None:
+        """Purge chunks no object names any more; a failure only leaks space."""
+        try:
+            self._port.run(self._purge, nuid)
+        except Exception as error:  # noqa: BLE001 - the blob itself is settled
+            log.warning("unreferenced blob chunks not purged (%s)", type(error).__name__)
+
+    async def _upload(self, temp: Path, key: str, nuid: str) -> dict[str, object]:
+        js = self._port.js
+        digest = hashlib.sha256()
+        size = chunks = 0
+        try:
+            with open(temp, "rb") as handle:
+                while data := handle.read(CHUNK_BYTES):
+                    await js.publish(_chunk_subject(nuid), data)
+                    digest.update(data)
+                    size += len(data)
+                    chunks += 1
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self._purge(nuid)
+            raise
+        return {
+            "name": key,
+            "bucket": BLOB_BUCKET,
+            "nuid": nuid,
+            "size": size,
+            "chunks": chunks,
+            "digest": _DIGEST_PREFIX + base64.urlsafe_b64encode(digest.digest()).decode(),
+            "mtime": datetime.now(UTC).isoformat(),
+            "options": {"max_chunk_size": CHUNK_BYTES},
+        }
+
+    async def _publish_meta(self, key: str, info: dict[str, object], expected: int) -> bool:
+        headers = {api.Header.ROLLUP: "sub", EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected)}
+        try:
+            await self._port.js.publish(
+                _meta_subject(key), json.dumps(info).encode(), headers=headers
+            )
+        except nats.js.errors.APIError as error:
+            if error.err_code == WRONG_LAST_SEQUENCE:
+                return False
+            raise
+        return True
+
+    async def _purge(self, nuid: str) -> None:
+        if nuid:
+            await self._port.js.purge_stream(STREAM, subject=_chunk_subject(nuid))
+
+    @contextlib.contextmanager
+    def open_sealed(self, key: str) -> Iterator[BinaryIO]:
+        fd, path = self.make_temp_file("read")
+        try:
+            with os.fdopen(fd, "w+b") as handle:
+                self._download(key, handle)
+                handle.seek(0)
+                yield handle
+        finally:
+            path.unlink(missing_ok=True)
+
+    def _download(self, key: str, out: BinaryIO) -> None:
+        """The sealed bytes of ``key`` into ``out``; started again if the
+        object is replaced midway (its old chunks purged)."""
+        for _ in range(_REPLACE_ATTEMPTS):
+            meta = self._meta(key)
+            if not meta.live:
+                raise _missing()
+            out.seek(0)
+            out.truncate()
+            if self._port.run(self._fetch, meta, out):
+                return
+            if self._meta(key).sequence == meta.sequence:
+                raise _corrupt()  # chunks gone under an unchanged object
+        raise _missing()
+
+    async def _fetch(self, meta: _Meta, out: BinaryIO) -> bool:
+        """Copy the object's chunks, one at a time; False if one is gone."""
+        js = self._port.js
+        digest = hashlib.sha256()
+        sequence, size = 1, 0
+        for _ in range(int(str(meta.info.get("chunks", 0)))):
+            try:
+                msg = await js.get_msg(
+                    STREAM, seq=sequence, subject=_chunk_subject(meta.nuid), next=True
+                )
+            except nats.js.errors.NotFoundError:
+                return False
+            if (msg.seq or 0) > meta.sequence:
+                raise _corrupt()  # a chunk stored after the object was complete
+            data = msg.data or b""
+            out.write(data)
+            digest.update(data)
+            size += len(data)
+            sequence = (msg.seq or 0) + 1
+        stored = _DIGEST_PREFIX + base64.urlsafe_b64encode(digest.digest()).decode()
+        if size != meta.info.get("size") or stored != meta.info.get("digest"):
+            raise _corrupt()
+        return True
