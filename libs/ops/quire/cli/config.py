@@ -35,10 +35,10 @@ class ClientConfig:
         )
         token = os.environ.get("QUIRE_TOKEN") or (info.token() if info else "")
         operator = os.environ.get("QUIRE_OPERATOR_TOKEN") or (info.operator_token() if info else "")
-        if not admission or not token:
+        if not admission or not (token or operator):
             raise SystemExit(
                 f"no running stack found in {data_dir}: start one with `quire up` "
-                "or set QUIRE_ADMISSION_ADDR and QUIRE_TOKEN"
+                "or set QUIRE_ADMISSION_ADDR and QUIRE_TOKEN (or QUIRE_OPERATOR_TOKEN)"
             )
         return cls(
             admission=admission,

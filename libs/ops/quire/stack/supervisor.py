@@ -70,7 +70,10 @@ class StackInfo:
         return cls(**json.loads((data_dir / STACK_FILE).read_text()))
 
     def token(self) -> str:
-        return Path(self.token_file).read_text().strip()
+        """The development tenant's token; empty when there is none (an
+        operator token was configured, so no development tenant was made)."""
+        path = Path(self.token_file)
+        return path.read_text().strip() if path.exists() else ""
 
     def operator_token(self) -> str:
         """The configured operator token, or the one admission wrote beside the
