@@ -188,7 +188,9 @@ def test_stored_bytes_that_changed_fail_with_digest_mismatch(
     assert _temp_entries(store) == []
 
 
-def test_nats_a_lost_chunk_fails_with_digest_mismatch(nats_server: NatsServer, tmp_path: Path) -> None:
+def test_nats_a_lost_chunk_fails_with_digest_mismatch(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
     store = _nats_replica(nats_server.url, made_up_ring(), tmp_path / "tmp")
     try:
         data = os.urandom(3 * 128 * 1024 + 5)

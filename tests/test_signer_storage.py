@@ -13,7 +13,7 @@ import pytest
 from quire.errors import SystemFailure, TransientError
 from quire.leases import Lease
 from quire.reasons import ReasonCode
-from quire.signer.keystore import SigningKey
+from quire.signer.keystore import SigningKey, SigningMaterial
 from quire.signer.work import SignerWork
 from quire.testing.sealedstore import sealed_store
 from quire.type import job_pb2, queue_pb2
@@ -42,6 +42,9 @@ class _OneKey:
 
     async def active(self) -> SigningKey:
         return self._key
+
+    def material(self, key: SigningKey) -> SigningMaterial:
+        return SigningMaterial(key.key_path, key.cert_path)
 
 
 @pytest.mark.parametrize(
