@@ -20,6 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from test_faults_common import ledger_rows, running_stack, wait_all
 
 from quire.client import PacketItem
+from quire.errors import InvalidSetting
 from quire.jobs import state_name
 from quire.runtime import connect_nats
 from quire.settings import (
@@ -186,5 +187,5 @@ async def test_an_operator_changes_a_stage_limit_and_the_consumers_follow(
 
 
 def test_a_stage_limit_below_two_is_refused_at_start() -> None:
-    with pytest.raises(ValueError, match="QUIRE_VALIDATOR_STAGE_LIMIT"):
+    with pytest.raises(InvalidSetting, match="QUIRE_VALIDATOR_STAGE_LIMIT"):
         QueueSettings.from_env({"QUIRE_VALIDATOR_STAGE_LIMIT": "1"})

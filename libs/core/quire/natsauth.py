@@ -61,15 +61,13 @@ _GATE = (
 _BLOBS = (
     # The NATS blob backend (QUIRE_BLOB_BACKEND=nats): object chunks and meta
     # messages, reads from the stream leader, purging replaced chunks, and the
-    # wrapped data keys. A service may create these two buckets if no
-    # provisioning job did, and nothing else.
+    # wrapped data keys. The buckets themselves are made by whoever provisions
+    # the topology (``ensure_topology``), never by a service.
     f"$O.{BLOB_BUCKET}.>",
     f"$JS.API.STREAM.MSG.GET.OBJ_{BLOB_BUCKET}",
     f"$JS.API.STREAM.PURGE.OBJ_{BLOB_BUCKET}",
-    f"$JS.API.STREAM.CREATE.OBJ_{BLOB_BUCKET}",
     f"$KV.{KEYRING_BUCKET}.>",
     f"$JS.API.STREAM.MSG.GET.KV_{KEYRING_BUCKET}",
-    f"$JS.API.STREAM.CREATE.KV_{KEYRING_BUCKET}",
 )
 
 

@@ -18,6 +18,8 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import BucketNotFoundError
 
 from quire.jobgate import GATE_BUCKET
+from quire.natsblobs import BLOB_BUCKET, ensure_blob_buckets
+from quire.natskeyring import KEYRING_BUCKET
 from quire.pipeline import STAGES
 from quire.settings import QueueSettings
 
@@ -172,6 +174,7 @@ async def ensure_topology(js: JetStreamContext, queue: QueueSettings) -> None:
         ),
     )
     await _ensure_gate_bucket(js, queue.replicas)
+    await ensure_blob_buckets(js, queue.replicas)
 
 
 def priority_shares(limit: int) -> dict[str, int]:
@@ -183,11 +186,18 @@ def priority_shares(limit: int) -> dict[str, int]:
 
 
 async def wait_for_topology(js: JetStreamContext, timeout: float = 120.0) -> None:
-    """Return once the streams and the job-gate bucket exist (made by an operator)."""
+    """Return once the streams and the buckets exist (made by an operator)."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         try:
-            for stream in (WORK_STREAM, EVENTS_STREAM, DEAD_STREAM, f"KV_{GATE_BUCKET}"):
+            for stream in (
+                WORK_STREAM,
+                EVENTS_STREAM,
+                DEAD_STREAM,
+                f"KV_{GATE_BUCKET}",
+                f"OBJ_{BLOB_BUCKET}",
+                f"KV_{KEYRING_BUCKET}",
+            ):
                 await js.stream_info(stream)
             return
         except Exception:  # noqa: BLE001 - not provisioned yet, or NATS restarting
