@@ -9,7 +9,7 @@ PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 # built as wheels by `make wheels`.
 DIST_PROJECTS := gen libs/core libs/ops libs/testing $(sort $(wildcard services/*))
 
-.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine load soak venv wheels clean
+.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine load soak multinode venv wheels clean
 
 venv: $(VENV)/.installed
 
@@ -37,6 +37,11 @@ bench: venv
 
 soak: venv
 	$(PY) bench/soak.py
+
+# Two replicas of every service on a 3-node NATS cluster and PostgreSQL, 200
+# jobs, a NATS node and one replica of each killed midway (the suite runs 40).
+multinode: venv system-deps
+	MULTINODE_JOBS=200 $(PY) -m pytest -q tests/test_multinode.py
 
 bench-admission: venv
 	$(PY) bench/admission_bench.py
