@@ -17,6 +17,7 @@ from nats.js import JetStreamContext
 from quire.admission.tempguard import TempSpaceGuard
 from quire.blobstore import storage_error
 from quire.errors import Overloaded, SystemFailure, TransientError
+from quire.faultyblobs import FaultInjectingBlobStore
 from quire.reasons import ReasonCode
 from quire.settings import TempSpaceSettings
 from quire.tempspace import (
@@ -136,12 +137,11 @@ def test_temporary_entries_are_named_after_their_owner(tmp_path: Path) -> None:
     ],
 )
 def test_a_storage_fault_refuses_every_write_and_leaves_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, kind: type, reason: ReasonCode
+    tmp_path: Path, fault: str, kind: type, reason: ReasonCode
 ) -> None:
     faults = tmp_path / "faults"
     faults.mkdir()
-    monkeypatch.setenv("QUIRE_FAULTS_DIR", str(faults))
-    store = sealed_store(tmp_path / "blobs", owner="admission")
+    store = FaultInjectingBlobStore(sealed_store(tmp_path / "blobs", owner="admission"), faults)
     finished = store.new_temp()
     _fill(finished, 5)
     writer = store.writer("t")
@@ -328,3 +328,25 @@ async def test_a_message_held_at_a_closed_gate_is_released_when_the_worker_drain
         assert handled == [b"job"], "handed back at once, not after its 30 s ack wait"
     finally:
         await successor.drain()
+
+
+def test_without_a_faults_folder_the_store_has_no_fault_wrapper(tmp_path: Path) -> None:
+    """Production opens the bare store: the fault checks are not in its write path."""
+    from quire.settings import ServiceSettings
+    from quire.storage import open_blob_store
+
+    env = {"QUIRE_DATA_DIR": str(tmp_path), "QUIRE_KEK_FILE": str(_ring(tmp_path))}
+    bare = open_blob_store(ServiceSettings.from_env("admission", env))
+    assert not isinstance(bare, FaultInjectingBlobStore)
+    wrapped = open_blob_store(
+        ServiceSettings.from_env("admission", {**env, "QUIRE_FAULTS_DIR": str(tmp_path / "f")})
+    )
+    assert isinstance(wrapped, FaultInjectingBlobStore)
+
+
+def _ring(tmp_path: Path) -> Path:
+    from quire.kek import new_ring_line
+
+    ring = tmp_path.parent / f"{tmp_path.name}-kek.ring"
+    ring.write_text(new_ring_line("test-1"))
+    return ring

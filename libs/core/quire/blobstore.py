@@ -71,7 +71,6 @@ __all__ = [
     "signed_key",
     "storage_error",
     "StorageWrite",
-    "injected_fault",
     "tenant_of_key",
 ]
 
@@ -87,21 +86,6 @@ def storage_error(error: OSError, message: str) -> QuireError:
     if error.errno in REFUSING_WRITES:
         return SystemFailure(ReasonCode.STORAGE_FAILED, message)
     return TransientError(ReasonCode.STORAGE_UNAVAILABLE, message)
-
-
-def _faults_dir() -> Path | None:
-    value = os.environ.get("QUIRE_FAULTS_DIR", "")
-    return Path(value) if value else None
-
-
-def injected_fault(faults_dir: Path | None) -> None:
-    """Raise the storage fault a test put in place, if any (tests only)."""
-    if faults_dir is None:
-        return
-    if (faults_dir / "storage.permanent").exists():
-        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
-    if (faults_dir / "storage.transient").exists():
-        raise OSError(errno.EIO, os.strerror(errno.EIO))
 
 
 def source_key(tenant: str, sha256: str) -> str:
@@ -189,7 +173,6 @@ class BlobWriter:
         if self._max_bytes is not None and self.size + len(data) > self._max_bytes:
             raise InvalidInput(ReasonCode.SIZE_EXCEEDS_DECLARATION, "more bytes than declared")
         with StorageWrite("blob write failed"):
-            injected_fault(self._store.faults_dir)
             self._file.write(self._sealer.update(data))
         self._hash.update(data)
         self.size += len(data)
@@ -247,11 +230,18 @@ class BlobStore(Protocol):
     disk, named after ``owner`` (``quire.tempspace``), whatever the backend.
     """
 
-    keys: DataKeys
-    """The tenants' data keys (admission asks for one before taking an upload)."""
-    owner: str
-    tmp_dir: Path
-    """This process's temporary space: measured, budgeted and swept by ``TempKeeper``."""
+    @property
+    def keys(self) -> DataKeys:
+        """The tenants' data keys (admission asks for one before taking an upload)."""
+        ...
+
+    @property
+    def owner(self) -> str: ...
+
+    @property
+    def tmp_dir(self) -> Path:
+        """This process's temporary space: measured, budgeted and swept by ``TempKeeper``."""
+        ...
 
     def owned_by(self, owner: str) -> BlobStore: ...
     def writer(self, tenant: str, *, max_bytes: int | None = None) -> BlobWriter: ...
@@ -279,8 +269,6 @@ class SealedBlobStore:
         self.owner = owner
         self.tmp_dir = tmp_dir
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
-        self.faults_dir = _faults_dir()
-        """Where the tests put storage faults; None (nothing checked) in production."""
 
     def promote_sealed(self, temp: Path, key: str, *, exclusive: bool = False) -> bool:
         """Promote a finished sealed temporary file; it is gone afterwards."""
@@ -300,7 +288,6 @@ class SealedBlobStore:
     def make_temp_file(self, kind: str) -> tuple[int, Path]:
         """An exclusively created temporary file, open for writing: (fd, path)."""
         with StorageWrite("temporary file not created"):
-            injected_fault(self.faults_dir)
             fd, name = tempfile.mkstemp(dir=self.tmp_dir, prefix=temp_prefix(self.owner, kind))
         return fd, Path(name)
 
@@ -313,7 +300,6 @@ class SealedBlobStore:
     def new_temp_dir(self, kind: str = "attempt") -> Path:
         """A private (0700), exclusively created temporary directory for one attempt."""
         with StorageWrite("temporary directory not created"):
-            injected_fault(self.faults_dir)
             name = tempfile.mkdtemp(dir=self.tmp_dir, prefix=temp_prefix(self.owner, kind))
         return Path(name)
 

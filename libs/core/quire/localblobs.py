@@ -17,7 +17,6 @@ from quire.blobstore import (
     SealedBlobStore,
     StorageWrite,
     check_key,
-    injected_fault,
 )
 from quire.datakeys import DataKeys
 from quire.errors import PermanentError, TransientError
@@ -73,7 +72,6 @@ class LocalBlobStore(SealedBlobStore):
     def promote_sealed(self, temp: Path, key: str, *, exclusive: bool = False) -> bool:
         try:
             with StorageWrite("blob not promoted"):
-                injected_fault(self.faults_dir)
                 with open(temp, "rb") as handle:
                     os.fsync(handle.fileno())
                 return self._promote(temp, key, exclusive=exclusive)

@@ -49,9 +49,7 @@ from nats.js import JetStreamContext, api
 from quire.blobstore import (
     DEFAULT_OWNER,
     SealedBlobStore,
-    StorageWrite,
     check_key,
-    injected_fault,
 )
 from quire.datakeys import DataKeys
 from quire.errors import PermanentError, TransientError
@@ -193,8 +191,6 @@ class NatsBlobStore(SealedBlobStore):
         """Upload a finished sealed temporary file under ``key``; it is gone afterwards."""
         check_key(key)
         try:
-            with StorageWrite("blob not promoted"):
-                injected_fault(self.faults_dir)
             current = self._meta(key)
             if exclusive and current.live:
                 return False

@@ -226,6 +226,8 @@ class ServiceSettings:
     kek: KekSettings = field(default_factory=KekSettings)
     """Where the key-encryption keys that wrap tenants' data keys come from (``quire.kek``)."""
     blob_backend: str = "local"
+    faults_dir: Path | None = None
+    """Where the fault tests put their faults (``QUIRE_FAULTS_DIR``); never set in production."""
     """Where blobs live: ``local`` (a directory) or ``nats`` (``QUIRE_BLOB_BACKEND``)."""
 
     @classmethod
@@ -265,6 +267,7 @@ class ServiceSettings:
             nats_password_file=_nats_login(env, service)[1],
             kek=KekSettings.from_env(env),
             blob_backend=blob_backend(env),
+            faults_dir=_optional_path(env, "QUIRE_FAULTS_DIR"),
         )
 
     @property

@@ -41,10 +41,17 @@ def open_blob_store(
     """The backend ``settings`` names, under the KEKs of ``kek`` (default:
     the service's own); KekConfigError without a usable KEK."""
     keks = load_kek_ring(settings.kek if kek is None else kek, settings.data_dir)
+    store: BlobStore
     if settings.blob_backend == NATS:
-        return _open_nats(settings, keks, owner)
-    root = settings.blob_root
-    return LocalBlobStore(root, DataKeys(root, keks), owner=owner)
+        store = _open_nats(settings, keks, owner)
+    else:
+        root = settings.blob_root
+        store = LocalBlobStore(root, DataKeys(root, keks), owner=owner)
+    if settings.faults_dir is not None:  # the fault tests' storage faults, never production's
+        from quire.faultyblobs import FaultInjectingBlobStore
+
+        return FaultInjectingBlobStore(store, settings.faults_dir)
+    return store
 
 
 def _open_nats(settings: ServiceSettings, keks: KekRing, owner: str) -> BlobStore:
