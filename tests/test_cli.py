@@ -8,30 +8,15 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from quire.stack.natsserver import NatsServer
-from quire.testing.quirecli import QUIRE, ROOT, run_quire
+from quire.testing.quirecli import QUIRE, ROOT, read_until, run_quire
 from quire.type import job_pb2, queue_pb2
 
 pytestmark = pytest.mark.stack
-
-
-def _read_until(process: subprocess.Popen[str], marker: str, timeout: float) -> str:
-    seen = []
-    deadline = time.monotonic() + timeout
-    assert process.stdout is not None
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if marker in line:
-            return "".join(seen)
-    raise AssertionError(f"{marker!r} not printed; output so far:\n{''.join(seen)}")
 
 
 def test_up_sends_the_example_then_the_cli_drives_the_stack(
@@ -48,7 +33,7 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         env=env,
     )
     try:
-        printed = _read_until(up, "serving; press Ctrl-C to stop", timeout=120)
+        printed = read_until(up, "serving; press Ctrl-C to stop", timeout=120)
         assert f"NATS JetStream: {nats_server.url}" in printed, "QUIRE_NATS_URL is used as given"
         assert "development token: qt_" in printed
         assert "(verified)" in printed

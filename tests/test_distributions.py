@@ -11,12 +11,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from quire.testing.quirecli import ROOT
+from quire.testing.quirecli import ROOT, read_until
 
 pytestmark = pytest.mark.stack
 
@@ -144,7 +143,7 @@ def test_one_service_installs_from_its_wheel_with_only_what_it_needs_then_the_wh
         text=True,
     )
     try:
-        printed = _read_until(up, "serving; press Ctrl-C to stop", timeout=180)
+        printed = read_until(up, "serving; press Ctrl-C to stop", timeout=180)
         assert "(verified)" in printed, printed
     finally:
         up.send_signal(signal.SIGINT)
@@ -154,17 +153,3 @@ def test_one_service_installs_from_its_wheel_with_only_what_it_needs_then_the_wh
             up.kill()
             up.wait()
     assert up.returncode == 0
-
-
-def _read_until(process: subprocess.Popen[str], marker: str, timeout: float) -> str:
-    seen: list[str] = []
-    deadline = time.monotonic() + timeout
-    assert process.stdout is not None
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if marker in line:
-            return "".join(seen)
-    raise AssertionError(f"{marker!r} not printed; output so far:\n{''.join(seen)}")

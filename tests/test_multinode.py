@@ -24,31 +24,19 @@ from test_faults_common import wait_all
 
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.invariants import check
-from quire.jobgate import GATE_BUCKET
 from quire.jobs import state_name
-from quire.natsblobs import BLOB_BUCKET
-from quire.natskeyring import KEYRING_BUCKET
 from quire.runtime import connect_nats
 from quire.settings import SERVICES
 from quire.stack.natsserver import NatsServer
 from quire.testing.multinode import MultiNode
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.soak import SOAK_ENV
-from quire.workqueue.topology import DEAD_STREAM, EVENTS_STREAM, WORK_STREAM
+from quire.workqueue.topology import TOPOLOGY_STREAMS, WORK_STREAM
 
 pytestmark = pytest.mark.stack
 
 JOBS = int(os.environ.get("MULTINODE_JOBS", "40"))
 T = TypeVar("T")
-REPLICATED = (
-    WORK_STREAM,
-    EVENTS_STREAM,
-    DEAD_STREAM,
-    f"KV_{GATE_BUCKET}",
-    f"OBJ_{BLOB_BUCKET}",
-    f"KV_{KEYRING_BUCKET}",
-)
-"""Every stream and bucket: a copy on each of the three nodes."""
 
 
 @pytest.fixture
@@ -65,7 +53,7 @@ async def test_two_replicas_of_everything_survive_losing_a_nats_node_and_one_of_
     nc = await connect_nats(nodes.cluster.url, "test")
     try:
         js = nc.jetstream(timeout=10)
-        for stream in REPLICATED:
+        for stream in TOPOLOGY_STREAMS:
             described = await js.stream_info(stream)
             assert described.config.num_replicas == 3, stream
             assert described.cluster is not None and len(described.cluster.replicas or []) == 2

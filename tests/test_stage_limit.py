@@ -9,14 +9,11 @@ import asyncio
 import sqlite3
 import subprocess
 import sys
-import time
 import uuid
 from datetime import datetime
 from pathlib import Path
 
-import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from test_faults_common import ledger_rows, running_stack, wait_all
 
 from quire.client import PacketItem
@@ -31,6 +28,7 @@ from quire.settings import (
 )
 from quire.stack.natsserver import NatsServer
 from quire.stack.ports import free_port
+from quire.testing.multinode import wait_healthy
 from quire.testing.pdfs import write_text_pdf
 from quire.type import queue_pb2
 from quire.workqueue.topology import (
@@ -75,22 +73,6 @@ def _spawn_replica(
     return process, health
 
 
-def _wait_serving(health: str, process: subprocess.Popen[bytes], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(health) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            assert process.poll() is None, "a replica exited before serving"
-            try:
-                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.2)
-    raise AssertionError("a replica did not become healthy")
-
-
 def _peak(intervals: list[tuple[datetime, datetime]]) -> int:
     """Most intervals open at one instant (an end before a start at a tie)."""
     edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
@@ -116,7 +98,7 @@ async def test_ten_replicas_of_a_stage_never_hold_more_jobs_than_its_limit(
         replicas = [_spawn_replica(env, n, logs) for n in range(1, REPLICAS)]
         try:
             for process, health in replicas:
-                await asyncio.to_thread(_wait_serving, health, process)
+                await asyncio.to_thread(wait_healthy, health, process, "an assembler replica")
             # Sources big enough that assembling one packet takes a while.
             digests = []
             for index in range(3):

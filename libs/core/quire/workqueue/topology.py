@@ -38,6 +38,7 @@ __all__ = [
     "redriven",
     "dead_subject",
     "DEAD_BOOK_CONSUMER",
+    "TOPOLOGY_STREAMS",
     "ensure_topology",
     "priority_shares",
     "wait_for_topology",
@@ -57,6 +58,17 @@ MAX_DELIVERIES_ADVISORY = f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{WORK_STR
 the dead-letter stream so none is missed while no listener runs."""
 """Signed ledger checkpoints, kept on the events stream beside (not among) events."""
 EVENTS_MAX_AGE_SECONDS = 30 * 24 * 3600.0
+
+
+TOPOLOGY_STREAMS = (
+    WORK_STREAM,
+    EVENTS_STREAM,
+    DEAD_STREAM,
+    f"KV_{GATE_BUCKET}",
+    f"OBJ_{BLOB_BUCKET}",
+    f"KV_{KEYRING_BUCKET}",
+)
+"""Every stream and bucket provisioning makes, each with ``QueueSettings.replicas`` copies."""
 
 
 def work_subject(stage: str, priority: str) -> str:
@@ -190,14 +202,7 @@ async def wait_for_topology(js: JetStreamContext, timeout: float = 120.0) -> Non
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         try:
-            for stream in (
-                WORK_STREAM,
-                EVENTS_STREAM,
-                DEAD_STREAM,
-                f"KV_{GATE_BUCKET}",
-                f"OBJ_{BLOB_BUCKET}",
-                f"KV_{KEYRING_BUCKET}",
-            ):
+            for stream in TOPOLOGY_STREAMS:
                 await js.stream_info(stream)
             return
         except Exception:  # noqa: BLE001 - not provisioned yet, or NATS restarting

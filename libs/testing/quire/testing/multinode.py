@@ -37,7 +37,7 @@ from quire.stack.ports import free_port
 from quire.stack.postgres import PostgresServer, postgres_binaries
 from quire.workqueue.topology import ensure_topology
 
-__all__ = ["MultiNode", "Replica"]
+__all__ = ["MultiNode", "Replica", "wait_healthy"]
 
 HEALTH_TIMEOUT_SECONDS = 180.0
 
@@ -217,12 +217,23 @@ class MultiNode:
 
 
 def wait_serving(replica: Replica, timeout: float = HEALTH_TIMEOUT_SECONDS) -> None:
+    assert replica.process is not None
+    wait_healthy(replica.health, replica.process, f"{replica.name} ({replica.directory})", timeout)
+
+
+def wait_healthy(
+    health: str,
+    process: subprocess.Popen[bytes],
+    name: str,
+    timeout: float = HEALTH_TIMEOUT_SECONDS,
+) -> None:
+    """Until the service process answers SERVING on its health address."""
     deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(replica.health) as channel:
+    with grpc.insecure_channel(health) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
-            if replica.process is not None and replica.process.poll() is not None:
-                raise RuntimeError(f"{replica.name} exited; see {replica.directory}/service.log")
+            if process.poll() is not None:
+                raise RuntimeError(f"{name} exited before serving")
             try:
                 reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
@@ -230,4 +241,4 @@ def wait_serving(replica: Replica, timeout: float = HEALTH_TIMEOUT_SECONDS) -> N
             except grpc.RpcError:
                 pass
             time.sleep(0.2)
-    raise TimeoutError(f"{replica.name} did not become healthy")
+    raise TimeoutError(f"{name} did not become healthy")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-__all__ = ["QUIRE", "ROOT", "run_quire"]
+__all__ = ["QUIRE", "ROOT", "read_until", "run_quire"]
 
 ROOT = Path(__file__).resolve().parents[4]
 """The repository (``libs/testing/quire/testing/`` is four folders down): the
@@ -22,3 +23,19 @@ def run_quire(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
         timeout=120,
         cwd=ROOT,
     )
+
+
+def read_until(process: subprocess.Popen[str], marker: str, timeout: float) -> str:
+    """What a long-running command (``quire up``) printed, up to the line with
+    ``marker``; fails with everything printed so far if it never comes."""
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    assert process.stdout is not None
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if marker in line:
+            return "".join(seen)
+    raise AssertionError(f"{marker!r} not printed; output so far:\n{''.join(seen)}")
