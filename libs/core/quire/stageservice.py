@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,14 +20,14 @@ from quire.peers import Peers
 from quire.pipeline import Stage
 from quire.runtime import load_wire, start_runtime
 from quire.sandbox import SandboxPool
-from quire.settings import ServiceSettings, TempSpaceSettings
+from quire.settings import SandboxSettings, ServiceSettings, TempSpaceSettings
 from quire.stage import StageRunner, StageWork
 from quire.storage import open_blob_store
 from quire.tempspace import TempKeeper
 from quire.transitions import EventFactory
 from quire.workqueue import WORK_STREAM, Publisher, WorkQueueWorker, consumer_name
 
-__all__ = ["StageService", "Registrar", "run_stage_service", "batch_slots"]
+__all__ = ["StageConfig", "StageService", "Registrar", "run_stage_service", "batch_slots"]
 
 Registrar = Callable[[grpc.aio.Server], None]
 """Adds the stage's gRPC servicer to a server."""
@@ -37,6 +36,24 @@ Registrar = Callable[[grpc.aio.Server], None]
 def batch_slots(concurrency: int) -> int:
     """Batch work gets half the capacity interactive work has, and at least one slot."""
     return max(1, concurrency // 2)
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """Every setting a stage process reads, read at once in its ``main``."""
+
+    service: ServiceSettings
+    sandbox: SandboxSettings
+    """The worker processes that do the stage's PDF work."""
+    temp_space: TempSpaceSettings
+
+    @classmethod
+    def from_env(cls, service: str, env: Mapping[str, str]) -> StageConfig:
+        return cls(
+            service=ServiceSettings.from_env(service, env),
+            sandbox=SandboxSettings.from_env(env, service),
+            temp_space=TempSpaceSettings.from_env(env, service),
+        )
 
 
 @dataclass(frozen=True)
@@ -53,7 +70,7 @@ class StageService:
 
 
 async def run_stage_service(
-    settings: ServiceSettings,
+    config: StageConfig,
     spec: StageService,
     *,
     build: Callable[[Database, BlobStore, JobGate, Publisher], tuple[StageWork, Registrar]],
@@ -66,6 +83,7 @@ async def run_stage_service(
     space and warms ``sandbox``; while its temporary bytes are over budget it
     takes no new work (in-flight work finishes).
     """
+    settings = config.service
     nc, js = await start_runtime(settings)
     wire = load_wire(settings)
     database = Database(settings.database_url, spec.metadata)
@@ -75,7 +93,7 @@ async def run_stage_service(
     blobs = await asyncio.to_thread(open_blob_store, settings, owner=settings.service)
     keeper = TempKeeper(
         blobs.tmp_dir,
-        TempSpaceSettings.from_env(os.environ, settings.service),
+        config.temp_space,
         service=settings.service,
     )
     gate = await JobGate.open(js, wire.signer, wire.verifier)

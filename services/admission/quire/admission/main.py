@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 
 import grpc
 
@@ -13,6 +12,7 @@ from quire.admission.admin import TenantAdminServicer
 from quire.admission.backlog import QueueAgeProbe
 from quire.admission.cancellation import Canceller
 from quire.admission.catalog import RulesetCatalog
+from quire.admission.config import AdmissionConfig
 from quire.admission.dispatch import Dispatcher
 from quire.admission.intake import Intake
 from quire.admission.jobviews import JobViews
@@ -20,7 +20,7 @@ from quire.admission.outstanding import OutstandingJobs
 from quire.admission.reconciler import Reconciler
 from quire.admission.servicer import AdmissionServicer
 from quire.admission.tempguard import TempSpaceGuard
-from quire.admission.tenants import TenantDirectory, configured_operator_token
+from quire.admission.tenants import TenantDirectory
 from quire.admission.uploadlimits import UploadLedger
 from quire.admission.uploads import UploadGate
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
@@ -34,13 +34,6 @@ from quire.migrations import upgrade_schema
 from quire.peers import Peers
 from quire.pipeline import STAGE_NAMES
 from quire.runtime import load_wire, run_service, start_runtime
-from quire.settings import (
-    AdmissionSettings,
-    ReconcileSettings,
-    ServiceSettings,
-    TempSpaceSettings,
-    WatchSettings,
-)
 from quire.storage import open_blob_store
 from quire.tempspace import TempKeeper
 from quire.transitions import EventFactory
@@ -51,16 +44,14 @@ SERVICE = "admission"
 
 
 async def main() -> None:
-    settings = ServiceSettings.from_env(SERVICE)
-    admission = AdmissionSettings.from_env()
-    operator_token = configured_operator_token(admission.operator_token_file)
+    config = AdmissionConfig.from_env()  # every setting, read and checked before anything starts
+    settings, admission, temp_space = config.service, config.admission, config.temp_space
     nc, js = await start_runtime(settings)
     database = Database(settings.database_url, tables.metadata)
     await asyncio.to_thread(upgrade_schema, database, tables.metadata, tables.MIGRATIONS)
     tenants = TenantDirectory(database)
-    tenants.ensure_bootstrap(settings.service_dir, operator_token)
+    tenants.ensure_bootstrap(settings.service_dir, config.operator_token)
     blobs = await asyncio.to_thread(open_blob_store, settings, owner=SERVICE)
-    temp_space = TempSpaceSettings.from_env(os.environ, SERVICE)
     keeper = TempKeeper(blobs.tmp_dir, temp_space, service=SERVICE)
     temp_guard = TempSpaceGuard(
         keeper.monitor, temp_space, retry_after_seconds=admission.retry_after_seconds
@@ -74,7 +65,7 @@ async def main() -> None:
     validator_channel = peers.channel("validator")
     outstanding = OutstandingJobs(database, audit)
     views = JobViews(database, audit, outstanding)
-    watches = WatchRelay(audit, outstanding, WatchSettings.from_env())
+    watches = WatchRelay(audit, outstanding, config.watch)
     intake = Intake(
         database,
         events,
@@ -110,7 +101,7 @@ async def main() -> None:
         publisher=publisher,
         audit=audit,
         outstanding=outstanding,
-        settings=ReconcileSettings.from_env(),
+        settings=config.reconcile,
         queues={stage: QueueAgeProbe(js, cache_seconds=1.0, stage=stage) for stage in STAGE_NAMES},
     )
     sweeper: list[asyncio.Task[None]] = []

@@ -17,18 +17,15 @@ from quire.peers import Peers
 from quire.pipeline import stage
 from quire.runtime import run_service
 from quire.sandbox import SandboxPool
-from quire.settings import SandboxSettings, ServiceSettings
-from quire.stageservice import Registrar, StageService, run_stage_service
+from quire.stageservice import Registrar, StageConfig, StageService, run_stage_service
 from quire.workqueue import Publisher
 
 SERVICE = "assembler"
 
 
 async def main() -> None:
-    settings = ServiceSettings.from_env(SERVICE)
-    pool = SandboxPool(
-        SandboxSettings.from_env(os.environ, SERVICE), name="pdf-merge", preload=("pikepdf",)
-    )
+    config = StageConfig.from_env(SERVICE, os.environ)  # every setting, read once
+    pool = SandboxPool(config.sandbox, name="pdf-merge", preload=("pikepdf",))
 
     def build(
         database: Database, blobs: BlobStore, _gate: JobGate, _publisher: Publisher
@@ -39,7 +36,7 @@ async def main() -> None:
         return AssemblerWork(blobs=blobs, sandbox=pool), register
 
     await run_stage_service(
-        settings,
+        config,
         StageService(
             stage=stage("assemble"),
             metadata=tables.metadata,
@@ -49,7 +46,7 @@ async def main() -> None:
         ),
         build=build,
         sandbox=pool,
-        peers=Peers.load(settings),
+        peers=Peers.load(config.service),
     )
 
 

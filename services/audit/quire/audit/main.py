@@ -12,9 +12,9 @@ import hashlib
 import grpc
 
 from quire.audit import tables
-from quire.audit.auditsettings import AuditSettings
 from quire.audit.checkpoints import CheckpointBook, CheckpointSigner
 from quire.audit.completion import CompletionDesk
+from quire.audit.config import AuditConfig
 from quire.audit.deadletterbook import DeadLetterBook
 from quire.audit.deadletterdesk import DeadLetterDesk
 from quire.audit.deadletters import DeadLetterOffice
@@ -30,7 +30,6 @@ from quire.migrations import upgrade_schema
 from quire.peers import Peers
 from quire.pipeline import STAGES
 from quire.runtime import load_wire, run_service, start_runtime
-from quire.settings import ReconcileSettings, ServiceSettings, WatchSettings
 from quire.stageservice import batch_slots
 from quire.storage import open_blob_store
 from quire.transitions import EventFactory
@@ -50,15 +49,15 @@ COMMIT = STAGES[-1].name
 
 
 async def main() -> None:
-    settings = ServiceSettings.from_env(SERVICE)
-    audit = AuditSettings.from_env()
+    config = AuditConfig.from_env()  # every setting, read and checked before anything starts
+    settings, audit = config.service, config.audit
     checkpoint_signer = CheckpointSigner(settings.service_dir / "keys", audit.checkpoint_key_file)
     nc, js = await start_runtime(settings)
     wire = load_wire(settings)
     publisher = Publisher(js, signer=wire.signer)
     database = Database(settings.database_url, tables.metadata)
     await asyncio.to_thread(upgrade_schema, database, tables.metadata, tables.MIGRATIONS)
-    watches = JobWatches(database, WatchSettings.from_env())
+    watches = JobWatches(database, config.watch)
     history = LedgerNotices(watches)
     blobs = await asyncio.to_thread(open_blob_store, settings, owner=SERVICE)
     desk = CompletionDesk(
@@ -140,9 +139,7 @@ async def main() -> None:
         background.append(
             asyncio.create_task(checkpoints.every(audit.checkpoint_seconds, publish_checkpoint))
         )
-        retries = RetryRedriver(
-            database=database, publisher=publisher, settings=ReconcileSettings.from_env()
-        )
+        retries = RetryRedriver(database=database, publisher=publisher, settings=config.reconcile)
         background.append(asyncio.create_task(retries.run_forever()))
 
     async def drain() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 
 import grpc
 
@@ -14,9 +13,9 @@ from quire.peers import Peers
 from quire.pipeline import stage
 from quire.runtime import run_service
 from quire.sandbox import SandboxPool
-from quire.settings import SandboxSettings, ServiceSettings
 from quire.signer import tables
-from quire.signer.keystore import KeyStore, key_source_from_env
+from quire.signer.config import SignerConfig
+from quire.signer.keystore import KeyStore
 from quire.signer.servicer import SignerServicer
 from quire.signer.v1 import signer_service_pb2_grpc as pb_grpc
 from quire.signer.work import SignerWork
@@ -28,18 +27,17 @@ log = logging.getLogger(__name__)
 
 
 async def main() -> None:
-    settings = ServiceSettings.from_env(SERVICE)
+    config = SignerConfig.from_env()
     pool = SandboxPool(
-        SandboxSettings.from_env(os.environ, SERVICE),
+        config.stage.sandbox,
         name="pdf-signing",
         preload=("pyhanko.sign", "pyhanko.sign.validation"),
     )
-    source = key_source_from_env(settings.service_dir)
 
     def build(
         database: Database, blobs: BlobStore, gate: JobGate, _publisher: Publisher
     ) -> tuple[SignerWork, Registrar]:
-        keys = KeyStore(database, source)
+        keys = KeyStore(database, config.keys)
         active = keys.ensure_active_key()
         log.info(
             "active signing key %s (certificate %s)", active.version, active.certificate_sha256
@@ -54,12 +52,12 @@ async def main() -> None:
             keys=keys,
             sandbox=pool,
             gate=gate,
-            tsa_url=os.environ.get("QUIRE_SIGNER_TSA_URL") or None,
+            tsa_url=config.tsa_url,
         )
         return work, register
 
     await run_stage_service(
-        settings,
+        config.stage,
         StageService(
             stage=stage("sign"),
             metadata=tables.metadata,
@@ -69,7 +67,7 @@ async def main() -> None:
         ),
         build=build,
         sandbox=pool,
-        peers=Peers.load(settings),
+        peers=Peers.load(config.stage.service),
     )
 
 

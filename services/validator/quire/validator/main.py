@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import grpc
 
 from quire.blobstore import BlobStore
@@ -14,14 +11,13 @@ from quire.peers import Peers
 from quire.pipeline import stage
 from quire.runtime import run_service
 from quire.sandbox import SandboxPool
-from quire.settings import SandboxSettings, ServiceSettings, ValidationLimits
 from quire.stageservice import Registrar, StageService, run_stage_service
 from quire.validator import tables
-from quire.validator.budgets import BudgetRule
+from quire.validator.config import ValidatorConfig
 from quire.validator.evaluation import Evaluator
 from quire.validator.pdfchecks import PdfLimits
 from quire.validator.reviews import ReviewDesk
-from quire.validator.rulesets import DEFAULT_DIRECTORY, RulesetBook, load_directory
+from quire.validator.rulesets import RulesetBook, load_directory
 from quire.validator.servicer import ValidatorServicer
 from quire.validator.v1 import validator_service_pb2_grpc as pb_grpc
 from quire.validator.work import ValidatorWork
@@ -31,29 +27,28 @@ SERVICE = "validator"
 
 
 async def main() -> None:
-    settings = ServiceSettings.from_env(SERVICE)
+    config = ValidatorConfig.from_env()
+    settings = config.stage.service
     peers = Peers.load(settings)
     pool = SandboxPool(
-        SandboxSettings.from_env(os.environ, SERVICE),
+        config.stage.sandbox,
         name="pdf-inspection",
         preload=("magic", "pikepdf", "pypdf"),
     )
     # Sources that exhaust the shared pool are retried here, with their own
     # worker(s) and limits, so ordinary documents never wait behind them.
     quarantine = SandboxPool(
-        SandboxSettings.from_env(os.environ, SERVICE, lane="quarantine"),
+        config.quarantine,
         name="pdf-quarantine",
         preload=("magic", "pikepdf", "pypdf"),
     )
-    budgets = BudgetRule.from_env(os.environ)
-    limits = ValidationLimits.from_env()
-    rulesets_dir = Path(os.environ.get("QUIRE_RULESETS_DIR", "") or DEFAULT_DIRECTORY)
+    budgets, limits = config.budgets, config.limits
 
     def build(
         database: Database, blobs: BlobStore, gate: JobGate, publisher: Publisher
     ) -> tuple[ValidatorWork, Registrar]:
         book = RulesetBook(database)
-        book.install(load_directory(rulesets_dir))
+        book.install(load_directory(config.rulesets_dir))
         evaluator = Evaluator(
             blobs=blobs,
             sandbox=pool,
@@ -78,7 +73,7 @@ async def main() -> None:
 
     try:
         await run_stage_service(
-            settings,
+            config.stage,
             StageService(
                 stage=stage("validate"),
                 metadata=tables.metadata,

@@ -1,4 +1,4 @@
-"""Audit's own settings, read once in ``main``."""
+"""Every setting audit reads, read at once in its ``main``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quire.errors import InvalidSetting
+from quire.settings import ReconcileSettings, ServiceSettings, WatchSettings
 
-__all__ = ["AuditSettings"]
+__all__ = ["AuditConfig", "AuditSettings"]
 
 
 @dataclass(frozen=True)
@@ -34,3 +35,21 @@ class AuditSettings:
             raise InvalidSetting("QUIRE_AUDIT_CHECKPOINT_SECONDS", "more than 0 seconds")
         key = env.get("QUIRE_AUDIT_CHECKPOINT_KEY_FILE", "")
         return cls(checkpoint_seconds=seconds, checkpoint_key_file=Path(key) if key else None)
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    service: ServiceSettings
+    audit: AuditSettings
+    watch: WatchSettings
+    reconcile: ReconcileSettings
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AuditConfig:
+        env = os.environ if env is None else env
+        return cls(
+            service=ServiceSettings.from_env("audit", env),
+            audit=AuditSettings.from_env(env),
+            watch=WatchSettings.from_env(env),
+            reconcile=ReconcileSettings.from_env(env),
+        )

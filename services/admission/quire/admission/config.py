@@ -1,0 +1,44 @@
+"""Every setting admission reads, read at once in its ``main``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from quire.admission.tenants import configured_operator_token
+from quire.settings import (
+    AdmissionSettings,
+    ReconcileSettings,
+    ServiceSettings,
+    TempSpaceSettings,
+    WatchSettings,
+)
+
+__all__ = ["AdmissionConfig"]
+
+SERVICE = "admission"
+
+
+@dataclass(frozen=True)
+class AdmissionConfig:
+    service: ServiceSettings
+    admission: AdmissionSettings
+    temp_space: TempSpaceSettings
+    watch: WatchSettings
+    reconcile: ReconcileSettings
+    operator_token: str | None
+    """The configured first operator token (``QUIRE_OPERATOR_TOKEN_FILE``), checked for its shape."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AdmissionConfig:
+        env = os.environ if env is None else env
+        admission = AdmissionSettings.from_env(env)
+        return cls(
+            service=ServiceSettings.from_env(SERVICE, env),
+            admission=admission,
+            temp_space=TempSpaceSettings.from_env(env, SERVICE),
+            watch=WatchSettings.from_env(env),
+            reconcile=ReconcileSettings.from_env(env),
+            operator_token=configured_operator_token(admission.operator_token_file),
+        )

@@ -1,0 +1,33 @@
+"""Every setting the signer reads, read at once in its ``main``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from quire.signer.keystore import KeySource, key_source_from_env
+from quire.stageservice import StageConfig
+
+__all__ = ["SignerConfig"]
+
+SERVICE = "signer"
+
+
+@dataclass(frozen=True)
+class SignerConfig:
+    stage: StageConfig
+    keys: KeySource
+    """Where signing keys come from (generated, configured files, or a PKCS#11 token)."""
+    tsa_url: str | None
+    """An RFC 3161 timestamp authority (``QUIRE_SIGNER_TSA_URL``): signatures become PAdES B-T."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> SignerConfig:
+        env = os.environ if env is None else env
+        stage = StageConfig.from_env(SERVICE, env)
+        return cls(
+            stage=stage,
+            keys=key_source_from_env(stage.service.service_dir, env),
+            tsa_url=env.get("QUIRE_SIGNER_TSA_URL") or None,
+        )

@@ -1,0 +1,39 @@
+"""Every setting the validator reads, read at once in its ``main``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from quire.environment import setting_text
+from quire.settings import SandboxSettings, ValidationLimits
+from quire.stageservice import StageConfig
+from quire.validator.budgets import BudgetRule
+from quire.validator.rulesets import DEFAULT_DIRECTORY
+
+__all__ = ["ValidatorConfig"]
+
+SERVICE = "validator"
+
+
+@dataclass(frozen=True)
+class ValidatorConfig:
+    stage: StageConfig
+    quarantine: SandboxSettings
+    """The lane for sources that exhausted the shared pool (one worker, low priority)."""
+    budgets: BudgetRule
+    limits: ValidationLimits
+    rulesets_dir: Path
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ValidatorConfig:
+        env = os.environ if env is None else env
+        return cls(
+            stage=StageConfig.from_env(SERVICE, env),
+            quarantine=SandboxSettings.from_env(env, SERVICE, lane="quarantine"),
+            budgets=BudgetRule.from_env(env),
+            limits=ValidationLimits.from_env(env),
+            rulesets_dir=Path(setting_text(env, "QUIRE_RULESETS_DIR", str(DEFAULT_DIRECTORY))),
+        )
