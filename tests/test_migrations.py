@@ -7,6 +7,8 @@ that holds rows without losing them."""
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -19,7 +21,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
 from quire.database import Database
-from quire.migrations import BASELINE, _config, current_revision, upgrade_schema
+from quire.migrations import BASELINE, _config, apply_migrations, current_revision
+from quire.schema import chain_head, upgrade_schema
 
 SERVICES = ("admission", "validator", "assembler", "signer", "audit")
 
@@ -55,24 +58,24 @@ def _postgres(postgres: object, tables: ModuleType) -> Database:
 
 
 @pytest.mark.parametrize("service", SERVICES)
-def test_an_empty_sqlite_database_is_upgraded_to_exactly_the_declared_schema(
+def test_the_whole_chain_on_an_empty_sqlite_database_ends_at_exactly_the_declared_schema(
     service: str, tmp_path: Path
 ) -> None:
     tables = _tables(service)
     database = _sqlite(tmp_path, tables)
-    assert upgrade_schema(database, tables.metadata, tables.MIGRATIONS) == _head(tables)
+    assert apply_migrations(database, tables.metadata, tables.MIGRATIONS) == _head(tables)
     assert current_revision(database) == _head(tables)
     assert _differences(database, tables) == []
     database.close()
 
 
 @pytest.mark.parametrize("service", SERVICES)
-def test_an_empty_postgres_database_is_upgraded_to_exactly_the_declared_schema(
+def test_the_whole_chain_on_an_empty_postgres_database_ends_at_exactly_the_declared_schema(
     service: str, postgres: object
 ) -> None:
     tables = _tables(service)
     database = _postgres(postgres, tables)
-    upgrade_schema(database, tables.metadata, tables.MIGRATIONS)
+    apply_migrations(database, tables.metadata, tables.MIGRATIONS)
     assert current_revision(database) == _head(tables)
     assert _differences(database, tables) == []
     database.close()
@@ -113,9 +116,12 @@ def test_a_second_upgrade_changes_nothing(tmp_path: Path) -> None:
     database.close()
 
 
-def test_replicas_starting_together_upgrade_a_postgres_database_once(postgres: object) -> None:
+@pytest.mark.parametrize("upgrade", [upgrade_schema, apply_migrations])
+def test_replicas_starting_together_upgrade_a_postgres_database_once(
+    postgres: object, upgrade: object
+) -> None:
     """Eight replicas of a service start at once against one database: the
-    advisory lock lets one apply the chain; the others find it done."""
+    advisory lock lets one create or migrate it; the others find it done."""
     tables = _tables("admission")
     url = postgres.create_database(f"m{uuid.uuid4().hex[:12]}")  # type: ignore[attr-defined]
     errors: list[BaseException] = []
@@ -125,7 +131,7 @@ def test_replicas_starting_together_upgrade_a_postgres_database_once(postgres: o
         database = Database(url, tables.metadata)
         try:
             start.wait(timeout=30)
-            upgrade_schema(database, tables.metadata, tables.MIGRATIONS)
+            upgrade(database, tables.metadata, tables.MIGRATIONS)  # type: ignore[operator]
         except BaseException as error:  # noqa: BLE001 - reported below
             errors.append(error)
         finally:
@@ -174,4 +180,37 @@ def test_leases_from_before_0002_are_kept_and_new_deliveries_record_when_they_le
             "SELECT leased_at FROM stage_leases WHERE job = 'jobs/old'"
         ).scalar_one()
     assert leased is not None
+    database.close()
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_the_chain_head_read_from_the_files_is_alembics(service: str) -> None:
+    tables = _tables(service)
+    assert chain_head(tables.MIGRATIONS) == _head(tables)
+
+
+def test_a_new_database_is_created_as_declared_and_stamped_without_alembic(
+    tmp_path: Path,
+) -> None:
+    """The fast road (a new installation, or a restart at the newest revision)
+    never imports Alembic; its result is the chain's."""
+    script = f"""
+import sys
+from quire.audit import tables
+from quire.database import Database
+from quire.schema import upgrade_schema
+database = Database("sqlite:///{tmp_path / "new.db"}", tables.metadata)
+print(upgrade_schema(database, tables.metadata, tables.MIGRATIONS))
+print(upgrade_schema(database, tables.metadata, tables.MIGRATIONS))
+assert "alembic" not in sys.modules, "Alembic was imported"
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    tables = _tables("audit")
+    assert done.stdout.split() == [_head(tables)] * 2
+    database = Database(f"sqlite:///{tmp_path / 'new.db'}", tables.metadata)
+    assert current_revision(database) == _head(tables)
+    assert _differences(database, tables) == []
     database.close()

@@ -2,8 +2,9 @@
 
 Each service owns its database and its chain of migrations, kept beside its
 tables in ``quire/<service>/migrations/versions/``. A service upgrades its own
-database to the newest revision when it starts (``upgrade_schema``), under a
-lock, so replicas starting together apply each step once. A database made
+database to the newest revision when it starts (``quire.schema.upgrade_schema``,
+which calls ``apply_migrations`` here when there is work for Alembic), under
+a lock, so replicas starting together apply each step once. A database made
 before migrations existed (by ``create_all``) holds exactly the first
 revision's schema: it is stamped with that revision, then upgraded.
 
@@ -26,11 +27,12 @@ from alembic import command
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, MetaData, inspect, text
+from sqlalchemy import Connection, MetaData, inspect
 
 from quire.database import Database
+from quire.schema import lock_schema
 
-__all__ = ["BASELINE", "ENVIRONMENT", "upgrade_schema", "run_environment", "current_revision"]
+__all__ = ["BASELINE", "ENVIRONMENT", "apply_migrations", "run_environment", "current_revision"]
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,6 @@ BASELINE = "0001"
 """Every chain's first revision: the schema as it was before migrations."""
 ENVIRONMENT = Path(__file__).with_name("migration_environment")
 """The one Alembic environment (``env.py``, template) every service's chain runs in."""
-_LOCK_KEY = 0x71756972  # "quir": a PostgreSQL advisory lock held while upgrading
 
 
 def _config(versions: Path, connection: Connection, metadata: MetaData) -> Config:
@@ -51,11 +52,12 @@ def _config(versions: Path, connection: Connection, metadata: MetaData) -> Confi
     return config
 
 
-def upgrade_schema(database: Database, metadata: MetaData, versions: Path) -> str:
-    """Bring ``database`` to the newest revision in ``versions``; returns it."""
+def apply_migrations(database: Database, metadata: MetaData, versions: Path) -> str:
+    """Run the chain in ``versions`` on ``database`` up to its newest revision;
+    returns it. ``quire.schema.upgrade_schema`` calls this when a database is
+    neither empty nor already there."""
     with database.engine.begin() as connection:
-        if connection.dialect.name == "postgresql":
-            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+        lock_schema(connection)
         config = _config(versions, connection, metadata)
         tables = set(inspect(connection).get_table_names())
         if "alembic_version" not in tables and tables & set(metadata.tables):

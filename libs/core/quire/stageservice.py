@@ -15,11 +15,11 @@ from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.leases import LeaseStore
-from quire.migrations import upgrade_schema
 from quire.peers import Peers
 from quire.pipeline import Stage
 from quire.runtime import load_wire, start_runtime
 from quire.sandbox import SandboxPool
+from quire.schema import upgrade_schema
 from quire.settings import SandboxSettings, ServiceSettings, TempSpaceSettings
 from quire.stage import StageRunner, StageWork
 from quire.storage import open_blob_store

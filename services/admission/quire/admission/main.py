@@ -30,10 +30,10 @@ from quire.audit.v1 import audit_service_pb2_grpc
 from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
-from quire.migrations import upgrade_schema
 from quire.peers import Peers
 from quire.pipeline import STAGE_NAMES
 from quire.runtime import load_wire, run_service, start_runtime
+from quire.schema import upgrade_schema
 from quire.storage import open_blob_store
 from quire.tempspace import TempKeeper
 from quire.transitions import EventFactory

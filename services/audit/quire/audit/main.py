@@ -26,10 +26,10 @@ from quire.audit.watch import JobWatches, LedgerNotices
 from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
-from quire.migrations import upgrade_schema
 from quire.peers import Peers
 from quire.pipeline import STAGES
 from quire.runtime import load_wire, run_service, start_runtime
+from quire.schema import upgrade_schema
 from quire.stageservice import batch_slots
 from quire.storage import open_blob_store
 from quire.transitions import EventFactory
