@@ -316,7 +316,10 @@ async def _slow_upload(client: AdmissionClient, opened: list[float]) -> tuple[fl
     try:
         await client.upload_stream(requests())
     except grpc.aio.AioRpcError as error:
-        return time.monotonic() - since[0], error.code().name, reason_of(error) or ""
+        # A status without Quire's reason came from the transport, not from
+        # admission: keep what it said, so a failure shows it.
+        reason = reason_of(error) or f"(transport: {error.details()})"
+        return time.monotonic() - since[0], error.code().name, reason
     return time.monotonic() - since[0], "OK", ""
 
 
