@@ -9,7 +9,7 @@ PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 # built as wheels by `make wheels`.
 DIST_PROJECTS := gen libs/core libs/ops libs/testing $(sort $(wildcard services/*))
 
-.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine load soak multinode venv wheels clean
+.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine load soak multinode corpus venv wheels clean
 
 venv: $(VENV)/.installed
 
@@ -42,6 +42,10 @@ soak: venv
 # jobs, a NATS node and one replica of each killed midway (the suite runs 24).
 multinode: venv system-deps
 	MULTINODE_JOBS=200 $(PY) -m pytest -q tests/test_multinode.py
+
+# Every file of the shared corpus through the stack (the suite sends a sample).
+corpus: venv
+	CORPUS_EVERY=1 $(PY) -m pytest -q tests/test_corpus.py
 
 bench-admission: venv
 	$(PY) bench/admission_bench.py
