@@ -34,6 +34,7 @@ from quire.kek import DEVELOPMENT_RING, provision_development_ring
 from quire.natsauth import OPERATOR, authorization_config, provision_nats_passwords
 from quire.runtime import connect_nats
 from quire.settings import SERVICES, QueueSettings, service_address_var, service_health_var
+from quire.stack.datadirlock import DataDirLock
 from quire.stack.natsserver import NatsServer
 from quire.stack.ports import free_port
 from quire.tls import sync_channel
@@ -116,6 +117,7 @@ class Stack:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._watcher: threading.Thread | None = None
+        self._data_dir_lock: DataDirLock | None = None
 
     def _pick_endpoints(self) -> None:
         self.endpoints = {service: f"127.0.0.1:{free_port()}" for service in SERVICES}
@@ -138,6 +140,8 @@ class Stack:
 
     def _start(self) -> StackInfo:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # One stack per data directory: DataDirInUse before anything starts.
+        self._data_dir_lock = DataDirLock.acquire(self.data_dir)
         (self.data_dir / "logs").mkdir(exist_ok=True)
         provision_identities(self.data_dir / "identity", SERVICES)
         if self.uses_development_kek:
@@ -330,6 +334,8 @@ class Stack:
         self._stop_children(timeout)
         if self.nats is not None:
             self.nats.stop()
+        if self._data_dir_lock is not None:
+            self._data_dir_lock.release()
 
     def _stop_children(self, timeout: float) -> None:
         for child in self._children.values():
