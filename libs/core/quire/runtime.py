@@ -8,7 +8,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ from nats.js import JetStreamContext
 from quire.environment import unknown_settings
 from quire.errors import InvalidSetting
 from quire.identity import ServiceIdentity, TrustStore
+from quire.logs import log_format, log_handler
 from quire.natsauth import inbox_prefix
 from quire.settings import ServiceSettings
 from quire.telemetry import configure_tracing
@@ -42,13 +43,13 @@ def run_service(service: str, main: Callable[[], Coroutine[Any, Any, None]]) -> 
         sys.exit(2)
 
 
-def configure_logging(service: str) -> None:
-    """Logs carry ids, digests, counts and reason codes; never document content."""
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format=f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s",
-    )
+def configure_logging(service: str, *, env: Mapping[str, str] | None = None) -> None:
+    """Logs carry ids, digests, counts and reason codes; never document content.
+    One JSON object per line on stderr (``QUIRE_LOG_FORMAT=text`` for people),
+    with the trace, job and tenant of the span a line is logged in
+    (``quire.logs``). ``env`` is the process's environment unless given."""
+    chosen = log_format(os.environ if env is None else env)
+    logging.basicConfig(level=logging.INFO, handlers=[log_handler(service, chosen, sys.stderr)])
 
 
 async def connect_nats(url: str, name: str, *, user: str = "", password: str = "") -> NatsClient:

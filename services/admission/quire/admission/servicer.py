@@ -111,7 +111,16 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
                 else:
                     await self._dispatcher.dispatch(accepted.name)
             except Exception:  # noqa: BLE001 - committed: the dispatch sweep hands it on
-                log.warning("job %s accepted; dispatch deferred to the sweep", accepted.name)
+                log.warning(
+                    "job %s accepted; dispatch deferred to the sweep",
+                    accepted.name,
+                    extra={"job": accepted.name, "tenant": tenant.id},
+                )
+        if accepted.handoff is not None:  # accepted by this call, not a repeat
+            log.info(
+                "job accepted",
+                extra={"job": accepted.name, "tenant": tenant.id, "items": accepted.item_count},
+            )
         return accepted_view(accepted)
 
     @at_the_edge(DOMAIN)

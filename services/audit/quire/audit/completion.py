@@ -102,6 +102,8 @@ class CompletionDesk:
                 log.warning("job %s: completion check failed (%s)", task.job, type(error).__name__)
                 return self._backoff.retry(attempt, error)
             span.set_attribute("quire.verdict", verdict.value)
+            if verdict is Verdict.COMPLETED:
+                log.info("job completed", extra={"job": ident, "tenant": task.tenant})
         if verdict is Verdict.HISTORY_INCOMPLETE:
             return self._backoff.retry(attempt)
         if verdict is Verdict.STALE:

@@ -99,5 +99,15 @@ class EventRecorder:
                 log.warning("event %s not recorded (%s)", event.event_id, type(error).__name__)
                 return self._backoff.retry(msg.metadata.num_delivered, error), None
             span.set_attribute("quire.duplicate", not appended)
+            if appended:
+                log.info(
+                    "transition recorded",
+                    extra={
+                        "job": ident,
+                        "tenant": event.tenant,
+                        "to_state": state_name(event.to_state),
+                        "actor": event.actor.service,
+                    },
+                )
         fault_point("audit.after_record")
         return ACK, (event.job if appended else None)
