@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 
 from quire.blobstore import BlobStore
+from quire.metrics import count_source_read, phase
 
 __all__ = ["AttemptFiles"]
 
@@ -34,7 +35,9 @@ class AttemptFiles:
 
     async def plain(self, key: str, sha256: str) -> str:
         """The path of a decrypted, digest-checked copy of blob ``key``."""
-        path = await asyncio.to_thread(self._blobs.materialize, key, sha256, self.directory)
+        with phase("fetch"):
+            path = await asyncio.to_thread(self._blobs.materialize, key, sha256, self.directory)
+        count_source_read(path.stat().st_size)
         return str(path)
 
     def name_for(self, kind: str) -> Path:

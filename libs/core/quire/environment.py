@@ -99,6 +99,7 @@ _GLOBAL = (
 _PER_SERVICE = (
     "ADDR",
     "HEALTH_ADDR",
+    "METRICS_ADDR",
     "CONCURRENCY",
     "DATABASE_URL",
     "IDENTITY_KEY_FILE",

@@ -19,9 +19,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 
 from quire.callers import CallerProofInterceptors
 from quire.identity import ServiceIdentity
+from quire.metrics import ServiceMetrics, serve_metrics
 from quire.telemetry import extract_context, inject_headers
 from quire.tls import TlsSettings, aio_channel
 
@@ -39,17 +41,32 @@ def _traced(
         }
         return extract_context(metadata)
 
+    service, _, name = method.lstrip("/").rpartition("/")
+    attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
+
+    def _span(servicer_context: grpc.aio.ServicerContext) -> Any:
+        # A failure is recorded where it is turned into a status (abort_with):
+        # by reason code, never by the exception's text.
+        return tracer.start_as_current_span(
+            method,
+            context=_context(servicer_context),
+            kind=SpanKind.SERVER,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+
     if streaming_response:
 
         async def stream_wrapper(request: Any, servicer_context: grpc.aio.ServicerContext) -> Any:
-            with tracer.start_as_current_span(method, context=_context(servicer_context)):
+            with _span(servicer_context):
                 async for item in behavior(request, servicer_context):
                     yield item
 
         return stream_wrapper
 
     async def unary_wrapper(request: Any, servicer_context: grpc.aio.ServicerContext) -> Any:
-        with tracer.start_as_current_span(method, context=_context(servicer_context)):
+        with _span(servicer_context):
             return await behavior(request, servicer_context)
 
     return unary_wrapper
@@ -151,6 +168,8 @@ async def serve(
     drain_seconds: float = 20.0,
     ready: Callable[[], Awaitable[None]] | None = None,
     tls: TlsSettings | None = None,
+    metrics: ServiceMetrics | None = None,
+    metrics_address: str = "",
 ) -> None:
     """Run a gRPC server until SIGTERM/SIGINT, then drain and stop.
 
@@ -158,6 +177,7 @@ async def serve(
     With ``health_address``, ``grpc.health.v1`` alone is also served there,
     in plaintext, so that a kubelet's gRPC probe works while the service port
     demands mutual TLS; the service port keeps its own health service too.
+    With ``metrics`` and ``metrics_address``, Prometheus scrapes ``/metrics`` there.
     """
     server = grpc.aio.server(interceptors=[access, TraceServerInterceptor()])
     register(server)
@@ -174,6 +194,8 @@ async def serve(
     for name in ("", *service_names):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     _bind(server, address, tls)
+    if metrics is not None:
+        serve_metrics(metrics, metrics_address)
     for each in servers:
         await each.start()
     if ready is not None:

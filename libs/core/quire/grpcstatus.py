@@ -17,6 +17,7 @@ import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
+from opentelemetry import trace
 
 from quire.errors import (
     Conflict,
@@ -31,6 +32,7 @@ from quire.errors import (
     Unauthenticated,
 )
 from quire.reasons import ReasonCode
+from quire.telemetry import record_failure
 
 __all__ = ["status_for", "abort_with", "reason_of", "at_the_edge"]
 
@@ -99,6 +101,8 @@ async def abort_with(
     if not isinstance(error, QuireError):
         # The type only: exception text may carry document content.
         log.error("unexpected %s in %s", type(error).__name__, domain)
+    reason = error.reason.value if isinstance(error, QuireError) else ReasonCode.INTERNAL.value
+    record_failure(trace.get_current_span(), error, reason)
     await context.abort_with_status(rpc_status.to_status(status_for(error, domain)))
     raise AssertionError("abort_with_status returned")  # pragma: no cover
 

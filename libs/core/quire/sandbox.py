@@ -107,6 +107,9 @@ class _Worker:
         self._preload = preload
         self._process: Any = None
         self._connection: Connection | None = None
+        self._started = False
+        self.on_replace: Callable[[], None] | None = None
+        """Called (on a pool thread) each time a dead or killed process is replaced."""
 
     def _start(self) -> None:
         context = multiprocessing.get_context("forkserver")
@@ -141,6 +144,9 @@ class _Worker:
             wall_seconds = min(wall_seconds, budget.wall_seconds)
         if self._process is None or not self._process.is_alive():
             self.stop()
+            if self._started and self.on_replace is not None:
+                self.on_replace()
+            self._started = True
             try:
                 self._start()
             except SandboxExhausted as error:
@@ -248,6 +254,11 @@ class SandboxPool:
             pass
         await asyncio.get_running_loop().run_in_executor(self._threads, worker.stop)
         self._idle.put_nowait(worker)
+
+    def count_replacements(self, count: Callable[[], None]) -> None:
+        """Have ``count`` called whenever a worker process is replaced."""
+        for worker in self._all:
+            worker.on_replace = count
 
     async def warm(self) -> None:
         """Start every worker and load its libraries now, not on the first job."""

@@ -35,6 +35,8 @@ __all__ = [
     "service_address_var",
     "service_health_var",
     "HEALTH_PORT_OFFSET",
+    "METRICS_PORT_OFFSET",
+    "service_metrics_var",
     "DEFAULT_STAGE_LIMIT",
     "read_secret_file",
 ]
@@ -49,6 +51,8 @@ DEFAULT_PORTS = {
 }
 HEALTH_PORT_OFFSET = 100
 """A service's own health port is its gRPC port plus this, unless set."""
+METRICS_PORT_OFFSET = 200
+"""A service's ``/metrics`` port is its gRPC port plus this, unless set."""
 BUILD_VERSION = "0.1.0"
 GIB = 1024 * 1024 * 1024
 DEFAULT_STAGE_LIMIT = 64
@@ -63,6 +67,12 @@ def service_address_var(service: str) -> str:
 def service_health_var(service: str) -> str:
     """The variable holding ``host:port`` of ``service``'s plaintext health endpoint."""
     return f"QUIRE_{service.upper()}_HEALTH_ADDR"
+
+
+def service_metrics_var(service: str) -> str:
+    """The variable holding ``host:port`` of ``service``'s Prometheus ``/metrics``
+    endpoint; an empty value turns it off."""
+    return f"QUIRE_{service.upper()}_METRICS_ADDR"
 
 
 _get = setting_text
@@ -102,6 +112,9 @@ class QueueSettings:
     replicas: int = 1
     """Copies JetStream keeps of every stream, consumer and bucket: 1 on the
     embedded stack, 3 in a cluster (so losing one NATS node stalls nothing)."""
+    age_budget_seconds: float = 60.0
+    """How long a ready message may wait before admission sheds new work and
+    the queue-age alert fires (``QUIRE_QUEUE_AGE_BUDGET_SECONDS``)."""
     stage_limits: Mapping[str, int] = field(default_factory=dict)
     """Jobs a stage works on at once, across all its replicas, by stage name;
     a stage missing here gets ``DEFAULT_STAGE_LIMIT``. Enforced by JetStream
@@ -127,6 +140,7 @@ class QueueSettings:
             backoff_base_seconds=setting_float(env, "QUIRE_BACKOFF_BASE_SECONDS", 0.5),
             backoff_cap_seconds=setting_float(env, "QUIRE_BACKOFF_CAP_SECONDS", 30),
             replicas=setting_int(env, "QUIRE_NATS_REPLICAS", 1),
+            age_budget_seconds=setting_float(env, "QUIRE_QUEUE_AGE_BUDGET_SECONDS", 60),
             stage_limits=limits,
         )
 
@@ -202,6 +216,8 @@ class ServiceSettings:
     """``host:port`` this service binds; loopback by default."""
     health_address: str
     """``host:port`` where ``grpc.health.v1`` alone is served in plaintext (probes)."""
+    metrics_address: str
+    """``host:port`` where Prometheus scrapes ``/metrics``; empty: not served."""
     database_url: str
     blob_root: Path
     instance: str
@@ -248,6 +264,10 @@ class ServiceSettings:
                 env,
                 service_health_var(service),
                 f"127.0.0.1:{DEFAULT_PORTS[service] + HEALTH_PORT_OFFSET}",
+            ),
+            metrics_address=env.get(
+                service_metrics_var(service),
+                f"127.0.0.1:{DEFAULT_PORTS[service] + METRICS_PORT_OFFSET}",
             ),
             database_url=_get(env, f"QUIRE_{upper}_DATABASE_URL", db_default),
             blob_root=Path(_get(env, "QUIRE_BLOB_ROOT", str(data_dir / "blobs"))),

@@ -24,13 +24,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Protocol
 
 from nats.aio.msg import Msg
 from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
 from sqlalchemy.orm import Session
 
 from quire.errors import (
@@ -44,16 +47,17 @@ from quire.errors import (
 from quire.faults import fault_point
 from quire.jobgate import CANCELLED, ENDED, JobGate
 from quire.leases import Lease, LeaseStore, lease_key
+from quire.metrics import StageMeter
 from quire.pipeline import Stage, State
 from quire.reasons import ReasonCode
 from quire.settings import QueueSettings
 from quire.taskbinding import read_task
-from quire.telemetry import extract_context
+from quire.telemetry import extract_context, record_failure
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
 from quire.wire import ForgedMessage
 from quire.workqueue.publisher import Publisher
-from quire.workqueue.settle import ACK, LEAVE, TERM, Backoff, Settlement, settle
+from quire.workqueue.settle import ACK, LEAVE, TERM, Action, Backoff, Settlement, settle
 from quire.workqueue.topology import (
     dead_subject,
     event_subject,
@@ -135,6 +139,30 @@ class StageWork(Protocol):
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult: ...
 
 
+_OUTCOMES = {
+    Action.ACK: "done",
+    Action.TERM: "ended",
+    Action.RETRY: "retry",
+    Action.LEAVE: "stale",
+}
+"""How a settled delivery is counted (``quire_stage_outcomes_total``)."""
+
+
+def _priority_of(subject: str) -> str:
+    """``quire.work.<stage>.<priority>``'s priority."""
+    return subject.rsplit(".", 1)[-1]
+
+
+def _queued_since(msg: Msg) -> int | None:
+    """When JetStream stored the message (ns since the epoch), if it says."""
+    stamp = getattr(msg.metadata, "timestamp", None)
+    if not isinstance(stamp, datetime):
+        return None
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return int(stamp.timestamp() * 1e9)
+
+
 @dataclass(frozen=True)
 class _Commit:
     """An outcome to commit under the lease, then how to settle the message."""
@@ -155,8 +183,10 @@ class StageRunner:
         events: EventFactory,
         queue: QueueSettings,
         gate: JobGate | None = None,
+        meter: StageMeter | None = None,
     ) -> None:
         self._stage = stage
+        self._meter = meter
         self._service = stage.service
         self._gate = gate
         self._work = work
@@ -175,20 +205,63 @@ class StageRunner:
             task, ident = read_task(msg.data)
         except ForgedMessage as refused:
             log.warning("task on %s refused: %s", msg.subject, refused.message)
+            if self._meter is not None:
+                self._meter.settled(_priority_of(msg.subject), "refused", 0)
             return TERM
         attempt = msg.metadata.num_delivered
+        priority = task.priority or "interactive"
+        queued = _queued_since(msg)
+        parent = extract_context(msg.headers)
+        if queued is not None:
+            # The wait on the queue as its own span, so a waterfall shows it.
+            self._tracer.start_span(
+                f"{self._stage.name}.queue_wait",
+                context=parent,
+                kind=SpanKind.CONSUMER,
+                start_time=queued,
+                attributes={"quire.job": ident, "quire.attempt": attempt},
+            ).end()
+        waited = 0.0 if queued is None else max(0.0, (time.time_ns() - queued) / 1e9)
         with self._tracer.start_as_current_span(
             f"{self._service}.process",
-            context=extract_context(msg.headers),
-            attributes={"quire.job": ident, "quire.attempt": attempt},
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes={
+                "quire.job": ident,
+                "quire.tenant": task.tenant,
+                "quire.attempt": attempt,
+                "quire.stage": self._stage.name,
+                "quire.class": priority,
+                "messaging.system": "nats",
+                "messaging.destination.name": msg.subject,
+            },
+            record_exception=False,
+            set_status_on_exception=False,
         ) as span:
             try:
-                return await self._run(task, attempt, span)
+                if self._meter is None:
+                    settlement = await self._run(task, attempt, span)
+                else:
+                    with self._meter.delivery(priority, waited):
+                        settlement = await self._run(task, attempt, span)
             except Exception as error:  # noqa: BLE001 - database or queue trouble: retry
                 log.warning(
                     "job %s attempt %d: %s; will retry", task.job, attempt, type(error).__name__
                 )
-                return self._backoff.retry(attempt, error)
+                record_failure(span, error, str(getattr(error, "reason", "") or ""))
+                settlement = self._backoff.retry(attempt, error)
+            outcome = _OUTCOMES[settlement.action]
+            span.set_attribute("quire.outcome", outcome)
+            if self._meter is not None:
+                self._meter.settled(priority, outcome, attempt)
+            log.info(
+                "job %s %s at attempt %d",
+                task.job,
+                outcome,
+                attempt,
+                extra={"job": task.job, "tenant": task.tenant},
+            )
+            return settlement
 
     async def _run(self, task: queue_pb2.JobTask, attempt: int, span: trace.Span) -> Settlement:
         # The gate is read while the lease is taken: neither depends on the other,
@@ -356,6 +429,10 @@ class StageRunner:
             if await self._gate.end(task.job, state) == CANCELLED:
                 state, reason = State.CANCELLED, ReasonCode.CANCELLED_BY_CLIENT
         ending = self._ending(task, lease, attempt, state, reason)
+        span = trace.get_current_span()
+        span.set_attributes({"quire.ended": str(state), "quire.reason": str(reason)})
+        if state != State.CANCELLED:
+            span.set_status(Status(StatusCode.ERROR, f"{state}: {reason}"))
         if state == State.REJECTED and isinstance(error, Rejected) and error.detail:
             ending.events[-1].reason_detail = error.detail
         if state == State.FAILED:

@@ -15,6 +15,7 @@ from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.leases import LeaseStore
+from quire.metrics import ServiceMetrics, StageMeter
 from quire.peers import Peers
 from quire.pipeline import Stage
 from quire.runtime import load_wire, start_runtime
@@ -26,6 +27,7 @@ from quire.storage import open_blob_store
 from quire.tempspace import TempKeeper
 from quire.transitions import EventFactory
 from quire.workqueue import WORK_STREAM, Publisher, WorkQueueWorker, consumer_name
+from quire.workqueue.backlog import QueueGauges
 
 __all__ = ["StageConfig", "StageService", "Registrar", "run_stage_service", "batch_slots"]
 
@@ -76,6 +78,7 @@ async def run_stage_service(
     build: Callable[[Database, BlobStore, JobGate, Publisher], tuple[StageWork, Registrar]],
     sandbox: SandboxPool,
     peers: Peers,
+    metrics: ServiceMetrics | None = None,
 ) -> None:
     """Run one stage process.
 
@@ -84,6 +87,11 @@ async def run_stage_service(
     takes no new work (in-flight work finishes).
     """
     settings = config.service
+    metrics = metrics or ServiceMetrics(settings.service)
+    stage_name = spec.stage.name
+    sandbox.count_replacements(
+        metrics.counter("quire_sandbox_worker_restarts_total").labels(stage=stage_name).inc
+    )
     nc, js = await start_runtime(settings)
     wire = load_wire(settings)
     database = Database(settings.database_url, spec.metadata)
@@ -107,7 +115,13 @@ async def run_stage_service(
         events=EventFactory(settings.service, settings.instance, settings.build_version),
         queue=settings.queue,
         gate=gate,
+        meter=StageMeter(
+            metrics, stage_name, settings.concurrency + batch_slots(settings.concurrency)
+        ),
     )
+    queues = QueueGauges(js, stage_name, metrics, budget_seconds=settings.queue.age_budget_seconds)
+    if settings.service in ("validator", "assembler"):
+        _export_temp_space(metrics, stage_name, keeper)
     worker = WorkQueueWorker(
         js,
         stream=WORK_STREAM,
@@ -126,6 +140,7 @@ async def run_stage_service(
         await keeper.start()
         await sandbox.warm()
         worker.start()
+        queues.start()
 
     try:
         await serve(
@@ -138,11 +153,23 @@ async def run_stage_service(
             drain_seconds=settings.drain_seconds,
             ready=ready,
             tls=settings.tls,
+            metrics=metrics,
+            metrics_address=settings.metrics_address,
         )
     finally:
+        await queues.stop()
         await nc.close()  # workers are drained; nothing is in flight
         await peers.close()
         keeper.close()
         sandbox.close()
         blobs.close()
         database.close()
+
+
+def _export_temp_space(metrics: ServiceMetrics, stage: str, keeper: TempKeeper) -> None:
+    """Temporary space used and budgeted, read from the keeper's last reading at scrape."""
+    used = metrics.gauge("quire_temp_space_used_bytes").labels(stage=stage)
+    used.set_function(keeper.budget.used_bytes)
+    metrics.gauge("quire_temp_space_budget_bytes").labels(stage=stage).set(
+        keeper.budget.budget_bytes
+    )

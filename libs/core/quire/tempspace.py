@@ -245,6 +245,15 @@ class TempBudget:
         self._poll = poll_seconds
         self._paused = False
 
+    @property
+    def budget_bytes(self) -> int:
+        return self._budget
+
+    def used_bytes(self) -> int:
+        """This service's bytes at the last reading (0 before the first)."""
+        reading = self._monitor.reading
+        return 0 if reading is None else reading.of(self._service)
+
     def over(self) -> bool:
         reading = self._monitor.reading
         return reading is not None and reading.of(self._service) > self._budget

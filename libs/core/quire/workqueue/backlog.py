@@ -1,14 +1,19 @@
-"""The age of the oldest ready message on the validate queue, read from JetStream.
+"""The age of the oldest ready message on a stage's queue, read from JetStream.
 
 A message is ready when the consumer has not yet delivered it: its stream
 sequence is past the consumer's last delivered one. Its age is the time since
 it was stored. Readings are reused for a short while so that a burst of
 submissions costs one JetStream round trip, not one each.
+
+Admission sheds load by it; each stage exports its own queue's readings as
+metrics (``QueueGauges``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 from datetime import UTC, datetime
 
@@ -16,10 +21,13 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from quire.errors import TransientError
+from quire.metrics import ServiceMetrics
 from quire.reasons import ReasonCode
-from quire.workqueue import WORK_STREAM, consumer_name, work_subject
+from quire.workqueue.topology import PRIORITIES, WORK_STREAM, consumer_name, work_subject
 
-__all__ = ["QueueAgeProbe"]
+__all__ = ["QueueAgeProbe", "QueueGauges"]
+
+log = logging.getLogger(__name__)
 
 
 class QueueAgeProbe:
@@ -54,6 +62,11 @@ class QueueAgeProbe:
         except Exception as error:  # noqa: BLE001 - NATS unreachable: say so, typed
             raise TransientError(ReasonCode.QUEUE_UNAVAILABLE, "cannot read the queue") from error
 
+    async def pending(self, priority: str) -> int:
+        """Messages of ``priority`` the consumer has not yet delivered."""
+        info = await self._js.consumer_info(WORK_STREAM, consumer_name(self._stage, priority))
+        return int(info.num_pending or 0)
+
     async def _age(self, priority: str) -> float:
         info = await self._js.consumer_info(WORK_STREAM, consumer_name(self._stage, priority))
         if not info.num_pending:
@@ -71,3 +84,55 @@ class QueueAgeProbe:
         if message.time is None:
             return 0.0
         return max(0.0, (datetime.now(UTC) - message.time).total_seconds())
+
+
+class QueueGauges:
+    """Samples a stage's queues every ``interval_seconds`` into its metrics:
+    pending count, oldest ready age and the age budget, per priority class.
+    A scrape reads the last sample; a failed read keeps the previous one."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        stage: str,
+        metrics: ServiceMetrics,
+        *,
+        budget_seconds: float,
+        interval_seconds: float = 5.0,
+    ) -> None:
+        self._probe = QueueAgeProbe(js, cache_seconds=0.0, stage=stage)
+        self._stage = stage
+        self._interval = interval_seconds
+        self._pending = metrics.gauge("quire_queue_pending_messages")
+        self._age = metrics.gauge("quire_queue_oldest_ready_age_seconds")
+        for priority in PRIORITIES:
+            metrics.gauge("quire_queue_age_budget_seconds").labels(
+                stage=stage, **{"class": priority}
+            ).set(budget_seconds)
+        self._task: asyncio.Task[None] | None = None
+
+    async def sample(self) -> None:
+        for priority in PRIORITIES:
+            labels = {"stage": self._stage, "class": priority}
+            try:
+                pending = await self._probe.pending(priority)
+                age = await self._probe.oldest_ready_age(priority)
+            except Exception as error:  # noqa: BLE001 - NATS away: keep the last reading
+                log.debug("queue sample failed: %s", type(error).__name__)
+                continue
+            self._pending.labels(**labels).set(pending)
+            self._age.labels(**labels).set(age)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await self.sample()
+            await asyncio.sleep(self._interval)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

@@ -33,10 +33,17 @@ from quire.identity import provision_identities
 from quire.kek import DEVELOPMENT_RING, provision_development_ring
 from quire.natsauth import OPERATOR, authorization_config, provision_nats_passwords
 from quire.runtime import connect_nats
-from quire.settings import SERVICES, QueueSettings, service_address_var, service_health_var
+from quire.settings import (
+    SERVICES,
+    QueueSettings,
+    service_address_var,
+    service_health_var,
+    service_metrics_var,
+)
 from quire.stack.datadirlock import DataDirLock
 from quire.stack.natsserver import NatsServer
 from quire.stack.ports import free_port
+from quire.stack.scrapeconfig import SCRAPE_FILE, write_scrape_config
 from quire.tls import sync_channel
 from quire.workqueue.topology import ensure_topology
 
@@ -61,6 +68,8 @@ class StackInfo:
     """Each service's plaintext ``grpc.health.v1`` port (no credentials needed)."""
     operator_token_file: str = ""
     """Where the operator token was configured (``QUIRE_OPERATOR_TOKEN_FILE``), if it was."""
+    metrics_endpoints: dict[str, str] = field(default_factory=dict)
+    """Each service's Prometheus ``/metrics`` address."""
 
     def write(self) -> None:
         path = Path(self.data_dir) / STACK_FILE
@@ -112,6 +121,7 @@ class Stack:
         self.nats: NatsServer | None = None
         self.endpoints: dict[str, str] = {}
         self.health_endpoints: dict[str, str] = {}
+        self.metrics_endpoints: dict[str, str] = {}
         self._pick_endpoints()
         self._children: dict[str, _Child] = {}
         self._lock = threading.Lock()
@@ -122,6 +132,7 @@ class Stack:
     def _pick_endpoints(self) -> None:
         self.endpoints = {service: f"127.0.0.1:{free_port()}" for service in SERVICES}
         self.health_endpoints = {service: f"127.0.0.1:{free_port()}" for service in SERVICES}
+        self.metrics_endpoints = {service: f"127.0.0.1:{free_port()}" for service in SERVICES}
 
     @property
     def nats_url(self) -> str:
@@ -164,8 +175,10 @@ class Stack:
             token_file=str(self.data_dir / "admission" / "dev-token"),
             health_endpoints=dict(self.health_endpoints),
             operator_token_file=self.service_env().get("QUIRE_OPERATOR_TOKEN_FILE", ""),
+            metrics_endpoints=dict(self.metrics_endpoints),
         )
         info.write()
+        write_scrape_config(self.data_dir / SCRAPE_FILE, self.metrics_endpoints)
         if self._restart:
             self._watcher = threading.Thread(target=self._watch, name="stack-watch", daemon=True)
             self._watcher.start()
@@ -242,6 +255,7 @@ class Stack:
             env["QUIRE_NATS_CREDENTIALS_DIR"] = str(self.credentials_dir)
         env.update({service_address_var(s): address for s, address in self.endpoints.items()})
         env.update({service_health_var(s): a for s, a in self.health_endpoints.items()})
+        env.update({service_metrics_var(s): a for s, a in self.metrics_endpoints.items()})
         env.update(self._extra_env)
         if self.uses_development_kek:
             env["QUIRE_KEK_FILE"] = str(self.kek_ring)

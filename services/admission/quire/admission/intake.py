@@ -25,7 +25,6 @@ from sqlalchemy import bindparam, delete, select
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
-from quire.admission.backlog import QueueAgeProbe
 from quire.admission.catalog import RulesetCatalog, resolve_ruleset
 from quire.admission.manifests import PRIORITIES, check_manifest
 from quire.admission.outstanding import OutstandingJobs, count_outstanding
@@ -33,14 +32,23 @@ from quire.admission.tempguard import TempSpaceGuard
 from quire.admission.tenants import Tenant
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database, insert_if_absent
-from quire.errors import Conflict, FieldViolation, InvalidInput, Overloaded, QuotaViolation
+from quire.errors import (
+    Conflict,
+    FieldViolation,
+    InvalidInput,
+    Overloaded,
+    QuireError,
+    QuotaViolation,
+)
 from quire.groupcommit import GroupCommit
 from quire.jobs import job_name, manifest_digest, new_job_id
+from quire.metrics import ServiceMetrics
 from quire.pipeline import State
 from quire.reasons import ReasonCode
 from quire.settings import AdmissionSettings
 from quire.transitions import EventFactory
 from quire.type import job_pb2, queue_pb2
+from quire.workqueue.backlog import QueueAgeProbe
 
 __all__ = ["Intake", "AcceptedJob", "MAX_REQUEST_ID"]
 
@@ -114,7 +122,10 @@ class Intake:
         outstanding: OutstandingJobs | None = None,
         catalog: RulesetCatalog | None = None,
         temp_space: TempSpaceGuard | None = None,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
+        self._accepted = metrics.counter("quire_jobs_accepted_total") if metrics else None
+        self._refused = metrics.counter("quire_jobs_refused_total") if metrics else None
         self._catalog = catalog
         self._temp_space = temp_space
         self._db = database
@@ -125,6 +136,18 @@ class Intake:
         self._outstanding = outstanding
 
     async def submit(self, tenant: Tenant, request: pb.SubmitJobRequest) -> AcceptedJob:
+        """Accept the job (or return the one this request made before), or refuse."""
+        try:
+            accepted = await self._submit(tenant, request)
+        except QuireError as refused:
+            if self._refused is not None:
+                self._refused.labels(reason=refused.reason.value).inc()
+            raise
+        if accepted.handoff is not None and self._accepted is not None:
+            self._accepted.labels(**{"class": request.priority or "interactive"}).inc()
+        return accepted
+
+    async def _submit(self, tenant: Tenant, request: pb.SubmitJobRequest) -> AcceptedJob:
         _check_request_id(request.request_id)
         priority = request.priority or "interactive"
         digest = manifest_digest(request.manifest)

@@ -9,7 +9,6 @@ import grpc
 
 from quire.admission import tables
 from quire.admission.admin import TenantAdminServicer
-from quire.admission.backlog import QueueAgeProbe
 from quire.admission.cancellation import Canceller
 from quire.admission.catalog import RulesetCatalog
 from quire.admission.config import AdmissionConfig
@@ -30,6 +29,7 @@ from quire.audit.v1 import audit_service_pb2_grpc
 from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
+from quire.metrics import ServiceMetrics
 from quire.peers import Peers
 from quire.pipeline import STAGE_NAMES
 from quire.runtime import load_wire, run_service, start_runtime
@@ -39,6 +39,7 @@ from quire.tempspace import TempKeeper
 from quire.transitions import EventFactory
 from quire.validator.v1 import validator_service_pb2_grpc
 from quire.workqueue import Publisher
+from quire.workqueue.backlog import QueueAgeProbe
 
 SERVICE = "admission"
 
@@ -46,6 +47,7 @@ SERVICE = "admission"
 async def main() -> None:
     config = AdmissionConfig.from_env()  # every setting, read and checked before anything starts
     settings, admission, temp_space = config.service, config.admission, config.temp_space
+    metrics = ServiceMetrics(SERVICE)
     nc, js = await start_runtime(settings)
     database = Database(settings.database_url, tables.metadata)
     await asyncio.to_thread(upgrade_schema, database, tables.metadata, tables.MIGRATIONS)
@@ -74,6 +76,7 @@ async def main() -> None:
         outstanding=outstanding,
         catalog=RulesetCatalog(validator_service_pb2_grpc.ValidatorServiceStub(validator_channel)),
         temp_space=temp_guard,
+        metrics=metrics,
     )
     servicer = AdmissionServicer(
         database=database,
@@ -136,6 +139,8 @@ async def main() -> None:
             drain_seconds=settings.drain_seconds,
             ready=ready,
             tls=settings.tls,
+            metrics=metrics,
+            metrics_address=settings.metrics_address,
         )
     finally:
         await keeper.stop()

@@ -34,7 +34,6 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
-from quire.admission.backlog import QueueAgeProbe
 from quire.admission.outstanding import OutstandingJobs
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.database import Database, as_utc, insert_if_absent
@@ -43,6 +42,7 @@ from quire.pipeline import STAGES, State, stage_working_in
 from quire.settings import ReconcileSettings
 from quire.type import job_pb2, queue_pb2
 from quire.workqueue import Publisher, event_subject, redriven, task_message_id, work_subject
+from quire.workqueue.backlog import QueueAgeProbe
 
 __all__ = ["Reconciler"]
 

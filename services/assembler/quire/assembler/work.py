@@ -27,6 +27,7 @@ from quire.attemptfiles import AttemptFiles
 from quire.blobstore import BlobStore, assembled_key, normalized_key, storage_error
 from quire.errors import PermanentError
 from quire.leases import Lease
+from quire.metrics import phase
 from quire.reasons import ReasonCode
 from quire.sandbox import SandboxPool
 from quire.stage import StageResult
@@ -64,9 +65,11 @@ class AssemblerWork:
                 for s in task.sources
             ]
             temp = files.name_for("packet")
-            packet = await self._merge(task, sources, files.directory, temp)
+            with phase("render"):
+                packet = await self._merge(task, sources, files.directory, temp)
             key = assembled_key(task.tenant, packet.sha256)
-            await asyncio.to_thread(self._blobs.promote_file, temp, key)
+            with phase("store"):
+                await asyncio.to_thread(self._blobs.promote_file, temp, key)
         artifact = job_pb2.Artifact(
             blob_key=key,
             sha256=packet.sha256,

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from quire.audit import ledger, tables
 from quire.audit.history import HistoryWatch
+from quire.audit.measures import AuditMeasures
 from quire.blobstore import BlobStore
 from quire.database import Database
 from quire.errors import PermanentError
@@ -70,7 +71,9 @@ class CompletionDesk:
         queue: QueueSettings,
         history: HistoryWatch | None = None,
         history_wait_seconds: float = 5.0,
+        measures: AuditMeasures | None = None,
     ) -> None:
+        self._measures = measures
         self._db = database
         self._history = history or HistoryWatch()
         self._history_wait = history_wait_seconds
@@ -104,6 +107,8 @@ class CompletionDesk:
             span.set_attribute("quire.verdict", verdict.value)
             if verdict is Verdict.COMPLETED:
                 log.info("job completed", extra={"job": ident, "tenant": task.tenant})
+                if self._measures is not None:
+                    self._measures.completed(task.priority)
         if verdict is Verdict.HISTORY_INCOMPLETE:
             return self._backoff.retry(attempt)
         if verdict is Verdict.STALE:

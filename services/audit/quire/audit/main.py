@@ -18,6 +18,7 @@ from quire.audit.config import AuditConfig
 from quire.audit.deadletterbook import DeadLetterBook
 from quire.audit.deadletterdesk import DeadLetterDesk
 from quire.audit.deadletters import DeadLetterOffice
+from quire.audit.measures import AuditMeasures
 from quire.audit.recorder import EVENTS_IN_FLIGHT, EventRecorder
 from quire.audit.retrydrive import RetryRedriver
 from quire.audit.servicer import AuditServicer
@@ -26,6 +27,7 @@ from quire.audit.watch import JobWatches, LedgerNotices
 from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
+from quire.metrics import ServiceMetrics
 from quire.peers import Peers
 from quire.pipeline import STAGES
 from quire.runtime import load_wire, run_service, start_runtime
@@ -60,12 +62,15 @@ async def main() -> None:
     watches = JobWatches(database, config.watch)
     history = LedgerNotices(watches)
     blobs = await asyncio.to_thread(open_blob_store, settings, owner=SERVICE)
+    metrics = ServiceMetrics(SERVICE)
+    measures = AuditMeasures(metrics)
     desk = CompletionDesk(
         database=database,
         blobs=blobs,
         events=EventFactory(SERVICE, settings.instance, settings.build_version),
         queue=settings.queue,
         history=history,
+        measures=measures,
     )
     gate = await JobGate.open(js, wire.signer, wire.verifier)
     office = DeadLetterOffice(
@@ -102,7 +107,7 @@ async def main() -> None:
             js,
             stream=EVENTS_STREAM,
             consumers={EVENTS_CONSUMER: max(settings.concurrency, EVENTS_IN_FLIGHT)},
-            handler=EventRecorder(database, history, Backoff.of(settings.queue)).handle,
+            handler=EventRecorder(database, history, Backoff.of(settings.queue), measures).handle,
             ack_wait_seconds=settings.queue.ack_wait_seconds,
             fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
             verifier=wire.verifier,
@@ -141,6 +146,7 @@ async def main() -> None:
         )
         retries = RetryRedriver(database=database, publisher=publisher, settings=config.reconcile)
         background.append(asyncio.create_task(retries.run_forever()))
+        background.append(asyncio.create_task(measures.count_dead_letters_forever(database)))
 
     async def drain() -> None:
         watches.close()
@@ -172,6 +178,8 @@ async def main() -> None:
             drain_seconds=settings.drain_seconds,
             ready=ready,
             tls=settings.tls,
+            metrics=metrics,
+            metrics_address=settings.metrics_address,
         )
     finally:
         await nc.close()  # workers are drained; nothing is in flight

@@ -22,6 +22,7 @@ from opentelemetry import trace
 
 from quire.audit import ledger
 from quire.audit.history import HistoryWatch
+from quire.audit.measures import AuditMeasures
 from quire.database import Database
 from quire.errors import QuireError
 from quire.faults import fault_point
@@ -55,7 +56,14 @@ def may_record(producer: str, event: queue_pb2.TransitionEvent) -> bool:
 
 
 class EventRecorder:
-    def __init__(self, database: Database, history: HistoryWatch, backoff: Backoff) -> None:
+    def __init__(
+        self,
+        database: Database,
+        history: HistoryWatch,
+        backoff: Backoff,
+        measures: AuditMeasures | None = None,
+    ) -> None:
+        self._measures = measures
         self._appends = BatchCommit(database, ledger.append_many)
         self._backoff = backoff
         self._history = history
@@ -99,6 +107,8 @@ class EventRecorder:
                 log.warning("event %s not recorded (%s)", event.event_id, type(error).__name__)
                 return self._backoff.retry(msg.metadata.num_delivered, error), None
             span.set_attribute("quire.duplicate", not appended)
+            if appended and self._measures is not None:
+                self._measures.recorded(event)
             if appended:
                 log.info(
                     "transition recorded",

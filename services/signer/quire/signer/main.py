@@ -9,6 +9,7 @@ import grpc
 from quire.blobstore import BlobStore
 from quire.database import Database
 from quire.jobgate import JobGate
+from quire.metrics import ServiceMetrics
 from quire.peers import Peers
 from quire.pipeline import stage
 from quire.runtime import run_service
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 
 async def main() -> None:
     config = SignerConfig.from_env()
+    metrics = ServiceMetrics(SERVICE)
     pool = SandboxPool(
         config.stage.sandbox,
         name="pdf-signing",
@@ -53,6 +55,7 @@ async def main() -> None:
             sandbox=pool,
             gate=gate,
             tsa_url=config.tsa_url,
+            signatures=metrics.counter("quire_signatures_total"),
         )
         return work, register
 
@@ -68,6 +71,7 @@ async def main() -> None:
         build=build,
         sandbox=pool,
         peers=Peers.load(config.stage.service),
+        metrics=metrics,
     )
 
 

@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from prometheus_client import Counter
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
@@ -23,6 +24,7 @@ from quire.errors import JobCancelled, PermanentError, TransientError
 from quire.faults import fault_point
 from quire.jobgate import CANCELLED, JobGate
 from quire.leases import Lease
+from quire.metrics import phase
 from quire.pdfsignature import SignatureReport, verify_signed_pdf
 from quire.reasons import ReasonCode
 from quire.sandbox import SandboxPool
@@ -45,7 +47,10 @@ class SignerWork:
         sandbox: SandboxPool,
         gate: JobGate | None = None,
         tsa_url: str | None = None,
+        signatures: Counter | None = None,
     ) -> None:
+        self._signatures = signatures
+        """``quire_signatures_total``: packets this process signed, by key version."""
         self._db = database
         self._gate = gate
         self._tsa_url = tsa_url
@@ -103,28 +108,32 @@ class SignerWork:
             temp = files.name_for("signed")
             try:
                 material = self._keys.material(key)
-                signed: SignedPacket = await self._sandbox.run(
-                    sign_packet,
-                    assembled,
-                    task.assembled.sha256,
-                    str(temp),
-                    material.key_path,
-                    material.cert_path,
-                    self._tsa_url,
-                    material.pkcs11,
-                )
+                with phase("sign"):
+                    signed: SignedPacket = await self._sandbox.run(
+                        sign_packet,
+                        assembled,
+                        task.assembled.sha256,
+                        str(temp),
+                        material.key_path,
+                        material.cert_path,
+                        self._tsa_url,
+                        material.pkcs11,
+                    )
             except PacketDigestMismatch:
                 raise PermanentError(
                     ReasonCode.DIGEST_MISMATCH, "assembled packet changed"
                 ) from None
             except OSError as error:  # from the worker: classified like every blob write
                 raise storage_error(error, "signed packet not written") from error
-            created = await asyncio.to_thread(
-                self._blobs.promote_file, temp, blob_key, exclusive=True
-            )
+            with phase("store"):
+                created = await asyncio.to_thread(
+                    self._blobs.promote_file, temp, blob_key, exclusive=True
+                )
             fault_point("signer.after_artifact")
         if not created:
             return await self._reuse(blob_key)
+        if self._signatures is not None:
+            self._signatures.labels(key_version=key.version).inc()
         return signed, key
 
     async def _reuse(self, blob_key: str) -> tuple[SignedPacket, SigningKey]:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from quire.attemptfiles import AttemptFiles
 from quire.blobstore import BlobStore, normalized_key
 from quire.errors import PermanentError
+from quire.metrics import phase
 from quire.reasons import ReasonCode
 from quire.sandbox import SandboxExhausted, SandboxPool
 from quire.type import job_pb2, queue_pb2
@@ -107,6 +108,17 @@ class Evaluator:
         ``SandboxExhausted`` from here means the last lane was exhausted too.
         Sources that once exhausted the shared lane (``key``, their digests) go
         straight to quarantine on a later delivery."""
+        with phase("validate"):
+            return await self._in_a_lane(key, size, pages, fn, *args)
+
+    async def _in_a_lane(
+        self,
+        key: tuple[str, ...],
+        size: int,
+        pages: int,
+        fn: Callable[..., T],
+        *args: Any,
+    ) -> T:
         if self._quarantine is None or key not in self._hostile:
             try:
                 return await self._sandbox.run(fn, *args, budget=self._budgets.budget(size, pages))

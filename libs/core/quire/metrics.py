@@ -1,0 +1,375 @@
+"""Every metric Quire exports, in Prometheus form, declared once.
+
+Each process builds one :class:`ServiceMetrics` in ``main`` (its own
+registry, not the library's global one) and passes it to what it measures;
+``serve_metrics`` exposes the registry as ``/metrics`` on the service's
+metrics address.
+
+Names and units follow Prometheus conventions (``_total`` counters,
+``_seconds`` and ``_bytes`` units). Labels stay low-cardinality: ``stage``,
+``class`` (the priority class: interactive or batch), ``phase``, ``reason``
+(a stable reason code), ``state``, ``outcome``, ``key_version``. Never a job
+id, a tenant, a file name or anything read from a document.
+
+``CATALOGUE`` lists every family with its type and labels; the dashboard and
+alert tests check their queries against it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from opentelemetry import trace
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    start_http_server,
+)
+
+from quire.telemetry import child_span
+
+__all__ = [
+    "Family",
+    "CATALOGUE",
+    "ServiceMetrics",
+    "StageMeter",
+    "PHASES",
+    "metric_names",
+    "phase",
+    "count_source_read",
+    "serve_metrics",
+]
+
+log = logging.getLogger(__name__)
+
+PHASES = ("queue_wait", "fetch", "validate", "render", "sign", "store")
+"""The phases a stage's duration is split into (``quire_stage_phase_seconds``)."""
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_DELIVERY_BUCKETS = (1, 2, 3, 4, 5, 8, 12, 20)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One metric family: its full exported name, type, labels and meaning."""
+
+    name: str
+    kind: str  # counter | gauge | histogram
+    labels: tuple[str, ...]
+    help: str
+    exported_by: tuple[str, ...]
+
+
+_STAGES = ("validator", "assembler", "signer")
+# Label values of ``stage`` are the pipeline's stage names (validate, assemble,
+# sign), as in the queue subjects; admission's own reads are ``admit``.
+CATALOGUE: tuple[Family, ...] = (
+    Family(
+        "quire_jobs_accepted_total",
+        "counter",
+        ("class",),
+        "Jobs admission accepted (a new job, not a repeated request).",
+        ("admission",),
+    ),
+    Family(
+        "quire_jobs_refused_total",
+        "counter",
+        ("reason",),
+        "Submissions admission refused, by reason code.",
+        ("admission",),
+    ),
+    Family(
+        "quire_jobs_completed_total",
+        "counter",
+        ("class",),
+        "Jobs audit marked COMPLETED.",
+        ("audit",),
+    ),
+    Family(
+        "quire_jobs_rejected_total",
+        "counter",
+        ("reason",),
+        "Jobs that ended REJECTED, by reason code.",
+        ("audit",),
+    ),
+    Family(
+        "quire_jobs_failed_total",
+        "counter",
+        ("reason",),
+        "Jobs that ended FAILED (including dead-lettered), by reason code.",
+        ("audit",),
+    ),
+    Family(
+        "quire_queue_pending_messages",
+        "gauge",
+        ("stage", "class"),
+        "Messages waiting on a stage's queue, not yet delivered.",
+        _STAGES,
+    ),
+    Family(
+        "quire_queue_oldest_ready_age_seconds",
+        "gauge",
+        ("stage", "class"),
+        "Age of the oldest message waiting on a stage's queue (0 when none waits).",
+        _STAGES,
+    ),
+    Family(
+        "quire_queue_age_budget_seconds",
+        "gauge",
+        ("stage", "class"),
+        "The queue-age budget admission sheds new work against.",
+        _STAGES,
+    ),
+    Family(
+        "quire_stage_in_flight",
+        "gauge",
+        ("stage",),
+        "Deliveries this stage process is working on (leases held).",
+        _STAGES,
+    ),
+    Family(
+        "quire_stage_concurrency_limit",
+        "gauge",
+        ("stage",),
+        "How many deliveries this stage process may work on at once.",
+        _STAGES,
+    ),
+    Family(
+        "quire_stage_phase_seconds",
+        "histogram",
+        ("stage", "class", "phase"),
+        "Time a stage spent in each phase of a delivery.",
+        _STAGES,
+    ),
+    Family(
+        "quire_stage_outcomes_total",
+        "counter",
+        ("stage", "class", "outcome"),
+        "Deliveries a stage settled: done (handed on), ended (the job ended here), retry, stale (a newer delivery owns it) or refused (not a valid task).",
+        _STAGES,
+    ),
+    Family(
+        "quire_stage_retries_total",
+        "counter",
+        ("stage", "class"),
+        "Deliveries a stage will retry (negatively acknowledged with a delay).",
+        _STAGES,
+    ),
+    Family(
+        "quire_stage_deliveries",
+        "histogram",
+        ("stage", "class"),
+        "The delivery attempt at which a stage committed a job's outcome.",
+        _STAGES,
+    ),
+    Family(
+        "quire_dead_letters",
+        "gauge",
+        ("stage",),
+        "Dead letters waiting for an operator.",
+        ("audit",),
+    ),
+    Family(
+        "quire_temp_space_used_bytes",
+        "gauge",
+        ("stage",),
+        "Temporary space this stage holds under the blob store.",
+        ("validator", "assembler"),
+    ),
+    Family(
+        "quire_temp_space_budget_bytes",
+        "gauge",
+        ("stage",),
+        "Temporary space this stage may hold before it stops pulling work.",
+        ("validator", "assembler"),
+    ),
+    Family(
+        "quire_audit_lag_seconds",
+        "histogram",
+        ("service",),
+        "Time from a service's event to its ledger entry.",
+        ("audit",),
+    ),
+    Family(
+        "quire_source_read_bytes_total",
+        "counter",
+        ("stage",),
+        "Source bytes a stage read from the blob store.",
+        ("validator", "assembler", "signer"),
+    ),
+    Family(
+        "quire_sandbox_worker_restarts_total",
+        "counter",
+        ("stage",),
+        "Sandbox worker processes replaced after they died or were killed.",
+        ("validator", "assembler", "signer"),
+    ),
+    Family(
+        "quire_signatures_total",
+        "counter",
+        ("key_version",),
+        "Packets signed, by signing key version.",
+        ("signer",),
+    ),
+)
+
+
+def metric_names() -> set[str]:
+    """Every series name a scrape may show (histograms add their suffixes)."""
+    names: set[str] = set()
+    for family in CATALOGUE:
+        if family.kind == "histogram":
+            base = family.name
+            names |= {f"{base}_bucket", f"{base}_sum", f"{base}_count"}
+        else:
+            names.add(family.name)
+    return names
+
+
+def _bare(name: str) -> str:
+    """prometheus-client appends ``_total`` to counters itself."""
+    return name.removesuffix("_total")
+
+
+class ServiceMetrics:
+    """One process's metric families, on its own registry.
+
+    Every family in ``CATALOGUE`` is registered, so a scrape always shows the
+    same names; a service only moves the ones it owns."""
+
+    def __init__(self, service: str) -> None:
+        disable_created_metrics()  # no ``*_created`` series: they are not in the catalogue
+        self.service = service
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._families: dict[str, Counter | Gauge | Histogram] = {}
+        for family in CATALOGUE:
+            if service not in family.exported_by:
+                continue
+            self._families[family.name] = self._make(family)
+
+    def _make(self, family: Family) -> Counter | Gauge | Histogram:
+        if family.kind == "counter":
+            return Counter(_bare(family.name), family.help, family.labels, registry=self.registry)
+        if family.kind == "gauge":
+            return Gauge(family.name, family.help, family.labels, registry=self.registry)
+        buckets = _DELIVERY_BUCKETS if family.name == "quire_stage_deliveries" else _LATENCY_BUCKETS
+        return Histogram(
+            family.name, family.help, family.labels, buckets=buckets, registry=self.registry
+        )
+
+    def counter(self, name: str) -> Counter:
+        family = self._families[name]
+        assert isinstance(family, Counter), name
+        return family
+
+    def gauge(self, name: str) -> Gauge:
+        family = self._families[name]
+        assert isinstance(family, Gauge), name
+        return family
+
+    def histogram(self, name: str) -> Histogram:
+        family = self._families[name]
+        assert isinstance(family, Histogram), name
+        return family
+
+
+def serve_metrics(metrics: ServiceMetrics, address: str) -> None:
+    """Serve ``/metrics`` on ``host:port`` from a daemon thread (the client
+    library's own server); an empty address serves nothing."""
+    if not address:
+        return
+    host, _, port = address.rpartition(":")
+    start_http_server(int(port), addr=host.strip("[]") or "127.0.0.1", registry=metrics.registry)
+    log.info("metrics on %s/metrics", address)
+
+
+@dataclass(frozen=True)
+class _Delivery:
+    meter: StageMeter
+    priority: str
+
+
+_current: ContextVar[_Delivery | None] = ContextVar("quire_delivery", default=None)
+"""The delivery the running task works on; set by ``StageMeter.delivery``."""
+
+
+class StageMeter:
+    """What one stage process measures about its deliveries."""
+
+    def __init__(self, metrics: ServiceMetrics, stage: str, limit: int) -> None:
+        self.stage = stage
+        self._tracer = trace.get_tracer(f"quire.{metrics.service}")
+        self._in_flight = metrics.gauge("quire_stage_in_flight").labels(stage=stage)
+        metrics.gauge("quire_stage_concurrency_limit").labels(stage=stage).set(limit)
+        self._phases = metrics.histogram("quire_stage_phase_seconds")
+        self._outcomes = metrics.counter("quire_stage_outcomes_total")
+        self._retries = metrics.counter("quire_stage_retries_total")
+        self._deliveries = metrics.histogram("quire_stage_deliveries")
+        self._source_bytes = metrics.counter("quire_source_read_bytes_total").labels(stage=stage)
+        for priority in ("interactive", "batch"):  # every series exists from the start
+            for outcome in ("done", "ended", "retry", "stale", "refused"):
+                self._outcomes.labels(stage=stage, **{"class": priority}, outcome=outcome)
+            self._retries.labels(stage=stage, **{"class": priority})
+
+    @contextmanager
+    def delivery(self, priority: str, queued_seconds: float) -> Iterator[None]:
+        """One delivery in flight: its queue wait observed, its phases attributed."""
+        self._in_flight.inc()
+        self.observe(priority, "queue_wait", queued_seconds)
+        token = _current.set(_Delivery(self, priority))
+        try:
+            yield
+        finally:
+            _current.reset(token)
+            self._in_flight.dec()
+
+    def observe(self, priority: str, name: str, seconds: float) -> None:
+        self._phases.labels(stage=self.stage, **{"class": priority}, phase=name).observe(
+            max(0.0, seconds)
+        )
+
+    def settled(self, priority: str, outcome: str, attempt: int) -> None:
+        self._outcomes.labels(stage=self.stage, **{"class": priority}, outcome=outcome).inc()
+        if outcome == "retry":
+            self._retries.labels(stage=self.stage, **{"class": priority}).inc()
+        elif outcome in ("done", "ended"):
+            self._deliveries.labels(stage=self.stage, **{"class": priority}).observe(attempt)
+
+    def source_read(self, size_bytes: int) -> None:
+        self._source_bytes.inc(size_bytes)
+
+    @contextmanager
+    def phase(self, priority: str, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            with child_span(self._tracer, f"{self.stage}.{name}", attributes={"quire.phase": name}):
+                yield
+        finally:
+            self.observe(priority, name, time.perf_counter() - started)
+
+
+@contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Time one phase of the current delivery (a child span and the
+    ``quire_stage_phase_seconds`` histogram); outside a delivery, nothing."""
+    delivery = _current.get()
+    if delivery is None:
+        yield
+        return
+    with delivery.meter.phase(delivery.priority, name):
+        yield
+
+
+def count_source_read(size_bytes: int) -> None:
+    """Source bytes the current delivery read from the blob store."""
+    delivery = _current.get()
+    if delivery is not None:
+        delivery.meter.source_read(size_bytes)
