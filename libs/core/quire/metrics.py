@@ -194,8 +194,8 @@ CATALOGUE: tuple[Family, ...] = (
     Family(
         "quire_audit_lag_seconds",
         "histogram",
-        ("service",),
-        "Time from a service's event to its ledger entry.",
+        ("producer",),
+        "Time from an event (by the service that produced it) to its ledger entry.",
         ("audit",),
     ),
     Family(

@@ -44,7 +44,7 @@ class AuditMeasures:
         """A new ledger entry: its lag behind the event, and how the job ended."""
         if event.HasField("occurred_at"):
             lag = time.time() - event.occurred_at.ToNanoseconds() / 1e9
-            self._lag.labels(service=event.actor.service or "unknown").observe(max(0.0, lag))
+            self._lag.labels(producer=event.actor.service or "unknown").observe(max(0.0, lag))
         if event.to_state == _REJECTED:
             self._rejected.labels(reason=event.reason_code or "UNKNOWN").inc()
         elif event.to_state == _FAILED:
