@@ -65,10 +65,21 @@ def corpus() -> Path:
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+def otlp_receiver() -> Iterator[object]:
+    """An OTLP/gRPC trace receiver, as a collector would be; the session's stack exports to it."""
+    from quire.testing.otlpreceiver import OtlpReceiver
+
+    receiver = OtlpReceiver().start()
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory, otlp_receiver) -> Iterator[object]:  # type: ignore[no-untyped-def]
     """The whole embedded stack: real nats-server, five real service processes.
 
-    Spans go to ``traces.jsonl`` in the data directory, so tests can follow a job.
+    Spans go to ``traces.jsonl`` in the data directory, so tests can follow a
+    job, and by OTLP to ``otlp_receiver`` (configured as users do: ``OTEL_*``).
     """
     from quire.stack.supervisor import Stack
 
@@ -76,6 +87,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     running = Stack(
         data_dir,
         env={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver.endpoint,
+            "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=test",
             "QUIRE_TRACE_FILE": str(data_dir / "traces.jsonl"),
             "QUIRE_DRAIN_SECONDS": "5",
             "QUIRE_QUEUE_AGE_BUDGET_SECONDS": "2",
