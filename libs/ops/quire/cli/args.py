@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from quire.cli.config import ClientConfig
+from quire.cli.errors import CliError
 
 __all__ = ["job_resource", "bearer_metadata", "operator_metadata"]
 
@@ -20,5 +21,5 @@ def bearer_metadata(token: str) -> tuple[tuple[str, str], ...]:
 def operator_metadata(config: ClientConfig) -> tuple[tuple[str, str], ...]:
     """The operator token, which every call to an internal service needs."""
     if not config.operator_token:
-        raise SystemExit("no operator token: set QUIRE_OPERATOR_TOKEN or run against `quire up`")
+        raise CliError("no operator token: set QUIRE_OPERATOR_TOKEN or run against `quire up`")
     return bearer_metadata(config.operator_token)

@@ -9,21 +9,14 @@ document content), and exits 1 when anything is found.
 from __future__ import annotations
 
 import argparse
-import sys
+from dataclasses import asdict
 from pathlib import Path
 
+from quire.cli.errors import CliError
+from quire.cli.output import Output
 from quire.invariants import CheckReport, check
 
-__all__ = ["add_arguments", "run", "render"]
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--stopped",
-        action="store_true",
-        help="the stack is stopped: its temporary space must be empty "
-        "(detected from stack.json when not given)",
-    )
+__all__ = ["run", "render"]
 
 
 def render(report: CheckReport) -> list[str]:
@@ -41,12 +34,12 @@ def render(report: CheckReport) -> list[str]:
     return lines
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, out: Output) -> int:
     data_dir = Path(args.data_dir)
     if not data_dir.is_dir():
-        print(f"no data directory at {data_dir}", file=sys.stderr)
-        return 2
+        raise CliError(f"no data directory at {data_dir}")
     report = check(data_dir, stopped=True if args.stopped else None)
     for line in render(report):
-        print(line)
+        out.line(line)
+    out.result({**asdict(report), "ok": report.ok})
     return 0 if report.ok else 1

@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from quire.stack.supervisor import StackInfo
+from quire.cli.errors import CliError
+from quire.cli.exitcodes import ExitCode
 from quire.tls import TlsSettings
 
 __all__ = ["ClientConfig"]
@@ -24,6 +25,8 @@ class ClientConfig:
 
     @classmethod
     def load(cls, data_dir: Path) -> ClientConfig:
+        from quire.stack.supervisor import StackInfo  # the stack's modules, only when asked
+
         info = StackInfo.read(data_dir) if (data_dir / "stack.json").exists() else None
         admission = os.environ.get("QUIRE_ADMISSION_ADDR") or (
             info.endpoints["admission"] if info else ""
@@ -36,9 +39,10 @@ class ClientConfig:
         token = os.environ.get("QUIRE_TOKEN") or (info.token() if info else "")
         operator = os.environ.get("QUIRE_OPERATOR_TOKEN") or (info.operator_token() if info else "")
         if not admission or not (token or operator):
-            raise SystemExit(
+            raise CliError(
                 f"no running stack found in {data_dir}: start one with `quire up` "
-                "or set QUIRE_ADMISSION_ADDR and QUIRE_TOKEN (or QUIRE_OPERATOR_TOKEN)"
+                "or set QUIRE_ADMISSION_ADDR and QUIRE_TOKEN (or QUIRE_OPERATOR_TOKEN)",
+                ExitCode.UNREACHABLE,
             )
         return cls(
             admission=admission,

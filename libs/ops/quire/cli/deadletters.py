@@ -10,6 +10,7 @@ from quire.audit.v1 import audit_service_pb2 as pb
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from quire.cli.args import job_resource, operator_metadata
 from quire.cli.config import ClientConfig
+from quire.cli.output import Output, message_dict
 from quire.tls import aio_channel
 
 __all__ = ["dlq_list", "dlq_retry", "dlq_discard"]
@@ -28,7 +29,7 @@ def _line(record: pb.DeadLetterRecord) -> str:
     return line
 
 
-async def dlq_list(args: argparse.Namespace, config: ClientConfig) -> int:
+async def dlq_list(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
     async with aio_channel(config.audit, config.tls) as channel:
         reply = await pb_grpc.AuditServiceStub(channel).ListDeadLetters(
             pb.ListDeadLettersRequest(include_resolved=args.all, page_size=args.limit),
@@ -36,27 +37,29 @@ async def dlq_list(args: argparse.Namespace, config: ClientConfig) -> int:
             timeout=TIMEOUT_SECONDS,
         )
     for record in reply.dead_letters:
-        print(_line(record))
+        out.line(_line(record))
     if not reply.dead_letters:
-        print("no dead letters")
+        out.line("no dead letters")
+    out.result({"dead_letters": [message_dict(record) for record in reply.dead_letters]})
     return 0
 
 
-async def dlq_retry(args: argparse.Namespace, config: ClientConfig) -> int:
+async def dlq_retry(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
     return await _decide(
-        config, "RetryDeadLetter", pb.RetryDeadLetterRequest(job=job_resource(args.job))
+        config, out, "RetryDeadLetter", pb.RetryDeadLetterRequest(job=job_resource(args.job))
     )
 
 
-async def dlq_discard(args: argparse.Namespace, config: ClientConfig) -> int:
+async def dlq_discard(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
     return await _decide(
-        config, "DiscardDeadLetter", pb.DiscardDeadLetterRequest(job=job_resource(args.job))
+        config, out, "DiscardDeadLetter", pb.DiscardDeadLetterRequest(job=job_resource(args.job))
     )
 
 
-async def _decide(config: ClientConfig, method: str, request: Message) -> int:
+async def _decide(config: ClientConfig, out: Output, method: str, request: Message) -> int:
     async with aio_channel(config.audit, config.tls) as channel:
         call = getattr(pb_grpc.AuditServiceStub(channel), method)
         record = await call(request, metadata=operator_metadata(config), timeout=TIMEOUT_SECONDS)
-    print(_line(record))
+    out.line(_line(record))
+    out.result({"dead_letter": message_dict(record)})
     return 0

@@ -19,9 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
+from quire.cli.errors import CliError
+from quire.cli.output import Output
 from quire.datakeys import DataKeys
 from quire.errors import QuireError
 from quire.kek import KekConfigError, new_ring_line
@@ -29,19 +30,7 @@ from quire.privatefiles import write_private
 from quire.settings import ServiceSettings
 from quire.storage import open_blob_store, tool_kek_settings
 
-__all__ = ["add_arguments", "run"]
-
-
-def add_arguments(keys: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
-    actions = keys.add_subparsers(dest="action", required=True)
-    actions.add_parser("status", parents=[common])
-    new = actions.add_parser("new-kek", parents=[common])
-    new.add_argument("ring", help="the KEK ring file to put a fresh KEK first in")
-    new.add_argument("--id", default="", help="the new KEK's id (default: kek-<time>)")
-    actions.add_parser("rewrap", parents=[common])
-    shred = actions.add_parser("shred", parents=[common])
-    shred.add_argument("tenant")
-    shred.add_argument("--yes", action="store_true", help="confirm: this cannot be undone")
+__all__ = ["run"]
 
 
 def _data_keys(data_dir: Path) -> DataKeys:
@@ -51,40 +40,49 @@ def _data_keys(data_dir: Path) -> DataKeys:
     return open_blob_store(settings, kek=tool_kek_settings(settings.data_dir, env)).keys
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, out: Output) -> int:
     if args.action == "new-kek":
-        return _new_kek(Path(args.ring), args.id)
+        return _new_kek(Path(args.ring), args.id, out)
     try:
         keys = _data_keys(Path(args.data_dir).resolve())
     except KekConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        raise CliError(f"error: {error}") from None
     if args.action == "status":
-        print(json.dumps(keys.status(), indent=2))
+        status = keys.status()
+        out.line(json.dumps(status, indent=2))
+        out.result({"status": status})
         return 0
     if args.action == "rewrap":
         report = keys.rewrap()
-        print(
+        out.line(
             f"rewrapped {report.rewrapped} data keys under {report.current_kek}; "
             f"{report.already_current} already were"
         )
+        out.result(
+            {
+                "rewrapped": report.rewrapped,
+                "current_kek": report.current_kek,
+                "already_current": report.already_current,
+            }
+        )
         return 0
     if not args.yes:
-        print("shredding cannot be undone: add --yes", file=sys.stderr)
-        return 2
+        raise CliError("shredding cannot be undone: add --yes")
     tenant = args.tenant.removeprefix("tenants/")
     try:
         destroyed = keys.shred(tenant)
     except QuireError as error:
-        print(f"error: {error.reason.value}", file=sys.stderr)
-        return 2
-    print(f"destroyed {destroyed} data keys of tenants/{tenant}; its blobs are unreadable")
+        raise CliError(f"error: {error.reason.value}") from None
+    out.line(f"destroyed {destroyed} data keys of tenants/{tenant}; its blobs are unreadable")
+    out.result({"tenant": f"tenants/{tenant}", "destroyed": destroyed})
     return 0
 
 
-def _new_kek(ring: Path, kek_id: str) -> int:
+def _new_kek(ring: Path, kek_id: str, out: Output) -> int:
     old = ring.read_text() if ring.exists() else ""
     line = new_ring_line(kek_id or None)
     write_private(ring, (line + old).encode())
-    print(f"{line.split()[0]} now wraps; the ring keeps {len(old.splitlines())} older lines")
+    kek = line.split()[0]
+    out.line(f"{kek} now wraps; the ring keeps {len(old.splitlines())} older lines")
+    out.result({"kek": kek, "older_lines": len(old.splitlines()), "ring": str(ring)})
     return 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from quire.cli.config import ClientConfig
+from quire.cli.errors import CliError
+from quire.cli.output import Output, message_dict
 from quire.cli.retention import retention_line
 from quire.client import TenantAdminClient
 
@@ -13,11 +15,11 @@ __all__ = ["tenants_create", "tenants_list", "tokens_create", "tokens_revoke"]
 
 def _client(config: ClientConfig) -> TenantAdminClient:
     if not config.operator_token:
-        raise SystemExit("no operator token: set QUIRE_OPERATOR_TOKEN or run against `quire up`")
+        raise CliError("no operator token: set QUIRE_OPERATOR_TOKEN or run against `quire up`")
     return TenantAdminClient(config.admission, config.operator_token, tls=config.tls)
 
 
-async def tenants_create(args: argparse.Namespace, config: ClientConfig) -> int:
+async def tenants_create(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
     async with _client(config) as admin:
         reply = await admin.create_tenant(
             args.name,
@@ -25,12 +27,13 @@ async def tenants_create(args: argparse.Namespace, config: ClientConfig) -> int:
             max_outstanding_jobs=args.max_outstanding_jobs,
             storage_quota_bytes=args.storage_quota_bytes,
         )
-    print(f"{reply.tenant.name}  {reply.tenant.display_name}")
-    print(f"token (shown once): {reply.secret}")
+    out.line(f"{reply.tenant.name}  {reply.tenant.display_name}")
+    out.line(f"token (shown once): {reply.secret}")
+    out.result({"tenant": message_dict(reply.tenant), "token": reply.secret})
     return 0
 
 
-async def tenants_list(args: argparse.Namespace, config: ClientConfig) -> int:
+async def tenants_list(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
     async with _client(config) as admin:
         tenants = await admin.list_tenants()
     for tenant in tenants:
@@ -38,26 +41,29 @@ async def tenants_list(args: argparse.Namespace, config: ClientConfig) -> int:
         upload = limits.max_upload_bytes or "default"
         outstanding = limits.max_outstanding_jobs or "default"
         quota = limits.storage_quota_bytes or "default"
-        print(
+        out.line(
             f"{tenant.name}  {tenant.display_name}  upload≤{upload}  outstanding≤{outstanding}"
             f"  stored≤{quota}  {retention_line(tenant.retention)}"
         )
         for token in tenant.tokens:
             state = "revoked" if token.HasField("revoke_time") else "valid"
-            print(f"    {token.name}  {state}")
+            out.line(f"    {token.name}  {state}")
+    out.result({"tenants": [message_dict(tenant) for tenant in tenants]})
     return 0
 
 
-async def tokens_create(args: argparse.Namespace, config: ClientConfig) -> int:
+async def tokens_create(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
     async with _client(config) as admin:
         reply = await admin.create_token(args.tenant)
-    print(reply.token.name)
-    print(f"token (shown once): {reply.secret}")
+    out.line(reply.token.name)
+    out.line(f"token (shown once): {reply.secret}")
+    out.result({"token": message_dict(reply.token), "secret": reply.secret})
     return 0
 
 
-async def tokens_revoke(args: argparse.Namespace, config: ClientConfig) -> int:
+async def tokens_revoke(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
     async with _client(config) as admin:
         token = await admin.revoke_token(args.token)
-    print(f"{token.name}  revoked")
+    out.line(f"{token.name}  revoked")
+    out.result({"token": message_dict(token)})
     return 0

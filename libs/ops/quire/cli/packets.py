@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from quire.cli.errors import CliError
+from quire.cli.progress import upload_progress
 from quire.client import AdmissionClient, PacketItem
 from quire.type import job_pb2
 
@@ -21,29 +23,54 @@ class PacketFile:
 
 def read_manifest_file(path: Path) -> tuple[list[PacketFile], dict[str, str]]:
     """``{"documents": [{"document_id", "file", "position"}], "ruleset", "render_profile", "request_id"}``."""
-    spec = json.loads(path.read_text())
-    files = [
-        PacketFile(
-            document_id=str(doc["document_id"]),
-            path=(path.parent / str(doc["file"])).resolve(),
-            position=int(doc.get("position", index)),
-        )
-        for index, doc in enumerate(spec["documents"])
-    ]
+    try:
+        spec = json.loads(path.read_text())
+        files = [
+            PacketFile(
+                document_id=str(doc["document_id"]),
+                path=(path.parent / str(doc["file"])).resolve(),
+                position=int(doc.get("position", index)),
+            )
+            for index, doc in enumerate(spec["documents"])
+        ]
+    except json.JSONDecodeError as error:
+        raise CliError(f"{path} is not JSON: line {error.lineno}: {error.msg}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise CliError(
+            f"{path} is not a manifest: want documents: [{{document_id, file, position}}]"
+            f" ({type(error).__name__}: {error})"
+        ) from None
     options = {
         key: str(spec[key]) for key in ("ruleset", "render_profile", "request_id") if key in spec
     }
     return files, options
 
 
+def _check_readable(files: list[PacketFile]) -> int:
+    """The packet's total size; a missing file fails here, before anything is sent."""
+    total = 0
+    for packet_file in files:
+        if not packet_file.path.is_file():
+            raise CliError(f"no such file: {packet_file.path}")
+        total += packet_file.path.stat().st_size
+    return total
+
+
 async def send_packet(
-    client: AdmissionClient, files: list[PacketFile], options: dict[str, str] | None = None
+    client: AdmissionClient,
+    files: list[PacketFile],
+    options: dict[str, str] | None = None,
+    *,
+    show_progress: bool = False,
 ) -> job_pb2.Job:
     options = options or {}
+    total = _check_readable(files)
     items = []
-    for packet_file in files:
-        source = await client.upload(packet_file.path)
-        items.append(PacketItem(packet_file.document_id, source.sha256))
+    with upload_progress(total, len(files), enabled=show_progress) as progress:
+        for packet_file in files:
+            source = await client.upload(packet_file.path)
+            items.append(PacketItem(packet_file.document_id, source.sha256))
+            progress.advance(packet_file.path.stat().st_size)
     return await client.submit(
         items,
         positions=[f.position for f in files],

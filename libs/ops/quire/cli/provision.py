@@ -14,50 +14,55 @@ import asyncio
 import os
 from pathlib import Path
 
+from nats.errors import NoServersError
+
+from quire.cli.errors import CliError
+from quire.cli.exitcodes import ExitCode
+from quire.cli.output import Output
 from quire.identity import provision_identities
 from quire.natsauth import OPERATOR, authorization_config, provision_nats_passwords
 from quire.runtime import connect_nats
 from quire.settings import SERVICES, QueueSettings
 from quire.workqueue.topology import ensure_topology
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["run"]
 
 
-def add_arguments(credentials: argparse.ArgumentParser, nats: argparse.ArgumentParser) -> None:
-    actions = credentials.add_subparsers(dest="action", required=True)
-    actions.add_parser("init", help="generate what is missing").add_argument("directory")
-    provision = nats.add_subparsers(dest="action", required=True).add_parser("provision")
-    provision.add_argument("--nats-url", default=os.environ.get("QUIRE_NATS_URL", ""))
-    provision.add_argument("--user", default=OPERATOR)
-    provision.add_argument(
-        "--password-file", default=os.environ.get("QUIRE_NATS_PASSWORD_FILE", "")
-    )
-
-
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, out: Output) -> int:
     if args.command == "credentials":
-        return _init(Path(args.directory))
-    return asyncio.run(_provision(args))
+        return _init(Path(args.directory), out)
+    return asyncio.run(_provision(args, out))
 
 
-def _init(directory: Path) -> int:
+def _init(directory: Path, out: Output) -> int:
     made = provision_identities(directory / "identity", SERVICES)
     passwords = provision_nats_passwords(directory / "nats", (*SERVICES, OPERATOR))
     config = directory / "nats" / "authorization.conf"
     config.write_text(authorization_config(passwords) + "\n")
-    print(f"identity keys made for: {', '.join(made) or 'none (all existed)'}")
-    print(f"NATS authorization block (bcrypt hashes only): {config}")
-    print("Create one Secret per service from identity/<service>.key and nats/<service>.password,")
-    print("a ConfigMap from identity/*.pub, and keep nats/operator.password for operators only.")
+    out.line(f"identity keys made for: {', '.join(made) or 'none (all existed)'}")
+    out.line(f"NATS authorization block (bcrypt hashes only): {config}")
+    out.line(
+        "Create one Secret per service from identity/<service>.key and nats/<service>.password,"
+    )
+    out.line("a ConfigMap from identity/*.pub, and keep nats/operator.password for operators only.")
+    out.result({"identities_made": list(made), "authorization": str(config)})
     return 0
 
 
-async def _provision(args: argparse.Namespace) -> int:
+async def _provision(args: argparse.Namespace, out: Output) -> int:
+    if not args.nats_url:
+        raise CliError("no NATS server: give --nats-url or set QUIRE_NATS_URL")
     password = Path(args.password_file).read_text().strip() if args.password_file else ""
-    nc = await connect_nats(args.nats_url, "quire-provision", user=args.user, password=password)
+    try:
+        nc = await connect_nats(
+            args.nats_url, "quire-provision", user=args.user or OPERATOR, password=password
+        )
+    except NoServersError:
+        raise CliError(f"cannot reach NATS at {args.nats_url}", ExitCode.UNREACHABLE) from None
     try:
         await ensure_topology(nc.jetstream(timeout=10), QueueSettings.from_env(os.environ))
     finally:
         await nc.close()
-    print("streams, consumers and the job-gate bucket are in place")
+    out.line("streams, consumers and the job-gate bucket are in place")
+    out.result({"provisioned": ["streams", "consumers", "job-gate bucket"]})
     return 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from quire.audit.v1 import audit_service_pb2_grpc as audit_grpc
 from quire.blobstore import BlobStore
 from quire.cli.args import operator_metadata
 from quire.cli.config import ClientConfig
+from quire.cli.errors import CliError
+from quire.cli.output import Output, message_dict
 from quire.client import TenantAdminClient
 from quire.invariants_db import service_settings
 from quire.retention import PlannedRetirement, apply_plan, describe, plan
@@ -31,42 +34,18 @@ from quire.settings import DAY, RetentionSettings
 from quire.storage import open_blob_store, tool_kek_settings
 from quire.tls import aio_channel
 
-__all__ = ["add_arguments", "run_plan", "run_apply", "tenants_retention"]
+__all__ = ["run_plan", "run_apply", "tenants_retention"]
 
 TIMEOUT_SECONDS = 30.0
-
-
-def add_arguments(retention: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
-    actions = retention.add_subparsers(dest="action", required=True)
-    for name, help_text in (
-        ("plan", "print what the policy retires now, and why (changes nothing)"),
-        ("apply", "retire it: record each deletion in the ledger, then delete the bytes"),
-    ):
-        action = actions.add_parser(name, parents=[common], help=help_text)
-        action.add_argument(
-            "--as-of",
-            default="",
-            help="judge ages at this ISO 8601 time instead of now (to preview a date)",
-        )
-
-
-def add_tenant_arguments(
-    tenants: argparse._SubParsersAction, common: argparse.ArgumentParser
-) -> None:  # type: ignore[type-arg]
-    retention = tenants.add_parser(
-        "retention", parents=[common], help="set a tenant's retention periods (0: the default)"
-    )
-    retention.add_argument("tenant", help="tenants/ID")
-    retention.add_argument("--sources-days", type=float, default=0.0)
-    retention.add_argument("--packets-days", type=float, default=0.0)
-    retention.add_argument("--artifacts-days", type=float, default=0.0)
-    retention.add_argument("--unused-upload-hours", type=float, default=0.0)
 
 
 def _as_of(text: str) -> datetime:
     if not text:
         return datetime.now(UTC)
-    moment = datetime.fromisoformat(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise CliError(f"--as-of {text!r} is not an ISO 8601 time") from None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
@@ -91,19 +70,28 @@ def _summary(planned: list[PlannedRetirement]) -> str:
     return f"{len(planned)} retirements, {len(blobs)} blobs, {sum(blobs.values())} bytes"
 
 
-def run_plan(args: argparse.Namespace) -> int:
+def _document(planned: list[PlannedRetirement]) -> dict[str, object]:
+    return {
+        "retirements": [asdict(item) for item in planned],
+        "summary": _summary(planned) if planned else "nothing to retire",
+    }
+
+
+def run_plan(args: argparse.Namespace, out: Output) -> int:
     if not Path(args.data_dir).is_dir():
-        raise SystemExit(f"no data directory at {args.data_dir}")
+        raise CliError(f"no data directory at {args.data_dir}")
     planned, _blobs = _plan(args)
     for item in planned:
-        print(describe(item))
-    print(_summary(planned) if planned else "nothing to retire")
+        out.line(describe(item))
+    out.line(_summary(planned) if planned else "nothing to retire")
+    out.result(_document(planned))
     return 0
 
 
-async def run_apply(args: argparse.Namespace, config: ClientConfig) -> int:
+async def run_apply(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
     planned, blobs = _plan(args)
     metadata = operator_metadata(config)
+    deleted: list[str] = []
     async with (
         aio_channel(config.audit, config.tls) as channel,
         TenantAdminClient(config.admission, config.operator_token, tls=config.tls) as admin,
@@ -118,7 +106,11 @@ async def run_apply(args: argparse.Namespace, config: ClientConfig) -> int:
                 metadata=metadata,
                 timeout=TIMEOUT_SECONDS,
             )
-            print(f"recorded: {describe(item)}")
+            out.line(f"recorded: {describe(item)}")
+
+        def on_deleted(key: str) -> None:
+            deleted.append(key)
+            out.line(f"deleted: {key}")
 
         async def forget(tenant: str, sha256: str) -> None:
             await admin.forget_source(f"tenants/{tenant}", sha256)
@@ -128,13 +120,14 @@ async def run_apply(args: argparse.Namespace, config: ClientConfig) -> int:
             record=record,
             blobs=blobs,
             forget=forget,
-            deleted=lambda key: print(f"deleted: {key}"),
+            deleted=on_deleted,
         )
-    print(_summary(planned) if planned else "nothing to retire")
+    out.line(_summary(planned) if planned else "nothing to retire")
+    out.result({**_document(planned), "deleted": deleted})
     return 0
 
 
-async def tenants_retention(args: argparse.Namespace, config: ClientConfig) -> int:
+async def tenants_retention(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
     retention = admin_pb.TenantRetention(
         sources_seconds=round(args.sources_days * DAY),
         packets_seconds=round(args.packets_days * DAY),
@@ -142,11 +135,12 @@ async def tenants_retention(args: argparse.Namespace, config: ClientConfig) -> i
         unused_uploads_seconds=round(args.unused_upload_hours * 3600),
     )
     if not config.operator_token:
-        raise SystemExit("no operator token: set QUIRE_OPERATOR_TOKEN or run against `quire up`")
+        raise CliError("no operator token: set QUIRE_OPERATOR_TOKEN or run against `quire up`")
     tenant = args.tenant if args.tenant.startswith("tenants/") else f"tenants/{args.tenant}"
     async with TenantAdminClient(config.admission, config.operator_token, tls=config.tls) as admin:
         reply = await admin.update_retention(tenant, retention)
-    print(f"{reply.name}  {retention_line(reply.retention)}")
+    out.line(f"{reply.name}  {retention_line(reply.retention)}")
+    out.result({"tenant": reply.name, "retention": message_dict(reply.retention)})
     return 0
 
 

@@ -7,6 +7,7 @@ import getpass
 
 from quire.cli.args import job_resource, operator_metadata
 from quire.cli.config import ClientConfig
+from quire.cli.output import Output, message_dict
 from quire.tls import aio_channel
 from quire.validator.v1 import validator_service_pb2 as pb
 from quire.validator.v1 import validator_service_pb2_grpc as pb_grpc
@@ -14,18 +15,21 @@ from quire.validator.v1 import validator_service_pb2_grpc as pb_grpc
 __all__ = ["review_list", "review_approve", "review_reject"]
 
 
-async def review_list(args: argparse.Namespace, config: ClientConfig) -> int:
+async def review_list(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
     async with aio_channel(config.validator, config.tls) as channel:
         reply = await pb_grpc.ValidatorServiceStub(channel).ListReviews(
             pb.ListReviewsRequest(), metadata=operator_metadata(config)
         )
     for review in reply.reviews:
         asks = [d.rule for d in review.decisions if d.outcome == "review"]
-        print(f"{review.job}  {review.ruleset_version}  needs: {', '.join(asks)}")
+        out.line(f"{review.job}  {review.ruleset_version}  needs: {', '.join(asks)}")
+    out.result({"reviews": [message_dict(review) for review in reply.reviews]})
     return 0
 
 
-async def _resolve(args: argparse.Namespace, config: ClientConfig, approve: bool) -> int:
+async def _resolve(
+    args: argparse.Namespace, config: ClientConfig, out: Output, approve: bool
+) -> int:
     request = pb.ResolveReviewRequest(
         job=job_resource(args.job),
         approve=approve,
@@ -36,13 +40,14 @@ async def _resolve(args: argparse.Namespace, config: ClientConfig, approve: bool
         review = await pb_grpc.ValidatorServiceStub(channel).ResolveReview(
             request, metadata=operator_metadata(config)
         )
-    print(f"{review.job}  {review.status}  by {review.operator}")
+    out.line(f"{review.job}  {review.status}  by {review.operator}")
+    out.result({"review": message_dict(review)})
     return 0
 
 
-async def review_approve(args: argparse.Namespace, config: ClientConfig) -> int:
-    return await _resolve(args, config, approve=True)
+async def review_approve(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+    return await _resolve(args, config, out, approve=True)
 
 
-async def review_reject(args: argparse.Namespace, config: ClientConfig) -> int:
-    return await _resolve(args, config, approve=False)
+async def review_reject(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+    return await _resolve(args, config, out, approve=False)

@@ -1,0 +1,83 @@
+"""Turning what went wrong into one line on stderr and the right exit code.
+
+A user's mistake (a missing file, a bad argument, a stack that is not
+running, a timeout) is not a bug: it gets a sentence, not a traceback.
+Anything not listed here is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+
+from quire.cli.exitcodes import ExitCode
+from quire.grpcstatus import reason_of
+from quire.stack.datadirlock import DataDirInUse
+
+__all__ = ["CliError", "Failure", "failure_of"]
+
+
+class CliError(Exception):
+    """A problem the CLI explains in one line and exits on with ``code``."""
+
+    def __init__(self, message: str, code: ExitCode = ExitCode.USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What the user is told: one line, an exit code, and (for ``--json``)
+    the gRPC status name and Quire reason code when a call failed."""
+
+    code: ExitCode
+    message: str
+    status: str = ""
+    reason: str = ""
+
+    def document(self) -> dict[str, object]:
+        """``{"error": {...}}``: what ``--json`` prints on stdout instead of a result."""
+        error: dict[str, object] = {"exit_code": int(self.code), "kind": self.code.name}
+        error["message"] = self.message
+        if self.status:
+            error["status"] = self.status
+        if self.reason:
+            error["reason"] = self.reason
+        return {"error": error}
+
+
+def _rpc_failure(error: grpc.aio.AioRpcError) -> Failure:
+    status = error.code()
+    reason = reason_of(error) or ""
+    details = error.details() or ""
+    message = " ".join(part for part in (status.name, reason, details) if part)
+    if reason:
+        code = ExitCode.REFUSED  # the stack answered, and said no
+    elif status is grpc.StatusCode.UNAVAILABLE:
+        code = ExitCode.UNREACHABLE
+        message = f"cannot reach the stack: {details or status.name}"
+    elif status is grpc.StatusCode.DEADLINE_EXCEEDED:
+        code = ExitCode.TIMEOUT
+    else:
+        code = ExitCode.FAILED
+    return Failure(code, message, status=status.name, reason=reason)
+
+
+def failure_of(error: BaseException) -> Failure | None:
+    """The failure ``error`` stands for, or None when it is a bug (re-raise it)."""
+    if isinstance(error, CliError):
+        return Failure(error.code, str(error))
+    if isinstance(error, grpc.aio.AioRpcError):
+        return _rpc_failure(error)
+    if isinstance(error, DataDirInUse):
+        return Failure(ExitCode.DATA_DIR_IN_USE, str(error))
+    if isinstance(error, TimeoutError):
+        return Failure(ExitCode.TIMEOUT, f"timed out: {error}" if str(error) else "timed out")
+    if isinstance(error, ConnectionError):
+        return Failure(ExitCode.UNREACHABLE, f"cannot connect: {error}")
+    if isinstance(error, OSError) and error.filename is not None:
+        return Failure(ExitCode.USAGE, f"{error.strerror or error}: {error.filename}")
+    if isinstance(error, KeyboardInterrupt):
+        return Failure(ExitCode.INTERRUPTED, "interrupted")
+    return None

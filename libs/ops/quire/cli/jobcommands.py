@@ -1,0 +1,193 @@
+"""``quire submit|status|wait|fetch|jobs|cancel|verify``: a tenant's own jobs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from quire.cli.args import job_resource, operator_metadata
+from quire.cli.config import ClientConfig
+from quire.cli.errors import CliError
+from quire.cli.exitcodes import ExitCode
+from quire.cli.output import Output, job_dict
+from quire.cli.packets import PacketFile, read_manifest_file, send_packet
+from quire.cli.progress import progress_wanted, waiting
+from quire.cli.verify import ledger_checks, verify_file
+from quire.client import AdmissionClient
+from quire.jobs import state_name
+from quire.pdfsignature import SignatureReport, verify_signed_pdf
+from quire.pipeline import State
+from quire.type import job_pb2
+
+__all__ = [
+    "job_line",
+    "job_exit",
+    "submit",
+    "status",
+    "wait",
+    "fetch",
+    "jobs",
+    "cancel",
+    "verify",
+    "verify_offline",
+]
+
+
+def job_line(job: job_pb2.Job) -> str:
+    parts = [job.name, state_name(job.state)]
+    if job.reason_code:
+        parts.append(job.reason_code)
+    if job.output_digest:
+        parts.append(f"sha256={job.output_digest}")
+    return "  ".join(parts)
+
+
+def job_exit(job: job_pb2.Job) -> int:
+    """0 when the job completed, REJECTED when it was refused, FAILED otherwise."""
+    state = state_name(job.state)
+    if state == State.COMPLETED:
+        return ExitCode.OK
+    if state == State.REJECTED:
+        return ExitCode.REJECTED
+    return ExitCode.FAILED
+
+
+def _client(config: ClientConfig) -> AdmissionClient:
+    return AdmissionClient(config.admission, config.token, tls=config.tls)
+
+
+def _existing(path: str) -> Path:
+    if not Path(path).is_file():
+        raise CliError(f"no such file: {path}")
+    return Path(path)
+
+
+async def submit(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+    if args.manifest:
+        files, options = read_manifest_file(_existing(args.manifest))
+    else:
+        files = [PacketFile(Path(f).stem, Path(f).resolve(), i) for i, f in enumerate(args.files)]
+        options = {}
+    if not files:
+        raise CliError("nothing to submit: give files or --manifest")
+    show = progress_wanted(out.as_json)
+    async with _client(config) as client:
+        job = await send_packet(client, files, options, show_progress=show)
+        out.line(job_line(job))
+        out.result({"job": job_dict(job)})
+        if not args.wait:
+            return ExitCode.OK
+        with waiting(job.name, enabled=show):
+            job = await client.wait(job.name, timeout=args.timeout)
+    out.line(job_line(job))
+    out.result({"job": job_dict(job)})
+    return job_exit(job)
+
+
+async def status(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+    async with _client(config) as client:
+        job = await client.get_job(job_resource(args.job))
+    out.line(job_line(job))
+    out.result({"job": job_dict(job)})
+    return ExitCode.OK
+
+
+async def wait(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+    name = job_resource(args.job)
+    async with _client(config) as client:
+        with waiting(name, enabled=progress_wanted(out.as_json)):
+            job = await client.wait(name, timeout=args.timeout)
+    out.line(job_line(job))
+    out.result({"job": job_dict(job)})
+    return job_exit(job)
+
+
+async def fetch(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+    name = job_resource(args.job)
+    async with _client(config) as client:
+        digest = await client.download(name, Path(args.output))
+    out.line(f"{args.output}  sha256={digest}")
+    out.result({"job": name, "output": str(args.output), "sha256": digest})
+    return ExitCode.OK
+
+
+async def jobs(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+    token = ""
+    listed: list[job_pb2.Job] = []
+    async with _client(config) as client:
+        while True:
+            page = await client.list_jobs(page_token=token, state=args.state or "")
+            for job in page.jobs:
+                out.line(job_line(job))
+            listed.extend(page.jobs)
+            token = page.next_page_token
+            if not token:
+                break
+    out.result({"jobs": [job_dict(job) for job in listed]})
+    return ExitCode.OK
+
+
+async def cancel(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+    async with _client(config) as client:
+        job = await client.cancel(job_resource(args.job))
+    out.line(job_line(job))
+    out.result({"job": job_dict(job)})
+    return ExitCode.OK if state_name(job.state) == State.CANCELLED else ExitCode.FAILED
+
+
+def verify_offline(args: argparse.Namespace, out: Output) -> int:
+    """``quire verify FILE --cert CERT``: no stack, no token; the certificates given."""
+    if args.job:
+        raise CliError("--job needs the stack's ledger; leave out --cert to use it")
+    _existing(args.file)
+    pems = [_existing(path).read_text() for path in args.cert]
+    return _signature_result(verify_signed_pdf(args.file, pems), ledger=[], out=out)
+
+
+async def verify(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+    path = _existing(args.file)
+    report = await verify_file(path, config.signer, config.tls, metadata=operator_metadata(config))
+    checks: list[tuple[str, bool]] = []
+    if args.job:
+        async with _client(config) as client:
+            checks = await ledger_checks(
+                path,
+                job_resource(args.job),
+                admission=client,
+                audit_address=config.audit,
+                tls=config.tls,
+                metadata=operator_metadata(config),
+            )
+    return _signature_result(report, ledger=checks, out=out)
+
+
+def _signature_result(
+    report: SignatureReport, *, ledger: list[tuple[str, bool]], out: Output
+) -> int:
+    out.line(f"signatures: {report.signature_count}")
+    out.line(f"intact: {report.intact}  valid: {report.valid}")
+    out.line(f"covers whole file: {report.covers_whole_file}")
+    out.line(
+        f"made by a trusted key (the stack's, or --cert): trusted: {report.trusted}  "
+        f"certificate sha256={report.certificate_sha256}"
+    )
+    ok = report.ok
+    for label, passed in ledger:
+        out.line(f"{label}: {passed}")
+        ok = ok and passed
+    out.line("OK" if ok else "NOT VERIFIED")
+    out.result(
+        {
+            "signatures": report.signature_count,
+            "intact": report.intact,
+            "valid": report.valid,
+            "covers_whole_file": report.covers_whole_file,
+            "trusted": report.trusted,
+            "certificate_sha256": report.certificate_sha256,
+            "signer_identity": report.signer_identity,
+            "timestamped": report.timestamped,
+            "ledger": [{"check": label, "passed": passed} for label, passed in ledger],
+            "ok": ok,
+        }
+    )
+    return ExitCode.OK if ok else ExitCode.FAILED

@@ -1,0 +1,120 @@
+"""``quire audit verify`` and ``quire evidence``: the ledger, checked and exported."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from quire.cli.args import job_resource, operator_metadata
+from quire.cli.config import ClientConfig
+from quire.cli.errors import CliError
+from quire.cli.exitcodes import ExitCode
+from quire.cli.output import Output, message_dict
+
+__all__ = ["audit_verify", "evidence_export", "evidence_verify"]
+
+
+async def audit_verify(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+    from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+    from quire.tls import aio_channel
+
+    async with aio_channel(config.audit, config.tls) as channel:
+        report = await audit_service_pb2_grpc.AuditServiceStub(channel).VerifyLedger(
+            audit_service_pb2.VerifyLedgerRequest(),
+            metadata=operator_metadata(config),
+            timeout=600,
+        )
+    out.line(
+        f"entries: {report.entries}  chains: {report.chains}  "
+        f"checkpoints checked: {report.checkpoints_checked}"
+    )
+    for finding in report.findings:
+        what = f" {finding.column}" if finding.column else ""
+        which = f" of {finding.job}" if finding.job else ""
+        out.line(
+            f"{finding.kind}{what}{which} at sequence {finding.sequence} (tenant {finding.tenant})"
+        )
+    out.line("OK" if report.ok else "LEDGER DOES NOT VERIFY")
+    out.result({**message_dict(report), "ok": report.ok})
+    return ExitCode.OK if report.ok else ExitCode.FAILED
+
+
+async def evidence_export(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+    from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+    from quire.tls import aio_channel
+
+    output = args.output or f"{job_resource(args.job).removeprefix('jobs/')}.evidence.json"
+    async with aio_channel(config.audit, config.tls) as channel:
+        evidence = await audit_service_pb2_grpc.AuditServiceStub(channel).ExportEvidence(
+            audit_service_pb2.ExportEvidenceRequest(job=job_resource(args.job)),
+            metadata=operator_metadata(config),
+            timeout=120,
+        )
+    Path(output).write_text(evidence.json)
+    out.line(f"{output}  evidence for {evidence.job}")
+    out.result({"job": evidence.job, "output": output})
+    return ExitCode.OK
+
+
+def _read_evidence(path: str) -> dict[str, Any]:
+    if not Path(path).is_file():
+        raise CliError(f"no such file: {path}")
+    try:
+        document = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as error:
+        raise CliError(f"{path} is not JSON: line {error.lineno}: {error.msg}") from None
+    if not isinstance(document, dict) or "public_key" not in document:
+        raise CliError(f"{path} is not an evidence file (`quire evidence JOB` writes one)")
+    return document
+
+
+def evidence_verify(args: argparse.Namespace, out: Output) -> int:
+    from quire.audit.evidence import (
+        public_key_fingerprint,
+        retirements,
+        summaries,
+        verify_evidence,
+    )
+
+    if not args.file:
+        raise CliError("`quire evidence verify FILE`: give the evidence file")
+    document = _read_evidence(args.file)
+    problems = verify_evidence(document, args.key_sha256 or None)
+    entries = document.get("entries", [])
+    proof = max((len(e.get("inclusion_proof", [])) for e in entries), default=0)
+    key = public_key_fingerprint(document["public_key"])
+    out.line(
+        f"job {document.get('job')}: {len(entries)} entries in "
+        f"{document.get('origin')}, inclusion proofs of up to {proof} hashes"
+    )
+    out.line(f"checkpoint key sha256 {key}")
+    for problem in problems:
+        out.line(f"problem: {problem}")
+    result: dict[str, Any] = {
+        "job": document.get("job"),
+        "entries": len(entries),
+        "origin": document.get("origin"),
+        "checkpoint_key_sha256": key,
+        "problems": list(problems),
+        "ok": not problems,
+    }
+    if not problems:  # shown only once proven
+        proven = list(summaries(document))
+        retired = list(retirements(document))
+        for entry in proven:
+            out.line(
+                f"  #{entry['index']} {entry['to_state']} {entry['reason_code']} {entry['actor']}"
+            )
+        for item in retired:
+            out.line(
+                f"  bytes retired under the retention policy: {item['kind']} "
+                f"sha256={item['sha256']} size={item['size_bytes']} "
+                f"rule={item['rule']} period={item['period_seconds']}s "
+                f"since={item['since']} at={item['retired_at']}"
+            )
+        result.update({"transitions": proven, "retirements": retired})
+    out.line("OK" if not problems else "EVIDENCE DOES NOT VERIFY")
+    out.result(result)
+    return ExitCode.OK if not problems else ExitCode.FAILED

@@ -1,0 +1,110 @@
+"""The options of the operators' file-level commands (check, retention, keys,
+credentials, nats), kept apart from the commands themselves so building the
+parser imports none of their (heavy) dependencies: ``quire --version`` or a
+typo answers at once."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+__all__ = [
+    "add_check_arguments",
+    "add_keys_arguments",
+    "add_provision_arguments",
+    "add_retention_arguments",
+    "add_tenant_retention_arguments",
+]
+
+
+def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--stopped",
+        action="store_true",
+        help="the stack is stopped: its temporary space must be empty "
+        "(detected from stack.json when not given)",
+    )
+
+
+def add_keys_arguments(keys: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    actions = keys.add_subparsers(dest="action", required=True, help="what to do")
+    actions.add_parser("status", parents=[common], help="each tenant's data keys (JSON)")
+    new = actions.add_parser(
+        "new-kek", parents=[common], help="put a fresh KEK first in a ring file"
+    )
+    new.add_argument("ring", help="the KEK ring file to put a fresh KEK first in")
+    new.add_argument("--id", default="", help="the new KEK's id (default: kek-<time>)")
+    actions.add_parser("rewrap", parents=[common], help="wrap every data key under the current KEK")
+    shred = actions.add_parser(
+        "shred", parents=[common], help="destroy a tenant's data keys (crypto-shredding)"
+    )
+    shred.add_argument("tenant", help="tenants/ID whose data keys to destroy")
+    shred.add_argument("--yes", action="store_true", help="confirm: this cannot be undone")
+
+
+def add_provision_arguments(
+    credentials: argparse.ArgumentParser,
+    nats: argparse.ArgumentParser,
+    common: argparse.ArgumentParser,
+) -> None:
+    actions = credentials.add_subparsers(dest="action", required=True, help="what to do")
+    actions.add_parser("init", parents=[common], help="generate what is missing").add_argument(
+        "directory", help="where to write identity/ and nats/"
+    )
+    provision = nats.add_subparsers(dest="action", required=True, help="what to do").add_parser(
+        "provision", parents=[common], help="streams, consumers and the job-gate bucket"
+    )
+    provision.add_argument(
+        "--nats-url",
+        default=os.environ.get("QUIRE_NATS_URL", ""),
+        help="the NATS server (default: QUIRE_NATS_URL)",
+    )
+    provision.add_argument(
+        "--user", default="", help="the NATS user to log in as (default: the operator)"
+    )
+    provision.add_argument(
+        "--password-file",
+        default=os.environ.get("QUIRE_NATS_PASSWORD_FILE", ""),
+        help="that user's password (default: QUIRE_NATS_PASSWORD_FILE)",
+    )
+
+
+def add_retention_arguments(
+    retention: argparse.ArgumentParser, common: argparse.ArgumentParser
+) -> None:
+    actions = retention.add_subparsers(dest="action", required=True, help="what to do")
+    for name, help_text in (
+        ("plan", "print what the policy retires now, and why (changes nothing)"),
+        ("apply", "retire it: record each deletion in the ledger, then delete the bytes"),
+    ):
+        action = actions.add_parser(name, parents=[common], help=help_text)
+        action.add_argument(
+            "--as-of",
+            default="",
+            help="judge ages at this ISO 8601 time instead of now (to preview a date)",
+        )
+
+
+def add_tenant_retention_arguments(
+    tenants: argparse._SubParsersAction[Any], common: argparse.ArgumentParser
+) -> None:
+    retention = tenants.add_parser(
+        "retention", parents=[common], help="set a tenant's retention periods (0: the default)"
+    )
+    retention.add_argument("tenant", help="tenants/ID")
+    retention.add_argument(
+        "--sources-days", type=float, default=0.0, help="keep uploaded sources this many days"
+    )
+    retention.add_argument(
+        "--packets-days", type=float, default=0.0, help="keep a job's packet this many days"
+    )
+    retention.add_argument(
+        "--artifacts-days", type=float, default=0.0, help="keep signed PDFs this many days"
+    )
+    retention.add_argument(
+        "--unused-upload-hours",
+        type=float,
+        default=0.0,
+        help="keep an upload no job used this many hours",
+    )

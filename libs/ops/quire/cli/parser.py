@@ -1,0 +1,204 @@
+"""The ``quire`` command line: every command, option and its help.
+
+Errors in the arguments are one line on stderr (exit 2), not argparse's
+usage block: scripts log stderr, and people get the hint to ask ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import sys
+from pathlib import Path
+from typing import NoReturn, Protocol
+
+from quire.cli.exitcodes import ExitCode, epilog
+from quire.cli.jobstates import job_state
+from quire.cli.operatorargs import (
+    add_check_arguments,
+    add_keys_arguments,
+    add_provision_arguments,
+    add_retention_arguments,
+    add_tenant_retention_arguments,
+)
+
+__all__ = ["DEFAULT_DATA_DIR", "build_parser", "version"]
+
+DEFAULT_DATA_DIR = Path(".quire")
+DESCRIPTION = """\
+Quire: run the stack, send packets, follow jobs, check signatures.
+
+  quire up [--example DIR]                  quire submit FILE... | --manifest M.json [--wait]
+  quire status JOB   quire wait JOB         quire fetch JOB -o OUT.pdf   quire verify OUT.pdf
+
+Every command that prints a result prints it as one JSON document with --json."""
+
+
+def version() -> str:
+    try:
+        return importlib.metadata.version("quire-ops")
+    except importlib.metadata.PackageNotFoundError:  # run from a bare checkout
+        return "unknown"
+
+
+class _Command(Protocol):
+    """The ``command(name, help=...)`` helper: a subcommand with the common options."""
+
+    def __call__(self, name: str, help: str) -> argparse.ArgumentParser:  # noqa: A002
+        ...
+
+
+class QuireParser(argparse.ArgumentParser):
+    """argparse, with one line per error instead of the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        raise SystemExit(ExitCode.USAGE)
+
+
+def _common() -> QuireParser:
+    """Options accepted after the subcommand too (``quire status JOB --json``)."""
+    common = QuireParser(add_help=False)
+    common.add_argument("--data-dir", default=argparse.SUPPRESS, help="stack data directory")
+    common.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print the result as one JSON document on stdout",
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = QuireParser(
+        prog="quire",
+        description=DESCRIPTION,
+        epilog=epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"quire {version()}")
+    parser.add_argument(
+        "--data-dir",
+        default=str(DEFAULT_DATA_DIR),
+        help="stack data directory (default: .quire)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the result as one JSON document on stdout"
+    )
+    common = _common()
+    commands = parser.add_subparsers(dest="command", required=True, help="what to do")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:  # noqa: A002 - argparse's word
+        return commands.add_parser(name, help=help, description=help, parents=[common])
+
+    up = command("up", help="start the embedded stack")
+    up.add_argument("--example", help="send the example packet in this folder once up")
+    _job_commands(command)
+    _operator_commands(command, common)
+    return parser
+
+
+def _job_commands(command: _Command) -> None:
+    submit = command("submit", help="send a packet: files in order, or --manifest")
+    submit.add_argument("files", nargs="*", help="PDF files, in page order")
+    submit.add_argument("--manifest", help="a manifest JSON file naming the files instead")
+    submit.add_argument("--wait", action="store_true", help="wait for the job to end")
+    submit.add_argument(
+        "--timeout", type=float, default=120.0, help="with --wait: give up after this many seconds"
+    )
+    command("status", help="a job's state").add_argument("job", help="the job id or jobs/ID")
+    wait = command("wait", help="wait for a job to end")
+    wait.add_argument("job", help="the job id or jobs/ID")
+    wait.add_argument(
+        "--timeout", type=float, default=120.0, help="give up after this many seconds"
+    )
+    fetch = command("fetch", help="download a completed job's signed PDF")
+    fetch.add_argument("job", help="the job id or jobs/ID")
+    fetch.add_argument("-o", "--output", required=True, help="where to write the signed PDF")
+    verify = command("verify", help="check a signed PDF against the stack's keys")
+    verify.add_argument("file", help="the signed PDF")
+    verify.add_argument("--job", help="also check the file against this job's ledger record")
+    verify.add_argument(
+        "--cert",
+        action="append",
+        default=[],
+        help="offline: trust this PEM certificate instead of asking the stack (repeatable)",
+    )
+    jobs = command("jobs", help="your jobs, newest first")
+    jobs.add_argument("--state", type=job_state, help="only jobs in this state, e.g. COMPLETED")
+    command("cancel", help="cancel a job that has not started signing").add_argument(
+        "job", help="the job id or jobs/ID"
+    )
+
+
+def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> None:
+    tenants = command("tenants", help="operators: tenants").add_subparsers(
+        dest="action", required=True, help="what to do"
+    )
+    create = tenants.add_parser("create", parents=[common], help="a new tenant and its token")
+    create.add_argument("name", help="the tenant's display name")
+    create.add_argument(
+        "--max-upload-bytes", type=int, default=0, help="largest upload (0: the default)"
+    )
+    create.add_argument(
+        "--max-outstanding-jobs", type=int, default=0, help="unfinished jobs (0: the default)"
+    )
+    create.add_argument(
+        "--storage-quota-bytes", type=int, default=0, help="bytes of uploads it may keep"
+    )
+    tenants.add_parser("list", parents=[common], help="every tenant, its limits and tokens")
+    add_tenant_retention_arguments(tenants, common)
+    tokens = command("tokens", help="operators: bearer tokens").add_subparsers(
+        dest="action", required=True, help="what to do"
+    )
+    tokens.add_parser("create", parents=[common], help="a new token for a tenant").add_argument(
+        "tenant", help="tenants/ID"
+    )
+    tokens.add_parser("revoke", parents=[common], help="revoke a token").add_argument(
+        "token", help="tenants/ID/tokens/ID"
+    )
+    review = command("review", help="operators: jobs parked for review").add_subparsers(
+        dest="action", required=True, help="what to do"
+    )
+    review.add_parser("list", parents=[common], help="jobs waiting for a decision")
+    for decision in ("approve", "reject"):
+        decide = review.add_parser(decision, parents=[common], help=f"{decision} a parked job")
+        decide.add_argument("job", help="the job id or jobs/ID")
+        decide.add_argument("--note", required=True, help="why (recorded in the ledger)")
+        decide.add_argument("--operator", default="", help="who decides (default: your login)")
+    audit = command("audit", help="operators: the ledger").add_subparsers(
+        dest="action", required=True, help="what to do"
+    )
+    audit.add_parser("verify", parents=[common], help="check every chain and checkpoint")
+    dlq = command("dlq", help="operators: jobs that ended FAILED").add_subparsers(
+        dest="action", required=True, help="what to do"
+    )
+    listing = dlq.add_parser("list", parents=[common], help="dead letters still open")
+    listing.add_argument("--all", action="store_true", help="include retried and discarded")
+    listing.add_argument("--limit", type=int, default=100, help="at most this many")
+    dlq.add_parser(
+        "retry", parents=[common], help="a new attempt, recorded in the ledger"
+    ).add_argument("job", help="the job id or jobs/ID")
+    dlq.add_parser("discard", parents=[common], help="leave the job FAILED").add_argument(
+        "job", help="the job id or jobs/ID"
+    )
+    evidence = command("evidence", help="a job's evidence: export, or verify offline")
+    evidence.add_argument("job", help="a job, or `verify`")
+    evidence.add_argument("file", nargs="?", help="with `verify`: the evidence file")
+    evidence.add_argument(
+        "-o", "--output", default="", help="where to write it (default: JOB.evidence.json)"
+    )
+    evidence.add_argument("--key-sha256", default="", help="the checkpoint key to trust")
+    add_check_arguments(
+        command("check", help="operators: check every invariant over the data directory")
+    )
+    add_retention_arguments(
+        command("retention", help="operators: retire stored bytes under the retention policy"),
+        common,
+    )
+    add_keys_arguments(command("keys", help="operators: tenants' data keys and KEKs"), common)
+    add_provision_arguments(
+        command("credentials", help="operators: identity keys and NATS logins for a cluster"),
+        command("nats", help="operators: lay out the queue topology"),
+        common,
+    )
