@@ -88,6 +88,16 @@ def _stage(stage: str) -> tuple[str, ...]:
     return _consume(WORK_STREAM, (consumer_name(stage, p) for p in PRIORITIES))
 
 
+def _queue_metrics(stage: str) -> tuple[str, ...]:
+    """A stage's own queue readings for its metrics: its consumers' pending
+    counts, and the oldest waiting message's store time (tasks carry ids and
+    digests, never document content)."""
+    return (
+        *(f"$JS.API.CONSUMER.INFO.{WORK_STREAM}.{consumer_name(stage, p)}" for p in PRIORITIES),
+        f"$JS.API.STREAM.MSG.GET.{WORK_STREAM}",
+    )
+
+
 @dataclass(frozen=True)
 class NatsPermissions:
     """Subjects a user may publish to; it may subscribe only to its own inbox."""
@@ -113,6 +123,7 @@ SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
         s.service: NatsPermissions(
             (
                 *_stage(s.name),
+                *_queue_metrics(s.name),
                 f"quire.work.{s.next}.*",
                 f"quire.events.{s.service}",
                 f"quire.dead.{s.name}",
