@@ -46,7 +46,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
     try:
         keys = _data_keys(Path(args.data_dir).resolve())
     except KekConfigError as error:
-        raise CliError(f"error: {error}") from None
+        raise CliError(str(error)) from None
     if args.action == "status":
         status = keys.status()
         out.line(json.dumps(status, indent=2))
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
     try:
         destroyed = keys.shred(tenant)
     except QuireError as error:
-        raise CliError(f"error: {error.reason.value}") from None
+        raise CliError(error.reason.value) from None
     out.line(f"destroyed {destroyed} data keys of tenants/{tenant}; its blobs are unreadable")
     out.result({"tenant": f"tenants/{tenant}", "destroyed": destroyed})
     return 0
