@@ -166,7 +166,9 @@ def test_the_monitoring_kustomization_renders_the_rule_and_the_dashboard(
     )
     assert done.returncode == 0, done.stderr
     docs = {doc["kind"]: doc for doc in yaml.safe_load_all(done.stdout) if doc}
-    assert set(docs) == {"PrometheusRule", "ConfigMap"}
+    assert set(docs) == {"PrometheusRule", "ConfigMap", "PodMonitor"}
+    scraped = docs["PodMonitor"]["spec"]["podMetricsEndpoints"]
+    assert [endpoint["port"] for endpoint in scraped] == ["metrics"]
     assert docs["PrometheusRule"]["metadata"]["namespace"] == "quire"
     assert docs["PrometheusRule"]["spec"]["groups"] == groups
     dashboard = docs["ConfigMap"]

@@ -29,7 +29,7 @@ import yaml
 
 from quire.environment import KNOWN
 from quire.pipeline import STAGES
-from quire.settings import DEFAULT_PORTS, HEALTH_PORT_OFFSET, SERVICES
+from quire.settings import DEFAULT_PORTS, HEALTH_PORT_OFFSET, METRICS_PORT_OFFSET, SERVICES
 from quire.workqueue.topology import (
     EVENTS_CONSUMER,
     EVENTS_STREAM,
@@ -232,6 +232,9 @@ CNPG_DATABASE_SPEC_KEYS = {
 # Operators outside the namespace that must reach a status port, and only it.
 OPERATOR_NAMESPACES = {"keda": ("nats", {8222}), "cnpg-system": ("quire-db", {8000})}
 HEALTH_PORTS = {service: port + HEALTH_PORT_OFFSET for service, port in DEFAULT_PORTS.items()}
+METRICS_PORTS = {service: port + METRICS_PORT_OFFSET for service, port in DEFAULT_PORTS.items()}
+SCRAPER_NAMESPACE = "monitoring"
+"""Prometheus's namespace: it reaches each service's metrics port, and only it."""
 SANDBOXED = ("validator", "assembler", "signer")
 
 
@@ -521,7 +524,9 @@ def test_every_service_has_probes_on_its_health_port_and_its_own_command(
         assert env[f"QUIRE_{service.upper()}_HEALTH_ADDR"]["value"] == f"0.0.0.0:{health}"
         assert env[f"QUIRE_{service.upper()}_ADDR"]["value"] == f"0.0.0.0:{DEFAULT_PORTS[service]}"
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-        assert ports == {"grpc": DEFAULT_PORTS[service], "health": health}
+        metrics = METRICS_PORTS[service]
+        assert ports == {"grpc": DEFAULT_PORTS[service], "health": health, "metrics": metrics}
+        assert env[f"QUIRE_{service.upper()}_METRICS_ADDR"]["value"] == f"0.0.0.0:{metrics}"
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             # The kubelet's native gRPC probe, on the plaintext health port:
             # it works whether or not the service port demands mutual TLS.
@@ -739,6 +744,11 @@ def test_only_admission_is_reachable_from_outside_the_namespace(docs: list[Doc])
                 if "namespaceSelector" in peer:
                     namespace = peer["namespaceSelector"].get("matchLabels", {})
                     which = namespace.get("kubernetes.io/metadata.name")
+                    if which == SCRAPER_NAMESPACE:
+                        selected = policy["spec"]["podSelector"]["matchLabels"]
+                        service = selected["app.kubernetes.io/name"]
+                        assert ports == {METRICS_PORTS[service]}, f"{name}: metrics port only"
+                        continue
                     assert which in OPERATOR_NAMESPACES, f"{name}: {namespace} is not allowed"
                     target, allowed = OPERATOR_NAMESPACES[which]
                     assert policy["spec"]["podSelector"]["matchLabels"] in (

@@ -8,7 +8,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ from nats.js import JetStreamContext
 from quire.environment import unknown_settings
 from quire.errors import InvalidSetting
 from quire.identity import ServiceIdentity, TrustStore
-from quire.logs import log_format, log_handler
+from quire.logs import log_handler
 from quire.natsauth import inbox_prefix
 from quire.settings import ServiceSettings
 from quire.telemetry import configure_tracing
@@ -43,12 +43,10 @@ def run_service(service: str, main: Callable[[], Coroutine[Any, Any, None]]) -> 
         sys.exit(2)
 
 
-def configure_logging(service: str, *, env: Mapping[str, str] | None = None) -> None:
+def configure_logging(service: str, chosen: str = "json") -> None:
     """Logs carry ids, digests, counts and reason codes; never document content.
-    One JSON object per line on stderr (``QUIRE_LOG_FORMAT=text`` for people),
-    with the trace, job and tenant of the span a line is logged in
-    (``quire.logs``). ``env`` is the process's environment unless given."""
-    chosen = log_format(os.environ if env is None else env)
+    One JSON object per line on stderr (``chosen="text"`` for people), with
+    the trace, job and tenant of the span a line is logged in (``quire.logs``)."""
     logging.basicConfig(level=logging.INFO, handlers=[log_handler(service, chosen, sys.stderr)])
 
 
@@ -89,7 +87,7 @@ def load_wire(settings: ServiceSettings) -> Wire:
 async def start_runtime(settings: ServiceSettings) -> tuple[NatsClient, JetStreamContext]:
     """Configure logging and tracing, connect to NATS and wait for (or, on a NATS
     without authorization, create) the streams."""
-    configure_logging(settings.service)
+    configure_logging(settings.service, settings.log_format)
     configure_tracing(settings.service, settings.instance, settings.trace_file)
     settings.service_dir.mkdir(parents=True, exist_ok=True)
     password = ""

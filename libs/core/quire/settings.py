@@ -18,6 +18,7 @@ from quire.environment import setting_float, setting_int, setting_text
 from quire.errors import InvalidSetting
 from quire.identity import IdentitySettings
 from quire.kek import KekSettings
+from quire.logs import log_format
 from quire.pipeline import HISTORY_BEFORE_COMPLETION, STAGES
 from quire.tls import TlsSettings
 
@@ -244,6 +245,8 @@ class ServiceSettings:
     blob_backend: str = "local"
     faults_dir: Path | None = None
     """Where the fault tests put their faults (``QUIRE_FAULTS_DIR``); never set in production."""
+    log_format: str = "json"
+    """``json`` (a JSON object per line) or ``text`` (``QUIRE_LOG_FORMAT``; ``quire.logs``)."""
     """Where blobs live: ``local`` (a directory) or ``nats`` (``QUIRE_BLOB_BACKEND``)."""
 
     @classmethod
@@ -288,6 +291,7 @@ class ServiceSettings:
             kek=KekSettings.from_env(env),
             blob_backend=blob_backend(env),
             faults_dir=_optional_path(env, "QUIRE_FAULTS_DIR"),
+            log_format=log_format(env),
         )
 
     @property
