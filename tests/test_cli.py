@@ -135,10 +135,10 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         no_review = run_quire(
             data_dir, "review", "approve", job, "--note", "ok", "--operator", "me"
         )
-        assert no_review.returncode == 1 and "NOT_FOUND" in no_review.stderr
+        assert no_review.returncode == 5 and "NOT_FOUND" in no_review.stderr
 
         missing = run_quire(data_dir, "status", "jobs/ffffffffffffffff")
-        assert missing.returncode == 1
+        assert missing.returncode == 5
         assert "NOT_FOUND" in missing.stderr
     finally:
         up.send_signal(signal.SIGTERM)

@@ -131,7 +131,7 @@ async def test_a_discarded_dead_letter_leaves_the_job_failed_and_cannot_be_retri
         assert discarded.returncode == 0, discarded.stderr
         assert "discarded" in discarded.stdout
         refused = await asyncio.to_thread(run_quire, stack.data_dir, "dlq", "retry", name)
-        assert refused.returncode == 1 and "DEAD_LETTER_RESOLVED" in refused.stderr
+        assert refused.returncode == 5 and "DEAD_LETTER_RESOLVED" in refused.stderr
         await asyncio.sleep(1.0)
         assert state_name((await client.get_job(name)).state) == "FAILED"
 

@@ -26,6 +26,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from opentelemetry.sdk import environment_variables as otel_variables
 
 from quire.environment import KNOWN
 from quire.pipeline import STAGES
@@ -659,7 +660,10 @@ def test_every_setting_named_is_one_quire_reads(docs: list[Doc]) -> None:
     for _owner, template in _pod_templates(docs):
         for container in template["spec"]["containers"]:
             named |= {name for name in _env(container) if name.startswith("QUIRE_")}
-    assert named - KNOWN == set(), "misspelt or unknown QUIRE_* settings"
+    quire = {name for name in named if not name.startswith("OTEL_")}
+    assert quire - KNOWN == set(), "misspelt or unknown QUIRE_* settings"
+    standard = {getattr(otel_variables, n) for n in dir(otel_variables) if n.startswith("OTEL_")}
+    assert named - quire <= standard, "OpenTelemetry's own variables, spelt as its SDK reads them"
 
 
 # -- PostgreSQL ----------------------------------------------------------------
