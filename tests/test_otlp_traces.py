@@ -7,6 +7,9 @@ trace shows which stage rejected it and the reason code, never a message."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from quire.jobs import state_name
 from quire.testing.hostile import javascript_on_open
 from quire.testing.otlpreceiver import OtlpReceiver, ReceivedSpan
 from quire.testing.pdfs import write_text_pdf
+from quire.testing.quirecli import QUIRE, ROOT
 
 pytestmark = pytest.mark.stack
 
@@ -106,3 +110,28 @@ async def test_a_rejected_jobs_trace_shows_where_and_why(
     assert where.attributes["quire.reason"] == job.reason_code
     assert where.span.status.message == f"REJECTED: {job.reason_code}"
     assert not any(s.span.name.startswith(("assemble.", "sign.")) for s in spans)
+
+
+async def test_a_cli_commands_uploads_submission_and_wait_are_one_trace(
+    stack, otlp_receiver: OtlpReceiver, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    path = write_text_pdf(tmp_path / "cli.pdf", [f"cli {uuid.uuid4().hex}"])
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver.endpoint}
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [*QUIRE, "--data-dir", str(stack.data_dir), "--json", "submit", str(path), "--wait"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    ident = json.loads(done.stdout)["job"]["name"].removeprefix("jobs/")
+    spans = await _trace_of(otlp_receiver, ident, "audit.complete")
+    (root,) = [s for s in spans if not s.parent_id]
+    assert (root.service, root.span.name) == ("quire-cli", "quire submit")
+    assert root.span.kind == Kind.SPAN_KIND_CLIENT
+    calls = {s.span.name.rsplit("/", 1)[-1] for s in spans if s.service == "admission"}
+    assert {"UploadSource", "SubmitJob"} <= calls, "the upload and the submission"
+    assert calls & {"WatchJob", "GetJob"}, "and the wait, in the command's one trace"

@@ -88,7 +88,9 @@ def _run(args: argparse.Namespace, out: Output) -> int:
     config = ClientConfig.load(Path(args.data_dir))
     name = f"{args.command} {args.action}" if getattr(args, "action", None) else args.command
     remote: StackCommand = _load(COMMANDS[name])
-    return asyncio.run(remote(args, config, out))
+    from quire.cli.tracing import traced_command
+
+    return asyncio.run(traced_command(name, remote(args, config, out)))
 
 
 def main(argv: list[str] | None = None) -> int:
