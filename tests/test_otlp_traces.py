@@ -79,7 +79,15 @@ async def test_one_job_arrives_at_the_collector_as_one_linked_trace(
         assert f"{stage}.fetch" in names, "each stage's source fetch is a phase span"
     assert {"assemble.render", "sign.sign", "validate.validate"} <= names
     kinds = {s.span.kind for s in spans}
-    assert {Kind.SPAN_KIND_SERVER, Kind.SPAN_KIND_CONSUMER, Kind.SPAN_KIND_INTERNAL} <= kinds
+    assert {
+        Kind.SPAN_KIND_SERVER,
+        Kind.SPAN_KIND_PRODUCER,
+        Kind.SPAN_KIND_CONSUMER,
+        Kind.SPAN_KIND_INTERNAL,
+    } <= kinds
+    sends = {s.span_id: s for s in spans if s.span.kind == Kind.SPAN_KIND_PRODUCER}
+    for consumed in (s for s in spans if s.span.name.endswith(".process")):
+        assert consumed.parent_id in sends, "each delivery hangs under the send that queued it"
     process = [s for s in spans if s.span.name.endswith(".process")]
     assert {s.service for s in process} == {"validator", "assembler", "signer"}
     assert all(s.attributes.get("quire.tenant") for s in process)

@@ -7,10 +7,12 @@ from google.protobuf.message import Message
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.errors import Error as JetStreamError
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 
 from quire.errors import TransientError
 from quire.reasons import ReasonCode
-from quire.telemetry import inject_headers
+from quire.telemetry import child_span, inject_headers
 from quire.wire import SIGNATURE_HEADER, WireSigner
 
 __all__ = ["Publisher"]
@@ -29,15 +31,23 @@ class Publisher:
         self._js = js
         self._signer = signer
         self._timeout = timeout
+        self._tracer = trace.get_tracer("quire.workqueue")
 
     async def publish(self, subject: str, message: Message, msg_id: str) -> None:
         await self.publish_bytes(subject, message.SerializeToString(), msg_id)
 
     async def publish_bytes(self, subject: str, payload: bytes, msg_id: str) -> None:
-        headers = inject_headers({"Nats-Msg-Id": msg_id})
-        if self._signer is not None:
-            headers[SIGNATURE_HEADER] = self._signer.header(subject, payload)
-        try:
-            await self._js.publish(subject, payload, timeout=self._timeout, headers=headers)
-        except (NatsError, JetStreamError, TimeoutError) as error:
-            raise TransientError(ReasonCode.QUEUE_UNAVAILABLE, "publish failed") from error
+        # A producer span: the consumer's spans hang under the send, not the sender's work.
+        with child_span(
+            self._tracer,
+            f"publish {subject}",
+            kind=SpanKind.PRODUCER,
+            attributes={"messaging.system": "nats", "messaging.destination.name": subject},
+        ):
+            headers = inject_headers({"Nats-Msg-Id": msg_id})
+            if self._signer is not None:
+                headers[SIGNATURE_HEADER] = self._signer.header(subject, payload)
+            try:
+                await self._js.publish(subject, payload, timeout=self._timeout, headers=headers)
+            except (NatsError, JetStreamError, TimeoutError) as error:
+                raise TransientError(ReasonCode.QUEUE_UNAVAILABLE, "publish failed") from error
