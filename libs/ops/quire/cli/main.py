@@ -71,6 +71,8 @@ def _local_command(args: argparse.Namespace) -> str | None:
         return "jobcommands:verify_offline"  # the certificates given
     if args.command in ("credentials", "nats"):
         return "provision:run"
+    if args.command == "top":
+        return "top:run"  # the services' /metrics addresses, no gRPC
     if args.command == "keys":
         return "keys:run"  # the key ring beside the blobs
     if args.command == "evidence" and args.job == "verify":

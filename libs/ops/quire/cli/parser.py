@@ -21,6 +21,7 @@ from quire.cli.operatorargs import (
     add_retention_arguments,
     add_tenant_retention_arguments,
 )
+from quire.top.arguments import add_top_arguments
 
 __all__ = ["DEFAULT_DATA_DIR", "build_parser", "version"]
 
@@ -95,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--example", help="send the example packet in this folder once up")
     _job_commands(command)
     _operator_commands(command, common)
+    add_top_arguments(command("top", help="operators: each stage's queue and work, live"))
     return parser
 
 
