@@ -138,3 +138,50 @@ async def test_the_whole_pipeline_runs_on_postgres(postgres, tmp_path) -> None: 
     finally:
         await asyncio.to_thread(stack.stop)
     assert not list((tmp_path / "stack").glob("*/*.db")), "no service fell back to SQLite"
+
+
+def test_validator_replicas_starting_together_install_the_rulesets_once(postgres) -> None:  # type: ignore[no-untyped-def]
+    """One replica's install is still uncommitted when another installs the same
+    rulesets: the second waits, finds the row, and starts (it used to crash on
+    the primary key, as two validators starting at once on one database did)."""
+    import threading
+    from datetime import UTC, datetime
+
+    from quire.validator import tables as validator_tables
+    from quire.validator.rulesets import DEFAULT_DIRECTORY, RulesetBook, canonical, load_directory
+
+    database = _database(postgres, validator_tables.metadata)
+    shipped = load_directory(DEFAULT_DIRECTORY)
+    first = shipped[0]
+    engine = database.engine
+    with engine.connect() as other_replica:
+        transaction = other_replica.begin()
+        other_replica.execute(
+            validator_tables.rulesets.insert().values(
+                key=first.key,
+                name=first.name,
+                version=first.version,
+                digest=first.digest,
+                body=canonical(first.body).decode(),
+                loaded_at=datetime.now(UTC),
+            )
+        )
+        failures: list[BaseException] = []
+
+        def install() -> None:
+            try:
+                RulesetBook(database).install(shipped)
+            except BaseException as error:  # noqa: BLE001 - reported below
+                failures.append(error)
+
+        installing = threading.Thread(target=install)
+        installing.start()
+        installing.join(timeout=1.0)
+        assert installing.is_alive(), "the second install waits for the first's row"
+        transaction.commit()
+        installing.join(timeout=30)
+    assert not installing.is_alive()
+    assert failures == []
+    book = RulesetBook(database)
+    book.reload()
+    assert {r.key for r in book.all()} == {r.key for r in shipped}

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from quire.database import Database
+from quire.database import Database, insert_if_absent
 from quire.reasons import ReasonCode
 from quire.validator import tables
 
@@ -105,22 +105,27 @@ class RulesetBook:
         """Store new versions; refuse a changed body under a published version."""
 
         def write(session: Session) -> None:
+            # Replicas starting together install the same rulesets at once: the
+            # first insert wins, the others find its row (and check its digest).
             for ruleset in rulesets:
-                row = session.execute(
-                    select(tables.rulesets).where(tables.rulesets.c.key == ruleset.key)
-                ).first()
-                if row is None:
-                    session.execute(
-                        tables.rulesets.insert().values(
-                            key=ruleset.key,
-                            name=ruleset.name,
-                            version=ruleset.version,
-                            digest=ruleset.digest,
-                            body=canonical(ruleset.body).decode(),
-                            loaded_at=datetime.now(UTC),
-                        )
-                    )
-                elif row.digest != ruleset.digest:
+                inserted = insert_if_absent(
+                    session,
+                    tables.rulesets,
+                    {
+                        "key": ruleset.key,
+                        "name": ruleset.name,
+                        "version": ruleset.version,
+                        "digest": ruleset.digest,
+                        "body": canonical(ruleset.body).decode(),
+                        "loaded_at": datetime.now(UTC),
+                    },
+                )
+                if inserted:
+                    continue
+                digest = session.execute(
+                    select(tables.rulesets.c.digest).where(tables.rulesets.c.key == ruleset.key)
+                ).scalar_one()
+                if digest != ruleset.digest:
                     raise ValueError(f"ruleset {ruleset.key} changed after publication")
 
         self._db.transaction(write)
