@@ -24,6 +24,7 @@ from opentelemetry.trace import SpanKind
 from quire.callers import CallerProofInterceptors
 from quire.identity import ServiceIdentity
 from quire.metrics import ServiceMetrics, serve_metrics
+from quire.reflection import enable_reflection
 from quire.telemetry import extract_context, inject_headers
 from quire.tls import TlsSettings, aio_channel
 
@@ -173,7 +174,10 @@ async def serve(
 ) -> None:
     """Run a gRPC server until SIGTERM/SIGINT, then drain and stop.
 
-    ``access`` admits or refuses every call but health's (``quire.access``).
+    ``access`` admits or refuses every call but health's and reflection's
+    (``quire.access``). Reflection (v1 and v1alpha, ``quire.reflection``)
+    lists ``service_names`` and health, so tools describe the API without
+    the ``.proto`` files; it is on the service port only, behind its TLS.
     With ``health_address``, ``grpc.health.v1`` alone is also served there,
     in plaintext, so that a kubelet's gRPC probe works while the service port
     demands mutual TLS; the service port keeps its own health service too.
@@ -181,6 +185,7 @@ async def serve(
     """
     server = grpc.aio.server(interceptors=[access, TraceServerInterceptor()])
     register(server)
+    enable_reflection(server, service_names)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     servers = [server]
