@@ -224,7 +224,7 @@ def from_ledger(
         for raw in rows:
             event = queue_pb2.TransitionEvent()
             event.ParseFromString(raw)
-            at = event.occurred_at.seconds + event.occurred_at.nanos / 1e9
+            at = event.occur_time.seconds + event.occur_time.nanos / 1e9
             if event.to_state == job_pb2.JOB_STATE_VALIDATING:
                 entered[event.job] = min(entered.get(event.job, at), at)
             if event.from_state == job_pb2.JOB_STATE_VALIDATING:

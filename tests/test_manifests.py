@@ -66,3 +66,25 @@ def test_manifest_digest_depends_on_positions_not_row_order() -> None:
     swapped = _manifest((0, "terms", B), (1, "cover", A))
     assert manifest_digest(forward) == manifest_digest(shuffled)
     assert manifest_digest(forward) != manifest_digest(swapped)
+
+
+def test_every_violation_names_its_field_in_one_path_form() -> None:
+    """AIP-193: ``manifest.items[1].position``; a field of an item always names
+    the item by its index."""
+    import re
+
+    manifest = _manifest(
+        (1, "cover", A),
+        (1, "cover", "not-a-digest"),
+        (7, "", "c" * 64),
+        ruleset="nope@9",
+        profile="fancy",
+    )
+    violations = check_manifest(manifest, uploaded={A: 1}, max_items=2)
+    path = re.compile(r"^[a-z_][a-z0-9_]*(\[\d+\])?(\.[a-z_][a-z0-9_]*(\[\d+\])?)*$")
+    for violation in violations:
+        assert path.match(violation.field), violation.field
+        assert not violation.field.startswith("manifest.items.")
+    by_reason = {v.reason: v.field for v in violations}
+    assert by_reason["DUPLICATE_POSITION"] == "manifest.items[1].position"
+    assert by_reason["POSITIONS_NOT_CONTIGUOUS"] == "manifest.items[2].position"

@@ -212,7 +212,7 @@ def _ended(days_ago: float, repairs: tuple[job_pb2.SourceRepair, ...] = ()) -> L
             lease_token=1,
             **fields,
         )
-        event.occurred_at.FromDatetime(NOW - timedelta(days=days_ago))
+        event.occur_time.FromDatetime(NOW - timedelta(days=days_ago))
         job.take(event)
     return job
 

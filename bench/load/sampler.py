@@ -381,7 +381,7 @@ class LedgerReader(threading.Thread):
                 state_name(event.to_state),
                 event.reason_code,
                 event.attempt,
-                event.occurred_at.seconds + event.occurred_at.nanos / 1e9,
+                event.occur_time.seconds + event.occur_time.nanos / 1e9,
                 _parse_recorded(recorded),
             )
             self.events[entry.job].append(entry)

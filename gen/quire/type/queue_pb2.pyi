@@ -51,7 +51,7 @@ class Actor(_message.Message):
     def __init__(self, service: _Optional[str] = ..., instance: _Optional[str] = ..., build_version: _Optional[str] = ...) -> None: ...
 
 class TransitionEvent(_message.Message):
-    __slots__ = ("event_id", "job", "tenant", "from_state", "to_state", "actor", "attempt", "lease_token", "reason_code", "manifest_digest", "source_digests", "output_digest", "ruleset_version", "key_version", "certificate_sha256", "occurred_at", "item_count", "ruleset_digest", "note", "signer_identity", "signature_level", "generation", "retirement", "repairs", "reason_detail")
+    __slots__ = ("event_id", "job", "tenant", "from_state", "to_state", "actor", "attempt", "lease_token", "reason_code", "manifest_digest", "source_digests", "output_digest", "ruleset_version", "key_version", "certificate_sha256", "occur_time", "item_count", "ruleset_digest", "note", "signer_identity", "signature_level", "generation", "retirement", "repairs", "reason_detail")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -67,7 +67,7 @@ class TransitionEvent(_message.Message):
     RULESET_VERSION_FIELD_NUMBER: _ClassVar[int]
     KEY_VERSION_FIELD_NUMBER: _ClassVar[int]
     CERTIFICATE_SHA256_FIELD_NUMBER: _ClassVar[int]
-    OCCURRED_AT_FIELD_NUMBER: _ClassVar[int]
+    OCCUR_TIME_FIELD_NUMBER: _ClassVar[int]
     ITEM_COUNT_FIELD_NUMBER: _ClassVar[int]
     RULESET_DIGEST_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
@@ -92,7 +92,7 @@ class TransitionEvent(_message.Message):
     ruleset_version: str
     key_version: str
     certificate_sha256: str
-    occurred_at: _timestamp_pb2.Timestamp
+    occur_time: _timestamp_pb2.Timestamp
     item_count: int
     ruleset_digest: str
     note: str
@@ -102,25 +102,25 @@ class TransitionEvent(_message.Message):
     retirement: Retirement
     repairs: _containers.RepeatedCompositeFieldContainer[_job_pb2.SourceRepair]
     reason_detail: str
-    def __init__(self, event_id: _Optional[str] = ..., job: _Optional[str] = ..., tenant: _Optional[str] = ..., from_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., to_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., actor: _Optional[_Union[Actor, _Mapping]] = ..., attempt: _Optional[int] = ..., lease_token: _Optional[int] = ..., reason_code: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., source_digests: _Optional[_Iterable[str]] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., key_version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., occurred_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., item_count: _Optional[int] = ..., ruleset_digest: _Optional[str] = ..., note: _Optional[str] = ..., signer_identity: _Optional[str] = ..., signature_level: _Optional[str] = ..., generation: _Optional[int] = ..., retirement: _Optional[_Union[Retirement, _Mapping]] = ..., repairs: _Optional[_Iterable[_Union[_job_pb2.SourceRepair, _Mapping]]] = ..., reason_detail: _Optional[str] = ...) -> None: ...
+    def __init__(self, event_id: _Optional[str] = ..., job: _Optional[str] = ..., tenant: _Optional[str] = ..., from_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., to_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., actor: _Optional[_Union[Actor, _Mapping]] = ..., attempt: _Optional[int] = ..., lease_token: _Optional[int] = ..., reason_code: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., source_digests: _Optional[_Iterable[str]] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., key_version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., occur_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., item_count: _Optional[int] = ..., ruleset_digest: _Optional[str] = ..., note: _Optional[str] = ..., signer_identity: _Optional[str] = ..., signature_level: _Optional[str] = ..., generation: _Optional[int] = ..., retirement: _Optional[_Union[Retirement, _Mapping]] = ..., repairs: _Optional[_Iterable[_Union[_job_pb2.SourceRepair, _Mapping]]] = ..., reason_detail: _Optional[str] = ...) -> None: ...
 
 class Retirement(_message.Message):
-    __slots__ = ("kind", "blob_key", "sha256", "size_bytes", "rule", "period_seconds", "since")
+    __slots__ = ("kind", "blob_key", "sha256", "size_bytes", "rule", "period_seconds", "period_start_time")
     KIND_FIELD_NUMBER: _ClassVar[int]
     BLOB_KEY_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     RULE_FIELD_NUMBER: _ClassVar[int]
     PERIOD_SECONDS_FIELD_NUMBER: _ClassVar[int]
-    SINCE_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_START_TIME_FIELD_NUMBER: _ClassVar[int]
     kind: str
     blob_key: str
     sha256: str
     size_bytes: int
     rule: str
     period_seconds: int
-    since: _timestamp_pb2.Timestamp
-    def __init__(self, kind: _Optional[str] = ..., blob_key: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., rule: _Optional[str] = ..., period_seconds: _Optional[int] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    period_start_time: _timestamp_pb2.Timestamp
+    def __init__(self, kind: _Optional[str] = ..., blob_key: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., rule: _Optional[str] = ..., period_seconds: _Optional[int] = ..., period_start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class StageOutcome(_message.Message):
     __slots__ = ("events", "next_task", "next_subject", "dead_letter")

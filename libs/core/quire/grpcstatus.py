@@ -11,6 +11,7 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import grpc
@@ -34,7 +35,14 @@ from quire.errors import (
 from quire.reasons import ReasonCode
 from quire.telemetry import record_failure
 
-__all__ = ["status_for", "abort_with", "reason_of", "at_the_edge"]
+__all__ = [
+    "status_for",
+    "abort_with",
+    "reason_of",
+    "details_of",
+    "ReceivedDetails",
+    "at_the_edge",
+]
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +126,45 @@ def reason_of(error: grpc.RpcError) -> str | None:
             detail.Unpack(info)
             return info.reason
     return None
+
+
+@dataclass(frozen=True)
+class ReceivedDetails:
+    """What a received status says in ``google.rpc`` details, for people."""
+
+    reason: str = ""
+    violations: tuple[tuple[str, str, str], ...] = ()
+    """``BadRequest``: (field path, description, reason) of each violation."""
+    quota: tuple[tuple[str, str], ...] = ()
+    """``QuotaFailure``: (subject, description)."""
+    retry_after_seconds: float | None = None
+    """``RetryInfo``: how long to wait before trying again."""
+
+
+def details_of(error: grpc.RpcError) -> ReceivedDetails:
+    """Every detail of a received status that a person acts on."""
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    if status is None:
+        return ReceivedDetails()
+    reason, violations, quota, retry = "", [], [], None
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            reason = info.reason
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            violations += [(v.field, v.description, v.reason) for v in bad.field_violations]
+        elif detail.Is(error_details_pb2.QuotaFailure.DESCRIPTOR):
+            failure = error_details_pb2.QuotaFailure()
+            detail.Unpack(failure)
+            quota += [(v.subject, v.description) for v in failure.violations]
+        elif detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            hint = error_details_pb2.RetryInfo()
+            detail.Unpack(hint)
+            retry = hint.retry_delay.ToMilliseconds() / 1000
+    return ReceivedDetails(reason, tuple(violations), tuple(quota), retry)
 
 
 def at_the_edge(domain: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -61,7 +61,7 @@ class EventFactory:
             ruleset_version=task.ruleset,
             ruleset_digest=task.ruleset_digest,
             item_count=len(task.sources),
-            occurred_at=occurred,
+            occur_time=occurred,
             **fields,
         )
         return event

@@ -131,7 +131,7 @@ class PlannedRetirement:
             size_bytes=self.size_bytes,
             rule=self.rule,
             period_seconds=self.period_seconds,
-            since=since,
+            period_start_time=since,
         )
 
 

@@ -109,7 +109,7 @@ class LedgerJob:
         if self.facts.state not in TERMINAL_STATES:
             self.ended_at = None
         elif before not in TERMINAL_STATES:
-            self.ended_at = event.occurred_at.ToDatetime().replace(tzinfo=UTC)
+            self.ended_at = event.occur_time.ToDatetime().replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)

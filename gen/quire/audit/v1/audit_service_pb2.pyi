@@ -30,7 +30,7 @@ class RecordRetirementResponse(_message.Message):
     def __init__(self, event_id: _Optional[str] = ..., appended: _Optional[bool] = ...) -> None: ...
 
 class DeadLetterRecord(_message.Message):
-    __slots__ = ("job", "tenant", "stage", "reason_code", "deliveries", "generation", "status", "dead_at", "resolved_at", "resolved_by")
+    __slots__ = ("job", "tenant", "stage", "reason_code", "deliveries", "generation", "status", "create_time", "resolve_time", "resolved_by")
     JOB_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
@@ -38,8 +38,8 @@ class DeadLetterRecord(_message.Message):
     DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
-    DEAD_AT_FIELD_NUMBER: _ClassVar[int]
-    RESOLVED_AT_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    RESOLVE_TIME_FIELD_NUMBER: _ClassVar[int]
     RESOLVED_BY_FIELD_NUMBER: _ClassVar[int]
     job: str
     tenant: str
@@ -48,10 +48,10 @@ class DeadLetterRecord(_message.Message):
     deliveries: int
     generation: int
     status: str
-    dead_at: _timestamp_pb2.Timestamp
-    resolved_at: _timestamp_pb2.Timestamp
+    create_time: _timestamp_pb2.Timestamp
+    resolve_time: _timestamp_pb2.Timestamp
     resolved_by: str
-    def __init__(self, job: _Optional[str] = ..., tenant: _Optional[str] = ..., stage: _Optional[str] = ..., reason_code: _Optional[str] = ..., deliveries: _Optional[int] = ..., generation: _Optional[int] = ..., status: _Optional[str] = ..., dead_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_by: _Optional[str] = ...) -> None: ...
+    def __init__(self, job: _Optional[str] = ..., tenant: _Optional[str] = ..., stage: _Optional[str] = ..., reason_code: _Optional[str] = ..., deliveries: _Optional[int] = ..., generation: _Optional[int] = ..., status: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolve_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_by: _Optional[str] = ...) -> None: ...
 
 class ListDeadLettersRequest(_message.Message):
     __slots__ = ("include_resolved", "page_size")

@@ -35,20 +35,20 @@ class ListKeysRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SigningKey(_message.Message):
-    __slots__ = ("version", "certificate_sha256", "certificate_pem", "not_before", "not_after", "active")
+    __slots__ = ("version", "certificate_sha256", "certificate_pem", "not_before_time", "not_after_time", "active")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CERTIFICATE_SHA256_FIELD_NUMBER: _ClassVar[int]
     CERTIFICATE_PEM_FIELD_NUMBER: _ClassVar[int]
-    NOT_BEFORE_FIELD_NUMBER: _ClassVar[int]
-    NOT_AFTER_FIELD_NUMBER: _ClassVar[int]
+    NOT_BEFORE_TIME_FIELD_NUMBER: _ClassVar[int]
+    NOT_AFTER_TIME_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_FIELD_NUMBER: _ClassVar[int]
     version: str
     certificate_sha256: str
     certificate_pem: str
-    not_before: _timestamp_pb2.Timestamp
-    not_after: _timestamp_pb2.Timestamp
+    not_before_time: _timestamp_pb2.Timestamp
+    not_after_time: _timestamp_pb2.Timestamp
     active: bool
-    def __init__(self, version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., certificate_pem: _Optional[str] = ..., not_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., not_after: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active: _Optional[bool] = ...) -> None: ...
+    def __init__(self, version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., certificate_pem: _Optional[str] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., not_after_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active: _Optional[bool] = ...) -> None: ...
 
 class ListKeysResponse(_message.Message):
     __slots__ = ("keys",)

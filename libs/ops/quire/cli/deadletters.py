@@ -19,7 +19,7 @@ TIMEOUT_SECONDS = 30.0
 
 
 def _line(record: pb.DeadLetterRecord) -> str:
-    when = record.dead_at.ToDatetime().strftime("%Y-%m-%dT%H:%M:%SZ")
+    when = record.create_time.ToDatetime().strftime("%Y-%m-%dT%H:%M:%SZ")
     line = (
         f"{record.job}  {record.stage}  {record.reason_code}  deliveries={record.deliveries}"
         f"  generation={record.generation}  {record.status}  {when}"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import grpc
 
 from quire.cli.exitcodes import ExitCode
-from quire.grpcstatus import reason_of
+from quire.grpcstatus import ReceivedDetails, details_of
 from quire.stack.datadirlock import DataDirInUse
 
 __all__ = ["CliError", "Failure", "failure_of"]
@@ -35,6 +35,19 @@ class Failure:
     message: str
     status: str = ""
     reason: str = ""
+    details: ReceivedDetails = ReceivedDetails()
+    """What the status's ``google.rpc`` details said (violations, quota, retry delay)."""
+
+    def lines(self) -> list[str]:
+        """The message, then one indented line per violation, quota and retry hint."""
+        lines = [self.message]
+        for field, description, reason in self.details.violations:
+            lines.append(f"  {field}: {description}" + (f" ({reason})" if reason else ""))
+        for subject, description in self.details.quota:
+            lines.append(f"  {subject}: {description}")
+        if self.details.retry_after_seconds is not None:
+            lines.append(f"  retry after {self.details.retry_after_seconds:g}s")
+        return lines
 
     def document(self) -> dict[str, object]:
         """``{"error": {...}}``: what ``--json`` prints on stdout instead of a result."""
@@ -44,24 +57,37 @@ class Failure:
             error["status"] = self.status
         if self.reason:
             error["reason"] = self.reason
+        if self.details.violations:
+            error["field_violations"] = [
+                {"field": field, "description": description, "reason": reason}
+                for field, description, reason in self.details.violations
+            ]
+        if self.details.quota:
+            error["quota_violations"] = [
+                {"subject": subject, "description": description}
+                for subject, description in self.details.quota
+            ]
+        if self.details.retry_after_seconds is not None:
+            error["retry_after_seconds"] = self.details.retry_after_seconds
         return {"error": error}
 
 
 def _rpc_failure(error: grpc.aio.AioRpcError) -> Failure:
     status = error.code()
-    reason = reason_of(error) or ""
-    details = error.details() or ""
-    message = " ".join(part for part in (status.name, reason, details) if part)
+    details = details_of(error)
+    reason = details.reason
+    said = error.details() or ""
+    message = " ".join(part for part in (status.name, reason, said) if part)
     if reason:
         code = ExitCode.REFUSED  # the stack answered, and said no
     elif status is grpc.StatusCode.UNAVAILABLE:
         code = ExitCode.UNREACHABLE
-        message = f"cannot reach the stack: {details or status.name}"
+        message = f"cannot reach the stack: {said or status.name}"
     elif status is grpc.StatusCode.DEADLINE_EXCEEDED:
         code = ExitCode.TIMEOUT
     else:
         code = ExitCode.FAILED
-    return Failure(code, message, status=status.name, reason=reason)
+    return Failure(code, message, status=status.name, reason=reason, details=details)
 
 
 def failure_of(error: BaseException) -> Failure | None:

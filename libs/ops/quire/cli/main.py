@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         failure = failure_of(error)
         if failure is None:
             raise  # a bug: keep its traceback
-        print(f"error: {failure.message}", file=sys.stderr, flush=True)
+        print("error: " + "\n".join(failure.lines()), file=sys.stderr, flush=True)
         out.emit(failure.document())
         return int(failure.code)
     out.emit()

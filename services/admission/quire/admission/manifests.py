@@ -38,21 +38,34 @@ def check_manifest(
                 "manifest.items", f"at most {max_items} items are allowed", "TOO_MANY_ITEMS"
             )
         )
+    # Every path names one item (AIP-193: ``manifest.items[2].position``): a
+    # duplicated position at its second use, a gap at the first item out of place.
     positions = Counter(item.position for item in items)
-    for position, count in sorted(positions.items()):
-        if count > 1:
-            violations.append(
-                FieldViolation(
-                    "manifest.items.position",
-                    f"position {position} is used {count} times",
-                    "DUPLICATE_POSITION",
-                )
-            )
-    expected = set(range(len(items)))
-    if items and set(positions) != expected:
+    first_use: dict[int, int] = {}
+    repeats: list[int] = []
+    for index, item in enumerate(items):
+        if item.position in first_use:
+            if positions[item.position] > 1 and first_use[item.position] >= 0:
+                repeats.append(index)
+                first_use[item.position] = -1  # one violation per duplicated position
+        else:
+            first_use[item.position] = index
+    for index in repeats:
+        position = items[index].position
         violations.append(
             FieldViolation(
-                "manifest.items.position",
+                f"manifest.items[{index}].position",
+                f"position {position} is used {positions[position]} times",
+                "DUPLICATE_POSITION",
+            )
+        )
+    expected = set(range(len(items)))
+    if items and set(positions) != expected:
+        out_of_range = [i for i, item in enumerate(items) if item.position not in expected]
+        index = (out_of_range or repeats or [0])[0]
+        violations.append(
+            FieldViolation(
+                f"manifest.items[{index}].position",
                 "positions must be unique and contiguous from 0",
                 "POSITIONS_NOT_CONTIGUOUS",
             )

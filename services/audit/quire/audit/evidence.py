@@ -224,8 +224,8 @@ def retirements(document: dict[str, Any]) -> list[dict[str, Any]]:
                 "size_bytes": retired.size_bytes,
                 "rule": retired.rule,
                 "period_seconds": retired.period_seconds,
-                "since": retired.since.ToDatetime().isoformat() + "Z",
-                "retired_at": event.occurred_at.ToDatetime().isoformat() + "Z",
+                "since": retired.period_start_time.ToDatetime().isoformat() + "Z",
+                "retired_at": event.occur_time.ToDatetime().isoformat() + "Z",
             }
         )
     return out

@@ -78,7 +78,7 @@ def apply(facts: JobFacts | None, event: queue_pb2.TransitionEvent) -> JobFacts:
     if facts is not None and is_retirement(event):
         return facts
     to_state = state_name(event.to_state)
-    occurred = event.occurred_at.ToDatetime()
+    occurred = event.occur_time.ToDatetime()
     if facts is None:
         return JobFacts(
             job=event.job,

@@ -42,8 +42,8 @@ class AuditMeasures:
 
     def recorded(self, event: queue_pb2.TransitionEvent) -> None:
         """A new ledger entry: its lag behind the event, and how the job ended."""
-        if event.HasField("occurred_at"):
-            lag = time.time() - event.occurred_at.ToNanoseconds() / 1e9
+        if event.HasField("occur_time"):
+            lag = time.time() - event.occur_time.ToNanoseconds() / 1e9
             self._lag.labels(producer=event.actor.service or "unknown").observe(max(0.0, lag))
         if event.to_state == _REJECTED:
             self._rejected.labels(reason=event.reason_code or "UNKNOWN").inc()

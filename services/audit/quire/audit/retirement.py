@@ -53,7 +53,7 @@ def retirement_event_id(tenant: str, job: str, retirement: queue_pb2.Retirement)
     """The one event id of this retirement (so a rerun appends nothing)."""
     if job:
         return f"{job_id(job)}.retired.{retirement.kind}.{retirement.sha256}"
-    since = retirement.since.ToMilliseconds()
+    since = retirement.period_start_time.ToMilliseconds()
     return f"upload.{tenant}.{retirement.sha256}.{since}"
 
 
@@ -145,7 +145,7 @@ def record_retirement(
         to_state=state_value(state),  # type: ignore[arg-type]
         actor=actor,
         reason_code=ReasonCode.BYTES_RETIRED,
-        occurred_at=occurred,
+        occur_time=occurred,
         retirement=retirement,
     )
     return event.event_id, ledger.append(session, event)

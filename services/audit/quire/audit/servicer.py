@@ -64,11 +64,11 @@ def dead_letter_record(row: Any) -> pb.DeadLetterRecord:
         deliveries=row.deliveries,
         generation=row.generation,
         status=row.status,
-        dead_at=timestamp(row.dead_at),
+        create_time=timestamp(row.dead_at),
         resolved_by=row.resolved_by or "",
     )
     if row.resolved_at is not None:
-        record.resolved_at.CopyFrom(timestamp(row.resolved_at))
+        record.resolve_time.CopyFrom(timestamp(row.resolved_at))
     return record
 
 

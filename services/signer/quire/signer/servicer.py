@@ -27,8 +27,8 @@ def _key(key: SigningKey) -> pb.SigningKey:
         version=key.version,
         certificate_sha256=key.certificate_sha256,
         certificate_pem=key.certificate_pem,
-        not_before=timestamp(key.not_before),
-        not_after=timestamp(key.not_after),
+        not_before_time=timestamp(key.not_before),
+        not_after_time=timestamp(key.not_after),
         active=key.active,
     )
 
