@@ -4,12 +4,15 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 DATA_DIR ?= .quire
+# buf, pinned by tools/install-buf.sh, and the released protos it compares to.
+BUF := $(VENV)/buf/node_modules/.bin/buf
+PROTOS_BASELINE := protos/released/quire-v1.json
 PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 # Every distribution, each one folder: installed editable by `make venv`,
 # built as wheels by `make wheels`.
 DIST_PROJECTS := gen libs/core libs/ops libs/testing $(sort $(wildcard services/*))
 
-.PHONY: run test lint system-deps protos protos-check bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine load soak multinode corpus venv wheels clean
+.PHONY: run test lint system-deps protos protos-check protos-lint protos-release bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine load soak multinode corpus venv wheels clean
 
 venv: $(VENV)/.installed
 
@@ -21,7 +24,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt $(DIST_PROJECTS:%=%/pyproject
 run: venv
 	$(VENV)/bin/quire up --data-dir $(DATA_DIR) --example examples/lease-renewal
 
-test: venv protos-check lint system-deps
+test: venv protos-check protos-lint lint system-deps
 	$(PY) -m pytest
 
 system-deps:
@@ -86,6 +89,24 @@ protos-check: venv
 	@rm -rf $(VENV)/protos-check && mkdir -p $(VENV)/protos-check
 	@$(PY) -m grpc_tools.protoc -Iprotos --python_out=$(VENV)/protos-check --pyi_out=$(VENV)/protos-check --grpc_python_out=$(VENV)/protos-check $(PROTO_FILES)
 	@diff -r $(VENV)/protos-check/quire gen/quire && echo "generated code matches protos/"
+
+# buf lint, and buf breaking against the last released protos: fails on a
+# removed or renamed field, a reused number, a changed type (protos/buf.yaml,
+# protos/VERSIONING.md).
+protos-lint: venv
+	@VENV=$(VENV) sh tools/install-buf.sh
+	$(BUF) lint protos
+	$(BUF) breaking protos --against $(PROTOS_BASELINE)
+
+# Cut a new baseline from protos/ as they are: done at a release, or to
+# accept a change listed by buf breaking (VERSIONING.md says when).
+protos-release: venv
+	@VENV=$(VENV) sh tools/install-buf.sh
+	$(BUF) lint protos
+	@if [ -f $(PROTOS_BASELINE) ]; then $(BUF) breaking protos --against $(PROTOS_BASELINE) || echo "protos-release: the new baseline accepts the changes above"; fi
+	@mkdir -p $(dir $(PROTOS_BASELINE))
+	$(BUF) build protos --exclude-source-info -o '-#format=json' | $(PY) -m json.tool --indent 1 > $(PROTOS_BASELINE).tmp
+	@mv $(PROTOS_BASELINE).tmp $(PROTOS_BASELINE) && echo "cut $(PROTOS_BASELINE)"
 
 # One wheel per distribution (and the `quire` one that names them all), as
 # the Containerfile installs them: `pip install --find-links dist quire`.
