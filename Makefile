@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt $(DIST_PROJECTS:%=%/pyproject
 run: venv
 	$(VENV)/bin/quire up --data-dir $(DATA_DIR) --example examples/lease-renewal
 
-test: venv protos-check protos-lint lint system-deps
+test: venv system-deps protos-check protos-lint lint
 	$(PY) -m pytest
 
 system-deps:
@@ -93,7 +93,7 @@ protos-check: venv
 # buf lint, and buf breaking against the last released protos: fails on a
 # removed or renamed field, a reused number, a changed type (protos/buf.yaml,
 # protos/VERSIONING.md).
-protos-lint: venv
+protos-lint: venv system-deps
 	@VENV=$(VENV) sh tools/install-buf.sh
 	$(BUF) lint protos
 	$(BUF) breaking protos --against $(PROTOS_BASELINE)
