@@ -54,18 +54,22 @@ class DeadLetterRecord(_message.Message):
     def __init__(self, job: _Optional[str] = ..., tenant: _Optional[str] = ..., stage: _Optional[str] = ..., reason_code: _Optional[str] = ..., deliveries: _Optional[int] = ..., generation: _Optional[int] = ..., status: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolve_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_by: _Optional[str] = ...) -> None: ...
 
 class ListDeadLettersRequest(_message.Message):
-    __slots__ = ("include_resolved", "page_size")
+    __slots__ = ("include_resolved", "page_size", "page_token")
     INCLUDE_RESOLVED_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     include_resolved: bool
     page_size: int
-    def __init__(self, include_resolved: _Optional[bool] = ..., page_size: _Optional[int] = ...) -> None: ...
+    page_token: str
+    def __init__(self, include_resolved: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListDeadLettersResponse(_message.Message):
-    __slots__ = ("dead_letters",)
+    __slots__ = ("dead_letters", "next_page_token")
     DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     dead_letters: _containers.RepeatedCompositeFieldContainer[DeadLetterRecord]
-    def __init__(self, dead_letters: _Optional[_Iterable[_Union[DeadLetterRecord, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, dead_letters: _Optional[_Iterable[_Union[DeadLetterRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class RetryDeadLetterRequest(_message.Message):
     __slots__ = ("job",)

@@ -31,8 +31,12 @@ class Signature(_message.Message):
     def __init__(self, job: _Optional[str] = ..., artifact: _Optional[_Union[_job_pb2.Artifact, _Mapping]] = ..., signing: _Optional[_Union[_job_pb2.SigningRecord, _Mapping]] = ...) -> None: ...
 
 class ListKeysRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class SigningKey(_message.Message):
     __slots__ = ("version", "certificate_sha256", "certificate_pem", "not_before_time", "not_after_time", "active")
@@ -51,7 +55,9 @@ class SigningKey(_message.Message):
     def __init__(self, version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., certificate_pem: _Optional[str] = ..., not_before_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., not_after_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., active: _Optional[bool] = ...) -> None: ...
 
 class ListKeysResponse(_message.Message):
-    __slots__ = ("keys",)
+    __slots__ = ("keys", "next_page_token")
     KEYS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     keys: _containers.RepeatedCompositeFieldContainer[SigningKey]
-    def __init__(self, keys: _Optional[_Iterable[_Union[SigningKey, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, keys: _Optional[_Iterable[_Union[SigningKey, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

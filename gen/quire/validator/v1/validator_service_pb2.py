@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*quire/validator/v1/validator_service.proto\x12\x12quire.validator.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"#\n\x14GetValidationRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"s\n\x0f\x44ocumentFinding\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x15\n\rdetected_type\x18\x03 \x01(\t\x12\x12\n\npage_count\x18\x04 \x01(\x05\x12\x13\n\x0breason_code\x18\x05 \x01(\t\"d\n\x0cRuleDecision\x12\x0c\n\x04rule\x18\x01 \x01(\t\x12\x0f\n\x07outcome\x18\x02 \x01(\t\x12\x13\n\x0breason_code\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\x10\n\x08position\x18\x05 \x01(\x05\"\xf2\x01\n\nValidation\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07verdict\x18\x02 \x01(\t\x12\x13\n\x0breason_code\x18\x03 \x01(\t\x12\x36\n\tdocuments\x18\x04 \x03(\x0b\x32#.quire.validator.v1.DocumentFinding\x12\x13\n\x0blease_token\x18\x05 \x01(\x03\x12\x17\n\x0fruleset_version\x18\x06 \x01(\t\x12\x16\n\x0eruleset_digest\x18\x07 \x01(\t\x12\x33\n\tdecisions\x18\x08 \x03(\x0b\x32 .quire.validator.v1.RuleDecision\"M\n\x07Ruleset\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x0c\n\x04\x62ody\x18\x04 \x01(\t\"\x15\n\x13ListRulesetsRequest\"E\n\x14ListRulesetsResponse\x12-\n\x08rulesets\x18\x01 \x03(\x0b\x32\x1b.quire.validator.v1.Ruleset\"\xf6\x01\n\x06Review\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x17\n\x0fruleset_version\x18\x03 \x01(\t\x12\x33\n\tdecisions\x18\x04 \x03(\x0b\x32 .quire.validator.v1.RuleDecision\x12\x10\n\x08operator\x18\x05 \x01(\t\x12\x0c\n\x04note\x18\x06 \x01(\t\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0cresolve_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x14\n\x12ListReviewsRequest\"B\n\x13ListReviewsResponse\x12+\n\x07reviews\x18\x01 \x03(\x0b\x32\x1a.quire.validator.v1.Review\"T\n\x14ResolveReviewRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07\x61pprove\x18\x02 \x01(\x08\x12\x0c\n\x04note\x18\x03 \x01(\t\x12\x10\n\x08operator\x18\x04 \x01(\t\"7\n\x17\x45valuateManifestRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07ruleset\x18\x02 \x01(\t\"\xdd\x01\n\nEvaluation\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x17\n\x0fruleset_version\x18\x02 \x01(\t\x12\x16\n\x0eruleset_digest\x18\x03 \x01(\t\x12\x0f\n\x07verdict\x18\x04 \x01(\t\x12\x13\n\x0breason_code\x18\x05 \x01(\t\x12\x36\n\tdocuments\x18\x06 \x03(\x0b\x32#.quire.validator.v1.DocumentFinding\x12\x33\n\tdecisions\x18\x07 \x03(\x0b\x32 .quire.validator.v1.RuleDecision2\xe8\x03\n\x10ValidatorService\x12Y\n\rGetValidation\x12(.quire.validator.v1.GetValidationRequest\x1a\x1e.quire.validator.v1.Validation\x12\x61\n\x0cListRulesets\x12\'.quire.validator.v1.ListRulesetsRequest\x1a(.quire.validator.v1.ListRulesetsResponse\x12^\n\x0bListReviews\x12&.quire.validator.v1.ListReviewsRequest\x1a\'.quire.validator.v1.ListReviewsResponse\x12U\n\rResolveReview\x12(.quire.validator.v1.ResolveReviewRequest\x1a\x1a.quire.validator.v1.Review\x12_\n\x10\x45valuateManifest\x12+.quire.validator.v1.EvaluateManifestRequest\x1a\x1e.quire.validator.v1.Evaluationb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*quire/validator/v1/validator_service.proto\x12\x12quire.validator.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"#\n\x14GetValidationRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"s\n\x0f\x44ocumentFinding\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x15\n\rdetected_type\x18\x03 \x01(\t\x12\x12\n\npage_count\x18\x04 \x01(\x05\x12\x13\n\x0breason_code\x18\x05 \x01(\t\"d\n\x0cRuleDecision\x12\x0c\n\x04rule\x18\x01 \x01(\t\x12\x0f\n\x07outcome\x18\x02 \x01(\t\x12\x13\n\x0breason_code\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\x10\n\x08position\x18\x05 \x01(\x05\"\xf2\x01\n\nValidation\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07verdict\x18\x02 \x01(\t\x12\x13\n\x0breason_code\x18\x03 \x01(\t\x12\x36\n\tdocuments\x18\x04 \x03(\x0b\x32#.quire.validator.v1.DocumentFinding\x12\x13\n\x0blease_token\x18\x05 \x01(\x03\x12\x17\n\x0fruleset_version\x18\x06 \x01(\t\x12\x16\n\x0eruleset_digest\x18\x07 \x01(\t\x12\x33\n\tdecisions\x18\x08 \x03(\x0b\x32 .quire.validator.v1.RuleDecision\"M\n\x07Ruleset\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x0c\n\x04\x62ody\x18\x04 \x01(\t\"<\n\x13ListRulesetsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"^\n\x14ListRulesetsResponse\x12-\n\x08rulesets\x18\x01 \x03(\x0b\x32\x1b.quire.validator.v1.Ruleset\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xf6\x01\n\x06Review\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x17\n\x0fruleset_version\x18\x03 \x01(\t\x12\x33\n\tdecisions\x18\x04 \x03(\x0b\x32 .quire.validator.v1.RuleDecision\x12\x10\n\x08operator\x18\x05 \x01(\t\x12\x0c\n\x04note\x18\x06 \x01(\t\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0cresolve_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\";\n\x12ListReviewsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"[\n\x13ListReviewsResponse\x12+\n\x07reviews\x18\x01 \x03(\x0b\x32\x1a.quire.validator.v1.Review\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"T\n\x14ResolveReviewRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07\x61pprove\x18\x02 \x01(\x08\x12\x0c\n\x04note\x18\x03 \x01(\t\x12\x10\n\x08operator\x18\x04 \x01(\t\"7\n\x17\x45valuateManifestRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07ruleset\x18\x02 \x01(\t\"\xdd\x01\n\nEvaluation\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x17\n\x0fruleset_version\x18\x02 \x01(\t\x12\x16\n\x0eruleset_digest\x18\x03 \x01(\t\x12\x0f\n\x07verdict\x18\x04 \x01(\t\x12\x13\n\x0breason_code\x18\x05 \x01(\t\x12\x36\n\tdocuments\x18\x06 \x03(\x0b\x32#.quire.validator.v1.DocumentFinding\x12\x33\n\tdecisions\x18\x07 \x03(\x0b\x32 .quire.validator.v1.RuleDecision2\xe8\x03\n\x10ValidatorService\x12Y\n\rGetValidation\x12(.quire.validator.v1.GetValidationRequest\x1a\x1e.quire.validator.v1.Validation\x12\x61\n\x0cListRulesets\x12\'.quire.validator.v1.ListRulesetsRequest\x1a(.quire.validator.v1.ListRulesetsResponse\x12^\n\x0bListReviews\x12&.quire.validator.v1.ListReviewsRequest\x1a\'.quire.validator.v1.ListReviewsResponse\x12U\n\rResolveReview\x12(.quire.validator.v1.ResolveReviewRequest\x1a\x1a.quire.validator.v1.Review\x12_\n\x10\x45valuateManifest\x12+.quire.validator.v1.EvaluateManifestRequest\x1a\x1e.quire.validator.v1.Evaluationb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,21 +43,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RULESET']._serialized_start=600
   _globals['_RULESET']._serialized_end=677
   _globals['_LISTRULESETSREQUEST']._serialized_start=679
-  _globals['_LISTRULESETSREQUEST']._serialized_end=700
-  _globals['_LISTRULESETSRESPONSE']._serialized_start=702
-  _globals['_LISTRULESETSRESPONSE']._serialized_end=771
-  _globals['_REVIEW']._serialized_start=774
-  _globals['_REVIEW']._serialized_end=1020
-  _globals['_LISTREVIEWSREQUEST']._serialized_start=1022
-  _globals['_LISTREVIEWSREQUEST']._serialized_end=1042
-  _globals['_LISTREVIEWSRESPONSE']._serialized_start=1044
-  _globals['_LISTREVIEWSRESPONSE']._serialized_end=1110
-  _globals['_RESOLVEREVIEWREQUEST']._serialized_start=1112
-  _globals['_RESOLVEREVIEWREQUEST']._serialized_end=1196
-  _globals['_EVALUATEMANIFESTREQUEST']._serialized_start=1198
-  _globals['_EVALUATEMANIFESTREQUEST']._serialized_end=1253
-  _globals['_EVALUATION']._serialized_start=1256
-  _globals['_EVALUATION']._serialized_end=1477
-  _globals['_VALIDATORSERVICE']._serialized_start=1480
-  _globals['_VALIDATORSERVICE']._serialized_end=1968
+  _globals['_LISTRULESETSREQUEST']._serialized_end=739
+  _globals['_LISTRULESETSRESPONSE']._serialized_start=741
+  _globals['_LISTRULESETSRESPONSE']._serialized_end=835
+  _globals['_REVIEW']._serialized_start=838
+  _globals['_REVIEW']._serialized_end=1084
+  _globals['_LISTREVIEWSREQUEST']._serialized_start=1086
+  _globals['_LISTREVIEWSREQUEST']._serialized_end=1145
+  _globals['_LISTREVIEWSRESPONSE']._serialized_start=1147
+  _globals['_LISTREVIEWSRESPONSE']._serialized_end=1238
+  _globals['_RESOLVEREVIEWREQUEST']._serialized_start=1240
+  _globals['_RESOLVEREVIEWREQUEST']._serialized_end=1324
+  _globals['_EVALUATEMANIFESTREQUEST']._serialized_start=1326
+  _globals['_EVALUATEMANIFESTREQUEST']._serialized_end=1381
+  _globals['_EVALUATION']._serialized_start=1384
+  _globals['_EVALUATION']._serialized_end=1605
+  _globals['_VALIDATORSERVICE']._serialized_start=1608
+  _globals['_VALIDATORSERVICE']._serialized_end=2096
 # @@protoc_insertion_point(module_scope)

@@ -76,14 +76,20 @@ class Ruleset(_message.Message):
     def __init__(self, version: _Optional[str] = ..., digest: _Optional[str] = ..., description: _Optional[str] = ..., body: _Optional[str] = ...) -> None: ...
 
 class ListRulesetsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListRulesetsResponse(_message.Message):
-    __slots__ = ("rulesets",)
+    __slots__ = ("rulesets", "next_page_token")
     RULESETS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     rulesets: _containers.RepeatedCompositeFieldContainer[Ruleset]
-    def __init__(self, rulesets: _Optional[_Iterable[_Union[Ruleset, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, rulesets: _Optional[_Iterable[_Union[Ruleset, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class Review(_message.Message):
     __slots__ = ("job", "status", "ruleset_version", "decisions", "operator", "note", "create_time", "resolve_time")
@@ -106,14 +112,20 @@ class Review(_message.Message):
     def __init__(self, job: _Optional[str] = ..., status: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., decisions: _Optional[_Iterable[_Union[RuleDecision, _Mapping]]] = ..., operator: _Optional[str] = ..., note: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolve_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListReviewsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListReviewsResponse(_message.Message):
-    __slots__ = ("reviews",)
+    __slots__ = ("reviews", "next_page_token")
     REVIEWS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     reviews: _containers.RepeatedCompositeFieldContainer[Review]
-    def __init__(self, reviews: _Optional[_Iterable[_Union[Review, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, reviews: _Optional[_Iterable[_Union[Review, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ResolveReviewRequest(_message.Message):
     __slots__ = ("job", "approve", "note", "operator")

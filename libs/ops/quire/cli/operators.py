@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from quire.admission.v1 import tenant_admin_service_pb2 as admin_pb
 from quire.cli.config import ClientConfig
 from quire.cli.errors import CliError
 from quire.cli.output import Output, message_dict
@@ -34,22 +35,33 @@ async def tenants_create(args: argparse.Namespace, config: ClientConfig, out: Ou
 
 
 async def tenants_list(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+    tenants: list[admin_pb.Tenant] = []
+    page_token = ""
     async with _client(config) as admin:
-        tenants = await admin.list_tenants()
-    for tenant in tenants:
-        limits = tenant.limits
-        upload = limits.max_upload_bytes or "default"
-        outstanding = limits.max_outstanding_jobs or "default"
-        quota = limits.storage_quota_bytes or "default"
-        out.line(
-            f"{tenant.name}  {tenant.display_name}  upload≤{upload}  outstanding≤{outstanding}"
-            f"  stored≤{quota}  {retention_line(tenant.retention)}"
-        )
-        for token in tenant.tokens:
-            state = "revoked" if token.HasField("revoke_time") else "valid"
-            out.line(f"    {token.name}  {state}")
+        while True:  # every page, printed as it arrives
+            page = await admin.list_tenants_page(page_token=page_token)
+            for tenant in page.tenants:
+                _tenant_lines(tenant, out)
+            tenants.extend(page.tenants)
+            page_token = page.next_page_token
+            if not page_token:
+                break
     out.result({"tenants": [message_dict(tenant) for tenant in tenants]})
     return 0
+
+
+def _tenant_lines(tenant: admin_pb.Tenant, out: Output) -> None:
+    limits = tenant.limits
+    upload = limits.max_upload_bytes or "default"
+    outstanding = limits.max_outstanding_jobs or "default"
+    quota = limits.storage_quota_bytes or "default"
+    out.line(
+        f"{tenant.name}  {tenant.display_name}  upload≤{upload}  outstanding≤{outstanding}"
+        f"  stored≤{quota}  {retention_line(tenant.retention)}"
+    )
+    for token in tenant.tokens:
+        state = "revoked" if token.HasField("revoke_time") else "valid"
+        out.line(f"    {token.name}  {state}")
 
 
 async def tokens_create(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:

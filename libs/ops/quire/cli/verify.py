@@ -23,11 +23,18 @@ async def known_certificates(
     """Public certificates of every key version the stack has signed with
     (the signer answers operators and services only: ``metadata`` carries the
     operator token)."""
+    certificates: list[str] = []
+    token = ""
     async with aio_channel(signer_address, tls) as channel:
-        reply = await signer_grpc.SignerServiceStub(channel).ListKeys(
-            signer_pb.ListKeysRequest(), metadata=metadata, timeout=10
-        )
-    return [key.certificate_pem for key in reply.keys]
+        stub = signer_grpc.SignerServiceStub(channel)
+        while True:  # every page of ListKeys
+            reply = await stub.ListKeys(
+                signer_pb.ListKeysRequest(page_token=token), metadata=metadata, timeout=10
+            )
+            certificates.extend(key.certificate_pem for key in reply.keys)
+            token = reply.next_page_token
+            if not token:
+                return certificates
 
 
 async def verify_file(

@@ -17,11 +17,13 @@ from quire.admission.v1 import tenant_admin_service_pb2_grpc as pb_grpc
 from quire.errors import FieldViolation, InvalidInput, NotFound
 from quire.grpcstatus import at_the_edge
 from quire.jobs import timestamp
+from quire.paging import PageTokens, Position
 from quire.reasons import ReasonCode
 
 __all__ = ["TenantAdminServicer"]
 
 DOMAIN = "admission.quire"
+LIST_TENANTS = "quire.admission.v1.TenantAdminService/ListTenants"
 
 
 def _tenant_id(name: str) -> str:
@@ -75,9 +77,17 @@ def _tenant(
     return message
 
 
+def _position(listed: tuple[Tenant, list[TokenRecord]]) -> Position:
+    """A listed tenant's place in ListTenants' order (``TenantDirectory.list_tenants``)."""
+    tenant, _tokens = listed
+    assert tenant.created_at is not None  # every stored tenant has one
+    return tenant.created_at, tenant.id
+
+
 class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
-    def __init__(self, tenants: TenantDirectory) -> None:
+    def __init__(self, tenants: TenantDirectory, *, pages: PageTokens) -> None:
         self._tenants = tenants
+        self._pages = pages
 
     @at_the_edge(DOMAIN)
     async def CreateTenant(  # noqa: N802 - gRPC method name
@@ -101,10 +111,15 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         self, request: pb.ListTenantsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListTenantsResponse:
         await self._tenants.authenticate_operator(context)
-        listed = await asyncio.to_thread(self._tenants.list_tenants)
-        storage = await asyncio.to_thread(self._tenants.storage, [t.id for t, _ in listed])
+        page = self._pages.page(LIST_TENANTS, request.page_size, request.page_token)
+        listed = await asyncio.to_thread(
+            self._tenants.list_tenants, after=page.after, limit=page.fetch
+        )
+        served, token = page.cut(listed, _position)
+        storage = await asyncio.to_thread(self._tenants.storage, [t.id for t, _ in served])
         return pb.ListTenantsResponse(
-            tenants=[_tenant(t, tokens, storage[t.id]) for t, tokens in listed]
+            tenants=[_tenant(t, tokens, storage[t.id]) for t, tokens in served],
+            next_page_token=token,
         )
 
     @at_the_edge(DOMAIN)

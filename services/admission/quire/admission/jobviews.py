@@ -4,15 +4,12 @@ audit over gRPC. Another tenant's job is NOT_FOUND, like one that never was."""
 
 from __future__ import annotations
 
-import base64
-import json
 from dataclasses import dataclass
-from datetime import datetime
 from functools import partial
 from typing import Any
 
 import grpc
-from sqlalchemy import and_, or_, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
@@ -20,8 +17,9 @@ from quire.admission.intake import AcceptedJob, accepted_from_row
 from quire.admission.outstanding import OutstandingJobs
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.database import Database
-from quire.errors import FieldViolation, InvalidInput, NotFound, TransientError
+from quire.errors import NotFound, TransientError
 from quire.jobs import TERMINAL_STATES, job_id, job_name, state_name, timestamp
+from quire.paging import MAX_PAGE_SIZE, Page, PageTokens, Position, keyset_after
 from quire.pipeline import State
 from quire.reasons import ReasonCode
 from quire.type import job_pb2
@@ -29,10 +27,10 @@ from quire.type import job_pb2
 __all__ = ["JobViews", "JobPage"]
 
 AUDIT_TIMEOUT_SECONDS = 5.0
-DEFAULT_PAGE = 50
-MAX_PAGE = 500
 SCAN_LIMIT = 2000
-"""Rows one ListJobs call may look at while filtering by state."""
+"""Rows one ListJobs call may look at while filtering by state; past it the
+page ends short, with a token that continues after the last row looked at."""
+LIST_JOBS = "quire.admission.v1.AdmissionService/ListJobs"
 
 
 @dataclass(frozen=True)
@@ -53,33 +51,17 @@ def accepted_view(accepted: AcceptedJob) -> job_pb2.Job:
     )
 
 
-def _encode_token(created_at: datetime, job: str) -> str:
-    raw = json.dumps([created_at.isoformat(), job]).encode()
-    return base64.urlsafe_b64encode(raw).decode()
-
-
-def _decode_token(token: str) -> tuple[datetime, str] | None:
-    if not token:
-        return None
-    try:
-        created, job = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return datetime.fromisoformat(created), job_name(job_id(job))
-    except (ValueError, TypeError, json.JSONDecodeError, NotFound):
-        raise InvalidInput(
-            ReasonCode.INVALID_PAGE,
-            "page_token is not one this service issued",
-            (FieldViolation("page_token", "unknown token"),),
-        ) from None
-
-
 class JobViews:
     def __init__(
         self,
         database: Database,
         audit: audit_service_pb2_grpc.AuditServiceStub,
         outstanding: OutstandingJobs,
+        *,
+        pages: PageTokens,
     ) -> None:
         self._db = database
+        self._pages = pages
         self._audit = audit
         self._outstanding = outstanding
 
@@ -118,7 +100,7 @@ class JobViews:
             try:
                 reply = await self._audit.ListJobEvents(
                     audit_service_pb2.ListJobEventsRequest(
-                        job=name, page_size=MAX_PAGE, page_token=token
+                        job=name, page_size=MAX_PAGE_SIZE, page_token=token
                     ),
                     timeout=AUDIT_TIMEOUT_SECONDS,
                     wait_for_ready=True,
@@ -134,30 +116,31 @@ class JobViews:
                 return False
 
     async def page(self, tenant: str, *, size: int, token: str, state: int) -> JobPage:
-        """The tenant's jobs, newest first, filtered by state when one is given."""
-        if size < 0:
-            raise InvalidInput(
-                ReasonCode.INVALID_PAGE,
-                "page_size must not be negative",
-                (FieldViolation("page_size", "negative"),),
-            )
-        size = min(size or DEFAULT_PAGE, MAX_PAGE)
-        after = _decode_token(token)
+        """The tenant's jobs, newest first, filtered by state when one is given.
+
+        The token is bound to the tenant and the state: another tenant's, or
+        one from a listing under another state, is refused."""
+        page = self._pages.page(LIST_JOBS, size, token, {"tenant": tenant, "state": state})
         found: list[job_pb2.Job] = []
+        last_served: Position | None = None
+        after = page.after
         scanned = 0
-        while len(found) < size and scanned < SCAN_LIMIT:
-            rows = await self._db.read(partial(_rows, tenant=tenant, after=after, size=size))
-            if not rows:
-                return JobPage(found, "")
-            views = await self._views([accepted_from_row(row) for row in rows])
+        while scanned < SCAN_LIMIT:
+            rows = await self._db.read(partial(_rows, tenant=tenant, after=after, page=page))
+            views = await self._views([accepted_from_row(row) for row in rows]) if rows else []
             for row, view in zip(rows, views, strict=True):
-                scanned += 1
-                after = (row.created_at, row.job)
                 if not state or view.state == state:
+                    if len(found) == page.size:  # one more matches: another page follows
+                        assert last_served is not None
+                        return JobPage(found, page.next_token(last_served))
                     found.append(view)
-                    if len(found) == size:
-                        break
-        return JobPage(found, _encode_token(*after) if after else "")
+                    last_served = (row.created_at, row.job)
+                after = (row.created_at, row.job)
+                scanned += 1
+            if len(rows) < page.fetch:
+                return JobPage(found, "")
+        assert after is not None
+        return JobPage(found, page.next_token(after))
 
     async def _views(self, accepted: list[AcceptedJob]) -> list[job_pb2.Job]:
         try:
@@ -172,18 +155,13 @@ class JobViews:
         return [known.get(a.name) or accepted_view(a) for a in accepted]
 
 
-def _rows(
-    session: Session, *, tenant: str, after: tuple[datetime, str] | None, size: int
-) -> list[Any]:
+def _rows(session: Session, *, tenant: str, after: Position | None, page: Page) -> list[Any]:
+    """The tenant's next rows, newest first: ``(created_at, job)`` is unique."""
     table = tables.jobs
+    order = (table.c.created_at, table.c.job)
     query = select(table).where(table.c.tenant == tenant)
-    if after is not None:
-        created, job = after
-        query = query.where(
-            or_(
-                table.c.created_at < created, and_(table.c.created_at == created, table.c.job < job)
-            )
-        )
-    return list(
-        session.execute(query.order_by(table.c.created_at.desc(), table.c.job.desc()).limit(size))
-    )
+    before = keyset_after(order, after, descending=True)
+    if before is not None:
+        query = query.where(before)
+    query = query.order_by(*(column.desc() for column in order)).limit(page.fetch)
+    return list(session.execute(query))

@@ -30,6 +30,7 @@ from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.metrics import ServiceMetrics
+from quire.paging import PageTokens
 from quire.peers import Peers
 from quire.pipeline import STAGE_NAMES
 from quire.runtime import load_wire, run_service, start_runtime
@@ -66,7 +67,8 @@ async def main() -> None:
     audit = audit_service_pb2_grpc.AuditServiceStub(peers.channel("audit"))
     validator_channel = peers.channel("validator")
     outstanding = OutstandingJobs(database, audit)
-    views = JobViews(database, audit, outstanding)
+    pages = PageTokens.for_service(settings.identity)
+    views = JobViews(database, audit, outstanding, pages=pages)
     watches = WatchRelay(audit, outstanding, config.watch)
     intake = Intake(
         database,
@@ -122,7 +124,9 @@ async def main() -> None:
 
     def register(server: grpc.aio.Server) -> None:
         pb_grpc.add_AdmissionServiceServicer_to_server(servicer, server)
-        admin_grpc.add_TenantAdminServiceServicer_to_server(TenantAdminServicer(tenants), server)
+        admin_grpc.add_TenantAdminServiceServicer_to_server(
+            TenantAdminServicer(tenants, pages=pages), server
+        )
 
     await keeper.start()  # a first reading before the first request; leftovers swept
     try:

@@ -29,6 +29,7 @@ from quire.admission import tables
 from quire.admission.storagepolicy import TenantStorage, forget_source, read_storage, write_storage
 from quire.database import Database, insert_if_absent
 from quire.errors import InvalidInput, InvalidSetting, NotFound, Unauthenticated
+from quire.paging import Position, keyset_after
 from quire.reasons import ReasonCode
 from quire.settings import AdmissionSettings, read_secret_file
 
@@ -173,11 +174,25 @@ class TenantDirectory:
 
         return tenant, self._db.transaction(write)
 
-    def list_tenants(self) -> list[tuple[Tenant, list[TokenRecord]]]:
+    def list_tenants(
+        self, *, after: Position | None = None, limit: int | None = None
+    ) -> list[tuple[Tenant, list[TokenRecord]]]:
+        """Tenants in creation order (``(created_at, id)``, a unique key, so
+        pages of ListTenants never overlap), after ``after``, with their tokens."""
+        table = tables.tenants
+        order = (table.c.created_at, table.c.id)
+
         def read(session: Session) -> list[tuple[Tenant, list[TokenRecord]]]:
-            tenants = session.execute(select(tables.tenants).order_by(tables.tenants.c.name)).all()
+            query = select(table).order_by(*order).limit(limit)
+            beyond = keyset_after(order, after)
+            if beyond is not None:
+                query = query.where(beyond)
+            tenants = session.execute(query).all()
             tokens = session.execute(
-                select(tables.tokens).where(tables.tokens.c.role == TENANT_ROLE)
+                select(tables.tokens).where(
+                    tables.tokens.c.role == TENANT_ROLE,
+                    tables.tokens.c.tenant.in_([row.id for row in tenants]),
+                )
             ).all()
             return [
                 (

@@ -26,16 +26,16 @@ from quire.audit.deadletterbook import letter_row
 from quire.database import Database
 from quire.errors import FailedPrecondition, NotFound
 from quire.jobgate import CANCELLED, JobGate
+from quire.paging import Position, keyset_after
 from quire.pipeline import State, stage
 from quire.reasons import ReasonCode
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
 from quire.workqueue import Publisher, task_message_id, work_subject
 
-__all__ = ["DeadLetterDesk", "MAX_LIST"]
+__all__ = ["DeadLetterDesk"]
 
 OPEN = ("dead", "retrying")
-MAX_LIST = 1000
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,17 @@ class DeadLetterDesk:
     gate: JobGate
     build_version: str
 
-    async def list(self, *, include_resolved: bool, limit: int) -> list[Any]:
+    async def list(
+        self, *, include_resolved: bool, after: Position | None, limit: int
+    ) -> list[Any]:
+        """At most ``limit`` letters, oldest first, after ``after`` (a
+        ``(dead_at, job)`` position: a page of ListDeadLetters)."""
         table = tables.dead_letters
-        query = select(table).order_by(table.c.dead_at, table.c.job).limit(limit)
+        order = (table.c.dead_at, table.c.job)
+        query = select(table).order_by(*order).limit(limit)
+        beyond = keyset_after(order, after)
+        if beyond is not None:
+            query = query.where(beyond)
         if not include_resolved:
             query = query.where(table.c.status.in_(OPEN))
         return await self.database.read(lambda s: list(s.execute(query).all()))

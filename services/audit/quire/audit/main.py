@@ -28,6 +28,7 @@ from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.metrics import ServiceMetrics
+from quire.paging import PageTokens
 from quire.peers import Peers
 from quire.pipeline import STAGES
 from quire.runtime import load_wire, run_service, start_runtime
@@ -163,6 +164,7 @@ async def main() -> None:
                 dead_letters=dead_letters,
                 operators=operators,
                 watches=watches,
+                pages=PageTokens.for_service(settings.identity),
             ),
             server,
         )

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from quire.audit import tables
 from quire.audit.checkpoints import CheckpointBook, CheckpointFiles
-from quire.audit.deadletterdesk import MAX_LIST, DeadLetterDesk
+from quire.audit.deadletterdesk import DeadLetterDesk
 from quire.audit.evidence import build_evidence, dumps
 from quire.audit.jobview import JobFacts, fold
 from quire.audit.retirement import record_retirement
@@ -26,6 +26,7 @@ from quire.errors import FieldViolation, InvalidInput, NotFound
 from quire.grpcstatus import at_the_edge
 from quire.jobs import job_id, job_name, state_value, timestamp
 from quire.operatorcheck import OperatorCheck
+from quire.paging import PageTokens
 from quire.reasons import ReasonCode
 from quire.settings import BUILD_VERSION
 from quire.type import job_pb2, queue_pb2
@@ -33,26 +34,9 @@ from quire.type import job_pb2, queue_pb2
 __all__ = ["AuditServicer"]
 
 DOMAIN = "audit.quire"
-MAX_PAGE = 500
 MAX_BATCH = 1000
-
-
-def _page(request: pb.ListJobEventsRequest) -> tuple[int, int]:
-    """Page size and the sequence to continue after; refuses what is not a page."""
-    if request.page_size < 0:
-        raise InvalidInput(
-            ReasonCode.INVALID_PAGE,
-            "page_size must not be negative",
-            (FieldViolation("page_size", "negative"),),
-        )
-    token = request.page_token or "0"
-    if not token.isdigit() or len(token) > 19:
-        raise InvalidInput(
-            ReasonCode.INVALID_PAGE,
-            "page_token is not one this service issued",
-            (FieldViolation("page_token", "unknown token"),),
-        )
-    return min(request.page_size or 100, MAX_PAGE), int(token)
+LIST_JOB_EVENTS = "quire.audit.v1.AuditService/ListJobEvents"
+LIST_DEAD_LETTERS = "quire.audit.v1.AuditService/ListDeadLetters"
 
 
 def dead_letter_record(row: Any) -> pb.DeadLetterRecord:
@@ -111,8 +95,12 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         dead_letters: DeadLetterDesk | None = None,
         operators: OperatorCheck | None = None,
         watches: JobWatches | None = None,
+        pages: PageTokens | None = None,
     ) -> None:
+        """``pages`` keys the page tokens; without it (a servicer made in a
+        test) they hold only within this object."""
         self._db = database
+        self._pages = pages or PageTokens.ephemeral()
         self._watches = watches or JobWatches(database)
         self._checkpoints = checkpoints
         self._dead_letters = dead_letters
@@ -129,17 +117,19 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         self, request: pb.ListDeadLettersRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListDeadLettersResponse:
         desk, _operator = await self._desk(context)
-        if request.page_size < 0:
-            raise InvalidInput(
-                ReasonCode.INVALID_PAGE,
-                "page_size must not be negative",
-                (FieldViolation("page_size", "negative"),),
-            )
-        rows = await desk.list(
-            include_resolved=request.include_resolved,
-            limit=min(request.page_size or 100, MAX_LIST),
+        page = self._pages.page(
+            LIST_DEAD_LETTERS,
+            request.page_size,
+            request.page_token,
+            {"include_resolved": request.include_resolved},
         )
-        return pb.ListDeadLettersResponse(dead_letters=[dead_letter_record(r) for r in rows])
+        rows = await desk.list(
+            include_resolved=request.include_resolved, after=page.after, limit=page.fetch
+        )
+        served, token = page.cut(rows, lambda row: (row.dead_at, row.job))
+        return pb.ListDeadLettersResponse(
+            dead_letters=[dead_letter_record(r) for r in served], next_page_token=token
+        )
 
     @at_the_edge(DOMAIN)
     async def RetryDeadLetter(  # noqa: N802 - gRPC method name
@@ -252,17 +242,20 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         self, request: pb.ListJobEventsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListJobEventsResponse:
         name = job_name(job_id(request.job))
-        size, after = _page(request)
+        page = self._pages.page(
+            LIST_JOB_EVENTS, request.page_size, request.page_token, {"job": name}
+        )
+        after = page.after[0] if page.after else 0  # the last sequence served
         table = tables.ledger
         rows = await self._db.read(
             lambda s: s.execute(
                 select(table)
                 .where(table.c.job == name, table.c.sequence > after)
                 .order_by(table.c.sequence)
-                .limit(size + 1)
+                .limit(page.fetch)
             ).all()
         )
-        page = rows[:size]
+        served, token = page.cut(rows, lambda row: (row.sequence,))
         return pb.ListJobEventsResponse(
             entries=[
                 pb.LedgerEntry(
@@ -271,7 +264,7 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
                     prev_hash=row.prev_hash,
                     entry_hash=row.entry_hash,
                 )
-                for row in page
+                for row in served
             ],
-            next_page_token=str(page[-1].sequence) if len(rows) > size else "",
+            next_page_token=token,
         )

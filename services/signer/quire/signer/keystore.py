@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 
 from quire.database import Database
 from quire.errors import FailedPrecondition, InvalidSetting
+from quire.paging import Position, keyset_after
 from quire.pdfsignature import certificate_sha256
 from quire.reasons import ReasonCode
 from quire.signer import tables
@@ -321,6 +322,23 @@ class KeyStore:
                 select(tables.signing_keys).order_by(tables.signing_keys.c.created_at)
             )
             return [_to_key(row) for row in rows]
+
+        return await self._db.read(read)
+
+    async def listed(
+        self, *, after: Position | None, limit: int
+    ) -> list[tuple[Position, SigningKey]]:
+        """At most ``limit`` key versions in creation order after ``after``,
+        each with its position (a page of ListKeys)."""
+        table = tables.signing_keys
+        order = (table.c.created_at, table.c.version)
+
+        def read(session: Session) -> list[tuple[Position, SigningKey]]:
+            query = select(table).order_by(*order).limit(limit)
+            beyond = keyset_after(order, after)
+            if beyond is not None:
+                query = query.where(beyond)
+            return [((row.created_at, row.version), _to_key(row)) for row in session.execute(query)]
 
         return await self._db.read(read)
 

@@ -10,6 +10,7 @@ from quire.blobstore import BlobStore
 from quire.database import Database
 from quire.jobgate import JobGate
 from quire.metrics import ServiceMetrics
+from quire.paging import PageTokens
 from quire.peers import Peers
 from quire.pipeline import stage
 from quire.runtime import run_service
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 async def main() -> None:
     config = SignerConfig.from_env()
+    pages = PageTokens.for_service(config.stage.service.identity)
     metrics = ServiceMetrics(SERVICE)
     pool = SandboxPool(
         config.stage.sandbox,
@@ -46,7 +48,8 @@ async def main() -> None:
         )
 
         def register(server: grpc.aio.Server) -> None:
-            pb_grpc.add_SignerServiceServicer_to_server(SignerServicer(database, keys), server)
+            servicer = SignerServicer(database, keys, pages=pages)
+            pb_grpc.add_SignerServiceServicer_to_server(servicer, server)
 
         work = SignerWork(
             database=database,

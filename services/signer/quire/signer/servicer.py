@@ -11,6 +11,7 @@ from quire.database import Database
 from quire.errors import NotFound
 from quire.grpcstatus import at_the_edge
 from quire.jobs import job_id, job_name, timestamp
+from quire.paging import PageTokens
 from quire.signer import tables
 from quire.signer.keystore import KeyStore, SigningKey
 from quire.signer.v1 import signer_service_pb2 as pb
@@ -20,6 +21,7 @@ from quire.type import job_pb2
 __all__ = ["SignerServicer"]
 
 DOMAIN = "signer.quire"
+LIST_KEYS = "quire.signer.v1.SignerService/ListKeys"
 
 
 def _key(key: SigningKey) -> pb.SigningKey:
@@ -34,9 +36,10 @@ def _key(key: SigningKey) -> pb.SigningKey:
 
 
 class SignerServicer(pb_grpc.SignerServiceServicer):
-    def __init__(self, database: Database, keys: KeyStore) -> None:
+    def __init__(self, database: Database, keys: KeyStore, *, pages: PageTokens) -> None:
         self._db = database
         self._keys = keys
+        self._pages = pages
 
     @at_the_edge(DOMAIN)
     async def GetSignature(  # noqa: N802 - gRPC method name
@@ -73,4 +76,7 @@ class SignerServicer(pb_grpc.SignerServiceServicer):
     async def ListKeys(  # noqa: N802 - gRPC method name
         self, request: pb.ListKeysRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListKeysResponse:
-        return pb.ListKeysResponse(keys=[_key(key) for key in await self._keys.all()])
+        page = self._pages.page(LIST_KEYS, request.page_size, request.page_token)
+        rows = await self._keys.listed(after=page.after, limit=page.fetch)
+        served, token = page.cut(rows, lambda row: row[0])
+        return pb.ListKeysResponse(keys=[_key(key) for _, key in served], next_page_token=token)

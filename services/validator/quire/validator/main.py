@@ -7,6 +7,7 @@ import grpc
 from quire.blobstore import BlobStore
 from quire.database import Database
 from quire.jobgate import JobGate
+from quire.paging import PageTokens
 from quire.peers import Peers
 from quire.pipeline import stage
 from quire.runtime import run_service
@@ -64,6 +65,7 @@ async def main() -> None:
             reviews=ReviewDesk(database, publisher, gate),
             evaluator=evaluator,
             operators=peers.operators(),
+            pages=PageTokens.for_service(settings.identity),
         )
 
         def register(server: grpc.aio.Server) -> None:

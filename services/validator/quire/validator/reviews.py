@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from quire.database import Database
 from quire.errors import FailedPrecondition, NotFound
 from quire.jobgate import CANCELLED, JobGate
+from quire.paging import Position, keyset_after
 from quire.pipeline import State, stage
 from quire.reasons import ReasonCode
 from quire.settings import BUILD_VERSION
@@ -74,6 +75,18 @@ class ReviewDesk:
                 select(table).where(table.c.status == "PENDING").order_by(table.c.created_at)
             ).all()
         )
+        return [_row(row) for row in rows]
+
+    async def pending_page(self, *, after: Position | None, limit: int) -> list[ReviewRow]:
+        """At most ``limit`` pending reviews, oldest first, after ``after``
+        (a ``(created_at, job)`` position: a page of ListReviews)."""
+        table = tables.reviews
+        order = (table.c.created_at, table.c.job)
+        query = select(table).where(table.c.status == "PENDING").order_by(*order).limit(limit)
+        beyond = keyset_after(order, after)
+        if beyond is not None:
+            query = query.where(beyond)
+        rows = await self._db.read(lambda s: s.execute(query).all())
         return [_row(row) for row in rows]
 
     async def resolve(self, job: str, *, approve: bool, operator: str, note: str) -> ReviewRow:

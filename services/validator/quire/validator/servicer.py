@@ -13,18 +13,34 @@ from quire.errors import FieldViolation, InvalidInput, NotFound
 from quire.grpcstatus import at_the_edge
 from quire.jobs import job_id, job_name, timestamp
 from quire.operatorcheck import OperatorCheck
+from quire.paging import Page, PageTokens
 from quire.reasons import ReasonCode
 from quire.type import queue_pb2
 from quire.validator import tables
 from quire.validator.evaluation import Evaluator
 from quire.validator.reviews import ReviewDesk, ReviewRow
-from quire.validator.rulesets import RulesetBook, canonical
+from quire.validator.rulesets import Ruleset, RulesetBook, canonical, int_or_text
 from quire.validator.v1 import validator_service_pb2 as pb
 from quire.validator.v1 import validator_service_pb2_grpc as pb_grpc
 
 __all__ = ["ValidatorServicer"]
 
 DOMAIN = "validator.quire"
+LIST_RULESETS = "quire.validator.v1.ValidatorService/ListRulesets"
+LIST_REVIEWS = "quire.validator.v1.ValidatorService/ListReviews"
+
+
+def _ruleset_order(name: str, version: str) -> tuple[str, tuple[int, str]]:
+    return name, int_or_text(version)
+
+
+def _rulesets_after(rulesets: list[Ruleset], page: Page) -> list[Ruleset]:
+    """The book's rulesets (by name, then version) after the page's position."""
+    if page.after is None:
+        return rulesets[: page.fetch]
+    name, version = (str(value) for value in page.after)
+    after = _ruleset_order(name, version)
+    return [r for r in rulesets if _ruleset_order(r.name, r.version) > after][: page.fetch]
 
 
 def _findings(findings: list[dict[str, Any]]) -> list[pb.DocumentFinding]:
@@ -77,8 +93,10 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
         reviews: ReviewDesk,
         evaluator: Evaluator,
         operators: OperatorCheck,
+        pages: PageTokens,
     ) -> None:
         self._db = database
+        self._pages = pages
         self._operators = operators
         self._book = book
         self._reviews = reviews
@@ -114,6 +132,10 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
     async def ListRulesets(  # noqa: N802 - gRPC method name
         self, request: pb.ListRulesetsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListRulesetsResponse:
+        page = self._pages.page(LIST_RULESETS, request.page_size, request.page_token)
+        served, token = page.cut(
+            _rulesets_after(self._book.all(), page), lambda r: (r.name, r.version)
+        )
         return pb.ListRulesetsResponse(
             rulesets=[
                 pb.Ruleset(
@@ -122,8 +144,9 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
                     description=str(r.body.get("description", "")),
                     body=canonical(r.body).decode(),
                 )
-                for r in self._book.all()
-            ]
+                for r in served
+            ],
+            next_page_token=token,
         )
 
     @at_the_edge(DOMAIN)
@@ -131,7 +154,10 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
         self, request: pb.ListReviewsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListReviewsResponse:
         await self._operators.operator_of(context)
-        return pb.ListReviewsResponse(reviews=[_review(r) for r in await self._reviews.pending()])
+        page = self._pages.page(LIST_REVIEWS, request.page_size, request.page_token)
+        rows = await self._reviews.pending_page(after=page.after, limit=page.fetch)
+        served, token = page.cut(rows, lambda r: (r.created_at, r.job))
+        return pb.ListReviewsResponse(reviews=[_review(r) for r in served], next_page_token=token)
 
     @at_the_edge(DOMAIN)
     async def ResolveReview(  # noqa: N802 - gRPC method name
