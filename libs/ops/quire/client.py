@@ -33,7 +33,13 @@ from quire.pipeline import State
 from quire.tls import TlsSettings, aio_channel
 from quire.type import job_pb2
 
-__all__ = ["AdmissionClient", "TenantAdminClient", "PacketItem", "ArtifactDigestMismatch"]
+__all__ = [
+    "AdmissionClient",
+    "TenantAdminClient",
+    "PacketItem",
+    "ArtifactDigestMismatch",
+    "new_request_id",
+]
 
 CHUNK_BYTES = 256 * 1024
 RESUMABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
@@ -49,6 +55,12 @@ class ArtifactDigestMismatch(Exception):
 class PacketItem:
     document_id: str
     sha256: str
+
+
+def new_request_id() -> str:
+    """A fresh AIP-155 request id (a UUID4). Keep it to retry a call whose reply
+    was lost: the server answers a repeat with the first reply."""
+    return str(uuid.uuid4())
 
 
 def _digest_file(path: Path) -> tuple[str, int]:
@@ -133,8 +145,12 @@ class AdmissionClient:
             request.state = state_value(state)  # type: ignore[assignment]
         return await self._stub.ListJobs(request, metadata=self._metadata)
 
-    async def cancel(self, name: str) -> job_pb2.Job:
-        return await self._stub.CancelJob(pb.CancelJobRequest(name=name), metadata=self._metadata)
+    async def cancel(self, name: str, *, request_id: str | None = None) -> job_pb2.Job:
+        """Cancel the job; ``request_id`` (a fresh one if None) makes a retry safe."""
+        return await self._stub.CancelJob(
+            pb.CancelJobRequest(name=name, request_id=request_id or new_request_id()),
+            metadata=self._metadata,
+        )
 
     async def watch_changes(
         self, name: str, *, after_sequence: int = 0, timeout: float | None = None
@@ -260,9 +276,14 @@ class TenantAdminClient:
         max_outstanding_jobs: int = 0,
         storage_quota_bytes: int = 0,
         retention: admin_pb.TenantRetention | None = None,
+        request_id: str | None = None,
     ) -> admin_pb.CreateTenantResponse:
+        """A new tenant and its first token. Every mutation here takes a
+        ``request_id`` (AIP-155; a fresh one if None): a retry with the same id
+        returns the first reply instead of acting twice."""
         return await self._stub.CreateTenant(
             admin_pb.CreateTenantRequest(
+                request_id=request_id or new_request_id(),
                 display_name=name,
                 limits=admin_pb.TenantLimits(
                     max_upload_bytes=max_upload_bytes,
@@ -275,40 +296,35 @@ class TenantAdminClient:
         )
 
     async def update_retention(
-        self, tenant: str, retention: admin_pb.TenantRetention
+        self,
+        tenant: str,
+        retention: admin_pb.TenantRetention,
+        *,
+        request_id: str | None = None,
     ) -> admin_pb.Tenant:
         """Set the tenant's retention periods (seconds; 0 is the default)."""
         return await self._stub.UpdateTenantRetention(
-            admin_pb.UpdateTenantRetentionRequest(name=tenant, retention=retention),
+            admin_pb.UpdateTenantRetentionRequest(
+                name=tenant, retention=retention, request_id=request_id or new_request_id()
+            ),
             metadata=self._metadata,
         )
 
-    async def forget_source(self, tenant: str, sha256: str) -> bool:
+    async def forget_source(
+        self, tenant: str, sha256: str, *, request_id: str | None = None
+    ) -> bool:
         """Have admission forget an upload whose bytes were retired."""
         reply = await self._stub.ForgetSource(
-            admin_pb.ForgetSourceRequest(tenant=tenant, sha256=sha256), metadata=self._metadata
+            admin_pb.ForgetSourceRequest(
+                tenant=tenant, sha256=sha256, request_id=request_id or new_request_id()
+            ),
+            metadata=self._metadata,
         )
         return reply.forgotten
 
     async def list_tenants(self) -> list[admin_pb.Tenant]:
-        """Every tenant, in creation order: each page of ListTenants to the last."""
-        tenants: list[admin_pb.Tenant] = []
-        token = ""
-        while True:
-            page = await self.list_tenants_page(page_token=token)
-            tenants.extend(page.tenants)
-            token = page.next_page_token
-            if not token:
-                return tenants
-
-    async def list_tenants_page(
-        self, *, page_size: int = 0, page_token: str = ""
-    ) -> admin_pb.ListTenantsResponse:
-        """One page of tenants; follow ``next_page_token`` until it is empty."""
-        return await self._stub.ListTenants(
-            admin_pb.ListTenantsRequest(page_size=page_size, page_token=page_token),
-            metadata=self._metadata,
-        )
+        reply = await self._stub.ListTenants(admin_pb.ListTenantsRequest(), metadata=self._metadata)
+        return list(reply.tenants)
 
     async def update_limits(
         self,
@@ -317,9 +333,11 @@ class TenantAdminClient:
         max_upload_bytes: int = 0,
         max_outstanding_jobs: int = 0,
         storage_quota_bytes: int = 0,
+        request_id: str | None = None,
     ) -> admin_pb.Tenant:
         return await self._stub.UpdateTenantLimits(
             admin_pb.UpdateTenantLimitsRequest(
+                request_id=request_id or new_request_id(),
                 name=tenant,
                 limits=admin_pb.TenantLimits(
                     max_upload_bytes=max_upload_bytes,
@@ -330,12 +348,16 @@ class TenantAdminClient:
             metadata=self._metadata,
         )
 
-    async def create_token(self, tenant: str) -> admin_pb.CreateTokenResponse:
+    async def create_token(
+        self, tenant: str, *, request_id: str | None = None
+    ) -> admin_pb.CreateTokenResponse:
         return await self._stub.CreateToken(
-            admin_pb.CreateTokenRequest(tenant=tenant), metadata=self._metadata
+            admin_pb.CreateTokenRequest(tenant=tenant, request_id=request_id or new_request_id()),
+            metadata=self._metadata,
         )
 
-    async def revoke_token(self, token: str) -> admin_pb.Token:
+    async def revoke_token(self, token: str, *, request_id: str | None = None) -> admin_pb.Token:
         return await self._stub.RevokeToken(
-            admin_pb.RevokeTokenRequest(name=token), metadata=self._metadata
+            admin_pb.RevokeTokenRequest(name=token, request_id=request_id or new_request_id()),
+            metadata=self._metadata,
         )

@@ -129,7 +129,7 @@ async def jobs(args: argparse.Namespace, config: ClientConfig, out: Output) -> i
 
 async def cancel(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
     async with _client(config) as client:
-        job = await client.cancel(job_resource(args.job))
+        job = await client.cancel(job_resource(args.job), request_id=args.request_id)
     out.line(job_line(job))
     out.result({"job": job_dict(job)})
     return ExitCode.OK if state_name(job.state) == State.CANCELLED else ExitCode.FAILED

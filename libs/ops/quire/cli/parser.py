@@ -70,6 +70,19 @@ def _common() -> QuireParser:
     return common
 
 
+REQUEST_ID_HELP = (
+    "this call's id (default: a fresh UUID); run again with the same id to retry"
+    " safely: the first answer is returned and nothing is done twice"
+)
+
+
+def _once() -> QuireParser:
+    """``--request-id`` for the commands that change something (AIP-155)."""
+    once = QuireParser(add_help=False)
+    once.add_argument("--request-id", default=None, help=REQUEST_ID_HELP)
+    return once
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = QuireParser(
         prog="quire",
@@ -128,16 +141,17 @@ def _job_commands(command: _Command) -> None:
     )
     jobs = command("jobs", help="your jobs, newest first")
     jobs.add_argument("--state", type=job_state, help="only jobs in this state, e.g. COMPLETED")
-    command("cancel", help="cancel a job that has not started signing").add_argument(
-        "job", help="the job id or jobs/ID"
-    )
+    cancel = command("cancel", help="cancel a job that has not started signing")
+    cancel.add_argument("job", help="the job id or jobs/ID")
+    cancel.add_argument("--request-id", default=None, help=REQUEST_ID_HELP)
 
 
 def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> None:
     tenants = command("tenants", help="operators: tenants").add_subparsers(
         dest="action", required=True, help="what to do"
     )
-    create = tenants.add_parser("create", parents=[common], help="a new tenant and its token")
+    once = _once()
+    create = tenants.add_parser("create", parents=[common, once], help="a new tenant and its token")
     create.add_argument("name", help="the tenant's display name")
     create.add_argument(
         "--max-upload-bytes", type=int, default=0, help="largest upload (0: the default)"
@@ -153,10 +167,10 @@ def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> No
     tokens = command("tokens", help="operators: bearer tokens").add_subparsers(
         dest="action", required=True, help="what to do"
     )
-    tokens.add_parser("create", parents=[common], help="a new token for a tenant").add_argument(
-        "tenant", help="tenants/ID"
-    )
-    tokens.add_parser("revoke", parents=[common], help="revoke a token").add_argument(
+    tokens.add_parser(
+        "create", parents=[common, once], help="a new token for a tenant"
+    ).add_argument("tenant", help="tenants/ID")
+    tokens.add_parser("revoke", parents=[common, once], help="revoke a token").add_argument(
         "token", help="tenants/ID/tokens/ID"
     )
     review = command("review", help="operators: jobs parked for review").add_subparsers(
@@ -164,7 +178,9 @@ def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> No
     )
     review.add_parser("list", parents=[common], help="jobs waiting for a decision")
     for decision in ("approve", "reject"):
-        decide = review.add_parser(decision, parents=[common], help=f"{decision} a parked job")
+        decide = review.add_parser(
+            decision, parents=[common, once], help=f"{decision} a parked job"
+        )
         decide.add_argument("job", help="the job id or jobs/ID")
         decide.add_argument("--note", required=True, help="why (recorded in the ledger)")
         decide.add_argument("--operator", default="", help="who decides (default: your login)")
@@ -179,9 +195,9 @@ def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> No
     listing.add_argument("--all", action="store_true", help="include retried and discarded")
     listing.add_argument("--limit", type=int, default=100, help="at most this many")
     dlq.add_parser(
-        "retry", parents=[common], help="a new attempt, recorded in the ledger"
+        "retry", parents=[common, once], help="a new attempt, recorded in the ledger"
     ).add_argument("job", help="the job id or jobs/ID")
-    dlq.add_parser("discard", parents=[common], help="leave the job FAILED").add_argument(
+    dlq.add_parser("discard", parents=[common, once], help="leave the job FAILED").add_argument(
         "job", help="the job id or jobs/ID"
     )
     evidence = command("evidence", help="a job's evidence: export, or verify offline")

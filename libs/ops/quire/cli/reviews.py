@@ -8,6 +8,7 @@ import getpass
 from quire.cli.args import job_resource, operator_metadata
 from quire.cli.config import ClientConfig
 from quire.cli.output import Output, message_dict
+from quire.client import new_request_id
 from quire.tls import aio_channel
 from quire.validator.v1 import validator_service_pb2 as pb
 from quire.validator.v1 import validator_service_pb2_grpc as pb_grpc
@@ -16,22 +17,14 @@ __all__ = ["review_list", "review_approve", "review_reject"]
 
 
 async def review_list(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
-    reviews: list[pb.Review] = []
-    token = ""
     async with aio_channel(config.validator, config.tls) as channel:
-        stub = pb_grpc.ValidatorServiceStub(channel)
-        while True:  # every page, printed as it arrives
-            reply = await stub.ListReviews(
-                pb.ListReviewsRequest(page_token=token), metadata=operator_metadata(config)
-            )
-            for review in reply.reviews:
-                asks = [d.rule for d in review.decisions if d.outcome == "review"]
-                out.line(f"{review.job}  {review.ruleset_version}  needs: {', '.join(asks)}")
-            reviews.extend(reply.reviews)
-            token = reply.next_page_token
-            if not token:
-                break
-    out.result({"reviews": [message_dict(review) for review in reviews]})
+        reply = await pb_grpc.ValidatorServiceStub(channel).ListReviews(
+            pb.ListReviewsRequest(), metadata=operator_metadata(config)
+        )
+    for review in reply.reviews:
+        asks = [d.rule for d in review.decisions if d.outcome == "review"]
+        out.line(f"{review.job}  {review.ruleset_version}  needs: {', '.join(asks)}")
+    out.result({"reviews": [message_dict(review) for review in reply.reviews]})
     return 0
 
 
@@ -43,6 +36,7 @@ async def _resolve(
         approve=approve,
         note=args.note,
         operator=args.operator or getpass.getuser(),
+        request_id=args.request_id or new_request_id(),
     )
     async with aio_channel(config.validator, config.tls) as channel:
         review = await pb_grpc.ValidatorServiceStub(channel).ResolveReview(

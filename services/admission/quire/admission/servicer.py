@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from quire.admission import tables
 from quire.admission.cancellation import Canceller
 from quire.admission.dispatch import Dispatcher
 from quire.admission.intake import Intake
@@ -40,6 +41,7 @@ from quire.errors import (
 )
 from quire.faults import fault_point
 from quire.grpcstatus import at_the_edge
+from quire.idempotency import RequestOnce
 from quire.jobs import job_id
 from quire.reasons import ReasonCode
 from quire.settings import AdmissionSettings
@@ -48,6 +50,7 @@ from quire.type import job_pb2
 __all__ = ["AdmissionServicer"]
 
 DOMAIN = "admission.quire"
+CANCEL_JOB = "quire.admission.v1.AdmissionService/CancelJob"
 log = logging.getLogger(__name__)
 
 
@@ -196,4 +199,11 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         self, request: pb.CancelJobRequest, context: grpc.aio.ServicerContext
     ) -> job_pb2.Job:
         tenant = await self._tenants.authenticate(context)
-        return await self._canceller.cancel(tenant.id, request.name)
+        # Cancelling is idempotent by state; the request id returns the first
+        # reply itself (what the job had reached then), scoped to the tenant.
+        once = RequestOnce(tables.request_ids, tenant.id, CANCEL_JOB, request, job_pb2.Job)
+        replay = await self._db.read(once.replayed)
+        if replay is not None:
+            return replay
+        cancelled = await self._canceller.cancel(tenant.id, request.name)
+        return await self._db.run(lambda s: once.remember(s, cancelled))

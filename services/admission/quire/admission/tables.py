@@ -18,6 +18,8 @@ from sqlalchemy import (
     Table,
 )
 
+from quire.idempotency import request_ids_table
+
 __all__ = [
     "MIGRATIONS",
     "metadata",
@@ -27,6 +29,7 @@ __all__ = [
     "sources",
     "jobs",
     "idempotency_keys",
+    "request_ids",
 ]
 
 metadata = MetaData()
@@ -115,3 +118,6 @@ redrives = Table(
     Column("count", Integer, nullable=False),
     Column("last_at", DateTime(timezone=True), nullable=False),
 )
+# Request ids of creates and operators' mutations and their replies
+# (AIP-155; ``quire.idempotency``).
+request_ids = request_ids_table(metadata)

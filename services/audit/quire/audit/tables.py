@@ -15,9 +15,19 @@ from sqlalchemy import (
     Table,
 )
 
+from quire.idempotency import request_ids_table
 from quire.leases import lease_table
 
-__all__ = ["MIGRATIONS", "metadata", "ledger", "chain_heads", "jobs", "leases", "dead_letters"]
+__all__ = [
+    "MIGRATIONS",
+    "metadata",
+    "ledger",
+    "chain_heads",
+    "jobs",
+    "leases",
+    "dead_letters",
+    "request_ids",
+]
 
 metadata = MetaData()
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -92,3 +102,6 @@ retry_redrives = Table(
     Column("count", Integer, nullable=False),
     Column("last_at", DateTime(timezone=True), nullable=False),
 )
+# Request ids of creates and operators' mutations and their replies
+# (AIP-155; ``quire.idempotency``).
+request_ids = request_ids_table(metadata)

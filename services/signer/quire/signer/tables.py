@@ -6,9 +6,10 @@ from pathlib import Path
 
 from sqlalchemy import BigInteger, Boolean, Column, DateTime, Integer, MetaData, String, Table, Text
 
+from quire.idempotency import request_ids_table
 from quire.leases import lease_table
 
-__all__ = ["MIGRATIONS", "metadata", "leases", "signing_keys", "signatures"]
+__all__ = ["MIGRATIONS", "metadata", "leases", "signing_keys", "signatures", "request_ids"]
 
 metadata = MetaData()
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -43,3 +44,6 @@ signatures = Table(
     Column("intent_at", DateTime(timezone=True), nullable=False),
     Column("signed_at", DateTime(timezone=True), nullable=True),
 )
+# Request ids of creates and operators' mutations and their replies
+# (AIP-155; ``quire.idempotency``).
+request_ids = request_ids_table(metadata)

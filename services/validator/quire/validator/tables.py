@@ -6,9 +6,10 @@ from pathlib import Path
 
 from sqlalchemy import JSON, Column, DateTime, Integer, LargeBinary, MetaData, String, Table, Text
 
+from quire.idempotency import request_ids_table
 from quire.leases import lease_table
 
-__all__ = ["MIGRATIONS", "metadata", "leases", "validations", "rulesets", "reviews"]
+__all__ = ["MIGRATIONS", "metadata", "leases", "validations", "rulesets", "reviews", "request_ids"]
 
 metadata = MetaData()
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -54,3 +55,6 @@ reviews = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("resolved_at", DateTime(timezone=True), nullable=True),
 )
+# Request ids of creates and operators' mutations and their replies
+# (AIP-155; ``quire.idempotency``).
+request_ids = request_ids_table(metadata)
