@@ -323,8 +323,24 @@ class TenantAdminClient:
         return reply.forgotten
 
     async def list_tenants(self) -> list[admin_pb.Tenant]:
-        reply = await self._stub.ListTenants(admin_pb.ListTenantsRequest(), metadata=self._metadata)
-        return list(reply.tenants)
+        """Every tenant, in creation order: each page of ListTenants to the last."""
+        tenants: list[admin_pb.Tenant] = []
+        token = ""
+        while True:
+            page = await self.list_tenants_page(page_token=token)
+            tenants.extend(page.tenants)
+            token = page.next_page_token
+            if not token:
+                return tenants
+
+    async def list_tenants_page(
+        self, *, page_size: int = 0, page_token: str = ""
+    ) -> admin_pb.ListTenantsResponse:
+        """One page of tenants; follow ``next_page_token`` until it is empty."""
+        return await self._stub.ListTenants(
+            admin_pb.ListTenantsRequest(page_size=page_size, page_token=page_token),
+            metadata=self._metadata,
+        )
 
     async def update_limits(
         self,

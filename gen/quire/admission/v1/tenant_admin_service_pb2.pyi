@@ -22,20 +22,24 @@ class TenantRetention(_message.Message):
     def __init__(self, sources_seconds: _Optional[int] = ..., packets_seconds: _Optional[int] = ..., artifacts_seconds: _Optional[int] = ..., unused_uploads_seconds: _Optional[int] = ...) -> None: ...
 
 class UpdateTenantRetentionRequest(_message.Message):
-    __slots__ = ("name", "retention")
+    __slots__ = ("name", "retention", "request_id")
     NAME_FIELD_NUMBER: _ClassVar[int]
     RETENTION_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     retention: TenantRetention
-    def __init__(self, name: _Optional[str] = ..., retention: _Optional[_Union[TenantRetention, _Mapping]] = ...) -> None: ...
+    request_id: str
+    def __init__(self, name: _Optional[str] = ..., retention: _Optional[_Union[TenantRetention, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ForgetSourceRequest(_message.Message):
-    __slots__ = ("tenant", "sha256")
+    __slots__ = ("tenant", "sha256", "request_id")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     sha256: str
-    def __init__(self, tenant: _Optional[str] = ..., sha256: _Optional[str] = ...) -> None: ...
+    request_id: str
+    def __init__(self, tenant: _Optional[str] = ..., sha256: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ForgetSourceResponse(_message.Message):
     __slots__ = ("forgotten",)
@@ -90,22 +94,26 @@ class Tenant(_message.Message):
     def __init__(self, name: _Optional[str] = ..., display_name: _Optional[str] = ..., limits: _Optional[_Union[TenantLimits, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., tokens: _Optional[_Iterable[_Union[Token, _Mapping]]] = ..., retention: _Optional[_Union[TenantRetention, _Mapping]] = ...) -> None: ...
 
 class CreateTenantRequest(_message.Message):
-    __slots__ = ("display_name", "limits", "retention")
+    __slots__ = ("display_name", "limits", "retention", "request_id")
     DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     display_name: str
     limits: TenantLimits
     retention: TenantRetention
-    def __init__(self, display_name: _Optional[str] = ..., limits: _Optional[_Union[TenantLimits, _Mapping]] = ..., retention: _Optional[_Union[TenantRetention, _Mapping]] = ...) -> None: ...
+    request_id: str
+    def __init__(self, display_name: _Optional[str] = ..., limits: _Optional[_Union[TenantLimits, _Mapping]] = ..., retention: _Optional[_Union[TenantRetention, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class CreateTenantResponse(_message.Message):
-    __slots__ = ("tenant", "secret")
+    __slots__ = ("tenant", "secret", "secret_withheld")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     SECRET_FIELD_NUMBER: _ClassVar[int]
+    SECRET_WITHHELD_FIELD_NUMBER: _ClassVar[int]
     tenant: Tenant
     secret: str
-    def __init__(self, tenant: _Optional[_Union[Tenant, _Mapping]] = ..., secret: _Optional[str] = ...) -> None: ...
+    secret_withheld: bool
+    def __init__(self, tenant: _Optional[_Union[Tenant, _Mapping]] = ..., secret: _Optional[str] = ..., secret_withheld: _Optional[bool] = ...) -> None: ...
 
 class ListTenantsRequest(_message.Message):
     __slots__ = ("page_size", "page_token")
@@ -124,29 +132,37 @@ class ListTenantsResponse(_message.Message):
     def __init__(self, tenants: _Optional[_Iterable[_Union[Tenant, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class UpdateTenantLimitsRequest(_message.Message):
-    __slots__ = ("name", "limits")
+    __slots__ = ("name", "limits", "request_id")
     NAME_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
     limits: TenantLimits
-    def __init__(self, name: _Optional[str] = ..., limits: _Optional[_Union[TenantLimits, _Mapping]] = ...) -> None: ...
+    request_id: str
+    def __init__(self, name: _Optional[str] = ..., limits: _Optional[_Union[TenantLimits, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class CreateTokenRequest(_message.Message):
-    __slots__ = ("tenant",)
+    __slots__ = ("tenant", "request_id")
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     tenant: str
-    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+    request_id: str
+    def __init__(self, tenant: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class CreateTokenResponse(_message.Message):
-    __slots__ = ("token", "secret")
+    __slots__ = ("token", "secret", "secret_withheld")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     SECRET_FIELD_NUMBER: _ClassVar[int]
+    SECRET_WITHHELD_FIELD_NUMBER: _ClassVar[int]
     token: Token
     secret: str
-    def __init__(self, token: _Optional[_Union[Token, _Mapping]] = ..., secret: _Optional[str] = ...) -> None: ...
+    secret_withheld: bool
+    def __init__(self, token: _Optional[_Union[Token, _Mapping]] = ..., secret: _Optional[str] = ..., secret_withheld: _Optional[bool] = ...) -> None: ...
 
 class RevokeTokenRequest(_message.Message):
-    __slots__ = ("name",)
+    __slots__ = ("name", "request_id")
     NAME_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    request_id: str
+    def __init__(self, name: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...

@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from quire.type import queue_pb2 as quire_dot_type_dot_queue__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"quire/audit/v1/audit_service.proto\x12\x0equire.audit.v1\x1a\x14quire/type/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16quire/type/queue.proto\"b\n\x17RecordRetirementRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0b\n\x03job\x18\x02 \x01(\t\x12*\n\nretirement\x18\x03 \x01(\x0b\x32\x16.quire.type.Retirement\">\n\x18RecordRetirementResponse\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x10\n\x08\x61ppended\x18\x02 \x01(\x08\"\x83\x02\n\x10\x44\x65\x61\x64LetterRecord\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05stage\x18\x03 \x01(\t\x12\x13\n\x0breason_code\x18\x04 \x01(\t\x12\x12\n\ndeliveries\x18\x05 \x01(\x05\x12\x12\n\ngeneration\x18\x06 \x01(\r\x12\x0e\n\x06status\x18\x07 \x01(\t\x12/\n\x0b\x63reate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0cresolve_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bresolved_by\x18\n \x01(\t\"Y\n\x16ListDeadLettersRequest\x12\x18\n\x10include_resolved\x18\x01 \x01(\x08\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"j\n\x17ListDeadLettersResponse\x12\x36\n\x0c\x64\x65\x61\x64_letters\x18\x01 \x03(\x0b\x32 .quire.audit.v1.DeadLetterRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"%\n\x16RetryDeadLetterRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"\'\n\x18\x44iscardDeadLetterRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"$\n\x15\x45xportEvidenceRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"%\n\x08\x45vidence\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04json\x18\x02 \x01(\t\"\x15\n\x13VerifyLedgerRequest\"\\\n\rLedgerFinding\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x0e\n\x06\x63olumn\x18\x04 \x01(\t\x12\x0b\n\x03job\x18\x05 \x01(\t\"\x91\x01\n\x14VerifyLedgerResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0f\n\x07\x65ntries\x18\x02 \x01(\x03\x12\x0e\n\x06\x63hains\x18\x03 \x01(\x05\x12\x1b\n\x13\x63heckpoints_checked\x18\x04 \x01(\x05\x12/\n\x08\x66indings\x18\x05 \x03(\x0b\x32\x1d.quire.audit.v1.LedgerFinding\"$\n\x13\x42\x61tchGetJobsRequest\x12\r\n\x05names\x18\x01 \x03(\t\"5\n\x14\x42\x61tchGetJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.quire.type.Job\"\x1d\n\rGetJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x0fWatchJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\"B\n\x10WatchJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.quire.type.Job\x12\x10\n\x08sequence\x18\x02 \x01(\x03\"J\n\x14ListJobEventsRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"r\n\x0bLedgerEntry\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12*\n\x05\x65vent\x18\x02 \x01(\x0b\x32\x1b.quire.type.TransitionEvent\x12\x11\n\tprev_hash\x18\x03 \x01(\t\x12\x12\n\nentry_hash\x18\x04 \x01(\t\"^\n\x15ListJobEventsResponse\x12,\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1b.quire.audit.v1.LedgerEntry\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\x89\x07\n\x0c\x41uditService\x12\x38\n\x06GetJob\x12\x1d.quire.audit.v1.GetJobRequest\x1a\x0f.quire.type.Job\x12O\n\x08WatchJob\x12\x1f.quire.audit.v1.WatchJobRequest\x1a .quire.audit.v1.WatchJobResponse0\x01\x12\\\n\rListJobEvents\x12$.quire.audit.v1.ListJobEventsRequest\x1a%.quire.audit.v1.ListJobEventsResponse\x12Y\n\x0c\x42\x61tchGetJobs\x12#.quire.audit.v1.BatchGetJobsRequest\x1a$.quire.audit.v1.BatchGetJobsResponse\x12Y\n\x0cVerifyLedger\x12#.quire.audit.v1.VerifyLedgerRequest\x1a$.quire.audit.v1.VerifyLedgerResponse\x12Q\n\x0e\x45xportEvidence\x12%.quire.audit.v1.ExportEvidenceRequest\x1a\x18.quire.audit.v1.Evidence\x12\x62\n\x0fListDeadLetters\x12&.quire.audit.v1.ListDeadLettersRequest\x1a\'.quire.audit.v1.ListDeadLettersResponse\x12[\n\x0fRetryDeadLetter\x12&.quire.audit.v1.RetryDeadLetterRequest\x1a .quire.audit.v1.DeadLetterRecord\x12_\n\x11\x44iscardDeadLetter\x12(.quire.audit.v1.DiscardDeadLetterRequest\x1a .quire.audit.v1.DeadLetterRecord\x12\x65\n\x10RecordRetirement\x12\'.quire.audit.v1.RecordRetirementRequest\x1a(.quire.audit.v1.RecordRetirementResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"quire/audit/v1/audit_service.proto\x12\x0equire.audit.v1\x1a\x14quire/type/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16quire/type/queue.proto\"b\n\x17RecordRetirementRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0b\n\x03job\x18\x02 \x01(\t\x12*\n\nretirement\x18\x03 \x01(\x0b\x32\x16.quire.type.Retirement\">\n\x18RecordRetirementResponse\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x10\n\x08\x61ppended\x18\x02 \x01(\x08\"\x83\x02\n\x10\x44\x65\x61\x64LetterRecord\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\r\n\x05stage\x18\x03 \x01(\t\x12\x13\n\x0breason_code\x18\x04 \x01(\t\x12\x12\n\ndeliveries\x18\x05 \x01(\x05\x12\x12\n\ngeneration\x18\x06 \x01(\r\x12\x0e\n\x06status\x18\x07 \x01(\t\x12/\n\x0b\x63reate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0cresolve_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bresolved_by\x18\n \x01(\t\"Y\n\x16ListDeadLettersRequest\x12\x18\n\x10include_resolved\x18\x01 \x01(\x08\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"j\n\x17ListDeadLettersResponse\x12\x36\n\x0c\x64\x65\x61\x64_letters\x18\x01 \x03(\x0b\x32 .quire.audit.v1.DeadLetterRecord\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"9\n\x16RetryDeadLetterRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\";\n\x18\x44iscardDeadLetterRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"$\n\x15\x45xportEvidenceRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"%\n\x08\x45vidence\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0c\n\x04json\x18\x02 \x01(\t\"\x15\n\x13VerifyLedgerRequest\"\\\n\rLedgerFinding\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x0e\n\x06\x63olumn\x18\x04 \x01(\t\x12\x0b\n\x03job\x18\x05 \x01(\t\"\x91\x01\n\x14VerifyLedgerResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0f\n\x07\x65ntries\x18\x02 \x01(\x03\x12\x0e\n\x06\x63hains\x18\x03 \x01(\x05\x12\x1b\n\x13\x63heckpoints_checked\x18\x04 \x01(\x05\x12/\n\x08\x66indings\x18\x05 \x03(\x0b\x32\x1d.quire.audit.v1.LedgerFinding\"$\n\x13\x42\x61tchGetJobsRequest\x12\r\n\x05names\x18\x01 \x03(\t\"5\n\x14\x42\x61tchGetJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.quire.type.Job\"\x1d\n\rGetJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x0fWatchJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\"B\n\x10WatchJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.quire.type.Job\x12\x10\n\x08sequence\x18\x02 \x01(\x03\"J\n\x14ListJobEventsRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"r\n\x0bLedgerEntry\x12\x10\n\x08sequence\x18\x01 \x01(\x03\x12*\n\x05\x65vent\x18\x02 \x01(\x0b\x32\x1b.quire.type.TransitionEvent\x12\x11\n\tprev_hash\x18\x03 \x01(\t\x12\x12\n\nentry_hash\x18\x04 \x01(\t\"^\n\x15ListJobEventsResponse\x12,\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1b.quire.audit.v1.LedgerEntry\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\x89\x07\n\x0c\x41uditService\x12\x38\n\x06GetJob\x12\x1d.quire.audit.v1.GetJobRequest\x1a\x0f.quire.type.Job\x12O\n\x08WatchJob\x12\x1f.quire.audit.v1.WatchJobRequest\x1a .quire.audit.v1.WatchJobResponse0\x01\x12\\\n\rListJobEvents\x12$.quire.audit.v1.ListJobEventsRequest\x1a%.quire.audit.v1.ListJobEventsResponse\x12Y\n\x0c\x42\x61tchGetJobs\x12#.quire.audit.v1.BatchGetJobsRequest\x1a$.quire.audit.v1.BatchGetJobsResponse\x12Y\n\x0cVerifyLedger\x12#.quire.audit.v1.VerifyLedgerRequest\x1a$.quire.audit.v1.VerifyLedgerResponse\x12Q\n\x0e\x45xportEvidence\x12%.quire.audit.v1.ExportEvidenceRequest\x1a\x18.quire.audit.v1.Evidence\x12\x62\n\x0fListDeadLetters\x12&.quire.audit.v1.ListDeadLettersRequest\x1a\'.quire.audit.v1.ListDeadLettersResponse\x12[\n\x0fRetryDeadLetter\x12&.quire.audit.v1.RetryDeadLetterRequest\x1a .quire.audit.v1.DeadLetterRecord\x12_\n\x11\x44iscardDeadLetter\x12(.quire.audit.v1.DiscardDeadLetterRequest\x1a .quire.audit.v1.DeadLetterRecord\x12\x65\n\x10RecordRetirement\x12\'.quire.audit.v1.RecordRetirementRequest\x1a(.quire.audit.v1.RecordRetirementResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,35 +45,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTDEADLETTERSRESPONSE']._serialized_start=650
   _globals['_LISTDEADLETTERSRESPONSE']._serialized_end=756
   _globals['_RETRYDEADLETTERREQUEST']._serialized_start=758
-  _globals['_RETRYDEADLETTERREQUEST']._serialized_end=795
-  _globals['_DISCARDDEADLETTERREQUEST']._serialized_start=797
-  _globals['_DISCARDDEADLETTERREQUEST']._serialized_end=836
-  _globals['_EXPORTEVIDENCEREQUEST']._serialized_start=838
-  _globals['_EXPORTEVIDENCEREQUEST']._serialized_end=874
-  _globals['_EVIDENCE']._serialized_start=876
-  _globals['_EVIDENCE']._serialized_end=913
-  _globals['_VERIFYLEDGERREQUEST']._serialized_start=915
-  _globals['_VERIFYLEDGERREQUEST']._serialized_end=936
-  _globals['_LEDGERFINDING']._serialized_start=938
-  _globals['_LEDGERFINDING']._serialized_end=1030
-  _globals['_VERIFYLEDGERRESPONSE']._serialized_start=1033
-  _globals['_VERIFYLEDGERRESPONSE']._serialized_end=1178
-  _globals['_BATCHGETJOBSREQUEST']._serialized_start=1180
-  _globals['_BATCHGETJOBSREQUEST']._serialized_end=1216
-  _globals['_BATCHGETJOBSRESPONSE']._serialized_start=1218
-  _globals['_BATCHGETJOBSRESPONSE']._serialized_end=1271
-  _globals['_GETJOBREQUEST']._serialized_start=1273
-  _globals['_GETJOBREQUEST']._serialized_end=1302
-  _globals['_WATCHJOBREQUEST']._serialized_start=1304
-  _globals['_WATCHJOBREQUEST']._serialized_end=1359
-  _globals['_WATCHJOBRESPONSE']._serialized_start=1361
-  _globals['_WATCHJOBRESPONSE']._serialized_end=1427
-  _globals['_LISTJOBEVENTSREQUEST']._serialized_start=1429
-  _globals['_LISTJOBEVENTSREQUEST']._serialized_end=1503
-  _globals['_LEDGERENTRY']._serialized_start=1505
-  _globals['_LEDGERENTRY']._serialized_end=1619
-  _globals['_LISTJOBEVENTSRESPONSE']._serialized_start=1621
-  _globals['_LISTJOBEVENTSRESPONSE']._serialized_end=1715
-  _globals['_AUDITSERVICE']._serialized_start=1718
-  _globals['_AUDITSERVICE']._serialized_end=2623
+  _globals['_RETRYDEADLETTERREQUEST']._serialized_end=815
+  _globals['_DISCARDDEADLETTERREQUEST']._serialized_start=817
+  _globals['_DISCARDDEADLETTERREQUEST']._serialized_end=876
+  _globals['_EXPORTEVIDENCEREQUEST']._serialized_start=878
+  _globals['_EXPORTEVIDENCEREQUEST']._serialized_end=914
+  _globals['_EVIDENCE']._serialized_start=916
+  _globals['_EVIDENCE']._serialized_end=953
+  _globals['_VERIFYLEDGERREQUEST']._serialized_start=955
+  _globals['_VERIFYLEDGERREQUEST']._serialized_end=976
+  _globals['_LEDGERFINDING']._serialized_start=978
+  _globals['_LEDGERFINDING']._serialized_end=1070
+  _globals['_VERIFYLEDGERRESPONSE']._serialized_start=1073
+  _globals['_VERIFYLEDGERRESPONSE']._serialized_end=1218
+  _globals['_BATCHGETJOBSREQUEST']._serialized_start=1220
+  _globals['_BATCHGETJOBSREQUEST']._serialized_end=1256
+  _globals['_BATCHGETJOBSRESPONSE']._serialized_start=1258
+  _globals['_BATCHGETJOBSRESPONSE']._serialized_end=1311
+  _globals['_GETJOBREQUEST']._serialized_start=1313
+  _globals['_GETJOBREQUEST']._serialized_end=1342
+  _globals['_WATCHJOBREQUEST']._serialized_start=1344
+  _globals['_WATCHJOBREQUEST']._serialized_end=1399
+  _globals['_WATCHJOBRESPONSE']._serialized_start=1401
+  _globals['_WATCHJOBRESPONSE']._serialized_end=1467
+  _globals['_LISTJOBEVENTSREQUEST']._serialized_start=1469
+  _globals['_LISTJOBEVENTSREQUEST']._serialized_end=1543
+  _globals['_LEDGERENTRY']._serialized_start=1545
+  _globals['_LEDGERENTRY']._serialized_end=1659
+  _globals['_LISTJOBEVENTSRESPONSE']._serialized_start=1661
+  _globals['_LISTJOBEVENTSRESPONSE']._serialized_end=1755
+  _globals['_AUDITSERVICE']._serialized_start=1758
+  _globals['_AUDITSERVICE']._serialized_end=2663
 # @@protoc_insertion_point(module_scope)

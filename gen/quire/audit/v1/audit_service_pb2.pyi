@@ -72,16 +72,20 @@ class ListDeadLettersResponse(_message.Message):
     def __init__(self, dead_letters: _Optional[_Iterable[_Union[DeadLetterRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class RetryDeadLetterRequest(_message.Message):
-    __slots__ = ("job",)
+    __slots__ = ("job", "request_id")
     JOB_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     job: str
-    def __init__(self, job: _Optional[str] = ...) -> None: ...
+    request_id: str
+    def __init__(self, job: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class DiscardDeadLetterRequest(_message.Message):
-    __slots__ = ("job",)
+    __slots__ = ("job", "request_id")
     JOB_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     job: str
-    def __init__(self, job: _Optional[str] = ...) -> None: ...
+    request_id: str
+    def __init__(self, job: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ExportEvidenceRequest(_message.Message):
     __slots__ = ("job",)

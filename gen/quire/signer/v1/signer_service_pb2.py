@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from quire.type import job_pb2 as quire_dot_type_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$quire/signer/v1/signer_service.proto\x12\x0fquire.signer.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14quire/type/job.proto\"\x12\n\x10RotateKeyRequest\"\"\n\x13GetSignatureRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"l\n\tSignature\x12\x0b\n\x03job\x18\x01 \x01(\t\x12&\n\x08\x61rtifact\x18\x02 \x01(\x0b\x32\x14.quire.type.Artifact\x12*\n\x07signing\x18\x03 \x01(\x0b\x32\x19.quire.type.SigningRecord\"8\n\x0fListKeysRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"\xcb\x01\n\nSigningKey\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x1a\n\x12\x63\x65rtificate_sha256\x18\x02 \x01(\t\x12\x17\n\x0f\x63\x65rtificate_pem\x18\x03 \x01(\t\x12\x33\n\x0fnot_before_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0enot_after_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06\x61\x63tive\x18\x06 \x01(\x08\"V\n\x10ListKeysResponse\x12)\n\x04keys\x18\x01 \x03(\x0b\x32\x1b.quire.signer.v1.SigningKey\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\xff\x01\n\rSignerService\x12P\n\x0cGetSignature\x12$.quire.signer.v1.GetSignatureRequest\x1a\x1a.quire.signer.v1.Signature\x12O\n\x08ListKeys\x12 .quire.signer.v1.ListKeysRequest\x1a!.quire.signer.v1.ListKeysResponse\x12K\n\tRotateKey\x12!.quire.signer.v1.RotateKeyRequest\x1a\x1b.quire.signer.v1.SigningKeyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$quire/signer/v1/signer_service.proto\x12\x0fquire.signer.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14quire/type/job.proto\"&\n\x10RotateKeyRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\"\n\x13GetSignatureRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"l\n\tSignature\x12\x0b\n\x03job\x18\x01 \x01(\t\x12&\n\x08\x61rtifact\x18\x02 \x01(\x0b\x32\x14.quire.type.Artifact\x12*\n\x07signing\x18\x03 \x01(\x0b\x32\x19.quire.type.SigningRecord\"8\n\x0fListKeysRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"\xcb\x01\n\nSigningKey\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x1a\n\x12\x63\x65rtificate_sha256\x18\x02 \x01(\t\x12\x17\n\x0f\x63\x65rtificate_pem\x18\x03 \x01(\t\x12\x33\n\x0fnot_before_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0enot_after_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06\x61\x63tive\x18\x06 \x01(\x08\"V\n\x10ListKeysResponse\x12)\n\x04keys\x18\x01 \x03(\x0b\x32\x1b.quire.signer.v1.SigningKey\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\xff\x01\n\rSignerService\x12P\n\x0cGetSignature\x12$.quire.signer.v1.GetSignatureRequest\x1a\x1a.quire.signer.v1.Signature\x12O\n\x08ListKeys\x12 .quire.signer.v1.ListKeysRequest\x1a!.quire.signer.v1.ListKeysResponse\x12K\n\tRotateKey\x12!.quire.signer.v1.RotateKeyRequest\x1a\x1b.quire.signer.v1.SigningKeyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,17 +34,17 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'quire.signer.v1.signer_serv
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ROTATEKEYREQUEST']._serialized_start=112
-  _globals['_ROTATEKEYREQUEST']._serialized_end=130
-  _globals['_GETSIGNATUREREQUEST']._serialized_start=132
-  _globals['_GETSIGNATUREREQUEST']._serialized_end=166
-  _globals['_SIGNATURE']._serialized_start=168
-  _globals['_SIGNATURE']._serialized_end=276
-  _globals['_LISTKEYSREQUEST']._serialized_start=278
-  _globals['_LISTKEYSREQUEST']._serialized_end=334
-  _globals['_SIGNINGKEY']._serialized_start=337
-  _globals['_SIGNINGKEY']._serialized_end=540
-  _globals['_LISTKEYSRESPONSE']._serialized_start=542
-  _globals['_LISTKEYSRESPONSE']._serialized_end=628
-  _globals['_SIGNERSERVICE']._serialized_start=631
-  _globals['_SIGNERSERVICE']._serialized_end=886
+  _globals['_ROTATEKEYREQUEST']._serialized_end=150
+  _globals['_GETSIGNATUREREQUEST']._serialized_start=152
+  _globals['_GETSIGNATUREREQUEST']._serialized_end=186
+  _globals['_SIGNATURE']._serialized_start=188
+  _globals['_SIGNATURE']._serialized_end=296
+  _globals['_LISTKEYSREQUEST']._serialized_start=298
+  _globals['_LISTKEYSREQUEST']._serialized_end=354
+  _globals['_SIGNINGKEY']._serialized_start=357
+  _globals['_SIGNINGKEY']._serialized_end=560
+  _globals['_LISTKEYSRESPONSE']._serialized_start=562
+  _globals['_LISTKEYSRESPONSE']._serialized_end=648
+  _globals['_SIGNERSERVICE']._serialized_start=651
+  _globals['_SIGNERSERVICE']._serialized_end=906
 # @@protoc_insertion_point(module_scope)

@@ -128,16 +128,18 @@ class ListReviewsResponse(_message.Message):
     def __init__(self, reviews: _Optional[_Iterable[_Union[Review, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ResolveReviewRequest(_message.Message):
-    __slots__ = ("job", "approve", "note", "operator")
+    __slots__ = ("job", "approve", "note", "operator", "request_id")
     JOB_FIELD_NUMBER: _ClassVar[int]
     APPROVE_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
     OPERATOR_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     job: str
     approve: bool
     note: str
     operator: str
-    def __init__(self, job: _Optional[str] = ..., approve: _Optional[bool] = ..., note: _Optional[str] = ..., operator: _Optional[str] = ...) -> None: ...
+    request_id: str
+    def __init__(self, job: _Optional[str] = ..., approve: _Optional[bool] = ..., note: _Optional[str] = ..., operator: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class EvaluateManifestRequest(_message.Message):
     __slots__ = ("job", "ruleset")

@@ -31,17 +31,29 @@ def _line(record: pb.DeadLetterRecord) -> str:
 
 
 async def dlq_list(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+    listed: list[pb.DeadLetterRecord] = []
+    token = ""
     async with aio_channel(config.audit, config.tls) as channel:
-        reply = await pb_grpc.AuditServiceStub(channel).ListDeadLetters(
-            pb.ListDeadLettersRequest(include_resolved=args.all, page_size=args.limit),
-            metadata=operator_metadata(config),
-            timeout=TIMEOUT_SECONDS,
-        )
-    for record in reply.dead_letters:
-        out.line(_line(record))
-    if not reply.dead_letters:
+        stub = pb_grpc.AuditServiceStub(channel)
+        while len(listed) < args.limit:  # pages until --limit letters or the last page
+            reply = await stub.ListDeadLetters(
+                pb.ListDeadLettersRequest(
+                    include_resolved=args.all,
+                    page_size=args.limit - len(listed),
+                    page_token=token,
+                ),
+                metadata=operator_metadata(config),
+                timeout=TIMEOUT_SECONDS,
+            )
+            for record in reply.dead_letters[: args.limit - len(listed)]:
+                out.line(_line(record))
+                listed.append(record)
+            token = reply.next_page_token
+            if not token:
+                break
+    if not listed:
         out.line("no dead letters")
-    out.result({"dead_letters": [message_dict(record) for record in reply.dead_letters]})
+    out.result({"dead_letters": [message_dict(record) for record in listed]})
     return 0
 
 

@@ -27,11 +27,30 @@ async def tenants_create(args: argparse.Namespace, config: ClientConfig, out: Ou
             max_upload_bytes=args.max_upload_bytes,
             max_outstanding_jobs=args.max_outstanding_jobs,
             storage_quota_bytes=args.storage_quota_bytes,
+            request_id=args.request_id,
         )
     out.line(f"{reply.tenant.name}  {reply.tenant.display_name}")
-    out.line(f"token (shown once): {reply.secret}")
-    out.result({"tenant": message_dict(reply.tenant), "token": reply.secret})
+    _secret_lines(reply, out)
+    out.result(
+        {
+            "tenant": message_dict(reply.tenant),
+            "token": reply.secret,
+            "secret_withheld": reply.secret_withheld,
+        }
+    )
     return 0
+
+
+def _secret_lines(
+    reply: admin_pb.CreateTenantResponse | admin_pb.CreateTokenResponse, out: Output
+) -> None:
+    if reply.secret_withheld:  # a repeat of --request-id: the secret is not kept
+        out.line(
+            "token not shown: this --request-id was answered before, and the secret"
+            " is shown only once; revoke the token (quire tokens revoke) and create another"
+        )
+    else:
+        out.line(f"token (shown once): {reply.secret}")
 
 
 async def tenants_list(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
@@ -66,16 +85,22 @@ def _tenant_lines(tenant: admin_pb.Tenant, out: Output) -> None:
 
 async def tokens_create(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
     async with _client(config) as admin:
-        reply = await admin.create_token(args.tenant)
+        reply = await admin.create_token(args.tenant, request_id=args.request_id)
     out.line(reply.token.name)
-    out.line(f"token (shown once): {reply.secret}")
-    out.result({"token": message_dict(reply.token), "secret": reply.secret})
+    _secret_lines(reply, out)
+    out.result(
+        {
+            "token": message_dict(reply.token),
+            "secret": reply.secret,
+            "secret_withheld": reply.secret_withheld,
+        }
+    )
     return 0
 
 
 async def tokens_revoke(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
     async with _client(config) as admin:
-        token = await admin.revoke_token(args.token)
+        token = await admin.revoke_token(args.token, request_id=args.request_id)
     out.line(f"{token.name}  revoked")
     out.result({"token": message_dict(token)})
     return 0

@@ -17,14 +17,22 @@ __all__ = ["review_list", "review_approve", "review_reject"]
 
 
 async def review_list(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+    reviews: list[pb.Review] = []
+    token = ""
     async with aio_channel(config.validator, config.tls) as channel:
-        reply = await pb_grpc.ValidatorServiceStub(channel).ListReviews(
-            pb.ListReviewsRequest(), metadata=operator_metadata(config)
-        )
-    for review in reply.reviews:
-        asks = [d.rule for d in review.decisions if d.outcome == "review"]
-        out.line(f"{review.job}  {review.ruleset_version}  needs: {', '.join(asks)}")
-    out.result({"reviews": [message_dict(review) for review in reply.reviews]})
+        stub = pb_grpc.ValidatorServiceStub(channel)
+        while True:  # every page, printed as it arrives
+            reply = await stub.ListReviews(
+                pb.ListReviewsRequest(page_token=token), metadata=operator_metadata(config)
+            )
+            for review in reply.reviews:
+                asks = [d.rule for d in review.decisions if d.outcome == "review"]
+                out.line(f"{review.job}  {review.ruleset_version}  needs: {', '.join(asks)}")
+            reviews.extend(reply.reviews)
+            token = reply.next_page_token
+            if not token:
+                break
+    out.result({"reviews": [message_dict(review) for review in reviews]})
     return 0
 
 

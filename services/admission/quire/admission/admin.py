@@ -6,16 +6,22 @@ token."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import TypeVar
 
 import grpc
+from google.protobuf.message import Message
+from sqlalchemy.orm import Session
 
-from quire.admission.storagepolicy import PERIODS, TenantStorage
+from quire.admission import tables
+from quire.admission.storagepolicy import PERIODS, TenantStorage, forget_source, read_storage
 from quire.admission.tenants import Tenant, TenantDirectory, TokenRecord
 from quire.admission.uploads import SHA256_HEX
 from quire.admission.v1 import tenant_admin_service_pb2 as pb
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as pb_grpc
 from quire.errors import FieldViolation, InvalidInput, NotFound
 from quire.grpcstatus import at_the_edge
+from quire.idempotency import OPERATORS, RequestOnce
 from quire.jobs import timestamp
 from quire.paging import PageTokens, Position
 from quire.reasons import ReasonCode
@@ -23,7 +29,19 @@ from quire.reasons import ReasonCode
 __all__ = ["TenantAdminServicer"]
 
 DOMAIN = "admission.quire"
+M = TypeVar("M", bound=Message)
+SecretReply = TypeVar("SecretReply", pb.CreateTenantResponse, pb.CreateTokenResponse)
 LIST_TENANTS = "quire.admission.v1.TenantAdminService/ListTenants"
+
+
+def _without_secret(reply: SecretReply) -> SecretReply:
+    """What a replay returns: the same tenant or token, its secret not kept
+    (only the token's hash is ever stored)."""
+    kept = type(reply)()
+    kept.CopyFrom(reply)
+    kept.secret = ""
+    kept.secret_withheld = True
+    return kept
 
 
 def _tenant_id(name: str) -> str:
@@ -95,16 +113,21 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
     ) -> pb.CreateTenantResponse:
         await self._tenants.authenticate_operator(context)
         storage = _storage(request.limits, request.retention)
-        tenant, secret = await asyncio.to_thread(
-            self._tenants.create_tenant,
-            request.display_name,
-            max_upload_bytes=request.limits.max_upload_bytes,
-            max_outstanding_jobs=request.limits.max_outstanding_jobs,
-            storage=storage,
-        )
-        assert tenant.created_at is not None
-        record = TokenRecord(secret.split("_")[1], tenant.id, tenant.created_at, None)
-        return pb.CreateTenantResponse(tenant=_tenant(tenant, [record], storage), secret=secret)
+        once = self._once(request, pb.CreateTenantResponse, keep=_without_secret)
+
+        def create(session: Session) -> pb.CreateTenantResponse:
+            tenant, secret = self._tenants.create_tenant_in(
+                session,
+                request.display_name,
+                max_upload_bytes=request.limits.max_upload_bytes,
+                max_outstanding_jobs=request.limits.max_outstanding_jobs,
+                storage=storage,
+            )
+            assert tenant.created_at is not None
+            record = TokenRecord(secret.split("_")[1], tenant.id, tenant.created_at, None)
+            return pb.CreateTenantResponse(tenant=_tenant(tenant, [record], storage), secret=secret)
+
+        return await self._run(once, create)
 
     @at_the_edge(DOMAIN)
     async def ListTenants(  # noqa: N802 - gRPC method name
@@ -128,15 +151,21 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
     ) -> pb.Tenant:
         await self._tenants.authenticate_operator(context)
         storage = _storage(request.limits, pb.TenantRetention())
-        tenant = await asyncio.to_thread(
-            self._tenants.update_limits,
-            _tenant_id(request.name),
-            max_upload_bytes=request.limits.max_upload_bytes,
-            max_outstanding_jobs=request.limits.max_outstanding_jobs,
-            storage_quota_bytes=storage.storage_quota_bytes or 0,
-        )
-        current = await asyncio.to_thread(self._tenants.storage, [tenant.id])
-        return _tenant(tenant, [], current[tenant.id])
+        tenant_id = _tenant_id(request.name)
+
+        def update(session: Session) -> pb.Tenant:
+            tenant = self._tenants.update_limits_in(
+                session,
+                tenant_id,
+                max_upload_bytes=request.limits.max_upload_bytes,
+                max_outstanding_jobs=request.limits.max_outstanding_jobs,
+                storage_quota_bytes=storage.storage_quota_bytes or 0,
+            )
+            return _tenant(tenant, [], read_storage(session, [tenant_id])[tenant_id])
+
+        reply = await self._run(self._once(request, pb.Tenant), update)
+        self._tenants.forget_verified()
+        return reply
 
     @at_the_edge(DOMAIN)
     async def UpdateTenantRetention(  # noqa: N802 - gRPC method name
@@ -145,14 +174,14 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         await self._tenants.authenticate_operator(context)
         tenant_id = _tenant_id(request.name)
         periods = _storage(pb.TenantLimits(), request.retention)
-        storage = await asyncio.to_thread(
-            self._tenants.update_retention,
-            tenant_id,
-            **{name: getattr(periods, name) or 0 for name in PERIODS},
-        )
-        listed = await asyncio.to_thread(self._tenants.list_tenants)
-        tenant = next(t for t, _ in listed if t.id == tenant_id)
-        return _tenant(tenant, [], storage)
+
+        def update(session: Session) -> pb.Tenant:
+            tenant, storage = self._tenants.update_retention_in(
+                session, tenant_id, **{name: getattr(periods, name) or 0 for name in PERIODS}
+            )
+            return _tenant(tenant, [], storage)
+
+        return await self._run(self._once(request, pb.Tenant), update)
 
     @at_the_edge(DOMAIN)
     async def ForgetSource(  # noqa: N802 - gRPC method name
@@ -165,20 +194,28 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
                 "sha256 must be 64 lower-case hex digits",
                 (FieldViolation("sha256", "not a sha256 digest"),),
             )
-        forgotten = await asyncio.to_thread(
-            self._tenants.forget_source, _tenant_id(request.tenant), request.sha256
+        tenant_id = _tenant_id(request.tenant)
+        return await self._run(
+            self._once(request, pb.ForgetSourceResponse),
+            lambda s: pb.ForgetSourceResponse(
+                forgotten=forget_source(s, tenant_id, request.sha256)
+            ),
         )
-        return pb.ForgetSourceResponse(forgotten=forgotten)
 
     @at_the_edge(DOMAIN)
     async def CreateToken(  # noqa: N802 - gRPC method name
         self, request: pb.CreateTokenRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateTokenResponse:
         await self._tenants.authenticate_operator(context)
-        record, secret = await asyncio.to_thread(
-            self._tenants.create_token, _tenant_id(request.tenant)
+        tenant_id = _tenant_id(request.tenant)
+
+        def create(session: Session) -> pb.CreateTokenResponse:
+            record, secret = self._tenants.create_token_in(session, tenant_id)
+            return pb.CreateTokenResponse(token=_token(record), secret=secret)
+
+        return await self._run(
+            self._once(request, pb.CreateTokenResponse, keep=_without_secret), create
         )
-        return pb.CreateTokenResponse(token=_token(record), secret=secret)
 
     @at_the_edge(DOMAIN)
     async def WhoAmI(  # noqa: N802 - gRPC method name
@@ -195,4 +232,25 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         parts = request.name.split("/")
         if len(parts) != 4 or parts[0] != "tenants" or parts[2] != "tokens":
             raise NotFound("token not found")
-        return _token(await asyncio.to_thread(self._tenants.revoke_token, parts[1], parts[3]))
+        reply = await self._run(
+            self._once(request, pb.Token),
+            lambda s: _token(self._tenants.revoke_token_in(s, parts[1], parts[3])),
+        )
+        self._tenants.forget_verified()
+        return reply
+
+    @staticmethod
+    def _once(
+        request: Message, reply_type: type[M], *, keep: Callable[[M], M] | None = None
+    ) -> RequestOnce[M]:
+        """The call's request id, remembered in admission's ``request_ids`` for operators."""
+        method = f"{pb.DESCRIPTOR.package}.TenantAdminService/{type(request).__name__[:-7]}"
+        if keep is None:
+            return RequestOnce(tables.request_ids, OPERATORS, method, request, reply_type)
+        return RequestOnce(tables.request_ids, OPERATORS, method, request, reply_type, keep)
+
+    async def _run(self, once: RequestOnce[M], act: Callable[[Session], M]) -> M:
+        """``act``'s reply, or the one its request id got before, in one transaction."""
+        return await asyncio.to_thread(
+            self._tenants.transaction, lambda s: once.run(s, lambda: act(s))
+        )

@@ -16,10 +16,11 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from sqlalchemy import select, update
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 DEV_TENANT = "dev"
 TENANT_ROLE = "tenant"
 OPERATOR_ROLE = "operator"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,15 @@ class TenantDirectory:
 
     # -- tenants ---------------------------------------------------------
 
+    def transaction(self, work: Callable[[Session], T]) -> T:
+        """Run ``work`` in one transaction: the ``*_in`` methods, composed with
+        something else written in the same transaction (a request id)."""
+        return self._db.transaction(work)
+
+    def forget_verified(self) -> None:
+        """Drop the cached tokens and limits (after a change to either)."""
+        self._verified.clear()
+
     def create_tenant(
         self,
         name: str,
@@ -143,6 +154,26 @@ class TenantDirectory:
     ) -> tuple[Tenant, str]:
         """Create a tenant and its first token; the token is returned once, never stored.
         ``storage`` sets its own quota and retention periods."""
+        return self._db.transaction(
+            lambda s: self.create_tenant_in(
+                s,
+                name,
+                max_upload_bytes=max_upload_bytes,
+                max_outstanding_jobs=max_outstanding_jobs,
+                storage=storage,
+            )
+        )
+
+    def create_tenant_in(
+        self,
+        session: Session,
+        name: str,
+        *,
+        max_upload_bytes: int = 0,
+        max_outstanding_jobs: int = 0,
+        storage: TenantStorage | None = None,
+    ) -> tuple[Tenant, str]:
+        """``create_tenant`` in the caller's transaction."""
         if not name or len(name) > 128:
             raise InvalidInput(ReasonCode.INVALID_TENANT, "a tenant name of 1 to 128 characters")
         tenant = Tenant(
@@ -172,7 +203,7 @@ class TenantDirectory:
                 write_storage(session, tenant.id, **storage.__dict__)
             return self._issue(session, TENANT_ROLE, tenant.id)
 
-        return tenant, self._db.transaction(write)
+        return tenant, write(session)
 
     def list_tenants(
         self, *, after: Position | None = None, limit: int | None = None
@@ -217,6 +248,18 @@ class TenantDirectory:
         self._require(tenant_id)
         return self._db.transaction(lambda s: write_storage(s, tenant_id, **periods))
 
+    @staticmethod
+    def update_retention_in(
+        session: Session, tenant_id: str, **periods: int
+    ) -> tuple[Tenant, TenantStorage]:
+        """``update_retention`` in the caller's transaction; the tenant too."""
+        row = session.execute(
+            select(tables.tenants).where(tables.tenants.c.id == tenant_id)
+        ).first()
+        if row is None:
+            raise NotFound("tenant not found")
+        return _tenant(row), write_storage(session, tenant_id, **periods)
+
     def forget_source(self, tenant_id: str, sha256: str) -> bool:
         """Forget an upload whose bytes were retired (see ``storagepolicy``)."""
         return self._db.transaction(lambda s: forget_source(s, tenant_id, sha256))
@@ -240,6 +283,28 @@ class TenantDirectory:
     ) -> Tenant:
         """Set the tenant's limits; a ``storage_quota_bytes`` of 0 is the default,
         None leaves it as it is."""
+        tenant = self._db.transaction(
+            lambda s: self.update_limits_in(
+                s,
+                tenant_id,
+                max_upload_bytes=max_upload_bytes,
+                max_outstanding_jobs=max_outstanding_jobs,
+                storage_quota_bytes=storage_quota_bytes,
+            )
+        )
+        self._verified.clear()
+        return tenant
+
+    @staticmethod
+    def update_limits_in(
+        session: Session,
+        tenant_id: str,
+        *,
+        max_upload_bytes: int,
+        max_outstanding_jobs: int,
+        storage_quota_bytes: int | None = None,
+    ) -> Tenant:
+        """``update_limits`` in the caller's transaction (then ``forget_verified``)."""
 
         def write(session: Session) -> Tenant:
             done = session.execute(
@@ -260,9 +325,7 @@ class TenantDirectory:
             ).one()
             return _tenant(row)
 
-        tenant = self._db.transaction(write)
-        self._verified.clear()
-        return tenant
+        return write(session)
 
     # -- tokens ----------------------------------------------------------
 
@@ -281,6 +344,10 @@ class TenantDirectory:
 
     def create_token(self, tenant_id: str) -> tuple[TokenRecord, str]:
         """A further valid token for a tenant (rotation: the old one stays valid)."""
+        return self._db.transaction(lambda s: self.create_token_in(s, tenant_id))
+
+    def create_token_in(self, session: Session, tenant_id: str) -> tuple[TokenRecord, str]:
+        """``create_token`` in the caller's transaction."""
 
         def write(session: Session) -> str:
             exists = session.execute(
@@ -290,11 +357,19 @@ class TenantDirectory:
                 raise NotFound("tenant not found")
             return self._issue(session, TENANT_ROLE, tenant_id)
 
-        token = self._db.transaction(write)
+        token = write(session)
         token_id = token.split("_")[1]
         return TokenRecord(token_id, tenant_id, datetime.now(UTC), None), token
 
     def revoke_token(self, tenant_id: str, token_id: str) -> TokenRecord:
+        record = self._db.transaction(lambda s: self.revoke_token_in(s, tenant_id, token_id))
+        self._verified.clear()
+        return record
+
+    @staticmethod
+    def revoke_token_in(session: Session, tenant_id: str, token_id: str) -> TokenRecord:
+        """``revoke_token`` in the caller's transaction (then ``forget_verified``)."""
+
         def write(session: Session) -> TokenRecord:
             table = tables.tokens
             row = session.execute(
@@ -312,9 +387,7 @@ class TenantDirectory:
             )
             return TokenRecord(token_id, tenant_id, row.created_at, revoked)
 
-        record = self._db.transaction(write)
-        self._verified.clear()
-        return record
+        return write(session)
 
     # -- first start -----------------------------------------------------
 

@@ -24,6 +24,7 @@ from quire.audit.watch import JobWatches
 from quire.database import Database
 from quire.errors import FieldViolation, InvalidInput, NotFound
 from quire.grpcstatus import at_the_edge
+from quire.idempotency import OPERATORS, RequestOnce
 from quire.jobs import job_id, job_name, state_value, timestamp
 from quire.operatorcheck import OperatorCheck
 from quire.paging import PageTokens
@@ -37,6 +38,8 @@ DOMAIN = "audit.quire"
 MAX_BATCH = 1000
 LIST_JOB_EVENTS = "quire.audit.v1.AuditService/ListJobEvents"
 LIST_DEAD_LETTERS = "quire.audit.v1.AuditService/ListDeadLetters"
+RETRY_DEAD_LETTER = "quire.audit.v1.AuditService/RetryDeadLetter"
+DISCARD_DEAD_LETTER = "quire.audit.v1.AuditService/DiscardDeadLetter"
 
 
 def dead_letter_record(row: Any) -> pb.DeadLetterRecord:
@@ -136,14 +139,28 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         self, request: pb.RetryDeadLetterRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeadLetterRecord:
         desk, operator = await self._desk(context)
-        return dead_letter_record(await desk.retry(job_name(job_id(request.job)), operator))
+        once = RequestOnce(
+            tables.request_ids, OPERATORS, RETRY_DEAD_LETTER, request, pb.DeadLetterRecord
+        )
+        replay = await self._db.read(once.replayed)
+        if replay is not None:
+            return replay
+        record = dead_letter_record(await desk.retry(job_name(job_id(request.job)), operator))
+        return await self._db.run(lambda s: once.remember(s, record))
 
     @at_the_edge(DOMAIN)
     async def DiscardDeadLetter(  # noqa: N802 - gRPC method name
         self, request: pb.DiscardDeadLetterRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeadLetterRecord:
         desk, operator = await self._desk(context)
-        return dead_letter_record(await desk.discard(job_name(job_id(request.job)), operator))
+        once = RequestOnce(
+            tables.request_ids, OPERATORS, DISCARD_DEAD_LETTER, request, pb.DeadLetterRecord
+        )
+        replay = await self._db.read(once.replayed)
+        if replay is not None:
+            return replay
+        record = dead_letter_record(await desk.discard(job_name(job_id(request.job)), operator))
+        return await self._db.run(lambda s: once.remember(s, record))
 
     @at_the_edge(DOMAIN)
     async def RecordRetirement(  # noqa: N802 - gRPC method name

@@ -295,13 +295,13 @@ class KeyStore:
     def rotate(self) -> SigningKey:
         """Make the source's next version the active one (generated, unless the
         source refuses: a token's keys are rotated in the token)."""
+        return self._db.transaction(self.rotate_in)
 
-        def write(session: Session) -> SigningKey:
-            count = len(session.execute(select(tables.signing_keys.c.version)).all())
-            version, key_path, cert_path = self._source.new_version(count + 1, rotating=True)
-            return self._activate(session, version, key_path, cert_path)
-
-        return self._db.transaction(write)
+    def rotate_in(self, session: Session) -> SigningKey:
+        """``rotate`` in the caller's transaction (which may remember its request id)."""
+        count = len(session.execute(select(tables.signing_keys.c.version)).all())
+        version, key_path, cert_path = self._source.new_version(count + 1, rotating=True)
+        return self._activate(session, version, key_path, cert_path)
 
     @staticmethod
     def _active(session: Session) -> SigningKey | None:

@@ -10,6 +10,7 @@ from sqlalchemy import select
 from quire.database import Database
 from quire.errors import NotFound
 from quire.grpcstatus import at_the_edge
+from quire.idempotency import OPERATORS, RequestOnce
 from quire.jobs import job_id, job_name, timestamp
 from quire.paging import PageTokens
 from quire.signer import tables
@@ -21,6 +22,7 @@ from quire.type import job_pb2
 __all__ = ["SignerServicer"]
 
 DOMAIN = "signer.quire"
+ROTATE_KEY = "quire.signer.v1.SignerService/RotateKey"
 LIST_KEYS = "quire.signer.v1.SignerService/ListKeys"
 
 
@@ -69,8 +71,10 @@ class SignerServicer(pb_grpc.SignerServiceServicer):
     async def RotateKey(  # noqa: N802 - gRPC method name
         self, request: pb.RotateKeyRequest, context: grpc.aio.ServicerContext
     ) -> pb.SigningKey:
-        key = await asyncio.to_thread(self._keys.rotate)
-        return _key(key)
+        once = RequestOnce(tables.request_ids, OPERATORS, ROTATE_KEY, request, pb.SigningKey)
+        return await asyncio.to_thread(
+            self._db.transaction, lambda s: once.run(s, lambda: _key(self._keys.rotate_in(s)))
+        )
 
     @at_the_edge(DOMAIN)
     async def ListKeys(  # noqa: N802 - gRPC method name

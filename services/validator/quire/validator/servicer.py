@@ -11,6 +11,7 @@ from sqlalchemy import select
 from quire.database import Database
 from quire.errors import FieldViolation, InvalidInput, NotFound
 from quire.grpcstatus import at_the_edge
+from quire.idempotency import OPERATORS, RequestOnce
 from quire.jobs import job_id, job_name, timestamp
 from quire.operatorcheck import OperatorCheck
 from quire.paging import Page, PageTokens
@@ -26,6 +27,7 @@ from quire.validator.v1 import validator_service_pb2_grpc as pb_grpc
 __all__ = ["ValidatorServicer"]
 
 DOMAIN = "validator.quire"
+RESOLVE_REVIEW = "quire.validator.v1.ValidatorService/ResolveReview"
 LIST_RULESETS = "quire.validator.v1.ValidatorService/ListRulesets"
 LIST_REVIEWS = "quire.validator.v1.ValidatorService/ListReviews"
 
@@ -170,13 +172,18 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
                 (FieldViolation("operator", "required, at most 128 characters"),),
             )
         token = await self._operators.operator_of(context)
+        once = RequestOnce(tables.request_ids, OPERATORS, RESOLVE_REVIEW, request, pb.Review)
+        replay = await self._db.read(once.replayed)
+        if replay is not None:
+            return replay
         review = await self._reviews.resolve(
             job_name(job_id(request.job)),
             approve=request.approve,
             operator=f"{request.operator} (token {token})",
             note=request.note,
         )
-        return _review(review)
+        reply = _review(review)
+        return await self._db.run(lambda s: once.remember(s, reply))
 
     @at_the_edge(DOMAIN)
     async def EvaluateManifest(  # noqa: N802 - gRPC method name
