@@ -5,6 +5,7 @@ retry delay, on stderr; the same as data with ``--json``."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import grpc
@@ -16,7 +17,7 @@ from quire.errors import FieldViolation, InvalidInput, Overloaded
 from quire.grpcstatus import status_for
 from quire.reasons import ReasonCode
 from quire.testing.pdfs import write_text_pdf
-from quire.testing.quirecli import run_quire
+from quire.testing.quirecli import QUIRE, ROOT, run_quire
 
 pytestmark = pytest.mark.stack
 
@@ -97,3 +98,20 @@ def test_a_retry_delay_and_quota_are_shown() -> None:
     )
     lines = failure_of(_Refused(bad)).lines()  # type: ignore[union-attr]
     assert lines[1] == "  manifest.items[0].sha256: not a sha256 digest (BAD_DIGEST)"
+
+
+def test_a_reader_that_goes_away_is_no_error(stack) -> None:  # type: ignore[no-untyped-def]
+    """``quire --json jobs | head -c 1``: the pipe closes before the result is
+    written; the command ends quietly, without a traceback."""
+    process = subprocess.Popen(
+        [*QUIRE, "--data-dir", str(stack.data_dir), "--json", "jobs"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # the reader is gone before anything is written
+    errors = process.stderr.read()
+    assert process.wait(timeout=60) == 0, errors
+    assert "Traceback" not in errors and "BrokenPipe" not in errors, errors

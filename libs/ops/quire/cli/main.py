@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import os
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -99,11 +100,21 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = Output(as_json=args.json)
     try:
+        return _main(args, out)
+    except BrokenPipeError:
+        # The reader went away (`quire jobs --json | head`): not an error of ours.
+        # Python's own advice: point stdout at nothing so the exit flush is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(args: argparse.Namespace, out: Output) -> int:
+    try:
         code = _run(args, out)
     except (Exception, KeyboardInterrupt) as error:
         failure = failure_of(error)
-        if failure is None:
-            raise  # a bug: keep its traceback
+        if failure is None or isinstance(error, BrokenPipeError):
+            raise  # a bug (keep its traceback), or a closed stdout (main's)
         print("error: " + "\n".join(failure.lines()), file=sys.stderr, flush=True)
         out.emit(failure.document())
         return int(failure.code)
