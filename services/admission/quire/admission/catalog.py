@@ -53,16 +53,24 @@ class RulesetCatalog:
         fresh = self.fresh()
         if fresh is not None:
             return fresh
+        keys: set[str] = set()
+        token = ""
         try:
-            reply = await self._validator.ListRulesets(
-                validator_service_pb2.ListRulesetsRequest(), timeout=TIMEOUT_SECONDS
-            )
+            while True:  # every page: a catalog of many versions spans several
+                reply = await self._validator.ListRulesets(
+                    validator_service_pb2.ListRulesetsRequest(page_size=1000, page_token=token),
+                    timeout=TIMEOUT_SECONDS,
+                )
+                keys.update(r.version for r in reply.rulesets)
+                token = reply.next_page_token
+                if not token:
+                    break
         except grpc.aio.AioRpcError:
             if self._keys:
                 return self._keys  # a recent answer is better than refusing work
             raise TransientError(
                 ReasonCode.DEPENDENCY_UNAVAILABLE, "validator unavailable"
             ) from None
-        self._keys = frozenset(r.version for r in reply.rulesets)
+        self._keys = frozenset(keys)
         self._read_at = time.monotonic()
         return self._keys

@@ -41,6 +41,7 @@ from quire.errors import (
     QuotaViolation,
 )
 from quire.groupcommit import GroupCommit
+from quire.idempotency import check_request_id
 from quire.jobs import job_name, manifest_digest, new_job_id
 from quire.metrics import ServiceMetrics
 from quire.pipeline import State
@@ -50,7 +51,7 @@ from quire.transitions import EventFactory
 from quire.type import job_pb2, queue_pb2
 from quire.workqueue.backlog import QueueAgeProbe
 
-__all__ = ["Intake", "AcceptedJob", "MAX_REQUEST_ID"]
+__all__ = ["Intake", "AcceptedJob"]
 
 # The statements every submission runs, built once (building a statement on
 # every call costs more CPU than SQLite takes to run it).
@@ -72,7 +73,6 @@ _EXPIRED_KEY = delete(tables.idempotency_keys).where(
     tables.idempotency_keys.c.expires_at <= bindparam("now"),
 )
 
-MAX_REQUEST_ID = 128
 MAX_VIOLATIONS_SHOWN = 40
 """Beyond this, a count: gRPC trailers must stay small enough to arrive."""
 
@@ -148,7 +148,7 @@ class Intake:
         return accepted
 
     async def _submit(self, tenant: Tenant, request: pb.SubmitJobRequest) -> AcceptedJob:
-        _check_request_id(request.request_id)
+        check_request_id(request.request_id, required=True)
         priority = request.priority or "interactive"
         digest = manifest_digest(request.manifest)
         request_sha = _request_sha256(digest, priority)
@@ -373,19 +373,4 @@ class Intake:
                 )
                 for item in sorted(request.manifest.items, key=lambda i: i.position)
             ],
-        )
-
-
-def _check_request_id(request_id: str) -> None:
-    if not request_id:
-        raise InvalidInput(
-            ReasonCode.REQUEST_ID_MISSING,
-            "request_id is required",
-            (FieldViolation("request_id", "required"),),
-        )
-    if len(request_id) > MAX_REQUEST_ID:
-        raise InvalidInput(
-            ReasonCode.REQUEST_ID_TOO_LONG,
-            f"request_id is limited to {MAX_REQUEST_ID} characters",
-            (FieldViolation("request_id", "too long"),),
         )
