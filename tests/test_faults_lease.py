@@ -30,7 +30,7 @@ from quire.client import PacketItem
 from quire.invariants import check
 from quire.jobs import job_id, state_name
 from quire.runtime import connect_nats
-from quire.settings import service_address_var
+from quire.settings import service_address_var, service_metrics_var
 from quire.stack.ports import free_port
 from quire.stack.supervisor import Stack
 from quire.testing.pdfs import write_text_pdf
@@ -120,6 +120,7 @@ def _second_validator(stack: Stack) -> subprocess.Popen[bytes]:
     """Validator B: the same stack, its own gRPC port and sandbox."""
     env = stack.service_env()
     env[service_address_var("validator")] = f"127.0.0.1:{free_port()}"
+    env[service_metrics_var("validator")] = f"127.0.0.1:{free_port()}"
     log = open(stack.data_dir / "logs" / "validator-b.log", "ab")
     try:
         return subprocess.Popen(
@@ -202,8 +203,21 @@ async def test_a_worker_whose_lease_expired_commits_and_publishes_nothing(
             # A's later delivery (taken while it was frozen) may find B's committed
             # outcome and republish it under the same message ids: JetStream drops
             # those. The stale attempt itself must have sent nothing.
+            # Each message names the span that sent it (a PRODUCER span); that
+            # span's parent is the delivery that published it.
             senders = {(m.headers or {}).get("traceparent", "").split("-")[2] for m in published}
-            assert stale["span_id"] not in senders, "the stale worker published nothing"
+
+            def spans() -> list[dict[str, Any]]:
+                return [json.loads(line) for line in trace_file.read_text().splitlines() if line]
+
+            async def sends_exported() -> bool:
+                return senders <= {span["span_id"] for span in spans()}
+
+            await eventually(sends_exported, 30, "every send's span exported")
+            publishers = {span["parent_id"] for span in spans() if span["span_id"] in senders}
+            assert stale["span_id"] not in senders | publishers, (
+                "the stale worker published nothing"
+            )
             for message in published:
                 if message.subject.startswith("quire.events."):
                     event = queue_pb2.TransitionEvent.FromString(message.data)

@@ -25,6 +25,7 @@ from quire.settings import (
     QueueSettings,
     service_address_var,
     service_health_var,
+    service_metrics_var,
 )
 from quire.stack.natsserver import NatsServer
 from quire.stack.ports import free_port
@@ -60,6 +61,7 @@ def _spawn_replica(
         **env,
         service_address_var("assembler"): f"127.0.0.1:{free_port()}",
         service_health_var("assembler"): health,
+        service_metrics_var("assembler"): f"127.0.0.1:{free_port()}",
         "QUIRE_INSTANCE": f"assembler-replica-{number}",
     }
     with open(logs / f"assembler-replica-{number}.log", "ab") as log:

@@ -283,11 +283,19 @@ class ServiceMetrics:
 
 def serve_metrics(metrics: ServiceMetrics, address: str) -> None:
     """Serve ``/metrics`` on ``host:port`` from a daemon thread (the client
-    library's own server); an empty address serves nothing."""
+    library's own server); an empty address serves nothing. An address that
+    cannot be bound is logged, and the service runs on without metrics."""
     if not address:
         return
     host, _, port = address.rpartition(":")
-    start_http_server(int(port), addr=host.strip("[]") or "127.0.0.1", registry=metrics.registry)
+    try:
+        start_http_server(
+            int(port), addr=host.strip("[]") or "127.0.0.1", registry=metrics.registry
+        )
+    except OSError as error:
+        # The work goes on without its metrics; the scrape target shows down.
+        log.error("metrics not served on %s: %s", address, error.strerror or error)
+        return
     log.info("metrics on %s/metrics", address)
 
 

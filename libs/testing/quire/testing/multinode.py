@@ -30,7 +30,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from quire.identity import provision_identities
 from quire.kek import new_ring_line
 from quire.runtime import connect_nats
-from quire.settings import SERVICES, QueueSettings, service_address_var, service_health_var
+from quire.settings import (
+    SERVICES,
+    QueueSettings,
+    service_address_var,
+    service_health_var,
+    service_metrics_var,
+)
 from quire.signer.keystore import _generate as generate_signing_key
 from quire.stack.natscluster import NatsCluster
 from quire.stack.ports import free_port
@@ -152,6 +158,7 @@ class MultiNode:
             env[service_address_var(service)] = self.target(service)
         env[service_address_var(replica.service)] = replica.address
         env[service_health_var(replica.service)] = replica.health
+        env[service_metrics_var(replica.service)] = f"127.0.0.1:{free_port()}"
         env.update(self.extra_env)
         return env
 
