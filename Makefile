@@ -24,8 +24,12 @@ $(VENV)/.installed: pyproject.toml constraints.txt $(DIST_PROJECTS:%=%/pyproject
 run: venv
 	$(VENV)/bin/quire up --data-dir $(DATA_DIR) --example examples/lease-renewal
 
+# The suite runs in one worker per core (pytest-xdist), a test file per
+# worker at a time: module fixtures stay whole and each worker has its own
+# session stack. TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 2
 test: venv system-deps protos-check protos-lint lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 system-deps:
 	@sh tools/install-system-deps.sh
