@@ -80,19 +80,28 @@ async def test_a_jobs_series_come_back_through_prometheus(
         assert state_name((await client.wait(name, timeout=60)).state) == "COMPLETED"
 
     async def counted() -> bool:
-        return _total(prometheus, "quire_jobs_completed_total") >= before + 3
+        # Each service is scraped on its own schedule: wait for both to show.
+        return (
+            _total(prometheus, "quire_jobs_completed_total") >= before + 3
+            and _total(prometheus, "quire_signatures_total") >= signed_before + 3
+        )
 
-    await _until(counted, "three more completions counted")
-    assert _total(prometheus, "quire_signatures_total") >= signed_before + 3
-    for stage, phase in [
-        ("validate", "queue_wait"),
-        ("validate", "validate"),
-        ("assemble", "render"),
-        ("sign", "sign"),
-        ("sign", "store"),
-    ]:
-        series = f'quire_stage_phase_seconds_count{{stage="{stage}",phase="{phase}"}}'
-        assert _total(prometheus, series) >= 3, series
+    await _until(counted, "three more completions and signatures counted")
+    phases = [
+        f'quire_stage_phase_seconds_count{{stage="{stage}",phase="{phase}"}}'
+        for stage, phase in [
+            ("validate", "queue_wait"),
+            ("validate", "validate"),
+            ("assemble", "render"),
+            ("sign", "sign"),
+            ("sign", "store"),
+        ]
+    ]
+
+    async def phases_counted() -> bool:
+        return all(_total(prometheus, series) >= 3 for series in phases)
+
+    await _until(phases_counted, "each phase timed for the jobs")
     assert _total(prometheus, 'quire_jobs_accepted_total{class="interactive"}') >= 3
     assert _total(prometheus, "quire_audit_lag_seconds_count") > 0
     assert _total(prometheus, "quire_source_read_bytes_total") > 0
