@@ -268,7 +268,10 @@ async def test_one_job_is_one_trace_across_all_five_services(
         services = {}
         for span in job_spans:
             services.setdefault(span["service"], set()).add(span["trace_id"])
-        if set(services) >= {"validator", "assembler", "signer", "audit"}:
+        traced = set().union(*services.values())
+        submitted = any(s["service"] == "admission" and s["trace_id"] in traced for s in spans)
+        # Each process exports its own batches: wait for admission's as well.
+        if set(services) >= {"validator", "assembler", "signer", "audit"} and submitted:
             break
         await asyncio.sleep(0.2)
     trace_ids = set().union(*services.values())
