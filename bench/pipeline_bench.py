@@ -290,10 +290,10 @@ def at_rest_cost(data_dir: Path, jobs: int) -> tuple[float, float, float, float]
     is the cipher alone; the copy figure is what the stages now also do for
     each opening that needs a file (decrypt, check the digest, write the
     plaintext into the attempt's private directory, remove it)."""
+    from quire.cli.retention import open_blobs
     from quire.sealing import Sealer, open_sealed, read_header
-    from quire.storage import open_blob_store, tool_kek_settings
 
-    store = open_blob_store(data_dir / "blobs", data_dir, tool_kek_settings(data_dir, {}))
+    store = open_blobs(data_dir, {})
     passes = {"sources": (1, 2), "assembled": (1, 1), "signed": (1, 2)}
     sealed_bytes = opened_bytes = 0
     cipher_seconds = copy_seconds = 0.0
