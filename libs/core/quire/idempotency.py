@@ -39,7 +39,7 @@ creates another.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Generic, TypeVar
@@ -60,7 +60,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
-from quire.database import as_utc, insert_if_absent
+from quire.database import Database, as_utc, insert_if_absent
 from quire.errors import Conflict, FieldViolation, InvalidInput
 from quire.reasons import ReasonCode
 
@@ -173,6 +173,16 @@ class RequestOnce(Generic[M]):
         if row is None or as_utc(row.created_at) <= datetime.now(UTC) - WINDOW:
             return None
         return self._reply(row)
+
+    async def around(self, database: Database, act: Callable[[], Awaitable[M]]) -> M:
+        """For an effect that spans several transactions: the reply remembered
+        for this request, or ``act``'s, remembered after it (a crash in between
+        leaves a retry to the effect's own state checks)."""
+        replay = await database.read(self.replayed)
+        if replay is not None:
+            return replay
+        reply = await act()
+        return await database.run(lambda s: self.remember(s, reply))
 
     def remember(self, session: Session, reply: M) -> M:
         """Store ``reply`` as this request's; if a concurrent identical request

@@ -202,8 +202,4 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         # Cancelling is idempotent by state; the request id returns the first
         # reply itself (what the job had reached then), scoped to the tenant.
         once = RequestOnce(tables.request_ids, tenant.id, CANCEL_JOB, request, job_pb2.Job)
-        replay = await self._db.read(once.replayed)
-        if replay is not None:
-            return replay
-        cancelled = await self._canceller.cancel(tenant.id, request.name)
-        return await self._db.run(lambda s: once.remember(s, cancelled))
+        return await once.around(self._db, lambda: self._canceller.cancel(tenant.id, request.name))

@@ -142,11 +142,11 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         once = RequestOnce(
             tables.request_ids, OPERATORS, RETRY_DEAD_LETTER, request, pb.DeadLetterRecord
         )
-        replay = await self._db.read(once.replayed)
-        if replay is not None:
-            return replay
-        record = dead_letter_record(await desk.retry(job_name(job_id(request.job)), operator))
-        return await self._db.run(lambda s: once.remember(s, record))
+
+        async def retry() -> pb.DeadLetterRecord:
+            return dead_letter_record(await desk.retry(job_name(job_id(request.job)), operator))
+
+        return await once.around(self._db, retry)
 
     @at_the_edge(DOMAIN)
     async def DiscardDeadLetter(  # noqa: N802 - gRPC method name
@@ -156,11 +156,11 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         once = RequestOnce(
             tables.request_ids, OPERATORS, DISCARD_DEAD_LETTER, request, pb.DeadLetterRecord
         )
-        replay = await self._db.read(once.replayed)
-        if replay is not None:
-            return replay
-        record = dead_letter_record(await desk.discard(job_name(job_id(request.job)), operator))
-        return await self._db.run(lambda s: once.remember(s, record))
+
+        async def discard() -> pb.DeadLetterRecord:
+            return dead_letter_record(await desk.discard(job_name(job_id(request.job)), operator))
+
+        return await once.around(self._db, discard)
 
     @at_the_edge(DOMAIN)
     async def RecordRetirement(  # noqa: N802 - gRPC method name

@@ -173,17 +173,17 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
             )
         token = await self._operators.operator_of(context)
         once = RequestOnce(tables.request_ids, OPERATORS, RESOLVE_REVIEW, request, pb.Review)
-        replay = await self._db.read(once.replayed)
-        if replay is not None:
-            return replay
-        review = await self._reviews.resolve(
-            job_name(job_id(request.job)),
-            approve=request.approve,
-            operator=f"{request.operator} (token {token})",
-            note=request.note,
-        )
-        reply = _review(review)
-        return await self._db.run(lambda s: once.remember(s, reply))
+
+        async def resolve() -> pb.Review:
+            review = await self._reviews.resolve(
+                job_name(job_id(request.job)),
+                approve=request.approve,
+                operator=f"{request.operator} (token {token})",
+                note=request.note,
+            )
+            return _review(review)
+
+        return await once.around(self._db, resolve)
 
     @at_the_edge(DOMAIN)
     async def EvaluateManifest(  # noqa: N802 - gRPC method name
