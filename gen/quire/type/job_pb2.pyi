@@ -114,7 +114,7 @@ class SigningRecord(_message.Message):
     def __init__(self, key_version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., signer_identity: _Optional[str] = ..., level: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("name", "state", "reason_code", "item_count", "manifest_digest", "output_digest", "ruleset_version", "create_time", "update_time", "key_version", "reason_detail")
+    __slots__ = ("name", "state", "reason_code", "item_count", "manifest_digest", "output_digest", "ruleset_version", "create_time", "update_time", "key_version", "reason_detail", "bundle_id", "batch")
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REASON_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +126,8 @@ class Job(_message.Message):
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
     KEY_VERSION_FIELD_NUMBER: _ClassVar[int]
     REASON_DETAIL_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     name: str
     state: JobState
     reason_code: str
@@ -137,4 +139,6 @@ class Job(_message.Message):
     update_time: _timestamp_pb2.Timestamp
     key_version: str
     reason_detail: str
-    def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason_code: _Optional[str] = ..., item_count: _Optional[int] = ..., manifest_digest: _Optional[str] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., key_version: _Optional[str] = ..., reason_detail: _Optional[str] = ...) -> None: ...
+    bundle_id: str
+    batch: str
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason_code: _Optional[str] = ..., item_count: _Optional[int] = ..., manifest_digest: _Optional[str] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., key_version: _Optional[str] = ..., reason_detail: _Optional[str] = ..., bundle_id: _Optional[str] = ..., batch: _Optional[str] = ...) -> None: ...

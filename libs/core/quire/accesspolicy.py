@@ -37,6 +37,13 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
                 "DownloadArtifact": BEARER,
                 "ListJobs": BEARER,
                 "CancelJob": BEARER,
+                "SubmitBatch": BEARER,
+                "GetBatch": BEARER,
+                "ListBatchJobs": BEARER,
+                "CancelBatch": BEARER,
+                "SetNotificationEndpoint": BEARER,
+                "GetNotificationEndpoint": BEARER,
+                "ListNotificationAttempts": BEARER,
             },
         ),
         **_service(

@@ -1,3 +1,5 @@
+from quire.admission.v1 import batch_pb2 as _batch_pb2
+from quire.admission.v1 import notification_pb2 as _notification_pb2
 from quire.type import job_pb2 as _job_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -38,14 +40,16 @@ class Source(_message.Message):
     def __init__(self, name: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., content_type: _Optional[str] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("request_id", "manifest", "priority")
+    __slots__ = ("request_id", "manifest", "priority", "bundle_id")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    BUNDLE_ID_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     manifest: _job_pb2.Manifest
     priority: str
-    def __init__(self, request_id: _Optional[str] = ..., manifest: _Optional[_Union[_job_pb2.Manifest, _Mapping]] = ..., priority: _Optional[str] = ...) -> None: ...
+    bundle_id: str
+    def __init__(self, request_id: _Optional[str] = ..., manifest: _Optional[_Union[_job_pb2.Manifest, _Mapping]] = ..., priority: _Optional[str] = ..., bundle_id: _Optional[str] = ...) -> None: ...
 
 class GetJobRequest(_message.Message):
     __slots__ = ("name",)

@@ -4,6 +4,8 @@ import grpc
 import warnings
 
 from quire.admission.v1 import admission_service_pb2 as quire_dot_admission_dot_v1_dot_admission__service__pb2
+from quire.admission.v1 import batch_pb2 as quire_dot_admission_dot_v1_dot_batch__pb2
+from quire.admission.v1 import notification_pb2 as quire_dot_admission_dot_v1_dot_notification__pb2
 from quire.type import job_pb2 as quire_dot_type_dot_job__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -70,6 +72,41 @@ class AdmissionServiceStub:
                 request_serializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.CancelJobRequest.SerializeToString,
                 response_deserializer=quire_dot_type_dot_job__pb2.Job.FromString,
                 _registered_method=True)
+        self.SubmitBatch = channel.unary_unary(
+                '/quire.admission.v1.AdmissionService/SubmitBatch',
+                request_serializer=quire_dot_admission_dot_v1_dot_batch__pb2.SubmitBatchRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_batch__pb2.Batch.FromString,
+                _registered_method=True)
+        self.GetBatch = channel.unary_unary(
+                '/quire.admission.v1.AdmissionService/GetBatch',
+                request_serializer=quire_dot_admission_dot_v1_dot_batch__pb2.GetBatchRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_batch__pb2.Batch.FromString,
+                _registered_method=True)
+        self.ListBatchJobs = channel.unary_unary(
+                '/quire.admission.v1.AdmissionService/ListBatchJobs',
+                request_serializer=quire_dot_admission_dot_v1_dot_batch__pb2.ListBatchJobsRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_batch__pb2.ListBatchJobsResponse.FromString,
+                _registered_method=True)
+        self.CancelBatch = channel.unary_unary(
+                '/quire.admission.v1.AdmissionService/CancelBatch',
+                request_serializer=quire_dot_admission_dot_v1_dot_batch__pb2.CancelBatchRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_batch__pb2.CancelBatchResponse.FromString,
+                _registered_method=True)
+        self.SetNotificationEndpoint = channel.unary_unary(
+                '/quire.admission.v1.AdmissionService/SetNotificationEndpoint',
+                request_serializer=quire_dot_admission_dot_v1_dot_notification__pb2.SetNotificationEndpointRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_notification__pb2.SetNotificationEndpointResponse.FromString,
+                _registered_method=True)
+        self.GetNotificationEndpoint = channel.unary_unary(
+                '/quire.admission.v1.AdmissionService/GetNotificationEndpoint',
+                request_serializer=quire_dot_admission_dot_v1_dot_notification__pb2.GetNotificationEndpointRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_notification__pb2.NotificationEndpoint.FromString,
+                _registered_method=True)
+        self.ListNotificationAttempts = channel.unary_unary(
+                '/quire.admission.v1.AdmissionService/ListNotificationAttempts',
+                request_serializer=quire_dot_admission_dot_v1_dot_notification__pb2.ListNotificationAttemptsRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_notification__pb2.ListNotificationAttemptsResponse.FromString,
+                _registered_method=True)
 
 
 class AdmissionServiceServicer:
@@ -127,6 +164,59 @@ class AdmissionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SubmitBatch(self, request, context):
+        """A portfolio of up to 10,000 packets, persisted and named in one
+        round-trip; a dispatcher creates its jobs in pages, at a fair share of
+        the pipeline. Idempotent on (tenant, request_id).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetBatch(self, request, context):
+        """The batch's counts by state and its progress.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListBatchJobs(self, request, context):
+        """The batch's packets in order, each with its job once dispatched.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelBatch(self, request, context):
+        """Stops the packets not yet dispatched; jobs already dispatched finish.
+        The counts returned add up to the batch's packet count.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetNotificationEndpoint(self, request, context):
+        """Registers (or, with an empty url, removes) the URL that receives a
+        signed POST when each of the caller's jobs and batches ends. The HMAC
+        secret is returned once, when it is made.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetNotificationEndpoint(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListNotificationAttempts(self, request, context):
+        """Every delivery attempt of the notifications about one job or batch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdmissionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -164,6 +254,41 @@ def add_AdmissionServiceServicer_to_server(servicer, server):
                     servicer.CancelJob,
                     request_deserializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.CancelJobRequest.FromString,
                     response_serializer=quire_dot_type_dot_job__pb2.Job.SerializeToString,
+            ),
+            'SubmitBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitBatch,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_batch__pb2.SubmitBatchRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_batch__pb2.Batch.SerializeToString,
+            ),
+            'GetBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBatch,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_batch__pb2.GetBatchRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_batch__pb2.Batch.SerializeToString,
+            ),
+            'ListBatchJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBatchJobs,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_batch__pb2.ListBatchJobsRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_batch__pb2.ListBatchJobsResponse.SerializeToString,
+            ),
+            'CancelBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelBatch,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_batch__pb2.CancelBatchRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_batch__pb2.CancelBatchResponse.SerializeToString,
+            ),
+            'SetNotificationEndpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetNotificationEndpoint,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_notification__pb2.SetNotificationEndpointRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_notification__pb2.SetNotificationEndpointResponse.SerializeToString,
+            ),
+            'GetNotificationEndpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNotificationEndpoint,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_notification__pb2.GetNotificationEndpointRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_notification__pb2.NotificationEndpoint.SerializeToString,
+            ),
+            'ListNotificationAttempts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListNotificationAttempts,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_notification__pb2.ListNotificationAttemptsRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_notification__pb2.ListNotificationAttemptsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -355,6 +480,195 @@ class AdmissionService:
             '/quire.admission.v1.AdmissionService/CancelJob',
             quire_dot_admission_dot_v1_dot_admission__service__pb2.CancelJobRequest.SerializeToString,
             quire_dot_type_dot_job__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.AdmissionService/SubmitBatch',
+            quire_dot_admission_dot_v1_dot_batch__pb2.SubmitBatchRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_batch__pb2.Batch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.AdmissionService/GetBatch',
+            quire_dot_admission_dot_v1_dot_batch__pb2.GetBatchRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_batch__pb2.Batch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBatchJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.AdmissionService/ListBatchJobs',
+            quire_dot_admission_dot_v1_dot_batch__pb2.ListBatchJobsRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_batch__pb2.ListBatchJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.AdmissionService/CancelBatch',
+            quire_dot_admission_dot_v1_dot_batch__pb2.CancelBatchRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_batch__pb2.CancelBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetNotificationEndpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.AdmissionService/SetNotificationEndpoint',
+            quire_dot_admission_dot_v1_dot_notification__pb2.SetNotificationEndpointRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_notification__pb2.SetNotificationEndpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetNotificationEndpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.AdmissionService/GetNotificationEndpoint',
+            quire_dot_admission_dot_v1_dot_notification__pb2.GetNotificationEndpointRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_notification__pb2.NotificationEndpoint.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListNotificationAttempts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.AdmissionService/ListNotificationAttempts',
+            quire_dot_admission_dot_v1_dot_notification__pb2.ListNotificationAttemptsRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_notification__pb2.ListNotificationAttemptsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-quire/admission/v1/tenant_admin_service.proto\x12\x12quire.admission.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"~\n\x0fTenantRetention\x12\x17\n\x0fsources_seconds\x18\x01 \x01(\x03\x12\x17\n\x0fpackets_seconds\x18\x02 \x01(\x03\x12\x19\n\x11\x61rtifacts_seconds\x18\x03 \x01(\x03\x12\x1e\n\x16unused_uploads_seconds\x18\x04 \x01(\x03\"x\n\x1cUpdateTenantRetentionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x36\n\tretention\x18\x02 \x01(\x0b\x32#.quire.admission.v1.TenantRetention\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"I\n\x13\x46orgetSourceRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\")\n\x14\x46orgetSourceResponse\x12\x11\n\tforgotten\x18\x01 \x01(\x08\"\x0f\n\rWhoAmIRequest\"\x19\n\x08Operator\x12\r\n\x05token\x18\x01 \x01(\t\"w\n\x05Token\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x0b\x63reate_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0brevoke_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"c\n\x0cTenantLimits\x12\x18\n\x10max_upload_bytes\x18\x01 \x01(\x03\x12\x1c\n\x14max_outstanding_jobs\x18\x02 \x01(\x05\x12\x1b\n\x13storage_quota_bytes\x18\x03 \x01(\x03\"\xf2\x01\n\x06Tenant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x30\n\x06limits\x18\x03 \x01(\x0b\x32 .quire.admission.v1.TenantLimits\x12/\n\x0b\x63reate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x06tokens\x18\x05 \x03(\x0b\x32\x19.quire.admission.v1.Token\x12\x36\n\tretention\x18\x06 \x01(\x0b\x32#.quire.admission.v1.TenantRetention\"\xa9\x01\n\x13\x43reateTenantRequest\x12\x14\n\x0c\x64isplay_name\x18\x01 \x01(\t\x12\x30\n\x06limits\x18\x02 \x01(\x0b\x32 .quire.admission.v1.TenantLimits\x12\x36\n\tretention\x18\x03 \x01(\x0b\x32#.quire.admission.v1.TenantRetention\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"k\n\x14\x43reateTenantResponse\x12*\n\x06tenant\x18\x01 \x01(\x0b\x32\x1a.quire.admission.v1.Tenant\x12\x0e\n\x06secret\x18\x02 \x01(\t\x12\x17\n\x0fsecret_withheld\x18\x03 \x01(\x08\";\n\x12ListTenantsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"[\n\x13ListTenantsResponse\x12+\n\x07tenants\x18\x01 \x03(\x0b\x32\x1a.quire.admission.v1.Tenant\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"o\n\x19UpdateTenantLimitsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\x06limits\x18\x02 \x01(\x0b\x32 .quire.admission.v1.TenantLimits\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"8\n\x12\x43reateTokenRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"h\n\x13\x43reateTokenResponse\x12(\n\x05token\x18\x01 \x01(\x0b\x32\x19.quire.admission.v1.Token\x12\x0e\n\x06secret\x18\x02 \x01(\t\x12\x17\n\x0fsecret_withheld\x18\x03 \x01(\x08\"6\n\x12RevokeTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t2\xff\x05\n\x12TenantAdminService\x12\x61\n\x0c\x43reateTenant\x12\'.quire.admission.v1.CreateTenantRequest\x1a(.quire.admission.v1.CreateTenantResponse\x12^\n\x0bListTenants\x12&.quire.admission.v1.ListTenantsRequest\x1a\'.quire.admission.v1.ListTenantsResponse\x12_\n\x12UpdateTenantLimits\x12-.quire.admission.v1.UpdateTenantLimitsRequest\x1a\x1a.quire.admission.v1.Tenant\x12^\n\x0b\x43reateToken\x12&.quire.admission.v1.CreateTokenRequest\x1a\'.quire.admission.v1.CreateTokenResponse\x12P\n\x0bRevokeToken\x12&.quire.admission.v1.RevokeTokenRequest\x1a\x19.quire.admission.v1.Token\x12I\n\x06WhoAmI\x12!.quire.admission.v1.WhoAmIRequest\x1a\x1c.quire.admission.v1.Operator\x12\x65\n\x15UpdateTenantRetention\x12\x30.quire.admission.v1.UpdateTenantRetentionRequest\x1a\x1a.quire.admission.v1.Tenant\x12\x61\n\x0c\x46orgetSource\x12\'.quire.admission.v1.ForgetSourceRequest\x1a(.quire.admission.v1.ForgetSourceResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-quire/admission/v1/tenant_admin_service.proto\x12\x12quire.admission.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"~\n\x0fTenantRetention\x12\x17\n\x0fsources_seconds\x18\x01 \x01(\x03\x12\x17\n\x0fpackets_seconds\x18\x02 \x01(\x03\x12\x19\n\x11\x61rtifacts_seconds\x18\x03 \x01(\x03\x12\x1e\n\x16unused_uploads_seconds\x18\x04 \x01(\x03\"x\n\x1cUpdateTenantRetentionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x36\n\tretention\x18\x02 \x01(\x0b\x32#.quire.admission.v1.TenantRetention\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"I\n\x13\x46orgetSourceRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\")\n\x14\x46orgetSourceResponse\x12\x11\n\tforgotten\x18\x01 \x01(\x08\"\x0f\n\rWhoAmIRequest\"\x19\n\x08Operator\x12\r\n\x05token\x18\x01 \x01(\t\"w\n\x05Token\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x0b\x63reate_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0brevoke_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"~\n\x0cTenantLimits\x12\x18\n\x10max_upload_bytes\x18\x01 \x01(\x03\x12\x1c\n\x14max_outstanding_jobs\x18\x02 \x01(\x05\x12\x1b\n\x13storage_quota_bytes\x18\x03 \x01(\x03\x12\x19\n\x11scheduling_weight\x18\x04 \x01(\x05\"\xf2\x01\n\x06Tenant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x30\n\x06limits\x18\x03 \x01(\x0b\x32 .quire.admission.v1.TenantLimits\x12/\n\x0b\x63reate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x06tokens\x18\x05 \x03(\x0b\x32\x19.quire.admission.v1.Token\x12\x36\n\tretention\x18\x06 \x01(\x0b\x32#.quire.admission.v1.TenantRetention\"\xa9\x01\n\x13\x43reateTenantRequest\x12\x14\n\x0c\x64isplay_name\x18\x01 \x01(\t\x12\x30\n\x06limits\x18\x02 \x01(\x0b\x32 .quire.admission.v1.TenantLimits\x12\x36\n\tretention\x18\x03 \x01(\x0b\x32#.quire.admission.v1.TenantRetention\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"k\n\x14\x43reateTenantResponse\x12*\n\x06tenant\x18\x01 \x01(\x0b\x32\x1a.quire.admission.v1.Tenant\x12\x0e\n\x06secret\x18\x02 \x01(\t\x12\x17\n\x0fsecret_withheld\x18\x03 \x01(\x08\";\n\x12ListTenantsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"[\n\x13ListTenantsResponse\x12+\n\x07tenants\x18\x01 \x03(\x0b\x32\x1a.quire.admission.v1.Tenant\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"o\n\x19UpdateTenantLimitsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\x06limits\x18\x02 \x01(\x0b\x32 .quire.admission.v1.TenantLimits\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"8\n\x12\x43reateTokenRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"h\n\x13\x43reateTokenResponse\x12(\n\x05token\x18\x01 \x01(\x0b\x32\x19.quire.admission.v1.Token\x12\x0e\n\x06secret\x18\x02 \x01(\t\x12\x17\n\x0fsecret_withheld\x18\x03 \x01(\x08\"6\n\x12RevokeTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t2\xff\x05\n\x12TenantAdminService\x12\x61\n\x0c\x43reateTenant\x12\'.quire.admission.v1.CreateTenantRequest\x1a(.quire.admission.v1.CreateTenantResponse\x12^\n\x0bListTenants\x12&.quire.admission.v1.ListTenantsRequest\x1a\'.quire.admission.v1.ListTenantsResponse\x12_\n\x12UpdateTenantLimits\x12-.quire.admission.v1.UpdateTenantLimitsRequest\x1a\x1a.quire.admission.v1.Tenant\x12^\n\x0b\x43reateToken\x12&.quire.admission.v1.CreateTokenRequest\x1a\'.quire.admission.v1.CreateTokenResponse\x12P\n\x0bRevokeToken\x12&.quire.admission.v1.RevokeTokenRequest\x1a\x19.quire.admission.v1.Token\x12I\n\x06WhoAmI\x12!.quire.admission.v1.WhoAmIRequest\x1a\x1c.quire.admission.v1.Operator\x12\x65\n\x15UpdateTenantRetention\x12\x30.quire.admission.v1.UpdateTenantRetentionRequest\x1a\x1a.quire.admission.v1.Tenant\x12\x61\n\x0c\x46orgetSource\x12\'.quire.admission.v1.ForgetSourceRequest\x1a(.quire.admission.v1.ForgetSourceResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -47,25 +47,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOKEN']._serialized_start=514
   _globals['_TOKEN']._serialized_end=633
   _globals['_TENANTLIMITS']._serialized_start=635
-  _globals['_TENANTLIMITS']._serialized_end=734
-  _globals['_TENANT']._serialized_start=737
-  _globals['_TENANT']._serialized_end=979
-  _globals['_CREATETENANTREQUEST']._serialized_start=982
-  _globals['_CREATETENANTREQUEST']._serialized_end=1151
-  _globals['_CREATETENANTRESPONSE']._serialized_start=1153
-  _globals['_CREATETENANTRESPONSE']._serialized_end=1260
-  _globals['_LISTTENANTSREQUEST']._serialized_start=1262
-  _globals['_LISTTENANTSREQUEST']._serialized_end=1321
-  _globals['_LISTTENANTSRESPONSE']._serialized_start=1323
-  _globals['_LISTTENANTSRESPONSE']._serialized_end=1414
-  _globals['_UPDATETENANTLIMITSREQUEST']._serialized_start=1416
-  _globals['_UPDATETENANTLIMITSREQUEST']._serialized_end=1527
-  _globals['_CREATETOKENREQUEST']._serialized_start=1529
-  _globals['_CREATETOKENREQUEST']._serialized_end=1585
-  _globals['_CREATETOKENRESPONSE']._serialized_start=1587
-  _globals['_CREATETOKENRESPONSE']._serialized_end=1691
-  _globals['_REVOKETOKENREQUEST']._serialized_start=1693
-  _globals['_REVOKETOKENREQUEST']._serialized_end=1747
-  _globals['_TENANTADMINSERVICE']._serialized_start=1750
-  _globals['_TENANTADMINSERVICE']._serialized_end=2517
+  _globals['_TENANTLIMITS']._serialized_end=761
+  _globals['_TENANT']._serialized_start=764
+  _globals['_TENANT']._serialized_end=1006
+  _globals['_CREATETENANTREQUEST']._serialized_start=1009
+  _globals['_CREATETENANTREQUEST']._serialized_end=1178
+  _globals['_CREATETENANTRESPONSE']._serialized_start=1180
+  _globals['_CREATETENANTRESPONSE']._serialized_end=1287
+  _globals['_LISTTENANTSREQUEST']._serialized_start=1289
+  _globals['_LISTTENANTSREQUEST']._serialized_end=1348
+  _globals['_LISTTENANTSRESPONSE']._serialized_start=1350
+  _globals['_LISTTENANTSRESPONSE']._serialized_end=1441
+  _globals['_UPDATETENANTLIMITSREQUEST']._serialized_start=1443
+  _globals['_UPDATETENANTLIMITSREQUEST']._serialized_end=1554
+  _globals['_CREATETOKENREQUEST']._serialized_start=1556
+  _globals['_CREATETOKENREQUEST']._serialized_end=1612
+  _globals['_CREATETOKENRESPONSE']._serialized_start=1614
+  _globals['_CREATETOKENRESPONSE']._serialized_end=1718
+  _globals['_REVOKETOKENREQUEST']._serialized_start=1720
+  _globals['_REVOKETOKENREQUEST']._serialized_end=1774
+  _globals['_TENANTADMINSERVICE']._serialized_start=1777
+  _globals['_TENANTADMINSERVICE']._serialized_end=2544
 # @@protoc_insertion_point(module_scope)

@@ -68,14 +68,16 @@ class Token(_message.Message):
     def __init__(self, name: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., revoke_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class TenantLimits(_message.Message):
-    __slots__ = ("max_upload_bytes", "max_outstanding_jobs", "storage_quota_bytes")
+    __slots__ = ("max_upload_bytes", "max_outstanding_jobs", "storage_quota_bytes", "scheduling_weight")
     MAX_UPLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTSTANDING_JOBS_FIELD_NUMBER: _ClassVar[int]
     STORAGE_QUOTA_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULING_WEIGHT_FIELD_NUMBER: _ClassVar[int]
     max_upload_bytes: int
     max_outstanding_jobs: int
     storage_quota_bytes: int
-    def __init__(self, max_upload_bytes: _Optional[int] = ..., max_outstanding_jobs: _Optional[int] = ..., storage_quota_bytes: _Optional[int] = ...) -> None: ...
+    scheduling_weight: int
+    def __init__(self, max_upload_bytes: _Optional[int] = ..., max_outstanding_jobs: _Optional[int] = ..., storage_quota_bytes: _Optional[int] = ..., scheduling_weight: _Optional[int] = ...) -> None: ...
 
 class Tenant(_message.Message):
     __slots__ = ("name", "display_name", "limits", "create_time", "tokens", "retention")

@@ -19,6 +19,7 @@ import grpc
 
 from quire.admission import tables
 from quire.admission.cancellation import Canceller
+from quire.admission.desks import BatchDesk, NotificationDesk
 from quire.admission.dispatch import Dispatcher
 from quire.admission.intake import Intake
 from quire.admission.jobviews import JobViews, accepted_view
@@ -26,6 +27,7 @@ from quire.admission.tenants import TenantDirectory
 from quire.admission.uploads import UploadGate
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
+from quire.admission.v1 import batch_pb2, notification_pb2
 from quire.admission.watch import WatchRelay
 from quire.blobstore import BlobStore
 from quire.database import Database
@@ -68,6 +70,8 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         canceller: Canceller,
         settings: AdmissionSettings,
         watches: WatchRelay | None = None,
+        batches: BatchDesk | None = None,
+        notifications: NotificationDesk | None = None,
     ) -> None:
         self._db = database
         self._blobs = blobs
@@ -79,6 +83,8 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         self._canceller = canceller
         self._settings = settings
         self._watches = watches
+        self._batches = batches
+        self._notifications = notifications
 
     @at_the_edge(DOMAIN)
     async def UploadSource(  # noqa: N802 - gRPC method name
@@ -203,3 +209,68 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         # reply itself (what the job had reached then), scoped to the tenant.
         once = RequestOnce(tables.request_ids, tenant.id, CANCEL_JOB, request, job_pb2.Job)
         return await once.around(self._db, lambda: self._canceller.cancel(tenant.id, request.name))
+
+    def _batch_desk(self) -> BatchDesk:
+        if self._batches is None:
+            raise NotFound("this admission service takes no batches")
+        return self._batches
+
+    def _notification_desk(self) -> NotificationDesk:
+        if self._notifications is None:
+            raise NotFound("this admission service sends no notifications")
+        return self._notifications
+
+    @at_the_edge(DOMAIN)
+    async def SubmitBatch(  # noqa: N802 - gRPC method name
+        self, request: batch_pb2.SubmitBatchRequest, context: grpc.aio.ServicerContext
+    ) -> batch_pb2.Batch:
+        tenant = await self._tenants.authenticate(context)
+        return await self._batch_desk().submit(tenant, request)
+
+    @at_the_edge(DOMAIN)
+    async def GetBatch(  # noqa: N802 - gRPC method name
+        self, request: batch_pb2.GetBatchRequest, context: grpc.aio.ServicerContext
+    ) -> batch_pb2.Batch:
+        tenant = await self._tenants.authenticate(context)
+        return await self._batch_desk().get(tenant, request.name)
+
+    @at_the_edge(DOMAIN)
+    async def ListBatchJobs(  # noqa: N802 - gRPC method name
+        self, request: batch_pb2.ListBatchJobsRequest, context: grpc.aio.ServicerContext
+    ) -> batch_pb2.ListBatchJobsResponse:
+        tenant = await self._tenants.authenticate(context)
+        return await self._batch_desk().list_jobs(tenant, request)
+
+    @at_the_edge(DOMAIN)
+    async def CancelBatch(  # noqa: N802 - gRPC method name
+        self, request: batch_pb2.CancelBatchRequest, context: grpc.aio.ServicerContext
+    ) -> batch_pb2.CancelBatchResponse:
+        tenant = await self._tenants.authenticate(context)
+        return await self._batch_desk().cancel(tenant, request)
+
+    @at_the_edge(DOMAIN)
+    async def SetNotificationEndpoint(  # noqa: N802 - gRPC method name
+        self,
+        request: notification_pb2.SetNotificationEndpointRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> notification_pb2.SetNotificationEndpointResponse:
+        tenant = await self._tenants.authenticate(context)
+        return await self._notification_desk().set_endpoint(tenant, request)
+
+    @at_the_edge(DOMAIN)
+    async def GetNotificationEndpoint(  # noqa: N802 - gRPC method name
+        self,
+        request: notification_pb2.GetNotificationEndpointRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> notification_pb2.NotificationEndpoint:
+        tenant = await self._tenants.authenticate(context)
+        return await self._notification_desk().get_endpoint(tenant)
+
+    @at_the_edge(DOMAIN)
+    async def ListNotificationAttempts(  # noqa: N802 - gRPC method name
+        self,
+        request: notification_pb2.ListNotificationAttemptsRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> notification_pb2.ListNotificationAttemptsResponse:
+        tenant = await self._tenants.authenticate(context)
+        return await self._notification_desk().list_attempts(tenant, request)

@@ -30,6 +30,11 @@ __all__ = [
     "jobs",
     "idempotency_keys",
     "request_ids",
+    "batches",
+    "batch_packets",
+    "notification_endpoints",
+    "notifications",
+    "notification_attempts",
 ]
 
 metadata = MetaData()
@@ -44,6 +49,8 @@ tenants = Table(
     Column("max_upload_bytes", BigInteger, nullable=True),
     Column("max_outstanding_jobs", Integer, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    # The tenant's weight in the batch dispatcher's fair share (NULL: 1).
+    Column("scheduling_weight", Integer, nullable=True),
 )
 # A tenant's storage quota and retention periods (seconds); a missing row or
 # a NULL follows the defaults (``AdmissionSettings``, ``RetentionSettings``).
@@ -94,7 +101,11 @@ jobs = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("dispatched_at", DateTime(timezone=True), nullable=True),
     Column("finished_at", DateTime(timezone=True), nullable=True),
+    # The client's bundle_id, and the batch the job is a packet of.
+    Column("bundle_id", String(128), nullable=True),
+    Column("batch", String(64), nullable=True),
     Index("ix_jobs_tenant_created", "tenant", "created_at"),
+    Index("ix_jobs_batch", "batch"),
 )
 # The idempotency key is the primary key, so two identical submissions racing
 # each other make one job: the database decides, not a read-then-write.
@@ -121,3 +132,81 @@ redrives = Table(
 # Request ids of creates and operators' mutations and their replies
 # (AIP-155; ``quire.idempotency``).
 request_ids = request_ids_table(metadata)
+# A batch as submitted: persisted in one transaction with all its packets;
+# the dispatcher turns packets into jobs in index order. ``state`` is
+# DISPATCHING, FINISHING, DONE or CANCELLED (``BatchState`` without prefix).
+batches = Table(
+    "batches",
+    metadata,
+    Column("batch", String(64), primary_key=True),
+    Column("tenant", String(64), ForeignKey("tenants.id"), nullable=False),
+    Column("request_id", String(128), nullable=False),
+    Column("packet_count", Integer, nullable=False),
+    Column("state", String(16), nullable=False),
+    # Packets below this index have their job, or were cancelled undispatched.
+    Column("next_index", Integer, nullable=False),
+    Column("dispatched_count", Integer, nullable=False),
+    Column("cancelled_undispatched", Integer, nullable=False),
+    Column("terminal_count", Integer, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("cancelled_at", DateTime(timezone=True), nullable=True),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    Index("ix_batches_tenant_created", "tenant", "created_at"),
+    Index("ix_batches_state", "state"),
+)
+# Each packet of a batch. ``manifest`` is the serialized quire.type.Manifest;
+# ``job`` is set in the transaction that creates the packet's job, so a
+# dispatcher that dies mid-page creates each job once or not at all.
+batch_packets = Table(
+    "batch_packets",
+    metadata,
+    Column("batch", String(64), ForeignKey("batches.batch"), primary_key=True),
+    Column("index", Integer, primary_key=True),
+    Column("bundle_id", String(128), nullable=False),
+    Column("manifest", LargeBinary, nullable=False),
+    Column("job", String(64), nullable=True, unique=True),
+    # The job's terminal state once known (``JobState`` name without prefix),
+    # or CANCELLED_UNDISPATCHED for a packet a cancel stopped.
+    Column("final_state", String(32), nullable=True),
+    Column("reason_code", String(64), nullable=True),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+)
+# A tenant's completion-notification endpoint. The HMAC secret is sealed
+# (never stored in the clear) and shown to the tenant once.
+notification_endpoints = Table(
+    "notification_endpoints",
+    metadata,
+    Column("tenant", String(64), ForeignKey("tenants.id"), primary_key=True),
+    Column("url", String(2048), nullable=False),
+    Column("secret_sealed", LargeBinary, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+# The outbox of notifications: one row per ended job or batch of a tenant
+# with an endpoint (the primary key makes a second one impossible).
+notifications = Table(
+    "notifications",
+    metadata,
+    Column("tenant", String(64), ForeignKey("tenants.id"), primary_key=True),
+    Column("subject", String(80), primary_key=True),
+    # A random id the receiver can remember to refuse a replay.
+    Column("delivery_id", String(64), nullable=False, unique=True),
+    Column("payload", LargeBinary, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("next_attempt_at", DateTime(timezone=True), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("delivered_at", DateTime(timezone=True), nullable=True),
+    Column("abandoned_at", DateTime(timezone=True), nullable=True),
+    Index("ix_notifications_due", "delivered_at", "abandoned_at", "next_attempt_at"),
+)
+# Every delivery attempt, kept for the tenant to read.
+notification_attempts = Table(
+    "notification_attempts",
+    metadata,
+    Column("tenant", String(64), primary_key=True),
+    Column("subject", String(80), primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("attempted_at", DateTime(timezone=True), nullable=False),
+    Column("http_status", Integer, nullable=False),
+    Column("outcome", String(16), nullable=False),
+)
