@@ -25,6 +25,7 @@ import grpc
 
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
+from quire.admission.v1 import batch_pb2
 from quire.admission.v1 import tenant_admin_service_pb2 as admin_pb
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
 from quire.grpcserver import TraceClientInterceptors
@@ -88,8 +89,16 @@ class AdmissionClient:
     async def __aexit__(self, *_exc: object) -> None:
         await self.close()
 
-    async def upload(self, path: Path, content_type: str = "application/pdf") -> pb.Source:
-        sha256, size = await asyncio.to_thread(_digest_file, path)
+    async def upload(
+        self,
+        path: Path,
+        content_type: str = "application/pdf",
+        *,
+        digest: tuple[str, int] | None = None,
+    ) -> pb.Source:
+        """Stream the file; ``digest`` (its sha256 and size, when the caller
+        has read them already) saves reading it twice."""
+        sha256, size = digest or await asyncio.to_thread(_digest_file, path)
 
         async def requests() -> AsyncIterator[pb.UploadSourceRequest]:
             yield pb.UploadSourceRequest(
@@ -104,6 +113,21 @@ class AdmissionClient:
     async def upload_stream(self, requests: AsyncIterator[pb.UploadSourceRequest]) -> pb.Source:
         """Send hand-built upload messages (for tests of the upload gate)."""
         return await self._stub.UploadSource(requests, metadata=self._metadata)
+
+    async def upload_bytes(self, data: bytes, content_type: str) -> pb.Source:
+        """Upload bytes held in memory (a batch's manifest, say)."""
+
+        async def requests() -> AsyncIterator[pb.UploadSourceRequest]:
+            header = pb.SourceHeader(
+                sha256=hashlib.sha256(data).hexdigest(),
+                size_bytes=len(data),
+                content_type=content_type,
+            )
+            yield pb.UploadSourceRequest(header=header)
+            for start in range(0, len(data), CHUNK_BYTES):
+                yield pb.UploadSourceRequest(chunk=data[start : start + CHUNK_BYTES])
+
+        return await self._stub.UploadSource(requests(), metadata=self._metadata)
 
     async def submit(
         self,
@@ -149,6 +173,65 @@ class AdmissionClient:
         """Cancel the job; ``request_id`` (a fresh one if None) makes a retry safe."""
         return await self._stub.CancelJob(
             pb.CancelJobRequest(name=name, request_id=request_id or new_request_id()),
+            metadata=self._metadata,
+        )
+
+    # Batches: a portfolio of packets, persisted at once, turned into jobs by
+    # admission's dispatcher (batch.proto).
+
+    async def submit_batch(
+        self,
+        packets: Sequence[batch_pb2.BatchPacket] = (),
+        *,
+        manifest_sha256: str = "",
+        request_id: str | None = None,
+    ) -> batch_pb2.Batch:
+        """One SubmitBatch: the packets inline, or the sha256 of an uploaded
+        manifest (application/json) holding them. ``request_id`` (a fresh one
+        if None) makes a retry return the same batch."""
+        return await self._stub.SubmitBatch(
+            batch_pb2.SubmitBatchRequest(
+                request_id=request_id or new_request_id(),
+                packets=packets,
+                manifest_sha256=manifest_sha256,
+            ),
+            metadata=self._metadata,
+        )
+
+    async def get_batch(self, name: str) -> batch_pb2.Batch:
+        return await self._stub.GetBatch(
+            batch_pb2.GetBatchRequest(name=name), metadata=self._metadata
+        )
+
+    async def list_batch_jobs(
+        self, name: str, *, page_size: int = 0, page_token: str = ""
+    ) -> batch_pb2.ListBatchJobsResponse:
+        """One page of the batch's packets and their jobs; follow ``next_page_token``."""
+        return await self._stub.ListBatchJobs(
+            batch_pb2.ListBatchJobsRequest(parent=name, page_size=page_size, page_token=page_token),
+            metadata=self._metadata,
+        )
+
+    async def batch_jobs(
+        self, name: str, *, page_size: int = 0
+    ) -> AsyncIterator[batch_pb2.BatchJob]:
+        """Every packet of the batch in index order, page after page to the last."""
+        token = ""
+        while True:
+            page = await self.list_batch_jobs(name, page_size=page_size, page_token=token)
+            for job in page.jobs:
+                yield job
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def cancel_batch(
+        self, name: str, *, request_id: str | None = None
+    ) -> batch_pb2.CancelBatchResponse:
+        """Stop the packets not yet dispatched; those dispatched finish. The
+        reply counts both, and those already ended."""
+        return await self._stub.CancelBatch(
+            batch_pb2.CancelBatchRequest(name=name, request_id=request_id or new_request_id()),
             metadata=self._metadata,
         )
 
