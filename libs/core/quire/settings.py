@@ -33,6 +33,7 @@ __all__ = [
     "RetentionSettings",
     "ValidationLimits",
     "WatchSettings",
+    "BatchSettings",
     "service_address_var",
     "service_health_var",
     "HEALTH_PORT_OFFSET",
@@ -496,4 +497,47 @@ class WatchSettings:
         return cls(
             max_watches=setting_int(env, "QUIRE_MAX_WATCHES", 1024),
             poll_seconds=setting_float(env, "QUIRE_WATCH_POLL_SECONDS", 0.5),
+        )
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """Batches: how big one may be, and how fast admission's dispatcher turns
+    their packets into jobs (``quire.admission.batchdispatch``)."""
+
+    max_packets: int = 10_000
+    """Packets one SubmitBatch may carry."""
+    max_manifest_bytes: int = 16 * 1024 * 1024
+    """The largest uploaded batch manifest (JSON) SubmitBatch reads."""
+    window: int = 64
+    """Batch children in flight (created, not yet known ended), all tenants together."""
+    rate: float = 50.0
+    """Children created per second at most (a token bucket)."""
+    page_size: int = 16
+    """Children created in one transaction."""
+    tick_seconds: float = 0.2
+    """How often the dispatcher looks for work when it has none."""
+    lease_seconds: float = 5.0
+    """How long the dispatch lease lasts unless renewed; another replica takes it after."""
+    finish_poll_seconds: float = 0.5
+    """How often the end tracker asks audit which children and notified jobs ended."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> BatchSettings:
+        """``QUIRE_BATCH_*``: MAX_PACKETS, MAX_MANIFEST_BYTES, WINDOW, RATE, PAGE_SIZE,
+        TICK_SECONDS, LEASE_SECONDS, FINISH_POLL_SECONDS."""
+        env = os.environ if env is None else env
+        return cls(
+            max_packets=setting_int(env, "QUIRE_BATCH_MAX_PACKETS", 10_000, minimum=1),
+            max_manifest_bytes=setting_int(
+                env, "QUIRE_BATCH_MAX_MANIFEST_BYTES", 16 * 1024 * 1024, minimum=1
+            ),
+            window=setting_int(env, "QUIRE_BATCH_WINDOW", 64, minimum=1),
+            rate=setting_float(env, "QUIRE_BATCH_RATE", 50, minimum=0.01),
+            page_size=setting_int(env, "QUIRE_BATCH_PAGE_SIZE", 16, minimum=1),
+            tick_seconds=setting_float(env, "QUIRE_BATCH_TICK_SECONDS", 0.2, minimum=0.01),
+            lease_seconds=setting_float(env, "QUIRE_BATCH_LEASE_SECONDS", 5, minimum=0.5),
+            finish_poll_seconds=setting_float(
+                env, "QUIRE_BATCH_FINISH_POLL_SECONDS", 0.5, minimum=0.05
+            ),
         )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from quire.admission.tenants import configured_operator_token
 from quire.settings import (
     AdmissionSettings,
+    BatchSettings,
     ReconcileSettings,
     ServiceSettings,
     TempSpaceSettings,
@@ -27,6 +28,7 @@ class AdmissionConfig:
     temp_space: TempSpaceSettings
     watch: WatchSettings
     reconcile: ReconcileSettings
+    batch: BatchSettings
     operator_token: str | None
     """The configured first operator token (``QUIRE_OPERATOR_TOKEN_FILE``), checked for its shape."""
 
@@ -40,5 +42,6 @@ class AdmissionConfig:
             temp_space=TempSpaceSettings.from_env(env, SERVICE),
             watch=WatchSettings.from_env(env),
             reconcile=ReconcileSettings.from_env(env),
+            batch=BatchSettings.from_env(env),
             operator_token=configured_operator_token(admission.operator_token_file),
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -51,7 +52,13 @@ from quire.transitions import EventFactory
 from quire.type import job_pb2, queue_pb2
 from quire.workqueue.backlog import QueueAgeProbe
 
-__all__ = ["Intake", "AcceptedJob"]
+__all__ = [
+    "Intake",
+    "AcceptedJob",
+    "MAX_VIOLATIONS_SHOWN",
+    "bundle_id_violations",
+    "shown_violations",
+]
 
 # The statements every submission runs, built once (building a statement on
 # every call costs more CPU than SQLite takes to run it).
@@ -75,6 +82,24 @@ _EXPIRED_KEY = delete(tables.idempotency_keys).where(
 
 MAX_VIOLATIONS_SHOWN = 40
 """Beyond this, a count: gRPC trailers must stay small enough to arrive."""
+BUNDLE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+"""A client's bundle_id: short, and safe to show anywhere (no spaces, no slashes)."""
+
+
+def bundle_id_violations(bundle_id: str, field: str = "bundle_id") -> list[FieldViolation]:
+    """An empty id is no id; a present one must match ``BUNDLE_ID``."""
+    if not bundle_id or BUNDLE_ID.match(bundle_id):
+        return []
+    return [FieldViolation(field, "at most 128 characters of A-Z a-z 0-9 . _ : -", "BAD_BUNDLE_ID")]
+
+
+def shown_violations(violations: list[FieldViolation], field: str) -> tuple[FieldViolation, ...]:
+    """The first ``MAX_VIOLATIONS_SHOWN``, and a count of the rest under ``field``."""
+    shown = tuple(violations[:MAX_VIOLATIONS_SHOWN])
+    if len(violations) > MAX_VIOLATIONS_SHOWN:
+        more = len(violations) - MAX_VIOLATIONS_SHOWN
+        shown += (FieldViolation(field, f"and {more} more violations", "MORE"),)
+    return shown
 
 
 @dataclass(frozen=True)
@@ -86,6 +111,9 @@ class AcceptedJob:
     dispatched: bool
     handoff: tuple[bytes, bytes] | None = None
     """For a job accepted by this call: its task and ACCEPTED event, to publish."""
+    bundle_id: str = ""
+    batch: str = ""
+    """The batch (``batches/{batch}``) the job is a packet of, if any."""
 
 
 class _OverQuota(Exception):
@@ -96,8 +124,13 @@ class _OverQuota(Exception):
         self.outstanding = outstanding
 
 
-def _request_sha256(digest: str, priority: str) -> str:
-    canonical = json.dumps({"manifest": digest, "priority": priority}, sort_keys=True)
+def _request_sha256(digest: str, priority: str, bundle_id: str = "") -> str:
+    # Without a bundle_id the document is what it was before bundle ids, so
+    # keys stored then still match their requests.
+    fields = {"manifest": digest, "priority": priority}
+    if bundle_id:
+        fields["bundle_id"] = bundle_id
+    canonical = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -108,6 +141,8 @@ def accepted_from_row(row: object) -> AcceptedJob:
         item_count=row.item_count,  # type: ignore[attr-defined]
         created_at=row.created_at,  # type: ignore[attr-defined]
         dispatched=row.dispatched_at is not None,  # type: ignore[attr-defined]
+        bundle_id=row.bundle_id or "",  # type: ignore[attr-defined]
+        batch=row.batch or "",  # type: ignore[attr-defined]
     )
 
 
@@ -149,9 +184,14 @@ class Intake:
 
     async def _submit(self, tenant: Tenant, request: pb.SubmitJobRequest) -> AcceptedJob:
         check_request_id(request.request_id, required=True)
+        bad_bundle = bundle_id_violations(request.bundle_id)
+        if bad_bundle:
+            raise InvalidInput(
+                ReasonCode.INVALID_MANIFEST, "bundle_id is invalid", tuple(bad_bundle)
+            )
         priority = request.priority or "interactive"
         digest = manifest_digest(request.manifest)
-        request_sha = _request_sha256(digest, priority)
+        request_sha = _request_sha256(digest, priority, request.bundle_id)
         known = self._catalog.fresh() if self._catalog else frozenset({"default@1"})
         if known is None:
             # The catalog must ask the validator; a live key answers even when
@@ -246,11 +286,11 @@ class Intake:
                 FieldViolation("priority", "must be interactive or batch", "UNKNOWN_PRIORITY")
             )
         if violations:
-            shown = tuple(violations[:MAX_VIOLATIONS_SHOWN])
-            if len(violations) > MAX_VIOLATIONS_SHOWN:
-                more = len(violations) - MAX_VIOLATIONS_SHOWN
-                shown += (FieldViolation("manifest", f"and {more} more violations", "MORE"),)
-            raise InvalidInput(ReasonCode.INVALID_MANIFEST, "the manifest is invalid", shown)
+            raise InvalidInput(
+                ReasonCode.INVALID_MANIFEST,
+                "the manifest is invalid",
+                shown_violations(violations, "manifest"),
+            )
 
     async def _shed_for_backlog(self, priority: str) -> None:
         if self._backlog is None:
@@ -290,7 +330,6 @@ class Intake:
     ) -> AcceptedJob:
         # Serialize a tenant's submissions (PostgreSQL; SQLite's write lock already does).
         session.execute(_LOCK_TENANT, {"tenant": tenant}).one()
-        keys = tables.idempotency_keys
         now = datetime.now(UTC)
         session.execute(
             _EXPIRED_KEY, {"tenant": tenant, "request_id": request.request_id, "now": now}
@@ -301,6 +340,40 @@ class Intake:
         outstanding = count_outstanding(session, tenant)
         if outstanding >= quota:
             raise _OverQuota(outstanding)
+        return self._create(session, tenant, request, request_sha, digest, priority, now)
+
+    def create_child(
+        self, session: Session, tenant: str, request: pb.SubmitJobRequest, *, batch: str
+    ) -> AcceptedJob:
+        """A batch packet's job, in the dispatcher's transaction: the same key,
+        row, task and ACCEPTED event as ``SubmitJob`` makes, under the packet's
+        deterministic request id (a live key returns its job, never a second).
+        The caller has checked the manifest (at SubmitBatch), the quota and the
+        queue's age."""
+        digest = manifest_digest(request.manifest)
+        request_sha = _request_sha256(digest, "batch", request.bundle_id)
+        now = datetime.now(UTC)
+        session.execute(
+            _EXPIRED_KEY, {"tenant": tenant, "request_id": request.request_id, "now": now}
+        )
+        replay = self._replay(session, tenant, request, request_sha)
+        if replay is not None:
+            return replay
+        return self._create(session, tenant, request, request_sha, digest, "batch", now, batch)
+
+    def _create(
+        self,
+        session: Session,
+        tenant: str,
+        request: pb.SubmitJobRequest,
+        request_sha: str,
+        digest: str,
+        priority: str,
+        now: datetime,
+        batch: str = "",
+    ) -> AcceptedJob:
+        """Claim the key, then write the job's row, task and ACCEPTED event."""
+        keys = tables.idempotency_keys
         job = job_name(new_job_id())
         inserted = insert_if_absent(
             session,
@@ -330,6 +403,8 @@ class Intake:
                 "task": task.SerializeToString(),
                 "accepted_event": accepted.SerializeToString(),
                 "created_at": now,
+                "bundle_id": request.bundle_id or None,
+                "batch": batch or None,
             },
         )
         return AcceptedJob(
@@ -339,6 +414,8 @@ class Intake:
             now,
             dispatched=False,
             handoff=(task.SerializeToString(), accepted.SerializeToString()),
+            bundle_id=request.bundle_id,
+            batch=batch,
         )
 
     @staticmethod

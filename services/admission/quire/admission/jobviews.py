@@ -24,7 +24,7 @@ from quire.pipeline import State
 from quire.reasons import ReasonCode
 from quire.type import job_pb2
 
-__all__ = ["JobViews", "JobPage"]
+__all__ = ["JobViews", "JobPage", "accepted_view", "with_intake"]
 
 AUDIT_TIMEOUT_SECONDS = 5.0
 SCAN_LIMIT = 2000
@@ -48,7 +48,17 @@ def accepted_view(accepted: AcceptedJob) -> job_pb2.Job:
         manifest_digest=accepted.manifest_digest,
         create_time=timestamp(accepted.created_at),
         update_time=timestamp(accepted.created_at),
+        bundle_id=accepted.bundle_id,
+        batch=accepted.batch,
     )
+
+
+def with_intake(job: job_pb2.Job, accepted: AcceptedJob) -> job_pb2.Job:
+    """Audit's view of the job with what only admission keeps: the client's
+    bundle_id and the batch the job is a packet of."""
+    job.bundle_id = accepted.bundle_id
+    job.batch = accepted.batch
+    return job
 
 
 class JobViews:
@@ -90,7 +100,7 @@ class JobViews:
             raise TransientError(ReasonCode.DEPENDENCY_UNAVAILABLE, "audit unavailable") from None
         if state_name(job.state) in TERMINAL_STATES:
             await self._outstanding.mark_finished([job.name])
-        return job
+        return with_intake(job, accepted)
 
     async def artifact_retired(self, name: str) -> bool:
         """Whether audit's ledger records the job's signed artifact as retired
@@ -152,7 +162,9 @@ class JobViews:
         except grpc.aio.AioRpcError:
             raise TransientError(ReasonCode.DEPENDENCY_UNAVAILABLE, "audit unavailable") from None
         known = {job.name: job for job in reply.jobs}
-        return [known.get(a.name) or accepted_view(a) for a in accepted]
+        return [
+            with_intake(known[a.name], a) if a.name in known else accepted_view(a) for a in accepted
+        ]
 
 
 def _rows(session: Session, *, tenant: str, after: Position | None, page: Page) -> list[Any]:

@@ -13,6 +13,7 @@ from quire.admission.cancellation import Canceller
 from quire.admission.catalog import RulesetCatalog
 from quire.admission.config import AdmissionConfig
 from quire.admission.dispatch import Dispatcher
+from quire.admission.finishes import EndTracker
 from quire.admission.intake import Intake
 from quire.admission.jobviews import JobViews
 from quire.admission.outstanding import OutstandingJobs
@@ -109,11 +110,13 @@ async def main() -> None:
         settings=config.reconcile,
         queues={stage: QueueAgeProbe(js, cache_seconds=1.0, stage=stage) for stage in STAGE_NAMES},
     )
+    ends = EndTracker(database, audit, poll_seconds=config.batch.finish_poll_seconds)
     sweeper: list[asyncio.Task[None]] = []
 
     async def ready() -> None:
         sweeper.append(asyncio.create_task(dispatcher.sweep_forever()))
         sweeper.append(asyncio.create_task(reconciler.run_forever()))
+        sweeper.append(asyncio.create_task(ends.run_forever()))
 
     async def drain() -> None:
         watches.close()

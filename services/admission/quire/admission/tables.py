@@ -35,6 +35,7 @@ __all__ = [
     "notification_endpoints",
     "notifications",
     "notification_attempts",
+    "dispatch_lease",
 ]
 
 metadata = MetaData()
@@ -104,6 +105,9 @@ jobs = Table(
     # The client's bundle_id, and the batch the job is a packet of.
     Column("bundle_id", String(128), nullable=True),
     Column("batch", String(64), nullable=True),
+    # Set by the end tracker once it has recorded the job's end for its batch
+    # and the tenant's notifications (``quire.admission.finishes``).
+    Column("end_recorded_at", DateTime(timezone=True), nullable=True),
     Index("ix_jobs_tenant_created", "tenant", "created_at"),
     Index("ix_jobs_batch", "batch"),
 )
@@ -209,4 +213,13 @@ notification_attempts = Table(
     Column("attempted_at", DateTime(timezone=True), nullable=False),
     Column("http_status", Integer, nullable=False),
     Column("outcome", String(16), nullable=False),
+)
+# Which admission replica runs the batch dispatcher: one row per duty, taken
+# or renewed with a compare-and-set on (holder, expires_at).
+dispatch_lease = Table(
+    "dispatch_lease",
+    metadata,
+    Column("duty", String(32), primary_key=True),
+    Column("holder", String(128), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
 )
