@@ -98,7 +98,9 @@ class AdmissionClient:
     ) -> pb.Source:
         """Stream the file; ``digest`` (its sha256 and size, when the caller
         has read them already) saves reading it twice."""
-        sha256, size = digest or await asyncio.to_thread(_digest_file, path)
+        if digest is None:
+            digest = await asyncio.to_thread(_digest_file, path)
+        sha256, size = digest
 
         async def requests() -> AsyncIterator[pb.UploadSourceRequest]:
             yield pb.UploadSourceRequest(

@@ -108,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     up = command("up", help="start the embedded stack")
     up.add_argument("--example", help="send the example packet in this folder once up")
     _job_commands(command)
+    _batch_commands(command, common)
     _operator_commands(command, common)
     add_top_arguments(command("top", help="operators: each stage's queue and work, live"))
     return parser
@@ -144,6 +145,37 @@ def _job_commands(command: _Command) -> None:
     cancel = command("cancel", help="cancel a job that has not started signing")
     cancel.add_argument("job", help="the job id or jobs/ID")
     cancel.add_argument("--request-id", default=None, help=REQUEST_ID_HELP)
+
+
+def _batch_commands(command: _Command, common: argparse.ArgumentParser) -> None:
+    batch = command("batch", help="a portfolio of packets as one batch").add_subparsers(
+        dest="action", required=True, help="what to do"
+    )
+    submit = batch.add_parser(
+        "submit", parents=[common, _once()], help="send a folder of packet folders, or a manifest"
+    )
+    submit.add_argument(
+        "source",
+        help="a folder whose subfolders are packets (each a manifest.json, or its PDFs in name"
+        ' order), or a JSON manifest {"packets": [{bundle_id, items: [{position, document_id,'
+        " file or sha256}]}]}",
+    )
+    status = batch.add_parser("status", parents=[common], help="a batch's jobs by state")
+    for waits in (submit, status):
+        waits.add_argument("--wait", action="store_true", help="wait for the batch to finish")
+        waits.add_argument(
+            "--timeout",
+            type=float,
+            default=600.0,
+            help="with --wait: give up after this many seconds",
+        )
+    status.add_argument("batch", help="the batch id or batches/ID")
+    batch.add_parser(
+        "cancel", parents=[common, _once()], help="stop the packets not yet dispatched"
+    ).add_argument("batch", help="the batch id or batches/ID")
+    batch.add_parser(
+        "jobs", parents=[common], help="each packet: index, bundle id, job, state"
+    ).add_argument("batch", help="the batch id or batches/ID")
 
 
 def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> None:

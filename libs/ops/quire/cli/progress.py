@@ -11,15 +11,29 @@ import sys
 from collections.abc import Iterator
 from typing import Protocol
 
-__all__ = ["Progress", "progress_wanted", "upload_progress", "waiting"]
+__all__ = [
+    "BatchProgress",
+    "Progress",
+    "batch_progress",
+    "progress_wanted",
+    "upload_progress",
+    "waiting",
+]
 
 
 class Progress(Protocol):
     def advance(self, amount: int) -> None: ...
 
 
+class BatchProgress(Protocol):
+    def show(self, ended: int, total: int, summary: str) -> None: ...
+
+
 class _Silent:
     def advance(self, amount: int) -> None:
+        pass
+
+    def show(self, ended: int, total: int, summary: str) -> None:
         pass
 
 
@@ -79,3 +93,50 @@ def waiting(what: str, *, enabled: bool) -> Iterator[None]:
     with RichProgress(*columns, console=Console(stderr=True), transient=True) as progress:
         progress.add_task("wait", total=None)
         yield
+
+
+class _BatchBar:
+    def __init__(self, progress: object, task: object) -> None:
+        self._progress = progress
+        self._task = task
+
+    def show(self, ended: int, total: int, summary: str) -> None:
+        self._progress.update(  # type: ignore[attr-defined]
+            self._task, completed=ended, total=total, summary=summary
+        )
+
+
+class _BatchLines:
+    """No terminal: a plain line on stderr each time the figures change."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._last = ""
+
+    def show(self, ended: int, total: int, summary: str) -> None:
+        line = f"{self._name}: {ended}/{total} ended  {summary}".rstrip()
+        if line != self._last:
+            print(line, file=sys.stderr, flush=True)
+            self._last = line
+
+
+@contextlib.contextmanager
+def batch_progress(name: str, *, bar: bool, lines: bool) -> Iterator[BatchProgress]:
+    """A bar over a batch's ended jobs (``bar``), else plain lines (``lines``)."""
+    if not bar:
+        yield _BatchLines(name) if lines else _Silent()
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as RichProgress
+
+    columns = (
+        TextColumn(name),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[summary]}"),
+        TimeElapsedColumn(),
+    )
+    with RichProgress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("batch", total=None, summary="")
+        yield _BatchBar(progress, task)
