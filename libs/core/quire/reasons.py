@@ -35,6 +35,10 @@ class ReasonCode(StrEnum):
     REQUEST_ID_TOO_LONG = "REQUEST_ID_TOO_LONG"
     INVALID_PAGE = "INVALID_PAGE"
     IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
+    # Completion notifications.
+    INVALID_NOTIFICATION_URL = "INVALID_NOTIFICATION_URL"
+    """A callback URL that is not https (or http to loopback where allowed), too long,
+    or carries a user name, password or fragment."""
     # Load shedding.
     TENANT_QUOTA_EXCEEDED = "TENANT_QUOTA_EXCEEDED"
     QUEUE_BACKLOG = "QUEUE_BACKLOG"

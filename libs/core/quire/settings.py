@@ -33,6 +33,7 @@ __all__ = [
     "RetentionSettings",
     "ValidationLimits",
     "WatchSettings",
+    "NotificationSettings",
     "BatchSettings",
     "service_address_var",
     "service_health_var",
@@ -540,4 +541,47 @@ class BatchSettings:
             finish_poll_seconds=setting_float(
                 env, "QUIRE_BATCH_FINISH_POLL_SECONDS", 0.5, minimum=0.05
             ),
+        )
+
+
+@dataclass(frozen=True)
+class NotificationSettings:
+    """Delivery of completion notifications to tenants' callback URLs
+    (admission's notifier; ``quire.notifysign`` says how they are signed)."""
+
+    max_attempts: int = 12
+    """Tries per notification before it is abandoned (each is listed to the tenant)."""
+    backoff_base_seconds: float = 2.0
+    """The first retry waits up to this; each further one up to twice as long (full jitter)."""
+    backoff_cap_seconds: float = 600.0
+    """The longest wait between two tries."""
+    timeout_seconds: float = 10.0
+    """One POST, from connecting to the last byte of the reply."""
+    concurrency: int = 16
+    """POSTs in flight at once in this process."""
+    tenant_concurrency: int = 4
+    """POSTs in flight at once to one tenant, so one slow receiver cannot take every slot."""
+    poll_seconds: float = 1.0
+    """How often the outbox is looked at for notifications due."""
+    allow_loopback_http: bool = False
+    """Accept ``http://`` URLs to a loopback address (the embedded stack sets it: tests,
+    a receiver on the same machine). Otherwise only ``https://``."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> NotificationSettings:
+        """``QUIRE_NOTIFY_*``; ``QUIRE_NOTIFY_LOOPBACK_HTTP=1`` allows http to loopback."""
+        env = os.environ if env is None else env
+        return cls(
+            max_attempts=setting_int(env, "QUIRE_NOTIFY_MAX_ATTEMPTS", 12, minimum=1),
+            backoff_base_seconds=setting_float(
+                env, "QUIRE_NOTIFY_BACKOFF_BASE_SECONDS", 2, minimum=0
+            ),
+            backoff_cap_seconds=setting_float(
+                env, "QUIRE_NOTIFY_BACKOFF_CAP_SECONDS", 600, minimum=0
+            ),
+            timeout_seconds=setting_float(env, "QUIRE_NOTIFY_TIMEOUT_SECONDS", 10, minimum=0.1),
+            concurrency=setting_int(env, "QUIRE_NOTIFY_CONCURRENCY", 16, minimum=1),
+            tenant_concurrency=setting_int(env, "QUIRE_NOTIFY_TENANT_CONCURRENCY", 4, minimum=1),
+            poll_seconds=setting_float(env, "QUIRE_NOTIFY_POLL_SECONDS", 1, minimum=0.05),
+            allow_loopback_http=env.get("QUIRE_NOTIFY_LOOPBACK_HTTP", "") == "1",
         )

@@ -256,6 +256,8 @@ class Stack:
         env.update({service_address_var(s): address for s, address in self.endpoints.items()})
         env.update({service_health_var(s): a for s, a in self.health_endpoints.items()})
         env.update({service_metrics_var(s): a for s, a in self.metrics_endpoints.items()})
+        # Everything listens on loopback here: a callback receiver on this machine may be http.
+        env.setdefault("QUIRE_NOTIFY_LOOPBACK_HTTP", "1")
         env.update(self._extra_env)
         if self.uses_development_kek:
             env["QUIRE_KEK_FILE"] = str(self.kek_ring)

@@ -10,6 +10,7 @@ from quire.admission.tenants import configured_operator_token
 from quire.settings import (
     AdmissionSettings,
     BatchSettings,
+    NotificationSettings,
     ReconcileSettings,
     ServiceSettings,
     TempSpaceSettings,
@@ -29,6 +30,7 @@ class AdmissionConfig:
     watch: WatchSettings
     reconcile: ReconcileSettings
     batch: BatchSettings
+    notifications: NotificationSettings
     operator_token: str | None
     """The configured first operator token (``QUIRE_OPERATOR_TOKEN_FILE``), checked for its shape."""
 
@@ -43,5 +45,6 @@ class AdmissionConfig:
             watch=WatchSettings.from_env(env),
             reconcile=ReconcileSettings.from_env(env),
             batch=BatchSettings.from_env(env),
+            notifications=NotificationSettings.from_env(env),
             operator_token=configured_operator_token(admission.operator_token_file),
         )

@@ -16,6 +16,9 @@ from quire.admission.dispatch import Dispatcher
 from quire.admission.finishes import EndTracker
 from quire.admission.intake import Intake
 from quire.admission.jobviews import JobViews
+from quire.admission.notificationdesk import Notifications
+from quire.admission.notifier import Notifier
+from quire.admission.notifysecrets import NotificationSecrets
 from quire.admission.outstanding import OutstandingJobs
 from quire.admission.reconciler import Reconciler
 from quire.admission.servicer import AdmissionServicer
@@ -81,6 +84,8 @@ async def main() -> None:
         temp_space=temp_guard,
         metrics=metrics,
     )
+    notify_secrets = NotificationSecrets(blobs.keys)
+    notifier = Notifier(database, notify_secrets, config.notifications)
     servicer = AdmissionServicer(
         database=database,
         blobs=blobs,
@@ -101,6 +106,7 @@ async def main() -> None:
         ),
         settings=admission,
         watches=watches,
+        notifications=Notifications(database, notify_secrets, config.notifications),
     )
     reconciler = Reconciler(
         database=database,
@@ -116,6 +122,7 @@ async def main() -> None:
     async def ready() -> None:
         sweeper.append(asyncio.create_task(dispatcher.sweep_forever()))
         sweeper.append(asyncio.create_task(reconciler.run_forever()))
+        sweeper.append(asyncio.create_task(notifier.run_forever()))
         sweeper.append(asyncio.create_task(ends.run_forever()))
 
     async def drain() -> None:

@@ -1,0 +1,189 @@
+"""A tenant's notification endpoint and the record of its deliveries: what
+``SetNotificationEndpoint``, ``GetNotificationEndpoint`` and
+``ListNotificationAttempts`` answer (``quire.admission.desks``).
+
+The endpoint's secret is made here, shown in the reply that made it and
+stored only sealed (``quire.admission.notifysecrets``). A retry of
+``SetNotificationEndpoint`` with the same request id replays the first
+reply without the secret (``secret_withheld``), as ``CreateToken`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import Session
+
+from quire.admission import tables
+from quire.admission.callbackurl import check_callback_url
+from quire.admission.notifysecrets import NotificationSecrets
+from quire.admission.tenants import Tenant
+from quire.admission.v1 import notification_pb2 as pb
+from quire.database import Database, as_utc, insert_if_absent
+from quire.errors import NotFound
+from quire.idempotency import RequestOnce
+from quire.settings import NotificationSettings
+
+__all__ = ["Notifications"]
+
+SET_ENDPOINT = "quire.admission.v1.AdmissionService/SetNotificationEndpoint"
+_SUBJECT_OWNERS = {
+    "jobs": (tables.jobs, tables.jobs.c.job),
+    "batches": (tables.batches, tables.batches.c.batch),
+}
+
+
+def _stamp(moment: datetime | None) -> Timestamp | None:
+    if moment is None:
+        return None
+    stamp = Timestamp()
+    stamp.FromDatetime(as_utc(moment))
+    return stamp
+
+
+def _without_secret(
+    reply: pb.SetNotificationEndpointResponse,
+) -> pb.SetNotificationEndpointResponse:
+    kept = pb.SetNotificationEndpointResponse()
+    kept.CopyFrom(reply)
+    if kept.secret:
+        kept.secret = ""
+        kept.secret_withheld = True
+    return kept
+
+
+class Notifications:
+    """Admission's ``NotificationDesk``: endpoints, their secrets, and the attempts."""
+
+    def __init__(
+        self,
+        database: Database,
+        secrets: NotificationSecrets,
+        settings: NotificationSettings,
+    ) -> None:
+        self._db = database
+        self._secrets = secrets
+        self._settings = settings
+
+    async def set_endpoint(
+        self, tenant: Tenant, request: pb.SetNotificationEndpointRequest
+    ) -> pb.SetNotificationEndpointResponse:
+        if request.url:
+            check_callback_url(request.url, allow_loopback_http=self._settings.allow_loopback_http)
+        once = RequestOnce(
+            tables.request_ids,
+            tenant.id,
+            SET_ENDPOINT,
+            request,
+            pb.SetNotificationEndpointResponse,
+            keep=_without_secret,
+        )
+        # Made before the transaction (the data key may need a file read); unused
+        # when the endpoint keeps its secret.
+        fresh = await asyncio.to_thread(self._secrets.make, tenant.id) if request.url else None
+
+        def act(session: Session) -> pb.SetNotificationEndpointResponse:
+            if not request.url:
+                return _remove(session, tenant.id)
+            assert fresh is not None
+            return _store(session, tenant.id, request, fresh)
+
+        return await self._db.run(lambda session: once.run(session, lambda: act(session)))
+
+    async def get_endpoint(self, tenant: Tenant) -> pb.NotificationEndpoint:
+        def read(session: Session) -> pb.NotificationEndpoint:
+            row = session.execute(_endpoint_query(tenant.id)).first()
+            if row is None:
+                return pb.NotificationEndpoint()
+            return pb.NotificationEndpoint(url=row.url, create_time=_stamp(row.created_at))
+
+        return await self._db.read(read)
+
+    async def list_attempts(
+        self, tenant: Tenant, request: pb.ListNotificationAttemptsRequest
+    ) -> pb.ListNotificationAttemptsResponse:
+        kind, _, ident = request.subject.partition("/")
+        if kind not in _SUBJECT_OWNERS or not ident or "/" in ident:
+            raise NotFound("no such job or batch")
+        return await self._db.read(lambda session: _attempts(session, tenant.id, request.subject))
+
+
+def _endpoint_query(tenant: str):  # type: ignore[no-untyped-def]
+    columns = tables.notification_endpoints.c
+    return select(columns.url, columns.created_at, columns.secret_sealed).where(
+        columns.tenant == tenant
+    )
+
+
+def _remove(session: Session, tenant: str) -> pb.SetNotificationEndpointResponse:
+    session.execute(
+        delete(tables.notification_endpoints).where(
+            tables.notification_endpoints.c.tenant == tenant
+        )
+    )
+    return pb.SetNotificationEndpointResponse(endpoint=pb.NotificationEndpoint())
+
+
+def _store(
+    session: Session,
+    tenant: str,
+    request: pb.SetNotificationEndpointRequest,
+    fresh: tuple[str, bytes],
+) -> pb.SetNotificationEndpointResponse:
+    secret, sealed = fresh
+    now = datetime.now(UTC)
+    made = insert_if_absent(
+        session,
+        tables.notification_endpoints,
+        {"tenant": tenant, "url": request.url, "secret_sealed": sealed, "created_at": now},
+    )
+    if not made:
+        values: dict[str, object] = {"url": request.url}
+        if request.rotate_secret:
+            values["secret_sealed"] = sealed
+        session.execute(
+            update(tables.notification_endpoints)
+            .where(tables.notification_endpoints.c.tenant == tenant)
+            .values(**values)
+        )
+    row = session.execute(_endpoint_query(tenant)).one()
+    shown = secret if made or request.rotate_secret else ""
+    return pb.SetNotificationEndpointResponse(
+        endpoint=pb.NotificationEndpoint(url=row.url, create_time=_stamp(row.created_at)),
+        secret=shown,
+    )
+
+
+def _attempts(session: Session, tenant: str, subject: str) -> pb.ListNotificationAttemptsResponse:
+    outbox = tables.notifications.c
+    row = session.execute(
+        select(outbox.delivered_at).where(outbox.tenant == tenant, outbox.subject == subject)
+    ).first()
+    if row is None:
+        kind, _, ident = subject.partition("/")
+        table, key = _SUBJECT_OWNERS[kind]
+        owned = session.execute(select(key).where(key == ident, table.c.tenant == tenant)).first()
+        if owned is None:
+            raise NotFound("no such job or batch")
+        return pb.ListNotificationAttemptsResponse()
+    attempts = tables.notification_attempts.c
+    rows = session.execute(
+        select(attempts.attempt, attempts.attempted_at, attempts.http_status, attempts.outcome)
+        .where(attempts.tenant == tenant, attempts.subject == subject)
+        .order_by(attempts.attempt)
+    ).all()
+    return pb.ListNotificationAttemptsResponse(
+        attempts=[
+            pb.NotificationAttempt(
+                attempt=r.attempt,
+                attempt_time=_stamp(r.attempted_at),
+                http_status=r.http_status,
+                outcome=r.outcome,
+            )
+            for r in rows
+        ],
+        deliver_time=_stamp(row.delivered_at),
+    )

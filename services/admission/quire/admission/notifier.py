@@ -1,0 +1,294 @@
+"""The notifier: delivers the outbox's completion notifications to tenants'
+callback URLs, signed (``quire.notifysign``), retried with capped exponential
+backoff and full jitter, every try recorded.
+
+It runs beside admission's other loops and never holds up completion: the
+end tracker only writes an outbox row (``quire.admission.outbox``). Rows are
+durable, so a restart resumes them. A row is claimed before its POST: the
+claiming transaction counts the attempt and moves ``next_attempt_at`` past
+the POST's timeout, so another replica leaves it alone (PostgreSQL also
+skips rows another claimer holds locked). If admission dies mid-POST, the row
+falls due again when the claim runs out and is sent again with the same
+delivery id; the receiver acts on a delivery id once, which is why
+"exactly one notification per job" is the receiver's to count. An attempt
+whose outcome was never recorded leaves a gap in the attempt numbers.
+
+Nothing about a notification's URL beyond its host, nor its payload or its
+secret, is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+import httpx
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from quire.admission import tables
+from quire.admission.notifysecrets import NotificationSecrets
+from quire.database import Database, insert_if_absent
+from quire.errors import PermanentError
+from quire.notifysign import DELIVERY_HEADER, SIGNATURE_HEADER, signature_header
+from quire.reasons import ReasonCode
+from quire.settings import NotificationSettings
+
+__all__ = ["Claim", "Notifier", "Outcome", "backoff_seconds"]
+
+log = logging.getLogger(__name__)
+CLAIM_MARGIN_SECONDS = 30.0
+"""Beyond the POST's timeout, how long a claim keeps other replicas off a row."""
+CANDIDATES_PER_SLOT = 4
+
+
+class Outcome(StrEnum):
+    DELIVERED = "DELIVERED"
+    REFUSED = "REFUSED"
+    TIMEOUT = "TIMEOUT"
+    UNREACHABLE = "UNREACHABLE"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One notification taken for one attempt."""
+
+    tenant: str
+    subject: str
+    delivery_id: str
+    payload: bytes
+    attempt: int
+    url: str
+    secret_sealed: bytes
+
+
+def backoff_seconds(attempt: int, settings: NotificationSettings) -> float:
+    """The wait after failed try ``attempt``: uniform in [0, min(cap, base * 2^(attempt-1))]."""
+    ceiling = min(settings.backoff_cap_seconds, settings.backoff_base_seconds * 2 ** (attempt - 1))
+    return random.uniform(0, ceiling)
+
+
+class Notifier:
+    """Admission's delivery loop (``run_forever``) over the notification outbox."""
+
+    def __init__(
+        self,
+        database: Database,
+        secrets: NotificationSecrets,
+        settings: NotificationSettings,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._db = database
+        self._secrets = secrets
+        self._settings = settings
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(settings.timeout_seconds),
+            follow_redirects=False,
+            transport=transport,
+            trust_env=False,
+        )
+        self._in_flight: dict[asyncio.Task[None], str] = {}
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Look at the outbox now rather than at the next poll."""
+        self._wake.set()
+
+    async def run_forever(self) -> None:
+        try:
+            while True:
+                free = self._settings.concurrency - len(self._in_flight)
+                claimed = await self._claim_safely(free) if free > 0 else []
+                for claim in claimed:
+                    task = asyncio.create_task(self._deliver_safely(claim))
+                    self._in_flight[task] = claim.tenant
+                    task.add_done_callback(self._done)
+                if len(claimed) < free or free <= 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), self._settings.poll_seconds)
+                    self._wake.clear()
+        finally:
+            for task in list(self._in_flight):
+                task.cancel()
+            await asyncio.gather(*self._in_flight, return_exceptions=True)
+            await self._http.aclose()
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.pop(task, None)
+        self._wake.set()
+
+    async def _claim_safely(self, limit: int) -> list[Claim]:
+        busy = Counter(self._in_flight.values())
+        try:
+            return await self._db.run(lambda session: self.claim(session, limit, busy))
+        except Exception:  # noqa: BLE001 - the database may be restarting: poll again
+            log.warning("notification outbox not readable; trying again", exc_info=True)
+            return []
+
+    def claim(self, session: Session, limit: int, busy: Counter[str] | None = None) -> list[Claim]:
+        """Take up to ``limit`` due notifications, at most ``tenant_concurrency``
+        in flight per tenant; abandon those past their last try or whose tenant
+        has removed its endpoint."""
+        now = datetime.now(UTC)
+        busy = Counter(busy or {})
+        rows = session.execute(_due(now, limit * CANDIDATES_PER_SLOT, session)).all()
+        lease = now + timedelta(seconds=self._settings.timeout_seconds + CLAIM_MARGIN_SECONDS)
+        taken: list[Claim] = []
+        for row in rows:
+            if row.url is None or row.attempts >= self._settings.max_attempts:
+                _settle(session, row.tenant, row.subject, abandoned_at=now)
+                continue
+            if len(taken) >= limit or busy[row.tenant] >= self._settings.tenant_concurrency:
+                continue
+            busy[row.tenant] += 1
+            attempt = row.attempts + 1
+            _settle(session, row.tenant, row.subject, attempts=attempt, next_attempt_at=lease)
+            taken.append(
+                Claim(
+                    row.tenant,
+                    row.subject,
+                    row.delivery_id,
+                    row.payload,
+                    attempt,
+                    row.url,
+                    row.secret_sealed,
+                )
+            )
+        return taken
+
+    async def _deliver_safely(self, claim: Claim) -> None:
+        try:
+            await self.deliver(claim)
+        except asyncio.CancelledError:
+            raise
+        except PermanentError as error:
+            if error.reason is ReasonCode.DATA_SHREDDED:
+                await self._db.run(
+                    lambda s: _settle(s, claim.tenant, claim.subject, abandoned_at=_now())
+                )
+            log.warning(
+                "notification not sent", extra={"tenant": claim.tenant, "reason": error.reason}
+            )
+        except Exception:  # noqa: BLE001 - the claim runs out and the row is tried again
+            log.warning(
+                "notification attempt not recorded",
+                extra={"tenant": claim.tenant, "subject": claim.subject},
+                exc_info=True,
+            )
+
+    async def deliver(self, claim: Claim) -> Outcome:
+        """One POST of ``claim``, and its record."""
+        secret = await asyncio.to_thread(self._secrets.open, claim.tenant, claim.secret_sealed)
+        outcome, status = await self._post(claim, secret)
+        await self._db.run(lambda session: self.record(session, claim, outcome, status))
+        log.info(
+            "notification attempt",
+            extra={
+                "tenant": claim.tenant,
+                "subject": claim.subject,
+                "attempt": claim.attempt,
+                "outcome": outcome.value,
+                "http_status": status,
+            },
+        )
+        return outcome
+
+    async def _post(self, claim: Claim, secret: str) -> tuple[Outcome, int]:
+        headers = {
+            "Content-Type": "application/json",
+            DELIVERY_HEADER: claim.delivery_id,
+            SIGNATURE_HEADER: signature_header(
+                secret, claim.delivery_id, claim.payload, int(time.time())
+            ),
+        }
+        try:
+            async with asyncio.timeout(self._settings.timeout_seconds):
+                # The reply's body is never read: only its status counts.
+                async with self._http.stream(
+                    "POST", claim.url, content=claim.payload, headers=headers
+                ) as reply:
+                    status = reply.status_code
+        except (TimeoutError, httpx.TimeoutException):
+            return Outcome.TIMEOUT, 0
+        except httpx.HTTPError:
+            return Outcome.UNREACHABLE, 0
+        return (Outcome.DELIVERED if 200 <= status < 300 else Outcome.REFUSED), status
+
+    def record(self, session: Session, claim: Claim, outcome: Outcome, status: int) -> None:
+        """The attempt, and what follows for the row, in one transaction. A row
+        another replica has claimed since (its claim ran out) is left to it."""
+        now = datetime.now(UTC)
+        insert_if_absent(
+            session,
+            tables.notification_attempts,
+            {
+                "tenant": claim.tenant,
+                "subject": claim.subject,
+                "attempt": claim.attempt,
+                "attempted_at": now,
+                "http_status": status,
+                "outcome": outcome.value,
+            },
+        )
+        if outcome is Outcome.DELIVERED:
+            _settle(session, claim.tenant, claim.subject, delivered_at=now)
+        elif claim.attempt >= self._settings.max_attempts:
+            _settle(session, claim.tenant, claim.subject, claim.attempt, abandoned_at=now)
+        else:
+            retry = now + timedelta(seconds=backoff_seconds(claim.attempt, self._settings))
+            _settle(session, claim.tenant, claim.subject, claim.attempt, next_attempt_at=retry)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _due(now: datetime, limit: int, session: Session) -> Any:
+    outbox, endpoints = tables.notifications, tables.notification_endpoints
+    query = (
+        select(
+            outbox.c.tenant,
+            outbox.c.subject,
+            outbox.c.delivery_id,
+            outbox.c.payload,
+            outbox.c.attempts,
+            endpoints.c.url,
+            endpoints.c.secret_sealed,
+        )
+        .outerjoin(endpoints, endpoints.c.tenant == outbox.c.tenant)
+        .where(
+            outbox.c.delivered_at.is_(None),
+            outbox.c.abandoned_at.is_(None),
+            outbox.c.next_attempt_at <= now,
+        )
+        .order_by(outbox.c.next_attempt_at)
+        .limit(limit)
+    )
+    if session.get_bind().dialect.name == "postgresql":
+        query = query.with_for_update(skip_locked=True, of=outbox)
+    return query
+
+
+def _settle(
+    session: Session, tenant: str, subject: str, attempt: int | None = None, **values: Any
+) -> None:
+    """Update an undelivered, unabandoned row (still at ``attempt``, when given)."""
+    outbox = tables.notifications.c
+    conditions = [
+        outbox.tenant == tenant,
+        outbox.subject == subject,
+        outbox.delivered_at.is_(None),
+        outbox.abandoned_at.is_(None),
+    ]
+    if attempt is not None:
+        conditions.append(outbox.attempts == attempt)
+    session.execute(update(tables.notifications).where(*conditions).values(**values))
