@@ -50,8 +50,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PHASES = ("queue_wait", "fetch", "validate", "render", "sign", "store")
-"""The phases a stage's duration is split into (``quire_stage_phase_seconds``)."""
+PHASES = ("queue_wait", "fetch", "validate", "render", "sign", "store", "sandbox_wait")
+"""The phases a stage's duration is split into (``quire_stage_phase_seconds``);
+``sandbox_wait``, the wait for a sandbox worker in the job's lane, is part of
+the phase that called the sandbox (validate, render, sign), shown on its own."""
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _DELIVERY_BUCKETS = (1, 2, 3, 4, 5, 8, 12, 20)

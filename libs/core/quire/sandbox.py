@@ -8,6 +8,12 @@ limit (RLIMIT_CPU, relative to what the worker has used) and a wall-clock
 timeout. A worker that dies, overruns or is abandoned is killed and replaced,
 and only the task it was running fails (``SandboxExhausted``): a hostile file
 costs its own job a retry, never another job, never the service.
+
+Work runs in one of two lanes (``quire.sandboxlanes``), the priority class of
+the job it serves. Each lane has its own processes: batch work runs in
+processes at a higher niceness (``SandboxSettings.batch_nice``), and in at
+most ``workers - reserved_workers`` of them at once, so a portfolio can never
+take every worker; when a worker frees, interactive callers are served first.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import math
 import multiprocessing
 import os
 import resource
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,9 +34,10 @@ from typing import Any, TypeVar
 
 from quire.errors import TransientError
 from quire.reasons import ReasonCode
+from quire.sandboxlanes import BATCH, INTERACTIVE, LANES, LaneGate, current_lane, sandbox_lane
 from quire.settings import SandboxSettings
 
-__all__ = ["Budget", "SandboxBusy", "SandboxPool", "SandboxExhausted"]
+__all__ = ["Budget", "SandboxBusy", "SandboxPool", "SandboxExhausted", "sandbox_lane"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -102,9 +110,10 @@ _READY = "ready"
 class _Worker:
     """One worker process and the pipe to it; replaced when it misbehaves."""
 
-    def __init__(self, settings: SandboxSettings, preload: tuple[str, ...]) -> None:
+    def __init__(self, settings: SandboxSettings, preload: tuple[str, ...], nice: int) -> None:
         self._settings = settings
         self._preload = preload
+        self._nice = nice
         self._process: Any = None
         self._connection: Connection | None = None
         self._started = False
@@ -116,7 +125,7 @@ class _Worker:
         parent, child = context.Pipe()
         process = context.Process(
             target=_serve,
-            args=(child, self._settings.memory_bytes, self._preload, self._settings.nice),
+            args=(child, self._settings.memory_bytes, self._preload, self._nice),
             daemon=True,
         )
         process.start()
@@ -194,21 +203,27 @@ def _preload_in_forkserver(modules: tuple[str, ...]) -> None:
 
 
 class SandboxPool:
-    """At most ``workers`` tasks at once, each in its own limited process."""
+    """At most ``workers`` tasks at once, each in its own limited process; batch
+    work in at most ``workers - reserved_workers`` of them, at lower CPU priority."""
 
     def __init__(
         self, settings: SandboxSettings, *, name: str = "sandbox", preload: tuple[str, ...] = ()
     ) -> None:
         _preload_in_forkserver(preload)
         self._name = name
+        nice = {INTERACTIVE: settings.nice, BATCH: settings.nice + settings.batch_nice}
+        size = {INTERACTIVE: settings.workers, BATCH: settings.batch_workers()}
+        self._lanes = {
+            lane: [_Worker(settings, preload, nice[lane]) for _ in range(size[lane])]
+            for lane in LANES
+        }
+        self._all = [worker for lane in LANES for worker in self._lanes[lane]]
         self._threads = ThreadPoolExecutor(
-            max_workers=settings.workers, thread_name_prefix=f"{name}-call"
+            max_workers=len(self._all), thread_name_prefix=f"{name}-call"
         )
-        self._all = [_Worker(settings, preload) for _ in range(settings.workers)]
-        self._idle: asyncio.Queue[_Worker] = asyncio.Queue()
+        self._gate: LaneGate[_Worker] = LaneGate(self._lanes, slots=settings.workers)
         self._recovering: set[asyncio.Task[None]] = set()
-        for worker in self._all:
-            self._idle.put_nowait(worker)
+        self._observe_wait: Callable[[str, float], None] | None = None
 
     async def run(
         self,
@@ -216,17 +231,30 @@ class SandboxPool:
         *args: Any,
         budget: Budget | None = None,
         wait_seconds: float | None = None,
+        lane: str | None = None,
     ) -> T:
         """Run ``fn(*args)`` in a worker process under the limits, and under
         ``budget`` where it is tighter. With ``wait_seconds``, wait at most that
-        long for a free worker (``SandboxBusy``)."""
-        if wait_seconds is None:
-            worker = await self._idle.get()
-        else:
-            try:
-                worker = await asyncio.wait_for(self._idle.get(), wait_seconds)
-            except TimeoutError:
-                raise SandboxBusy(f"{self._name}: no worker free in {wait_seconds:g}s") from None
+        long for a free worker (``SandboxBusy``). ``lane`` is interactive or
+        batch; by default the one ``sandbox_lane`` set (interactive outside any)."""
+        lane = lane or current_lane()
+        if lane not in self._lanes:
+            raise ValueError(f"no sandbox lane {lane!r}")
+        started = time.monotonic()
+        worker = await self._acquire(lane, wait_seconds)
+        if self._observe_wait is not None:
+            self._observe_wait(lane, time.monotonic() - started)
+        return await self._execute(lane, worker, fn, args, budget)
+
+    async def _execute(
+        self,
+        lane: str,
+        worker: _Worker,
+        fn: Callable[..., T],
+        args: tuple[Any, ...],
+        budget: Budget | None,
+    ) -> T:
+        """Run one task on ``worker`` (acquired in ``lane``), then hand it back."""
         loop = asyncio.get_running_loop()
         call = loop.run_in_executor(self._threads, worker.call, fn, args, budget)
         try:
@@ -236,33 +264,50 @@ class SandboxPool:
             # worker back only once that call has returned and the worker is reset,
             # so its answer can never reach the next caller.
             worker.kill()
-            recovery = asyncio.create_task(self._recover(call, worker))
+            recovery = asyncio.create_task(self._recover(call, lane, worker))
             self._recovering.add(recovery)
             recovery.add_done_callback(self._recovering.discard)
             raise
-        self._idle.put_nowait(worker)
+        self._gate.release(lane, worker)
         if ok:
             return value  # type: ignore[no-any-return]
         if isinstance(value, SandboxExhausted):
             log.warning("%s: %s; worker replaced", self._name, value.message)
         raise value
 
-    async def _recover(self, call: asyncio.Future[Any], worker: _Worker) -> None:
+    async def _acquire(self, lane: str, wait_seconds: float | None) -> _Worker:
+        if wait_seconds is None:
+            return await self._gate.acquire(lane)
+        try:
+            return await asyncio.wait_for(self._gate.acquire(lane), wait_seconds)
+        except TimeoutError:
+            raise SandboxBusy(f"{self._name}: no worker free in {wait_seconds:g}s") from None
+
+    async def _recover(self, call: asyncio.Future[Any], lane: str, worker: _Worker) -> None:
         try:
             await call
         except Exception:  # noqa: BLE001 - the abandoned call's outcome is discarded
             pass
         await asyncio.get_running_loop().run_in_executor(self._threads, worker.stop)
-        self._idle.put_nowait(worker)
+        self._gate.release(lane, worker)
 
     def count_replacements(self, count: Callable[[], None]) -> None:
         """Have ``count`` called whenever a worker process is replaced."""
         for worker in self._all:
             worker.on_replace = count
 
+    def observe_waits(self, observe: Callable[[str, float], None]) -> None:
+        """Have ``observe(lane, seconds)`` called with each call's wait for a worker."""
+        self._observe_wait = observe
+
     async def warm(self) -> None:
-        """Start every worker and load its libraries now, not on the first job."""
-        await asyncio.gather(*(self.run(_ready) for _ in self._all))
+        """Start every worker of every lane and load its libraries now, not on
+        the first job."""
+        await asyncio.gather(*(self._warm(lane) for lane in LANES for _ in self._lanes[lane]))
+
+    async def _warm(self, lane: str) -> None:
+        """One ready-check in ``lane`` (its wait is not a job's, so not observed)."""
+        await self._execute(lane, await self._gate.acquire(lane), _ready, (), None)
 
     def close(self) -> None:
         for worker in self._all:

@@ -161,6 +161,16 @@ class SandboxSettings:
     """Wall-clock timeout of one task; the worker is killed when it passes."""
     nice: int = 0
     """Added to the workers' scheduling niceness (a quarantine lane yields the CPU)."""
+    reserved_workers: int = 1
+    """Workers only interactive work may take: batch work holds at most
+    ``workers - reserved_workers`` at once, and always at least one."""
+    batch_nice: int = 10
+    """Added to ``nice`` for the processes that run batch work, so on a busy
+    machine the kernel gives interactive PDF work the CPU first."""
+
+    def batch_workers(self) -> int:
+        """How many tasks batch work may run at once (``quire.sandboxlanes``)."""
+        return max(1, self.workers - self.reserved_workers)
 
     @classmethod
     def from_env(
@@ -171,11 +181,15 @@ class SandboxSettings:
         prefix = f"QUIRE_{service.upper()}_{lane.upper()}_"
         base = cls(workers=1, nice=19) if lane == "quarantine" else cls()
         return cls(
-            workers=setting_int(env, prefix + "WORKERS", base.workers),
+            workers=setting_int(env, prefix + "WORKERS", base.workers, minimum=1),
             memory_bytes=setting_int(env, prefix + "MEMORY_BYTES", base.memory_bytes),
             cpu_seconds=setting_int(env, prefix + "CPU_SECONDS", base.cpu_seconds),
             wall_seconds=setting_float(env, prefix + "WALL_SECONDS", base.wall_seconds),
             nice=setting_int(env, prefix + "NICE", base.nice),
+            reserved_workers=setting_int(
+                env, prefix + "RESERVED_WORKERS", base.reserved_workers, minimum=0
+            ),
+            batch_nice=setting_int(env, prefix + "BATCH_NICE", base.batch_nice, minimum=0),
         )
 
 

@@ -50,6 +50,7 @@ from quire.leases import Lease, LeaseStore, lease_key
 from quire.metrics import StageMeter
 from quire.pipeline import Stage, State
 from quire.reasons import ReasonCode
+from quire.sandboxlanes import BATCH, INTERACTIVE, sandbox_lane
 from quire.settings import QueueSettings
 from quire.taskbinding import read_task
 from quire.telemetry import extract_context, record_failure
@@ -239,11 +240,13 @@ class StageRunner:
             set_status_on_exception=False,
         ) as span:
             try:
-                if self._meter is None:
-                    settlement = await self._run(task, attempt, span)
-                else:
-                    with self._meter.delivery(priority, waited):
+                # The job's class is the lane of every sandbox call its work makes.
+                with sandbox_lane(BATCH if priority == BATCH else INTERACTIVE):
+                    if self._meter is None:
                         settlement = await self._run(task, attempt, span)
+                    else:
+                        with self._meter.delivery(priority, waited):
+                            settlement = await self._run(task, attempt, span)
             except Exception as error:  # noqa: BLE001 - database or queue trouble: retry
                 log.warning(
                     "job %s attempt %d: %s; will retry", task.job, attempt, type(error).__name__

@@ -107,6 +107,11 @@ async def run_stage_service(
     gate = await JobGate.open(js, wire.signer, wire.verifier)
     publisher = Publisher(js, signer=wire.signer)
     work, register = build(database, blobs, gate, publisher)
+    meter = StageMeter(
+        metrics, stage_name, settings.concurrency + batch_slots(settings.concurrency)
+    )
+    # Each class's wait for a sandbox worker: what the lanes' priority hand-off changes.
+    sandbox.observe_waits(lambda lane, seconds: meter.observe(lane, "sandbox_wait", seconds))
     runner = StageRunner(
         stage=spec.stage,
         work=work,
@@ -115,9 +120,7 @@ async def run_stage_service(
         events=EventFactory(settings.service, settings.instance, settings.build_version),
         queue=settings.queue,
         gate=gate,
-        meter=StageMeter(
-            metrics, stage_name, settings.concurrency + batch_slots(settings.concurrency)
-        ),
+        meter=meter,
     )
     queues = QueueGauges(js, stage_name, metrics, budget_seconds=settings.queue.age_budget_seconds)
     if settings.service in ("validator", "assembler"):
