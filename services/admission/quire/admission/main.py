@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 
 import grpc
 
 from quire.admission import tables
 from quire.admission.admin import TenantAdminServicer
+from quire.admission.batchdispatch import BatchDispatcher
+from quire.admission.batches import Batches
 from quire.admission.cancellation import Canceller
 from quire.admission.catalog import RulesetCatalog
 from quire.admission.config import AdmissionConfig
 from quire.admission.dispatch import Dispatcher
+from quire.admission.dispatchlease import DispatchLease
 from quire.admission.finishes import EndTracker
 from quire.admission.intake import Intake
 from quire.admission.jobviews import JobViews
@@ -74,18 +78,32 @@ async def main() -> None:
     pages = PageTokens.for_service(settings.identity)
     views = JobViews(database, audit, outstanding, pages=pages)
     watches = WatchRelay(audit, outstanding, config.watch)
+    catalog = RulesetCatalog(validator_service_pb2_grpc.ValidatorServiceStub(validator_channel))
     intake = Intake(
         database,
         events,
         admission,
         backlog=QueueAgeProbe(js, cache_seconds=admission.queue_age_cache_seconds),
         outstanding=outstanding,
-        catalog=RulesetCatalog(validator_service_pb2_grpc.ValidatorServiceStub(validator_channel)),
+        catalog=catalog,
         temp_space=temp_guard,
         metrics=metrics,
     )
     notify_secrets = NotificationSecrets(blobs.keys)
     notifier = Notifier(database, notify_secrets, config.notifications)
+    ends = EndTracker(database, audit, poll_seconds=config.batch.finish_poll_seconds)
+    batch_dispatcher = BatchDispatcher(
+        database,
+        intake,
+        dispatcher,
+        config.batch,
+        admission,
+        lease=DispatchLease(
+            f"{settings.instance}:{secrets.token_hex(8)}", config.batch.lease_seconds
+        ),
+        backlog=QueueAgeProbe(js, cache_seconds=admission.queue_age_cache_seconds),
+        outstanding=outstanding,
+    )
     servicer = AdmissionServicer(
         database=database,
         blobs=blobs,
@@ -106,6 +124,16 @@ async def main() -> None:
         ),
         settings=admission,
         watches=watches,
+        batches=Batches(
+            database,
+            blobs,
+            audit,
+            config.batch,
+            admission,
+            ends=ends,
+            pages=pages,
+            catalog=catalog,
+        ),
         notifications=Notifications(database, notify_secrets, config.notifications),
     )
     reconciler = Reconciler(
@@ -116,7 +144,6 @@ async def main() -> None:
         settings=config.reconcile,
         queues={stage: QueueAgeProbe(js, cache_seconds=1.0, stage=stage) for stage in STAGE_NAMES},
     )
-    ends = EndTracker(database, audit, poll_seconds=config.batch.finish_poll_seconds)
     sweeper: list[asyncio.Task[None]] = []
 
     async def ready() -> None:
@@ -124,6 +151,7 @@ async def main() -> None:
         sweeper.append(asyncio.create_task(reconciler.run_forever()))
         sweeper.append(asyncio.create_task(notifier.run_forever()))
         sweeper.append(asyncio.create_task(ends.run_forever()))
+        sweeper.append(asyncio.create_task(batch_dispatcher.run_forever()))
 
     async def drain() -> None:
         watches.close()
@@ -131,6 +159,8 @@ async def main() -> None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        with contextlib.suppress(Exception):  # another replica takes it at expiry anyway
+            await batch_dispatcher.release()
 
     def register(server: grpc.aio.Server) -> None:
         pb_grpc.add_AdmissionServiceServicer_to_server(servicer, server)

@@ -1,0 +1,69 @@
+"""Which admission replica dispatches batches: one lease row in admission's
+own database, taken and renewed by a compare-and-set.
+
+A replica holds the lease while its ``expires_at`` is ahead; it renews it on
+every tick, and checks it again inside each page's transaction, so a replica
+that stalled past its lease (and was replaced) commits no page after that.
+Exactly-once child creation does not rest on the lease — each page re-reads
+the batch's ``next_index`` under the batch row's lock — the lease keeps one
+dispatcher's window, rate and fair-share bookkeeping the only one in force.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import or_, select, update
+from sqlalchemy.orm import Session
+
+from quire.admission import tables
+from quire.database import as_utc, insert_if_absent
+
+__all__ = ["DispatchLease"]
+
+DUTY = "batches"
+
+
+@dataclass(frozen=True)
+class DispatchLease:
+    holder: str
+    """This process: unique per start, so a restarted replica is a new holder."""
+    seconds: float
+
+    def take(self, session: Session) -> bool:
+        """Take or renew the lease; False while another holder's is live."""
+        table = tables.dispatch_lease
+        now = datetime.now(UTC)
+        expires = now + timedelta(seconds=self.seconds)
+        row = {"duty": DUTY, "holder": self.holder, "expires_at": expires}
+        if insert_if_absent(session, table, row):
+            return True
+        taken = session.execute(
+            update(table)
+            .where(
+                table.c.duty == DUTY,
+                or_(table.c.holder == self.holder, table.c.expires_at <= now),
+            )
+            .values(holder=self.holder, expires_at=expires)
+        )
+        return bool(taken.rowcount == 1)  # type: ignore[attr-defined]
+
+    def holds(self, session: Session) -> bool:
+        """Whether this process holds a live lease, read in the caller's transaction."""
+        table = tables.dispatch_lease
+        row = session.execute(select(table).where(table.c.duty == DUTY)).first()
+        return (
+            row is not None
+            and row.holder == self.holder
+            and as_utc(row.expires_at) > datetime.now(UTC)
+        )
+
+    def release(self, session: Session) -> None:
+        """On drain: let another replica take over at once."""
+        table = tables.dispatch_lease
+        session.execute(
+            update(table)
+            .where(table.c.duty == DUTY, table.c.holder == self.holder)
+            .values(expires_at=datetime.now(UTC))
+        )

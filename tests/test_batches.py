@@ -1,0 +1,247 @@
+"""Batches on the real stack: SubmitBatch persists a batch at once and the
+dispatcher makes one job per packet; GetBatch and ListBatchJobs show it;
+CancelBatch in the middle stops what was not dispatched, lets the rest
+finish, and the reported counts, the packets and audit's ledger agree."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+import uuid
+from pathlib import Path
+
+import grpc
+import pytest
+
+from quire.admission.v1 import admission_service_pb2 as pb
+from quire.admission.v1 import batch_pb2
+from quire.audit.v1 import audit_service_pb2 as apb
+from quire.audit.v1 import audit_service_pb2_grpc as agrpc
+from quire.cli.args import bearer_metadata
+from quire.client import AdmissionClient
+from quire.grpcstatus import details_of
+from quire.jobs import TERMINAL_STATES, state_name
+from quire.stack.supervisor import StackInfo
+from quire.testing.pdfs import write_text_pdf
+from quire.tls import aio_channel
+from quire.type import job_pb2
+
+pytestmark = pytest.mark.stack
+
+
+async def upload_pdf(client: AdmissionClient, folder: Path) -> str:
+    """One small PDF, uploaded once; every packet of a test's batch reuses it."""
+    path = write_text_pdf(folder / f"{uuid.uuid4().hex}.pdf", [f"packet {uuid.uuid4()}"])
+    return (await client.upload(path)).sha256
+
+
+def packets(sha256: str, count: int, *, prefix: str = "") -> list[batch_pb2.BatchPacket]:
+    manifest = job_pb2.Manifest(
+        items=[job_pb2.ManifestItem(position=0, document_id="doc", sha256=sha256)]
+    )
+    return [
+        batch_pb2.BatchPacket(bundle_id=f"{prefix}{index}" if prefix else "", manifest=manifest)
+        for index in range(count)
+    ]
+
+
+async def children(client: AdmissionClient, name: str) -> list[batch_pb2.BatchJob]:
+    return [job async for job in client.batch_jobs(name, page_size=200)]
+
+
+async def wait_batch(
+    client: AdmissionClient, name: str, timeout: float, *, until: str = "ended"
+) -> batch_pb2.Batch:
+    """The batch once it has ended (finish_time set), polling GetBatch."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            batch = await client.get_batch(name)
+            if batch.HasField("finish_time"):
+                return batch
+        except grpc.aio.AioRpcError as error:
+            if error.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+        if time.monotonic() > deadline:
+            raise AssertionError(f"batch {name} not ended within {timeout:.0f}s")
+        await asyncio.sleep(0.5)
+
+
+async def accepted_in_ledger(info: StackInfo, jobs: list[str]) -> set[str]:
+    """The jobs among ``jobs`` whose ledger history holds their ACCEPTED entry."""
+    operator = bearer_metadata(info.operator_token())
+    found: set[str] = set()
+    async with aio_channel(info.endpoints["audit"], None) as channel:
+        audit = agrpc.AuditServiceStub(channel)
+        for job in jobs:
+            reply = await audit.ListJobEvents(
+                apb.ListJobEventsRequest(job=job, page_size=1000), metadata=operator
+            )
+            states = {state_name(entry.event.to_state) for entry in reply.entries}
+            if "ACCEPTED" in states:
+                found.add(job)
+    return found
+
+
+async def test_an_inline_batch_becomes_one_job_per_packet_listed_in_index_order(
+    tenants, tmp_path: Path
+) -> None:
+    client = await tenants("batch-inline")
+    sha256 = await upload_pdf(client, tmp_path)
+    started = time.monotonic()
+    batch = await client.submit_batch(packets(sha256, 12, prefix="lease-"))
+    assert time.monotonic() - started < 5, "persisted and answered at once"
+    assert batch.name.startswith("batches/") and len(batch.name) == len("batches/") + 32
+    assert batch.state == batch_pb2.BATCH_STATE_DISPATCHING
+    assert batch.packet_count == 12 and batch.dispatched_count == 0
+    done = await wait_batch(client, batch.name, 180)
+    assert done.state == batch_pb2.BATCH_STATE_DONE
+    assert (done.dispatched_count, done.terminal_count) == (12, 12)
+    assert {(c.state, c.count) for c in done.job_counts} == {(job_pb2.JOB_STATE_COMPLETED, 12)}
+    first = await client.list_batch_jobs(batch.name, page_size=5)
+    assert len(first.jobs) == 5 and first.next_page_token
+    every = await children(client, batch.name)
+    assert [job.index for job in every] == list(range(12))
+    assert [job.bundle_id for job in every] == [f"lease-{i}" for i in range(12)]
+    assert len({job.job for job in every}) == 12, "one distinct job per packet"
+    assert all(job.state == job_pb2.JOB_STATE_COMPLETED for job in every)
+    child = await client.get_job(every[3].job)
+    assert (child.bundle_id, child.batch) == ("lease-3", batch.name)
+    assert child.state == job_pb2.JOB_STATE_COMPLETED
+
+
+async def test_the_same_request_id_returns_the_same_batch_and_another_request_is_refused(
+    tenants, tmp_path: Path
+) -> None:
+    client = await tenants("batch-retry")
+    sha256 = await upload_pdf(client, tmp_path)
+    request_id = uuid.uuid4().hex
+    first = await client.submit_batch(packets(sha256, 3), request_id=request_id)
+    again = await client.submit_batch(packets(sha256, 3), request_id=request_id)
+    assert again.name == first.name
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await client.submit_batch(packets(sha256, 4), request_id=request_id)
+    assert refused.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert details_of(refused.value).reason == "IDEMPOTENCY_KEY_REUSED"
+    other = await tenants("batch-other")
+    with pytest.raises(grpc.aio.AioRpcError) as hidden:
+        await other.get_batch(first.name)
+    assert hidden.value.code() == grpc.StatusCode.NOT_FOUND, "another tenant's batch"
+    await wait_batch(client, first.name, 120)
+
+
+async def test_a_batch_from_an_uploaded_manifest_keeps_its_bundle_ids(
+    tenants, tmp_path: Path
+) -> None:
+    client = await tenants("batch-manifest")
+    sha256 = await upload_pdf(client, tmp_path)
+    document = {
+        "packets": [
+            {
+                "bundle_id": f"unit-{n}",
+                "items": [{"position": 0, "document_id": "lease", "sha256": sha256}],
+            }
+            for n in range(4)
+        ]
+    }
+    data = json.dumps(document).encode()
+    source = await client.upload_bytes(data, "application/json")
+    assert source.sha256 == hashlib.sha256(data).hexdigest()
+    batch = await client.submit_batch(manifest_sha256=source.sha256)
+    assert batch.packet_count == 4
+    done = await wait_batch(client, batch.name, 120)
+    assert done.state == batch_pb2.BATCH_STATE_DONE
+    every = await children(client, batch.name)
+    assert [job.bundle_id for job in every] == [f"unit-{n}" for n in range(4)]
+
+
+async def test_invalid_packets_are_refused_with_each_violation_named_by_its_packet(
+    tenants, tmp_path: Path
+) -> None:
+    client = await tenants("batch-invalid")
+    sha256 = await upload_pdf(client, tmp_path)
+    bad = packets(sha256, 4, prefix="p")
+    bad[1].manifest.items[0].sha256 = "cd" * 32  # never uploaded
+    bad[2].bundle_id = "p0"  # the first packet's
+    bad[3].bundle_id = "has space"
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await client.submit_batch(bad)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    fields = {(field, reason) for field, _, reason in details_of(refused.value).violations}
+    assert fields == {
+        ("packets[1].manifest.items[0].sha256", "UNKNOWN_SOURCE"),
+        ("packets[2].bundle_id", "DUPLICATE_BUNDLE_ID"),
+        ("packets[3].bundle_id", "BAD_BUNDLE_ID"),
+    }
+    many = packets("cd" * 32, 60)
+    with pytest.raises(grpc.aio.AioRpcError) as capped:
+        await client.submit_batch(many)
+    violations = details_of(capped.value).violations
+    assert len(violations) == 41 and violations[-1][2] == "MORE", "40 shown, then a count"
+
+
+async def test_submit_job_keeps_a_valid_bundle_id_and_refuses_a_bad_one(
+    tenants, tmp_path: Path
+) -> None:
+    client = await tenants("bundle-job")
+    sha256 = await upload_pdf(client, tmp_path)
+    manifest = job_pb2.Manifest(
+        items=[job_pb2.ManifestItem(position=0, document_id="doc", sha256=sha256)]
+    )
+    request = pb.SubmitJobRequest(
+        request_id=uuid.uuid4().hex, manifest=manifest, bundle_id="contract:42.v1"
+    )
+    job = await client.submit_request(request)
+    assert job.bundle_id == "contract:42.v1"
+    assert (await client.get_job(job.name)).bundle_id == "contract:42.v1"
+    listed = (await client.list_jobs(page_size=1000)).jobs
+    assert [j.bundle_id for j in listed if j.name == job.name] == ["contract:42.v1"]
+    other = pb.SubmitJobRequest(request_id=request.request_id, manifest=manifest, bundle_id="x")
+    with pytest.raises(grpc.aio.AioRpcError) as reused:
+        await client.submit_request(other)
+    assert reused.value.code() == grpc.StatusCode.ALREADY_EXISTS, "bundle_id is in the request"
+    bad = pb.SubmitJobRequest(request_id=uuid.uuid4().hex, manifest=manifest, bundle_id="a/b")
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await client.submit_request(bad)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert [v[0] for v in details_of(refused.value).violations] == ["bundle_id"]
+
+
+async def test_cancel_in_the_middle_stops_the_rest_and_the_counts_and_ledger_agree(
+    stack, tenants, tmp_path: Path
+) -> None:
+    # A small quota holds the batch mid-dispatch: at most 3 of its jobs at once.
+    client = await tenants("batch-cancel", max_outstanding_jobs=3)
+    sha256 = await upload_pdf(client, tmp_path)
+    batch = await client.submit_batch(packets(sha256, 30))
+    deadline = time.monotonic() + 60
+    while (await client.get_batch(batch.name)).dispatched_count < 2:
+        assert time.monotonic() < deadline, "the dispatcher started the batch"
+        await asyncio.sleep(0.2)
+    reply = await client.cancel_batch(batch.name)
+    dispatched = reply.batch.dispatched_count
+    assert reply.batch.state == batch_pb2.BATCH_STATE_CANCELLED
+    assert 2 <= dispatched < 30, "cancelled in the middle"
+    assert reply.not_dispatched_cancelled == 30 - dispatched
+    assert reply.in_flight_finishing + reply.already_terminal == dispatched
+    assert reply.not_dispatched_cancelled + reply.in_flight_finishing + reply.already_terminal == 30
+    ended = await wait_batch(client, batch.name, 120)
+    assert ended.state == batch_pb2.BATCH_STATE_CANCELLED
+    assert ended.dispatched_count == dispatched, "no child dispatched after the cancel"
+    assert ended.terminal_count == dispatched, "every dispatched child ended"
+    assert ended.cancelled_undispatched_count == 30 - dispatched
+    every = await children(client, batch.name)
+    with_job = [job for job in every if job.job]
+    assert len(with_job) == dispatched
+    assert all(job.cancelled_undispatched for job in every if not job.job)
+    assert all(state_name(job.state) in TERMINAL_STATES for job in with_job)
+    tenant_jobs = [job.name for job in (await client.list_jobs(page_size=1000)).jobs]
+    assert sorted(tenant_jobs) == sorted(job.job for job in with_job), "no other job was made"
+    info = StackInfo.read(stack.data_dir)
+    accepted = await accepted_in_ledger(info, tenant_jobs)
+    assert accepted == set(tenant_jobs), "the ledger holds exactly the dispatched children"
+    again = await client.cancel_batch(batch.name)
+    assert (again.not_dispatched_cancelled, again.in_flight_finishing) == (30 - dispatched, 0)
+    assert again.already_terminal == dispatched
