@@ -25,7 +25,7 @@ import grpc
 
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
-from quire.admission.v1 import batch_pb2
+from quire.admission.v1 import batch_pb2, notification_pb2
 from quire.admission.v1 import tenant_admin_service_pb2 as admin_pb
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
 from quire.grpcserver import TraceClientInterceptors
@@ -234,6 +234,33 @@ class AdmissionClient:
         reply counts both, and those already ended."""
         return await self._stub.CancelBatch(
             batch_pb2.CancelBatchRequest(name=name, request_id=request_id or new_request_id()),
+            metadata=self._metadata,
+        )
+
+    # Completion notifications (README "Completion notifications").
+    async def set_notification_endpoint(
+        self, url: str, *, rotate_secret: bool = False, request_id: str | None = None
+    ) -> notification_pb2.SetNotificationEndpointResponse:
+        """Register ``url`` for this tenant's completion notifications (empty:
+        remove it). The reply holds the HMAC secret when one was made."""
+        return await self._stub.SetNotificationEndpoint(
+            notification_pb2.SetNotificationEndpointRequest(
+                url=url, rotate_secret=rotate_secret, request_id=request_id or new_request_id()
+            ),
+            metadata=self._metadata,
+        )
+
+    async def get_notification_endpoint(self) -> notification_pb2.NotificationEndpoint:
+        return await self._stub.GetNotificationEndpoint(
+            notification_pb2.GetNotificationEndpointRequest(), metadata=self._metadata
+        )
+
+    async def list_notification_attempts(
+        self, subject: str
+    ) -> notification_pb2.ListNotificationAttemptsResponse:
+        """Every delivery attempt for ``subject`` ("jobs/{job}" or "batches/{batch}")."""
+        return await self._stub.ListNotificationAttempts(
+            notification_pb2.ListNotificationAttemptsRequest(subject=subject),
             metadata=self._metadata,
         )
 

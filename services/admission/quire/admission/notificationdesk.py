@@ -163,9 +163,9 @@ def _attempts(session: Session, tenant: str, subject: str) -> pb.ListNotificatio
         select(outbox.delivered_at).where(outbox.tenant == tenant, outbox.subject == subject)
     ).first()
     if row is None:
-        kind, _, ident = subject.partition("/")
-        table, key = _SUBJECT_OWNERS[kind]
-        owned = session.execute(select(key).where(key == ident, table.c.tenant == tenant)).first()
+        table, key = _SUBJECT_OWNERS[subject.partition("/")[0]]
+        # Both tables key their rows by the full name ("jobs/…", "batches/…").
+        owned = session.execute(select(key).where(key == subject, table.c.tenant == tenant)).first()
         if owned is None:
             raise NotFound("no such job or batch")
         return pb.ListNotificationAttemptsResponse()

@@ -45,8 +45,8 @@ from quire.settings import NotificationSettings
 __all__ = ["Claim", "Notifier", "Outcome", "backoff_seconds"]
 
 log = logging.getLogger(__name__)
-CLAIM_MARGIN_SECONDS = 30.0
-"""Beyond the POST's timeout, how long a claim keeps other replicas off a row."""
+CLAIM_MARGIN_SECONDS = 5.0
+"""A claim keeps other replicas off a row for twice the POST's timeout and this."""
 CANDIDATES_PER_SLOT = 4
 
 
@@ -141,7 +141,7 @@ class Notifier:
         now = datetime.now(UTC)
         busy = Counter(busy or {})
         rows = session.execute(_due(now, limit * CANDIDATES_PER_SLOT, session)).all()
-        lease = now + timedelta(seconds=self._settings.timeout_seconds + CLAIM_MARGIN_SECONDS)
+        lease = now + timedelta(seconds=2 * self._settings.timeout_seconds + CLAIM_MARGIN_SECONDS)
         taken: list[Claim] = []
         for row in rows:
             if row.url is None or row.attempts >= self._settings.max_attempts:

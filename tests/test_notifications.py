@@ -1,0 +1,212 @@
+"""Completion notifications on the real stack: a tenant registers a callback
+URL, and a receiver started here — unreachable at first, then failing its
+first tries with a 500 and a hang — gets exactly one valid signed notification
+per finished job, refuses a replayed or tampered one, while polling keeps
+working; every try is listed by ListNotificationAttempts. Admission is killed
+while notifications are pending and delivers them after its restart.
+
+The stack runs with short backoff and timeouts (``QUIRE_NOTIFY_*``)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+
+from quire.client import AdmissionClient, PacketItem, TenantAdminClient
+from quire.grpcstatus import details_of
+from quire.jobs import state_name
+from quire.notifysign import (
+    DELIVERY_HEADER,
+    SIGNATURE_HEADER,
+    SignatureRejected,
+    verify,
+)
+from quire.stack.ports import free_port
+from quire.stack.supervisor import Stack, StackInfo
+from quire.testing.callbackreceiver import CallbackReceiver
+from quire.testing.pdfs import write_text_pdf
+from quire.type import job_pb2
+
+pytestmark = pytest.mark.stack
+
+NOTIFY_ENV = {
+    "QUIRE_NOTIFY_BACKOFF_BASE_SECONDS": "0.2",
+    "QUIRE_NOTIFY_BACKOFF_CAP_SECONDS": "0.8",
+    "QUIRE_NOTIFY_TIMEOUT_SECONDS": "1",
+    "QUIRE_NOTIFY_POLL_SECONDS": "0.1",
+    "QUIRE_NOTIFY_MAX_ATTEMPTS": "40",
+    "QUIRE_BATCH_FINISH_POLL_SECONDS": "0.2",
+    "QUIRE_DRAIN_SECONDS": "5",
+}
+
+
+@pytest.fixture(scope="module")
+def notify_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A stack of its own: short notification backoff, and admission may be killed."""
+    running = Stack(tmp_path_factory.mktemp("notify-stack"), env=NOTIFY_ENV)
+    running.start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+async def tenant(notify_stack: Stack) -> AsyncIterator[AdmissionClient]:
+    """A fresh tenant of ``notify_stack``."""
+    info = StackInfo.read(notify_stack.data_dir)
+    async with TenantAdminClient(info.endpoints["admission"], info.operator_token()) as admin:
+        made = await admin.create_tenant(f"notify-{uuid.uuid4().hex[:8]}")
+    async with AdmissionClient(info.endpoints["admission"], made.secret) as client:
+        yield client
+
+
+async def _submit_jobs(client: AdmissionClient, tmp_path: Path) -> dict[str, str]:
+    """Three packets that complete and one that is rejected: job name -> expected state."""
+    expected = {}
+    for n in range(3):
+        pdf = write_text_pdf(tmp_path / f"ok{n}.pdf", [f"notify {n} {uuid.uuid4().hex}"])
+        digest = (await client.upload(pdf)).sha256
+        expected[(await client.submit([PacketItem(f"ok{n}", digest)])).name] = "COMPLETED"
+    whole = write_text_pdf(tmp_path / "whole.pdf", [f"cut {uuid.uuid4().hex}"] * 3).read_bytes()
+    cut = tmp_path / "cut.pdf"
+    cut.write_bytes(whole[: len(whole) * 2 // 3])
+    digest = (await client.upload(cut)).sha256
+    expected[(await client.submit([PacketItem("cut", digest)])).name] = "REJECTED"
+    return expected
+
+
+async def _attempts_until(client: AdmissionClient, names, done, timeout: float = 60.0):  # type: ignore[no-untyped-def]
+    """Each job's ListNotificationAttempts once ``done`` holds for all of them."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        replies = {}
+        try:
+            for name in names:
+                replies[name] = await client.list_notification_attempts(name)
+        except grpc.aio.AioRpcError as error:  # admission restarting
+            if error.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+        else:
+            if all(done(reply) for reply in replies.values()):
+                return replies
+        assert asyncio.get_running_loop().time() < deadline, f"not yet: {replies}"
+        await asyncio.sleep(0.2)
+
+
+async def test_a_failing_receiver_gets_exactly_one_valid_signed_notification_per_finished_job(
+    notify_stack: Stack, tenant: AdmissionClient, tmp_path: Path
+) -> None:
+    receiver = CallbackReceiver(free_port(), script=("error", "hang"), hang_seconds=2.5)
+    registered = await tenant.set_notification_endpoint(receiver.url)
+    receiver.secret = registered.secret
+    assert registered.endpoint.url == receiver.url and len(receiver.secret) == 64
+
+    expected = await _submit_jobs(tenant, tmp_path)
+    for name, state in expected.items():  # polling works without the receiver
+        job = await tenant.wait(name, timeout=90)
+        assert state_name(job.state) == state
+    # Nobody listens yet: every job's notification fails its first tries...
+    await _attempts_until(tenant, expected, lambda r: len(r.attempts) >= 1)
+    # ...and survives admission dying.
+    restarts = notify_stack.restarts("admission")
+    notify_stack.kill("admission")
+    await asyncio.to_thread(notify_stack.wait_healthy)
+    assert notify_stack.restarts("admission") > restarts
+
+    receiver.start()
+    try:
+        listed = await _attempts_until(tenant, expected, lambda r: r.HasField("deliver_time"))
+        await asyncio.sleep(2.0)  # time for any duplicate to arrive
+        await _assert_replays_and_tampering_refused(receiver)
+    finally:
+        receiver.stop()
+
+    by_job = {doc["name"]: (delivery, doc) for delivery, doc in receiver.accepted.items()}
+    assert sorted(by_job) == sorted(expected), "exactly one accepted notification per job"
+    for name, state in expected.items():
+        delivery_id, document = by_job[name]
+        job = await tenant.get_job(name)
+        assert (document["state"], document["terminal"]) == (state, True)
+        assert document["output_digest"] == (job.output_digest or None)
+        if state == "REJECTED":
+            assert document["failure_code"] == job.reason_code == "MALFORMED_PDF"
+        assert receiver.verdicts(delivery_id)[:3] == ["error", "hang", "accepted"]
+        outcomes = [(a.outcome, a.http_status) for a in listed[name].attempts]
+        assert outcomes[0] == ("UNREACHABLE", 0)
+        assert outcomes[-3:] == [("REFUSED", 500), ("TIMEOUT", 0), ("DELIVERED", 204)]
+        numbers = [a.attempt for a in listed[name].attempts]
+        assert numbers == sorted(set(numbers))
+    assert (await tenant.get_job(next(iter(expected)))).state == job_pb2.JOB_STATE_COMPLETED
+
+
+async def _assert_replays_and_tampering_refused(receiver: CallbackReceiver) -> None:
+    accepted = next(r for r in receiver.received if r.verdict == "accepted")
+    headers = {DELIVERY_HEADER: accepted.delivery_id, SIGNATURE_HEADER: accepted.signature}
+    async with httpx.AsyncClient() as http:
+        replayed = await http.post(receiver.url, content=accepted.body, headers=headers)
+        tampered = await http.post(
+            receiver.url, content=accepted.body.replace(b'"jobs/', b'"jobz/'), headers=headers
+        )
+    assert receiver.received[-2].verdict == "replay" and replayed.status_code == 200
+    assert receiver.received[-1].verdict == "rejected" and tampered.status_code == 401
+    with pytest.raises(SignatureRejected):
+        verify(
+            "0" * 64, accepted.body, delivery_id=accepted.delivery_id, signature=accepted.signature
+        )
+
+
+async def test_endpoint_secret_is_shown_once_sealed_at_rest_and_rotated(
+    notify_stack: Stack, tenant: AdmissionClient
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}/hook"
+    first = await tenant.set_notification_endpoint(url, request_id="set-1")
+    again = await tenant.set_notification_endpoint(url, request_id="set-1")
+    assert len(first.secret) == 64 and not first.secret_withheld
+    assert (again.secret, again.secret_withheld, again.endpoint.url) == ("", True, url)
+    kept = await tenant.set_notification_endpoint(url + "/v2")
+    assert (kept.secret, kept.secret_withheld) == ("", False)
+    rotated = await tenant.set_notification_endpoint(url + "/v2", rotate_secret=True)
+    assert len(rotated.secret) == 64 and rotated.secret != first.secret
+    assert (await tenant.get_notification_endpoint()).url == url + "/v2"
+
+    database = notify_stack.data_dir / "admission" / "admission.db"
+    at_rest = b"".join(p.read_bytes() for p in database.parent.glob("admission.db*"))
+    for secret in (first.secret, rotated.secret):
+        assert secret.encode() not in at_rest
+
+    removed = await tenant.set_notification_endpoint("")
+    assert removed.endpoint.url == "" and removed.secret == ""
+    assert (await tenant.get_notification_endpoint()).url == ""
+
+
+@pytest.mark.parametrize(
+    "url", ["http://hooks.example.com/q", "https://user:pw@hooks.example.com/q", "ftp://x/q"]
+)
+async def test_a_bad_callback_url_is_invalid_argument_on_url(
+    tenant: AdmissionClient, url: str
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await tenant.set_notification_endpoint(url)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = details_of(refused.value)
+    assert details.reason == "INVALID_NOTIFICATION_URL"
+    assert [v[0] for v in details.violations] == ["url"]
+
+
+async def test_another_tenants_job_has_no_attempts_to_show(
+    notify_stack: Stack, tenant: AdmissionClient, tmp_path: Path
+) -> None:
+    pdf = write_text_pdf(tmp_path / "own.pdf", [f"own {uuid.uuid4().hex}"])
+    job = await tenant.submit([PacketItem("own", (await tenant.upload(pdf)).sha256)])
+    assert not (await tenant.list_notification_attempts(job.name)).attempts
+    info = StackInfo.read(notify_stack.data_dir)
+    async with AdmissionClient(info.endpoints["admission"], info.token()) as other:
+        for subject in (job.name, "jobs/nonesuch", "batches/nonesuch", "tenants/x"):
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await other.list_notification_attempts(subject)
+            assert refused.value.code() == grpc.StatusCode.NOT_FOUND
