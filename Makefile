@@ -12,7 +12,7 @@ PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 # built as wheels by `make wheels`.
 DIST_PROJECTS := gen libs/core libs/ops libs/testing $(sort $(wildcard services/*))
 
-.PHONY: run test lint system-deps protos protos-check protos-lint protos-release bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine load soak multinode corpus venv wheels clean
+.PHONY: run test lint system-deps openapi protos protos-check protos-lint protos-release bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine load soak multinode corpus venv wheels clean
 
 venv: $(VENV)/.installed
 
@@ -88,6 +88,11 @@ load: venv
 protos: venv
 	rm -rf gen/quire
 	$(PY) -m grpc_tools.protoc -Iprotos --python_out=gen --pyi_out=gen --grpc_python_out=gen $(PROTO_FILES)
+
+# The HTTP gateway's OpenAPI document, as the app serves it at /openapi.json;
+# tests/test_gateway.py fails when the committed one differs.
+openapi: venv
+	$(PY) -m quire.gateway.openapi > services/gateway/openapi.json
 
 protos-check: venv
 	@rm -rf $(VENV)/protos-check && mkdir -p $(VENV)/protos-check

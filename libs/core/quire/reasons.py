@@ -31,6 +31,8 @@ class ReasonCode(StrEnum):
     """The upload would take the tenant's stored uploads past its storage quota."""
     # Manifests and idempotency.
     INVALID_MANIFEST = "INVALID_MANIFEST"
+    INVALID_REQUEST = "INVALID_REQUEST"
+    """An HTTP request the gateway cannot translate (its body or parameters do not fit the API)."""
     REQUEST_ID_MISSING = "REQUEST_ID_MISSING"
     REQUEST_ID_TOO_LONG = "REQUEST_ID_TOO_LONG"
     INVALID_PAGE = "INVALID_PAGE"

@@ -67,6 +67,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
         out.note(f"NATS JetStream: {info.nats_url}")
         for service, address in info.endpoints.items():
             out.note(f"{service:>10}: {address}")
+        out.note(f"{'HTTP':>10}: {info.gateway_url}")
         out.note(f"development token: {info.token()}")
         document: dict[str, Any] = {**asdict(info), "token": info.token()}
         if args.example:

@@ -27,8 +27,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import grpc
+import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from quire.gateway.config import GATEWAY_ADDRESS_VAR
 from quire.identity import provision_identities
 from quire.kek import DEVELOPMENT_RING, provision_development_ring
 from quire.natsauth import OPERATOR, authorization_config, provision_nats_passwords
@@ -56,6 +58,8 @@ HEALTH_TIMEOUT_SECONDS = 60.0
 # start every service again, this many times in all.
 STARTUP_ATTEMPTS = 3
 WATCH_INTERVAL_SECONDS = 0.2
+GATEWAY = "gateway"
+"""The HTTP gateway: one more supervised process, healthy when ``/healthz`` answers."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,8 @@ class StackInfo:
     """Where the operator token was configured (``QUIRE_OPERATOR_TOKEN_FILE``), if it was."""
     metrics_endpoints: dict[str, str] = field(default_factory=dict)
     """Each service's Prometheus ``/metrics`` address."""
+    gateway_url: str = ""
+    """The HTTP gateway's base URL (``http://127.0.0.1:<port>``)."""
 
     def write(self) -> None:
         path = Path(self.data_dir) / STACK_FILE
@@ -122,6 +128,7 @@ class Stack:
         self.endpoints: dict[str, str] = {}
         self.health_endpoints: dict[str, str] = {}
         self.metrics_endpoints: dict[str, str] = {}
+        self.gateway_address = ""
         self._pick_endpoints()
         self._children: dict[str, _Child] = {}
         self._lock = threading.Lock()
@@ -133,6 +140,7 @@ class Stack:
         self.endpoints = {service: f"127.0.0.1:{free_port()}" for service in SERVICES}
         self.health_endpoints = {service: f"127.0.0.1:{free_port()}" for service in SERVICES}
         self.metrics_endpoints = {service: f"127.0.0.1:{free_port()}" for service in SERVICES}
+        self.gateway_address = f"127.0.0.1:{free_port()}"
 
     @property
     def nats_url(self) -> str:
@@ -176,6 +184,7 @@ class Stack:
             health_endpoints=dict(self.health_endpoints),
             operator_token_file=self.service_env().get("QUIRE_OPERATOR_TOKEN_FILE", ""),
             metrics_endpoints=dict(self.metrics_endpoints),
+            gateway_url=f"http://{self.gateway_address}",
         )
         info.write()
         write_scrape_config(self.data_dir / SCRAPE_FILE, self.metrics_endpoints)
@@ -186,7 +195,7 @@ class Stack:
 
     def _start_services(self) -> None:
         for attempt in range(1, STARTUP_ATTEMPTS + 1):
-            for service in SERVICES:
+            for service in (*SERVICES, GATEWAY):
                 self._spawn(service)
             try:
                 self.wait_healthy(during_startup=True)
@@ -256,6 +265,7 @@ class Stack:
         env.update({service_address_var(s): address for s, address in self.endpoints.items()})
         env.update({service_health_var(s): a for s, a in self.health_endpoints.items()})
         env.update({service_metrics_var(s): a for s, a in self.metrics_endpoints.items()})
+        env[GATEWAY_ADDRESS_VAR] = self.gateway_address
         # Everything listens on loopback here: a callback receiver on this machine may be http.
         env.setdefault("QUIRE_NOTIFY_LOOPBACK_HTTP", "1")
         env.update(self._extra_env)
@@ -311,10 +321,29 @@ class Stack:
                             f"{service} did not become healthy; see logs/{service}.log"
                         )
                     time.sleep(0.1)
+        self._wait_gateway(deadline, during_startup)
+
+    def _wait_gateway(self, deadline: float, during_startup: bool) -> None:
+        """Until the gateway's ``/healthz`` answers 200."""
+        url = f"http://{self.gateway_address}/healthz"
+        while True:
+            child = self._children[GATEWAY]
+            if child.process.poll() is not None and (during_startup or not self._restart):
+                raise _ExitedBeforeHealthy(
+                    f"gateway exited with {child.process.returncode}; see logs/gateway.log"
+                )
+            try:
+                if httpx.get(url, timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("gateway did not become healthy; see logs/gateway.log")
+            time.sleep(0.1)
 
     def _watch(self) -> None:
         while not self._stopping.wait(WATCH_INTERVAL_SECONDS):
-            for service in SERVICES:
+            for service in (*SERVICES, GATEWAY):
                 child = self._children[service]
                 if (
                     child.process.poll() is not None

@@ -1,0 +1,61 @@
+"""Every setting the HTTP gateway reads, read at once in its ``main``."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from quire.environment import setting_float, setting_text
+from quire.logs import log_format
+from quire.settings import service_address_var
+from quire.tls import TlsSettings
+
+__all__ = ["GatewaySettings", "GATEWAY_ADDRESS_VAR", "SERVICE"]
+
+SERVICE = "gateway"
+GATEWAY_ADDRESS_VAR = "QUIRE_GATEWAY_ADDR"
+DEFAULT_ADDRESS = "127.0.0.1:7780"
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """What the gateway needs: where it listens and where admission is."""
+
+    address: str = DEFAULT_ADDRESS
+    """``host:port`` the HTTP server binds (``QUIRE_GATEWAY_ADDR``); loopback by default."""
+    admission_address: str = "127.0.0.1:7700"
+    """``host:port`` of admission's gRPC API (``QUIRE_ADMISSION_ADDR``)."""
+    tls: TlsSettings | None = None
+    """Mutual TLS towards admission, as every Quire gRPC client uses it, when set."""
+    upload_chunk_bytes: int = 256 * 1024
+    """Largest chunk of an HTTP upload body forwarded as one gRPC message."""
+    drain_seconds: float = 20.0
+    """On SIGTERM: time allowed to finish requests in flight (``QUIRE_DRAIN_SECONDS``)."""
+    instance: str = ""
+    trace_file: Path | None = None
+    log_format: str = "json"
+
+    @property
+    def host(self) -> str:
+        return self.address.rpartition(":")[0] or "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        return int(self.address.rpartition(":")[2])
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> GatewaySettings:
+        env = os.environ if env is None else env
+        trace = env.get("QUIRE_TRACE_FILE", "")
+        return cls(
+            address=setting_text(env, GATEWAY_ADDRESS_VAR, DEFAULT_ADDRESS),
+            admission_address=setting_text(env, service_address_var("admission"), "127.0.0.1:7700"),
+            tls=TlsSettings.from_env(env),
+            drain_seconds=setting_float(env, "QUIRE_DRAIN_SECONDS", 20),
+            instance=setting_text(env, "QUIRE_INSTANCE", f"{socket.gethostname()}-{os.getpid()}"),
+            trace_file=Path(trace) if trace else None,
+            log_format=log_format(env),
+        )

@@ -1,0 +1,49 @@
+"""The gateway process: ``quire-gateway`` (``python -m quire.gateway.main``).
+
+uvicorn serves the app on ``QUIRE_GATEWAY_ADDR``; on SIGTERM or SIGINT it
+stops accepting, lets requests in flight finish for up to
+``QUIRE_DRAIN_SECONDS``, then the channel to admission is closed.
+"""
+
+from __future__ import annotations
+
+import uvicorn
+
+from quire.gateway.app import create_app
+from quire.gateway.config import SERVICE, GatewaySettings
+from quire.grpcserver import TraceClientInterceptors
+from quire.runtime import configure_logging, run_service
+from quire.telemetry import configure_tracing
+from quire.tls import aio_channel
+
+__all__ = ["main", "run"]
+
+
+async def main() -> None:
+    settings = GatewaySettings.from_env()
+    configure_logging(SERVICE, settings.log_format)
+    configure_tracing(SERVICE, settings.instance, settings.trace_file)
+    channel = aio_channel(settings.admission_address, settings.tls, TraceClientInterceptors())
+    try:
+        config = uvicorn.Config(
+            create_app(settings, channel),
+            host=settings.host,
+            port=settings.port,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=int(settings.drain_seconds),
+            server_header=False,
+        )
+        await uvicorn.Server(config).serve()
+    finally:
+        await channel.close()
+
+
+def run() -> None:
+    """The ``quire-gateway`` command."""
+    run_service(SERVICE, main)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,169 @@
+"""The HTTP API's documents, as pydantic models: what OpenAPI describes and
+what every answer is checked against before it leaves."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "Violation",
+    "Problem",
+    "MergeItem",
+    "MergeRequest",
+    "JobStatus",
+    "SourceDocument",
+    "BatchPacket",
+    "BatchRequest",
+    "BatchJobCount",
+    "BatchStatus",
+    "BatchJob",
+    "BatchJobsPage",
+    "BatchCancellation",
+    "Health",
+]
+
+SHA256_PATTERN = "^[0-9a-f]{64}$"
+INT32_MAX = 2**31 - 1
+
+
+class _Document(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Violation(_Document):
+    """One field of the request and what is wrong with it (``google.rpc.BadRequest``)."""
+
+    field: str
+    description: str
+    reason: str = ""
+
+
+class Problem(_Document):
+    """RFC 9457 problem details, with Quire's reason code and retry hint."""
+
+    type: str = Field(description="A URN naming the problem: urn:quire:problem:{reason}.")
+    title: str
+    status: int
+    detail: str
+    reason: str = Field(description="The stable UPPER_SNAKE reason code, as in the gRPC API.")
+    violations: list[Violation] = Field(default_factory=list)
+    retry_after_seconds: float | None = None
+
+
+class MergeItem(_Document):
+    """One source of the packet; its position alone decides its place."""
+
+    position: int = Field(ge=0, le=INT32_MAX)
+    document_id: str = Field(max_length=256)
+    sha256: str = Field(description="Lower-case hex sha256 of an uploaded source.")
+
+
+class MergeRequest(_Document):
+    """An ordered manifest: ``POST /v1/pdf/merge``."""
+
+    idempotency_key: str | None = Field(
+        default=None,
+        max_length=256,
+        description="Maps to request_id; or the Idempotency-Key header (they must agree).",
+    )
+    items: list[MergeItem] = Field(max_length=10_000)
+    ruleset: str = Field(default="", max_length=256)
+    render_profile: str = Field(default="", max_length=64)
+    priority: str = Field(default="", max_length=32, description='"interactive" or "batch".')
+    bundle_id: str = Field(default="", max_length=256)
+
+
+class JobStatus(_Document):
+    """The job status document (``quire.jobstatus.job_status_document``)."""
+
+    job_id: str
+    name: str
+    state: str
+    terminal: bool
+    item_count: int
+    manifest_digest: str
+    output_digest: str | None
+    failure_code: str | None
+    failure_detail: str | None
+    ruleset_version: str | None
+    key_version: str | None
+    bundle_id: str | None
+    batch: str | None
+    create_time: str | None
+    update_time: str | None
+
+
+class SourceDocument(_Document):
+    """An uploaded source, stored under its digest."""
+
+    name: str
+    sha256: str
+    size_bytes: int
+    content_type: str
+
+
+class BatchPacket(_Document):
+    """One packet of a batch: what ``POST /v1/pdf/merge`` would carry."""
+
+    bundle_id: str = Field(default="", max_length=256)
+    items: list[MergeItem] = Field(max_length=10_000)
+    ruleset: str = Field(default="", max_length=256)
+    render_profile: str = Field(default="", max_length=64)
+
+
+class BatchRequest(_Document):
+    """A portfolio: packets inline, or the sha256 of an uploaded JSON manifest."""
+
+    idempotency_key: str | None = Field(default=None, max_length=256)
+    packets: list[BatchPacket] = Field(default_factory=list, max_length=10_000)
+    manifest_sha256: str = Field(default="", max_length=64)
+
+
+class BatchJobCount(_Document):
+    state: str
+    count: int
+
+
+class BatchStatus(_Document):
+    """A batch's progress: counts by state."""
+
+    batch_id: str
+    name: str
+    state: str
+    packet_count: int
+    dispatched_count: int
+    cancelled_undispatched_count: int
+    terminal_count: int
+    job_counts: list[BatchJobCount]
+    create_time: str | None
+    update_time: str | None
+    finish_time: str | None
+
+
+class BatchJob(_Document):
+    """One packet of a batch and, once dispatched, its job."""
+
+    index: int
+    bundle_id: str
+    job_id: str | None
+    state: str | None
+    cancelled_undispatched: bool
+    reason_code: str | None
+
+
+class BatchJobsPage(_Document):
+    jobs: list[BatchJob]
+    next_page_token: str | None
+
+
+class BatchCancellation(_Document):
+    """What a cancel did: the counts add up to the batch's packet count."""
+
+    batch: BatchStatus
+    not_dispatched_cancelled: int
+    in_flight_finishing: int
+    already_terminal: int
+
+
+class Health(_Document):
+    status: str
