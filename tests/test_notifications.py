@@ -18,6 +18,7 @@ import grpc
 import httpx
 import pytest
 
+from quire.admission.v1 import batch_pb2
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.grpcstatus import details_of
 from quire.jobs import state_name
@@ -210,3 +211,34 @@ async def test_another_tenants_job_has_no_attempts_to_show(
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await other.list_notification_attempts(subject)
             assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_a_finished_batch_and_each_of_its_jobs_are_notified_once(
+    tenant: AdmissionClient, tmp_path: Path
+) -> None:
+    receiver = CallbackReceiver(free_port()).start()
+    try:
+        receiver.secret = (await tenant.set_notification_endpoint(receiver.url)).secret
+        packets = []
+        for n in range(2):
+            pdf = write_text_pdf(tmp_path / f"b{n}.pdf", [f"batch {n} {uuid.uuid4().hex}"])
+            digest = (await tenant.upload(pdf)).sha256
+            manifest = job_pb2.Manifest(
+                items=[job_pb2.ManifestItem(position=0, document_id=f"b{n}", sha256=digest)]
+            )
+            packets.append(batch_pb2.BatchPacket(bundle_id=f"unit-{n}", manifest=manifest))
+        batch = await tenant.submit_batch(packets)
+        await _attempts_until(tenant, [batch.name], lambda r: r.HasField("deliver_time"), 90)
+        jobs = [child.job async for child in tenant.batch_jobs(batch.name)]
+        await _attempts_until(tenant, jobs, lambda r: r.HasField("deliver_time"))
+        await asyncio.sleep(1.0)  # time for any duplicate to arrive
+    finally:
+        receiver.stop()
+    documents = sorted(receiver.accepted.values(), key=lambda d: d["name"])
+    assert [d["name"] for d in documents] == sorted([batch.name, *jobs])
+    by_name = {d["name"]: d for d in documents}
+    assert by_name[batch.name]["state"] == "DONE"
+    assert by_name[batch.name]["terminal_count"] == 2
+    assert {by_name[job]["bundle_id"] for job in jobs} == {"unit-0", "unit-1"}
+    assert {by_name[job]["batch"] for job in jobs} == {batch.name}
+    assert [r.verdict for r in receiver.received] == ["accepted"] * 3
