@@ -12,7 +12,7 @@ PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 # built as wheels by `make wheels`.
 DIST_PROJECTS := gen libs/core libs/ops libs/testing $(sort $(wildcard services/*))
 
-.PHONY: run test lint system-deps openapi protos protos-check protos-lint protos-release bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine load soak multinode corpus venv wheels clean
+.PHONY: run test lint system-deps openapi protos protos-check protos-lint protos-release bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine load soak multinode batch-kills corpus venv wheels clean
 
 venv: $(VENV)/.installed
 
@@ -49,6 +49,11 @@ soak: venv
 # jobs, a NATS node and one replica of each killed midway (the suite runs 24).
 multinode: venv system-deps
 	MULTINODE_JOBS=200 $(PY) -m pytest -q tests/test_multinode.py
+
+# A 1,000-packet batch while admission (the batch dispatcher) is SIGKILLed
+# five times: one job per packet, and quire check (the suite runs 150 and 3).
+batch-kills: venv
+	BATCH_KILL_PACKETS=1000 BATCH_KILLS=5 $(PY) -m pytest -q -s tests/test_batch_dispatcher_kills.py
 
 # Every file of the shared corpus through the stack (the suite sends a sample).
 corpus: venv

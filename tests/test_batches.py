@@ -10,6 +10,7 @@ import hashlib
 import json
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import grpc
@@ -245,3 +246,19 @@ async def test_cancel_in_the_middle_stops_the_rest_and_the_counts_and_ledger_agr
     again = await client.cancel_batch(batch.name)
     assert (again.not_dispatched_cancelled, again.in_flight_finishing) == (30 - dispatched, 0)
     assert again.already_terminal == dispatched
+
+
+def test_deficit_round_robin_makes_busy_tenants_children_in_their_weights_ratio() -> None:
+    from quire.admission.fairshare import DeficitRoundRobin
+
+    fair = DeficitRoundRobin(page_size=16)
+    weights = {"heavy": 3, "light": 1}
+    made: Counter[str] = Counter()
+    for _ in range(60):  # rounds with both tenants always busy
+        for tenant in fair.order(weights):
+            granted = fair.grant(tenant, weights)
+            made[tenant] += granted
+            fair.spend(tenant, granted, exhausted=False)
+    assert abs(made["heavy"] / made["light"] - 3.0) < 0.05
+    fair.spend("light", 0, exhausted=True)  # idle: no banked credit
+    assert fair.grant("light", weights) == 5, "one quantum (16/3), not what it might have saved"
