@@ -389,6 +389,7 @@ class TenantAdminClient:
         storage_quota_bytes: int = 0,
         retention: admin_pb.TenantRetention | None = None,
         request_id: str | None = None,
+        scheduling_weight: int = 0,
     ) -> admin_pb.CreateTenantResponse:
         """A new tenant and its first token. Every mutation here takes a
         ``request_id`` (AIP-155; a fresh one if None): a retry with the same id
@@ -401,6 +402,7 @@ class TenantAdminClient:
                     max_upload_bytes=max_upload_bytes,
                     max_outstanding_jobs=max_outstanding_jobs,
                     storage_quota_bytes=storage_quota_bytes,
+                    scheduling_weight=scheduling_weight,
                 ),
                 retention=retention,
             ),
@@ -462,7 +464,10 @@ class TenantAdminClient:
         max_outstanding_jobs: int = 0,
         storage_quota_bytes: int = 0,
         request_id: str | None = None,
+        scheduling_weight: int = 0,
     ) -> admin_pb.Tenant:
+        """Set every limit of ``tenant`` (0: the default); ``scheduling_weight``
+        is its share of batch dispatch, 1 to 100."""
         return await self._stub.UpdateTenantLimits(
             admin_pb.UpdateTenantLimitsRequest(
                 request_id=request_id or new_request_id(),
@@ -471,6 +476,7 @@ class TenantAdminClient:
                     max_upload_bytes=max_upload_bytes,
                     max_outstanding_jobs=max_outstanding_jobs,
                     storage_quota_bytes=storage_quota_bytes,
+                    scheduling_weight=scheduling_weight,
                 ),
             ),
             metadata=self._metadata,

@@ -44,6 +44,7 @@ COMMANDS = {
     "batch jobs": "batches:jobs",
     "tenants create": "operators:tenants_create",
     "tenants list": "operators:tenants_list",
+    "tenants limits": "operators:tenants_limits",
     "tenants retention": "retention:tenants_retention",
     "retention apply": "retention:run_apply",
     "tokens create": "operators:tokens_create",

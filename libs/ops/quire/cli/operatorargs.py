@@ -14,8 +14,11 @@ __all__ = [
     "add_keys_arguments",
     "add_provision_arguments",
     "add_retention_arguments",
+    "add_tenant_limits_arguments",
     "add_tenant_retention_arguments",
 ]
+
+WEIGHT_HELP = "its share of batch dispatch against other tenants' batches, 1 to 100 (0: 1)"
 
 
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:
@@ -108,3 +111,20 @@ def add_tenant_retention_arguments(
         default=0.0,
         help="keep an upload no job used this many hours",
     )
+
+
+def add_tenant_limits_arguments(
+    tenants: argparse._SubParsersAction[Any],
+    parents: list[argparse.ArgumentParser],
+) -> None:
+    """``quire tenants limits TENANT``: each limit given is set (0: the default),
+    the others keep their values."""
+    limits = tenants.add_parser("limits", parents=parents, help="set some of a tenant's limits")
+    limits.add_argument("tenant", help="tenants/ID")
+    for flag, what in (
+        ("--max-upload-bytes", "largest upload"),
+        ("--max-outstanding-jobs", "unfinished jobs"),
+        ("--storage-quota-bytes", "bytes of uploads it may keep"),
+    ):
+        limits.add_argument(flag, type=int, default=None, help=f"{what} (0: the default)")
+    limits.add_argument("--weight", type=int, default=None, help=WEIGHT_HELP)

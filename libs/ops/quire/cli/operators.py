@@ -11,7 +11,7 @@ from quire.cli.output import Output, message_dict
 from quire.cli.retention import retention_line
 from quire.client import TenantAdminClient
 
-__all__ = ["tenants_create", "tenants_list", "tokens_create", "tokens_revoke"]
+__all__ = ["tenants_create", "tenants_limits", "tenants_list", "tokens_create", "tokens_revoke"]
 
 
 def _client(config: ClientConfig) -> TenantAdminClient:
@@ -28,6 +28,7 @@ async def tenants_create(args: argparse.Namespace, config: ClientConfig, out: Ou
             max_outstanding_jobs=args.max_outstanding_jobs,
             storage_quota_bytes=args.storage_quota_bytes,
             request_id=args.request_id,
+            scheduling_weight=args.weight,
         )
     out.line(f"{reply.tenant.name}  {reply.tenant.display_name}")
     _secret_lines(reply, out)
@@ -69,6 +70,31 @@ async def tenants_list(args: argparse.Namespace, config: ClientConfig, out: Outp
     return 0
 
 
+async def tenants_limits(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+    """Set the limits given; the others keep the values ListTenants shows."""
+    async with _client(config) as admin:
+        current = next((t for t in await admin.list_tenants() if t.name == args.tenant), None)
+        if current is None:
+            raise CliError(f"no tenant {args.tenant}")
+        now = current.limits
+        tenant = await admin.update_limits(
+            args.tenant,
+            max_upload_bytes=_given(args.max_upload_bytes, now.max_upload_bytes),
+            max_outstanding_jobs=_given(args.max_outstanding_jobs, now.max_outstanding_jobs),
+            storage_quota_bytes=_given(args.storage_quota_bytes, now.storage_quota_bytes),
+            scheduling_weight=_given(args.weight, now.scheduling_weight),
+            request_id=args.request_id,
+        )
+    tenant.display_name = tenant.display_name or current.display_name
+    _tenant_lines(tenant, out)
+    out.result({"tenant": message_dict(tenant)})
+    return 0
+
+
+def _given(flag: int | None, current: int) -> int:
+    return current if flag is None else flag
+
+
 def _tenant_lines(tenant: admin_pb.Tenant, out: Output) -> None:
     limits = tenant.limits
     upload = limits.max_upload_bytes or "default"
@@ -76,7 +102,8 @@ def _tenant_lines(tenant: admin_pb.Tenant, out: Output) -> None:
     quota = limits.storage_quota_bytes or "default"
     out.line(
         f"{tenant.name}  {tenant.display_name}  upload≤{upload}  outstanding≤{outstanding}"
-        f"  stored≤{quota}  {retention_line(tenant.retention)}"
+        f"  stored≤{quota}  weight={limits.scheduling_weight or 1}"
+        f"  {retention_line(tenant.retention)}"
     )
     for token in tenant.tokens:
         state = "revoked" if token.HasField("revoke_time") else "valid"

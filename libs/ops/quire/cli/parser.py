@@ -15,10 +15,12 @@ from typing import NoReturn, Protocol
 from quire.cli.exitcodes import ExitCode, epilog
 from quire.cli.jobstates import job_state
 from quire.cli.operatorargs import (
+    WEIGHT_HELP,
     add_check_arguments,
     add_keys_arguments,
     add_provision_arguments,
     add_retention_arguments,
+    add_tenant_limits_arguments,
     add_tenant_retention_arguments,
 )
 from quire.top.arguments import add_top_arguments
@@ -194,6 +196,8 @@ def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> No
     create.add_argument(
         "--storage-quota-bytes", type=int, default=0, help="bytes of uploads it may keep"
     )
+    create.add_argument("--weight", type=int, default=0, help=WEIGHT_HELP)
+    add_tenant_limits_arguments(tenants, [common, once])
     tenants.add_parser("list", parents=[common], help="every tenant, its limits and tokens")
     add_tenant_retention_arguments(tenants, common)
     tokens = command("tokens", help="operators: bearer tokens").add_subparsers(

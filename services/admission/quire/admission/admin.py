@@ -75,6 +75,21 @@ def _storage(limits: pb.TenantLimits, retention: pb.TenantRetention) -> TenantSt
     return TenantStorage(**{name: value or None for name, value in values.items()})
 
 
+MAX_SCHEDULING_WEIGHT = 100
+
+
+def _weight(limits: pb.TenantLimits) -> int:
+    """The request's scheduling weight: 0 (the default, 1) or 1 to 100."""
+    weight = limits.scheduling_weight
+    if not 0 <= weight <= MAX_SCHEDULING_WEIGHT:
+        raise InvalidInput(
+            ReasonCode.INVALID_TENANT,
+            f"scheduling_weight must be 1 to {MAX_SCHEDULING_WEIGHT} (0: the default, 1)",
+            (FieldViolation("limits.scheduling_weight", "out of range"),),
+        )
+    return weight
+
+
 def _tenant(
     tenant: Tenant, tokens: list[TokenRecord], storage: TenantStorage | None = None
 ) -> pb.Tenant:
@@ -86,6 +101,7 @@ def _tenant(
             max_upload_bytes=tenant.max_upload_bytes or 0,
             max_outstanding_jobs=tenant.max_outstanding_jobs or 0,
             storage_quota_bytes=storage.storage_quota_bytes or 0,
+            scheduling_weight=tenant.scheduling_weight or 0,
         ),
         tokens=[_token(t) for t in tokens],
         retention=pb.TenantRetention(**{name: getattr(storage, name) or 0 for name in PERIODS}),
@@ -113,6 +129,7 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
     ) -> pb.CreateTenantResponse:
         await self._tenants.authenticate_operator(context)
         storage = _storage(request.limits, request.retention)
+        weight = _weight(request.limits)
         once = self._once(request, pb.CreateTenantResponse, keep=_without_secret)
 
         def create(session: Session) -> pb.CreateTenantResponse:
@@ -122,6 +139,7 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
                 max_upload_bytes=request.limits.max_upload_bytes,
                 max_outstanding_jobs=request.limits.max_outstanding_jobs,
                 storage=storage,
+                scheduling_weight=weight,
             )
             assert tenant.created_at is not None
             record = TokenRecord(secret.split("_")[1], tenant.id, tenant.created_at, None)
@@ -151,6 +169,7 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
     ) -> pb.Tenant:
         await self._tenants.authenticate_operator(context)
         storage = _storage(request.limits, pb.TenantRetention())
+        weight = _weight(request.limits)
         tenant_id = _tenant_id(request.name)
 
         def update(session: Session) -> pb.Tenant:
@@ -160,6 +179,7 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
                 max_upload_bytes=request.limits.max_upload_bytes,
                 max_outstanding_jobs=request.limits.max_outstanding_jobs,
                 storage_quota_bytes=storage.storage_quota_bytes or 0,
+                scheduling_weight=weight,
             )
             return _tenant(tenant, [], read_storage(session, [tenant_id])[tenant_id])
 

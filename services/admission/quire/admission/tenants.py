@@ -50,6 +50,8 @@ class Tenant:
     max_upload_bytes: int | None = None
     max_outstanding_jobs: int | None = None
     created_at: datetime | None = None
+    scheduling_weight: int | None = None
+    """Its share of batch dispatch against other tenants' (None: 1)."""
 
     def upload_ceiling(self, settings: AdmissionSettings) -> int:
         return self.max_upload_bytes or settings.max_upload_bytes
@@ -115,6 +117,7 @@ def _tenant(row: object) -> Tenant:
         max_upload_bytes=row.max_upload_bytes,  # type: ignore[attr-defined]
         max_outstanding_jobs=row.max_outstanding_jobs,  # type: ignore[attr-defined]
         created_at=row.created_at,  # type: ignore[attr-defined]
+        scheduling_weight=row.scheduling_weight,  # type: ignore[attr-defined]
     )
 
 
@@ -151,6 +154,7 @@ class TenantDirectory:
         max_upload_bytes: int = 0,
         max_outstanding_jobs: int = 0,
         storage: TenantStorage | None = None,
+        scheduling_weight: int = 0,
     ) -> tuple[Tenant, str]:
         """Create a tenant and its first token; the token is returned once, never stored.
         ``storage`` sets its own quota and retention periods."""
@@ -161,6 +165,7 @@ class TenantDirectory:
                 max_upload_bytes=max_upload_bytes,
                 max_outstanding_jobs=max_outstanding_jobs,
                 storage=storage,
+                scheduling_weight=scheduling_weight,
             )
         )
 
@@ -172,8 +177,10 @@ class TenantDirectory:
         max_upload_bytes: int = 0,
         max_outstanding_jobs: int = 0,
         storage: TenantStorage | None = None,
+        scheduling_weight: int = 0,
     ) -> tuple[Tenant, str]:
-        """``create_tenant`` in the caller's transaction."""
+        """``create_tenant`` in the caller's transaction; a ``scheduling_weight``
+        of 0 is the default (checked by the caller: ``admin``)."""
         if not name or len(name) > 128:
             raise InvalidInput(ReasonCode.INVALID_TENANT, "a tenant name of 1 to 128 characters")
         tenant = Tenant(
@@ -182,6 +189,7 @@ class TenantDirectory:
             max_upload_bytes=max_upload_bytes or None,
             max_outstanding_jobs=max_outstanding_jobs or None,
             created_at=datetime.now(UTC),
+            scheduling_weight=scheduling_weight or None,
         )
 
         def write(session: Session) -> str:
@@ -197,6 +205,7 @@ class TenantDirectory:
                     max_upload_bytes=tenant.max_upload_bytes,
                     max_outstanding_jobs=tenant.max_outstanding_jobs,
                     created_at=tenant.created_at,
+                    scheduling_weight=tenant.scheduling_weight,
                 )
             )
             if storage is not None and storage != TenantStorage():
@@ -280,9 +289,10 @@ class TenantDirectory:
         max_upload_bytes: int,
         max_outstanding_jobs: int,
         storage_quota_bytes: int | None = None,
+        scheduling_weight: int = 0,
     ) -> Tenant:
         """Set the tenant's limits; a ``storage_quota_bytes`` of 0 is the default,
-        None leaves it as it is."""
+        None leaves it as it is; a ``scheduling_weight`` of 0 is the default, 1."""
         tenant = self._db.transaction(
             lambda s: self.update_limits_in(
                 s,
@@ -290,6 +300,7 @@ class TenantDirectory:
                 max_upload_bytes=max_upload_bytes,
                 max_outstanding_jobs=max_outstanding_jobs,
                 storage_quota_bytes=storage_quota_bytes,
+                scheduling_weight=scheduling_weight,
             )
         )
         self._verified.clear()
@@ -303,6 +314,7 @@ class TenantDirectory:
         max_upload_bytes: int,
         max_outstanding_jobs: int,
         storage_quota_bytes: int | None = None,
+        scheduling_weight: int = 0,
     ) -> Tenant:
         """``update_limits`` in the caller's transaction (then ``forget_verified``)."""
 
@@ -313,6 +325,7 @@ class TenantDirectory:
                 .values(
                     max_upload_bytes=max_upload_bytes or None,
                     max_outstanding_jobs=max_outstanding_jobs or None,
+                    scheduling_weight=scheduling_weight or None,
                 )
                 .returning(tables.tenants.c.id)
             ).first()
