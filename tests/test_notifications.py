@@ -10,6 +10,7 @@ The stack runs with short backoff and timeouts (``QUIRE_NOTIFY_*``)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -32,6 +33,7 @@ from quire.stack.ports import free_port
 from quire.stack.supervisor import Stack, StackInfo
 from quire.testing.callbackreceiver import CallbackReceiver
 from quire.testing.pdfs import write_text_pdf
+from quire.testing.quirecli import run_quire
 from quire.type import job_pb2
 
 pytestmark = pytest.mark.stack
@@ -242,3 +244,22 @@ async def test_a_finished_batch_and_each_of_its_jobs_are_notified_once(
     assert {by_name[job]["bundle_id"] for job in jobs} == {"unit-0", "unit-1"}
     assert {by_name[job]["batch"] for job in jobs} == {batch.name}
     assert [r.verdict for r in receiver.received] == ["accepted"] * 3
+
+
+async def test_quire_notifications_sets_shows_and_lists_from_the_command_line(
+    notify_stack: Stack,
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}/hook"
+
+    def quire(*args: str):  # type: ignore[no-untyped-def]
+        return asyncio.to_thread(run_quire, notify_stack.data_dir, *args)
+
+    made = await quire("notifications", "set", url, "--json")
+    assert made.returncode == 0, made.stderr
+    assert len(json.loads(made.stdout)["secret"]) == 64
+    shown = await quire("notifications", "show")
+    assert shown.returncode == 0 and shown.stdout.strip() == url
+    unknown = await quire("notifications", "attempts", "nonesuch")
+    assert unknown.returncode != 0 and "NOT_FOUND" in unknown.stderr + unknown.stdout
+    removed = await quire("notifications", "set", "")
+    assert removed.returncode == 0 and "no notification endpoint" in removed.stdout

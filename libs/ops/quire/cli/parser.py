@@ -111,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--example", help="send the example packet in this folder once up")
     _job_commands(command)
     _batch_commands(command, common)
+    _notification_commands(command, common)
     _operator_commands(command, common)
     add_top_arguments(command("top", help="operators: each stage's queue and work, live"))
     return parser
@@ -178,6 +179,23 @@ def _batch_commands(command: _Command, common: argparse.ArgumentParser) -> None:
     batch.add_parser(
         "jobs", parents=[common], help="each packet: index, bundle id, job, state"
     ).add_argument("batch", help="the batch id or batches/ID")
+
+
+def _notification_commands(command: _Command, common: argparse.ArgumentParser) -> None:
+    notifications = command(
+        "notifications", help="a signed POST to your URL when a job or batch ends"
+    ).add_subparsers(dest="action", required=True, help="what to do")
+    put = notifications.add_parser(
+        "set", parents=[common, _once()], help="register the callback URL (empty: remove it)"
+    )
+    put.add_argument("url", help='https://... (http only to loopback where allowed); "" removes')
+    put.add_argument(
+        "--rotate-secret", action="store_true", help="make a new HMAC secret; the old one stops"
+    )
+    notifications.add_parser("show", parents=[common], help="the registered URL")
+    notifications.add_parser(
+        "attempts", parents=[common], help="every delivery try of one job's or batch's notification"
+    ).add_argument("subject", help="a job id, jobs/ID or batches/ID")
 
 
 def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> None:
