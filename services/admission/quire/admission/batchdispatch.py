@@ -43,6 +43,7 @@ from quire.admission.intake import Intake
 from quire.admission.outstanding import OutstandingJobs, count_outstanding
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database
+from quire.errors import QuireError
 from quire.settings import AdmissionSettings, BatchSettings
 from quire.type import job_pb2
 from quire.workqueue.backlog import QueueAgeProbe
@@ -125,7 +126,12 @@ class BatchDispatcher:
             if limit <= 0:
                 break  # the round resumes here next tick
             allowed = min(self._fair.grant(tenant, plan.weights), limit)
-            page = await self._page_for(tenant, allowed, plan.quotas[tenant])
+            try:
+                page = await self._page_for(tenant, allowed, plan.quotas[tenant])
+            except QuireError as error:  # this tenant's trouble holds up no other tenant
+                log.warning("batch page refused (%s)", error.reason.value, extra={"tenant": tenant})
+                self._fair.forfeit(tenant)
+                continue
             if page.over_quota:
                 self._fair.forfeit(tenant)
                 await self._refresh_quota(tenant, plan.quotas[tenant])
