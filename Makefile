@@ -12,7 +12,7 @@ PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 # built as wheels by `make wheels`.
 DIST_PROJECTS := gen libs/core libs/ops libs/testing $(sort $(wildcard services/*))
 
-.PHONY: run test lint system-deps openapi protos protos-check protos-lint protos-release bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine load soak multinode batch-kills corpus venv wheels clean
+.PHONY: run test lint system-deps openapi protos protos-check protos-lint protos-release bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine bench-fairness load soak multinode batch-kills corpus venv wheels clean
 
 venv: $(VENV)/.installed
 
@@ -86,6 +86,9 @@ bench-quarantine: venv
 
 bench-decoding: venv
 	$(PY) bench/decoding_bench.py
+
+bench-fairness: venv
+	$(PY) bench/fairness_bench.py
 
 load: venv
 	$(PY) -m bench.load.main

@@ -124,7 +124,15 @@ _PER_SERVICE = (
     *(
         f"{lane}_{limit}"
         for lane in ("SANDBOX", "QUARANTINE")
-        for limit in ("WORKERS", "MEMORY_BYTES", "CPU_SECONDS", "WALL_SECONDS", "NICE")
+        for limit in (
+            "WORKERS",
+            "MEMORY_BYTES",
+            "CPU_SECONDS",
+            "WALL_SECONDS",
+            "NICE",
+            "RESERVED_WORKERS",
+            "BATCH_NICE",
+        )
     ),
 )
 _SERVICE_OWN = (
