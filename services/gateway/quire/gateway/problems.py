@@ -18,6 +18,7 @@ import grpc
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from quire.errors import QuireError
 from quire.gateway.schemas import Problem, Violation
@@ -67,6 +68,7 @@ _TITLES: dict[int, str] = {
     401: "Unauthorized",
     403: "Forbidden",
     404: "Not Found",
+    405: "Method Not Allowed",
     409: "Conflict",
     411: "Length Required",
     413: "Content Too Large",
@@ -174,12 +176,21 @@ def install_problem_handlers(app: Any) -> None:
     async def validation_error(_request: Request, error: Exception) -> JSONResponse:
         return _from_validation(error)  # type: ignore[arg-type]
 
+    async def http_error(_request: Request, error: Exception) -> JSONResponse:
+        # Starlette's own refusals: an unparsable body, an unknown path or method.
+        status = getattr(error, "status_code", 400)
+        reason = ReasonCode.NOT_FOUND if status == 404 else ReasonCode.INVALID_REQUEST
+        return problem_response(
+            status, reason.value, _TITLES.get(status, "the request is not valid")
+        )
+
     async def unexpected(_request: Request, _error: Exception) -> JSONResponse:
         return problem_response(500, ReasonCode.INTERNAL.value, "internal error")
 
     app.add_exception_handler(grpc.RpcError, rpc_error)
     app.add_exception_handler(QuireError, quire_error)
     app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(Exception, unexpected)
 
 
