@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import json
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,10 @@ from quire.cli.batchsend import batch_manifest_json, send_batch
 from quire.cli.errors import CliError
 from quire.cli.exitcodes import ExitCode
 from quire.cli.parser import build_parser
+from quire.cli.progress import batch_progress
+from quire.client import AdmissionClient
 from quire.jobs import state_value
+from quire.stack.supervisor import StackInfo
 from quire.testing.pdfs import write_text_pdf as _write_text_pdf
 from quire.testing.quirecli import run_quire
 
@@ -277,6 +281,25 @@ def test_the_batch_commands_and_their_options() -> None:
     assert batch_resource("b1") == batch_resource("batches/b1") == "batches/b1"
 
 
+def test_without_a_terminal_progress_is_a_plain_line_per_change(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with batch_progress("batches/1", bar=False, lines=True) as progress:
+        progress.show(0, 5, "VALIDATING 5")
+        progress.show(0, 5, "VALIDATING 5")
+        progress.show(2, 5, "SIGNING 3  COMPLETED 2")
+    with batch_progress("batches/1", bar=True, lines=False) as bar:
+        bar.show(5, 5, "COMPLETED 5")  # drawn by rich on stderr, gone when done
+    with batch_progress("batches/1", bar=False, lines=False) as silent:
+        silent.show(1, 5, "")
+    printed = capsys.readouterr()
+    assert printed.out == ""
+    assert printed.err.splitlines()[:2] == [
+        "batches/1: 0/5 ended  VALIDATING 5",
+        "batches/1: 2/5 ended  SIGNING 3  COMPLETED 2",
+    ]
+
+
 # On the real stack.
 
 
@@ -284,12 +307,22 @@ async def _quire(data_dir: Path, *args: str) -> Any:
     return await asyncio.to_thread(run_quire, data_dir, *args)
 
 
+@pytest.fixture
+async def as_tenant(
+    stack: Any, tenants: Any, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[AdmissionClient]:
+    """A new tenant: the CLI runs as it (``QUIRE_TOKEN``), and so does the client given."""
+    created = await tenants.admin.create_tenant(f"batch-cli-{uuid.uuid4().hex[:8]}")
+    monkeypatch.setenv("QUIRE_TOKEN", created.secret)
+    info = StackInfo.read(stack.data_dir)
+    async with AdmissionClient(info.endpoints["admission"], created.secret) as client:
+        yield client
+
+
 @pytest.mark.stack
 async def test_a_folder_of_packets_is_submitted_followed_listed_and_cancelled(
-    stack: Any, tenants: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    stack: Any, as_tenant: AdmissionClient, tmp_path: Path
 ) -> None:
-    created = await tenants.admin.create_tenant(f"batch-cli-{uuid.uuid4().hex[:8]}")
-    monkeypatch.setenv("QUIRE_TOKEN", created.secret)  # the CLI runs as this fresh tenant
     data_dir = stack.data_dir
     folder = _shared_cover_portfolio(tmp_path / "portfolio")
     write_text_pdf(folder / "p4" / "terms.pdf", ["fourth"])
@@ -312,8 +345,7 @@ async def test_a_folder_of_packets_is_submitted_followed_listed_and_cancelled(
     packets = listed["jobs"]
     assert [(p["index"], p["bundle_id"]) for p in packets] == [(i, f"p{i + 1}") for i in range(5)]
     assert [p["state"] for p in packets] == ["COMPLETED"] * 4 + ["REJECTED"]
-    first_job = json.loads((await _quire(data_dir, "status", packets[0]["job"], "--json")).stdout)
-    assert first_job["job"]["bundle_id"] == "p1"
+    assert (await as_tenant.get_job(packets[0]["job"])).bundle_id == "p1"
 
     shown = await _quire(data_dir, "batch", "status", batch["name"].removeprefix("batches/"))
     assert shown.returncode == 0 and shown.stdout.startswith(f"{batch['name']}  DONE")
@@ -330,14 +362,11 @@ async def test_a_folder_of_packets_is_submitted_followed_listed_and_cancelled(
 
 @pytest.mark.stack
 async def test_a_manifest_batch_by_file_and_digest_is_waited_for_until_it_completes(
-    stack: Any, tenants: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    stack: Any, as_tenant: AdmissionClient, tmp_path: Path
 ) -> None:
-    created = await tenants.admin.create_tenant(f"batch-cli-{uuid.uuid4().hex[:8]}")
-    monkeypatch.setenv("QUIRE_TOKEN", created.secret)
     data_dir = stack.data_dir
     cover = write_text_pdf(tmp_path / "docs" / "cover.pdf", ["cover"])
-    uploaded = await _quire(data_dir, "submit", str(cover), "--json")  # the source, uploaded
-    assert uploaded.returncode == 0, uploaded.stderr
+    await as_tenant.upload(cover)  # a source the tenant uploaded before
     manifest = _manifest(
         tmp_path / "batch.json",
         {
