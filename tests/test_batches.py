@@ -208,6 +208,13 @@ async def test_submit_job_keeps_a_valid_bundle_id_and_refuses_a_bad_one(
         await client.submit_request(bad)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert [v[0] for v in details_of(refused.value).violations] == ["bundle_id"]
+    # A client's own key in the packets' key space would take a packet's place.
+    squatter = pb.SubmitJobRequest(request_id="batch:0123abcd:0", manifest=manifest)
+    with pytest.raises(grpc.aio.AioRpcError) as reserved:
+        await client.submit_request(squatter)
+    assert reserved.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert details_of(reserved.value).reason == "REQUEST_ID_RESERVED"
+    assert [v[0] for v in details_of(reserved.value).violations] == ["request_id"]
 
 
 async def test_cancel_in_the_middle_stops_the_rest_and_the_counts_and_ledger_agree(

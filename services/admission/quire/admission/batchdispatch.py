@@ -39,7 +39,7 @@ from quire.admission import tables
 from quire.admission.dispatch import Dispatcher
 from quire.admission.dispatchlease import DispatchLease
 from quire.admission.fairshare import DeficitRoundRobin, TokenBucket
-from quire.admission.intake import Intake
+from quire.admission.intake import CHILD_KEY_PREFIX, Intake
 from quire.admission.outstanding import OutstandingJobs, count_outstanding
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database
@@ -57,7 +57,7 @@ QUOTA_REFRESH_SECONDS = 2.0
 
 def child_request_id(batch: str, index: int) -> str:
     """The request id (idempotency key) of a packet's job: one per packet, ever."""
-    return f"batch:{batch.removeprefix('batches/')}:{index}"
+    return f"{CHILD_KEY_PREFIX}{batch.removeprefix('batches/')}:{index}"
 
 
 @dataclass(frozen=True)

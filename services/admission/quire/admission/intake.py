@@ -80,6 +80,9 @@ _EXPIRED_KEY = delete(tables.idempotency_keys).where(
     tables.idempotency_keys.c.expires_at <= bindparam("now"),
 )
 
+CHILD_KEY_PREFIX = "batch:"
+"""The prefix of the idempotency keys the batch dispatcher gives packets' jobs."""
+
 MAX_VIOLATIONS_SHOWN = 40
 """Beyond this, a count: gRPC trailers must stay small enough to arrive."""
 BUNDLE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -184,6 +187,14 @@ class Intake:
 
     async def _submit(self, tenant: Tenant, request: pb.SubmitJobRequest) -> AcceptedJob:
         check_request_id(request.request_id, required=True)
+        if request.request_id.startswith(CHILD_KEY_PREFIX):
+            # Batch packets' jobs are keyed "batch:{batch}:{index}"; a client's
+            # own key there would take a packet's place.
+            raise InvalidInput(
+                ReasonCode.REQUEST_ID_RESERVED,
+                f"request_id must not start with {CHILD_KEY_PREFIX!r}",
+                (FieldViolation("request_id", "reserved prefix"),),
+            )
         bad_bundle = bundle_id_violations(request.bundle_id)
         if bad_bundle:
             raise InvalidInput(
