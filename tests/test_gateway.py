@@ -306,3 +306,40 @@ async def test_the_served_openapi_document_is_the_committed_one(
     assert served["openapi"].startswith("3.1")
     committed = (ROOT / "services" / "gateway" / "openapi.json").read_text()
     assert render(served) == committed, "run `make openapi` and commit the document"
+
+
+async def test_a_batch_is_submitted_read_listed_and_cancelled_over_http(
+    http: httpx.AsyncClient,
+) -> None:
+    items = await seed_items(http)
+    packets = [{"bundle_id": f"p{i}", "items": items} for i in range(3)]
+    key = str(uuid.uuid4())
+    reply = await http.post(
+        "/v1/pdf/batch/submit", json={"packets": packets, "idempotency_key": key}
+    )
+    assert reply.status_code == 202, reply.text
+    batch = reply.json()
+    assert batch["packet_count"] == 3
+    assert reply.headers["location"] == f"/v1/pdf/batch/get/{batch['batch_id']}"
+    again = await http.post(
+        "/v1/pdf/batch/submit", json={"packets": packets}, headers={"Idempotency-Key": key}
+    )
+    assert again.json()["batch_id"] == batch["batch_id"]
+
+    read = await http.get(reply.headers["location"])
+    assert read.status_code == 200 and read.json()["packet_count"] == 3
+    page = await http.get(f"/v1/pdf/batch/jobs/{batch['batch_id']}", params={"page_size": 2})
+    assert page.status_code == 200, page.text
+    assert [job["index"] for job in page.json()["jobs"]] == [0, 1]
+    assert page.json()["next_page_token"]
+
+    cancelled = await http.post(f"/v1/pdf/batch/cancel/{batch['batch_id']}")
+    assert cancelled.status_code == 200, cancelled.text
+    counts = cancelled.json()
+    total = (
+        counts["not_dispatched_cancelled"]
+        + counts["in_flight_finishing"]
+        + counts["already_terminal"]
+    )
+    assert total == 3
+    assert_problem(await http.get(f"/v1/pdf/batch/get/{'ef' * 14}"), 404, "NOT_FOUND")
