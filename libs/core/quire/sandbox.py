@@ -288,7 +288,10 @@ class SandboxPool:
             await call
         except Exception:  # noqa: BLE001 - the abandoned call's outcome is discarded
             pass
-        await asyncio.get_running_loop().run_in_executor(self._threads, worker.stop)
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._threads, worker.stop)
+        except RuntimeError:  # the pool closed meanwhile, and close() stopped the worker
+            return
         self._gate.release(lane, worker)
 
     def count_replacements(self, count: Callable[[], None]) -> None:
