@@ -25,7 +25,8 @@ pytestmark = pytest.mark.stack
 
 SEED = Path(__file__).resolve().parents[1] / "examples" / "lease-renewal"
 DOCUMENTS = json.loads((SEED / "manifest.json").read_text())["documents"]
-KILLED = "assembler.before_commit"
+KILLED = "assembler.before_promote"
+"""The packet is written in the attempt's directory, not yet promoted into the store."""
 Outcome = tuple[object, ...]
 
 
@@ -158,7 +159,7 @@ async def test_a_digest_mismatch_is_refused_the_same_way_twice(http: httpx.Async
     assert outcomes == [(400, "DIGEST_MISMATCH")] * 2
 
 
-async def test_an_assembler_killed_before_committing_its_output_gives_the_same_output(
+async def test_an_assembler_killed_between_writing_and_promoting_its_output_gives_the_same_output(
     http: httpx.AsyncClient, order_stack: tuple[Stack, Path]
 ) -> None:
     stack, faults = order_stack

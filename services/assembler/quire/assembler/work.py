@@ -26,6 +26,7 @@ from quire.assembler.merge import (
 from quire.attemptfiles import AttemptFiles
 from quire.blobstore import BlobStore, assembled_key, normalized_key, storage_error
 from quire.errors import PermanentError
+from quire.faults import fault_point
 from quire.leases import Lease
 from quire.metrics import phase
 from quire.reasons import ReasonCode
@@ -68,6 +69,7 @@ class AssemblerWork:
             with phase("render"):
                 packet = await self._merge(task, sources, files.directory, temp)
             key = assembled_key(task.tenant, packet.sha256)
+            fault_point("assembler.before_promote")  # written, not yet in the store
             with phase("store"):
                 await asyncio.to_thread(self._blobs.promote_file, temp, key)
         artifact = job_pb2.Artifact(
