@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from pathlib import Path
 
 import grpc
 import pytest
 
+from quire.admission.v1 import admission_service_pb2 as pb
 from quire.audit import ledger, tables
 from quire.audit.jobview import JobFacts, apply, is_retirement
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
@@ -34,7 +36,7 @@ from quire.stack.supervisor import Stack, StackInfo
 from quire.testing.damaged import AMBIGUOUS
 from quire.testing.pdfs import write_text_pdf
 from quire.transitions import EventFactory
-from quire.type import queue_pb2
+from quire.type import job_pb2, queue_pb2
 
 Changes = list[tuple[int, str]]
 
@@ -113,6 +115,23 @@ async def test_a_watch_delivers_every_state_change_in_ledger_order(
     jobs = [job async for job in client.watch(name, timeout=10)]
     assert [state_name(job.state) for job in jobs] == states
     assert await client.wait(name, timeout=10) == changes[-1].job
+
+
+@pytest.mark.stack
+async def test_every_watched_change_carries_the_jobs_bundle_id(
+    client: AdmissionClient, tmp_path: Path
+) -> None:
+    source = await client.upload(write_text_pdf(tmp_path / "bundled.pdf", ["bundled"]))
+    manifest = job_pb2.Manifest(
+        items=[job_pb2.ManifestItem(position=0, document_id="bundled", sha256=source.sha256)]
+    )
+    job = await client.submit_request(
+        pb.SubmitJobRequest(request_id=uuid.uuid4().hex, manifest=manifest, bundle_id="lease-7")
+    )
+    changes = [change async for change in client.watch_changes(job.name, timeout=60)]
+    assert state_name(changes[-1].job.state) == "COMPLETED"
+    assert {change.job.bundle_id for change in changes} == {"lease-7"}
+    assert changes[-1].job == await client.get_job(job.name), "the last view is GetJob's"
 
 
 @pytest.mark.stack

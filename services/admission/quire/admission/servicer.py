@@ -22,7 +22,7 @@ from quire.admission.cancellation import Canceller
 from quire.admission.desks import BatchDesk, NotificationDesk
 from quire.admission.dispatch import Dispatcher
 from quire.admission.intake import Intake
-from quire.admission.jobviews import JobViews, accepted_view
+from quire.admission.jobviews import JobViews, accepted_view, with_intake
 from quire.admission.tenants import TenantDirectory
 from quire.admission.uploads import UploadGate
 from quire.admission.v1 import admission_service_pb2 as pb
@@ -157,7 +157,9 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
             accepted.name, request.after_sequence, context.time_remaining()
         )
         async for change in changes:
-            yield pb.WatchJobResponse(job=change.job, sequence=change.sequence)
+            yield pb.WatchJobResponse(
+                job=with_intake(change.job, accepted), sequence=change.sequence
+            )
 
     @at_the_edge(DOMAIN)
     async def DownloadArtifact(  # noqa: N802 - gRPC method name
