@@ -43,6 +43,8 @@ from quire.client import AdmissionClient, PacketItem, TenantAdminClient  # noqa:
 from quire.jobs import state_name  # noqa: E402
 from quire.stack.supervisor import Stack, StackInfo  # noqa: E402
 from quire.testing.pdfs import write_text_pdf  # noqa: E402
+from quire.top.endpoints import stack_endpoints  # noqa: E402
+from quire.top.scrape import Scrape, scrape_all  # noqa: E402
 from quire.type import job_pb2  # noqa: E402
 
 PACKETS = int(os.environ.get("BENCH_FAIRNESS_PACKETS", "2000"))
@@ -53,6 +55,9 @@ WINDOW_SECONDS = float(os.environ.get("BENCH_FAIRNESS_WINDOW_SECONDS", "60"))
 WEIGHTS = (3, 1)
 PAGES = 3
 WAIT_SECONDS = 300.0
+STAGES = ("validate", "assemble", "sign")
+WAITS = ("queue_wait", "sandbox_wait")
+PHASE = "quire_stage_phase_seconds"
 
 
 @dataclass(frozen=True)
@@ -95,18 +100,32 @@ async def new_tenant(admin: TenantAdminClient, stack: Stack, label: str, weight:
     return Tenant(reply.tenant.name, client, PacketItem("d0", source.sha256))
 
 
-async def one_interactive(tenant: Tenant) -> tuple[float, str]:
-    """Submit one interactive packet; seconds until WatchJob shows it ended, and how."""
+@dataclass(frozen=True)
+class Outcome:
+    """One interactive packet: how it ended, and when (seconds after its submit)
+    WatchJob showed each state it passed through."""
+
+    state: str
+    seconds: float
+    seen: dict[str, float]
+
+
+async def one_interactive(tenant: Tenant) -> Outcome:
+    """Submit one interactive packet and watch it to its end."""
     started = time.monotonic()
     try:
         job = await tenant.client.submit([tenant.packet], priority="interactive")
     except grpc.aio.AioRpcError as error:
-        return time.monotonic() - started, f"refused {error.code().name}"
-    ended = await tenant.client.wait(job.name, timeout=WAIT_SECONDS)
-    return time.monotonic() - started, state_name(ended.state)
+        return Outcome(f"refused {error.code().name}", time.monotonic() - started, {})
+    seen: dict[str, float] = {}
+    state = "WATCH_TIMED_OUT"
+    async for change in tenant.client.watch_changes(job.name, timeout=WAIT_SECONDS):
+        state = state_name(change.job.state)
+        seen.setdefault(state, time.monotonic() - started)
+    return Outcome(state, seen.get(state, time.monotonic() - started), seen)
 
 
-async def interactive_stream(tenant: Tenant, count: int) -> list[tuple[float, str]]:
+async def interactive_stream(tenant: Tenant, count: int) -> list[Outcome]:
     """``count`` packets, one a second (each followed on its own), as B sends them."""
     tasks = []
     for _ in range(count):
@@ -115,9 +134,10 @@ async def interactive_stream(tenant: Tenant, count: int) -> list[tuple[float, st
     return list(await asyncio.gather(*tasks))
 
 
-def latencies(outcomes: list[tuple[float, str]], label: str) -> list[float]:
-    done = [seconds for seconds, state in outcomes if state == "COMPLETED"]
-    others = sorted({state for _, state in outcomes if state != "COMPLETED"})
+def latencies(outcomes: list[Outcome], label: str) -> list[float]:
+    completed = [outcome for outcome in outcomes if outcome.state == "COMPLETED"]
+    done = [outcome.seconds for outcome in completed]
+    others = sorted({o.state for o in outcomes if o.state != "COMPLETED"})
     print(
         f"  {label}: {len(done)}/{len(outcomes)} completed"
         + (f" (others: {', '.join(others)})" if others else "")
@@ -127,7 +147,49 @@ def latencies(outcomes: list[tuple[float, str]], label: str) -> list[float]:
             f"    terminal latency p50 {ms(statistics.median(done))}  p95 {ms(p95(done))}"
             f"  max {ms(max(done))}"
         )
+        marks = []
+        for state in ("VALIDATING", "ASSEMBLING", "SIGNING", "COMMITTING", "COMPLETED"):
+            times = [o.seen[state] for o in completed if state in o.seen]
+            if times:
+                marks.append(f"{state} {ms(statistics.mean(times))}")
+        print("    mean time each state was seen: " + ", ".join(marks))
     return done
+
+
+def phase_totals(scrapes: Sequence[Scrape]) -> dict[tuple[str, str, str, str], float]:
+    """(stage, class, phase, sum|count) of the wait phases, over every process."""
+    totals: dict[tuple[str, str, str, str], float] = {}
+    for scrape in scrapes:
+        for (name, labels), value in scrape.samples.items():
+            if name not in (f"{PHASE}_sum", f"{PHASE}_count"):
+                continue
+            label = dict(labels)
+            if label.get("phase") not in WAITS:
+                continue
+            key = (label["stage"], label["class"], label["phase"], name.rsplit("_", 1)[1])
+            totals[key] = totals.get(key, 0.0) + value
+    return totals
+
+
+def print_waits(
+    before: dict[tuple[str, str, str, str], float], after: dict[tuple[str, str, str, str], float]
+) -> None:
+    """Each stage's mean wait per class between two scrapes: on its queue, and
+    for a sandbox worker in the job's lane."""
+    for stage in STAGES:
+        cells = []
+        for priority in ("interactive", "batch"):
+            for phase in WAITS:
+                key = (stage, priority, phase)
+                count = after.get((*key, "count"), 0.0) - before.get((*key, "count"), 0.0)
+                total = after.get((*key, "sum"), 0.0) - before.get((*key, "sum"), 0.0)
+                mean = ms(total / count) if count else "-"
+                cells.append(f"{priority} {phase.removesuffix('_wait')} {mean}")
+        print(f"    {stage:<9} mean wait: " + ", ".join(cells))
+
+
+def waits_now(stack: Stack) -> dict[tuple[str, str, str, str], float]:
+    return phase_totals(scrape_all(stack_endpoints(stack.data_dir))[1])
 
 
 async def submit_batch(tenant: Tenant, count: int) -> str:
@@ -178,11 +240,13 @@ async def portfolio_against_renewals(admin: TenantAdminClient, stack: Stack) -> 
     idle = latencies(await interactive_stream(b, IDLE_PACKETS), f"idle, {IDLE_PACKETS} packets")
     batch = await submit_batch(a, PACKETS)
     before = await progress(a, batch)
+    waits_before = await asyncio.to_thread(waits_now, stack)
     busy_count = int(SECONDS)
     busy = latencies(
         await interactive_stream(b, busy_count), f"beside A's batch, {busy_count} packets"
     )
     after = await progress(a, batch)
+    print_waits(waits_before, await asyncio.to_thread(waits_now, stack))
     if idle and busy:
         ratio = p95(busy) / p95(idle)
         verdict = "within" if ratio <= 2 else "NOT within"
