@@ -524,8 +524,14 @@ class BatchSettings:
     """Packets one SubmitBatch may carry."""
     max_manifest_bytes: int = 16 * 1024 * 1024
     """The largest uploaded batch manifest (JSON) SubmitBatch reads."""
-    window: int = 64
-    """Batch children in flight (created, not yet known ended), all tenants together."""
+    window: int = 32
+    """Batch children in flight (created, not yet known ended), all tenants
+    together, while no interactive work is in the pipeline."""
+    shared_window: int = 4
+    """The window while interactive work waits or runs at some stage (or did
+    within ``interactive_hold_seconds``): the capacity batch work leaves to it."""
+    interactive_hold_seconds: float = 3.0
+    """How long interactive work counts as present after it was last seen."""
     rate: float = 50.0
     """Children created per second at most (a token bucket)."""
     page_size: int = 16
@@ -539,15 +545,20 @@ class BatchSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> BatchSettings:
-        """``QUIRE_BATCH_*``: MAX_PACKETS, MAX_MANIFEST_BYTES, WINDOW, RATE, PAGE_SIZE,
-        TICK_SECONDS, LEASE_SECONDS, FINISH_POLL_SECONDS."""
+        """``QUIRE_BATCH_*``: MAX_PACKETS, MAX_MANIFEST_BYTES, WINDOW, SHARED_WINDOW,
+        INTERACTIVE_HOLD_SECONDS, RATE, PAGE_SIZE, TICK_SECONDS, LEASE_SECONDS,
+        FINISH_POLL_SECONDS."""
         env = os.environ if env is None else env
         return cls(
             max_packets=setting_int(env, "QUIRE_BATCH_MAX_PACKETS", 10_000, minimum=1),
             max_manifest_bytes=setting_int(
                 env, "QUIRE_BATCH_MAX_MANIFEST_BYTES", 16 * 1024 * 1024, minimum=1
             ),
-            window=setting_int(env, "QUIRE_BATCH_WINDOW", 64, minimum=1),
+            window=setting_int(env, "QUIRE_BATCH_WINDOW", 32, minimum=1),
+            shared_window=setting_int(env, "QUIRE_BATCH_SHARED_WINDOW", 4, minimum=1),
+            interactive_hold_seconds=setting_float(
+                env, "QUIRE_BATCH_INTERACTIVE_HOLD_SECONDS", 3, minimum=0
+            ),
             rate=setting_float(env, "QUIRE_BATCH_RATE", 50, minimum=0.01),
             page_size=setting_int(env, "QUIRE_BATCH_PAGE_SIZE", 16, minimum=1),
             tick_seconds=setting_float(env, "QUIRE_BATCH_TICK_SECONDS", 0.2, minimum=0.01),

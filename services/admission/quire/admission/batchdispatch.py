@@ -5,7 +5,9 @@ Each tick, on the one replica holding the dispatch lease:
 
 1. the window: batch children in flight (created and not yet known ended,
    ``dispatched_count - terminal_count`` over unfinished batches) may not
-   exceed ``BatchSettings.window``, all tenants together;
+   exceed ``BatchSettings.window``, all tenants together, or the smaller
+   ``shared_window`` while interactive work waits or runs at any stage
+   (``InteractivePresence``): the capacity batch work leaves to it;
 2. the batch class's queue: while its oldest ready message is older than the
    queue-age budget, nothing is created (deferred, never failed);
 3. tenants with DISPATCHING batches take turns by deficit round robin
@@ -47,6 +49,7 @@ from quire.errors import QuireError
 from quire.settings import AdmissionSettings, BatchSettings
 from quire.type import job_pb2
 from quire.workqueue.backlog import QueueAgeProbe
+from quire.workqueue.interactive import InteractivePresence
 
 __all__ = ["BatchDispatcher", "child_request_id"]
 
@@ -86,8 +89,10 @@ class BatchDispatcher:
         lease: DispatchLease,
         backlog: QueueAgeProbe | None = None,
         outstanding: OutstandingJobs | None = None,
+        interactive: InteractivePresence | None = None,
     ) -> None:
         self._db = database
+        self._interactive = interactive
         self._intake = intake
         self._dispatcher = dispatcher
         self._settings = settings
@@ -117,7 +122,7 @@ class BatchDispatcher:
         if not await self._db.run(self._lease.take):
             return 0
         plan = await self._db.read(lambda s: _plan(s, self._admission))
-        free = self._settings.window - plan.in_flight
+        free = await self._window() - plan.in_flight
         if free <= 0 or not plan.weights or await self._queue_behind():
             return 0
         created = 0
@@ -125,7 +130,8 @@ class BatchDispatcher:
             limit = min(free, self._bucket.available(), self._settings.page_size)
             if limit <= 0:
                 break  # the round resumes here next tick
-            allowed = min(self._fair.grant(tenant, plan.weights), limit)
+            granted = self._fair.grant(tenant, plan.weights)
+            allowed = min(granted, limit)
             try:
                 page = await self._page_for(tenant, allowed, plan.quotas[tenant])
             except QuireError as error:  # this tenant's trouble holds up no other tenant
@@ -137,11 +143,14 @@ class BatchDispatcher:
                 await self._refresh_quota(tenant, plan.quotas[tenant])
                 continue
             count = len(page.handoffs)
-            self._fair.spend(tenant, count, exhausted=count < allowed)
+            cut_short = allowed < granted
+            self._fair.spend(tenant, count, exhausted=count < allowed, cut_short=cut_short)
             self._bucket.take(count)
             free -= count
             created += count
             await self._hand_on(page.handoffs)
+            if cut_short:
+                break  # the tenant's turn goes on next tick
         return created
 
     async def _page_for(self, tenant: str, allowed: int, quota: int) -> _Page:
@@ -201,6 +210,18 @@ class BatchDispatcher:
                 await self._dispatcher.hand_on(task, event)
             except Exception as error:  # noqa: BLE001 - committed: the sweep hands it on
                 log.warning("batch child handed to the sweep (%s)", type(error).__name__)
+
+    async def _window(self) -> int:
+        """The full window, or the shared one while interactive work is in the
+        pipeline: batch work leaves it the rest of the capacity."""
+        if self._interactive is not None:
+            try:
+                if await self._interactive.present():
+                    return min(self._settings.shared_window, self._settings.window)
+            except Exception as error:  # noqa: BLE001 - NATS unreadable: assume it is there
+                log.warning("interactive presence unknown (%s)", type(error).__name__)
+                return min(self._settings.shared_window, self._settings.window)
+        return self._settings.window
 
     async def _queue_behind(self) -> bool:
         if self._backlog is None:

@@ -26,40 +26,61 @@ class DeficitRoundRobin:
         self._page_size = page_size
         self._deficits: dict[str, float] = {}
         self._last: str = ""
-        """The tenant visited last; the next round starts after it."""
+        """The tenant whose turn ended last; the next round starts after it."""
+        self._current: str = ""
+        """A tenant whose turn the capacity cut short: it goes on first next
+        tick, on the credit it has, without a new quantum."""
 
     def order(self, weights: Mapping[str, int]) -> list[str]:
-        """This round's tenants (those with work), starting after the last one served.
+        """This round's tenants (those with work): a turn cut short first, then
+        the rest starting after the last one served.
 
         Tenants that have no work left lose their deficit."""
         for tenant in list(self._deficits):
             if tenant not in weights:
                 del self._deficits[tenant]
+        if self._current not in weights:
+            self._current = ""
         tenants = sorted(weights)
         later = [tenant for tenant in tenants if tenant > self._last]
-        return later + [tenant for tenant in tenants if tenant <= self._last]
+        rotation = later + [tenant for tenant in tenants if tenant <= self._last]
+        if self._current:
+            rotation.remove(self._current)
+            rotation.insert(0, self._current)
+        return rotation
 
     def grant(self, tenant: str, weights: Mapping[str, int]) -> int:
-        """Add the tenant's quantum; how many children it may create now."""
+        """How many children the tenant may create on this turn: its credit,
+        plus a quantum when the turn is a new one."""
+        if tenant == self._current:
+            return int(self._deficits.get(tenant, 0.0))
         heaviest = max(weights.values())
         quantum = self._page_size * max(weights[tenant], 1) / max(heaviest, 1)
-        # At most two pages banked: a tenant the rate held back gets its turn
-        # first next round (``order``), not a burst.
+        # At most two pages banked, so a tenant never comes back with a burst.
         banked = min(self._deficits.get(tenant, 0.0) + quantum, 2.0 * self._page_size)
         self._deficits[tenant] = banked
         return int(banked)
 
-    def spend(self, tenant: str, created: int, *, exhausted: bool) -> None:
-        """Charge what was created, ending the tenant's turn; a tenant whose
-        work ran out keeps no credit."""
-        self._last = tenant
+    def spend(self, tenant: str, created: int, *, exhausted: bool, cut_short: bool = False) -> None:
+        """Charge what was created. A tenant whose work ran out keeps no
+        credit; one that the window or the rate stopped while it still had
+        credit keeps its turn (``cut_short``), so a full window that frees a
+        few slots a tick still shares them by weight, not by turns."""
+        left = self._deficits.get(tenant, 0.0) - created
         if exhausted:
             self._deficits.pop(tenant, None)
         else:
-            self._deficits[tenant] = self._deficits.get(tenant, 0.0) - created
+            self._deficits[tenant] = left
+        if cut_short and not exhausted and left >= 1.0:
+            self._current = tenant
+        else:
+            self._current = ""
+            self._last = tenant
 
     def forfeit(self, tenant: str) -> None:
         """A deferred tenant (over its quota) banks nothing while it waits."""
+        if self._current == tenant:
+            self._current = ""
         self._last = tenant
         self._deficits.pop(tenant, None)
 

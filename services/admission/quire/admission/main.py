@@ -49,6 +49,7 @@ from quire.transitions import EventFactory
 from quire.validator.v1 import validator_service_pb2_grpc
 from quire.workqueue import Publisher
 from quire.workqueue.backlog import QueueAgeProbe
+from quire.workqueue.interactive import InteractivePresence
 
 SERVICE = "admission"
 
@@ -103,6 +104,9 @@ async def main() -> None:
         ),
         backlog=QueueAgeProbe(js, cache_seconds=admission.queue_age_cache_seconds),
         outstanding=outstanding,
+        interactive=InteractivePresence(
+            js, STAGE_NAMES, hold_seconds=config.batch.interactive_hold_seconds
+        ),
     )
     servicer = AdmissionServicer(
         database=database,
