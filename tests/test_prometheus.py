@@ -17,7 +17,7 @@ from quire.client import AdmissionClient, PacketItem
 from quire.jobs import state_name
 from quire.metrics import CATALOGUE
 from quire.stack.scrapeconfig import SCRAPE_FILE
-from quire.stack.supervisor import SERVICES, StackInfo
+from quire.stack.supervisor import GATEWAY, SERVICES, StackInfo
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.prometheus import Prometheus
 from quire.testing.quirecli import ROOT
@@ -56,7 +56,7 @@ def _total(prometheus: Prometheus, expression: str) -> float:
 def test_the_stack_writes_a_scrape_configuration_for_every_service(stack) -> None:  # type: ignore[no-untyped-def]
     info = StackInfo.read(stack.data_dir)
     written = (Path(stack.data_dir) / SCRAPE_FILE).read_text()
-    assert set(info.metrics_endpoints) == set(SERVICES)
+    assert set(info.metrics_endpoints) == {*SERVICES, GATEWAY}
     for address in info.metrics_endpoints.values():
         assert f'"{address}"' in written
 
@@ -66,9 +66,9 @@ async def test_a_jobs_series_come_back_through_prometheus(
 ) -> None:
     async def all_up() -> bool:
         up = prometheus.query("up")
-        return len(up) == len(SERVICES) and all(r["value"][1] == "1" for r in up)
+        return len(up) == len(SERVICES) + 1 and all(r["value"][1] == "1" for r in up)
 
-    await _until(all_up, "every service's /metrics scraped")
+    await _until(all_up, "every service's /metrics and the gateway's scraped")
     before = _total(prometheus, "quire_jobs_completed_total")
     signed_before = _total(prometheus, "quire_signatures_total")
     names = []

@@ -338,7 +338,7 @@ async def test_top_live_in_a_terminal_shows_the_queue_filling(
             assert column in header
         for stage in STAGE_NAMES:
             assert f"│ {stage}" in screen
-        assert "services answering: 5 of 5" in screen
+        assert "services answering: 6 of 6" in screen  # the five and the gateway
         await validate_queue.resume()
         await _completed(client, names)
     finally:

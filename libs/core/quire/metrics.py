@@ -8,8 +8,10 @@ metrics address.
 Names and units follow Prometheus conventions (``_total`` counters,
 ``_seconds`` and ``_bytes`` units). Labels stay low-cardinality: ``stage``,
 ``class`` (the priority class: interactive or batch), ``phase``, ``reason``
-(a stable reason code), ``state``, ``outcome``, ``key_version``. Never a job
-id, a tenant, a file name or anything read from a document.
+(a stable reason code), ``state``, ``outcome``, ``key_version``, and the
+gateway's ``route`` (the route's template, ``/v1/pdf/job/get/{job_id}``),
+``method`` and ``status_class``. Never a job id, a tenant, a file name or
+anything read from a document.
 
 ``CATALOGUE`` lists every family with its type and labels; the dashboard and
 alert tests check their queries against it.
@@ -220,6 +222,20 @@ CATALOGUE: tuple[Family, ...] = (
         ("key_version",),
         "Packets signed, by signing key version.",
         ("signer",),
+    ),
+    Family(
+        "quire_http_requests_total",
+        "counter",
+        ("route", "method", "status_class"),
+        "HTTP requests the gateway answered, by route template (never the path itself), method and status class (2xx, 4xx, 5xx).",
+        ("gateway",),
+    ),
+    Family(
+        "quire_http_request_duration_seconds",
+        "histogram",
+        ("route", "method", "status_class"),
+        "Time the gateway took to answer an HTTP request, to the last byte of a streamed body.",
+        ("gateway",),
     ),
 )
 

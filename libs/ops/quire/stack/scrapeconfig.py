@@ -1,8 +1,8 @@
 """A Prometheus configuration that scrapes an embedded stack.
 
 ``quire up`` writes it beside the stack's other files (``prometheus.yml`` in
-the data directory): one job per service, each target its ``/metrics``
-address, labelled with the service. Point a Prometheus at it
+the data directory): one job per service and one for the HTTP gateway, each
+target its ``/metrics`` address, labelled with the service. Point a Prometheus at it
 (``prometheus --config.file=.quire/prometheus.yml``) and every series of
 ``quire.metrics`` is there. It is JSON, which Prometheus reads as YAML.
 """

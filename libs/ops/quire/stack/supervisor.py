@@ -73,7 +73,7 @@ class StackInfo:
     operator_token_file: str = ""
     """Where the operator token was configured (``QUIRE_OPERATOR_TOKEN_FILE``), if it was."""
     metrics_endpoints: dict[str, str] = field(default_factory=dict)
-    """Each service's Prometheus ``/metrics`` address."""
+    """Each service's Prometheus ``/metrics`` address, and the gateway's."""
     gateway_url: str = ""
     """The HTTP gateway's base URL (``http://127.0.0.1:<port>``)."""
 
@@ -139,7 +139,9 @@ class Stack:
     def _pick_endpoints(self) -> None:
         self.endpoints = {service: f"127.0.0.1:{free_port()}" for service in SERVICES}
         self.health_endpoints = {service: f"127.0.0.1:{free_port()}" for service in SERVICES}
-        self.metrics_endpoints = {service: f"127.0.0.1:{free_port()}" for service in SERVICES}
+        self.metrics_endpoints = {
+            service: f"127.0.0.1:{free_port()}" for service in (*SERVICES, GATEWAY)
+        }
         self.gateway_address = f"127.0.0.1:{free_port()}"
 
     @property

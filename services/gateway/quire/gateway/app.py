@@ -17,8 +17,10 @@ from fastapi.openapi.utils import get_openapi
 from quire.gateway import batches, jobs, sources
 from quire.gateway.admission import Admission
 from quire.gateway.config import GatewaySettings
+from quire.gateway.httpmetrics import RequestMetrics
 from quire.gateway.problems import install_problem_handlers
 from quire.gateway.schemas import Health, Problem
+from quire.metrics import ServiceMetrics
 
 __all__ = ["create_app", "openapi_document", "API_VERSION"]
 
@@ -27,8 +29,13 @@ CALL_TIMEOUT_SECONDS = 30.0
 BEARER = "bearerAuth"
 
 
-def create_app(settings: GatewaySettings, channel: grpc.aio.Channel) -> FastAPI:
-    """The gateway's app over ``channel`` to admission; the caller owns the channel."""
+def create_app(
+    settings: GatewaySettings,
+    channel: grpc.aio.Channel,
+    metrics: ServiceMetrics | None = None,
+) -> FastAPI:
+    """The gateway's app over ``channel`` to admission; the caller owns the
+    channel. With ``metrics``, every request is counted and timed on them."""
     app = FastAPI(
         title="Quire HTTP API",
         version=API_VERSION,
@@ -42,6 +49,8 @@ def create_app(settings: GatewaySettings, channel: grpc.aio.Channel) -> FastAPI:
         upload_chunk_bytes=settings.upload_chunk_bytes,
     )
     install_problem_handlers(app)
+    if metrics is not None:
+        app.add_middleware(RequestMetrics, metrics=metrics)
     app.include_router(jobs.router)
     app.include_router(sources.router)
     app.include_router(batches.router)

@@ -10,14 +10,16 @@ from pathlib import Path
 
 from quire.environment import setting_float, setting_text
 from quire.logs import log_format
-from quire.settings import service_address_var
+from quire.settings import METRICS_PORT_OFFSET, service_address_var, service_metrics_var
 from quire.tls import TlsSettings
 
 __all__ = ["GatewaySettings", "GATEWAY_ADDRESS_VAR", "SERVICE"]
 
 SERVICE = "gateway"
 GATEWAY_ADDRESS_VAR = "QUIRE_GATEWAY_ADDR"
-DEFAULT_ADDRESS = "127.0.0.1:7780"
+DEFAULT_PORT = 7780
+DEFAULT_ADDRESS = f"127.0.0.1:{DEFAULT_PORT}"
+DEFAULT_METRICS_ADDRESS = f"127.0.0.1:{DEFAULT_PORT + METRICS_PORT_OFFSET}"
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,9 @@ class GatewaySettings:
     """``host:port`` the HTTP server binds (``QUIRE_GATEWAY_ADDR``); loopback by default."""
     admission_address: str = "127.0.0.1:7700"
     """``host:port`` of admission's gRPC API (``QUIRE_ADMISSION_ADDR``)."""
+    metrics_address: str = DEFAULT_METRICS_ADDRESS
+    """``host:port`` of its Prometheus ``/metrics`` (``QUIRE_GATEWAY_METRICS_ADDR``,
+    the HTTP port plus 200 unless set, as for the services); empty turns it off."""
     tls: TlsSettings | None = None
     """Mutual TLS towards admission, as every Quire gRPC client uses it, when set."""
     upload_chunk_bytes: int = 256 * 1024
@@ -53,6 +58,7 @@ class GatewaySettings:
         return cls(
             address=setting_text(env, GATEWAY_ADDRESS_VAR, DEFAULT_ADDRESS),
             admission_address=setting_text(env, service_address_var("admission"), "127.0.0.1:7700"),
+            metrics_address=env.get(service_metrics_var(SERVICE), DEFAULT_METRICS_ADDRESS),
             tls=TlsSettings.from_env(env),
             drain_seconds=setting_float(env, "QUIRE_DRAIN_SECONDS", 20),
             instance=setting_text(env, "QUIRE_INSTANCE", f"{socket.gethostname()}-{os.getpid()}"),

@@ -1,6 +1,7 @@
 """The gateway process: ``quire-gateway`` (``python -m quire.gateway.main``).
 
-uvicorn serves the app on ``QUIRE_GATEWAY_ADDR``; on SIGTERM or SIGINT it
+uvicorn serves the app on ``QUIRE_GATEWAY_ADDR``, and Prometheus's
+``/metrics`` is on ``QUIRE_GATEWAY_METRICS_ADDR``; on SIGTERM or SIGINT it
 stops accepting, lets requests in flight finish for up to
 ``QUIRE_DRAIN_SECONDS``, then the channel to admission is closed.
 """
@@ -12,6 +13,7 @@ import uvicorn
 from quire.gateway.app import create_app
 from quire.gateway.config import SERVICE, GatewaySettings
 from quire.grpcserver import TraceClientInterceptors
+from quire.metrics import ServiceMetrics, serve_metrics
 from quire.runtime import configure_logging, run_service
 from quire.telemetry import configure_tracing
 from quire.tls import aio_channel
@@ -23,10 +25,12 @@ async def main() -> None:
     settings = GatewaySettings.from_env()
     configure_logging(SERVICE, settings.log_format)
     configure_tracing(SERVICE, settings.instance, settings.trace_file)
+    metrics = ServiceMetrics(SERVICE)
+    serve_metrics(metrics, settings.metrics_address)
     channel = aio_channel(settings.admission_address, settings.tls, TraceClientInterceptors())
     try:
         config = uvicorn.Config(
-            create_app(settings, channel),
+            create_app(settings, channel, metrics),
             host=settings.host,
             port=settings.port,
             log_config=None,
