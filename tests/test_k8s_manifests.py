@@ -6,16 +6,20 @@ Kubernetes 1.37 schemas (``kubernetes-validate``, strict: an unknown field is
 an error), and the custom resources that package cannot know (KEDA
 ``ScaledObject``, CloudNativePG ``Cluster`` and ``Database``) are checked
 against the fields their documentation lists. Then the invariants that make
-the tree safe to run: probes on the plaintext health port, non-root pods on a
-read-only root filesystem, a PodDisruptionBudget and a ServiceAccount per
-service, only admission reachable from outside the namespace, a 3-node NATS
-with ``sync_interval: always`` that KEDA can query per server, one database
-per service, and no Secret in the tree.
+the tree safe to run: probes on the plaintext health port (the HTTP
+gateway's on its ``/healthz``), non-root pods on a read-only root filesystem,
+a PodDisruptionBudget and a ServiceAccount per service and for the gateway,
+only admission's gRPC port and the gateway's HTTP port reachable from outside
+the namespace, the gateway dialling only DNS, admission and the OTLP
+collector, every metrics port scraped by the PodMonitor and reachable from
+Prometheus alone, a 3-node NATS with ``sync_interval: always`` that KEDA can
+query per server, one database per service, and no Secret in the tree.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import re
 import shutil
 import subprocess
@@ -29,6 +33,9 @@ import yaml
 from opentelemetry.sdk import environment_variables as otel_variables
 
 from quire.environment import KNOWN
+from quire.gateway.config import DEFAULT_PORT as GATEWAY_PORT
+from quire.gateway.config import SERVICE as GATEWAY
+from quire.gateway.config import GatewaySettings
 from quire.pipeline import STAGES
 from quire.settings import DEFAULT_PORTS, HEALTH_PORT_OFFSET, METRICS_PORT_OFFSET, SERVICES
 from quire.workqueue.topology import (
@@ -233,7 +240,15 @@ CNPG_DATABASE_SPEC_KEYS = {
 # Operators outside the namespace that must reach a status port, and only it.
 OPERATOR_NAMESPACES = {"keda": ("nats", {8222}), "cnpg-system": ("quire-db", {8000})}
 HEALTH_PORTS = {service: port + HEALTH_PORT_OFFSET for service, port in DEFAULT_PORTS.items()}
-METRICS_PORTS = {service: port + METRICS_PORT_OFFSET for service, port in DEFAULT_PORTS.items()}
+METRICS_PORTS = {
+    service: port + METRICS_PORT_OFFSET
+    for service, port in {**DEFAULT_PORTS, GATEWAY: GATEWAY_PORT}.items()
+}
+ENTRY_PORTS = {"admission": DEFAULT_PORTS["admission"], GATEWAY: GATEWAY_PORT}
+"""The only ports reachable from outside the namespace: admission's gRPC API
+and the HTTP gateway in front of it."""
+OTLP_NAMESPACE, OTLP_PORT = "monitoring", 4317
+"""Where quire-config sends traces (otel-collector.monitoring.svc:4317)."""
 SCRAPER_NAMESPACE = "monitoring"
 """Prometheus's namespace: it reaches each service's metrics port, and only it."""
 SANDBOXED = ("validator", "assembler", "signer")
@@ -542,6 +557,7 @@ def test_every_pod_runs_non_root_on_a_read_only_root_filesystem(docs: list[Doc])
     templates = list(_pod_templates(docs))
     assert {owner["metadata"]["name"] for owner, _ in templates} >= {
         *SERVICES,
+        GATEWAY,
         "nats",
         "quire-nats-provision",
     }
@@ -583,8 +599,10 @@ def test_every_pod_runs_non_root_on_a_read_only_root_filesystem(docs: list[Doc])
                 if not m.get("readOnly")
             }
             assert {"/tmp", "/home/quire"} <= writable, name
-            if owner["kind"] == "Deployment":
+            if name in SERVICES:
                 assert "/data" in writable, name
+            if name == GATEWAY:  # it writes nothing of its own
+                assert writable == {"/tmp", "/home/quire"}, name
 
 
 def test_every_service_has_its_own_service_account_and_disruption_budget(
@@ -605,9 +623,14 @@ def test_every_service_has_its_own_service_account_and_disruption_budget(
         assert "maxUnavailable" in covering[0]["spec"] or "minAvailable" in covering[0]["spec"]
     service_accounts = [
         _one(docs, "Deployment", s)["spec"]["template"]["spec"]["serviceAccountName"]
-        for s in SERVICES
+        for s in (*SERVICES, GATEWAY)
     ]
-    assert service_accounts == list(SERVICES), "one ServiceAccount per service"
+    assert service_accounts == [*SERVICES, GATEWAY], "one ServiceAccount per service and gateway"
+    gateway_budget = _one(docs, "PodDisruptionBudget", GATEWAY)["spec"]
+    assert gateway_budget == {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": {"app.kubernetes.io/name": GATEWAY}},
+    }
 
 
 def test_no_shared_volume_blobs_live_in_nats(docs: list[Doc]) -> None:
@@ -713,11 +736,13 @@ def test_postgres_is_a_cloudnativepg_cluster_with_one_database_per_service(
 # -- who can reach what -----------------------------------------------------------
 
 
-def test_only_admission_is_reachable_from_outside_the_namespace(docs: list[Doc]) -> None:
+def test_only_admissions_grpc_port_and_the_gateways_http_port_are_reachable_from_outside(
+    docs: list[Doc],
+) -> None:
     for service in _of(docs, "Service"):
         name = service["metadata"]["name"]
         if service["spec"].get("type", "ClusterIP") != "ClusterIP":
-            assert name == "admission", f"{name} must not be exposed outside the cluster"
+            assert name in ENTRY_PORTS, f"{name} must not be exposed outside the cluster"
 
     policies = _of(docs, "NetworkPolicy")
     default = [
@@ -729,8 +754,8 @@ def test_only_admission_is_reachable_from_outside_the_namespace(docs: list[Doc])
     ]
     assert default, "a default-deny ingress policy for every pod in the namespace"
 
-    labels = {"admission": {"app.kubernetes.io/name": "admission"}}
-    open_to_all: list[tuple[str, int]] = []
+    entry_labels = {name: {"app.kubernetes.io/name": name} for name in ENTRY_PORTS}
+    open_to_all: dict[str, set[int]] = {}
     for policy in policies:
         name = policy["metadata"]["name"]
         for rule in policy["spec"].get("ingress", []):
@@ -738,10 +763,12 @@ def test_only_admission_is_reachable_from_outside_the_namespace(docs: list[Doc])
             assert ports, f"{name}: every rule names its ports"
             peers = rule.get("from", [])
             if not peers:
-                open_to_all.append((name, *ports))  # type: ignore[arg-type]
                 selector = policy["spec"]["podSelector"]
-                assert _selects(selector, labels["admission"]), name
-                assert selector.get("matchLabels") == labels["admission"], name
+                entry = [
+                    e for e, labels in entry_labels.items() if selector == {"matchLabels": labels}
+                ]
+                assert entry, f"{name}: open to all, but not on admission or the gateway"
+                open_to_all.setdefault(entry[0], set()).update(ports)
                 continue
             for peer in peers:
                 assert "ipBlock" not in peer, f"{name}: no address ranges"
@@ -763,7 +790,15 @@ def test_only_admission_is_reachable_from_outside_the_namespace(docs: list[Doc])
                     assert "podSelector" not in peer or peer["podSelector"] is not None
                 else:
                     assert "podSelector" in peer, name
-    assert open_to_all == [("admission", 7700)], open_to_all
+    assert open_to_all == {name: {port} for name, port in ENTRY_PORTS.items()}, open_to_all
+    # Each entry port is the pod's own serving port, as its Service forwards it.
+    for name, port in ENTRY_PORTS.items():
+        container = _container(_one(docs, "Deployment", name))
+        service = _one(docs, "Service", name)
+        named = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert [named.get(p["targetPort"], p["targetPort"]) for p in service["spec"]["ports"]] == [
+            port
+        ], name
 
 
 def test_nats_and_postgres_admit_only_quire_pods(docs: list[Doc]) -> None:
@@ -801,6 +836,183 @@ def test_nats_and_postgres_admit_only_quire_pods(docs: list[Doc]) -> None:
         assert clients <= may, (port, clients - may)
         assert may <= clients | {"nats"}, (port, may - clients)
     assert admitted(nats_labels, 8222), "KEDA reads the monitoring port"
+
+
+# -- the HTTP gateway ------------------------------------------------------------
+
+
+def _effective_env(docs: list[Doc], container: Doc) -> dict[str, str]:
+    """The variables a container starts with: quire-config, then its own ``env``."""
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        env.update(_one(docs, "ConfigMap", source["configMapRef"]["name"])["data"])
+    env.update({name: item["value"] for name, item in _env(container).items() if "value" in item})
+    return env
+
+
+def test_the_gateway_serves_http_with_probes_on_healthz_and_its_own_command(
+    docs: list[Doc],
+) -> None:
+    deployment = _one(docs, "Deployment", GATEWAY)
+    pod = deployment["spec"]["template"]
+    container = _container(deployment)
+    assert container.get("command", []) + container.get("args", []) == [f"quire-{GATEWAY}"]
+    assert {"configMapRef": {"name": "quire-config"}} in container["envFrom"], "as the others"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": GATEWAY_PORT, "metrics": METRICS_PORTS[GATEWAY]}
+
+    # Its settings as quire.gateway.config reads them from what the pod is given.
+    env = _effective_env(docs, container)
+    settings = GatewaySettings.from_env(env)
+    assert settings.address == f"0.0.0.0:{GATEWAY_PORT}"
+    assert settings.metrics_address == f"0.0.0.0:{METRICS_PORTS[GATEWAY]}"
+    admission = _one(docs, "Service", "admission")
+    [grpc_port] = [p["port"] for p in admission["spec"]["ports"] if p["name"] == "grpc"]
+    assert settings.admission_address == f"admission.{NAMESPACE}.svc:{grpc_port}"
+    tls = {name for name in env if name.startswith("QUIRE_TLS_")}
+    admission_env = _effective_env(docs, _container(_one(docs, "Deployment", "admission")))
+    assert tls == {name for name in admission_env if name.startswith("QUIRE_TLS_")}, "as admission"
+    assert _env(container)["QUIRE_INSTANCE"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.name"
+    )
+    # Drain inside the grace period: the preStop pause, then uvicorn's drain.
+    pause = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert pause + settings.drain_seconds < pod["spec"]["terminationGracePeriodSeconds"]
+
+    # /healthz, the route the OpenAPI document serves without a token.
+    openapi = json.loads((ROOT / "services" / "gateway" / "openapi.json").read_text())
+    assert openapi["paths"]["/healthz"]["get"]["security"] == []
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        check = container[probe]["httpGet"]
+        assert check["path"] == "/healthz", probe
+        assert ports.get(check["port"], check["port"]) == GATEWAY_PORT, probe
+    resources = container["resources"]
+    assert {"cpu", "memory"} <= set(resources["requests"])
+    assert "memory" in resources["limits"]
+
+    # A translator: no secret, no database, no NATS login, no identity key.
+    assert not [v for v in pod["spec"].get("volumes", []) if "secret" in v or "projected" in v]
+    assert not [i for i in container.get("env", []) if "secretKeyRef" in i.get("valueFrom", {})]
+    assert not [name for name in _env(container) if name.endswith("_FILE")]
+    # Not one of the services: NATS, PostgreSQL and the peers' ports admit only those.
+    assert pod["metadata"]["labels"]["app.kubernetes.io/component"] != "service"
+
+    service = _one(docs, "Service", GATEWAY)
+    assert _selects({"matchLabels": service["spec"]["selector"]}, pod["metadata"]["labels"])
+    assert [(p["port"], ports[p["targetPort"]]) for p in service["spec"]["ports"]] == [
+        (GATEWAY_PORT, GATEWAY_PORT)
+    ]
+
+
+def test_admission_and_the_gateway_scale_on_cpu_and_the_stages_on_lag(docs: list[Doc]) -> None:
+    scaled_on_lag = {o["spec"]["scaleTargetRef"]["name"] for o in _of(docs, "ScaledObject")}
+    autoscalers = {}
+    for hpa in _of(docs, "HorizontalPodAutoscaler"):
+        target = hpa["spec"]["scaleTargetRef"]
+        assert target["kind"] == "Deployment", hpa["metadata"]["name"]
+        autoscalers[target["name"]] = hpa["spec"]
+    assert set(autoscalers) == {"admission", GATEWAY}
+    assert not set(autoscalers) & scaled_on_lag, "one autoscaler per Deployment"
+    for name, spec in autoscalers.items():
+        assert spec["minReplicas"] >= 2, f"{name}: a drain leaves a replica"
+        assert [m["resource"]["name"] for m in spec["metrics"]] == ["cpu"], name
+    for deployment in _of(docs, "Deployment"):
+        name = deployment["metadata"]["name"]
+        assert name in autoscalers or name in scaled_on_lag, f"{name} is autoscaled"
+        assert "replicas" not in deployment["spec"], f"{name}: apply must not fight its autoscaler"
+
+
+def test_the_gateway_dials_only_dns_admission_and_the_otlp_collector(docs: list[Doc]) -> None:
+    labels = _one(docs, "Deployment", GATEWAY)["spec"]["template"]["metadata"]["labels"]
+    egress = [p for p in _of(docs, "NetworkPolicy") if "Egress" in p["spec"]["policyTypes"]]
+    assert egress, "the gateway's egress is restricted"
+    for policy in egress:
+        selected = policy["spec"]["podSelector"]
+        assert selected == {"matchLabels": {"app.kubernetes.io/name": GATEWAY}}, (
+            "egress is left open for the services"
+        )
+        assert _selects(selected, labels)
+    allowed = set()
+    for policy in egress:
+        for rule in policy["spec"].get("egress", []):
+            assert rule.get("to"), f"{policy['metadata']['name']}: every rule names its peers"
+            ports = frozenset((p["port"], p.get("protocol", "TCP")) for p in rule["ports"])
+            for peer in rule["to"]:
+                assert "ipBlock" not in peer, "no address ranges"
+                namespace = peer.get("namespaceSelector", {}).get("matchLabels", {})
+                pods = peer.get("podSelector", {}).get("matchLabels", {})
+                which = namespace.get(
+                    "kubernetes.io/metadata.name", NAMESPACE if not namespace else ""
+                )
+                allowed.add((which, tuple(sorted(pods.items())), ports))
+    config = _one(docs, "ConfigMap", "quire-config")["data"]
+    collector = re.fullmatch(
+        r"http://[\w-]+\.([\w-]+)\.svc:(\d+)", config["OTEL_EXPORTER_OTLP_ENDPOINT"]
+    )
+    assert collector and (collector.group(1), int(collector.group(2))) == (
+        OTLP_NAMESPACE,
+        OTLP_PORT,
+    )
+    admission_port = int(GatewaySettings.from_env(config).admission_address.rpartition(":")[2])
+    assert allowed == {
+        ("kube-system", (("k8s-app", "kube-dns"),), frozenset({(53, "UDP"), (53, "TCP")})),
+        (
+            NAMESPACE,
+            (("app.kubernetes.io/name", "admission"),),
+            frozenset({(admission_port, "TCP")}),
+        ),
+        (OTLP_NAMESPACE, (), frozenset({(OTLP_PORT, "TCP")})),
+    }, allowed
+    # ... and admission lets it in on that port.
+    admits = [
+        rule
+        for policy in _of(docs, "NetworkPolicy")
+        if _selects(policy["spec"]["podSelector"], {"app.kubernetes.io/name": "admission"})
+        for rule in policy["spec"].get("ingress", [])
+        if admission_port in {p["port"] for p in rule.get("ports", [])}
+        and (
+            not rule.get("from")
+            or any(
+                "namespaceSelector" not in peer and _selects(peer.get("podSelector", {}), labels)
+                for peer in rule["from"]
+            )
+        )
+    ]
+    assert admits, "admission admits the gateway on its gRPC port"
+
+
+def test_prometheus_scrapes_every_metrics_port_and_may_reach_it(docs: list[Doc]) -> None:
+    monitoring = _render(K8S / "monitoring")
+    [monitor] = _of(monitoring, "PodMonitor")
+    assert [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]] == ["metrics"]
+    policies = _of(docs, "NetworkPolicy")
+    with_metrics = {}
+    for owner, template in _pod_templates(docs):
+        for container in template["spec"]["containers"]:
+            named = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+            if "metrics" in named:
+                with_metrics[owner["metadata"]["name"]] = (template["metadata"]["labels"], named)
+    assert set(with_metrics) == {*SERVICES, GATEWAY}
+    for owner, template in _pod_templates(docs):
+        name = owner["metadata"]["name"]
+        labels = template["metadata"]["labels"]
+        assert _selects(monitor["spec"]["selector"], labels) == (name in with_metrics), name
+    for name, (labels, named) in with_metrics.items():
+        assert named["metrics"] == METRICS_PORTS[name], name
+        scrapers = [
+            rule
+            for policy in policies
+            if _selects(policy["spec"]["podSelector"], labels)
+            for rule in policy["spec"].get("ingress", [])
+            if any(
+                peer.get("namespaceSelector", {}).get("matchLabels", {})
+                == {"kubernetes.io/metadata.name": SCRAPER_NAMESPACE}
+                for peer in rule.get("from", [])
+            )
+        ]
+        assert [{p["port"] for p in rule["ports"]} for rule in scrapers] == [
+            {METRICS_PORTS[name]}
+        ], name
 
 
 # -- nothing secret ------------------------------------------------------------------
