@@ -23,6 +23,7 @@ import json
 import re
 import shutil
 import subprocess
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -1013,6 +1014,32 @@ def test_prometheus_scrapes_every_metrics_port_and_may_reach_it(docs: list[Doc])
         assert [{p["port"] for p in rule["ports"]} for rule in scrapers] == [
             {METRICS_PORTS[name]}
         ], name
+
+
+def test_every_command_a_pod_runs_is_in_the_image(docs: list[Doc]) -> None:
+    """Each pod's command is a console script of a distribution the
+    Containerfile builds into the image (a service left out of its wheel list
+    would fail the image's install, or the pod's start)."""
+    containerfile = (ROOT / "Containerfile").read_text()
+    built = re.search(r"pip wheel --no-deps -w /dist \\\n(.*?)\n\s*\.\n", containerfile, re.S)
+    assert built, "the Containerfile builds the project's wheels"
+    folders = set(re.findall(r"\./([\w/]+)", built.group(1)))
+    scripts: dict[str, str] = {}
+    for pyproject in [*ROOT.glob("services/*/pyproject.toml"), *ROOT.glob("libs/*/pyproject.toml")]:
+        project = tomllib.loads(pyproject.read_text())["project"]
+        for script in project.get("scripts", {}):
+            scripts[script] = str(pyproject.parent.relative_to(ROOT))
+    for owner, template in _pod_templates(docs):
+        for container in template["spec"]["containers"]:
+            if container["image"].split(":")[0] != "quire":
+                continue
+            command = (container.get("command", []) + container.get("args", []))[0]
+            assert command in scripts, (
+                f"{owner['metadata']['name']}: {command} is no console script"
+            )
+            assert scripts[command] in folders, (
+                f"{owner['metadata']['name']}: {scripts[command]} is not built into the image"
+            )
 
 
 # -- nothing secret ------------------------------------------------------------------
