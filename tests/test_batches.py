@@ -14,7 +14,9 @@ from collections import Counter
 from pathlib import Path
 
 import grpc
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.admission.v1 import batch_pb2
@@ -86,11 +88,24 @@ async def accepted_in_ledger(info: StackInfo, jobs: list[str]) -> set[str]:
     return found
 
 
+async def _created(stack) -> float:  # type: ignore[no-untyped-def]
+    """Admission's count of batch children made, from its metrics endpoint."""
+    address = StackInfo.read(stack.data_dir).metrics_endpoints["admission"]
+    async with httpx.AsyncClient(timeout=10) as http:
+        reply = await http.get(f"http://{address}/metrics")
+    for family in text_string_to_metric_families(reply.text):
+        for sample in family.samples:
+            if sample.name == "quire_batch_children_created_total":
+                return sample.value
+    raise AssertionError("quire_batch_children_created_total is not exported")
+
+
 async def test_an_inline_batch_becomes_one_job_per_packet_listed_in_index_order(
-    tenants, tmp_path: Path
+    stack, tenants, tmp_path: Path
 ) -> None:
     client = await tenants("batch-inline")
     sha256 = await upload_pdf(client, tmp_path)
+    created_before = await _created(stack)
     started = time.monotonic()
     batch = await client.submit_batch(packets(sha256, 12, prefix="lease-"))
     assert time.monotonic() - started < 5, "persisted and answered at once"
@@ -111,6 +126,7 @@ async def test_an_inline_batch_becomes_one_job_per_packet_listed_in_index_order(
     child = await client.get_job(every[3].job)
     assert (child.bundle_id, child.batch) == ("lease-3", batch.name)
     assert child.state == job_pb2.JOB_STATE_COMPLETED
+    assert await _created(stack) - created_before >= 12, "the dispatcher counts what it made"
 
 
 async def test_the_same_request_id_returns_the_same_batch_and_another_request_is_refused(

@@ -46,6 +46,7 @@ from quire.admission.outstanding import OutstandingJobs, count_outstanding
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database
 from quire.errors import QuireError
+from quire.metrics import ServiceMetrics
 from quire.settings import AdmissionSettings, BatchSettings
 from quire.type import job_pb2
 from quire.workqueue.backlog import QueueAgeProbe
@@ -56,6 +57,18 @@ __all__ = ["BatchDispatcher", "child_request_id"]
 log = logging.getLogger(__name__)
 QUOTA_REFRESH_SECONDS = 2.0
 """How often a tenant deferred at its quota asks audit which of its jobs ended."""
+
+
+class _DispatchMeter:
+    def __init__(self, metrics: ServiceMetrics) -> None:
+        self.created = metrics.counter("quire_batch_children_created_total")
+        self.deferrals = metrics.counter("quire_batch_deferrals_total")
+        self._in_flight = metrics.gauge("quire_batch_in_flight")
+        self._window = metrics.gauge("quire_batch_window")
+
+    def observe(self, window: int, in_flight: int) -> None:
+        self._window.set(window)
+        self._in_flight.set(in_flight)
 
 
 def child_request_id(batch: str, index: int) -> str:
@@ -90,7 +103,9 @@ class BatchDispatcher:
         backlog: QueueAgeProbe | None = None,
         outstanding: OutstandingJobs | None = None,
         interactive: InteractivePresence | None = None,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
+        self._meter = _DispatchMeter(metrics) if metrics is not None else None
         self._db = database
         self._interactive = interactive
         self._intake = intake
@@ -122,13 +137,24 @@ class BatchDispatcher:
         if not await self._db.run(self._lease.take):
             return 0
         plan = await self._db.read(lambda s: _plan(s, self._admission))
-        free = await self._window() - plan.in_flight
-        if free <= 0 or not plan.weights or await self._queue_behind():
+        window = await self._window()
+        free = window - plan.in_flight
+        if self._meter is not None:
+            self._meter.observe(window, plan.in_flight)
+        if not plan.weights:
+            return 0
+        if free <= 0:
+            self._defer("window")
+            return 0
+        if await self._queue_behind():
+            self._defer("queue_age")
             return 0
         created = 0
         for tenant in self._fair.order(plan.weights):
             limit = min(free, self._bucket.available(), self._settings.page_size)
             if limit <= 0:
+                if free > 0:
+                    self._defer("rate")
                 break  # the round resumes here next tick
             granted = self._fair.grant(tenant, plan.weights)
             allowed = min(granted, limit)
@@ -139,6 +165,7 @@ class BatchDispatcher:
                 self._fair.forfeit(tenant)
                 continue
             if page.over_quota:
+                self._defer("quota")
                 self._fair.forfeit(tenant)
                 await self._refresh_quota(tenant, plan.quotas[tenant])
                 continue
@@ -151,7 +178,13 @@ class BatchDispatcher:
             await self._hand_on(page.handoffs)
             if cut_short:
                 break  # the tenant's turn goes on next tick
+        if created and self._meter is not None:
+            self._meter.created.inc(created)
         return created
+
+    def _defer(self, reason: str) -> None:
+        if self._meter is not None:
+            self._meter.deferrals.labels(reason=reason).inc()
 
     async def _page_for(self, tenant: str, allowed: int, quota: int) -> _Page:
         if allowed <= 0:

@@ -91,7 +91,7 @@ async def main() -> None:
         metrics=metrics,
     )
     notify_secrets = NotificationSecrets(blobs.keys)
-    notifier = Notifier(database, notify_secrets, config.notifications)
+    notifier = Notifier(database, notify_secrets, config.notifications, metrics=metrics)
     ends = EndTracker(database, audit, poll_seconds=config.batch.finish_poll_seconds)
     batch_dispatcher = BatchDispatcher(
         database,
@@ -107,6 +107,7 @@ async def main() -> None:
         interactive=InteractivePresence(
             js, STAGE_NAMES, hold_seconds=config.batch.interactive_hold_seconds
         ),
+        metrics=metrics,
     )
     servicer = AdmissionServicer(
         database=database,

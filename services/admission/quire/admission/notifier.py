@@ -38,6 +38,7 @@ from quire.admission import tables
 from quire.admission.notifysecrets import NotificationSecrets
 from quire.database import Database, insert_if_absent
 from quire.errors import PermanentError
+from quire.metrics import ServiceMetrics
 from quire.notifysign import DELIVERY_HEADER, SIGNATURE_HEADER, signature_header
 from quire.reasons import ReasonCode
 from quire.settings import NotificationSettings
@@ -86,7 +87,11 @@ class Notifier:
         settings: NotificationSettings,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
+        self._attempts = (
+            metrics.counter("quire_notification_attempts_total") if metrics is not None else None
+        )
         self._db = database
         self._secrets = secrets
         self._settings = settings
@@ -190,6 +195,10 @@ class Notifier:
         secret = await asyncio.to_thread(self._secrets.open, claim.tenant, claim.secret_sealed)
         outcome, status = await self._post(claim, secret)
         await self._db.run(lambda session: self.record(session, claim, outcome, status))
+        if self._attempts is not None:
+            self._attempts.labels(outcome=outcome.value).inc()
+            if outcome is not Outcome.DELIVERED and claim.attempt >= self._settings.max_attempts:
+                self._attempts.labels(outcome="ABANDONED").inc()
         log.info(
             "notification attempt",
             extra={
