@@ -26,6 +26,20 @@ CORPUS: Path = Path(
 )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Each pytest-xdist worker draws loopback ports from a range of its own
+    (``quire.stack.ports``), so two workers' stacks never pick the same port."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if worker.startswith("gw") and count > 1:
+        from quire.stack.ports import HIGH, LOW
+
+        index = int(worker[2:])
+        width = (HIGH - LOW + 1) // count
+        low = LOW + index * width
+        os.environ["QUIRE_PORT_RANGE"] = f"{low}-{low + width - 1}"
+
+
 @pytest.fixture
 def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
     """A real nats-server with JetStream, file store in ``tmp_path``."""

@@ -130,9 +130,10 @@ def test_one_service_installs_from_its_wheel_with_only_what_it_needs_then_the_wh
         "quire-api",
         "quire-core",
         "quire-ops",
+        "quire-gateway",
         *(f"quire-{service}" for service in SERVICES),
     }, "the whole system, and no test helpers"
-    for command in ("quire", *(f"quire-{service}" for service in SERVICES)):
+    for command in ("quire", "quire-gateway", *(f"quire-{service}" for service in SERVICES)):
         assert (venv / "bin" / command).exists(), command
 
     data_dir = tmp_path / "data"

@@ -31,6 +31,8 @@ from quire.tls import TlsSettings, aio_channel
 __all__ = ["serve", "TraceServerInterceptor", "TraceClientInterceptors", "service_channel"]
 
 log = logging.getLogger(__name__)
+EXCLUSIVE_PORT = (("grpc.so_reuseport", 0),)
+"""Server options: the port is this server's alone."""
 
 
 def _traced(
@@ -183,14 +185,18 @@ async def serve(
     demands mutual TLS; the service port keeps its own health service too.
     With ``metrics`` and ``metrics_address``, Prometheus scrapes ``/metrics`` there.
     """
-    server = grpc.aio.server(interceptors=[access, TraceServerInterceptor()])
+    # No SO_REUSEPORT (gRPC's default): a second server on the same port must
+    # fail to bind, not silently share its connections with the first.
+    server = grpc.aio.server(
+        interceptors=[access, TraceServerInterceptor()], options=EXCLUSIVE_PORT
+    )
     register(server)
     enable_reflection(server, service_names)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     servers = [server]
     if health_address:
-        probes = grpc.aio.server()
+        probes = grpc.aio.server(options=EXCLUSIVE_PORT)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, probes)
         _bind(probes, health_address, None)
         servers.append(probes)

@@ -118,6 +118,8 @@ class BatchDispatcher:
         self._fair = DeficitRoundRobin(settings.page_size)
         self._bucket = TokenBucket(settings.rate, burst=settings.page_size)
         self._refreshed: dict[str, float] = {}
+        self._renew_at = 0.0
+        """When to renew the lease (monotonic); 0 when not held."""
 
     async def run_forever(self) -> None:
         while True:
@@ -130,19 +132,30 @@ class BatchDispatcher:
             await asyncio.sleep(max(pause, 0.01))
 
     async def release(self) -> None:
+        self._renew_at = 0.0
         await self._db.run(self._lease.release)
+
+    async def _holds_lease(self) -> bool:
+        """Take the lease, or renew it once a third of it has run: a write every
+        few seconds, not every tick. Each page re-checks it in its own
+        transaction, so a lease lost meanwhile commits nothing."""
+        if time.monotonic() < self._renew_at:
+            return True
+        taken = await self._db.run(self._lease.take)
+        self._renew_at = time.monotonic() + self._settings.lease_seconds / 3 if taken else 0.0
+        return bool(taken)
 
     async def tick(self) -> int:
         """One round of the tenants; how many children it created."""
-        if not await self._db.run(self._lease.take):
-            return 0
         plan = await self._db.read(lambda s: _plan(s, self._admission))
+        if not plan.weights:
+            return 0  # nothing to dispatch: no lease write, no queue reads
+        if not await self._holds_lease():
+            return 0
         window = await self._window()
         free = window - plan.in_flight
         if self._meter is not None:
             self._meter.observe(window, plan.in_flight)
-        if not plan.weights:
-            return 0
         if free <= 0:
             self._defer("window")
             return 0

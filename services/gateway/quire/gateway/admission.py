@@ -9,7 +9,9 @@ unauthenticated instead of the gateway failing on it.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import grpc
 from fastapi import Request
@@ -19,6 +21,7 @@ from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
 __all__ = ["Admission", "caller_metadata"]
 
 Metadata = tuple[tuple[str, str], ...]
+Reply = TypeVar("Reply")
 
 
 def caller_metadata(request: Request) -> Metadata:
@@ -38,6 +41,14 @@ class Admission:
     """Deadline of each unary call; streams are bounded by admission itself."""
     upload_chunk_bytes: int
     """Largest piece of an HTTP body sent as one upload message."""
+
+    async def unary(
+        self, method: Callable[..., Awaitable[Reply]], message: Any, request: Request
+    ) -> Reply:
+        """One unary call to admission as the HTTP caller, under the gateway's deadline."""
+        return await method(
+            message, metadata=caller_metadata(request), timeout=self.call_timeout_seconds
+        )
 
     @classmethod
     def over(

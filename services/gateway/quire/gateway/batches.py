@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
 
 from quire.admission.v1 import batch_pb2
-from quire.gateway.admission import Admission, admission_of, caller_metadata
+from quire.gateway.admission import Admission, admission_of
 from quire.gateway.documents import (
     batch_cancellation,
     batch_jobs_page,
@@ -61,9 +61,7 @@ async def submit_batch(
         packets=[batch_packet(packet) for packet in body.packets],
         manifest_sha256=body.manifest_sha256,
     )
-    batch = await admission.stub.SubmitBatch(
-        submit, metadata=caller_metadata(request), timeout=admission.call_timeout_seconds
-    )
+    batch = await admission.unary(admission.stub.SubmitBatch, submit, request)
     status = batch_status(batch)
     return JSONResponse(
         status.model_dump(mode="json"),
@@ -79,10 +77,8 @@ async def submit_batch(
     responses=problem_responses(),
 )
 async def get_batch(batch_id: str, request: Request, admission: AdmissionDep) -> BatchStatus:
-    batch = await admission.stub.GetBatch(
-        batch_pb2.GetBatchRequest(name=_name(batch_id)),
-        metadata=caller_metadata(request),
-        timeout=admission.call_timeout_seconds,
+    batch = await admission.unary(
+        admission.stub.GetBatch, batch_pb2.GetBatchRequest(name=_name(batch_id)), request
     )
     return batch_status(batch)
 
@@ -100,12 +96,12 @@ async def list_batch_jobs(
     page_size: Annotated[int, Query(ge=0, le=1000)] = 0,
     page_token: Annotated[str, Query(max_length=2048)] = "",
 ) -> BatchJobsPage:
-    reply = await admission.stub.ListBatchJobs(
+    reply = await admission.unary(
+        admission.stub.ListBatchJobs,
         batch_pb2.ListBatchJobsRequest(
             parent=_name(batch_id), page_size=page_size, page_token=page_token
         ),
-        metadata=caller_metadata(request),
-        timeout=admission.call_timeout_seconds,
+        request,
     )
     return batch_jobs_page(reply)
 
@@ -122,9 +118,9 @@ async def cancel_batch(
     admission: AdmissionDep,
     idempotency_key: IdempotencyKey = None,
 ) -> BatchCancellation:
-    reply = await admission.stub.CancelBatch(
+    reply = await admission.unary(
+        admission.stub.CancelBatch,
         batch_pb2.CancelBatchRequest(name=_name(batch_id), request_id=idempotency_key or ""),
-        metadata=caller_metadata(request),
-        timeout=admission.call_timeout_seconds,
+        request,
     )
     return batch_cancellation(reply)

@@ -70,9 +70,7 @@ async def merge(
         priority=body.priority,
         bundle_id=body.bundle_id,
     )
-    job = await admission.stub.SubmitJob(
-        submit, metadata=caller_metadata(request), timeout=admission.call_timeout_seconds
-    )
+    job = await admission.unary(admission.stub.SubmitJob, submit, request)
     status = job_status(job)
     return JSONResponse(
         status.model_dump(mode="json"),
@@ -88,10 +86,8 @@ async def merge(
     responses=problem_responses(),
 )
 async def get_job(job_id: str, request: Request, admission: AdmissionDep) -> JobStatus:
-    job = await admission.stub.GetJob(
-        pb.GetJobRequest(name=_name(job_id)),
-        metadata=caller_metadata(request),
-        timeout=admission.call_timeout_seconds,
+    job = await admission.unary(
+        admission.stub.GetJob, pb.GetJobRequest(name=_name(job_id)), request
     )
     return job_status(job)
 
@@ -108,10 +104,10 @@ async def cancel_job(
     admission: AdmissionDep,
     idempotency_key: IdempotencyKey = None,
 ) -> JobStatus:
-    job = await admission.stub.CancelJob(
+    job = await admission.unary(
+        admission.stub.CancelJob,
         pb.CancelJobRequest(name=_name(job_id), request_id=idempotency_key or ""),
-        metadata=caller_metadata(request),
-        timeout=admission.call_timeout_seconds,
+        request,
     )
     return job_status(job)
 
