@@ -30,7 +30,7 @@ from quire.client import PacketItem
 from quire.invariants import check
 from quire.jobs import job_id, state_name
 from quire.runtime import connect_nats
-from quire.settings import service_address_var, service_metrics_var
+from quire.settings import service_address_var, service_health_var, service_metrics_var
 from quire.stack.ports import free_port
 from quire.stack.supervisor import Stack
 from quire.testing.pdfs import write_text_pdf
@@ -117,9 +117,11 @@ async def _pulling(stack: Stack) -> None:
 
 
 def _second_validator(stack: Stack) -> subprocess.Popen[bytes]:
-    """Validator B: the same stack, its own gRPC port and sandbox."""
+    """Validator B: the same stack, its own gRPC, health and metrics ports
+    (a port is one server's alone) and its own sandbox."""
     env = stack.service_env()
     env[service_address_var("validator")] = f"127.0.0.1:{free_port()}"
+    env[service_health_var("validator")] = f"127.0.0.1:{free_port()}"
     env[service_metrics_var("validator")] = f"127.0.0.1:{free_port()}"
     log = open(stack.data_dir / "logs" / "validator-b.log", "ab")
     try:
