@@ -26,6 +26,34 @@ CORPUS: Path = Path(
 )
 
 
+HEAVY_FIRST = (
+    "test_encryption_at_rest.py",
+    "test_corpus.py",
+    "test_faults_lease.py",
+    "test_distributions.py",
+    "test_soak.py",
+    "test_stage_limit.py",
+    "test_hostile_pdfs.py",
+    "test_faults_audit_lag.py",
+    "test_load_harness.py",
+    "test_stack_startup.py",
+    "test_faults_duplicates.py",
+    "test_fault_matrix.py",
+    "test_gateway_order.py",
+    "test_batch_dispatcher_kills.py",
+    "test_notifications.py",
+    "test_cli.py",
+)
+"""Files whose tests run longest (each starts stacks of its own): run first,
+so that pytest-xdist's workers, which take whole files in collection order
+(``--dist loadfile``), do not end on one long file while the other idles."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: index for index, name in enumerate(HEAVY_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Each pytest-xdist worker draws loopback ports from a range of its own
     (``quire.stack.ports``), so two workers' stacks never pick the same port."""
@@ -100,6 +128,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, otlp_receiver) -> Iterator[o
     data_dir = tmp_path_factory.mktemp("stack")
     running = Stack(
         data_dir,
+        gateway=True,
         env={
             "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver.endpoint,
             "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=test",

@@ -37,6 +37,7 @@ def order_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stac
     root = tmp_path_factory.mktemp("gateway-order")
     stack = Stack(
         root / "stack",
+        gateway=True,
         env={
             "QUIRE_FAULTS_DIR": str(root / "faults"),
             "QUIRE_ACK_WAIT_SECONDS": "2",

@@ -57,7 +57,9 @@ async def _send_example(info: StackInfo, example: Path, out: Output) -> dict[str
 
 
 def run(args: argparse.Namespace, out: Output) -> int:
-    stack = Stack(Path(args.data_dir), nats_url=os.environ.get("QUIRE_NATS_URL") or None)
+    stack = Stack(
+        Path(args.data_dir), nats_url=os.environ.get("QUIRE_NATS_URL") or None, gateway=True
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -119,8 +119,12 @@ class Stack:
         nats_url: str | None = None,
         env: dict[str, str] | None = None,
         restart: bool = True,
+        gateway: bool = False,
     ) -> None:
+        """``gateway``: also run the HTTP gateway (``quire up`` does; a stack
+        started for a test or a benchmark that speaks gRPC only need not)."""
         self.data_dir = data_dir.resolve()
+        self._processes = (*SERVICES, GATEWAY) if gateway else SERVICES
         self._external_nats = nats_url
         self._extra_env = env or {}
         self._restart = restart
@@ -140,9 +144,9 @@ class Stack:
         self.endpoints = {service: f"127.0.0.1:{free_port()}" for service in SERVICES}
         self.health_endpoints = {service: f"127.0.0.1:{free_port()}" for service in SERVICES}
         self.metrics_endpoints = {
-            service: f"127.0.0.1:{free_port()}" for service in (*SERVICES, GATEWAY)
+            service: f"127.0.0.1:{free_port()}" for service in self._processes
         }
-        self.gateway_address = f"127.0.0.1:{free_port()}"
+        self.gateway_address = f"127.0.0.1:{free_port()}" if GATEWAY in self._processes else ""
 
     @property
     def nats_url(self) -> str:
@@ -186,7 +190,7 @@ class Stack:
             health_endpoints=dict(self.health_endpoints),
             operator_token_file=self.service_env().get("QUIRE_OPERATOR_TOKEN_FILE", ""),
             metrics_endpoints=dict(self.metrics_endpoints),
-            gateway_url=f"http://{self.gateway_address}",
+            gateway_url=f"http://{self.gateway_address}" if self.gateway_address else "",
         )
         info.write()
         write_scrape_config(self.data_dir / SCRAPE_FILE, self.metrics_endpoints)
@@ -197,7 +201,7 @@ class Stack:
 
     def _start_services(self) -> None:
         for attempt in range(1, STARTUP_ATTEMPTS + 1):
-            for service in (*SERVICES, GATEWAY):
+            for service in self._processes:
                 self._spawn(service)
             try:
                 self.wait_healthy(during_startup=True)
@@ -267,7 +271,8 @@ class Stack:
         env.update({service_address_var(s): address for s, address in self.endpoints.items()})
         env.update({service_health_var(s): a for s, a in self.health_endpoints.items()})
         env.update({service_metrics_var(s): a for s, a in self.metrics_endpoints.items()})
-        env[GATEWAY_ADDRESS_VAR] = self.gateway_address
+        if self.gateway_address:
+            env[GATEWAY_ADDRESS_VAR] = self.gateway_address
         # Everything listens on loopback here: a callback receiver on this machine may be http.
         env.setdefault("QUIRE_NOTIFY_LOOPBACK_HTTP", "1")
         env.update(self._extra_env)
@@ -323,7 +328,8 @@ class Stack:
                             f"{service} did not become healthy; see logs/{service}.log"
                         )
                     time.sleep(0.1)
-        self._wait_gateway(deadline, during_startup)
+        if self.gateway_address:
+            self._wait_gateway(deadline, during_startup)
 
     def _wait_gateway(self, deadline: float, during_startup: bool) -> None:
         """Until the gateway's ``/healthz`` answers 200."""
@@ -345,7 +351,7 @@ class Stack:
 
     def _watch(self) -> None:
         while not self._stopping.wait(WATCH_INTERVAL_SECONDS):
-            for service in (*SERVICES, GATEWAY):
+            for service in self._processes:
                 child = self._children[service]
                 if (
                     child.process.poll() is not None
