@@ -19,10 +19,11 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
+from quire.admission.auditjobs import ask_audit
 from quire.admission.batchmanifests import bundle_ids, check_packets, packets_from_json
 from quire.admission.batchviews import BATCH_PREFIX, batch_message
 from quire.admission.catalog import RulesetCatalog, resolve_ruleset
-from quire.admission.finishes import EndTracker, ask_audit, settle_batch
+from quire.admission.finishes import EndTracker, settle_batch
 from quire.admission.intake import shown_violations
 from quire.admission.tenants import Tenant
 from quire.admission.v1 import batch_pb2

@@ -20,46 +20,23 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import grpc
 from sqlalchemy import func, select, union_all, update
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
+from quire.admission.auditjobs import AUDIT_PAGE, ask_audit
 from quire.admission.batchviews import batch_document
 from quire.admission.outbox import queue_notification
-from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+from quire.audit.v1 import audit_service_pb2_grpc
 from quire.database import Database
-from quire.errors import TransientError
 from quire.jobs import TERMINAL_STATES, state_name
 from quire.jobstatus import job_status_document
-from quire.reasons import ReasonCode
 from quire.type import job_pb2
 
-__all__ = ["EndTracker", "record_ends", "settle_batch", "ask_audit", "AUDIT_PAGE"]
+__all__ = ["EndTracker", "record_ends", "settle_batch"]
 
 log = logging.getLogger(__name__)
-AUDIT_PAGE = 1000
-"""Names one BatchGetJobs call may carry (audit's own limit)."""
-AUDIT_TIMEOUT_SECONDS = 5.0
 _COLUMNS = (tables.jobs.c.job, tables.jobs.c.tenant, tables.jobs.c.bundle_id, tables.jobs.c.batch)
-
-
-async def ask_audit(
-    audit: audit_service_pb2_grpc.AuditServiceStub, names: Sequence[str]
-) -> dict[str, job_pb2.Job]:
-    """Audit's view of ``names`` (those it has recorded), in bounded calls."""
-    known: dict[str, job_pb2.Job] = {}
-    for start in range(0, len(names), AUDIT_PAGE):
-        try:
-            reply = await audit.BatchGetJobs(
-                audit_service_pb2.BatchGetJobsRequest(names=names[start : start + AUDIT_PAGE]),
-                timeout=AUDIT_TIMEOUT_SECONDS,
-                wait_for_ready=True,
-            )
-        except grpc.aio.AioRpcError:
-            raise TransientError(ReasonCode.DEPENDENCY_UNAVAILABLE, "audit unavailable") from None
-        known.update((job.name, job) for job in reply.jobs)
-    return known
 
 
 def _ended(job: job_pb2.Job | None) -> bool:

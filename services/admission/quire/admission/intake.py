@@ -342,10 +342,7 @@ class Intake:
         # Serialize a tenant's submissions (PostgreSQL; SQLite's write lock already does).
         session.execute(_LOCK_TENANT, {"tenant": tenant}).one()
         now = datetime.now(UTC)
-        session.execute(
-            _EXPIRED_KEY, {"tenant": tenant, "request_id": request.request_id, "now": now}
-        )
-        replay = self._replay(session, tenant, request, request_sha)
+        replay = self._live_replay(session, tenant, request, request_sha, now)
         if replay is not None:
             return replay
         outstanding = count_outstanding(session, tenant)
@@ -364,13 +361,25 @@ class Intake:
         digest = manifest_digest(request.manifest)
         request_sha = _request_sha256(digest, "batch", request.bundle_id)
         now = datetime.now(UTC)
-        session.execute(
-            _EXPIRED_KEY, {"tenant": tenant, "request_id": request.request_id, "now": now}
-        )
-        replay = self._replay(session, tenant, request, request_sha)
+        replay = self._live_replay(session, tenant, request, request_sha, now)
         if replay is not None:
             return replay
         return self._create(session, tenant, request, request_sha, digest, "batch", now, batch)
+
+    def _live_replay(
+        self,
+        session: Session,
+        tenant: str,
+        request: pb.SubmitJobRequest,
+        request_sha: str,
+        now: datetime,
+    ) -> AcceptedJob | None:
+        """Forget the request's key if its window has passed, then the job a
+        live key made (or None), in the writing transaction."""
+        session.execute(
+            _EXPIRED_KEY, {"tenant": tenant, "request_id": request.request_id, "now": now}
+        )
+        return self._replay(session, tenant, request, request_sha)
 
     def _create(
         self,

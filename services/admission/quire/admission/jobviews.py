@@ -13,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
+from quire.admission.auditjobs import ask_audit
 from quire.admission.intake import AcceptedJob, accepted_from_row
 from quire.admission.outstanding import OutstandingJobs
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
@@ -153,15 +154,7 @@ class JobViews:
         return JobPage(found, page.next_token(after))
 
     async def _views(self, accepted: list[AcceptedJob]) -> list[job_pb2.Job]:
-        try:
-            reply = await self._audit.BatchGetJobs(
-                audit_service_pb2.BatchGetJobsRequest(names=[a.name for a in accepted]),
-                timeout=AUDIT_TIMEOUT_SECONDS,
-                wait_for_ready=True,
-            )
-        except grpc.aio.AioRpcError:
-            raise TransientError(ReasonCode.DEPENDENCY_UNAVAILABLE, "audit unavailable") from None
-        known = {job.name: job for job in reply.jobs}
+        known = await ask_audit(self._audit, [a.name for a in accepted])
         return [
             with_intake(known[a.name], a) if a.name in known else accepted_view(a) for a in accepted
         ]

@@ -9,20 +9,17 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import grpc
 from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
-from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+from quire.admission.auditjobs import ask_audit
+from quire.audit.v1 import audit_service_pb2_grpc
 from quire.database import Database
-from quire.errors import TransientError
 from quire.jobs import TERMINAL_STATES, state_name
-from quire.reasons import ReasonCode
 
 __all__ = ["OutstandingJobs", "count_outstanding"]
 
-AUDIT_TIMEOUT_SECONDS = 5.0
 REFRESH_BATCH = 1000
 
 
@@ -70,19 +67,7 @@ class OutstandingJobs:
         )
         if not names:
             return
-        for start in range(0, len(names), REFRESH_BATCH):
-            try:
-                reply = await self._audit.BatchGetJobs(
-                    audit_service_pb2.BatchGetJobsRequest(
-                        names=names[start : start + REFRESH_BATCH]
-                    ),
-                    timeout=AUDIT_TIMEOUT_SECONDS,
-                    wait_for_ready=True,
-                )
-            except grpc.aio.AioRpcError:
-                raise TransientError(
-                    ReasonCode.DEPENDENCY_UNAVAILABLE, "audit unavailable"
-                ) from None
-            await self.mark_finished(
-                [job.name for job in reply.jobs if state_name(job.state) in TERMINAL_STATES]
-            )
+        known = await ask_audit(self._audit, names)
+        await self.mark_finished(
+            [job.name for job in known.values() if state_name(job.state) in TERMINAL_STATES]
+        )
