@@ -14,14 +14,17 @@ import hashlib
 import os
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+import httpx
 import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+from prometheus_client.parser import text_string_to_metric_families
 
 from quire.admission.typesniff import looks_like
 from quire.admission.uploadlimits import UploadLedger
@@ -323,6 +326,22 @@ async def _slow_upload(client: AdmissionClient, opened: list[float]) -> tuple[fl
     return time.monotonic() - since[0], "OK", ""
 
 
+TRANSPORT_MISREPORT = "(transport: Internal error from Core)"
+
+
+async def _uploads_refused(stack: Stack, reason: str) -> float:
+    """Admission's count of uploads refused for ``reason``, from its /metrics."""
+    address = StackInfo.read(stack.data_dir).metrics_endpoints["admission"]
+    async with httpx.AsyncClient(timeout=10) as http:
+        reply = await http.get(f"http://{address}/metrics")
+    total = 0.0
+    for family in text_string_to_metric_families(reply.text):
+        for sample in family.samples:
+            if sample.name == "quire_uploads_refused_total" and sample.labels["reason"] == reason:
+                total += sample.value
+    return total
+
+
 @pytest.mark.stack
 async def test_five_hundred_uploads_at_a_byte_a_second_are_closed_at_the_idle_limit(
     tmp_path: Path,
@@ -342,6 +361,7 @@ async def test_five_hundred_uploads_at_a_byte_a_second_are_closed_at_the_idle_li
             warm = write_text_pdf(tmp_path / "warm.pdf", [f"warm {uuid.uuid4().hex}"])
             await bystander.upload(warm)  # the first upload's imports are not a leak
             figures.sample()
+            idle_closes_before = await _uploads_refused(stack, "UPLOAD_IDLE_TIMEOUT")
             done = asyncio.Event()
             sampler = asyncio.create_task(figures.sample_until(done))
             opened: list[float] = []
@@ -360,15 +380,16 @@ async def test_five_hundred_uploads_at_a_byte_a_second_are_closed_at_the_idle_li
             done.set()
             await sampler
             figures.sample()
+            idle_closes = await _uploads_refused(stack, "UPLOAD_IDLE_TIMEOUT") - idle_closes_before
     finally:
         await asyncio.to_thread(stack.stop)
 
-    outcomes = {(code, reason) for _held, code, reason in results}
+    outcomes = Counter((code, reason) for _held, code, reason in results)
     held_for = sorted(held for held, _code, _reason in results)
     rss, fds, temp = figures.rss_kib, figures.fds, figures.temp_files
     print(
         f"\nslow uploads: {len(opened)} of {SLOW_UPLOADS} sending after {all_open - started:.1f} s;"
-        f" at most {max(temp)} held a temporary file at once; outcomes {sorted(outcomes)}\n"
+        f" at most {max(temp)} held a temporary file at once; outcomes {sorted(outcomes.items())}\n"
         f"closed {held_for[len(held_for) // 2]:.1f} s (median) / {held_for[-1]:.1f} s (max) after"
         f" their first 4 KiB, the last {all_closed - all_open:.1f} s after all were sending"
         f" (idle limit {SLOW_IDLE_SECONDS:g} s)\n"
@@ -377,7 +398,15 @@ async def test_five_hundred_uploads_at_a_byte_a_second_are_closed_at_the_idle_li
         f" temporary files after: {temp[-1]}"
     )
     assert len(opened) == SLOW_UPLOADS
-    assert outcomes == {("INVALID_ARGUMENT", "UPLOAD_IDLE_TIMEOUT")}
+    assert idle_closes == SLOW_UPLOADS, "admission closed every one at the idle limit"
+    # What the clients heard: admission's status, except where grpcio's asyncio
+    # client overwrote it because it arrived while the client was writing
+    # (grpc/grpc#36066: INTERNAL "Internal error from Core", no details). That
+    # is the client library's bug, seen in a few of 500; the count above is the
+    # server's record.
+    misreported = outcomes.pop(("INTERNAL", TRANSPORT_MISREPORT), 0)
+    assert set(outcomes) == {("INVALID_ARGUMENT", "UPLOAD_IDLE_TIMEOUT")}
+    assert misreported <= SLOW_UPLOADS // 20
     assert source.sha256, "another tenant's upload went through meanwhile"
     assert max(temp) >= SLOW_UPLOADS // 2, "they were held at once"
     assert held_for[-1] <= SLOW_IDLE_SECONDS + CLOSE_SLACK_SECONDS, "each closed at the limit"

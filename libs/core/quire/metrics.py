@@ -91,6 +91,14 @@ CATALOGUE: tuple[Family, ...] = (
         ("admission",),
     ),
     Family(
+        "quire_uploads_refused_total",
+        "counter",
+        ("reason",),
+        "Uploads admission's gate refused or closed, by reason code (an idle"
+        " stream closed at the limit counts as UPLOAD_IDLE_TIMEOUT).",
+        ("admission",),
+    ),
+    Family(
         "quire_jobs_completed_total",
         "counter",
         ("class",),

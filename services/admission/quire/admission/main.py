@@ -114,7 +114,12 @@ async def main() -> None:
         blobs=blobs,
         tenants=tenants,
         uploads=UploadGate(
-            database, blobs, admission, ledger=UploadLedger(admission), temp_space=temp_guard
+            database,
+            blobs,
+            admission,
+            ledger=UploadLedger(admission),
+            temp_space=temp_guard,
+            metrics=metrics,
         ),
         intake=intake,
         dispatcher=dispatcher,

@@ -40,6 +40,7 @@ from quire.admission.v1 import admission_service_pb2 as pb
 from quire.blobstore import BlobStore, source_key
 from quire.database import Database, insert_if_absent
 from quire.errors import FieldViolation, InvalidInput, QuireError
+from quire.metrics import ServiceMetrics
 from quire.reasons import ReasonCode
 from quire.settings import AdmissionSettings
 
@@ -99,7 +100,9 @@ class UploadGate:
         *,
         ledger: UploadLedger,
         temp_space: TempSpaceGuard | None = None,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
+        self._refused = metrics.counter("quire_uploads_refused_total") if metrics else None
         self._db = database
         self._blobs = blobs
         self._settings = settings
@@ -114,6 +117,11 @@ class UploadGate:
         try:
             return await self._receive(tenant, requests)
         except QuireError as error:
+            # Counted here, where the refusal is made: a client may not learn
+            # the reason (grpc/grpc#36066 turns a status that arrives while the
+            # client is writing into INTERNAL), so the server's count is the record.
+            if self._refused is not None:
+                self._refused.labels(reason=error.reason.value).inc()
             if error.reason is not ReasonCode.UPLOAD_IDLE_TIMEOUT:
                 await self._hear_out(requests)
             raise
