@@ -25,9 +25,13 @@ import math
 import multiprocessing
 import os
 import resource
+import sys
+import threading
 import time
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
@@ -128,7 +132,8 @@ class _Worker:
             args=(child, self._settings.memory_bytes, self._preload, self._nice),
             daemon=True,
         )
-        process.start()
+        with _main_left_out():
+            process.start()
         child.close()
         self._process, self._connection = process, parent
         # A replacement's start (fork, imports) is not charged to the task that
@@ -186,6 +191,31 @@ class _Worker:
                 self._process.kill()
             self._process.join(timeout=5)
             self._process = None
+
+
+_main_swap = threading.Lock()
+
+
+@contextmanager
+def _main_left_out() -> Iterator[None]:
+    """Start a worker without the service's main module.
+
+    multiprocessing has every child it starts import the parent's
+    ``__main__`` again, by name (``python -m quire.validator.main``) or by
+    path (the ``quire-validator`` script): for a worker that is the whole
+    service (gRPC, SQLAlchemy, NATS, OpenTelemetry), about a second of CPU
+    and tens of MiB each, for code a worker never runs. Its tasks are named
+    by their own modules, which it imports as it unpickles them. So while a
+    worker starts, ``__main__`` is an empty module, which the child has no
+    reason to import; the lock keeps two starting threads from saving each
+    other's stand-in."""
+    with _main_swap:
+        real = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            sys.modules["__main__"] = real
 
 
 _FORKSERVER_PRELOAD: set[str] = set()
