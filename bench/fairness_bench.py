@@ -247,9 +247,9 @@ async def portfolio_against_renewals(admin: TenantAdminClient, stack: Stack) -> 
     busy_outcomes = await interactive_stream(b, busy_count)
     busy = latencies(busy_outcomes, f"beside A's batch, {busy_count} packets")
     after = await progress(a, batch)
-    slowest = sorted(
-        (o.seconds, i) for i, o in enumerate(busy_outcomes) if o.state == "COMPLETED"
-    )[-5:]
+    slowest = sorted((o.seconds, i) for i, o in enumerate(busy_outcomes) if o.state == "COMPLETED")[
+        -5:
+    ]
     print(
         "    slowest, with the second of the batch each was sent in: "
         + ", ".join(f"{ms(seconds)} at {i}s" for seconds, i in reversed(slowest))
