@@ -1,9 +1,10 @@
-"""A job's status as a JSON document: what the HTTP door returns for
-``GET /v1/pdf/job/get/{job_id}`` and what a completion notification carries.
+"""A job's or a batch's status as a JSON document: what the HTTP door
+returns (``GET /v1/pdf/job/get/{job_id}``, the batch endpoints) and what a
+completion notification carries.
 
-One shape for both, built from the ``quire.type.Job`` resource only, so the
-document says nothing the API does not: ids, states, digests, counts and
-stable reason codes, never document content.
+One shape for both, built from the API's resources only (``quire.type.Job``,
+``quire.admission.v1.Batch``), so a document says nothing the API does not:
+ids, states, digests, counts and stable reason codes, never document content.
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from quire.admission.v1 import batch_pb2
 from quire.jobs import TERMINAL_STATES, job_id, state_name
 from quire.type import job_pb2
 
-__all__ = ["job_status_document", "rfc3339"]
+__all__ = ["job_status_document", "batch_status_document", "rfc3339"]
+
+_BATCH_STATE_PREFIX = "BATCH_STATE_"
 
 
 def rfc3339(stamp: Timestamp) -> str | None:
@@ -46,4 +50,23 @@ def job_status_document(job: job_pb2.Job) -> dict[str, Any]:
         "batch": job.batch or None,
         "create_time": rfc3339(job.create_time),
         "update_time": rfc3339(job.update_time),
+    }
+
+
+def batch_status_document(batch: batch_pb2.Batch) -> dict[str, Any]:
+    """The batch's status: its counts by packet and by job state, and its times."""
+    return {
+        "batch_id": batch.name.partition("/")[2],
+        "name": batch.name,
+        "state": batch_pb2.BatchState.Name(batch.state).removeprefix(_BATCH_STATE_PREFIX),
+        "packet_count": batch.packet_count,
+        "dispatched_count": batch.dispatched_count,
+        "cancelled_undispatched_count": batch.cancelled_undispatched_count,
+        "terminal_count": batch.terminal_count,
+        "job_counts": [
+            {"state": state_name(count.state), "count": count.count} for count in batch.job_counts
+        ],
+        "create_time": rfc3339(batch.create_time),
+        "update_time": rfc3339(batch.update_time),
+        "finish_time": rfc3339(batch.finish_time),
     }

@@ -10,7 +10,7 @@ from typing import Any
 from quire.admission.v1 import batch_pb2
 from quire.database import as_utc
 from quire.jobs import state_value, timestamp
-from quire.jobstatus import rfc3339
+from quire.jobstatus import batch_status_document
 
 __all__ = ["BatchRow", "batch_message", "batch_document", "BATCH_PREFIX"]
 
@@ -47,16 +47,4 @@ def batch_message(row: BatchRow, job_counts: Mapping[str, int] | None = None) ->
 
 def batch_document(row: BatchRow) -> dict[str, Any]:
     """The batch's final status, as its completion notification carries it."""
-    message = batch_message(row)
-    return {
-        "batch_id": row.batch.removeprefix(BATCH_PREFIX),
-        "name": row.batch,
-        "state": row.state,
-        "packet_count": row.packet_count,
-        "dispatched_count": row.dispatched_count,
-        "cancelled_undispatched_count": row.cancelled_undispatched,
-        "terminal_count": row.terminal_count,
-        "create_time": rfc3339(message.create_time),
-        "update_time": rfc3339(message.update_time),
-        "finish_time": rfc3339(message.finish_time),
-    }
+    return batch_status_document(batch_message(row))

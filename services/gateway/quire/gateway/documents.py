@@ -7,7 +7,6 @@ from quire.admission.v1 import batch_pb2
 from quire.gateway.schemas import (
     BatchCancellation,
     BatchJob,
-    BatchJobCount,
     BatchJobsPage,
     BatchPacket,
     BatchStatus,
@@ -16,7 +15,7 @@ from quire.gateway.schemas import (
     SourceDocument,
 )
 from quire.jobs import state_name
-from quire.jobstatus import job_status_document, rfc3339
+from quire.jobstatus import batch_status_document, job_status_document
 from quire.type import job_pb2
 
 __all__ = [
@@ -29,8 +28,6 @@ __all__ = [
     "batch_cancellation",
     "resource_id",
 ]
-
-_BATCH_STATE_PREFIX = "BATCH_STATE_"
 
 
 def resource_id(name: str) -> str:
@@ -72,23 +69,7 @@ def batch_packet(packet: BatchPacket) -> batch_pb2.BatchPacket:
 
 
 def batch_status(batch: batch_pb2.Batch) -> BatchStatus:
-    state = batch_pb2.BatchState.Name(batch.state).removeprefix(_BATCH_STATE_PREFIX)
-    return BatchStatus(
-        batch_id=resource_id(batch.name),
-        name=batch.name,
-        state=state,
-        packet_count=batch.packet_count,
-        dispatched_count=batch.dispatched_count,
-        cancelled_undispatched_count=batch.cancelled_undispatched_count,
-        terminal_count=batch.terminal_count,
-        job_counts=[
-            BatchJobCount(state=state_name(count.state), count=count.count)
-            for count in batch.job_counts
-        ],
-        create_time=rfc3339(batch.create_time),
-        update_time=rfc3339(batch.update_time),
-        finish_time=rfc3339(batch.finish_time),
-    )
+    return BatchStatus(**batch_status_document(batch))
 
 
 def batch_jobs_page(reply: batch_pb2.ListBatchJobsResponse) -> BatchJobsPage:
