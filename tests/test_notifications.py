@@ -241,6 +241,7 @@ async def test_a_finished_batch_and_each_of_its_jobs_are_notified_once(
     by_name = {d["name"]: d for d in documents}
     assert by_name[batch.name]["state"] == "DONE"
     assert by_name[batch.name]["terminal_count"] == 2
+    assert by_name[batch.name]["job_counts"] == [{"state": "COMPLETED", "count": 2}]
     assert {by_name[job]["bundle_id"] for job in jobs} == {"unit-0", "unit-1"}
     assert {by_name[job]["batch"] for job in jobs} == {batch.name}
     assert [r.verdict for r in receiver.received] == ["accepted"] * 3

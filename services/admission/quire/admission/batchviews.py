@@ -45,6 +45,6 @@ def batch_message(row: BatchRow, job_counts: Mapping[str, int] | None = None) ->
     return batch
 
 
-def batch_document(row: BatchRow) -> dict[str, Any]:
+def batch_document(row: BatchRow, job_counts: Mapping[str, int]) -> dict[str, Any]:
     """The batch's final status, as its completion notification carries it."""
-    return batch_status_document(batch_message(row))
+    return batch_status_document(batch_message(row, job_counts))

@@ -85,7 +85,22 @@ def settle_batch(session: Session, batch: str, now: datetime) -> bool:
         .values(state=state, finished_at=now, updated_at=now)
     )
     row = session.execute(select(table).where(table.c.batch == batch)).one()
-    queue_notification(session, tenant=row.tenant, subject=batch, document=batch_document(row))
+    packets = tables.batch_packets
+    ended = session.execute(
+        select(packets.c.final_state, func.count())
+        # Packets with a job: a packet cancelled before dispatch has none,
+        # and its final state (UNDISPATCHED) is no job's state.
+        .where(
+            packets.c.batch == batch,
+            packets.c.job.is_not(None),
+            packets.c.final_state.is_not(None),
+        )
+        .group_by(packets.c.final_state)
+    )
+    counts = {state: count for state, count in ended}
+    queue_notification(
+        session, tenant=row.tenant, subject=batch, document=batch_document(row, counts)
+    )
     return True
 
 
