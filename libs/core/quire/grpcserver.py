@@ -62,9 +62,34 @@ def _traced(
     if streaming_response:
 
         async def stream_wrapper(request: Any, servicer_context: grpc.aio.ServicerContext) -> Any:
-            with _span(servicer_context):
-                async for item in behavior(request, servicer_context):
+            # The span is current only while the handler makes its next item,
+            # never across a yield: gRPC may resume or close this generator
+            # from another task, whose context cannot detach a token attached
+            # in this one ("Failed to detach context", logged at ERROR).
+            span = tracer.start_span(
+                method,
+                context=_context(servicer_context),
+                kind=SpanKind.SERVER,
+                attributes=attributes,
+                record_exception=False,
+                set_status_on_exception=False,
+            )
+            items = behavior(request, servicer_context).__aiter__()
+            try:
+                while True:
+                    token = otel_context.attach(trace.set_span_in_context(span))
+                    try:
+                        item = await items.__anext__()
+                    except StopAsyncIteration:
+                        return
+                    finally:
+                        otel_context.detach(token)
                     yield item
+            finally:
+                close = getattr(items, "aclose", None)
+                if close is not None:
+                    await close()
+                span.end()
 
         return stream_wrapper
 
