@@ -114,12 +114,19 @@ async def test_concurrent_batches_chain_each_tenant_on_postgres(postgres) -> Non
 
 
 async def test_the_whole_pipeline_runs_on_postgres(postgres, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A job, then a batch with a notification endpoint: the dispatcher's
+    lease and locked pages, the end tracker's compare-and-set and the
+    notification outbox, on PostgreSQL."""
 
+    from quire.admission.v1 import batch_pb2
     from quire.client import AdmissionClient, PacketItem
     from quire.jobs import state_name
     from quire.settings import SERVICES
+    from quire.stack.ports import free_port
     from quire.stack.supervisor import Stack
+    from quire.testing.callbackreceiver import CallbackReceiver
     from quire.testing.pdfs import write_text_pdf
+    from quire.type import job_pb2
 
     env = {
         f"QUIRE_{service.upper()}_DATABASE_URL": postgres.create_database(
@@ -127,17 +134,46 @@ async def test_the_whole_pipeline_runs_on_postgres(postgres, tmp_path) -> None: 
         )
         for service in SERVICES
     }
+    env |= {"QUIRE_NOTIFY_POLL_SECONDS": "0.1", "QUIRE_BATCH_FINISH_POLL_SECONDS": "0.2"}
     stack = Stack(tmp_path / "stack", env=env)
     info = await asyncio.to_thread(stack.start)
+    receiver = CallbackReceiver(free_port()).start()
     try:
         async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
             path = write_text_pdf(tmp_path / "doc.pdf", ["on postgres"])
             digest = (await client.upload(path)).sha256
             job = await client.wait((await client.submit([PacketItem("doc", digest)])).name)
             assert state_name(job.state) == "COMPLETED", job.reason_code
+
+            receiver.secret = (await client.set_notification_endpoint(receiver.url)).secret
+            packets = []
+            for n in range(4):
+                pdf = write_text_pdf(tmp_path / f"b{n}.pdf", [f"batch {n} {uuid.uuid4().hex}"])
+                item = job_pb2.ManifestItem(
+                    position=0, document_id=f"b{n}", sha256=(await client.upload(pdf)).sha256
+                )
+                packets.append(
+                    batch_pb2.BatchPacket(
+                        bundle_id=f"pg-{n}", manifest=job_pb2.Manifest(items=[item])
+                    )
+                )
+            batch = await client.submit_batch(packets)
+            for _ in range(600):  # 60 s at most
+                if batch.name in {doc["name"] for doc in receiver.accepted.values()}:
+                    break
+                await asyncio.sleep(0.1)
+            children = [child async for child in client.batch_jobs(batch.name)]
+            done = await client.get_batch(batch.name)
+            await asyncio.sleep(1.0)  # time for any duplicate to arrive
     finally:
+        receiver.stop()
         await asyncio.to_thread(stack.stop)
     assert not list((tmp_path / "stack").glob("*/*.db")), "no service fell back to SQLite"
+    assert [child.bundle_id for child in children] == [f"pg-{n}" for n in range(4)]
+    assert done.state == batch_pb2.BATCH_STATE_DONE and done.terminal_count == 4
+    notified = sorted(doc["name"] for doc in receiver.accepted.values())
+    assert notified == sorted([batch.name, *(child.job for child in children)]), "one each"
+    assert [r.verdict for r in receiver.received] == ["accepted"] * 5
 
 
 def test_validator_replicas_starting_together_install_the_rulesets_once(postgres) -> None:  # type: ignore[no-untyped-def]
