@@ -16,6 +16,7 @@ tenants' weights decide their shares of batch work. On the embedded stack:
     make bench-fairness
     BENCH_FAIRNESS_PACKETS=2000 BENCH_FAIRNESS_SECONDS=60 make bench-fairness
     BENCH_FAIRNESS_PARTS=1 make bench-fairness   # the first part alone
+    BENCH_FAIRNESS_KEEP=/tmp/fair make bench-fairness   # keep the stack's logs
 
 Figures are printed, never asserted: they are wall-clock on whatever else
 the machine is doing. The batches are cancelled once measured.
@@ -50,7 +51,7 @@ from quire.type import job_pb2  # noqa: E402
 
 PACKETS = int(os.environ.get("BENCH_FAIRNESS_PACKETS", "2000"))
 SECONDS = float(os.environ.get("BENCH_FAIRNESS_SECONDS", "60"))
-IDLE_PACKETS = int(os.environ.get("BENCH_FAIRNESS_IDLE_PACKETS", "20"))
+IDLE_PACKETS = int(os.environ.get("BENCH_FAIRNESS_IDLE_PACKETS", str(int(SECONDS))))
 WARMUP_SECONDS = float(os.environ.get("BENCH_FAIRNESS_WARMUP_SECONDS", "15"))
 WINDOW_SECONDS = float(os.environ.get("BENCH_FAIRNESS_WINDOW_SECONDS", "60"))
 PARTS = os.environ.get("BENCH_FAIRNESS_PARTS", "1,2").split(",")
@@ -303,7 +304,8 @@ async def weighted_shares(admin: TenantAdminClient, stack: Stack) -> None:
 
 async def run() -> None:
     with tempfile.TemporaryDirectory(prefix="quire-fairness-") as folder:
-        stack = Stack(Path(folder) / "stack")
+        # BENCH_FAIRNESS_KEEP=DIR keeps the stack's data (its logs) in DIR.
+        stack = Stack(Path(os.environ.get("BENCH_FAIRNESS_KEEP") or folder) / "stack")
         stack.start()
         try:
             info = StackInfo.read(stack.data_dir)
