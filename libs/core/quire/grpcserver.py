@@ -47,10 +47,10 @@ def _traced(
     service, _, name = method.lstrip("/").rpartition("/")
     attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
 
-    def _span(servicer_context: grpc.aio.ServicerContext) -> Any:
+    def _span(servicer_context: grpc.aio.ServicerContext) -> trace.Span:
         # A failure is recorded where it is turned into a status (abort_with):
         # by reason code, never by the exception's text.
-        return tracer.start_as_current_span(
+        return tracer.start_span(
             method,
             context=_context(servicer_context),
             kind=SpanKind.SERVER,
@@ -66,14 +66,7 @@ def _traced(
             # never across a yield: gRPC may resume or close this generator
             # from another task, whose context cannot detach a token attached
             # in this one ("Failed to detach context", logged at ERROR).
-            span = tracer.start_span(
-                method,
-                context=_context(servicer_context),
-                kind=SpanKind.SERVER,
-                attributes=attributes,
-                record_exception=False,
-                set_status_on_exception=False,
-            )
+            span = _span(servicer_context)
             items = behavior(request, servicer_context).__aiter__()
             try:
                 while True:
@@ -94,7 +87,12 @@ def _traced(
         return stream_wrapper
 
     async def unary_wrapper(request: Any, servicer_context: grpc.aio.ServicerContext) -> Any:
-        with _span(servicer_context):
+        with trace.use_span(
+            _span(servicer_context),
+            end_on_exit=True,
+            record_exception=False,
+            set_status_on_exception=False,
+        ):
             return await behavior(request, servicer_context)
 
     return unary_wrapper
