@@ -527,7 +527,7 @@ class BatchSettings:
     window: int = 32
     """Batch children in flight (created, not yet known ended), all tenants
     together, while no interactive work is in the pipeline."""
-    shared_window: int = 4
+    shared_window: int = 3
     """The window while interactive work waits or runs at some stage (or did
     within ``interactive_hold_seconds``): the capacity batch work leaves to it."""
     interactive_hold_seconds: float = 3.0
@@ -555,7 +555,7 @@ class BatchSettings:
                 env, "QUIRE_BATCH_MAX_MANIFEST_BYTES", 16 * 1024 * 1024, minimum=1
             ),
             window=setting_int(env, "QUIRE_BATCH_WINDOW", 32, minimum=1),
-            shared_window=setting_int(env, "QUIRE_BATCH_SHARED_WINDOW", 4, minimum=1),
+            shared_window=setting_int(env, "QUIRE_BATCH_SHARED_WINDOW", 3, minimum=1),
             interactive_hold_seconds=setting_float(
                 env, "QUIRE_BATCH_INTERACTIVE_HOLD_SECONDS", 3, minimum=0
             ),
