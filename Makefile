@@ -12,7 +12,7 @@ PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 # built as wheels by `make wheels`.
 DIST_PROJECTS := gen libs/core libs/ops libs/testing $(sort $(wildcard services/*))
 
-.PHONY: run test lint system-deps openapi protos protos-check protos-lint protos-release bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine bench-fairness load soak multinode batch-kills corpus venv wheels clean
+.PHONY: run test lint system-deps openapi protos protos-check protos-lint protos-release bench bench-admission bench-validator bench-assembly bench-ledger bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine bench-fairness eval load soak multinode batch-kills corpus venv wheels clean
 
 venv: $(VENV)/.installed
 
@@ -92,6 +92,13 @@ bench-fairness: venv
 
 load: venv
 	$(PY) -m bench.load.main
+
+# The fidelity harness: the structured corpus in bench/eval rendered in both
+# profiles and compared with bench/eval/expected.json (text, page images,
+# totals); exits 1 on any change. `$(PY) -m bench.eval.main --approve`
+# accepts a change, to be reviewed and committed.
+eval: venv system-deps
+	$(PY) -m bench.eval.main --report eval-report.json
 
 protos: venv
 	rm -rf gen/quire
