@@ -1,5 +1,6 @@
 import datetime
 
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -114,7 +115,7 @@ class SigningRecord(_message.Message):
     def __init__(self, key_version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., signer_identity: _Optional[str] = ..., level: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("name", "state", "reason_code", "item_count", "manifest_digest", "output_digest", "ruleset_version", "create_time", "update_time", "key_version", "reason_detail", "bundle_id", "batch")
+    __slots__ = ("name", "state", "reason_code", "item_count", "manifest_digest", "output_digest", "ruleset_version", "create_time", "update_time", "key_version", "reason_detail", "bundle_id", "batch", "timings")
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REASON_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -128,6 +129,7 @@ class Job(_message.Message):
     REASON_DETAIL_FIELD_NUMBER: _ClassVar[int]
     BUNDLE_ID_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
     name: str
     state: JobState
     reason_code: str
@@ -141,4 +143,15 @@ class Job(_message.Message):
     reason_detail: str
     bundle_id: str
     batch: str
-    def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason_code: _Optional[str] = ..., item_count: _Optional[int] = ..., manifest_digest: _Optional[str] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., key_version: _Optional[str] = ..., reason_detail: _Optional[str] = ..., bundle_id: _Optional[str] = ..., batch: _Optional[str] = ...) -> None: ...
+    timings: _containers.RepeatedCompositeFieldContainer[PhaseTiming]
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason_code: _Optional[str] = ..., item_count: _Optional[int] = ..., manifest_digest: _Optional[str] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., key_version: _Optional[str] = ..., reason_detail: _Optional[str] = ..., bundle_id: _Optional[str] = ..., batch: _Optional[str] = ..., timings: _Optional[_Iterable[_Union[PhaseTiming, _Mapping]]] = ...) -> None: ...
+
+class PhaseTiming(_message.Message):
+    __slots__ = ("stage", "phase", "duration")
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    stage: str
+    phase: str
+    duration: _duration_pb2.Duration
+    def __init__(self, stage: _Optional[str] = ..., phase: _Optional[str] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...

@@ -31,7 +31,8 @@ def rfc3339(stamp: Timestamp) -> str | None:
 
 def job_status_document(job: job_pb2.Job) -> dict[str, Any]:
     """The job's status: its id and state, the ordered item count, the output
-    digest once COMPLETED, and the failure code when it ended otherwise."""
+    digest once COMPLETED, the failure code when it ended otherwise, and how
+    long each phase of its work took."""
     state = state_name(job.state)
     failed = state in TERMINAL_STATES and state != "COMPLETED"
     return {
@@ -50,6 +51,14 @@ def job_status_document(job: job_pb2.Job) -> dict[str, Any]:
         "batch": job.batch or None,
         "create_time": rfc3339(job.create_time),
         "update_time": rfc3339(job.update_time),
+        "timings": [
+            {
+                "stage": timing.stage,
+                "phase": timing.phase,
+                "seconds": timing.duration.ToMicroseconds() / 1e6,
+            }
+            for timing in job.timings
+        ],
     }
 
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from opentelemetry import trace
 from prometheus_client import (
@@ -46,6 +46,7 @@ __all__ = [
     "PHASES",
     "metric_names",
     "phase",
+    "delivery_timings",
     "count_source_read",
     "serve_metrics",
 ]
@@ -364,6 +365,11 @@ def serve_metrics(metrics: ServiceMetrics, address: str) -> None:
 class _Delivery:
     meter: StageMeter
     priority: str
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds per phase of this delivery, in the order first measured."""
+
+    def add(self, name: str, seconds: float) -> None:
+        self.timings[name] = self.timings.get(name, 0.0) + max(0.0, seconds)
 
 
 _current: ContextVar[_Delivery | None] = ContextVar("quire_delivery", default=None)
@@ -393,7 +399,9 @@ class StageMeter:
         """One delivery in flight: its queue wait observed, its phases attributed."""
         self._in_flight.inc()
         self.observe(priority, "queue_wait", queued_seconds)
-        token = _current.set(_Delivery(self, priority))
+        delivery = _Delivery(self, priority)
+        delivery.add("queue_wait", queued_seconds)
+        token = _current.set(delivery)
         try:
             yield
         finally:
@@ -433,8 +441,19 @@ def phase(name: str) -> Iterator[None]:
     if delivery is None:
         yield
         return
-    with delivery.meter.phase(delivery.priority, name):
-        yield
+    started = time.perf_counter()
+    try:
+        with delivery.meter.phase(delivery.priority, name):
+            yield
+    finally:
+        delivery.add(name, time.perf_counter() - started)
+
+
+def delivery_timings() -> dict[str, float]:
+    """Seconds per phase of the current delivery so far (its queue wait and
+    every ``phase`` timed in it); empty outside a delivery."""
+    delivery = _current.get()
+    return {} if delivery is None else dict(delivery.timings)
 
 
 def count_source_read(size_bytes: int) -> None:

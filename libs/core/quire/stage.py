@@ -47,7 +47,7 @@ from quire.errors import (
 from quire.faults import fault_point
 from quire.jobgate import CANCELLED, ENDED, JobGate
 from quire.leases import Lease, LeaseStore, lease_key
-from quire.metrics import StageMeter
+from quire.metrics import StageMeter, delivery_timings
 from quire.pipeline import Stage, State
 from quire.reasons import ReasonCode
 from quire.sandboxlanes import BATCH, INTERACTIVE, sandbox_lane
@@ -55,7 +55,7 @@ from quire.settings import QueueSettings
 from quire.taskbinding import read_task
 from quire.telemetry import extract_context, record_failure
 from quire.transitions import EventFactory
-from quire.type import queue_pb2
+from quire.type import job_pb2, queue_pb2
 from quire.wire import ForgedMessage
 from quire.workqueue.publisher import Publisher
 from quire.workqueue.settle import ACK, LEAVE, TERM, Action, Backoff, Settlement, settle
@@ -297,6 +297,7 @@ class StageRunner:
                 await announced
         if isinstance(decision, Settlement):
             return decision
+        _record_timings(decision.outcome, self._stage.name)
         fault_point(f"{self._service}.before_commit")
         if not await self._leases.complete(lease, decision.outcome, decision.record):
             span.set_attribute("quire.stale", True)
@@ -482,3 +483,14 @@ class StageRunner:
                 letter,
                 task_message_id(letter.task.job, f"dead.{letter.stage}", letter.task.generation),
             )
+
+
+def _record_timings(outcome: queue_pb2.StageOutcome, stage: str) -> None:
+    """This delivery's phases, on the event that moves the job on (or ends
+    it): committed with it, so a redelivery republishes the same bytes."""
+    if not outcome.events:
+        return
+    for name, seconds in delivery_timings().items():
+        timing = job_pb2.PhaseTiming(stage=stage, phase=name)
+        timing.duration.FromMicroseconds(round(seconds * 1e6))
+        outcome.events[-1].timings.append(timing)

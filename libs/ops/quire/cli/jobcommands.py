@@ -42,6 +42,16 @@ def job_line(job: job_pb2.Job) -> str:
     return "  ".join(parts)
 
 
+def timing_line(job: job_pb2.Job) -> str:
+    """``validate: queue_wait 3 ms, fetch 1 ms, ...; assemble: ...`` (empty
+    before any stage has finished with the job)."""
+    stages: dict[str, list[str]] = {}
+    for timing in job.timings:
+        milliseconds = timing.duration.ToMicroseconds() / 1000
+        stages.setdefault(timing.stage, []).append(f"{timing.phase} {milliseconds:.0f} ms")
+    return "; ".join(f"{stage}: {', '.join(phases)}" for stage, phases in stages.items())
+
+
 def job_exit(job: job_pb2.Job) -> int:
     """0 when the job completed, REJECTED when it was refused, FAILED otherwise."""
     state = state_name(job.state)
@@ -88,6 +98,8 @@ async def status(args: argparse.Namespace, config: ClientConfig, out: Output) ->
     async with _client(config) as client:
         job = await client.get_job(job_resource(args.job))
     out.line(job_line(job))
+    if job.timings:
+        out.line(f"  {timing_line(job)}")
     out.result({"job": job_dict(job)})
     return ExitCode.OK
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from quire.jobs import TERMINAL_STATES, state_name, state_rank
-from quire.pipeline import State
+from quire.pipeline import STAGES, State
 from quire.reasons import ReasonCode
-from quire.type import queue_pb2
+from quire.type import job_pb2, queue_pb2
 
 __all__ = ["JobFacts", "apply", "fold", "is_retirement", "COMPARED"]
 
@@ -56,6 +56,10 @@ class JobFacts:
     """When the last recorded event occurred."""
     reason_detail: str = ""
     """The sub-code recorded with ``reason_code`` (not in the index)."""
+    timings: tuple[job_pb2.PhaseTiming, ...] = ()
+    """The phases of the deliveries that moved the job on, in pipeline order:
+    each stage's from its latest entry that carries any (a retry's or a
+    re-driven generation's measurements replace the earlier ones)."""
 
 
 def is_retirement(event: queue_pb2.TransitionEvent) -> bool:
@@ -93,6 +97,7 @@ def apply(facts: JobFacts | None, event: queue_pb2.TransitionEvent) -> JobFacts:
             created=occurred,
             updated=occurred,
             reason_detail=event.reason_detail,
+            timings=_timings((), event),
         )
     state, reason, detail = facts.state, facts.reason_code, facts.reason_detail
     if state not in TERMINAL_STATES and state_rank(to_state) > state_rank(state):
@@ -110,7 +115,21 @@ def apply(facts: JobFacts | None, event: queue_pb2.TransitionEvent) -> JobFacts:
         ruleset_version=event.ruleset_version or facts.ruleset_version,
         key_version=event.key_version or facts.key_version,
         updated=occurred,
+        timings=_timings(facts.timings, event),
     )
+
+
+_STAGE_ORDER = {stage.name: index for index, stage in enumerate(STAGES)}
+
+
+def _timings(
+    kept: tuple[job_pb2.PhaseTiming, ...], event: queue_pb2.TransitionEvent
+) -> tuple[job_pb2.PhaseTiming, ...]:
+    if not event.timings:
+        return kept
+    measured = {timing.stage for timing in event.timings}
+    merged = [t for t in kept if t.stage not in measured] + list(event.timings)
+    return tuple(sorted(merged, key=lambda t: _STAGE_ORDER.get(t.stage, len(_STAGE_ORDER))))
 
 
 def fold(events: Iterable[queue_pb2.TransitionEvent]) -> JobFacts | None:

@@ -73,6 +73,7 @@ def _job(facts: JobFacts) -> job_pb2.Job:
         reason_detail=facts.reason_detail,
         create_time=timestamp(facts.created),
         update_time=timestamp(facts.updated),
+        timings=facts.timings,
     )
 
 

@@ -73,6 +73,14 @@ class MergeRequest(_Document):
     bundle_id: str = Field(default="", max_length=256)
 
 
+class PhaseTiming(_Document):
+    """How long one phase of the job's work took at one stage."""
+
+    stage: str
+    phase: str
+    seconds: float
+
+
 class JobStatus(_Document):
     """The job status document (``quire.jobstatus.job_status_document``)."""
 
@@ -91,6 +99,7 @@ class JobStatus(_Document):
     batch: str | None
     create_time: str | None
     update_time: str | None
+    timings: list[PhaseTiming]
 
 
 class SourceDocument(_Document):
