@@ -31,7 +31,8 @@ class ExitCode(IntEnum):
 _MEANINGS = {
     ExitCode.OK: "done: the job completed, the file or ledger verified",
     ExitCode.FAILED: "the answer is no: a job ended FAILED or CANCELLED or is parked "
-    "for review, a check did not pass; or an error not listed here",
+    "for review, a check did not pass, two jobs differ (quire diff); or an error not "
+    "listed here",
     ExitCode.USAGE: "bad arguments, a missing or unreadable file, a malformed manifest",
     ExitCode.REJECTED: "the job ended REJECTED (its documents or manifest were refused)",
     ExitCode.TIMEOUT: "gave up waiting (--timeout, or a call's deadline passed)",

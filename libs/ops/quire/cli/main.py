@@ -60,6 +60,7 @@ COMMANDS = {
     "dlq retry": "deadletters:dlq_retry",
     "dlq discard": "deadletters:dlq_discard",
     "evidence": "ledger:evidence_export",
+    "diff": "diff:diff",
 }
 
 
