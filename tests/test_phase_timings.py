@@ -8,15 +8,13 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-import grpc
 import pytest
 
-from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
-from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import state_name
 from quire.jobstatus import job_status_document
 from quire.stack.supervisor import Stack, StackInfo
+from quire.testing.ledger import ledger_entries
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.quirecli import run_quire
 
@@ -35,16 +33,6 @@ EXPECTED = [
     ("sign", "sign"),
     ("sign", "store"),
 ]
-
-
-async def _entries(stack: Stack, job: str) -> list[audit_service_pb2.LedgerEntry]:
-    info = StackInfo.read(stack.data_dir)
-    async with grpc.aio.insecure_channel(info.endpoints["audit"]) as channel:
-        reply = await audit_service_pb2_grpc.AuditServiceStub(channel).ListJobEvents(
-            audit_service_pb2.ListJobEventsRequest(job=job, page_size=100),
-            metadata=bearer_metadata(info.operator_token()),
-        )
-    return list(reply.entries)
 
 
 async def test_a_completed_job_carries_each_stages_phases_from_its_ledger_entries(
@@ -68,7 +56,7 @@ async def test_a_completed_job_carries_each_stages_phases_from_its_ledger_entrie
 
     # Each stage's timings are on its own ledger entry: the one that moved the job on.
     recorded = {}
-    for entry in await _entries(stack, job.name):
+    for entry in await ledger_entries(stack.data_dir, job.name):
         for timing in entry.event.timings:
             recorded[(timing.stage, timing.phase)] = timing
             assert timing.stage == {"validator": "validate", "assembler": "assemble",

@@ -13,11 +13,10 @@ import grpc
 import pytest
 
 from quire.admission.v1 import admission_service_pb2 as pb
-from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
-from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import state_name
 from quire.stack.supervisor import StackInfo
+from quire.testing.ledger import ledger_entries
 from quire.testing.operatorcalls import AsOperator
 from quire.testing.pdfs import write_form_pdf
 from quire.validator.v1 import validator_service_pb2 as vpb
@@ -96,16 +95,6 @@ async def test_review_calls_need_an_operator_token(stack) -> None:  # type: igno
             assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
-async def _ledger(stack, job: str) -> list[audit_service_pb2.LedgerEntry]:  # type: ignore[no-untyped-def]
-    info = StackInfo.read(stack.data_dir)
-    async with grpc.aio.insecure_channel(info.endpoints["audit"]) as channel:
-        reply = await audit_service_pb2_grpc.AuditServiceStub(channel).ListJobEvents(
-            audit_service_pb2.ListJobEventsRequest(job=job, page_size=100),
-            metadata=bearer_metadata(info.operator_token()),
-        )
-    return list(reply.entries)
-
-
 async def _parked(client: AdmissionClient, job: str) -> None:
     final = await client.wait(job, timeout=60)
     assert state_name(final.state) == "NEEDS_REVIEW"
@@ -127,7 +116,7 @@ async def test_a_complete_lease_renewal_is_signed_under_its_pinned_ruleset(
     assert {d.outcome for d in validation.decisions} == {"pass"}
     committing = next(
         e.event
-        for e in await _ledger(stack, job.name)
+        for e in await ledger_entries(stack.data_dir, job.name)
         if state_name(e.event.to_state) == "COMMITTING"
     )
     assert committing.ruleset_version == "lease-renewal@1"
@@ -166,7 +155,7 @@ async def test_a_lease_review_approved_by_an_operator_completes(
     assert state_name(final.state) == "COMPLETED"
     approval = next(
         e.event
-        for e in await _ledger(stack, job.name)
+        for e in await ledger_entries(stack.data_dir, job.name)
         if state_name(e.event.from_state) == "NEEDS_REVIEW"
     )
     assert approval.actor.service == "operator"
