@@ -424,29 +424,30 @@ class StageMeter:
         self._source_bytes.inc(size_bytes)
 
     @contextmanager
-    def phase(self, priority: str, name: str) -> Iterator[None]:
+    def phase(self, delivery: _Delivery, name: str) -> Iterator[None]:
+        """One phase of ``delivery``: a child span, the histogram, and the
+        delivery's own timings (recorded on its ledger entry)."""
         started = time.perf_counter()
         try:
             with child_span(self._tracer, f"{self.stage}.{name}", attributes={"quire.phase": name}):
                 yield
         finally:
-            self.observe(priority, name, time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            self.observe(delivery.priority, name, seconds)
+            delivery.add(name, seconds)
 
 
 @contextmanager
 def phase(name: str) -> Iterator[None]:
-    """Time one phase of the current delivery (a child span and the
-    ``quire_stage_phase_seconds`` histogram); outside a delivery, nothing."""
+    """Time one phase of the current delivery (a child span, the
+    ``quire_stage_phase_seconds`` histogram and the delivery's timings);
+    outside a delivery, nothing."""
     delivery = _current.get()
     if delivery is None:
         yield
         return
-    started = time.perf_counter()
-    try:
-        with delivery.meter.phase(delivery.priority, name):
-            yield
-    finally:
-        delivery.add(name, time.perf_counter() - started)
+    with delivery.meter.phase(delivery, name):
+        yield
 
 
 def delivery_timings() -> dict[str, float]:
