@@ -26,29 +26,35 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14quire/type/job.proto\x12\nquire.type\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"E\n\x0cManifestItem\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x13\n\x0b\x64ocument_id\x18\x02 \x01(\t\x12\x0e\n\x06sha256\x18\x03 \x01(\t\"\\\n\x08Manifest\x12\'\n\x05items\x18\x01 \x03(\x0b\x32\x18.quire.type.ManifestItem\x12\x0f\n\x07ruleset\x18\x02 \x01(\t\x12\x16\n\x0erender_profile\x18\x03 \x01(\t\"\xa8\x01\n\tSourceRef\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x13\n\x0b\x64ocument_id\x18\x02 \x01(\t\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x14\n\x0c\x63ontent_type\x18\x04 \x01(\t\x12\x12\n\nsize_bytes\x18\x05 \x01(\x03\x12\x10\n\x08\x62lob_key\x18\x06 \x01(\t\x12(\n\x06repair\x18\x07 \x01(\x0b\x32\x18.quire.type.SourceRepair\"|\n\x0cSourceRepair\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x19\n\x11normalized_sha256\x18\x03 \x01(\t\x12\x1d\n\x15normalized_size_bytes\x18\x04 \x01(\x03\x12\x10\n\x08warnings\x18\x05 \x03(\t\"T\n\x08\x41rtifact\x12\x10\n\x08\x62lob_key\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\x12\x12\n\npage_count\x18\x04 \x01(\x05\"h\n\rSigningRecord\x12\x13\n\x0bkey_version\x18\x01 \x01(\t\x12\x1a\n\x12\x63\x65rtificate_sha256\x18\x02 \x01(\t\x12\x17\n\x0fsigner_identity\x18\x03 \x01(\t\x12\r\n\x05level\x18\x04 \x01(\t\"\x84\x03\n\x03Job\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x05state\x18\x02 \x01(\x0e\x32\x14.quire.type.JobState\x12\x13\n\x0breason_code\x18\x03 \x01(\t\x12\x12\n\nitem_count\x18\x04 \x01(\x05\x12\x17\n\x0fmanifest_digest\x18\x05 \x01(\t\x12\x15\n\routput_digest\x18\x06 \x01(\t\x12\x17\n\x0fruleset_version\x18\x07 \x01(\t\x12/\n\x0b\x63reate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bkey_version\x18\n \x01(\t\x12\x15\n\rreason_detail\x18\x0b \x01(\t\x12\x11\n\tbundle_id\x18\x0c \x01(\t\x12\r\n\x05\x62\x61tch\x18\r \x01(\t\x12(\n\x07timings\x18\x0e \x03(\x0b\x32\x17.quire.type.PhaseTiming\"X\n\x0bPhaseTiming\x12\r\n\x05stage\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\t\x12+\n\x08\x64uration\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration*\xb7\x02\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12JOB_STATE_ACCEPTED\x10\x01\x12\x18\n\x14JOB_STATE_VALIDATING\x10\x02\x12\x17\n\x13JOB_STATE_REVIEWING\x10\x03\x12\x1a\n\x16JOB_STATE_NEEDS_REVIEW\x10\x04\x12\x18\n\x14JOB_STATE_ASSEMBLING\x10\x05\x12\x15\n\x11JOB_STATE_SIGNING\x10\x06\x12\x18\n\x14JOB_STATE_COMMITTING\x10\x07\x12\x17\n\x13JOB_STATE_COMPLETED\x10\x08\x12\x16\n\x12JOB_STATE_REJECTED\x10\t\x12\x14\n\x10JOB_STATE_FAILED\x10\n\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x0b\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14quire/type/job.proto\x12\nquire.type\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"r\n\x0cManifestItem\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x13\n\x0b\x64ocument_id\x18\x02 \x01(\t\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12+\n\x06source\x18\x04 \x01(\x0b\x32\x1b.quire.type.SourceReference\"D\n\x0fSourceReference\x12\x0e\n\x06system\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x14\n\x0c\x63ontent_type\x18\x03 \x01(\t\"\\\n\x08Manifest\x12\'\n\x05items\x18\x01 \x03(\x0b\x32\x18.quire.type.ManifestItem\x12\x0f\n\x07ruleset\x18\x02 \x01(\t\x12\x16\n\x0erender_profile\x18\x03 \x01(\t\"\xf4\x01\n\tSourceRef\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x13\n\x0b\x64ocument_id\x18\x02 \x01(\t\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x14\n\x0c\x63ontent_type\x18\x04 \x01(\t\x12\x12\n\nsize_bytes\x18\x05 \x01(\x03\x12\x10\n\x08\x62lob_key\x18\x06 \x01(\t\x12(\n\x06repair\x18\x07 \x01(\x0b\x32\x18.quire.type.SourceRepair\x12&\n\x05\x66\x65tch\x18\x08 \x01(\x0b\x32\x17.quire.type.SourceFetch\x12\"\n\x03pin\x18\t \x01(\x0b\x32\x15.quire.type.SourcePin\"\xb9\x01\n\x0bSourceFetch\x12\x0e\n\x06system\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\x12\x14\n\x0c\x63ontent_type\x18\x03 \x01(\t\x12\x10\n\x08\x62\x61se_url\x18\x04 \x01(\t\x12\x16\n\x0e\x63redential_ref\x18\x05 \x01(\t\x12*\n\x07timeout\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tmax_bytes\x18\x07 \x01(\x03\x12\x0e\n\x06schema\x18\x08 \x01(\t\"\xd6\x01\n\tSourcePin\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x0e\n\x06system\x18\x02 \x01(\t\x12\x0b\n\x03key\x18\x03 \x01(\t\x12\x0e\n\x06sha256\x18\x04 \x01(\t\x12\x12\n\nsize_bytes\x18\x05 \x01(\x03\x12\x16\n\x0e\x66\x65tched_sha256\x18\x06 \x01(\t\x12\x16\n\x0eschema_version\x18\x07 \x01(\t\x12.\n\nfetch_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0enormalisations\x18\t \x03(\t\"|\n\x0cSourceRepair\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x19\n\x11normalized_sha256\x18\x03 \x01(\t\x12\x1d\n\x15normalized_size_bytes\x18\x04 \x01(\x03\x12\x10\n\x08warnings\x18\x05 \x03(\t\"T\n\x08\x41rtifact\x12\x10\n\x08\x62lob_key\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\x12\x12\n\npage_count\x18\x04 \x01(\x05\"h\n\rSigningRecord\x12\x13\n\x0bkey_version\x18\x01 \x01(\t\x12\x1a\n\x12\x63\x65rtificate_sha256\x18\x02 \x01(\t\x12\x17\n\x0fsigner_identity\x18\x03 \x01(\t\x12\r\n\x05level\x18\x04 \x01(\t\"\xd7\x03\n\x03Job\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x05state\x18\x02 \x01(\x0e\x32\x14.quire.type.JobState\x12\x13\n\x0breason_code\x18\x03 \x01(\t\x12\x12\n\nitem_count\x18\x04 \x01(\x05\x12\x17\n\x0fmanifest_digest\x18\x05 \x01(\t\x12\x15\n\routput_digest\x18\x06 \x01(\t\x12\x17\n\x0fruleset_version\x18\x07 \x01(\t\x12/\n\x0b\x63reate_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bkey_version\x18\n \x01(\t\x12\x15\n\rreason_detail\x18\x0b \x01(\t\x12\x11\n\tbundle_id\x18\x0c \x01(\t\x12\r\n\x05\x62\x61tch\x18\r \x01(\t\x12(\n\x07timings\x18\x0e \x03(\x0b\x32\x17.quire.type.PhaseTiming\x12,\n\x08\x64\x65\x61\x64line\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12#\n\x04pins\x18\x10 \x03(\x0b\x32\x15.quire.type.SourcePin\"o\n\x0bPhaseTiming\x12\r\n\x05stage\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\t\x12+\n\x08\x64uration\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x15\n\rsource_system\x18\x04 \x01(\t*\xb7\x02\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12JOB_STATE_ACCEPTED\x10\x01\x12\x18\n\x14JOB_STATE_VALIDATING\x10\x02\x12\x17\n\x13JOB_STATE_REVIEWING\x10\x03\x12\x1a\n\x16JOB_STATE_NEEDS_REVIEW\x10\x04\x12\x18\n\x14JOB_STATE_ASSEMBLING\x10\x05\x12\x15\n\x11JOB_STATE_SIGNING\x10\x06\x12\x18\n\x14JOB_STATE_COMMITTING\x10\x07\x12\x17\n\x13JOB_STATE_COMPLETED\x10\x08\x12\x16\n\x12JOB_STATE_REJECTED\x10\t\x12\x14\n\x10JOB_STATE_FAILED\x10\n\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x0b\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'quire.type.job_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_JOBSTATE']._serialized_start=1237
-  _globals['_JOBSTATE']._serialized_end=1548
+  _globals['_JOBSTATE']._serialized_start=1939
+  _globals['_JOBSTATE']._serialized_end=2250
   _globals['_MANIFESTITEM']._serialized_start=101
-  _globals['_MANIFESTITEM']._serialized_end=170
-  _globals['_MANIFEST']._serialized_start=172
-  _globals['_MANIFEST']._serialized_end=264
-  _globals['_SOURCEREF']._serialized_start=267
-  _globals['_SOURCEREF']._serialized_end=435
-  _globals['_SOURCEREPAIR']._serialized_start=437
-  _globals['_SOURCEREPAIR']._serialized_end=561
-  _globals['_ARTIFACT']._serialized_start=563
-  _globals['_ARTIFACT']._serialized_end=647
-  _globals['_SIGNINGRECORD']._serialized_start=649
-  _globals['_SIGNINGRECORD']._serialized_end=753
-  _globals['_JOB']._serialized_start=756
-  _globals['_JOB']._serialized_end=1144
-  _globals['_PHASETIMING']._serialized_start=1146
-  _globals['_PHASETIMING']._serialized_end=1234
+  _globals['_MANIFESTITEM']._serialized_end=215
+  _globals['_SOURCEREFERENCE']._serialized_start=217
+  _globals['_SOURCEREFERENCE']._serialized_end=285
+  _globals['_MANIFEST']._serialized_start=287
+  _globals['_MANIFEST']._serialized_end=379
+  _globals['_SOURCEREF']._serialized_start=382
+  _globals['_SOURCEREF']._serialized_end=626
+  _globals['_SOURCEFETCH']._serialized_start=629
+  _globals['_SOURCEFETCH']._serialized_end=814
+  _globals['_SOURCEPIN']._serialized_start=817
+  _globals['_SOURCEPIN']._serialized_end=1031
+  _globals['_SOURCEREPAIR']._serialized_start=1033
+  _globals['_SOURCEREPAIR']._serialized_end=1157
+  _globals['_ARTIFACT']._serialized_start=1159
+  _globals['_ARTIFACT']._serialized_end=1243
+  _globals['_SIGNINGRECORD']._serialized_start=1245
+  _globals['_SIGNINGRECORD']._serialized_end=1349
+  _globals['_JOB']._serialized_start=1352
+  _globals['_JOB']._serialized_end=1823
+  _globals['_PHASETIMING']._serialized_start=1825
+  _globals['_PHASETIMING']._serialized_end=1936
 # @@protoc_insertion_point(module_scope)

@@ -39,14 +39,26 @@ JOB_STATE_FAILED: JobState
 JOB_STATE_CANCELLED: JobState
 
 class ManifestItem(_message.Message):
-    __slots__ = ("position", "document_id", "sha256")
+    __slots__ = ("position", "document_id", "sha256", "source")
     POSITION_FIELD_NUMBER: _ClassVar[int]
     DOCUMENT_ID_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
     position: int
     document_id: str
     sha256: str
-    def __init__(self, position: _Optional[int] = ..., document_id: _Optional[str] = ..., sha256: _Optional[str] = ...) -> None: ...
+    source: SourceReference
+    def __init__(self, position: _Optional[int] = ..., document_id: _Optional[str] = ..., sha256: _Optional[str] = ..., source: _Optional[_Union[SourceReference, _Mapping]] = ...) -> None: ...
+
+class SourceReference(_message.Message):
+    __slots__ = ("system", "key", "content_type")
+    SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    system: str
+    key: str
+    content_type: str
+    def __init__(self, system: _Optional[str] = ..., key: _Optional[str] = ..., content_type: _Optional[str] = ...) -> None: ...
 
 class Manifest(_message.Message):
     __slots__ = ("items", "ruleset", "render_profile")
@@ -59,7 +71,7 @@ class Manifest(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[ManifestItem, _Mapping]]] = ..., ruleset: _Optional[str] = ..., render_profile: _Optional[str] = ...) -> None: ...
 
 class SourceRef(_message.Message):
-    __slots__ = ("position", "document_id", "sha256", "content_type", "size_bytes", "blob_key", "repair")
+    __slots__ = ("position", "document_id", "sha256", "content_type", "size_bytes", "blob_key", "repair", "fetch", "pin")
     POSITION_FIELD_NUMBER: _ClassVar[int]
     DOCUMENT_ID_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +79,8 @@ class SourceRef(_message.Message):
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     BLOB_KEY_FIELD_NUMBER: _ClassVar[int]
     REPAIR_FIELD_NUMBER: _ClassVar[int]
+    FETCH_FIELD_NUMBER: _ClassVar[int]
+    PIN_FIELD_NUMBER: _ClassVar[int]
     position: int
     document_id: str
     sha256: str
@@ -74,7 +88,51 @@ class SourceRef(_message.Message):
     size_bytes: int
     blob_key: str
     repair: SourceRepair
-    def __init__(self, position: _Optional[int] = ..., document_id: _Optional[str] = ..., sha256: _Optional[str] = ..., content_type: _Optional[str] = ..., size_bytes: _Optional[int] = ..., blob_key: _Optional[str] = ..., repair: _Optional[_Union[SourceRepair, _Mapping]] = ...) -> None: ...
+    fetch: SourceFetch
+    pin: SourcePin
+    def __init__(self, position: _Optional[int] = ..., document_id: _Optional[str] = ..., sha256: _Optional[str] = ..., content_type: _Optional[str] = ..., size_bytes: _Optional[int] = ..., blob_key: _Optional[str] = ..., repair: _Optional[_Union[SourceRepair, _Mapping]] = ..., fetch: _Optional[_Union[SourceFetch, _Mapping]] = ..., pin: _Optional[_Union[SourcePin, _Mapping]] = ...) -> None: ...
+
+class SourceFetch(_message.Message):
+    __slots__ = ("system", "key", "content_type", "base_url", "credential_ref", "timeout", "max_bytes", "schema")
+    SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    BASE_URL_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIAL_REF_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    system: str
+    key: str
+    content_type: str
+    base_url: str
+    credential_ref: str
+    timeout: _duration_pb2.Duration
+    max_bytes: int
+    schema: str
+    def __init__(self, system: _Optional[str] = ..., key: _Optional[str] = ..., content_type: _Optional[str] = ..., base_url: _Optional[str] = ..., credential_ref: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_bytes: _Optional[int] = ..., schema: _Optional[str] = ...) -> None: ...
+
+class SourcePin(_message.Message):
+    __slots__ = ("position", "system", "key", "sha256", "size_bytes", "fetched_sha256", "schema_version", "fetch_time", "normalisations")
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FETCHED_SHA256_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FETCH_TIME_FIELD_NUMBER: _ClassVar[int]
+    NORMALISATIONS_FIELD_NUMBER: _ClassVar[int]
+    position: int
+    system: str
+    key: str
+    sha256: str
+    size_bytes: int
+    fetched_sha256: str
+    schema_version: str
+    fetch_time: _timestamp_pb2.Timestamp
+    normalisations: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, position: _Optional[int] = ..., system: _Optional[str] = ..., key: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., fetched_sha256: _Optional[str] = ..., schema_version: _Optional[str] = ..., fetch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., normalisations: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SourceRepair(_message.Message):
     __slots__ = ("position", "sha256", "normalized_sha256", "normalized_size_bytes", "warnings")
@@ -115,7 +173,7 @@ class SigningRecord(_message.Message):
     def __init__(self, key_version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., signer_identity: _Optional[str] = ..., level: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("name", "state", "reason_code", "item_count", "manifest_digest", "output_digest", "ruleset_version", "create_time", "update_time", "key_version", "reason_detail", "bundle_id", "batch", "timings")
+    __slots__ = ("name", "state", "reason_code", "item_count", "manifest_digest", "output_digest", "ruleset_version", "create_time", "update_time", "key_version", "reason_detail", "bundle_id", "batch", "timings", "deadline", "pins")
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REASON_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -130,6 +188,8 @@ class Job(_message.Message):
     BUNDLE_ID_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    PINS_FIELD_NUMBER: _ClassVar[int]
     name: str
     state: JobState
     reason_code: str
@@ -144,14 +204,18 @@ class Job(_message.Message):
     bundle_id: str
     batch: str
     timings: _containers.RepeatedCompositeFieldContainer[PhaseTiming]
-    def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason_code: _Optional[str] = ..., item_count: _Optional[int] = ..., manifest_digest: _Optional[str] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., key_version: _Optional[str] = ..., reason_detail: _Optional[str] = ..., bundle_id: _Optional[str] = ..., batch: _Optional[str] = ..., timings: _Optional[_Iterable[_Union[PhaseTiming, _Mapping]]] = ...) -> None: ...
+    deadline: _timestamp_pb2.Timestamp
+    pins: _containers.RepeatedCompositeFieldContainer[SourcePin]
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason_code: _Optional[str] = ..., item_count: _Optional[int] = ..., manifest_digest: _Optional[str] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., key_version: _Optional[str] = ..., reason_detail: _Optional[str] = ..., bundle_id: _Optional[str] = ..., batch: _Optional[str] = ..., timings: _Optional[_Iterable[_Union[PhaseTiming, _Mapping]]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pins: _Optional[_Iterable[_Union[SourcePin, _Mapping]]] = ...) -> None: ...
 
 class PhaseTiming(_message.Message):
-    __slots__ = ("stage", "phase", "duration")
+    __slots__ = ("stage", "phase", "duration", "source_system")
     STAGE_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     DURATION_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_SYSTEM_FIELD_NUMBER: _ClassVar[int]
     stage: str
     phase: str
     duration: _duration_pb2.Duration
-    def __init__(self, stage: _Optional[str] = ..., phase: _Optional[str] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    source_system: str
+    def __init__(self, stage: _Optional[str] = ..., phase: _Optional[str] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., source_system: _Optional[str] = ...) -> None: ...

@@ -92,6 +92,25 @@ class ReasonCode(StrEnum):
     REVIEW_REJECTED = "REVIEW_REJECTED"
     REVIEW_ALREADY_RESOLVED = "REVIEW_ALREADY_RESOLVED"
     RENDER_UNAVAILABLE = "RENDER_UNAVAILABLE"
+    # Sources named by reference, fetched from a tenant's source systems.
+    SOURCE_SCHEMA_INVALID = "SOURCE_SCHEMA_INVALID"
+    """A fetched JSON source is not the structure its system's schema requires
+    (a review verdict: REJECTED, never retried)."""
+    SOURCE_NOT_FOUND = "SOURCE_NOT_FOUND"
+    """The source system has no record under the key (HTTP 404 or 410): REJECTED."""
+    SOURCE_TOO_LARGE = "SOURCE_TOO_LARGE"
+    """A fetch brought more bytes than the system's limit; nothing of it is kept."""
+    SOURCE_REFUSED = "SOURCE_REFUSED"
+    """The source system refused the credential (HTTP 401 or 403): FAILED, not retried."""
+    SOURCE_UNAVAILABLE = "SOURCE_UNAVAILABLE"
+    """The source system kept failing, timing out or its breaker stayed open
+    until the job's budget could not cover another try: FAILED."""
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    """The job's deadline passed (or would pass) before its sources could be
+    fetched, for example after waiting in a queue: FAILED."""
+    BUDGET_TOO_SHORT = "BUDGET_TOO_SHORT"
+    """SubmitJob's budget cannot cover the slice reserved for render, signing
+    and storage plus one source call."""
     # Infrastructure.
     RETRY_LIMIT_REACHED = "RETRY_LIMIT_REACHED"
     FORGED_MESSAGE = "FORGED_MESSAGE"

@@ -1,3 +1,6 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
 from quire.admission.v1 import batch_pb2 as _batch_pb2
 from quire.admission.v1 import notification_pb2 as _notification_pb2
 from quire.type import job_pb2 as _job_pb2
@@ -40,16 +43,18 @@ class Source(_message.Message):
     def __init__(self, name: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., content_type: _Optional[str] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("request_id", "manifest", "priority", "bundle_id")
+    __slots__ = ("request_id", "manifest", "priority", "bundle_id", "budget")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     BUNDLE_ID_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     manifest: _job_pb2.Manifest
     priority: str
     bundle_id: str
-    def __init__(self, request_id: _Optional[str] = ..., manifest: _Optional[_Union[_job_pb2.Manifest, _Mapping]] = ..., priority: _Optional[str] = ..., bundle_id: _Optional[str] = ...) -> None: ...
+    budget: _duration_pb2.Duration
+    def __init__(self, request_id: _Optional[str] = ..., manifest: _Optional[_Union[_job_pb2.Manifest, _Mapping]] = ..., priority: _Optional[str] = ..., bundle_id: _Optional[str] = ..., budget: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class GetJobRequest(_message.Message):
     __slots__ = ("name",)

@@ -1,5 +1,6 @@
 import datetime
 
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -168,3 +169,51 @@ class RevokeTokenRequest(_message.Message):
     name: str
     request_id: str
     def __init__(self, name: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class SourceSystem(_message.Message):
+    __slots__ = ("name", "base_url", "credential_ref", "timeout", "max_bytes", "schema", "update_time")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BASE_URL_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIAL_REF_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    base_url: str
+    credential_ref: str
+    timeout: _duration_pb2.Duration
+    max_bytes: int
+    schema: str
+    update_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., base_url: _Optional[str] = ..., credential_ref: _Optional[str] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_bytes: _Optional[int] = ..., schema: _Optional[str] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class PutSourceSystemRequest(_message.Message):
+    __slots__ = ("source_system",)
+    SOURCE_SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    source_system: SourceSystem
+    def __init__(self, source_system: _Optional[_Union[SourceSystem, _Mapping]] = ...) -> None: ...
+
+class ListSourceSystemsRequest(_message.Message):
+    __slots__ = ("parent",)
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    parent: str
+    def __init__(self, parent: _Optional[str] = ...) -> None: ...
+
+class ListSourceSystemsResponse(_message.Message):
+    __slots__ = ("source_systems",)
+    SOURCE_SYSTEMS_FIELD_NUMBER: _ClassVar[int]
+    source_systems: _containers.RepeatedCompositeFieldContainer[SourceSystem]
+    def __init__(self, source_systems: _Optional[_Iterable[_Union[SourceSystem, _Mapping]]] = ...) -> None: ...
+
+class DeleteSourceSystemRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteSourceSystemResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...

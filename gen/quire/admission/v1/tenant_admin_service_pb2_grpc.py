@@ -74,6 +74,21 @@ class TenantAdminServiceStub:
                 request_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ForgetSourceRequest.SerializeToString,
                 response_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ForgetSourceResponse.FromString,
                 _registered_method=True)
+        self.PutSourceSystem = channel.unary_unary(
+                '/quire.admission.v1.TenantAdminService/PutSourceSystem',
+                request_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.PutSourceSystemRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.SourceSystem.FromString,
+                _registered_method=True)
+        self.ListSourceSystems = channel.unary_unary(
+                '/quire.admission.v1.TenantAdminService/ListSourceSystems',
+                request_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListSourceSystemsRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListSourceSystemsResponse.FromString,
+                _registered_method=True)
+        self.DeleteSourceSystem = channel.unary_unary(
+                '/quire.admission.v1.TenantAdminService/DeleteSourceSystem',
+                request_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.DeleteSourceSystemRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.DeleteSourceSystemResponse.FromString,
+                _registered_method=True)
 
 
 class TenantAdminServiceServicer:
@@ -135,6 +150,27 @@ class TenantAdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutSourceSystem(self, request, context):
+        """A tenant's source systems: where the pipeline fetches sources that a
+        manifest names by reference. Put creates or replaces one by name; a job
+        already accepted keeps the registration it was accepted with.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSourceSystems(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSourceSystem(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TenantAdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -177,6 +213,21 @@ def add_TenantAdminServiceServicer_to_server(servicer, server):
                     servicer.ForgetSource,
                     request_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ForgetSourceRequest.FromString,
                     response_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ForgetSourceResponse.SerializeToString,
+            ),
+            'PutSourceSystem': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutSourceSystem,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.PutSourceSystemRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.SourceSystem.SerializeToString,
+            ),
+            'ListSourceSystems': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSourceSystems,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListSourceSystemsRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListSourceSystemsResponse.SerializeToString,
+            ),
+            'DeleteSourceSystem': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSourceSystem,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.DeleteSourceSystemRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.DeleteSourceSystemResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -395,6 +446,87 @@ class TenantAdminService:
             '/quire.admission.v1.TenantAdminService/ForgetSource',
             quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ForgetSourceRequest.SerializeToString,
             quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ForgetSourceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutSourceSystem(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.TenantAdminService/PutSourceSystem',
+            quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.PutSourceSystemRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.SourceSystem.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSourceSystems(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.TenantAdminService/ListSourceSystems',
+            quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListSourceSystemsRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListSourceSystemsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSourceSystem(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.TenantAdminService/DeleteSourceSystem',
+            quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.DeleteSourceSystemRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.DeleteSourceSystemResponse.FromString,
             options,
             channel_credentials,
             insecure,
