@@ -47,6 +47,8 @@ __all__ = [
     "metric_names",
     "phase",
     "delivery_timings",
+    "add_source_fetch",
+    "FETCH_PHASE",
     "count_source_read",
     "serve_metrics",
 ]
@@ -448,6 +450,19 @@ def phase(name: str) -> Iterator[None]:
         return
     with delivery.meter.phase(delivery, name):
         yield
+
+
+FETCH_PHASE = "fetch"
+"""The phase of reading sources; a source system's share is ``fetch:<system>``."""
+
+
+def add_source_fetch(system: str, seconds: float) -> None:
+    """Add ``seconds`` of fetching from source ``system`` to the current
+    delivery's timings (its ledger entry shows them per system); outside a
+    delivery, nothing. The caller keeps its own per-system histogram."""
+    delivery = _current.get()
+    if delivery is not None:
+        delivery.add(f"{FETCH_PHASE}:{system}", seconds)
 
 
 def delivery_timings() -> dict[str, float]:

@@ -491,6 +491,7 @@ def _record_timings(outcome: queue_pb2.StageOutcome, stage: str) -> None:
     if not outcome.events:
         return
     for name, seconds in delivery_timings().items():
-        timing = job_pb2.PhaseTiming(stage=stage, phase=name)
+        phase, _, system = name.partition(":")  # "fetch:<system>": one source system's share
+        timing = job_pb2.PhaseTiming(stage=stage, phase=phase, source_system=system)
         timing.duration.FromMicroseconds(round(seconds * 1e6))
         outcome.events[-1].timings.append(timing)
