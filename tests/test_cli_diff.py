@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from quire.cli.diff import pinned
+from quire.cli.diff import SHOWN_ONLY, pinned
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import state_name
 from quire.stack.supervisor import Stack, StackInfo
@@ -69,3 +69,33 @@ def test_a_retired_entry_is_not_what_the_job_was_made_from() -> None:
         retirement=queue_pb2.Retirement(kind="source", sha256="a" * 64),
     )
     assert pinned([made, retired])["sources[0]"] == "a" * 64
+
+
+def _pinned_event(fetched: str, fetch_second: int) -> queue_pb2.TransitionEvent:
+    pin = job_pb2.SourcePin(
+        position=0,
+        system="tax",
+        key="orders/A-17",
+        sha256="c" * 64,
+        fetched_sha256=fetched,
+        schema_version="tax-record@1",
+        normalisations=["CANONICAL_JSON"],
+    )
+    pin.fetch_time.FromSeconds(fetch_second)
+    return queue_pb2.TransitionEvent(
+        job="jobs/x", to_state=job_pb2.JOB_STATE_REVIEWING, source_digests=["c" * 64], pins=[pin]
+    )
+
+
+def test_a_pinned_source_shows_where_it_came_from_and_its_fetch_time_is_not_a_difference() -> None:
+    first = pinned([_pinned_event("d" * 64, 100)])
+    assert first["sources[0].fetched_from"] == "tax:orders/A-17"
+    assert first["sources[0].schema"] == "tax-record@1"
+    assert first["sources[0].normalised"] == "CANONICAL_JSON"
+    later = pinned([_pinned_event("d" * 64, 200)])
+    assert first["sources[0].fetch_time"] != later["sources[0].fetch_time"]
+    assert all(first[name] == later[name] or name.endswith(SHOWN_ONLY) for name in first), (
+        "the same bytes fetched later are the same source"
+    )
+    changed = pinned([_pinned_event("e" * 64, 100)])
+    assert changed["sources[0].fetched_sha256"] != first["sources[0].fetched_sha256"]

@@ -56,8 +56,24 @@ def job_status_document(job: job_pb2.Job) -> dict[str, Any]:
                 "stage": timing.stage,
                 "phase": timing.phase,
                 "seconds": timing.duration.ToMicroseconds() / 1e6,
+                **({"source_system": timing.source_system} if timing.source_system else {}),
             }
             for timing in job.timings
+        ],
+        "deadline": rfc3339(job.deadline),
+        "pins": [
+            {
+                "position": pin.position,
+                "system": pin.system,
+                "key": pin.key,
+                "sha256": pin.sha256,
+                "size_bytes": pin.size_bytes,
+                "fetched_sha256": pin.fetched_sha256,
+                "schema_version": pin.schema_version or None,
+                "fetch_time": rfc3339(pin.fetch_time),
+                "normalisations": list(pin.normalisations),
+            }
+            for pin in job.pins
         ],
     }
 

@@ -64,4 +64,9 @@ class EventFactory:
             occur_time=occurred,
             **fields,
         )
+        if task.HasField("deadline"):
+            event.deadline.CopyFrom(task.deadline)
+        # What the validator pinned for sources named by reference: every later
+        # entry carries it, as every entry carries the source digests.
+        event.pins.extend(source.pin for source in task.sources if source.HasField("pin"))
         return event

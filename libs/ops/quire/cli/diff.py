@@ -21,7 +21,7 @@ from quire.cli.config import ClientConfig
 from quire.cli.exitcodes import ExitCode
 from quire.cli.output import Output
 from quire.jobs import state_name
-from quire.type import queue_pb2
+from quire.type import job_pb2, queue_pb2
 
 __all__ = ["diff", "pinned"]
 
@@ -39,12 +39,16 @@ SCALARS = (
     "output_digest",
 )
 """Event fields compared as they are, each its latest non-empty value."""
+SHOWN_ONLY = (".fetch_time",)
+"""Shown, never counted as a difference: two jobs that pinned the same bytes
+at different times were made from the same sources."""
 
 
 def pinned(events: Sequence[queue_pb2.TransitionEvent]) -> dict[str, str]:
     """A job's fields, folded from its events in ledger order."""
     fields: dict[str, str] = {}
     sources: list[str] = []
+    pins: dict[int, job_pb2.SourcePin] = {}
     for event in events:
         if event.HasField("retirement"):
             continue  # bytes retired later: not what the job was made from
@@ -58,8 +62,19 @@ def pinned(events: Sequence[queue_pb2.TransitionEvent]) -> dict[str, str]:
         fields["reason_code"] = event.reason_code
         if event.actor.build_version and event.actor.service:
             fields[f"build {event.actor.service}"] = event.actor.build_version
+        for pin in event.pins:
+            pins[pin.position] = pin
     for position, digest in enumerate(sources):
         fields[f"sources[{position}]"] = digest
+    for position, pin in sorted(pins.items()):
+        # A source named by reference: where it came from and what was pinned.
+        fields[f"sources[{position}].fetched_from"] = f"{pin.system}:{pin.key}"
+        fields[f"sources[{position}].fetched_sha256"] = pin.fetched_sha256
+        if pin.schema_version:
+            fields[f"sources[{position}].schema"] = pin.schema_version
+        if pin.normalisations:
+            fields[f"sources[{position}].normalised"] = ",".join(pin.normalisations)
+        fields[f"sources[{position}].fetch_time"] = pin.fetch_time.ToJsonString()
     return fields
 
 
@@ -90,7 +105,8 @@ async def diff(args: argparse.Namespace, config: ClientConfig, out: Output) -> i
         a = pinned(await _events(stub, first, metadata))
         b = pinned(await _events(stub, second, metadata))
     names = _field_order(a, b)
-    rows = [{"field": n, "a": a.get(n, ""), "b": b.get(n, ""), "same": a.get(n) == b.get(n)}
+    rows = [{"field": n, "a": a.get(n, ""), "b": b.get(n, ""),
+             "same": a.get(n) == b.get(n) or n.endswith(SHOWN_ONLY)}
             for n in names]  # fmt: skip
     width = max((len(n) for n in names), default=0)
     out.line(f"{'':<{width}}  {first}  {second}")
@@ -103,14 +119,19 @@ async def diff(args: argparse.Namespace, config: ClientConfig, out: Output) -> i
     return ExitCode.FAILED if differing else ExitCode.OK
 
 
+_PIN_PARTS = ("fetched_from", "fetched_sha256", "schema", "normalised", "fetch_time")
 _ORDER = ("tenant", "state", "reason_code", "manifest_digest", "item_count")
 """Shown first; then the sources by position, the other fields, the builds."""
 
 
 def _field_order(a: dict[str, str], b: dict[str, str]) -> list[str]:
     present = set(a) | set(b)
-    positions = sum(1 for name in present if name.startswith("sources["))
-    sources = [f"sources[{i}]" for i in range(positions)]
+    positions = sum(1 for name in present if name.startswith("sources[") and name.endswith("]"))
+    sources = [
+        name
+        for i in range(positions)
+        for name in (f"sources[{i}]", *(f"sources[{i}].{part}" for part in _PIN_PARTS))
+    ]
     rest = [name for name in SCALARS if name not in _ORDER]
     builds = sorted(name for name in present if name.startswith("build "))
     return [name for name in (*_ORDER, *sources, *rest, *builds) if name in present]

@@ -60,6 +60,11 @@ class JobFacts:
     """The phases of the deliveries that moved the job on, in pipeline order:
     each stage's from its latest entry that carries any (a retry's or a
     re-driven generation's measurements replace the earlier ones)."""
+    deadline: datetime | None = None
+    """When the job's budget runs out (every entry of a job with one carries it)."""
+    pins: tuple[job_pb2.SourcePin, ...] = ()
+    """What was fetched and pinned for sources named by reference: the latest
+    entry's that carries any (pins never change once written)."""
 
 
 def is_retirement(event: queue_pb2.TransitionEvent) -> bool:
@@ -98,6 +103,8 @@ def apply(facts: JobFacts | None, event: queue_pb2.TransitionEvent) -> JobFacts:
             updated=occurred,
             reason_detail=event.reason_detail,
             timings=_timings((), event),
+            deadline=_deadline(event),
+            pins=tuple(event.pins),
         )
     state, reason, detail = facts.state, facts.reason_code, facts.reason_detail
     if state not in TERMINAL_STATES and state_rank(to_state) > state_rank(state):
@@ -116,7 +123,13 @@ def apply(facts: JobFacts | None, event: queue_pb2.TransitionEvent) -> JobFacts:
         key_version=event.key_version or facts.key_version,
         updated=occurred,
         timings=_timings(facts.timings, event),
+        deadline=_deadline(event) or facts.deadline,
+        pins=tuple(event.pins) or facts.pins,
     )
+
+
+def _deadline(event: queue_pb2.TransitionEvent) -> datetime | None:
+    return event.deadline.ToDatetime() if event.HasField("deadline") else None
 
 
 _STAGE_ORDER = {stage.name: index for index, stage in enumerate(STAGES)}

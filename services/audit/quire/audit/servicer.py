@@ -61,7 +61,7 @@ def dead_letter_record(row: Any) -> pb.DeadLetterRecord:
 
 def _job(facts: JobFacts) -> job_pb2.Job:
     """What the API says of a job: folded from its ledger entries' hashed bytes."""
-    return job_pb2.Job(
+    job = job_pb2.Job(
         name=facts.job,
         state=state_value(facts.state),  # type: ignore[arg-type]
         reason_code=facts.reason_code,
@@ -74,7 +74,11 @@ def _job(facts: JobFacts) -> job_pb2.Job:
         create_time=timestamp(facts.created),
         update_time=timestamp(facts.updated),
         timings=facts.timings,
+        pins=facts.pins,
     )
+    if facts.deadline is not None:
+        job.deadline.CopyFrom(timestamp(facts.deadline))
+    return job
 
 
 def _views(session: Session, names: list[str]) -> dict[str, JobFacts]:

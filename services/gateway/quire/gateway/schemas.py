@@ -79,6 +79,23 @@ class PhaseTiming(_Document):
     stage: str
     phase: str
     seconds: float
+    source_system: str | None = Field(
+        default=None, description='For a "fetch" phase: the source system fetched from.'
+    )
+
+
+class SourcePin(_Document):
+    """What the pipeline fetched and pinned for a source named by reference."""
+
+    position: int
+    system: str
+    key: str
+    sha256: str = Field(description="Digest of the bytes used (after normalisation).")
+    size_bytes: int
+    fetched_sha256: str = Field(description="Digest of the bytes as the system sent them.")
+    schema_version: str | None
+    fetch_time: str | None
+    normalisations: list[str]
 
 
 class JobStatus(_Document):
@@ -100,6 +117,10 @@ class JobStatus(_Document):
     create_time: str | None
     update_time: str | None
     timings: list[PhaseTiming]
+    deadline: str | None = Field(
+        default=None, description="When the job's budget runs out; null for none."
+    )
+    pins: list[SourcePin] = Field(default_factory=list)
 
 
 class SourceDocument(_Document):
