@@ -343,3 +343,62 @@ async def test_top_live_in_a_terminal_shows_the_queue_filling(
         await _completed(client, names)
     finally:
         _tmux(server, "kill-server")
+
+
+def _sources_exposition(state: int, fetches: dict[str, int], deferrals: int) -> str:
+    lines = [
+        "# TYPE quire_source_breaker_state gauge",
+        f'quire_source_breaker_state{{system="tax"}} {state}',
+        'quire_source_breaker_state{system="orders"} 0',
+        "# TYPE quire_source_fetches_total counter",
+        *(
+            f'quire_source_fetches_total{{system="tax",outcome="{o}"}} {n}'
+            for o, n in fetches.items()
+        ),
+        'quire_source_fetches_total{system="orders",outcome="ok"} 10',
+        "# TYPE quire_source_deferrals_total counter",
+        f'quire_source_deferrals_total{{system="tax"}} {deferrals}',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _source_scrape(endpoint: Endpoint, exposition: str) -> Scrape:
+    samples, declared = parse_exposition(exposition)
+    return Scrape(endpoint, samples, declared)
+
+
+def test_source_systems_show_the_worst_breaker_and_add_up_calls_across_validators() -> None:
+    one, two = Endpoint("validator", "10.0.0.1:7901"), Endpoint("validator", "10.0.0.2:7901")
+    before = Snapshot(
+        0.0,
+        (
+            _source_scrape(one, _sources_exposition(0, {"ok": 5, "timeout": 0}, 0)),
+            _source_scrape(two, _sources_exposition(0, {"ok": 5, "timeout": 0}, 0)),
+        ),
+    )
+    after = Snapshot(
+        2.0,
+        (
+            _source_scrape(one, _sources_exposition(2, {"ok": 5, "timeout": 4}, 6)),
+            _source_scrape(two, _sources_exposition(1, {"ok": 7, "timeout": 2}, 0)),
+        ),
+    )
+    top = figures(before, after)
+    tax = {s.system: s for s in top.sources}["tax"]
+    assert (tax.breaker, tax.open_in) == ("open", 1), "the worst state any validator holds"
+    assert tax.fetches_per_second == pytest.approx(4.0)  # (4 + 2 + 2) calls over 2 s
+    assert tax.failures_per_second == pytest.approx(3.0)
+    assert tax.deferrals_per_second == pytest.approx(3.0)
+    assert [s.system for s in top.sources] == ["orders", "tax"]
+    assert top.document()["source_systems"]["orders"]["breaker"] == "closed"  # type: ignore[index]
+    shown = _text(top)
+    row = next(line for line in shown.splitlines() if "tax" in line)
+    assert "open" in row and "3.0" in row
+    assert "source systems" in shown
+
+
+def test_without_source_systems_there_is_no_source_table() -> None:
+    metrics, _ = _validator()
+    snapshot = Snapshot(0.0, (_scrape(VALIDATOR, metrics),))
+    top = figures(snapshot, snapshot)
+    assert top.sources == () and "source systems" not in _text(top)

@@ -28,6 +28,8 @@ __all__ = [
     "STAGE_NAMES",
     "ServiceStatus",
     "Snapshot",
+    "SourceSystemFigures",
+    "BREAKER_STATES",
     "StageFigures",
     "Top",
     "Totals",
@@ -166,6 +168,58 @@ class StageFigures:
         return age is not None and budget is not None and budget > 0 and age > budget
 
 
+BREAKER_STATES = ("closed", "half-open", "open")
+"""``quire_source_breaker_state``'s values 0, 1 and 2."""
+
+
+@dataclass(frozen=True)
+class SourceSystemFigures:
+    """One source system as the validators see it.
+
+    Each validator process keeps its own breaker per system, so the state
+    shown is the worst any process holds, with how many hold it open; calls,
+    failures and deferrals add up across processes."""
+
+    system: str
+    breaker: str | None
+    open_in: int
+    """Processes whose breaker for this system is open."""
+    fetches_per_second: float | None
+    failures_per_second: float | None
+    deferrals_per_second: float | None
+
+
+_FETCH_FAILURES = ("timeout", "error", "breaker_open")
+"""Fetch outcomes that count against a system (the others are its answers)."""
+
+
+def _systems(after: Snapshot) -> list[str]:
+    names = {
+        dict(labels).get("system", "")
+        for scrape in after.answering
+        for (series, labels) in scrape.samples
+        if series.startswith("quire_source_")
+    }
+    return sorted(name for name in names if name)
+
+
+def _source_system(before: Snapshot | None, after: Snapshot, system: str) -> SourceSystemFigures:
+    def per_second(name: str, **where: str) -> float | None:
+        return None if before is None else rate(before, after, name, system=system, **where)
+
+    state = after.highest("quire_source_breaker_state", system=system)
+    failures = [per_second("quire_source_fetches_total", outcome=o) for o in _FETCH_FAILURES]
+    known = [f for f in failures if f is not None]
+    return SourceSystemFigures(
+        system=system,
+        breaker=None if state is None else BREAKER_STATES[min(int(state), 2)],
+        open_in=sum(1 for v in after.values("quire_source_breaker_state", system=system) if v >= 2),
+        fetches_per_second=per_second("quire_source_fetches_total"),
+        failures_per_second=sum(known) if known else None,
+        deferrals_per_second=per_second("quire_source_deferrals_total"),
+    )
+
+
 @dataclass(frozen=True)
 class Totals:
     """The whole pipeline: jobs admission accepted, jobs audit completed."""
@@ -193,6 +247,8 @@ class Top:
     stages: tuple[StageFigures, ...]
     totals: Totals
     services: tuple[ServiceStatus, ...]
+    sources: tuple[SourceSystemFigures, ...] = ()
+    """Source systems the validators fetch from, by name."""
 
     @property
     def down(self) -> tuple[ServiceStatus, ...]:
@@ -230,6 +286,16 @@ class Top:
                 {"service": s.service, "address": s.address, "up": s.up, "error": s.error}
                 for s in self.services
             ],
+            "source_systems": {
+                s.system: {
+                    "breaker": s.breaker,
+                    "open_in": s.open_in,
+                    "fetches_per_second": s.fetches_per_second,
+                    "failures_per_second": s.failures_per_second,
+                    "deferrals_per_second": s.deferrals_per_second,
+                }
+                for s in self.sources
+            },
         }
 
 
@@ -292,4 +358,5 @@ def figures(before: Snapshot | None, after: Snapshot) -> Top:
             ServiceStatus(s.endpoint.service, s.endpoint.address, s.up, s.error)
             for s in after.scrapes
         ),
+        sources=tuple(_source_system(before, after, name) for name in _systems(after)),
     )

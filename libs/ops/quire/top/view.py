@@ -130,5 +130,28 @@ def _footer(top: Top) -> Text:
     return text
 
 
+_BREAKER_STYLES = {"closed": "", "half-open": "yellow", "open": "bold red"}
+
+
+def _sources(top: Top) -> Table:
+    table = Table(title="source systems", title_justify="left")
+    for header in ("system", "breaker", "fetches/s", "failures/s", "deferred/s"):
+        table.add_column(header, justify="left" if header == "system" else "right", no_wrap=True)
+    for source in top.sources:
+        breaker = source.breaker or _MISSING
+        if source.breaker == "open" and source.open_in > 1:
+            breaker = f"open in {source.open_in}"
+        table.add_row(
+            Text(source.system, style="bold"),
+            Text(breaker, style=_BREAKER_STYLES.get(source.breaker or "", "")),
+            _rate(source.fetches_per_second),
+            _rate(source.failures_per_second),
+            _rate(source.deferrals_per_second),
+        )
+    return table
+
+
 def render(top: Top) -> RenderableType:
+    if top.sources:
+        return Group(_table(top), _sources(top), _footer(top))
     return Group(_table(top), _footer(top))
