@@ -1,11 +1,13 @@
 """TenantAdminService: operators create tenants, set their limits and
-retention periods, and issue and revoke tokens; ``quire retention apply``
-has admission forget the uploads it retired. Every call needs the operator
+retention periods, issue and revoke tokens, and register the source systems
+a tenant's manifests may name by reference; ``quire retention apply`` has
+admission forget the uploads it retired. Every call needs the operator
 token."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -13,7 +15,7 @@ import grpc
 from google.protobuf.message import Message
 from sqlalchemy.orm import Session
 
-from quire.admission import tables
+from quire.admission import sourcesystems, tables
 from quire.admission.storagepolicy import PERIODS, TenantStorage, forget_source, read_storage
 from quire.admission.tenants import Tenant, TenantDirectory, TokenRecord
 from quire.admission.uploads import SHA256_HEX
@@ -32,6 +34,7 @@ DOMAIN = "admission.quire"
 M = TypeVar("M", bound=Message)
 SecretReply = TypeVar("SecretReply", pb.CreateTenantResponse, pb.CreateTokenResponse)
 LIST_TENANTS = "quire.admission.v1.TenantAdminService/ListTenants"
+log = logging.getLogger(__name__)
 
 
 def _without_secret(reply: SecretReply) -> SecretReply:
@@ -258,6 +261,51 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         )
         self._tenants.forget_verified()
         return reply
+
+    @at_the_edge(DOMAIN)
+    async def PutSourceSystem(  # noqa: N802 - gRPC method name
+        self, request: pb.PutSourceSystemRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SourceSystem:
+        """Create or replace; jobs already accepted keep the registration they copied."""
+        await self._tenants.authenticate_operator(context)
+        wanted = sourcesystems.checked_system(request.source_system)
+        stored = await asyncio.to_thread(
+            self._tenants.transaction, lambda s: sourcesystems.put_system(s, wanted)
+        )
+        # Ids only: never the base URL's path nor the credential reference.
+        log.info(
+            "source system registered",
+            extra={"tenant": stored.tenant, "source_system": stored.system},
+        )
+        return sourcesystems.system_message(stored)
+
+    @at_the_edge(DOMAIN)
+    async def ListSourceSystems(  # noqa: N802 - gRPC method name
+        self, request: pb.ListSourceSystemsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListSourceSystemsResponse:
+        await self._tenants.authenticate_operator(context)
+        tenant_id = _tenant_id(request.parent)
+        listed = await asyncio.to_thread(
+            self._tenants.transaction, lambda s: sourcesystems.list_systems(s, tenant_id)
+        )
+        return pb.ListSourceSystemsResponse(
+            source_systems=[sourcesystems.system_message(system) for system in listed]
+        )
+
+    @at_the_edge(DOMAIN)
+    async def DeleteSourceSystem(  # noqa: N802 - gRPC method name
+        self, request: pb.DeleteSourceSystemRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteSourceSystemResponse:
+        """Forget the registration; jobs already accepted keep their copy."""
+        await self._tenants.authenticate_operator(context)
+        tenant_id, system = sourcesystems.parse_name(request.name)
+        deleted = await asyncio.to_thread(
+            self._tenants.transaction,
+            lambda s: sourcesystems.delete_system(s, tenant_id, system),
+        )
+        if deleted:
+            log.info("source system deleted", extra={"tenant": tenant_id, "source_system": system})
+        return pb.DeleteSourceSystemResponse(deleted=deleted)
 
     @staticmethod
     def _once(

@@ -36,6 +36,7 @@ __all__ = [
     "notifications",
     "notification_attempts",
     "dispatch_lease",
+    "source_systems",
 ]
 
 metadata = MetaData()
@@ -108,6 +109,8 @@ jobs = Table(
     # Set by the end tracker once it has recorded the job's end for its batch
     # and the tenant's notifications (``quire.admission.finishes``).
     Column("end_recorded_at", DateTime(timezone=True), nullable=True),
+    # When the job's budget runs out (``JobTask.deadline``); NULL: no budget.
+    Column("deadline", DateTime(timezone=True), nullable=True),
     Index("ix_jobs_tenant_created", "tenant", "created_at"),
     Index("ix_jobs_batch", "batch"),
 )
@@ -222,4 +225,21 @@ dispatch_lease = Table(
     Column("duty", String(32), primary_key=True),
     Column("holder", String(128), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
+)
+# A tenant's source systems: where the pipeline fetches the sources a
+# manifest names by reference (``quire.admission.sourcesystems``). A job copies
+# its systems' rows into its task when accepted, so a later change here never
+# changes a running job. ``credential_ref`` names where the fetching service
+# finds the credential ("env:NAME" or "file:/path"), never the credential.
+source_systems = Table(
+    "source_systems",
+    metadata,
+    Column("tenant", String(64), ForeignKey("tenants.id"), primary_key=True),
+    Column("system", String(64), primary_key=True),
+    Column("base_url", String(2048), nullable=False),
+    Column("credential_ref", String(1024), nullable=False),
+    Column("timeout_ms", Integer, nullable=False),
+    Column("max_bytes", BigInteger, nullable=False),
+    Column("schema", String(128), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
 )
