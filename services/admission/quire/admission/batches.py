@@ -25,6 +25,8 @@ from quire.admission.batchviews import BATCH_PREFIX, batch_message
 from quire.admission.catalog import RulesetCatalog, resolve_ruleset
 from quire.admission.finishes import EndTracker, settle_batch
 from quire.admission.intake import shown_violations
+from quire.admission.manifests import referenced_systems
+from quire.admission.sourcesystems import read_systems
 from quire.admission.tenants import Tenant
 from quire.admission.v1 import batch_pb2
 from quire.audit.v1 import audit_service_pb2_grpc
@@ -122,13 +124,17 @@ class Batches:
         packets = await self._packets(tenant, request)
         rulesets = await self._catalog.keys() if self._catalog else frozenset({"default@1"})
         digests = sorted({item.sha256 for p in packets for item in p.manifest.items})
-        uploaded = await self._db.read(lambda s: _uploaded(s, tenant.id, digests))
+        named = set().union(*(referenced_systems(p.manifest) for p in packets))
+        uploaded, systems = await self._db.read(
+            lambda s: (_uploaded(s, tenant.id, digests), read_systems(s, tenant.id, named))
+        )
         violations = check_packets(
             packets,
             uploaded=uploaded,
             max_items=self._admission.max_manifest_items,
             max_packets=self._settings.max_packets,
             rulesets=rulesets,
+            systems=systems,
         )
         if violations:
             raise InvalidInput(

@@ -31,12 +31,23 @@ def _refused(description: str, reason: str = "BAD_BATCH_MANIFEST") -> InvalidInp
 def _item(raw: Any) -> job_pb2.ManifestItem:
     if not isinstance(raw, dict):
         raise _refused("every item must be an object")
-    position, document_id, sha256 = raw.get("position"), raw.get("document_id"), raw.get("sha256")
+    position, document_id = raw.get("position"), raw.get("document_id")
+    sha256, source = raw.get("sha256", ""), raw.get("source")
     if not isinstance(position, int) or isinstance(position, bool):
         raise _refused("every item needs an integer position")
     if not isinstance(document_id, str) or not isinstance(sha256, str):
         raise _refused("every item needs document_id and sha256 strings")
-    return job_pb2.ManifestItem(position=position, document_id=document_id, sha256=sha256)
+    item = job_pb2.ManifestItem(position=position, document_id=document_id, sha256=sha256)
+    if source is not None:  # named by reference: {"system", "key", "content_type"}
+        fields = ("system", "key", "content_type")
+        if not isinstance(source, dict) or not all(
+            isinstance(source.get(name, ""), str) for name in fields
+        ):
+            raise _refused("an item's source must be an object of system, key, content_type")
+        item.source.CopyFrom(
+            job_pb2.SourceReference(**{name: source.get(name, "") for name in fields})
+        )
+    return item
 
 
 def _packet(raw: Any) -> batch_pb2.BatchPacket:
@@ -62,7 +73,10 @@ def _positions(items: list[Any]) -> list[Any]:
 
 
 def packets_from_json(data: bytes, *, max_packets: int) -> list[batch_pb2.BatchPacket]:
-    """``{"packets": [{"bundle_id", "items": [...], "ruleset", "render_profile"}]}``."""
+    """``{"packets": [{"bundle_id", "items": [...], "ruleset", "render_profile"}]}``;
+    an item is ``{"position", "document_id", "sha256"}`` or, for a source
+    named by reference, ``{"position", "document_id", "source": {"system",
+    "key", "content_type"}}``."""
     try:
         document = json.loads(data)
     except (UnicodeDecodeError, ValueError):
@@ -86,8 +100,10 @@ def check_packets(
     max_items: int,
     max_packets: int,
     rulesets: frozenset[str],
+    systems: Mapping[str, Any] | None = None,
 ) -> list[FieldViolation]:
-    """Every violation of every packet, each path naming its packet."""
+    """Every violation of every packet, each path naming its packet;
+    ``systems`` are the tenant's registered source systems the packets name."""
     if not packets:
         return [FieldViolation("packets", "at least one packet is required", "EMPTY")]
     if len(packets) > max_packets:
@@ -105,7 +121,11 @@ def check_packets(
             )
         seen.add(bundle)
         for violation in check_manifest(
-            packet.manifest, uploaded=uploaded, max_items=max_items, rulesets=rulesets
+            packet.manifest,
+            uploaded=uploaded,
+            max_items=max_items,
+            rulesets=rulesets,
+            systems=systems,
         ):
             violations.append(
                 FieldViolation(

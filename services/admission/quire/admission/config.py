@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from quire.admission.budgets import JobBudgets
 from quire.admission.tenants import configured_operator_token
 from quire.settings import (
     AdmissionSettings,
@@ -33,6 +34,8 @@ class AdmissionConfig:
     notifications: NotificationSettings
     operator_token: str | None
     """The configured first operator token (``QUIRE_OPERATOR_TOKEN_FILE``), checked for its shape."""
+    budgets: JobBudgets
+    """Jobs' budgets: the default for sources named by reference, the reserve, the longest."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AdmissionConfig:
@@ -47,4 +50,5 @@ class AdmissionConfig:
             batch=BatchSettings.from_env(env),
             notifications=NotificationSettings.from_env(env),
             operator_token=configured_operator_token(admission.operator_token_file),
+            budgets=JobBudgets.from_env(env),
         )

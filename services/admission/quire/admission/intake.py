@@ -12,6 +12,13 @@ Order of decisions, cheapest and most certain first:
      submissions make one job.
 Publishing to the validate queue happens right after (``Dispatcher``), and a
 sweep republishes anything a crash left undispatched.
+
+A manifest item may name its source by reference to one of the tenant's
+source systems instead of an uploaded digest: the check reads those systems'
+registrations as it reads the uploads (and not at all for a manifest of
+uploads only), and the task copies each one into its ``SourceRef.fetch``. A
+job with a budget (asked for, or the default for references; ``budgets``)
+carries its deadline, acceptance time plus budget, in ``JobTask.deadline``.
 """
 
 from __future__ import annotations
@@ -22,13 +29,22 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from google.protobuf.duration_pb2 import Duration
 from sqlalchemy import bindparam, delete, select
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
+from quire.admission.budgets import JobBudgets
 from quire.admission.catalog import RulesetCatalog, resolve_ruleset
-from quire.admission.manifests import PRIORITIES, check_manifest
+from quire.admission.manifests import (
+    PRIORITIES,
+    check_manifest,
+    has_references,
+    job_manifest_digest,
+    referenced_systems,
+)
 from quire.admission.outstanding import OutstandingJobs, count_outstanding
+from quire.admission.sourcesystems import SourceSystem, fetch_of, read_systems
 from quire.admission.tempguard import TempSpaceGuard
 from quire.admission.tenants import Tenant
 from quire.admission.v1 import admission_service_pb2 as pb
@@ -43,7 +59,7 @@ from quire.errors import (
 )
 from quire.groupcommit import GroupCommit
 from quire.idempotency import check_request_id
-from quire.jobs import job_name, manifest_digest, new_job_id
+from quire.jobs import job_name, new_job_id, timestamp
 from quire.metrics import ServiceMetrics
 from quire.pipeline import State
 from quire.reasons import ReasonCode
@@ -117,6 +133,8 @@ class AcceptedJob:
     bundle_id: str = ""
     batch: str = ""
     """The batch (``batches/{batch}``) the job is a packet of, if any."""
+    deadline: datetime | None = None
+    """When the job's budget runs out; None for a job without one."""
 
 
 class _OverQuota(Exception):
@@ -127,12 +145,20 @@ class _OverQuota(Exception):
         self.outstanding = outstanding
 
 
-def _request_sha256(digest: str, priority: str, bundle_id: str = "") -> str:
-    # Without a bundle_id the document is what it was before bundle ids, so
-    # keys stored then still match their requests.
+def _requested_budget(request: pb.SubmitJobRequest) -> Duration | None:
+    return request.budget if request.HasField("budget") else None
+
+
+def _request_sha256(
+    digest: str, priority: str, bundle_id: str = "", budget: Duration | None = None
+) -> str:
+    # Without a bundle_id (or a budget) the document is what it was before
+    # bundle ids (budgets), so keys stored then still match their requests.
     fields = {"manifest": digest, "priority": priority}
     if bundle_id:
         fields["bundle_id"] = bundle_id
+    if budget is not None:  # the budget asked for, not the default a reference gets
+        fields["budget"] = f"{budget.seconds}.{budget.nanos:09d}"
     canonical = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -146,6 +172,7 @@ def accepted_from_row(row: object) -> AcceptedJob:
         dispatched=row.dispatched_at is not None,  # type: ignore[attr-defined]
         bundle_id=row.bundle_id or "",  # type: ignore[attr-defined]
         batch=row.batch or "",  # type: ignore[attr-defined]
+        deadline=row.deadline,  # type: ignore[attr-defined]
     )
 
 
@@ -161,7 +188,9 @@ class Intake:
         catalog: RulesetCatalog | None = None,
         temp_space: TempSpaceGuard | None = None,
         metrics: ServiceMetrics | None = None,
+        budgets: JobBudgets | None = None,
     ) -> None:
+        self._budgets = budgets or JobBudgets()
         self._accepted = metrics.counter("quire_jobs_accepted_total") if metrics else None
         self._refused = metrics.counter("quire_jobs_refused_total") if metrics else None
         self._catalog = catalog
@@ -201,8 +230,10 @@ class Intake:
                 ReasonCode.INVALID_MANIFEST, "bundle_id is invalid", tuple(bad_bundle)
             )
         priority = request.priority or "interactive"
-        digest = manifest_digest(request.manifest)
-        request_sha = _request_sha256(digest, priority, request.bundle_id)
+        digest = job_manifest_digest(request.manifest)
+        request_sha = _request_sha256(
+            digest, priority, request.bundle_id, _requested_budget(request)
+        )
         known = self._catalog.fresh() if self._catalog else frozenset({"default@1"})
         if known is None:
             # The catalog must ask the validator; a live key answers even when
@@ -284,22 +315,37 @@ class Intake:
         request: pb.SubmitJobRequest,
         rulesets: frozenset[str],
     ) -> None:
-        digests = sorted({item.sha256 for item in request.manifest.items})
-        rows = session.execute(_SOURCES, {"tenant": tenant, "digests": digests}).all()
+        digests = sorted({item.sha256 for item in request.manifest.items if item.sha256})
+        rows = (
+            session.execute(_SOURCES, {"tenant": tenant, "digests": digests}).all()
+            if digests
+            else []
+        )
+        systems = (
+            read_systems(session, tenant, referenced_systems(request.manifest))
+            if has_references(request.manifest)
+            else {}
+        )
         violations = check_manifest(
             request.manifest,
             uploaded={row.sha256: True for row in rows},
             max_items=self._settings.max_manifest_items,
             rulesets=rulesets,
+            systems=systems,
         )
         if request.priority not in PRIORITIES:
             violations.append(
                 FieldViolation("priority", "must be interactive or batch", "UNKNOWN_PRIORITY")
             )
+        budget = self._budgets.violations(_requested_budget(request))
+        violations += budget
         if violations:
+            # A budget too short is its own reason (the client's to fix by
+            # asking for more time); every violation is listed either way.
+            short = any(v.reason == "BUDGET_TOO_SHORT" for v in budget)
             raise InvalidInput(
-                ReasonCode.INVALID_MANIFEST,
-                "the manifest is invalid",
+                ReasonCode.BUDGET_TOO_SHORT if short else ReasonCode.INVALID_MANIFEST,
+                "the budget is too short" if short else "the manifest is invalid",
                 shown_violations(violations, "manifest"),
             )
 
@@ -358,7 +404,7 @@ class Intake:
         deterministic request id (a live key returns its job, never a second).
         The caller has checked the manifest (at SubmitBatch), the quota and the
         queue's age."""
-        digest = manifest_digest(request.manifest)
+        digest = job_manifest_digest(request.manifest)
         request_sha = _request_sha256(digest, "batch", request.bundle_id)
         now = datetime.now(UTC)
         replay = self._live_replay(session, tenant, request, request_sha, now)
@@ -410,7 +456,13 @@ class Intake:
             replay = self._replay(session, tenant, request, request_sha)
             assert replay is not None
             return replay
-        task = self._task(session, tenant, job, request, digest, priority)
+        task = self._task(session, tenant, job, request, digest, priority, batch=batch)
+        budget = self._budgets.budget(
+            _requested_budget(request), references=has_references(request.manifest)
+        )
+        deadline = None if budget is None else now + budget
+        if deadline is not None:
+            task.deadline.CopyFrom(timestamp(deadline))
         accepted = self._events.transition(task, "", State.ACCEPTED, attempt=1, lease_token=0)
         session.execute(
             tables.jobs.insert(),
@@ -425,6 +477,7 @@ class Intake:
                 "created_at": now,
                 "bundle_id": request.bundle_id or None,
                 "batch": batch or None,
+                "deadline": deadline,
             },
         )
         return AcceptedJob(
@@ -436,6 +489,7 @@ class Intake:
             handoff=(task.SerializeToString(), accepted.SerializeToString()),
             bundle_id=request.bundle_id,
             batch=batch,
+            deadline=deadline,
         )
 
     @staticmethod
@@ -446,12 +500,26 @@ class Intake:
         request: pb.SubmitJobRequest,
         digest: str,
         priority: str,
+        *,
+        batch: str = "",
     ) -> queue_pb2.JobTask:
-        digests = sorted({item.sha256 for item in request.manifest.items})
-        uploaded = {
-            row.sha256: row
-            for row in session.execute(_SOURCES, {"tenant": tenant, "digests": digests})
-        }
+        items = sorted(request.manifest.items, key=lambda i: i.position)
+        digests = sorted({item.sha256 for item in items if not item.HasField("source")})
+        uploaded = (
+            {
+                row.sha256: row
+                for row in session.execute(_SOURCES, {"tenant": tenant, "digests": digests})
+            }
+            if digests
+            else {}
+        )
+        systems = (
+            read_systems(session, tenant, referenced_systems(request.manifest))
+            if has_references(request.manifest)
+            else {}
+        )
+        if not batch:
+            _refuse_unregistered(request.manifest, systems)
         return queue_pb2.JobTask(
             job=job,
             tenant=tenant,
@@ -460,7 +528,9 @@ class Intake:
             render_profile=request.manifest.render_profile or "simple",
             priority=priority,
             sources=[
-                job_pb2.SourceRef(
+                _referenced(item, systems.get(item.source.system))
+                if item.HasField("source")
+                else job_pb2.SourceRef(
                     position=item.position,
                     document_id=item.document_id,
                     sha256=item.sha256,
@@ -468,6 +538,45 @@ class Intake:
                     size_bytes=uploaded[item.sha256].size_bytes,
                     blob_key=uploaded[item.sha256].blob_key,
                 )
-                for item in sorted(request.manifest.items, key=lambda i: i.position)
+                for item in items
             ],
         )
+
+
+def _refuse_unregistered(manifest: job_pb2.Manifest, systems: dict[str, SourceSystem]) -> None:
+    """A system deleted between the check and the write: refused as the check would."""
+    missing = [
+        FieldViolation(
+            f"manifest.items[{index}].source.system",
+            "no source system of this name is registered for the tenant",
+            "UNKNOWN_SOURCE_SYSTEM",
+        )
+        for index, item in enumerate(manifest.items)
+        if item.HasField("source") and item.source.system not in systems
+    ]
+    if missing:
+        raise InvalidInput(
+            ReasonCode.INVALID_MANIFEST,
+            "the manifest is invalid",
+            shown_violations(missing, "manifest"),
+        )
+
+
+def _referenced(item: job_pb2.ManifestItem, system: SourceSystem | None) -> job_pb2.SourceRef:
+    """A source named by reference: its system's registration copied in, its
+    digest, size and blob key left for the validator to pin. A batch packet's
+    system deleted after the batch was checked leaves the fetch without a
+    base URL: the fetching stage cannot reach it and ends the job."""
+    reference = item.source
+    if system is None:
+        fetch = job_pb2.SourceFetch(
+            system=reference.system, key=reference.key, content_type=reference.content_type
+        )
+    else:
+        fetch = fetch_of(system, reference)
+    return job_pb2.SourceRef(
+        position=item.position,
+        document_id=item.document_id,
+        content_type=reference.content_type,
+        fetch=fetch,
+    )

@@ -41,8 +41,9 @@ class JobPage:
 
 
 def accepted_view(accepted: AcceptedJob) -> job_pb2.Job:
-    """What admission alone can say: the job exists and was accepted."""
-    return job_pb2.Job(
+    """What admission alone can say: the job exists and was accepted (and
+    when its budget runs out, if it has one)."""
+    job = job_pb2.Job(
         name=accepted.name,
         state=State.ACCEPTED.number,  # type: ignore[arg-type]
         item_count=accepted.item_count,
@@ -52,13 +53,19 @@ def accepted_view(accepted: AcceptedJob) -> job_pb2.Job:
         bundle_id=accepted.bundle_id,
         batch=accepted.batch,
     )
+    if accepted.deadline is not None:
+        job.deadline.CopyFrom(timestamp(accepted.deadline))
+    return job
 
 
 def with_intake(job: job_pb2.Job, accepted: AcceptedJob) -> job_pb2.Job:
     """Audit's view of the job with what only admission keeps: the client's
-    bundle_id and the batch the job is a packet of."""
+    bundle_id and the batch the job is a packet of; and the deadline set at
+    acceptance when audit's view does not carry it."""
     job.bundle_id = accepted.bundle_id
     job.batch = accepted.batch
+    if accepted.deadline is not None and not job.HasField("deadline"):
+        job.deadline.CopyFrom(timestamp(accepted.deadline))
     return job
 
 

@@ -89,6 +89,7 @@ async def main() -> None:
         catalog=catalog,
         temp_space=temp_guard,
         metrics=metrics,
+        budgets=config.budgets,
     )
     notify_secrets = NotificationSecrets(blobs.keys)
     notifier = Notifier(database, notify_secrets, config.notifications, metrics=metrics)

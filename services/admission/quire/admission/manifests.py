@@ -1,21 +1,131 @@
-"""Manifest checks: every violation is collected and reported, not just the first."""
+"""Manifest checks: every violation is collected and reported, not just the first.
+
+An item names its source in exactly one way: the sha256 of an upload, or a
+reference (``source``) to a record in one of the tenant's registered source
+systems, which the pipeline fetches later. References are checked here as
+digests are: the system must be registered, the key well-formed, the content
+type one the pipeline takes.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections import Counter
 from collections.abc import Mapping
+from typing import Protocol
 
 from quire.admission.catalog import resolve_ruleset
 from quire.errors import FieldViolation
+from quire.jobs import manifest_digest
 from quire.type import job_pb2
 
-__all__ = ["check_manifest", "KNOWN_PROFILES", "PRIORITIES"]
+__all__ = [
+    "check_manifest",
+    "has_references",
+    "job_manifest_digest",
+    "referenced_systems",
+    "KNOWN_PROFILES",
+    "PRIORITIES",
+    "REFERENCE_CONTENT_TYPES",
+]
 
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 MAX_DOCUMENT_ID = 128
 KNOWN_PROFILES = frozenset({"", "simple", "strict", "simple-fillable", "strict-fillable"})
 PRIORITIES = frozenset({"", "interactive", "batch"})
+SOURCE_KEY = re.compile(r"^[A-Za-z0-9._:/-]{1,256}$")
+"""A reference's key: appended to its system's base URL after "/"."""
+REFERENCE_CONTENT_TYPES = frozenset({"application/pdf", "application/json"})
+JSON = "application/json"
+
+
+class _Schema(Protocol):
+    """What ``check_manifest`` reads of a registered system."""
+
+    @property
+    def schema(self) -> str: ...
+
+
+def has_references(manifest: job_pb2.Manifest) -> bool:
+    """Whether any item names its source by reference."""
+    return any(item.HasField("source") for item in manifest.items)
+
+
+def referenced_systems(manifest: job_pb2.Manifest) -> set[str]:
+    """The source systems the manifest's references name."""
+    return {item.source.system for item in manifest.items if item.HasField("source")}
+
+
+def job_manifest_digest(manifest: job_pb2.Manifest) -> str:
+    """The digest a job records for its manifest: ``quire.jobs.manifest_digest``
+    for a manifest of uploads only (unchanged, so digests recorded before
+    references stay what they were); with references, the same canonical
+    JSON where a referenced item is ``[position, document_id, sha256,
+    [system, key, content_type]]``, so two manifests that differ only in a
+    reference never share a digest."""
+    if not has_references(manifest):
+        return manifest_digest(manifest)
+    items: list[list[object]] = []
+    for item in sorted(manifest.items, key=lambda i: i.position):
+        entry: list[object] = [item.position, item.document_id, item.sha256]
+        if item.HasField("source"):
+            entry.append([item.source.system, item.source.key, item.source.content_type])
+        items.append(entry)
+    canonical = {
+        "items": items,
+        "ruleset": manifest.ruleset,
+        "render_profile": manifest.render_profile,
+    }
+    encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(encoded).hexdigest()
+
+
+def _key_is_safe(key: str) -> bool:
+    return (
+        SOURCE_KEY.match(key) is not None and not key.startswith("/") and ".." not in key.split("/")
+    )
+
+
+def _reference_violations(
+    field: str, reference: job_pb2.SourceReference, systems: Mapping[str, _Schema]
+) -> list[FieldViolation]:
+    violations: list[FieldViolation] = []
+    system = systems.get(reference.system)
+    if system is None:
+        violations.append(
+            FieldViolation(
+                f"{field}.system",
+                "no source system of this name is registered for the tenant",
+                "UNKNOWN_SOURCE_SYSTEM",
+            )
+        )
+    if not _key_is_safe(reference.key):
+        violations.append(
+            FieldViolation(
+                f"{field}.key",
+                '1-256 characters of A-Z a-z 0-9 . _ : / -, not starting with "/", no ".." segment',
+                "BAD_SOURCE_KEY",
+            )
+        )
+    if reference.content_type not in REFERENCE_CONTENT_TYPES:
+        violations.append(
+            FieldViolation(
+                f"{field}.content_type",
+                "application/pdf or application/json",
+                "CONTENT_TYPE_NOT_ALLOWED",
+            )
+        )
+    elif system is not None and system.schema and reference.content_type != JSON:
+        violations.append(
+            FieldViolation(
+                f"{field}.content_type",
+                "the system checks its sources against a schema: application/json",
+                "SCHEMA_NEEDS_JSON",
+            )
+        )
+    return violations
 
 
 def check_manifest(
@@ -24,8 +134,12 @@ def check_manifest(
     uploaded: Mapping[str, object],
     max_items: int,
     rulesets: frozenset[str] = frozenset({"default@1"}),
+    systems: Mapping[str, _Schema] | None = None,
 ) -> list[FieldViolation]:
-    """Violations of ``manifest``; ``uploaded`` maps this tenant's known digests."""
+    """Violations of ``manifest``; ``uploaded`` maps this tenant's known
+    digests, ``systems`` its registered source systems (by id) among those
+    the manifest names."""
+    systems = systems or {}
     violations: list[FieldViolation] = []
     items = list(manifest.items)
     if not items:
@@ -93,7 +207,18 @@ def check_manifest(
                     f"{field}.document_id", "document_id is not unique", "DUPLICATE_DOCUMENT_ID"
                 )
             )
-        if not SHA256_HEX.match(item.sha256):
+        if item.HasField("source"):
+            if item.sha256:
+                violations.append(
+                    FieldViolation(
+                        f"{field}.source",
+                        "give sha256 or source, not both",
+                        "SOURCE_AND_DIGEST",
+                    )
+                )
+            else:
+                violations += _reference_violations(f"{field}.source", item.source, systems)
+        elif not SHA256_HEX.match(item.sha256):
             violations.append(
                 FieldViolation(f"{field}.sha256", "not a sha256 digest", "BAD_DIGEST")
             )
