@@ -1,15 +1,36 @@
-"""The validator's own tables: leases, decisions, rulesets and reviews."""
+"""The validator's own tables: leases, decisions, rulesets, reviews and the
+sources it fetched and pinned."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import JSON, Column, DateTime, Integer, LargeBinary, MetaData, String, Table, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
 
 from quire.idempotency import request_ids_table
 from quire.leases import lease_table
 
-__all__ = ["MIGRATIONS", "metadata", "leases", "validations", "rulesets", "reviews", "request_ids"]
+__all__ = [
+    "MIGRATIONS",
+    "metadata",
+    "leases",
+    "validations",
+    "rulesets",
+    "reviews",
+    "request_ids",
+    "source_pins",
+]
 
 metadata = MetaData()
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -58,3 +79,26 @@ reviews = Table(
 # Request ids of creates and operators' mutations and their replies
 # (AIP-155; ``quire.idempotency``).
 request_ids = request_ids_table(metadata)
+# What was fetched for each source a job names by reference, pinned before
+# validation (``quire.validator.sources.pins``). Written as each source is
+# fetched, first writer wins, never changed: a redelivery reuses it and never
+# fetches that position again.
+source_pins = Table(
+    "source_pins",
+    metadata,
+    Column("job", String(64), primary_key=True),
+    Column("position", Integer, primary_key=True),
+    Column("system", String(64), nullable=False),
+    Column("key", String(256), nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("fetched_sha256", String(64), nullable=False),
+    Column("schema_version", String(160), nullable=False),
+    Column("fetched_at", DateTime(timezone=True), nullable=False),
+    Column("normalisations", JSON, nullable=False),
+    Column("blob_key", String(512), nullable=False),
+    # Where the pinned bytes first fail their schema ("" when they match or
+    # no schema applies): the verdict is the bytes', so a redelivery that
+    # reuses the pin decides as the first one did without reading them again.
+    Column("schema_error", String(512), nullable=False),
+)
