@@ -19,9 +19,11 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import grpc
+from google.protobuf import duration_pb2
 
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
@@ -54,8 +56,41 @@ class ArtifactDigestMismatch(Exception):
 
 @dataclass(frozen=True)
 class PacketItem:
+    """One document of a packet: the sha256 of an upload, or ``source``, a
+    record the pipeline fetches from one of the tenant's registered source
+    systems: ``(system, key, content_type)``. Exactly one of the two."""
+
     document_id: str
-    sha256: str
+    sha256: str = ""
+    source: tuple[str, str, str] | None = None
+
+    @classmethod
+    def reference(
+        cls, document_id: str, system: str, key: str, content_type: str = "application/json"
+    ) -> PacketItem:
+        """A document named by reference: ``key`` in source system ``system``."""
+        return cls(document_id, source=(system, key, content_type))
+
+    def manifest_item(self, position: int) -> job_pb2.ManifestItem:
+        item = job_pb2.ManifestItem(
+            position=position, document_id=self.document_id, sha256=self.sha256
+        )
+        if self.source is not None:
+            system, key, content_type = self.source
+            item.source.CopyFrom(
+                job_pb2.SourceReference(system=system, key=key, content_type=content_type)
+            )
+        return item
+
+
+def duration(seconds: float | timedelta) -> duration_pb2.Duration:
+    """A protobuf Duration of ``seconds`` (or of a timedelta)."""
+    message = duration_pb2.Duration()
+    if isinstance(seconds, timedelta):
+        message.FromTimedelta(seconds)
+    else:
+        message.FromNanoseconds(round(seconds * 1e9))
+    return message
 
 
 def new_request_id() -> str:
@@ -140,14 +175,15 @@ class AdmissionClient:
         ruleset: str = "",
         render_profile: str = "",
         priority: str = "",
+        budget: float | timedelta | None = None,
     ) -> job_pb2.Job:
+        """Submit a packet. ``budget`` (seconds, or a timedelta) is the time the
+        job has from acceptance to end; None: the service's default for a
+        packet naming sources by reference, no deadline otherwise."""
         order = list(positions) if positions is not None else list(range(len(items)))
         manifest = job_pb2.Manifest(
             items=[
-                job_pb2.ManifestItem(
-                    position=position, document_id=item.document_id, sha256=item.sha256
-                )
-                for position, item in zip(order, items, strict=True)
+                item.manifest_item(position) for position, item in zip(order, items, strict=True)
             ],
             ruleset=ruleset,
             render_profile=render_profile,
@@ -155,6 +191,8 @@ class AdmissionClient:
         request = pb.SubmitJobRequest(
             request_id=request_id or uuid.uuid4().hex, manifest=manifest, priority=priority
         )
+        if budget is not None:
+            request.budget.CopyFrom(duration(budget))
         return await self.submit_request(request)
 
     async def submit_request(self, request: pb.SubmitJobRequest) -> job_pb2.Job:
@@ -362,7 +400,7 @@ class AdmissionClient:
 
 
 class TenantAdminClient:
-    """The operators' API: tenants, limits and tokens."""
+    """The operators' API: tenants, limits, tokens and source systems."""
 
     def __init__(
         self, address: str, operator_token: str, *, tls: TlsSettings | None = None
@@ -495,3 +533,47 @@ class TenantAdminClient:
             admin_pb.RevokeTokenRequest(name=token, request_id=request_id or new_request_id()),
             metadata=self._metadata,
         )
+
+    async def put_source_system(
+        self,
+        tenant: str,
+        system: str,
+        *,
+        base_url: str,
+        credential_ref: str = "",
+        timeout: float | timedelta = 0.0,
+        max_bytes: int = 0,
+        schema: str = "",
+    ) -> admin_pb.SourceSystem:
+        """Register (or replace) ``system`` for ``tenant`` ("tenants/ID"):
+        where the pipeline fetches the sources its manifests name by
+        reference. ``credential_ref`` is "env:NAME" or "file:/path", never the
+        credential; 0 means the default for ``timeout`` (seconds) and ``max_bytes``."""
+        message = admin_pb.SourceSystem(
+            name=f"{tenant}/sourceSystems/{system}",
+            base_url=base_url,
+            credential_ref=credential_ref,
+            max_bytes=max_bytes,
+            schema=schema,
+        )
+        if timeout:
+            message.timeout.CopyFrom(duration(timeout))
+        return await self._stub.PutSourceSystem(
+            admin_pb.PutSourceSystemRequest(source_system=message), metadata=self._metadata
+        )
+
+    async def list_source_systems(self, tenant: str) -> list[admin_pb.SourceSystem]:
+        """The tenant's source systems, by name."""
+        reply = await self._stub.ListSourceSystems(
+            admin_pb.ListSourceSystemsRequest(parent=tenant), metadata=self._metadata
+        )
+        return list(reply.source_systems)
+
+    async def delete_source_system(self, tenant: str, system: str) -> bool:
+        """Forget ``system``; False when it was not registered. Jobs already
+        accepted keep the registration they were accepted with."""
+        reply = await self._stub.DeleteSourceSystem(
+            admin_pb.DeleteSourceSystemRequest(name=f"{tenant}/sourceSystems/{system}"),
+            metadata=self._metadata,
+        )
+        return reply.deleted

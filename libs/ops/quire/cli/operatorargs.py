@@ -14,6 +14,7 @@ __all__ = [
     "add_keys_arguments",
     "add_provision_arguments",
     "add_retention_arguments",
+    "add_sources_arguments",
     "add_tenant_limits_arguments",
     "add_tenant_retention_arguments",
 ]
@@ -128,3 +129,62 @@ def add_tenant_limits_arguments(
     ):
         limits.add_argument(flag, type=int, default=None, help=f"{what} (0: the default)")
     limits.add_argument("--weight", type=int, default=None, help=WEIGHT_HELP)
+
+
+def _seconds(text: str) -> float:
+    """``5``, ``2.5`` or ``5s``: a number of seconds, not negative."""
+    try:
+        value = float(text.removesuffix("s"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}")
+    return value
+
+
+def add_sources_arguments(
+    sources: argparse.ArgumentParser, common: argparse.ArgumentParser
+) -> None:
+    """``quire sources put|list|remove``: a tenant's source systems."""
+    actions = sources.add_subparsers(dest="action", required=True, help="what to do")
+    put = actions.add_parser(
+        "put", parents=[common], help="register a source system, or replace its registration"
+    )
+    put.add_argument("tenant", help="tenants/ID (or the bare ID)")
+    put.add_argument("system", help="the system's id: 1-63 of a-z 0-9 -, starting with a letter")
+    put.add_argument(
+        "--url",
+        required=True,
+        help="its base URL, http or https, no query or fragment; a key is appended after /",
+    )
+    put.add_argument(
+        "--credential",
+        default="",
+        help="where the fetching service finds the bearer credential: env:NAME or"
+        " file:/absolute/path (never the credential itself; default: none)",
+    )
+    put.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=0.0,
+        help="one call's longest wait in seconds, e.g. 5 or 2.5s (0: the default, 5s; at most 60)",
+    )
+    put.add_argument(
+        "--max-bytes",
+        type=int,
+        default=0,
+        help="the most bytes one fetch may bring (0: the default, 16 MiB; at most 256 MiB)",
+    )
+    put.add_argument(
+        "--schema",
+        default="",
+        help="the structure its JSON sources must have, name@version (e.g. tax-record@1)",
+    )
+    actions.add_parser(
+        "list", parents=[common], help="a tenant's source systems, by name"
+    ).add_argument("tenant", help="tenants/ID (or the bare ID)")
+    remove = actions.add_parser(
+        "remove", parents=[common], help="forget a source system (accepted jobs keep their copy)"
+    )
+    remove.add_argument("tenant", help="tenants/ID (or the bare ID)")
+    remove.add_argument("system", help="the system's id")

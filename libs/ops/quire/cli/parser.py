@@ -20,6 +20,7 @@ from quire.cli.operatorargs import (
     add_keys_arguments,
     add_provision_arguments,
     add_retention_arguments,
+    add_sources_arguments,
     add_tenant_limits_arguments,
     add_tenant_retention_arguments,
 )
@@ -218,6 +219,10 @@ def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> No
     add_tenant_limits_arguments(tenants, [common, once])
     tenants.add_parser("list", parents=[common], help="every tenant, its limits and tokens")
     add_tenant_retention_arguments(tenants, common)
+    add_sources_arguments(
+        command("sources", help="operators: the source systems a tenant's manifests may name"),
+        common,
+    )
     tokens = command("tokens", help="operators: bearer tokens").add_subparsers(
         dest="action", required=True, help="what to do"
     )
