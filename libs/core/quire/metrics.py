@@ -8,10 +8,11 @@ metrics address.
 Names and units follow Prometheus conventions (``_total`` counters,
 ``_seconds`` and ``_bytes`` units). Labels stay low-cardinality: ``stage``,
 ``class`` (the priority class: interactive or batch), ``phase``, ``reason``
-(a stable reason code), ``state``, ``outcome``, ``key_version``, and the
+(a stable reason code), ``state``, ``outcome``, ``key_version``, the
 gateway's ``route`` (the route's template, ``/v1/pdf/job/get/{job_id}``),
-``method`` and ``status_class``. Never a job id, a tenant, a file name or
-anything read from a document.
+``method`` and ``status_class``, and ``system`` (a source system's id, as an
+operator registered it: never a record's key). Never a job id, a tenant, a
+file name or anything read from a document.
 
 ``CATALOGUE`` lists every family with its type and labels; the dashboard and
 alert tests check their queries against it.
@@ -268,6 +269,34 @@ CATALOGUE: tuple[Family, ...] = (
         ("outcome",),
         "Completion-notification delivery attempts by outcome: DELIVERED, REFUSED, TIMEOUT, UNREACHABLE; ABANDONED counts notifications given up.",
         ("admission",),
+    ),
+    Family(
+        "quire_source_fetches_total",
+        "counter",
+        ("system", "outcome"),
+        "Calls to source systems for sources named by reference, by source system id and outcome: ok, not_found, too_large, type_mismatch, refused, timeout, error, breaker_open (no call made: the system's circuit breaker is open).",
+        ("validator",),
+    ),
+    Family(
+        "quire_source_fetch_seconds",
+        "histogram",
+        ("system",),
+        "Time one call to a source system took, whatever its outcome, by source system id.",
+        ("validator",),
+    ),
+    Family(
+        "quire_source_breaker_state",
+        "gauge",
+        ("system",),
+        "A source system's circuit breaker: 0 closed, 1 half-open, 2 open (the worst among the tenants that registered that system id).",
+        ("validator",),
+    ),
+    Family(
+        "quire_source_deferrals_total",
+        "counter",
+        ("system",),
+        "Deliveries the validator deferred (negatively acknowledged with a delay) to wait for a source system.",
+        ("validator",),
     ),
     Family(
         "quire_http_requests_total",
