@@ -16,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import grpc
+import httpx
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
@@ -442,3 +443,39 @@ async def test_a_batch_packet_may_name_a_registered_system(stack, tenants, admin
         UNREACHABLE,
     )
     assert task.HasField("deadline"), "a packet naming a source by reference has a budget"
+
+
+async def test_the_http_door_takes_references_and_a_budget(stack, admin) -> None:  # type: ignore[no-untyped-def]
+    made = await admin.create_tenant(f"http-{uuid.uuid4().hex[:8]}")
+    await admin.put_source_system(made.tenant.name, "orders", base_url=UNREACHABLE)
+    info = StackInfo.read(stack.data_dir)
+    headers = {"Authorization": f"Bearer {made.secret}"}
+    async with httpx.AsyncClient(base_url=info.gateway_url, headers=headers, timeout=30) as http:
+        item = {"position": 0, "document_id": "lines", "source": _reference("orders", "o/9")}
+        accepted = await http.post(
+            "/v1/pdf/merge",
+            json={"items": [item], "budget_seconds": 45, "idempotency_key": "http-1"},
+        )
+        assert accepted.status_code == 202, accepted.text
+        status = accepted.json()
+        task, _deadline = _stored(stack, status["name"])
+        assert task.sources[0].fetch.system == "orders" and task.sources[0].fetch.key == "o/9"
+        job = job_pb2.Job()
+        job.deadline.CopyFrom(task.deadline)
+        job.create_time.FromJsonString(status["create_time"])
+        assert abs(_seconds_between(job) - 45) <= 1
+        assert status["deadline"] is not None
+
+        unknown = dict(item, source=_reference("nowhere", "o/9"))
+        refused = await http.post(
+            "/v1/pdf/merge", json={"items": [unknown], "idempotency_key": "http-2"}
+        )
+        assert refused.status_code == 400, refused.text
+        assert [(v["field"], v["reason"]) for v in refused.json()["violations"]] == [
+            ("manifest.items[0].source.system", "UNKNOWN_SOURCE_SYSTEM")
+        ]
+        short = await http.post(
+            "/v1/pdf/merge",
+            json={"items": [item], "budget_seconds": 2, "idempotency_key": "http-3"},
+        )
+        assert short.status_code == 400 and short.json()["reason"] == "BUDGET_TOO_SHORT"

@@ -48,14 +48,24 @@ def source_document(source: pb.Source) -> SourceDocument:
     )
 
 
+def _manifest_item(item: MergeItem) -> job_pb2.ManifestItem:
+    message = job_pb2.ManifestItem(
+        position=item.position, document_id=item.document_id, sha256=item.sha256
+    )
+    if item.source is not None:
+        message.source.CopyFrom(
+            job_pb2.SourceReference(
+                system=item.source.system,
+                key=item.source.key,
+                content_type=item.source.content_type,
+            )
+        )
+    return message
+
+
 def manifest_of(items: list[MergeItem], ruleset: str, render_profile: str) -> job_pb2.Manifest:
     return job_pb2.Manifest(
-        items=[
-            job_pb2.ManifestItem(
-                position=item.position, document_id=item.document_id, sha256=item.sha256
-            )
-            for item in items
-        ],
+        items=[_manifest_item(item) for item in items],
         ruleset=ruleset,
         render_profile=render_profile,
     )

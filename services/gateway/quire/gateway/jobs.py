@@ -70,6 +70,8 @@ async def merge(
         priority=body.priority,
         bundle_id=body.bundle_id,
     )
+    if body.budget_seconds is not None:
+        submit.budget.FromNanoseconds(round(body.budget_seconds * 1e9))
     job = await admission.unary(admission.stub.SubmitJob, submit, request)
     status = job_status(job)
     return JSONResponse(

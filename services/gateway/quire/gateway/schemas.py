@@ -3,11 +3,12 @@ what every answer is checked against before it leaves."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 __all__ = [
     "Violation",
     "Problem",
+    "SourceReference",
     "MergeItem",
     "MergeRequest",
     "JobStatus",
@@ -50,12 +51,44 @@ class Problem(_Document):
     retry_after_seconds: float | None = None
 
 
+class SourceReference(_Document):
+    """A source the pipeline fetches from one of the tenant's registered source systems."""
+
+    system: str = Field(max_length=64, description="A source system registered for the tenant.")
+    key: str = Field(
+        max_length=512,
+        description='The record\'s key in that system: 1-256 of [A-Za-z0-9._:/-], no "..".',
+    )
+    content_type: str = Field(
+        max_length=128, description='"application/pdf" or "application/json".'
+    )
+
+
 class MergeItem(_Document):
-    """One source of the packet; its position alone decides its place."""
+    """One source of the packet; its position alone decides its place. Exactly
+    one of sha256 (an upload) and source (a reference) is given."""
 
     position: int = Field(ge=0, le=INT32_MAX)
     document_id: str = Field(max_length=256)
-    sha256: str = Field(description="Lower-case hex sha256 of an uploaded source.")
+    # ``source`` first: the check of sha256 below reads it.
+    source: SourceReference | None = Field(
+        default=None, description="A source named by reference instead of an upload."
+    )
+    sha256: str = Field(
+        default="",
+        validate_default=True,
+        description="Lower-case hex sha256 of an uploaded source; required without source.",
+    )
+
+    @field_validator("sha256")
+    @classmethod
+    def _an_upload_or_a_reference(cls, sha256: str, info: ValidationInfo) -> str:
+        """Neither given: the item names no source (reported at sha256, as
+        before references). A source that failed its own check is not in
+        ``info.data``: that failure is the one reported."""
+        if not sha256 and "source" in info.data and info.data["source"] is None:
+            raise ValueError("give sha256 (an uploaded source) or source (a reference)")
+        return sha256
 
 
 class MergeRequest(_Document):
@@ -71,6 +104,14 @@ class MergeRequest(_Document):
     render_profile: str = Field(default="", max_length=64)
     priority: str = Field(default="", max_length=32, description='"interactive" or "batch".')
     bundle_id: str = Field(default="", max_length=256)
+    budget_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        le=10**9,
+        allow_inf_nan=False,
+        description="The job's budget from acceptance: it must end by then. Unset: the"
+        " service's default for a packet naming sources by reference, none otherwise.",
+    )
 
 
 class PhaseTiming(_Document):
