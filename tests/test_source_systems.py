@@ -130,6 +130,7 @@ REFUSED_REGISTRATIONS = [
     ({"system": "9orders"}, "source_system.name", "BAD_SOURCE_SYSTEM_ID"),
     ({"system": "o" * 64}, "source_system.name", "BAD_SOURCE_SYSTEM_ID"),
     ({"system": "or_ders"}, "source_system.name", "BAD_SOURCE_SYSTEM_ID"),
+    ({"system": "orders\n"}, "source_system.name", "BAD_SOURCE_SYSTEM_ID"),
     ({"base_url": ""}, "source_system.base_url", "BAD_BASE_URL"),
     ({"base_url": "ftp://erp.example/x"}, "source_system.base_url", "BAD_BASE_URL"),
     ({"base_url": "https://erp.example/x?a=1"}, "source_system.base_url", "BAD_BASE_URL"),
@@ -141,6 +142,8 @@ REFUSED_REGISTRATIONS = [
     ({"credential_ref": "env:lower_case"}, "source_system.credential_ref", "BAD_CREDENTIAL_REF"),
     ({"credential_ref": "env:"}, "source_system.credential_ref", "BAD_CREDENTIAL_REF"),
     ({"credential_ref": "file:relative/x"}, "source_system.credential_ref", "BAD_CREDENTIAL_REF"),
+    ({"credential_ref": "file:/"}, "source_system.credential_ref", "BAD_CREDENTIAL_REF"),
+    ({"credential_ref": "env:TOKEN\n"}, "source_system.credential_ref", "BAD_CREDENTIAL_REF"),
     ({"timeout": 60.001}, "source_system.timeout", "TIMEOUT_TOO_LONG"),
     ({"timeout": -1.0}, "source_system.timeout", "BAD_TIMEOUT"),
     ({"max_bytes": 256 * MIB + 1}, "source_system.max_bytes", "MAX_BYTES_TOO_LARGE"),
@@ -148,6 +151,7 @@ REFUSED_REGISTRATIONS = [
     ({"schema": "tax-record"}, "source_system.schema", "BAD_SCHEMA"),
     ({"schema": "Tax@1"}, "source_system.schema", "BAD_SCHEMA"),
     ({"schema": "tax@v1"}, "source_system.schema", "BAD_SCHEMA"),
+    ({"schema": "tax@1\n"}, "source_system.schema", "BAD_SCHEMA"),
 ]
 
 
@@ -242,6 +246,7 @@ async def test_every_reference_rule_is_checked_and_listed(tenants, admin, tmp_pa
         {"document_id": "d", "source": _reference("scans", "spaces are bad", PDF)},
         {"document_id": "e", "source": _reference("scans", long_key, PDF)},
         {"document_id": "f", "source": _reference("scans", "", PDF)},
+        {"document_id": "f2", "source": _reference("scans", "scan-7.pdf\n", PDF)},
         {"document_id": "g", "source": _reference("scans", "x.txt", "text/plain")},
         {"document_id": "h", "source": _reference("orders", "order/7.pdf", PDF)},
         {"document_id": "i", "sha256": known, "source": _reference("orders", "o/1")},
@@ -265,10 +270,11 @@ async def test_every_reference_rule_is_checked_and_listed(tenants, admin, tmp_pa
             ("manifest.items[3].source.key", "BAD_SOURCE_KEY"),
             ("manifest.items[4].source.key", "BAD_SOURCE_KEY"),
             ("manifest.items[5].source.key", "BAD_SOURCE_KEY"),
-            ("manifest.items[6].source.content_type", "CONTENT_TYPE_NOT_ALLOWED"),
-            ("manifest.items[7].source.content_type", "SCHEMA_NEEDS_JSON"),
-            ("manifest.items[8].source", "SOURCE_AND_DIGEST"),
-            ("manifest.items[9].sha256", "BAD_DIGEST"),
+            ("manifest.items[6].source.key", "BAD_SOURCE_KEY"),
+            ("manifest.items[7].source.content_type", "CONTENT_TYPE_NOT_ALLOWED"),
+            ("manifest.items[8].source.content_type", "SCHEMA_NEEDS_JSON"),
+            ("manifest.items[9].source", "SOURCE_AND_DIGEST"),
+            ("manifest.items[10].sha256", "BAD_DIGEST"),
         ]
     )
     assert (await client.list_jobs()).jobs == []

@@ -35,8 +35,8 @@ SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 MAX_DOCUMENT_ID = 128
 KNOWN_PROFILES = frozenset({"", "simple", "strict", "simple-fillable", "strict-fillable"})
 PRIORITIES = frozenset({"", "interactive", "batch"})
-SOURCE_KEY = re.compile(r"^[A-Za-z0-9._:/-]{1,256}$")
-"""A reference's key: appended to its system's base URL after "/"."""
+SOURCE_KEY = re.compile(r"[A-Za-z0-9._:/-]{1,256}")
+"""A reference's key, matched whole: appended to its system's base URL after "/"."""
 REFERENCE_CONTENT_TYPES = frozenset({"application/pdf", "application/json"})
 JSON = "application/json"
 
@@ -84,7 +84,9 @@ def job_manifest_digest(manifest: job_pb2.Manifest) -> str:
 
 def _key_is_safe(key: str) -> bool:
     return (
-        SOURCE_KEY.match(key) is not None and not key.startswith("/") and ".." not in key.split("/")
+        SOURCE_KEY.fullmatch(key) is not None
+        and not key.startswith("/")
+        and ".." not in key.split("/")
     )
 
 

@@ -46,9 +46,10 @@ __all__ = [
     "system_name",
 ]
 
-SYSTEM_ID = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
-ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
-SCHEMA = re.compile(r"^[a-z][a-z0-9-]*@[0-9]+$")
+# Matched whole (``fullmatch``): ``$`` alone would let a trailing newline through.
+SYSTEM_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
+ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+SCHEMA = re.compile(r"[a-z][a-z0-9-]*@[0-9]+")
 MAX_BASE_URL = 2048
 MAX_CREDENTIAL_REF = 1024
 MAX_SCHEMA = 128
@@ -167,12 +168,13 @@ def _credential_violations(ref: str) -> list[FieldViolation]:
     """The reference's shape only; its content is never echoed."""
     if not ref:
         return []
-    if ref.startswith("env:") and ENV_NAME.match(ref.removeprefix("env:")):
+    if ref.startswith("env:") and ENV_NAME.fullmatch(ref.removeprefix("env:")):
         if len(ref) <= MAX_CREDENTIAL_REF:
             return []
     path = ref.removeprefix("file:")
     if (
         ref.startswith("file:/")
+        and len(path) > 1
         and len(ref) <= MAX_CREDENTIAL_REF
         and not any(ord(c) < 0x20 or ord(c) == 0x7F for c in path)
         and ".." not in path.split("/")
@@ -230,7 +232,7 @@ def checked_system(message: pb.SourceSystem) -> SourceSystem:
         )
     tenant, system = parts[1], parts[3]
     violations: list[FieldViolation] = []
-    if not SYSTEM_ID.match(system):
+    if not SYSTEM_ID.fullmatch(system):
         violations.append(
             _violation(
                 "name",
@@ -244,7 +246,9 @@ def checked_system(message: pb.SourceSystem) -> SourceSystem:
     violations += bad_timeout
     max_bytes, bad_size = _max_bytes(message.max_bytes)
     violations += bad_size
-    if message.schema and (len(message.schema) > MAX_SCHEMA or not SCHEMA.match(message.schema)):
+    if message.schema and (
+        len(message.schema) > MAX_SCHEMA or not SCHEMA.fullmatch(message.schema)
+    ):
         violations.append(
             _violation("schema", "empty, or name@version such as tax-record@1", "BAD_SCHEMA")
         )
