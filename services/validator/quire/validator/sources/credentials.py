@@ -1,0 +1,65 @@
+"""The bearer credential a source system wants, found where its registration
+says, at call time: ``env:NAME`` (the validator's environment) or
+``file:/path`` (a mounted secret, stripped of surrounding whitespace); an
+empty reference means none.
+
+The credential itself never appears in an error, a log line, a metric or a
+span; only the reference's kind does. A credential that cannot be found or
+cannot be sent ends the job FAILED (``SOURCE_REFUSED``): retrying does not
+help until an operator provides it, and the dead letter can then be retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from quire.errors import SystemFailure
+from quire.reasons import ReasonCode
+
+__all__ = ["resolve_credential", "MAX_CREDENTIAL_BYTES"]
+
+MAX_CREDENTIAL_BYTES = 16 * 1024
+"""A credential file longer than this is not a bearer token."""
+
+
+def _refused(what: str) -> SystemFailure:
+    return SystemFailure(ReasonCode.SOURCE_REFUSED, f"source system credential {what}")
+
+
+def _sendable(token: str) -> str:
+    """``token`` if it can go in an Authorization header: visible ASCII only."""
+    if not token or not all(0x21 <= ord(c) <= 0x7E for c in token):
+        raise _refused("is empty or not a token")
+    return token
+
+
+def _read_file(path: Path) -> str:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_CREDENTIAL_BYTES + 1)
+    except OSError:
+        raise _refused("file cannot be read") from None
+    if len(data) > MAX_CREDENTIAL_BYTES:
+        raise _refused("file is too long")
+    try:
+        return data.decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise _refused("is empty or not a token") from None
+
+
+async def resolve_credential(reference: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The credential ``reference`` names, or None for an empty reference."""
+    if not reference:
+        return None
+    kind, _, where = reference.partition(":")
+    if kind == "env" and where:
+        value = (os.environ if env is None else env).get(where, "")
+        if not value:
+            raise _refused("variable is not set")
+        return _sendable(value.strip())
+    if kind == "file" and where.startswith("/"):
+        return _sendable(await asyncio.to_thread(_read_file, Path(where)))
+    raise _refused("reference is not env:NAME or file:/path")
