@@ -12,6 +12,7 @@ from quire.settings import SandboxSettings, ValidationLimits
 from quire.stageservice import StageConfig
 from quire.validator.budgets import BudgetRule
 from quire.validator.rulesets import DEFAULT_DIRECTORY
+from quire.validator.sources.settings import SourceSettings
 
 __all__ = ["ValidatorConfig"]
 
@@ -26,6 +27,8 @@ class ValidatorConfig:
     budgets: BudgetRule
     limits: ValidationLimits
     rulesets_dir: Path
+    sources: SourceSettings
+    """Fetching sources named by reference: breakers, the budget's reserve."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ValidatorConfig:
@@ -36,4 +39,5 @@ class ValidatorConfig:
             budgets=BudgetRule.from_env(env),
             limits=ValidationLimits.from_env(env),
             rulesets_dir=Path(setting_text(env, "QUIRE_RULESETS_DIR", str(DEFAULT_DIRECTORY))),
+            sources=SourceSettings.from_env(env),
         )

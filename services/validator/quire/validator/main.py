@@ -7,6 +7,7 @@ import grpc
 from quire.blobstore import BlobStore
 from quire.database import Database
 from quire.jobgate import JobGate
+from quire.metrics import ServiceMetrics
 from quire.paging import PageTokens
 from quire.peers import Peers
 from quire.pipeline import stage
@@ -20,6 +21,11 @@ from quire.validator.pdfchecks import PdfLimits
 from quire.validator.reviews import ReviewDesk
 from quire.validator.rulesets import RulesetBook, load_directory
 from quire.validator.servicer import ValidatorServicer
+from quire.validator.sources.breakers import SourceBreakers
+from quire.validator.sources.fetcher import SourceFetcher, source_client
+from quire.validator.sources.meter import SourceMeter
+from quire.validator.sources.pinning import SourcePinner
+from quire.validator.sources.pins import PinStore
 from quire.validator.v1 import validator_service_pb2_grpc as pb_grpc
 from quire.validator.work import ValidatorWork
 from quire.workqueue import Publisher
@@ -44,6 +50,15 @@ async def main() -> None:
         preload=("magic", "pikepdf", "pypdf"),
     )
     budgets, limits = config.budgets, config.limits
+    metrics = ServiceMetrics(settings.service)
+    # One HTTP client for every source system, all deliveries together.
+    client = source_client(config.sources)
+    meter = SourceMeter(metrics)
+    breakers = SourceBreakers(
+        failures=config.sources.breaker_failures,
+        open_seconds=config.sources.breaker_open_seconds,
+        on_state=meter.breaker,
+    )
 
     def build(
         database: Database, blobs: BlobStore, gate: JobGate, publisher: Publisher
@@ -71,7 +86,16 @@ async def main() -> None:
         def register(server: grpc.aio.Server) -> None:
             pb_grpc.add_ValidatorServiceServicer_to_server(servicer, server)
 
-        return ValidatorWork(evaluator=evaluator, book=book), register
+        sources = SourcePinner(
+            fetcher=SourceFetcher(client, blobs),
+            pins=PinStore(database),
+            blobs=blobs,
+            breakers=breakers,
+            settings=config.sources,
+            max_deliver=settings.queue.max_deliver,
+            meter=meter,
+        )
+        return ValidatorWork(evaluator=evaluator, book=book, sources=sources), register
 
     try:
         await run_stage_service(
@@ -86,8 +110,10 @@ async def main() -> None:
             build=build,
             sandbox=pool,
             peers=peers,
+            metrics=metrics,
         )
     finally:
+        await client.aclose()
         quarantine.close()
 
 

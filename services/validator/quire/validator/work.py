@@ -1,5 +1,10 @@
 """The validator's stage work: the job's pinned ruleset over its sources.
 
+Sources named by reference are fetched and pinned first, before any
+validation (``sources.pinning``): each becomes an ordinary source of the
+pinned bytes, carrying its pin, for the evaluator and every later stage. A
+job of uploads only takes no extra step (not even a database read).
+
 PASSED hands the job to the assembler; REJECTED ends it with the first
 failing check's reason; NEEDS_REVIEW parks it, with the task approval will
 hand on, until an operator resolves the review.
@@ -21,6 +26,7 @@ from quire.type import queue_pb2
 from quire.validator import tables
 from quire.validator.evaluation import Evaluation, Evaluator
 from quire.validator.rulesets import Ruleset, RulesetBook
+from quire.validator.sources.pinning import SourcePinner, wants_fetching
 
 __all__ = ["ValidatorWork"]
 
@@ -60,9 +66,12 @@ def _record(
 
 
 class ValidatorWork:
-    def __init__(self, *, evaluator: Evaluator, book: RulesetBook) -> None:
+    def __init__(
+        self, *, evaluator: Evaluator, book: RulesetBook, sources: SourcePinner | None = None
+    ) -> None:
         self._evaluator = evaluator
         self._book = book
+        self._sources = sources
 
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult:
         ruleset = self._book.get(task.ruleset)
@@ -73,8 +82,17 @@ class ValidatorWork:
         pinned = queue_pb2.JobTask()
         pinned.CopyFrom(task)
         pinned.ruleset_digest = ruleset.digest
+        if wants_fetching(task):
+            if self._sources is None:
+                raise SystemFailure(ReasonCode.INTERNAL, "this validator fetches no sources")
+            # Deferrals and failures (FAILED) raise; a rejection carries the
+            # pins written so far, which every event of the ending records.
+            fetched = await self._sources.pin_sources(pinned, attempt)
+            pinned = fetched.task
+            if fetched.rejection is not None:
+                return StageResult.reject(pinned, fetched.rejection)
         try:
-            evaluation = await self._evaluator.evaluate(task, ruleset, attempt=attempt)
+            evaluation = await self._evaluator.evaluate(pinned, ruleset, attempt=attempt)
         except (JobCancelled, SystemFailure):
             raise
         except PermanentError as refused:  # DATA_SHREDDED and the like
