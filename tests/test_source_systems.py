@@ -65,6 +65,19 @@ def _seconds(duration: Duration) -> float:
 
 
 @pytest.fixture
+async def let_go():  # type: ignore[no-untyped-def]
+    """Jobs named by reference to cancel after the test: no fetch can reach
+    their systems, and nothing here waits for them to end."""
+    jobs: list[tuple[AdmissionClient, str]] = []
+    yield lambda client, *names: jobs.extend((client, name) for name in names)
+    for client, name in jobs:
+        try:
+            await client.cancel(name)
+        except grpc.aio.AioRpcError:
+            pass  # ended already
+
+
+@pytest.fixture
 async def admin(stack):  # type: ignore[no-untyped-def]
     info = StackInfo.read(stack.data_dir)
     async with TenantAdminClient(info.endpoints["admission"], info.operator_token()) as client:
@@ -281,7 +294,7 @@ async def test_every_reference_rule_is_checked_and_listed(tenants, admin, tmp_pa
 
 
 async def test_an_accepted_reference_carries_its_systems_registration_and_a_deadline(
-    stack, tenants, admin, tmp_path: Path
+    stack, tenants, admin, let_go, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
     client = await _tenant(tenants, admin, timeout=7.5, max_bytes=3 * MIB, schema="order-lines@2")
     upload = await client.upload(write_text_pdf(tmp_path / "cover.pdf", [uuid.uuid4().hex]))
@@ -292,6 +305,7 @@ async def test_an_accepted_reference_carries_its_systems_registration_and_a_dead
         ],
         budget=90,
     )
+    let_go(client, job.name)
     assert job.HasField("deadline")
     budget = job.deadline.ToDatetime() - job.create_time.ToDatetime()
     assert abs(budget - timedelta(seconds=90)) <= timedelta(seconds=1)
@@ -325,9 +339,12 @@ async def test_an_accepted_reference_carries_its_systems_registration_and_a_dead
     assert replay.deadline == job.deadline
 
 
-async def test_a_reference_without_a_budget_gets_the_default_budget(stack, tenants, admin) -> None:  # type: ignore[no-untyped-def]
+async def test_a_reference_without_a_budget_gets_the_default_budget(
+    stack, tenants, admin, let_go
+) -> None:  # type: ignore[no-untyped-def]
     client = await _tenant(tenants, admin)
     job = await client.submit([PacketItem.reference("lines", "orders", "o/1")])
+    let_go(client, job.name)
     budget = job.deadline.ToDatetime() - job.create_time.ToDatetime()
     assert abs(budget - timedelta(seconds=60)) <= timedelta(seconds=1)
     assert _stored(stack, job.name)[0].deadline == job.deadline
@@ -354,7 +371,7 @@ def _seconds_between(job: job_pb2.Job) -> float:
     return (job.deadline.ToDatetime() - job.create_time.ToDatetime()).total_seconds()
 
 
-async def test_a_budget_too_short_or_too_long_is_refused(tenants, admin) -> None:  # type: ignore[no-untyped-def]
+async def test_a_budget_too_short_or_too_long_is_refused(tenants, admin, let_go) -> None:  # type: ignore[no-untyped-def]
     client = await _tenant(tenants, admin)
     reference = [PacketItem.reference("lines", "orders", "o/1")]
     for seconds in (6, 1, 0, -5):  # the reserve is 5 s, and a source call needs 1 s more
@@ -369,13 +386,15 @@ async def test_a_budget_too_short_or_too_long_is_refused(tenants, admin) -> None
     assert _violations(too_long) == [("budget", "BUDGET_TOO_LONG")]
     assert (await client.list_jobs()).jobs == []
     shortest = await client.submit(reference, budget=6.5)
+    let_go(client, shortest.name)
     assert abs(_seconds_between(shortest) - 6.5) <= 1
 
 
-async def test_the_budget_is_part_of_the_request(tenants, admin) -> None:  # type: ignore[no-untyped-def]
+async def test_the_budget_is_part_of_the_request(tenants, admin, let_go) -> None:  # type: ignore[no-untyped-def]
     client = await _tenant(tenants, admin)
     reference = [PacketItem.reference("lines", "orders", "o/1")]
     first = await client.submit(reference, request_id="budgeted", budget=120)
+    let_go(client, first.name)
     again = await client.submit(reference, request_id="budgeted", budget=120)
     assert (again.name, again.deadline) == (first.name, first.deadline)
     for other in (121, None):
@@ -387,7 +406,9 @@ async def test_the_budget_is_part_of_the_request(tenants, admin) -> None:  # typ
     assert [job.name for job in (await client.list_jobs()).jobs] == [first.name]
 
 
-async def test_the_manifest_digest_covers_every_field_of_a_reference(tenants, admin) -> None:  # type: ignore[no-untyped-def]
+async def test_the_manifest_digest_covers_every_field_of_a_reference(
+    tenants, admin, let_go
+) -> None:  # type: ignore[no-untyped-def]
     client = await _tenant(tenants, admin)
     await admin.put_source_system(client.tenant, "ledger", base_url=UNREACHABLE)
     variants = [
@@ -400,6 +421,7 @@ async def test_the_manifest_digest_covers_every_field_of_a_reference(tenants, ad
         await client.submit([PacketItem.reference("doc", *variant)], request_id="same-" + str(i))
         for i, variant in enumerate(variants)
     ]
+    let_go(client, *(job.name for job in jobs))
     assert len({job.manifest_digest for job in jobs}) == len(variants)
     # The same request id with a manifest that differs only in its key is another request.
     error = await _refused(
@@ -413,7 +435,7 @@ async def test_the_manifest_digest_covers_every_field_of_a_reference(tenants, ad
     assert job_manifest_digest(manifest) == jobs[0].manifest_digest, "the manifest as sent"
 
 
-async def test_a_batch_packet_may_name_a_registered_system(stack, tenants, admin) -> None:  # type: ignore[no-untyped-def]
+async def test_a_batch_packet_may_name_a_registered_system(stack, tenants, admin, let_go) -> None:  # type: ignore[no-untyped-def]
     client = await _tenant(tenants, admin)
 
     def packet(bundle: str, system: str) -> batch_pb2.BatchPacket:
@@ -441,6 +463,7 @@ async def test_a_batch_packet_may_name_a_registered_system(stack, tenants, admin
         if jobs and jobs[0].job:
             break
         await asyncio.sleep(0.1)
+    let_go(client, jobs[0].job)
     task, _deadline = _stored(stack, jobs[0].job)
     (source,) = task.sources
     assert (source.fetch.system, source.fetch.key, source.fetch.base_url) == (
@@ -485,3 +508,33 @@ async def test_the_http_door_takes_references_and_a_budget(stack, admin) -> None
             json={"items": [item], "budget_seconds": 2, "idempotency_key": "http-3"},
         )
         assert short.status_code == 400 and short.json()["reason"] == "BUDGET_TOO_SHORT"
+    async with AdmissionClient(info.endpoints["admission"], made.secret) as as_tenant:
+        await as_tenant.cancel(status["name"])  # no fetch reaches its system
+
+
+@pytest.mark.parametrize(
+    ("env", "variable"),
+    [
+        ({"QUIRE_SOURCE_JOB_BUDGET_SECONDS": "6"}, "QUIRE_SOURCE_JOB_BUDGET_SECONDS"),
+        ({"QUIRE_SOURCE_JOB_BUDGET_SECONDS": "4000"}, "QUIRE_SOURCE_JOB_BUDGET_SECONDS"),
+        ({"QUIRE_JOB_BUDGET_RESERVE_SECONDS": "-1"}, "QUIRE_JOB_BUDGET_RESERVE_SECONDS"),
+        ({"QUIRE_JOB_BUDGET_RESERVE_SECONDS": "70"}, "QUIRE_SOURCE_JOB_BUDGET_SECONDS"),
+        ({"QUIRE_MAX_JOB_BUDGET_SECONDS": "5.5"}, "QUIRE_MAX_JOB_BUDGET_SECONDS"),
+        ({"QUIRE_MAX_JOB_BUDGET_SECONDS": "soon"}, "QUIRE_MAX_JOB_BUDGET_SECONDS"),
+    ],
+)
+def test_budget_settings_that_leave_no_room_stop_admission_at_start(
+    env: dict[str, str], variable: str
+) -> None:
+    from quire.admission.budgets import JobBudgets
+    from quire.errors import InvalidSetting
+
+    with pytest.raises(InvalidSetting) as refused:
+        JobBudgets.from_env(env)
+    assert refused.value.variable == variable
+    defaults = JobBudgets.from_env({})
+    assert (defaults.source_job_budget_seconds, defaults.reserve_seconds) == (60, 5)
+    assert defaults.max_seconds == 3600
+    assert JobBudgets.from_env({"QUIRE_SOURCE_JOB_BUDGET_SECONDS": "6.5"}).budget(
+        None, references=True
+    ) == timedelta(seconds=6.5)
