@@ -24,6 +24,7 @@ from quire.database import Database
 from quire.errors import SystemFailure
 from quire.jobs import job_name, new_job_id
 from quire.localblobs import LocalBlobStore
+from quire.metrics import ServiceMetrics, StageMeter, delivery_timings
 from quire.reasons import ReasonCode
 from quire.schema import upgrade_schema
 from quire.testing.pdfs import write_text_pdf
@@ -34,6 +35,7 @@ from quire.validator import tables
 from quire.validator.sources.breakers import BreakerState, SourceBreakers
 from quire.validator.sources.errors import SourceDeferred
 from quire.validator.sources.fetcher import SourceFetcher, source_client
+from quire.validator.sources.meter import SourceMeter
 from quire.validator.sources.normalise import (
     CANONICAL_JSON,
     DUPLICATE_EVENTS_DROPPED,
@@ -640,3 +642,48 @@ async def test_a_permanent_outcome_stops_the_jobs_other_fetches_and_keeps_its_pi
     assert rig.breakers.state(TENANT, "slow") is BreakerState.CLOSED, (
         "a cancelled call is no failure"
     )
+
+
+async def test_calls_show_in_metrics_and_in_the_deliverys_fetch_timings(
+    rig: Rig, tmp_path: Path
+) -> None:
+    metrics = ServiceMetrics("validator")
+    meter = SourceMeter(metrics)
+    breakers = SourceBreakers(failures=1, open_seconds=30, on_state=meter.breaker)
+    stage_meter = StageMeter(metrics, "validate", 4)
+    pinner = SourcePinner(
+        fetcher=SourceFetcher(rig.client, rig.blobs),
+        pins=PinStore(rig.database),
+        blobs=rig.blobs,
+        breakers=breakers,
+        settings=SETTINGS,
+        max_deliver=5,
+        meter=meter,
+    )
+    rig.server.put_json("carrier", "shp/9", EVENTS)
+    rig.server.behave("down", status=500)
+
+    with stage_meter.delivery("interactive", 0.0):
+        await pinner.pin_sources(job_task(reference(rig.server, 0, "carrier", "shp/9")), 1)
+        timings = delivery_timings()
+    with pytest.raises(SourceDeferred):
+        await pinner.pin_sources(job_task(reference(rig.server, 0, "down", "x")), 1)
+    with pytest.raises(SourceDeferred):
+        await pinner.pin_sources(job_task(reference(rig.server, 0, "down", "x")), 1)
+
+    assert set(timings) == {"queue_wait", "fetch", "fetch:carrier"}
+    assert 0 < timings["fetch:carrier"] <= timings["fetch"]
+
+    def sample(name: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(name, labels)
+
+    assert sample("quire_source_fetches_total", system="carrier", outcome="ok") == 1
+    assert sample("quire_source_fetches_total", system="down", outcome="error") == 1
+    # The first job's retry found the breaker its failure had opened; the second, at once.
+    assert sample("quire_source_fetches_total", system="down", outcome="breaker_open") == 2
+    assert sample("quire_source_fetch_seconds_count", system="carrier") == 1
+    assert sample("quire_source_deferrals_total", system="down") == 2
+    assert sample("quire_source_breaker_state", system="down") == 2
+    assert sample("quire_source_breaker_state", system="carrier") == 0
+    scraped = {m.name for m in metrics.registry.collect()}
+    assert {"quire_source_fetches", "quire_source_breaker_state"} <= scraped
