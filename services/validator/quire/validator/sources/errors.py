@@ -10,6 +10,7 @@ A source system's answer decides as follows (``fetcher``):
     408, 429, 5xx, a connection    SourceCallFailed                 error
       error, a truncated body
     no complete answer in time     SourceCallFailed                 timeout
+    no free connection here        TransientError                   (not counted)
 
 Only ``SourceCallFailed`` counts against the system's circuit breaker: every
 other answer shows the system up. The job is deferred with ``SourceDeferred``

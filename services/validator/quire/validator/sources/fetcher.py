@@ -33,7 +33,7 @@ import httpx
 from opentelemetry import trace
 
 from quire.blobstore import BlobStore, BlobWriter
-from quire.errors import Rejected, SystemFailure
+from quire.errors import Rejected, SystemFailure, TransientError
 from quire.reasons import ReasonCode
 from quire.type import job_pb2
 from quire.validator.sources.errors import SourceCallFailed
@@ -253,6 +253,12 @@ class SourceFetcher:
                 await self._call(url, headers, timeout, receiving)
         except TimeoutError:
             raise SourceCallFailed("timeout", f"no complete answer within {timeout:.1f}s") from None
+        except httpx.PoolTimeout:
+            # Every connection of this process busy: not the system's failure,
+            # so no breaker counts it; the delivery is retried later.
+            raise TransientError(
+                ReasonCode.SOURCE_UNAVAILABLE, "no free connection to source systems"
+            ) from None
         except httpx.TimeoutException:
             raise SourceCallFailed("timeout", f"no complete answer within {timeout:.1f}s") from None
         except (httpx.UnsupportedProtocol, httpx.InvalidURL):
