@@ -20,7 +20,6 @@ import httpx
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from quire.admission.manifests import job_manifest_digest
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.admission.v1 import batch_pb2
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
@@ -432,7 +431,7 @@ async def test_the_manifest_digest_covers_every_field_of_a_reference(
     manifest = job_pb2.Manifest(
         items=[job_pb2.ManifestItem(position=0, document_id="doc", source=_reference(*variants[0]))]
     )
-    assert job_manifest_digest(manifest) == jobs[0].manifest_digest, "the manifest as sent"
+    assert manifest_digest(manifest) == jobs[0].manifest_digest, "the manifest as sent"
 
 
 async def test_a_batch_packet_may_name_a_registered_system(stack, tenants, admin, let_go) -> None:  # type: ignore[no-untyped-def]

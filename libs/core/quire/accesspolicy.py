@@ -58,6 +58,9 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
                 "WhoAmI": BEARER,
                 "UpdateTenantRetention": BEARER,
                 "ForgetSource": BEARER,  # `quire retention apply`, operator token
+                "PutSourceSystem": BEARER,  # `quire sources`, operator token
+                "ListSourceSystems": BEARER,
+                "DeleteSourceSystem": BEARER,
             },
         ),
     },

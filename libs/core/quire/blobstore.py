@@ -97,6 +97,12 @@ def normalized_key(tenant: str, sha256: str) -> str:
     return f"normalized/{tenant}/{sha256}"
 
 
+def fetched_key(tenant: str, sha256: str) -> str:
+    """The pinned bytes of a source named by reference (the validator's, by
+    the digest of what it pinned)."""
+    return f"fetched/{tenant}/{sha256}"
+
+
 def assembled_key(tenant: str, sha256: str) -> str:
     return f"assembled/{tenant}/{sha256}"
 

@@ -74,12 +74,19 @@ def state_rank(name: str) -> float:
 
 
 def manifest_digest(manifest: job_pb2.Manifest) -> str:
-    """sha256 of the manifest's canonical JSON: items by position, then ruleset and profile."""
+    """sha256 of the manifest's canonical JSON: items by position, then ruleset
+    and profile. An item is ``[position, document_id, sha256]``; one that
+    names its source by reference adds ``[system, key, content_type]``, so
+    two manifests that differ only in a reference never share a digest, and
+    a manifest of uploads only hashes as it always has."""
+    items: list[list[object]] = []
+    for item in sorted(manifest.items, key=lambda i: i.position):
+        entry: list[object] = [item.position, item.document_id, item.sha256]
+        if item.HasField("source"):
+            entry.append([item.source.system, item.source.key, item.source.content_type])
+        items.append(entry)
     canonical = {
-        "items": [
-            [item.position, item.document_id, item.sha256]
-            for item in sorted(manifest.items, key=lambda i: i.position)
-        ],
+        "items": items,
         "ruleset": manifest.ruleset,
         "render_profile": manifest.render_profile,
     }

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from google.protobuf.message import DecodeError
 
-from quire.blobstore import assembled_key, signed_key, source_key
+from quire.blobstore import assembled_key, fetched_key, signed_key, source_key
 from quire.errors import QuireError
 from quire.jobs import job_id
-from quire.type import queue_pb2
+from quire.type import job_pb2, queue_pb2
 from quire.wire import ForgedMessage
 
 __all__ = ["check_task_binding", "read_task"]
@@ -37,7 +37,7 @@ def check_task_binding(task: queue_pb2.JobTask) -> None:
     if not task.tenant or not task.job:
         raise ForgedMessage("task names no job or tenant")
     for source in task.sources:
-        if source.blob_key != source_key(task.tenant, source.sha256):
+        if source.blob_key != _source_blob(task.tenant, source):
             raise ForgedMessage("source outside the job's tenant")
     if task.HasField("assembled") and task.assembled.blob_key != assembled_key(
         task.tenant, task.assembled.sha256
@@ -45,3 +45,16 @@ def check_task_binding(task: queue_pb2.JobTask) -> None:
         raise ForgedMessage("assembled packet outside the job's tenant")
     if task.HasField("signed") and task.signed.blob_key != signed_key(task.tenant, task.job):
         raise ForgedMessage("signed artifact not the job's own")
+
+
+def _source_blob(tenant: str, source: job_pb2.SourceRef) -> str:
+    """The one blob key ``source`` may name: an upload's copy of its digest;
+    for a source named by reference, nothing until the validator pinned it,
+    then the pinned bytes (whose digest the pin and the source agree on)."""
+    if not source.HasField("fetch"):
+        return source_key(tenant, source.sha256)
+    if not source.HasField("pin"):
+        return "" if not source.sha256 else "\0unpinned"  # a digest with no pin: refused
+    if source.pin.sha256 != source.sha256 or source.pin.position != source.position:
+        return "\0mispinned"
+    return fetched_key(tenant, source.sha256)

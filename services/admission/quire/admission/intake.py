@@ -40,7 +40,6 @@ from quire.admission.manifests import (
     PRIORITIES,
     check_manifest,
     has_references,
-    job_manifest_digest,
     referenced_systems,
 )
 from quire.admission.outstanding import OutstandingJobs, count_outstanding
@@ -59,7 +58,7 @@ from quire.errors import (
 )
 from quire.groupcommit import GroupCommit
 from quire.idempotency import check_request_id
-from quire.jobs import job_name, new_job_id, timestamp
+from quire.jobs import job_name, manifest_digest, new_job_id, timestamp
 from quire.metrics import ServiceMetrics
 from quire.pipeline import State
 from quire.reasons import ReasonCode
@@ -230,7 +229,7 @@ class Intake:
                 ReasonCode.INVALID_MANIFEST, "bundle_id is invalid", tuple(bad_bundle)
             )
         priority = request.priority or "interactive"
-        digest = job_manifest_digest(request.manifest)
+        digest = manifest_digest(request.manifest)
         request_sha = _request_sha256(
             digest, priority, request.bundle_id, _requested_budget(request)
         )
@@ -404,7 +403,7 @@ class Intake:
         deterministic request id (a live key returns its job, never a second).
         The caller has checked the manifest (at SubmitBatch), the quota and the
         queue's age."""
-        digest = job_manifest_digest(request.manifest)
+        digest = manifest_digest(request.manifest)
         request_sha = _request_sha256(digest, "batch", request.bundle_id)
         now = datetime.now(UTC)
         replay = self._live_replay(session, tenant, request, request_sha, now)

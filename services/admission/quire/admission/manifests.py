@@ -9,8 +9,6 @@ type one the pipeline takes.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -18,13 +16,11 @@ from typing import Protocol
 
 from quire.admission.catalog import resolve_ruleset
 from quire.errors import FieldViolation
-from quire.jobs import manifest_digest
 from quire.type import job_pb2
 
 __all__ = [
     "check_manifest",
     "has_references",
-    "job_manifest_digest",
     "referenced_systems",
     "KNOWN_PROFILES",
     "PRIORITIES",
@@ -56,30 +52,6 @@ def has_references(manifest: job_pb2.Manifest) -> bool:
 def referenced_systems(manifest: job_pb2.Manifest) -> set[str]:
     """The source systems the manifest's references name."""
     return {item.source.system for item in manifest.items if item.HasField("source")}
-
-
-def job_manifest_digest(manifest: job_pb2.Manifest) -> str:
-    """The digest a job records for its manifest: ``quire.jobs.manifest_digest``
-    for a manifest of uploads only (unchanged, so digests recorded before
-    references stay what they were); with references, the same canonical
-    JSON where a referenced item is ``[position, document_id, sha256,
-    [system, key, content_type]]``, so two manifests that differ only in a
-    reference never share a digest."""
-    if not has_references(manifest):
-        return manifest_digest(manifest)
-    items: list[list[object]] = []
-    for item in sorted(manifest.items, key=lambda i: i.position):
-        entry: list[object] = [item.position, item.document_id, item.sha256]
-        if item.HasField("source"):
-            entry.append([item.source.system, item.source.key, item.source.content_type])
-        items.append(entry)
-    canonical = {
-        "items": items,
-        "ruleset": manifest.ruleset,
-        "render_profile": manifest.render_profile,
-    }
-    encoded = json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(encoded).hexdigest()
 
 
 def _key_is_safe(key: str) -> bool:

@@ -21,16 +21,12 @@ from datetime import UTC, datetime
 from sqlalchemy import Row, bindparam, select
 from sqlalchemy.orm import Session
 
+from quire.blobstore import fetched_key
 from quire.database import Database, as_utc, insert_if_absent
 from quire.type import job_pb2
 from quire.validator import tables
 
 __all__ = ["Pin", "PinStore", "fetched_key"]
-
-
-def fetched_key(tenant: str, sha256: str) -> str:
-    """Where the validator keeps the pinned bytes of a fetched source."""
-    return f"fetched/{tenant}/{sha256}"
 
 
 @dataclass(frozen=True)
