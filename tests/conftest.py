@@ -43,6 +43,7 @@ HEAVY_FIRST = (
     "test_batch_dispatcher_kills.py",
     "test_notifications.py",
     "test_cli.py",
+    "test_sources_replay.py",
 )
 """Files whose tests run longest (each starts stacks of its own): run first,
 so that pytest-xdist's workers, which take whole files in collection order

@@ -186,9 +186,29 @@ async def test_an_unavailable_system_defers_and_a_refusal_fails(stage: Stage) ->
         await stage.work.process(task, Lease(task.job, 1, None), 1)
     stage.server.behave("locked", status=403)
     locked = _task(_reference(stage.server, 0, "locked", "x", "application/json"))
-    with pytest.raises(SystemFailure) as failed:
-        await stage.work.process(locked, Lease(locked.job, 1, None), 1)
-    assert failed.value.reason is ReasonCode.SOURCE_REFUSED
+    failed = await stage.work.process(locked, Lease(locked.job, 1, None), 1)
+    assert failed.verdict is Verdict.FAIL
+    assert isinstance(failed.rejection, SystemFailure)
+    assert failed.rejection.reason is ReasonCode.SOURCE_REFUSED
+
+
+async def test_a_failure_after_some_pins_ends_the_job_with_them(stage: Stage) -> None:
+    stage.server.put_json("carrier", "shp/3", EVENTS)
+    stage.server.behave("gated", status=401, delay=0.5)  # after the carrier answered
+    task = _task(
+        _reference(stage.server, 0, "carrier", "shp/3", "application/json", "carrier-events@1"),
+        _reference(stage.server, 1, "gated", "x", "application/json"),
+    )
+
+    failed = await stage.work.process(task, Lease(task.job, 1, None), 1)
+
+    assert failed.verdict is Verdict.FAIL
+    assert failed.rejection is not None and failed.rejection.reason is ReasonCode.SOURCE_REFUSED
+    pinned, refused = failed.task.sources
+    assert pinned.HasField("pin") and pinned.sha256 == pinned.pin.sha256, (
+        "the ledger says what came"
+    )
+    assert not refused.HasField("pin") and not refused.sha256
 
 
 async def test_a_job_of_uploads_only_takes_no_step_of_fetching(

@@ -82,6 +82,9 @@ class Verdict(Enum):
     """The job waits (for an operator's review); nothing is handed on."""
     REJECT = "reject"
     """The job ends REJECTED with the result's reason."""
+    FAIL = "fail"
+    """The job ends FAILED with the result's reason: not the input's fault,
+    and nothing a retry could change (a dead letter an operator may retry)."""
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ class StageResult:
     """Transitions, in order, before the hand-off or the ending."""
     handoff_fields: Mapping[str, Any] = field(default_factory=dict)
     rejection: PermanentError | None = None
-    """Why the job is rejected (``REJECT``): its reason, and detail if a ``Rejected``."""
+    """Why the job ends (``REJECT``, ``FAIL``): its reason, and detail if a ``Rejected``."""
     record: Record | None = None
 
     @classmethod
@@ -130,6 +133,14 @@ class StageResult:
         cls, task: queue_pb2.JobTask, rejection: PermanentError, *, record: Record | None = None
     ) -> StageResult:
         return cls(Verdict.REJECT, task, rejection=rejection, record=record)
+
+    @classmethod
+    def fail(
+        cls, task: queue_pb2.JobTask, failure: SystemFailure, *, record: Record | None = None
+    ) -> StageResult:
+        """End the job FAILED, its events describing ``task`` (what the stage
+        pinned or made before it failed)."""
+        return cls(Verdict.FAIL, task, rejection=failure, record=record)
 
 
 class StageWork(Protocol):
@@ -358,10 +369,11 @@ class StageRunner:
             return await self._end(
                 task, lease, attempt, State.FAILED, error, reason=ReasonCode.RETRY_LIMIT_REACHED
             )
-        if result.verdict is Verdict.REJECT:
+        if result.verdict in (Verdict.REJECT, Verdict.FAIL):
             assert result.rejection is not None
+            state = State.REJECTED if result.verdict is Verdict.REJECT else State.FAILED
             return await self._end(
-                result.task, lease, attempt, State.REJECTED, result.rejection, record=result.record
+                result.task, lease, attempt, state, result.rejection, record=result.record
             )
         return _Commit(self._advance(lease, attempt, result), result.record, ACK)
 

@@ -87,7 +87,10 @@ class ValidatorWork:
                 raise SystemFailure(ReasonCode.INTERNAL, "this validator fetches no sources")
             # Deferrals and failures (FAILED) raise; a rejection carries the
             # pins written so far, which every event of the ending records.
-            fetched = await self._sources.pin_sources(pinned, attempt)
+            try:
+                fetched = await self._sources.pin_sources(pinned, attempt)
+            except SystemFailure as failure:  # out of budget, refused, ...
+                return StageResult.fail(await self._sources.with_pins(pinned), failure)
             pinned = fetched.task
             if fetched.rejection is not None:
                 return StageResult.reject(pinned, fetched.rejection)

@@ -102,6 +102,15 @@ class Pinned:
     rejection: Rejected | None = None
 
 
+def _with(task: queue_pb2.JobTask, pins: dict[int, Pin]) -> queue_pb2.JobTask:
+    pinned = queue_pb2.JobTask()
+    pinned.CopyFrom(task)
+    for source in pinned.sources:
+        if source.HasField("fetch") and not source.HasField("pin") and source.position in pins:
+            pins[source.position].apply(source)
+    return pinned
+
+
 def _prepare_json(data: bytes, schema: str) -> tuple[bytes, tuple[str, ...], str]:
     """The bytes to pin, the normalisations, and where they fail ``schema``."""
     normalised = normalise_json(data)
@@ -155,12 +164,12 @@ class SourcePinner:
             pins = await self._pins.pinned(task.job)
             missing = [s for s in wanted if s.position not in pins]
             failures = await self._fetch(task, missing, pins, budget, attempt) if missing else {}
-        pinned = queue_pb2.JobTask()
-        pinned.CopyFrom(task)
-        for source in pinned.sources:
-            if source.HasField("fetch") and source.position in pins:
-                pins[source.position].apply(source)
-        return self._decide(pinned, wanted, pins, failures)
+        return self._decide(_with(task, pins), wanted, pins, failures)
+
+    async def with_pins(self, task: queue_pb2.JobTask) -> queue_pb2.JobTask:
+        """``task`` (a copy) with every pin the job has so far: what a FAILED
+        ending records, so the ledger says what was fetched before it."""
+        return _with(task, await self._pins.pinned(task.job))
 
     def _decide(
         self,
