@@ -14,6 +14,7 @@ from google.protobuf import timestamp_pb2
 from quire.errors import InvalidSetting, SystemFailure
 from quire.reasons import ReasonCode
 from quire.type import queue_pb2
+from quire.typesniff import looks_like
 from quire.validator.sources.budget import FetchBudget
 from quire.validator.sources.credentials import resolve_credential
 from quire.validator.sources.fetcher import source_url
@@ -24,7 +25,6 @@ from quire.validator.sources.normalise import (
 )
 from quire.validator.sources.schemas import is_shipped, schema_error, shipped_schemas
 from quire.validator.sources.settings import SourceSettings
-from quire.validator.sources.sniff import looks_like
 
 CORPUS = Path(__file__).resolve().parents[1] / "bench" / "eval" / "corpus"
 

@@ -11,7 +11,7 @@ credential its registration names, resolved before each call
 The body is streamed and checked as it comes: past ``max_bytes`` the call
 stops (``SOURCE_TOO_LARGE``; a declared ``Content-Length`` over the limit
 stops it before any byte is read); the first bytes must be of the declared
-type by the upload door's rule (``sniff``; ``TYPE_MISMATCH``); the sha256 is
+type by the upload door's rule (``quire.typesniff``; ``TYPE_MISMATCH``); the sha256 is
 computed on the way. A JSON body (at most ``max_bytes``) is held in memory,
 to be normalised before anything is stored; any other body is written, as it
 streams, to a temporary blob of the validator (sealed like every blob), which
@@ -36,9 +36,9 @@ from quire.blobstore import BlobStore, BlobWriter
 from quire.errors import Rejected, SystemFailure, TransientError
 from quire.reasons import ReasonCode
 from quire.type import job_pb2
+from quire.typesniff import JSON, SNIFF_BYTES, looks_like
 from quire.validator.sources.errors import SourceCallFailed
 from quire.validator.sources.settings import SourceSettings
-from quire.validator.sources.sniff import JSON, SNIFF_BYTES, looks_like
 
 __all__ = ["SourceCall", "FetchedBody", "SourceFetcher", "source_client", "source_url"]
 

@@ -1,15 +1,22 @@
-"""Magic bytes of a fetched source: the same rule as the upload door.
+"""Magic bytes: whether a body's first bytes may be of the type it declares.
 
-Admission's ``typesniff`` judges an upload's first bytes before it keeps any;
-a fetched source passes through the same rule before any byte is stored:
+One rule for every door bytes come in by: admission applies it to an upload
+before it opens a temporary file (``quire.admission.typesniff``), the
+validator to a source it fetched from a source system before it stores a
+byte (``quire.validator.sources.fetcher``). Deliberately small rules on at
+most ``SNIFF_BYTES`` held in memory, not libmagic: nothing of a hostile body
+is parsed on an event loop. The validator still sniffs every source in its
+sandbox, so what passes here can still be rejected there; what fails here
+could never have passed there.
 
-- ``application/pdf``: a PDF header where viewers find it (``quire.pdfheader``);
+- ``application/pdf``: a PDF header found as viewers find it
+  (``quire.pdfheader``): ``%PDF``, an optional ``-`` or ``.`` and a version
+  token, all within the first 1024 bytes, whatever precedes it (junk, a
+  byte-order mark, whitespace);
 - ``application/json``: the first byte after an optional UTF-8 byte-order
   mark and JSON whitespace is ``{`` or ``[``.
 
-A declared type without a rule passes here and is judged by the validator's
-sandbox, as an upload is. (Admission's ``typesniff`` could import this
-module's rule once it lives in ``libs/core``; both must stay the same.)
+A declared type without a rule passes here and is judged by the validator alone.
 """
 
 from __future__ import annotations
