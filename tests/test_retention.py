@@ -13,14 +13,20 @@ test sleeps for a period to pass.
   an upload past it with RESOURCE_EXHAUSTED / STORAGE_QUOTA_EXCEEDED;
 - a repaired source's clean rewrite (``normalized/``) retires with the
   sources: recorded in the ledger, then deleted;
+- so do the bytes a source named by reference was pinned to (``fetched/``,
+  from a real local source server), once every job that pinned them ended:
+  a running job pinned to the same bytes keeps them, and audit refuses a
+  retirement of fetched bytes no job pinned;
 - ``quire check`` accepts retired bytes and still reports lost ones.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -35,7 +41,7 @@ from test_faults_common import Running, running_stack
 from quire.admission.v1 import tenant_admin_service_pb2 as admin_pb
 from quire.audit.evidence import public_key_fingerprint, retirements, verify_evidence
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
-from quire.blobstore import normalized_key, signed_key
+from quire.blobstore import fetched_key, normalized_key, signed_key
 from quire.cli.retention import open_blobs
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.grpcstatus import reason_of
@@ -47,11 +53,12 @@ from quire.settings import RetentionSettings
 from quire.testing.damaged import EVERYDAY
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.quirecli import run_quire
+from quire.testing.sourceserver import SourceServer
 
 pytestmark = [pytest.mark.stack, pytest.mark.asyncio(loop_scope="module")]
 
 DAY = 86400
-KINDS = ("sources", "normalized", "assembled", "signed")
+KINDS = ("sources", "normalized", "fetched", "assembled", "signed")
 
 
 @dataclass
@@ -349,6 +356,123 @@ async def test_a_repaired_sources_clean_rewrite_retires_with_the_sources(scene: 
     assert "OK" in _quire(scene, "audit", "verify")
     report = check(scene.data_dir)
     assert report.ok, report.findings
+
+
+def _pinned_jobs(data_dir: Path) -> set[str]:
+    """Jobs the validator pinned a fetched source for (its own record)."""
+    with sqlite3.connect(data_dir / "validator" / "validator.db") as db:
+        return {row[0] for row in db.execute("SELECT job FROM source_pins")}
+
+
+async def test_fetched_bytes_retire_with_the_sources_once_every_job_pinning_them_ended(
+    scene: Scene,
+) -> None:
+    address = scene.running.info.endpoints["admission"]
+    tenant = await _tenant(
+        scene.admin,
+        address,
+        "fetched",
+        admin_pb.TenantRetention(
+            sources_seconds=DAY,
+            packets_seconds=DAY,
+            artifacts_seconds=5 * DAY,
+            unused_uploads_seconds=DAY,
+        ),
+    )
+    events = {"shipment": {"carrier": "Northbound", "events": [{"code": "DELIVERED"}]}}
+    with SourceServer() as server:
+        tag = uuid.uuid4().hex[:6]
+        for system, timeout in (("carrier", 5.0), ("slow", 30.0)):
+            await scene.admin.put_source_system(
+                tenant.name,
+                system,
+                base_url=server.base_url(f"{system}-{tag}"),
+                timeout=timeout,
+            )
+        # Two keys, the same record: one set of bytes under fetched/.
+        server.put_json(f"carrier-{tag}", "shipments/F-1", events)
+        server.put_json(f"carrier-{tag}", "shipments/F-2", events)
+        server.put_json(f"slow-{tag}", "orders/F-2", {"order": "F-2", "lines": []})
+
+        async def packet(*refs: PacketItem) -> str:
+            cover = (await tenant.client.upload(_pdf(scene.folder, "cover"))).sha256
+            items = [PacketItem("cover", cover), *refs]
+            return (await tenant.client.submit(items, budget=120)).name
+
+        try:
+            first = await packet(PacketItem.reference("events", "carrier", "shipments/F-1"))
+            ended = await tenant.client.wait(first, timeout=120)
+            assert state_name(ended.state) == "COMPLETED", ended.reason_code
+            (pin,) = [p for p in ended.pins if p.position == 1]
+            key = fetched_key(tenant.id, pin.sha256)
+            assert key in _blob_files(scene.data_dir)
+            assert not [p for p in _plan(scene, _later(0.5)) if p.kind == "fetched"], "not yet due"
+            as_of = _later(2)
+            (due,) = [p for p in _plan(scene, as_of) if p.kind == "fetched"]
+            assert (due.tenant, due.job, due.rule, due.blob_key) == (
+                tenant.id,
+                first,
+                "sources",
+                key,
+            )
+            assert (due.sha256, due.size_bytes) == (pin.sha256, pin.size_bytes)
+
+            # A second job pins the same bytes (fetched under another key)
+            # and waits for a slow system: while it runs, nothing of it goes.
+            server.behave(f"slow-{tag}", delay=8)
+            second = await packet(
+                PacketItem.reference("events", "carrier", "shipments/F-2"),
+                PacketItem.reference("order", "slow", "orders/F-2"),
+            )
+            deadline = time.monotonic() + 30
+            while second not in _pinned_jobs(scene.data_dir):
+                assert time.monotonic() < deadline, "the second job pinned nothing"
+                await asyncio.sleep(0.1)
+            assert state_name((await tenant.client.get_job(second)).state) not in (
+                "COMPLETED",
+                "REJECTED",
+                "FAILED",
+                "CANCELLED",
+            )
+            assert not [p for p in _plan(scene, as_of) if p.blob_key == key], (
+                "a running job uses it"
+            )
+            ended = await tenant.client.wait(second, timeout=120)
+            assert state_name(ended.state) == "COMPLETED", ended.reason_code
+            assert {p.sha256 for p in ended.pins if p.position == 1} == {pin.sha256}
+        finally:
+            await tenant.client.close()
+
+    planned = [p for p in _plan(scene, as_of) if p.kind == "fetched"]
+    assert {p.job for p in planned if p.blob_key == key} == {first, second}
+    assert {p.tenant for p in planned} == {tenant.id}
+    assert len({p.blob_key for p in planned}) == 2, "the shared bytes and the slow system's"
+    output = _quire(scene, "retention", "apply", "--as-of", as_of)
+    assert f"deleted: {key}" in output
+    files = _blob_files(scene.data_dir)
+    assert not {p.blob_key for p in planned} & files
+    retired = _retirement_ids(scene.data_dir)
+    assert all(retired.count(p.event_id()) == 1 for p in planned)
+    assert "OK" in _quire(scene, "audit", "verify")
+    report = check(scene.data_dir)
+    assert report.ok, report.findings
+
+    # Audit refuses a retirement of fetched bytes no job of the tenant pinned.
+    metadata = (("authorization", f"Bearer {scene.running.info.operator_token()}"),)
+    unpinned = "e" * 64
+    async with grpc.aio.insecure_channel(scene.running.info.endpoints["audit"]) as channel:
+        audit = audit_service_pb2_grpc.AuditServiceStub(channel)
+        request = audit_service_pb2.RecordRetirementRequest(
+            tenant=tenant.name,
+            job=first,
+            retirement=PlannedRetirement(
+                **{**due.__dict__, "sha256": unpinned, "blob_key": fetched_key(tenant.id, unpinned)}
+            ).message(),
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await audit.RecordRetirement(request, metadata=metadata)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert len(_retirement_ids(scene.data_dir)) == len(retired)
 
 
 async def test_check_accepts_retired_bytes_but_reports_lost_ones(scene: Scene) -> None:

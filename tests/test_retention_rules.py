@@ -3,7 +3,8 @@ ledger ties to an ended job, once, without changing the job's view, and the
 ledger still verifies; the plan's rules keep what is shared with a job not
 yet due, what a fresh copy of retired bytes holds, and bytes lost with no
 record (those are for ``quire check`` to report); a repaired source's clean
-rewrite goes under the sources rule, once every job using it is due."""
+rewrite, and the fetched bytes a source named by reference was pinned to, go
+under the sources rule, once every job using them is due."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ from quire.audit import ledger, tables
 from quire.audit.jobview import fold
 from quire.audit.retirement import record_retirement
 from quire.audit.verification import verify_ledger
-from quire.blobstore import assembled_key, normalized_key, signed_key, source_key
+from quire.blobstore import assembled_key, fetched_key, normalized_key, signed_key, source_key
 from quire.database import Database
 from quire.errors import FailedPrecondition, InvalidInput
 from quire.retention import PlannedRetirement, plan
-from quire.retention_records import AcceptedJob, LedgerJob, Records, StoredBlob, Upload
+from quire.retention_records import AcceptedJob, Fetched, LedgerJob, Records, StoredBlob, Upload
 from quire.settings import RetentionSettings
 from quire.transitions import EventFactory
 from quire.type import job_pb2, queue_pb2
@@ -33,6 +34,8 @@ TENANT = "0123456789abcdef"
 SOURCE = "a" * 64
 SIGNED = "b" * 64
 NORMALIZED = "f" * 64
+FETCHED = "9" * 64
+CARRIER = ("carrier", "shipments/S-1")
 ACTOR = queue_pb2.Actor(service="operator", instance="op1", build_version="0")
 
 
@@ -50,6 +53,7 @@ def audit(tmp_path: Path) -> Database:
             )
             if state == "REVIEWING":
                 fields["repairs"] = [_repair()]
+                fields["pins"] = [_pin()]
             event = FACTORY.transition(task, previous, state, attempt=1, lease_token=1, **fields)
             database.transaction(lambda s, e=event: ledger.append(s, e))
             previous = state
@@ -66,6 +70,20 @@ def _repair(source: str = SOURCE, normalized: str = NORMALIZED) -> job_pb2.Sourc
     )
 
 
+def _pin(
+    sha256: str = FETCHED, reference: tuple[str, str] = CARRIER, position: int = 1
+) -> job_pb2.SourcePin:
+    system, key = reference
+    return job_pb2.SourcePin(
+        position=position,
+        system=system,
+        key=key,
+        sha256=sha256,
+        size_bytes=9,
+        fetched_sha256="8" * 64,
+    )
+
+
 def _retirement(kind: str, sha256: str, job: str = "jobs/aa") -> queue_pb2.Retirement:
     keys = {
         "artifact": signed_key(TENANT, job),
@@ -73,12 +91,14 @@ def _retirement(kind: str, sha256: str, job: str = "jobs/aa") -> queue_pb2.Retir
         "source": source_key(TENANT, sha256),
         "upload": source_key(TENANT, sha256),
         "normalized": normalized_key(TENANT, sha256),
+        "fetched": fetched_key(TENANT, sha256),
     }
     rule = {
         "artifact": "artifacts",
         "packet": "packets",
         "source": "sources",
         "normalized": "sources",
+        "fetched": "sources",
     }
     return queue_pb2.Retirement(
         kind=kind,
@@ -110,6 +130,7 @@ def test_a_retirement_is_recorded_once_and_changes_no_view(audit: Database) -> N
         ("source", SOURCE),
         ("packet", "c" * 64),
         ("normalized", NORMALIZED),
+        ("fetched", FETCHED),
     ):
         retirement = _retirement(kind, digest)
         first = audit.transaction(
@@ -123,7 +144,7 @@ def test_a_retirement_is_recorded_once_and_changes_no_view(audit: Database) -> N
     assert audit.transaction(lambda s: record_retirement(s, TENANT, "", upload, ACTOR))[1]
     events = _events(audit, "jobs/aa")
     retired = [e for e in events if e.HasField("retirement")]
-    assert len(retired) == 4
+    assert len(retired) == 5
     assert all(e.from_state == e.to_state and e.reason_code == "BYTES_RETIRED" for e in retired)
     assert fold(events) == before
     index = audit.transaction(
@@ -165,6 +186,31 @@ def test_a_retirement_is_recorded_once_and_changes_no_view(audit: Database) -> N
             ),
             InvalidInput,
         ),
+        ("jobs/aa", _retirement("fetched", "e" * 64), InvalidInput),
+        ("jobs/aa", _retirement("fetched", SOURCE), InvalidInput),
+        ("jobs/aa", _retirement("fetched", NORMALIZED), InvalidInput),
+        ("jobs/bb", _retirement("fetched", FETCHED, "jobs/bb"), FailedPrecondition),
+        (
+            "jobs/aa",
+            queue_pb2.Retirement(
+                kind="fetched",
+                blob_key=normalized_key(TENANT, FETCHED),
+                sha256=FETCHED,
+                rule="sources",
+            ),
+            InvalidInput,
+        ),
+        (
+            "jobs/aa",
+            queue_pb2.Retirement(
+                kind="fetched",
+                blob_key=fetched_key(TENANT, FETCHED),
+                sha256=FETCHED,
+                rule="packets",
+            ),
+            InvalidInput,
+        ),
+        ("jobs/aa", _retirement("source", FETCHED), InvalidInput),
     ],
     ids=[
         "job-not-ended",
@@ -177,6 +223,13 @@ def test_a_retirement_is_recorded_once_and_changes_no_view(audit: Database) -> N
         "rewrite-of-a-job-not-ended",
         "rewrite-under-another-key",
         "rewrite-under-another-rule",
+        "no-job-pinned-it",
+        "uploaded-digest-is-not-pinned",
+        "rewrite-is-not-pinned",
+        "pinned-by-a-job-not-ended",
+        "pinned-under-another-key",
+        "pinned-under-another-rule",
+        "pinned-bytes-are-not-an-upload",
     ],
 )
 def test_a_retirement_the_ledger_does_not_back_is_refused(
@@ -200,10 +253,18 @@ class Present:
         return key in self.keys
 
 
-def _ended(days_ago: float, repairs: tuple[job_pb2.SourceRepair, ...] = ()) -> LedgerJob:
+def _ended(
+    days_ago: float,
+    repairs: tuple[job_pb2.SourceRepair, ...] = (),
+    pins: tuple[job_pb2.SourcePin, ...] = (),
+) -> LedgerJob:
     job = LedgerJob()
     for state in STATES:
-        fields: dict[str, Any] = {"repairs": list(repairs)} if state == "REVIEWING" else {}
+        fields: dict[str, Any] = {}
+        if state == "REVIEWING":
+            fields = {"repairs": list(repairs)}
+        if state not in ("ACCEPTED", "VALIDATING"):
+            fields["pins"] = list(pins)  # every entry after the pinning carries them
         event = FACTORY.transition(
             queue_pb2.JobTask(job="jobs/00", tenant=TENANT),
             "",
@@ -339,4 +400,80 @@ def test_a_rewrite_shared_by_two_jobs_waits_for_both() -> None:
     other = _repaired({"jobs/01": 3, "jobs/02": 2}, both, unrepaired=frozenset({"jobs/02"}))
     assert [(p.kind, p.job) for p in _plan(other, {key})] == [("normalized", "jobs/01")]
     recent = _repaired({"jobs/01": 3, "jobs/02": 0.5}, both, unrepaired=frozenset({"jobs/02"}))
+    assert _plan(recent, {key}) == []
+
+
+def _fetched(
+    jobs: dict[str, float | None],
+    references: dict[str, frozenset[tuple[str, str]]],
+    unpinned: frozenset[str] = frozenset(),
+    pinned: frozenset[str] = frozenset(),
+) -> Records:
+    """Jobs whose CARRIER source was pinned to FETCHED (None: has not ended;
+    those in ``unpinned`` ended without the ledger recording it), what
+    admission says each job names by reference, and the jobs the validator
+    pinned to FETCHED (``pinned``, besides those the ledger records)."""
+    key = fetched_key(TENANT, FETCHED)
+    return Records(
+        tenants={TENANT: TenantStorage(sources_seconds=86400)},
+        uploads=[],
+        accepted={
+            name: AcceptedJob(name, TENANT, NOW - 9 * DAY, frozenset({""}), refs)
+            for name, refs in references.items()
+        },
+        ledger={
+            name: _ended(ago, pins=() if name in unpinned else (_pin(),))
+            for name, ago in jobs.items()
+            if ago is not None
+        },
+        retired_uploads=frozenset(),
+        packets={},
+        artifacts={},
+        pinned={key: pinned} if pinned else {},
+    )
+
+
+def test_fetched_bytes_go_under_the_sources_rule_once_due() -> None:
+    key = fetched_key(TENANT, FETCHED)
+    assert LedgerJob().pins == {}
+    assert _ended(3, pins=(_pin(),)).pins[key] == Fetched(
+        TENANT, frozenset({CARRIER}), key, FETCHED, 9
+    )
+    twice = _ended(3, pins=(_pin(), _pin(reference=("tax", "orders/A-1"), position=2)))
+    assert twice.pins[key].references == {CARRIER, ("tax", "orders/A-1")}, "one blob, two sources"
+    references = {"jobs/01": frozenset({CARRIER})}
+    (planned,) = _plan(_fetched({"jobs/01": 3}, references), {key})
+    assert (planned.kind, planned.job, planned.rule) == ("fetched", "jobs/01", "sources")
+    assert (planned.blob_key, planned.sha256, planned.size_bytes) == (key, FETCHED, 9)
+    assert planned.period_seconds == 86400 and not planned.recorded
+    assert planned.message().kind == "fetched"
+    assert planned.event_id().endswith(f".retired.fetched.{FETCHED}")
+    assert _plan(_fetched({"jobs/01": 0.5}, references), {key}) == [], "not yet due"
+    assert _plan(_fetched({"jobs/01": 3}, references), set()) == [], "gone with no record"
+    assert _plan(_fetched({"jobs/01": None}, references), {key}) == [], "a running job keeps it"
+
+
+def test_fetched_bytes_shared_by_jobs_wait_for_every_job_that_may_use_them() -> None:
+    key = fetched_key(TENANT, FETCHED)
+    both = {"jobs/01": frozenset({CARRIER}), "jobs/02": frozenset({CARRIER})}
+    assert _plan(_fetched({"jobs/01": 3, "jobs/02": 0.5}, both), {key}) == []
+    due = _plan(_fetched({"jobs/01": 3, "jobs/02": 2}, both), {key})
+    assert {(p.kind, p.job) for p in due} == {("fetched", "jobs/01"), ("fetched", "jobs/02")}
+    # A job naming the same reference that has not ended (it may be fetching
+    # the same bytes again) keeps them.
+    assert _plan(_fetched({"jobs/01": 3, "jobs/02": None}, both), {key}) == []
+    # So does a running job the validator pinned to the same bytes under
+    # another reference, before its ledger says so.
+    other = {"jobs/01": frozenset({CARRIER}), "jobs/02": frozenset({("tax", "orders/A-1")})}
+    running = _fetched({"jobs/01": 3, "jobs/02": None}, other, pinned=frozenset({"jobs/02"}))
+    assert _plan(running, {key}) == []
+    # A running job naming another reference, that no one pinned to these
+    # bytes, does not.
+    unrelated = _fetched({"jobs/01": 3, "jobs/02": None}, other)
+    assert [(p.kind, p.job) for p in _plan(unrelated, {key})] == [("fetched", "jobs/01")]
+    # One that ended without the ledger recording the pin waits too, but
+    # gets no entry: audit would refuse it.
+    unrecorded = _fetched({"jobs/01": 3, "jobs/02": 2}, both, unpinned=frozenset({"jobs/02"}))
+    assert [(p.kind, p.job) for p in _plan(unrecorded, {key})] == [("fetched", "jobs/01")]
+    recent = _fetched({"jobs/01": 3, "jobs/02": 0.5}, both, unpinned=frozenset({"jobs/02"}))
     assert _plan(recent, {key}) == []

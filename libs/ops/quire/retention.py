@@ -10,6 +10,9 @@ The rules (periods per tenant, ``RetentionSettings`` by default):
 - ``sources``: an upload, once every job that used it ended that long ago;
   likewise a repaired upload's clean rewrite (``normalized/``), once every
   job that used it, or whose sources name that upload, ended that long ago;
+  and the bytes a source named by reference was pinned to (``fetched/``),
+  once every job that pinned them, or whose sources name the same
+  reference, ended that long ago;
 - ``unused_uploads``: an upload no job used, that long after the upload.
 
 A job's end is its terminal entry in the ledger (COMPLETED, REJECTED,
@@ -31,7 +34,7 @@ finishes them. Bytes that are gone with no record are never planned, so
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -39,11 +42,12 @@ from typing import Protocol
 from google.protobuf import timestamp_pb2
 
 from quire.admission.storagepolicy import TenantStorage
-from quire.blobstore import assembled_key, normalized_key, signed_key
+from quire.blobstore import assembled_key, fetched_key, normalized_key, signed_key
 from quire.jobs import job_id
 from quire.pipeline import State
 from quire.retention_records import (
     AcceptedJob,
+    Fetched,
     LedgerJob,
     Records,
     Rewrite,
@@ -61,6 +65,7 @@ RULE_OF_KIND = {
     "artifact": "artifacts",
     "upload": "unused_uploads",
     "normalized": "sources",
+    "fetched": "sources",
 }
 
 
@@ -157,7 +162,7 @@ class _Context:
         tenant: str,
         job: str,
         kind: str,
-        blob: StoredBlob | Upload | Rewrite,
+        blob: StoredBlob | Upload | Rewrite | Fetched,
         since: datetime,
     ) -> PlannedRetirement:
         rule = RULE_OF_KIND[kind]
@@ -291,18 +296,56 @@ def _rewrites(ctx: _Context) -> Iterable[PlannedRetirement]:
         for sha256 in accepted.sources:
             naming[(accepted.tenant, sha256)].add(accepted.job)
     users: dict[str, list[str]] = {}
-    tenant_of: dict[str, str] = {}
     for key, by_job in recorded.items():
         tenant = next(iter(by_job.values())).tenant  # the key names it: one for all
         sources = {rewrite.source_sha256 for rewrite in by_job.values()}
         named = {job for sha256 in sources for job in naming.get((tenant, sha256), set())}
         users[key] = sorted(set(by_job) | named)
-        tenant_of[key] = tenant
+    yield from _recorded_blobs(ctx, "normalized", recorded, users)
+
+
+def _fetched(ctx: _Context) -> Iterable[PlannedRetirement]:
+    """The bytes a source named by reference was pinned to go under the
+    sources rule, once every job that used them is due. Users are the jobs
+    whose ledger records the pin, the jobs the validator pinned to them (its
+    own record comes first: a job still validating may have pinned them
+    before its ledger says so), and the tenant's jobs whose sources name a
+    reference these bytes were pinned from (one still fetching may be about
+    to store the same bytes). Only a job whose ledger records the pin gets
+    an entry: audit accepts no other."""
+    recorded: dict[str, dict[str, Fetched]] = defaultdict(dict)
+    for job, ledger_job in sorted(ctx.records.ledger.items()):
+        for key, pinned in ledger_job.pins.items():
+            if key == fetched_key(pinned.tenant, pinned.sha256):
+                recorded[key][job] = pinned
+    naming: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    for accepted in ctx.records.accepted.values():
+        for system, reference in accepted.references:
+            naming[(accepted.tenant, system, reference)].add(accepted.job)
+    users: dict[str, list[str]] = {}
+    for key, by_job in recorded.items():
+        tenant = next(iter(by_job.values())).tenant  # the key names it: one for all
+        references = {ref for pinned in by_job.values() for ref in pinned.references}
+        named = {job for ref in references for job in naming.get((tenant, *ref), set())}
+        holding = ctx.records.pinned.get(key, frozenset())
+        users[key] = sorted(set(by_job) | named | holding)
+    yield from _recorded_blobs(ctx, "fetched", recorded, users)
+
+
+def _recorded_blobs(
+    ctx: _Context,
+    kind: str,
+    recorded: Mapping[str, Mapping[str, Rewrite | Fetched]],
+    users: dict[str, list[str]],
+) -> Iterable[PlannedRetirement]:
+    """Of blobs some jobs' ledgers record (``recorded``: by key, by job),
+    those whose every user is due, one entry per recording job."""
+    tenant_of = {key: next(iter(by_job.values())).tenant for key, by_job in recorded.items()}
     items: dict[str, list[PlannedRetirement]] = defaultdict(list)
     for key, job, since in _shared(ctx, users, "sources", tenant_of):
         if job in recorded[key]:
-            rewrite = recorded[key][job]
-            items[key].append(ctx.item(tenant_of[key], job, "normalized", rewrite, since))
+            blob = recorded[key][job]
+            items[key].append(ctx.item(tenant_of[key], job, kind, blob, since))
     for key, due in items.items():
         # Bytes gone with no record are not ours to explain: `quire check` says so.
         if ctx.blobs.exists(key) or any(item.recorded for item in due):
@@ -314,7 +357,7 @@ def plan(
 ) -> list[PlannedRetirement]:
     """What is due for retirement at ``now``, blob by blob."""
     ctx = _Context(records, defaults, now, blobs)
-    return [*_artifacts(ctx), *_packets(ctx), *_uploads(ctx), *_rewrites(ctx)]
+    return [*_artifacts(ctx), *_packets(ctx), *_uploads(ctx), *_rewrites(ctx), *_fetched(ctx)]
 
 
 def describe(planned: PlannedRetirement) -> str:

@@ -1,8 +1,10 @@
 """What ``quire retention`` reads from the services' databases, read-only:
-admission's tenants (their periods), uploads and accepted jobs; each job's
-ledger entries in audit (its end, the repaired sources' clean rewrites it
-used, and what is already recorded as retired); the assembler's packets and
-the signer's artifacts.
+admission's tenants (their periods), uploads and accepted jobs (with the
+sources their tasks name by reference); each job's ledger entries in audit
+(its end, the repaired sources' clean rewrites it used, the fetched bytes
+its sources were pinned to, and what is already recorded as retired); the
+validator's pins (which job pinned which fetched bytes, before its ledger
+says so); the assembler's packets and the signer's artifacts.
 
 Only ids, digests, sizes, keys and times are kept; never a document's name
 or content. Like ``quire check``, it opens each service's database through
@@ -25,18 +27,20 @@ from quire.admission.storagepolicy import TenantStorage, read_storage
 from quire.assembler import tables as assembler_tables
 from quire.audit import tables as audit_tables
 from quire.audit.jobview import JobFacts, apply, is_retirement
-from quire.blobstore import normalized_key
+from quire.blobstore import fetched_key, normalized_key
 from quire.database import as_utc
 from quire.invariants_db import database_exists, read_only_engine, service_settings
 from quire.jobs import TERMINAL_STATES
 from quire.signer import tables as signer_tables
 from quire.type import queue_pb2
+from quire.validator import tables as validator_tables
 
 __all__ = [
     "Upload",
     "AcceptedJob",
     "LedgerJob",
     "Rewrite",
+    "Fetched",
     "StoredBlob",
     "Records",
     "read_records",
@@ -62,6 +66,8 @@ class AcceptedJob:
     tenant: str
     created_at: datetime
     sources: frozenset[str]
+    references: frozenset[tuple[str, str]] = frozenset()
+    """The (system, key) of each source its task names by reference."""
 
 
 @dataclass(frozen=True)
@@ -77,10 +83,24 @@ class Rewrite:
     size_bytes: int
 
 
+@dataclass(frozen=True)
+class Fetched:
+    """Bytes a source named by reference was pinned to, as a job's ledger
+    entry records it (``SourcePin``): stored under ``fetched_key(tenant, sha256)``."""
+
+    tenant: str
+    references: frozenset[tuple[str, str]]
+    """The (system, key) of each of the job's sources pinned to these bytes."""
+    blob_key: str
+    sha256: str
+    size_bytes: int
+
+
 @dataclass
 class LedgerJob:
     """A job as its ledger entries say: the view, when it ended, the clean
-    rewrites of its repaired sources, what is retired."""
+    rewrites of its repaired sources, the fetched bytes its sources were
+    pinned to, what is retired."""
 
     facts: JobFacts | None = None
     ended_at: datetime | None = None
@@ -89,6 +109,8 @@ class LedgerJob:
     """Event ids of its retirement entries."""
     repairs: dict[str, Rewrite] = field(default_factory=dict)
     """Its repaired sources' clean rewrites, by blob key."""
+    pins: dict[str, Fetched] = field(default_factory=dict)
+    """The fetched bytes its sources were pinned to, by blob key."""
 
     def take(self, event: queue_pb2.TransitionEvent) -> None:
         if is_retirement(event):
@@ -103,6 +125,18 @@ class LedgerJob:
                     key,
                     repair.normalized_sha256,
                     repair.normalized_size_bytes,
+                )
+        for pin in event.pins:
+            if event.tenant and pin.sha256:
+                key = fetched_key(event.tenant, pin.sha256)
+                known = self.pins.get(key)
+                references = frozenset({(pin.system, pin.key)})
+                self.pins[key] = Fetched(
+                    event.tenant,
+                    references | (known.references if known else frozenset()),
+                    key,
+                    pin.sha256,
+                    pin.size_bytes,
                 )
         before = self.facts.state if self.facts else ""
         self.facts = apply(self.facts, event)
@@ -132,13 +166,22 @@ class Records:
     """Event ids of retirement entries without a job (uploads no job used)."""
     packets: Mapping[str, StoredBlob]
     artifacts: Mapping[str, StoredBlob]
+    pinned: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """The validator's own pins: for each fetched blob key, the jobs it
+    pinned to those bytes (written as soon as they were stored, before the
+    job's ledger records them)."""
 
 
-def _sources(task: bytes) -> frozenset[str]:
+def _sources(task: bytes) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
+    """The source digests ``task`` names, and its references (system, key)."""
     try:
-        return frozenset(s.sha256 for s in queue_pb2.JobTask.FromString(task).sources)
+        sources = queue_pb2.JobTask.FromString(task).sources
     except DecodeError:
-        return frozenset()
+        return frozenset(), frozenset()
+    return (
+        frozenset(s.sha256 for s in sources),
+        frozenset((s.fetch.system, s.fetch.key) for s in sources if s.HasField("fetch")),
+    )
 
 
 def _admission(session: Session) -> tuple[dict[str, TenantStorage], list[Upload], dict]:
@@ -150,7 +193,7 @@ def _admission(session: Session) -> tuple[dict[str, TenantStorage], list[Upload]
     ]
     jobs = admission_tables.jobs
     accepted = {
-        r.job: AcceptedJob(r.job, r.tenant, as_utc(r.created_at), _sources(r.task))
+        r.job: AcceptedJob(r.job, r.tenant, as_utc(r.created_at), *_sources(r.task))
         for r in session.execute(select(jobs.c.job, jobs.c.tenant, jobs.c.created_at, jobs.c.task))
     }
     return read_storage(session, tenant_ids), uploads, accepted
@@ -182,9 +225,17 @@ def _blobs(session: Session, table: object) -> dict[str, StoredBlob]:
     }
 
 
+def _pinned(session: Session) -> dict[str, frozenset[str]]:
+    table = validator_tables.source_pins
+    jobs: dict[str, set[str]] = {}
+    for row in session.execute(select(table.c.job, table.c.blob_key)):
+        jobs.setdefault(row.blob_key, set()).add(row.job)
+    return {key: frozenset(names) for key, names in jobs.items()}
+
+
 def _engines(data_dir: Path, env: Mapping[str, str]) -> dict[str, Engine]:
     engines = {}
-    for service in ("admission", "audit", "assembler", "signer"):
+    for service in ("admission", "validator", "audit", "assembler", "signer"):
         url = service_settings(data_dir, service, env).database_url
         if database_exists(url):
             engines[service] = read_only_engine(url, stopped=False)
@@ -193,7 +244,9 @@ def _engines(data_dir: Path, env: Mapping[str, str]) -> dict[str, Engine]:
 
 def read_records(data_dir: Path, env: Mapping[str, str]) -> Records:
     """Everything the plan needs. Audit is read after admission, so a job
-    admission accepted meanwhile is at worst unknown to the ledger (kept)."""
+    admission accepted meanwhile is at worst unknown to the ledger (kept);
+    the validator's pins are read before audit, so a pin written meanwhile
+    is at worst in the ledger already (its job has not ended: kept)."""
     engines = _engines(data_dir, env)
     try:
         tenants: dict[str, TenantStorage] = {}
@@ -202,6 +255,10 @@ def read_records(data_dir: Path, env: Mapping[str, str]) -> Records:
         if "admission" in engines:
             with Session(engines["admission"]) as session, session.begin():
                 tenants, uploads, accepted = _admission(session)
+        pinned: dict[str, frozenset[str]] = {}
+        if "validator" in engines:
+            with Session(engines["validator"]) as session, session.begin():
+                pinned = _pinned(session)
         ledger: dict[str, LedgerJob] = {}
         unused: frozenset[str] = frozenset()
         if "audit" in engines:
@@ -218,4 +275,4 @@ def read_records(data_dir: Path, env: Mapping[str, str]) -> Records:
     finally:
         for engine in engines.values():
             engine.dispose()
-    return Records(tenants, uploads, accepted, ledger, unused, packets, artifacts)
+    return Records(tenants, uploads, accepted, ledger, unused, packets, artifacts, pinned)

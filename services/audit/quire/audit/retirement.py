@@ -12,10 +12,11 @@ A retirement changes no job's state. Its ``from_state`` and ``to_state``
 are both the state the job had ended in, and the job view skips it
 (``quire.audit.jobview``). Only an ended job's bytes retire, and only bytes
 the ledger ties to it: a source among its source digests, a repaired
-source's clean rewrite among its recorded repairs, its artifact under its
-key with its output digest. An upload no job used has no job; its
-entry's job is empty and its states UNSPECIFIED. The event id is fixed by
-what is retired, so asking again appends nothing.
+source's clean rewrite among its recorded repairs, the fetched bytes a
+source named by reference was pinned to among its recorded pins, its
+artifact under its key with its output digest. An upload no job used has
+no job; its entry's job is empty and its states UNSPECIFIED. The event id
+is fixed by what is retired, so asking again appends nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from quire.audit import ledger, tables
 from quire.audit.jobview import fold, is_retirement
-from quire.blobstore import assembled_key, normalized_key, signed_key, source_key
+from quire.blobstore import assembled_key, fetched_key, normalized_key, signed_key, source_key
 from quire.errors import FailedPrecondition, FieldViolation, InvalidInput, NotFound
 from quire.jobs import TERMINAL_STATES, job_id, state_value
 from quire.pipeline import State
@@ -43,6 +44,7 @@ RULES = {
     "artifact": "artifacts",
     "upload": "unused_uploads",
     "normalized": "sources",
+    "fetched": "sources",
 }
 """Each kind of bytes and the tenant's period that governs it."""
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
@@ -68,6 +70,8 @@ def _expected_key(tenant: str, job: str, retirement: queue_pb2.Retirement) -> st
         return assembled_key(tenant, retirement.sha256)
     if retirement.kind == "normalized":
         return normalized_key(tenant, retirement.sha256)
+    if retirement.kind == "fetched":
+        return fetched_key(tenant, retirement.sha256)
     return source_key(tenant, retirement.sha256)
 
 
@@ -76,7 +80,8 @@ def _check_request(tenant: str, job: str, retirement: queue_pb2.Retirement) -> N
         raise NotFound("tenant not found")
     if RULES.get(retirement.kind) is None:
         raise _invalid(
-            "retirement.kind", "kind must be source, normalized, packet, artifact or upload"
+            "retirement.kind",
+            "kind must be source, normalized, fetched, packet, artifact or upload",
         )
     if retirement.rule != RULES[retirement.kind]:
         raise _invalid("retirement.rule", "the rule does not govern this kind")
@@ -117,6 +122,10 @@ def _ended_state(session: Session, tenant: str, job: str, retirement: queue_pb2.
         for repair in event.repairs
     ):
         raise _invalid("retirement.sha256", "not the clean rewrite of one of the job's sources")
+    if retirement.kind == "fetched" and not any(
+        retirement.sha256 == pin.sha256 for event in events for pin in event.pins
+    ):
+        raise _invalid("retirement.sha256", "not the pinned bytes of one of the job's sources")
     if retirement.kind == "artifact" and (
         facts.state != State.COMPLETED or facts.output_digest != retirement.sha256
     ):
