@@ -173,7 +173,7 @@ class SigningRecord(_message.Message):
     def __init__(self, key_version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., signer_identity: _Optional[str] = ..., level: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("name", "state", "reason_code", "item_count", "manifest_digest", "output_digest", "ruleset_version", "create_time", "update_time", "key_version", "reason_detail", "bundle_id", "batch", "timings", "deadline", "pins")
+    __slots__ = ("name", "state", "reason_code", "item_count", "manifest_digest", "output_digest", "ruleset_version", "create_time", "update_time", "key_version", "reason_detail", "bundle_id", "batch", "timings", "deadline", "pins", "source_waits")
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REASON_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -190,6 +190,7 @@ class Job(_message.Message):
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     PINS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_WAITS_FIELD_NUMBER: _ClassVar[int]
     name: str
     state: JobState
     reason_code: str
@@ -206,7 +207,22 @@ class Job(_message.Message):
     timings: _containers.RepeatedCompositeFieldContainer[PhaseTiming]
     deadline: _timestamp_pb2.Timestamp
     pins: _containers.RepeatedCompositeFieldContainer[SourcePin]
-    def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason_code: _Optional[str] = ..., item_count: _Optional[int] = ..., manifest_digest: _Optional[str] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., key_version: _Optional[str] = ..., reason_detail: _Optional[str] = ..., bundle_id: _Optional[str] = ..., batch: _Optional[str] = ..., timings: _Optional[_Iterable[_Union[PhaseTiming, _Mapping]]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pins: _Optional[_Iterable[_Union[SourcePin, _Mapping]]] = ...) -> None: ...
+    source_waits: _containers.RepeatedCompositeFieldContainer[SourceWait]
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason_code: _Optional[str] = ..., item_count: _Optional[int] = ..., manifest_digest: _Optional[str] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., key_version: _Optional[str] = ..., reason_detail: _Optional[str] = ..., bundle_id: _Optional[str] = ..., batch: _Optional[str] = ..., timings: _Optional[_Iterable[_Union[PhaseTiming, _Mapping]]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pins: _Optional[_Iterable[_Union[SourcePin, _Mapping]]] = ..., source_waits: _Optional[_Iterable[_Union[SourceWait, _Mapping]]] = ...) -> None: ...
+
+class SourceWait(_message.Message):
+    __slots__ = ("system", "breaker", "retry_time", "reason_code", "since")
+    SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    BREAKER_FIELD_NUMBER: _ClassVar[int]
+    RETRY_TIME_FIELD_NUMBER: _ClassVar[int]
+    REASON_CODE_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    system: str
+    breaker: str
+    retry_time: _timestamp_pb2.Timestamp
+    reason_code: str
+    since: _timestamp_pb2.Timestamp
+    def __init__(self, system: _Optional[str] = ..., breaker: _Optional[str] = ..., retry_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., reason_code: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class PhaseTiming(_message.Message):
     __slots__ = ("stage", "phase", "duration", "source_system")

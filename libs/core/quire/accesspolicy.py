@@ -87,6 +87,7 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
             "ListReviews": OPERATOR,  # every tenant's parked jobs
             "ResolveReview": OPERATOR,
             "EvaluateManifest": OPERATOR,  # shadow evaluation runs the sandbox
+            "ListSourceWaits": FRONT_DOOR_READ,  # a job's status while it waits
         },
     ),
     "assembler": _service(

@@ -31,8 +31,9 @@ def rfc3339(stamp: Timestamp) -> str | None:
 
 def job_status_document(job: job_pb2.Job) -> dict[str, Any]:
     """The job's status: its id and state, the ordered item count, the output
-    digest once COMPLETED, the failure code when it ended otherwise, and how
-    long each phase of its work took."""
+    digest once COMPLETED, the failure code when it ended otherwise, how
+    long each phase of its work took, and the source systems it waits for
+    while the validator has deferred it (empty otherwise)."""
     state = state_name(job.state)
     failed = state in TERMINAL_STATES and state != "COMPLETED"
     return {
@@ -74,6 +75,16 @@ def job_status_document(job: job_pb2.Job) -> dict[str, Any]:
                 "normalisations": list(pin.normalisations),
             }
             for pin in job.pins
+        ],
+        "source_waits": [
+            {
+                "system": wait.system,
+                "breaker": wait.breaker,
+                "retry_time": rfc3339(wait.retry_time),
+                "since": rfc3339(wait.since),
+                "reason_code": wait.reason_code,
+            }
+            for wait in job.source_waits
         ],
     }
 

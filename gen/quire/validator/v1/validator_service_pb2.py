@@ -23,41 +23,46 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from quire.type import job_pb2 as quire_dot_type_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*quire/validator/v1/validator_service.proto\x12\x12quire.validator.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"#\n\x14GetValidationRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"s\n\x0f\x44ocumentFinding\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x15\n\rdetected_type\x18\x03 \x01(\t\x12\x12\n\npage_count\x18\x04 \x01(\x05\x12\x13\n\x0breason_code\x18\x05 \x01(\t\"d\n\x0cRuleDecision\x12\x0c\n\x04rule\x18\x01 \x01(\t\x12\x0f\n\x07outcome\x18\x02 \x01(\t\x12\x13\n\x0breason_code\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\x10\n\x08position\x18\x05 \x01(\x05\"\xf2\x01\n\nValidation\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07verdict\x18\x02 \x01(\t\x12\x13\n\x0breason_code\x18\x03 \x01(\t\x12\x36\n\tdocuments\x18\x04 \x03(\x0b\x32#.quire.validator.v1.DocumentFinding\x12\x13\n\x0blease_token\x18\x05 \x01(\x03\x12\x17\n\x0fruleset_version\x18\x06 \x01(\t\x12\x16\n\x0eruleset_digest\x18\x07 \x01(\t\x12\x33\n\tdecisions\x18\x08 \x03(\x0b\x32 .quire.validator.v1.RuleDecision\"M\n\x07Ruleset\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x0c\n\x04\x62ody\x18\x04 \x01(\t\"<\n\x13ListRulesetsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"^\n\x14ListRulesetsResponse\x12-\n\x08rulesets\x18\x01 \x03(\x0b\x32\x1b.quire.validator.v1.Ruleset\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xf6\x01\n\x06Review\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x17\n\x0fruleset_version\x18\x03 \x01(\t\x12\x33\n\tdecisions\x18\x04 \x03(\x0b\x32 .quire.validator.v1.RuleDecision\x12\x10\n\x08operator\x18\x05 \x01(\t\x12\x0c\n\x04note\x18\x06 \x01(\t\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0cresolve_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\";\n\x12ListReviewsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"[\n\x13ListReviewsResponse\x12+\n\x07reviews\x18\x01 \x03(\x0b\x32\x1a.quire.validator.v1.Review\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"h\n\x14ResolveReviewRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07\x61pprove\x18\x02 \x01(\x08\x12\x0c\n\x04note\x18\x03 \x01(\t\x12\x10\n\x08operator\x18\x04 \x01(\t\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"7\n\x17\x45valuateManifestRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07ruleset\x18\x02 \x01(\t\"\xdd\x01\n\nEvaluation\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x17\n\x0fruleset_version\x18\x02 \x01(\t\x12\x16\n\x0eruleset_digest\x18\x03 \x01(\t\x12\x0f\n\x07verdict\x18\x04 \x01(\t\x12\x13\n\x0breason_code\x18\x05 \x01(\t\x12\x36\n\tdocuments\x18\x06 \x03(\x0b\x32#.quire.validator.v1.DocumentFinding\x12\x33\n\tdecisions\x18\x07 \x03(\x0b\x32 .quire.validator.v1.RuleDecision2\xe8\x03\n\x10ValidatorService\x12Y\n\rGetValidation\x12(.quire.validator.v1.GetValidationRequest\x1a\x1e.quire.validator.v1.Validation\x12\x61\n\x0cListRulesets\x12\'.quire.validator.v1.ListRulesetsRequest\x1a(.quire.validator.v1.ListRulesetsResponse\x12^\n\x0bListReviews\x12&.quire.validator.v1.ListReviewsRequest\x1a\'.quire.validator.v1.ListReviewsResponse\x12U\n\rResolveReview\x12(.quire.validator.v1.ResolveReviewRequest\x1a\x1a.quire.validator.v1.Review\x12_\n\x10\x45valuateManifest\x12+.quire.validator.v1.EvaluateManifestRequest\x1a\x1e.quire.validator.v1.Evaluationb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*quire/validator/v1/validator_service.proto\x12\x12quire.validator.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14quire/type/job.proto\"#\n\x14GetValidationRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"s\n\x0f\x44ocumentFinding\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x15\n\rdetected_type\x18\x03 \x01(\t\x12\x12\n\npage_count\x18\x04 \x01(\x05\x12\x13\n\x0breason_code\x18\x05 \x01(\t\"d\n\x0cRuleDecision\x12\x0c\n\x04rule\x18\x01 \x01(\t\x12\x0f\n\x07outcome\x18\x02 \x01(\t\x12\x13\n\x0breason_code\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\x10\n\x08position\x18\x05 \x01(\x05\"\xf2\x01\n\nValidation\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07verdict\x18\x02 \x01(\t\x12\x13\n\x0breason_code\x18\x03 \x01(\t\x12\x36\n\tdocuments\x18\x04 \x03(\x0b\x32#.quire.validator.v1.DocumentFinding\x12\x13\n\x0blease_token\x18\x05 \x01(\x03\x12\x17\n\x0fruleset_version\x18\x06 \x01(\t\x12\x16\n\x0eruleset_digest\x18\x07 \x01(\t\x12\x33\n\tdecisions\x18\x08 \x03(\x0b\x32 .quire.validator.v1.RuleDecision\"M\n\x07Ruleset\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x0c\n\x04\x62ody\x18\x04 \x01(\t\"<\n\x13ListRulesetsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"^\n\x14ListRulesetsResponse\x12-\n\x08rulesets\x18\x01 \x03(\x0b\x32\x1b.quire.validator.v1.Ruleset\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xf6\x01\n\x06Review\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x17\n\x0fruleset_version\x18\x03 \x01(\t\x12\x33\n\tdecisions\x18\x04 \x03(\x0b\x32 .quire.validator.v1.RuleDecision\x12\x10\n\x08operator\x18\x05 \x01(\t\x12\x0c\n\x04note\x18\x06 \x01(\t\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0cresolve_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\";\n\x12ListReviewsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"[\n\x13ListReviewsResponse\x12+\n\x07reviews\x18\x01 \x03(\x0b\x32\x1a.quire.validator.v1.Review\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"h\n\x14ResolveReviewRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07\x61pprove\x18\x02 \x01(\x08\x12\x0c\n\x04note\x18\x03 \x01(\t\x12\x10\n\x08operator\x18\x04 \x01(\t\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"7\n\x17\x45valuateManifestRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07ruleset\x18\x02 \x01(\t\"\xdd\x01\n\nEvaluation\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x17\n\x0fruleset_version\x18\x02 \x01(\t\x12\x16\n\x0eruleset_digest\x18\x03 \x01(\t\x12\x0f\n\x07verdict\x18\x04 \x01(\t\x12\x13\n\x0breason_code\x18\x05 \x01(\t\x12\x36\n\tdocuments\x18\x06 \x03(\x0b\x32#.quire.validator.v1.DocumentFinding\x12\x33\n\tdecisions\x18\x07 \x03(\x0b\x32 .quire.validator.v1.RuleDecision\"%\n\x16ListSourceWaitsRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"@\n\x17ListSourceWaitsResponse\x12%\n\x05waits\x18\x01 \x03(\x0b\x32\x16.quire.type.SourceWait2\xd4\x04\n\x10ValidatorService\x12Y\n\rGetValidation\x12(.quire.validator.v1.GetValidationRequest\x1a\x1e.quire.validator.v1.Validation\x12\x61\n\x0cListRulesets\x12\'.quire.validator.v1.ListRulesetsRequest\x1a(.quire.validator.v1.ListRulesetsResponse\x12^\n\x0bListReviews\x12&.quire.validator.v1.ListReviewsRequest\x1a\'.quire.validator.v1.ListReviewsResponse\x12U\n\rResolveReview\x12(.quire.validator.v1.ResolveReviewRequest\x1a\x1a.quire.validator.v1.Review\x12_\n\x10\x45valuateManifest\x12+.quire.validator.v1.EvaluateManifestRequest\x1a\x1e.quire.validator.v1.Evaluation\x12j\n\x0fListSourceWaits\x12*.quire.validator.v1.ListSourceWaitsRequest\x1a+.quire.validator.v1.ListSourceWaitsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'quire.validator.v1.validator_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_GETVALIDATIONREQUEST']._serialized_start=99
-  _globals['_GETVALIDATIONREQUEST']._serialized_end=134
-  _globals['_DOCUMENTFINDING']._serialized_start=136
-  _globals['_DOCUMENTFINDING']._serialized_end=251
-  _globals['_RULEDECISION']._serialized_start=253
-  _globals['_RULEDECISION']._serialized_end=353
-  _globals['_VALIDATION']._serialized_start=356
-  _globals['_VALIDATION']._serialized_end=598
-  _globals['_RULESET']._serialized_start=600
-  _globals['_RULESET']._serialized_end=677
-  _globals['_LISTRULESETSREQUEST']._serialized_start=679
-  _globals['_LISTRULESETSREQUEST']._serialized_end=739
-  _globals['_LISTRULESETSRESPONSE']._serialized_start=741
-  _globals['_LISTRULESETSRESPONSE']._serialized_end=835
-  _globals['_REVIEW']._serialized_start=838
-  _globals['_REVIEW']._serialized_end=1084
-  _globals['_LISTREVIEWSREQUEST']._serialized_start=1086
-  _globals['_LISTREVIEWSREQUEST']._serialized_end=1145
-  _globals['_LISTREVIEWSRESPONSE']._serialized_start=1147
-  _globals['_LISTREVIEWSRESPONSE']._serialized_end=1238
-  _globals['_RESOLVEREVIEWREQUEST']._serialized_start=1240
-  _globals['_RESOLVEREVIEWREQUEST']._serialized_end=1344
-  _globals['_EVALUATEMANIFESTREQUEST']._serialized_start=1346
-  _globals['_EVALUATEMANIFESTREQUEST']._serialized_end=1401
-  _globals['_EVALUATION']._serialized_start=1404
-  _globals['_EVALUATION']._serialized_end=1625
-  _globals['_VALIDATORSERVICE']._serialized_start=1628
-  _globals['_VALIDATORSERVICE']._serialized_end=2116
+  _globals['_GETVALIDATIONREQUEST']._serialized_start=121
+  _globals['_GETVALIDATIONREQUEST']._serialized_end=156
+  _globals['_DOCUMENTFINDING']._serialized_start=158
+  _globals['_DOCUMENTFINDING']._serialized_end=273
+  _globals['_RULEDECISION']._serialized_start=275
+  _globals['_RULEDECISION']._serialized_end=375
+  _globals['_VALIDATION']._serialized_start=378
+  _globals['_VALIDATION']._serialized_end=620
+  _globals['_RULESET']._serialized_start=622
+  _globals['_RULESET']._serialized_end=699
+  _globals['_LISTRULESETSREQUEST']._serialized_start=701
+  _globals['_LISTRULESETSREQUEST']._serialized_end=761
+  _globals['_LISTRULESETSRESPONSE']._serialized_start=763
+  _globals['_LISTRULESETSRESPONSE']._serialized_end=857
+  _globals['_REVIEW']._serialized_start=860
+  _globals['_REVIEW']._serialized_end=1106
+  _globals['_LISTREVIEWSREQUEST']._serialized_start=1108
+  _globals['_LISTREVIEWSREQUEST']._serialized_end=1167
+  _globals['_LISTREVIEWSRESPONSE']._serialized_start=1169
+  _globals['_LISTREVIEWSRESPONSE']._serialized_end=1260
+  _globals['_RESOLVEREVIEWREQUEST']._serialized_start=1262
+  _globals['_RESOLVEREVIEWREQUEST']._serialized_end=1366
+  _globals['_EVALUATEMANIFESTREQUEST']._serialized_start=1368
+  _globals['_EVALUATEMANIFESTREQUEST']._serialized_end=1423
+  _globals['_EVALUATION']._serialized_start=1426
+  _globals['_EVALUATION']._serialized_end=1647
+  _globals['_LISTSOURCEWAITSREQUEST']._serialized_start=1649
+  _globals['_LISTSOURCEWAITSREQUEST']._serialized_end=1686
+  _globals['_LISTSOURCEWAITSRESPONSE']._serialized_start=1688
+  _globals['_LISTSOURCEWAITSRESPONSE']._serialized_end=1752
+  _globals['_VALIDATORSERVICE']._serialized_start=1755
+  _globals['_VALIDATORSERVICE']._serialized_end=2351
 # @@protoc_insertion_point(module_scope)

@@ -1,6 +1,7 @@
 import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from quire.type import job_pb2 as _job_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -166,3 +167,15 @@ class Evaluation(_message.Message):
     documents: _containers.RepeatedCompositeFieldContainer[DocumentFinding]
     decisions: _containers.RepeatedCompositeFieldContainer[RuleDecision]
     def __init__(self, job: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., ruleset_digest: _Optional[str] = ..., verdict: _Optional[str] = ..., reason_code: _Optional[str] = ..., documents: _Optional[_Iterable[_Union[DocumentFinding, _Mapping]]] = ..., decisions: _Optional[_Iterable[_Union[RuleDecision, _Mapping]]] = ...) -> None: ...
+
+class ListSourceWaitsRequest(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    def __init__(self, job: _Optional[str] = ...) -> None: ...
+
+class ListSourceWaitsResponse(_message.Message):
+    __slots__ = ("waits",)
+    WAITS_FIELD_NUMBER: _ClassVar[int]
+    waits: _containers.RepeatedCompositeFieldContainer[_job_pb2.SourceWait]
+    def __init__(self, waits: _Optional[_Iterable[_Union[_job_pb2.SourceWait, _Mapping]]] = ...) -> None: ...

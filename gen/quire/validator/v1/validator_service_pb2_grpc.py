@@ -59,6 +59,11 @@ class ValidatorServiceStub:
                 request_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.EvaluateManifestRequest.SerializeToString,
                 response_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.Evaluation.FromString,
                 _registered_method=True)
+        self.ListSourceWaits = channel.unary_unary(
+                '/quire.validator.v1.ValidatorService/ListSourceWaits',
+                request_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ListSourceWaitsRequest.SerializeToString,
+                response_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ListSourceWaitsResponse.FromString,
+                _registered_method=True)
 
 
 class ValidatorServiceServicer:
@@ -98,6 +103,15 @@ class ValidatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListSourceWaits(self, request, context):
+        """What a job waits for: the source systems the validator deferred it for
+        (their breakers, when its task comes back). Empty for a job that waits
+        for none, or that this validator does not know.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ValidatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -125,6 +139,11 @@ def add_ValidatorServiceServicer_to_server(servicer, server):
                     servicer.EvaluateManifest,
                     request_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.EvaluateManifestRequest.FromString,
                     response_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.Evaluation.SerializeToString,
+            ),
+            'ListSourceWaits': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSourceWaits,
+                    request_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ListSourceWaitsRequest.FromString,
+                    response_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ListSourceWaitsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -262,6 +281,33 @@ class ValidatorService:
             '/quire.validator.v1.ValidatorService/EvaluateManifest',
             quire_dot_validator_dot_v1_dot_validator__service__pb2.EvaluateManifestRequest.SerializeToString,
             quire_dot_validator_dot_v1_dot_validator__service__pb2.Evaluation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSourceWaits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.validator.v1.ValidatorService/ListSourceWaits',
+            quire_dot_validator_dot_v1_dot_validator__service__pb2.ListSourceWaitsRequest.SerializeToString,
+            quire_dot_validator_dot_v1_dot_validator__service__pb2.ListSourceWaitsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -52,6 +52,18 @@ def timing_line(job: job_pb2.Job) -> str:
     return "; ".join(f"{stage}: {', '.join(phases)}" for stage, phases in stages.items())
 
 
+def wait_lines(job: job_pb2.Job) -> list[str]:
+    """``waiting for source system tax: breaker open, next try 12:00:03Z``,
+    one per source system the job waits for (none when it waits for none)."""
+    lines = []
+    for wait in job.source_waits:
+        line = f"waiting for source system {wait.system}: breaker {wait.breaker or 'unknown'}"
+        if wait.HasField("retry_time"):
+            line += f", next try {wait.retry_time.ToDatetime().strftime('%H:%M:%SZ')}"
+        lines.append(line)
+    return lines
+
+
 def job_exit(job: job_pb2.Job) -> int:
     """0 when the job completed, REJECTED when it was refused, FAILED otherwise."""
     state = state_name(job.state)
@@ -100,6 +112,8 @@ async def status(args: argparse.Namespace, config: ClientConfig, out: Output) ->
     out.line(job_line(job))
     if job.timings:
         out.line(f"  {timing_line(job)}")
+    for line in wait_lines(job):
+        out.line(f"  {line}")
     out.result({"job": job_dict(job)})
     return ExitCode.OK
 

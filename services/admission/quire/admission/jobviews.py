@@ -1,6 +1,14 @@
 """How admission answers questions about a tenant's jobs without reading
 audit's tables: existence and ownership from its own intake rows, state from
-audit over gRPC. Another tenant's job is NOT_FOUND, like one that never was."""
+audit over gRPC. Another tenant's job is NOT_FOUND, like one that never was.
+
+A job the validator deferred while a source system is unavailable stays
+VALIDATING (a deferral is no transition, and not in the ledger): GetJob and
+WatchJob add what it waits for (``Job.source_waits``), asked of the
+validator. Only for a job still ACCEPTED or VALIDATING that has a deadline
+(every job naming sources by reference has one), so every other status
+read makes no call; and with a short timeout, any error leaving the waits
+empty: a slow validator never fails or delays a status read for long."""
 
 from __future__ import annotations
 
@@ -24,6 +32,7 @@ from quire.paging import MAX_PAGE_SIZE, Page, PageTokens, Position, keyset_after
 from quire.pipeline import State
 from quire.reasons import ReasonCode
 from quire.type import job_pb2
+from quire.validator.v1 import validator_service_pb2, validator_service_pb2_grpc
 
 __all__ = ["JobViews", "JobPage", "accepted_view", "with_intake"]
 
@@ -32,6 +41,10 @@ SCAN_LIMIT = 2000
 """Rows one ListJobs call may look at while filtering by state; past it the
 page ends short, with a token that continues after the last row looked at."""
 LIST_JOBS = "quire.admission.v1.AdmissionService/ListJobs"
+WAITS_TIMEOUT_SECONDS = 0.5
+"""How long a status read waits for the validator's source waits."""
+_MAY_WAIT = frozenset({State.ACCEPTED.number, State.VALIDATING.number})
+"""States in which a job can wait for a source system."""
 
 
 @dataclass(frozen=True)
@@ -77,11 +90,13 @@ class JobViews:
         outstanding: OutstandingJobs,
         *,
         pages: PageTokens,
+        validator: validator_service_pb2_grpc.ValidatorServiceStub | None = None,
     ) -> None:
         self._db = database
         self._pages = pages
         self._audit = audit
         self._outstanding = outstanding
+        self._validator = validator
 
     async def owned(self, tenant: str, name: str) -> AcceptedJob:
         job = job_name(job_id(name))
@@ -109,6 +124,32 @@ class JobViews:
         if state_name(job.state) in TERMINAL_STATES:
             await self._outstanding.mark_finished([job.name])
         return with_intake(job, accepted)
+
+    async def status(self, accepted: AcceptedJob) -> job_pb2.Job:
+        """GetJob's answer: ``current`` and, while the job may wait for a
+        source system, what it waits for."""
+        return await self.with_source_waits(await self.current(accepted))
+
+    async def with_source_waits(self, job: job_pb2.Job) -> job_pb2.Job:
+        """``job`` with the source systems it waits for, asked of the
+        validator when it is ACCEPTED or VALIDATING and has a deadline;
+        unchanged otherwise, or when the validator does not answer in time."""
+        if (
+            self._validator is None
+            or job.state not in _MAY_WAIT
+            or not job.HasField("deadline")
+            or job.source_waits
+        ):
+            return job
+        try:
+            reply = await self._validator.ListSourceWaits(
+                validator_service_pb2.ListSourceWaitsRequest(job=job.name),
+                timeout=WAITS_TIMEOUT_SECONDS,
+            )
+        except Exception:  # noqa: BLE001 - a status read never fails for want of its waits
+            return job
+        job.source_waits.extend(reply.waits)
+        return job
 
     async def artifact_retired(self, name: str) -> bool:
         """Whether audit's ledger records the job's signed artifact as retired

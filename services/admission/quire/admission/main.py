@@ -77,9 +77,10 @@ async def main() -> None:
     validator_channel = peers.channel("validator")
     outstanding = OutstandingJobs(database, audit)
     pages = PageTokens.for_service(settings.identity)
-    views = JobViews(database, audit, outstanding, pages=pages)
+    validator = validator_service_pb2_grpc.ValidatorServiceStub(validator_channel)
+    views = JobViews(database, audit, outstanding, pages=pages, validator=validator)
     watches = WatchRelay(audit, outstanding, config.watch)
-    catalog = RulesetCatalog(validator_service_pb2_grpc.ValidatorServiceStub(validator_channel))
+    catalog = RulesetCatalog(validator)
     intake = Intake(
         database,
         events,

@@ -137,7 +137,7 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext
     ) -> job_pb2.Job:
         tenant = await self._tenants.authenticate(context)
-        return await self._views.current(await self._views.owned(tenant.id, request.name))
+        return await self._views.status(await self._views.owned(tenant.id, request.name))
 
     @at_the_edge(DOMAIN)
     async def WatchJob(  # noqa: N802 - gRPC method name
@@ -157,9 +157,9 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
             accepted.name, request.after_sequence, context.time_remaining()
         )
         async for change in changes:
-            yield pb.WatchJobResponse(
-                job=with_intake(change.job, accepted), sequence=change.sequence
-            )
+            # Source waits as of the relay (a deferral is no change of its own).
+            job = await self._views.with_source_waits(with_intake(change.job, accepted))
+            yield pb.WatchJobResponse(job=job, sequence=change.sequence)
 
     @at_the_edge(DOMAIN)
     async def DownloadArtifact(  # noqa: N802 - gRPC method name

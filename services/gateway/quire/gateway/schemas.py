@@ -139,6 +139,19 @@ class SourcePin(_Document):
     normalisations: list[str]
 
 
+class SourceWait(_Document):
+    """A source system the job waits for: the validator deferred it until the
+    system's circuit breaker lets a call through again."""
+
+    system: str = Field(description="The source system id, as registered for the tenant.")
+    breaker: str = Field(
+        description='The system\'s circuit breaker: "open", "half-open" or "closed".'
+    )
+    retry_time: str | None = Field(description="When the job's task comes back to the validator.")
+    since: str | None = Field(description="When the job began waiting for this system.")
+    reason_code: str = Field(description="Why the job waits: SOURCE_UNAVAILABLE.")
+
+
 class JobStatus(_Document):
     """The job status document (``quire.jobstatus.job_status_document``)."""
 
@@ -162,6 +175,11 @@ class JobStatus(_Document):
         default=None, description="When the job's budget runs out; null for none."
     )
     pins: list[SourcePin] = Field(default_factory=list)
+    source_waits: list[SourceWait] = Field(
+        default_factory=list,
+        description="While the job waits for source systems (it stays VALIDATING): one per"
+        " system; empty otherwise.",
+    )
 
 
 class SourceDocument(_Document):

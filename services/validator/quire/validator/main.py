@@ -26,6 +26,7 @@ from quire.validator.sources.fetcher import SourceFetcher, source_client
 from quire.validator.sources.meter import SourceMeter
 from quire.validator.sources.pinning import SourcePinner
 from quire.validator.sources.pins import PinStore
+from quire.validator.sources.waits import SourceWaits
 from quire.validator.v1 import validator_service_pb2_grpc as pb_grpc
 from quire.validator.work import ValidatorWork
 from quire.workqueue import Publisher
@@ -74,6 +75,7 @@ async def main() -> None:
             quarantine=quarantine,
             budgets=budgets,
         )
+        waits = SourceWaits(database)
         servicer = ValidatorServicer(
             database,
             book=book,
@@ -81,6 +83,7 @@ async def main() -> None:
             evaluator=evaluator,
             operators=peers.operators(),
             pages=PageTokens.for_service(settings.identity),
+            waits=waits,
         )
 
         def register(server: grpc.aio.Server) -> None:
@@ -94,6 +97,7 @@ async def main() -> None:
             settings=config.sources,
             max_deliver=settings.queue.max_deliver,
             meter=meter,
+            waits=waits,
         )
         return ValidatorWork(evaluator=evaluator, book=book, sources=sources), register
 

@@ -1,4 +1,5 @@
-"""ValidatorService: decisions, rulesets, reviews and shadow evaluation."""
+"""ValidatorService: decisions, rulesets, reviews, shadow evaluation, and
+the source systems a deferred job waits for."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from quire.validator import tables
 from quire.validator.evaluation import Evaluator
 from quire.validator.reviews import ReviewDesk, ReviewRow
 from quire.validator.rulesets import Ruleset, RulesetBook, canonical, int_or_text
+from quire.validator.sources.waits import SourceWaits
 from quire.validator.v1 import validator_service_pb2 as pb
 from quire.validator.v1 import validator_service_pb2_grpc as pb_grpc
 
@@ -96,8 +98,10 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
         evaluator: Evaluator,
         operators: OperatorCheck,
         pages: PageTokens,
+        waits: SourceWaits | None = None,
     ) -> None:
         self._db = database
+        self._waits = waits or SourceWaits(database)
         self._pages = pages
         self._operators = operators
         self._book = book
@@ -205,3 +209,12 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
             documents=_findings(evaluation.findings),
             decisions=_decisions(json.loads(json.dumps(evaluation.decisions_json()))),
         )
+
+    @at_the_edge(DOMAIN)
+    async def ListSourceWaits(  # noqa: N802 - gRPC method name
+        self, request: pb.ListSourceWaitsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListSourceWaitsResponse:
+        # Admission's GetJob and WatchJob ask, for a job of the caller's
+        # (the access policy admits admission and operators only).
+        waits = await self._waits.of(job_name(job_id(request.job)))
+        return pb.ListSourceWaitsResponse(waits=[wait.message() for wait in waits])

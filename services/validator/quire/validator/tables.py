@@ -1,5 +1,5 @@
-"""The validator's own tables: leases, decisions, rulesets, reviews and the
-sources it fetched and pinned."""
+"""The validator's own tables: leases, decisions, rulesets, reviews, the
+sources it fetched and pinned, and the source systems jobs wait for."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from sqlalchemy import (
     BigInteger,
     Column,
     DateTime,
+    Index,
     Integer,
     LargeBinary,
     MetaData,
@@ -30,6 +31,7 @@ __all__ = [
     "reviews",
     "request_ids",
     "source_pins",
+    "source_waits",
 ]
 
 metadata = MetaData()
@@ -101,4 +103,23 @@ source_pins = Table(
     # no schema applies): the verdict is the bytes', so a redelivery that
     # reuses the pin decides as the first one did without reading them again.
     Column("schema_error", String(512), nullable=False),
+)
+# The source systems a job waits for (``quire.validator.sources.waits``):
+# one row per system the validator deferred the job for, with that system's
+# breaker and when the job's task comes back; replaced at each deferral,
+# deleted once the job's sources are pinned or it ends at this stage. Not
+# evidence: what GetJob shows while a job waits, never in the ledger.
+source_waits = Table(
+    "source_waits",
+    metadata,
+    Column("job", String(64), primary_key=True),
+    Column("system", String(64), primary_key=True),
+    # "open", "half-open" or "closed".
+    Column("breaker", String(16), nullable=False),
+    Column("retry_at", DateTime(timezone=True), nullable=False),
+    # When the job began waiting for this system (kept across deferrals).
+    Column("since", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    # Rows of jobs that ended elsewhere (cancelled) are swept by age.
+    Index("ix_source_waits_updated", "updated_at"),
 )

@@ -37,7 +37,12 @@ random jitter of up to half the open period (so deferred jobs do not all
 come back at once), capped so that one call still fits before the fetch
 deadline. The message is negatively acknowledged with that delay and the
 validator's slot is free meanwhile. Several systems deferring: the longest
-delay (the job needs them all).
+delay (the job needs them all). A deferral is no state transition: the
+job's status shows it as source waits (``waits``), one row per deferring
+system with its breaker and when the task comes back, written here in one
+small transaction; they are deleted once the job's sources are all pinned or
+it ends here (rejected, failed). Writing them never decides the job: a
+database error there is logged and the deferral raised as it was.
 
 **Ending instead** (``SystemFailure``: FAILED, dead-lettered, inside the
 deadline):
@@ -58,6 +63,7 @@ timings as each system's share of ``fetch``; the whole phase is timed as
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -82,10 +88,12 @@ from quire.validator.sources.normalise import normalise_json
 from quire.validator.sources.pins import Pin, PinStore, fetched_key
 from quire.validator.sources.schemas import is_shipped, schema_error
 from quire.validator.sources.settings import SourceSettings
+from quire.validator.sources.waits import SourceWaits
 
 __all__ = ["Pinned", "SourcePinner", "wants_fetching"]
 
 _tracer = trace.get_tracer("quire.validator")
+log = logging.getLogger(__name__)
 
 
 def wants_fetching(task: queue_pb2.JobTask) -> bool:
@@ -129,6 +137,7 @@ class SourcePinner:
         settings: SourceSettings,
         max_deliver: int,
         meter: SourceMeter | None = None,
+        waits: SourceWaits | None = None,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
     ) -> None:
@@ -139,6 +148,8 @@ class SourcePinner:
         self._settings = settings
         self._max_deliver = max_deliver
         self._meter = meter or SourceMeter()
+        self._waits = waits
+        """Where the job's status finds what it waits for; None: not recorded."""
         self._clock = clock
         self._random = rng or random.Random()
 
@@ -149,6 +160,19 @@ class SourcePinner:
         wanted = [s for s in task.sources if s.HasField("fetch") and not s.HasField("pin")]
         if not wanted:
             return Pinned(task)
+        try:
+            pinned = await self._pin_wanted(task, wanted, attempt)
+        except SourceDeferred:
+            raise  # its waits are written (_decide)
+        except PermanentError:  # the job ends here: FAILED or REJECTED
+            await self._clear_waits(task.job)
+            raise
+        await self._clear_waits(task.job)  # all pinned, or a rejection
+        return pinned
+
+    async def _pin_wanted(
+        self, task: queue_pb2.JobTask, wanted: list[job_pb2.SourceRef], attempt: int
+    ) -> Pinned:
         budget = FetchBudget.of(task, self._settings.budget_reserve_seconds, self._clock)
         if budget.passed():
             raise SystemFailure(
@@ -164,14 +188,14 @@ class SourcePinner:
             pins = await self._pins.pinned(task.job)
             missing = [s for s in wanted if s.position not in pins]
             failures = await self._fetch(task, missing, pins, budget, attempt) if missing else {}
-        return self._decide(_with(task, pins), wanted, pins, failures)
+        return await self._decide(_with(task, pins), wanted, pins, failures)
 
     async def with_pins(self, task: queue_pb2.JobTask) -> queue_pb2.JobTask:
         """``task`` (a copy) with every pin the job has so far: what a FAILED
         ending records, so the ledger says what was fetched before it."""
         return _with(task, await self._pins.pinned(task.job))
 
-    def _decide(
+    async def _decide(
         self,
         task: queue_pb2.JobTask,
         wanted: list[job_pb2.SourceRef],
@@ -205,8 +229,31 @@ class SourcePinner:
         if deferrals:
             for deferral in deferrals:
                 self._meter.deferred(deferral.system)
-            raise max(deferrals, key=lambda d: d.retry_after or 0.0)
+            longest = max(deferrals, key=lambda d: d.retry_after or 0.0)
+            await self._record_waits(task, deferrals, longest.retry_after or 0.0)
+            raise longest
         return Pinned(task)
+
+    async def _record_waits(
+        self, task: queue_pb2.JobTask, deferrals: list[SourceDeferred], retry_after: float
+    ) -> None:
+        """The job waits for ``deferrals``' systems; its task comes back in
+        ``retry_after`` seconds (the longest deferral: the one raised)."""
+        if self._waits is None:
+            return
+        breakers = {d.system: self._breakers.state(task.tenant, d.system) for d in deferrals}
+        try:
+            await self._waits.deferred(task.job, breakers, retry_after)
+        except Exception:  # noqa: BLE001 - the status's aid, never the job's fate
+            log.warning("source waits not recorded", extra={"job": task.job}, exc_info=True)
+
+    async def _clear_waits(self, job: str) -> None:
+        if self._waits is None:
+            return
+        try:
+            await self._waits.cleared(job)
+        except Exception:  # noqa: BLE001 - the status's aid, never the job's fate
+            log.warning("source waits not cleared", extra={"job": job}, exc_info=True)
 
     async def _fetch(
         self,
