@@ -54,3 +54,18 @@ def test_a_job_without_a_budget_has_no_deadline() -> None:
     job = _job(fold([event]))  # type: ignore[arg-type]
     assert not job.HasField("deadline")
     assert job_status_document(job)["deadline"] is None
+
+
+def test_quire_status_shows_the_deadline_each_pin_and_each_systems_fetch_time() -> None:
+    from quire.cli.jobcommands import pin_lines, timing_line
+
+    events = EventFactory(service="validator", instance="i", build_version="1")
+    event = events.transition(_task(), "VALIDATING", "REVIEWING", attempt=1, lease_token=1)
+    fetch = job_pb2.PhaseTiming(stage="validate", phase="fetch", source_system="tax")
+    fetch.duration.FromMilliseconds(12)
+    event.timings.append(fetch)
+    job = _job(fold([event]))  # type: ignore[arg-type]
+    lines = pin_lines(job)
+    assert lines[0] == "deadline 2030-03-17T17:46:40Z"
+    assert lines[1] == f"source 0 from tax:k/1 sha256={'a' * 64} (fetched 08:00:00Z)"
+    assert timing_line(job) == "validate: fetch tax 12 ms"

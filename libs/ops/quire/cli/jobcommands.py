@@ -48,8 +48,32 @@ def timing_line(job: job_pb2.Job) -> str:
     stages: dict[str, list[str]] = {}
     for timing in job.timings:
         milliseconds = timing.duration.ToMicroseconds() / 1000
-        stages.setdefault(timing.stage, []).append(f"{timing.phase} {milliseconds:.0f} ms")
+        phase = f"{timing.phase} {timing.source_system}" if timing.source_system else timing.phase
+        stages.setdefault(timing.stage, []).append(f"{phase} {milliseconds:.0f} ms")
     return "; ".join(f"{stage}: {', '.join(phases)}" for stage, phases in stages.items())
+
+
+def pin_lines(job: job_pb2.Job) -> list[str]:
+    """The job's deadline, and what was pinned for each source named by
+    reference: ``source 1 from tax:orders/A-17 sha256=… (tax-record@1,
+    fetched 12:00:01Z)``."""
+    lines = []
+    if job.HasField("deadline"):
+        lines.append(f"deadline {job.deadline.ToJsonString()}")
+    for pin in job.pins:
+        how = ", ".join(
+            part
+            for part in (
+                pin.schema_version,
+                f"fetched {pin.fetch_time.ToDatetime().strftime('%H:%M:%SZ')}",
+                *pin.normalisations,
+            )
+            if part
+        )
+        lines.append(
+            f"source {pin.position} from {pin.system}:{pin.key} sha256={pin.sha256} ({how})"
+        )
+    return lines
 
 
 def wait_lines(job: job_pb2.Job) -> list[str]:
@@ -112,7 +136,7 @@ async def status(args: argparse.Namespace, config: ClientConfig, out: Output) ->
     out.line(job_line(job))
     if job.timings:
         out.line(f"  {timing_line(job)}")
-    for line in wait_lines(job):
+    for line in (*pin_lines(job), *wait_lines(job)):
         out.line(f"  {line}")
     out.result({"job": job_dict(job)})
     return ExitCode.OK
