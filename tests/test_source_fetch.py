@@ -541,7 +541,10 @@ async def test_a_half_open_breaker_lets_one_trial_through_and_defers_the_rest(ri
     pinned = [o for o in outcomes if isinstance(o, Pinned)]
     deferred = [o for o in outcomes if isinstance(o, SourceDeferred)]
     assert len(pinned) == 1 and len(deferred) == 5, outcomes
-    assert all(0 <= (d.retry_after or 0) <= settings.breaker_open_seconds / 2 for d in deferred)
+    half = settings.breaker_open_seconds / 2
+    # Sent back for at least half the open period: not at once, to use up a
+    # delivery while the trial is still under way.
+    assert all(half <= (d.retry_after or 0) <= 2 * half for d in deferred), deferred
     assert rig.calls("slow") == 2, "one trial call"
     assert breakers.state(TENANT, "slow") is BreakerState.CLOSED
 
@@ -687,3 +690,31 @@ async def test_calls_show_in_metrics_and_in_the_deliverys_fetch_timings(
     assert sample("quire_source_breaker_state", system="carrier") == 0
     scraped = {m.name for m in metrics.registry.collect()}
     assert {"quire_source_fetches", "quire_source_breaker_state"} <= scraped
+
+
+async def test_a_deferral_comes_back_with_room_for_a_call_and_a_redelivery_reason(
+    rig: Rig,
+) -> None:
+    settings = replace(
+        SETTINGS, breaker_failures=1, breaker_open_seconds=4.0, budget_reserve_seconds=5.0
+    )
+    breakers = _breakers(settings)
+    rig.server.put_json("late", "rec/9", EVENTS)
+    rig.server.behave("late", status=503)
+    source = reference(rig.server, 0, "late", "rec/9")
+    # The fetch deadline (deadline less the 5 s reserve) is 6 s away.
+    task = job_task(source, deadline_in=11.0)
+    with pytest.raises(SourceDeferred) as deferred:
+        await rig.pinner(settings=settings, breakers=breakers).pin_sources(task, 1)
+    room = 6.0 - 2 * settings.min_call_seconds
+    assert (deferred.value.retry_after or 0) <= room + 0.1, "back with room for one call"
+
+    rig.server.behave("late")  # healthy again (a fresh breaker), but the budget is gone
+    spent = job_task(source, deadline_in=5.3)  # 0.3 s of fetch budget left
+    fresh = _breakers(settings)
+    with pytest.raises(SystemFailure) as ended:
+        await rig.pinner(settings=settings, breakers=fresh).pin_sources(spent, 2)
+    assert ended.value.reason is ReasonCode.SOURCE_UNAVAILABLE, "it was deferred: not DEADLINE"
+    with pytest.raises(SystemFailure) as late:
+        await rig.pinner(settings=settings, breakers=fresh).pin_sources(spent, 1)
+    assert late.value.reason is ReasonCode.DEADLINE_EXCEEDED, "a first delivery come too late"

@@ -8,7 +8,10 @@ success, open again on its failure), kept in memory per process. Around it:
 
 - while half-open, ONE trial call per breaker at a time: purgatory would let
   every caller through, so callers other than the trial are refused as if
-  it were open (``Permit.wait_seconds`` 0: the trial decides soon);
+  it were open, told to wait half the open period (``Permit.wait_seconds``):
+  a failed trial opens the breaker for a whole period again, a good one
+  closes it, and either way a caller sent back at once would only use up
+  one of its job's deliveries while the trial is still under way;
 - a refusal says how long until the breaker lets a trial through
   (``opened_at + open_seconds - now``), which the job's deferral is built on;
 - a call's outcome is recorded only once it is known: a cancelled call (the
@@ -55,8 +58,8 @@ class Permit:
     trial: bool = False
     """The one call let through a half-open breaker."""
     wait_seconds: float = 0.0
-    """Refused: how long until the breaker lets a trial through (0 while
-    another caller's trial is under way)."""
+    """Refused: how long until the breaker lets a trial through (half the
+    open period while another caller's trial is under way)."""
 
 
 class _Failed(Exception):
@@ -77,6 +80,7 @@ class SourceBreakers:
         self._breakers: dict[str, AsyncCircuitBreaker] = {}
         self._system_of: dict[str, str] = {}
         self._trials: set[str] = set()
+        self._trial_wait = open_seconds / 2
         self._on_state = on_state
 
     async def _breaker(self, tenant: str, system: str) -> AsyncCircuitBreaker:
@@ -138,7 +142,7 @@ class SourceBreakers:
         if state is BreakerState.OPEN:
             return Permit(circuit, system, False, wait_seconds=max(0.0, self._wait(breaker)))
         if circuit in self._trials:
-            return Permit(circuit, system, False)
+            return Permit(circuit, system, False, wait_seconds=self._trial_wait)
         self._trials.add(circuit)
         self._publish(system)
         return Permit(circuit, system, True, trial=True)

@@ -34,7 +34,9 @@ caller's trial under way), or its tries in this delivery are spent, the job
 is deferred: ``SourceDeferred`` (transient, SOURCE_UNAVAILABLE) with
 ``retry_after`` = the time until the breaker lets a trial through plus a
 random jitter of up to half the open period (so deferred jobs do not all
-come back at once), capped so that one call still fits before the fetch
+come back at once; half the open period at least while another caller's
+trial is under way), capped so that the job comes back with room for one
+call and the redelivery's own latency (two minimal calls) before the fetch
 deadline. The message is negatively acknowledged with that delay and the
 validator's slot is free meanwhile. Several systems deferring: the longest
 delay (the job needs them all). A deferral is no state transition: the
@@ -325,7 +327,11 @@ class SourcePinner:
                 raise self._defer(call.system, permit.wait_seconds, budget, attempt)
             if budget.remaining() < settings.min_call_seconds:
                 self._breakers.release(permit)
-                raise self._out_of_budget(task.tenant, call.system, troubled=tries > 0)
+                # A redelivery was deferred (or its worker died): the system
+                # showed trouble, whatever this delivery saw.
+                raise self._out_of_budget(
+                    task.tenant, call.system, troubled=tries > 0 or attempt > 1
+                )
             timeout = budget.call_timeout(call.timeout_seconds)
             tries += 1
             body = await self._call(call, token, timeout, permit, tries)
@@ -393,13 +399,15 @@ class SourcePinner:
             )
         delay = wait + self._random.uniform(0, self._settings.breaker_open_seconds / 2)
         if budget.limited:
-            room = budget.remaining() - self._settings.min_call_seconds
-            if room <= 0 or room < wait:
+            # Come back with room for one call and for the redelivery's own
+            # latency: back with less than a call needs, the job could only end.
+            latest = budget.remaining() - 2 * self._settings.min_call_seconds
+            if latest <= 0 or latest < wait:
                 return SystemFailure(
                     ReasonCode.SOURCE_UNAVAILABLE,
                     f"the job's budget cannot cover waiting for source system {system}",
                 )
-            delay = min(delay, room)
+            delay = min(delay, latest)
         return SourceDeferred(system, delay)
 
     def _out_of_budget(self, tenant: str, system: str, *, troubled: bool) -> SystemFailure:
