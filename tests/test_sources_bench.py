@@ -24,6 +24,7 @@ SECTIONS = (
     "2. tax's breaker",
     "3. calls to tax",
     "4. validate queue, interactive",
+    "5. backlog: the oldest job not yet ended",
 )
 TRIES_PER_DELIVERY = 3
 SAMPLING_SLACK = 1.5
