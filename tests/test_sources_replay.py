@@ -266,7 +266,9 @@ async def test_an_oversized_blob_is_refused_and_leaves_no_temporary_file(
     replay.server.behave(scans, oversize=4 * 1024 * 1024)
     job = await _ended(
         replay,
-        await _packet(replay, tmp_path, PacketItem.reference("blob", "scans", "manifests/S-3.json")),
+        await _packet(
+            replay, tmp_path, PacketItem.reference("blob", "scans", "manifests/S-3.json")
+        ),
     )
     assert (state_name(job.state), job.reason_code) == ("REJECTED", "SOURCE_TOO_LARGE")
     assert set(_temp_files(replay.stack)) - before == set()
