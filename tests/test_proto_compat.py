@@ -111,7 +111,7 @@ def test_a_new_field_under_a_new_number_passes(buf: Path, copy: Path) -> None:
         copy,
         "ManifestItem",
         "  string sha256 = 3;",
-        "  string sha256 = 3;\n  // Added after the release.\n  string display_name = 4;",
+        "  string sha256 = 3;\n  // Added after the release.\n  string display_name = 5;",
     )
     result = _breaking(buf, copy, copy.parent / "baseline.json")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -167,7 +167,7 @@ def test_buf_lint_refuses_a_field_not_in_lower_snake_case(buf: Path, copy: Path)
         copy,
         "ManifestItem",
         "  string sha256 = 3;",
-        "  string sha256 = 3;\n  string displayName = 4;",
+        "  string sha256 = 3;\n  string displayName = 5;",
     )
     result = _run(buf, "lint", copy, cwd=copy.parent)
     assert result.returncode != 0

@@ -34,8 +34,12 @@ pytestmark = pytest.mark.stack
 JSON = "application/json"
 PDF = "application/pdf"
 MIB = 1024 * 1024
-UNREACHABLE = "https://sources.invalid/api"
-"""A base URL no fetch ever reaches (``.invalid`` never resolves)."""
+UNREACHABLE = "http://127.0.0.1:1/api"
+"""A base URL no fetch ever reaches, and that refuses at once: nothing listens
+on port 1 of the loopback. (A name that never resolves, such as ``.invalid``,
+can instead hold a validator slot for a resolver's timeout on a machine
+without a network, and the session stack's other tests would see the
+pipeline shed their work.)"""
 
 
 async def _refused(call, code: grpc.StatusCode) -> grpc.aio.AioRpcError:  # type: ignore[no-untyped-def]
@@ -330,7 +334,7 @@ async def test_an_accepted_reference_carries_its_systems_registration_and_a_dead
     assert task.manifest_digest == job.manifest_digest
 
     # A later change to the registry changes no accepted job.
-    await admin.put_source_system(client.tenant, "orders", base_url="https://moved.invalid/v2")
+    await admin.put_source_system(client.tenant, "orders", base_url="http://127.0.0.1:2/v2")
     assert _stored(stack, job.name)[0] == task
     assert await admin.delete_source_system(client.tenant, "orders")
     assert _stored(stack, job.name)[0] == task
