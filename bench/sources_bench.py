@@ -969,7 +969,7 @@ def settings_header() -> dict[str, object]:
 
 async def setup(stack: Stack, server: SourceServer, folder: Path) -> tuple[AdmissionClient, str]:
     info = StackInfo.read(stack.data_dir)
-    token_file = folder / "source-token"
+    token_file = folder / "credentials" / "source-token"
     token_file.write_text(TOKEN + "\n")
     async with TenantAdminClient(info.endpoints["admission"], info.operator_token()) as admin:
         made = await admin.create_tenant(f"sources-bench-{uuid.uuid4().hex[:6]}")
@@ -1054,7 +1054,12 @@ def main() -> None:
         root = Path(KEEP or folder)
         root.mkdir(parents=True, exist_ok=True)
         with SourceServer() as server:
-            stack = Stack(root / "stack", env=dict(STACK_SETTINGS))
+            credentials = Path(folder) / "credentials"  # the validators' only credential files
+            credentials.mkdir()
+            stack = Stack(
+                root / "stack",
+                env={**STACK_SETTINGS, "QUIRE_SOURCE_CREDENTIALS_DIR": str(credentials)},
+            )
             started = time.monotonic()
             stack.start()
             print(f"stack up in {time.monotonic() - started:.1f}s; source server at {server.url}")

@@ -29,8 +29,10 @@ NOT_VARIABLES = {
     "QUIRE_JOB_GATES",
     "QUIRE_BLOBS",
     "QUIRE_KEYRING",
+    "QUIRE_SOURCE_CREDENTIAL_",
 }
-"""Stream and bucket names that look like variables."""
+"""Stream and bucket names that look like variables, and the prefix of the
+variables that hold source systems' credentials."""
 
 
 class Recording(Mapping[str, str]):
@@ -92,6 +94,7 @@ def test_a_misspelt_variable_is_reported_with_its_likely_name_and_never_its_valu
             "QUIRE_VALIDATOR_CONCURENCY": "8",
             "QUIRE_SOMETHING_ELSE": "x",
             "QUIRE_MAX_DELIVER": "3",
+            "QUIRE_SOURCE_CREDENTIAL_ERP": "a token, never named as unknown",
             "HOME": "/root",
         }
     )

@@ -414,28 +414,43 @@ async def test_a_refused_credential_fails_the_job_and_a_good_one_is_sent_as_a_be
     with pytest.raises(SystemFailure) as refused:
         await rig.pinner().pin_sources(job_task(reference(rig.server, 0, "erp", "ord/1")), 1)
     assert refused.value.reason is ReasonCode.SOURCE_REFUSED
-    monkeypatch.setenv("ERP_TOKEN", "wrong-token")
+    monkeypatch.setenv("QUIRE_SOURCE_CREDENTIAL_ERP", "wrong-token")
     with pytest.raises(SystemFailure) as wrong:
         await rig.pinner().pin_sources(
-            job_task(reference(rig.server, 0, "erp", "ord/1", credential_ref="env:ERP_TOKEN")), 1
+            job_task(
+                reference(
+                    rig.server, 0, "erp", "ord/1", credential_ref="env:QUIRE_SOURCE_CREDENTIAL_ERP"
+                )
+            ),
+            1,
         )
     assert wrong.value.reason is ReasonCode.SOURCE_REFUSED
     assert "wrong-token" not in str(wrong.value)
     with pytest.raises(SystemFailure) as unset:
         await rig.pinner().pin_sources(
-            job_task(reference(rig.server, 0, "erp", "ord/1", credential_ref="env:NO_SUCH_TOKEN")),
+            job_task(
+                reference(
+                    rig.server, 0, "erp", "ord/1", credential_ref="env:QUIRE_SOURCE_CREDENTIAL_NONE"
+                )
+            ),
             1,
         )
     assert unset.value.reason is ReasonCode.SOURCE_REFUSED
     assert rig.calls("erp") == 2, "no call without the credential"
 
-    monkeypatch.setenv("ERP_TOKEN", "s3cret-token")
+    monkeypatch.setenv("QUIRE_SOURCE_CREDENTIAL_ERP", "s3cret-token")
     by_env = await rig.pinner().pin_sources(
-        job_task(reference(rig.server, 0, "erp", "ord/1", credential_ref="env:ERP_TOKEN")), 1
+        job_task(
+            reference(
+                rig.server, 0, "erp", "ord/1", credential_ref="env:QUIRE_SOURCE_CREDENTIAL_ERP"
+            )
+        ),
+        1,
     )
-    secret = tmp_path / "erp.token"
+    secret = tmp_path / "erp.token"  # in the validator's source-credentials directory
     secret.write_text("s3cret-token\n")
-    by_file = await rig.pinner().pin_sources(
+    confined = replace(SETTINGS, credentials_dir=tmp_path)
+    by_file = await rig.pinner(settings=confined).pin_sources(
         job_task(reference(rig.server, 0, "erp", "ord/1", credential_ref=f"file:{secret}")), 1
     )
     assert by_env.task.sources[0].HasField("pin") and by_file.task.sources[0].HasField("pin")

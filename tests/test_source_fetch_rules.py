@@ -156,23 +156,36 @@ def test_a_mismatch_names_where_in_the_schema_never_a_value(
 async def test_credentials_come_from_the_environment_or_a_file_at_call_time(
     tmp_path: Path,
 ) -> None:
-    assert await resolve_credential("") is None
-    assert await resolve_credential("env:TOKEN", {"TOKEN": " abc.def \n"}) == "abc.def"
-    secret = tmp_path / "token"
+    folder = tmp_path / "source-credentials"
+    folder.mkdir()
+    name = "QUIRE_SOURCE_CREDENTIAL_ERP"
+    assert await resolve_credential("", directory=folder) is None
+    got = await resolve_credential(f"env:{name}", directory=folder, env={name: " abc.def \n"})
+    assert got == "abc.def"
+    secret = folder / "token"
     secret.write_text("  s3cret\n")
-    assert await resolve_credential(f"file:{secret}") == "s3cret"
+    assert await resolve_credential(f"file:{secret}", directory=folder) == "s3cret"
+    key = tmp_path / "identity.pem"  # beside the directory, not in it
+    key.write_text("PRIVATE KEY\n")
+    (folder / "link").symlink_to(key)
     for reference, env in (
-        ("env:TOKEN", {}),
-        ("env:TOKEN", {"TOKEN": "two words"}),
-        ("env:TOKEN", {"TOKEN": "line\r\nInjected: 1"}),
-        (f"file:{tmp_path / 'missing'}", {}),
+        (f"env:{name}", {}),
+        (f"env:{name}", {name: "two words"}),
+        (f"env:{name}", {name: "line\r\nInjected: 1"}),
+        ("env:OTEL_EXPORTER_OTLP_HEADERS", {"OTEL_EXPORTER_OTLP_HEADERS": "api-key=x"}),
+        ("env:QUIRE_SIGNER_PKCS11_PIN", {"QUIRE_SIGNER_PKCS11_PIN": "1234"}),
+        (f"file:{folder / 'missing'}", {}),
+        (f"file:{key}", {}),  # outside the directory
+        (f"file:{folder}/../identity.pem", {}),  # climbing out
+        (f"file:{folder / 'link'}", {}),  # a link out of it
         ("file:relative/path", {}),
         ("vault:secret/x", {}),
     ):
         with pytest.raises(SystemFailure) as refused:
-            await resolve_credential(reference, env)
+            await resolve_credential(reference, directory=folder, env=env)
         assert refused.value.reason is ReasonCode.SOURCE_REFUSED
-        assert "two words" not in str(refused.value) and "Injected" not in str(refused.value)
+        for shown in ("two words", "Injected", "api-key", "1234", "PRIVATE"):
+            assert shown not in str(refused.value)
 
 
 def test_a_key_is_quoted_but_for_its_slashes_and_cannot_climb() -> None:

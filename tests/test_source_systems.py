@@ -90,7 +90,11 @@ async def admin(stack):  # type: ignore[no-untyped-def]
 async def _tenant(tenants, admin: TenantAdminClient, **system: object) -> AdmissionClient:  # type: ignore[no-untyped-def]
     """A fresh tenant with source system "orders" registered (``system`` overrides)."""
     client = await tenants("sources")
-    wanted = {"base_url": UNREACHABLE, "credential_ref": "env:ORDERS_TOKEN", **system}
+    wanted = {
+        "base_url": UNREACHABLE,
+        "credential_ref": "env:QUIRE_SOURCE_CREDENTIAL_ORDERS",
+        **system,
+    }
     await admin.put_source_system(client.tenant, "orders", **wanted)  # type: ignore[arg-type]
     return client
 
@@ -156,6 +160,12 @@ REFUSED_REGISTRATIONS = [
     ({"base_url": "erp.example/x"}, "source_system.base_url", "BAD_BASE_URL"),
     ({"credential_ref": "s3cr3t-bearer"}, "source_system.credential_ref", "BAD_CREDENTIAL_REF"),
     ({"credential_ref": "env:lower_case"}, "source_system.credential_ref", "BAD_CREDENTIAL_REF"),
+    ({"credential_ref": "env:ORDERS_TOKEN"}, "source_system.credential_ref", "BAD_CREDENTIAL_REF"),
+    (
+        {"credential_ref": "env:QUIRE_SIGNER_PKCS11_PIN"},
+        "source_system.credential_ref",
+        "BAD_CREDENTIAL_REF",
+    ),
     ({"credential_ref": "env:"}, "source_system.credential_ref", "BAD_CREDENTIAL_REF"),
     ({"credential_ref": "file:relative/x"}, "source_system.credential_ref", "BAD_CREDENTIAL_REF"),
     ({"credential_ref": "file:/"}, "source_system.credential_ref", "BAD_CREDENTIAL_REF"),
@@ -202,7 +212,7 @@ async def test_each_registration_rule_is_refused_with_its_reason(tenants, admin)
         base_url="HTTPS://ERP.example:8443",
         timeout=60,
         max_bytes=256 * MIB,
-        credential_ref="env:_ERP_2",
+        credential_ref="env:QUIRE_SOURCE_CREDENTIAL__ERP_2",
     )
     assert _seconds(edge.timeout) == 60 and edge.max_bytes == 256 * MIB
     assert await admin.list_source_systems(client.tenant) == [edge], "nothing refused was stored"
@@ -326,7 +336,7 @@ async def test_an_accepted_reference_carries_its_systems_registration_and_a_dead
         key="2026/order-77.json",
         content_type=JSON,
         base_url=UNREACHABLE,
-        credential_ref="env:ORDERS_TOKEN",
+        credential_ref="env:QUIRE_SOURCE_CREDENTIAL_ORDERS",
         timeout=Duration(seconds=7, nanos=500_000_000),
         max_bytes=3 * MIB,
         schema="order-lines@2",

@@ -35,7 +35,7 @@ def test_an_operator_puts_lists_and_removes_a_source_system(stack) -> None:  # t
         "--url",
         "https://erp.example/v1",
         "--credential",
-        "env:ERP_TOKEN",
+        "env:QUIRE_SOURCE_CREDENTIAL_ERP",
         "--timeout",
         "2.5s",
         "--max-bytes",
@@ -49,7 +49,7 @@ def test_an_operator_puts_lists_and_removes_a_source_system(stack) -> None:  # t
     assert system["name"] == f"{tenant}/sourceSystems/orders"
     assert (system["base_url"], system["credential_ref"], system["schema"]) == (
         "https://erp.example/v1",
-        "env:ERP_TOKEN",
+        "env:QUIRE_SOURCE_CREDENTIAL_ERP",
         "order-lines@1",
     )
     assert system["timeout"] == "2.500s" and int(system["max_bytes"]) == 1048576

@@ -94,6 +94,7 @@ def replay_stack(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Stack, StackInfo, Path]]:
     root = tmp_path_factory.mktemp("replay")
+    (root / "credentials").mkdir()  # the validators' source-credentials directory
     faults = root / "faults"
     stack = Stack(
         root / "stack",
@@ -105,6 +106,7 @@ def replay_stack(
             "QUIRE_SOURCE_BREAKER_FAILURES": "3",
             "QUIRE_SOURCE_BREAKER_OPEN_SECONDS": "2",
             "QUIRE_JOB_BUDGET_RESERVE_SECONDS": "2",
+            "QUIRE_SOURCE_CREDENTIALS_DIR": str(root / "credentials"),
         },
     )
     info = stack.start()
@@ -121,7 +123,7 @@ async def replay(
     """A fresh tenant with its systems registered on the module's stack."""
     stack, info, faults = replay_stack
     system_tag = uuid.uuid4().hex[:6]
-    token_file = tmp_path / "source-token"
+    token_file = faults.parent / "credentials" / f"{system_tag}.token"
     token_file.write_text(TOKEN + "\n")
     async with TenantAdminClient(info.endpoints["admission"], info.operator_token()) as admin:
         made = await admin.create_tenant(f"replay-{system_tag}")

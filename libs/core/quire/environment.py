@@ -43,6 +43,7 @@ _GLOBAL = (
     "BATCH_WINDOW",
     "BLOB_BACKEND",
     "BLOB_ROOT",
+    "BUILD_VERSION",
     "CORPUS",
     "DATA_DIR",
     "DRAIN_SECONDS",
@@ -96,6 +97,7 @@ _GLOBAL = (
     "RETRY_AFTER_SECONDS",
     "RULESETS_DIR",
     "SOURCE_BREAKER_FAILURES",
+    "SOURCE_CREDENTIALS_DIR",
     "SOURCE_BREAKER_OPEN_SECONDS",
     "SOURCE_JOB_BUDGET_SECONDS",
     "STALL_SECONDS",
@@ -119,6 +121,7 @@ _GLOBAL = (
     "UPLOAD_MAX_SECONDS",
     "UPLOAD_MIN_BYTES_PER_SECOND",
     "WATCH_POLL_SECONDS",
+    "WORKER_HEARTBEAT_SECONDS",
 )
 _PER_SERVICE = (
     "ADDR",
@@ -173,6 +176,11 @@ KNOWN: frozenset[str] = frozenset(
 """Every ``QUIRE_*`` variable some Quire process reads."""
 
 
+CREDENTIAL_PREFIX = "QUIRE_SOURCE_CREDENTIAL_"
+"""Variables holding source systems' credentials (``env:`` references): not
+settings, and never reported by name as unknown."""
+
+
 def unknown_settings(env: Mapping[str, str]) -> list[str]:
     """A line for each ``QUIRE_*`` variable in ``env`` that no Quire process
     reads, with the nearest known name when there is one. Names only: a
@@ -181,6 +189,8 @@ def unknown_settings(env: Mapping[str, str]) -> list[str]:
     for name in sorted(env):
         if not name.startswith("QUIRE_") or name in KNOWN:
             continue
+        if name.startswith(CREDENTIAL_PREFIX):
+            continue  # a source system's credential, named by its registration
         near = difflib.get_close_matches(name, KNOWN, n=1, cutoff=0.8)
         hint = f"; did you mean {near[0]}?" if near else ""
         lines.append(f"{name} is not a Quire setting and is ignored{hint}")

@@ -48,7 +48,9 @@ __all__ = [
 
 # Matched whole (``fullmatch``): ``$`` alone would let a trailing newline through.
 SYSTEM_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
-ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+ENV_NAME = re.compile(r"QUIRE_SOURCE_CREDENTIAL_[A-Z0-9_]+")
+"""The validator reads only these variables for a credential (never another
+setting or secret the process has): ``quire.validator.sources.credentials``."""
 SCHEMA = re.compile(r"[a-z][a-z0-9-]*@[0-9]+")
 MAX_BASE_URL = 2048
 MAX_CREDENTIAL_REF = 1024
@@ -183,7 +185,8 @@ def _credential_violations(ref: str) -> list[FieldViolation]:
     return [
         _violation(
             "credential_ref",
-            "empty, env:NAME (NAME of A-Z 0-9 _) or file:/absolute/path",
+            "empty, env:QUIRE_SOURCE_CREDENTIAL_<NAME> or file:/absolute/path"
+            " (in the validators' source-credentials directory)",
             "BAD_CREDENTIAL_REF",
         )
     ]

@@ -3,6 +3,14 @@ says, at call time: ``env:NAME`` (the validator's environment) or
 ``file:/path`` (a mounted secret, stripped of surrounding whitespace); an
 empty reference means none.
 
+A registration is an operator's word, but what it names is sent to the
+system's base URL, so it is confined to what is there to be sent: an
+``env:`` name must start with ``QUIRE_SOURCE_CREDENTIAL_`` (never another
+setting, an OpenTelemetry header or a cloud key the process happens to
+have), and a ``file:`` path must lie, after resolving links, inside the
+source-credentials directory (``QUIRE_SOURCE_CREDENTIALS_DIR``; never an
+identity key, a TLS key or the KEK ring).
+
 The credential itself never appears in an error, a log line, a metric or a
 span; only the reference's kind does. A credential that cannot be found or
 cannot be sent ends the job FAILED (``SOURCE_REFUSED``): retrying does not
@@ -19,7 +27,10 @@ from pathlib import Path
 from quire.errors import SystemFailure
 from quire.reasons import ReasonCode
 
-__all__ = ["resolve_credential", "MAX_CREDENTIAL_BYTES"]
+__all__ = ["resolve_credential", "MAX_CREDENTIAL_BYTES", "ENV_PREFIX"]
+
+ENV_PREFIX = "QUIRE_SOURCE_CREDENTIAL_"
+"""The only environment variables a credential reference may name."""
 
 MAX_CREDENTIAL_BYTES = 16 * 1024
 """A credential file longer than this is not a bearer token."""
@@ -50,16 +61,30 @@ def _read_file(path: Path) -> str:
         raise _refused("is empty or not a token") from None
 
 
-async def resolve_credential(reference: str, env: Mapping[str, str] | None = None) -> str | None:
-    """The credential ``reference`` names, or None for an empty reference."""
+def _confined(path: Path, directory: Path) -> Path:
+    """``path`` with its links resolved, if it lies inside ``directory``."""
+    resolved = path.resolve()
+    if not resolved.is_relative_to(directory.resolve()):
+        raise _refused("file is outside the source-credentials directory")
+    return resolved
+
+
+async def resolve_credential(
+    reference: str, *, directory: Path, env: Mapping[str, str] | None = None
+) -> str | None:
+    """The credential ``reference`` names, or None for an empty reference;
+    ``directory`` is the only place ``file:`` references may read."""
     if not reference:
         return None
     kind, _, where = reference.partition(":")
     if kind == "env" and where:
+        if not where.startswith(ENV_PREFIX) or where == ENV_PREFIX:
+            raise _refused(f"variable is not one of {ENV_PREFIX}*")
         value = (os.environ if env is None else env).get(where, "")
         if not value:
             raise _refused("variable is not set")
         return _sendable(value.strip())
     if kind == "file" and where.startswith("/"):
-        return _sendable(await asyncio.to_thread(_read_file, Path(where)))
+        path = await asyncio.to_thread(_confined, Path(where), directory)
+        return _sendable(await asyncio.to_thread(_read_file, path))
     raise _refused("reference is not env:NAME or file:/path")

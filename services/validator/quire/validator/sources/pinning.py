@@ -317,7 +317,9 @@ class SourcePinner:
         tries = 0
         while True:
             try:
-                token = await resolve_credential(call.credential_ref)
+                token = await resolve_credential(
+                    call.credential_ref, directory=settings.credentials_dir
+                )
             except SystemFailure:
                 self._meter.call(call.system, "refused")
                 raise

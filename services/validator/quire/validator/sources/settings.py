@@ -1,13 +1,15 @@
 """How the validator fetches sources named by reference: one frozen record,
 read once in ``main`` (``QUIRE_SOURCE_*`` and the job budget's reserve).
 
-Only three of these are variables; the rest are the design's constants,
+Only four of these are variables; the rest are the design's constants,
 kept here so a test can shorten them:
 
 - ``QUIRE_SOURCE_BREAKER_FAILURES`` (5): consecutive failed or timed-out
   calls to one tenant's source system that open its circuit breaker;
 - ``QUIRE_SOURCE_BREAKER_OPEN_SECONDS`` (10): how long it stays open before
   one trial call is let through (half-open);
+- ``QUIRE_SOURCE_CREDENTIALS_DIR`` (``<data dir>/source-credentials``): the
+  only directory a ``file:`` credential reference may read (``credentials``);
 - ``QUIRE_JOB_BUDGET_RESERVE_SECONDS`` (5): the end of a job's budget kept
   for render, signing and storage; sources are fetched before
   ``deadline - reserve`` (admission reads the same variable to refuse
@@ -19,8 +21,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
-from quire.environment import setting_float, setting_int
+from quire.environment import setting_float, setting_int, setting_text
 
 __all__ = ["SourceSettings", "MIB"]
 
@@ -52,6 +55,8 @@ class SourceSettings:
     position order, one call at a time)."""
     max_connections: int = 64
     """The process's HTTP connection pool, all systems together."""
+    credentials_dir: Path = Path(".quire") / "source-credentials"
+    """The only directory ``file:`` credential references may read."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> SourceSettings:
@@ -63,5 +68,12 @@ class SourceSettings:
             ),
             budget_reserve_seconds=setting_float(
                 env, "QUIRE_JOB_BUDGET_RESERVE_SECONDS", 5, minimum=0
+            ),
+            credentials_dir=Path(
+                setting_text(
+                    env,
+                    "QUIRE_SOURCE_CREDENTIALS_DIR",
+                    str(Path(setting_text(env, "QUIRE_DATA_DIR", ".quire")) / "source-credentials"),
+                )
             ),
         )
