@@ -24,61 +24,62 @@ _sym_db = _symbol_database.Default()
 
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from quire.admission.v1 import rollout_pb2 as quire_dot_admission_dot_v1_dot_rollout__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-quire/admission/v1/tenant_admin_service.proto\x12\x12quire.admission.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"~\n\x0fTenantRetention\x12\x17\n\x0fsources_seconds\x18\x01 \x01(\x03\x12\x17\n\x0fpackets_seconds\x18\x02 \x01(\x03\x12\x19\n\x11\x61rtifacts_seconds\x18\x03 \x01(\x03\x12\x1e\n\x16unused_uploads_seconds\x18\x04 \x01(\x03\"x\n\x1cUpdateTenantRetentionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x36\n\tretention\x18\x02 \x01(\x0b\x32#.quire.admission.v1.TenantRetention\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"I\n\x13\x46orgetSourceRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\")\n\x14\x46orgetSourceResponse\x12\x11\n\tforgotten\x18\x01 \x01(\x08\"\x0f\n\rWhoAmIRequest\"\x19\n\x08Operator\x12\r\n\x05token\x18\x01 \x01(\t\"w\n\x05Token\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x0b\x63reate_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0brevoke_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"~\n\x0cTenantLimits\x12\x18\n\x10max_upload_bytes\x18\x01 \x01(\x03\x12\x1c\n\x14max_outstanding_jobs\x18\x02 \x01(\x05\x12\x1b\n\x13storage_quota_bytes\x18\x03 \x01(\x03\x12\x19\n\x11scheduling_weight\x18\x04 \x01(\x05\"\xf2\x01\n\x06Tenant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x30\n\x06limits\x18\x03 \x01(\x0b\x32 .quire.admission.v1.TenantLimits\x12/\n\x0b\x63reate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x06tokens\x18\x05 \x03(\x0b\x32\x19.quire.admission.v1.Token\x12\x36\n\tretention\x18\x06 \x01(\x0b\x32#.quire.admission.v1.TenantRetention\"\xa9\x01\n\x13\x43reateTenantRequest\x12\x14\n\x0c\x64isplay_name\x18\x01 \x01(\t\x12\x30\n\x06limits\x18\x02 \x01(\x0b\x32 .quire.admission.v1.TenantLimits\x12\x36\n\tretention\x18\x03 \x01(\x0b\x32#.quire.admission.v1.TenantRetention\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"k\n\x14\x43reateTenantResponse\x12*\n\x06tenant\x18\x01 \x01(\x0b\x32\x1a.quire.admission.v1.Tenant\x12\x0e\n\x06secret\x18\x02 \x01(\t\x12\x17\n\x0fsecret_withheld\x18\x03 \x01(\x08\";\n\x12ListTenantsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"[\n\x13ListTenantsResponse\x12+\n\x07tenants\x18\x01 \x03(\x0b\x32\x1a.quire.admission.v1.Tenant\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"o\n\x19UpdateTenantLimitsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\x06limits\x18\x02 \x01(\x0b\x32 .quire.admission.v1.TenantLimits\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"8\n\x12\x43reateTokenRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"h\n\x13\x43reateTokenResponse\x12(\n\x05token\x18\x01 \x01(\x0b\x32\x19.quire.admission.v1.Token\x12\x0e\n\x06secret\x18\x02 \x01(\t\x12\x17\n\x0fsecret_withheld\x18\x03 \x01(\x08\"6\n\x12RevokeTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"\xc6\x01\n\x0cSourceSystem\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x62\x61se_url\x18\x02 \x01(\t\x12\x16\n\x0e\x63redential_ref\x18\x03 \x01(\t\x12*\n\x07timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tmax_bytes\x18\x05 \x01(\x03\x12\x0e\n\x06schema\x18\x06 \x01(\t\x12/\n\x0bupdate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"Q\n\x16PutSourceSystemRequest\x12\x37\n\rsource_system\x18\x01 \x01(\x0b\x32 .quire.admission.v1.SourceSystem\"*\n\x18ListSourceSystemsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\"U\n\x19ListSourceSystemsResponse\x12\x38\n\x0esource_systems\x18\x01 \x03(\x0b\x32 .quire.admission.v1.SourceSystem\")\n\x19\x44\x65leteSourceSystemRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"-\n\x1a\x44\x65leteSourceSystemResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\x32\xc7\x08\n\x12TenantAdminService\x12\x61\n\x0c\x43reateTenant\x12\'.quire.admission.v1.CreateTenantRequest\x1a(.quire.admission.v1.CreateTenantResponse\x12^\n\x0bListTenants\x12&.quire.admission.v1.ListTenantsRequest\x1a\'.quire.admission.v1.ListTenantsResponse\x12_\n\x12UpdateTenantLimits\x12-.quire.admission.v1.UpdateTenantLimitsRequest\x1a\x1a.quire.admission.v1.Tenant\x12^\n\x0b\x43reateToken\x12&.quire.admission.v1.CreateTokenRequest\x1a\'.quire.admission.v1.CreateTokenResponse\x12P\n\x0bRevokeToken\x12&.quire.admission.v1.RevokeTokenRequest\x1a\x19.quire.admission.v1.Token\x12I\n\x06WhoAmI\x12!.quire.admission.v1.WhoAmIRequest\x1a\x1c.quire.admission.v1.Operator\x12\x65\n\x15UpdateTenantRetention\x12\x30.quire.admission.v1.UpdateTenantRetentionRequest\x1a\x1a.quire.admission.v1.Tenant\x12\x61\n\x0c\x46orgetSource\x12\'.quire.admission.v1.ForgetSourceRequest\x1a(.quire.admission.v1.ForgetSourceResponse\x12_\n\x0fPutSourceSystem\x12*.quire.admission.v1.PutSourceSystemRequest\x1a .quire.admission.v1.SourceSystem\x12p\n\x11ListSourceSystems\x12,.quire.admission.v1.ListSourceSystemsRequest\x1a-.quire.admission.v1.ListSourceSystemsResponse\x12s\n\x12\x44\x65leteSourceSystem\x12-.quire.admission.v1.DeleteSourceSystemRequest\x1a..quire.admission.v1.DeleteSourceSystemResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-quire/admission/v1/tenant_admin_service.proto\x12\x12quire.admission.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a quire/admission/v1/rollout.proto\"~\n\x0fTenantRetention\x12\x17\n\x0fsources_seconds\x18\x01 \x01(\x03\x12\x17\n\x0fpackets_seconds\x18\x02 \x01(\x03\x12\x19\n\x11\x61rtifacts_seconds\x18\x03 \x01(\x03\x12\x1e\n\x16unused_uploads_seconds\x18\x04 \x01(\x03\"x\n\x1cUpdateTenantRetentionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x36\n\tretention\x18\x02 \x01(\x0b\x32#.quire.admission.v1.TenantRetention\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"I\n\x13\x46orgetSourceRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\")\n\x14\x46orgetSourceResponse\x12\x11\n\tforgotten\x18\x01 \x01(\x08\"\x0f\n\rWhoAmIRequest\"\x19\n\x08Operator\x12\r\n\x05token\x18\x01 \x01(\t\"w\n\x05Token\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x0b\x63reate_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0brevoke_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"~\n\x0cTenantLimits\x12\x18\n\x10max_upload_bytes\x18\x01 \x01(\x03\x12\x1c\n\x14max_outstanding_jobs\x18\x02 \x01(\x05\x12\x1b\n\x13storage_quota_bytes\x18\x03 \x01(\x03\x12\x19\n\x11scheduling_weight\x18\x04 \x01(\x05\"\xf2\x01\n\x06Tenant\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12\x30\n\x06limits\x18\x03 \x01(\x0b\x32 .quire.admission.v1.TenantLimits\x12/\n\x0b\x63reate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x06tokens\x18\x05 \x03(\x0b\x32\x19.quire.admission.v1.Token\x12\x36\n\tretention\x18\x06 \x01(\x0b\x32#.quire.admission.v1.TenantRetention\"\xa9\x01\n\x13\x43reateTenantRequest\x12\x14\n\x0c\x64isplay_name\x18\x01 \x01(\t\x12\x30\n\x06limits\x18\x02 \x01(\x0b\x32 .quire.admission.v1.TenantLimits\x12\x36\n\tretention\x18\x03 \x01(\x0b\x32#.quire.admission.v1.TenantRetention\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"k\n\x14\x43reateTenantResponse\x12*\n\x06tenant\x18\x01 \x01(\x0b\x32\x1a.quire.admission.v1.Tenant\x12\x0e\n\x06secret\x18\x02 \x01(\t\x12\x17\n\x0fsecret_withheld\x18\x03 \x01(\x08\";\n\x12ListTenantsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"[\n\x13ListTenantsResponse\x12+\n\x07tenants\x18\x01 \x03(\x0b\x32\x1a.quire.admission.v1.Tenant\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"o\n\x19UpdateTenantLimitsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\x06limits\x18\x02 \x01(\x0b\x32 .quire.admission.v1.TenantLimits\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"8\n\x12\x43reateTokenRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"h\n\x13\x43reateTokenResponse\x12(\n\x05token\x18\x01 \x01(\x0b\x32\x19.quire.admission.v1.Token\x12\x0e\n\x06secret\x18\x02 \x01(\t\x12\x17\n\x0fsecret_withheld\x18\x03 \x01(\x08\"6\n\x12RevokeTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"\xc6\x01\n\x0cSourceSystem\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x62\x61se_url\x18\x02 \x01(\t\x12\x16\n\x0e\x63redential_ref\x18\x03 \x01(\t\x12*\n\x07timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\tmax_bytes\x18\x05 \x01(\x03\x12\x0e\n\x06schema\x18\x06 \x01(\t\x12/\n\x0bupdate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"Q\n\x16PutSourceSystemRequest\x12\x37\n\rsource_system\x18\x01 \x01(\x0b\x32 .quire.admission.v1.SourceSystem\"*\n\x18ListSourceSystemsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\"U\n\x19ListSourceSystemsResponse\x12\x38\n\x0esource_systems\x18\x01 \x03(\x0b\x32 .quire.admission.v1.SourceSystem\")\n\x19\x44\x65leteSourceSystemRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"-\n\x1a\x44\x65leteSourceSystemResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\x32\x88\x0c\n\x12TenantAdminService\x12\x61\n\x0c\x43reateTenant\x12\'.quire.admission.v1.CreateTenantRequest\x1a(.quire.admission.v1.CreateTenantResponse\x12^\n\x0bListTenants\x12&.quire.admission.v1.ListTenantsRequest\x1a\'.quire.admission.v1.ListTenantsResponse\x12_\n\x12UpdateTenantLimits\x12-.quire.admission.v1.UpdateTenantLimitsRequest\x1a\x1a.quire.admission.v1.Tenant\x12^\n\x0b\x43reateToken\x12&.quire.admission.v1.CreateTokenRequest\x1a\'.quire.admission.v1.CreateTokenResponse\x12P\n\x0bRevokeToken\x12&.quire.admission.v1.RevokeTokenRequest\x1a\x19.quire.admission.v1.Token\x12I\n\x06WhoAmI\x12!.quire.admission.v1.WhoAmIRequest\x1a\x1c.quire.admission.v1.Operator\x12\x65\n\x15UpdateTenantRetention\x12\x30.quire.admission.v1.UpdateTenantRetentionRequest\x1a\x1a.quire.admission.v1.Tenant\x12\x61\n\x0c\x46orgetSource\x12\'.quire.admission.v1.ForgetSourceRequest\x1a(.quire.admission.v1.ForgetSourceResponse\x12_\n\x0fPutSourceSystem\x12*.quire.admission.v1.PutSourceSystemRequest\x1a .quire.admission.v1.SourceSystem\x12p\n\x11ListSourceSystems\x12,.quire.admission.v1.ListSourceSystemsRequest\x1a-.quire.admission.v1.ListSourceSystemsResponse\x12s\n\x12\x44\x65leteSourceSystem\x12-.quire.admission.v1.DeleteSourceSystemRequest\x1a..quire.admission.v1.DeleteSourceSystemResponse\x12T\n\x0cStartRollout\x12\'.quire.admission.v1.StartRolloutRequest\x1a\x1b.quire.admission.v1.Rollout\x12P\n\nGetRollout\x12%.quire.admission.v1.GetRolloutRequest\x1a\x1b.quire.admission.v1.Rollout\x12\x61\n\x0cListRollouts\x12\'.quire.admission.v1.ListRolloutsRequest\x1a(.quire.admission.v1.ListRolloutsResponse\x12X\n\x0ePromoteRollout\x12).quire.admission.v1.PromoteRolloutRequest\x1a\x1b.quire.admission.v1.Rollout\x12Z\n\x0fRollbackRollout\x12*.quire.admission.v1.RollbackRolloutRequest\x1a\x1b.quire.admission.v1.Rolloutb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'quire.admission.v1.tenant_admin_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TENANTRETENTION']._serialized_start=134
-  _globals['_TENANTRETENTION']._serialized_end=260
-  _globals['_UPDATETENANTRETENTIONREQUEST']._serialized_start=262
-  _globals['_UPDATETENANTRETENTIONREQUEST']._serialized_end=382
-  _globals['_FORGETSOURCEREQUEST']._serialized_start=384
-  _globals['_FORGETSOURCEREQUEST']._serialized_end=457
-  _globals['_FORGETSOURCERESPONSE']._serialized_start=459
-  _globals['_FORGETSOURCERESPONSE']._serialized_end=500
-  _globals['_WHOAMIREQUEST']._serialized_start=502
-  _globals['_WHOAMIREQUEST']._serialized_end=517
-  _globals['_OPERATOR']._serialized_start=519
-  _globals['_OPERATOR']._serialized_end=544
-  _globals['_TOKEN']._serialized_start=546
-  _globals['_TOKEN']._serialized_end=665
-  _globals['_TENANTLIMITS']._serialized_start=667
-  _globals['_TENANTLIMITS']._serialized_end=793
-  _globals['_TENANT']._serialized_start=796
-  _globals['_TENANT']._serialized_end=1038
-  _globals['_CREATETENANTREQUEST']._serialized_start=1041
-  _globals['_CREATETENANTREQUEST']._serialized_end=1210
-  _globals['_CREATETENANTRESPONSE']._serialized_start=1212
-  _globals['_CREATETENANTRESPONSE']._serialized_end=1319
-  _globals['_LISTTENANTSREQUEST']._serialized_start=1321
-  _globals['_LISTTENANTSREQUEST']._serialized_end=1380
-  _globals['_LISTTENANTSRESPONSE']._serialized_start=1382
-  _globals['_LISTTENANTSRESPONSE']._serialized_end=1473
-  _globals['_UPDATETENANTLIMITSREQUEST']._serialized_start=1475
-  _globals['_UPDATETENANTLIMITSREQUEST']._serialized_end=1586
-  _globals['_CREATETOKENREQUEST']._serialized_start=1588
-  _globals['_CREATETOKENREQUEST']._serialized_end=1644
-  _globals['_CREATETOKENRESPONSE']._serialized_start=1646
-  _globals['_CREATETOKENRESPONSE']._serialized_end=1750
-  _globals['_REVOKETOKENREQUEST']._serialized_start=1752
-  _globals['_REVOKETOKENREQUEST']._serialized_end=1806
-  _globals['_SOURCESYSTEM']._serialized_start=1809
-  _globals['_SOURCESYSTEM']._serialized_end=2007
-  _globals['_PUTSOURCESYSTEMREQUEST']._serialized_start=2009
-  _globals['_PUTSOURCESYSTEMREQUEST']._serialized_end=2090
-  _globals['_LISTSOURCESYSTEMSREQUEST']._serialized_start=2092
-  _globals['_LISTSOURCESYSTEMSREQUEST']._serialized_end=2134
-  _globals['_LISTSOURCESYSTEMSRESPONSE']._serialized_start=2136
-  _globals['_LISTSOURCESYSTEMSRESPONSE']._serialized_end=2221
-  _globals['_DELETESOURCESYSTEMREQUEST']._serialized_start=2223
-  _globals['_DELETESOURCESYSTEMREQUEST']._serialized_end=2264
-  _globals['_DELETESOURCESYSTEMRESPONSE']._serialized_start=2266
-  _globals['_DELETESOURCESYSTEMRESPONSE']._serialized_end=2311
-  _globals['_TENANTADMINSERVICE']._serialized_start=2314
-  _globals['_TENANTADMINSERVICE']._serialized_end=3409
+  _globals['_TENANTRETENTION']._serialized_start=168
+  _globals['_TENANTRETENTION']._serialized_end=294
+  _globals['_UPDATETENANTRETENTIONREQUEST']._serialized_start=296
+  _globals['_UPDATETENANTRETENTIONREQUEST']._serialized_end=416
+  _globals['_FORGETSOURCEREQUEST']._serialized_start=418
+  _globals['_FORGETSOURCEREQUEST']._serialized_end=491
+  _globals['_FORGETSOURCERESPONSE']._serialized_start=493
+  _globals['_FORGETSOURCERESPONSE']._serialized_end=534
+  _globals['_WHOAMIREQUEST']._serialized_start=536
+  _globals['_WHOAMIREQUEST']._serialized_end=551
+  _globals['_OPERATOR']._serialized_start=553
+  _globals['_OPERATOR']._serialized_end=578
+  _globals['_TOKEN']._serialized_start=580
+  _globals['_TOKEN']._serialized_end=699
+  _globals['_TENANTLIMITS']._serialized_start=701
+  _globals['_TENANTLIMITS']._serialized_end=827
+  _globals['_TENANT']._serialized_start=830
+  _globals['_TENANT']._serialized_end=1072
+  _globals['_CREATETENANTREQUEST']._serialized_start=1075
+  _globals['_CREATETENANTREQUEST']._serialized_end=1244
+  _globals['_CREATETENANTRESPONSE']._serialized_start=1246
+  _globals['_CREATETENANTRESPONSE']._serialized_end=1353
+  _globals['_LISTTENANTSREQUEST']._serialized_start=1355
+  _globals['_LISTTENANTSREQUEST']._serialized_end=1414
+  _globals['_LISTTENANTSRESPONSE']._serialized_start=1416
+  _globals['_LISTTENANTSRESPONSE']._serialized_end=1507
+  _globals['_UPDATETENANTLIMITSREQUEST']._serialized_start=1509
+  _globals['_UPDATETENANTLIMITSREQUEST']._serialized_end=1620
+  _globals['_CREATETOKENREQUEST']._serialized_start=1622
+  _globals['_CREATETOKENREQUEST']._serialized_end=1678
+  _globals['_CREATETOKENRESPONSE']._serialized_start=1680
+  _globals['_CREATETOKENRESPONSE']._serialized_end=1784
+  _globals['_REVOKETOKENREQUEST']._serialized_start=1786
+  _globals['_REVOKETOKENREQUEST']._serialized_end=1840
+  _globals['_SOURCESYSTEM']._serialized_start=1843
+  _globals['_SOURCESYSTEM']._serialized_end=2041
+  _globals['_PUTSOURCESYSTEMREQUEST']._serialized_start=2043
+  _globals['_PUTSOURCESYSTEMREQUEST']._serialized_end=2124
+  _globals['_LISTSOURCESYSTEMSREQUEST']._serialized_start=2126
+  _globals['_LISTSOURCESYSTEMSREQUEST']._serialized_end=2168
+  _globals['_LISTSOURCESYSTEMSRESPONSE']._serialized_start=2170
+  _globals['_LISTSOURCESYSTEMSRESPONSE']._serialized_end=2255
+  _globals['_DELETESOURCESYSTEMREQUEST']._serialized_start=2257
+  _globals['_DELETESOURCESYSTEMREQUEST']._serialized_end=2298
+  _globals['_DELETESOURCESYSTEMRESPONSE']._serialized_start=2300
+  _globals['_DELETESOURCESYSTEMRESPONSE']._serialized_end=2345
+  _globals['_TENANTADMINSERVICE']._serialized_start=2348
+  _globals['_TENANTADMINSERVICE']._serialized_end=3892
 # @@protoc_insertion_point(module_scope)

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from quire.admission.v1 import rollout_pb2 as quire_dot_admission_dot_v1_dot_rollout__pb2
 from quire.admission.v1 import tenant_admin_service_pb2 as quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -89,6 +90,31 @@ class TenantAdminServiceStub:
                 request_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.DeleteSourceSystemRequest.SerializeToString,
                 response_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.DeleteSourceSystemResponse.FromString,
                 _registered_method=True)
+        self.StartRollout = channel.unary_unary(
+                '/quire.admission.v1.TenantAdminService/StartRollout',
+                request_serializer=quire_dot_admission_dot_v1_dot_rollout__pb2.StartRolloutRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_rollout__pb2.Rollout.FromString,
+                _registered_method=True)
+        self.GetRollout = channel.unary_unary(
+                '/quire.admission.v1.TenantAdminService/GetRollout',
+                request_serializer=quire_dot_admission_dot_v1_dot_rollout__pb2.GetRolloutRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_rollout__pb2.Rollout.FromString,
+                _registered_method=True)
+        self.ListRollouts = channel.unary_unary(
+                '/quire.admission.v1.TenantAdminService/ListRollouts',
+                request_serializer=quire_dot_admission_dot_v1_dot_rollout__pb2.ListRolloutsRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_rollout__pb2.ListRolloutsResponse.FromString,
+                _registered_method=True)
+        self.PromoteRollout = channel.unary_unary(
+                '/quire.admission.v1.TenantAdminService/PromoteRollout',
+                request_serializer=quire_dot_admission_dot_v1_dot_rollout__pb2.PromoteRolloutRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_rollout__pb2.Rollout.FromString,
+                _registered_method=True)
+        self.RollbackRollout = channel.unary_unary(
+                '/quire.admission.v1.TenantAdminService/RollbackRollout',
+                request_serializer=quire_dot_admission_dot_v1_dot_rollout__pb2.RollbackRolloutRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_rollout__pb2.Rollout.FromString,
+                _registered_method=True)
 
 
 class TenantAdminServiceServicer:
@@ -171,6 +197,44 @@ class TenantAdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartRollout(self, request, context):
+        """Rollouts (rollout.proto): a candidate and the share of new jobs pinned
+        to it. At most one open (CANARY) rollout per stage: a second is refused
+        FAILED_PRECONDITION, ROLLOUT_OPEN.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRollout(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRollouts(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PromoteRollout(self, request, context):
+        """The candidate becomes the baseline: share 10,000, state PROMOTED. Only an
+        open rollout: else FAILED_PRECONDITION, ROLLOUT_NOT_OPEN.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RollbackRollout(self, request, context):
+        """No new job is pinned to the candidate: share 0, state ROLLED_BACK. Jobs
+        already pinned keep their track; nothing is deleted. Only an open
+        rollout: else FAILED_PRECONDITION, ROLLOUT_NOT_OPEN.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TenantAdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -228,6 +292,31 @@ def add_TenantAdminServiceServicer_to_server(servicer, server):
                     servicer.DeleteSourceSystem,
                     request_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.DeleteSourceSystemRequest.FromString,
                     response_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.DeleteSourceSystemResponse.SerializeToString,
+            ),
+            'StartRollout': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartRollout,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_rollout__pb2.StartRolloutRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_rollout__pb2.Rollout.SerializeToString,
+            ),
+            'GetRollout': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRollout,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_rollout__pb2.GetRolloutRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_rollout__pb2.Rollout.SerializeToString,
+            ),
+            'ListRollouts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRollouts,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_rollout__pb2.ListRolloutsRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_rollout__pb2.ListRolloutsResponse.SerializeToString,
+            ),
+            'PromoteRollout': grpc.unary_unary_rpc_method_handler(
+                    servicer.PromoteRollout,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_rollout__pb2.PromoteRolloutRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_rollout__pb2.Rollout.SerializeToString,
+            ),
+            'RollbackRollout': grpc.unary_unary_rpc_method_handler(
+                    servicer.RollbackRollout,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_rollout__pb2.RollbackRolloutRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_rollout__pb2.Rollout.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -527,6 +616,141 @@ class TenantAdminService:
             '/quire.admission.v1.TenantAdminService/DeleteSourceSystem',
             quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.DeleteSourceSystemRequest.SerializeToString,
             quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.DeleteSourceSystemResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartRollout(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.TenantAdminService/StartRollout',
+            quire_dot_admission_dot_v1_dot_rollout__pb2.StartRolloutRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_rollout__pb2.Rollout.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRollout(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.TenantAdminService/GetRollout',
+            quire_dot_admission_dot_v1_dot_rollout__pb2.GetRolloutRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_rollout__pb2.Rollout.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRollouts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.TenantAdminService/ListRollouts',
+            quire_dot_admission_dot_v1_dot_rollout__pb2.ListRolloutsRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_rollout__pb2.ListRolloutsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PromoteRollout(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.TenantAdminService/PromoteRollout',
+            quire_dot_admission_dot_v1_dot_rollout__pb2.PromoteRolloutRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_rollout__pb2.Rollout.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RollbackRollout(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.TenantAdminService/RollbackRollout',
+            quire_dot_admission_dot_v1_dot_rollout__pb2.RollbackRolloutRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_rollout__pb2.Rollout.FromString,
             options,
             channel_credentials,
             insecure,
