@@ -44,6 +44,7 @@ _GLOBAL = (
     "BLOB_BACKEND",
     "BLOB_ROOT",
     "BUILD_VERSION",
+    "BUILD_VERSION",
     "CORPUS",
     "DATA_DIR",
     "DRAIN_SECONDS",

@@ -8,6 +8,7 @@ Every variable is ``QUIRE_*``; per-service ones are ``QUIRE_<SERVICE>_*``
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ __all__ = [
     "service_metrics_var",
     "DEFAULT_STAGE_LIMIT",
     "read_secret_file",
+    "BUILD_VERSION",
+    "build_version",
 ]
 
 SERVICES = ("admission", "validator", "assembler", "signer", "audit")
@@ -57,8 +60,12 @@ HEALTH_PORT_OFFSET = 100
 METRICS_PORT_OFFSET = 200
 """A service's ``/metrics`` port is its gRPC port plus this, unless set."""
 BUILD_VERSION = "0.1.0"
+"""The deployable version when ``QUIRE_BUILD_VERSION`` is unset: the distribution's."""
+_BUILD_VERSION = re.compile(r"[A-Za-z0-9._+-]{1,64}")
 GIB = 1024 * 1024 * 1024
 DEFAULT_STAGE_LIMIT = 64
+WORKER_TTL_HEARTBEATS = 3
+"""Heartbeats an announcement outlives: one or two may be late without the entry vanishing."""
 """Jobs one stage works on at once across its replicas, unless configured."""
 
 
@@ -84,6 +91,17 @@ _get = setting_text
 def _optional_path(env: Mapping[str, str], name: str) -> Path | None:
     value = env.get(name, "")
     return Path(value) if value else None
+
+
+def build_version(env: Mapping[str, str]) -> str:
+    """``QUIRE_BUILD_VERSION``: the deployable version this process runs (an
+    image tag, say ``2026.12.1-3``), 1 to 64 of ``A-Z a-z 0-9 . _ + -``; unset,
+    :data:`BUILD_VERSION`. It is the ``build_version`` of the actor on every
+    ledger entry the process writes, and what it announces (``quire.announcements``)."""
+    value = setting_text(env, "QUIRE_BUILD_VERSION", BUILD_VERSION)
+    if not _BUILD_VERSION.fullmatch(value):
+        raise InvalidSetting("QUIRE_BUILD_VERSION", "1 to 64 of A-Z a-z 0-9 . _ + -")
+    return value
 
 
 def read_secret_file(path: Path, variable: str) -> str:
@@ -118,6 +136,10 @@ class QueueSettings:
     age_budget_seconds: float = 60.0
     """How long a ready message may wait before admission sheds new work and
     the queue-age alert fires (``QUIRE_QUEUE_AGE_BUDGET_SECONDS``)."""
+    worker_heartbeat_seconds: float = 10.0
+    """How often each process refreshes its announcement in the workers bucket
+    (``QUIRE_WORKER_HEARTBEAT_SECONDS``); the bucket keeps an entry for
+    ``WORKER_TTL_HEARTBEATS`` of them, so a dead process's entry expires."""
     stage_limits: Mapping[str, int] = field(default_factory=dict)
     """Jobs a stage works on at once, across all its replicas, by stage name;
     a stage missing here gets ``DEFAULT_STAGE_LIMIT``. Enforced by JetStream
@@ -125,6 +147,11 @@ class QueueSettings:
 
     def stage_limit(self, stage: str) -> int:
         return self.stage_limits.get(stage, DEFAULT_STAGE_LIMIT)
+
+    @property
+    def worker_ttl_seconds(self) -> float:
+        """How long an announcement outlives its last heartbeat."""
+        return self.worker_heartbeat_seconds * WORKER_TTL_HEARTBEATS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> QueueSettings:
@@ -144,6 +171,9 @@ class QueueSettings:
             backoff_cap_seconds=setting_float(env, "QUIRE_BACKOFF_CAP_SECONDS", 30),
             replicas=setting_int(env, "QUIRE_NATS_REPLICAS", 1),
             age_budget_seconds=setting_float(env, "QUIRE_QUEUE_AGE_BUDGET_SECONDS", 60),
+            worker_heartbeat_seconds=setting_float(
+                env, "QUIRE_WORKER_HEARTBEAT_SECONDS", 10, minimum=0.5
+            ),
             stage_limits=limits,
         )
 
@@ -291,7 +321,7 @@ class ServiceSettings:
             database_url=_get(env, f"QUIRE_{upper}_DATABASE_URL", db_default),
             blob_root=Path(_get(env, "QUIRE_BLOB_ROOT", str(data_dir / "blobs"))),
             instance=_get(env, "QUIRE_INSTANCE", f"{socket.gethostname()}-{os.getpid()}"),
-            build_version=BUILD_VERSION,
+            build_version=build_version(env),
             concurrency=setting_int(env, f"QUIRE_{upper}_CONCURRENCY", 4),
             queue=QueueSettings.from_env(env),
             peers={

@@ -79,7 +79,7 @@ async def main() -> None:
         servicer = ValidatorServicer(
             database,
             book=book,
-            reviews=ReviewDesk(database, publisher, gate),
+            reviews=ReviewDesk(database, publisher, gate, build_version=settings.build_version),
             evaluator=evaluator,
             operators=peers.operators(),
             pages=PageTokens.for_service(settings.identity),

@@ -62,11 +62,18 @@ def _row(row: object) -> ReviewRow:
 
 class ReviewDesk:
     def __init__(
-        self, database: Database, publisher: Publisher, gate: JobGate | None = None
+        self,
+        database: Database,
+        publisher: Publisher,
+        gate: JobGate | None = None,
+        *,
+        build_version: str = BUILD_VERSION,
     ) -> None:
         self._db = database
         self._publisher = publisher
         self._gate = gate
+        self._build_version = build_version
+        """The deployable version on the ledger entries of operators' decisions."""
 
     async def pending(self) -> list[ReviewRow]:
         table = tables.reviews
@@ -98,7 +105,7 @@ class ReviewDesk:
             raise FailedPrecondition(ReasonCode.JOB_CANCELLED, "the job was cancelled")
         review = await self._db.run(lambda s: _decide(s, job, status, operator, note))
         task = queue_pb2.JobTask.FromString(review.next_task)
-        actor = EventFactory("operator", review.operator or operator, BUILD_VERSION)
+        actor = EventFactory("operator", review.operator or operator, self._build_version)
         if review.status == "APPROVED":  # what was recorded, not what this caller asked
             event = actor.transition(
                 task, State.NEEDS_REVIEW, State.ASSEMBLING, attempt=1, lease_token=0, note=note
