@@ -44,7 +44,6 @@ _GLOBAL = (
     "BLOB_BACKEND",
     "BLOB_ROOT",
     "BUILD_VERSION",
-    "BUILD_VERSION",
     "CORPUS",
     "DATA_DIR",
     "DRAIN_SECONDS",
