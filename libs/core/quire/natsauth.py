@@ -2,7 +2,8 @@
 
 Each service connects as its own user and may publish only its own events,
 its successor's tasks and its dead letters, pull and acknowledge only its own
-consumers, and read or write the job gate where its step needs it. Replies
+consumers, read or write the job gate where its step needs it, and announce
+itself under its own name in the workers bucket. Replies
 come to a per-user inbox prefix, so no service can read another's
 deliveries. Stream, consumer and key-value administration (create, purge,
 delete, direct writes to streams) belongs to the ``operator`` user, which no
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import bcrypt
 
+from quire.announcements import WORKERS_BUCKET
 from quire.jobgate import GATE_BUCKET
 from quire.natsblobs import BLOB_BUCKET
 from quire.natskeyring import KEYRING_BUCKET
@@ -71,6 +73,13 @@ _BLOBS = (
 )
 
 
+def _announce(service: str) -> tuple[str, ...]:
+    """A service's own announcements (``quire.announcements``): put and delete
+    ``<service>.<instance>`` keys, no other service's, and read none (the
+    bucket's info, to bind it, is ``_TOPOLOGY_READ``)."""
+    return (f"$KV.{WORKERS_BUCKET}.{service}.>",)
+
+
 def inbox_prefix(user: str) -> str:
     """Where ``user``'s replies and pulled messages arrive; nobody else may listen."""
     return f"_INBOX_{user}"
@@ -110,6 +119,7 @@ SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
         (
             f"quire.work.{STAGES[0].name}.*",
             "quire.events.admission",
+            *_announce("admission"),
             # Queue ages: the validate queue for load shedding, every stage's for the
             # reconciler (a job still waiting in line is not re-driven).
             f"$JS.API.CONSUMER.INFO.{WORK_STREAM}.*",
@@ -127,6 +137,7 @@ SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
                 f"quire.work.{s.next}.*",
                 f"quire.events.{s.service}",
                 f"quire.dead.{s.name}",
+                *_announce(s.service),
                 *_GATE,
                 *_BLOBS,
                 *_TOPOLOGY_READ,
@@ -143,6 +154,7 @@ SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
             "quire.work.*.*",
             "quire.events.audit",
             "quire.dead.*",
+            *_announce("audit"),
             "quire.checkpoints.audit",
             # The dead-letter office moves an exhausted message out of the work queue.
             f"$JS.API.STREAM.MSG.GET.{WORK_STREAM}",

@@ -6,10 +6,12 @@ import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import grpc
 from sqlalchemy import MetaData, Table
 
+from quire.announcements import Announcer
 from quire.blobstore import BlobStore
 from quire.database import Database
 from quire.grpcserver import serve
@@ -29,10 +31,27 @@ from quire.transitions import EventFactory
 from quire.workqueue import WORK_STREAM, Publisher, WorkQueueWorker, consumer_name
 from quire.workqueue.backlog import QueueGauges
 
-__all__ = ["StageConfig", "StageService", "Registrar", "run_stage_service", "batch_slots"]
+__all__ = [
+    "StageConfig",
+    "StageService",
+    "Registrar",
+    "RunsRulesets",
+    "run_stage_service",
+    "batch_slots",
+]
 
 Registrar = Callable[[grpc.aio.Server], None]
 """Adds the stage's gRPC servicer to a server."""
+
+
+@runtime_checkable
+class RunsRulesets(Protocol):
+    """A stage's work that evaluates rulesets (the validator's): it names them
+    in the process's announcement."""
+
+    def ruleset_keys(self) -> list[str]:
+        """``name@version`` of every ruleset it can run now."""
+        ...
 
 
 def batch_slots(concurrency: int) -> int:
@@ -139,11 +158,20 @@ async def run_stage_service(
         verifier=wire.verifier,
     )
 
+    announcer = Announcer.of(
+        js, settings, work.ruleset_keys if isinstance(work, RunsRulesets) else None
+    )
+
     async def ready() -> None:
         await keeper.start()
         await sandbox.warm()
         worker.start()
         queues.start()
+        await announcer.start()
+
+    async def drain() -> None:
+        await announcer.stop()  # leaving: takes no new work from here on
+        await worker.drain()
 
     try:
         await serve(
@@ -152,7 +180,7 @@ async def run_stage_service(
             service_names=(spec.grpc_service_name,),
             access=peers.guard(),
             health_address=settings.health_address,
-            on_drain=worker.drain,
+            on_drain=drain,
             drain_seconds=settings.drain_seconds,
             ready=ready,
             tls=settings.tls,
@@ -160,6 +188,7 @@ async def run_stage_service(
             metrics_address=settings.metrics_address,
         )
     finally:
+        await announcer.stop()
         await queues.stop()
         await nc.close()  # workers are drained; nothing is in flight
         await peers.close()

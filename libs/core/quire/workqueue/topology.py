@@ -1,4 +1,5 @@
-"""Streams, subjects, durable consumers and the job-gate bucket.
+"""Streams, subjects, durable consumers and the key-value buckets (the job
+gates, and the workers' announcements).
 
 They are created idempotently by whoever holds the right to: the embedded
 stack with its operator credential, a cluster's provisioning job, or — only
@@ -13,10 +14,12 @@ events stream holds ``quire.events.<service>``; audit consumes all of it.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 from nats.js import JetStreamContext, api
 from nats.js.errors import BucketNotFoundError
 
+from quire.announcements import WORKERS_BUCKET
 from quire.jobgate import GATE_BUCKET
 from quire.natsblobs import BLOB_BUCKET, ensure_blob_buckets
 from quire.natskeyring import KEYRING_BUCKET
@@ -67,6 +70,7 @@ TOPOLOGY_STREAMS = (
     f"KV_{GATE_BUCKET}",
     f"OBJ_{BLOB_BUCKET}",
     f"KV_{KEYRING_BUCKET}",
+    f"KV_{WORKERS_BUCKET}",
 )
 """Every stream and bucket provisioning makes, each with ``QueueSettings.replicas`` copies."""
 
@@ -187,6 +191,7 @@ async def ensure_topology(js: JetStreamContext, queue: QueueSettings) -> None:
     )
     await _ensure_gate_bucket(js, queue.replicas)
     await ensure_blob_buckets(js, queue.replicas)
+    await _ensure_workers_bucket(js, queue)
 
 
 def priority_shares(limit: int) -> dict[str, int]:
@@ -223,6 +228,31 @@ async def _ensure_gate_bucket(js: JetStreamContext, replicas: int) -> None:
             )
         except Exception:  # noqa: BLE001 - created concurrently
             await js.key_value(GATE_BUCKET)
+
+
+async def _ensure_workers_bucket(js: JetStreamContext, queue: QueueSettings) -> None:
+    """Announcements (``quire.announcements``): one entry per process, kept for
+    a few heartbeats; an existing bucket takes the configured time-to-live."""
+    ttl = queue.worker_ttl_seconds
+    try:
+        await js.key_value(WORKERS_BUCKET)
+    except BucketNotFoundError:
+        try:
+            await js.create_key_value(
+                api.KeyValueConfig(
+                    bucket=WORKERS_BUCKET,
+                    history=1,
+                    ttl=ttl,
+                    storage=api.StorageType.FILE,
+                    replicas=queue.replicas,
+                )
+            )
+            return
+        except Exception:  # noqa: BLE001 - created concurrently
+            await js.key_value(WORKERS_BUCKET)
+    info = await js.stream_info(f"KV_{WORKERS_BUCKET}")
+    if info.config.max_age != ttl:
+        await js.update_stream(replace(info.config, max_age=ttl, duplicate_window=min(ttl, 120.0)))
 
 
 async def _ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:

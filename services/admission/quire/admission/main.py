@@ -33,6 +33,7 @@ from quire.admission.uploads import UploadGate
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
 from quire.admission.watch import WatchRelay
+from quire.announcements import Announcer
 from quire.audit.v1 import audit_service_pb2_grpc
 from quire.database import Database
 from quire.grpcserver import serve
@@ -157,8 +158,10 @@ async def main() -> None:
         queues={stage: QueueAgeProbe(js, cache_seconds=1.0, stage=stage) for stage in STAGE_NAMES},
     )
     sweeper: list[asyncio.Task[None]] = []
+    announcer = Announcer.of(js, settings)
 
     async def ready() -> None:
+        await announcer.start()
         sweeper.append(asyncio.create_task(dispatcher.sweep_forever()))
         sweeper.append(asyncio.create_task(reconciler.run_forever()))
         sweeper.append(asyncio.create_task(notifier.run_forever()))
@@ -166,6 +169,7 @@ async def main() -> None:
         sweeper.append(asyncio.create_task(batch_dispatcher.run_forever()))
 
     async def drain() -> None:
+        await announcer.stop()
         watches.close()
         for task in sweeper:
             task.cancel()
@@ -199,6 +203,7 @@ async def main() -> None:
             metrics_address=settings.metrics_address,
         )
     finally:
+        await announcer.stop()
         await keeper.stop()
         blobs.close()
         await peers.close()

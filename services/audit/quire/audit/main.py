@@ -11,6 +11,7 @@ import hashlib
 
 import grpc
 
+from quire.announcements import Announcer
 from quire.audit import tables
 from quire.audit.checkpoints import CheckpointBook, CheckpointSigner
 from quire.audit.completion import CompletionDesk
@@ -138,10 +139,12 @@ async def main() -> None:
         await publisher.publish_bytes(CHECKPOINT_SUBJECT, document, f"checkpoint.{digest}")
 
     background: list[asyncio.Task[None]] = []
+    announcer = Announcer.of(js, settings)
 
     async def ready() -> None:
         for worker in workers:
             worker.start()
+        await announcer.start()
         background.append(
             asyncio.create_task(checkpoints.every(audit.checkpoint_seconds, publish_checkpoint))
         )
@@ -150,6 +153,7 @@ async def main() -> None:
         background.append(asyncio.create_task(measures.count_dead_letters_forever(database)))
 
     async def drain() -> None:
+        await announcer.stop()
         watches.close()
         for task in background:
             task.cancel()
@@ -184,6 +188,7 @@ async def main() -> None:
             metrics_address=settings.metrics_address,
         )
     finally:
+        await announcer.stop()
         await nc.close()  # workers are drained; nothing is in flight
         await peers.close()
         blobs.close()

@@ -73,6 +73,10 @@ class ValidatorWork:
         self._book = book
         self._sources = sources
 
+    def ruleset_keys(self) -> list[str]:
+        """The published rulesets this validator can run (its announcement)."""
+        return [ruleset.key for ruleset in self._book.all()]
+
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult:
         ruleset = self._book.get(task.ruleset)
         if ruleset is None:
