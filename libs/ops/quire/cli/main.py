@@ -86,6 +86,8 @@ def _local_command(args: argparse.Namespace) -> str | None:
         return "provision:run"
     if args.command == "top":
         return "top:run"  # the services' /metrics addresses, no gRPC
+    if args.command == "workers":
+        return "workers:run"  # the workers bucket, with an operator's NATS login
     if args.command == "keys":
         return "keys:run"  # the key ring beside the blobs
     if args.command == "evidence" and args.job == "verify":

@@ -17,6 +17,7 @@ __all__ = [
     "add_sources_arguments",
     "add_tenant_limits_arguments",
     "add_tenant_retention_arguments",
+    "add_workers_arguments",
 ]
 
 WEIGHT_HELP = "its share of batch dispatch against other tenants' batches, 1 to 100 (0: 1)"
@@ -188,3 +189,21 @@ def add_sources_arguments(
     )
     remove.add_argument("tenant", help="tenants/ID (or the bare ID)")
     remove.add_argument("system", help="the system's id")
+
+
+def add_workers_arguments(workers: argparse.ArgumentParser) -> None:
+    """``quire workers``: the announced processes, read with an operator's NATS login."""
+    workers.add_argument(
+        "--nats-url",
+        default=os.environ.get("QUIRE_NATS_URL", ""),
+        help="the NATS server (default: QUIRE_NATS_URL, else the stack's in stack.json)",
+    )
+    workers.add_argument(
+        "--user", default="", help="the NATS user to log in as (default: the operator)"
+    )
+    workers.add_argument(
+        "--password-file",
+        default=os.environ.get("QUIRE_NATS_PASSWORD_FILE", ""),
+        help="that user's password (default: QUIRE_NATS_PASSWORD_FILE, else the embedded "
+        "stack's operator password under the data directory)",
+    )

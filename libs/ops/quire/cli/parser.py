@@ -23,6 +23,7 @@ from quire.cli.operatorargs import (
     add_sources_arguments,
     add_tenant_limits_arguments,
     add_tenant_retention_arguments,
+    add_workers_arguments,
 )
 from quire.top.arguments import add_top_arguments
 
@@ -115,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     _notification_commands(command, common)
     _operator_commands(command, common)
     add_top_arguments(command("top", help="operators: each stage's queue and work, live"))
+    add_workers_arguments(
+        command("workers", help="operators: the running processes by service and version")
+    )
     return parser
 
 
