@@ -690,6 +690,22 @@ def test_every_setting_named_is_one_quire_reads(docs: list[Doc]) -> None:
     assert named - quire <= standard, "OpenTelemetry's own variables, spelt as its SDK reads them"
 
 
+def test_every_quire_pod_runs_the_build_version_its_image_is_tagged_with(
+    docs: list[Doc],
+) -> None:
+    """``QUIRE_BUILD_VERSION`` (the version on every ledger entry and
+    announcement) comes from the image tag ``images:`` sets, in one place."""
+    version = str(_one(docs, "ConfigMap", "quire-config")["data"]["QUIRE_BUILD_VERSION"])
+    for deployment in _of(docs, "Deployment"):
+        container = _container(deployment)
+        if not container["image"].split("/")[-1].startswith("quire:"):
+            continue
+        name = deployment["metadata"]["name"]
+        assert container["image"].rsplit(":", 1)[1] == version, name
+        assert {"configMapRef": {"name": "quire-config"}} in container["envFrom"], name
+        assert "QUIRE_BUILD_VERSION" not in _env(container), f"{name}: not overridden"
+
+
 # -- PostgreSQL ----------------------------------------------------------------
 
 
