@@ -86,6 +86,7 @@ from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.jobs import TERMINAL_STATES, state_name
 from quire.stack.supervisor import Stack, StackInfo
 from quire.testing.pdfs import write_text_pdf
+from quire.testing.sourcerecords import TAX_RECORD
 from quire.testing.sourceserver import Call, SourceServer
 from quire.top.endpoints import Endpoint, stack_endpoints
 from quire.top.scrape import Scrape, scrape_all
@@ -163,18 +164,6 @@ CLASSES = ("orders-only", "tax")
 PHASES = ("baseline", "slowdown", "recovery")
 STATE_LETTER = {0: "C", 1: "H", 2: "O"}
 STATE_WORD = {0: "closed", 1: "half-open", 2: "open"}
-
-TAX_RECORD = {
-    "tax": {
-        "breakdown": [{"base": "190.00", "rate": "21", "tax": "39.90"}],
-        "exempt": False,
-        "exemption_reference": None,
-        "jurisdiction": "NL",
-        "rates": {"reduced": "9", "standard": "21", "zero": "0"},
-        "registration": "NL001234567B01",
-        "reverse_charge": False,
-    }
-}
 
 
 def order_record(number: str) -> dict[str, object]:

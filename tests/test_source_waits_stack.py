@@ -25,6 +25,7 @@ from quire.jobs import job_id, state_name
 from quire.stack.supervisor import Stack, StackInfo
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.quirecli import run_quire
+from quire.testing.sourcerecords import TAX_RECORD
 from quire.testing.sourceserver import SourceServer
 from quire.tls import aio_channel
 from quire.type import job_pb2
@@ -33,17 +34,6 @@ from quire.validator.v1 import validator_service_pb2_grpc as vgrpc
 
 pytestmark = pytest.mark.stack
 
-TAX_RECORD = {
-    "tax": {
-        "breakdown": [{"base": "190.00", "rate": "21", "tax": "39.90"}],
-        "exempt": False,
-        "exemption_reference": None,
-        "jurisdiction": "NL",
-        "rates": {"reduced": "9", "standard": "21", "zero": "0"},
-        "registration": "NL001234567B01",
-        "reverse_charge": False,
-    }
-}
 OPEN_SECONDS = 3.0
 
 

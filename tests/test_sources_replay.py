@@ -38,6 +38,7 @@ from quire.jobs import state_name
 from quire.stack.supervisor import Stack, StackInfo
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.quirecli import run_quire
+from quire.testing.sourcerecords import CARRIER_EVENTS, TAX_RECORD, changed
 from quire.testing.sourceserver import SourceServer
 from quire.type import job_pb2
 
@@ -46,27 +47,6 @@ pytestmark = pytest.mark.stack
 JSON = "application/json"
 PDF = "application/pdf"
 TOKEN = "replay-" + uuid.uuid4().hex
-CARRIER_EVENTS = {
-    "shipment": {
-        "carrier": "Northbound Freight",
-        "events": [
-            {"at": "2026-11-01T08:15:00Z", "code": "PICKED_UP", "remark": "dock 4"},
-            {"at": "2026-11-01T09:15:00Z", "code": "IN_TRANSIT", "remark": "departed hub"},
-            {"at": "2026-11-02T08:15:00Z", "code": "DELIVERED", "remark": "signed for"},
-        ],
-    }
-}
-TAX_RECORD = {
-    "tax": {
-        "breakdown": [{"base": "190.00", "rate": "21", "tax": "39.90"}],
-        "exempt": False,
-        "exemption_reference": None,
-        "jurisdiction": "NL",
-        "rates": {"reduced": "9", "standard": "21", "zero": "0"},
-        "registration": "NL001234567B01",
-        "reverse_charge": False,
-    }
-}
 
 
 @dataclass
@@ -246,7 +226,7 @@ async def test_a_missing_carrier_scan_rejects_the_packet(replay: Replay, tmp_pat
 async def test_a_malformed_tax_record_is_a_review_verdict_with_its_pin_on_the_ledger(
     replay: Replay, tmp_path: Path
 ) -> None:
-    malformed = json.loads(json.dumps(TAX_RECORD))
+    malformed = changed(TAX_RECORD)
     malformed["tax"]["jurisdiction"] = 31  # a number where two letters are required
     _serve(replay, "tax", "orders/A-17", malformed)
     job = await _ended(
@@ -325,9 +305,9 @@ async def test_a_validator_killed_after_pinning_reuses_the_pin_and_never_fetches
             break
         await asyncio.sleep(0.05)
     assert fired(replay.faults, "validator.before_commit")
-    changed = json.loads(json.dumps(TAX_RECORD))
-    changed["tax"]["breakdown"][0]["tax"] = "40.00"  # tax data changes while the job waits
-    replay.server.put_json(tax, "orders/A-30", changed)
+    later = changed(TAX_RECORD)
+    later["tax"]["breakdown"][0]["tax"] = "40.00"  # tax data changes while the job waits
+    replay.server.put_json(tax, "orders/A-30", later)
     job = await _ended(replay, name, timeout=90)
     assert state_name(job.state) == "COMPLETED", job.reason_code
     calls = [c for c in replay.server.calls(tax) if c.key == "orders/A-30"]
