@@ -111,6 +111,13 @@ class ReasonCode(StrEnum):
     BUDGET_TOO_SHORT = "BUDGET_TOO_SHORT"
     """SubmitJob's budget cannot cover the slice reserved for render, signing
     and storage plus one source call."""
+    # Rollouts (``quire rollout``, TenantAdminService.StartRollout and friends).
+    INVALID_ROLLOUT = "INVALID_ROLLOUT"
+    """A rollout request with a field out of its range (see the field violations)."""
+    ROLLOUT_OPEN = "ROLLOUT_OPEN"
+    """Another rollout of the same stage is open (CANARY): promote or roll it back first."""
+    ROLLOUT_NOT_OPEN = "ROLLOUT_NOT_OPEN"
+    """The rollout was already promoted or rolled back."""
     # Infrastructure.
     RETRY_LIMIT_REACHED = "RETRY_LIMIT_REACHED"
     FORGED_MESSAGE = "FORGED_MESSAGE"

@@ -22,7 +22,7 @@ ROLLOUT_STATE_PROMOTED: RolloutState
 ROLLOUT_STATE_ROLLED_BACK: RolloutState
 
 class Rollout(_message.Message):
-    __slots__ = ("name", "stage", "candidate_version", "candidate_ruleset", "share_basis_points", "tenants", "concurrency_cap", "state", "create_time", "update_time")
+    __slots__ = ("name", "stage", "candidate_version", "candidate_ruleset", "share_basis_points", "tenants", "concurrency_cap", "state", "create_time", "update_time", "canary_share_basis_points")
     NAME_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -33,6 +33,7 @@ class Rollout(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    CANARY_SHARE_BASIS_POINTS_FIELD_NUMBER: _ClassVar[int]
     name: str
     stage: str
     candidate_version: str
@@ -43,7 +44,8 @@ class Rollout(_message.Message):
     state: RolloutState
     create_time: _timestamp_pb2.Timestamp
     update_time: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., stage: _Optional[str] = ..., candidate_version: _Optional[str] = ..., candidate_ruleset: _Optional[str] = ..., share_basis_points: _Optional[int] = ..., tenants: _Optional[_Iterable[str]] = ..., concurrency_cap: _Optional[int] = ..., state: _Optional[_Union[RolloutState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    canary_share_basis_points: int
+    def __init__(self, name: _Optional[str] = ..., stage: _Optional[str] = ..., candidate_version: _Optional[str] = ..., candidate_ruleset: _Optional[str] = ..., share_basis_points: _Optional[int] = ..., tenants: _Optional[_Iterable[str]] = ..., concurrency_cap: _Optional[int] = ..., state: _Optional[_Union[RolloutState, str]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., canary_share_basis_points: _Optional[int] = ...) -> None: ...
 
 class StartRolloutRequest(_message.Message):
     __slots__ = ("rollout", "request_id")
