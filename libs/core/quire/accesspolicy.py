@@ -61,6 +61,11 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
                 "PutSourceSystem": BEARER,  # `quire sources`, operator token
                 "ListSourceSystems": BEARER,
                 "DeleteSourceSystem": BEARER,
+                "StartRollout": BEARER,  # `quire rollout`, operator token
+                "GetRollout": BEARER,
+                "ListRollouts": BEARER,
+                "PromoteRollout": BEARER,
+                "RollbackRollout": BEARER,
             },
         ),
     },

@@ -28,6 +28,7 @@ from google.protobuf import duration_pb2
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
 from quire.admission.v1 import batch_pb2, notification_pb2
+from quire.admission.v1 import rollout_pb2 as rollout_pb
 from quire.admission.v1 import tenant_admin_service_pb2 as admin_pb
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
 from quire.grpcserver import TraceClientInterceptors
@@ -577,3 +578,70 @@ class TenantAdminClient:
             metadata=self._metadata,
         )
         return reply.deleted
+
+    # -- rollouts (quire.admission.rollouts) --------------------------------
+
+    async def start_rollout(
+        self,
+        *,
+        stage: str,
+        share_basis_points: int,
+        concurrency_cap: int,
+        candidate_version: str = "",
+        candidate_ruleset: str = "",
+        tenants: list[str] | None = None,
+        request_id: str | None = None,
+    ) -> rollout_pb.Rollout:
+        """Open a rollout (CANARY): ``share_basis_points`` (0 to 10,000) of new
+        jobs (of ``tenants``, "tenants/ID", or of every tenant) are pinned to
+        the candidate track. Refused FAILED_PRECONDITION (ROLLOUT_OPEN) while
+        another rollout of ``stage`` is open."""
+        return await self._stub.StartRollout(
+            rollout_pb.StartRolloutRequest(
+                rollout=rollout_pb.Rollout(
+                    stage=stage,
+                    candidate_version=candidate_version,
+                    candidate_ruleset=candidate_ruleset,
+                    share_basis_points=share_basis_points,
+                    tenants=tenants or [],
+                    concurrency_cap=concurrency_cap,
+                ),
+                request_id=request_id or new_request_id(),
+            ),
+            metadata=self._metadata,
+        )
+
+    async def get_rollout(self, name: str) -> rollout_pb.Rollout:
+        """``name`` is "rollouts/ID"."""
+        return await self._stub.GetRollout(
+            rollout_pb.GetRolloutRequest(name=name), metadata=self._metadata
+        )
+
+    async def list_rollouts(
+        self, *, stage: str = "", open_only: bool = False
+    ) -> list[rollout_pb.Rollout]:
+        """Every rollout, newest first (rollouts are never deleted)."""
+        reply = await self._stub.ListRollouts(
+            rollout_pb.ListRolloutsRequest(stage=stage, open_only=open_only),
+            metadata=self._metadata,
+        )
+        return list(reply.rollouts)
+
+    async def promote_rollout(
+        self, name: str, *, request_id: str | None = None
+    ) -> rollout_pb.Rollout:
+        """CANARY → PROMOTED (share 10,000); ROLLOUT_NOT_OPEN for a closed one."""
+        return await self._stub.PromoteRollout(
+            rollout_pb.PromoteRolloutRequest(name=name, request_id=request_id or new_request_id()),
+            metadata=self._metadata,
+        )
+
+    async def rollback_rollout(
+        self, name: str, *, request_id: str | None = None
+    ) -> rollout_pb.Rollout:
+        """CANARY → ROLLED_BACK (share 0): new jobs are baseline again; jobs
+        already pinned keep their track. ROLLOUT_NOT_OPEN for a closed one."""
+        return await self._stub.RollbackRollout(
+            rollout_pb.RollbackRolloutRequest(name=name, request_id=request_id or new_request_id()),
+            metadata=self._metadata,
+        )

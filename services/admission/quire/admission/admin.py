@@ -15,10 +15,11 @@ import grpc
 from google.protobuf.message import Message
 from sqlalchemy.orm import Session
 
-from quire.admission import sourcesystems, tables
+from quire.admission import rollouts, sourcesystems, tables
 from quire.admission.storagepolicy import PERIODS, TenantStorage, forget_source, read_storage
 from quire.admission.tenants import Tenant, TenantDirectory, TokenRecord
 from quire.admission.uploads import SHA256_HEX
+from quire.admission.v1 import rollout_pb2
 from quire.admission.v1 import tenant_admin_service_pb2 as pb
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as pb_grpc
 from quire.errors import FieldViolation, InvalidInput, NotFound
@@ -122,9 +123,17 @@ def _position(listed: tuple[Tenant, list[TokenRecord]]) -> Position:
 
 
 class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
-    def __init__(self, tenants: TenantDirectory, *, pages: PageTokens) -> None:
+    def __init__(
+        self,
+        tenants: TenantDirectory,
+        *,
+        pages: PageTokens,
+        open_rollouts: rollouts.OpenRollouts | None = None,
+    ) -> None:
         self._tenants = tenants
         self._pages = pages
+        self._open_rollouts = open_rollouts
+        """Intake's cache of the open rollouts, told when one opens or closes."""
 
     @at_the_edge(DOMAIN)
     async def CreateTenant(  # noqa: N802 - gRPC method name
@@ -306,6 +315,86 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         if deleted:
             log.info("source system deleted", extra={"tenant": tenant_id, "source_system": system})
         return pb.DeleteSourceSystemResponse(deleted=deleted)
+
+    @at_the_edge(DOMAIN)
+    async def StartRollout(  # noqa: N802 - gRPC method name
+        self, request: rollout_pb2.StartRolloutRequest, context: grpc.aio.ServicerContext
+    ) -> rollout_pb2.Rollout:
+        """Open a rollout (CANARY); ROLLOUT_OPEN while one of its stage is open."""
+        await self._tenants.authenticate_operator(context)
+        wanted = rollouts.checked_rollout(request.rollout)
+        reply = await self._run(
+            self._once(request, rollout_pb2.Rollout),
+            lambda s: rollouts.rollout_message(rollouts.start(s, wanted)),
+        )
+        self._rollouts_changed()
+        log.info(
+            "rollout started",
+            extra={"rollout": reply.name, "stage": reply.stage, "share": reply.share_basis_points},
+        )
+        return reply
+
+    @at_the_edge(DOMAIN)
+    async def GetRollout(  # noqa: N802 - gRPC method name
+        self, request: rollout_pb2.GetRolloutRequest, context: grpc.aio.ServicerContext
+    ) -> rollout_pb2.Rollout:
+        await self._tenants.authenticate_operator(context)
+        rollout_id = rollouts.parse_name(request.name)
+        record = await asyncio.to_thread(
+            self._tenants.transaction, lambda s: rollouts.get_rollout(s, rollout_id)
+        )
+        return rollouts.rollout_message(record)
+
+    @at_the_edge(DOMAIN)
+    async def ListRollouts(  # noqa: N802 - gRPC method name
+        self, request: rollout_pb2.ListRolloutsRequest, context: grpc.aio.ServicerContext
+    ) -> rollout_pb2.ListRolloutsResponse:
+        """Every rollout (never deleted), newest first; a handful per release."""
+        await self._tenants.authenticate_operator(context)
+        listed = await asyncio.to_thread(
+            self._tenants.transaction,
+            lambda s: rollouts.list_rollouts(s, stage=request.stage, open_only=request.open_only),
+        )
+        return rollout_pb2.ListRolloutsResponse(
+            rollouts=[rollouts.rollout_message(record) for record in listed]
+        )
+
+    @at_the_edge(DOMAIN)
+    async def PromoteRollout(  # noqa: N802 - gRPC method name
+        self, request: rollout_pb2.PromoteRolloutRequest, context: grpc.aio.ServicerContext
+    ) -> rollout_pb2.Rollout:
+        """CANARY → PROMOTED, share 10,000; ROLLOUT_NOT_OPEN otherwise."""
+        return await self._close(request, context, rollouts.promote)
+
+    @at_the_edge(DOMAIN)
+    async def RollbackRollout(  # noqa: N802 - gRPC method name
+        self, request: rollout_pb2.RollbackRolloutRequest, context: grpc.aio.ServicerContext
+    ) -> rollout_pb2.Rollout:
+        """CANARY → ROLLED_BACK, share 0; jobs already pinned keep their track."""
+        return await self._close(request, context, rollouts.roll_back)
+
+    async def _close(
+        self,
+        request: rollout_pb2.PromoteRolloutRequest | rollout_pb2.RollbackRolloutRequest,
+        context: grpc.aio.ServicerContext,
+        close: Callable[[Session, str], rollouts.RolloutRecord],
+    ) -> rollout_pb2.Rollout:
+        await self._tenants.authenticate_operator(context)
+        rollout_id = rollouts.parse_name(request.name)
+        reply = await self._run(
+            self._once(request, rollout_pb2.Rollout),
+            lambda s: rollouts.rollout_message(close(s, rollout_id)),
+        )
+        self._rollouts_changed()
+        log.info(
+            "rollout closed",
+            extra={"rollout": reply.name, "state": rollout_pb2.RolloutState.Name(reply.state)},
+        )
+        return reply
+
+    def _rollouts_changed(self) -> None:
+        if self._open_rollouts is not None:
+            self._open_rollouts.changed()
 
     @staticmethod
     def _once(

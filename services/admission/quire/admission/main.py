@@ -181,7 +181,7 @@ async def main() -> None:
     def register(server: grpc.aio.Server) -> None:
         pb_grpc.add_AdmissionServiceServicer_to_server(servicer, server)
         admin_grpc.add_TenantAdminServiceServicer_to_server(
-            TenantAdminServicer(tenants, pages=pages), server
+            TenantAdminServicer(tenants, pages=pages, open_rollouts=intake.rollouts), server
         )
 
     await keeper.start()  # a first reading before the first request; leftovers swept

@@ -16,6 +16,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    Text,
 )
 
 from quire.idempotency import request_ids_table
@@ -37,6 +38,7 @@ __all__ = [
     "notification_attempts",
     "dispatch_lease",
     "source_systems",
+    "rollouts",
 ]
 
 metadata = MetaData()
@@ -241,5 +243,26 @@ source_systems = Table(
     Column("timeout_ms", Integer, nullable=False),
     Column("max_bytes", BigInteger, nullable=False),
     Column("schema", String(128), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+# Operators' rollouts (``quire.admission.rollouts``): a candidate and the
+# share of new jobs pinned to it. Rows are never deleted; ``open_stage`` holds
+# the stage while the rollout is open (CANARY) and is NULL after, so the
+# unique index allows at most one open rollout per stage.
+rollouts = Table(
+    "rollouts",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("stage", String(16), nullable=False),
+    Column("candidate_version", String(128), nullable=False),
+    Column("candidate_ruleset", String(128), nullable=False),
+    Column("share_basis_points", Integer, nullable=False),
+    Column("canary_share_basis_points", Integer, nullable=False),
+    # Tenant ids, space-separated; empty for every tenant.
+    Column("tenants", Text, nullable=False),
+    Column("concurrency_cap", Integer, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("open_stage", String(16), nullable=True, unique=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
