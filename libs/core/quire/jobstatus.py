@@ -32,8 +32,9 @@ def rfc3339(stamp: Timestamp) -> str | None:
 def job_status_document(job: job_pb2.Job) -> dict[str, Any]:
     """The job's status: its id and state, the ordered item count, the output
     digest once COMPLETED, the failure code when it ended otherwise, how
-    long each phase of its work took, and the source systems it waits for
-    while the validator has deferred it (empty otherwise)."""
+    long each phase of its work took, the source systems it waits for
+    while the validator has deferred it (empty otherwise), and the rollout
+    track it was pinned to (null when no rollout was open)."""
     state = state_name(job.state)
     failed = state in TERMINAL_STATES and state != "COMPLETED"
     return {
@@ -62,6 +63,7 @@ def job_status_document(job: job_pb2.Job) -> dict[str, Any]:
             for timing in job.timings
         ],
         "deadline": rfc3339(job.deadline),
+        "track": job.track or None,
         "pins": [
             {
                 "position": pin.position,

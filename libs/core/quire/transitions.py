@@ -62,6 +62,8 @@ class EventFactory:
             ruleset_digest=task.ruleset_digest,
             item_count=len(task.sources),
             occur_time=occurred,
+            # The job's rollout track (quire.tracks), on every entry; "" for none.
+            track=task.track,
             **fields,
         )
         if task.HasField("deadline"):

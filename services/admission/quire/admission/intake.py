@@ -43,6 +43,7 @@ from quire.admission.manifests import (
     referenced_systems,
 )
 from quire.admission.outstanding import OutstandingJobs, count_outstanding
+from quire.admission.rollouts import OpenRollouts
 from quire.admission.sourcesystems import SourceSystem, fetch_of, read_systems
 from quire.admission.tempguard import TempSpaceGuard
 from quire.admission.tenants import Tenant
@@ -63,6 +64,7 @@ from quire.metrics import ServiceMetrics
 from quire.pipeline import State
 from quire.reasons import ReasonCode
 from quire.settings import AdmissionSettings
+from quire.tracks import track_for
 from quire.transitions import EventFactory
 from quire.type import job_pb2, queue_pb2
 from quire.workqueue.backlog import QueueAgeProbe
@@ -134,6 +136,8 @@ class AcceptedJob:
     """The batch (``batches/{batch}``) the job is a packet of, if any."""
     deadline: datetime | None = None
     """When the job's budget runs out; None for a job without one."""
+    track: str = ""
+    """The rollout track the job was pinned to (``quire.tracks``); "" for none."""
 
 
 class _OverQuota(Exception):
@@ -172,7 +176,14 @@ def accepted_from_row(row: object) -> AcceptedJob:
         bundle_id=row.bundle_id or "",  # type: ignore[attr-defined]
         batch=row.batch or "",  # type: ignore[attr-defined]
         deadline=row.deadline,  # type: ignore[attr-defined]
+        track=_track(row),
     )
+
+
+def _track(row: object) -> str:
+    """The track pinned on the job's stored task."""
+    task = getattr(row, "task", None)
+    return queue_pb2.JobTask.FromString(task).track if task else ""
 
 
 class Intake:
@@ -188,8 +199,11 @@ class Intake:
         temp_space: TempSpaceGuard | None = None,
         metrics: ServiceMetrics | None = None,
         budgets: JobBudgets | None = None,
+        rollouts: OpenRollouts | None = None,
     ) -> None:
         self._budgets = budgets or JobBudgets()
+        self.rollouts = rollouts or OpenRollouts()
+        """The open rollouts each accepted job is pinned against (its track)."""
         self._accepted = metrics.counter("quire_jobs_accepted_total") if metrics else None
         self._refused = metrics.counter("quire_jobs_refused_total") if metrics else None
         self._catalog = catalog
@@ -456,6 +470,10 @@ class Intake:
             assert replay is not None
             return replay
         task = self._task(session, tenant, job, request, digest, priority, batch=batch)
+        # One track per job for every open rollout; "" when none is open, so
+        # jobs accepted with no rollout are as before. Not routed by yet: the
+        # track is recorded and shown (quire.tracks).
+        task.track = track_for(job, tenant, self.rollouts.snapshot(session))
         budget = self._budgets.budget(
             _requested_budget(request), references=has_references(request.manifest)
         )
@@ -489,6 +507,7 @@ class Intake:
             bundle_id=request.bundle_id,
             batch=batch,
             deadline=deadline,
+            track=task.track,
         )
 
     @staticmethod

@@ -65,6 +65,7 @@ def accepted_view(accepted: AcceptedJob) -> job_pb2.Job:
         update_time=timestamp(accepted.created_at),
         bundle_id=accepted.bundle_id,
         batch=accepted.batch,
+        track=accepted.track,
     )
     if accepted.deadline is not None:
         job.deadline.CopyFrom(timestamp(accepted.deadline))
@@ -73,10 +74,11 @@ def accepted_view(accepted: AcceptedJob) -> job_pb2.Job:
 
 def with_intake(job: job_pb2.Job, accepted: AcceptedJob) -> job_pb2.Job:
     """Audit's view of the job with what only admission keeps: the client's
-    bundle_id and the batch the job is a packet of; and the deadline set at
-    acceptance when audit's view does not carry it."""
+    bundle_id and the batch the job is a packet of; and the deadline and
+    rollout track set at acceptance when audit's view does not carry them."""
     job.bundle_id = accepted.bundle_id
     job.batch = accepted.batch
+    job.track = job.track or accepted.track  # the ledger's, else the task's
     if accepted.deadline is not None and not job.HasField("deadline"):
         job.deadline.CopyFrom(timestamp(accepted.deadline))
     return job

@@ -65,6 +65,9 @@ class JobFacts:
     pins: tuple[job_pb2.SourcePin, ...] = ()
     """What was fetched and pinned for sources named by reference: the latest
     entry's that carries any (pins never change once written)."""
+    track: str = ""
+    """The rollout track admission pinned the job to (``quire.tracks``): the
+    latest entry's that carries one; "" when no rollout was open."""
 
 
 def is_retirement(event: queue_pb2.TransitionEvent) -> bool:
@@ -105,6 +108,7 @@ def apply(facts: JobFacts | None, event: queue_pb2.TransitionEvent) -> JobFacts:
             timings=_timings((), event),
             deadline=_deadline(event),
             pins=tuple(event.pins),
+            track=event.track,
         )
     state, reason, detail = facts.state, facts.reason_code, facts.reason_detail
     if state not in TERMINAL_STATES and state_rank(to_state) > state_rank(state):
@@ -125,6 +129,7 @@ def apply(facts: JobFacts | None, event: queue_pb2.TransitionEvent) -> JobFacts:
         timings=_timings(facts.timings, event),
         deadline=_deadline(event) or facts.deadline,
         pins=tuple(event.pins) or facts.pins,
+        track=event.track or facts.track,
     )
 
 

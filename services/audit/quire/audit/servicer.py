@@ -75,6 +75,7 @@ def _job(facts: JobFacts) -> job_pb2.Job:
         update_time=timestamp(facts.updated),
         timings=facts.timings,
         pins=facts.pins,
+        track=facts.track,
     )
     if facts.deadline is not None:
         job.deadline.CopyFrom(timestamp(facts.deadline))

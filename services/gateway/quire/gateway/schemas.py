@@ -175,6 +175,12 @@ class JobStatus(_Document):
         default=None, description="When the job's budget runs out; null for none."
     )
     pins: list[SourcePin] = Field(default_factory=list)
+    track: str | None = Field(
+        default=None,
+        description='The rollout track the job was pinned to when accepted: "candidate" or'
+        ' "baseline"; null when no rollout was open. Recorded only: routing by track is'
+        " not built yet.",
+    )
     source_waits: list[SourceWait] = Field(
         default_factory=list,
         description="While the job waits for source systems (it stays VALIDATING): one per"
