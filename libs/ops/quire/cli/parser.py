@@ -25,6 +25,7 @@ from quire.cli.operatorargs import (
     add_tenant_retention_arguments,
     add_workers_arguments,
 )
+from quire.cli.rolloutargs import add_rollout_arguments
 from quire.top.arguments import add_top_arguments
 
 __all__ = ["DEFAULT_DATA_DIR", "build_parser", "version"]
@@ -226,6 +227,11 @@ def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> No
     add_sources_arguments(
         command("sources", help="operators: the source systems a tenant's manifests may name"),
         common,
+    )
+    add_rollout_arguments(
+        command("rollout", help="operators: canary a stage's candidate, promote or roll back"),
+        common,
+        once,
     )
     tokens = command("tokens", help="operators: bearer tokens").add_subparsers(
         dest="action", required=True, help="what to do"

@@ -1,0 +1,184 @@
+"""Rollouts on the real stack (issue 20, tracks): a 10 % canary on validate
+pins 10 % (± 3 %) of new jobs to the candidate track, exactly the jobs
+``quire.tracks.track_of`` picks from their ids; a completed job's ledger
+entries carry its track; one open rollout per stage; a rollback makes new
+jobs baseline and leaves earlier jobs' tracks and entries as they were.
+
+Routing by track is not built: the candidate's jobs run on the same workers
+as the baseline's. This test checks the pinning and the record only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+
+import grpc
+import pytest
+
+from quire.admission.v1 import rollout_pb2
+from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+from quire.cli.args import bearer_metadata
+from quire.client import AdmissionClient, PacketItem
+from quire.grpcstatus import reason_of
+from quire.stack.supervisor import StackInfo
+from quire.testing.pdfs import write_text_pdf
+from quire.testing.quirecli import run_quire
+from quire.tls import aio_channel
+from quire.tracks import BASELINE, CANDIDATE, track_of
+
+pytestmark = pytest.mark.stack
+
+JOBS = 1000
+"""The issue's count: at 10 %, ± 3 % is over 3 standard deviations (0.95 %)."""
+
+
+async def _submit(client: AdmissionClient, digest: str, request_id: str) -> str:
+    """Accepted, retrying while the pipeline sheds load (QUEUE_BACKLOG)."""
+    for _ in range(600):
+        try:
+            job = await client.submit([PacketItem("a", digest)], request_id=request_id)
+        except grpc.aio.AioRpcError as error:
+            if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise
+            await asyncio.sleep(0.2)
+            continue
+        return f"{job.name} {job.track}"
+    raise AssertionError("never accepted")
+
+
+async def _submit_all(client: AdmissionClient, digest: str, count: int) -> dict[str, str]:
+    gate = asyncio.Semaphore(16)
+
+    async def one() -> str:
+        async with gate:
+            return await _submit(client, digest, uuid.uuid4().hex)
+
+    replies = await asyncio.gather(*(one() for _ in range(count)))
+    return dict(reply.split(" ") for reply in replies)
+
+
+async def _entries(info: StackInfo, job: str) -> list[audit_service_pb2.LedgerEntry]:
+    async with aio_channel(info.endpoints["audit"], None) as channel:
+        reply = await audit_service_pb2_grpc.AuditServiceStub(channel).ListJobEvents(
+            audit_service_pb2.ListJobEventsRequest(job=job, page_size=100),
+            metadata=bearer_metadata(info.operator_token()),
+        )
+    return list(reply.entries)
+
+
+async def _refused(call: object) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await call  # type: ignore[misc]
+    return refused.value
+
+
+async def test_a_canary_pins_its_share_deterministically_and_a_rollback_keeps_the_record(
+    stack, tenants, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    info = StackInfo.read(stack.data_dir)
+    client = await tenants("canary", max_outstanding_jobs=5000)
+    admin = tenants.admin
+    digest = (await client.upload(write_text_pdf(tmp_path / "a.pdf", ["canary"]))).sha256
+    before = await client.submit([PacketItem("a", digest)])
+    assert before.track == ""  # no rollout open: jobs are as they were
+
+    request_id = str(uuid.uuid4())
+    rollout = await admin.start_rollout(
+        stage="validate",
+        candidate_version="2026.12.2-rc1",
+        share_basis_points=1000,
+        concurrency_cap=2,
+        request_id=request_id,
+    )
+    try:
+        assert rollout.state == rollout_pb2.ROLLOUT_STATE_CANARY
+        again = await admin.start_rollout(
+            stage="validate",
+            candidate_version="2026.12.2-rc1",
+            share_basis_points=1000,
+            concurrency_cap=2,
+            request_id=request_id,
+        )
+        assert again == rollout  # AIP-155: the same rollout, not a second one
+        second = await _refused(
+            admin.start_rollout(
+                stage="validate", candidate_version="x", share_basis_points=5, concurrency_cap=1
+            )
+        )
+        assert second.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert reason_of(second) == "ROLLOUT_OPEN"
+        invalid = await _refused(
+            admin.start_rollout(
+                stage="sign", candidate_ruleset="default@1", share_basis_points=5, concurrency_cap=1
+            )
+        )
+        assert invalid.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert reason_of(invalid) == "INVALID_ROLLOUT"
+
+        tracks = await _submit_all(client, digest, JOBS)
+        share = sum(track == CANDIDATE for track in tracks.values()) / len(tracks)
+        print(f"canary share: {share:.4f} of {len(tracks)} jobs")  # noqa: T201
+        assert abs(share - 0.10) <= 0.03, share
+        assert tracks == {job: track_of(job, rollout) for job in tracks}
+        candidate = next(job for job, track in tracks.items() if track == CANDIDATE)
+        baseline = next(job for job, track in tracks.items() if track == BASELINE)
+        assert (await client.get_job(candidate)).track == CANDIDATE
+
+        done = await client.wait(candidate, timeout=300)
+        assert done.track == CANDIDATE
+        entries = await _entries(info, candidate)
+        assert len(entries) >= 2
+        assert {entry.event.track for entry in entries} == {CANDIDATE}
+        kept = [entry.entry_hash for entry in entries]
+
+        status = run_quire(stack.data_dir, "rollout", "status", rollout.name, "--json")
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["rollouts"][0]["state"] == "CANARY"
+    finally:
+        back = await admin.rollback_rollout(rollout.name)
+    assert (back.state, back.share_basis_points, back.canary_share_basis_points) == (
+        rollout_pb2.ROLLOUT_STATE_ROLLED_BACK,
+        0,
+        1000,
+    )
+    after = await client.submit([PacketItem("a", digest)])
+    assert after.track == ""  # no rollout open any more
+    assert (await client.get_job(candidate)).track == CANDIDATE
+    assert (await client.get_job(baseline)).track == BASELINE
+    assert [e.entry_hash for e in (await _entries(info, candidate))[: len(kept)]] == kept
+    for close in (admin.rollback_rollout, admin.promote_rollout):
+        closed = await _refused(close(rollout.name))
+        assert closed.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert reason_of(closed) == "ROLLOUT_NOT_OPEN"
+    cli = run_quire(stack.data_dir, "rollout", "promote", rollout.name)
+    assert cli.returncode != 0 and "ROLLOUT_NOT_OPEN" in cli.stderr, cli.stderr
+
+
+async def test_the_cli_starts_and_rolls_back_a_rollout(stack) -> None:  # type: ignore[no-untyped-def]
+    started = run_quire(
+        stack.data_dir,
+        "rollout",
+        "start",
+        "--stage",
+        "assemble",
+        "--version",
+        "v2",
+        "--share",
+        "2.5%",
+        "--cap",
+        "3",
+        "--json",
+    )
+    assert started.returncode == 0, started.stderr
+    rollout = json.loads(started.stdout)["rollout"]
+    assert (rollout["stage"], rollout["share_basis_points"], rollout["state"]) == (
+        "assemble",
+        250,
+        "CANARY",
+    )
+    back = run_quire(stack.data_dir, "rollout", "rollback", rollout["name"].split("/")[1])
+    assert back.returncode == 0, back.stderr
+    assert "ROLLED_BACK" in back.stdout
