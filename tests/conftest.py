@@ -46,6 +46,8 @@ HEAVY_FIRST = (
     "test_sources_replay.py",
     "test_source_waits_stack.py",
     "test_sources_bench.py",
+    "test_rollouts_stack.py",
+    "test_worker_versions.py",
 )
 """Files whose tests run longest (each starts stacks of its own): run first,
 so that pytest-xdist's workers, which take whole files in collection order
