@@ -52,7 +52,7 @@ the "queue age recovers" aim is read from.
 
 Knobs (profile defaults: full / tiny): BENCH_SOURCES_RATE (2 / 2),
 BENCH_SOURCES_BASELINE seconds (30 / 4), BENCH_SOURCES_SLOW (60 / 8),
-BENCH_SOURCES_RECOVERY (2x slow: 120 / 16), BENCH_SOURCES_BUDGET (30 / 30),
+BENCH_SOURCES_RECOVERY (2x slow: 120 / 16), BENCH_SOURCES_BUDGET (30 / 15),
 BENCH_SOURCES_TIMEOUT (2 / 2), BENCH_SOURCES_SLOW_DELAY (6 / 6); the stack's
 QUIRE_SOURCE_BREAKER_FAILURES (5 / 3), QUIRE_SOURCE_BREAKER_OPEN_SECONDS
 (10 / 2) and QUIRE_JOB_BUDGET_RESERVE_SECONDS (5 / 5) are read from the
@@ -110,7 +110,7 @@ PROFILES: dict[str, dict[str, float]] = {
         "rate": 2.0,
         "baseline": 4.0,
         "slow": 8.0,
-        "budget": 30.0,
+        "budget": 15.0,
         "timeout": 2.0,
         "slow_delay": 6.0,
         "breaker_failures": 3,
