@@ -11,6 +11,73 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class CompareTracksRequest(_message.Message):
+    __slots__ = ("start_time", "end_time", "stage", "sample_size")
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    stage: str
+    sample_size: int
+    def __init__(self, start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stage: _Optional[str] = ..., sample_size: _Optional[int] = ...) -> None: ...
+
+class TrackSummary(_message.Message):
+    __slots__ = ("track", "jobs", "endings", "reasons", "latency_p50_seconds", "latency_p95_seconds", "latency_p99_seconds", "steps", "retried_steps", "dead_letters", "versions", "completed_sample")
+    class EndingsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class ReasonsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class VersionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    TRACK_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    ENDINGS_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_P50_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_P95_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_P99_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    RETRIED_STEPS_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_SAMPLE_FIELD_NUMBER: _ClassVar[int]
+    track: str
+    jobs: int
+    endings: _containers.ScalarMap[str, int]
+    reasons: _containers.ScalarMap[str, int]
+    latency_p50_seconds: float
+    latency_p95_seconds: float
+    latency_p99_seconds: float
+    steps: int
+    retried_steps: int
+    dead_letters: int
+    versions: _containers.ScalarMap[str, int]
+    completed_sample: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, track: _Optional[str] = ..., jobs: _Optional[int] = ..., endings: _Optional[_Mapping[str, int]] = ..., reasons: _Optional[_Mapping[str, int]] = ..., latency_p50_seconds: _Optional[float] = ..., latency_p95_seconds: _Optional[float] = ..., latency_p99_seconds: _Optional[float] = ..., steps: _Optional[int] = ..., retried_steps: _Optional[int] = ..., dead_letters: _Optional[int] = ..., versions: _Optional[_Mapping[str, int]] = ..., completed_sample: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CompareTracksResponse(_message.Message):
+    __slots__ = ("tracks",)
+    TRACKS_FIELD_NUMBER: _ClassVar[int]
+    tracks: _containers.RepeatedCompositeFieldContainer[TrackSummary]
+    def __init__(self, tracks: _Optional[_Iterable[_Union[TrackSummary, _Mapping]]] = ...) -> None: ...
+
 class RecordRetirementRequest(_message.Message):
     __slots__ = ("tenant", "job", "retirement")
     TENANT_FIELD_NUMBER: _ClassVar[int]

@@ -85,6 +85,11 @@ class AuditServiceStub:
                 request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.RecordRetirementRequest.SerializeToString,
                 response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.RecordRetirementResponse.FromString,
                 _registered_method=True)
+        self.CompareTracks = channel.unary_unary(
+                '/quire.audit.v1.AuditService/CompareTracks',
+                request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.CompareTracksRequest.SerializeToString,
+                response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.CompareTracksResponse.FromString,
+                _registered_method=True)
 
 
 class AuditServiceServicer:
@@ -166,6 +171,16 @@ class AuditServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CompareTracks(self, request, context):
+        """Operators (`quire rollout status`): the jobs accepted in a window,
+        summarised per rollout track from the ledger: endings, rejection
+        reasons, terminal latency percentiles, retries, dead letters and the
+        worker versions that made their steps.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuditServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -218,6 +233,11 @@ def add_AuditServiceServicer_to_server(servicer, server):
                     servicer.RecordRetirement,
                     request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.RecordRetirementRequest.FromString,
                     response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.RecordRetirementResponse.SerializeToString,
+            ),
+            'CompareTracks': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompareTracks,
+                    request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.CompareTracksRequest.FromString,
+                    response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.CompareTracksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -490,6 +510,33 @@ class AuditService:
             '/quire.audit.v1.AuditService/RecordRetirement',
             quire_dot_audit_dot_v1_dot_audit__service__pb2.RecordRetirementRequest.SerializeToString,
             quire_dot_audit_dot_v1_dot_audit__service__pb2.RecordRetirementResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompareTracks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.audit.v1.AuditService/CompareTracks',
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.CompareTracksRequest.SerializeToString,
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.CompareTracksResponse.FromString,
             options,
             channel_credentials,
             insecure,
