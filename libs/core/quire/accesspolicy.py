@@ -82,6 +82,7 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
             "RetryDeadLetter": OPERATOR,
             "DiscardDeadLetter": OPERATOR,
             "RecordRetirement": OPERATOR,  # `quire retention apply`
+            "CompareTracks": OPERATOR,  # `quire rollout status`: every tenant's jobs
         },
     ),
     "validator": _service(

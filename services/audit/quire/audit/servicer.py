@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
@@ -17,6 +18,7 @@ from quire.audit.deadletterdesk import DeadLetterDesk
 from quire.audit.evidence import build_evidence, dumps
 from quire.audit.jobview import JobFacts, fold
 from quire.audit.retirement import record_retirement
+from quire.audit.trackcompare import Window, compare_tracks
 from quire.audit.v1 import audit_service_pb2 as pb
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from quire.audit.verification import verify_ledger
@@ -28,6 +30,7 @@ from quire.idempotency import OPERATORS, RequestOnce
 from quire.jobs import job_id, job_name, state_value, timestamp
 from quire.operatorcheck import OperatorCheck
 from quire.paging import PageTokens
+from quire.pipeline import STAGE_NAMES, stage
 from quire.reasons import ReasonCode
 from quire.settings import BUILD_VERSION
 from quire.type import job_pb2, queue_pb2
@@ -93,6 +96,36 @@ def _views(session: Session, names: list[str]) -> dict[str, JobFacts]:
         events.setdefault(row.job, []).append(queue_pb2.TransitionEvent.FromString(row.event))
     folded = {job: fold(entries) for job, entries in events.items()}
     return {job: facts for job, facts in folded.items() if facts is not None}
+
+
+def _window(request: pb.CompareTracksRequest) -> Window:
+    """CompareTracks' window; INVALID_ARGUMENT (INVALID_ROLLOUT) for a stage
+    the pipeline does not have, or a window that ends before it starts."""
+    if request.stage and request.stage not in STAGE_NAMES:
+        raise InvalidInput(
+            ReasonCode.INVALID_ROLLOUT,
+            "no such stage",
+            (FieldViolation("stage", f"one of {', '.join(STAGE_NAMES)}"),),
+        )
+    start = request.start_time.ToDatetime(tzinfo=UTC)
+    end = request.end_time.ToDatetime(tzinfo=UTC) if request.HasField("end_time") else None
+    end = end or datetime.now(UTC)
+    if end < start or request.sample_size < 0:
+        raise InvalidInput(
+            ReasonCode.INVALID_ROLLOUT,
+            "the window is invalid",
+            (
+                FieldViolation("end_time", "not before start_time")
+                if end < start
+                else FieldViolation("sample_size", "not negative"),
+            ),
+        )
+    return Window(
+        start=start,
+        end=end,
+        stage_service=stage(request.stage).service if request.stage else "",
+        sample_size=request.sample_size,
+    )
 
 
 class AuditServicer(pb_grpc.AuditServiceServicer):
@@ -185,6 +218,17 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
             lambda s: record_retirement(s, tenant, job, request.retirement, actor)
         )
         return pb.RecordRetirementResponse(event_id=event_id, appended=appended)
+
+    @at_the_edge(DOMAIN)
+    async def CompareTracks(  # noqa: N802 - gRPC method name
+        self, request: pb.CompareTracksRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CompareTracksResponse:
+        if self._operators is None:
+            raise NotFound("this audit service takes no operator calls")
+        await self._operators.operator_of(context)
+        window = _window(request)
+        tracks = await self._db.read(lambda s: compare_tracks(s, window))
+        return pb.CompareTracksResponse(tracks=tracks)
 
     @at_the_edge(DOMAIN)
     async def GetJob(  # noqa: N802 - gRPC method name
