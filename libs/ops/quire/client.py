@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -31,15 +31,20 @@ from quire.admission.v1 import batch_pb2, notification_pb2
 from quire.admission.v1 import rollout_pb2 as rollout_pb
 from quire.admission.v1 import tenant_admin_service_pb2 as admin_pb
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
+from quire.audit.v1 import audit_service_pb2 as audit_pb
+from quire.audit.v1 import audit_service_pb2_grpc as audit_grpc
 from quire.grpcserver import TraceClientInterceptors
 from quire.jobs import PARKED_STATES, TERMINAL_STATES, state_name, state_value
 from quire.pipeline import State
 from quire.tls import TlsSettings, aio_channel
 from quire.type import job_pb2
+from quire.validator.v1 import validator_service_pb2 as validator_pb
+from quire.validator.v1 import validator_service_pb2_grpc as validator_grpc
 
 __all__ = [
     "AdmissionClient",
     "TenantAdminClient",
+    "RolloutReadsClient",
     "PacketItem",
     "ArtifactDigestMismatch",
     "new_request_id",
@@ -643,5 +648,72 @@ class TenantAdminClient:
         already pinned keep their track. ROLLOUT_NOT_OPEN for a closed one."""
         return await self._stub.RollbackRollout(
             rollout_pb.RollbackRolloutRequest(name=name, request_id=request_id or new_request_id()),
+            metadata=self._metadata,
+        )
+
+
+class RolloutReadsClient:
+    """The operators' reads that judge a rollout, beside ``TenantAdminClient``'s
+    rollout methods: audit's per-track comparison (``CompareTracks``) and the
+    validator's recorded decision (``GetValidation``) and shadow evaluation
+    (``EvaluateManifest``, which records nothing). Every call presents the
+    operator token."""
+
+    def __init__(
+        self,
+        *,
+        audit: str,
+        validator: str,
+        operator_token: str,
+        tls: TlsSettings | None = None,
+    ) -> None:
+        self._audit_channel = aio_channel(audit, tls, TraceClientInterceptors())
+        self._validator_channel = aio_channel(validator, tls, TraceClientInterceptors())
+        self._audit = audit_grpc.AuditServiceStub(self._audit_channel)
+        self._validator = validator_grpc.ValidatorServiceStub(self._validator_channel)
+        self._metadata = (("authorization", f"Bearer {operator_token}"),)
+
+    async def close(self) -> None:
+        await self._audit_channel.close()
+        await self._validator_channel.close()
+
+    async def __aenter__(self) -> RolloutReadsClient:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def compare_tracks(
+        self,
+        *,
+        start: datetime,
+        end: datetime | None = None,
+        stage: str = "",
+        sample_size: int = 0,
+    ) -> list[audit_pb.TrackSummary]:
+        """The jobs accepted in [``start``, ``end``) (``end`` None: now), per
+        rollout track: candidate, baseline, then "" (tracks without a job are
+        left out). ``stage`` limits the versions listed to that stage's
+        workers'; ``sample_size`` (at most 200) completed jobs are named per
+        track, newest first."""
+        request = audit_pb.CompareTracksRequest(stage=stage, sample_size=sample_size)
+        request.start_time.FromDatetime(start)
+        if end is not None:
+            request.end_time.FromDatetime(end)
+        reply = await self._audit.CompareTracks(request, metadata=self._metadata)
+        return list(reply.tracks)
+
+    async def get_validation(self, job: str) -> validator_pb.Validation:
+        """What the validator decided for ``job`` ("jobs/ID") and why, per rule."""
+        return await self._validator.GetValidation(
+            validator_pb.GetValidationRequest(job=job), metadata=self._metadata
+        )
+
+    async def evaluate_manifest(self, job: str, *, ruleset: str = "") -> validator_pb.Evaluation:
+        """``ruleset`` ("name@version"; empty: the job's own) over ``job``'s
+        sources: the decisions only, with no state, ledger entry, signature or
+        artifact."""
+        return await self._validator.EvaluateManifest(
+            validator_pb.EvaluateManifestRequest(job=job, ruleset=ruleset),
             metadata=self._metadata,
         )

@@ -1,4 +1,4 @@
-"""The options of ``quire rollout start|status|promote|rollback``, kept apart
+"""The options of ``quire rollout start|status [--shadow N]|promote|rollback``, kept apart
 from the commands so that building the parser imports none of their
 dependencies."""
 
@@ -6,9 +6,22 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["add_rollout_arguments", "share_basis_points"]
+__all__ = ["add_rollout_arguments", "share_basis_points", "shadow_count"]
 
 STAGES = ("validate", "assemble", "sign")
+MAX_SHADOW = 200
+"""The most completed jobs audit names per track (CompareTracks' sample)."""
+
+
+def shadow_count(text: str) -> int:
+    """``--shadow N``: 0 to 200 jobs."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of jobs: {text!r}") from None
+    if not 0 <= count <= MAX_SHADOW:
+        raise argparse.ArgumentTypeError(f"0 to {MAX_SHADOW} jobs")
+    return count
 
 
 def share_basis_points(text: str) -> int:
@@ -72,13 +85,26 @@ def add_rollout_arguments(
         help="the candidate's concurrency cap: its most deliveries in flight at once",
     )
     status = actions.add_parser(
-        "status", parents=[common], help="one rollout's record, or every rollout's"
+        "status",
+        parents=[common],
+        help="one rollout's record, or every rollout's, and its candidate vs baseline",
     )
     status.add_argument(
         "rollout",
         nargs="?",
         default=None,
-        help="rollouts/ID or the ID (default: all, newest first)",
+        help="rollouts/ID or the ID (default: all, newest first; the open ones compared)",
+    )
+    status.add_argument(
+        "--shadow",
+        type=shadow_count,
+        default=0,
+        metavar="N",
+        help=(
+            "also run the candidate ruleset over up to N (at most 200) of the baseline's"
+            " completed jobs and compare the decisions with the recorded ones"
+            " (records nothing; default 0: no shadow evaluation)"
+        ),
     )
     for action, what in (
         ("promote", "the candidate becomes the baseline (share 100%)"),
