@@ -46,6 +46,7 @@ HEAVY_FIRST = (
     "test_sources_replay.py",
     "test_source_waits_stack.py",
     "test_sources_bench.py",
+    "test_rollout_routing.py",
     "test_rollouts_stack.py",
     "test_worker_versions.py",
 )

@@ -4,8 +4,10 @@ pins 10 % (± 3 %) of new jobs to the candidate track, exactly the jobs
 entries carry its track; one open rollout per stage; a rollback makes new
 jobs baseline and leaves earlier jobs' tracks and entries as they were.
 
-Routing by track is not built: the candidate's jobs run on the same workers
-as the baseline's. This test checks the pinning and the record only.
+No worker of the candidate's version runs here: a candidate job waits on
+its stage's candidate subject, which no baseline worker pulls, while a
+baseline job goes through, and the candidate consumer holds the rollout's
+cap. Routing between two builds is tests/test_rollout_routing.py's.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from quire.tls import aio_channel
 from quire.tracks import BASELINE, CANDIDATE, track_of
 from quire.type import job_pb2
 from quire.workqueue import PRIORITIES, WORK_STREAM, consumer_name
+from quire.workqueue.topology import candidate_consumer_name
 
 pytestmark = pytest.mark.stack
 
@@ -108,6 +111,18 @@ async def _pause_validate(stack: Stack) -> Any:
     return nc
 
 
+async def _candidate_consumer(stack: Stack) -> tuple[int, int]:
+    """(max_ack_pending, messages not yet acknowledged) of validate's candidate consumer."""
+    nc = await connect_nats(stack.nats_url, "quire-test-canary", **stack.nats_login())
+    try:
+        info = await nc.jetstream().consumer_info(WORK_STREAM, candidate_consumer_name("validate"))
+    finally:
+        await nc.close()
+    return int(info.config.max_ack_pending or 0), int(
+        (info.num_pending or 0) + (info.num_ack_pending or 0)
+    )
+
+
 async def test_a_canary_pins_its_share_deterministically_and_a_rollback_keeps_the_record(
     canary_stack: Stack, tmp_path: Path
 ) -> None:
@@ -163,18 +178,27 @@ async def _canary(
         assert invalid.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert reason_of(invalid) == "INVALID_ROLLOUT"
 
-        # A candidate job runs through the pipeline; its entries carry its track.
-        candidate = ""
-        for _ in range(200):
+        # Routed by the queues: with no worker of the candidate's version, a
+        # candidate job waits on the candidate subject while a baseline job,
+        # accepted after it, completes.
+        candidate = first_baseline = ""
+        for _ in range(300):
             job = await client.submit([PacketItem("a", digest)])
-            if job.track == CANDIDATE:
+            if job.track == CANDIDATE and not candidate:
                 candidate = job.name
+            elif job.track == BASELINE and candidate and not first_baseline:
+                first_baseline = job.name
+            if candidate and first_baseline:
                 break
-        assert candidate, "one job in ten is a candidate"
-        done = await client.wait(candidate, timeout=120)
-        assert done.track == CANDIDATE and done.state == job_pb2.JOB_STATE_COMPLETED
+        assert candidate and first_baseline, "one job in ten is a candidate"
+        done = await client.wait(first_baseline, timeout=120)
+        assert done.track == BASELINE and done.state == job_pb2.JOB_STATE_COMPLETED
+        waiting = await client.get_job(candidate)
+        assert waiting.state == job_pb2.JOB_STATE_ACCEPTED, waiting
+        cap, unsettled = await _candidate_consumer(stack)
+        assert (cap, unsettled) == (2, 1)  # the rollout's cap; its one job waits
         entries = await _entries(info, candidate)
-        assert len(entries) >= 2
+        assert len(entries) >= 1
         assert {entry.event.track for entry in entries} == {CANDIDATE}
         kept = [entry.entry_hash for entry in entries]
 

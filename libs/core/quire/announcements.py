@@ -47,7 +47,8 @@ __all__ = [
 
 WORKERS_BUCKET = "quire_workers"
 BASELINE = "baseline"
-"""The track every process serves until rollouts exist (docs/rollouts.md)."""
+"""The track a process serves unless it is a rollout's candidate
+(``quire.workqueue.routing``)."""
 _NOT_IN_KEY = re.compile(r"[^A-Za-z0-9_-]")
 MAX_INSTANCE_KEY = 128
 
@@ -155,6 +156,14 @@ class Announcer:
     @property
     def key(self) -> str:
         return self._key
+
+    def set_track(self, track: str) -> None:
+        """The track this process serves now; announced at once when running."""
+        if track == self._announcement.track:
+            return
+        self._announcement = replace(self._announcement, track=track)
+        if self._task is not None and not self._stopped:
+            asyncio.get_running_loop().create_task(self.announce())
 
     async def start(self) -> None:
         """Announce once (so the entry exists when the process reports

@@ -30,6 +30,7 @@ from quire.jobgate import GATE_BUCKET
 from quire.natsblobs import BLOB_BUCKET
 from quire.natskeyring import KEYRING_BUCKET
 from quire.pipeline import QUEUED_STAGES, STAGES
+from quire.rolloutboard import ROLLOUTS_BUCKET
 from quire.workqueue.topology import (
     DEAD_BOOK_CONSUMER,
     DEAD_CONSUMER,
@@ -38,6 +39,7 @@ from quire.workqueue.topology import (
     EVENTS_STREAM,
     PRIORITIES,
     WORK_STREAM,
+    candidate_consumer_name,
     consumer_name,
 )
 
@@ -80,6 +82,22 @@ def _announce(service: str) -> tuple[str, ...]:
     return (f"$KV.{WORKERS_BUCKET}.{service}.>",)
 
 
+_ROLLOUTS_READ = (
+    # Each stage's current rollout (``quire.rolloutboard``), which admission writes.
+    f"$JS.API.DIRECT.GET.KV_{ROLLOUTS_BUCKET}.>",
+    f"$JS.API.STREAM.MSG.GET.KV_{ROLLOUTS_BUCKET}",
+)
+_ROLLOUTS_WRITE = (
+    f"$KV.{ROLLOUTS_BUCKET}.>",
+    # A rollout's concurrency cap is its candidate consumer's max_ack_pending;
+    # admission may update those consumers and no other.
+    *(
+        f"$JS.API.CONSUMER.DURABLE.CREATE.{WORK_STREAM}.{candidate_consumer_name(s.name)}"
+        for s in QUEUED_STAGES
+    ),
+)
+
+
 def inbox_prefix(user: str) -> str:
     """Where ``user``'s replies and pulled messages arrive; nobody else may listen."""
     return f"_INBOX_{user}"
@@ -94,7 +112,10 @@ def _consume(stream: str, consumers: Iterable[str]) -> tuple[str, ...]:
 
 
 def _stage(stage: str) -> tuple[str, ...]:
-    return _consume(WORK_STREAM, (consumer_name(stage, p) for p in PRIORITIES))
+    return _consume(
+        WORK_STREAM,
+        (*(consumer_name(stage, p) for p in PRIORITIES), candidate_consumer_name(stage)),
+    )
 
 
 def _queue_metrics(stage: str) -> tuple[str, ...]:
@@ -118,7 +139,10 @@ SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
     "admission": NatsPermissions(
         (
             f"quire.work.{STAGES[0].name}.*",
+            f"quire.work.{STAGES[0].name}.*.candidate",
             "quire.events.admission",
+            *_ROLLOUTS_READ,
+            *_ROLLOUTS_WRITE,
             *_announce("admission"),
             # Queue ages: the validate queue for load shedding, every stage's for the
             # reconciler (a job still waiting in line is not re-driven).
@@ -135,7 +159,9 @@ SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
                 *_stage(s.name),
                 *_queue_metrics(s.name),
                 f"quire.work.{s.next}.*",
+                f"quire.work.{s.next}.*.candidate",
                 f"quire.events.{s.service}",
+                *_ROLLOUTS_READ,
                 f"quire.dead.{s.name}",
                 *_announce(s.service),
                 *_GATE,
@@ -152,6 +178,7 @@ SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
             *_consume(DEAD_STREAM, (DEAD_CONSUMER, DEAD_BOOK_CONSUMER)),
             # Operators' dead-letter retries and re-drives start any stage.
             "quire.work.*.*",
+            "quire.work.*.*.candidate",
             "quire.events.audit",
             "quire.dead.*",
             *_announce("audit"),

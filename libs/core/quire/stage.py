@@ -64,7 +64,7 @@ from quire.workqueue.topology import (
     event_subject,
     redriven,
     task_message_id,
-    work_subject,
+    task_subject,
 )
 
 __all__ = ["Verdict", "Step", "StageResult", "StageWork", "StageRunner"]
@@ -161,8 +161,9 @@ _OUTCOMES = {
 
 
 def _priority_of(subject: str) -> str:
-    """``quire.work.<stage>.<priority>``'s priority."""
-    return subject.rsplit(".", 1)[-1]
+    """``quire.work.<stage>.<priority>[.candidate]``'s priority."""
+    parts = subject.split(".")
+    return parts[3] if len(parts) > 3 else parts[-1]
 
 
 def _queued_since(msg: Msg) -> int | None:
@@ -425,7 +426,7 @@ class StageRunner:
                 )
             )
             outcome.next_task.CopyFrom(task)
-            outcome.next_subject = work_subject(self._stage.next, task.priority or "interactive")
+            outcome.next_subject = task_subject(self._stage.next, task)
         return outcome
 
     async def _end(

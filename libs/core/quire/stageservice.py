@@ -20,6 +20,7 @@ from quire.leases import LeaseStore
 from quire.metrics import ServiceMetrics, StageMeter
 from quire.peers import Peers
 from quire.pipeline import Stage
+from quire.rolloutboard import RolloutBoard
 from quire.runtime import load_wire, start_runtime
 from quire.sandbox import SandboxPool
 from quire.schema import upgrade_schema
@@ -30,6 +31,8 @@ from quire.tempspace import TempKeeper
 from quire.transitions import EventFactory
 from quire.workqueue import WORK_STREAM, Publisher, WorkQueueWorker, consumer_name
 from quire.workqueue.backlog import QueueGauges
+from quire.workqueue.routing import TrackBinder
+from quire.workqueue.topology import candidate_consumer_name
 
 __all__ = [
     "StageConfig",
@@ -144,13 +147,16 @@ async def run_stage_service(
     queues = QueueGauges(js, stage_name, metrics, budget_seconds=settings.queue.age_budget_seconds)
     if settings.service in ("validator", "assembler"):
         _export_temp_space(metrics, stage_name, keeper)
+    interactive = consumer_name(spec.stage.name, "interactive")
     worker = WorkQueueWorker(
         js,
         stream=WORK_STREAM,
         consumers={
-            consumer_name(spec.stage.name, "interactive"): settings.concurrency,
+            interactive: settings.concurrency,
             consumer_name(spec.stage.name, "batch"): batch_slots(settings.concurrency),
         },
+        # A rollout's candidate track takes interactive slots, never more.
+        shared={candidate_consumer_name(spec.stage.name): interactive},
         handler=runner.handle,
         ack_wait_seconds=settings.queue.ack_wait_seconds,
         fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
@@ -161,16 +167,26 @@ async def run_stage_service(
     announcer = Announcer.of(
         js, settings, work.ruleset_keys if isinstance(work, RunsRulesets) else None
     )
+    binder = TrackBinder(
+        await RolloutBoard.open(js, spec.stage.name, wire.verifier),
+        worker,
+        stage=spec.stage,
+        version=settings.build_version,
+        on_track=announcer.set_track,
+    )
 
     async def ready() -> None:
         await keeper.start()
         await sandbox.warm()
+        await binder.refresh()  # bound by the stage's rollout before the first pull
         worker.start()
+        binder.start()
         queues.start()
         await announcer.start()
 
     async def drain() -> None:
         await announcer.stop()  # leaving: takes no new work from here on
+        await binder.stop()
         await worker.drain()
 
     try:
@@ -189,6 +205,7 @@ async def run_stage_service(
         )
     finally:
         await announcer.stop()
+        await binder.stop()
         await queues.stop()
         await nc.close()  # workers are drained; nothing is in flight
         await peers.close()

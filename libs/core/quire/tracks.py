@@ -23,9 +23,10 @@ the share its operator chose: with a single open rollout the candidate's
 share is exactly its share, with several it is the smallest of them (every
 rollout hashes the same bucket). ``track_for`` decides this.
 
-This module assigns and replays tracks only. Routing by track (per-track
-subjects and consumers holding the rollout's concurrency cap, so candidate
-workers get only candidate-track jobs) is not built yet: docs/rollouts.md.
+This module assigns and replays tracks. Routing by track (candidate
+subjects under a consumer holding the rollout's concurrency cap, which only
+the candidate's workers pull while the rollout is open) is
+``quire.workqueue.routing``'s.
 """
 
 from __future__ import annotations

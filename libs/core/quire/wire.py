@@ -12,6 +12,7 @@ is terminated and counted, never acted on.
     quire.work.assemble.*     validator, audit
     quire.work.sign.*         assembler, audit
     quire.work.commit.*       signer, audit
+    (and each quire.work.<stage>.<priority>.candidate as its stage's subjects)
     quire.events.<service>    that service
     quire.dead.<stage>        the stage's service, audit (the dead-letter office)
     quire.checkpoints.audit   audit
@@ -63,7 +64,8 @@ def allowed_producers(subject: str) -> frozenset[str]:
     if len(parts) < 3 or parts[0] != "quire":
         return _NOBODY
     kind, name = parts[1], parts[2]
-    if kind == "work" and len(parts) == 4:
+    if kind == "work" and (len(parts) == 4 or (len(parts) == 5 and parts[4] == "candidate")):
+        # quire.work.<stage>.<priority>[.candidate]: a track changes no producer.
         return _STAGE_PRODUCERS.get(name, _NOBODY)
     if kind == "events" and len(parts) == 3:
         return frozenset({name})

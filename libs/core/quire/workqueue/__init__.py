@@ -11,6 +11,7 @@ from quire.workqueue.topology import (
     event_subject,
     redriven,
     task_message_id,
+    task_subject,
     work_subject,
 )
 from quire.workqueue.worker import WorkQueueWorker
@@ -27,5 +28,6 @@ __all__ = [
     "event_subject",
     "redriven",
     "task_message_id",
+    "task_subject",
     "work_subject",
 ]

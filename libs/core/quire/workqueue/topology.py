@@ -7,8 +7,12 @@ on a NATS that has no authorization at all — each service at start. A service
 with credentials cannot administer streams; it waits until they exist.
 
 One work-queue stream holds ``quire.work.<stage>.<priority>``; each subject has
-exactly one durable pull consumer (work-queue filters must not overlap). One
-events stream holds ``quire.events.<service>``; audit consumes all of it.
+exactly one durable pull consumer (work-queue filters must not overlap). A
+rollout's candidate track has subjects of its own,
+``quire.work.<stage>.<priority>.candidate``, under one consumer per stage,
+``<stage>-candidate``, whose ``max_ack_pending`` is the rollout's concurrency
+cap (``quire.workqueue.routing``). One events stream holds
+``quire.events.<service>``; audit consumes all of it.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from quire.announcements import WORKERS_BUCKET
 from quire.jobgate import GATE_BUCKET
 from quire.natsblobs import BLOB_BUCKET, ensure_blob_buckets
 from quire.natskeyring import KEYRING_BUCKET
-from quire.pipeline import STAGES
+from quire.pipeline import QUEUED_STAGES, STAGES
+from quire.rolloutboard import ROLLOUTS_BUCKET
 from quire.settings import QueueSettings
+from quire.tracks import CANDIDATE
 
 __all__ = [
     "WORK_STREAM",
@@ -35,6 +41,11 @@ __all__ = [
     "DEAD_STREAM",
     "DEAD_CONSUMER",
     "work_subject",
+    "candidate_subject",
+    "candidate_filter",
+    "candidate_consumer_name",
+    "task_subject",
+    "CANDIDATE_DEFAULT_CAP",
     "event_subject",
     "consumer_name",
     "task_message_id",
@@ -43,6 +54,7 @@ __all__ = [
     "DEAD_BOOK_CONSUMER",
     "TOPOLOGY_STREAMS",
     "ensure_topology",
+    "candidate_consumer_config",
     "priority_shares",
     "wait_for_topology",
 ]
@@ -71,12 +83,45 @@ TOPOLOGY_STREAMS = (
     f"OBJ_{BLOB_BUCKET}",
     f"KV_{KEYRING_BUCKET}",
     f"KV_{WORKERS_BUCKET}",
+    f"KV_{ROLLOUTS_BUCKET}",
 )
 """Every stream and bucket provisioning makes, each with ``QueueSettings.replicas`` copies."""
 
 
 def work_subject(stage: str, priority: str) -> str:
     return f"quire.work.{stage}.{priority}"
+
+
+def candidate_subject(stage: str, priority: str) -> str:
+    """Where a candidate-track job's task for ``stage`` waits while a rollout
+    of ``stage`` routes it to the candidate's workers."""
+    return f"{work_subject(stage, priority)}.{CANDIDATE}"
+
+
+def candidate_filter(stage: str) -> str:
+    """The candidate consumer's filter: both priorities' candidate subjects
+    (disjoint from the baseline consumers' exact subjects)."""
+    return f"quire.work.{stage}.*.{CANDIDATE}"
+
+
+def candidate_consumer_name(stage: str) -> str:
+    return f"{stage}-{CANDIDATE}"
+
+
+CANDIDATE_DEFAULT_CAP = 1
+"""A candidate consumer's ``max_ack_pending`` until a rollout sets its cap."""
+
+
+def task_subject(stage: str, task: object) -> str:
+    """The subject ``task`` (a ``JobTask``) is published on for ``stage``: the
+    candidate subject when admission pinned the job to the candidate track of
+    a rollout of ``stage`` (``JobTask.candidate_stages``), else the baseline's.
+    A function of the task alone, so every publisher (a stage handing on,
+    admission's dispatcher and re-drives, audit's retries) routes alike."""
+    priority = getattr(task, "priority", "") or "interactive"
+    if getattr(task, "track", "") == CANDIDATE and stage in getattr(task, "candidate_stages", ()):
+        return candidate_subject(stage, priority)
+    return work_subject(stage, priority)
 
 
 def event_subject(service: str) -> str:
@@ -148,6 +193,8 @@ async def ensure_topology(js: JetStreamContext, queue: QueueSettings) -> None:
                     max_ack_pending=shares[priority],
                 ),
             )
+    for stage in QUEUED_STAGES:
+        await _ensure_candidate_consumer(js, queue, stage.name)
     await _ensure_stream(
         js,
         api.StreamConfig(
@@ -192,6 +239,52 @@ async def ensure_topology(js: JetStreamContext, queue: QueueSettings) -> None:
     await _ensure_gate_bucket(js, queue.replicas)
     await ensure_blob_buckets(js, queue.replicas)
     await _ensure_workers_bucket(js, queue)
+    await _ensure_rollouts_bucket(js, queue.replicas)
+
+
+async def _ensure_candidate_consumer(
+    js: JetStreamContext, queue: QueueSettings, stage: str
+) -> None:
+    """The stage's candidate consumer, made once with the default cap: a
+    rollout (admission's ``RolloutSync``) sets its cap, and provisioning again
+    never resets it."""
+    try:
+        await js.consumer_info(WORK_STREAM, candidate_consumer_name(stage))
+        return
+    except Exception:  # noqa: BLE001 - NotFoundError: make it
+        pass
+    await js.add_consumer(
+        WORK_STREAM, candidate_consumer_config(queue, stage, CANDIDATE_DEFAULT_CAP)
+    )
+
+
+def candidate_consumer_config(queue: QueueSettings, stage: str, cap: int) -> api.ConsumerConfig:
+    return api.ConsumerConfig(
+        durable_name=candidate_consumer_name(stage),
+        filter_subject=candidate_filter(stage),
+        ack_policy=api.AckPolicy.EXPLICIT,
+        ack_wait=queue.ack_wait_seconds,
+        max_deliver=queue.max_deliver,
+        max_ack_pending=cap,
+    )
+
+
+async def _ensure_rollouts_bucket(js: JetStreamContext, replicas: int) -> None:
+    """Each stage's current rollout, for its workers (``quire.rolloutboard``)."""
+    try:
+        await js.key_value(ROLLOUTS_BUCKET)
+    except BucketNotFoundError:
+        try:
+            await js.create_key_value(
+                api.KeyValueConfig(
+                    bucket=ROLLOUTS_BUCKET,
+                    history=1,
+                    storage=api.StorageType.FILE,
+                    replicas=replicas,
+                )
+            )
+        except Exception:  # noqa: BLE001 - created concurrently
+            await js.key_value(ROLLOUTS_BUCKET)
 
 
 def priority_shares(limit: int) -> dict[str, int]:

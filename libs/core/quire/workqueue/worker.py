@@ -31,8 +31,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Protocol
 
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -85,7 +85,9 @@ class PullGate(Protocol):
 
 
 class WorkQueueWorker:
-    """Pulls from durable consumers, each with its own reserved capacity."""
+    """Pulls from durable consumers, each with its own reserved capacity, or
+    sharing another's (``shared``: consumer -> the consumer whose slots it
+    takes). ``bind`` changes which of them are pulled while it runs."""
 
     def __init__(
         self,
@@ -98,35 +100,75 @@ class WorkQueueWorker:
         fetch_timeout_seconds: float = 5.0,
         pull_gate: PullGate | None = None,
         verifier: WireVerifier | None = None,
+        shared: Mapping[str, str] | None = None,
     ) -> None:
         self._js = js
         self._stream = stream
         self._slots = {name: asyncio.Semaphore(capacity) for name, capacity in consumers.items()}
+        for name, owner in (shared or {}).items():
+            self._slots[name] = self._slots[owner]
+        self._bound: set[str] = set(self._slots)
+        self._started = False
         self._handler = handler
         self._heartbeat_seconds = max(ack_wait_seconds / 3.0, 0.2)
         self._fetch_timeout = fetch_timeout_seconds
         self._pull_gate = pull_gate
         self._verifier = verifier
         self._stopping = asyncio.Event()
-        self._loops: list[asyncio.Task[None]] = []
+        self._loops: dict[str, asyncio.Task[None]] = {}
         self._inflight: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
-        for consumer, slots in self._slots.items():
-            task = asyncio.create_task(self._pull_loop(consumer, slots), name=consumer)
-            self._loops.append(task)
+        self._started = True
+        self._pull_bound()
+
+    def bind(self, consumers: Iterable[str]) -> None:
+        """Pull exactly ``consumers`` (each one of this worker's) from now on:
+        a consumer no longer bound stops pulling at once; its messages in
+        hand go on to be settled."""
+        wanted = set(consumers)
+        unknown = wanted - set(self._slots)
+        if unknown:
+            raise ValueError(f"not this worker's consumers: {sorted(unknown)}")
+        self._bound = wanted
+        if self._started and not self._stopping.is_set():
+            self._pull_bound()
+
+    def _pull_bound(self) -> None:
+        for consumer in list(self._loops):
+            if consumer not in self._bound:
+                self._loops.pop(consumer).cancel()
+        for consumer in sorted(self._bound - set(self._loops)):
+            slots = self._slots[consumer]
+            self._loops[consumer] = asyncio.create_task(
+                self._pull_loop(consumer, slots), name=consumer
+            )
+
+    @property
+    def bound(self) -> frozenset[str]:
+        return frozenset(self._bound)
 
     async def drain(self) -> None:
         """Stop pulling, then wait for in-flight handlers to finish."""
         self._stopping.set()
-        for loop in self._loops:
+        loops = list(self._loops.values())
+        for loop in loops:
             loop.cancel()
-        await asyncio.gather(*self._loops, return_exceptions=True)
+        await asyncio.gather(*loops, return_exceptions=True)
         if self._inflight:
             await asyncio.gather(*self._inflight, return_exceptions=True)
 
     async def _pull_loop(self, consumer: str, slots: asyncio.Semaphore) -> None:
         subscription = await self._js.pull_subscribe_bind(durable=consumer, stream=self._stream)
+        try:
+            await self._pull(consumer, slots, subscription)
+        finally:
+            try:
+                await subscription.unsubscribe()
+            except Exception:  # noqa: BLE001 - disconnected, or already gone
+                pass
+
+    async def _pull(self, consumer: str, slots: asyncio.Semaphore, subscription: Any) -> None:
         while not self._stopping.is_set():
             await slots.acquire()
             try:

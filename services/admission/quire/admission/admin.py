@@ -16,6 +16,7 @@ from google.protobuf.message import Message
 from sqlalchemy.orm import Session
 
 from quire.admission import rollouts, sourcesystems, tables
+from quire.admission.rolloutsync import RolloutSync
 from quire.admission.storagepolicy import PERIODS, TenantStorage, forget_source, read_storage
 from quire.admission.tenants import Tenant, TenantDirectory, TokenRecord
 from quire.admission.uploads import SHA256_HEX
@@ -129,11 +130,14 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         *,
         pages: PageTokens,
         open_rollouts: rollouts.OpenRollouts | None = None,
+        rollout_sync: RolloutSync | None = None,
     ) -> None:
         self._tenants = tenants
         self._pages = pages
         self._open_rollouts = open_rollouts
         """Intake's cache of the open rollouts, told when one opens or closes."""
+        self._rollout_sync = rollout_sync
+        """Puts a changed rollout on the queues (caps, the workers' entries)."""
 
     @at_the_edge(DOMAIN)
     async def CreateTenant(  # noqa: N802 - gRPC method name
@@ -327,7 +331,7 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
             self._once(request, rollout_pb2.Rollout),
             lambda s: rollouts.rollout_message(rollouts.start(s, wanted)),
         )
-        self._rollouts_changed()
+        await self._rollouts_changed()
         log.info(
             "rollout started",
             extra={"rollout": reply.name, "stage": reply.stage, "share": reply.share_basis_points},
@@ -385,14 +389,22 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
             self._once(request, rollout_pb2.Rollout),
             lambda s: rollouts.rollout_message(close(s, rollout_id)),
         )
-        self._rollouts_changed()
+        await self._rollouts_changed()
         log.info(
             "rollout closed",
             extra={"rollout": reply.name, "state": rollout_pb2.RolloutState.Name(reply.state)},
         )
         return reply
 
-    def _rollouts_changed(self) -> None:
+    async def _rollouts_changed(self) -> None:
+        """The queues first (the candidate's cap, then its workers' entry),
+        then intake's pinning; a failed sync is made good within seconds by
+        every admission replica's own loop."""
+        if self._rollout_sync is not None:
+            try:
+                await self._rollout_sync.sync()
+            except Exception as error:  # noqa: BLE001 - recorded; the loop retries
+                log.warning("rollout not yet on the queues (%s)", type(error).__name__)
         if self._open_rollouts is not None:
             self._open_rollouts.changed()
 

@@ -15,7 +15,7 @@ from quire.database import Database
 from quire.faults import fault_point
 from quire.pipeline import STAGES
 from quire.type import queue_pb2
-from quire.workqueue import Publisher, event_subject, task_message_id, work_subject
+from quire.workqueue import Publisher, event_subject, task_message_id, task_subject
 
 __all__ = ["Dispatcher"]
 
@@ -63,7 +63,7 @@ class Dispatcher:
         # The event first: the ledger records ACCEPTED before any stage's step.
         await self._publisher.publish(event_subject("admission"), accepted, accepted.event_id)
         await self._publisher.publish(
-            work_subject(FIRST, task.priority),
+            task_subject(FIRST, task),
             task,
             task_message_id(task.job, FIRST, task.generation),
         )

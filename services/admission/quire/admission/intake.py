@@ -43,7 +43,7 @@ from quire.admission.manifests import (
     referenced_systems,
 )
 from quire.admission.outstanding import OutstandingJobs, count_outstanding
-from quire.admission.rollouts import OpenRollouts
+from quire.admission.rollouts import OpenRollouts, candidate_ruleset
 from quire.admission.sourcesystems import SourceSystem, fetch_of, read_systems
 from quire.admission.tempguard import TempSpaceGuard
 from quire.admission.tenants import Tenant
@@ -64,7 +64,7 @@ from quire.metrics import ServiceMetrics
 from quire.pipeline import State
 from quire.reasons import ReasonCode
 from quire.settings import AdmissionSettings
-from quire.tracks import track_for
+from quire.tracks import CANDIDATE, track_for
 from quire.transitions import EventFactory
 from quire.type import job_pb2, queue_pb2
 from quire.workqueue.backlog import QueueAgeProbe
@@ -471,9 +471,14 @@ class Intake:
             return replay
         task = self._task(session, tenant, job, request, digest, priority, batch=batch)
         # One track per job for every open rollout; "" when none is open, so
-        # jobs accepted with no rollout are as before. Not routed by yet: the
-        # track is recorded and shown (quire.tracks).
-        task.track = track_for(job, tenant, self.rollouts.snapshot(session))
+        # jobs accepted with no rollout are as before. A candidate-track job is
+        # routed by the queues to each open rollout's candidate (quire.tracks,
+        # quire.workqueue.routing).
+        open_rollouts = self.rollouts.snapshot(session)
+        task.track = track_for(job, tenant, open_rollouts)
+        if task.track == CANDIDATE:
+            task.candidate_stages.extend(sorted(r.stage for r in open_rollouts))
+            task.candidate_ruleset = candidate_ruleset(task.ruleset, open_rollouts)
         budget = self._budgets.budget(
             _requested_budget(request), references=has_references(request.manifest)
         )

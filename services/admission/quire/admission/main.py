@@ -25,6 +25,7 @@ from quire.admission.notifier import Notifier
 from quire.admission.notifysecrets import NotificationSecrets
 from quire.admission.outstanding import OutstandingJobs
 from quire.admission.reconciler import Reconciler
+from quire.admission.rolloutsync import RolloutSync
 from quire.admission.servicer import AdmissionServicer
 from quire.admission.tempguard import TempSpaceGuard
 from quire.admission.tenants import TenantDirectory
@@ -42,6 +43,7 @@ from quire.metrics import ServiceMetrics
 from quire.paging import PageTokens
 from quire.peers import Peers
 from quire.pipeline import STAGE_NAMES
+from quire.rolloutboard import RolloutBoardWriter
 from quire.runtime import load_wire, run_service, start_runtime
 from quire.schema import upgrade_schema
 from quire.storage import open_blob_store
@@ -159,6 +161,9 @@ async def main() -> None:
     )
     sweeper: list[asyncio.Task[None]] = []
     announcer = Announcer.of(js, settings)
+    rollout_sync = RolloutSync(
+        js, await RolloutBoardWriter.open(js, wire.signer), tenants.transaction, settings.queue
+    )
 
     async def ready() -> None:
         await announcer.start()
@@ -167,6 +172,7 @@ async def main() -> None:
         sweeper.append(asyncio.create_task(notifier.run_forever()))
         sweeper.append(asyncio.create_task(ends.run_forever()))
         sweeper.append(asyncio.create_task(batch_dispatcher.run_forever()))
+        sweeper.append(asyncio.create_task(rollout_sync.run_forever()))
 
     async def drain() -> None:
         await announcer.stop()
@@ -181,7 +187,10 @@ async def main() -> None:
     def register(server: grpc.aio.Server) -> None:
         pb_grpc.add_AdmissionServiceServicer_to_server(servicer, server)
         admin_grpc.add_TenantAdminServiceServicer_to_server(
-            TenantAdminServicer(tenants, pages=pages, open_rollouts=intake.rollouts), server
+            TenantAdminServicer(
+                tenants, pages=pages, open_rollouts=intake.rollouts, rollout_sync=rollout_sync
+            ),
+            server,
         )
 
     await keeper.start()  # a first reading before the first request; leftovers swept

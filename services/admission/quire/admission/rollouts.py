@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -50,8 +50,10 @@ __all__ = [
     "ROLLED_BACK",
     "OpenRollouts",
     "RolloutRecord",
+    "candidate_ruleset",
     "checked_rollout",
     "get_rollout",
+    "latest_per_stage",
     "list_rollouts",
     "parse_name",
     "promote",
@@ -298,6 +300,25 @@ def roll_back(session: Session, rollout_id: str) -> RolloutRecord:
     """No new job is pinned to the candidate: ROLLED_BACK, share 0. Jobs already
     pinned keep their track; nothing is deleted."""
     return _close(session, rollout_id, ROLLED_BACK, 0)
+
+
+def candidate_ruleset(ruleset: str, open_rollouts: Iterable[RolloutRecord]) -> str:
+    """The ruleset an open rollout's candidate runs on a candidate-track job
+    that asked for ``ruleset`` ("name@version"): the rollout's candidate
+    ruleset when it has the same name; "" when none does."""
+    name = ruleset.partition("@")[0]
+    for rollout in open_rollouts:
+        if rollout.candidate_ruleset and rollout.candidate_ruleset.partition("@")[0] == name:
+            return rollout.candidate_ruleset
+    return ""
+
+
+def latest_per_stage(session: Session) -> tuple[RolloutRecord, ...]:
+    """Each stage's newest rollout, open or closed (what its workers follow)."""
+    latest: dict[str, RolloutRecord] = {}
+    for record in list_rollouts(session):  # newest first
+        latest.setdefault(record.stage, record)
+    return tuple(latest.values())
 
 
 class OpenRollouts:

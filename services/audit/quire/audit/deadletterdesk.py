@@ -31,7 +31,7 @@ from quire.pipeline import State, stage
 from quire.reasons import ReasonCode
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
-from quire.workqueue import Publisher, task_message_id, work_subject
+from quire.workqueue import Publisher, task_message_id, task_subject
 
 __all__ = ["DeadLetterDesk"]
 
@@ -84,7 +84,7 @@ class DeadLetterDesk:
             )
             await self.database.run(lambda s: _mark_retrying(s, job, row.generation, event))
         await self.publisher.publish(
-            work_subject(row.stage, task.priority or "interactive"),
+            task_subject(row.stage, task),
             task,
             task_message_id(task.job, row.stage, task.generation),
         )

@@ -25,7 +25,7 @@ from quire.database import Database, as_utc, insert_if_absent
 from quire.jobs import PARKED_STATES, TERMINAL_STATES
 from quire.settings import ReconcileSettings
 from quire.type import queue_pb2
-from quire.workqueue import Publisher, redriven, task_message_id, work_subject
+from quire.workqueue import Publisher, redriven, task_message_id, task_subject
 
 __all__ = ["RetryRedriver"]
 
@@ -68,7 +68,7 @@ class RetryRedriver:
             task.generation = generation
             task.redrive = number
             await self._publisher.publish(
-                work_subject(row.stage, task.priority or "interactive"),
+                task_subject(row.stage, task),
                 task,
                 redriven(task_message_id(task.job, row.stage, generation), number),
             )

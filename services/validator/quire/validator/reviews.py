@@ -25,7 +25,7 @@ from quire.settings import BUILD_VERSION
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
 from quire.validator import tables
-from quire.workqueue import Publisher, event_subject, task_message_id, work_subject
+from quire.workqueue import Publisher, event_subject, task_message_id, task_subject
 
 __all__ = ["ReviewDesk", "ReviewRow"]
 
@@ -112,7 +112,7 @@ class ReviewDesk:
             )
             await self._publisher.publish(event_subject("validator"), event, event.event_id)
             await self._publisher.publish(
-                work_subject(HANDS_TO, task.priority or "interactive"),
+                task_subject(HANDS_TO, task),
                 task,
                 task_message_id(task.job, HANDS_TO, task.generation),
             )

@@ -78,7 +78,11 @@ class ValidatorWork:
         return [ruleset.key for ruleset in self._book.all()]
 
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult:
-        ruleset = self._book.get(task.ruleset)
+        # A validate rollout's candidate ruleset, when this validator has it;
+        # else (a baseline worker finishing a rolled-back candidate's job,
+        # say) the job's own. The ledger records which ran.
+        candidate = self._book.get(task.candidate_ruleset) if task.candidate_ruleset else None
+        ruleset = candidate or self._book.get(task.ruleset)
         if ruleset is None:
             raise Rejected(ReasonCode.RULESET_UNKNOWN, "the job's ruleset is not published")
         # The ruleset is pinned here: every later event and stage carries its
@@ -86,6 +90,7 @@ class ValidatorWork:
         pinned = queue_pb2.JobTask()
         pinned.CopyFrom(task)
         pinned.ruleset_digest = ruleset.digest
+        pinned.ruleset = ruleset.key  # the candidate's, when it ran: the ledger says which
         if wants_fetching(task):
             if self._sources is None:
                 raise SystemFailure(ReasonCode.INTERNAL, "this validator fetches no sources")

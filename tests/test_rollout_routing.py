@@ -1,0 +1,276 @@
+"""Routing by track on the real stack (issue 20): two builds of the
+validator and two ruleset versions.
+
+The stack's validator is the baseline (build 0.1.0, ruleset default@1). A
+second validator process is the candidate: build 0.2.0, shipping default@2
+beside the shipped rulesets. A validate rollout of 0.2.0 with default@2 sends
+a share of new jobs to the candidate's queue, whose cap holds it:
+
+- every candidate-track job is validated by 0.2.0 under default@2, every
+  baseline job by 0.1.0 under default@1 (the queues route; no worker skips);
+- the candidate never holds more jobs at once than the rollout's cap.
+
+Then the rollback, in the middle of the canary: a candidate build that dies
+(SIGKILL) before committing each step it takes holds leases when the
+rollout is rolled back. Every job still ends exactly once, COMPLETED; the
+dead candidate's jobs are finished by the baseline (0.1.0); no ledger entry
+is removed; ``quire check``'s invariants hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from test_faults_common import running_stack, wait_all
+
+from quire.announcements import read_announcements
+from quire.client import PacketItem, TenantAdminClient
+from quire.jobs import state_name
+from quire.runtime import connect_nats
+from quire.settings import service_address_var, service_health_var, service_metrics_var
+from quire.stack.ports import free_port
+from quire.stack.supervisor import Stack
+from quire.testing.multinode import wait_healthy
+from quire.testing.pdfs import write_text_pdf
+from quire.testing.quirecli import run_quire
+from quire.tracks import BASELINE, CANDIDATE
+from quire.type import queue_pb2
+from quire.workqueue.topology import WORK_STREAM, candidate_consumer_name
+
+pytestmark = pytest.mark.stack
+
+SHIPPED = Path(__file__).resolve().parent.parent / (
+    "services/validator/quire/validator/shipped_rulesets"
+)
+BASELINE_BUILD = "0.1.0"
+CANDIDATE_BUILD = "0.2.0"
+CAP = 2
+SHARE = 3000
+"""30 %: enough candidate jobs among few to see the cap held."""
+JOBS = 40
+ROLLBACK_JOBS = 20
+ENV = {
+    "QUIRE_QUEUE_AGE_BUDGET_SECONDS": "3600",
+    # A dead candidate's deliveries come back soon.
+    "QUIRE_ACK_WAIT_SECONDS": "4",
+    "QUIRE_VALIDATOR_CONCURRENCY": "4",
+}
+
+
+def _rulesets(directory: Path) -> Path:
+    """The shipped rulesets and default@2 (a new version of default)."""
+    directory.mkdir(parents=True)
+    for path in SHIPPED.glob("*.json"):
+        (directory / path.name).write_text(path.read_text())
+    body = json.loads((SHIPPED / "default-1.json").read_text())
+    body.update(version="2", description=body["description"] + " (version 2)")
+    (directory / "default-2.json").write_text(json.dumps(body))
+    return directory
+
+
+@asynccontextmanager
+async def _candidate_validator(
+    stack: Stack, rulesets: Path, name: str, faults: str = ""
+) -> AsyncIterator[subprocess.Popen[bytes]]:
+    health = f"127.0.0.1:{free_port()}"
+    env = {
+        **stack.service_env(),
+        service_address_var("validator"): f"127.0.0.1:{free_port()}",
+        service_health_var("validator"): health,
+        service_metrics_var("validator"): f"127.0.0.1:{free_port()}",
+        "QUIRE_INSTANCE": name,
+        "QUIRE_BUILD_VERSION": CANDIDATE_BUILD,
+        "QUIRE_RULESETS_DIR": str(rulesets),
+    }
+    if faults:
+        env["QUIRE_FAULTS"] = faults
+    with open(stack.data_dir / "logs" / f"{name}.log", "ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "quire.validator.main"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        await asyncio.to_thread(wait_healthy, health, process, "the candidate validator")
+        yield process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                await asyncio.to_thread(process.wait, 30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+async def _serving(stack: Stack, instance: str, track: str) -> None:
+    """Until ``instance`` announces that it serves ``track`` (it has bound its queues)."""
+    nc = await connect_nats(stack.nats_url, "quire-test-routing", **stack.nats_login())
+    try:
+        for _ in range(150):
+            found = {a.instance: a.track for a in await read_announcements(nc.jetstream())}
+            if found.get(instance) == track:
+                return
+            await asyncio.sleep(0.2)
+    finally:
+        await nc.close()
+    raise AssertionError(f"{instance} never served the {track} track: {found}")
+
+
+async def _candidate_consumer(stack: Stack) -> tuple[int, int]:
+    """(max_ack_pending, messages not yet acknowledged) of validate's candidate consumer."""
+    nc = await connect_nats(stack.nats_url, "quire-test-routing", **stack.nats_login())
+    try:
+        info = await nc.jetstream().consumer_info(WORK_STREAM, candidate_consumer_name("validate"))
+    finally:
+        await nc.close()
+    return int(info.config.max_ack_pending or 0), int(
+        (info.num_pending or 0) + (info.num_ack_pending or 0)
+    )
+
+
+def _events(data_dir: Path) -> list[tuple[int, str, queue_pb2.TransitionEvent]]:
+    path = data_dir / "audit" / "audit.db"
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        rows = db.execute("SELECT sequence, entry_hash, event FROM ledger ORDER BY sequence")
+        return [(seq, h, queue_pb2.TransitionEvent.FromString(e)) for seq, h, e in rows]
+
+
+def _validations(data_dir: Path) -> dict[str, queue_pb2.TransitionEvent]:
+    """Each job's validator hand-on (to ASSEMBLING): who validated, under what."""
+    return {
+        event.job: event
+        for _, _, event in _events(data_dir)
+        if event.actor.service == "validator" and state_name(event.to_state) == "ASSEMBLING"
+    }
+
+
+def _peak(intervals: list[tuple[datetime, datetime]]) -> int:
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    held = peak = 0
+    for _, step in edges:
+        held += step
+        peak = max(peak, held)
+    return peak
+
+
+def _held(data_dir: Path, jobs: set[str]) -> list[tuple[datetime, datetime]]:
+    path = data_dir / "validator" / "validator.db"
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        rows = db.execute(
+            "SELECT job, leased_at, updated_at FROM stage_leases WHERE outcome IS NOT NULL"
+        ).fetchall()
+    return [
+        (datetime.fromisoformat(a), datetime.fromisoformat(b))
+        for job, a, b in rows
+        if f"jobs/{job.removeprefix('jobs/')}" in jobs and a
+    ]
+
+
+async def _submit(running, folder: Path, count: int) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """``count`` one-page jobs on ruleset default@1: job -> track."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tracks = {}
+    for index in range(count):
+        path = write_text_pdf(folder / f"{index}.pdf", [f"page {index} {uuid.uuid4().hex}"])
+        digest = (await running.client.upload(path)).sha256
+        job = await running.client.submit([PacketItem("d", digest)], ruleset="default@1")
+        tracks[job.name] = job.track
+    return tracks
+
+
+async def test_two_validator_builds_split_by_track_and_a_rollback_hands_work_to_the_baseline(
+    tmp_path: Path,
+) -> None:
+    rulesets = _rulesets(tmp_path / "rulesets")
+    async with running_stack(tmp_path / "stack", ENV) as running:
+        stack = running.stack
+        token = running.info.operator_token()
+        async with TenantAdminClient(running.info.endpoints["admission"], token) as admin:
+            async with _candidate_validator(stack, rulesets, "validator-candidate"):
+                rollout = await admin.start_rollout(
+                    stage="validate",
+                    candidate_version=CANDIDATE_BUILD,
+                    candidate_ruleset="default@2",
+                    share_basis_points=SHARE,
+                    concurrency_cap=CAP,
+                )
+                assert (await _candidate_consumer(stack))[0] == CAP  # set before it is used
+                await _serving(stack, "validator-candidate", CANDIDATE)
+                tracks = await _submit(running, tmp_path / "canary", JOBS)
+                jobs = await wait_all(running.client, list(tracks), timeout=180)
+                assert {state_name(j.state) for j in jobs.values()} == {"COMPLETED"}
+
+                candidates = {job for job, track in tracks.items() if track == CANDIDATE}
+                assert candidates and set(tracks.values()) == {CANDIDATE, BASELINE}
+                made = _validations(stack.data_dir)
+                by_track = Counter(
+                    (tracks[job], made[job].actor.build_version, made[job].ruleset_version)
+                    for job in tracks
+                )
+                assert by_track == {
+                    (CANDIDATE, CANDIDATE_BUILD, "default@2"): len(candidates),
+                    (BASELINE, BASELINE_BUILD, "default@1"): JOBS - len(candidates),
+                }, by_track
+                peak = _peak(_held(stack.data_dir, candidates))
+                print(f"candidate jobs {len(candidates)}/{JOBS}, peak held {peak}")  # noqa: T201
+                assert 1 <= peak <= CAP, f"the candidate held {peak} jobs at once; cap {CAP}"
+
+                status = run_quire(stack.data_dir, "rollout", "status", rollout.name)
+                assert status.returncode == 0, status.stderr
+                assert "CANARY" in status.stdout
+
+            # The middle of the canary: a candidate that dies holding leases.
+            async with _candidate_validator(
+                stack, rulesets, "validator-doomed", faults="validator.before_commit:always"
+            ) as doomed:
+                await _serving(stack, "validator-doomed", CANDIDATE)
+                before = _events(stack.data_dir)
+                more = await _submit(running, tmp_path / "rollback", ROLLBACK_JOBS)
+                doomed_jobs = {job for job, track in more.items() if track == CANDIDATE}
+                assert doomed_jobs, "some of the jobs are the candidate's"
+                # It takes a candidate job, does the work, and dies before committing.
+                await asyncio.to_thread(doomed.wait, 60)
+                assert doomed.returncode == -9, doomed.returncode
+                _, unsettled = await _candidate_consumer(stack)
+                assert unsettled >= 1, "the dead candidate's deliveries are still leased"
+                back = await admin.rollback_rollout(rollout.name)
+                assert back.share_basis_points == 0
+
+            jobs = await wait_all(running.client, list(more), timeout=180)
+            assert {state_name(j.state) for j in jobs.values()} == {"COMPLETED"}
+            after = _events(stack.data_dir)
+            # No entry removed or changed: the earlier ledger is a prefix.
+            assert after[: len(before)] == before
+            ends = Counter(
+                event.job
+                for _, _, event in after
+                if event.job in more and state_name(event.to_state) == "COMPLETED"
+            )
+            assert ends == dict.fromkeys(more, 1), ends  # exactly once each
+            made = _validations(stack.data_dir)
+            assert {made[job].actor.build_version for job in doomed_jobs} == {BASELINE_BUILD}
+            assert {made[job].track for job in doomed_jobs} == {CANDIDATE}
+            signed = stack.data_dir / "blobs" / "signed"
+            for job in more:
+                assert len(list(signed.rglob(f"{job.removeprefix('jobs/')}.pdf"))) == 1
+
+            # The dead candidate's temporary files are swept when a validator
+            # next starts on its volume (in Kubernetes its pod's volume goes with it).
+            await asyncio.to_thread(stack.stop_service, "validator")
+            stack.start_service("validator")
+            await asyncio.to_thread(stack.wait_healthy)
+            check = run_quire(stack.data_dir, "check")
+            assert check.returncode == 0, check.stdout + check.stderr
