@@ -13,7 +13,8 @@ a share of new jobs to the candidate's queue, whose cap holds it:
 Then the rollback, in the middle of the canary: a candidate build that dies
 (SIGKILL) before committing each step it takes holds leases when the
 rollout is rolled back. Every job still ends exactly once, COMPLETED; the
-dead candidate's jobs are finished by the baseline (0.1.0); no ledger entry
+dead candidate's jobs are finished by the baseline (0.1.0, under the job's
+own ruleset: the rolled-back candidate's is not run); no ledger entry
 is removed; ``quire check``'s invariants hold.
 """
 
@@ -228,9 +229,21 @@ async def test_two_validator_builds_split_by_track_and_a_rollback_hands_work_to_
                 print(f"candidate jobs {len(candidates)}/{JOBS}, peak held {peak}")  # noqa: T201
                 assert 1 <= peak <= CAP, f"the candidate held {peak} jobs at once; cap {CAP}"
 
-                status = run_quire(stack.data_dir, "rollout", "status", rollout.name)
+                status = run_quire(
+                    stack.data_dir, "rollout", "status", rollout.name, "--shadow", "5", "--json"
+                )
                 assert status.returncode == 0, status.stderr
-                assert "CANARY" in status.stdout
+                shown = json.loads(status.stdout)
+                sides = shown["comparisons"][0]["tracks"]
+                assert sides["candidate"]["completed"] == len(candidates)
+                assert sides["baseline"]["completed"] == JOBS - len(candidates)
+                assert set(sides["candidate"]["versions"]) == {f"validator@{CANDIDATE_BUILD}"}
+                assert set(sides["baseline"]["versions"]) == {f"validator@{BASELINE_BUILD}"}
+                # default@2 decides as default@1 did: no decision differs.
+                shadow = shown["comparisons"][0]["shadow"]
+                assert (shadow["evaluated"], shadow["different"]) == (5, 0), shadow
+                printed = run_quire(stack.data_dir, "rollout", "status", rollout.name)
+                assert "candidate vs baseline" in printed.stdout, printed.stdout
 
             # The middle of the canary: a candidate that dies holding leases.
             async with _candidate_validator(
@@ -263,6 +276,8 @@ async def test_two_validator_builds_split_by_track_and_a_rollback_hands_work_to_
             made = _validations(stack.data_dir)
             assert {made[job].actor.build_version for job in doomed_jobs} == {BASELINE_BUILD}
             assert {made[job].track for job in doomed_jobs} == {CANDIDATE}
+            # The rolled-back candidate's ruleset is not run by the baseline.
+            assert {made[job].ruleset_version for job in doomed_jobs} == {"default@1"}
             signed = stack.data_dir / "blobs" / "signed"
             for job in more:
                 assert len(list(signed.rglob(f"{job.removeprefix('jobs/')}.pdf"))) == 1

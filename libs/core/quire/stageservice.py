@@ -20,7 +20,7 @@ from quire.leases import LeaseStore
 from quire.metrics import ServiceMetrics, StageMeter
 from quire.peers import Peers
 from quire.pipeline import Stage
-from quire.rolloutboard import RolloutBoard
+from quire.rolloutboard import RolloutBoard, StageRollout
 from quire.runtime import load_wire, start_runtime
 from quire.sandbox import SandboxPool
 from quire.schema import upgrade_schema
@@ -39,6 +39,7 @@ __all__ = [
     "StageService",
     "Registrar",
     "RunsRulesets",
+    "FollowsRollout",
     "run_stage_service",
     "batch_slots",
 ]
@@ -54,6 +55,16 @@ class RunsRulesets(Protocol):
 
     def ruleset_keys(self) -> list[str]:
         """``name@version`` of every ruleset it can run now."""
+        ...
+
+
+@runtime_checkable
+class FollowsRollout(Protocol):
+    """A stage's work that acts on its stage's rollout (the validator's runs a
+    candidate ruleset only while its rollout is open)."""
+
+    def rollout_changed(self, rollout: StageRollout | None) -> None:
+        """The stage's latest rollout, read again (None: there never was one)."""
         ...
 
 
@@ -173,6 +184,7 @@ async def run_stage_service(
         stage=spec.stage,
         version=settings.build_version,
         on_track=announcer.set_track,
+        on_rollout=work.rollout_changed if isinstance(work, FollowsRollout) else None,
     )
 
     async def ready() -> None:

@@ -85,6 +85,7 @@ class TrackBinder:
         stage: Stage,
         version: str,
         on_track: Callable[[str], None] | None = None,
+        on_rollout: Callable[[StageRollout | None], None] | None = None,
         poll_seconds: float = POLL_SECONDS,
     ) -> None:
         self._board = board
@@ -92,6 +93,7 @@ class TrackBinder:
         self._stage = stage
         self._version = version
         self._on_track = on_track
+        self._on_rollout = on_rollout
         self._poll_seconds = poll_seconds
         self._current: Binding | None = None
         self._task: asyncio.Task[None] | None = None
@@ -112,6 +114,8 @@ class TrackBinder:
             wanted = binding(self._stage.name, "", _UNKNOWN)
         else:
             wanted = binding(self._stage.name, self._version, rollout)
+            if self._on_rollout is not None:
+                self._on_rollout(rollout)
         if wanted != self._current:
             self._worker.bind(wanted.consumers)
             if self._current is not None:

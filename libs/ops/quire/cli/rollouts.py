@@ -11,9 +11,8 @@ retry rate, dead letters, rejection reasons and the stage's worker
 versions. ``status --shadow N`` also runs the candidate ruleset over up to N
 of the baseline's completed jobs (the validator's ``EvaluateManifest``,
 which records nothing) and compares the decisions with the ones recorded:
-rule names and outcomes only, never document text. Not built yet: routing
-the candidate track to the candidate's workers (so today every worker still
-takes every track).
+rule names and outcomes only, never document text. The queues route the
+candidate track to the candidate's workers (``quire.workqueue.routing``).
 """
 
 from __future__ import annotations

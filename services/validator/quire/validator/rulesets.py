@@ -8,8 +8,10 @@ changes, so a job pinned to it is judged tomorrow as it was today.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +26,8 @@ from quire.validator import tables
 
 __all__ = ["Ruleset", "RulesetBook", "load_directory", "DEFAULT_DIRECTORY", "canonical"]
 
+RELOAD_SECONDS = 1.0
+"""At most one reading of the rulesets table per second for a key not known here."""
 DEFAULT_DIRECTORY = Path(__file__).resolve().parent / "shipped_rulesets"
 """The rulesets that ship with the validator, inside its distribution."""
 KNOWN_KINDS = {
@@ -100,6 +104,7 @@ class RulesetBook:
     def __init__(self, database: Database) -> None:
         self._db = database
         self._by_key: dict[str, Ruleset] = {}
+        self._reloaded_at = float("-inf")
 
     def install(self, rulesets: list[Ruleset]) -> None:
         """Store new versions; refuse a changed body under a published version."""
@@ -136,6 +141,19 @@ class RulesetBook:
         self._by_key = {row.key: Ruleset.from_body(json.loads(row.body)) for row in rows}
 
     def get(self, key: str) -> Ruleset | None:
+        return self._by_key.get(key)
+
+    async def find(self, key: str) -> Ruleset | None:
+        """``get``, reading the database again (off the event loop, at most
+        once a second) when ``key`` is not known here: another replica, a
+        rollout's candidate build say, may have published it since."""
+        found = self._by_key.get(key)
+        if found is not None or not key:
+            return found
+        now = time.monotonic()
+        if now - self._reloaded_at >= RELOAD_SECONDS:
+            self._reloaded_at = now
+            await asyncio.to_thread(self.reload)
         return self._by_key.get(key)
 
     def all(self) -> list[Ruleset]:

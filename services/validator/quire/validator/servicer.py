@@ -195,7 +195,7 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
     ) -> pb.Evaluation:
         await self._operators.operator_of(context)
         row = await self._validation_row(request.job)
-        ruleset = self._book.get(request.ruleset or row.ruleset)
+        ruleset = await self._book.find(request.ruleset or row.ruleset)
         if ruleset is None:
             raise NotFound("ruleset not found")
         task = queue_pb2.JobTask.FromString(row.task)

@@ -21,6 +21,7 @@ from quire.errors import JobCancelled, PermanentError, Rejected, SystemFailure
 from quire.leases import Lease
 from quire.pipeline import State
 from quire.reasons import ReasonCode
+from quire.rolloutboard import StageRollout
 from quire.stage import StageResult, Step
 from quire.type import queue_pb2
 from quire.validator import tables
@@ -72,17 +73,28 @@ class ValidatorWork:
         self._evaluator = evaluator
         self._book = book
         self._sources = sources
+        self._rollout: StageRollout | None = None
+
+    def rollout_changed(self, rollout: StageRollout | None) -> None:
+        """The validate stage's latest rollout (``quire.workqueue.routing``)."""
+        self._rollout = rollout
+
+    def _runs_candidate(self, ruleset: str) -> bool:
+        rollout = self._rollout
+        return rollout is not None and rollout.open and rollout.candidate_ruleset == ruleset
 
     def ruleset_keys(self) -> list[str]:
         """The published rulesets this validator can run (its announcement)."""
         return [ruleset.key for ruleset in self._book.all()]
 
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult:
-        # A validate rollout's candidate ruleset, when this validator has it;
-        # else (a baseline worker finishing a rolled-back candidate's job,
-        # say) the job's own. The ledger records which ran.
-        candidate = self._book.get(task.candidate_ruleset) if task.candidate_ruleset else None
-        ruleset = candidate or self._book.get(task.ruleset)
+        # A validate rollout's candidate ruleset while that rollout is open;
+        # once it is rolled back (the baseline finishing the candidate's
+        # jobs, say) or promoted, the job's own. The ledger records which ran.
+        candidate = None
+        if task.candidate_ruleset and self._runs_candidate(task.candidate_ruleset):
+            candidate = await self._book.find(task.candidate_ruleset)
+        ruleset = candidate or await self._book.find(task.ruleset)
         if ruleset is None:
             raise Rejected(ReasonCode.RULESET_UNKNOWN, "the job's ruleset is not published")
         # The ruleset is pinned here: every later event and stage carries its
