@@ -94,7 +94,12 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
     ) -> pb.Source:
         tenant = await self._tenants.authenticate(context)
         try:
-            stored = await self._uploads.receive(tenant, request_iterator)
+            stored = await self._uploads.receive(
+                tenant,
+                request_iterator,
+                # The token again when the bytes are in, unless revoked meanwhile.
+                still_authorized=lambda: self._tenants.reauthenticate(context),
+            )
         except SystemFailure as error:
             raise TransientError(error.reason, "storage refuses writes; try again later") from None
         return pb.Source(

@@ -498,6 +498,13 @@ class TenantDirectory:
         self._verified[digest] = (now + self._cache_seconds, tenant)
         return tenant
 
+    async def reauthenticate(self, context: grpc.aio.ServicerContext) -> Tenant:
+        """``authenticate`` from the database, not the cache: for a call that
+        outlived the check at its start (an upload), so a token revoked
+        meanwhile, on any replica, is refused (UNAUTHENTICATED)."""
+        self._verified.pop(hash_token(_bearer(context) or "-"), None)
+        return await self.authenticate(context)
+
     async def authenticate_operator(self, context: grpc.aio.ServicerContext) -> str:
         """The id of the caller's operator token."""
         digest = hash_token(_bearer(context) or "-")

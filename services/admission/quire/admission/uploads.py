@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -89,6 +89,10 @@ def _chunk_of(request: pb.UploadSourceRequest) -> bytes:
     return request.chunk
 
 
+StillAuthorized = Callable[[], Awaitable[object]]
+"""Raises (Unauthenticated) when the caller's token no longer holds."""
+
+
 class UploadGate:
     """Takes one upload through every check and stores it under its digest."""
 
@@ -111,11 +115,19 @@ class UploadGate:
         self._hearing_out = 0
 
     async def receive(
-        self, tenant: Tenant, requests: AsyncIterator[pb.UploadSourceRequest]
+        self,
+        tenant: Tenant,
+        requests: AsyncIterator[pb.UploadSourceRequest],
+        *,
+        still_authorized: StillAuthorized | None = None,
     ) -> StoredSource:
-        """Store the upload, or raise why not once the caller has stopped sending."""
+        """Store the upload, or raise why not once the caller has stopped sending.
+
+        ``still_authorized`` is awaited once every byte has arrived and before
+        anything is kept: an upload that outlived its token (revoked while the
+        bytes came) is refused (UNAUTHENTICATED) and its bytes discarded."""
         try:
-            return await self._receive(tenant, requests)
+            return await self._receive(tenant, requests, still_authorized)
         except QuireError as error:
             # Counted here, where the refusal is made: a client may not learn
             # the reason (grpc/grpc#36066 turns a status that arrives while the
@@ -138,7 +150,10 @@ class UploadGate:
             self._hearing_out -= 1
 
     async def _receive(
-        self, tenant: Tenant, requests: AsyncIterator[pb.UploadSourceRequest]
+        self,
+        tenant: Tenant,
+        requests: AsyncIterator[pb.UploadSourceRequest],
+        still_authorized: StillAuthorized | None,
     ) -> StoredSource:
         if self._temp_space is not None:
             self._temp_space.check()
@@ -162,17 +177,27 @@ class UploadGate:
             if known is not None:
                 stored = _already_stored(known, header)
                 await _discard_rest(paced, header.size_bytes)
+                if still_authorized is not None:
+                    await still_authorized()
                 return stored
             slot.reserve(header.size_bytes)
-            return await self._store(tenant.id, header, paced)
+            return await self._store(tenant.id, header, paced, still_authorized)
 
     async def _store(
-        self, tenant: str, header: pb.SourceHeader, requests: PacedRequests
+        self,
+        tenant: str,
+        header: pb.SourceHeader,
+        requests: PacedRequests,
+        still_authorized: StillAuthorized | None,
     ) -> StoredSource:
         with IncomingSource(self._blobs, tenant, header) as incoming:
             async for request in requests:
                 incoming.take(_chunk_of(request))
             writer = incoming.complete()
+            if still_authorized is not None:
+                # Revoked while the bytes came: nothing is kept (the temporary
+                # blob goes with the IncomingSource).
+                await still_authorized()
             key = source_key(tenant, header.sha256)
             await asyncio.to_thread(writer.promote, key)
         stored = StoredSource(header.sha256, header.size_bytes, header.content_type)
