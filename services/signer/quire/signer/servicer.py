@@ -62,8 +62,14 @@ class SignerServicer(pb_grpc.SignerServiceServicer):
                 size_bytes=row.size_bytes,
                 page_count=row.page_count,
             ),
+            # What the job's ledger entry records (the same SigningRecord was
+            # committed with the stage's outcome); empty only for a level the
+            # signer did not keep before its migration 0004.
             signing=job_pb2.SigningRecord(
-                key_version=row.key_version, certificate_sha256=row.certificate_sha256
+                key_version=row.key_version,
+                certificate_sha256=row.certificate_sha256,
+                signer_identity=row.signer_identity or "",
+                level=row.level or "",
             ),
         )
 

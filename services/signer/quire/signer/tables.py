@@ -40,6 +40,11 @@ signatures = Table(
     Column("size_bytes", BigInteger, nullable=True),
     Column("page_count", Integer, nullable=True),
     Column("certificate_sha256", String(64), nullable=True),
+    # As on the job's ledger entry (the key's signer identity and the PAdES
+    # level, "B-B" or "B-T"); NULL on rows signed before migration 0004 that
+    # the migration could not fill (the level).
+    Column("signer_identity", String(256), nullable=True),
+    Column("level", String(8), nullable=True),
     Column("lease_token", Integer, nullable=False),
     Column("intent_at", DateTime(timezone=True), nullable=False),
     Column("signed_at", DateTime(timezone=True), nullable=True),

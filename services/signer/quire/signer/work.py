@@ -171,6 +171,9 @@ def _record_intent(session: Session, job: str, version: str, blob_key: str, toke
 def _record_signature(
     job: str, artifact: job_pb2.Artifact, signing: job_pb2.SigningRecord, token: int
 ) -> Callable[[Session], None]:
+    """The signature row as the ledger records it: committed with the stage's
+    outcome, whose hand-off event carries the same ``signing`` fields."""
+
     def write(session: Session) -> None:
         session.execute(
             update(tables.signatures)
@@ -181,6 +184,8 @@ def _record_signature(
                 size_bytes=artifact.size_bytes,
                 page_count=artifact.page_count,
                 certificate_sha256=signing.certificate_sha256,
+                signer_identity=signing.signer_identity,
+                level=signing.level,
                 lease_token=token,
                 signed_at=datetime.now(UTC),
             )
