@@ -24,27 +24,22 @@ import asyncio
 import json
 import sqlite3
 import subprocess
-import sys
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 from test_faults_common import running_stack, wait_all
 
-from quire.announcements import read_announcements
 from quire.client import PacketItem, TenantAdminClient
 from quire.jobs import state_name
 from quire.runtime import connect_nats
-from quire.settings import service_address_var, service_health_var, service_metrics_var
-from quire.stack.ports import free_port
 from quire.stack.supervisor import Stack
-from quire.testing.multinode import wait_healthy
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.quirecli import run_quire
+from quire.testing.replicas import extra_process, wait_serving
 from quire.tracks import BASELINE, CANDIDATE
 from quire.type import queue_pb2
 from quire.workqueue.topology import WORK_STREAM, candidate_consumer_name
@@ -80,54 +75,13 @@ def _rulesets(directory: Path) -> Path:
     return directory
 
 
-@asynccontextmanager
-async def _candidate_validator(
+def _candidate_validator(
     stack: Stack, rulesets: Path, name: str, faults: str = ""
-) -> AsyncIterator[subprocess.Popen[bytes]]:
-    health = f"127.0.0.1:{free_port()}"
-    env = {
-        **stack.service_env(),
-        service_address_var("validator"): f"127.0.0.1:{free_port()}",
-        service_health_var("validator"): health,
-        service_metrics_var("validator"): f"127.0.0.1:{free_port()}",
-        "QUIRE_INSTANCE": name,
-        "QUIRE_BUILD_VERSION": CANDIDATE_BUILD,
-        "QUIRE_RULESETS_DIR": str(rulesets),
-    }
+) -> AbstractAsyncContextManager[subprocess.Popen[bytes]]:
+    env = {"QUIRE_BUILD_VERSION": CANDIDATE_BUILD, "QUIRE_RULESETS_DIR": str(rulesets)}
     if faults:
         env["QUIRE_FAULTS"] = faults
-    with open(stack.data_dir / "logs" / f"{name}.log", "ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "quire.validator.main"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        await asyncio.to_thread(wait_healthy, health, process, "the candidate validator")
-        yield process
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                await asyncio.to_thread(process.wait, 30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-
-
-async def _serving(stack: Stack, instance: str, track: str) -> None:
-    """Until ``instance`` announces that it serves ``track`` (it has bound its queues)."""
-    nc = await connect_nats(stack.nats_url, "quire-test-routing", **stack.nats_login())
-    try:
-        for _ in range(150):
-            found = {a.instance: a.track for a in await read_announcements(nc.jetstream())}
-            if found.get(instance) == track:
-                return
-            await asyncio.sleep(0.2)
-    finally:
-        await nc.close()
-    raise AssertionError(f"{instance} never served the {track} track: {found}")
+    return extra_process(stack, "validator", name, env)
 
 
 async def _candidate_consumer(stack: Stack) -> tuple[int, int]:
@@ -209,7 +163,7 @@ async def test_two_validator_builds_split_by_track_and_a_rollback_hands_work_to_
                     concurrency_cap=CAP,
                 )
                 assert (await _candidate_consumer(stack))[0] == CAP  # set before it is used
-                await _serving(stack, "validator-candidate", CANDIDATE)
+                await wait_serving(stack, "validator-candidate", CANDIDATE)
                 tracks = await _submit(running, tmp_path / "canary", JOBS)
                 jobs = await wait_all(running.client, list(tracks), timeout=180)
                 assert {state_name(j.state) for j in jobs.values()} == {"COMPLETED"}
@@ -249,7 +203,7 @@ async def test_two_validator_builds_split_by_track_and_a_rollback_hands_work_to_
             async with _candidate_validator(
                 stack, rulesets, "validator-doomed", faults="validator.before_commit:always"
             ) as doomed:
-                await _serving(stack, "validator-doomed", CANDIDATE)
+                await wait_serving(stack, "validator-doomed", CANDIDATE)
                 before = _events(stack.data_dir)
                 more = await _submit(running, tmp_path / "rollback", ROLLBACK_JOBS)
                 doomed_jobs = {job for job, track in more.items() if track == CANDIDATE}

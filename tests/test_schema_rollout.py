@@ -34,24 +34,18 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_faults_common import running_stack, wait_all
 
-from quire.announcements import read_announcements
 from quire.client import PacketItem, TenantAdminClient
 from quire.jobs import state_name
-from quire.runtime import connect_nats
 from quire.schema import chain_head
-from quire.settings import service_address_var, service_health_var, service_metrics_var
-from quire.stack.ports import free_port
-from quire.stack.supervisor import Stack
-from quire.testing.multinode import wait_healthy
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.quirecli import run_quire
+from quire.testing.replicas import extra_process, wait_serving
 from quire.tracks import BASELINE, CANDIDATE
 from quire.type import queue_pb2
 
@@ -142,63 +136,6 @@ def _declared_build_version(tree: Path) -> str:
 # -- processes -------------------------------------------------------------
 
 
-@asynccontextmanager
-async def _validator(
-    stack: Stack, name: str, database_url: str, extra: dict[str, str], address: str = ""
-) -> AsyncIterator[subprocess.Popen[bytes]]:
-    """A validator process on ``database_url``, serving gRPC on ``address``
-    (a fresh loopback port unless given)."""
-    health = f"127.0.0.1:{free_port()}"
-    env = {
-        **stack.service_env(),
-        service_address_var("validator"): address or f"127.0.0.1:{free_port()}",
-        service_health_var("validator"): health,
-        service_metrics_var("validator"): f"127.0.0.1:{free_port()}",
-        "QUIRE_INSTANCE": name,
-        "QUIRE_VALIDATOR_DATABASE_URL": database_url,
-    }
-    env.pop("QUIRE_BUILD_VERSION", None)
-    env.update(extra)
-    log_path = stack.data_dir / "logs" / f"{name}.log"
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "quire.validator.main"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        try:
-            await asyncio.to_thread(wait_healthy, health, process, name)
-        except (RuntimeError, TimeoutError) as error:
-            tail = log_path.read_text(errors="replace")[-4000:]
-            raise AssertionError(f"{name} did not serve ({error}); its log ends:\n{tail}") from None
-        yield process
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                await asyncio.to_thread(process.wait, 30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-
-
-async def _serving(stack: Stack, instance: str, track: str) -> None:
-    """Until ``instance`` announces that it serves ``track`` (it has bound its queues)."""
-    nc = await connect_nats(stack.nats_url, "quire-test-schema", **stack.nats_login())
-    found: dict[str, str] = {}
-    try:
-        for _ in range(150):
-            found = {a.instance: a.track for a in await read_announcements(nc.jetstream())}
-            if found.get(instance) == track:
-                return
-            await asyncio.sleep(0.2)
-    finally:
-        await nc.close()
-    raise AssertionError(f"{instance} never served the {track} track: {found}")
-
-
 # -- reads -----------------------------------------------------------------
 
 
@@ -282,7 +219,14 @@ async def test_validator_n_and_n_plus_1_share_one_database_through_a_migration(
         # N takes over the stopped validator's gRPC address too: admission
         # asks it for the published rulesets when a job is submitted.
         address = running.info.endpoints["validator"]
-        async with _validator(stack, "validator-n", url, old_env, address) as release_n:
+        async with extra_process(
+            stack,
+            "validator",
+            "validator-n",
+            {**old_env, "QUIRE_VALIDATOR_DATABASE_URL": url},
+            address=address,
+            drop=("QUIRE_BUILD_VERSION",),
+        ) as release_n:
             assert _revision(shared) == [n_head], "N creates the database at its own head"
             token = running.info.operator_token()
             async with TenantAdminClient(running.info.endpoints["admission"], token) as admin:
@@ -293,10 +237,16 @@ async def test_validator_n_and_n_plus_1_share_one_database_through_a_migration(
                     concurrency_cap=4,
                 )
             extra = {"QUIRE_BUILD_VERSION": CANDIDATE_BUILD}
-            async with _validator(stack, "validator-n1", url, extra):
+            async with extra_process(
+                stack,
+                "validator",
+                "validator-n1",
+                {**extra, "QUIRE_VALIDATOR_DATABASE_URL": url},
+                drop=("QUIRE_BUILD_VERSION",),
+            ):
                 assert _revision(shared) == [head], "N+1 migrates the shared database"
                 assert release_n.poll() is None, "N keeps running through the migration"
-                await _serving(stack, "validator-n1", CANDIDATE)
+                await wait_serving(stack, "validator-n1", CANDIDATE)
 
                 tracks = await _submit(running, tmp_path / "jobs", JOBS)
                 jobs = await wait_all(running.client, list(tracks), timeout=180)
