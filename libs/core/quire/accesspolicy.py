@@ -25,6 +25,14 @@ def _service(name: str, rules: Mapping[str, Rule]) -> dict[str, Rule]:
     return {f"/{name}/{method}": rule for method, rule in rules.items()}
 
 
+DIAGNOSTICS = _service(
+    "quire.diagnostics.v1.DiagnosticsService",
+    # Every stage's kept error texts: operators only, each read recorded.
+    {"ListDiagnostics": OPERATOR},
+)
+"""Served by every stage process (validator, assembler, signer)."""
+
+
 POLICIES: Mapping[str, Mapping[str, Rule]] = {
     "admission": {
         **_service(
@@ -95,11 +103,13 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
             "EvaluateManifest": OPERATOR,  # shadow evaluation runs the sandbox
             "ListSourceWaits": FRONT_DOOR_READ,  # a job's status while it waits
         },
-    ),
+    )
+    | DIAGNOSTICS,
     "assembler": _service(
         "quire.assembler.v1.AssemblerService",
         {"GetAssembly": FRONT_DOOR_READ},
-    ),
+    )
+    | DIAGNOSTICS,
     "signer": _service(
         "quire.signer.v1.SignerService",
         {
@@ -107,7 +117,8 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
             "ListKeys": FRONT_DOOR_READ,
             "RotateKey": OPERATOR,
         },
-    ),
+    )
+    | DIAGNOSTICS,
 }
 
 

@@ -36,6 +36,7 @@ __all__ = [
     "WatchSettings",
     "NotificationSettings",
     "BatchSettings",
+    "DiagnosticsSettings",
     "service_address_var",
     "service_health_var",
     "HEALTH_PORT_OFFSET",
@@ -484,6 +485,28 @@ class TempSpaceSettings:
             sweep_seconds=setting_float(env, "QUIRE_TEMP_SWEEP_SECONDS", 60),
             stale_seconds=setting_float(env, "QUIRE_TEMP_STALE_SECONDS", 3600),
         )
+
+
+@dataclass(frozen=True)
+class DiagnosticsSettings:
+    """How long a stage keeps the original text of its errors for operators
+    (``quire.diagnosticstore``), and how often it deletes what has expired."""
+
+    retention_days: int = 7
+    """Days a diagnostic is kept (and served) after it was recorded: 1 to 365."""
+    sweep_seconds: float = 3600.0
+    """How often each stage process deletes expired diagnostics (never more
+    often than this; expired ones are never served meanwhile)."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> DiagnosticsSettings:
+        """``QUIRE_DIAGNOSTICS_RETENTION_DAYS`` (a whole number from 1 to 365)."""
+        env = os.environ if env is None else env
+        name = "QUIRE_DIAGNOSTICS_RETENTION_DAYS"
+        days = setting_int(env, name, 7)
+        if not 1 <= days <= 365:
+            raise InvalidSetting(name, "a whole number from 1 to 365")
+        return cls(retention_days=days)
 
 
 STALL_STATES = HISTORY_BEFORE_COMPLETION

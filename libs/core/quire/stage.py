@@ -67,7 +67,7 @@ from quire.workqueue.topology import (
     task_subject,
 )
 
-__all__ = ["Verdict", "Step", "StageResult", "StageWork", "StageRunner"]
+__all__ = ["Verdict", "Step", "StageResult", "StageWork", "Diagnostics", "StageRunner"]
 
 Record = Callable[[Session], None]
 """A stage's own rows, written in the transaction that commits its outcome."""
@@ -151,6 +151,13 @@ class StageWork(Protocol):
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult: ...
 
 
+class Diagnostics(Protocol):
+    """Where a failed delivery's original error text is kept for operators
+    (``quire.diagnosticstore``); never raises, never changes the outcome."""
+
+    async def keep(self, job: str, attempt: int, reason: str, error: BaseException) -> None: ...
+
+
 _OUTCOMES = {
     Action.ACK: "done",
     Action.TERM: "ended",
@@ -197,8 +204,10 @@ class StageRunner:
         queue: QueueSettings,
         gate: JobGate | None = None,
         meter: StageMeter | None = None,
+        diagnostics: Diagnostics | None = None,
     ) -> None:
         self._stage = stage
+        self._diagnostics = diagnostics
         self._meter = meter
         self._service = stage.service
         self._gate = gate
@@ -263,7 +272,9 @@ class StageRunner:
                 log.warning(
                     "job %s attempt %d: %s; will retry", task.job, attempt, type(error).__name__
                 )
-                record_failure(span, error, str(getattr(error, "reason", "") or ""))
+                reason = str(getattr(error, "reason", "") or "")
+                record_failure(span, error, reason)
+                await self._keep(task.job, attempt, reason or ReasonCode.INTERNAL, error)
                 settlement = self._backoff.retry(attempt, error)
             outcome = _OUTCOMES[settlement.action]
             span.set_attribute("quire.outcome", outcome)
@@ -287,7 +298,7 @@ class StageRunner:
         )
         span.set_attribute("quire.lease_token", lease.token)
         if lease.committed is not None:
-            return await self._hand_off(lease.committed, ACK, attempt, task.redrive)
+            return await self._hand_off(lease.committed, ACK, task, attempt)
         if held in ENDED and claimant != self._service:
             # Another stage (or the dead-letter office) ended the job: no step may
             # follow, whoever sent this task. An ending this stage claimed itself
@@ -316,7 +327,7 @@ class StageRunner:
             log.info("stale lease for job %s (token %d); result discarded", task.job, lease.token)
             return LEAVE
         fault_point(f"{self._service}.after_commit")
-        return await self._hand_off(decision.outcome, decision.then, attempt, task.redrive)
+        return await self._hand_off(decision.outcome, decision.then, task, attempt)
 
     async def _claim_of(self, job: str) -> tuple[str, str]:
         """What the job gate holds for ``job``, and who claimed it."""
@@ -335,12 +346,17 @@ class StageRunner:
                 return
 
     async def _hand_off(
-        self, outcome: queue_pb2.StageOutcome, then: Settlement, attempt: int, redrive: int
+        self,
+        outcome: queue_pb2.StageOutcome,
+        then: Settlement,
+        task: queue_pb2.JobTask,
+        attempt: int,
     ) -> Settlement:
         try:
-            await self._publish(outcome, redrive)
+            await self._publish(outcome, task.redrive)
         except TransientError as error:
             # Committed but not yet handed on: the redelivery republishes it.
+            await self._keep(task.job, attempt, error.reason, error)
             return self._backoff.retry(attempt, error)
         fault_point(f"{self._service}.after_publish")
         return then
@@ -363,8 +379,10 @@ class StageRunner:
                 # The type only: exception text may carry document content.
                 log.warning("job %s: unexpected %s", task.job, type(error).__name__)
             if await self._leases.current_token(lease.job) != lease.token:
+                await self._keep(task.job, attempt, reason, error)
                 return LEAVE  # superseded: the newer delivery owns the message
             if attempt < self._max_deliver:
+                await self._keep(task.job, attempt, reason, error)
                 return self._backoff.retry(attempt, error)
             log.warning("job %s failed after %d attempts (%s)", task.job, attempt, reason)
             return await self._end(
@@ -377,6 +395,16 @@ class StageRunner:
                 result.task, lease, attempt, state, result.rejection, record=result.record
             )
         return _Commit(self._advance(lease, attempt, result), result.record, ACK)
+
+    async def _keep(self, job: str, attempt: int, reason: str, error: BaseException) -> None:
+        """Keep the error's own text for operators (``quire.diagnosticstore``): the
+        job's status and the ledger carry ``reason`` alone."""
+        if self._diagnostics is None:
+            return
+        try:
+            await self._diagnostics.keep(job, attempt, str(reason), error)
+        except Exception as failure:  # noqa: BLE001 - never the delivery's outcome
+            log.warning("diagnostic for job %s not kept: %s", job, type(failure).__name__)
 
     def _event(
         self,
@@ -445,6 +473,8 @@ class StageRunner:
         if self._gate is not None and state != State.CANCELLED:
             if await self._gate.end(task.job, state) == CANCELLED:
                 state, reason = State.CANCELLED, ReasonCode.CANCELLED_BY_CLIENT
+        if state == State.FAILED:
+            await self._keep(task.job, attempt, reason, error)
         ending = self._ending(task, lease, attempt, state, reason)
         span = trace.get_current_span()
         span.set_attributes({"quire.ended": str(state), "quire.reason": str(reason)})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -14,6 +14,9 @@ from sqlalchemy import MetaData, Table
 from quire.announcements import Announcer
 from quire.blobstore import BlobStore
 from quire.database import Database
+from quire.diagnosticsservice import SERVICE_NAME as DIAGNOSTICS_SERVICE
+from quire.diagnosticsservice import DiagnosticsServicer, with_diagnostics
+from quire.diagnosticstore import DiagnosticsStore, DiagnosticTables
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.leases import LeaseStore
@@ -24,7 +27,12 @@ from quire.rolloutboard import RolloutBoard, StageRollout
 from quire.runtime import load_wire, start_runtime
 from quire.sandbox import SandboxPool
 from quire.schema import upgrade_schema
-from quire.settings import SandboxSettings, ServiceSettings, TempSpaceSettings
+from quire.settings import (
+    DiagnosticsSettings,
+    SandboxSettings,
+    ServiceSettings,
+    TempSpaceSettings,
+)
 from quire.stage import StageRunner, StageWork
 from quire.storage import open_blob_store
 from quire.tempspace import TempKeeper
@@ -81,6 +89,8 @@ class StageConfig:
     sandbox: SandboxSettings
     """The worker processes that do the stage's PDF work."""
     temp_space: TempSpaceSettings
+    diagnostics: DiagnosticsSettings = field(default_factory=DiagnosticsSettings)
+    """How long failed deliveries' error texts are kept (``quire.diagnosticstore``)."""
 
     @classmethod
     def from_env(cls, service: str, env: Mapping[str, str]) -> StageConfig:
@@ -88,6 +98,7 @@ class StageConfig:
             service=ServiceSettings.from_env(service, env),
             sandbox=SandboxSettings.from_env(env, service),
             temp_space=TempSpaceSettings.from_env(env, service),
+            diagnostics=DiagnosticsSettings.from_env(env),
         )
 
 
@@ -140,6 +151,19 @@ async def run_stage_service(
     gate = await JobGate.open(js, wire.signer, wire.verifier)
     publisher = Publisher(js, signer=wire.signer)
     work, register = build(database, blobs, gate, publisher)
+    # The stage's metadata declares the diagnostics tables (``diagnostic_tables``).
+    diagnostics = DiagnosticsStore(
+        database,
+        DiagnosticTables.of(spec.metadata),
+        stage=stage_name,
+        instance=settings.instance,
+        build_version=settings.build_version,
+        settings=config.diagnostics,
+    )
+    register = with_diagnostics(
+        register,
+        DiagnosticsServicer(diagnostics, peers.operators(), domain=f"{settings.service}.quire"),
+    )
     meter = StageMeter(
         metrics, stage_name, settings.concurrency + batch_slots(settings.concurrency)
     )
@@ -154,6 +178,7 @@ async def run_stage_service(
         queue=settings.queue,
         gate=gate,
         meter=meter,
+        diagnostics=diagnostics,
     )
     queues = QueueGauges(js, stage_name, metrics, budget_seconds=settings.queue.age_budget_seconds)
     if settings.service in ("validator", "assembler"):
@@ -189,6 +214,7 @@ async def run_stage_service(
 
     async def ready() -> None:
         await keeper.start()
+        diagnostics.start()  # sweeps expired diagnostics, at most hourly
         await sandbox.warm()
         await binder.refresh()  # bound by the stage's rollout before the first pull
         worker.start()
@@ -205,7 +231,7 @@ async def run_stage_service(
         await serve(
             address=settings.grpc_address,
             register=register,
-            service_names=(spec.grpc_service_name,),
+            service_names=(spec.grpc_service_name, DIAGNOSTICS_SERVICE),
             access=peers.guard(),
             health_address=settings.health_address,
             on_drain=drain,
@@ -218,6 +244,7 @@ async def run_stage_service(
     finally:
         await announcer.stop()
         await binder.stop()
+        await diagnostics.stop()
         await queues.stop()
         await nc.close()  # workers are drained; nothing is in flight
         await peers.close()

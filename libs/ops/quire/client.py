@@ -17,7 +17,7 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -33,6 +33,8 @@ from quire.admission.v1 import tenant_admin_service_pb2 as admin_pb
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
 from quire.audit.v1 import audit_service_pb2 as audit_pb
 from quire.audit.v1 import audit_service_pb2_grpc as audit_grpc
+from quire.diagnostics.v1 import diagnostics_service_pb2 as diagnostics_pb
+from quire.diagnostics.v1 import diagnostics_service_pb2_grpc as diagnostics_grpc
 from quire.grpcserver import TraceClientInterceptors
 from quire.jobs import PARKED_STATES, TERMINAL_STATES, state_name, state_value
 from quire.pipeline import State
@@ -717,3 +719,52 @@ class RolloutReadsClient:
             validator_pb.EvaluateManifestRequest(job=job, ruleset=ruleset),
             metadata=self._metadata,
         )
+
+
+class DiagnosticsClient:
+    """The operators' read of what each stage kept about a job's failed
+    deliveries (``DiagnosticsService.ListDiagnostics`` on validator,
+    assembler and signer). Every call presents the operator token, and every
+    stage records the read before it answers."""
+
+    def __init__(
+        self,
+        stages: Mapping[str, str],
+        operator_token: str,
+        *,
+        tls: TlsSettings | None = None,
+    ) -> None:
+        """``stages``: each stage service's address, by service name."""
+        self._channels = {
+            service: aio_channel(address, tls, TraceClientInterceptors())
+            for service, address in stages.items()
+        }
+        self._metadata = (("authorization", f"Bearer {operator_token}"),)
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+
+    async def __aenter__(self) -> DiagnosticsClient:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def list_diagnostics(
+        self, job: str, *, timeout: float = 30.0
+    ) -> dict[str, diagnostics_pb.ListDiagnosticsResponse]:
+        """Each stage's diagnostics of ``job`` ("jobs/ID") and its read log, by
+        service name, asked of every stage at once; the first refusal raises."""
+        services = list(self._channels)
+        replies = await asyncio.gather(
+            *(
+                diagnostics_grpc.DiagnosticsServiceStub(self._channels[service]).ListDiagnostics(
+                    diagnostics_pb.ListDiagnosticsRequest(job=job),
+                    metadata=self._metadata,
+                    timeout=timeout,
+                )
+                for service in services
+            )
+        )
+        return dict(zip(services, replies, strict=True))

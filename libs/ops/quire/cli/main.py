@@ -68,6 +68,7 @@ COMMANDS = {
     "dlq discard": "deadletters:dlq_discard",
     "evidence": "ledger:evidence_export",
     "diff": "diff:diff",
+    "diagnose": "diagnose:diagnose",
 }
 
 

@@ -269,6 +269,9 @@ def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> No
     dlq.add_parser("discard", parents=[common, once], help="leave the job FAILED").add_argument(
         "job", help="the job id or jobs/ID"
     )
+    command(
+        "diagnose", help="operators: the error texts the stages kept for a job, and who read them"
+    ).add_argument("job", help="the job id or jobs/ID")
     compared = command("diff", help="operators: two jobs' pinned inputs and outcomes, compared")
     compared.add_argument("job", help="a job id or jobs/ID")
     compared.add_argument("other", help="the job to compare it with")

@@ -6,14 +6,17 @@ from pathlib import Path
 
 from sqlalchemy import BigInteger, Column, DateTime, Integer, MetaData, String, Table
 
+from quire.diagnosticstore import diagnostic_tables
 from quire.leases import lease_table
 
-__all__ = ["MIGRATIONS", "metadata", "leases", "assemblies"]
+__all__ = ["MIGRATIONS", "metadata", "leases", "diagnostics", "assemblies"]
 
 metadata = MetaData()
 MIGRATIONS = Path(__file__).with_name("migrations")
 """This service's chain of schema migrations (``quire.migrations``)."""
 leases = lease_table(metadata)
+diagnostics = diagnostic_tables(metadata)
+"""Failed deliveries' error texts, for operators (``quire.diagnosticstore``)."""
 assemblies = Table(
     "assemblies",
     metadata,

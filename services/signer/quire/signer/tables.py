@@ -6,15 +6,26 @@ from pathlib import Path
 
 from sqlalchemy import BigInteger, Boolean, Column, DateTime, Integer, MetaData, String, Table, Text
 
+from quire.diagnosticstore import diagnostic_tables
 from quire.idempotency import request_ids_table
 from quire.leases import lease_table
 
-__all__ = ["MIGRATIONS", "metadata", "leases", "signing_keys", "signatures", "request_ids"]
+__all__ = [
+    "MIGRATIONS",
+    "metadata",
+    "leases",
+    "diagnostics",
+    "signing_keys",
+    "signatures",
+    "request_ids",
+]
 
 metadata = MetaData()
 MIGRATIONS = Path(__file__).with_name("migrations")
 """This service's chain of schema migrations (``quire.migrations``)."""
 leases = lease_table(metadata)
+diagnostics = diagnostic_tables(metadata)
+"""Failed deliveries' error texts, for operators (``quire.diagnosticstore``)."""
 signing_keys = Table(
     "signing_keys",
     metadata,

@@ -19,6 +19,7 @@ from sqlalchemy import (
     Text,
 )
 
+from quire.diagnosticstore import diagnostic_tables
 from quire.idempotency import request_ids_table
 from quire.leases import lease_table
 
@@ -26,6 +27,7 @@ __all__ = [
     "MIGRATIONS",
     "metadata",
     "leases",
+    "diagnostics",
     "validations",
     "rulesets",
     "reviews",
@@ -38,6 +40,8 @@ metadata = MetaData()
 MIGRATIONS = Path(__file__).with_name("migrations")
 """This service's chain of schema migrations (``quire.migrations``)."""
 leases = lease_table(metadata)
+diagnostics = diagnostic_tables(metadata)
+"""Failed deliveries' error texts, for operators (``quire.diagnosticstore``)."""
 validations = Table(
     "validations",
     metadata,
