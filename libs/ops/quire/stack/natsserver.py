@@ -2,6 +2,10 @@
 
 Loopback only, file store under the data directory, ``sync_interval: always``
 so an acknowledged publish survives a crash of the server or the machine.
+
+``start`` after the process died (``Stack`` does it when it supervises the
+server) runs it again on the same port, store directory, config and
+logins; while one is running, ``start`` starts no second one.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +75,8 @@ class NatsServer:
         self.cluster = cluster
         """This server's place in a JetStream cluster (``NatsCluster``); None runs alone."""
         self._process: subprocess.Popen[bytes] | None = None
+        # start, kill and stop come from a test's thread and the stack's watcher alike.
+        self._lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -97,18 +104,24 @@ class NatsServer:
         config.chmod(0o600)
         return config
 
-    def start(self, *, wait: bool = True) -> None:
-        config = self._write_config()
-        log = open(self.directory / "nats-server.log", "ab")
-        self._process = subprocess.Popen(
-            [nats_server_binary(), "-c", str(config)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()
+    def start(self, *, wait: bool = True) -> bool:
+        """Run nats-server unless it already runs; True if this call started it.
+        ``wait``: until it accepts connections (either way)."""
+        with self._lock:
+            started = not self.alive
+            if started:
+                config = self._write_config()
+                log = open(self.directory / "nats-server.log", "ab")
+                self._process = subprocess.Popen(
+                    [nats_server_binary(), "-c", str(config)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+                log.close()
         if wait:
             self.wait_ready()
+        return started
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
@@ -132,16 +145,20 @@ class NatsServer:
 
     def kill(self) -> None:
         """SIGKILL, for fault tests."""
-        if self._process is not None:
-            self._process.kill()
-            self._process.wait()
+        with self._lock:
+            process = self._process
+            if process is not None:
+                process.kill()
+                process.wait()
 
     def stop(self, timeout: float = 10.0) -> None:
-        if self._process is None or self._process.poll() is not None:
-            return
-        self._process.terminate()
-        try:
-            self._process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
+        with self._lock:
+            process = self._process
+            if process is None or process.poll() is not None:
+                return
+            process.terminate()
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

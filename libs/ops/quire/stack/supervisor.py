@@ -12,12 +12,20 @@ health port); waits until every service reports SERVING on its health port;
 writes ``stack.json`` (endpoints and where the development token is) into the
 data directory; restarts a service that dies; and on stop sends SIGTERM so
 each drains, then stops nats-server.
+
+It supervises its own nats-server too: one that dies is started again on
+the same port, store directory, config and logins, at once the first time
+and after a doubling pause (at most ``NATS_BACKOFF_CAP_SECONDS``) while it
+keeps dying within ``NATS_STABLE_SECONDS`` of its start. The services are
+not restarted for it: their clients reconnect (``quire.runtime``) and their
+pull loops pull again (``quire.workqueue.worker``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -49,7 +57,9 @@ from quire.stack.scrapeconfig import SCRAPE_FILE, write_scrape_config
 from quire.tls import sync_channel
 from quire.workqueue.topology import ensure_topology
 
-__all__ = ["Stack", "StackInfo", "STACK_FILE"]
+__all__ = ["Stack", "StackInfo", "STACK_FILE", "NATS", "nats_restart_delay"]
+
+log = logging.getLogger(__name__)
 
 STACK_FILE = "stack.json"
 HEALTH_TIMEOUT_SECONDS = 60.0
@@ -60,6 +70,21 @@ STARTUP_ATTEMPTS = 3
 WATCH_INTERVAL_SECONDS = 0.2
 GATEWAY = "gateway"
 """The HTTP gateway: one more supervised process, healthy when ``/healthz`` answers."""
+NATS = "nats"
+"""The stack's own nats-server, by name in ``pid``, ``restarts`` and ``kill``."""
+NATS_BACKOFF_BASE_SECONDS = 0.5
+NATS_BACKOFF_CAP_SECONDS = 5.0
+NATS_STABLE_SECONDS = 10.0
+"""A nats-server that ran this long before it died is restarted at once."""
+
+
+def nats_restart_delay(failures: int) -> float:
+    """The pause before restarting nats-server after ``failures`` deaths in a
+    row, each within ``NATS_STABLE_SECONDS`` of its start: none after the
+    first, then doubling from the base, never more than the cap."""
+    if failures <= 1:
+        return 0.0
+    return min(NATS_BACKOFF_CAP_SECONDS, NATS_BACKOFF_BASE_SECONDS * 2 ** min(failures - 2, 16))
 
 
 @dataclass(frozen=True)
@@ -111,6 +136,18 @@ class _Child:
     started_at: float = field(default_factory=time.monotonic)
 
 
+@dataclass
+class _NatsWatch:
+    """What the watcher knows of the stack's nats-server."""
+
+    restarts: int = 0
+    failures: int = 0
+    """Deaths in a row, each within ``NATS_STABLE_SECONDS`` of its start."""
+    started_at: float = field(default_factory=time.monotonic)
+    restart_at: float | None = None
+    """When the dead server is to be started again; None while it runs."""
+
+
 class Stack:
     def __init__(
         self,
@@ -139,6 +176,7 @@ class Stack:
         self._stopping = threading.Event()
         self._watcher: threading.Thread | None = None
         self._data_dir_lock: DataDirLock | None = None
+        self._nats_watch = _NatsWatch()
 
     def _pick_endpoints(self) -> None:
         self.endpoints = {service: f"127.0.0.1:{free_port()}" for service in SERVICES}
@@ -180,6 +218,7 @@ class Stack:
                 authorization=authorization_config(passwords),
             )
             self.nats.start()
+            self._nats_watch = _NatsWatch()
             self._provision_topology()
         self._start_services()
         info = StackInfo(
@@ -349,8 +388,14 @@ class Stack:
                 raise TimeoutError("gateway did not become healthy; see logs/gateway.log")
             time.sleep(0.1)
 
+    @property
+    def supervises_nats(self) -> bool:
+        """True when the stack runs its own nats-server and restarts it if it dies."""
+        return self._restart and not self._external_nats
+
     def _watch(self) -> None:
         while not self._stopping.wait(WATCH_INTERVAL_SECONDS):
+            self.watch_nats()
             for service in self._processes:
                 child = self._children[service]
                 if (
@@ -360,14 +405,62 @@ class Stack:
                 ):
                     self._spawn(service)
 
+    def watch_nats(self, now: float | None = None) -> None:
+        """One look of the watcher at nats-server (it looks every
+        ``WATCH_INTERVAL_SECONDS``): start a dead one again once its backoff
+        has passed. ``now``: a ``time.monotonic()`` reading (tests pass their own)."""
+        nats = self.nats
+        if nats is None or not self.supervises_nats or self._stopping.is_set():
+            return
+        watch = self._nats_watch
+        now = time.monotonic() if now is None else now
+        if nats.alive:
+            if watch.restart_at is not None:  # someone started it during the backoff
+                watch.restart_at = None
+                watch.started_at = now
+            return
+        if watch.restart_at is None:
+            quick = now - watch.started_at < NATS_STABLE_SECONDS
+            watch.failures = watch.failures + 1 if quick else 1
+            watch.restart_at = now + nats_restart_delay(watch.failures)
+            log.warning("nats-server exited; restarting it (%d in a row)", watch.failures)
+        if now < watch.restart_at:
+            return
+        watch.restart_at = None
+        watch.started_at = now
+        try:
+            started = nats.start(wait=False)  # same port, store, config and logins
+        except OSError as error:
+            log.error("nats-server did not start again (%s)", type(error).__name__)
+            return
+        if started:
+            watch.restarts += 1
+
+    def _nats_server(self) -> NatsServer:
+        if self.nats is None:
+            raise ValueError("this stack runs no nats-server of its own (QUIRE_NATS_URL)")
+        return self.nats
+
     def pid(self, service: str) -> int:
+        """A service's process id, or nats-server's (``NATS``)."""
+        if service == NATS:
+            pid = self._nats_server().pid
+            assert pid is not None
+            return pid
         return self._children[service].process.pid
 
     def restarts(self, service: str) -> int:
+        """How often the watcher restarted a service, or nats-server (``NATS``)."""
+        if service == NATS:
+            self._nats_server()
+            return self._nats_watch.restarts
         return self._children[service].restarts
 
     def kill(self, service: str) -> None:
-        """SIGKILL one service; the watcher restarts it."""
+        """SIGKILL one service, or nats-server (``NATS``); the watcher restarts it."""
+        if service == NATS:
+            self._nats_server().kill()
+            return
         self._children[service].process.kill()
 
     def stop_service(self, service: str) -> None:
