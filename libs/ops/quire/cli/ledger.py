@@ -70,6 +70,29 @@ def _read_evidence(path: str) -> dict[str, Any]:
     return document
 
 
+def _entry_line(entry: dict[str, Any]) -> str:
+    """``#3 2026-…Z SIGNING  actor attempt 2`` and, when the entry has them,
+    the signer identity, signature level, key version and the operator's note
+    (all read from the proven bytes, ``quire.audit.evidence.summaries``)."""
+    parts = [
+        f"#{entry['index']}",
+        entry.get("occur_time") or "-",
+        entry["to_state"],
+        entry["reason_code"],
+        entry["actor"],
+        f"attempt {entry['attempt']}",
+    ]
+    if entry.get("signer_identity"):
+        parts.append(f"signer={json.dumps(entry['signer_identity'])}")
+    if entry.get("signature_level"):
+        parts.append(f"level={entry['signature_level']}")
+    if entry.get("key_version"):
+        parts.append(f"key={entry['key_version']}")
+    if entry.get("note"):
+        parts.append(f"note={json.dumps(entry['note'])}")
+    return " ".join(part for part in parts if part)
+
+
 def evidence_verify(args: argparse.Namespace, out: Output) -> int:
     from quire.audit.evidence import (
         public_key_fingerprint,
@@ -104,9 +127,7 @@ def evidence_verify(args: argparse.Namespace, out: Output) -> int:
         proven = list(summaries(document))
         retired = list(retirements(document))
         for entry in proven:
-            out.line(
-                f"  #{entry['index']} {entry['to_state']} {entry['reason_code']} {entry['actor']}"
-            )
+            out.line(f"  {_entry_line(entry)}")
         for item in retired:
             out.line(
                 f"  bytes retired under the retention policy: {item['kind']} "

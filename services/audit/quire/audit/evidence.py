@@ -9,6 +9,13 @@ the job's entries times log2 of the tenant's history, not with the history.
 ``verify_evidence`` needs nothing but the document (and, to pin it, the
 checkpoint key's fingerprint).
 
+Each entry also shows what a reader needs without decoding protobuf: when it
+occurred, the delivery attempt that recorded it, the operator's note and the
+signer identity, signature level and key version (``SHOWN``). They are read
+from the entry's hashed bytes when exported, never from a side column, and
+the verifier checks each against the bytes it proves, so an edited value is
+refused like an edited entry.
+
 A job whose bytes were deleted under the retention policy still has every
 entry, plus one retirement entry per blob deleted (``retirements`` reads
 them back from the proven bytes), so its evidence verifies and says what
@@ -26,6 +33,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from google.protobuf.message import DecodeError
+from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -45,10 +53,72 @@ __all__ = [
     "public_key_fingerprint",
     "summaries",
     "retirements",
+    "shown_fields",
     "FORMAT",
+    "SHOWN",
 ]
 
 FORMAT = "quire-evidence/1"
+
+SHOWN = (
+    "occur_time",
+    "attempt",
+    "note",
+    "signer_identity",
+    "signature_level",
+    "key_version",
+)
+"""The fields each exported entry shows beside its bytes (section 6 of the
+format), every one read from those bytes; a verifier refuses any that differs."""
+
+
+def shown_fields(event: queue_pb2.TransitionEvent) -> dict[str, Any]:
+    """What an entry shows beside its bytes, read from the decoded bytes:
+    ``occur_time`` as RFC 3339 UTC (null when unset), the others as recorded
+    ("" or 0 when the entry has none)."""
+    occurred = event.occur_time if event.HasField("occur_time") else None
+    return {
+        "occur_time": occurred.ToJsonString() if occurred is not None else None,
+        "attempt": event.attempt,
+        "note": event.note,
+        "signer_identity": event.signer_identity,
+        "signature_level": event.signature_level,
+        "key_version": event.key_version,
+    }
+
+
+def _shown_problem(index: int, item: dict[str, Any], event: queue_pb2.TransitionEvent) -> str:
+    """Why a shown field of entry ``index`` differs from its bytes; "" when none does.
+
+    A field left out is not checked (a file exported before the fields were
+    shown has none); one present must equal the bytes' value exactly, the
+    time as an instant (any RFC 3339 spelling of it)."""
+    expected = shown_fields(event)
+    for name in SHOWN:
+        if name not in item:
+            continue
+        value = item[name]
+        if name == "occur_time":
+            if value is None or expected[name] is None:
+                same = value is None and expected[name] is None
+            else:
+                same = isinstance(value, str) and _same_instant(value, event.occur_time)
+        elif name == "attempt":
+            same = type(value) is int and value == expected[name]
+        else:
+            same = isinstance(value, str) and value == expected[name]
+        if not same:
+            return f"entry {index}: {name} is not what its bytes say"
+    return ""
+
+
+def _same_instant(text: str, stamp: Any) -> bool:
+    parsed = Timestamp()
+    try:
+        parsed.FromJsonString(text)
+    except ValueError:
+        return False
+    return (parsed.seconds, parsed.nanos) == (stamp.seconds, stamp.nanos)
 
 
 def public_key_fingerprint(pem: str) -> str:
@@ -105,6 +175,8 @@ def build_evidence(
                 "index": index,
                 "entry": _b64(entries[index][1]),
                 "inclusion_proof": [_b64(h) for h in tree.inclusion_proof(index, size)],
+                # Read from the hashed bytes just encoded, never from a column.
+                **shown_fields(queue_pb2.TransitionEvent.FromString(entries[index][1])),
             }
             for index in indices
         ],
@@ -130,7 +202,17 @@ def verify_evidence(document: dict[str, Any], trusted_key_sha256: str | None = N
         events = _proven_events(document, trusted_key_sha256)
     except (NoteError, ProofError, KeyError, ValueError, binascii.Error) as error:
         return [str(error) or type(error).__name__]
-    return _history_problems(document, events)
+    return _shown_problems(document, events) + _history_problems(document, events)
+
+
+def _shown_problems(document: dict[str, Any], events: list[queue_pb2.TransitionEvent]) -> list[str]:
+    """Step 6: each field an entry shows beside its bytes is what the bytes say."""
+    problems = []
+    for item, event in zip(document["entries"], events, strict=True):
+        problem = _shown_problem(int(item["index"]), item, event)
+        if problem:
+            problems.append(problem)
+    return problems
 
 
 def _proven_events(
@@ -201,6 +283,7 @@ def summaries(document: dict[str, Any]) -> list[dict[str, Any]]:
                 "reason_code": event.reason_code,
                 "actor": f"{event.actor.service}/{event.actor.instance}",
                 "output_digest": event.output_digest,
+                **shown_fields(event),
             }
         )
     return out
