@@ -5,19 +5,34 @@ cannot both decide. The ledger records the operator as the actor. Repeating
 the same decision republishes its messages (same ids, so nothing doubles),
 which finishes a hand-off a crash interrupted; a different decision on a
 resolved review is refused.
+
+Only a job that can still be decided is listed. A client's cancel of a parked
+job is decided in the job gate (``quire.jobgate``), which no stage touches
+while the job is parked, so the review row alone still says PENDING. The
+listing therefore reads the gate for each pending row it serves — the same
+authority ``resolve`` consults, a key-value read on the NATS connection the
+validator already holds, with no call to another service and no lag (audit's
+view waits for the cancel's event). A row whose job the gate holds CANCELLED
+is marked CANCELLED in the reviews table, so later listings skip it without
+asking again; one the gate holds ended otherwise (REJECTED, FAILED) is left
+out and kept PENDING, so repeating a decision a crash interrupted still
+finishes it.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from quire.database import Database
-from quire.errors import FailedPrecondition, NotFound
-from quire.jobgate import CANCELLED, JobGate
+from quire.errors import FailedPrecondition, NotFound, TransientError
+from quire.jobgate import CANCELLED, ENDED, JobGate
 from quire.paging import Position, keyset_after
 from quire.pipeline import State, stage
 from quire.reasons import ReasonCode
@@ -31,6 +46,11 @@ __all__ = ["ReviewDesk", "ReviewRow"]
 
 HANDS_TO = stage("validate").next or ""
 """Where an approved review sends the job: the validate stage's next stage."""
+GATE_READS = 16
+"""Gate reads one listing keeps in flight at once."""
+CANCELLED_REVIEW = "CANCELLED"
+"""A review row's status once its job's cancel was found in the gate (never
+sent in a Review: ResolveReview refuses a cancelled job first)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +116,47 @@ class ReviewDesk:
         rows = await self._db.read(lambda s: s.execute(query).all())
         return [_row(row) for row in rows]
 
+    async def decidable_page(self, *, after: Position | None, limit: int) -> list[ReviewRow]:
+        """At most ``limit`` reviews an operator can still decide, oldest first,
+        after ``after``: pending ones whose job the gate holds neither cancelled
+        nor ended (a page of ListReviews)."""
+        found: list[ReviewRow] = []
+        while len(found) < limit:
+            wanted = limit - len(found)
+            rows = await self.pending_page(after=after, limit=wanted)
+            if not rows:
+                break
+            held = await self._gate_holds(rows)
+            cancelled = [row.job for row in rows if held[row.job] == CANCELLED]
+            if cancelled:
+                await self._db.run(partial(_mark_cancelled, jobs=cancelled))
+            found.extend(row for row in rows if not held[row.job])
+            after = (rows[-1].created_at, rows[-1].job)
+            if len(rows) < wanted:
+                break
+        return found
+
+    async def _gate_holds(self, rows: Sequence[ReviewRow]) -> dict[str, str]:
+        """For each row's job, the ending the gate holds (CANCELLED, REJECTED,
+        FAILED), or "" while the job may still be decided."""
+        if self._gate is None:
+            return {row.job: "" for row in rows}
+        gate = self._gate
+        limit = asyncio.Semaphore(GATE_READS)
+
+        async def held(job: str) -> str:
+            async with limit:
+                state, _ = await gate.claim_of(job)
+            return state if state == CANCELLED or state in ENDED else ""
+
+        try:
+            states = await asyncio.gather(*(held(row.job) for row in rows))
+        except Exception as error:  # noqa: BLE001 - NATS trouble: the caller may retry
+            raise TransientError(
+                ReasonCode.QUEUE_UNAVAILABLE, "cannot reach the job gate"
+            ) from error
+        return {row.job: state for row, state in zip(rows, states, strict=True)}
+
     async def resolve(self, job: str, *, approve: bool, operator: str, note: str) -> ReviewRow:
         status = "APPROVED" if approve else "REJECTED"
         if self._gate is not None and not approve:
@@ -128,6 +189,16 @@ class ReviewDesk:
             )
             await self._publisher.publish(event_subject("validator"), event, event.event_id)
         return review
+
+
+def _mark_cancelled(session: Session, jobs: list[str]) -> None:
+    """Pending reviews whose jobs the client cancelled: no longer decidable."""
+    table = tables.reviews
+    session.execute(
+        update(table)
+        .where(table.c.job.in_(jobs), table.c.status == "PENDING")
+        .values(status=CANCELLED_REVIEW, resolved_at=datetime.now(UTC))
+    )
 
 
 def _decide(session: Session, job: str, status: str, operator: str, note: str) -> ReviewRow:

@@ -161,7 +161,9 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
     ) -> pb.ListReviewsResponse:
         await self._operators.operator_of(context)
         page = self._pages.page(LIST_REVIEWS, request.page_size, request.page_token)
-        rows = await self._reviews.pending_page(after=page.after, limit=page.fetch)
+        # Only reviews still decidable: a job the client cancelled (or that
+        # ended otherwise) while parked is left out (``ReviewDesk``).
+        rows = await self._reviews.decidable_page(after=page.after, limit=page.fetch)
         served, token = page.cut(rows, lambda r: (r.created_at, r.job))
         return pb.ListReviewsResponse(reviews=[_review(r) for r in served], next_page_token=token)
 
