@@ -45,14 +45,19 @@ UNKNOWN_JOB = "jobs/" + "ab" * 14
 ROTATE_KEY = "/quire.signer.v1.SignerService/RotateKey"
 
 
+SHARED_APIS = {"diagnostics": ("validator", "assembler", "signer")}
+"""APIs of their own package that several processes serve."""
+
+
 def _methods() -> Iterator[tuple[str, str, Any]]:
-    """(service, /pkg.Service/Method, method descriptor) for every RPC Quire serves."""
+    """(process, /pkg.Service/Method, method descriptor) for every RPC Quire serves."""
     for module_path in sorted(GEN.glob("*/v1/*_pb2.py")):
-        service = module_path.parent.parent.name
-        module = importlib.import_module(f"quire.{service}.v1.{module_path.stem}")
-        for descriptor in module.DESCRIPTOR.services_by_name.values():
-            for method in descriptor.methods:
-                yield service, f"/{descriptor.full_name}/{method.name}", method
+        package = module_path.parent.parent.name
+        module = importlib.import_module(f"quire.{package}.v1.{module_path.stem}")
+        for service in SHARED_APIS.get(package, (package,)):
+            for descriptor in module.DESCRIPTOR.services_by_name.values():
+                for method in descriptor.methods:
+                    yield service, f"/{descriptor.full_name}/{method.name}", method
 
 
 METHODS = list(_methods())

@@ -35,14 +35,21 @@ TIMEOUT = 5.0
 REFLECTION_METHOD = f"/{V1}/ServerReflectionInfo"
 
 
+SHARED_APIS = {"diagnostics": ("validator", "assembler", "signer")}
+"""APIs of their own package that several processes serve besides their own."""
+
+
 def _generated_services(service: str) -> dict[str, descriptor.ServiceDescriptor]:
-    """Every gRPC service declared in ``quire.<service>.v1``, from gen/."""
-    package = importlib.import_module(f"quire.{service}.v1")
+    """Every gRPC service declared in ``quire.<service>.v1`` and in the shared
+    packages it serves, from gen/."""
+    packages = [service, *(name for name, by in SHARED_APIS.items() if service in by)]
     found: dict[str, descriptor.ServiceDescriptor] = {}
-    for module in pkgutil.iter_modules(package.__path__):
-        if module.name.endswith("_pb2"):
-            file = importlib.import_module(f"{package.__name__}.{module.name}").DESCRIPTOR
-            found.update({s.full_name: s for s in file.services_by_name.values()})
+    for name in packages:
+        package = importlib.import_module(f"quire.{name}.v1")
+        for module in pkgutil.iter_modules(package.__path__):
+            if module.name.endswith("_pb2"):
+                file = importlib.import_module(f"{package.__name__}.{module.name}").DESCRIPTOR
+                found.update({s.full_name: s for s in file.services_by_name.values()})
     return found
 
 
