@@ -33,8 +33,10 @@ def job_status_document(job: job_pb2.Job) -> dict[str, Any]:
     """The job's status: its id and state, the ordered item count, the output
     digest once COMPLETED, the failure code when it ended otherwise, how
     long each phase of its work took, the source systems it waits for
-    while the validator has deferred it (empty otherwise), and the rollout
-    track it was pinned to (null when no rollout was open)."""
+    while the validator has deferred it (empty otherwise), the rollout
+    track it was pinned to (null when no rollout was open), and its
+    deliveries to stage workers so far and the current step's attempt (both
+    0 before any stage has recorded a step)."""
     state = state_name(job.state)
     failed = state in TERMINAL_STATES and state != "COMPLETED"
     return {
@@ -64,6 +66,8 @@ def job_status_document(job: job_pb2.Job) -> dict[str, Any]:
         ],
         "deadline": rfc3339(job.deadline),
         "track": job.track or None,
+        "deliveries": job.deliveries,
+        "attempt": job.attempt,
         "pins": [
             {
                 "position": pin.position,

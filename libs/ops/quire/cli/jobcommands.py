@@ -42,6 +42,15 @@ def job_line(job: job_pb2.Job) -> str:
     return "  ".join(parts)
 
 
+def delivery_line(job: job_pb2.Job) -> str:
+    """``deliveries 5, attempt 2``: the job's deliveries to stage workers so
+    far and the delivery count of the step recorded last (``no stage step
+    yet`` before any)."""
+    if not job.deliveries and not job.attempt:
+        return "deliveries 0 (no stage step yet)"
+    return f"deliveries {job.deliveries}, attempt {job.attempt}"
+
+
 def timing_line(job: job_pb2.Job) -> str:
     """``validate: queue_wait 3 ms, fetch 1 ms, ...; assemble: ...`` (empty
     before any stage has finished with the job)."""
@@ -134,11 +143,13 @@ async def status(args: argparse.Namespace, config: ClientConfig, out: Output) ->
     async with _client(config) as client:
         job = await client.get_job(job_resource(args.job))
     out.line(job_line(job))
+    out.line(f"  {delivery_line(job)}")
     if job.timings:
         out.line(f"  {timing_line(job)}")
     for line in (*pin_lines(job), *wait_lines(job)):
         out.line(f"  {line}")
-    out.result({"job": job_dict(job)})
+    # Zero counts too (MessageToDict leaves zeros out): 0 says "no step yet".
+    out.result({"job": {**job_dict(job), "deliveries": job.deliveries, "attempt": job.attempt}})
     return ExitCode.OK
 
 
@@ -178,11 +189,17 @@ async def jobs(args: argparse.Namespace, config: ClientConfig, out: Output) -> i
 
 
 async def cancel(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+    """Exit 0 when the job is CANCELLED; when the cancel lost (signing had
+    begun, or the job had ended) say so, with the state the job reached as
+    audit records it, and exit FAILED."""
     async with _client(config) as client:
-        job = await client.cancel(job_resource(args.job), request_id=args.request_id)
+        answer = await client.try_cancel(job_resource(args.job), request_id=args.request_id)
+    job = answer.job
+    if answer.lost:
+        out.line(f"cancel lost ({answer.outcome}): {job.name} had already reached {answer.state}")
     out.line(job_line(job))
-    out.result({"job": job_dict(job)})
-    return ExitCode.OK if state_name(job.state) == State.CANCELLED else ExitCode.FAILED
+    out.result({"job": job_dict(job), "cancelled": answer.cancelled, "outcome": answer.outcome})
+    return ExitCode.OK if answer.cancelled else ExitCode.FAILED
 
 
 def verify_offline(args: argparse.Namespace, out: Output) -> int:

@@ -55,7 +55,8 @@ class JobPage:
 
 def accepted_view(accepted: AcceptedJob) -> job_pb2.Job:
     """What admission alone can say: the job exists and was accepted (and
-    when its budget runs out, if it has one)."""
+    when its budget runs out, if it has one). No stage has recorded a step
+    yet as far as admission knows, so ``deliveries`` and ``attempt`` are 0."""
     job = job_pb2.Job(
         name=accepted.name,
         state=State.ACCEPTED.number,  # type: ignore[arg-type]
@@ -66,6 +67,8 @@ def accepted_view(accepted: AcceptedJob) -> job_pb2.Job:
         bundle_id=accepted.bundle_id,
         batch=accepted.batch,
         track=accepted.track,
+        deliveries=0,
+        attempt=0,
     )
     if accepted.deadline is not None:
         job.deadline.CopyFrom(timestamp(accepted.deadline))
@@ -75,7 +78,9 @@ def accepted_view(accepted: AcceptedJob) -> job_pb2.Job:
 def with_intake(job: job_pb2.Job, accepted: AcceptedJob) -> job_pb2.Job:
     """Audit's view of the job with what only admission keeps: the client's
     bundle_id and the batch the job is a packet of; and the deadline and
-    rollout track set at acceptance when audit's view does not carry them."""
+    rollout track set at acceptance when audit's view does not carry them.
+    Everything else, ``deliveries`` and ``attempt`` included, is audit's, from
+    the ledger's hashed entries, and passes through unchanged."""
     job.bundle_id = accepted.bundle_id
     job.batch = accepted.batch
     job.track = job.track or accepted.track  # the ledger's, else the task's

@@ -11,20 +11,34 @@ is an operator's dead-letter retry. Facts (digests, versions, item count)
 take the latest non-empty value. A retirement entry (bytes deleted under the
 retention policy, ``quire.audit.retirement``) is not a transition: the view
 skips it, so retiring a job's bytes changes nothing audit serves about it.
+
+Deliveries and the current attempt come from the entries' ``attempt`` (the
+JetStream delivery count of the message whose work recorded the entry). Only
+a stage step counts: an entry a stage's worker recorded (validator,
+assembler, signer, audit's commit), or the dead-letter office's ending of a
+job whose worker died on its last delivery (its attempt is the deliveries
+the stage used; it counts for the stage its ``from_state`` names). Not
+admission's acceptance or cancellation, nor an operator's review decision or
+dead-letter retry: no delivery made them. ``deliveries`` sums, per stage and
+generation, the highest attempt recorded; ``attempt`` is the last step's.
+Folding an entry costs O(1): one look-up of its (stage, generation)
+maximum, and the running sum moves by how far the entry raises it; the small
+table of maxima (at most one key per stage and generation) is copied only
+when an entry raises one, never rescanned.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from quire.jobs import TERMINAL_STATES, state_name, state_rank
-from quire.pipeline import STAGES, State
+from quire.pipeline import STAGES, State, stage_of_service, stage_working_in
 from quire.reasons import ReasonCode
 from quire.type import job_pb2, queue_pb2
 
-__all__ = ["JobFacts", "apply", "fold", "is_retirement", "COMPARED"]
+__all__ = ["JobFacts", "apply", "fold", "is_retirement", "step_stage", "COMPARED"]
 
 COMPARED = (
     "tenant",
@@ -68,6 +82,49 @@ class JobFacts:
     track: str = ""
     """The rollout track admission pinned the job to (``quire.tracks``): the
     latest entry's that carries one; "" when no rollout was open."""
+    deliveries: int = 0
+    """Deliveries of the job's tasks to stage workers so far: for each stage
+    and generation, the highest attempt a step recorded, summed (0 before any
+    stage step)."""
+    attempt: int = 0
+    """The attempt of the stage step recorded last (0 before any)."""
+    step_maxima: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    """The highest attempt a step recorded, per (stage, generation); never
+    changed in place (a raised maximum makes a new mapping)."""
+
+
+_OFFICE = "dead-letter"
+"""The dead-letter office's actor: it ends a job whose worker died on its
+last delivery, recording the deliveries the stage used."""
+
+
+def step_stage(event: queue_pb2.TransitionEvent) -> str | None:
+    """The stage whose delivery recorded ``event``; None when no delivery did
+    (admission's acceptance or cancellation, an operator's decision)."""
+    if event.actor.service == _OFFICE:
+        gave_up = stage_working_in(state_name(event.from_state))
+        return gave_up.name if gave_up is not None else None
+    own = stage_of_service(event.actor.service)
+    return own.name if own is not None else None
+
+
+def _counted(
+    facts: JobFacts | None, event: queue_pb2.TransitionEvent
+) -> tuple[int, int, Mapping[tuple[str, int], int]]:
+    """(deliveries, attempt, maxima) after ``event``: O(1) but when it raises
+    a maximum (then the small (stage, generation) table is copied)."""
+    deliveries, attempt, maxima = (
+        (facts.deliveries, facts.attempt, facts.step_maxima) if facts else (0, 0, {})
+    )
+    stage_name = step_stage(event)
+    if stage_name is None or event.attempt <= 0:
+        return deliveries, attempt, maxima
+    key = (stage_name, event.generation)
+    highest = maxima.get(key, 0)
+    if event.attempt > highest:
+        deliveries += event.attempt - highest
+        maxima = {**maxima, key: event.attempt}
+    return deliveries, event.attempt, maxima
 
 
 def is_retirement(event: queue_pb2.TransitionEvent) -> bool:
@@ -91,6 +148,7 @@ def apply(facts: JobFacts | None, event: queue_pb2.TransitionEvent) -> JobFacts:
         return facts
     to_state = state_name(event.to_state)
     occurred = event.occur_time.ToDatetime()
+    deliveries, attempt, maxima = _counted(facts, event)
     if facts is None:
         return JobFacts(
             job=event.job,
@@ -109,6 +167,9 @@ def apply(facts: JobFacts | None, event: queue_pb2.TransitionEvent) -> JobFacts:
             deadline=_deadline(event),
             pins=tuple(event.pins),
             track=event.track,
+            deliveries=deliveries,
+            attempt=attempt,
+            step_maxima=maxima,
         )
     state, reason, detail = facts.state, facts.reason_code, facts.reason_detail
     if state not in TERMINAL_STATES and state_rank(to_state) > state_rank(state):
@@ -130,6 +191,9 @@ def apply(facts: JobFacts | None, event: queue_pb2.TransitionEvent) -> JobFacts:
         deadline=_deadline(event) or facts.deadline,
         pins=tuple(event.pins) or facts.pins,
         track=event.track or facts.track,
+        deliveries=deliveries,
+        attempt=attempt,
+        step_maxima=maxima,
     )
 
 

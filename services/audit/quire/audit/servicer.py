@@ -79,6 +79,8 @@ def _job(facts: JobFacts) -> job_pb2.Job:
         timings=facts.timings,
         pins=facts.pins,
         track=facts.track,
+        deliveries=facts.deliveries,
+        attempt=facts.attempt,
     )
     if facts.deadline is not None:
         job.deadline.CopyFrom(timestamp(facts.deadline))

@@ -186,6 +186,19 @@ class JobStatus(_Document):
         description="While the job waits for source systems (it stays VALIDATING): one per"
         " system; empty otherwise.",
     )
+    deliveries: int = Field(
+        default=0,
+        ge=0,
+        description="Every delivery of the job's tasks to a stage worker so far, from its"
+        " ledger entries: for each stage (and operator retry generation) the highest delivery"
+        " count a step recorded, summed. 0 before any stage has recorded a step.",
+    )
+    attempt: int = Field(
+        default=0,
+        ge=0,
+        description="The delivery count of the step recorded last: 1 on a first try, more"
+        " while a stage works on a redelivery. 0 before any stage step.",
+    )
 
 
 class SourceDocument(_Document):
