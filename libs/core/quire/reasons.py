@@ -53,6 +53,11 @@ class ReasonCode(StrEnum):
     TEMP_SPACE_LOW = "TEMP_SPACE_LOW"
     # Job lifecycle.
     CANCELLED_BY_CLIENT = "CANCELLED_BY_CLIENT"
+    CANCEL_TOO_LATE = "CANCEL_TOO_LATE"
+    """A cancel that lost: signing had begun or the job had ended, so nothing
+    changed. CancelJob answers the job as audit records it (its state is not
+    CANCELLED); the CLI, the Python client and the HTTP gateway name the
+    outcome with this code."""
     JOB_CANCELLED = "JOB_CANCELLED"
     JOB_NOT_COMPLETED = "JOB_NOT_COMPLETED"
     ARTIFACT_DIGEST_MISMATCH = "ARTIFACT_DIGEST_MISMATCH"

@@ -49,6 +49,7 @@ __all__ = [
     "RolloutReadsClient",
     "PacketItem",
     "ArtifactDigestMismatch",
+    "Cancellation",
     "new_request_id",
 ]
 
@@ -60,6 +61,34 @@ RESUME_DELAY_CAP_SECONDS = 1.0
 
 class ArtifactDigestMismatch(Exception):
     """The downloaded bytes do not match the digest the server announced."""
+
+
+@dataclass(frozen=True)
+class Cancellation:
+    """CancelJob's answer, said plainly: ``job`` as audit records it, and
+    whether the cancel took effect. A cancel that lost (signing had begun, or
+    the job had ended) changed nothing: ``lost`` is true, ``outcome`` is
+    ``CANCEL_TOO_LATE`` and ``job.state`` is the state the job had reached."""
+
+    job: job_pb2.Job
+
+    @property
+    def cancelled(self) -> bool:
+        """The job is CANCELLED (by this cancel, or by an earlier one)."""
+        return state_name(self.job.state) == State.CANCELLED
+
+    @property
+    def lost(self) -> bool:
+        return not self.cancelled
+
+    @property
+    def state(self) -> str:
+        return state_name(self.job.state)
+
+    @property
+    def outcome(self) -> str:
+        """``CANCELLED`` or ``CANCEL_TOO_LATE`` (a stable reason code)."""
+        return "CANCELLED" if self.cancelled else "CANCEL_TOO_LATE"
 
 
 @dataclass(frozen=True)
@@ -218,11 +247,19 @@ class AdmissionClient:
         return await self._stub.ListJobs(request, metadata=self._metadata)
 
     async def cancel(self, name: str, *, request_id: str | None = None) -> job_pb2.Job:
-        """Cancel the job; ``request_id`` (a fresh one if None) makes a retry safe."""
+        """Cancel the job; ``request_id`` (a fresh one if None) makes a retry safe.
+
+        The reply is the job as audit records it: CANCELLED when the cancel took
+        effect; any other state means it came too late (``try_cancel`` says so)."""
         return await self._stub.CancelJob(
             pb.CancelJobRequest(name=name, request_id=request_id or new_request_id()),
             metadata=self._metadata,
         )
+
+    async def try_cancel(self, name: str, *, request_id: str | None = None) -> Cancellation:
+        """Cancel the job and say whether the cancel took effect or lost
+        (``Cancellation.lost``: signing had begun or the job had ended)."""
+        return Cancellation(await self.cancel(name, request_id=request_id))
 
     # Batches: a portfolio of packets, persisted at once, turned into jobs by
     # admission's dispatcher (batch.proto).

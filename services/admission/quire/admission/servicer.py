@@ -211,6 +211,15 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
     async def CancelJob(  # noqa: N802 - gRPC method name
         self, request: pb.CancelJobRequest, context: grpc.aio.ServicerContext
     ) -> job_pb2.Job:
+        """Cancel a job that has not started signing (the reply is CANCELLED,
+        ``CANCELLED_BY_CLIENT``). A cancel that loses — signing had begun, or
+        the job had ended — changes nothing and is answered like a cancel of an
+        ended job: OK, with the job as audit records it (never a state older
+        than the one the job gate holds). Its state is then not CANCELLED, which
+        is how a caller tells the cancel lost (``CANCEL_TOO_LATE`` in the CLI,
+        the Python client and the gateway). While audit lags behind the signer's
+        claim for longer than ``LOST_WAIT_SECONDS``, UNAVAILABLE
+        (``DEPENDENCY_UNAVAILABLE``, retry hint): ask again (``Canceller``)."""
         tenant = await self._tenants.authenticate(context)
         # Cancelling is idempotent by state; the request id returns the first
         # reply itself (what the job had reached then), scoped to the tenant.

@@ -10,6 +10,7 @@ from typing import Annotated
 import grpc
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import Field
 
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.errors import NotFound
@@ -18,6 +19,8 @@ from quire.gateway.documents import job_status, manifest_of
 from quire.gateway.idempotency import request_id_of
 from quire.gateway.problems import problem_responses
 from quire.gateway.schemas import JobStatus, MergeRequest
+from quire.jobs import state_name
+from quire.pipeline import State
 from quire.reasons import ReasonCode
 
 __all__ = ["router", "job_location"]
@@ -33,6 +36,19 @@ IdempotencyKey = Annotated[
     ),
 ]
 JOB_ID = "Lower-case hex id of the job, as in its name jobs/{job_id}."
+
+
+class JobCancellation(JobStatus):
+    """The job status document after a cancel, and whether the cancel took effect."""
+
+    cancelled: bool = Field(
+        description="true: the job is CANCELLED. false: the cancel came too late (signing had"
+        " begun, or the job had ended) and changed nothing; state is the state the job had"
+        " reached, as the audit ledger records it."
+    )
+    cancel_outcome: str = Field(
+        description='"CANCELLED", or "CANCEL_TOO_LATE" when the cancel lost.'
+    )
 
 
 def job_location(job_id: str) -> str:
@@ -96,8 +112,9 @@ async def get_job(job_id: str, request: Request, admission: AdmissionDep) -> Job
 
 @router.post(
     "/v1/pdf/job/cancel/{job_id}",
-    response_model=JobStatus,
-    summary="Cancel a job that has not started signing; otherwise its state as it is.",
+    response_model=JobCancellation,
+    summary="Cancel a job that has not started signing; otherwise its state as it is"
+    " (cancelled false, CANCEL_TOO_LATE).",
     responses=problem_responses(),
 )
 async def cancel_job(
@@ -105,13 +122,18 @@ async def cancel_job(
     request: Request,
     admission: AdmissionDep,
     idempotency_key: IdempotencyKey = None,
-) -> JobStatus:
+) -> JobCancellation:
     job = await admission.unary(
         admission.stub.CancelJob,
         pb.CancelJobRequest(name=_name(job_id), request_id=idempotency_key or ""),
         request,
     )
-    return job_status(job)
+    cancelled = state_name(job.state) == State.CANCELLED
+    return JobCancellation(
+        **job_status(job).model_dump(),
+        cancelled=cancelled,
+        cancel_outcome="CANCELLED" if cancelled else ReasonCode.CANCEL_TOO_LATE.value,
+    )
 
 
 @router.get(

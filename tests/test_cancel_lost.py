@@ -1,0 +1,160 @@
+"""Issue 21: a cancel that loses the race with signing reports the job's
+current state as audit records it — not the stale VALIDATING or ASSEMBLING
+audit showed before it caught up — and says plainly that the cancel lost.
+
+The loss is made deterministic on a private stack: the job is held before
+assembly until audit shows it ASSEMBLING; then audit's events consumer (and
+its commit queue) is paused, the job is let go, and the signer claims it in
+the job gate and signs while audit still shows ASSEMBLING. The cancel is
+sent then; audit's events flow again a moment later. The reply must be what
+audit then records (COMMITTING: the commit queue stays paused, so the state
+holds still while it is compared), and every front end must say the cancel
+lost: the Python client, ``quire cancel`` and the HTTP gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from nats.js import JetStreamContext
+from test_faults_common import BASE_ENV, eventually, ledger_rows
+
+from quire.client import AdmissionClient, Cancellation, PacketItem
+from quire.jobgate import GATE_BUCKET
+from quire.jobs import job_id, state_name
+from quire.runtime import connect_nats
+from quire.stack.supervisor import Stack, StackInfo
+from quire.testing.pdfs import write_text_pdf
+from quire.testing.quirecli import run_quire
+from quire.workqueue import EVENTS_STREAM, WORK_STREAM, consumer_name
+from quire.workqueue.topology import EVENTS_CONSUMER
+
+pytestmark = pytest.mark.stack
+
+
+@asynccontextmanager
+async def _stack_with_gateway(directory: Path) -> AsyncIterator[tuple[Stack, StackInfo]]:
+    stack = Stack(directory, env=dict(BASE_ENV), gateway=True)
+    info = await asyncio.to_thread(stack.start)
+    try:
+        yield stack, info
+    finally:
+        await asyncio.to_thread(stack.stop)
+
+
+def _signer_committed(data_dir: Path, job: str) -> bool:
+    path = data_dir / "signer" / "signer.db"
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        row = db.execute(
+            "SELECT 1 FROM stage_leases WHERE job = ? AND outcome IS NOT NULL", (job,)
+        ).fetchone()
+    return row is not None
+
+
+def _audit_state(data_dir: Path, job: str) -> str:
+    """The state of the job's last ledger entry (audit's own record)."""
+    states = [to_state for _, _, name, to_state in ledger_rows(data_dir) if name == job]
+    return states[-1] if states else ""
+
+
+async def test_a_cancel_that_loses_to_signing_reports_audits_state_and_says_it_lost(
+    tmp_path: Path,
+) -> None:
+    async with _stack_with_gateway(tmp_path / "stack") as (stack, info):
+        nc = await connect_nats(stack.nats_url, "quire-test-cancel-lost", **stack.nats_login())
+        js: JetStreamContext = nc.jetstream(timeout=10)
+        until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        assemble = consumer_name("assemble", "interactive")
+        commit = consumer_name("commit", "interactive")
+        try:
+            async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
+                await js.pause_consumer(WORK_STREAM, assemble, until)
+                path = write_text_pdf(tmp_path / "late.pdf", [f"late {uuid.uuid4().hex}"])
+                digest = (await client.upload(path)).sha256
+                job = (await client.submit([PacketItem("doc", digest)])).name
+
+                async def assembling() -> bool:
+                    return state_name((await client.get_job(job)).state) == "ASSEMBLING"
+
+                await eventually(assembling, 90, "audit shows the job ASSEMBLING")
+
+                # Audit stops taking events (and completions); the job moves on.
+                await js.pause_consumer(EVENTS_STREAM, EVENTS_CONSUMER, until)
+                await js.pause_consumer(WORK_STREAM, commit, until)
+                await js.resume_consumer(WORK_STREAM, assemble)
+                gate = await js.key_value(GATE_BUCKET)
+
+                async def signed() -> bool:
+                    try:
+                        entry = await gate.get(job_id(job))
+                    except Exception:  # noqa: BLE001 - no claim yet
+                        return False
+                    claimed = (entry.value or b"").startswith(b"SIGNING|")
+                    return claimed and _signer_committed(stack.data_dir, job)
+
+                await eventually(signed, 90, "the signer claimed and signed the job")
+                stale = await client.get_job(job)
+                assert state_name(stale.state) == "ASSEMBLING", "audit must still lag here"
+
+                # The cancel loses in the gate while audit still says ASSEMBLING;
+                # audit's events flow again a moment later.
+                cancel = asyncio.create_task(client.cancel(job))
+                await asyncio.sleep(1.0)
+                await js.resume_consumer(EVENTS_STREAM, EVENTS_CONSUMER)
+                reply = await asyncio.wait_for(cancel, timeout=30)
+
+                now = await client.get_job(job)  # audit's view, through admission
+                assert state_name(reply.state) == state_name(now.state) == "COMMITTING"
+                assert _audit_state(stack.data_dir, job) == "COMMITTING"
+                assert reply.reason_code == ""
+                answer = Cancellation(reply)
+                assert (answer.lost, answer.outcome) == (True, "CANCEL_TOO_LATE")
+
+                # Asked again (a fresh request), through every front end.
+                again = await client.try_cancel(job)
+                assert (again.lost, again.state, again.outcome) == (
+                    True,
+                    "COMMITTING",
+                    "CANCEL_TOO_LATE",
+                )
+                shown = await asyncio.to_thread(run_quire, stack.data_dir, "cancel", job, "--json")
+                assert shown.returncode == 1, shown.stderr
+                printed = json.loads(shown.stdout)
+                assert printed["cancelled"] is False
+                assert printed["outcome"] == "CANCEL_TOO_LATE"
+                assert printed["job"]["state"] == "COMMITTING"
+                plain = await asyncio.to_thread(run_quire, stack.data_dir, "cancel", job)
+                assert plain.returncode == 1
+                assert "cancel lost (CANCEL_TOO_LATE)" in plain.stdout
+                assert "COMMITTING" in plain.stdout
+                async with httpx.AsyncClient(
+                    base_url=info.gateway_url,
+                    headers={"Authorization": f"Bearer {info.token()}"},
+                    timeout=30,
+                ) as http:
+                    answered = await http.post(f"/v1/pdf/job/cancel/{job_id(job)}")
+                assert answered.status_code == 200, answered.text
+                document = answered.json()
+                assert (
+                    document["state"],
+                    document["cancelled"],
+                    document["cancel_outcome"],
+                ) == ("COMMITTING", False, "CANCEL_TOO_LATE")
+
+                # The job was never cancelled: it completes.
+                await js.resume_consumer(WORK_STREAM, commit)
+                final = await client.wait(job, timeout=60)
+                assert state_name(final.state) == "COMPLETED"
+                assert "CANCELLED" not in {
+                    to_state for _, _, name, to_state in ledger_rows(stack.data_dir) if name == job
+                }
+        finally:
+            await nc.close()
