@@ -49,6 +49,12 @@ HEAVY_FIRST = (
     "test_rollout_routing.py",
     "test_rollouts_stack.py",
     "test_worker_versions.py",
+    "test_nats_supervision.py",
+    "test_job_attempts.py",
+    "test_schema_rollout.py",
+    "test_evidence_fields.py",
+    "test_cancel_lost.py",
+    "test_diagnostics.py",
 )
 """Files whose tests run longest (each starts stacks of its own): run first,
 so that pytest-xdist's workers, which take whole files in collection order
