@@ -105,6 +105,7 @@ class RulesetBook:
         self._db = database
         self._by_key: dict[str, Ruleset] = {}
         self._reloaded_at = float("-inf")
+        self._reloading = asyncio.Lock()
 
     def install(self, rulesets: list[Ruleset]) -> None:
         """Store new versions; refuse a changed body under a published version."""
@@ -150,10 +151,14 @@ class RulesetBook:
         found = self._by_key.get(key)
         if found is not None or not key:
             return found
-        now = time.monotonic()
-        if now - self._reloaded_at >= RELOAD_SECONDS:
-            self._reloaded_at = now
-            await asyncio.to_thread(self.reload)
+        # Misses at once wait for one reading rather than each being refused
+        # while it runs.
+        async with self._reloading:
+            found = self._by_key.get(key)
+            now = time.monotonic()
+            if found is None and now - self._reloaded_at >= RELOAD_SECONDS:
+                self._reloaded_at = now
+                await asyncio.to_thread(self.reload)
         return self._by_key.get(key)
 
     def all(self) -> list[Ruleset]:
