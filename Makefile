@@ -18,7 +18,10 @@ venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt $(DIST_PROJECTS:%=%/pyproject.toml)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt $(DIST_PROJECTS:%=-e %) -e '.[dev]'
+	# The pinned setuptools first, then every project built with it in place
+	# (no isolated build environment per project: half a minute less).
+	$(PY) -m pip install --quiet -c constraints.txt setuptools
+	$(PY) -m pip install --quiet --no-build-isolation -c constraints.txt $(DIST_PROJECTS:%=-e %) -e '.[dev]'
 	touch $@
 
 run: venv
