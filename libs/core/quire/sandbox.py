@@ -5,7 +5,8 @@ Work never runs on the event loop. Each worker is its own process, started
 with ``forkserver`` (no gRPC or asyncio state is forked into it), under a
 memory limit (RLIMIT_AS) set when it starts; each task runs under a CPU-time
 limit (RLIMIT_CPU, relative to what the worker has used) and a wall-clock
-timeout. A worker that dies, overruns or is abandoned is killed and replaced,
+timeout that does not count the time a runnable worker waits for a CPU (a
+busy machine's time is not the document's; ``_Worker._answered_within``). A worker that dies, overruns or is abandoned is killed and replaced,
 and only the task it was running fails (``SandboxExhausted``): a hostile file
 costs its own job a retry, never another job, never the service.
 
@@ -107,6 +108,33 @@ def _ready() -> bool:
     return True
 
 
+MIN_POLL_SECONDS = 0.01
+
+
+STARVED_POLL_SECONDS = 0.05
+
+
+def _cpu_seconds(pid: int | None) -> float | None:
+    """Process ``pid``'s main thread's CPU time, from the kernel's schedstat
+    (nanoseconds, kept current while it runs); None if unknown."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/schedstat") as stat:
+            return int(stat.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _runnable(pid: int | None) -> bool:
+    """Whether process ``pid`` is running or waiting for a CPU (state R)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] == "R"
+    except (OSError, IndexError):
+        return False
+
+
 _READY = "ready"
 """What a worker sends once its libraries are loaded, before its first task."""
 
@@ -168,13 +196,41 @@ class _Worker:
         assert self._connection is not None
         try:
             self._connection.send((fn, args, cpu_seconds))
-            if not self._connection.poll(wall_seconds):
+            if not self._answered_within(wall_seconds):
                 self.stop()
                 return False, SandboxExhausted("wall-clock limit reached")
             return self._connection.recv()
         except (EOFError, OSError):
             self.stop()
             return False, SandboxExhausted("worker process died")
+
+    def _answered_within(self, budget: float) -> bool:
+        """Whether the task answers within ``budget`` seconds of its own time.
+
+        At first that is the wall clock. Past it, a worker that is still
+        runnable (waiting for a CPU on a busy machine, or at a high niceness,
+        and not asleep) is charged its CPU time instead: the time it waited
+        is the machine's, not the document's, and charging it would reject an
+        ordinary file because of its neighbours. A spinning task is still
+        stopped once its CPU time reaches the budget; a sleeping or blocked
+        one at the budget by the clock; nothing past the pool's wall-clock
+        limit, or where the kernel does not say (no /proc)."""
+        assert self._connection is not None
+        ceiling = self._settings.wall_seconds
+        pid = self._process.pid if self._process is not None else None
+        cpu_before = _cpu_seconds(pid)
+        started = time.monotonic()
+        wait = min(budget, ceiling)
+        while True:
+            if self._connection.poll(max(wait, MIN_POLL_SECONDS)):
+                return True
+            elapsed = time.monotonic() - started
+            cpu = _cpu_seconds(pid)
+            if elapsed >= ceiling or cpu is None or cpu_before is None:
+                return False
+            if not _runnable(pid) or cpu - cpu_before >= budget:
+                return False
+            wait = min(max(budget - (cpu - cpu_before), STARVED_POLL_SECONDS), ceiling - elapsed)
 
     def kill(self) -> None:
         """Signal the current process to die now (safe from any thread)."""

@@ -1,8 +1,10 @@
 """How much sandbox time one validation may take, and where it runs.
 
 A task's budget scales with what it opens: ``base + per MiB × size + per page
-× pages`` seconds of CPU (twice that of wall clock), so a 50 KiB file that
-spins is killed in a few seconds while a 20 MiB scan keeps the full time. The
+× pages`` seconds of CPU (twice that of wall clock, less any time the worker
+waited for a CPU on a busy machine), so a 50 KiB file that spins is killed
+in a few seconds while a 20 MiB scan keeps the full time, and an ordinary
+file is not rejected because its neighbours held the cores. The
 pool's own limits stay the hard ceilings. A task that exhausts its budget in
 the shared pool is retried at once in the quarantine lane (its own workers
 and limits) with ``quarantine_scale`` times the budget.
