@@ -35,14 +35,12 @@ from test_faults_common import running_stack, wait_all
 
 from quire.client import PacketItem, TenantAdminClient
 from quire.jobs import state_name
-from quire.runtime import connect_nats
 from quire.stack.supervisor import Stack
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.quirecli import run_quire
-from quire.testing.replicas import extra_process, wait_serving
+from quire.testing.replicas import candidate_consumer, extra_process, wait_serving
 from quire.tracks import BASELINE, CANDIDATE
 from quire.type import queue_pb2
-from quire.workqueue.topology import WORK_STREAM, candidate_consumer_name
 
 pytestmark = pytest.mark.stack
 
@@ -82,18 +80,6 @@ def _candidate_validator(
     if faults:
         env["QUIRE_FAULTS"] = faults
     return extra_process(stack, "validator", name, env)
-
-
-async def _candidate_consumer(stack: Stack) -> tuple[int, int]:
-    """(max_ack_pending, messages not yet acknowledged) of validate's candidate consumer."""
-    nc = await connect_nats(stack.nats_url, "quire-test-routing", **stack.nats_login())
-    try:
-        info = await nc.jetstream().consumer_info(WORK_STREAM, candidate_consumer_name("validate"))
-    finally:
-        await nc.close()
-    return int(info.config.max_ack_pending or 0), int(
-        (info.num_pending or 0) + (info.num_ack_pending or 0)
-    )
 
 
 def _events(data_dir: Path) -> list[tuple[int, str, queue_pb2.TransitionEvent]]:
@@ -162,7 +148,9 @@ async def test_two_validator_builds_split_by_track_and_a_rollback_hands_work_to_
                     share_basis_points=SHARE,
                     concurrency_cap=CAP,
                 )
-                assert (await _candidate_consumer(stack))[0] == CAP  # set before it is used
+                assert (await candidate_consumer(stack, "validate"))[
+                    0
+                ] == CAP  # set before it is used
                 await wait_serving(stack, "validator-candidate", CANDIDATE)
                 tracks = await _submit(running, tmp_path / "canary", JOBS)
                 jobs = await wait_all(running.client, list(tracks), timeout=180)
@@ -211,7 +199,7 @@ async def test_two_validator_builds_split_by_track_and_a_rollback_hands_work_to_
                 # It takes a candidate job, does the work, and dies before committing.
                 await asyncio.to_thread(doomed.wait, 60)
                 assert doomed.returncode == -9, doomed.returncode
-                _, unsettled = await _candidate_consumer(stack)
+                _, unsettled = await candidate_consumer(stack, "validate")
                 assert unsettled >= 1, "the dead candidate's deliveries are still leased"
                 back = await admin.rollback_rollout(rollout.name)
                 assert back.share_basis_points == 0

@@ -32,11 +32,11 @@ from quire.runtime import connect_nats
 from quire.stack.supervisor import Stack, StackInfo
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.quirecli import run_quire
+from quire.testing.replicas import candidate_consumer
 from quire.tls import aio_channel
 from quire.tracks import BASELINE, CANDIDATE, track_of
 from quire.type import job_pb2
 from quire.workqueue import PRIORITIES, WORK_STREAM, consumer_name
-from quire.workqueue.topology import candidate_consumer_name
 
 pytestmark = pytest.mark.stack
 
@@ -111,18 +111,6 @@ async def _pause_validate(stack: Stack) -> Any:
     return nc
 
 
-async def _candidate_consumer(stack: Stack) -> tuple[int, int]:
-    """(max_ack_pending, messages not yet acknowledged) of validate's candidate consumer."""
-    nc = await connect_nats(stack.nats_url, "quire-test-canary", **stack.nats_login())
-    try:
-        info = await nc.jetstream().consumer_info(WORK_STREAM, candidate_consumer_name("validate"))
-    finally:
-        await nc.close()
-    return int(info.config.max_ack_pending or 0), int(
-        (info.num_pending or 0) + (info.num_ack_pending or 0)
-    )
-
-
 async def test_a_canary_pins_its_share_deterministically_and_a_rollback_keeps_the_record(
     canary_stack: Stack, tmp_path: Path
 ) -> None:
@@ -182,10 +170,12 @@ async def _canary(
         # candidate job waits on the candidate subject while a baseline job,
         # accepted after it, completes.
         candidate = first_baseline = ""
+        candidates = 0
         for _ in range(300):
             job = await client.submit([PacketItem("a", digest)])
-            if job.track == CANDIDATE and not candidate:
-                candidate = job.name
+            if job.track == CANDIDATE:
+                candidates += 1
+                candidate = candidate or job.name
             elif job.track == BASELINE and candidate and not first_baseline:
                 first_baseline = job.name
             if candidate and first_baseline:
@@ -195,8 +185,8 @@ async def _canary(
         assert done.track == BASELINE and done.state == job_pb2.JOB_STATE_COMPLETED
         waiting = await client.get_job(candidate)
         assert waiting.state == job_pb2.JOB_STATE_ACCEPTED, waiting
-        cap, unsettled = await _candidate_consumer(stack)
-        assert (cap, unsettled) == (2, 1)  # the rollout's cap; its one job waits
+        cap, unsettled = await candidate_consumer(stack, "validate")
+        assert (cap, unsettled) == (2, candidates)  # the rollout's cap; its jobs wait
         entries = await _entries(info, candidate)
         assert len(entries) >= 1
         assert {entry.event.track for entry in entries} == {CANDIDATE}

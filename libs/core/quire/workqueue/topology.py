@@ -236,10 +236,10 @@ async def ensure_topology(js: JetStreamContext, queue: QueueSettings) -> None:
             max_deliver=-1,
         ),
     )
-    await _ensure_gate_bucket(js, queue.replicas)
+    await _ensure_plain_bucket(js, GATE_BUCKET, queue.replicas)
     await ensure_blob_buckets(js, queue.replicas)
     await _ensure_workers_bucket(js, queue)
-    await _ensure_rollouts_bucket(js, queue.replicas)
+    await _ensure_plain_bucket(js, ROLLOUTS_BUCKET, queue.replicas)
 
 
 async def _ensure_candidate_consumer(
@@ -269,24 +269,6 @@ def candidate_consumer_config(queue: QueueSettings, stage: str, cap: int) -> api
     )
 
 
-async def _ensure_rollouts_bucket(js: JetStreamContext, replicas: int) -> None:
-    """Each stage's current rollout, for its workers (``quire.rolloutboard``)."""
-    try:
-        await js.key_value(ROLLOUTS_BUCKET)
-    except BucketNotFoundError:
-        try:
-            await js.create_key_value(
-                api.KeyValueConfig(
-                    bucket=ROLLOUTS_BUCKET,
-                    history=1,
-                    storage=api.StorageType.FILE,
-                    replicas=replicas,
-                )
-            )
-        except Exception:  # noqa: BLE001 - created concurrently
-            await js.key_value(ROLLOUTS_BUCKET)
-
-
 def priority_shares(limit: int) -> dict[str, int]:
     """A stage's limit split between its two consumers, since JetStream caps
     each consumer on its own: batch work gets a third (at least one), as each
@@ -309,18 +291,20 @@ async def wait_for_topology(js: JetStreamContext, timeout: float = 120.0) -> Non
             await asyncio.sleep(0.5)
 
 
-async def _ensure_gate_bucket(js: JetStreamContext, replicas: int) -> None:
+async def _ensure_plain_bucket(js: JetStreamContext, bucket: str, replicas: int) -> None:
+    """A key-value bucket keeping each key's latest value, no time-to-live:
+    the job gates, and each stage's current rollout (``quire.rolloutboard``)."""
     try:
-        await js.key_value(GATE_BUCKET)
+        await js.key_value(bucket)
     except BucketNotFoundError:
         try:
             await js.create_key_value(
                 api.KeyValueConfig(
-                    bucket=GATE_BUCKET, history=1, storage=api.StorageType.FILE, replicas=replicas
+                    bucket=bucket, history=1, storage=api.StorageType.FILE, replicas=replicas
                 )
             )
         except Exception:  # noqa: BLE001 - created concurrently
-            await js.key_value(GATE_BUCKET)
+            await js.key_value(bucket)
 
 
 async def _ensure_workers_bucket(js: JetStreamContext, queue: QueueSettings) -> None:

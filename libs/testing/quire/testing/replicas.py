@@ -17,8 +17,9 @@ from quire.settings import service_address_var, service_health_var, service_metr
 from quire.stack.ports import free_port
 from quire.stack.supervisor import Stack
 from quire.testing.multinode import wait_healthy
+from quire.workqueue.topology import WORK_STREAM, candidate_consumer_name
 
-__all__ = ["extra_process", "wait_serving"]
+__all__ = ["candidate_consumer", "extra_process", "wait_serving"]
 
 
 @asynccontextmanager
@@ -88,3 +89,16 @@ async def wait_serving(stack: Stack, instance: str, track: str, timeout: float =
     finally:
         await nc.close()
     raise AssertionError(f"{instance} never served the {track} track: {found}")
+
+
+async def candidate_consumer(stack: Stack, stage: str) -> tuple[int, int]:
+    """(max_ack_pending, messages not yet acknowledged) of ``stage``'s
+    candidate consumer: the rollout's cap, and its work waiting or in hand."""
+    nc = await connect_nats(stack.nats_url, "quire-test-candidate", **stack.nats_login())
+    try:
+        info = await nc.jetstream().consumer_info(WORK_STREAM, candidate_consumer_name(stage))
+    finally:
+        await nc.close()
+    return int(info.config.max_ack_pending or 0), int(
+        (info.num_pending or 0) + (info.num_ack_pending or 0)
+    )
