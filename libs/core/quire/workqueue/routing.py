@@ -39,13 +39,10 @@ from quire.tracks import BASELINE, CANDIDATE
 from quire.workqueue.topology import PRIORITIES, candidate_consumer_name, consumer_name
 from quire.workqueue.worker import WorkQueueWorker
 
-__all__ = ["Binding", "binding", "TrackBinder"]
+__all__ = ["Binding", "baseline_only", "binding", "TrackBinder"]
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 1.0
-_UNKNOWN = StageRollout("", "", CANARY, candidate_version="unknown")
-"""Read as when the rollout cannot be: an open canary of some other version,
-so the worker pulls the baseline's queues only until it knows more."""
 
 
 @dataclass(frozen=True)
@@ -56,13 +53,17 @@ class Binding:
     """What it serves, for its announcement: ``candidate`` or ``baseline``."""
 
 
+def baseline_only(stage: str) -> Binding:
+    """The baseline's queues alone: with no rollout, or until it can be read."""
+    return Binding(frozenset(consumer_name(stage, p) for p in PRIORITIES), BASELINE)
+
+
 def binding(stage: str, version: str, rollout: StageRollout | None) -> Binding:
     """What a worker of ``version`` pulls while ``rollout`` is its stage's latest."""
-    baseline = frozenset(consumer_name(stage, p) for p in PRIORITIES)
+    baseline = baseline_only(stage).consumers
     both = baseline | {candidate_consumer_name(stage)}
-    if rollout is None:
-        # No rollout ever: nothing waits on a candidate subject.
-        return Binding(baseline, BASELINE)
+    if rollout is None:  # no rollout ever: nothing waits on a candidate subject
+        return baseline_only(stage)
     if not rollout.candidate_version:
         return Binding(both, BASELINE)
     if version != rollout.candidate_version:
@@ -111,7 +112,7 @@ class TrackBinder:
             log.warning("rollout entry of %s not read; binding kept", self._stage.name)
             if self._current is not None:
                 return self._current
-            wanted = binding(self._stage.name, "", _UNKNOWN)
+            wanted = baseline_only(self._stage.name)
         else:
             wanted = binding(self._stage.name, self._version, rollout)
             if self._on_rollout is not None:
