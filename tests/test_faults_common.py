@@ -11,6 +11,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import grpc
@@ -28,6 +29,8 @@ __all__ = [
     "Running",
     "running_stack",
     "submit_text_jobs",
+    "submit_tracked_jobs",
+    "most_at_once",
     "wait_all",
     "eventually",
     "ledger_rows",
@@ -72,6 +75,31 @@ async def submit_text_jobs(client: AdmissionClient, folder: Path, count: int) ->
         digest = (await client.upload(path)).sha256
         names.append((await client.submit([PacketItem(f"d{index}", digest)])).name)
     return names
+
+
+async def submit_tracked_jobs(
+    client: AdmissionClient, folder: Path, count: int, *, ruleset: str = ""
+) -> dict[str, str]:
+    """``count`` one-page jobs, each from its own freshly made PDF: job -> the
+    rollout track admission pinned it to."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tracks = {}
+    for index in range(count):
+        path = write_text_pdf(folder / f"{index}.pdf", [f"page {index} {uuid.uuid4().hex}"])
+        digest = (await client.upload(path)).sha256
+        job = await client.submit([PacketItem(f"d{index}", digest)], ruleset=ruleset)
+        tracks[job.name] = job.track
+    return tracks
+
+
+def most_at_once(intervals: list[tuple[datetime, datetime]]) -> int:
+    """Most intervals open at one instant (an end before a start at a tie)."""
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    held = peak = 0
+    for _, step in edges:
+        held += step
+        peak = max(peak, held)
+    return peak
 
 
 async def wait_all(

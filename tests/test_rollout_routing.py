@@ -24,19 +24,17 @@ import asyncio
 import json
 import sqlite3
 import subprocess
-import uuid
 from collections import Counter
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-from test_faults_common import running_stack, wait_all
+from test_faults_common import most_at_once, running_stack, submit_tracked_jobs, wait_all
 
-from quire.client import PacketItem, TenantAdminClient
+from quire.client import TenantAdminClient
 from quire.jobs import state_name
 from quire.stack.supervisor import Stack
-from quire.testing.pdfs import write_text_pdf
 from quire.testing.quirecli import run_quire
 from quire.testing.replicas import candidate_consumer, extra_process, wait_serving
 from quire.tracks import BASELINE, CANDIDATE
@@ -98,15 +96,6 @@ def _validations(data_dir: Path) -> dict[str, queue_pb2.TransitionEvent]:
     }
 
 
-def _peak(intervals: list[tuple[datetime, datetime]]) -> int:
-    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
-    held = peak = 0
-    for _, step in edges:
-        held += step
-        peak = max(peak, held)
-    return peak
-
-
 def _held(data_dir: Path, jobs: set[str]) -> list[tuple[datetime, datetime]]:
     path = data_dir / "validator" / "validator.db"
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
@@ -118,18 +107,6 @@ def _held(data_dir: Path, jobs: set[str]) -> list[tuple[datetime, datetime]]:
         for job, a, b in rows
         if f"jobs/{job.removeprefix('jobs/')}" in jobs and a
     ]
-
-
-async def _submit(running, folder: Path, count: int) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    """``count`` one-page jobs on ruleset default@1: job -> track."""
-    folder.mkdir(parents=True, exist_ok=True)
-    tracks = {}
-    for index in range(count):
-        path = write_text_pdf(folder / f"{index}.pdf", [f"page {index} {uuid.uuid4().hex}"])
-        digest = (await running.client.upload(path)).sha256
-        job = await running.client.submit([PacketItem("d", digest)], ruleset="default@1")
-        tracks[job.name] = job.track
-    return tracks
 
 
 async def test_two_validator_builds_split_by_track_and_a_rollback_hands_work_to_the_baseline(
@@ -152,7 +129,9 @@ async def test_two_validator_builds_split_by_track_and_a_rollback_hands_work_to_
                     0
                 ] == CAP  # set before it is used
                 await wait_serving(stack, "validator-candidate", CANDIDATE)
-                tracks = await _submit(running, tmp_path / "canary", JOBS)
+                tracks = await submit_tracked_jobs(
+                    running.client, tmp_path / "canary", JOBS, ruleset="default@1"
+                )
                 jobs = await wait_all(running.client, list(tracks), timeout=180)
                 assert {state_name(j.state) for j in jobs.values()} == {"COMPLETED"}
 
@@ -167,7 +146,7 @@ async def test_two_validator_builds_split_by_track_and_a_rollback_hands_work_to_
                     (CANDIDATE, CANDIDATE_BUILD, "default@2"): len(candidates),
                     (BASELINE, BASELINE_BUILD, "default@1"): JOBS - len(candidates),
                 }, by_track
-                peak = _peak(_held(stack.data_dir, candidates))
+                peak = most_at_once(_held(stack.data_dir, candidates))
                 print(f"candidate jobs {len(candidates)}/{JOBS}, peak held {peak}")  # noqa: T201
                 assert 1 <= peak <= CAP, f"the candidate held {peak} jobs at once; cap {CAP}"
 
@@ -193,7 +172,9 @@ async def test_two_validator_builds_split_by_track_and_a_rollback_hands_work_to_
             ) as doomed:
                 await wait_serving(stack, "validator-doomed", CANDIDATE)
                 before = _events(stack.data_dir)
-                more = await _submit(running, tmp_path / "rollback", ROLLBACK_JOBS)
+                more = await submit_tracked_jobs(
+                    running.client, tmp_path / "rollback", ROLLBACK_JOBS, ruleset="default@1"
+                )
                 doomed_jobs = {job for job, track in more.items() if track == CANDIDATE}
                 assert doomed_jobs, "some of the jobs are the candidate's"
                 # It takes a candidate job, does the work, and dies before committing.

@@ -32,18 +32,16 @@ import re
 import sqlite3
 import subprocess
 import sys
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_faults_common import running_stack, wait_all
+from test_faults_common import running_stack, submit_tracked_jobs, wait_all
 
-from quire.client import PacketItem, TenantAdminClient
+from quire.client import TenantAdminClient
 from quire.jobs import state_name
 from quire.schema import chain_head
-from quire.testing.pdfs import write_text_pdf
 from quire.testing.quirecli import run_quire
 from quire.testing.replicas import extra_process, wait_serving
 from quire.tracks import BASELINE, CANDIDATE
@@ -174,18 +172,6 @@ def _validations(data_dir: Path) -> dict[str, queue_pb2.TransitionEvent]:
     }
 
 
-async def _submit(running, folder: Path, count: int) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    """``count`` one-page jobs: job -> track."""
-    folder.mkdir(parents=True, exist_ok=True)
-    tracks = {}
-    for index in range(count):
-        path = write_text_pdf(folder / f"{index}.pdf", [f"page {index} {uuid.uuid4().hex}"])
-        digest = (await running.client.upload(path)).sha256
-        job = await running.client.submit([PacketItem("d", digest)])
-        tracks[job.name] = job.track
-    return tracks
-
-
 @pytest.mark.stack
 async def test_validator_n_and_n_plus_1_share_one_database_through_a_migration(
     tmp_path: Path,
@@ -248,7 +234,7 @@ async def test_validator_n_and_n_plus_1_share_one_database_through_a_migration(
                 assert release_n.poll() is None, "N keeps running through the migration"
                 await wait_serving(stack, "validator-n1", CANDIDATE)
 
-                tracks = await _submit(running, tmp_path / "jobs", JOBS)
+                tracks = await submit_tracked_jobs(running.client, tmp_path / "jobs", JOBS)
                 jobs = await wait_all(running.client, list(tracks), timeout=180)
                 states = Counter(state_name(j.state) for j in jobs.values())
                 assert states == {"COMPLETED": JOBS}, states

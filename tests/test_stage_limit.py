@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from test_faults_common import ledger_rows, running_stack, wait_all
+from test_faults_common import ledger_rows, most_at_once, running_stack, wait_all
 
 from quire.client import PacketItem
 from quire.errors import InvalidSetting
@@ -75,16 +75,6 @@ def _spawn_replica(
     return process, health
 
 
-def _peak(intervals: list[tuple[datetime, datetime]]) -> int:
-    """Most intervals open at one instant (an end before a start at a tie)."""
-    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
-    held = peak = 0
-    for _, step in edges:
-        held += step
-        peak = max(peak, held)
-    return peak
-
-
 def test_the_limit_is_split_between_priorities_without_exceeding_it() -> None:
     for limit in range(2, 200):
         shares = priority_shares(limit)
@@ -131,7 +121,7 @@ async def test_ten_replicas_of_a_stage_never_hold_more_jobs_than_its_limit(
         assert len(rows) == JOBS
         intervals = [(datetime.fromisoformat(a), datetime.fromisoformat(b)) for a, b in rows]
         assert all(start <= end for start, end in intervals)
-        peak = _peak(intervals)
+        peak = most_at_once(intervals)
         assert 2 <= peak <= LIMIT, f"{peak} jobs held at once; the stage's limit is {LIMIT}"
 
         workers = set()

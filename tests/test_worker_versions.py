@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from nats.js.errors import KeyNotFoundError
 
@@ -28,8 +27,6 @@ from quire.announcements import (
     read_announcements,
     worker_key,
 )
-from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
-from quire.cli.args import bearer_metadata
 from quire.cli.workers import groups
 from quire.client import AdmissionClient, PacketItem
 from quire.errors import InvalidSetting
@@ -39,6 +36,7 @@ from quire.runtime import connect_nats
 from quire.settings import BUILD_VERSION, SERVICES, QueueSettings, ServiceSettings
 from quire.stack.natsserver import NatsServer
 from quire.stack.supervisor import Stack
+from quire.testing.ledger import ledger_entries
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.quirecli import run_quire
 from quire.workqueue.topology import TOPOLOGY_STREAMS, ensure_topology
@@ -200,22 +198,6 @@ async def test_the_entry_of_a_process_that_stops_beating_expires(
 # -- the whole stack ----------------------------------------------------------------
 
 
-async def _ledger(info: Any, job: str) -> list[audit_service_pb2.LedgerEntry]:
-    entries: list[audit_service_pb2.LedgerEntry] = []
-    token = ""
-    async with grpc.aio.insecure_channel(info.endpoints["audit"]) as channel:
-        stub = audit_service_pb2_grpc.AuditServiceStub(channel)
-        while True:
-            page = await stub.ListJobEvents(
-                audit_service_pb2.ListJobEventsRequest(job=job, page_size=50, page_token=token),
-                metadata=bearer_metadata(info.operator_token()),
-            )
-            entries.extend(page.entries)
-            token = page.next_page_token
-            if not token:
-                return entries
-
-
 def _workers(data_dir: Path) -> list[dict[str, Any]]:
     listed = run_quire(data_dir, "workers", "--json")
     assert listed.returncode == 0, listed.stderr
@@ -243,7 +225,7 @@ async def test_a_stack_at_a_version_writes_it_on_every_step_and_announces_it(
                 (await client.submit([PacketItem("a", digest)])).name, timeout=90
             )
         assert state_name(job.state) == "COMPLETED"
-        entries = await _ledger(info, job.name)
+        entries = await ledger_entries(stack.data_dir, job.name)
         actors = {(e.event.actor.service, e.event.actor.build_version) for e in entries}
         assert {service for service, _ in actors} >= set(SERVICES), actors
         assert {version for _, version in actors} == {VERSION}, actors
