@@ -110,3 +110,25 @@ async def test_a_running_worker_rebinds_to_the_candidate_consumer(
     assert done[1] == candidate_subject("validate", "interactive")
     with pytest.raises(ValueError, match="not this worker's"):
         worker.bind({"sign-interactive"})
+
+
+async def test_the_queue_age_probe_reads_each_track_on_its_own(
+    jetstream: JetStreamContext,
+) -> None:
+    """A candidate job held back by its cap is in line on the candidate
+    consumer: the reconciler reads that queue's age for it (``candidate``),
+    while shedding reads the baseline's, which the candidate's backlog does
+    not age."""
+    from quire.workqueue.backlog import QueueAgeProbe
+
+    await ensure_topology(jetstream, QueueSettings())
+    probe = QueueAgeProbe(jetstream, cache_seconds=0.0, stage="validate")
+    assert await probe.oldest_ready_age("interactive", candidate=True) == 0.0
+    await jetstream.publish(candidate_subject("validate", "interactive"), b"held")
+    await asyncio.sleep(1.2)
+    await jetstream.publish(work_subject("validate", "interactive"), b"fresh")
+    candidate = await probe.oldest_ready_age("interactive", candidate=True)
+    baseline = await probe.oldest_ready_age("interactive")
+    assert candidate >= 1.0, candidate
+    assert baseline < 1.0, baseline
+    assert await probe.oldest_ready_age("batch", candidate=True) == 0.0

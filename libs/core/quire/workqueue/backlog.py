@@ -7,6 +7,13 @@ submissions costs one JetStream round trip, not one each.
 
 Admission sheds load by it; each stage exports its own queue's readings as
 metrics (``QueueGauges``).
+
+A rollout's candidate track waits on a consumer of its own
+(``<stage>-candidate``, capped); ``candidate=True`` reads that one. The
+reconciler asks for the queue a job's task is on, so that a candidate job
+held back by its cap is seen in line, not stalled. Admission's shedding
+reads the baseline only: the candidate's cap holds its backlog on purpose,
+and every tenant's new work must not be refused for it.
 """
 
 from __future__ import annotations
@@ -23,7 +30,14 @@ from nats.js.errors import NotFoundError
 from quire.errors import TransientError
 from quire.metrics import ServiceMetrics
 from quire.reasons import ReasonCode
-from quire.workqueue.topology import PRIORITIES, WORK_STREAM, consumer_name, work_subject
+from quire.workqueue.topology import (
+    PRIORITIES,
+    WORK_STREAM,
+    candidate_consumer_name,
+    candidate_subject,
+    consumer_name,
+    work_subject,
+)
 
 __all__ = ["QueueAgeProbe", "QueueGauges"]
 
@@ -32,31 +46,43 @@ log = logging.getLogger(__name__)
 
 class QueueAgeProbe:
     def __init__(
-        self, js: JetStreamContext, *, cache_seconds: float, stage: str = "validate"
+        self,
+        js: JetStreamContext,
+        *,
+        cache_seconds: float,
+        stage: str = "validate",
     ) -> None:
         self._js = js
         self._cache_seconds = cache_seconds
         self._stage = stage
-        self._readings: dict[str, tuple[float, float]] = {}
+        self._readings: dict[tuple[str, bool], tuple[float, float]] = {}
         self._lock = asyncio.Lock()
 
-    async def oldest_ready_age(self, priority: str) -> float:
-        """Seconds the oldest undelivered message of ``priority`` has waited (0 if none)."""
+    async def oldest_ready_age(self, priority: str, *, candidate: bool = False) -> float:
+        """Seconds the oldest undelivered message of ``priority`` has waited (0 if
+        none), on the baseline's queue or, with ``candidate``, the candidate track's."""
+        key = (priority, candidate)
         now = time.monotonic()
-        cached = self._readings.get(priority)
+        cached = self._readings.get(key)
         if cached is not None and now - cached[0] < self._cache_seconds:
             return cached[1]
         async with self._lock:
-            cached = self._readings.get(priority)
+            cached = self._readings.get(key)
             if cached is not None and time.monotonic() - cached[0] < self._cache_seconds:
                 return cached[1]
-            age = await self._read(priority)
-            self._readings[priority] = (time.monotonic(), age)
+            age = await self._read(priority, candidate)
+            self._readings[key] = (time.monotonic(), age)
             return age
 
-    async def _read(self, priority: str) -> float:
+    async def _read(self, priority: str, candidate: bool) -> float:
+        if candidate:
+            consumer = candidate_consumer_name(self._stage)
+            subject = candidate_subject(self._stage, priority)
+        else:
+            consumer = consumer_name(self._stage, priority)
+            subject = work_subject(self._stage, priority)
         try:
-            return await self._age(priority)
+            return await self._age(consumer, subject)
         except NotFoundError:
             return 0.0
         except Exception as error:  # noqa: BLE001 - NATS unreachable: say so, typed
@@ -67,8 +93,9 @@ class QueueAgeProbe:
         info = await self._js.consumer_info(WORK_STREAM, consumer_name(self._stage, priority))
         return int(info.num_pending or 0)
 
-    async def _age(self, priority: str) -> float:
-        info = await self._js.consumer_info(WORK_STREAM, consumer_name(self._stage, priority))
+    async def _age(self, consumer: str, subject: str) -> float:
+        """The age of the oldest message on ``subject`` that ``consumer`` has not delivered."""
+        info = await self._js.consumer_info(WORK_STREAM, consumer)
         if not info.num_pending:
             return 0.0
         delivered = info.delivered.stream_seq if info.delivered else 0
@@ -76,7 +103,7 @@ class QueueAgeProbe:
             message = await self._js.get_msg(
                 WORK_STREAM,
                 seq=(delivered or 0) + 1,
-                subject=work_subject(self._stage, priority),
+                subject=subject,
                 next=True,
             )
         except NotFoundError:

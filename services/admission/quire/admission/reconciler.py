@@ -43,6 +43,7 @@ from quire.settings import ReconcileSettings
 from quire.type import job_pb2, queue_pb2
 from quire.workqueue import Publisher, event_subject, redriven, task_message_id, task_subject
 from quire.workqueue.backlog import QueueAgeProbe
+from quire.workqueue.topology import candidate_subject
 
 __all__ = ["Reconciler"]
 
@@ -135,13 +136,17 @@ class Reconciler:
         stalled = now - as_utc(since)
         return (state, stalled.total_seconds()) if stalled > budget else None
 
-    async def _in_line(self, state: str, priority: str, stalled_seconds: float) -> bool:
-        """Whether the queue the job waits on still holds messages from before its stall."""
+    async def _in_line(self, state: str, task: queue_pb2.JobTask, stalled_seconds: float) -> bool:
+        """Whether the queue the job waits on still holds messages from before
+        its stall: the candidate track's, for a job routed there (its cap holds
+        it back on purpose), else the baseline's."""
         # REVIEWING waits on no queue.
         waits_on = stage_working_in(state)
         if waits_on is None:
             return False
-        oldest = await self._queues[waits_on.name].oldest_ready_age(priority)
+        priority = task.priority or "interactive"
+        candidate = task_subject(waits_on.name, task) == candidate_subject(waits_on.name, priority)
+        oldest = await self._queues[waits_on.name].oldest_ready_age(priority, candidate=candidate)
         return oldest + CLOCK_SLACK_SECONDS >= stalled_seconds
 
     async def _redrive(self, job: str, state: str, stalled_seconds: float, now: datetime) -> bool:
@@ -153,7 +158,7 @@ class Reconciler:
             ).one()
         )
         task = queue_pb2.JobTask.FromString(row.task)
-        if await self._in_line(state, task.priority or "interactive", stalled_seconds):
+        if await self._in_line(state, task, stalled_seconds):
             return False
         count = await self._db.run(lambda s: _count_redrive(s, job, now))
         task.redrive = count
