@@ -132,3 +132,28 @@ async def test_the_queue_age_probe_reads_each_track_on_its_own(
     assert candidate >= 1.0, candidate
     assert baseline < 1.0, baseline
     assert await probe.oldest_ready_age("batch", candidate=True) == 0.0
+
+
+async def test_the_stage_gauges_show_the_candidate_tracks_backlog(
+    jetstream: JetStreamContext,
+) -> None:
+    from quire.metrics import ServiceMetrics
+    from quire.workqueue.backlog import QueueGauges
+
+    await ensure_topology(jetstream, QueueSettings())
+    metrics = ServiceMetrics("validator")
+    gauges = QueueGauges(jetstream, "validate", metrics, budget_seconds=30)
+    await jetstream.publish(candidate_subject("validate", "batch"), b"held")
+    await jetstream.publish(candidate_subject("validate", "interactive"), b"held")
+    await asyncio.sleep(1.1)
+    await gauges.sample()
+    read = metrics.registry.get_sample_value
+    assert read("quire_queue_candidate_pending_messages", {"stage": "validate"}) == 2
+    for priority in ("interactive", "batch"):
+        age = read(
+            "quire_queue_candidate_oldest_ready_age_seconds",
+            {"stage": "validate", "class": priority},
+        )
+        assert age is not None and age >= 1.0
+        baseline = read("quire_queue_pending_messages", {"stage": "validate", "class": priority})
+        assert baseline == 0

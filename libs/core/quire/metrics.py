@@ -138,6 +138,22 @@ CATALOGUE: tuple[Family, ...] = (
         _STAGES,
     ),
     Family(
+        "quire_queue_candidate_pending_messages",
+        "gauge",
+        ("stage",),
+        "Messages waiting on a stage's candidate-track consumer (a rollout's"
+        " canary, held to its concurrency cap), not yet delivered.",
+        _STAGES,
+    ),
+    Family(
+        "quire_queue_candidate_oldest_ready_age_seconds",
+        "gauge",
+        ("stage", "class"),
+        "Age of the oldest message waiting on a stage's candidate-track consumer"
+        " (0 when none waits).",
+        _STAGES,
+    ),
+    Family(
         "quire_queue_age_budget_seconds",
         "gauge",
         ("stage", "class"),

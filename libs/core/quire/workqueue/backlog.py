@@ -93,6 +93,11 @@ class QueueAgeProbe:
         info = await self._js.consumer_info(WORK_STREAM, consumer_name(self._stage, priority))
         return int(info.num_pending or 0)
 
+    async def candidate_pending(self) -> int:
+        """Messages of either priority the candidate consumer has not yet delivered."""
+        info = await self._js.consumer_info(WORK_STREAM, candidate_consumer_name(self._stage))
+        return int(info.num_pending or 0)
+
     async def _age(self, consumer: str, subject: str) -> float:
         """The age of the oldest message on ``subject`` that ``consumer`` has not delivered."""
         info = await self._js.consumer_info(WORK_STREAM, consumer)
@@ -115,7 +120,8 @@ class QueueAgeProbe:
 
 class QueueGauges:
     """Samples a stage's queues every ``interval_seconds`` into its metrics:
-    pending count, oldest ready age and the age budget, per priority class.
+    pending count, oldest ready age and the age budget, per priority class,
+    and the candidate track's consumer's backlog and ages.
     A scrape reads the last sample; a failed read keeps the previous one."""
 
     def __init__(
@@ -132,6 +138,8 @@ class QueueGauges:
         self._interval = interval_seconds
         self._pending = metrics.gauge("quire_queue_pending_messages")
         self._age = metrics.gauge("quire_queue_oldest_ready_age_seconds")
+        self._candidate_pending = metrics.gauge("quire_queue_candidate_pending_messages")
+        self._candidate_age = metrics.gauge("quire_queue_candidate_oldest_ready_age_seconds")
         for priority in PRIORITIES:
             metrics.gauge("quire_queue_age_budget_seconds").labels(
                 stage=stage, **{"class": priority}
@@ -149,6 +157,20 @@ class QueueGauges:
                 continue
             self._pending.labels(**labels).set(pending)
             self._age.labels(**labels).set(age)
+        await self._sample_candidate()
+
+    async def _sample_candidate(self) -> None:
+        """The candidate track's consumer: its backlog (both priorities) and
+        each priority's oldest waiting message."""
+        try:
+            pending = await self._probe.candidate_pending()
+            ages = {p: await self._probe.oldest_ready_age(p, candidate=True) for p in PRIORITIES}
+        except Exception as error:  # noqa: BLE001 - NATS away: keep the last reading
+            log.debug("candidate queue sample failed: %s", type(error).__name__)
+            return
+        self._candidate_pending.labels(stage=self._stage).set(pending)
+        for priority, age in ages.items():
+            self._candidate_age.labels(stage=self._stage, **{"class": priority}).set(age)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
