@@ -5,7 +5,7 @@ that are not the declared type at all are refused at the door (upload,
 ``TYPE_MISMATCH``) before any job exists.
 
 ``make test`` sends a fixed sample: in every folder of the corpus, the first
-file and every fifth after it in sorted order, so each kind of file is there.
+file and every eighth after it in sorted order, so each kind of file is there.
 ``make corpus`` sends every file (``CORPUS_EVERY=1``)."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from quire.jobs import state_name
 
 pytestmark = pytest.mark.stack
 
-CORPUS_EVERY = int(os.environ.get("CORPUS_EVERY", "5"))
+CORPUS_EVERY = int(os.environ.get("CORPUS_EVERY", "8"))
 
 
 def _sample(every: int) -> list[Path]:
