@@ -5,6 +5,13 @@ itself (SIGKILL, no cleanup), the supervisor restarts it, and the job must
 still end COMPLETED exactly once: one COMPLETED ledger entry, one signed
 artifact, nothing left over — and `quire check` passes after the whole run.
 
+The points run in rounds, one point per service in each round: the round's
+points are armed together and each has a job of its own, submitted at once,
+so each service is SIGKILLed exactly once per round (the first job to reach
+its point, whichever that is) while the other services' points fire beside
+it. Every job of the round is held to the whole promise, and each point's
+test checks what its round recorded for its point and its job.
+
 Steps: before the commit (the work is lost and redone), after the commit and
 before the publish (the redelivery republishes the committed outcome), after
 the publish and before the ack (the redelivery finds the outcome; the queue
@@ -18,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -46,6 +54,18 @@ POINTS = [
     "admission.after_commit",
     "admission.after_publish",
 ]
+
+
+def _rounds(points: list[str]) -> list[list[str]]:
+    """The i-th point of every service, for each i: no service twice in a round."""
+    by_service: dict[str, list[str]] = {}
+    for point in points:
+        by_service.setdefault(point.split(".")[0], []).append(point)
+    deepest = max(len(mine) for mine in by_service.values())
+    return [[mine[i] for mine in by_service.values() if i < len(mine)] for i in range(deepest)]
+
+
+ROUNDS = _rounds(POINTS)
 
 
 class FaultStack:
@@ -86,12 +106,24 @@ async def _submit_through_kills(client: AdmissionClient, digest: str) -> str:
 
 
 async def _ledger(info: StackInfo, job: str) -> list[tuple[str, str]]:
-    async with aio_channel(info.endpoints["audit"], None) as channel:
-        reply = await audit_service_pb2_grpc.AuditServiceStub(channel).ListJobEvents(
-            audit_service_pb2.ListJobEventsRequest(job=job, page_size=100),
-            metadata=bearer_metadata(info.operator_token()),
-        )
-    return [(state_name(e.event.from_state), state_name(e.event.to_state)) for e in reply.entries]
+    """The job's ledger moves, asking again while audit restarts (its point may
+    have fired just before this look)."""
+    for _ in range(150):  # 30 s at most
+        try:
+            async with aio_channel(info.endpoints["audit"], None) as channel:
+                reply = await audit_service_pb2_grpc.AuditServiceStub(channel).ListJobEvents(
+                    audit_service_pb2.ListJobEventsRequest(job=job, page_size=100),
+                    metadata=bearer_metadata(info.operator_token()),
+                )
+        except grpc.aio.AioRpcError as error:
+            if error.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
+            await asyncio.sleep(0.2)
+            continue
+        return [
+            (state_name(e.event.from_state), state_name(e.event.to_state)) for e in reply.entries
+        ]
+    raise AssertionError("audit did not come back")
 
 
 async def _wait_through_kills(client: AdmissionClient, name: str, timeout: float) -> str:
@@ -106,41 +138,101 @@ async def _wait_through_kills(client: AdmissionClient, name: str, timeout: float
         await asyncio.sleep(0.2)
 
 
-@pytest.mark.parametrize("point", POINTS)
-async def test_a_process_killed_at_this_step_loses_and_duplicates_nothing(
-    fault_stack: FaultStack, point: str, tmp_path: Path
-) -> None:
+@dataclass(frozen=True)
+class Outcome:
+    """What one point's round recorded for the point, its service and its job."""
+
+    job: str
+    state: str
+    fired: bool
+    restarts_before: int
+    restarts_after: int
+    moves: list[tuple[str, str]]
+    artifacts: int
+
+
+async def _run_round(
+    fault_stack: FaultStack, client: AdmissionClient, points: list[str], folder: Path
+) -> dict[str, Outcome]:
     stack, info = fault_stack.stack, fault_stack.info
     assert info is not None
-    service = point.split(".")[0]
-    async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
-        digest = (await client.upload(write_text_pdf(tmp_path / "d.pdf", [point]))).sha256
-        restarts = stack.restarts(service)
+    folder.mkdir(parents=True, exist_ok=True)
+    digests = {
+        point: (await client.upload(write_text_pdf(folder / f"{point}.pdf", [point]))).sha256
+        for point in points
+    }
+    services = {point: point.split(".")[0] for point in points}
+    assert len(set(services.values())) == len(points), "one point per service in a round"
+    before = {point: stack.restarts(services[point]) for point in points}
+    for point in points:
         arm(fault_stack.faults, point)
-        name = await _submit_through_kills(client, digest)
-        fault_stack.jobs.append(name)
-        assert await _wait_through_kills(client, name, timeout=90) == "COMPLETED"
+    names = await asyncio.gather(
+        *(_submit_through_kills(client, digests[point]) for point in points)
+    )
+    jobs = dict(zip(points, names, strict=True))
+    fault_stack.jobs.extend(names)
+    states = await asyncio.gather(
+        *(_wait_through_kills(client, jobs[point], timeout=180) for point in points)
+    )
     # A point after a publish may fire just after the job was seen COMPLETED:
     # audit can commit the end before the publisher's next line runs.
     for _ in range(100):  # 10 s at most
-        if fired(fault_stack.faults, point):
+        if all(fired(fault_stack.faults, point) for point in points):
             break
         await asyncio.sleep(0.1)
-    assert fired(fault_stack.faults, point), "the fault point was reached"
-    for _ in range(100):  # the supervisor notices the death within its watch interval
-        if stack.restarts(service) > restarts:
+    for _ in range(100):  # the supervisor notices a death within its watch interval
+        if all(stack.restarts(services[point]) > before[point] for point in points):
             break
         await asyncio.sleep(0.1)
-    assert stack.restarts(service) == restarts + 1, "exactly one SIGKILL, one restart"
-    moves = await _ledger(info, name)
+    outcomes = {}
+    for point, state in zip(points, states, strict=True):
+        job = jobs[point].removeprefix("jobs/")
+        outcomes[point] = Outcome(
+            job=jobs[point],
+            state=state,
+            fired=fired(fault_stack.faults, point),
+            restarts_before=before[point],
+            restarts_after=stack.restarts(services[point]),
+            moves=await _ledger(info, jobs[point]),
+            artifacts=len(list((stack.data_dir / "blobs" / "signed").rglob(f"{job}.pdf"))),
+        )
+    return outcomes
+
+
+async def _run_matrix(fault_stack: FaultStack, folder: Path) -> dict[str, Outcome]:
+    info = fault_stack.info
+    assert info is not None
+    outcomes: dict[str, Outcome] = {}
+    async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
+        for index, points in enumerate(ROUNDS):
+            outcomes.update(await _run_round(fault_stack, client, points, folder / str(index)))
+    return outcomes
+
+
+@pytest.fixture(scope="module")
+def matrix(fault_stack: FaultStack, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
+    """Every round run, in order, on the module's stack: point -> what was recorded."""
+    return asyncio.run(_run_matrix(fault_stack, tmp_path_factory.mktemp("matrix")))
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_process_killed_at_this_step_loses_and_duplicates_nothing(
+    matrix: dict[str, Outcome], point: str
+) -> None:
+    outcome = matrix[point]
+    assert outcome.state == "COMPLETED"
+    assert outcome.fired, "the fault point was reached"
+    assert outcome.restarts_after == outcome.restarts_before + 1, "exactly one SIGKILL, one restart"
+    moves = outcome.moves
     assert [to for _, to in moves].count("COMPLETED") == 1
     assert len(moves) == len(set(moves)), f"a transition recorded twice: {moves}"
-    job = name.removeprefix("jobs/")
-    assert len(list((stack.data_dir / "blobs" / "signed").rglob(f"{job}.pdf"))) == 1
+    assert outcome.artifacts == 1
 
 
-async def test_after_every_kill_the_invariants_hold(fault_stack: FaultStack) -> None:
+async def test_after_every_kill_the_invariants_hold(
+    fault_stack: FaultStack, matrix: dict[str, Outcome]
+) -> None:
     invariants = pytest.importorskip("quire.invariants")
-    assert len(fault_stack.jobs) == len(POINTS), "runs after the whole matrix"
+    assert len(fault_stack.jobs) == len(POINTS) == len(matrix), "runs after the whole matrix"
     report = await asyncio.to_thread(invariants.check, fault_stack.stack.data_dir)
     assert report.ok, report.findings
