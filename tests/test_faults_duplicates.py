@@ -48,6 +48,9 @@ from quire.workqueue.topology import EVENTS_CONSUMER
 
 pytestmark = pytest.mark.stack
 
+JOBS = 2
+"""Jobs in each round (completed first, then running); two already show any
+copy that lands on the wrong job."""
 ENV = {"QUIRE_ACK_WAIT_SECONDS": "3", "QUIRE_BACKOFF_CAP_SECONDS": "1"}
 STAGE_SERVICES = ("validator", "assembler", "signer")
 
@@ -170,7 +173,7 @@ async def _quiet(js: JetStreamContext, timeout: float = 60.0) -> None:
     while calm < 3:
         if time.monotonic() > deadline:
             raise AssertionError("the queues did not drain")
-        infos = [await js.consumer_info(stream, name) for stream, name in consumers]
+        infos = await asyncio.gather(*(js.consumer_info(s, name) for s, name in consumers))
         busy = any(info.num_pending or info.num_ack_pending for info in infos)
         calm = 0 if busy else calm + 1
         await asyncio.sleep(0.5)
@@ -222,7 +225,7 @@ async def test_duplicates_of_every_message_change_nothing(tmp_path: Path) -> Non
         js = nc.jetstream(timeout=10)
         try:
             # After completion: every message again, twice.
-            done = await submit_text_jobs(running.client, tmp_path / "done", 3)
+            done = await submit_text_jobs(running.client, tmp_path / "done", JOBS)
             first = await wait_all(running.client, done, timeout=60)
             assert {state_name(j.state) for j in first.values()} == {"COMPLETED"}
             await _quiet(js)
@@ -246,7 +249,7 @@ async def test_duplicates_of_every_message_change_nothing(tmp_path: Path) -> Non
             for consumer in held:
                 await _hold(js, WORK_STREAM, consumer)
             await _hold(js, EVENTS_STREAM, EVENTS_CONSUMER)
-            running_jobs = await submit_text_jobs(running.client, tmp_path / "running", 3)
+            running_jobs = await submit_text_jobs(running.client, tmp_path / "running", JOBS)
             during = Duplicator(js, data_dir)
             for stage, consumer in zip(STAGE_NAMES, held, strict=True):
                 await _handed_to(data_dir, stage, set(running_jobs))
