@@ -2,8 +2,8 @@
 data directory as production would: no file of the blob store holds a
 source's plaintext; crypto-shredding a tenant makes its downloads fail with
 a typed error while the ledger still verifies; rotating the KEK under load
-(new KEK rolled out, every data key rewrapped, old KEK removed) loses
-nothing."""
+(new KEK rolled out in two waves, every data key rewrapped, old KEK removed,
+every service restarted) loses nothing."""
 
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ async def test_no_blob_holds_plaintext_and_a_shredded_tenant_is_unreadable_while
 async def test_rotating_the_kek_under_load_loses_nothing(
     sealed_stack: Stack, ring: Path, tmp_path: Path
 ) -> None:
-    clients = [await _tenant(sealed_stack, f"rotating{i}") for i in range(3)]
+    clients = [await _tenant(sealed_stack, f"rotating{i}") for i in range(2)]
     pdf = write_text_pdf(tmp_path / "load.pdf", ["rotation under load"])
     jobs: list[tuple[AdmissionClient, str]] = []
     stop = asyncio.Event()
@@ -162,30 +162,48 @@ async def test_rotating_the_kek_under_load_loses_nothing(
             request_id = uuid.uuid4().hex  # one per job: a retried submit is the same job
             job = await retried(client.submit, [PacketItem("d", digest)], request_id=request_id)
             jobs.append((client, job.name))
-            await asyncio.sleep(0.2)
+            # About a job a second per tenant: more than the pipeline finishes
+            # at once, so jobs are in flight at every restart, without a
+            # backlog of hundreds to drain afterwards.
+            await asyncio.sleep(1.0)
 
-    async def roll_out() -> None:
-        for service in SERVICES:  # one at a time, as a rolling update would
+    async def restarted(services: tuple[str, ...]) -> None:
+        """SIGKILL ``services`` together; back once each was started again and all are healthy."""
+        before = {service: sealed_stack.restarts(service) for service in services}
+        for service in services:
             sealed_stack.kill(service)
-            await asyncio.to_thread(sealed_stack.wait_healthy)
-
-    async def restart_all() -> None:
-        for service in SERVICES:  # all at once: none keeps the old KEK in memory
-            sealed_stack.kill(service)
+        deadline = asyncio.get_running_loop().time() + 60
+        while any(sealed_stack.restarts(s) == n for s, n in before.items()):
+            assert asyncio.get_running_loop().time() < deadline, "not started again"
+            await asyncio.sleep(0.1)
         await asyncio.to_thread(sealed_stack.wait_healthy)
+
+    async def more_jobs(each: int) -> None:
+        """Until every tenant has had ``each`` more jobs accepted."""
+        start = {id(c): sum(owner is c for owner, _ in jobs) for c in clients}
+        deadline = asyncio.get_running_loop().time() + 120
+        while any(sum(owner is c for owner, _ in jobs) < start[id(c)] + each for c in clients):
+            assert not any(task.done() for task in loaders), "a loader stopped"
+            assert asyncio.get_running_loop().time() < deadline, "no jobs accepted"
+            await asyncio.sleep(0.1)
 
     loaders = [asyncio.create_task(load(c)) for c in clients]
     try:
-        await asyncio.sleep(2)
+        await more_jobs(2)  # every tenant's data key wrapped by the old KEK, jobs in flight
         new = await asyncio.to_thread(_quire, sealed_stack, ring, "keys", "new-kek", str(ring))
         assert new.returncode == 0, new.stderr
-        await roll_out()  # every service now wraps with the new KEK; the old one unwraps
+        # A rolling update in two waves: between them, jobs flow through a
+        # pipeline whose restarted services hold the new ring (the new KEK
+        # first, the old one still unwrapping) and the others the old KEK alone.
+        await restarted(SERVICES[0::2])
+        await more_jobs(1)
+        await restarted(SERVICES[1::2])
         rewrap = await asyncio.to_thread(_quire, sealed_stack, ring, "keys", "rewrap")
         assert rewrap.returncode == 0, rewrap.stderr
         assert "rewrapped" in rewrap.stdout
         ring.write_text(ring.read_text().splitlines(keepends=True)[0])  # the old KEK is gone
-        await restart_all()
-        await asyncio.sleep(2)
+        await restarted(SERVICES)  # all at once: none keeps the old KEK in memory
+        await more_jobs(2)  # accepted with the new KEK alone
     finally:
         stop.set()
         await asyncio.gather(*loaders)
