@@ -52,7 +52,9 @@ CLAUSES = (
     "The renewal term is twelve months. Monthly rent: 1,200. Lead-based paint disclosure attached."
 )
 UNSIGNED = {"property_address": "1 Main St", "landlord_signature": "B. Landlord"}
-MOST_JOBS = 8
+MOST_JOBS = 24
+"""Submitted until each track has two jobs (at a 50 % share, fewer than two on a
+track after 24 jobs has a chance of about 1.5e-6)."""
 
 
 async def _submit(client: AdmissionClient, digest: str, ruleset: str = "") -> Any:
@@ -171,6 +173,7 @@ async def test_compare_tracks_and_a_shadow_evaluation_that_records_nothing(
             job = await _submit(client, digest)
             tracks[job.name] = job.track
         assert set(tracks.values()) <= {CANDIDATE, BASELINE}
+        assert sorted(Counter(tracks.values()).values())[0] >= 2 and len(set(tracks.values())) == 2
         endings = dict(await asyncio.gather(*(_ending(client, job, tracks[job]) for job in tracks)))
         baseline = [job for job in tracks if tracks[job] == BASELINE]
         # The baseline runs default@1 (or the rejected job's own lease-renewal@1).
