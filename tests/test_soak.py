@@ -1,6 +1,9 @@
-"""A bounded soak inside the suite: jobs keep flowing while a random process
-(a service, or the NATS server) is SIGKILLed every couple of seconds. Every
-job ends in exactly one outcome, and `quire check` passes afterwards.
+"""A bounded soak inside the suite: 30 jobs keep flowing while a random
+process (a service, or the NATS server) is SIGKILLed every couple of seconds.
+The killer's seed is one whose first six victims are the five services and
+the NATS server, each once, and the jobs are spread over long enough for six
+kills to land: every kind of process dies at least once. Every job ends in
+exactly one outcome, and `quire check` passes afterwards.
 
 `make soak` runs the full-size version (1,000 jobs) and prints its figures.
 """
@@ -14,9 +17,13 @@ import pytest
 
 from quire.invariants import check
 from quire.stack.supervisor import Stack
-from quire.testing.soak import SOAK_ENV, soak
+from quire.testing.soak import SOAK_ENV, VICTIMS, soak
 
 pytestmark = pytest.mark.stack
+
+JOBS = 30
+SEED = 1361
+"""Its first kills: assembler, nats, admission, signer, audit, validator."""
 
 
 async def test_jobs_survive_random_kills_with_exactly_one_outcome_each(tmp_path: Path) -> None:
@@ -25,13 +32,20 @@ async def test_jobs_survive_random_kills_with_exactly_one_outcome_each(tmp_path:
     try:
         (tmp_path / "inputs").mkdir()
         report = await soak(
-            stack, tmp_path / "inputs", jobs=60, kill_interval=2.0, timeout=300, min_kills=3
+            stack,
+            tmp_path / "inputs",
+            jobs=JOBS,
+            kill_interval=2.0,
+            timeout=300,
+            seed=SEED,
+            min_kills=len(VICTIMS),
         )
     finally:
         await asyncio.to_thread(stack.stop)
     print("\n".join(report.lines()))
-    assert sum(report.kills.values()) >= 3, "processes were really killed during the run"
-    assert report.outcomes == {"COMPLETED": 60}
-    assert report.terminal_entries == {1: 60}, "exactly one terminal ledger entry per job"
+    assert sum(report.kills.values()) >= len(VICTIMS), "processes were really killed"
+    assert set(report.kills) == set(VICTIMS), "every service and the NATS server was killed"
+    assert report.outcomes == {"COMPLETED": JOBS}
+    assert report.terminal_entries == {1: JOBS}, "exactly one terminal ledger entry per job"
     result = await asyncio.to_thread(check, stack.data_dir)
     assert result.ok, result.findings
