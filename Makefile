@@ -143,5 +143,13 @@ protos-release: venv
 wheels: venv
 	rm -rf dist $(DIST_PROJECTS:%=%/build) build && $(PY) -m pip wheel --quiet --no-deps -w dist $(DIST_PROJECTS:%=./%) .
 
+# The distributions as an operator installs them: the wheels into a fresh
+# virtualenv by pip, dependencies and all, and the whole system run from it
+# (`quire up --example`). The suite checks the same wheels' contents and
+# dependencies and imports them unpacked, without pip or a running system.
+.PHONY: distributions
+distributions: venv system-deps
+	DISTRIBUTIONS_INSTALL=1 $(PY) -m pytest -q tests/test_distributions.py
+
 clean:
 	rm -rf $(VENV) $(DATA_DIR) dist
