@@ -3,8 +3,9 @@ process's uploads and declared bytes in flight, and a tenant's share of them
 are capped, refused before anything is written and given back on every path;
 a stream that stalls or crawls is closed at the idle limit; bytes that are not
 the declared type are refused at the door; more bytes than declared is
-INVALID_ARGUMENT, never INTERNAL. And 500 uploads held open at a byte a second
-cannot hold admission's memory, descriptors or another tenant's upload."""
+INVALID_ARGUMENT, never INTERNAL. And 250 uploads held open at a byte a second
+(``SLOW_UPLOADS``; ``make bench-slow-uploads`` holds thousands) cannot hold
+admission's memory, descriptors or another tenant's upload."""
 
 from __future__ import annotations
 
@@ -267,10 +268,10 @@ def _process_figures(pid: int) -> tuple[int, int]:
     return rss, len(os.listdir(f"/proc/{pid}/fd"))
 
 
-# -- 500 uploads held open at a byte a second --------------------------------
+# -- hundreds of uploads held open at a byte a second -----------------------
 # First in the file: its stack is stopped before the next module stack starts.
 
-SLOW_UPLOADS = 500
+SLOW_UPLOADS = int(os.environ.get("SLOW_UPLOADS", "250"))
 SLOW_IDLE_SECONDS = 2.0
 SLOW_PREFIX_BYTES = 4096  # past the sniff window, so each one holds a temporary file
 SLOW_DECLARED_BYTES = 64 * 1024
@@ -343,7 +344,7 @@ async def _uploads_refused(stack: Stack, reason: str) -> float:
 
 
 @pytest.mark.stack
-async def test_five_hundred_uploads_at_a_byte_a_second_are_closed_at_the_idle_limit(
+async def test_hundreds_of_uploads_at_a_byte_a_second_are_closed_at_the_idle_limit(
     tmp_path: Path,
 ) -> None:
     stack = Stack(
@@ -373,7 +374,7 @@ async def test_five_hundred_uploads_at_a_byte_a_second_are_closed_at_the_idle_li
                 await asyncio.sleep(0.1)
             all_open = time.monotonic()
             path = write_text_pdf(tmp_path / "by.pdf", [f"bystander {uuid.uuid4().hex}"])
-            source = await bystander.upload(path)  # while the 500 are stalled
+            source = await bystander.upload(path)  # while the slow ones are stalled
             results = await asyncio.wait_for(asyncio.gather(*calls), timeout=60)
             all_closed = time.monotonic()
             await asyncio.sleep(0.5)
