@@ -73,7 +73,10 @@ class SoakReport:
 
 
 class _Killer:
-    """SIGKILLs a random process every ``interval`` seconds (jittered)."""
+    """SIGKILLs a random process every ``interval`` seconds (jittered), each
+    once the stack has recovered from the kill before: restarted and serving.
+    On a machine slower than the interval, kills never pile onto a stack
+    still coming back (a storm that only measures restarts)."""
 
     def __init__(self, stack: Stack, interval: float, seed: int) -> None:
         self._stack = stack
@@ -92,8 +95,18 @@ class _Killer:
                 await asyncio.sleep(0.5)
                 await asyncio.to_thread(nats.start)
             else:
+                restarts = self._stack.restarts(victim)
                 self._stack.kill(victim)
+                await self._restarted(victim, restarts)
             self.kills[victim] += 1
+            await asyncio.to_thread(self._stack.wait_healthy)
+
+    async def _restarted(self, victim: str, restarts: int) -> None:
+        """Until the supervisor has started ``victim`` again (at most a minute)."""
+        for _ in range(600):
+            if self._stack.restarts(victim) > restarts:
+                return
+            await asyncio.sleep(0.1)
 
 
 async def _retrying(call, report: SoakReport, deadline: float):  # type: ignore[no-untyped-def]
