@@ -49,7 +49,7 @@ soak: venv
 	$(PY) bench/soak.py
 
 # Two replicas of every service on a 3-node NATS cluster and PostgreSQL, 200
-# jobs, a NATS node and one replica of each killed midway (the suite runs 24).
+# jobs, a NATS node and one replica of each killed midway (the suite runs 12).
 multinode: venv system-deps
 	MULTINODE_JOBS=200 $(PY) -m pytest -q tests/test_multinode.py
 
