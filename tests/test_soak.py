@@ -1,8 +1,9 @@
 """A bounded soak inside the suite: 30 jobs keep flowing while a random
 process (a service, or the NATS server) is SIGKILLed every couple of seconds.
 The killer's seed is one whose first six victims are the five services and
-the NATS server, each once, and the jobs are spread over long enough for six
-kills to land: every kind of process dies at least once. Every job ends in
+the NATS server, each once, and the submissions are paced by the kills (the
+last goes after the sixth), so every kind of process dies at least once while
+jobs are in flight. Every job ends in
 exactly one outcome, and `quire check` passes afterwards.
 
 `make soak` runs the full-size version (1,000 jobs) and prints its figures.

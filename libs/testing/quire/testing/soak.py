@@ -9,6 +9,7 @@ Used by ``tests/test_soak.py`` (a bounded run inside the suite) and by
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 import uuid
@@ -83,6 +84,7 @@ class _Killer:
         self._interval = interval
         self._random = random.Random(seed)
         self.kills: Counter[str] = Counter()
+        self._killed = asyncio.Condition()
 
     async def run(self) -> None:
         while True:
@@ -98,8 +100,15 @@ class _Killer:
                 restarts = self._stack.restarts(victim)
                 self._stack.kill(victim)
                 await self._restarted(victim, restarts)
-            self.kills[victim] += 1
             await asyncio.to_thread(self._stack.wait_healthy)
+            async with self._killed:
+                self.kills[victim] += 1
+                self._killed.notify_all()
+
+    async def wait_for(self, count: int) -> None:
+        """Until ``count`` kills have landed (and their victims came back)."""
+        async with self._killed:
+            await self._killed.wait_for(lambda: sum(self.kills.values()) >= count)
 
     async def _restarted(self, victim: str, restarts: int) -> None:
         """Until the supervisor has started ``victim`` again (at most a minute)."""
@@ -133,9 +142,10 @@ async def soak(
 ) -> SoakReport:
     """Run ``jobs`` jobs through a started ``stack`` while killing processes.
 
-    With ``min_kills``, the submissions are spread over long enough for that
-    many kills to land while jobs are in flight, however fast the pipeline is
-    (a kill comes at most 1.5 intervals, plus half a second, after the last).
+    With ``min_kills``, the submissions are paced by the kills: the job at
+    position ``i`` (from 1) is submitted once ``min_kills * i / jobs`` kills
+    have landed, so that many kills fall among jobs in flight however fast the
+    pipeline is, and however slowly a loaded machine restarts what was killed.
     """
     report = SoakReport(jobs=jobs)
     token = (stack.data_dir / "admission" / "dev-token").read_text().strip()
@@ -150,10 +160,15 @@ async def soak(
         gate = asyncio.Semaphore(in_flight)
         names: list[str] = []
         started = time.monotonic()
-        spread = (min_kills + 1) * (kill_interval * 1.5 + 0.5) if min_kills else 0.0
 
         async def one(index: int) -> None:
-            await asyncio.sleep(max(0.0, started + spread * index / jobs - time.monotonic()))
+            if min_kills:
+                # The last job goes once min_kills have landed; never past the deadline.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        killer.wait_for(min_kills * (index + 1) // jobs),
+                        timeout=max(1.0, deadline - time.monotonic()),
+                    )
             async with gate:
                 items = [PacketItem(f"d{i}", digests[(index + i) % 8]) for i in range(2)]
                 request_id = uuid.uuid4().hex
