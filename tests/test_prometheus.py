@@ -114,6 +114,9 @@ async def test_a_jobs_series_come_back_through_prometheus(
         "quire_queue_pending_messages",
         "quire_queue_oldest_ready_age_seconds",
         "quire_queue_age_budget_seconds",
+        # Each stage reads its candidate consumer too (its NATS login allows it).
+        "quire_queue_candidate_pending_messages",
+        "quire_queue_candidate_oldest_ready_age_seconds",
         "quire_stage_in_flight",
         "quire_stage_concurrency_limit",
         "quire_dead_letters",

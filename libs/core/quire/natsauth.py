@@ -120,10 +120,11 @@ def _stage(stage: str) -> tuple[str, ...]:
 
 def _queue_metrics(stage: str) -> tuple[str, ...]:
     """A stage's own queue readings for its metrics: its consumers' pending
-    counts, and the oldest waiting message's store time (tasks carry ids and
-    digests, never document content)."""
+    counts (the candidate track's too), and the oldest waiting message's store
+    time (tasks carry ids and digests, never document content)."""
     return (
         *(f"$JS.API.CONSUMER.INFO.{WORK_STREAM}.{consumer_name(stage, p)}" for p in PRIORITIES),
+        f"$JS.API.CONSUMER.INFO.{WORK_STREAM}.{candidate_consumer_name(stage)}",
         f"$JS.API.STREAM.MSG.GET.{WORK_STREAM}",
     )
 
