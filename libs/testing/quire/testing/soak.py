@@ -74,10 +74,11 @@ class SoakReport:
 
 
 class _Killer:
-    """SIGKILLs a random process every ``interval`` seconds (jittered), each
-    once the stack has recovered from the kill before: restarted and serving.
-    On a machine slower than the interval, kills never pile onto a stack
-    still coming back (a storm that only measures restarts)."""
+    """SIGKILLs a random process every ``interval`` seconds (jittered, counted
+    from kill to kill), each once the stack has recovered from the kill
+    before: restarted and serving. On a machine slower than the interval,
+    kills never pile onto a stack still coming back (a storm that only
+    measures restarts)."""
 
     def __init__(self, stack: Stack, interval: float, seed: int) -> None:
         self._stack = stack
@@ -87,8 +88,13 @@ class _Killer:
         self._killed = asyncio.Condition()
 
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time()
         while True:
-            await asyncio.sleep(self._interval * self._random.uniform(0.5, 1.5))
+            # Kills keep the interval's rhythm from one to the next; a recovery
+            # slower than the interval delays the next, never stacks kills.
+            due = max(due, loop.time()) + self._interval * self._random.uniform(0.5, 1.5)
+            await asyncio.sleep(max(0.0, due - loop.time()))
             victim = self._random.choice(VICTIMS)
             if victim == "nats":
                 nats = self._stack.nats
