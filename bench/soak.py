@@ -5,13 +5,12 @@ Prints the outcome counts, the kills, the retries and the run time, then runs
 `quire check` on the stopped stack. Exits non-zero unless every job has
 exactly one outcome, every kind of process was killed and the check passes.
 
-The submissions are paced by the kills (``SOAK_MIN_KILLS``, default 60): the
-last job goes after the 60th kill, so a pipeline faster than the killer
-still runs under every kill. The seed's first six victims are the five
-services and the NATS server.
+Every job is submitted at once and held to 24 in flight, so kills land on a
+busy pipeline. The seed's first six victims are the five services and the
+NATS server.
 
-    make soak                          # SOAK_JOBS=1000, SOAK_KILL_SECONDS=3, SOAK_MIN_KILLS=60
-    SOAK_JOBS=200 SOAK_KILL_SECONDS=2 SOAK_MIN_KILLS=12 make soak
+    make soak                          # SOAK_JOBS=1000, SOAK_KILL_SECONDS=3
+    SOAK_JOBS=200 SOAK_KILL_SECONDS=2 make soak
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ SEED = 1361
 def main() -> int:
     jobs = int(os.environ.get("SOAK_JOBS", "1000"))
     interval = float(os.environ.get("SOAK_KILL_SECONDS", "3"))
-    min_kills = int(os.environ.get("SOAK_MIN_KILLS", "60"))
     with tempfile.TemporaryDirectory(prefix="quire-soak-") as temp:
         folder = Path(temp)
         (folder / "inputs").mkdir()
@@ -50,7 +48,6 @@ def main() -> int:
                     kill_interval=interval,
                     timeout=3600,
                     seed=SEED,
-                    min_kills=min_kills,
                 )
             )
         finally:
