@@ -8,11 +8,11 @@ import asyncio
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -92,7 +92,7 @@ async def submit_tracked_jobs(
     return tracks
 
 
-def most_at_once(intervals: list[tuple[datetime, datetime]]) -> int:
+def most_at_once(intervals: Sequence[tuple[Any, Any]]) -> int:
     """Most intervals open at one instant (an end before a start at a tie)."""
     edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
     held = peak = 0

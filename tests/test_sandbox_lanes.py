@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from nats.js import JetStreamContext
 from sqlalchemy import MetaData
+from test_faults_common import most_at_once
 
 from quire.database import Database
 from quire.leases import LeaseStore, lease_table
@@ -63,15 +64,6 @@ async def _abandon(pool: SandboxPool, calls: list[asyncio.Task[tuple[float, floa
     await asyncio.wait_for(pool.run(abs, -1, lane="batch"), 20)
 
 
-def _most_at_once(spans: list[tuple[float, float]]) -> int:
-    edges = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
-    running = most = 0
-    for _, step in edges:
-        running += step
-        most = max(most, running)
-    return most
-
-
 def test_reserved_workers_and_batch_niceness_come_from_the_environment() -> None:
     env = {
         "QUIRE_ASSEMBLER_SANDBOX_WORKERS": "4",
@@ -104,7 +96,7 @@ async def test_batch_never_holds_more_than_workers_minus_reserved() -> None:
     pool = _pool(workers=3, reserved=1)
     try:
         spans = await asyncio.gather(*(pool.run(_span, 0.4, lane="batch") for _ in range(6)))
-        assert _most_at_once(spans) == 2
+        assert most_at_once(spans) == 2
     finally:
         pool.close()
 
