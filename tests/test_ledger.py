@@ -121,3 +121,31 @@ def test_a_batch_appends_exactly_what_one_by_one_appends_would(tmp_path: Path) -
 
     assert snapshot(batched) == snapshot(one_by_one)
     assert batched.transaction(lambda s: verify_ledger(s, [])).ok
+
+
+def test_losing_a_chains_last_entry_is_found_by_its_head_row(tmp_path: Path) -> None:
+    """No successor links to a tenant's last entry, so only the head row
+    (moved in the same transaction as every append) shows it is gone."""
+    database = _db(tmp_path)
+    for event in (
+        _event("jobs/aa", "t1", "", "ACCEPTED"),
+        _event("jobs/bb", "t2", "", "ACCEPTED"),
+        _event("jobs/aa", "t1", "ACCEPTED", "VALIDATING"),
+    ):
+        database.transaction(lambda s, e=event: ledger.append(s, e))
+    last = database.transaction(
+        lambda s: (
+            s.execute(
+                select(tables.ledger.c.sequence)
+                .where(tables.ledger.c.tenant == "t1")
+                .order_by(tables.ledger.c.sequence.desc())
+            )
+            .scalars()
+            .first()
+        )
+    )
+    database.transaction(
+        lambda s: s.execute(tables.ledger.delete().where(tables.ledger.c.sequence == last))
+    )
+    findings = database.transaction(lambda s: verify_ledger(s, [])).findings
+    assert [(f.kind, f.tenant) for f in findings if f.kind == "deleted"] == [("deleted", "t1")]

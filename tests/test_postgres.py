@@ -221,3 +221,53 @@ def test_validator_replicas_starting_together_install_the_rulesets_once(postgres
     book = RulesetBook(database)
     book.reload()
     assert {r.key for r in book.all()} == {r.key for r in shipped}
+
+
+async def test_a_rolled_back_append_is_no_deletion_but_a_lost_entry_is(postgres) -> None:  # type: ignore[no-untyped-def]
+    """PostgreSQL's sequences are not transactional: an append rolled back (as
+    when an audit replica is killed mid-transaction) uses up a sequence number.
+    That gap deleted nothing, and the verifier must not say it did; an entry
+    really removed is still found, in the middle by its successor's link and
+    at a chain's end by the tenant's head row."""
+    from quire.audit.verification import verify_ledger
+
+    database = _database(postgres, audit_tables.metadata)
+    factory = EventFactory("test", "instance", "0")
+
+    def event(job: str, from_state: str, to_state: str) -> queue_pb2.TransitionEvent:
+        task = queue_pb2.JobTask(job=job, tenant="t1")
+        return factory.transition(task, from_state, to_state, attempt=1, lease_token=1)
+
+    class _Killed(Exception):
+        pass
+
+    def append_then_die(session, e: queue_pb2.TransitionEvent) -> None:  # type: ignore[no-untyped-def]
+        assert ledger.append(session, e)
+        raise _Killed
+
+    database.transaction(lambda s: ledger.append(s, event("jobs/01", "", "ACCEPTED")))
+    try:
+        database.transaction(lambda s: append_then_die(s, event("jobs/02", "", "ACCEPTED")))
+    except _Killed:
+        pass
+    for e in (event("jobs/03", "", "ACCEPTED"), event("jobs/01", "ACCEPTED", "VALIDATING")):
+        database.transaction(lambda s, e=e: ledger.append(s, e))
+    sequences = database.transaction(
+        lambda s: (
+            s.execute(
+                select(audit_tables.ledger.c.sequence).order_by(audit_tables.ledger.c.sequence)
+            )
+            .scalars()
+            .all()
+        )
+    )
+    assert len(sequences) == 3 and sequences[-1] - sequences[0] == 3, "the rollback left a gap"
+    assert database.transaction(lambda s: verify_ledger(s, [])).ok
+
+    database.transaction(
+        lambda s: s.execute(
+            audit_tables.ledger.delete().where(audit_tables.ledger.c.sequence == sequences[-1])
+        )
+    )
+    findings = database.transaction(lambda s: verify_ledger(s, [])).findings
+    assert ("deleted", sequences[-1]) in {(f.kind, f.sequence) for f in findings}, findings

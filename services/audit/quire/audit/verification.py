@@ -3,8 +3,13 @@ with the checkpoints held outside the database.
 
 What each finding means:
 - ``edited``: an entry's stored hash does not match its content;
-- ``deleted``: an entry is missing (its successor links to an unknown hash,
-  or the global sequence has a gap);
+- ``deleted``: an entry is missing: its successor links to an unknown hash,
+  the tenant's chain is shorter than its head row says, or (on SQLite, where
+  a rolled-back insert uses up no sequence number) the global sequence has a
+  gap. PostgreSQL's sequences are not transactional: an append rolled back,
+  or cut off by a killed replica, leaves a gap that deleted nothing, and a
+  concurrent append still uncommitted leaves one for a moment; there the
+  chains and head rows alone say what is missing;
 - ``inserted``: an entry sits between two entries that link to each other;
 - ``reordered``: an entry links to an entry that is not its predecessor;
 - ``checkpoint``: the chain no longer has, at a signed checkpoint's length,
@@ -167,6 +172,22 @@ def _view_findings(
         yield Finding("view", last[job], views[job].tenant, column="job", job=job)
 
 
+def _head_row_findings(
+    chains: dict[str, list[_Entry]], head_rows: Iterable[object]
+) -> Iterable[Finding]:
+    """Each tenant's chain against its head row, written in the same
+    transaction as every append: a chain shorter than the row's length lost
+    entries at its end (which no successor's link shows); one whose entry at
+    that length is not the row's head was rewritten."""
+    for head in head_rows:
+        tenant, length = head.tenant, head.length  # type: ignore[attr-defined]
+        chain = chains.get(tenant, [])
+        if len(chain) < length:
+            yield Finding("deleted", chain[-1].sequence + 1 if chain else 0, tenant)
+        elif length and chain[length - 1].entry_hash != head.head_hash:  # type: ignore[attr-defined]
+            yield Finding("checkpoint", chain[length - 1].sequence, tenant, column="chain head")
+
+
 def _head_findings(
     trees: dict[str, MerkleTree], heads: Iterable[tuple[str, LogHead]]
 ) -> Iterable[Finding]:
@@ -192,12 +213,16 @@ def verify_ledger(
     findings: list[Finding] = [Finding("checkpoint_file", 0, "", column=name) for name in refused]
     views: dict[str, JobFacts] = {}
     last: dict[str, int] = {}
+    # Read before the entries: an append after this read only lengthens a
+    # chain past its head row, which the head check below allows.
+    head_rows = session.execute(select(tables.chain_heads)).all()
+    gaps_are_deletions = session.get_bind().dialect.name == "sqlite"
     previous_sequence = 0
     count = 0
     for row in _rows(session):
         count += 1
         sequence, tenant = row.sequence, row.tenant  # type: ignore[attr-defined]
-        if sequence != previous_sequence + 1 and previous_sequence:
+        if gaps_are_deletions and previous_sequence and sequence != previous_sequence + 1:
             findings.append(Finding("deleted", previous_sequence + 1, tenant))
         previous_sequence = sequence
         if entry_hash(row.prev_hash, row.event) != row.entry_hash:  # type: ignore[attr-defined]
@@ -209,6 +234,7 @@ def verify_ledger(
         )
     for tenant, chain in chains.items():
         findings.extend(_links(tenant, chain))
+    findings.extend(_head_row_findings(chains, head_rows))
     findings.extend(_view_findings(session, views, last))
     findings.extend(_head_findings(trees, heads))
     checked = 0
