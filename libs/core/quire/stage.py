@@ -305,6 +305,7 @@ class StageRunner:
             # but did not commit (it crashed in between) is decided again below.
             log.warning("task for job %s refused: the job ended %s", task.job, held)
             return TERM
+        stored: frozenset[str] = frozenset()
         if held == CANCELLED:
             ending = self._ending(
                 task, lease, attempt, State.CANCELLED, ReasonCode.CANCELLED_BY_CLIENT
@@ -317,7 +318,7 @@ class StageRunner:
             try:
                 decision = await self._decide(task, lease, attempt)
             finally:
-                await announced
+                stored = await announced
         if isinstance(decision, Settlement):
             return decision
         _record_timings(decision.outcome, self._stage.name)
@@ -327,23 +328,31 @@ class StageRunner:
             log.info("stale lease for job %s (token %d); result discarded", task.job, lease.token)
             return LEAVE
         fault_point(f"{self._service}.after_commit")
-        return await self._hand_off(decision.outcome, decision.then, task, attempt)
+        return await self._hand_off(decision.outcome, decision.then, task, attempt, stored)
 
     async def _claim_of(self, job: str) -> tuple[str, str]:
         """What the job gate holds for ``job``, and who claimed it."""
         return ("", "") if self._gate is None else await self._gate.claim_of(job)
 
-    async def _announce_start(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> None:
-        """Make the job's new state visible while the work runs.
+    async def _announce_start(
+        self, task: queue_pb2.JobTask, lease: Lease, attempt: int
+    ) -> frozenset[str]:
+        """Make the job's new state visible while the work runs; the ids of
+        the events the queue acknowledged (stored), which this delivery's
+        hand-off need not publish again.
 
         Best effort: the same event (same id) is part of the committed outcome,
-        so the ledger gets it exactly once either way.
+        so the ledger gets it exactly once either way, and a redelivery that
+        finds the outcome committed publishes all of it.
         """
+        stored: set[str] = set()
         for event in self._entry_events(task, lease, attempt):
             try:
                 await self._publisher.publish(event_subject(self._service), event, event.event_id)
             except TransientError:
-                return
+                break
+            stored.add(event.event_id)
+        return frozenset(stored)
 
     async def _hand_off(
         self,
@@ -351,9 +360,10 @@ class StageRunner:
         then: Settlement,
         task: queue_pb2.JobTask,
         attempt: int,
+        stored: frozenset[str] = frozenset(),
     ) -> Settlement:
         try:
-            await self._publish(outcome, task.redrive)
+            await self._publish(outcome, task.redrive, stored)
         except TransientError as error:
             # Committed but not yet handed on: the redelivery republishes it.
             await self._keep(task.job, attempt, error.reason, error)
@@ -503,12 +513,22 @@ class StageRunner:
         )
         return outcome
 
-    async def _publish(self, outcome: queue_pb2.StageOutcome, redrive: int = 0) -> None:
+    async def _publish(
+        self,
+        outcome: queue_pb2.StageOutcome,
+        redrive: int = 0,
+        stored: frozenset[str] = frozenset(),
+    ) -> None:
         """Publish what was committed, in order: the events one after another (a
         later one never lands without the earlier ones, so the ledger keeps the
         job's order), then the next task; a re-driven task (``redrive`` > 0) sends
-        it all again under fresh message ids, in case the first copies were lost."""
+        it all again under fresh message ids, in case the first copies were lost.
+        Events this delivery's announcement already stored (``stored``: the
+        queue acknowledged them) are not sent twice; they come first in the
+        outcome, so the order holds."""
         for event in outcome.events:
+            if event.event_id in stored:
+                continue
             await self._publisher.publish(
                 event_subject(self._service), event, redriven(event.event_id, redrive)
             )
