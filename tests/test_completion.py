@@ -145,7 +145,8 @@ async def test_completion_waits_for_late_events_instead_of_failing(desk) -> None
 
     lease = await completion.leases.acquire(JOB)
     arriving = asyncio.create_task(late_events())
-    verdict = await completion._complete_when_evident(task, 1, lease)  # noqa: SLF001
+    refusal = await completion._refusal(task)  # noqa: SLF001
+    verdict = await completion._complete_when_evident(task, 1, lease, refusal)  # noqa: SLF001
     await arriving
     assert verdict is Verdict.COMPLETED
     assert _state(database) == "COMPLETED"

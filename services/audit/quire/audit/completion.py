@@ -99,8 +99,13 @@ class CompletionDesk:
             attributes={"quire.job": ident, "quire.attempt": attempt},
         ) as span:
             try:
-                lease = await self.leases.acquire(lease_key(task.job, task.generation))
-                verdict = await self._complete_when_evident(task, attempt, lease)
+                # The artifact is hashed while the lease is taken: neither
+                # needs the other, and the hash is the longer of the two.
+                lease, refusal = await asyncio.gather(
+                    self.leases.acquire(lease_key(task.job, task.generation)),
+                    self._refusal(task),
+                )
+                verdict = await self._complete_when_evident(task, attempt, lease, refusal)
             except Exception as error:  # noqa: BLE001 - database or storage trouble: retry
                 log.warning("job %s: completion check failed (%s)", task.job, type(error).__name__)
                 return self._backoff.retry(attempt, error)
@@ -119,12 +124,12 @@ class CompletionDesk:
         return ACK
 
     async def _complete_when_evident(
-        self, task: queue_pb2.JobTask, attempt: int, lease: Lease
+        self, task: queue_pb2.JobTask, attempt: int, lease: Lease, refusal: ReasonCode | None
     ) -> Verdict:
         """Complete, waiting (bounded) for late events of this job's history."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._history_wait
-        verdict = await self.complete(task, attempt, lease)
+        verdict = await self._judged(task, attempt, lease, refusal)
         while verdict is Verdict.HISTORY_INCOMPLETE:
             remaining = deadline - loop.time()
             if remaining <= 0 or not await self._history.wait(task.job, remaining):
@@ -135,17 +140,29 @@ class CompletionDesk:
 
     async def complete(self, task: queue_pb2.JobTask, attempt: int, lease: Lease) -> Verdict:
         """Complete the job if the evidence is all there."""
+        return await self._judged(task, attempt, lease, await self._refusal(task))
+
+    async def _refusal(self, task: queue_pb2.JobTask) -> ReasonCode | None:
+        """Why the reported artifact cannot complete the job, or None when its
+        bytes are there and hash to the reported digest."""
         if not task.signed.blob_key:
-            return await self._fail(task, attempt, lease, ReasonCode.ARTIFACT_MISSING)
+            return ReasonCode.ARTIFACT_MISSING
         try:
             # The artifact is sealed at rest: decrypted (and authenticated) to hash it.
             digest, _size = await asyncio.to_thread(self._blobs.digest, task.signed.blob_key)
         except (IsADirectoryError, PermanentError) as error:
             if isinstance(error, PermanentError) and error.reason is ReasonCode.DIGEST_MISMATCH:
-                return await self._fail(task, attempt, lease, ReasonCode.ARTIFACT_DIGEST_MISMATCH)
-            return await self._fail(task, attempt, lease, ReasonCode.ARTIFACT_MISSING)
+                return ReasonCode.ARTIFACT_DIGEST_MISMATCH
+            return ReasonCode.ARTIFACT_MISSING
         if digest != task.signed.sha256:
-            return await self._fail(task, attempt, lease, ReasonCode.ARTIFACT_DIGEST_MISMATCH)
+            return ReasonCode.ARTIFACT_DIGEST_MISMATCH
+        return None
+
+    async def _judged(
+        self, task: queue_pb2.JobTask, attempt: int, lease: Lease, refusal: ReasonCode | None
+    ) -> Verdict:
+        if refusal is not None:
+            return await self._fail(task, attempt, lease, refusal)
         fault_point("audit.before_commit")
         return await self._db.run(lambda s: self._complete(s, task, attempt, lease))
 
