@@ -27,6 +27,7 @@ from quire.admission.outstanding import OutstandingJobs
 from quire.admission.reconciler import Reconciler
 from quire.admission.rolloutsync import RolloutSync
 from quire.admission.servicer import AdmissionServicer
+from quire.admission.storageusage import UsageRecount
 from quire.admission.tempguard import TempSpaceGuard
 from quire.admission.tenants import TenantDirectory
 from quire.admission.uploadlimits import UploadLedger
@@ -173,6 +174,7 @@ async def main() -> None:
         sweeper.append(asyncio.create_task(ends.run_forever()))
         sweeper.append(asyncio.create_task(batch_dispatcher.run_forever()))
         sweeper.append(asyncio.create_task(rollout_sync.run_forever()))
+        sweeper.append(asyncio.create_task(UsageRecount(database).run_forever()))
 
     async def drain() -> None:
         await announcer.stop()

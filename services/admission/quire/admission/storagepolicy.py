@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
@@ -29,6 +29,8 @@ __all__ = [
     "read_storage",
     "write_storage",
     "stored_bytes",
+    "count_stored",
+    "summed_bytes",
     "check_quota",
     "forget_source",
 ]
@@ -76,8 +78,34 @@ def write_storage(session: Session, tenant: str, **values: int | None) -> Tenant
     return read_storage(session, [tenant])[tenant]
 
 
+_USAGE = select(tables.tenant_usage.c.stored_bytes).where(
+    tables.tenant_usage.c.tenant == bindparam("tenant")
+)
+_COUNT = (
+    update(tables.tenant_usage)
+    .where(tables.tenant_usage.c.tenant == bindparam("b_tenant"))
+    .values(stored_bytes=tables.tenant_usage.c.stored_bytes + bindparam("b_bytes"))
+)
+"""Built once: every upload runs them."""
+
+
 def stored_bytes(session: Session, tenant: str) -> int:
-    """Bytes of the uploads admission holds for ``tenant``."""
+    """Bytes of the uploads admission holds for ``tenant``: one row, kept by
+    ``count_stored`` (not a sum over every source, which would make each
+    upload cost more the more a tenant has stored)."""
+    total = session.execute(_USAGE, {"tenant": tenant}).scalar_one_or_none()
+    return int(total or 0)
+
+
+def count_stored(session: Session, tenant: str, added: int) -> None:
+    """Move ``tenant``'s stored bytes by ``added`` (negative: forgotten), in the
+    transaction that adds or forgets the source."""
+    insert_if_absent(session, tables.tenant_usage, {"tenant": tenant, "stored_bytes": 0})
+    session.execute(_COUNT, {"b_tenant": tenant, "b_bytes": added})
+
+
+def summed_bytes(session: Session, tenant: str) -> int:
+    """``stored_bytes`` the long way, from every source row (the recount's)."""
     table = tables.sources
     total = session.execute(
         select(func.coalesce(func.sum(table.c.size_bytes), 0)).where(table.c.tenant == tenant)
@@ -102,6 +130,9 @@ def forget_source(session: Session, tenant: str, sha256: str) -> bool:
     gone = session.execute(
         delete(table)
         .where(table.c.tenant == tenant, table.c.sha256 == sha256)
-        .returning(table.c.sha256)
+        .returning(table.c.size_bytes)
     ).first()
-    return gone is not None
+    if gone is None:
+        return False
+    count_stored(session, tenant, -int(gone.size_bytes))
+    return True

@@ -26,6 +26,7 @@ __all__ = [
     "metadata",
     "tenants",
     "tenant_storage",
+    "tenant_usage",
     "tokens",
     "sources",
     "jobs",
@@ -68,6 +69,16 @@ tenant_storage = Table(
     Column("packets_seconds", BigInteger, nullable=True),
     Column("artifacts_seconds", BigInteger, nullable=True),
     Column("unused_uploads_seconds", BigInteger, nullable=True),
+)
+# Bytes of the uploads admission holds for each tenant (the sum of its
+# ``sources`` rows), moved in the transaction that adds or forgets a source, so
+# that the quota check at every upload reads one row instead of summing them
+# all; recounted from ``sources`` at start and hourly (``storageusage``).
+tenant_usage = Table(
+    "tenant_usage",
+    metadata,
+    Column("tenant", String(64), ForeignKey("tenants.id"), primary_key=True),
+    Column("stored_bytes", BigInteger, nullable=False),
 )
 # Only the sha256 of a bearer token is stored. Operator tokens have no tenant.
 tokens = Table(

@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session
 
 from quire.admission import tables
 from quire.admission.incoming import IncomingSource
-from quire.admission.storagepolicy import check_quota
+from quire.admission.storagepolicy import check_quota, count_stored
 from quire.admission.tempguard import TempSpaceGuard
 from quire.admission.tenants import Tenant
 from quire.admission.uploadlimits import UploadLedger
@@ -250,7 +250,9 @@ def _already_stored(known: StoredSource, header: pb.SourceHeader) -> StoredSourc
 
 
 def _remember(session: Session, tenant: str, source: StoredSource, key: str) -> None:
-    insert_if_absent(
+    """Record the stored upload, and count its bytes against the tenant's
+    quota unless another upload of the same bytes recorded them first."""
+    added = insert_if_absent(
         session,
         tables.sources,
         {
@@ -262,3 +264,5 @@ def _remember(session: Session, tenant: str, source: StoredSource, key: str) -> 
             "created_at": datetime.now(UTC),
         },
     )
+    if added:
+        count_stored(session, tenant, source.size_bytes)
