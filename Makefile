@@ -12,7 +12,7 @@ PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 # built as wheels by `make wheels`.
 DIST_PROJECTS := gen libs/core libs/ops libs/testing $(sort $(wildcard services/*))
 
-.PHONY: run test lint system-deps openapi protos protos-check protos-lint protos-release bench bench-admission bench-validator bench-assembly bench-ledger bench-quota bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine bench-fairness bench-sources eval load soak multinode batch-kills corpus venv wheels clean
+.PHONY: run test lint system-deps openapi protos protos-check protos-lint protos-release bench bench-admission bench-validator bench-assembly bench-ledger bench-history bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine bench-fairness bench-sources eval load soak multinode batch-kills corpus venv wheels clean
 
 venv: $(VENV)/.installed
 
@@ -74,8 +74,8 @@ bench-assembly: venv
 bench-ledger: venv
 	$(PY) bench/ledger_bench.py
 
-bench-quota: venv
-	$(PY) bench/quota_bench.py
+bench-history: venv
+	$(PY) bench/history_bench.py
 
 bench-slow-uploads: venv
 	$(PY) bench/slow_uploads_bench.py

@@ -25,6 +25,18 @@ log = logging.getLogger(__name__)
 SWEEP_BATCH = 100
 
 
+def undispatched(session: Session, cutoff: datetime) -> list[str]:
+    """The oldest jobs accepted by ``cutoff`` and not yet marked dispatched."""
+    table = tables.jobs
+    rows = session.execute(
+        select(table.c.job)
+        .where(table.c.dispatched_at.is_(None), table.c.created_at <= cutoff)
+        .order_by(table.c.created_at)
+        .limit(SWEEP_BATCH)
+    )
+    return [row.job for row in rows]
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -129,19 +141,8 @@ class Dispatcher:
 
     async def sweep(self, *, older_than: timedelta) -> int:
         cutoff = datetime.now(UTC) - older_than
-
-        def pending(session: Session) -> list[str]:
-            table = tables.jobs
-            rows = session.execute(
-                select(table.c.job)
-                .where(table.c.dispatched_at.is_(None), table.c.created_at <= cutoff)
-                .order_by(table.c.created_at)
-                .limit(SWEEP_BATCH)
-            )
-            return [row.job for row in rows]
-
         await self.mark_published()
-        jobs = await self._db.read(pending)
+        jobs = await self._db.read(lambda s: undispatched(s, cutoff))
         dispatched = 0
         for job in jobs:
             try:

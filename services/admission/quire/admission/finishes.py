@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, select, union_all, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from quire.admission import tables
@@ -44,25 +44,46 @@ def _ended(job: job_pb2.Job | None) -> bool:
 
 
 def _watched(session: Session, *, after: str, limit: int) -> list[Any]:
-    """Unrecorded jobs after ``after`` (by name) that a batch or an endpoint waits for."""
+    """Unrecorded jobs after ``after`` (by name) that a batch or an endpoint waits for.
+
+    Read from what waits, not from the jobs: the unfinished batches' children
+    (by batch), and each tenant with an endpoint's unrecorded jobs (by the
+    partial index of unrecorded jobs). Neither read grows with the jobs whose
+    ends were recorded long ago, nor with other tenants' jobs."""
     jobs, batches, endpoints = tables.jobs, tables.batches, tables.notification_endpoints
-    children = (
-        select(*_COLUMNS)
-        .join(batches, batches.c.batch == jobs.c.batch)
-        .where(batches.c.finished_at.is_(None), jobs.c.end_recorded_at.is_(None))
+    open_batches = list(
+        session.execute(select(batches.c.batch).where(batches.c.finished_at.is_(None))).scalars()
     )
-    notified = (
-        select(*_COLUMNS)
-        .join(endpoints, endpoints.c.tenant == jobs.c.tenant)
-        .where(
-            jobs.c.batch.is_(None),
-            jobs.c.end_recorded_at.is_(None),
-            jobs.c.created_at >= endpoints.c.created_at,
+    found: list[Any] = []
+    if open_batches:
+        found.extend(
+            session.execute(
+                select(*_COLUMNS)
+                .where(
+                    jobs.c.batch.in_(open_batches),
+                    jobs.c.end_recorded_at.is_(None),
+                    jobs.c.job > after,
+                )
+                .order_by(jobs.c.job)
+                .limit(limit)
+            )
         )
-    )
-    both = union_all(children, notified).subquery()
-    query = select(both).where(both.c.job > after).order_by(both.c.job).limit(limit)
-    return list(session.execute(query))
+    for tenant, since in session.execute(select(endpoints.c.tenant, endpoints.c.created_at)):
+        found.extend(
+            session.execute(
+                select(*_COLUMNS)
+                .where(
+                    jobs.c.tenant == tenant,
+                    jobs.c.end_recorded_at.is_(None),
+                    jobs.c.created_at >= since,
+                    jobs.c.batch.is_(None),
+                    jobs.c.job > after,
+                )
+                .order_by(jobs.c.job)
+                .limit(limit)
+            )
+        )
+    return sorted(found, key=lambda row: row.job)[:limit]
 
 
 def settle_batch(session: Session, batch: str, now: datetime) -> bool:

@@ -127,6 +127,28 @@ jobs = Table(
     Index("ix_jobs_tenant_created", "tenant", "created_at"),
     Index("ix_jobs_batch", "batch"),
 )
+# Partial indexes over the few jobs each per-request or periodic read looks
+# for, so that none of those reads grows with a tenant's whole history: the
+# outstanding count at every submission, the dispatch sweep, the reconciler
+# and the end tracker (which waits only for tenants with endpoints).
+_UNFINISHED = jobs.c.finished_at.is_(None)
+_UNDISPATCHED = jobs.c.dispatched_at.is_(None)
+_UNRECORDED = jobs.c.end_recorded_at.is_(None)
+Index("ix_jobs_outstanding", jobs.c.tenant, sqlite_where=_UNFINISHED, postgresql_where=_UNFINISHED)
+Index("ix_jobs_unfinished", jobs.c.job, sqlite_where=_UNFINISHED, postgresql_where=_UNFINISHED)
+Index(
+    "ix_jobs_undispatched",
+    jobs.c.created_at,
+    sqlite_where=_UNDISPATCHED,
+    postgresql_where=_UNDISPATCHED,
+)
+Index(
+    "ix_jobs_unrecorded",
+    jobs.c.tenant,
+    jobs.c.created_at,
+    sqlite_where=_UNRECORDED,
+    postgresql_where=_UNRECORDED,
+)
 # The idempotency key is the primary key, so two identical submissions racing
 # each other make one job: the database decides, not a read-then-write.
 idempotency_keys = Table(

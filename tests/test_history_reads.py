@@ -1,0 +1,192 @@
+"""Admission's per-request and periodic reads do not grow with a tenant's
+history. A tenant's stored upload bytes are one row, moved with every source
+added or forgotten, so the quota check at upload reads it instead of summing
+every source the tenant holds; the recount (and the migration that made the
+row) brings it back to the sum of the sources. The outstanding count, the
+dispatch sweep, the reconciler and the end tracker read jobs through partial
+indexes of the few jobs they look for (SQLite's own query plans say so);
+``make bench-history`` times them all as the history grows."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from alembic import command
+from sqlalchemy import event
+
+from quire.admission import tables
+from quire.admission.dispatch import undispatched
+from quire.admission.finishes import _watched
+from quire.admission.outstanding import count_outstanding
+from quire.admission.reconciler import _unfinished
+from quire.admission.storagepolicy import forget_source, stored_bytes, summed_bytes
+from quire.admission.storageusage import UsageRecount
+from quire.admission.uploads import StoredSource, _remember
+from quire.database import Database
+from quire.migrations import _config
+from quire.schema import upgrade_schema
+
+
+def _database(tmp_path: Path) -> Database:
+    database = Database(f"sqlite:///{tmp_path / 'admission.db'}", tables.metadata)
+    database.create_schema()
+    database.transaction(
+        lambda s: s.execute(
+            tables.tenants.insert(),
+            [
+                {"id": tenant, "name": tenant, "created_at": datetime.now(UTC)}
+                for tenant in ("t1", "t2")
+            ],
+        )
+    )
+    return database
+
+
+def _keep(database: Database, tenant: str, sha: str, size: int) -> None:
+    source = StoredSource(sha * 64, size, "application/pdf")
+    database.transaction(lambda s: _remember(s, tenant, source, f"sources/{tenant}/{sha}"))
+
+
+def _both(database: Database, tenant: str) -> tuple[int, int]:
+    return database.transaction(lambda s: (stored_bytes(s, tenant), summed_bytes(s, tenant)))
+
+
+def test_sources_added_and_forgotten_move_the_count_once_each(tmp_path: Path) -> None:
+    database = _database(tmp_path)
+    assert _both(database, "t1") == (0, 0)
+    _keep(database, "t1", "a", 100)
+    _keep(database, "t1", "a", 100)  # the same bytes again: stored once, counted once
+    _keep(database, "t1", "b", 30)
+    _keep(database, "t2", "a", 7)
+    assert _both(database, "t1") == (130, 130)
+    assert _both(database, "t2") == (7, 7)
+    assert database.transaction(lambda s: forget_source(s, "t1", "a" * 64))
+    assert not database.transaction(lambda s: forget_source(s, "t1", "a" * 64))
+    assert _both(database, "t1") == (30, 30)
+    assert _both(database, "t2") == (7, 7)
+
+
+def test_the_recount_corrects_what_a_previous_release_added_uncounted(tmp_path: Path) -> None:
+    database = _database(tmp_path)
+    _keep(database, "t1", "a", 100)
+    database.transaction(  # as a replica of the release before the count would
+        lambda s: s.execute(
+            tables.sources.insert().values(
+                tenant="t1",
+                sha256="c" * 64,
+                size_bytes=50,
+                content_type="application/pdf",
+                blob_key="sources/t1/c",
+                created_at=datetime.now(UTC),
+            )
+        )
+    )
+    assert _both(database, "t1") == (100, 150)
+    recount = UsageRecount(database)
+    assert asyncio.run(recount.recount()) == 1
+    assert _both(database, "t1") == (150, 150)
+    assert asyncio.run(recount.recount()) == 0
+    assert _both(database, "t2") == (0, 0)
+
+
+def test_the_migration_fills_the_count_from_the_sources_already_stored(tmp_path: Path) -> None:
+    database = Database(f"sqlite:///{tmp_path / 'admission.db'}", tables.metadata)
+    with database.engine.begin() as connection:
+        command.upgrade(_config(tables.MIGRATIONS, connection, tables.metadata), "0006")
+        now = datetime.now(UTC).isoformat()
+        connection.exec_driver_sql(
+            "INSERT INTO tenants (id, name, created_at) VALUES ('t1', 't1', ?), ('t2', 't2', ?)",
+            (now, now),
+        )
+        for sha, size in (("a", 10), ("b", 32)):
+            connection.exec_driver_sql(
+                "INSERT INTO sources (tenant, sha256, size_bytes, content_type, blob_key,"
+                " created_at) VALUES ('t1', ?, ?, 'application/pdf', 'k', ?)",
+                (sha * 64, size, now),
+            )
+    upgrade_schema(database, tables.metadata, tables.MIGRATIONS)
+    assert _both(database, "t1") == (42, 42)
+    assert _both(database, "t2") == (0, 0)
+    database.close()
+
+
+def _with_history(tmp_path: Path, jobs: int = 3000) -> Database:
+    """t1 with ``jobs`` ended jobs, five not, one open batch and an endpoint."""
+    database = _database(tmp_path)
+    long_ago = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def fill(session) -> None:  # type: ignore[no-untyped-def]
+        session.execute(
+            tables.jobs.insert(),
+            [
+                {
+                    "job": f"jobs/{index:028x}",
+                    "tenant": "t1",
+                    "request_id": f"r{index}",
+                    "manifest_digest": "m" * 64,
+                    "item_count": 1,
+                    "task": b"t",
+                    "accepted_event": b"e",
+                    "created_at": long_ago,
+                    "dispatched_at": None if index < 5 else long_ago,
+                    "finished_at": None if index < 5 else long_ago,
+                    "end_recorded_at": None if index < 5 else long_ago,
+                }
+                for index in range(jobs)
+            ],
+        )
+        session.execute(
+            tables.notification_endpoints.insert().values(
+                tenant="t1", url="https://x.invalid/", secret_sealed=b"s", created_at=long_ago
+            )
+        )
+
+    database.transaction(fill)
+    return database
+
+
+def _plans_of(database: Database, read) -> list[str]:  # type: ignore[no-untyped-def]
+    """SQLite's plan of each statement ``read`` runs against the jobs table."""
+    statements: list[tuple[str, object]] = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+        if " jobs" in statement and statement.lstrip().upper().startswith("SELECT"):
+            statements.append((statement, parameters))
+
+    event.listen(database.engine, "before_cursor_execute", seen)
+    try:
+        database.transaction(read)
+    finally:
+        event.remove(database.engine, "before_cursor_execute", seen)
+    assert statements, "the read touched the jobs table"
+    with database.engine.connect() as connection:
+        return [
+            " / ".join(
+                row[3] for row in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}", params)
+            )
+            for sql, params in statements
+        ]
+
+
+@pytest.mark.parametrize(
+    ("read", "index"),
+    [
+        (lambda s: count_outstanding(s, "t1"), "ix_jobs_outstanding"),
+        (lambda s: undispatched(s, datetime.now(UTC)), "ix_jobs_undispatched"),
+        (lambda s: _unfinished(s, datetime.now(UTC), ""), "ix_jobs_unfinished"),
+        (lambda s: _watched(s, after="", limit=100), "ix_jobs_unrecorded"),
+    ],
+    ids=["outstanding", "dispatch-sweep", "reconciler", "end-tracker"],
+)
+def test_reads_of_the_few_jobs_they_look_for_use_a_partial_index(
+    tmp_path: Path,
+    read,
+    index: str,  # type: ignore[no-untyped-def]
+) -> None:
+    database = _with_history(tmp_path)
+    plans = _plans_of(database, read)
+    assert any(index in plan for plan in plans), plans
+    assert not any("SCAN jobs" in plan for plan in plans), plans
