@@ -18,6 +18,7 @@ from alembic import command
 from sqlalchemy import event
 
 from quire.admission import tables
+from quire.admission.batchdispatch import _plan
 from quire.admission.dispatch import undispatched
 from quire.admission.finishes import _watched
 from quire.admission.outstanding import count_outstanding
@@ -28,6 +29,7 @@ from quire.admission.uploads import StoredSource, _remember
 from quire.database import Database
 from quire.migrations import _config
 from quire.schema import upgrade_schema
+from quire.settings import AdmissionSettings
 
 
 def _database(tmp_path: Path) -> Database:
@@ -143,17 +145,37 @@ def _with_history(tmp_path: Path, jobs: int = 3000) -> Database:
                 tenant="t1", url="https://x.invalid/", secret_sealed=b"s", created_at=long_ago
             )
         )
+        session.execute(
+            tables.batches.insert(),
+            [
+                {
+                    "batch": f"batches/{index:08x}",
+                    "tenant": "t1",
+                    "request_id": f"b{index}",
+                    "packet_count": 1,
+                    "state": "DISPATCHING" if index == 0 else "DONE",
+                    "next_index": 1,
+                    "dispatched_count": 1,
+                    "cancelled_undispatched": 0,
+                    "terminal_count": 0 if index == 0 else 1,
+                    "created_at": long_ago,
+                    "updated_at": long_ago,
+                    "finished_at": None if index == 0 else long_ago,
+                }
+                for index in range(jobs // 10)
+            ],
+        )
 
     database.transaction(fill)
     return database
 
 
-def _plans_of(database: Database, read) -> list[str]:  # type: ignore[no-untyped-def]
-    """SQLite's plan of each statement ``read`` runs against the jobs table."""
+def _plans_of(database: Database, read, table: str = "jobs") -> list[str]:  # type: ignore[no-untyped-def]
+    """SQLite's plan of each statement ``read`` runs against ``table``."""
     statements: list[tuple[str, object]] = []
 
     def seen(conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
-        if " jobs" in statement and statement.lstrip().upper().startswith("SELECT"):
+        if f" {table}" in statement and statement.lstrip().upper().startswith("SELECT"):
             statements.append((statement, parameters))
 
     event.listen(database.engine, "before_cursor_execute", seen)
@@ -161,7 +183,7 @@ def _plans_of(database: Database, read) -> list[str]:  # type: ignore[no-untyped
         database.transaction(read)
     finally:
         event.remove(database.engine, "before_cursor_execute", seen)
-    assert statements, "the read touched the jobs table"
+    assert statements, f"the read touched the {table} table"
     with database.engine.connect() as connection:
         return [
             " / ".join(
@@ -169,6 +191,22 @@ def _plans_of(database: Database, read) -> list[str]:  # type: ignore[no-untyped
             )
             for sql, params in statements
         ]
+
+
+def _bounded(plan: str, table: str) -> bool:
+    """No step of ``plan`` reads every row of ``table``: it searches an
+    index, or scans only a partial one (which holds just what is looked for)."""
+    partial = {
+        index.name
+        for index in getattr(tables, table).indexes
+        if index.dialect_options["sqlite"]["where"] is not None
+    }
+    for step in plan.split(" / "):
+        if step.startswith(f"SCAN {table}") and not any(
+            step.endswith(f"INDEX {name}") for name in partial
+        ):
+            return False
+    return True
 
 
 @pytest.mark.parametrize(
@@ -189,4 +227,22 @@ def test_reads_of_the_few_jobs_they_look_for_use_a_partial_index(
     database = _with_history(tmp_path)
     plans = _plans_of(database, read)
     assert any(index in plan for plan in plans), plans
-    assert not any("SCAN jobs" in plan for plan in plans), plans
+    assert all(_bounded(plan, "jobs") for plan in plans), plans
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda s: _plan(s, AdmissionSettings()),
+        lambda s: _watched(s, after="", limit=100),
+    ],
+    ids=["batch-dispatcher-plan", "end-tracker"],
+)
+def test_reads_of_unfinished_batches_use_their_partial_index(
+    tmp_path: Path,
+    read,  # type: ignore[no-untyped-def]
+) -> None:
+    database = _with_history(tmp_path)
+    plans = _plans_of(database, read, "batches")
+    assert any("ix_batches_unfinished" in plan for plan in plans), plans
+    assert all(_bounded(plan, "batches") for plan in plans), plans

@@ -145,6 +145,7 @@ Index(
 Index(
     "ix_jobs_unrecorded",
     jobs.c.tenant,
+    jobs.c.batch,
     jobs.c.created_at,
     sqlite_where=_UNRECORDED,
     postgresql_where=_UNRECORDED,
@@ -196,6 +197,15 @@ batches = Table(
     Column("finished_at", DateTime(timezone=True), nullable=True),
     Index("ix_batches_tenant_created", "tenant", "created_at"),
     Index("ix_batches_state", "state"),
+)
+# The batches not yet finished: what the batch dispatcher's plan and the end
+# tracker read on every tick, however many batches have finished.
+_BATCH_UNFINISHED = batches.c.finished_at.is_(None)
+Index(
+    "ix_batches_unfinished",
+    batches.c.batch,
+    sqlite_where=_BATCH_UNFINISHED,
+    postgresql_where=_BATCH_UNFINISHED,
 )
 # Each packet of a batch. ``manifest`` is the serialized quire.type.Manifest;
 # ``job`` is set in the transaction that creates the packet's job, so a

@@ -1,4 +1,4 @@
-"""partial indexes over unfinished, undispatched and unrecorded jobs
+"""partial indexes over unfinished, undispatched and unrecorded jobs, and unfinished batches
 
 Revision ID: 0008
 Revises: 0007
@@ -6,8 +6,8 @@ Create Date: 2026-12-02 05:50:00.000000
 
 Expand only: indexes, which the previous release's reads use as well. Before
 them, the outstanding count at every submission read every job the tenant
-ever had, and the dispatch sweep, the reconciler and the end tracker every
-job in the table.
+ever had, the dispatch sweep, the reconciler and the end tracker every job
+in the table, and the batch dispatcher's plan every batch.
 """
 
 from collections.abc import Sequence
@@ -32,13 +32,21 @@ def upgrade() -> None:
         ("ix_jobs_outstanding", ["tenant"], _UNFINISHED),
         ("ix_jobs_unfinished", ["job"], _UNFINISHED),
         ("ix_jobs_undispatched", ["created_at"], _UNDISPATCHED),
-        ("ix_jobs_unrecorded", ["tenant", "created_at"], _UNRECORDED),
+        ("ix_jobs_unrecorded", ["tenant", "batch", "created_at"], _UNRECORDED),
     ):
         op.create_index(name, "jobs", columns, sqlite_where=where, postgresql_where=where)
+    op.create_index(
+        "ix_batches_unfinished",
+        "batches",
+        ["batch"],
+        sqlite_where=_UNFINISHED,
+        postgresql_where=_UNFINISHED,
+    )
 
 
 def downgrade() -> None:
     """Downgrade schema."""
+    op.drop_index("ix_batches_unfinished", table_name="batches")
     for name in (
         "ix_jobs_unrecorded",
         "ix_jobs_undispatched",
