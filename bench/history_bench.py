@@ -18,8 +18,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, union_all
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, select, union_all
 
 from quire.admission import tables
 from quire.admission.dispatch import undispatched
@@ -40,7 +39,7 @@ NEW_INDEXES = (
 )
 
 
-def _watched_as_before(session: Session) -> Any:
+def _watched_as_before(session: Connection) -> Any:
     """The end tracker's read as it was: one union over the jobs, ordered by name."""
     jobs, batches, endpoints = tables.jobs, tables.batches, tables.notification_endpoints
     columns = (jobs.c.job, jobs.c.tenant, jobs.c.bundle_id, jobs.c.batch)
@@ -64,7 +63,7 @@ def _watched_as_before(session: Session) -> Any:
     )
 
 
-def _median_ms(database: Database, read: Callable[[Session], Any]) -> float:
+def _median_ms(database: Database, read: Callable[[Connection], Any]) -> float:
     took = []
     for _ in range(READS):
         started = time.perf_counter()
@@ -116,7 +115,7 @@ def _grow(database: Database, held: int, size: int, now: datetime) -> None:
 def main() -> None:
     largest = int(os.environ.get("BENCH_HISTORY_JOBS", "100000"))
     sizes = [n for n in (1_000, 10_000, 100_000, 1_000_000) if n <= largest] or [largest]
-    reads: dict[str, Callable[[Session], Any]] = {
+    reads: dict[str, Callable[[Connection], Any]] = {
         "quota check (each upload)": lambda s: stored_bytes(s, "t1"),
         "outstanding count (each submission)": lambda s: count_outstanding(s, "t1"),
         "dispatch sweep (every 5 s)": lambda s: undispatched(s, datetime.now(UTC)),

@@ -1,6 +1,9 @@
 """Per-service database: SQLAlchemy over SQLite (WAL) by default, PostgreSQL by URL.
 
-Sessions run on a small thread pool so the event loop never blocks on I/O.
+Transactions run on a small thread pool so the event loop never blocks on
+I/O. Work in a transaction gets its ``Connection`` (SQLAlchemy Core; Quire
+maps no objects, so an ORM ``Session`` would only add its own bookkeeping to
+every statement, about a fifth of a small transaction's CPU).
 SQLite has one writer: its write transactions go through one thread, in
 order, rather than several threads taking turns at the lock (a waiter sleeps
 in SQLite's busy handler for milliseconds after the lock is free). Reads
@@ -22,9 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, MetaData, Table, bindparam, create_engine, event
+from sqlalchemy import Connection, Engine, MetaData, Table, bindparam, create_engine, event
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session, sessionmaker
 
 __all__ = ["Database", "insert_if_absent", "as_utc"]
 
@@ -76,10 +78,7 @@ class Database:
                 url, pool_pre_ping=True, pool_size=threads, hide_parameters=True
             )
         self._metadata = metadata
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        self._read_sessions = sessionmaker(
-            self.engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False
-        )
+        self._read_engine = self.engine.execution_options(**{READ_ONLY: True})
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="db")
         self._writer = (
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="db-write")
@@ -91,21 +90,21 @@ class Database:
         """Create missing tables; existing ones are left as they are."""
         self._metadata.create_all(self.engine)
 
-    def transaction(self, work: Callable[[Session], T]) -> T:
+    def transaction(self, work: Callable[[Connection], T]) -> T:
         """Run ``work`` in one transaction on the calling thread."""
-        with self._sessions.begin() as session:
-            return work(session)
+        with self.engine.begin() as connection:
+            return work(connection)
 
-    async def run(self, work: Callable[[Session], T]) -> T:
+    async def run(self, work: Callable[[Connection], T]) -> T:
         """Run ``work`` in one transaction on the database's writer thread(s)."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._writer, self.transaction, work)
 
-    def _read_transaction(self, work: Callable[[Session], T]) -> T:
-        with self._read_sessions.begin() as session:
-            return work(session)
+    def _read_transaction(self, work: Callable[[Connection], T]) -> T:
+        with self._read_engine.begin() as connection:
+            return work(connection)
 
-    async def read(self, work: Callable[[Session], T]) -> T:
+    async def read(self, work: Callable[[Connection], T]) -> T:
         """Run ``work``, which only reads, in one transaction that takes no write lock."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._read_transaction, work)
@@ -121,9 +120,9 @@ def as_utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def insert_if_absent(session: Session, table: Table, values: dict[str, Any]) -> bool:
+def insert_if_absent(session: Connection, table: Table, values: dict[str, Any]) -> bool:
     """INSERT ... ON CONFLICT DO NOTHING; True when a row was inserted."""
-    statement = _insert_if_absent(table, session.get_bind().dialect.name, tuple(sorted(values)))
+    statement = _insert_if_absent(table, session.dialect.name, tuple(sorted(values)))
     return session.execute(statement, values).first() is not None
 
 

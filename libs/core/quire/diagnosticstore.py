@@ -30,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import (
     Column,
+    Connection,
     DateTime,
     Index,
     Integer,
@@ -41,7 +42,6 @@ from sqlalchemy import (
     insert,
     select,
 )
-from sqlalchemy.orm import Session
 
 from quire.database import Database, as_utc
 from quire.diagnosticstext import MAX_MESSAGE, text_of, type_of
@@ -195,7 +195,7 @@ class DiagnosticsStore:
         """Record that ``reader`` reads ``job``'s diagnostics, then what it reads."""
         return await self._db.run(lambda s: self._read(s, job, reader[:256]))
 
-    def _read(self, session: Session, job: str, reader: str) -> Reading:
+    def _read(self, session: Connection, job: str, reader: str) -> Reading:
         now = self._clock()
         d, r = self._t.diagnostics, self._t.reads
         rows = session.execute(
@@ -238,7 +238,7 @@ class DiagnosticsStore:
         once they are older than the retention; how many diagnostics went."""
         return await self._db.run(self._sweep)
 
-    def _sweep(self, session: Session) -> int:
+    def _sweep(self, session: Connection) -> int:
         now = self._clock()
         d, r = self._t.diagnostics, self._t.reads
         deleted = session.execute(delete(d).where(d.c.expire_time <= now))

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from quire.database import Database
 
@@ -42,7 +42,7 @@ class BatchCommit(Generic[I, R]):
     def __init__(
         self,
         database: Database,
-        write: Callable[[Session, list[I]], Sequence[R]],
+        write: Callable[[Connection, list[I]], Sequence[R]],
         *,
         max_batch: int = 64,
     ) -> None:
@@ -83,7 +83,7 @@ class BatchCommit(Generic[I, R]):
         finally:
             self._committing = False
 
-    def _together(self, session: Session, *, items: list[I]) -> list[Outcome]:
+    def _together(self, session: Connection, *, items: list[I]) -> list[Outcome]:
         try:
             results = self._write(session, items)
         except Exception as error:  # noqa: BLE001 - written again, item by item
@@ -96,7 +96,7 @@ class BatchCommit(Generic[I, R]):
         except Exception as error:  # noqa: BLE001 - the commit itself failed: all fail
             return [(False, error)] * len(items)
 
-    def _isolated(self, session: Session, *, items: list[I]) -> list[Outcome]:
+    def _isolated(self, session: Connection, *, items: list[I]) -> list[Outcome]:
         outcomes: list[Outcome] = []
         for item in items:
             try:
@@ -111,7 +111,7 @@ class _GroupFailed(Exception):
     """The group's write raised: its transaction is rolled back."""
 
 
-def _each(session: Session, works: list[Callable[[Session], Any]]) -> list[Any]:
+def _each(session: Connection, works: list[Callable[[Connection], Any]]) -> list[Any]:
     return [work(session) for work in works]
 
 
@@ -119,11 +119,11 @@ class GroupCommit:
     """Independent pieces of work, each ``work(session)``, committed in groups."""
 
     def __init__(self, database: Database, *, max_batch: int = 64) -> None:
-        self._batches: BatchCommit[Callable[[Session], Any], Any] = BatchCommit(
+        self._batches: BatchCommit[Callable[[Connection], Any], Any] = BatchCommit(
             database, _each, max_batch=max_batch
         )
 
-    async def run(self, work: Callable[[Session], T]) -> T:
+    async def run(self, work: Callable[[Connection], T]) -> T:
         """Run ``work`` in the next group's transaction."""
         result: T = await self._batches.run(work)
         return result

@@ -47,6 +47,7 @@ from typing import Generic, TypeVar
 from google.protobuf.message import Message
 from sqlalchemy import (
     Column,
+    Connection,
     DateTime,
     Index,
     LargeBinary,
@@ -57,7 +58,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from quire.database import Database, as_utc, insert_if_absent
@@ -148,7 +148,7 @@ class RequestOnce(Generic[M]):
     def request_id(self) -> str:
         return str(getattr(self.request, "request_id", ""))
 
-    def run(self, session: Session, act: Callable[[], M]) -> M:
+    def run(self, session: Connection, act: Callable[[], M]) -> M:
         """The stored reply of this request, or ``act``'s, remembered; in the
         caller's transaction, which must be the one ``act`` writes in."""
         if not self.request_id:
@@ -164,7 +164,7 @@ class RequestOnce(Generic[M]):
         )
         return reply
 
-    def replayed(self, session: Session) -> M | None:
+    def replayed(self, session: Connection) -> M | None:
         """The reply this request got before, if remembered; refuses the id
         reused for a different request."""
         if not self.request_id:
@@ -184,7 +184,7 @@ class RequestOnce(Generic[M]):
         reply = await act()
         return await database.run(lambda s: self.remember(s, reply))
 
-    def remember(self, session: Session, reply: M) -> M:
+    def remember(self, session: Connection, reply: M) -> M:
         """Store ``reply`` as this request's; if a concurrent identical request
         stored one first, that one is the answer."""
         if not self.request_id:
@@ -192,7 +192,7 @@ class RequestOnce(Generic[M]):
         replay = self._claim(session, self.keep(reply).SerializeToString())
         return reply if replay is None else replay
 
-    def _claim(self, session: Session, response: bytes = b"") -> M | None:
+    def _claim(self, session: Connection, response: bytes = b"") -> M | None:
         """Take the id for this request (None), or the reply it already has."""
         now = datetime.now(UTC)
         session.execute(

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import (
     Column,
+    Connection,
     DateTime,
     Integer,
     LargeBinary,
@@ -25,7 +26,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.orm import Session
 
 from quire.database import Database, insert_if_absent
 from quire.type import queue_pb2
@@ -92,7 +92,7 @@ class LeaseStore:
         """Take a new token for ``job``, superseding every earlier delivery."""
         return await self._db.run(lambda s: self._acquire(s, job))
 
-    def _acquire(self, session: Session, job: str) -> Lease:
+    def _acquire(self, session: Connection, job: str) -> Lease:
         # One atomic statement, so concurrent deliveries always get distinct tokens.
         now = datetime.now(UTC)
         row = session.execute(self._next_token, {"b_job": job, "b_now": now}).first()
@@ -111,17 +111,17 @@ class LeaseStore:
         self,
         lease: Lease,
         outcome: queue_pb2.StageOutcome,
-        record: Callable[[Session], None] | None = None,
+        record: Callable[[Connection], None] | None = None,
     ) -> bool:
         """Commit ``outcome`` (and ``record``'s writes) only if ``lease`` is still current."""
         return await self._db.run(lambda s: self.complete_in(s, lease, outcome, record))
 
     def complete_in(
         self,
-        session: Session,
+        session: Connection,
         lease: Lease,
         outcome: queue_pb2.StageOutcome,
-        record: Callable[[Session], None] | None = None,
+        record: Callable[[Connection], None] | None = None,
     ) -> bool:
         """``complete`` inside the caller's transaction."""
         result = session.execute(
@@ -140,7 +140,7 @@ class LeaseStore:
         return True
 
     async def current_token(self, job: str) -> int | None:
-        def read(session: Session) -> int | None:
+        def read(session: Connection) -> int | None:
             return session.execute(
                 select(self._table.c.token).where(self._table.c.job == job)
             ).scalar_one_or_none()

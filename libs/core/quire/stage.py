@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from nats.aio.msg import Msg
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from quire.errors import (
     JobCancelled,
@@ -69,7 +69,7 @@ from quire.workqueue.topology import (
 
 __all__ = ["Verdict", "Step", "StageResult", "StageWork", "Diagnostics", "StageRunner"]
 
-Record = Callable[[Session], None]
+Record = Callable[[Connection], None]
 """A stage's own rows, written in the transaction that commits its outcome."""
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
-from sqlalchemy import Table, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, Table, select
 
 from quire.assembler import tables as assembler_tables
 from quire.type import queue_pb2
@@ -46,7 +45,7 @@ def _job_of_lease(key: str) -> str:
     return job
 
 
-def read_assemblies(session: Session) -> dict[str, PacketRef]:
+def read_assemblies(session: Connection) -> dict[str, PacketRef]:
     """The assembler's ``assemblies`` rows: the packet committed for each job."""
     table = assembler_tables.assemblies
     rows = session.execute(
@@ -55,7 +54,7 @@ def read_assemblies(session: Session) -> dict[str, PacketRef]:
     return {row.job: PacketRef(row.blob_key, row.sha256, int(row.size_bytes)) for row in rows}
 
 
-def read_handed_packets(session: Session, leases: Table) -> dict[str, list[PacketRef]]:
+def read_handed_packets(session: Connection, leases: Table) -> dict[str, list[PacketRef]]:
     """The packet named by ``next_task.assembled`` of each committed outcome
     in a stage's lease table, by job; outcomes that hand nothing on, or name
     no packet, are left out. An outcome that does not decode names the empty

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf.message import DecodeError
-from sqlalchemy import Engine, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, Engine, select
 
 from quire.admission import tables as admission_tables
 from quire.assembler import tables as assembler_tables
@@ -95,7 +94,7 @@ class Snapshot:
     """The packet each committed signer outcome signed (its sign task's)."""
 
 
-def _accepted(session: Session) -> dict[str, AcceptedJob]:
+def _accepted(session: Connection) -> dict[str, AcceptedJob]:
     table = admission_tables.jobs
     rows = session.execute(select(table.c.job, table.c.tenant))
     return {row.job: AcceptedJob(row.job, row.tenant) for row in rows}
@@ -137,7 +136,7 @@ def _entry(row: Any) -> LedgerEntry:
     )
 
 
-def _ledger(session: Session) -> list[LedgerEntry]:
+def _ledger(session: Connection) -> list[LedgerEntry]:
     table = audit_tables.ledger
     rows = session.execute(
         select(
@@ -154,13 +153,13 @@ def _ledger(session: Session) -> list[LedgerEntry]:
     return [_entry(row) for row in rows]
 
 
-def _views(session: Session) -> dict[str, JobView]:
+def _views(session: Connection) -> dict[str, JobView]:
     table = audit_tables.jobs
     rows = session.execute(select(table.c.job, table.c.state))
     return {row.job: JobView(row.job, row.state) for row in rows}
 
 
-def _signatures(session: Session) -> dict[str, SignatureRecord]:
+def _signatures(session: Connection) -> dict[str, SignatureRecord]:
     table = signer_tables.signatures
     rows = session.execute(select(table.c.job, table.c.blob_key, table.c.sha256))
     return {row.job: SignatureRecord(row.job, row.blob_key, row.sha256 or "") for row in rows}
@@ -187,7 +186,7 @@ def read_snapshot(data_dir: Path, env: Mapping[str, str], *, stopped: bool) -> S
     try:
         accepted: dict[str, AcceptedJob] = {}
         if "admission" in engines:
-            with Session(engines["admission"]) as session, session.begin():
+            with engines["admission"].begin() as session:
                 accepted = _accepted(session)
         ledger: list[LedgerEntry] = []
         views: dict[str, JobView] = {}
@@ -195,7 +194,7 @@ def read_snapshot(data_dir: Path, env: Mapping[str, str], *, stopped: bool) -> S
         if "audit" in engines:
             audit_dir = service_settings(data_dir, "audit", env).service_dir
             checkpoints = _checkpoints(audit_dir)
-            with Session(engines["audit"]) as session, session.begin():
+            with engines["audit"].begin() as session:
                 ledger = _ledger(session)
                 views = _views(session)
                 verification = verify_ledger(
@@ -207,13 +206,13 @@ def read_snapshot(data_dir: Path, env: Mapping[str, str], *, stopped: bool) -> S
         assemblies: dict[str, PacketRef] = {}
         assembler_handed: dict[str, list[PacketRef]] = {}
         if "assembler" in engines:
-            with Session(engines["assembler"]) as session, session.begin():
+            with engines["assembler"].begin() as session:
                 assemblies = read_assemblies(session)
                 assembler_handed = read_handed_packets(session, assembler_tables.leases)
         signatures: dict[str, SignatureRecord] = {}
         signer_inputs: dict[str, list[PacketRef]] = {}
         if "signer" in engines:
-            with Session(engines["signer"]) as session, session.begin():
+            with engines["signer"].begin() as session:
                 signatures = _signatures(session)
                 signer_inputs = read_handed_packets(session, signer_tables.leases)
     finally:

@@ -19,8 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from google.protobuf.message import DecodeError
-from sqlalchemy import Engine, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, Engine, select
 
 from quire.admission import tables as admission_tables
 from quire.admission.storagepolicy import TenantStorage, read_storage
@@ -184,7 +183,7 @@ def _sources(task: bytes) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
     )
 
 
-def _admission(session: Session) -> tuple[dict[str, TenantStorage], list[Upload], dict]:
+def _admission(session: Connection) -> tuple[dict[str, TenantStorage], list[Upload], dict]:
     tenant_ids = list(session.execute(select(admission_tables.tenants.c.id)).scalars())
     table = admission_tables.sources
     uploads = [
@@ -199,7 +198,7 @@ def _admission(session: Session) -> tuple[dict[str, TenantStorage], list[Upload]
     return read_storage(session, tenant_ids), uploads, accepted
 
 
-def _ledger(session: Session) -> tuple[dict[str, LedgerJob], frozenset[str]]:
+def _ledger(session: Connection) -> tuple[dict[str, LedgerJob], frozenset[str]]:
     table = audit_tables.ledger
     jobs: dict[str, LedgerJob] = {}
     unused: set[str] = set()
@@ -216,7 +215,7 @@ def _ledger(session: Session) -> tuple[dict[str, LedgerJob], frozenset[str]]:
     return jobs, frozenset(unused)
 
 
-def _blobs(session: Session, table: object) -> dict[str, StoredBlob]:
+def _blobs(session: Connection, table: object) -> dict[str, StoredBlob]:
     rows = session.execute(
         select(table.c.job, table.c.blob_key, table.c.sha256, table.c.size_bytes)  # type: ignore[attr-defined]
     )
@@ -225,7 +224,7 @@ def _blobs(session: Session, table: object) -> dict[str, StoredBlob]:
     }
 
 
-def _pinned(session: Session) -> dict[str, frozenset[str]]:
+def _pinned(session: Connection) -> dict[str, frozenset[str]]:
     table = validator_tables.source_pins
     jobs: dict[str, set[str]] = {}
     for row in session.execute(select(table.c.job, table.c.blob_key)):
@@ -253,24 +252,24 @@ def read_records(data_dir: Path, env: Mapping[str, str]) -> Records:
         uploads: list[Upload] = []
         accepted: dict[str, AcceptedJob] = {}
         if "admission" in engines:
-            with Session(engines["admission"]) as session, session.begin():
+            with engines["admission"].begin() as session:
                 tenants, uploads, accepted = _admission(session)
         pinned: dict[str, frozenset[str]] = {}
         if "validator" in engines:
-            with Session(engines["validator"]) as session, session.begin():
+            with engines["validator"].begin() as session:
                 pinned = _pinned(session)
         ledger: dict[str, LedgerJob] = {}
         unused: frozenset[str] = frozenset()
         if "audit" in engines:
-            with Session(engines["audit"]) as session, session.begin():
+            with engines["audit"].begin() as session:
                 ledger, unused = _ledger(session)
         packets: dict[str, StoredBlob] = {}
         if "assembler" in engines:
-            with Session(engines["assembler"]) as session, session.begin():
+            with engines["assembler"].begin() as session:
                 packets = _blobs(session, assembler_tables.assemblies)
         artifacts: dict[str, StoredBlob] = {}
         if "signer" in engines:
-            with Session(engines["signer"]) as session, session.begin():
+            with engines["signer"].begin() as session:
                 artifacts = _blobs(session, signer_tables.signatures)
     finally:
         for engine in engines.values():

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import grpc
 from google.protobuf.message import Message
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from quire.admission import rollouts, sourcesystems, tables
 from quire.admission.rolloutsync import RolloutSync
@@ -148,7 +148,7 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         weight = _weight(request.limits)
         once = self._once(request, pb.CreateTenantResponse, keep=_without_secret)
 
-        def create(session: Session) -> pb.CreateTenantResponse:
+        def create(session: Connection) -> pb.CreateTenantResponse:
             tenant, secret = self._tenants.create_tenant_in(
                 session,
                 request.display_name,
@@ -188,7 +188,7 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         weight = _weight(request.limits)
         tenant_id = _tenant_id(request.name)
 
-        def update(session: Session) -> pb.Tenant:
+        def update(session: Connection) -> pb.Tenant:
             tenant = self._tenants.update_limits_in(
                 session,
                 tenant_id,
@@ -211,7 +211,7 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         tenant_id = _tenant_id(request.name)
         periods = _storage(pb.TenantLimits(), request.retention)
 
-        def update(session: Session) -> pb.Tenant:
+        def update(session: Connection) -> pb.Tenant:
             tenant, storage = self._tenants.update_retention_in(
                 session, tenant_id, **{name: getattr(periods, name) or 0 for name in PERIODS}
             )
@@ -245,7 +245,7 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         await self._tenants.authenticate_operator(context)
         tenant_id = _tenant_id(request.tenant)
 
-        def create(session: Session) -> pb.CreateTokenResponse:
+        def create(session: Connection) -> pb.CreateTokenResponse:
             record, secret = self._tenants.create_token_in(session, tenant_id)
             return pb.CreateTokenResponse(token=_token(record), secret=secret)
 
@@ -381,7 +381,7 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         self,
         request: rollout_pb2.PromoteRolloutRequest | rollout_pb2.RollbackRolloutRequest,
         context: grpc.aio.ServicerContext,
-        close: Callable[[Session, str], rollouts.RolloutRecord],
+        close: Callable[[Connection, str], rollouts.RolloutRecord],
     ) -> rollout_pb2.Rollout:
         await self._tenants.authenticate_operator(context)
         rollout_id = rollouts.parse_name(request.name)
@@ -418,7 +418,7 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
             return RequestOnce(tables.request_ids, OPERATORS, method, request, reply_type)
         return RequestOnce(tables.request_ids, OPERATORS, method, request, reply_type, keep)
 
-    async def _run(self, once: RequestOnce[M], act: Callable[[Session], M]) -> M:
+    async def _run(self, once: RequestOnce[M], act: Callable[[Connection], M]) -> M:
         """``act``'s reply, or the one its request id got before, in one transaction."""
         return await asyncio.to_thread(
             self._tenants.transaction, lambda s: once.run(s, lambda: act(s))

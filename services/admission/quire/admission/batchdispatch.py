@@ -34,8 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, func, select, update
 
 from quire.admission import tables
 from quire.admission.dispatch import Dispatcher
@@ -204,7 +203,7 @@ class BatchDispatcher:
             return _Page()
         return await self._db.run(lambda s: self._page(s, tenant, allowed, quota))
 
-    def _page(self, session: Session, tenant: str, allowed: int, quota: int) -> _Page:
+    def _page(self, session: Connection, tenant: str, allowed: int, quota: int) -> _Page:
         """Create up to ``allowed`` children of the tenant's oldest DISPATCHING batch."""
         if not self._lease.holds(session):
             return _Page()
@@ -298,7 +297,7 @@ def _request(packet: Any) -> pb.SubmitJobRequest:
     )
 
 
-def _plan(session: Session, admission: AdmissionSettings) -> _Plan:
+def _plan(session: Connection, admission: AdmissionSettings) -> _Plan:
     batches, tenants = tables.batches, tables.tenants
     in_flight = session.execute(
         select(

@@ -15,8 +15,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, func, select, update
 
 from quire.admission import tables
 from quire.admission.auditjobs import ask_audit
@@ -60,7 +59,7 @@ def batch_name(name: str) -> str:
     return name
 
 
-def _owned(session: Session, tenant: str, name: str, *, lock: bool = False) -> Any:
+def _owned(session: Connection, tenant: str, name: str, *, lock: bool = False) -> Any:
     table = tables.batches
     query = select(table).where(table.c.batch == name, table.c.tenant == tenant)
     row = session.execute(query.with_for_update() if lock else query).first()
@@ -69,7 +68,9 @@ def _owned(session: Session, tenant: str, name: str, *, lock: bool = False) -> A
     return row
 
 
-def _job_counts(session: Session, name: str, running: Counter[str], in_flight: int) -> Counter[str]:
+def _job_counts(
+    session: Connection, name: str, running: Counter[str], in_flight: int
+) -> Counter[str]:
     """Ended jobs by their final state (admission's record), running ones by
     audit's view; a job audit has not recorded yet is ACCEPTED."""
     packets = tables.batch_packets
@@ -211,7 +212,7 @@ class Batches:
         return await self._db.read(lambda s: self._view(s, tenant.id, name, running))
 
     def _view(
-        self, session: Session, tenant: str, name: str, running: dict[str, Any]
+        self, session: Connection, tenant: str, name: str, running: dict[str, Any]
     ) -> batch_pb2.Batch:
         row = _owned(session, tenant, name)
         states = Counter(state_name(job.state) for job in running.values())
@@ -231,7 +232,7 @@ class Batches:
         after = int(str(page.after[0])) if page.after else -1
         packets = tables.batch_packets
 
-        def read(session: Session) -> list[Any]:
+        def read(session: Connection) -> list[Any]:
             _owned(session, tenant.id, name)
             return list(
                 session.execute(
@@ -264,7 +265,7 @@ class Batches:
 
         return await once.around(self._db, act)
 
-    def _cancel(self, session: Session, tenant: str, name: str) -> batch_pb2.CancelBatchResponse:
+    def _cancel(self, session: Connection, tenant: str, name: str) -> batch_pb2.CancelBatchResponse:
         """One transaction, the batch row locked: the dispatcher's next page
         re-reads the state and creates nothing once this commits."""
         row = _owned(session, tenant, name, lock=True)
@@ -305,7 +306,7 @@ def _copy(packet: batch_pb2.BatchPacket) -> batch_pb2.BatchPacket:
     return copied
 
 
-def _uploaded(session: Session, tenant: str, digests: list[str]) -> dict[str, bool]:
+def _uploaded(session: Connection, tenant: str, digests: list[str]) -> dict[str, bool]:
     source = tables.sources
     found: dict[str, bool] = {}
     for start in range(0, len(digests), DIGESTS_PER_QUERY):
@@ -318,7 +319,7 @@ def _uploaded(session: Session, tenant: str, digests: list[str]) -> dict[str, bo
 
 
 def _persist(
-    session: Session, tenant: str, request_id: str, packets: list[batch_pb2.BatchPacket]
+    session: Connection, tenant: str, request_id: str, packets: list[batch_pb2.BatchPacket]
 ) -> batch_pb2.Batch:
     """The batch row and every packet row, in the caller's one transaction."""
     now = datetime.now(UTC)

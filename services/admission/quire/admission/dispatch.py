@@ -7,8 +7,7 @@ import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import delete, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, delete, select, update
 
 from quire.admission import tables
 from quire.database import Database
@@ -25,7 +24,7 @@ log = logging.getLogger(__name__)
 SWEEP_BATCH = 100
 
 
-def undispatched(session: Session, cutoff: datetime) -> list[str]:
+def undispatched(session: Connection, cutoff: datetime) -> list[str]:
     """The oldest jobs accepted by ``cutoff`` and not yet marked dispatched."""
     table = tables.jobs
     rows = session.execute(

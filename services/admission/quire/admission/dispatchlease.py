@@ -14,8 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, or_, select, update
 
 from quire.admission import tables
 from quire.database import as_utc, insert_if_absent
@@ -31,7 +30,7 @@ class DispatchLease:
     """This process: unique per start, so a restarted replica is a new holder."""
     seconds: float
 
-    def take(self, session: Session) -> bool:
+    def take(self, session: Connection) -> bool:
         """Take or renew the lease; False while another holder's is live."""
         table = tables.dispatch_lease
         now = datetime.now(UTC)
@@ -49,7 +48,7 @@ class DispatchLease:
         )
         return bool(taken.rowcount == 1)  # type: ignore[attr-defined]
 
-    def holds(self, session: Session) -> bool:
+    def holds(self, session: Connection) -> bool:
         """Whether this process holds a live lease, read in the caller's transaction."""
         table = tables.dispatch_lease
         row = session.execute(select(table).where(table.c.duty == DUTY)).first()
@@ -59,7 +58,7 @@ class DispatchLease:
             and as_utc(row.expires_at) > datetime.now(UTC)
         )
 
-    def release(self, session: Session) -> None:
+    def release(self, session: Connection) -> None:
         """On drain: let another replica take over at once."""
         table = tables.dispatch_lease
         session.execute(

@@ -20,8 +20,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, func, select, update
 
 from quire.admission import tables
 from quire.admission.auditjobs import AUDIT_PAGE, ask_audit
@@ -43,7 +42,7 @@ def _ended(job: job_pb2.Job | None) -> bool:
     return job is not None and state_name(job.state) in TERMINAL_STATES
 
 
-def _watched(session: Session, *, after: str, limit: int) -> list[Any]:
+def _watched(session: Connection, *, after: str, limit: int) -> list[Any]:
     """Unrecorded jobs after ``after`` (by name) that a batch or an endpoint waits for.
 
     Read from what waits, not from the jobs: the unfinished batches' children
@@ -86,7 +85,7 @@ def _watched(session: Session, *, after: str, limit: int) -> list[Any]:
     return sorted(found, key=lambda row: row.job)[:limit]
 
 
-def settle_batch(session: Session, batch: str, now: datetime) -> bool:
+def settle_batch(session: Connection, batch: str, now: datetime) -> bool:
     """End the batch if every packet has its job (or was cancelled) and every
     job has ended: FINISHING becomes DONE, CANCELLED gets its finish time, and
     the tenant's notification is queued. True when it ended here."""
@@ -125,7 +124,7 @@ def settle_batch(session: Session, batch: str, now: datetime) -> bool:
     return True
 
 
-def record_ends(session: Session, ended: Sequence[tuple[job_pb2.Job, Any]]) -> int:
+def record_ends(session: Connection, ended: Sequence[tuple[job_pb2.Job, Any]]) -> int:
     """Record each (audit's terminal job, its intake row) not yet recorded;
     how many were recorded by this call."""
     now = datetime.now(UTC)

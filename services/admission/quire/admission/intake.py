@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from google.protobuf.duration_pb2 import Duration
-from sqlalchemy import bindparam, delete, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, bindparam, delete, select
 
 from quire.admission import tables
 from quire.admission.budgets import JobBudgets
@@ -294,7 +293,7 @@ class Intake:
         )
 
     def _replay(
-        self, session: Session, tenant: str, request: pb.SubmitJobRequest, request_sha: str
+        self, session: Connection, tenant: str, request: pb.SubmitJobRequest, request_sha: str
     ) -> AcceptedJob | None:
         """The job a live key already made, or None; refuses a key reused differently."""
         key = session.execute(_KEY, {"tenant": tenant, "request_id": request.request_id}).first()
@@ -309,7 +308,7 @@ class Intake:
 
     def _replay_or_check(
         self,
-        session: Session,
+        session: Connection,
         tenant: str,
         request: pb.SubmitJobRequest,
         request_sha: str,
@@ -323,7 +322,7 @@ class Intake:
 
     def _check(
         self,
-        session: Session,
+        session: Connection,
         tenant: str,
         request: pb.SubmitJobRequest,
         rulesets: frozenset[str],
@@ -390,7 +389,7 @@ class Intake:
 
     def _insert(
         self,
-        session: Session,
+        session: Connection,
         tenant: str,
         request: pb.SubmitJobRequest,
         request_sha: str,
@@ -410,7 +409,7 @@ class Intake:
         return self._create(session, tenant, request, request_sha, digest, priority, now)
 
     def create_child(
-        self, session: Session, tenant: str, request: pb.SubmitJobRequest, *, batch: str
+        self, session: Connection, tenant: str, request: pb.SubmitJobRequest, *, batch: str
     ) -> AcceptedJob:
         """A batch packet's job, in the dispatcher's transaction: the same key,
         row, task and ACCEPTED event as ``SubmitJob`` makes, under the packet's
@@ -427,7 +426,7 @@ class Intake:
 
     def _live_replay(
         self,
-        session: Session,
+        session: Connection,
         tenant: str,
         request: pb.SubmitJobRequest,
         request_sha: str,
@@ -442,7 +441,7 @@ class Intake:
 
     def _create(
         self,
-        session: Session,
+        session: Connection,
         tenant: str,
         request: pb.SubmitJobRequest,
         request_sha: str,
@@ -517,7 +516,7 @@ class Intake:
 
     @staticmethod
     def _task(
-        session: Session,
+        session: Connection,
         tenant: str,
         job: str,
         request: pb.SubmitJobRequest,

@@ -17,8 +17,7 @@ from functools import partial
 from typing import Any
 
 import grpc
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, select
 
 from quire.admission import tables
 from quire.admission.auditjobs import ask_audit
@@ -215,7 +214,7 @@ class JobViews:
         ]
 
 
-def _rows(session: Session, *, tenant: str, after: Position | None, page: Page) -> list[Any]:
+def _rows(session: Connection, *, tenant: str, after: Position | None, page: Page) -> list[Any]:
     """The tenant's next rows, newest first: ``(created_at, job)`` is unique."""
     table = tables.jobs
     order = (table.c.created_at, table.c.job)

@@ -14,8 +14,7 @@ import asyncio
 from datetime import UTC, datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
-from sqlalchemy import delete, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, delete, select, update
 
 from quire.admission import tables
 from quire.admission.callbackurl import check_callback_url
@@ -85,7 +84,7 @@ class Notifications:
         # when the endpoint keeps its secret.
         fresh = await asyncio.to_thread(self._secrets.make, tenant.id) if request.url else None
 
-        def act(session: Session) -> pb.SetNotificationEndpointResponse:
+        def act(session: Connection) -> pb.SetNotificationEndpointResponse:
             if not request.url:
                 return _remove(session, tenant.id)
             assert fresh is not None
@@ -94,7 +93,7 @@ class Notifications:
         return await self._db.run(lambda session: once.run(session, lambda: act(session)))
 
     async def get_endpoint(self, tenant: Tenant) -> pb.NotificationEndpoint:
-        def read(session: Session) -> pb.NotificationEndpoint:
+        def read(session: Connection) -> pb.NotificationEndpoint:
             row = session.execute(_endpoint_query(tenant.id)).first()
             if row is None:
                 return pb.NotificationEndpoint()
@@ -118,7 +117,7 @@ def _endpoint_query(tenant: str):  # type: ignore[no-untyped-def]
     )
 
 
-def _remove(session: Session, tenant: str) -> pb.SetNotificationEndpointResponse:
+def _remove(session: Connection, tenant: str) -> pb.SetNotificationEndpointResponse:
     session.execute(
         delete(tables.notification_endpoints).where(
             tables.notification_endpoints.c.tenant == tenant
@@ -128,7 +127,7 @@ def _remove(session: Session, tenant: str) -> pb.SetNotificationEndpointResponse
 
 
 def _store(
-    session: Session,
+    session: Connection,
     tenant: str,
     request: pb.SetNotificationEndpointRequest,
     fresh: tuple[str, bytes],
@@ -157,7 +156,9 @@ def _store(
     )
 
 
-def _attempts(session: Session, tenant: str, subject: str) -> pb.ListNotificationAttemptsResponse:
+def _attempts(
+    session: Connection, tenant: str, subject: str
+) -> pb.ListNotificationAttemptsResponse:
     outbox = tables.notifications.c
     row = session.execute(
         select(outbox.delivered_at).where(outbox.tenant == tenant, outbox.subject == subject)

@@ -31,8 +31,7 @@ from enum import StrEnum
 from typing import Any
 
 import httpx
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, select, update
 
 from quire.admission import tables
 from quire.admission.notifysecrets import NotificationSecrets
@@ -139,7 +138,9 @@ class Notifier:
             log.warning("notification outbox not readable; trying again", exc_info=True)
             return []
 
-    def claim(self, session: Session, limit: int, busy: Counter[str] | None = None) -> list[Claim]:
+    def claim(
+        self, session: Connection, limit: int, busy: Counter[str] | None = None
+    ) -> list[Claim]:
         """Take up to ``limit`` due notifications, at most ``tenant_concurrency``
         in flight per tenant; abandon those past their last try or whose tenant
         has removed its endpoint."""
@@ -232,7 +233,7 @@ class Notifier:
             return Outcome.UNREACHABLE, 0
         return (Outcome.DELIVERED if 200 <= status < 300 else Outcome.REFUSED), status
 
-    def record(self, session: Session, claim: Claim, outcome: Outcome, status: int) -> None:
+    def record(self, session: Connection, claim: Claim, outcome: Outcome, status: int) -> None:
         """The attempt, and what follows for the row, in one transaction. A row
         another replica has claimed since (its claim ran out) is left to it."""
         now = datetime.now(UTC)
@@ -261,7 +262,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _due(now: datetime, limit: int, session: Session) -> Any:
+def _due(now: datetime, limit: int, session: Connection) -> Any:
     outbox, endpoints = tables.notifications, tables.notification_endpoints
     query = (
         select(
@@ -282,13 +283,13 @@ def _due(now: datetime, limit: int, session: Session) -> Any:
         .order_by(outbox.c.next_attempt_at)
         .limit(limit)
     )
-    if session.get_bind().dialect.name == "postgresql":
+    if session.dialect.name == "postgresql":
         query = query.with_for_update(skip_locked=True, of=outbox)
     return query
 
 
 def _settle(
-    session: Session, tenant: str, subject: str, attempt: int | None = None, **values: Any
+    session: Connection, tenant: str, subject: str, attempt: int | None = None, **values: Any
 ) -> None:
     """Update an undelivered, unabandoned row (still at ``attempt``, when given)."""
     outbox = tables.notifications.c

@@ -11,8 +11,7 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import bindparam, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, bindparam, select
 
 from quire.admission import tables
 from quire.database import insert_if_absent
@@ -24,12 +23,12 @@ _ENDPOINT = select(tables.notification_endpoints.c.tenant).where(
 )
 
 
-def has_endpoint(session: Session, tenant: str) -> bool:
+def has_endpoint(session: Connection, tenant: str) -> bool:
     return session.execute(_ENDPOINT, {"tenant": tenant}).first() is not None
 
 
 def queue_notification(
-    session: Session, *, tenant: str, subject: str, document: dict[str, Any]
+    session: Connection, *, tenant: str, subject: str, document: dict[str, Any]
 ) -> bool:
     """Queue ``document`` (a job's or batch's final status) for the tenant's
     endpoint. False when the tenant has none, or ``subject`` ("jobs/{job}",

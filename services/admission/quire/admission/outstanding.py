@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import bindparam, func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, bindparam, func, select, update
 
 from quire.admission import tables
 from quire.admission.auditjobs import ask_audit
@@ -31,7 +30,7 @@ _OUTSTANDING = (
 """Built once: every submission counts."""
 
 
-def count_outstanding(session: Session, tenant: str) -> int:
+def count_outstanding(session: Connection, tenant: str) -> int:
     return int(session.execute(_OUTSTANDING, {"tenant": tenant}).scalar_one())
 
 

@@ -30,8 +30,7 @@ import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, select, update
 
 from quire.admission import tables
 from quire.admission.outstanding import OutstandingJobs
@@ -180,7 +179,7 @@ class _Row:
     last_redrive: datetime | None
 
 
-def _unfinished(session: Session, youngest: datetime, after: str) -> list[_Row]:
+def _unfinished(session: Connection, youngest: datetime, after: str) -> list[_Row]:
     """Dispatched, unfinished jobs accepted before ``youngest``, by name after ``after``."""
     jobs, redrives = tables.jobs, tables.redrives
     rows = session.execute(
@@ -198,7 +197,7 @@ def _unfinished(session: Session, youngest: datetime, after: str) -> list[_Row]:
     return list(rows)  # type: ignore[arg-type]
 
 
-def _count_redrive(session: Session, job: str, now: datetime) -> int:
+def _count_redrive(session: Connection, job: str, now: datetime) -> int:
     table = tables.redrives
     if insert_if_absent(session, table, {"job": job, "count": 1, "last_at": now}):
         return 1

@@ -31,9 +31,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import Connection, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
 from quire.admission import tables
 from quire.admission.v1 import rollout_pb2
@@ -193,12 +192,12 @@ def checked_rollout(rollout: rollout_pb2.Rollout) -> rollout_pb2.Rollout:
 _OPEN = select(tables.rollouts).where(tables.rollouts.c.state == CANARY)
 
 
-def read_open(session: Session) -> tuple[RolloutRecord, ...]:
+def read_open(session: Connection) -> tuple[RolloutRecord, ...]:
     """Every open (CANARY) rollout, at most one per stage."""
     return tuple(RolloutRecord.from_row(row) for row in session.execute(_OPEN))
 
 
-def start(session: Session, wanted: rollout_pb2.Rollout) -> RolloutRecord:
+def start(session: Connection, wanted: rollout_pb2.Rollout) -> RolloutRecord:
     """Open ``wanted`` (from ``checked_rollout``): refused ROLLOUT_OPEN while
     another rollout of its stage is open, NOT_FOUND for an unknown tenant."""
     if wanted.tenants:
@@ -252,7 +251,7 @@ def _already_open(stage: str) -> FailedPrecondition:
     )
 
 
-def get_rollout(session: Session, rollout_id: str) -> RolloutRecord:
+def get_rollout(session: Connection, rollout_id: str) -> RolloutRecord:
     row = session.execute(select(tables.rollouts).where(tables.rollouts.c.id == rollout_id)).first()
     if row is None:
         raise NotFound("rollout not found")
@@ -260,7 +259,7 @@ def get_rollout(session: Session, rollout_id: str) -> RolloutRecord:
 
 
 def list_rollouts(
-    session: Session, *, stage: str = "", open_only: bool = False
+    session: Connection, *, stage: str = "", open_only: bool = False
 ) -> list[RolloutRecord]:
     """Rollouts, newest first (ids are time-ordered)."""
     table = tables.rollouts
@@ -273,7 +272,7 @@ def list_rollouts(
     return [RolloutRecord.from_row(row) for row in session.execute(query)]
 
 
-def _close(session: Session, rollout_id: str, state: str, share: int) -> RolloutRecord:
+def _close(session: Connection, rollout_id: str, state: str, share: int) -> RolloutRecord:
     """CANARY → ``state`` with ``share``, as a compare-and-set on the state."""
     table = tables.rollouts
     get_rollout(session, rollout_id)  # NOT_FOUND first
@@ -291,12 +290,12 @@ def _close(session: Session, rollout_id: str, state: str, share: int) -> Rollout
     return get_rollout(session, rollout_id)
 
 
-def promote(session: Session, rollout_id: str) -> RolloutRecord:
+def promote(session: Connection, rollout_id: str) -> RolloutRecord:
     """The candidate becomes the baseline: PROMOTED, share 10,000."""
     return _close(session, rollout_id, PROMOTED, BASIS_POINTS)
 
 
-def roll_back(session: Session, rollout_id: str) -> RolloutRecord:
+def roll_back(session: Connection, rollout_id: str) -> RolloutRecord:
     """No new job is pinned to the candidate: ROLLED_BACK, share 0. Jobs already
     pinned keep their track; nothing is deleted."""
     return _close(session, rollout_id, ROLLED_BACK, 0)
@@ -313,7 +312,7 @@ def candidate_ruleset(ruleset: str, open_rollouts: Iterable[RolloutRecord]) -> s
     return ""
 
 
-def latest_per_stage(session: Session) -> tuple[RolloutRecord, ...]:
+def latest_per_stage(session: Connection) -> tuple[RolloutRecord, ...]:
     """Each stage's newest rollout, open or closed (what its workers follow)."""
     latest: dict[str, RolloutRecord] = {}
     for record in list_rollouts(session):  # newest first
@@ -346,7 +345,7 @@ class OpenRollouts:
             self._generation += 1
             self._read_at = float("-inf")
 
-    def snapshot(self, session: Session) -> tuple[RolloutRecord, ...]:
+    def snapshot(self, session: Connection) -> tuple[RolloutRecord, ...]:
         now = self._clock()
         with self._lock:
             if now - self._read_at < self._refresh:

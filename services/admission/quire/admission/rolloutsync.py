@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nats.js import JetStreamContext
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from quire.admission import rollouts
 from quire.rolloutboard import CANARY, PROMOTED, ROLLED_BACK, RolloutBoardWriter, StageRollout
@@ -58,7 +58,7 @@ class RolloutSync:
         self,
         js: JetStreamContext,
         board: RolloutBoardWriter,
-        transaction: Callable[[Callable[[Session], Any]], Any],
+        transaction: Callable[[Callable[[Connection], Any]], Any],
         queue: QueueSettings,
     ) -> None:
         self._js = js

@@ -20,8 +20,7 @@ from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 from google.protobuf import duration_pb2
-from sqlalchemy import bindparam, delete, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, bindparam, delete, select, update
 
 from quire.admission import tables
 from quire.admission.budgets import duration_seconds
@@ -270,7 +269,7 @@ def checked_system(message: pb.SourceSystem) -> SourceSystem:
     )
 
 
-def _tenant_exists(session: Session, tenant: str) -> None:
+def _tenant_exists(session: Connection, tenant: str) -> None:
     found = session.execute(
         select(tables.tenants.c.id).where(tables.tenants.c.id == tenant)
     ).first()
@@ -278,7 +277,7 @@ def _tenant_exists(session: Session, tenant: str) -> None:
         raise NotFound("tenant not found")
 
 
-def put_system(session: Session, system: SourceSystem) -> SourceSystem:
+def put_system(session: Connection, system: SourceSystem) -> SourceSystem:
     """Create or replace the registration, in the caller's transaction."""
     _tenant_exists(session, system.tenant)
     table = tables.source_systems
@@ -303,7 +302,7 @@ def put_system(session: Session, system: SourceSystem) -> SourceSystem:
     return SourceSystem.from_row(row)
 
 
-def list_systems(session: Session, tenant: str) -> list[SourceSystem]:
+def list_systems(session: Connection, tenant: str) -> list[SourceSystem]:
     """The tenant's registrations, by name; NOT_FOUND for an unknown tenant."""
     _tenant_exists(session, tenant)
     table = tables.source_systems
@@ -311,7 +310,7 @@ def list_systems(session: Session, tenant: str) -> list[SourceSystem]:
     return [SourceSystem.from_row(row) for row in rows]
 
 
-def delete_system(session: Session, tenant: str, system: str) -> bool:
+def delete_system(session: Connection, tenant: str, system: str) -> bool:
     """Forget the registration; False when there was none."""
     _tenant_exists(session, tenant)
     table = tables.source_systems
@@ -329,7 +328,9 @@ _SYSTEMS = select(tables.source_systems).where(
 )
 
 
-def read_systems(session: Session, tenant: str, systems: Iterable[str]) -> dict[str, SourceSystem]:
+def read_systems(
+    session: Connection, tenant: str, systems: Iterable[str]
+) -> dict[str, SourceSystem]:
     """The tenant's registrations among ``systems``, by system id (one query)."""
     wanted = sorted(set(systems))
     if not wanted:

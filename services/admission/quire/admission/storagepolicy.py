@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from sqlalchemy import bindparam, delete, func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, bindparam, delete, func, select, update
 
 from quire.admission import tables
 from quire.database import insert_if_absent
@@ -59,14 +58,14 @@ def _storage(row: object | None) -> TenantStorage:
     return TenantStorage(**{name: getattr(row, name) or None for name in asdict(TenantStorage())})
 
 
-def read_storage(session: Session, tenants: list[str]) -> dict[str, TenantStorage]:
+def read_storage(session: Connection, tenants: list[str]) -> dict[str, TenantStorage]:
     """Each named tenant's policy (the defaults for one that set none)."""
     table = tables.tenant_storage
     rows = {r.tenant: r for r in session.execute(select(table).where(table.c.tenant.in_(tenants)))}
     return {tenant: _storage(rows.get(tenant)) for tenant in tenants}
 
 
-def write_storage(session: Session, tenant: str, **values: int | None) -> TenantStorage:
+def write_storage(session: Connection, tenant: str, **values: int | None) -> TenantStorage:
     """Set the named fields (0 or None: back to the default); others stay."""
     table = tables.tenant_storage
     insert_if_absent(session, table, {"tenant": tenant})
@@ -89,7 +88,7 @@ _COUNT = (
 """Built once: every upload runs them."""
 
 
-def stored_bytes(session: Session, tenant: str) -> int:
+def stored_bytes(session: Connection, tenant: str) -> int:
     """Bytes of the uploads admission holds for ``tenant``: one row, kept by
     ``count_stored`` (not a sum over every source, which would make each
     upload cost more the more a tenant has stored)."""
@@ -97,14 +96,14 @@ def stored_bytes(session: Session, tenant: str) -> int:
     return int(total or 0)
 
 
-def count_stored(session: Session, tenant: str, added: int) -> None:
+def count_stored(session: Connection, tenant: str, added: int) -> None:
     """Move ``tenant``'s stored bytes by ``added`` (negative: forgotten), in the
     transaction that adds or forgets the source."""
     insert_if_absent(session, tables.tenant_usage, {"tenant": tenant, "stored_bytes": 0})
     session.execute(_COUNT, {"b_tenant": tenant, "b_bytes": added})
 
 
-def summed_bytes(session: Session, tenant: str) -> int:
+def summed_bytes(session: Connection, tenant: str) -> int:
     """``stored_bytes`` the long way, from every source row (the recount's)."""
     table = tables.sources
     total = session.execute(
@@ -113,7 +112,7 @@ def summed_bytes(session: Session, tenant: str) -> int:
     return int(total)
 
 
-def check_quota(session: Session, tenant: str, adding: int, default_quota: int) -> None:
+def check_quota(session: Connection, tenant: str, adding: int, default_quota: int) -> None:
     """Refuse ``adding`` new bytes past the tenant's storage quota."""
     quota = read_storage(session, [tenant])[tenant].quota(default_quota)
     if stored_bytes(session, tenant) + adding > quota:
@@ -124,7 +123,7 @@ def check_quota(session: Session, tenant: str, adding: int, default_quota: int) 
         )
 
 
-def forget_source(session: Session, tenant: str, sha256: str) -> bool:
+def forget_source(session: Connection, tenant: str, sha256: str) -> bool:
     """Drop the record of an upload whose bytes were retired; False if there was none."""
     table = tables.sources
     gone = session.execute(

@@ -15,8 +15,7 @@ import asyncio
 import logging
 from functools import partial
 
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, select, update
 
 from quire.admission import tables
 from quire.admission.storagepolicy import summed_bytes
@@ -29,7 +28,7 @@ RECOUNT_SECONDS = 3600.0
 log = logging.getLogger(__name__)
 
 
-def _recount(session: Session, *, tenant: str) -> bool:
+def _recount(session: Connection, *, tenant: str) -> bool:
     """Set ``tenant``'s stored bytes to the sum of its sources; True if they differed."""
     usage = tables.tenant_usage
     insert_if_absent(session, usage, {"tenant": tenant, "stored_bytes": 0})

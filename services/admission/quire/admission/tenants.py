@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, select, update
 
 from quire.admission import tables
 from quire.admission.storagepolicy import TenantStorage, forget_source, read_storage, write_storage
@@ -138,7 +137,7 @@ class TenantDirectory:
 
     # -- tenants ---------------------------------------------------------
 
-    def transaction(self, work: Callable[[Session], T]) -> T:
+    def transaction(self, work: Callable[[Connection], T]) -> T:
         """Run ``work`` in one transaction: the ``*_in`` methods, composed with
         something else written in the same transaction (a request id)."""
         return self._db.transaction(work)
@@ -171,7 +170,7 @@ class TenantDirectory:
 
     def create_tenant_in(
         self,
-        session: Session,
+        session: Connection,
         name: str,
         *,
         max_upload_bytes: int = 0,
@@ -192,7 +191,7 @@ class TenantDirectory:
             scheduling_weight=scheduling_weight or None,
         )
 
-        def write(session: Session) -> str:
+        def write(session: Connection) -> str:
             taken = session.execute(
                 select(tables.tenants.c.id).where(tables.tenants.c.name == name)
             ).first()
@@ -222,7 +221,7 @@ class TenantDirectory:
         table = tables.tenants
         order = (table.c.created_at, table.c.id)
 
-        def read(session: Session) -> list[tuple[Tenant, list[TokenRecord]]]:
+        def read(session: Connection) -> list[tuple[Tenant, list[TokenRecord]]]:
             query = select(table).order_by(*order).limit(limit)
             beyond = keyset_after(order, after)
             if beyond is not None:
@@ -259,7 +258,7 @@ class TenantDirectory:
 
     @staticmethod
     def update_retention_in(
-        session: Session, tenant_id: str, **periods: int
+        session: Connection, tenant_id: str, **periods: int
     ) -> tuple[Tenant, TenantStorage]:
         """``update_retention`` in the caller's transaction; the tenant too."""
         row = session.execute(
@@ -308,7 +307,7 @@ class TenantDirectory:
 
     @staticmethod
     def update_limits_in(
-        session: Session,
+        session: Connection,
         tenant_id: str,
         *,
         max_upload_bytes: int,
@@ -318,7 +317,7 @@ class TenantDirectory:
     ) -> Tenant:
         """``update_limits`` in the caller's transaction (then ``forget_verified``)."""
 
-        def write(session: Session) -> Tenant:
+        def write(session: Connection) -> Tenant:
             done = session.execute(
                 update(tables.tenants)
                 .where(tables.tenants.c.id == tenant_id)
@@ -342,7 +341,7 @@ class TenantDirectory:
 
     # -- tokens ----------------------------------------------------------
 
-    def _issue(self, session: Session, role: str, tenant: str | None) -> str:
+    def _issue(self, session: Connection, role: str, tenant: str | None) -> str:
         token_id, token = _new_token()
         session.execute(
             tables.tokens.insert().values(
@@ -359,10 +358,10 @@ class TenantDirectory:
         """A further valid token for a tenant (rotation: the old one stays valid)."""
         return self._db.transaction(lambda s: self.create_token_in(s, tenant_id))
 
-    def create_token_in(self, session: Session, tenant_id: str) -> tuple[TokenRecord, str]:
+    def create_token_in(self, session: Connection, tenant_id: str) -> tuple[TokenRecord, str]:
         """``create_token`` in the caller's transaction."""
 
-        def write(session: Session) -> str:
+        def write(session: Connection) -> str:
             exists = session.execute(
                 select(tables.tenants.c.id).where(tables.tenants.c.id == tenant_id)
             ).first()
@@ -380,10 +379,10 @@ class TenantDirectory:
         return record
 
     @staticmethod
-    def revoke_token_in(session: Session, tenant_id: str, token_id: str) -> TokenRecord:
+    def revoke_token_in(session: Connection, tenant_id: str, token_id: str) -> TokenRecord:
         """``revoke_token`` in the caller's transaction (then ``forget_verified``)."""
 
-        def write(session: Session) -> TokenRecord:
+        def write(session: Connection) -> TokenRecord:
             table = tables.tokens
             row = session.execute(
                 select(table).where(
@@ -414,7 +413,7 @@ class TenantDirectory:
             self._ensure_configured_operator(operator_token)
             return
 
-        def missing(session: Session) -> tuple[bool, bool]:
+        def missing(session: Connection) -> tuple[bool, bool]:
             dev = session.execute(
                 select(tables.tenants.c.id).where(tables.tenants.c.name == DEV_TENANT)
             ).first()
@@ -448,7 +447,7 @@ class TenantDirectory:
             "created_at": datetime.now(UTC),
         }
 
-        def write(session: Session) -> tuple[bool, Any]:
+        def write(session: Connection) -> tuple[bool, Any]:
             inserted = insert_if_absent(session, tables.tokens, row)
             stored = session.execute(
                 select(tables.tokens.c.role, tables.tokens.c.revoked_at).where(
@@ -473,7 +472,7 @@ class TenantDirectory:
         """The tenant of the bearer token in the call's metadata."""
         digest = hash_token(_bearer(context) or "-")
 
-        def read(session: Session) -> Tenant | None:
+        def read(session: Connection) -> Tenant | None:
             row = session.execute(
                 select(tables.tenants)
                 .join(tables.tokens, tables.tokens.c.tenant == tables.tenants.c.id)
@@ -509,7 +508,7 @@ class TenantDirectory:
         """The id of the caller's operator token."""
         digest = hash_token(_bearer(context) or "-")
 
-        def read(session: Session) -> str | None:
+        def read(session: Connection) -> str | None:
             return session.execute(
                 select(tables.tokens.c.token_id).where(
                     tables.tokens.c.token_sha256 == digest,

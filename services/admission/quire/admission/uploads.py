@@ -26,8 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import bindparam, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, bindparam, select
 
 from quire.admission import tables
 from quire.admission.incoming import IncomingSource
@@ -220,13 +219,13 @@ _SOURCE = select(tables.sources).where(
 """Built once: every upload looks."""
 
 
-def _known(session: Session, tenant: str, sha256: str) -> StoredSource | None:
+def _known(session: Connection, tenant: str, sha256: str) -> StoredSource | None:
     row = session.execute(_SOURCE, {"tenant": tenant, "sha256": sha256}).first()
     return None if row is None else StoredSource(row.sha256, row.size_bytes, row.content_type)
 
 
 def _known_or_within_quota(
-    session: Session, tenant: str, header: pb.SourceHeader, quota: int
+    session: Connection, tenant: str, header: pb.SourceHeader, quota: int
 ) -> StoredSource | None:
     """The tenant's stored copy of these bytes, if any; otherwise the new bytes
     must fit the tenant's storage quota. One read transaction for both."""
@@ -249,7 +248,7 @@ def _already_stored(known: StoredSource, header: pb.SourceHeader) -> StoredSourc
     return known
 
 
-def _remember(session: Session, tenant: str, source: StoredSource, key: str) -> None:
+def _remember(session: Connection, tenant: str, source: StoredSource, key: str) -> None:
     """Record the stored upload, and count its bytes against the tenant's
     quota unless another upload of the same bytes recorded them first."""
     added = insert_if_absent(

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from quire.assembler import tables
 from quire.assembler.merge import (
@@ -105,8 +105,8 @@ class AssemblerWork:
         return packet
 
 
-def _record(job: str, artifact: job_pb2.Artifact, token: int) -> Callable[[Session], None]:
-    def write(session: Session) -> None:
+def _record(job: str, artifact: job_pb2.Artifact, token: int) -> Callable[[Connection], None]:
+    def write(session: Connection) -> None:
         session.execute(
             tables.assemblies.insert().values(
                 job=job,

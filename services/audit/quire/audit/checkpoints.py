@@ -22,8 +22,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, select
 
 from quire.audit import tables
 from quire.audit.tenantlog import origin, tenant_entries, tenant_tree
@@ -88,7 +87,7 @@ class CheckpointSigner:
             .decode()
         )
 
-    def take(self, session: Session) -> list[dict[str, Any]]:
+    def take(self, session: Connection) -> list[dict[str, Any]]:
         """Sign every chain head as it stands; returns the signed documents."""
         now = datetime.now(UTC).isoformat()
         documents = []
@@ -107,7 +106,7 @@ class CheckpointSigner:
             )
         return documents
 
-    def _note(self, session: Session, tenant: str, size: int) -> str:
+    def _note(self, session: Connection, tenant: str, size: int) -> str:
         """The tenant's log head at ``size`` entries, as a signed checkpoint note."""
         tree = tenant_tree(tenant_entries(session, tenant, size))
         head = LogHead(origin(tenant), size, tree.root(size))

@@ -16,8 +16,7 @@ from enum import Enum
 
 from nats.aio.msg import Msg
 from opentelemetry import trace
-from sqlalchemy import bindparam, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, bindparam, select
 
 from quire.audit import ledger, tables
 from quire.audit.history import HistoryWatch
@@ -167,7 +166,7 @@ class CompletionDesk:
         return await self._db.run(lambda s: self._complete(s, task, attempt, lease))
 
     def _complete(
-        self, session: Session, task: queue_pb2.JobTask, attempt: int, lease: Lease
+        self, session: Connection, task: queue_pb2.JobTask, attempt: int, lease: Lease
     ) -> Verdict:
         state = session.execute(_STATE, {"job": task.job}).scalar_one_or_none()
         if state in TERMINAL_STATES:
@@ -181,7 +180,7 @@ class CompletionDesk:
         return self._end(session, task, attempt, lease, "")
 
     def _end(
-        self, session: Session, task: queue_pb2.JobTask, attempt: int, lease: Lease, reason: str
+        self, session: Connection, task: queue_pb2.JobTask, attempt: int, lease: Lease, reason: str
     ) -> Verdict:
         """Append COMPLETED (no reason) or FAILED, fenced by this delivery's lease."""
         if not self.leases.complete_in(session, lease, queue_pb2.StageOutcome()):
@@ -195,7 +194,7 @@ class CompletionDesk:
     ) -> Verdict:
         log.warning("job %s: completion refused (%s)", task.job, reason)
 
-        def write(session: Session) -> Verdict:
+        def write(session: Connection) -> Verdict:
             state = session.execute(_STATE, {"job": task.job}).scalar_one_or_none()
             if state in TERMINAL_STATES:
                 return Verdict.ALREADY_DONE

@@ -12,8 +12,7 @@ from datetime import UTC, datetime
 
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, select, update
 
 from quire.audit import tables
 from quire.database import Database, insert_if_absent
@@ -27,7 +26,7 @@ __all__ = ["DeadLetterBook", "record_letter"]
 log = logging.getLogger(__name__)
 
 
-def record_letter(session: Session, letter: queue_pb2.DeadLetter) -> bool:
+def record_letter(session: Connection, letter: queue_pb2.DeadLetter) -> bool:
     """Record ``letter``; True if it is new (a job's first, or a later generation)."""
     table = tables.dead_letters
     task = letter.task
@@ -84,6 +83,6 @@ class DeadLetterBook:
         return ACK
 
 
-def letter_row(session: Session, job: str) -> object | None:
+def letter_row(session: Connection, job: str) -> object | None:
     table = tables.dead_letters
     return session.execute(select(table).where(table.c.job == job)).first()

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, select, update
 
 from quire.audit import ledger, tables
 from quire.audit.deadletterbook import letter_row
@@ -121,7 +120,7 @@ class DeadLetterDesk:
 
 
 def _mark_retrying(
-    session: Session, job: str, generation: int, event: queue_pb2.TransitionEvent
+    session: Connection, job: str, generation: int, event: queue_pb2.TransitionEvent
 ) -> None:
     table = tables.dead_letters
     claimed = session.execute(
@@ -135,7 +134,7 @@ def _mark_retrying(
     # Otherwise a concurrent retry claimed it first and appended the same event.
 
 
-def _resolve(session: Session, job: str, current: str, status: str, operator: str) -> Any:
+def _resolve(session: Connection, job: str, current: str, status: str, operator: str) -> Any:
     table = tables.dead_letters
     session.execute(
         update(table)

@@ -34,8 +34,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from google.protobuf.message import DecodeError
 from google.protobuf.timestamp_pb2 import Timestamp
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, select
 
 from quire.audit import tables
 from quire.audit.tenantlog import origin, tenant_entries, tenant_of, tenant_tree
@@ -136,7 +135,7 @@ def _unb64(text: str) -> bytes:
 
 
 def build_evidence(
-    session: Session, job: str, checkpoints: list[dict[str, Any]], public_pem: str
+    session: Connection, job: str, checkpoints: list[dict[str, Any]], public_pem: str
 ) -> dict[str, Any]:
     """The job's evidence against the latest checkpoint of its tenant's log."""
     table = tables.ledger

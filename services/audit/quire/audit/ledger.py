@@ -16,8 +16,7 @@ import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import bindparam, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, bindparam, select, update
 
 from quire.audit import tables
 from quire.audit.jobview import COMPARED, JobFacts, apply, is_retirement
@@ -56,7 +55,7 @@ def entry_hash(prev_hash: str, event_bytes: bytes) -> str:
     return hashlib.sha256(bytes.fromhex(prev_hash) + event_bytes).hexdigest()
 
 
-def append(session: Session, event: queue_pb2.TransitionEvent) -> bool:
+def append(session: Connection, event: queue_pb2.TransitionEvent) -> bool:
     """Append ``event`` unless its id is already recorded. Returns True when appended.
 
     A repeated id is found before anything is written, and under the chain
@@ -68,7 +67,7 @@ def append(session: Session, event: queue_pb2.TransitionEvent) -> bool:
     return append_many(session, [event])[0]
 
 
-def append_many(session: Session, events: list[queue_pb2.TransitionEvent]) -> list[bool]:
+def append_many(session: Connection, events: list[queue_pb2.TransitionEvent]) -> list[bool]:
     """``append`` for each event in order, in fewer statements: each tenant's head
     locked once (in tenant order, so two batches never wait on each other's
     heads), one look-up of the ids, one insert of every new entry, one head
@@ -144,7 +143,7 @@ def append_many(session: Session, events: list[queue_pb2.TransitionEvent]) -> li
 
 
 def _advanced_views(
-    session: Session, events: list[queue_pb2.TransitionEvent]
+    session: Connection, events: list[queue_pb2.TransitionEvent]
 ) -> dict[str, tuple[dict[str, Any], bool]]:
     """Each job's view after ``events`` (by the job view's rule, ``jobview.apply``; one read for
     all jobs): the values to write, and whether the job has a row already."""
@@ -169,7 +168,7 @@ def _facts(row: Any) -> JobFacts:
     )
 
 
-def _locked_head(session: Session, tenant: str) -> Any:
+def _locked_head(session: Connection, tenant: str) -> Any:
     """The tenant's chain head, locked for this transaction (created at
     genesis first if the tenant has none, so that a new tenant's first
     appends serialize on it too)."""
@@ -185,5 +184,5 @@ def _locked_head(session: Session, tenant: str) -> Any:
 _STATES_OF = select(tables.ledger.c.to_state).where(tables.ledger.c.job == bindparam("job"))
 
 
-def recorded_states(session: Session, job: str) -> set[str]:
+def recorded_states(session: Connection, job: str) -> set[str]:
     return {row.to_state for row in session.execute(_STATES_OF, {"job": job})}

@@ -8,8 +8,7 @@ import asyncio
 import logging
 import time
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, func, select
 
 from quire.audit import tables
 from quire.database import Database
@@ -51,7 +50,7 @@ class AuditMeasures:
             self._failed.labels(reason=event.reason_code or "UNKNOWN").inc()
 
     async def count_dead_letters(self, database: Database) -> None:
-        def read(session: Session) -> list[tuple[str, int]]:
+        def read(session: Connection) -> list[tuple[str, int]]:
             query = (
                 select(tables.dead_letters.c.stage, func.count())
                 .where(tables.dead_letters.c.status == "dead")

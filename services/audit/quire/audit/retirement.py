@@ -24,8 +24,7 @@ from __future__ import annotations
 import re
 
 from google.protobuf import timestamp_pb2
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, select
 
 from quire.audit import ledger, tables
 from quire.audit.jobview import fold, is_retirement
@@ -95,7 +94,7 @@ def _check_request(tenant: str, job: str, retirement: queue_pb2.Retirement) -> N
         raise _invalid("retirement.blob_key", "not the key of these bytes")
 
 
-def _job_events(session: Session, job: str) -> list[queue_pb2.TransitionEvent]:
+def _job_events(session: Connection, job: str) -> list[queue_pb2.TransitionEvent]:
     rows = session.execute(
         select(tables.ledger.c.event)
         .where(tables.ledger.c.job == job)
@@ -104,7 +103,9 @@ def _job_events(session: Session, job: str) -> list[queue_pb2.TransitionEvent]:
     return [queue_pb2.TransitionEvent.FromString(row.event) for row in rows]
 
 
-def _ended_state(session: Session, tenant: str, job: str, retirement: queue_pb2.Retirement) -> str:
+def _ended_state(
+    session: Connection, tenant: str, job: str, retirement: queue_pb2.Retirement
+) -> str:
     """The state the job ended in, once the ledger ties these bytes to it."""
     events = _job_events(session, job)
     facts = fold(events)
@@ -134,7 +135,7 @@ def _ended_state(session: Session, tenant: str, job: str, retirement: queue_pb2.
 
 
 def record_retirement(
-    session: Session,
+    session: Connection,
     tenant: str,
     job: str,
     retirement: queue_pb2.Retirement,

@@ -17,8 +17,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, select, update
 
 from quire.audit import tables
 from quire.database import Database, as_utc, insert_if_absent
@@ -76,7 +75,7 @@ class RetryRedriver:
         return count
 
 
-def _retried_and_open(session: Session) -> list[Any]:
+def _retried_and_open(session: Connection) -> list[Any]:
     letters, jobs, drives = tables.dead_letters, tables.jobs, tables.retry_redrives
     return list(
         session.execute(
@@ -103,7 +102,7 @@ def _retried_and_open(session: Session) -> list[Any]:
     )
 
 
-def _count(session: Session, job: str, generation: int, now: datetime) -> int:
+def _count(session: Connection, job: str, generation: int, now: datetime) -> int:
     table = tables.retry_redrives
     values = {"job": job, "generation": generation, "count": 1, "last_at": now}
     if insert_if_absent(session, table, values):

@@ -9,8 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import grpc
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, select
 
 from quire.audit import tables
 from quire.audit.checkpoints import CheckpointBook, CheckpointFiles
@@ -87,7 +86,7 @@ def _job(facts: JobFacts) -> job_pb2.Job:
     return job
 
 
-def _views(session: Session, names: list[str]) -> dict[str, JobFacts]:
+def _views(session: Connection, names: list[str]) -> dict[str, JobFacts]:
     """Each named job's view, folded from its events in ledger order."""
     table = tables.ledger
     events: dict[str, list[queue_pb2.TransitionEvent]] = {}

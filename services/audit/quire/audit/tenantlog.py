@@ -8,8 +8,7 @@ chain. The log's name (its checkpoints' origin and key name) is
 
 from __future__ import annotations
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, select
 
 from quire.audit import tables
 from quire.merkle import MerkleTree
@@ -28,7 +27,7 @@ def tenant_of(log_origin: str) -> str:
 
 
 def tenant_entries(
-    session: Session, tenant: str, size: int | None = None
+    session: Connection, tenant: str, size: int | None = None
 ) -> list[tuple[int, bytes]]:
     """(sequence, event bytes) of the tenant's first ``size`` entries, in chain order."""
     table = tables.ledger

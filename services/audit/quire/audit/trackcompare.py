@@ -25,8 +25,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, select
 
 from quire.audit import tables
 from quire.audit.jobview import JobFacts, fold, is_retirement
@@ -99,7 +98,7 @@ def _naive(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
 
 
-def _accepted(session: Session, window: Window) -> list[queue_pb2.TransitionEvent]:
+def _accepted(session: Connection, window: Window) -> list[queue_pb2.TransitionEvent]:
     """Admission's ACCEPTED entry of each job accepted in the window (the
     first MAX_JOBS, in ledger order). A dead-letter retry of validation also
     moves a job to ACCEPTED, but its actor is the operator: not an acceptance."""
@@ -126,7 +125,7 @@ def _accepted(session: Session, window: Window) -> list[queue_pb2.TransitionEven
 
 
 def _entries(
-    session: Session, jobs: Sequence[str]
+    session: Connection, jobs: Sequence[str]
 ) -> Iterator[tuple[str, list[queue_pb2.TransitionEvent]]]:
     """Each job's entries in ledger order, a chunk of jobs at a time."""
     table = tables.ledger
@@ -143,7 +142,7 @@ def _entries(
         yield from events.items()
 
 
-def _dead_letters(session: Session, jobs: Iterable[str]) -> set[str]:
+def _dead_letters(session: Connection, jobs: Iterable[str]) -> set[str]:
     table = tables.dead_letters
     names = list(jobs)
     dead: set[str] = set()
@@ -188,7 +187,7 @@ def _add(
         track.completed.append((ended_at, accepted.job))
 
 
-def compare_tracks(session: Session, window: Window) -> list[pb.TrackSummary]:
+def compare_tracks(session: Connection, window: Window) -> list[pb.TrackSummary]:
     """The window's jobs per track (candidate, baseline, then ""; tracks
     without a job are left out); see the module docstring."""
     accepted = _accepted(session, window)

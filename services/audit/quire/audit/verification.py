@@ -34,8 +34,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, select
 
 from quire.audit import tables
 from quire.audit.checkpoints import Checkpoint
@@ -79,7 +78,7 @@ class _Entry:
     entry_hash: str
 
 
-def _rows(session: Session) -> Iterator[object]:
+def _rows(session: Connection) -> Iterator[object]:
     after = 0
     while True:
         batch = session.execute(
@@ -154,7 +153,7 @@ def _columns(row: object, views: dict[str, JobFacts], last: dict[str, int]) -> I
 
 
 def _view_findings(
-    session: Session, views: dict[str, JobFacts], last: dict[str, int]
+    session: Connection, views: dict[str, JobFacts], last: dict[str, int]
 ) -> Iterable[Finding]:
     """The job index against the folded events: every disagreeing field, and
     index rows with no events (or events with no index row)."""
@@ -199,7 +198,7 @@ def _head_findings(
 
 
 def verify_ledger(
-    session: Session,
+    session: Connection,
     checkpoints: list[Checkpoint],
     *,
     heads: Iterable[tuple[str, LogHead]] = (),
@@ -216,7 +215,7 @@ def verify_ledger(
     # Read before the entries: an append after this read only lengthens a
     # chain past its head row, which the head check below allows.
     head_rows = session.execute(select(tables.chain_heads)).all()
-    gaps_are_deletions = session.get_bind().dialect.name == "sqlite"
+    gaps_are_deletions = session.dialect.name == "sqlite"
     previous_sequence = 0
     count = 0
     for row in _rows(session):

@@ -30,8 +30,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
-from sqlalchemy import bindparam, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, bindparam, func, select
 
 from quire.audit import tables
 from quire.audit.history import HistoryWatch
@@ -71,11 +70,11 @@ _HEADS = (
 )
 
 
-def _entries_after(session: Session, *, job: str, after: int) -> list[Any]:
+def _entries_after(session: Connection, *, job: str, after: int) -> list[Any]:
     return list(session.execute(_ENTRIES_AFTER, {"job": job, "after": after}))
 
 
-def _heads(session: Session, *, jobs: list[str]) -> dict[str, int]:
+def _heads(session: Connection, *, jobs: list[str]) -> dict[str, int]:
     rows = session.execute(_HEADS, {"jobs": list(jobs)})
     return {job: int(head) for job, head in rows}
 

@@ -17,9 +17,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from sqlalchemy import select, update
+from sqlalchemy import Connection, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
 from quire.database import Database
 from quire.errors import FailedPrecondition, InvalidSetting
@@ -268,7 +267,7 @@ class KeyStore:
         except IntegrityError:
             return self._db.transaction(self._ensure)
 
-    def _ensure(self, session: Session) -> SigningKey:
+    def _ensure(self, session: Connection) -> SigningKey:
         active = self._active(session)
         if active is not None and self._source.is_current(active):
             return active
@@ -281,7 +280,7 @@ class KeyStore:
         return self._source.material(key)
 
     def _activate(
-        self, session: Session, version: str, key_path: Path, cert_path: Path
+        self, session: Connection, version: str, key_path: Path, cert_path: Path
     ) -> SigningKey:
         """Record a new key version as the only active one."""
         session.execute(update(tables.signing_keys).values(active=False))
@@ -297,14 +296,14 @@ class KeyStore:
         source refuses: a token's keys are rotated in the token)."""
         return self._db.transaction(self.rotate_in)
 
-    def rotate_in(self, session: Session) -> SigningKey:
+    def rotate_in(self, session: Connection) -> SigningKey:
         """``rotate`` in the caller's transaction (which may remember its request id)."""
         count = len(session.execute(select(tables.signing_keys.c.version)).all())
         version, key_path, cert_path = self._source.new_version(count + 1, rotating=True)
         return self._activate(session, version, key_path, cert_path)
 
     @staticmethod
-    def _active(session: Session) -> SigningKey | None:
+    def _active(session: Connection) -> SigningKey | None:
         row = session.execute(
             select(tables.signing_keys).where(tables.signing_keys.c.active.is_(True))
         ).first()
@@ -317,7 +316,7 @@ class KeyStore:
         return key
 
     async def all(self) -> list[SigningKey]:
-        def read(session: Session) -> list[SigningKey]:
+        def read(session: Connection) -> list[SigningKey]:
             rows = session.execute(
                 select(tables.signing_keys).order_by(tables.signing_keys.c.created_at)
             )
@@ -333,7 +332,7 @@ class KeyStore:
         table = tables.signing_keys
         order = (table.c.created_at, table.c.version)
 
-        def read(session: Session) -> list[tuple[Position, SigningKey]]:
+        def read(session: Connection) -> list[tuple[Position, SigningKey]]:
             query = select(table).order_by(*order).limit(limit)
             beyond = keyset_after(order, after)
             if beyond is not None:

@@ -14,8 +14,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from prometheus_client import Counter
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, select, update
 
 from quire.attemptfiles import AttemptFiles
 from quire.blobstore import BlobStore, signed_key, storage_error
@@ -152,7 +151,7 @@ class SignerWork:
         return SignedPacket(sha256=digest, size_bytes=size), used
 
 
-def _record_intent(session: Session, job: str, version: str, blob_key: str, token: int) -> None:
+def _record_intent(session: Connection, job: str, version: str, blob_key: str, token: int) -> None:
     exists = session.execute(
         select(tables.signatures.c.job).where(tables.signatures.c.job == job)
     ).first()
@@ -170,11 +169,11 @@ def _record_intent(session: Session, job: str, version: str, blob_key: str, toke
 
 def _record_signature(
     job: str, artifact: job_pb2.Artifact, signing: job_pb2.SigningRecord, token: int
-) -> Callable[[Session], None]:
+) -> Callable[[Connection], None]:
     """The signature row as the ledger records it: committed with the stage's
     outcome, whose hand-off event carries the same ``signing`` fields."""
 
-    def write(session: Session) -> None:
+    def write(session: Connection) -> None:
         session.execute(
             update(tables.signatures)
             .where(tables.signatures.c.job == job)

@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, select, update
 
 from quire.database import Database
 from quire.errors import FailedPrecondition, NotFound, TransientError
@@ -191,7 +190,7 @@ class ReviewDesk:
         return review
 
 
-def _mark_cancelled(session: Session, jobs: list[str]) -> None:
+def _mark_cancelled(session: Connection, jobs: list[str]) -> None:
     """Pending reviews whose jobs the client cancelled: no longer decidable."""
     table = tables.reviews
     session.execute(
@@ -201,7 +200,7 @@ def _mark_cancelled(session: Session, jobs: list[str]) -> None:
     )
 
 
-def _decide(session: Session, job: str, status: str, operator: str, note: str) -> ReviewRow:
+def _decide(session: Connection, job: str, status: str, operator: str, note: str) -> ReviewRow:
     table = tables.reviews
     row = session.execute(select(table).where(table.c.job == job)).first()
     if row is None:

@@ -17,8 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, select
 
 from quire.database import Database, insert_if_absent
 from quire.reasons import ReasonCode
@@ -110,7 +109,7 @@ class RulesetBook:
     def install(self, rulesets: list[Ruleset]) -> None:
         """Store new versions; refuse a changed body under a published version."""
 
-        def write(session: Session) -> None:
+        def write(session: Connection) -> None:
             # Replicas starting together install the same rulesets at once: the
             # first insert wins, the others find its row (and check its digest).
             for ruleset in rulesets:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from quire.errors import JobCancelled, PermanentError, Rejected, SystemFailure
 from quire.leases import Lease
@@ -34,8 +34,8 @@ __all__ = ["ValidatorWork"]
 
 def _record(
     task: queue_pb2.JobTask, ruleset: Ruleset, evaluation: Evaluation, token: int
-) -> Callable[[Session], None]:
-    def write(session: Session) -> None:
+) -> Callable[[Connection], None]:
+    def write(session: Connection) -> None:
         now = datetime.now(UTC)
         session.execute(
             tables.validations.insert().values(

@@ -18,8 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import Row, bindparam, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, Row, bindparam, select
 
 from quire.blobstore import fetched_key
 from quire.database import Database, as_utc, insert_if_absent
@@ -94,7 +93,7 @@ def _pin_of(row: Row[tuple[object, ...]]) -> Pin:
     )
 
 
-def _read(session: Session, job: str) -> dict[int, Pin]:
+def _read(session: Connection, job: str) -> dict[int, Pin]:
     return {
         pin.position: pin for pin in map(_pin_of, session.execute(_PINS_OF_JOB, {"job": job}).all())
     }
@@ -111,7 +110,7 @@ class PinStore:
     async def pin(self, job: str, pin: Pin) -> Pin:
         """Record ``pin`` unless the position has one; the position's pin either way."""
 
-        def write(session: Session) -> Pin:
+        def write(session: Connection) -> Pin:
             insert_if_absent(
                 session,
                 tables.source_pins,

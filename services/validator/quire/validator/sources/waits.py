@@ -27,8 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import bindparam, delete, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection, bindparam, delete, select, update
 
 from quire.database import Database, as_utc, insert_if_absent
 from quire.jobs import timestamp
@@ -114,7 +113,7 @@ class SourceWaits:
         if sweep:
             self._swept_at = self._clock()
 
-        def write(session: Session) -> None:
+        def write(session: Connection) -> None:
             session.execute(
                 delete(tables.source_waits).where(
                     _columns.job == job, _columns.system.not_in(sorted(breakers))
