@@ -14,12 +14,10 @@ from quire.admission.intake import Intake
 from quire.admission.tenants import Tenant
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database
-from quire.errors import TransientError
-from quire.reasons import ReasonCode
 from quire.settings import AdmissionSettings
 from quire.transitions import EventFactory
-from quire.type import job_pb2, queue_pb2
-from quire.workqueue import EVENTS_STREAM, WORK_STREAM, Publisher, consumer_name, event_subject
+from quire.type import job_pb2
+from quire.workqueue import WORK_STREAM, Publisher, consumer_name
 
 DIGEST = "d" * 64
 
@@ -73,53 +71,3 @@ async def test_an_undispatched_job_is_published_by_the_sweep_once(
     assert len(delivered) == 1, "the queue dropped the republish by its Nats-Msg-Id"
     again = await intake.submit(tenant, request)
     assert again.name == accepted.name and again.dispatched
-
-
-async def test_a_task_sent_after_the_reply_is_published_or_left_to_the_sweep(
-    tmp_path: Path, jetstream: JetStreamContext
-) -> None:
-    """SubmitJob replies once the ACCEPTED event is stored; the validate task
-    follows in the background. It still lands and counts as dispatched; one
-    whose publish fails stays undispatched for the sweep."""
-    database = _admission_db(tmp_path)
-    intake = Intake(database, EventFactory("admission", "test", "0"), AdmissionSettings())
-    tenant = Tenant(id="t1", name="tenant")
-
-    def request(rid: str) -> pb.SubmitJobRequest:
-        return pb.SubmitJobRequest(
-            request_id=rid,
-            manifest=job_pb2.Manifest(
-                items=[job_pb2.ManifestItem(position=0, document_id="doc", sha256=DIGEST)]
-            ),
-        )
-
-    class _TaskRefused(Publisher):
-        async def publish_bytes(self, subject: str, payload: bytes, msg_id: str) -> None:
-            if subject.startswith("quire.work."):
-                raise TransientError(ReasonCode.QUEUE_UNAVAILABLE, "publish failed")
-            await super().publish_bytes(subject, payload, msg_id)
-
-    sent = await intake.submit(tenant, request("r1"))
-    dispatcher = Dispatcher(database, Publisher(jetstream))
-    assert sent.handoff is not None
-    await dispatcher.hand_on(*sent.handoff, task_in_background=True)
-    await dispatcher.sent()
-    assert await dispatcher.mark_published() == 1
-
-    lost = await intake.submit(tenant, request("r2"))
-    refusing = Dispatcher(database, _TaskRefused(jetstream))
-    assert lost.handoff is not None
-    await refusing.hand_on(*lost.handoff, task_in_background=True)
-    await refusing.sent()
-    assert await refusing.mark_published() == 0, "not marked: the sweep's to publish"
-    assert await dispatcher.sweep(older_than=timedelta(0)) == 1
-
-    validate = await jetstream.pull_subscribe_bind(
-        durable=consumer_name("validate", "interactive"), stream=WORK_STREAM
-    )
-    delivered = await validate.fetch(5, timeout=1)
-    assert sorted(queue_pb2.JobTask.FromString(m.data).job for m in delivered) == sorted(
-        [sent.name, lost.name]
-    )
-    stored = await jetstream.stream_info(EVENTS_STREAM, subjects_filter=event_subject("admission"))
-    assert stored.state.messages == 2, "both ACCEPTED events, the refused task's too"

@@ -114,9 +114,11 @@ async def test_a_purged_work_stream_strands_no_job(running: Running, tmp_path: P
         assert info.state.messages >= 2 * PER_QUEUE
         await js.purge_stream(WORK_STREAM)
         assert (await js.stream_info(WORK_STREAM)).state.messages == 0
+    finally:
+        # Even when an assertion above failed: the module's later tests share
+        # this stack, and must not find its queues paused.
         for consumer in held:
             await js.resume_consumer(WORK_STREAM, consumer)
-    finally:
         await nc.close()
 
     names = early + late

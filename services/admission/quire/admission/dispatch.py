@@ -52,8 +52,6 @@ class Dispatcher:
         """Also forget idempotency keys past their window on each sweep."""
         self._published: set[str] = set()
         """Jobs handed on but not yet marked; marked in one batch by the sweep."""
-        self._sending: set[asyncio.Task[None]] = set()
-        """Validate tasks still being published after their SubmitJob replied."""
 
     async def dispatch(self, job: str) -> None:
         """Publish the job's ACCEPTED event and validate task from its stored row."""
@@ -65,47 +63,16 @@ class Dispatcher:
         )
         await self.hand_on(row.task, row.accepted_event)
 
-    async def hand_on(
-        self, task_bytes: bytes, event_bytes: bytes, *, task_in_background: bool = False
-    ) -> None:
+    async def hand_on(self, task_bytes: bytes, event_bytes: bytes) -> None:
         """Publish the ACCEPTED event and the validate task of a committed job.
 
         The job is marked dispatched later, in a batch; a crash before that only
         makes the sweep publish again, which the queue drops by ``Nats-Msg-Id``.
-
-        With ``task_in_background`` this returns once the event is stored, and
-        the task is published after it while the caller replies: the event is
-        what must precede anything the client does next (a cancel), and a task
-        lost to a crash or a failed publish is the sweep's, as above.
         """
         task = queue_pb2.JobTask.FromString(task_bytes)
         accepted = queue_pb2.TransitionEvent.FromString(event_bytes)
         # The event first: the ledger records ACCEPTED before any stage's step.
         await self._publisher.publish(event_subject("admission"), accepted, accepted.event_id)
-        if not task_in_background:
-            await self._send_task(task)
-            return
-        sending = asyncio.create_task(self._send_task_or_leave_it(task))
-        self._sending.add(sending)
-        sending.add_done_callback(self._sending.discard)
-
-    async def sent(self) -> None:
-        """Wait for the tasks still being published in the background (draining)."""
-        if self._sending:
-            await asyncio.gather(*self._sending, return_exceptions=True)
-
-    async def _send_task_or_leave_it(self, task: queue_pb2.JobTask) -> None:
-        try:
-            await self._send_task(task)
-        except Exception as error:  # noqa: BLE001 - committed: the sweep hands it on
-            log.warning(
-                "job %s accepted; validate task deferred to the sweep (%s)",
-                task.job,
-                type(error).__name__,
-                extra={"job": task.job, "tenant": task.tenant},
-            )
-
-    async def _send_task(self, task: queue_pb2.JobTask) -> None:
         await self._publisher.publish(
             task_subject(FIRST, task),
             task,

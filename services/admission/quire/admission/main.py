@@ -179,7 +179,6 @@ async def main() -> None:
     async def drain() -> None:
         await announcer.stop()
         watches.close()
-        await dispatcher.sent()
         for task in sweeper:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -117,12 +117,11 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         accepted = await self._intake.submit(tenant, request)
         fault_point("admission.after_commit")
         if not accepted.dispatched:
-            # The ACCEPTED event before the reply, so that nothing the client
-            # does next (a cancel) can reach the ledger ahead of it; the validate
-            # task follows while the reply goes.
+            # Before the reply, so that nothing the client does next (a cancel)
+            # can reach the ledger ahead of ACCEPTED.
             try:
                 if accepted.handoff is not None:
-                    await self._dispatcher.hand_on(*accepted.handoff, task_in_background=True)
+                    await self._dispatcher.hand_on(*accepted.handoff)
                 else:
                     await self._dispatcher.dispatch(accepted.name)
             except Exception:  # noqa: BLE001 - committed: the dispatch sweep hands it on
