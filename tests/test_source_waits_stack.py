@@ -5,7 +5,12 @@ settings and a real local source server: while the tenant's tax system
 answers 503 the job stays VALIDATING and GetJob, WatchJob, the HTTP status
 document and ``quire status`` name the system, its open breaker and when
 the job is tried again; once the system recovers the job COMPLETES and
-waits for nothing, and the validator holds no row for it."""
+waits for nothing, and the validator holds no row for it.
+
+A deferred job waits off the queue: while it waits it holds none of the
+validate stage's JetStream slots (the consumer's ``max_ack_pending`` is the
+stage's limit, kept low here), so another job of the tenant completes
+meanwhile, and its deliveries before the wait still count in its attempts."""
 
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import pytest
 from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.jobs import job_id, state_name
+from quire.runtime import connect_nats
 from quire.stack.supervisor import Stack, StackInfo
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.quirecli import run_quire
@@ -31,10 +37,13 @@ from quire.tls import aio_channel
 from quire.type import job_pb2
 from quire.validator.v1 import validator_service_pb2 as vpb
 from quire.validator.v1 import validator_service_pb2_grpc as vgrpc
+from quire.workqueue import WORK_STREAM, consumer_name
 
 pytestmark = pytest.mark.stack
 
 OPEN_SECONDS = 3.0
+STAGE_LIMIT = 3
+INTERACTIVE_SLOTS = 2
 
 
 @dataclass
@@ -61,6 +70,8 @@ def waits_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stac
             "QUIRE_JOB_BUDGET_RESERVE_SECONDS": "2",
             # A deferral is a delivery: room for several while the system is down.
             "QUIRE_MAX_DELIVER": "10",
+            # Two interactive slots for the whole validate stage (and one batch).
+            "QUIRE_VALIDATOR_STAGE_LIMIT": str(STAGE_LIMIT),
         },
     )
     info = stack.start()
@@ -175,3 +186,62 @@ async def test_a_job_waiting_for_its_tax_system_shows_the_wait_until_the_system_
     assert await _validator_waits(rig.info, name) == [], "its rows are deleted"
     status = run_quire(rig.stack.data_dir, "status", name)
     assert "waiting for source system" not in status.stdout
+
+
+async def _held_validate_slots(stack: Stack) -> int:
+    """Unacknowledged messages of the validate stage's interactive consumer."""
+    nc = await connect_nats(stack.nats_url, "test-slots", **stack.nats_login())
+    try:
+        info = await nc.jetstream().consumer_info(
+            WORK_STREAM, consumer_name("validate", "interactive")
+        )
+    finally:
+        await nc.close()
+    assert info.config.max_ack_pending == INTERACTIVE_SLOTS
+    return int(info.num_ack_pending)
+
+
+async def test_deferred_jobs_hold_no_slot_so_other_work_goes_on_while_they_wait(
+    rig: Rig, tmp_path: Path
+) -> None:
+    rig.server.behave(rig.tax, status=503)
+    cover = write_text_pdf(tmp_path / "cover.pdf", [f"Cover letter {uuid.uuid4().hex}"])
+    digest = (await rig.client.upload(cover)).sha256
+    waiting = [
+        (
+            await rig.client.submit(
+                [PacketItem("cover", digest), PacketItem.reference("tax", "tax", "records/NL-1")],
+                budget=90,
+            )
+        ).name
+        for _ in range(INTERACTIVE_SLOTS + 1)
+    ]
+    for name in waiting:
+        await _waiting(rig, name)
+
+    # Every one of them waits for the tax system, and the stage holds none of
+    # them: a nak with a delay would keep each one's slot until it came back.
+    deadline = time.monotonic() + 20
+    while True:
+        jobs = [await rig.client.get_job(name) for name in waiting]
+        if all(job.source_waits for job in jobs) and await _held_validate_slots(rig.stack) == 0:
+            break
+        assert time.monotonic() < deadline, "deferred jobs still hold the stage's slots"
+        await asyncio.sleep(0.05)
+
+    # So a job that needs no source system is not stuck behind them.
+    other = write_text_pdf(tmp_path / "other.pdf", [f"Other {uuid.uuid4().hex}"])
+    plain = await rig.client.submit([PacketItem("other", (await rig.client.upload(other)).sha256)])
+    finished = await rig.client.wait(plain.name, timeout=20)
+    assert state_name(finished.state) == "COMPLETED", finished
+    still = [await rig.client.get_job(name) for name in waiting]
+    assert all(state_name(job.state) == "VALIDATING" for job in still), still
+
+    # The system recovers: every deferred job completes, once, and the
+    # validate deliveries before each wait count in its attempts.
+    rig.server.behave(rig.tax)
+    for name in waiting:
+        done = await rig.client.wait(name, timeout=60)
+        assert state_name(done.state) == "COMPLETED", done
+        assert done.deliveries > finished.deliveries, (done, finished)
+    assert await _held_validate_slots(rig.stack) == 0

@@ -31,6 +31,7 @@ from quire.natsblobs import BLOB_BUCKET
 from quire.natskeyring import KEYRING_BUCKET
 from quire.pipeline import QUEUED_STAGES, STAGES
 from quire.rolloutboard import ROLLOUTS_BUCKET
+from quire.workqueue.deferral import DEFERRED_PREFIX
 from quire.workqueue.topology import (
     DEAD_BOOK_CONSUMER,
     DEAD_CONSUMER,
@@ -159,6 +160,8 @@ SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
             (
                 *_stage(s.name),
                 *_queue_metrics(s.name),
+                # Its own deferred tasks' scheduled copies (quire.workqueue.deferral).
+                f"{DEFERRED_PREFIX}.{s.name}.>",
                 f"quire.work.{s.next}.*",
                 f"quire.work.{s.next}.*.candidate",
                 f"quire.events.{s.service}",

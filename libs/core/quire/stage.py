@@ -7,7 +7,8 @@
             │ reject ─────────▶ outcome: REJECTED with reason, then term
             │ permanent error ─▶ outcome: REJECTED, FAILED or CANCELLED, then term
             │ transient error ─▶ retry (the error's delay, else capped backoff + jitter),
-            │                    or on the last delivery: FAILED RETRY_LIMIT_REACHED
+            │                    or on the last delivery: FAILED RETRY_LIMIT_REACHED;
+            │                    a wait that is the job's own is deferred off the queue
             ▼
     compare-and-swap commit on the token ── superseded? ──▶ discard, publish nothing
             │
@@ -57,6 +58,7 @@ from quire.telemetry import extract_context, record_failure
 from quire.transitions import EventFactory
 from quire.type import job_pb2, queue_pb2
 from quire.wire import ForgedMessage
+from quire.workqueue.deferral import Deferrals, prior_deliveries
 from quire.workqueue.publisher import Publisher
 from quire.workqueue.settle import ACK, LEAVE, TERM, Action, Backoff, Settlement, settle
 from quire.workqueue.topology import (
@@ -162,6 +164,7 @@ _OUTCOMES = {
     Action.ACK: "done",
     Action.TERM: "ended",
     Action.RETRY: "retry",
+    Action.DEFER: "deferred",
     Action.LEAVE: "stale",
 }
 """How a settled delivery is counted (``quire_stage_outcomes_total``)."""
@@ -205,8 +208,10 @@ class StageRunner:
         gate: JobGate | None = None,
         meter: StageMeter | None = None,
         diagnostics: Diagnostics | None = None,
+        deferrals: Deferrals | None = None,
     ) -> None:
         self._stage = stage
+        self._deferrals = deferrals
         self._diagnostics = diagnostics
         self._meter = meter
         self._service = stage.service
@@ -220,7 +225,7 @@ class StageRunner:
         self._tracer = trace.get_tracer(f"quire.{stage.service}")
 
     async def handle(self, msg: Msg) -> None:
-        await settle(msg, await self._deliver(msg))
+        await settle(msg, await self._deliver(msg), self._deferrals)
 
     async def _deliver(self, msg: Msg) -> Settlement:
         try:
@@ -230,7 +235,9 @@ class StageRunner:
             if self._meter is not None:
                 self._meter.settled(_priority_of(msg.subject), "refused", 0)
             return TERM
-        attempt = msg.metadata.num_delivered
+        # A deferred task comes back as a new message (quire.workqueue.deferral):
+        # its deliveries before that count too.
+        attempt = prior_deliveries(msg.headers) + msg.metadata.num_delivered
         priority = task.priority or "interactive"
         queued = _queued_since(msg)
         parent = extract_context(msg.headers)

@@ -39,6 +39,7 @@ from quire.tempspace import TempKeeper
 from quire.transitions import EventFactory
 from quire.workqueue import WORK_STREAM, Publisher, WorkQueueWorker, consumer_name
 from quire.workqueue.backlog import QueueGauges
+from quire.workqueue.deferral import Deferrals
 from quire.workqueue.routing import TrackBinder
 from quire.workqueue.topology import candidate_consumer_name
 
@@ -179,6 +180,7 @@ async def run_stage_service(
         gate=gate,
         meter=meter,
         diagnostics=diagnostics,
+        deferrals=Deferrals(js),
     )
     queues = QueueGauges(js, stage_name, metrics, budget_seconds=settings.queue.age_budget_seconds)
     if settings.service in ("validator", "assembler"):

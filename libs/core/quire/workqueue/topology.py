@@ -162,6 +162,8 @@ async def ensure_topology(js: JetStreamContext, queue: QueueSettings) -> None:
             storage=api.StorageType.FILE,
             duplicate_window=queue.duplicate_window_seconds,
             num_replicas=queue.replicas,
+            # Deferred tasks wait as scheduled copies (quire.workqueue.deferral).
+            allow_msg_schedules=True,
         ),
     )
     await _ensure_stream(

@@ -61,10 +61,14 @@ class SourceCallFailed(TransientError):
 
 
 class SourceDeferred(TransientError):
-    """The job waits for a source system that is unavailable now: its message
-    is negatively acknowledged with ``retry_after`` (the time until the
-    system's breaker lets a trial call through, plus jitter, within the job's
-    budget), so the validator's slot is free meanwhile."""
+    """The job waits for a source system that is unavailable now: its task is
+    deferred off the queue for ``retry_after`` (the time until the system's
+    breaker lets a trial call through, plus jitter, within the job's budget;
+    ``quire.workqueue.deferral``), so neither the validator's slot nor one
+    of the stage's ``max_ack_pending`` slots is held meanwhile."""
+
+    waits_off_queue = True
+    """The wait is this job's own: other tenants' jobs must not queue behind it."""
 
     def __init__(self, system: str, retry_after: float) -> None:
         super().__init__(

@@ -37,8 +37,10 @@ random jitter of up to half the open period (so deferred jobs do not all
 come back at once; half the open period at least while another caller's
 trial is under way), capped so that the job comes back with room for one
 call and the redelivery's own latency (two minimal calls) before the fetch
-deadline. The message is negatively acknowledged with that delay and the
-validator's slot is free meanwhile. Several systems deferring: the longest
+deadline. The task is deferred off the queue for that delay (a scheduled
+copy, ``quire.workqueue.deferral``): neither the validator's slot nor one of
+the stage's ``max_ack_pending`` slots is held meanwhile, so other tenants'
+jobs do not queue behind a system that is down. Several systems deferring: the longest
 delay (the job needs them all). A deferral is no state transition: the
 job's status shows it as source waits (``waits``), one row per deferring
 system with its breaker and when the task comes back, written here in one
