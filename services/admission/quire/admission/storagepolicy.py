@@ -112,9 +112,16 @@ def summed_bytes(session: Connection, tenant: str) -> int:
     return int(total)
 
 
+_POLICY = select(tables.tenant_storage).where(
+    tables.tenant_storage.c.tenant == bindparam("tenant")
+)
+"""Built once: every upload reads its tenant's policy."""
+
+
 def check_quota(session: Connection, tenant: str, adding: int, default_quota: int) -> None:
     """Refuse ``adding`` new bytes past the tenant's storage quota."""
-    quota = read_storage(session, [tenant])[tenant].quota(default_quota)
+    policy = _storage(session.execute(_POLICY, {"tenant": tenant}).first())
+    quota = policy.quota(default_quota)
     if stored_bytes(session, tenant) + adding > quota:
         raise Overloaded(
             ReasonCode.STORAGE_QUOTA_EXCEEDED,

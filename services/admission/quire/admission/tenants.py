@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, bindparam, select, update
 
 from quire.admission import tables
 from quire.admission.storagepolicy import TenantStorage, forget_source, read_storage, write_storage
@@ -40,6 +40,16 @@ DEV_TENANT = "dev"
 TENANT_ROLE = "tenant"
 OPERATOR_ROLE = "operator"
 T = TypeVar("T")
+_TENANT_OF_TOKEN = (
+    select(tables.tenants)
+    .join(tables.tokens, tables.tokens.c.tenant == tables.tenants.c.id)
+    .where(
+        tables.tokens.c.token_sha256 == bindparam("digest"),
+        tables.tokens.c.role == TENANT_ROLE,
+        tables.tokens.c.revoked_at.is_(None),
+    )
+)
+"""Built once: every call whose token is not cached, every upload's recheck."""
 
 
 @dataclass(frozen=True)
@@ -473,15 +483,7 @@ class TenantDirectory:
         digest = hash_token(_bearer(context) or "-")
 
         def read(session: Connection) -> Tenant | None:
-            row = session.execute(
-                select(tables.tenants)
-                .join(tables.tokens, tables.tokens.c.tenant == tables.tenants.c.id)
-                .where(
-                    tables.tokens.c.token_sha256 == digest,
-                    tables.tokens.c.role == TENANT_ROLE,
-                    tables.tokens.c.revoked_at.is_(None),
-                )
-            ).first()
+            row = session.execute(_TENANT_OF_TOKEN, {"digest": digest}).first()
             return None if row is None else _tenant(row)
 
         now = time.monotonic()
