@@ -112,9 +112,7 @@ def summed_bytes(session: Connection, tenant: str) -> int:
     return int(total)
 
 
-_POLICY = select(tables.tenant_storage).where(
-    tables.tenant_storage.c.tenant == bindparam("tenant")
-)
+_POLICY = select(tables.tenant_storage).where(tables.tenant_storage.c.tenant == bindparam("tenant"))
 """Built once: every upload reads its tenant's policy."""
 
 
