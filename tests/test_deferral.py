@@ -2,13 +2,15 @@
 with Quire's topology: a deferred task holds no ``max_ack_pending`` slot,
 comes back on its own subject with the headers it came with (its producer's
 signature, its trace context) no earlier than its delay, and carries its
-delivery count; when the copy cannot be stored the delivery is nak'ed and
-nothing is lost."""
+delivery count, on one server and on a three-node cluster's replicated
+stream; when the copy cannot be stored the delivery is nak'ed and nothing is
+lost."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 from nats.js import JetStreamContext
@@ -17,9 +19,10 @@ from quire.errors import TransientError
 from quire.reasons import ReasonCode
 from quire.runtime import connect_nats
 from quire.settings import QueueSettings
+from quire.stack.natscluster import NatsCluster
 from quire.stack.natsserver import NatsServer
 from quire.wire import SIGNATURE_HEADER
-from quire.workqueue import WORK_STREAM, consumer_name, work_subject
+from quire.workqueue import WORK_STREAM, consumer_name, ensure_topology, work_subject
 from quire.workqueue.deferral import (
     PRIOR_DELIVERIES_HEADER,
     Deferrals,
@@ -144,3 +147,27 @@ def test_every_copy_of_one_task_is_one_schedule_under_its_stage_and_class() -> N
     assert one != deferred_subject(SUBJECT, b"another task")
     candidate = deferred_subject(f"{SUBJECT}.candidate", b"task")
     assert candidate.startswith("quire.work.deferred.validate.interactive.") and candidate != one
+
+
+async def test_a_deferred_task_comes_back_on_a_three_node_cluster(tmp_path: Path) -> None:
+    """Scheduled messages on replicated streams, as a cluster deploys them:
+    an acknowledged delivery whose copy never fired would be a lost job."""
+    cluster = NatsCluster(tmp_path / "cluster")
+    cluster.start()
+    try:
+        nc = await connect_nats(cluster.url, "quire-test")
+        try:
+            js = nc.jetstream(timeout=10)
+            await ensure_topology(js, QueueSettings(replicas=3))
+            await _publish_task(js, b"job-3")
+            pull = await js.pull_subscribe_bind(CONSUMER, stream=WORK_STREAM)
+            (first,) = await pull.fetch(1, timeout=10)
+            await settle(first, Settlement(Action.DEFER, 1.0), Deferrals(js))
+            assert await _held(js, 0) == 0
+            (back,) = await pull.fetch(1, timeout=15)
+            assert back.data == b"job-3" and prior_deliveries(back.headers) == 1
+            await back.ack()
+        finally:
+            await nc.close()
+    finally:
+        cluster.stop()
