@@ -179,6 +179,38 @@ def test_the_table_shows_every_stage_and_its_figures() -> None:
     assert all(stage in shown for stage in STAGE_NAMES)
 
 
+def test_the_candidate_tracks_backlog_is_shown_per_stage() -> None:
+    metrics, _meter = _validator(limit=4)
+    metrics.gauge("quire_queue_candidate_pending_messages").labels(stage="validate").set(7)
+    for priority, age in (("interactive", 3.5), ("batch", 9.25)):
+        metrics.gauge("quire_queue_candidate_oldest_ready_age_seconds").labels(
+            stage="validate", **{"class": priority}
+        ).set(age)
+    snapshot = Snapshot(0.0, (_scrape(VALIDATOR, metrics),))
+    top = figures(snapshot, snapshot)
+    validate = top.stages[0]
+    assert validate.candidate_pending == 7
+    assert validate.candidate_oldest_ready_age_seconds == {"interactive": 3.5, "batch": 9.25}
+    document = top.document()["stages"]
+    assert document["validate"]["candidate"] == {  # type: ignore[index]
+        "pending": 7,
+        "oldest_ready_age_seconds": {"interactive": 3.5, "batch": 9.25},
+    }
+    assert document["sign"]["candidate"]["pending"] is None  # type: ignore[index]
+    shown = _text(top)
+    assert "candidate" in next(line for line in shown.splitlines() if "stage" in line)
+    assert "7 (9.2s)" in next(line for line in shown.splitlines() if "validate" in line)
+
+    # With nothing waiting for a candidate the column is left out.
+    metrics.gauge("quire_queue_candidate_pending_messages").labels(stage="validate").set(0)
+    for priority in ("interactive", "batch"):
+        metrics.gauge("quire_queue_candidate_oldest_ready_age_seconds").labels(
+            stage="validate", **{"class": priority}
+        ).set(0)
+    idle = Snapshot(0.0, (_scrape(VALIDATOR, metrics),))
+    assert "candidate" not in _text(figures(idle, idle))
+
+
 def test_endpoints_come_from_the_option_or_stack_json(tmp_path: Path) -> None:
     assert endpoint_option("validator=10.0.0.5:7901").url == "http://10.0.0.5:7901/metrics"
     assert endpoint_option("audit=http://h:1/m").url == "http://h:1/m"

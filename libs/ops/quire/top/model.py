@@ -40,7 +40,7 @@ STAGE_NAMES = tuple(stage.name for stage in QUEUED_STAGES)
 """The queued stages in pipeline order (validate, assemble, sign): the
 ``stage`` label's values."""
 CLASSES = ("interactive", "batch")
-OUTCOMES = ("done", "ended", "retry", "stale", "refused")
+OUTCOMES = ("done", "ended", "retry", "deferred", "stale", "refused")
 _COMPLETIONS = ("done", "ended")
 """A stage has finished with a job when it handed it on or ended it."""
 
@@ -161,6 +161,10 @@ class StageFigures:
     dead_letters: int | None
     temp_used_bytes: int | None
     temp_budget_bytes: int | None
+    candidate_pending: int | None = None
+    """Messages waiting for a rollout's candidate build (both classes; its
+    consumer is capped on purpose, so this backlog is shown, not judged)."""
+    candidate_oldest_ready_age_seconds: Mapping[str, float | None] | None = None
 
     def over_budget(self, priority: str) -> bool:
         age = self.oldest_ready_age_seconds.get(priority)
@@ -273,6 +277,12 @@ class Top:
                     "dead_letters": s.dead_letters,
                     "temp_used_bytes": s.temp_used_bytes,
                     "temp_budget_bytes": s.temp_budget_bytes,
+                    "candidate": {
+                        "pending": s.candidate_pending,
+                        "oldest_ready_age_seconds": dict(
+                            s.candidate_oldest_ready_age_seconds or {}
+                        ),
+                    },
                 }
                 for s in self.stages
             },
@@ -336,6 +346,15 @@ def _stage(before: Snapshot | None, after: Snapshot, stage: str) -> StageFigures
         dead_letters=_count(after.highest("quire_dead_letters", stage=stage)),
         temp_used_bytes=_count(temp_used),
         temp_budget_bytes=_count(temp_budget),
+        candidate_pending=_count(
+            after.highest("quire_queue_candidate_pending_messages", stage=stage)
+        ),
+        candidate_oldest_ready_age_seconds={
+            c: after.highest(
+                "quire_queue_candidate_oldest_ready_age_seconds", stage=stage, **{"class": c}
+            )
+            for c in CLASSES
+        },
     )
 
 

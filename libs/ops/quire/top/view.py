@@ -4,7 +4,8 @@ the pipeline's totals and the services that did not answer.
 A figure no answering process exports shows as ``-`` (a rate needs two
 scrapes, so the first frame has none); a queue older than its budget is red,
 a stage working at its limit yellow, a stage with no process answering says
-``down``.
+``down``. While a rollout's candidate track has work waiting, a column shows
+each stage's candidate backlog and its oldest message.
 """
 
 from __future__ import annotations
@@ -71,6 +72,24 @@ def _temp(stage: StageFigures) -> str:
     return f"{used} / {budget}"
 
 
+def _rolling_out(top: Top) -> bool:
+    """Whether any stage's candidate track has work waiting: its column is
+    shown then, and the table keeps its width otherwise."""
+    return any(
+        (s.candidate_pending or 0) > 0
+        or any(a for a in (s.candidate_oldest_ready_age_seconds or {}).values())
+        for s in top.stages
+    )
+
+
+def _candidate(stage: StageFigures) -> str:
+    """The candidate track's backlog and its oldest message, either class."""
+    ages = [a for a in (stage.candidate_oldest_ready_age_seconds or {}).values() if a is not None]
+    if stage.candidate_pending is None and not ages:
+        return _MISSING
+    return f"{_number(stage.candidate_pending)} ({_age(max(ages) if ages else None)})"
+
+
 def _dead(stage: StageFigures) -> Text:
     return Text(_number(stage.dead_letters), style="bold red" if stage.dead_letters else "")
 
@@ -87,6 +106,7 @@ _COLUMNS = (
     "dead letters",
     "temp used / budget",
 )
+_CANDIDATE_COLUMN = "candidate (oldest)"
 
 
 def _table(top: Top) -> Table:
@@ -96,7 +116,8 @@ def _table(top: Top) -> Table:
         title_justify="left",
     )
     table.add_column(_COLUMNS[0], no_wrap=True, min_width=max(map(len, STAGE_NAMES)))
-    for header in _COLUMNS[1:]:
+    candidates = _rolling_out(top)
+    for header in (*_COLUMNS[1:], *((_CANDIDATE_COLUMN,) if candidates else ())):
         table.add_column(header, justify="right", no_wrap=True)
     for stage in top.stages:
         processes = Text(str(stage.processes), style="" if stage.processes else "bold red")
@@ -111,6 +132,7 @@ def _table(top: Top) -> Table:
             _number(stage.retries),
             _dead(stage),
             _temp(stage),
+            *((_candidate(stage),) if candidates else ()),
         )
     return table
 
