@@ -38,7 +38,8 @@ from quire.jobs import state_name
 from quire.leases import LeaseStore, lease_table
 from quire.pipeline import stage
 from quire.reasons import ReasonCode
-from quire.settings import DiagnosticsSettings, QueueSettings
+from quire.sandbox import SandboxPool
+from quire.settings import DiagnosticsSettings, QueueSettings, SandboxSettings
 from quire.stack.supervisor import Stack
 from quire.stage import StageRunner
 from quire.testing.pdfs import write_text_pdf
@@ -105,6 +106,33 @@ def test_the_type_and_the_chained_cause_are_kept() -> None:
     assert type_of(ValueError("x")) == "ValueError"
     assert text_of(failure) == (
         f"STORAGE_FAILED: packet not written; caused by OSError: [Errno 30] {INTERNAL_TEXT}"
+    )
+
+
+def _fails_with_a_chain() -> None:
+    """What a sandboxed parse does with a library's error: its own, from it."""
+    try:
+        try:
+            raise KeyError("object 17 0 R")
+        except KeyError as inner:
+            raise ValueError("xref stream broken") from inner
+    except ValueError as error:
+        raise SystemFailure(ReasonCode.INTERNAL, "parse failed") from error
+
+
+async def test_causes_raised_in_a_sandbox_worker_reach_the_diagnostic() -> None:
+    """Exceptions cross from a worker pickled, which drops ``__cause__``: the
+    worker describes the chain beside the error and the pool chains it back."""
+    pool = SandboxPool(SandboxSettings(workers=1, cpu_seconds=5, wall_seconds=10))
+    try:
+        with pytest.raises(SystemFailure) as raised:
+            await pool.run(_fails_with_a_chain)
+    finally:
+        pool.close()
+    assert type_of(raised.value) == "quire.errors.SystemFailure"
+    assert text_of(raised.value) == (
+        "INTERNAL: parse failed; caused by ValueError: xref stream broken; "
+        "caused by KeyError: 'object 17 0 R'"
     )
 
 

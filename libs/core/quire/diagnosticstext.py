@@ -10,7 +10,16 @@ included. Nothing here is ever logged.
 
 from __future__ import annotations
 
-__all__ = ["MAX_MESSAGE", "MAX_TYPE", "scrub", "type_of", "text_of"]
+__all__ = [
+    "MAX_MESSAGE",
+    "MAX_TYPE",
+    "CarriedCause",
+    "carry_causes",
+    "causes_of",
+    "scrub",
+    "type_of",
+    "text_of",
+]
 
 MAX_MESSAGE = 4096
 """Characters of text kept: the error's own, then its causes', 4 KiB at most."""
@@ -31,8 +40,47 @@ def scrub(text: str, limit: int = MAX_MESSAGE) -> str:
     return clean
 
 
+class CarriedCause(Exception):  # noqa: N818 - a cause, described, not a failure of its own
+    """A chained cause described where it was raised and carried across a
+    process boundary by its type's name and its text: a sandbox worker's
+    exception reaches the parent pickled, and pickling drops ``__cause__``
+    (``quire.sandbox`` sends ``causes_of`` alongside and ``carry_causes``
+    puts them back)."""
+
+    def __init__(self, kind: str, text: str) -> None:
+        super().__init__(text)
+        self.kind = kind
+        self.text = text
+
+
+def causes_of(error: BaseException) -> list[tuple[str, str]]:
+    """``error``'s chained causes as (type, text), nearest first, at most
+    ``MAX_CAUSES``; plain strings, so they cross a pipe whatever raised them."""
+    described: list[tuple[str, str]] = []
+    seen = {id(error)}
+    cause = _cause(error)
+    while cause is not None and id(cause) not in seen and len(described) < MAX_CAUSES:
+        seen.add(id(cause))
+        described.append((type_of(cause), _own_text(cause)))
+        cause = _cause(cause)
+    return described
+
+
+def carry_causes(error: BaseException, causes: list[tuple[str, str]]) -> BaseException:
+    """``error`` with ``causes`` (from ``causes_of``) chained under it again."""
+    below: BaseException = error
+    for kind, text in causes:
+        carried = CarriedCause(str(kind), str(text))
+        below.__cause__ = carried
+        below = carried
+    return error
+
+
 def type_of(error: BaseException) -> str:
-    """The exception's class, with its module unless it is a builtin."""
+    """The exception's class, with its module unless it is a builtin (for a
+    carried cause, the class it was raised as)."""
+    if isinstance(error, CarriedCause):
+        return scrub(error.kind, MAX_TYPE)
     kind = type(error)
     module = getattr(kind, "__module__", "") or ""
     name = kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
+from quire.diagnosticstext import carry_causes, causes_of
 from quire.errors import TransientError
 from quire.reasons import ReasonCode
 from quire.sandboxlanes import BATCH, INTERACTIVE, LANES, LaneGate, current_lane, sandbox_lane
@@ -93,11 +94,12 @@ def _serve(
         _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
         resource.setrlimit(resource.RLIMIT_CPU, (spent + cpu_seconds, hard))
         try:
-            outcome: tuple[bool, Any] = (True, fn(*args))
+            outcome: tuple[Any, ...] = (True, fn(*args))
         except MemoryError:
             outcome = (False, SandboxExhausted("memory limit reached"))
         except Exception as error:  # noqa: BLE001 - returned to the caller as it is
-            outcome = (False, error)
+            # Its causes as text beside it: pickling drops __cause__.
+            outcome = (False, error, causes_of(error))
         try:
             connection.send(outcome)
         except Exception as error:  # noqa: BLE001 - an unpicklable result or error
@@ -199,10 +201,13 @@ class _Worker:
             if not self._answered_within(wall_seconds):
                 self.stop()
                 return False, SandboxExhausted("wall-clock limit reached")
-            return self._connection.recv()
+            answer = self._connection.recv()
         except (EOFError, OSError):
             self.stop()
             return False, SandboxExhausted("worker process died")
+        if len(answer) == 3:  # an error, with its chained causes described
+            return False, carry_causes(answer[1], answer[2])
+        return answer[0], answer[1]
 
     def _answered_within(self, budget: float) -> bool:
         """Whether the task answers within ``budget`` seconds of its own time.
