@@ -40,8 +40,9 @@ gaps, the first call times of the slowdown); the validate queue's age; and
 the backlog's age (the oldest job not yet ended, every second, from the
 jobs' own submit and end times) and when it was back after the slowdown.
 The queue gauge counts only messages waiting for a first delivery: a job
-deferred for a source waits as a redelivery, so the backlog is the figure
-the "queue age recovers" aim is read from.
+deferred for a source waits off the queue (a scheduled copy of its task,
+``quire.workqueue.deferral``), so the backlog is the figure the "queue age
+recovers" aim is read from.
 
     make bench-sources
     BENCH_SOURCES_RATE=4 BENCH_SOURCES_SLOW=30 make bench-sources
