@@ -848,8 +848,8 @@ def print_queue(run: Run) -> dict[str, object]:
         + (" (ended early)" if run.recovery_ended_early else "")
     )
     print(
-        "   (a job deferred for a source waits as a redelivery, not as a ready message: the"
-        " gauge does not count it; see the tax jobs waiting in section 3)"
+        "   (a job deferred for a source waits off the queue, as a scheduled copy, not as a"
+        " ready message: the gauge does not count it; see the tax jobs waiting in section 3)"
     )
     return {
         "baseline_p95": base_p95,
