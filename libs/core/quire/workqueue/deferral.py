@@ -31,8 +31,10 @@ consumer verifies it as it verified the first, and the trace goes on.
   starts at one; ``Quire-Prior-Deliveries`` carries the deliveries before it,
   so ``attempt`` (and every limit on it) counts the job's deliveries to the
   stage, not the copy's. The header is not signed: a publisher with rights
-  on the work stream could lower it, which only lets a job wait once more,
-  within its deadline.
+  on the work stream (only Quire's services hold them) could change it.
+  Lowered, it lets a job wait once more, within its deadline; raised, it
+  ends the job sooner (RETRY_LIMIT_REACHED or SOURCE_UNAVAILABLE). Neither
+  forges a step: the task's bytes and signature are the producer's.
 - **One schedule per task.** ``<key>`` is a digest of the task's bytes, so
   every copy of one task is one schedule subject; the copy's own
   ``Nats-Msg-Id`` names the delivery count, so a publish retried within one
