@@ -48,6 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
+from floor import Floor, messaging_floor, rpc_floor  # noqa: E402
 from procstats import TICK_SECONDS, TreeSampler, machine_busy_ticks  # noqa: E402
 
 from quire.blobstore import sha256_file  # noqa: E402
@@ -62,7 +63,10 @@ from quire.testing.pdfs import write_text_pdf  # noqa: E402
 from quire.wire import SIGNATURE_HEADER, WireSigner, WireVerifier  # noqa: E402
 
 PAGES_PER_DOCUMENT = (4, 5, 3)  # 12 pages per packet
+PACKET_SOURCES = len(PAGES_PER_DOCUMENT)
 IN_FLIGHT = 16
+FLOOR_MESSAGES = 3000
+FLOOR_CALLS = 2000
 IDLE_JOBS = 20
 LOAD_SHARE = 0.8
 MIB = 1024 * 1024
@@ -254,8 +258,8 @@ def run_bare_per_core(
         return [future.result() for future in futures]
 
 
-def wire_cost(data_dir: Path, samples: int = 2000) -> tuple[float, float, float]:
-    """(messages per job, sign µs, verify µs) of the provenance every queue message
+def wire_cost(data_dir: Path, samples: int = 2000) -> tuple[float, float, float, int]:
+    """(messages per job, sign µs, verify µs, mean payload bytes) of the provenance every queue message
     carries: each is signed once by its producer and verified once by its
     consumer (job-gate entries count as messages). Measured on the run's own
     tasks and events with the stack's own keys."""
@@ -276,7 +280,13 @@ def wire_cost(data_dir: Path, samples: int = 2000) -> tuple[float, float, float]
     for payload, header in zip(payloads, headers, strict=True):
         verifier.producer(subject, payload, header)
     verified = time.perf_counter()
-    return per_job, (signed - started) / samples * 1e6, (verified - signed) / samples * 1e6
+    mean_bytes = round(statistics.fmean(len(payload) for payload in tasks + events))
+    return (
+        per_job,
+        (signed - started) / samples * 1e6,
+        (verified - signed) / samples * 1e6,
+        mean_bytes,
+    )
 
 
 def at_rest_cost(data_dir: Path, jobs: int) -> tuple[float, float, float, float]:
@@ -416,13 +426,17 @@ def main() -> None:
                     return idle, loaded
 
             idle, (rpc, late, load_outcomes, drain) = asyncio.run(afterwards())
-            per_job, sign_us, verify_us = wire_cost(folder / "stack")
+            per_job, sign_us, verify_us, message_bytes = wire_cost(folder / "stack")
             call_us = caller_proof_cost(folder / "stack")
+            call_floor = rpc_floor(
+                stack.endpoints["admission"], stack.pid("admission"), FLOOR_CALLS, IN_FLIGHT
+            )
             all_jobs = jobs + IDLE_JOBS + load_count
             sealed, opened, cipher_ms, copy_ms = at_rest_cost(folder / "stack", all_jobs)
             restarts = {service: stack.restarts(service) for service in SERVICES}
         finally:
             stack.stop()
+        message_floor = messaging_floor(FLOOR_MESSAGES, message_bytes, IN_FLIGHT)
 
     pipeline_rate = outcomes.get(State.COMPLETED, 0) / elapsed
     print(f"jobs: {jobs} (3 PDFs, 12 pages each), outcomes: {outcomes}")
@@ -558,6 +572,61 @@ def main() -> None:
         f"({cipher_ms / budget_ms:.2%} of the machine's CPU per completed job); "
         f"plaintext copies in private directories (decrypt, hash, write, remove) "
         f"{copy_ms:.2f} ms per job ({copy_ms / budget_ms:.1%})"
+    )
+
+    print()
+    print_floor(
+        bare_ms, total_ms, per_job, message_bytes, message_floor, call_floor, wire_ms, cores
+    )
+
+
+def print_floor(
+    bare_ms: float,
+    total_ms: float,
+    messages: float,
+    message_bytes: int,
+    message: Floor,
+    call: Floor,
+    wire_ms: float,
+    cores: int,
+) -> None:
+    """What the design's per-job messages and calls cost with no Quire code
+    around them, against what the aims leave for everything but the PDF work."""
+    calls = PACKET_SOURCES + 2  # an upload per source, SubmitJob, WatchJob
+    messaging_ms = messages * message.total_ms
+    calls_ms = calls * call.total_ms
+    floor_ms = messaging_ms + calls_ms + wire_ms
+    print("== the design's floor: one queue message per job step, one RPC per call")
+    print(
+        f"a queue message on a nats-server as the stack runs it (file store, sync_interval "
+        f"always), {message_bytes} B, published with an ack, fetched in batches of "
+        f"{IN_FLIGHT}, acked: nats-server {message.server_ms:.3f} + client library "
+        f"{message.client_ms:.3f} = {message.total_ms:.3f} ms CPU"
+    )
+    print(
+        f"an empty gRPC call (health check on admission), {IN_FLIGHT} at once: service "
+        f"{call.server_ms:.3f} + client {call.client_ms:.3f} = {call.total_ms:.3f} ms CPU"
+    )
+    print(
+        f"per job: {messages:.1f} messages = {messaging_ms:.2f} ms, {calls} calls "
+        f"({PACKET_SOURCES} uploads, SubmitJob, WatchJob) = {calls_ms:.2f} ms, message "
+        f"signatures {wire_ms:.2f} ms: floor {floor_ms:.2f} ms CPU per job, before any "
+        "database write, blob, lease or Quire code"
+    )
+    cpu_room = (1.3 - 1) * bare_ms
+    rate_room = (1 / 0.8 - 1) * bare_ms
+    print(
+        f"room the aims leave beside the bare work ({bare_ms:.1f} ms): CPU aim 0.3 x bare = "
+        f"{cpu_room:.2f} ms, throughput aim (1/0.8 - 1) x bare = {rate_room:.2f} ms; "
+        f"the floor alone is {floor_ms / cpu_room:.1f}x and {floor_ms / rate_room:.1f}x that; "
+        f"Quire's whole overhead is {total_ms - bare_ms:.1f} ms "
+        f"({(total_ms - bare_ms) / floor_ms:.1f}x the floor)"
+    )
+    best_rate = cores / (bare_ms + floor_ms) * 1000
+    bare_rate = cores / bare_ms * 1000
+    print(
+        f"so on this machine the design cannot pass {best_rate:.1f} packets/s of the bare "
+        f"{bare_rate:.1f} (from CPU): {best_rate / bare_rate:.2f} of the limit at best"
     )
 
 

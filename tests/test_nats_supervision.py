@@ -86,15 +86,21 @@ async def test_nats_killed_under_load_is_restarted_and_every_job_completes(
                 submitted_during_outage += down
                 await asyncio.sleep(SUBMIT_EVERY_SECONDS)
 
+        in_flight: set[str] = set()
+
         async def under_way() -> bool:
-            return len(names) >= KILL_AFTER_SUBMITTED
+            # Enough submitted, and some of them not yet complete: on a busy
+            # machine submitting can be slower than the pipeline.
+            nonlocal in_flight
+            if len(names) < KILL_AFTER_SUBMITTED:
+                return False
+            completed = {r[2] for r in ledger_rows(running.data_dir) if r[3] == "COMPLETED"}
+            in_flight = set(names) - completed
+            return bool(in_flight)
 
         submitter = asyncio.create_task(submit_stream())
         try:
-            await eventually(under_way, 60, "jobs submitted")
-            in_flight = set(names) - {
-                r[2] for r in ledger_rows(running.data_dir) if r[3] == "COMPLETED"
-            }
+            await eventually(under_way, 60, "jobs submitted, some still in flight")
             # SIGKILL from outside, as a crash would; nobody starts it again by hand.
             os.kill(first_pid, signal.SIGKILL)
             killed_at = time.monotonic()

@@ -1,0 +1,154 @@
+"""The design's floor: what the parts every job must pass through cost on this
+machine with no Quire code around them.
+
+Quire's design gives each step of a job its own queue message (``Nats-Msg-Id``
+from the job and the stage, DESIGN.md invariant 3) on a JetStream stream with
+``sync_interval: always`` (invariant 7), and gives a client one RPC per upload,
+one to submit and one to watch. This measures the cheapest those can be:
+
+- ``messaging_floor``: a nats-server started with the stack's own config
+  (file store, ``sync_interval: always``) and a work-queue stream; messages of
+  a given size are published with an acknowledgement at the pipeline's
+  concurrency, then fetched by one pull consumer in batches and acknowledged.
+  CPU of the server and of this process per message, publish to ack.
+- ``rpc_floor``: the gRPC health check, the cheapest call a Quire service
+  answers, made against a running service; CPU of this process and of the
+  service per call.
+
+Both are lower bounds for the real thing: no signature, no protobuf, no
+database, no lease, and fetches batched where Quire's stages fetch one at a
+time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import socket
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import nats
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
+
+from quire.stack.natsserver import NatsServer
+
+__all__ = ["Floor", "messaging_floor", "rpc_floor"]
+
+TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Floor:
+    server_ms: float
+    """CPU of the server side per unit (nats-server, or the gRPC service)."""
+    client_ms: float
+    """CPU of this process (the Python client library) per unit."""
+
+    @property
+    def total_ms(self) -> float:
+        return self.server_ms + self.client_ms
+
+
+def _process_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS_PER_SECOND
+
+
+def _own_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def messaging_floor(messages: int, payload_bytes: int, concurrency: int) -> Floor:
+    """CPU per message of publish (acknowledged), delivery and ack on a real
+    nats-server configured as the stack configures it."""
+    with tempfile.TemporaryDirectory(prefix="quire-floor-") as folder:
+        server = NatsServer(Path(folder), port=_free_port(), monitor_port=_free_port())
+        server.start()
+        try:
+            assert server.pid is not None
+            return asyncio.run(_messaging(server, messages, payload_bytes, concurrency))
+        finally:
+            server.stop()
+
+
+async def _messaging(server: NatsServer, messages: int, size: int, concurrency: int) -> Floor:
+    assert server.pid is not None
+    connection = await nats.connect(server.url)
+    try:
+        stream = connection.jetstream()
+        await stream.add_stream(
+            StreamConfig(
+                name="FLOOR",
+                subjects=["floor.>"],
+                retention=RetentionPolicy.WORK_QUEUE,
+                storage=StorageType.FILE,
+            )
+        )
+        payload = os.urandom(size)
+        server0, own0 = _process_seconds(server.pid), _own_seconds()
+        slots = asyncio.Semaphore(concurrency)
+
+        async def publish(index: int) -> None:
+            async with slots:
+                await stream.publish(
+                    f"floor.{index % 64}", payload, headers={"Nats-Msg-Id": f"m{index}"}
+                )
+
+        await asyncio.gather(*(publish(index) for index in range(messages)))
+        subscription = await stream.pull_subscribe(
+            "floor.>",
+            durable="floor",
+            config=ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, max_ack_pending=concurrency * 4),
+        )
+        received = 0
+        while received < messages:
+            batch = await subscription.fetch(min(concurrency, messages - received), timeout=10)
+            for message in batch:
+                await message.ack()
+            received += len(batch)
+        for _ in range(200):  # the acks are fire-and-forget, as Quire's are
+            if (await stream.stream_info("FLOOR")).state.messages == 0:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise RuntimeError("acknowledged messages were not removed from the stream")
+        server_seconds = _process_seconds(server.pid) - server0
+        own_seconds = _own_seconds() - own0
+    finally:
+        await connection.close()
+    return Floor(server_seconds / messages * 1000, own_seconds / messages * 1000)
+
+
+def rpc_floor(endpoint: str, service_pid: int, calls: int, concurrency: int) -> Floor:
+    """CPU per call of the gRPC health check against a running service."""
+    return asyncio.run(_rpcs(endpoint, service_pid, calls, concurrency))
+
+
+async def _rpcs(endpoint: str, service_pid: int, calls: int, concurrency: int) -> Floor:
+    async with grpc.aio.insecure_channel(endpoint) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        await health.Check(health_pb2.HealthCheckRequest())
+        service0, own0 = _process_seconds(service_pid), _own_seconds()
+        slots = asyncio.Semaphore(concurrency)
+
+        async def check() -> None:
+            async with slots:
+                await health.Check(health_pb2.HealthCheckRequest())
+
+        await asyncio.gather(*(check() for _ in range(calls)))
+        service_seconds = _process_seconds(service_pid) - service0
+        own_seconds = _own_seconds() - own0
+    return Floor(service_seconds / calls * 1000, own_seconds / calls * 1000)
