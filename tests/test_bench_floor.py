@@ -1,0 +1,107 @@
+"""``make bench``'s floor (``bench/floor.py``): the cost of one queue message on
+a real nats-server configured as the stack's, and of one empty gRPC call to a
+real server process, and the arithmetic that sets them against issue 14's
+aims."""
+
+from __future__ import annotations
+
+import importlib
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _bench_module(name: str) -> ModuleType:
+    """A module of ``bench/`` (a folder of scripts, not a package), imported as
+    its scripts import each other."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+HEALTH_SERVER = textwrap.dedent(
+    """
+    import asyncio, sys
+    import grpc
+    from grpc_health.v1 import health, health_pb2_grpc
+
+    async def main():
+        server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
+        server.add_insecure_port(sys.argv[1])
+        await server.start()
+        await server.wait_for_termination()
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_a_queue_message_costs_the_server_and_the_client_something_and_is_removed() -> None:
+    floor = _bench_module("floor")
+    # It raises unless every message was acknowledged and left the work queue.
+    measured = floor.messaging_floor(600, 580, 8)
+    assert 0 < measured.server_ms < 20
+    assert 0 < measured.client_ms < 20
+    assert measured.total_ms == pytest.approx(measured.server_ms + measured.client_ms)
+
+
+def test_an_empty_call_is_charged_to_the_server_process_and_to_the_caller() -> None:
+    floor = _bench_module("floor")
+    endpoint = f"127.0.0.1:{_free_port()}"
+    server = subprocess.Popen([sys.executable, "-c", HEALTH_SERVER, endpoint])
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with socket.create_connection(tuple(endpoint.split(":")), timeout=0.5):  # type: ignore[arg-type]
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "the health server did not start"
+                time.sleep(0.05)
+        measured = floor.rpc_floor(endpoint, server.pid, 800, 8)
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+    assert 0 < measured.server_ms < 20
+    assert 0 < measured.client_ms < 20
+
+
+def test_the_floor_is_set_against_the_room_each_aim_leaves(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench = _bench_module("pipeline_bench")
+    floor = _bench_module("floor")
+    bench.print_floor(
+        bare_ms=12.2,
+        total_ms=100.0,
+        messages=12.0,
+        message_bytes=581,
+        message=floor.Floor(0.223, 0.113),
+        call=floor.Floor(0.185, 0.124),
+        wire_ms=1.42,
+        cores=2,
+    )
+    out = capsys.readouterr().out
+    # 12 x 0.336 + 5 x 0.309 + 1.42 = 4.032 + 1.545 + 1.42
+    assert "floor 7.00 ms CPU per job" in out
+    assert "CPU aim 0.3 x bare = 3.66 ms" in out
+    assert "(1/0.8 - 1) x bare = 3.05 ms" in out
+    # 2 cores / (12.2 + 6.997) ms and 2 / 12.2 ms
+    assert "cannot pass 104.2 packets/s of the bare 163.9" in out
