@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
-import socket
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
 
 from quire.stack.natsserver import NatsServer
+from quire.stack.ports import free_port
 
 __all__ = ["Floor", "messaging_floor", "rpc_floor"]
 
@@ -65,17 +65,11 @@ def _own_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def messaging_floor(messages: int, payload_bytes: int, concurrency: int) -> Floor:
     """CPU per message of publish (acknowledged), delivery and ack on a real
     nats-server configured as the stack configures it."""
     with tempfile.TemporaryDirectory(prefix="quire-floor-") as folder:
-        server = NatsServer(Path(folder), port=_free_port(), monitor_port=_free_port())
+        server = NatsServer(Path(folder), port=free_port(), monitor_port=free_port())
         server.start()
         try:
             assert server.pid is not None

@@ -16,6 +16,8 @@ from types import ModuleType
 
 import pytest
 
+from quire.stack.ports import free_port
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
@@ -27,12 +29,6 @@ def _bench_module(name: str) -> ModuleType:
         return importlib.import_module(name)
     finally:
         sys.path.remove(str(BENCH))
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 HEALTH_SERVER = textwrap.dedent(
@@ -64,7 +60,7 @@ def test_a_queue_message_costs_the_server_and_the_client_something_and_is_remove
 
 def test_an_empty_call_is_charged_to_the_server_process_and_to_the_caller() -> None:
     floor = _bench_module("floor")
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     server = subprocess.Popen([sys.executable, "-c", HEALTH_SERVER, endpoint])
     try:
         deadline = time.monotonic() + 20
