@@ -120,10 +120,10 @@ def as_utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def insert_if_absent(session: Connection, table: Table, values: dict[str, Any]) -> bool:
+def insert_if_absent(connection: Connection, table: Table, values: dict[str, Any]) -> bool:
     """INSERT ... ON CONFLICT DO NOTHING; True when a row was inserted."""
-    statement = _insert_if_absent(table, session.dialect.name, tuple(sorted(values)))
-    return session.execute(statement, values).first() is not None
+    statement = _insert_if_absent(table, connection.dialect.name, tuple(sorted(values)))
+    return connection.execute(statement, values).first() is not None
 
 
 @functools.lru_cache(maxsize=256)

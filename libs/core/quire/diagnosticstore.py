@@ -195,17 +195,17 @@ class DiagnosticsStore:
         """Record that ``reader`` reads ``job``'s diagnostics, then what it reads."""
         return await self._db.run(lambda s: self._read(s, job, reader[:256]))
 
-    def _read(self, session: Connection, job: str, reader: str) -> Reading:
+    def _read(self, connection: Connection, job: str, reader: str) -> Reading:
         now = self._clock()
         d, r = self._t.diagnostics, self._t.reads
-        rows = session.execute(
+        rows = connection.execute(
             select(d)
             .where(d.c.job == job, d.c.expire_time > now)
             .order_by(d.c.create_time, d.c.id)
             .limit(MAX_LISTED)
         ).all()
-        session.execute(insert(r).values(job=job, reader=reader, read_at=now))
-        reads = session.execute(
+        connection.execute(insert(r).values(job=job, reader=reader, read_at=now))
+        reads = connection.execute(
             select(r.c.reader, r.c.read_at)
             .where(r.c.job == job)
             .order_by(r.c.id.desc())
@@ -238,12 +238,12 @@ class DiagnosticsStore:
         once they are older than the retention; how many diagnostics went."""
         return await self._db.run(self._sweep)
 
-    def _sweep(self, session: Connection) -> int:
+    def _sweep(self, connection: Connection) -> int:
         now = self._clock()
         d, r = self._t.diagnostics, self._t.reads
-        deleted = session.execute(delete(d).where(d.c.expire_time <= now))
+        deleted = connection.execute(delete(d).where(d.c.expire_time <= now))
         gone = deleted.rowcount or 0  # type: ignore[attr-defined]
-        session.execute(
+        connection.execute(
             delete(r).where(
                 r.c.read_at <= now - self._retention,
                 r.c.job.not_in(select(d.c.job).distinct()),

@@ -36,7 +36,7 @@ Outcome = tuple[bool, Any]
 
 
 class BatchCommit(Generic[I, R]):
-    """Items written together by ``write(session, items)``, which returns one
+    """Items written together by ``write(connection, items)``, which returns one
     result per item, in order."""
 
     def __init__(
@@ -83,9 +83,9 @@ class BatchCommit(Generic[I, R]):
         finally:
             self._committing = False
 
-    def _together(self, session: Connection, *, items: list[I]) -> list[Outcome]:
+    def _together(self, connection: Connection, *, items: list[I]) -> list[Outcome]:
         try:
-            results = self._write(session, items)
+            results = self._write(connection, items)
         except Exception as error:  # noqa: BLE001 - written again, item by item
             raise _GroupFailed() from error
         return [(True, result) for result in results]
@@ -96,12 +96,12 @@ class BatchCommit(Generic[I, R]):
         except Exception as error:  # noqa: BLE001 - the commit itself failed: all fail
             return [(False, error)] * len(items)
 
-    def _isolated(self, session: Connection, *, items: list[I]) -> list[Outcome]:
+    def _isolated(self, connection: Connection, *, items: list[I]) -> list[Outcome]:
         outcomes: list[Outcome] = []
         for item in items:
             try:
-                with session.begin_nested():
-                    outcomes.append((True, self._write(session, [item])[0]))
+                with connection.begin_nested():
+                    outcomes.append((True, self._write(connection, [item])[0]))
             except Exception as error:  # noqa: BLE001 - handed to this item's caller
                 outcomes.append((False, error))
         return outcomes
@@ -111,12 +111,12 @@ class _GroupFailed(Exception):
     """The group's write raised: its transaction is rolled back."""
 
 
-def _each(session: Connection, works: list[Callable[[Connection], Any]]) -> list[Any]:
-    return [work(session) for work in works]
+def _each(connection: Connection, works: list[Callable[[Connection], Any]]) -> list[Any]:
+    return [work(connection) for work in works]
 
 
 class GroupCommit:
-    """Independent pieces of work, each ``work(session)``, committed in groups."""
+    """Independent pieces of work, each ``work(connection)``, committed in groups."""
 
     def __init__(self, database: Database, *, max_batch: int = 64) -> None:
         self._batches: BatchCommit[Callable[[Connection], Any], Any] = BatchCommit(

@@ -148,28 +148,28 @@ class RequestOnce(Generic[M]):
     def request_id(self) -> str:
         return str(getattr(self.request, "request_id", ""))
 
-    def run(self, session: Connection, act: Callable[[], M]) -> M:
+    def run(self, connection: Connection, act: Callable[[], M]) -> M:
         """The stored reply of this request, or ``act``'s, remembered; in the
         caller's transaction, which must be the one ``act`` writes in."""
         if not self.request_id:
             return act()
-        replay = self._claim(session)
+        replay = self._claim(connection)
         if replay is not None:
             return replay
         reply = act()
-        session.execute(
+        connection.execute(
             update(self.table)
             .where(*self._where())
             .values(response=self.keep(reply).SerializeToString())
         )
         return reply
 
-    def replayed(self, session: Connection) -> M | None:
+    def replayed(self, connection: Connection) -> M | None:
         """The reply this request got before, if remembered; refuses the id
         reused for a different request."""
         if not self.request_id:
             return None
-        row = session.execute(select(self.table).where(*self._where())).first()
+        row = connection.execute(select(self.table).where(*self._where())).first()
         if row is None or as_utc(row.created_at) <= datetime.now(UTC) - WINDOW:
             return None
         return self._reply(row)
@@ -184,22 +184,22 @@ class RequestOnce(Generic[M]):
         reply = await act()
         return await database.run(lambda s: self.remember(s, reply))
 
-    def remember(self, session: Connection, reply: M) -> M:
+    def remember(self, connection: Connection, reply: M) -> M:
         """Store ``reply`` as this request's; if a concurrent identical request
         stored one first, that one is the answer."""
         if not self.request_id:
             return reply
-        replay = self._claim(session, self.keep(reply).SerializeToString())
+        replay = self._claim(connection, self.keep(reply).SerializeToString())
         return reply if replay is None else replay
 
-    def _claim(self, session: Connection, response: bytes = b"") -> M | None:
+    def _claim(self, connection: Connection, response: bytes = b"") -> M | None:
         """Take the id for this request (None), or the reply it already has."""
         now = datetime.now(UTC)
-        session.execute(
+        connection.execute(
             delete(self.table).where(*self._where(), self.table.c.created_at <= now - WINDOW)
         )
         claimed = insert_if_absent(
-            session,
+            connection,
             self.table,
             {
                 "scope": self.scope,
@@ -212,7 +212,7 @@ class RequestOnce(Generic[M]):
         )
         if claimed:
             return None
-        row = session.execute(select(self.table).where(*self._where())).one()
+        row = connection.execute(select(self.table).where(*self._where())).one()
         return self._reply(row)
 
     def _reply(self, row: object) -> M:

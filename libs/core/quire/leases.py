@@ -92,16 +92,18 @@ class LeaseStore:
         """Take a new token for ``job``, superseding every earlier delivery."""
         return await self._db.run(lambda s: self._acquire(s, job))
 
-    def _acquire(self, session: Connection, job: str) -> Lease:
+    def _acquire(self, connection: Connection, job: str) -> Lease:
         # One atomic statement, so concurrent deliveries always get distinct tokens.
         now = datetime.now(UTC)
-        row = session.execute(self._next_token, {"b_job": job, "b_now": now}).first()
+        row = connection.execute(self._next_token, {"b_job": job, "b_now": now}).first()
         if row is None:
             if insert_if_absent(
-                session, self._table, {"job": job, "token": 1, "updated_at": now, "leased_at": now}
+                connection,
+                self._table,
+                {"job": job, "token": 1, "updated_at": now, "leased_at": now},
             ):
                 return Lease(job=job, token=1, committed=None)
-            return self._acquire(session, job)  # another delivery inserted it first
+            return self._acquire(connection, job)  # another delivery inserted it first
         committed = None
         if row.outcome is not None:
             committed = queue_pb2.StageOutcome.FromString(row.outcome)
@@ -118,13 +120,13 @@ class LeaseStore:
 
     def complete_in(
         self,
-        session: Connection,
+        connection: Connection,
         lease: Lease,
         outcome: queue_pb2.StageOutcome,
         record: Callable[[Connection], None] | None = None,
     ) -> bool:
         """``complete`` inside the caller's transaction."""
-        result = session.execute(
+        result = connection.execute(
             self._commit,
             {
                 "b_job": lease.job,
@@ -136,12 +138,12 @@ class LeaseStore:
         if result is None:
             return False
         if record is not None:
-            record(session)
+            record(connection)
         return True
 
     async def current_token(self, job: str) -> int | None:
-        def read(session: Connection) -> int | None:
-            return session.execute(
+        def read(connection: Connection) -> int | None:
+            return connection.execute(
                 select(self._table.c.token).where(self._table.c.job == job)
             ).scalar_one_or_none()
 

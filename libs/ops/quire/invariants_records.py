@@ -45,22 +45,22 @@ def _job_of_lease(key: str) -> str:
     return job
 
 
-def read_assemblies(session: Connection) -> dict[str, PacketRef]:
+def read_assemblies(connection: Connection) -> dict[str, PacketRef]:
     """The assembler's ``assemblies`` rows: the packet committed for each job."""
     table = assembler_tables.assemblies
-    rows = session.execute(
+    rows = connection.execute(
         select(table.c.job, table.c.blob_key, table.c.sha256, table.c.size_bytes)
     )
     return {row.job: PacketRef(row.blob_key, row.sha256, int(row.size_bytes)) for row in rows}
 
 
-def read_handed_packets(session: Connection, leases: Table) -> dict[str, list[PacketRef]]:
+def read_handed_packets(connection: Connection, leases: Table) -> dict[str, list[PacketRef]]:
     """The packet named by ``next_task.assembled`` of each committed outcome
     in a stage's lease table, by job; outcomes that hand nothing on, or name
     no packet, are left out. An outcome that does not decode names the empty
     packet, which matches no record."""
     handed: dict[str, list[PacketRef]] = defaultdict(list)
-    rows = session.execute(
+    rows = connection.execute(
         select(leases.c.job, leases.c.outcome).where(leases.c.outcome.is_not(None))
     )
     for row in rows:

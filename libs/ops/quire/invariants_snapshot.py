@@ -94,9 +94,9 @@ class Snapshot:
     """The packet each committed signer outcome signed (its sign task's)."""
 
 
-def _accepted(session: Connection) -> dict[str, AcceptedJob]:
+def _accepted(connection: Connection) -> dict[str, AcceptedJob]:
     table = admission_tables.jobs
-    rows = session.execute(select(table.c.job, table.c.tenant))
+    rows = connection.execute(select(table.c.job, table.c.tenant))
     return {row.job: AcceptedJob(row.job, row.tenant) for row in rows}
 
 
@@ -136,9 +136,9 @@ def _entry(row: Any) -> LedgerEntry:
     )
 
 
-def _ledger(session: Connection) -> list[LedgerEntry]:
+def _ledger(connection: Connection) -> list[LedgerEntry]:
     table = audit_tables.ledger
-    rows = session.execute(
+    rows = connection.execute(
         select(
             table.c.sequence,
             table.c.event_id,
@@ -153,15 +153,15 @@ def _ledger(session: Connection) -> list[LedgerEntry]:
     return [_entry(row) for row in rows]
 
 
-def _views(session: Connection) -> dict[str, JobView]:
+def _views(connection: Connection) -> dict[str, JobView]:
     table = audit_tables.jobs
-    rows = session.execute(select(table.c.job, table.c.state))
+    rows = connection.execute(select(table.c.job, table.c.state))
     return {row.job: JobView(row.job, row.state) for row in rows}
 
 
-def _signatures(session: Connection) -> dict[str, SignatureRecord]:
+def _signatures(connection: Connection) -> dict[str, SignatureRecord]:
     table = signer_tables.signatures
-    rows = session.execute(select(table.c.job, table.c.blob_key, table.c.sha256))
+    rows = connection.execute(select(table.c.job, table.c.blob_key, table.c.sha256))
     return {row.job: SignatureRecord(row.job, row.blob_key, row.sha256 or "") for row in rows}
 
 
@@ -186,19 +186,19 @@ def read_snapshot(data_dir: Path, env: Mapping[str, str], *, stopped: bool) -> S
     try:
         accepted: dict[str, AcceptedJob] = {}
         if "admission" in engines:
-            with engines["admission"].begin() as session:
-                accepted = _accepted(session)
+            with engines["admission"].begin() as connection:
+                accepted = _accepted(connection)
         ledger: list[LedgerEntry] = []
         views: dict[str, JobView] = {}
         verification = None
         if "audit" in engines:
             audit_dir = service_settings(data_dir, "audit", env).service_dir
             checkpoints = _checkpoints(audit_dir)
-            with engines["audit"].begin() as session:
-                ledger = _ledger(session)
-                views = _views(session)
+            with engines["audit"].begin() as connection:
+                ledger = _ledger(connection)
+                views = _views(connection)
                 verification = verify_ledger(
-                    session,
+                    connection,
                     checkpoints.checkpoints,
                     heads=checkpoints.heads,
                     refused=checkpoints.refused,
@@ -206,15 +206,15 @@ def read_snapshot(data_dir: Path, env: Mapping[str, str], *, stopped: bool) -> S
         assemblies: dict[str, PacketRef] = {}
         assembler_handed: dict[str, list[PacketRef]] = {}
         if "assembler" in engines:
-            with engines["assembler"].begin() as session:
-                assemblies = read_assemblies(session)
-                assembler_handed = read_handed_packets(session, assembler_tables.leases)
+            with engines["assembler"].begin() as connection:
+                assemblies = read_assemblies(connection)
+                assembler_handed = read_handed_packets(connection, assembler_tables.leases)
         signatures: dict[str, SignatureRecord] = {}
         signer_inputs: dict[str, list[PacketRef]] = {}
         if "signer" in engines:
-            with engines["signer"].begin() as session:
-                signatures = _signatures(session)
-                signer_inputs = read_handed_packets(session, signer_tables.leases)
+            with engines["signer"].begin() as connection:
+                signatures = _signatures(connection)
+                signer_inputs = read_handed_packets(connection, signer_tables.leases)
     finally:
         for engine in engines.values():
             engine.dispose()

@@ -183,26 +183,28 @@ def _sources(task: bytes) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
     )
 
 
-def _admission(session: Connection) -> tuple[dict[str, TenantStorage], list[Upload], dict]:
-    tenant_ids = list(session.execute(select(admission_tables.tenants.c.id)).scalars())
+def _admission(connection: Connection) -> tuple[dict[str, TenantStorage], list[Upload], dict]:
+    tenant_ids = list(connection.execute(select(admission_tables.tenants.c.id)).scalars())
     table = admission_tables.sources
     uploads = [
         Upload(r.tenant, r.sha256, r.size_bytes, r.blob_key, as_utc(r.created_at))
-        for r in session.execute(select(table))
+        for r in connection.execute(select(table))
     ]
     jobs = admission_tables.jobs
     accepted = {
         r.job: AcceptedJob(r.job, r.tenant, as_utc(r.created_at), *_sources(r.task))
-        for r in session.execute(select(jobs.c.job, jobs.c.tenant, jobs.c.created_at, jobs.c.task))
+        for r in connection.execute(
+            select(jobs.c.job, jobs.c.tenant, jobs.c.created_at, jobs.c.task)
+        )
     }
-    return read_storage(session, tenant_ids), uploads, accepted
+    return read_storage(connection, tenant_ids), uploads, accepted
 
 
-def _ledger(session: Connection) -> tuple[dict[str, LedgerJob], frozenset[str]]:
+def _ledger(connection: Connection) -> tuple[dict[str, LedgerJob], frozenset[str]]:
     table = audit_tables.ledger
     jobs: dict[str, LedgerJob] = {}
     unused: set[str] = set()
-    for row in session.execute(select(table.c.job, table.c.event).order_by(table.c.sequence)):
+    for row in connection.execute(select(table.c.job, table.c.event).order_by(table.c.sequence)):
         try:
             event = queue_pb2.TransitionEvent.FromString(row.event)
         except DecodeError:
@@ -215,8 +217,8 @@ def _ledger(session: Connection) -> tuple[dict[str, LedgerJob], frozenset[str]]:
     return jobs, frozenset(unused)
 
 
-def _blobs(session: Connection, table: object) -> dict[str, StoredBlob]:
-    rows = session.execute(
+def _blobs(connection: Connection, table: object) -> dict[str, StoredBlob]:
+    rows = connection.execute(
         select(table.c.job, table.c.blob_key, table.c.sha256, table.c.size_bytes)  # type: ignore[attr-defined]
     )
     return {
@@ -224,10 +226,10 @@ def _blobs(session: Connection, table: object) -> dict[str, StoredBlob]:
     }
 
 
-def _pinned(session: Connection) -> dict[str, frozenset[str]]:
+def _pinned(connection: Connection) -> dict[str, frozenset[str]]:
     table = validator_tables.source_pins
     jobs: dict[str, set[str]] = {}
-    for row in session.execute(select(table.c.job, table.c.blob_key)):
+    for row in connection.execute(select(table.c.job, table.c.blob_key)):
         jobs.setdefault(row.blob_key, set()).add(row.job)
     return {key: frozenset(names) for key, names in jobs.items()}
 
@@ -252,25 +254,25 @@ def read_records(data_dir: Path, env: Mapping[str, str]) -> Records:
         uploads: list[Upload] = []
         accepted: dict[str, AcceptedJob] = {}
         if "admission" in engines:
-            with engines["admission"].begin() as session:
-                tenants, uploads, accepted = _admission(session)
+            with engines["admission"].begin() as connection:
+                tenants, uploads, accepted = _admission(connection)
         pinned: dict[str, frozenset[str]] = {}
         if "validator" in engines:
-            with engines["validator"].begin() as session:
-                pinned = _pinned(session)
+            with engines["validator"].begin() as connection:
+                pinned = _pinned(connection)
         ledger: dict[str, LedgerJob] = {}
         unused: frozenset[str] = frozenset()
         if "audit" in engines:
-            with engines["audit"].begin() as session:
-                ledger, unused = _ledger(session)
+            with engines["audit"].begin() as connection:
+                ledger, unused = _ledger(connection)
         packets: dict[str, StoredBlob] = {}
         if "assembler" in engines:
-            with engines["assembler"].begin() as session:
-                packets = _blobs(session, assembler_tables.assemblies)
+            with engines["assembler"].begin() as connection:
+                packets = _blobs(connection, assembler_tables.assemblies)
         artifacts: dict[str, StoredBlob] = {}
         if "signer" in engines:
-            with engines["signer"].begin() as session:
-                artifacts = _blobs(session, signer_tables.signatures)
+            with engines["signer"].begin() as connection:
+                artifacts = _blobs(connection, signer_tables.signatures)
     finally:
         for engine in engines.values():
             engine.dispose()

@@ -148,9 +148,9 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         weight = _weight(request.limits)
         once = self._once(request, pb.CreateTenantResponse, keep=_without_secret)
 
-        def create(session: Connection) -> pb.CreateTenantResponse:
+        def create(connection: Connection) -> pb.CreateTenantResponse:
             tenant, secret = self._tenants.create_tenant_in(
-                session,
+                connection,
                 request.display_name,
                 max_upload_bytes=request.limits.max_upload_bytes,
                 max_outstanding_jobs=request.limits.max_outstanding_jobs,
@@ -188,16 +188,16 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         weight = _weight(request.limits)
         tenant_id = _tenant_id(request.name)
 
-        def update(session: Connection) -> pb.Tenant:
+        def update(connection: Connection) -> pb.Tenant:
             tenant = self._tenants.update_limits_in(
-                session,
+                connection,
                 tenant_id,
                 max_upload_bytes=request.limits.max_upload_bytes,
                 max_outstanding_jobs=request.limits.max_outstanding_jobs,
                 storage_quota_bytes=storage.storage_quota_bytes or 0,
                 scheduling_weight=weight,
             )
-            return _tenant(tenant, [], read_storage(session, [tenant_id])[tenant_id])
+            return _tenant(tenant, [], read_storage(connection, [tenant_id])[tenant_id])
 
         reply = await self._run(self._once(request, pb.Tenant), update)
         self._tenants.forget_verified()
@@ -211,9 +211,9 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         tenant_id = _tenant_id(request.name)
         periods = _storage(pb.TenantLimits(), request.retention)
 
-        def update(session: Connection) -> pb.Tenant:
+        def update(connection: Connection) -> pb.Tenant:
             tenant, storage = self._tenants.update_retention_in(
-                session, tenant_id, **{name: getattr(periods, name) or 0 for name in PERIODS}
+                connection, tenant_id, **{name: getattr(periods, name) or 0 for name in PERIODS}
             )
             return _tenant(tenant, [], storage)
 
@@ -245,8 +245,8 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         await self._tenants.authenticate_operator(context)
         tenant_id = _tenant_id(request.tenant)
 
-        def create(session: Connection) -> pb.CreateTokenResponse:
-            record, secret = self._tenants.create_token_in(session, tenant_id)
+        def create(connection: Connection) -> pb.CreateTokenResponse:
+            record, secret = self._tenants.create_token_in(connection, tenant_id)
             return pb.CreateTokenResponse(token=_token(record), secret=secret)
 
         return await self._run(

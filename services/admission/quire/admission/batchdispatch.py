@@ -203,15 +203,15 @@ class BatchDispatcher:
             return _Page()
         return await self._db.run(lambda s: self._page(s, tenant, allowed, quota))
 
-    def _page(self, session: Connection, tenant: str, allowed: int, quota: int) -> _Page:
+    def _page(self, connection: Connection, tenant: str, allowed: int, quota: int) -> _Page:
         """Create up to ``allowed`` children of the tenant's oldest DISPATCHING batch."""
-        if not self._lease.holds(session):
+        if not self._lease.holds(connection):
             return _Page()
-        room = quota - count_outstanding(session, tenant)
+        room = quota - count_outstanding(connection, tenant)
         if room <= 0:
             return _Page(over_quota=True)
         batches, packets = tables.batches, tables.batch_packets
-        batch = session.execute(
+        batch = connection.execute(
             select(batches)
             .where(batches.c.tenant == tenant, batches.c.state == "DISPATCHING")
             .order_by(batches.c.created_at, batches.c.batch)
@@ -220,7 +220,7 @@ class BatchDispatcher:
         ).first()
         if batch is None:
             return _Page()
-        rows = session.execute(
+        rows = connection.execute(
             select(packets)
             .where(packets.c.batch == batch.batch, packets.c.index >= batch.next_index)
             .order_by(packets.c.index)
@@ -228,16 +228,18 @@ class BatchDispatcher:
         ).all()
         page = _Page()
         for row in rows:
-            accepted = self._intake.create_child(session, tenant, _request(row), batch=batch.batch)
+            accepted = self._intake.create_child(
+                connection, tenant, _request(row), batch=batch.batch
+            )
             if accepted.handoff is not None:
                 page.handoffs.append(accepted.handoff)
-            session.execute(
+            connection.execute(
                 update(packets)
                 .where(packets.c.batch == row.batch, packets.c.index == row.index)
                 .values(job=accepted.name)
             )
         next_index = batch.next_index + len(rows)
-        session.execute(
+        connection.execute(
             update(batches)
             .where(batches.c.batch == batch.batch)
             .values(
@@ -297,14 +299,14 @@ def _request(packet: Any) -> pb.SubmitJobRequest:
     )
 
 
-def _plan(session: Connection, admission: AdmissionSettings) -> _Plan:
+def _plan(connection: Connection, admission: AdmissionSettings) -> _Plan:
     batches, tenants = tables.batches, tables.tenants
-    in_flight = session.execute(
+    in_flight = connection.execute(
         select(
             func.coalesce(func.sum(batches.c.dispatched_count - batches.c.terminal_count), 0)
         ).where(batches.c.finished_at.is_(None))
     ).scalar_one()
-    rows = session.execute(
+    rows = connection.execute(
         select(tenants.c.id, tenants.c.scheduling_weight, tenants.c.max_outstanding_jobs).where(
             tenants.c.id.in_(
                 select(batches.c.tenant).where(batches.c.state == "DISPATCHING").distinct()

@@ -59,23 +59,23 @@ def batch_name(name: str) -> str:
     return name
 
 
-def _owned(session: Connection, tenant: str, name: str, *, lock: bool = False) -> Any:
+def _owned(connection: Connection, tenant: str, name: str, *, lock: bool = False) -> Any:
     table = tables.batches
     query = select(table).where(table.c.batch == name, table.c.tenant == tenant)
-    row = session.execute(query.with_for_update() if lock else query).first()
+    row = connection.execute(query.with_for_update() if lock else query).first()
     if row is None:
         raise NotFound("batch not found")
     return row
 
 
 def _job_counts(
-    session: Connection, name: str, running: Counter[str], in_flight: int
+    connection: Connection, name: str, running: Counter[str], in_flight: int
 ) -> Counter[str]:
     """Ended jobs by their final state (admission's record), running ones by
     audit's view; a job audit has not recorded yet is ACCEPTED."""
     packets = tables.batch_packets
     counts: Counter[str] = Counter()
-    for state, count in session.execute(
+    for state, count in connection.execute(
         select(packets.c.final_state, func.count())
         .where(
             packets.c.batch == name,
@@ -212,12 +212,12 @@ class Batches:
         return await self._db.read(lambda s: self._view(s, tenant.id, name, running))
 
     def _view(
-        self, session: Connection, tenant: str, name: str, running: dict[str, Any]
+        self, connection: Connection, tenant: str, name: str, running: dict[str, Any]
     ) -> batch_pb2.Batch:
-        row = _owned(session, tenant, name)
+        row = _owned(connection, tenant, name)
         states = Counter(state_name(job.state) for job in running.values())
         in_flight = row.dispatched_count - row.terminal_count
-        return batch_message(row, _job_counts(session, name, states, in_flight))
+        return batch_message(row, _job_counts(connection, name, states, in_flight))
 
     async def list_jobs(
         self, tenant: Tenant, request: batch_pb2.ListBatchJobsRequest
@@ -232,10 +232,10 @@ class Batches:
         after = int(str(page.after[0])) if page.after else -1
         packets = tables.batch_packets
 
-        def read(session: Connection) -> list[Any]:
-            _owned(session, tenant.id, name)
+        def read(connection: Connection) -> list[Any]:
+            _owned(connection, tenant.id, name)
             return list(
-                session.execute(
+                connection.execute(
                     select(packets)
                     .where(packets.c.batch == name, packets.c.index > after)
                     .order_by(packets.c.index)
@@ -265,20 +265,22 @@ class Batches:
 
         return await once.around(self._db, act)
 
-    def _cancel(self, session: Connection, tenant: str, name: str) -> batch_pb2.CancelBatchResponse:
+    def _cancel(
+        self, connection: Connection, tenant: str, name: str
+    ) -> batch_pb2.CancelBatchResponse:
         """One transaction, the batch row locked: the dispatcher's next page
         re-reads the state and creates nothing once this commits."""
-        row = _owned(session, tenant, name, lock=True)
+        row = _owned(connection, tenant, name, lock=True)
         now = datetime.now(UTC)
         batches, packets = tables.batches, tables.batch_packets
         if row.state in ("DISPATCHING", "FINISHING"):
             stopped = row.packet_count - row.next_index
-            session.execute(
+            connection.execute(
                 update(packets)
                 .where(packets.c.batch == name, packets.c.index >= row.next_index)
                 .values(final_state=UNDISPATCHED, finished_at=now)
             )
-            session.execute(
+            connection.execute(
                 update(batches)
                 .where(batches.c.batch == name)
                 .values(
@@ -289,11 +291,11 @@ class Batches:
                     updated_at=now,
                 )
             )
-            settle_batch(session, name, now)
-            row = _owned(session, tenant, name)
+            settle_batch(connection, name, now)
+            row = _owned(connection, tenant, name)
         in_flight = row.dispatched_count - row.terminal_count
         return batch_pb2.CancelBatchResponse(
-            batch=batch_message(row, _job_counts(session, name, Counter(), in_flight)),
+            batch=batch_message(row, _job_counts(connection, name, Counter(), in_flight)),
             not_dispatched_cancelled=row.cancelled_undispatched,
             in_flight_finishing=in_flight,
             already_terminal=row.terminal_count,
@@ -306,12 +308,12 @@ def _copy(packet: batch_pb2.BatchPacket) -> batch_pb2.BatchPacket:
     return copied
 
 
-def _uploaded(session: Connection, tenant: str, digests: list[str]) -> dict[str, bool]:
+def _uploaded(connection: Connection, tenant: str, digests: list[str]) -> dict[str, bool]:
     source = tables.sources
     found: dict[str, bool] = {}
     for start in range(0, len(digests), DIGESTS_PER_QUERY):
         chunk = digests[start : start + DIGESTS_PER_QUERY]
-        for row in session.execute(
+        for row in connection.execute(
             select(source.c.sha256).where(source.c.tenant == tenant, source.c.sha256.in_(chunk))
         ):
             found[row.sha256] = True
@@ -319,12 +321,12 @@ def _uploaded(session: Connection, tenant: str, digests: list[str]) -> dict[str,
 
 
 def _persist(
-    session: Connection, tenant: str, request_id: str, packets: list[batch_pb2.BatchPacket]
+    connection: Connection, tenant: str, request_id: str, packets: list[batch_pb2.BatchPacket]
 ) -> batch_pb2.Batch:
     """The batch row and every packet row, in the caller's one transaction."""
     now = datetime.now(UTC)
     name = f"{BATCH_PREFIX}{secrets.token_hex(16)}"
-    session.execute(
+    connection.execute(
         tables.batches.insert(),
         {
             "batch": name,
@@ -340,7 +342,7 @@ def _persist(
             "updated_at": now,
         },
     )
-    session.execute(
+    connection.execute(
         tables.batch_packets.insert(),
         [
             {
@@ -352,7 +354,7 @@ def _persist(
             for index, (packet, bundle) in enumerate(zip(packets, bundle_ids(packets), strict=True))
         ],
     )
-    row = session.execute(select(tables.batches).where(tables.batches.c.batch == name)).one()
+    row = connection.execute(select(tables.batches).where(tables.batches.c.batch == name)).one()
     return batch_message(row)
 
 

@@ -24,10 +24,10 @@ log = logging.getLogger(__name__)
 SWEEP_BATCH = 100
 
 
-def undispatched(session: Connection, cutoff: datetime) -> list[str]:
+def undispatched(connection: Connection, cutoff: datetime) -> list[str]:
     """The oldest jobs accepted by ``cutoff`` and not yet marked dispatched."""
     table = tables.jobs
-    rows = session.execute(
+    rows = connection.execute(
         select(table.c.job)
         .where(table.c.dispatched_at.is_(None), table.c.created_at <= cutoff)
         .order_by(table.c.created_at)

@@ -30,15 +30,15 @@ class DispatchLease:
     """This process: unique per start, so a restarted replica is a new holder."""
     seconds: float
 
-    def take(self, session: Connection) -> bool:
+    def take(self, connection: Connection) -> bool:
         """Take or renew the lease; False while another holder's is live."""
         table = tables.dispatch_lease
         now = datetime.now(UTC)
         expires = now + timedelta(seconds=self.seconds)
         row = {"duty": DUTY, "holder": self.holder, "expires_at": expires}
-        if insert_if_absent(session, table, row):
+        if insert_if_absent(connection, table, row):
             return True
-        taken = session.execute(
+        taken = connection.execute(
             update(table)
             .where(
                 table.c.duty == DUTY,
@@ -48,20 +48,20 @@ class DispatchLease:
         )
         return bool(taken.rowcount == 1)  # type: ignore[attr-defined]
 
-    def holds(self, session: Connection) -> bool:
+    def holds(self, connection: Connection) -> bool:
         """Whether this process holds a live lease, read in the caller's transaction."""
         table = tables.dispatch_lease
-        row = session.execute(select(table).where(table.c.duty == DUTY)).first()
+        row = connection.execute(select(table).where(table.c.duty == DUTY)).first()
         return (
             row is not None
             and row.holder == self.holder
             and as_utc(row.expires_at) > datetime.now(UTC)
         )
 
-    def release(self, session: Connection) -> None:
+    def release(self, connection: Connection) -> None:
         """On drain: let another replica take over at once."""
         table = tables.dispatch_lease
-        session.execute(
+        connection.execute(
             update(table)
             .where(table.c.duty == DUTY, table.c.holder == self.holder)
             .values(expires_at=datetime.now(UTC))

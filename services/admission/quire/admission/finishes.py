@@ -42,7 +42,7 @@ def _ended(job: job_pb2.Job | None) -> bool:
     return job is not None and state_name(job.state) in TERMINAL_STATES
 
 
-def _watched(session: Connection, *, after: str, limit: int) -> list[Any]:
+def _watched(connection: Connection, *, after: str, limit: int) -> list[Any]:
     """Unrecorded jobs after ``after`` (by name) that a batch or an endpoint waits for.
 
     Read from what waits, not from the jobs: the unfinished batches' children
@@ -51,12 +51,12 @@ def _watched(session: Connection, *, after: str, limit: int) -> list[Any]:
     ends were recorded long ago, nor with other tenants' jobs."""
     jobs, batches, endpoints = tables.jobs, tables.batches, tables.notification_endpoints
     open_batches = list(
-        session.execute(select(batches.c.batch).where(batches.c.finished_at.is_(None))).scalars()
+        connection.execute(select(batches.c.batch).where(batches.c.finished_at.is_(None))).scalars()
     )
     found: list[Any] = []
     if open_batches:
         found.extend(
-            session.execute(
+            connection.execute(
                 select(*_COLUMNS)
                 .where(
                     jobs.c.batch.in_(open_batches),
@@ -67,9 +67,9 @@ def _watched(session: Connection, *, after: str, limit: int) -> list[Any]:
                 .limit(limit)
             )
         )
-    for tenant, since in session.execute(select(endpoints.c.tenant, endpoints.c.created_at)):
+    for tenant, since in connection.execute(select(endpoints.c.tenant, endpoints.c.created_at)):
         found.extend(
-            session.execute(
+            connection.execute(
                 select(*_COLUMNS)
                 .where(
                     jobs.c.tenant == tenant,
@@ -85,12 +85,12 @@ def _watched(session: Connection, *, after: str, limit: int) -> list[Any]:
     return sorted(found, key=lambda row: row.job)[:limit]
 
 
-def settle_batch(session: Connection, batch: str, now: datetime) -> bool:
+def settle_batch(connection: Connection, batch: str, now: datetime) -> bool:
     """End the batch if every packet has its job (or was cancelled) and every
     job has ended: FINISHING becomes DONE, CANCELLED gets its finish time, and
     the tenant's notification is queued. True when it ended here."""
     table = tables.batches
-    row = session.execute(select(table).where(table.c.batch == batch)).one()
+    row = connection.execute(select(table).where(table.c.batch == batch)).one()
     if (
         row.finished_at is not None
         or row.state not in ("FINISHING", "CANCELLED")
@@ -99,14 +99,14 @@ def settle_batch(session: Connection, batch: str, now: datetime) -> bool:
     ):
         return False
     state = "DONE" if row.state == "FINISHING" else "CANCELLED"
-    session.execute(
+    connection.execute(
         update(table)
         .where(table.c.batch == batch)
         .values(state=state, finished_at=now, updated_at=now)
     )
-    row = session.execute(select(table).where(table.c.batch == batch)).one()
+    row = connection.execute(select(table).where(table.c.batch == batch)).one()
     packets = tables.batch_packets
-    ended = session.execute(
+    ended = connection.execute(
         select(packets.c.final_state, func.count())
         # Packets with a job: a packet cancelled before dispatch has none,
         # and its final state (UNDISPATCHED) is no job's state.
@@ -119,12 +119,12 @@ def settle_batch(session: Connection, batch: str, now: datetime) -> bool:
     )
     counts = {state: count for state, count in ended}
     queue_notification(
-        session, tenant=row.tenant, subject=batch, document=batch_document(row, counts)
+        connection, tenant=row.tenant, subject=batch, document=batch_document(row, counts)
     )
     return True
 
 
-def record_ends(session: Connection, ended: Sequence[tuple[job_pb2.Job, Any]]) -> int:
+def record_ends(connection: Connection, ended: Sequence[tuple[job_pb2.Job, Any]]) -> int:
     """Record each (audit's terminal job, its intake row) not yet recorded;
     how many were recorded by this call."""
     now = datetime.now(UTC)
@@ -132,7 +132,7 @@ def record_ends(session: Connection, ended: Sequence[tuple[job_pb2.Job, Any]]) -
     touched: set[str] = set()
     recorded = 0
     for job, row in ended:
-        claimed = session.execute(
+        claimed = connection.execute(
             update(jobs)
             .where(jobs.c.job == job.name, jobs.c.end_recorded_at.is_(None))
             .values(end_recorded_at=now, finished_at=func.coalesce(jobs.c.finished_at, now))
@@ -141,7 +141,7 @@ def record_ends(session: Connection, ended: Sequence[tuple[job_pb2.Job, Any]]) -
             continue  # another poll or replica recorded it
         recorded += 1
         if row.batch:
-            session.execute(
+            connection.execute(
                 update(packets)
                 .where(packets.c.batch == row.batch, packets.c.job == job.name)
                 .values(
@@ -150,7 +150,7 @@ def record_ends(session: Connection, ended: Sequence[tuple[job_pb2.Job, Any]]) -
                     finished_at=now,
                 )
             )
-            session.execute(
+            connection.execute(
                 update(batches)
                 .where(batches.c.batch == row.batch)
                 .values(terminal_count=batches.c.terminal_count + 1, updated_at=now)
@@ -160,10 +160,10 @@ def record_ends(session: Connection, ended: Sequence[tuple[job_pb2.Job, Any]]) -
         view.CopyFrom(job)
         view.bundle_id, view.batch = row.bundle_id or "", row.batch or ""
         queue_notification(
-            session, tenant=row.tenant, subject=job.name, document=job_status_document(view)
+            connection, tenant=row.tenant, subject=job.name, document=job_status_document(view)
         )
     for batch in sorted(touched):
-        settle_batch(session, batch, now)
+        settle_batch(connection, batch, now)
     return recorded
 
 

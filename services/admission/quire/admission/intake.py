@@ -293,48 +293,48 @@ class Intake:
         )
 
     def _replay(
-        self, session: Connection, tenant: str, request: pb.SubmitJobRequest, request_sha: str
+        self, connection: Connection, tenant: str, request: pb.SubmitJobRequest, request_sha: str
     ) -> AcceptedJob | None:
         """The job a live key already made, or None; refuses a key reused differently."""
-        key = session.execute(_KEY, {"tenant": tenant, "request_id": request.request_id}).first()
+        key = connection.execute(_KEY, {"tenant": tenant, "request_id": request.request_id}).first()
         if key is None or key.expires_at.replace(tzinfo=UTC) <= datetime.now(UTC):
             return None
         if key.request_sha256 != request_sha:
             raise Conflict(
                 ReasonCode.IDEMPOTENCY_KEY_REUSED, "request_id was used for a different request"
             )
-        row = session.execute(_JOB, {"job": key.job}).one()
+        row = connection.execute(_JOB, {"job": key.job}).one()
         return accepted_from_row(row)
 
     def _replay_or_check(
         self,
-        session: Connection,
+        connection: Connection,
         tenant: str,
         request: pb.SubmitJobRequest,
         request_sha: str,
         rulesets: frozenset[str],
     ) -> AcceptedJob | None:
         """A live key's job, or None once the request has passed every check."""
-        replay = self._replay(session, tenant, request, request_sha)
+        replay = self._replay(connection, tenant, request, request_sha)
         if replay is None:
-            self._check(session, tenant, request, rulesets)
+            self._check(connection, tenant, request, rulesets)
         return replay
 
     def _check(
         self,
-        session: Connection,
+        connection: Connection,
         tenant: str,
         request: pb.SubmitJobRequest,
         rulesets: frozenset[str],
     ) -> None:
         digests = sorted({item.sha256 for item in request.manifest.items if item.sha256})
         rows = (
-            session.execute(_SOURCES, {"tenant": tenant, "digests": digests}).all()
+            connection.execute(_SOURCES, {"tenant": tenant, "digests": digests}).all()
             if digests
             else []
         )
         systems = (
-            read_systems(session, tenant, referenced_systems(request.manifest))
+            read_systems(connection, tenant, referenced_systems(request.manifest))
             if has_references(request.manifest)
             else {}
         )
@@ -389,7 +389,7 @@ class Intake:
 
     def _insert(
         self,
-        session: Connection,
+        connection: Connection,
         tenant: str,
         request: pb.SubmitJobRequest,
         request_sha: str,
@@ -398,18 +398,18 @@ class Intake:
         quota: int,
     ) -> AcceptedJob:
         # Serialize a tenant's submissions (PostgreSQL; SQLite's write lock already does).
-        session.execute(_LOCK_TENANT, {"tenant": tenant}).one()
+        connection.execute(_LOCK_TENANT, {"tenant": tenant}).one()
         now = datetime.now(UTC)
-        replay = self._live_replay(session, tenant, request, request_sha, now)
+        replay = self._live_replay(connection, tenant, request, request_sha, now)
         if replay is not None:
             return replay
-        outstanding = count_outstanding(session, tenant)
+        outstanding = count_outstanding(connection, tenant)
         if outstanding >= quota:
             raise _OverQuota(outstanding)
-        return self._create(session, tenant, request, request_sha, digest, priority, now)
+        return self._create(connection, tenant, request, request_sha, digest, priority, now)
 
     def create_child(
-        self, session: Connection, tenant: str, request: pb.SubmitJobRequest, *, batch: str
+        self, connection: Connection, tenant: str, request: pb.SubmitJobRequest, *, batch: str
     ) -> AcceptedJob:
         """A batch packet's job, in the dispatcher's transaction: the same key,
         row, task and ACCEPTED event as ``SubmitJob`` makes, under the packet's
@@ -419,14 +419,14 @@ class Intake:
         digest = manifest_digest(request.manifest)
         request_sha = _request_sha256(digest, "batch", request.bundle_id)
         now = datetime.now(UTC)
-        replay = self._live_replay(session, tenant, request, request_sha, now)
+        replay = self._live_replay(connection, tenant, request, request_sha, now)
         if replay is not None:
             return replay
-        return self._create(session, tenant, request, request_sha, digest, "batch", now, batch)
+        return self._create(connection, tenant, request, request_sha, digest, "batch", now, batch)
 
     def _live_replay(
         self,
-        session: Connection,
+        connection: Connection,
         tenant: str,
         request: pb.SubmitJobRequest,
         request_sha: str,
@@ -434,14 +434,14 @@ class Intake:
     ) -> AcceptedJob | None:
         """Forget the request's key if its window has passed, then the job a
         live key made (or None), in the writing transaction."""
-        session.execute(
+        connection.execute(
             _EXPIRED_KEY, {"tenant": tenant, "request_id": request.request_id, "now": now}
         )
-        return self._replay(session, tenant, request, request_sha)
+        return self._replay(connection, tenant, request, request_sha)
 
     def _create(
         self,
-        session: Connection,
+        connection: Connection,
         tenant: str,
         request: pb.SubmitJobRequest,
         request_sha: str,
@@ -454,7 +454,7 @@ class Intake:
         keys = tables.idempotency_keys
         job = job_name(new_job_id())
         inserted = insert_if_absent(
-            session,
+            connection,
             keys,
             {
                 "tenant": tenant,
@@ -465,15 +465,15 @@ class Intake:
             },
         )
         if not inserted:  # a concurrent identical submission won the key
-            replay = self._replay(session, tenant, request, request_sha)
+            replay = self._replay(connection, tenant, request, request_sha)
             assert replay is not None
             return replay
-        task = self._task(session, tenant, job, request, digest, priority, batch=batch)
+        task = self._task(connection, tenant, job, request, digest, priority, batch=batch)
         # One track per job for every open rollout; "" when none is open, so
         # jobs accepted with no rollout are as before. A candidate-track job is
         # routed by the queues to each open rollout's candidate (quire.tracks,
         # quire.workqueue.routing).
-        open_rollouts = self.rollouts.snapshot(session)
+        open_rollouts = self.rollouts.snapshot(connection)
         task.track = track_for(job, tenant, open_rollouts)
         if task.track == CANDIDATE:
             task.candidate_stages.extend(sorted(r.stage for r in open_rollouts))
@@ -485,7 +485,7 @@ class Intake:
         if deadline is not None:
             task.deadline.CopyFrom(timestamp(deadline))
         accepted = self._events.transition(task, "", State.ACCEPTED, attempt=1, lease_token=0)
-        session.execute(
+        connection.execute(
             tables.jobs.insert(),
             {
                 "job": job,
@@ -516,7 +516,7 @@ class Intake:
 
     @staticmethod
     def _task(
-        session: Connection,
+        connection: Connection,
         tenant: str,
         job: str,
         request: pb.SubmitJobRequest,
@@ -530,13 +530,13 @@ class Intake:
         uploaded = (
             {
                 row.sha256: row
-                for row in session.execute(_SOURCES, {"tenant": tenant, "digests": digests})
+                for row in connection.execute(_SOURCES, {"tenant": tenant, "digests": digests})
             }
             if digests
             else {}
         )
         systems = (
-            read_systems(session, tenant, referenced_systems(request.manifest))
+            read_systems(connection, tenant, referenced_systems(request.manifest))
             if has_references(request.manifest)
             else {}
         )

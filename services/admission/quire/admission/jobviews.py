@@ -214,7 +214,7 @@ class JobViews:
         ]
 
 
-def _rows(session: Connection, *, tenant: str, after: Position | None, page: Page) -> list[Any]:
+def _rows(connection: Connection, *, tenant: str, after: Position | None, page: Page) -> list[Any]:
     """The tenant's next rows, newest first: ``(created_at, job)`` is unique."""
     table = tables.jobs
     order = (table.c.created_at, table.c.job)
@@ -223,4 +223,4 @@ def _rows(session: Connection, *, tenant: str, after: Position | None, page: Pag
     if before is not None:
         query = query.where(before)
     query = query.order_by(*(column.desc() for column in order)).limit(page.fetch)
-    return list(session.execute(query))
+    return list(connection.execute(query))

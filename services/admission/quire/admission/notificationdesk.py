@@ -84,17 +84,17 @@ class Notifications:
         # when the endpoint keeps its secret.
         fresh = await asyncio.to_thread(self._secrets.make, tenant.id) if request.url else None
 
-        def act(session: Connection) -> pb.SetNotificationEndpointResponse:
+        def act(connection: Connection) -> pb.SetNotificationEndpointResponse:
             if not request.url:
-                return _remove(session, tenant.id)
+                return _remove(connection, tenant.id)
             assert fresh is not None
-            return _store(session, tenant.id, request, fresh)
+            return _store(connection, tenant.id, request, fresh)
 
-        return await self._db.run(lambda session: once.run(session, lambda: act(session)))
+        return await self._db.run(lambda connection: once.run(connection, lambda: act(connection)))
 
     async def get_endpoint(self, tenant: Tenant) -> pb.NotificationEndpoint:
-        def read(session: Connection) -> pb.NotificationEndpoint:
-            row = session.execute(_endpoint_query(tenant.id)).first()
+        def read(connection: Connection) -> pb.NotificationEndpoint:
+            row = connection.execute(_endpoint_query(tenant.id)).first()
             if row is None:
                 return pb.NotificationEndpoint()
             return pb.NotificationEndpoint(url=row.url, create_time=_stamp(row.created_at))
@@ -107,7 +107,9 @@ class Notifications:
         kind, _, ident = request.subject.partition("/")
         if kind not in _SUBJECT_OWNERS or not ident or "/" in ident:
             raise NotFound("no such job or batch")
-        return await self._db.read(lambda session: _attempts(session, tenant.id, request.subject))
+        return await self._db.read(
+            lambda connection: _attempts(connection, tenant.id, request.subject)
+        )
 
 
 def _endpoint_query(tenant: str):  # type: ignore[no-untyped-def]
@@ -117,8 +119,8 @@ def _endpoint_query(tenant: str):  # type: ignore[no-untyped-def]
     )
 
 
-def _remove(session: Connection, tenant: str) -> pb.SetNotificationEndpointResponse:
-    session.execute(
+def _remove(connection: Connection, tenant: str) -> pb.SetNotificationEndpointResponse:
+    connection.execute(
         delete(tables.notification_endpoints).where(
             tables.notification_endpoints.c.tenant == tenant
         )
@@ -127,7 +129,7 @@ def _remove(session: Connection, tenant: str) -> pb.SetNotificationEndpointRespo
 
 
 def _store(
-    session: Connection,
+    connection: Connection,
     tenant: str,
     request: pb.SetNotificationEndpointRequest,
     fresh: tuple[str, bytes],
@@ -135,7 +137,7 @@ def _store(
     secret, sealed = fresh
     now = datetime.now(UTC)
     made = insert_if_absent(
-        session,
+        connection,
         tables.notification_endpoints,
         {"tenant": tenant, "url": request.url, "secret_sealed": sealed, "created_at": now},
     )
@@ -143,12 +145,12 @@ def _store(
         values: dict[str, object] = {"url": request.url}
         if request.rotate_secret:
             values["secret_sealed"] = sealed
-        session.execute(
+        connection.execute(
             update(tables.notification_endpoints)
             .where(tables.notification_endpoints.c.tenant == tenant)
             .values(**values)
         )
-    row = session.execute(_endpoint_query(tenant)).one()
+    row = connection.execute(_endpoint_query(tenant)).one()
     shown = secret if made or request.rotate_secret else ""
     return pb.SetNotificationEndpointResponse(
         endpoint=pb.NotificationEndpoint(url=row.url, create_time=_stamp(row.created_at)),
@@ -157,21 +159,23 @@ def _store(
 
 
 def _attempts(
-    session: Connection, tenant: str, subject: str
+    connection: Connection, tenant: str, subject: str
 ) -> pb.ListNotificationAttemptsResponse:
     outbox = tables.notifications.c
-    row = session.execute(
+    row = connection.execute(
         select(outbox.delivered_at).where(outbox.tenant == tenant, outbox.subject == subject)
     ).first()
     if row is None:
         table, key = _SUBJECT_OWNERS[subject.partition("/")[0]]
         # Both tables key their rows by the full name ("jobs/…", "batches/…").
-        owned = session.execute(select(key).where(key == subject, table.c.tenant == tenant)).first()
+        owned = connection.execute(
+            select(key).where(key == subject, table.c.tenant == tenant)
+        ).first()
         if owned is None:
             raise NotFound("no such job or batch")
         return pb.ListNotificationAttemptsResponse()
     attempts = tables.notification_attempts.c
-    rows = session.execute(
+    rows = connection.execute(
         select(attempts.attempt, attempts.attempted_at, attempts.http_status, attempts.outcome)
         .where(attempts.tenant == tenant, attempts.subject == subject)
         .order_by(attempts.attempt)

@@ -133,31 +133,31 @@ class Notifier:
     async def _claim_safely(self, limit: int) -> list[Claim]:
         busy = Counter(self._in_flight.values())
         try:
-            return await self._db.run(lambda session: self.claim(session, limit, busy))
+            return await self._db.run(lambda connection: self.claim(connection, limit, busy))
         except Exception:  # noqa: BLE001 - the database may be restarting: poll again
             log.warning("notification outbox not readable; trying again", exc_info=True)
             return []
 
     def claim(
-        self, session: Connection, limit: int, busy: Counter[str] | None = None
+        self, connection: Connection, limit: int, busy: Counter[str] | None = None
     ) -> list[Claim]:
         """Take up to ``limit`` due notifications, at most ``tenant_concurrency``
         in flight per tenant; abandon those past their last try or whose tenant
         has removed its endpoint."""
         now = datetime.now(UTC)
         busy = Counter(busy or {})
-        rows = session.execute(_due(now, limit * CANDIDATES_PER_SLOT, session)).all()
+        rows = connection.execute(_due(now, limit * CANDIDATES_PER_SLOT, connection)).all()
         lease = now + timedelta(seconds=2 * self._settings.timeout_seconds + CLAIM_MARGIN_SECONDS)
         taken: list[Claim] = []
         for row in rows:
             if row.url is None or row.attempts >= self._settings.max_attempts:
-                _settle(session, row.tenant, row.subject, abandoned_at=now)
+                _settle(connection, row.tenant, row.subject, abandoned_at=now)
                 continue
             if len(taken) >= limit or busy[row.tenant] >= self._settings.tenant_concurrency:
                 continue
             busy[row.tenant] += 1
             attempt = row.attempts + 1
-            _settle(session, row.tenant, row.subject, attempts=attempt, next_attempt_at=lease)
+            _settle(connection, row.tenant, row.subject, attempts=attempt, next_attempt_at=lease)
             taken.append(
                 Claim(
                     row.tenant,
@@ -195,7 +195,7 @@ class Notifier:
         """One POST of ``claim``, and its record."""
         secret = await asyncio.to_thread(self._secrets.open, claim.tenant, claim.secret_sealed)
         outcome, status = await self._post(claim, secret)
-        await self._db.run(lambda session: self.record(session, claim, outcome, status))
+        await self._db.run(lambda connection: self.record(connection, claim, outcome, status))
         if self._attempts is not None:
             self._attempts.labels(outcome=outcome.value).inc()
             if outcome is not Outcome.DELIVERED and claim.attempt >= self._settings.max_attempts:
@@ -233,12 +233,12 @@ class Notifier:
             return Outcome.UNREACHABLE, 0
         return (Outcome.DELIVERED if 200 <= status < 300 else Outcome.REFUSED), status
 
-    def record(self, session: Connection, claim: Claim, outcome: Outcome, status: int) -> None:
+    def record(self, connection: Connection, claim: Claim, outcome: Outcome, status: int) -> None:
         """The attempt, and what follows for the row, in one transaction. A row
         another replica has claimed since (its claim ran out) is left to it."""
         now = datetime.now(UTC)
         insert_if_absent(
-            session,
+            connection,
             tables.notification_attempts,
             {
                 "tenant": claim.tenant,
@@ -250,19 +250,19 @@ class Notifier:
             },
         )
         if outcome is Outcome.DELIVERED:
-            _settle(session, claim.tenant, claim.subject, delivered_at=now)
+            _settle(connection, claim.tenant, claim.subject, delivered_at=now)
         elif claim.attempt >= self._settings.max_attempts:
-            _settle(session, claim.tenant, claim.subject, claim.attempt, abandoned_at=now)
+            _settle(connection, claim.tenant, claim.subject, claim.attempt, abandoned_at=now)
         else:
             retry = now + timedelta(seconds=backoff_seconds(claim.attempt, self._settings))
-            _settle(session, claim.tenant, claim.subject, claim.attempt, next_attempt_at=retry)
+            _settle(connection, claim.tenant, claim.subject, claim.attempt, next_attempt_at=retry)
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _due(now: datetime, limit: int, session: Connection) -> Any:
+def _due(now: datetime, limit: int, connection: Connection) -> Any:
     outbox, endpoints = tables.notifications, tables.notification_endpoints
     query = (
         select(
@@ -283,13 +283,13 @@ def _due(now: datetime, limit: int, session: Connection) -> Any:
         .order_by(outbox.c.next_attempt_at)
         .limit(limit)
     )
-    if session.dialect.name == "postgresql":
+    if connection.dialect.name == "postgresql":
         query = query.with_for_update(skip_locked=True, of=outbox)
     return query
 
 
 def _settle(
-    session: Connection, tenant: str, subject: str, attempt: int | None = None, **values: Any
+    connection: Connection, tenant: str, subject: str, attempt: int | None = None, **values: Any
 ) -> None:
     """Update an undelivered, unabandoned row (still at ``attempt``, when given)."""
     outbox = tables.notifications.c
@@ -301,4 +301,4 @@ def _settle(
     ]
     if attempt is not None:
         conditions.append(outbox.attempts == attempt)
-    session.execute(update(tables.notifications).where(*conditions).values(**values))
+    connection.execute(update(tables.notifications).where(*conditions).values(**values))

@@ -23,21 +23,21 @@ _ENDPOINT = select(tables.notification_endpoints.c.tenant).where(
 )
 
 
-def has_endpoint(session: Connection, tenant: str) -> bool:
-    return session.execute(_ENDPOINT, {"tenant": tenant}).first() is not None
+def has_endpoint(connection: Connection, tenant: str) -> bool:
+    return connection.execute(_ENDPOINT, {"tenant": tenant}).first() is not None
 
 
 def queue_notification(
-    session: Connection, *, tenant: str, subject: str, document: dict[str, Any]
+    connection: Connection, *, tenant: str, subject: str, document: dict[str, Any]
 ) -> bool:
     """Queue ``document`` (a job's or batch's final status) for the tenant's
     endpoint. False when the tenant has none, or ``subject`` ("jobs/{job}",
     "batches/{batch}") already has its notification."""
-    if not has_endpoint(session, tenant):
+    if not has_endpoint(connection, tenant):
         return False
     now = datetime.now(UTC)
     return insert_if_absent(
-        session,
+        connection,
         tables.notifications,
         {
             "tenant": tenant,

@@ -30,8 +30,8 @@ _OUTSTANDING = (
 """Built once: every submission counts."""
 
 
-def count_outstanding(session: Connection, tenant: str) -> int:
-    return int(session.execute(_OUTSTANDING, {"tenant": tenant}).scalar_one())
+def count_outstanding(connection: Connection, tenant: str) -> int:
+    return int(connection.execute(_OUTSTANDING, {"tenant": tenant}).scalar_one())
 
 
 class OutstandingJobs:

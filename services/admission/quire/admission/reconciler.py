@@ -179,10 +179,10 @@ class _Row:
     last_redrive: datetime | None
 
 
-def _unfinished(session: Connection, youngest: datetime, after: str) -> list[_Row]:
+def _unfinished(connection: Connection, youngest: datetime, after: str) -> list[_Row]:
     """Dispatched, unfinished jobs accepted before ``youngest``, by name after ``after``."""
     jobs, redrives = tables.jobs, tables.redrives
-    rows = session.execute(
+    rows = connection.execute(
         select(jobs.c.job, jobs.c.created_at, redrives.c.last_at.label("last_redrive"))
         .outerjoin(redrives, redrives.c.job == jobs.c.job)
         .where(
@@ -197,10 +197,10 @@ def _unfinished(session: Connection, youngest: datetime, after: str) -> list[_Ro
     return list(rows)  # type: ignore[arg-type]
 
 
-def _count_redrive(session: Connection, job: str, now: datetime) -> int:
+def _count_redrive(connection: Connection, job: str, now: datetime) -> int:
     table = tables.redrives
-    if insert_if_absent(session, table, {"job": job, "count": 1, "last_at": now}):
+    if insert_if_absent(connection, table, {"job": job, "count": 1, "last_at": now}):
         return 1
-    count = session.execute(select(table.c.count).where(table.c.job == job)).scalar_one() + 1
-    session.execute(update(table).where(table.c.job == job).values(count=count, last_at=now))
+    count = connection.execute(select(table.c.count).where(table.c.job == job)).scalar_one() + 1
+    connection.execute(update(table).where(table.c.job == job).values(count=count, last_at=now))
     return int(count)

@@ -192,17 +192,17 @@ def checked_rollout(rollout: rollout_pb2.Rollout) -> rollout_pb2.Rollout:
 _OPEN = select(tables.rollouts).where(tables.rollouts.c.state == CANARY)
 
 
-def read_open(session: Connection) -> tuple[RolloutRecord, ...]:
+def read_open(connection: Connection) -> tuple[RolloutRecord, ...]:
     """Every open (CANARY) rollout, at most one per stage."""
-    return tuple(RolloutRecord.from_row(row) for row in session.execute(_OPEN))
+    return tuple(RolloutRecord.from_row(row) for row in connection.execute(_OPEN))
 
 
-def start(session: Connection, wanted: rollout_pb2.Rollout) -> RolloutRecord:
+def start(connection: Connection, wanted: rollout_pb2.Rollout) -> RolloutRecord:
     """Open ``wanted`` (from ``checked_rollout``): refused ROLLOUT_OPEN while
     another rollout of its stage is open, NOT_FOUND for an unknown tenant."""
     if wanted.tenants:
         known = set(
-            session.scalars(
+            connection.scalars(
                 select(tables.tenants.c.id).where(tables.tenants.c.id.in_(list(wanted.tenants)))
             )
         )
@@ -228,12 +228,12 @@ def start(session: Connection, wanted: rollout_pb2.Rollout) -> RolloutRecord:
         "created_at": now,
         "updated_at": now,
     }
-    if session.scalar(
+    if connection.scalar(
         select(tables.rollouts.c.id).where(tables.rollouts.c.open_stage == wanted.stage)
     ):
         raise _already_open(wanted.stage)
     try:  # the failed insert aborts the transaction: the refusal rolls it back
-        session.execute(tables.rollouts.insert(), values)
+        connection.execute(tables.rollouts.insert(), values)
     except IntegrityError:  # a concurrent start of the same stage won
         raise _already_open(wanted.stage) from None
     return RolloutRecord.from_row(_Row(values))
@@ -251,15 +251,17 @@ def _already_open(stage: str) -> FailedPrecondition:
     )
 
 
-def get_rollout(session: Connection, rollout_id: str) -> RolloutRecord:
-    row = session.execute(select(tables.rollouts).where(tables.rollouts.c.id == rollout_id)).first()
+def get_rollout(connection: Connection, rollout_id: str) -> RolloutRecord:
+    row = connection.execute(
+        select(tables.rollouts).where(tables.rollouts.c.id == rollout_id)
+    ).first()
     if row is None:
         raise NotFound("rollout not found")
     return RolloutRecord.from_row(row)
 
 
 def list_rollouts(
-    session: Connection, *, stage: str = "", open_only: bool = False
+    connection: Connection, *, stage: str = "", open_only: bool = False
 ) -> list[RolloutRecord]:
     """Rollouts, newest first (ids are time-ordered)."""
     table = tables.rollouts
@@ -269,14 +271,14 @@ def list_rollouts(
     if open_only:
         query = query.where(table.c.state == CANARY)
     query = query.order_by(table.c.created_at.desc(), table.c.id.desc())
-    return [RolloutRecord.from_row(row) for row in session.execute(query)]
+    return [RolloutRecord.from_row(row) for row in connection.execute(query)]
 
 
-def _close(session: Connection, rollout_id: str, state: str, share: int) -> RolloutRecord:
+def _close(connection: Connection, rollout_id: str, state: str, share: int) -> RolloutRecord:
     """CANARY → ``state`` with ``share``, as a compare-and-set on the state."""
     table = tables.rollouts
-    get_rollout(session, rollout_id)  # NOT_FOUND first
-    closed = session.execute(
+    get_rollout(connection, rollout_id)  # NOT_FOUND first
+    closed = connection.execute(
         update(table)
         .where(table.c.id == rollout_id, table.c.state == CANARY)
         .values(
@@ -287,18 +289,18 @@ def _close(session: Connection, rollout_id: str, state: str, share: int) -> Roll
         raise FailedPrecondition(
             ReasonCode.ROLLOUT_NOT_OPEN, "the rollout was already promoted or rolled back"
         )
-    return get_rollout(session, rollout_id)
+    return get_rollout(connection, rollout_id)
 
 
-def promote(session: Connection, rollout_id: str) -> RolloutRecord:
+def promote(connection: Connection, rollout_id: str) -> RolloutRecord:
     """The candidate becomes the baseline: PROMOTED, share 10,000."""
-    return _close(session, rollout_id, PROMOTED, BASIS_POINTS)
+    return _close(connection, rollout_id, PROMOTED, BASIS_POINTS)
 
 
-def roll_back(session: Connection, rollout_id: str) -> RolloutRecord:
+def roll_back(connection: Connection, rollout_id: str) -> RolloutRecord:
     """No new job is pinned to the candidate: ROLLED_BACK, share 0. Jobs already
     pinned keep their track; nothing is deleted."""
-    return _close(session, rollout_id, ROLLED_BACK, 0)
+    return _close(connection, rollout_id, ROLLED_BACK, 0)
 
 
 def candidate_ruleset(ruleset: str, open_rollouts: Iterable[RolloutRecord]) -> str:
@@ -312,10 +314,10 @@ def candidate_ruleset(ruleset: str, open_rollouts: Iterable[RolloutRecord]) -> s
     return ""
 
 
-def latest_per_stage(session: Connection) -> tuple[RolloutRecord, ...]:
+def latest_per_stage(connection: Connection) -> tuple[RolloutRecord, ...]:
     """Each stage's newest rollout, open or closed (what its workers follow)."""
     latest: dict[str, RolloutRecord] = {}
-    for record in list_rollouts(session):  # newest first
+    for record in list_rollouts(connection):  # newest first
         latest.setdefault(record.stage, record)
     return tuple(latest.values())
 
@@ -324,7 +326,7 @@ class OpenRollouts:
     """The open rollouts, read at most once per ``refresh_seconds`` (and at
     once after ``changed``). ``snapshot`` is called inside intake's writing
     transaction, on a database thread: a stale cache is refreshed with that
-    session, so SubmitJob gains no query except once a second."""
+    connection, so SubmitJob gains no query except once a second."""
 
     def __init__(
         self,
@@ -345,13 +347,13 @@ class OpenRollouts:
             self._generation += 1
             self._read_at = float("-inf")
 
-    def snapshot(self, session: Connection) -> tuple[RolloutRecord, ...]:
+    def snapshot(self, connection: Connection) -> tuple[RolloutRecord, ...]:
         now = self._clock()
         with self._lock:
             if now - self._read_at < self._refresh:
                 return self._open
             generation = self._generation
-        found = read_open(session)
+        found = read_open(connection)
         with self._lock:
             # A change made while this read ran invalidates it: keep it for
             # this call only, and read again next time.

@@ -269,17 +269,17 @@ def checked_system(message: pb.SourceSystem) -> SourceSystem:
     )
 
 
-def _tenant_exists(session: Connection, tenant: str) -> None:
-    found = session.execute(
+def _tenant_exists(connection: Connection, tenant: str) -> None:
+    found = connection.execute(
         select(tables.tenants.c.id).where(tables.tenants.c.id == tenant)
     ).first()
     if found is None:
         raise NotFound("tenant not found")
 
 
-def put_system(session: Connection, system: SourceSystem) -> SourceSystem:
+def put_system(connection: Connection, system: SourceSystem) -> SourceSystem:
     """Create or replace the registration, in the caller's transaction."""
-    _tenant_exists(session, system.tenant)
+    _tenant_exists(connection, system.tenant)
     table = tables.source_systems
     values = {
         "base_url": system.base_url,
@@ -290,31 +290,33 @@ def put_system(session: Connection, system: SourceSystem) -> SourceSystem:
         "updated_at": datetime.now(UTC),
     }
     keys = {"tenant": system.tenant, "system": system.system}
-    if not insert_if_absent(session, table, {**keys, **values}):
-        session.execute(
+    if not insert_if_absent(connection, table, {**keys, **values}):
+        connection.execute(
             update(table)
             .where(table.c.tenant == system.tenant, table.c.system == system.system)
             .values(**values)
         )
-    row = session.execute(
+    row = connection.execute(
         select(table).where(table.c.tenant == system.tenant, table.c.system == system.system)
     ).one()
     return SourceSystem.from_row(row)
 
 
-def list_systems(session: Connection, tenant: str) -> list[SourceSystem]:
+def list_systems(connection: Connection, tenant: str) -> list[SourceSystem]:
     """The tenant's registrations, by name; NOT_FOUND for an unknown tenant."""
-    _tenant_exists(session, tenant)
+    _tenant_exists(connection, tenant)
     table = tables.source_systems
-    rows = session.execute(select(table).where(table.c.tenant == tenant).order_by(table.c.system))
+    rows = connection.execute(
+        select(table).where(table.c.tenant == tenant).order_by(table.c.system)
+    )
     return [SourceSystem.from_row(row) for row in rows]
 
 
-def delete_system(session: Connection, tenant: str, system: str) -> bool:
+def delete_system(connection: Connection, tenant: str, system: str) -> bool:
     """Forget the registration; False when there was none."""
-    _tenant_exists(session, tenant)
+    _tenant_exists(connection, tenant)
     table = tables.source_systems
-    gone = session.execute(
+    gone = connection.execute(
         delete(table)
         .where(table.c.tenant == tenant, table.c.system == system)
         .returning(table.c.system)
@@ -329,7 +331,7 @@ _SYSTEMS = select(tables.source_systems).where(
 
 
 def read_systems(
-    session: Connection, tenant: str, systems: Iterable[str]
+    connection: Connection, tenant: str, systems: Iterable[str]
 ) -> dict[str, SourceSystem]:
     """The tenant's registrations among ``systems``, by system id (one query)."""
     wanted = sorted(set(systems))
@@ -337,5 +339,5 @@ def read_systems(
         return {}
     return {
         row.system: SourceSystem.from_row(row)
-        for row in session.execute(_SYSTEMS, {"tenant": tenant, "systems": wanted})
+        for row in connection.execute(_SYSTEMS, {"tenant": tenant, "systems": wanted})
     }

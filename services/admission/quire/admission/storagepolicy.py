@@ -58,23 +58,25 @@ def _storage(row: object | None) -> TenantStorage:
     return TenantStorage(**{name: getattr(row, name) or None for name in asdict(TenantStorage())})
 
 
-def read_storage(session: Connection, tenants: list[str]) -> dict[str, TenantStorage]:
+def read_storage(connection: Connection, tenants: list[str]) -> dict[str, TenantStorage]:
     """Each named tenant's policy (the defaults for one that set none)."""
     table = tables.tenant_storage
-    rows = {r.tenant: r for r in session.execute(select(table).where(table.c.tenant.in_(tenants)))}
+    rows = {
+        r.tenant: r for r in connection.execute(select(table).where(table.c.tenant.in_(tenants)))
+    }
     return {tenant: _storage(rows.get(tenant)) for tenant in tenants}
 
 
-def write_storage(session: Connection, tenant: str, **values: int | None) -> TenantStorage:
+def write_storage(connection: Connection, tenant: str, **values: int | None) -> TenantStorage:
     """Set the named fields (0 or None: back to the default); others stay."""
     table = tables.tenant_storage
-    insert_if_absent(session, table, {"tenant": tenant})
-    session.execute(
+    insert_if_absent(connection, table, {"tenant": tenant})
+    connection.execute(
         update(table)
         .where(table.c.tenant == tenant)
         .values(**{name: value or None for name, value in values.items()})
     )
-    return read_storage(session, [tenant])[tenant]
+    return read_storage(connection, [tenant])[tenant]
 
 
 _USAGE = select(tables.tenant_usage.c.stored_bytes).where(
@@ -88,25 +90,25 @@ _COUNT = (
 """Built once: every upload runs them."""
 
 
-def stored_bytes(session: Connection, tenant: str) -> int:
+def stored_bytes(connection: Connection, tenant: str) -> int:
     """Bytes of the uploads admission holds for ``tenant``: one row, kept by
     ``count_stored`` (not a sum over every source, which would make each
     upload cost more the more a tenant has stored)."""
-    total = session.execute(_USAGE, {"tenant": tenant}).scalar_one_or_none()
+    total = connection.execute(_USAGE, {"tenant": tenant}).scalar_one_or_none()
     return int(total or 0)
 
 
-def count_stored(session: Connection, tenant: str, added: int) -> None:
+def count_stored(connection: Connection, tenant: str, added: int) -> None:
     """Move ``tenant``'s stored bytes by ``added`` (negative: forgotten), in the
     transaction that adds or forgets the source."""
-    insert_if_absent(session, tables.tenant_usage, {"tenant": tenant, "stored_bytes": 0})
-    session.execute(_COUNT, {"b_tenant": tenant, "b_bytes": added})
+    insert_if_absent(connection, tables.tenant_usage, {"tenant": tenant, "stored_bytes": 0})
+    connection.execute(_COUNT, {"b_tenant": tenant, "b_bytes": added})
 
 
-def summed_bytes(session: Connection, tenant: str) -> int:
+def summed_bytes(connection: Connection, tenant: str) -> int:
     """``stored_bytes`` the long way, from every source row (the recount's)."""
     table = tables.sources
-    total = session.execute(
+    total = connection.execute(
         select(func.coalesce(func.sum(table.c.size_bytes), 0)).where(table.c.tenant == tenant)
     ).scalar_one()
     return int(total)
@@ -116,11 +118,11 @@ _POLICY = select(tables.tenant_storage).where(tables.tenant_storage.c.tenant == 
 """Built once: every upload reads its tenant's policy."""
 
 
-def check_quota(session: Connection, tenant: str, adding: int, default_quota: int) -> None:
+def check_quota(connection: Connection, tenant: str, adding: int, default_quota: int) -> None:
     """Refuse ``adding`` new bytes past the tenant's storage quota."""
-    policy = _storage(session.execute(_POLICY, {"tenant": tenant}).first())
+    policy = _storage(connection.execute(_POLICY, {"tenant": tenant}).first())
     quota = policy.quota(default_quota)
-    if stored_bytes(session, tenant) + adding > quota:
+    if stored_bytes(connection, tenant) + adding > quota:
         raise Overloaded(
             ReasonCode.STORAGE_QUOTA_EXCEEDED,
             f"stored uploads would pass the tenant's {quota}-byte storage quota",
@@ -128,15 +130,15 @@ def check_quota(session: Connection, tenant: str, adding: int, default_quota: in
         )
 
 
-def forget_source(session: Connection, tenant: str, sha256: str) -> bool:
+def forget_source(connection: Connection, tenant: str, sha256: str) -> bool:
     """Drop the record of an upload whose bytes were retired; False if there was none."""
     table = tables.sources
-    gone = session.execute(
+    gone = connection.execute(
         delete(table)
         .where(table.c.tenant == tenant, table.c.sha256 == sha256)
         .returning(table.c.size_bytes)
     ).first()
     if gone is None:
         return False
-    count_stored(session, tenant, -int(gone.size_bytes))
+    count_stored(connection, tenant, -int(gone.size_bytes))
     return True

@@ -28,17 +28,17 @@ RECOUNT_SECONDS = 3600.0
 log = logging.getLogger(__name__)
 
 
-def _recount(session: Connection, *, tenant: str) -> bool:
+def _recount(connection: Connection, *, tenant: str) -> bool:
     """Set ``tenant``'s stored bytes to the sum of its sources; True if they differed."""
     usage = tables.tenant_usage
-    insert_if_absent(session, usage, {"tenant": tenant, "stored_bytes": 0})
-    held = session.execute(
+    insert_if_absent(connection, usage, {"tenant": tenant, "stored_bytes": 0})
+    held = connection.execute(
         select(usage.c.stored_bytes).where(usage.c.tenant == tenant).with_for_update()
     ).scalar_one()
-    summed = summed_bytes(session, tenant)
+    summed = summed_bytes(connection, tenant)
     if held == summed:
         return False
-    session.execute(update(usage).where(usage.c.tenant == tenant).values(stored_bytes=summed))
+    connection.execute(update(usage).where(usage.c.tenant == tenant).values(stored_bytes=summed))
     return True
 
 

@@ -180,7 +180,7 @@ class TenantDirectory:
 
     def create_tenant_in(
         self,
-        session: Connection,
+        connection: Connection,
         name: str,
         *,
         max_upload_bytes: int = 0,
@@ -201,13 +201,13 @@ class TenantDirectory:
             scheduling_weight=scheduling_weight or None,
         )
 
-        def write(session: Connection) -> str:
-            taken = session.execute(
+        def write(connection: Connection) -> str:
+            taken = connection.execute(
                 select(tables.tenants.c.id).where(tables.tenants.c.name == name)
             ).first()
             if taken is not None:
                 raise InvalidInput(ReasonCode.INVALID_TENANT, "a tenant with this name exists")
-            session.execute(
+            connection.execute(
                 tables.tenants.insert().values(
                     id=tenant.id,
                     name=name,
@@ -218,10 +218,10 @@ class TenantDirectory:
                 )
             )
             if storage is not None and storage != TenantStorage():
-                write_storage(session, tenant.id, **storage.__dict__)
-            return self._issue(session, TENANT_ROLE, tenant.id)
+                write_storage(connection, tenant.id, **storage.__dict__)
+            return self._issue(connection, TENANT_ROLE, tenant.id)
 
-        return tenant, write(session)
+        return tenant, write(connection)
 
     def list_tenants(
         self, *, after: Position | None = None, limit: int | None = None
@@ -231,13 +231,13 @@ class TenantDirectory:
         table = tables.tenants
         order = (table.c.created_at, table.c.id)
 
-        def read(session: Connection) -> list[tuple[Tenant, list[TokenRecord]]]:
+        def read(connection: Connection) -> list[tuple[Tenant, list[TokenRecord]]]:
             query = select(table).order_by(*order).limit(limit)
             beyond = keyset_after(order, after)
             if beyond is not None:
                 query = query.where(beyond)
-            tenants = session.execute(query).all()
-            tokens = session.execute(
+            tenants = connection.execute(query).all()
+            tokens = connection.execute(
                 select(tables.tokens).where(
                     tables.tokens.c.role == TENANT_ROLE,
                     tables.tokens.c.tenant.in_([row.id for row in tenants]),
@@ -268,15 +268,15 @@ class TenantDirectory:
 
     @staticmethod
     def update_retention_in(
-        session: Connection, tenant_id: str, **periods: int
+        connection: Connection, tenant_id: str, **periods: int
     ) -> tuple[Tenant, TenantStorage]:
         """``update_retention`` in the caller's transaction; the tenant too."""
-        row = session.execute(
+        row = connection.execute(
             select(tables.tenants).where(tables.tenants.c.id == tenant_id)
         ).first()
         if row is None:
             raise NotFound("tenant not found")
-        return _tenant(row), write_storage(session, tenant_id, **periods)
+        return _tenant(row), write_storage(connection, tenant_id, **periods)
 
     def forget_source(self, tenant_id: str, sha256: str) -> bool:
         """Forget an upload whose bytes were retired (see ``storagepolicy``)."""
@@ -317,7 +317,7 @@ class TenantDirectory:
 
     @staticmethod
     def update_limits_in(
-        session: Connection,
+        connection: Connection,
         tenant_id: str,
         *,
         max_upload_bytes: int,
@@ -327,8 +327,8 @@ class TenantDirectory:
     ) -> Tenant:
         """``update_limits`` in the caller's transaction (then ``forget_verified``)."""
 
-        def write(session: Connection) -> Tenant:
-            done = session.execute(
+        def write(connection: Connection) -> Tenant:
+            done = connection.execute(
                 update(tables.tenants)
                 .where(tables.tenants.c.id == tenant_id)
                 .values(
@@ -341,19 +341,19 @@ class TenantDirectory:
             if done is None:
                 raise NotFound("tenant not found")
             if storage_quota_bytes is not None:
-                write_storage(session, tenant_id, storage_quota_bytes=storage_quota_bytes)
-            row = session.execute(
+                write_storage(connection, tenant_id, storage_quota_bytes=storage_quota_bytes)
+            row = connection.execute(
                 select(tables.tenants).where(tables.tenants.c.id == tenant_id)
             ).one()
             return _tenant(row)
 
-        return write(session)
+        return write(connection)
 
     # -- tokens ----------------------------------------------------------
 
-    def _issue(self, session: Connection, role: str, tenant: str | None) -> str:
+    def _issue(self, connection: Connection, role: str, tenant: str | None) -> str:
         token_id, token = _new_token()
-        session.execute(
+        connection.execute(
             tables.tokens.insert().values(
                 token_sha256=hash_token(token),
                 token_id=token_id,
@@ -368,18 +368,18 @@ class TenantDirectory:
         """A further valid token for a tenant (rotation: the old one stays valid)."""
         return self._db.transaction(lambda s: self.create_token_in(s, tenant_id))
 
-    def create_token_in(self, session: Connection, tenant_id: str) -> tuple[TokenRecord, str]:
+    def create_token_in(self, connection: Connection, tenant_id: str) -> tuple[TokenRecord, str]:
         """``create_token`` in the caller's transaction."""
 
-        def write(session: Connection) -> str:
-            exists = session.execute(
+        def write(connection: Connection) -> str:
+            exists = connection.execute(
                 select(tables.tenants.c.id).where(tables.tenants.c.id == tenant_id)
             ).first()
             if exists is None:
                 raise NotFound("tenant not found")
-            return self._issue(session, TENANT_ROLE, tenant_id)
+            return self._issue(connection, TENANT_ROLE, tenant_id)
 
-        token = write(session)
+        token = write(connection)
         token_id = token.split("_")[1]
         return TokenRecord(token_id, tenant_id, datetime.now(UTC), None), token
 
@@ -389,12 +389,12 @@ class TenantDirectory:
         return record
 
     @staticmethod
-    def revoke_token_in(session: Connection, tenant_id: str, token_id: str) -> TokenRecord:
+    def revoke_token_in(connection: Connection, tenant_id: str, token_id: str) -> TokenRecord:
         """``revoke_token`` in the caller's transaction (then ``forget_verified``)."""
 
-        def write(session: Connection) -> TokenRecord:
+        def write(connection: Connection) -> TokenRecord:
             table = tables.tokens
-            row = session.execute(
+            row = connection.execute(
                 select(table).where(
                     table.c.token_id == token_id,
                     table.c.tenant == tenant_id,
@@ -404,12 +404,12 @@ class TenantDirectory:
             if row is None:
                 raise NotFound("token not found")
             revoked = row.revoked_at or datetime.now(UTC)
-            session.execute(
+            connection.execute(
                 update(table).where(table.c.token_id == token_id).values(revoked_at=revoked)
             )
             return TokenRecord(token_id, tenant_id, row.created_at, revoked)
 
-        return write(session)
+        return write(connection)
 
     # -- first start -----------------------------------------------------
 
@@ -423,11 +423,11 @@ class TenantDirectory:
             self._ensure_configured_operator(operator_token)
             return
 
-        def missing(session: Connection) -> tuple[bool, bool]:
-            dev = session.execute(
+        def missing(connection: Connection) -> tuple[bool, bool]:
+            dev = connection.execute(
                 select(tables.tenants.c.id).where(tables.tenants.c.name == DEV_TENANT)
             ).first()
-            operator = session.execute(
+            operator = connection.execute(
                 select(tables.tokens.c.token_id).where(tables.tokens.c.role == OPERATOR_ROLE)
             ).first()
             return dev is None, operator is None
@@ -457,9 +457,9 @@ class TenantDirectory:
             "created_at": datetime.now(UTC),
         }
 
-        def write(session: Connection) -> tuple[bool, Any]:
-            inserted = insert_if_absent(session, tables.tokens, row)
-            stored = session.execute(
+        def write(connection: Connection) -> tuple[bool, Any]:
+            inserted = insert_if_absent(connection, tables.tokens, row)
+            stored = connection.execute(
                 select(tables.tokens.c.role, tables.tokens.c.revoked_at).where(
                     tables.tokens.c.token_sha256 == row["token_sha256"]
                 )
@@ -482,8 +482,8 @@ class TenantDirectory:
         """The tenant of the bearer token in the call's metadata."""
         digest = hash_token(_bearer(context) or "-")
 
-        def read(session: Connection) -> Tenant | None:
-            row = session.execute(_TENANT_OF_TOKEN, {"digest": digest}).first()
+        def read(connection: Connection) -> Tenant | None:
+            row = connection.execute(_TENANT_OF_TOKEN, {"digest": digest}).first()
             return None if row is None else _tenant(row)
 
         now = time.monotonic()
@@ -510,8 +510,8 @@ class TenantDirectory:
         """The id of the caller's operator token."""
         digest = hash_token(_bearer(context) or "-")
 
-        def read(session: Connection) -> str | None:
-            return session.execute(
+        def read(connection: Connection) -> str | None:
+            return connection.execute(
                 select(tables.tokens.c.token_id).where(
                     tables.tokens.c.token_sha256 == digest,
                     tables.tokens.c.role == OPERATOR_ROLE,

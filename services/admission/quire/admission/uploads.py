@@ -219,19 +219,19 @@ _SOURCE = select(tables.sources).where(
 """Built once: every upload looks."""
 
 
-def _known(session: Connection, tenant: str, sha256: str) -> StoredSource | None:
-    row = session.execute(_SOURCE, {"tenant": tenant, "sha256": sha256}).first()
+def _known(connection: Connection, tenant: str, sha256: str) -> StoredSource | None:
+    row = connection.execute(_SOURCE, {"tenant": tenant, "sha256": sha256}).first()
     return None if row is None else StoredSource(row.sha256, row.size_bytes, row.content_type)
 
 
 def _known_or_within_quota(
-    session: Connection, tenant: str, header: pb.SourceHeader, quota: int
+    connection: Connection, tenant: str, header: pb.SourceHeader, quota: int
 ) -> StoredSource | None:
     """The tenant's stored copy of these bytes, if any; otherwise the new bytes
     must fit the tenant's storage quota. One read transaction for both."""
-    known = _known(session, tenant, header.sha256)
+    known = _known(connection, tenant, header.sha256)
     if known is None:
-        check_quota(session, tenant, header.size_bytes, quota)
+        check_quota(connection, tenant, header.size_bytes, quota)
     return known
 
 
@@ -248,11 +248,11 @@ def _already_stored(known: StoredSource, header: pb.SourceHeader) -> StoredSourc
     return known
 
 
-def _remember(session: Connection, tenant: str, source: StoredSource, key: str) -> None:
+def _remember(connection: Connection, tenant: str, source: StoredSource, key: str) -> None:
     """Record the stored upload, and count its bytes against the tenant's
     quota unless another upload of the same bytes recorded them first."""
     added = insert_if_absent(
-        session,
+        connection,
         tables.sources,
         {
             "tenant": tenant,
@@ -264,4 +264,4 @@ def _remember(session: Connection, tenant: str, source: StoredSource, key: str) 
         },
     )
     if added:
-        count_stored(session, tenant, source.size_bytes)
+        count_stored(connection, tenant, source.size_bytes)

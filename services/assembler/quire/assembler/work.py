@@ -106,8 +106,8 @@ class AssemblerWork:
 
 
 def _record(job: str, artifact: job_pb2.Artifact, token: int) -> Callable[[Connection], None]:
-    def write(session: Connection) -> None:
-        session.execute(
+    def write(connection: Connection) -> None:
+        connection.execute(
             tables.assemblies.insert().values(
                 job=job,
                 blob_key=artifact.blob_key,

@@ -87,11 +87,11 @@ class CheckpointSigner:
             .decode()
         )
 
-    def take(self, session: Connection) -> list[dict[str, Any]]:
+    def take(self, connection: Connection) -> list[dict[str, Any]]:
         """Sign every chain head as it stands; returns the signed documents."""
         now = datetime.now(UTC).isoformat()
         documents = []
-        for head in session.execute(select(tables.chain_heads)).all():
+        for head in connection.execute(select(tables.chain_heads)).all():
             if not head.length:
                 continue
             checkpoint = Checkpoint(head.tenant, int(head.length), head.head_hash, now)
@@ -101,14 +101,14 @@ class CheckpointSigner:
                     "checkpoint": asdict(checkpoint),
                     "signature": base64.b64encode(signature).decode(),
                     "public_key": self.public_pem,
-                    "note": self._note(session, head.tenant, int(head.length)),
+                    "note": self._note(connection, head.tenant, int(head.length)),
                 }
             )
         return documents
 
-    def _note(self, session: Connection, tenant: str, size: int) -> str:
+    def _note(self, connection: Connection, tenant: str, size: int) -> str:
         """The tenant's log head at ``size`` entries, as a signed checkpoint note."""
-        tree = tenant_tree(tenant_entries(session, tenant, size))
+        tree = tenant_tree(tenant_entries(connection, tenant, size))
         head = LogHead(origin(tenant), size, tree.root(size))
         return sign_checkpoint(head, self._key).decode()
 

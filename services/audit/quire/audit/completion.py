@@ -166,27 +166,32 @@ class CompletionDesk:
         return await self._db.run(lambda s: self._complete(s, task, attempt, lease))
 
     def _complete(
-        self, session: Connection, task: queue_pb2.JobTask, attempt: int, lease: Lease
+        self, connection: Connection, task: queue_pb2.JobTask, attempt: int, lease: Lease
     ) -> Verdict:
-        state = session.execute(_STATE, {"job": task.job}).scalar_one_or_none()
+        state = connection.execute(_STATE, {"job": task.job}).scalar_one_or_none()
         if state in TERMINAL_STATES:
             return Verdict.ALREADY_DONE
-        if not set(HISTORY_BEFORE_COMPLETION) <= ledger.recorded_states(session, task.job):
+        if not set(HISTORY_BEFORE_COMPLETION) <= ledger.recorded_states(connection, task.job):
             log.info("job %s: history incomplete, completion deferred", task.job)
             return Verdict.HISTORY_INCOMPLETE
-        reported = session.execute(_REPORTED, {"job": task.job}).scalar_one()
+        reported = connection.execute(_REPORTED, {"job": task.job}).scalar_one()
         if queue_pb2.TransitionEvent.FromString(reported).output_digest != task.signed.sha256:
-            return self._end(session, task, attempt, lease, ReasonCode.ARTIFACT_DIGEST_MISMATCH)
-        return self._end(session, task, attempt, lease, "")
+            return self._end(connection, task, attempt, lease, ReasonCode.ARTIFACT_DIGEST_MISMATCH)
+        return self._end(connection, task, attempt, lease, "")
 
     def _end(
-        self, session: Connection, task: queue_pb2.JobTask, attempt: int, lease: Lease, reason: str
+        self,
+        connection: Connection,
+        task: queue_pb2.JobTask,
+        attempt: int,
+        lease: Lease,
+        reason: str,
     ) -> Verdict:
         """Append COMPLETED (no reason) or FAILED, fenced by this delivery's lease."""
-        if not self.leases.complete_in(session, lease, queue_pb2.StageOutcome()):
+        if not self.leases.complete_in(connection, lease, queue_pb2.StageOutcome()):
             return Verdict.STALE
         state = State.FAILED if reason else State.COMPLETED
-        ledger.append(session, self._ending(task, attempt, lease, state, reason))
+        ledger.append(connection, self._ending(task, attempt, lease, state, reason))
         return Verdict.FAILED if reason else Verdict.COMPLETED
 
     async def _fail(
@@ -194,11 +199,11 @@ class CompletionDesk:
     ) -> Verdict:
         log.warning("job %s: completion refused (%s)", task.job, reason)
 
-        def write(session: Connection) -> Verdict:
-            state = session.execute(_STATE, {"job": task.job}).scalar_one_or_none()
+        def write(connection: Connection) -> Verdict:
+            state = connection.execute(_STATE, {"job": task.job}).scalar_one_or_none()
             if state in TERMINAL_STATES:
                 return Verdict.ALREADY_DONE
-            return self._end(session, task, attempt, lease, reason)
+            return self._end(connection, task, attempt, lease, reason)
 
         return await self._db.run(write)
 

@@ -26,7 +26,7 @@ __all__ = ["DeadLetterBook", "record_letter"]
 log = logging.getLogger(__name__)
 
 
-def record_letter(session: Connection, letter: queue_pb2.DeadLetter) -> bool:
+def record_letter(connection: Connection, letter: queue_pb2.DeadLetter) -> bool:
     """Record ``letter``; True if it is new (a job's first, or a later generation)."""
     table = tables.dead_letters
     task = letter.task
@@ -42,9 +42,9 @@ def record_letter(session: Connection, letter: queue_pb2.DeadLetter) -> bool:
         "resolved_at": None,
         "resolved_by": "",
     }
-    if insert_if_absent(session, table, {"job": task.job, **values}):
+    if insert_if_absent(connection, table, {"job": task.job, **values}):
         return True
-    renewed = session.execute(
+    renewed = connection.execute(
         update(table)
         .where(table.c.job == task.job, table.c.generation < task.generation)
         .values(**values)
@@ -83,6 +83,6 @@ class DeadLetterBook:
         return ACK
 
 
-def letter_row(session: Connection, job: str) -> object | None:
+def letter_row(connection: Connection, job: str) -> object | None:
     table = tables.dead_letters
-    return session.execute(select(table).where(table.c.job == job)).first()
+    return connection.execute(select(table).where(table.c.job == job)).first()

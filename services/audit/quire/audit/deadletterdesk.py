@@ -120,28 +120,28 @@ class DeadLetterDesk:
 
 
 def _mark_retrying(
-    session: Connection, job: str, generation: int, event: queue_pb2.TransitionEvent
+    connection: Connection, job: str, generation: int, event: queue_pb2.TransitionEvent
 ) -> None:
     table = tables.dead_letters
-    claimed = session.execute(
+    claimed = connection.execute(
         update(table)
         .where(table.c.job == job, table.c.status == "dead", table.c.generation == generation)
         .values(status="retrying")
         .returning(table.c.job)
     ).first()
     if claimed is not None:
-        ledger.append(session, event)
+        ledger.append(connection, event)
     # Otherwise a concurrent retry claimed it first and appended the same event.
 
 
-def _resolve(session: Connection, job: str, current: str, status: str, operator: str) -> Any:
+def _resolve(connection: Connection, job: str, current: str, status: str, operator: str) -> Any:
     table = tables.dead_letters
-    session.execute(
+    connection.execute(
         update(table)
         .where(table.c.job == job, table.c.status == current)
         .values(status=status, resolved_at=datetime.now(UTC), resolved_by=operator)
     )
-    row = letter_row(session, job)
+    row = letter_row(connection, job)
     if row is None or row.status != status:  # type: ignore[attr-defined]
         raise FailedPrecondition(ReasonCode.DEAD_LETTER_RESOLVED, "resolved meanwhile")
     return row

@@ -135,11 +135,11 @@ def _unb64(text: str) -> bytes:
 
 
 def build_evidence(
-    session: Connection, job: str, checkpoints: list[dict[str, Any]], public_pem: str
+    connection: Connection, job: str, checkpoints: list[dict[str, Any]], public_pem: str
 ) -> dict[str, Any]:
     """The job's evidence against the latest checkpoint of its tenant's log."""
     table = tables.ledger
-    mine = session.execute(
+    mine = connection.execute(
         select(table.c.sequence, table.c.tenant)
         .where(table.c.job == job)
         .order_by(table.c.sequence)
@@ -147,7 +147,7 @@ def build_evidence(
     if not mine:
         raise NotFound("no ledger entries for this job")
     tenant = mine[0].tenant
-    entries = tenant_entries(session, tenant)
+    entries = tenant_entries(connection, tenant)
     index_of = {sequence: index for index, (sequence, _) in enumerate(entries)}
     indices = [index_of[row.sequence] for row in mine]
     covering = sorted(

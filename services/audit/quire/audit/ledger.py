@@ -55,7 +55,7 @@ def entry_hash(prev_hash: str, event_bytes: bytes) -> str:
     return hashlib.sha256(bytes.fromhex(prev_hash) + event_bytes).hexdigest()
 
 
-def append(session: Connection, event: queue_pb2.TransitionEvent) -> bool:
+def append(connection: Connection, event: queue_pb2.TransitionEvent) -> bool:
     """Append ``event`` unless its id is already recorded. Returns True when appended.
 
     A repeated id is found before anything is written, and under the chain
@@ -64,10 +64,10 @@ def append(session: Connection, event: queue_pb2.TransitionEvent) -> bool:
     number on PostgreSQL, and a gap in the sequence reads as a deleted entry to
     the verifier.
     """
-    return append_many(session, [event])[0]
+    return append_many(connection, [event])[0]
 
 
-def append_many(session: Connection, events: list[queue_pb2.TransitionEvent]) -> list[bool]:
+def append_many(connection: Connection, events: list[queue_pb2.TransitionEvent]) -> list[bool]:
     """``append`` for each event in order, in fewer statements: each tenant's head
     locked once (in tenant order, so two batches never wait on each other's
     heads), one look-up of the ids, one insert of every new entry, one head
@@ -82,10 +82,10 @@ def append_many(session: Connection, events: list[queue_pb2.TransitionEvent]) ->
     heads = {
         tenant: (head.head_hash, head.length)
         for tenant in sorted({event.tenant for event in events})
-        for head in (_locked_head(session, tenant),)
+        for head in (_locked_head(connection, tenant),)
     }
     ids = sorted({event.event_id for event in events})
-    known = set(session.execute(_KNOWN_IDS, {"ids": ids}).scalars())
+    known = set(connection.execute(_KNOWN_IDS, {"ids": ids}).scalars())
     appended = [False] * len(events)
     fresh: list[queue_pb2.TransitionEvent] = []
     for index, event in enumerate(events):
@@ -116,9 +116,9 @@ def append_many(session: Connection, events: list[queue_pb2.TransitionEvent]) ->
             }
         )
         heads[event.tenant] = (digest, length + 1)
-    views = _advanced_views(session, [event for event in fresh if not is_retirement(event)])
-    session.execute(tables.ledger.insert(), rows)
-    session.execute(
+    views = _advanced_views(connection, [event for event in fresh if not is_retirement(event)])
+    connection.execute(tables.ledger.insert(), rows)
+    connection.execute(
         _MOVE_HEAD,
         [
             {"b_tenant": tenant, "b_hash": digest, "b_length": length}
@@ -136,20 +136,20 @@ def append_many(session: Connection, events: list[queue_pb2.TransitionEvent]) ->
         if not exists
     ]
     if changed:
-        session.execute(_VIEW_UPDATE, changed)
+        connection.execute(_VIEW_UPDATE, changed)
     if new:
-        session.execute(tables.jobs.insert(), new)
+        connection.execute(tables.jobs.insert(), new)
     return appended
 
 
 def _advanced_views(
-    session: Connection, events: list[queue_pb2.TransitionEvent]
+    connection: Connection, events: list[queue_pb2.TransitionEvent]
 ) -> dict[str, tuple[dict[str, Any], bool]]:
     """Each job's view after ``events`` (by the job view's rule, ``jobview.apply``; one read for
     all jobs): the values to write, and whether the job has a row already."""
     if not events:
         return {}
-    rows = session.execute(_VIEWS_OF, {"jobs": sorted({event.job for event in events})})
+    rows = connection.execute(_VIEWS_OF, {"jobs": sorted({event.job for event in events})})
     stored: dict[str, JobFacts] = {row.job: _facts(row) for row in rows}
     views: dict[str, JobFacts] = dict(stored)
     for event in events:
@@ -168,21 +168,21 @@ def _facts(row: Any) -> JobFacts:
     )
 
 
-def _locked_head(session: Connection, tenant: str) -> Any:
+def _locked_head(connection: Connection, tenant: str) -> Any:
     """The tenant's chain head, locked for this transaction (created at
     genesis first if the tenant has none, so that a new tenant's first
     appends serialize on it too)."""
-    head = session.execute(_LOCKED_HEAD, {"tenant": tenant}).first()
+    head = connection.execute(_LOCKED_HEAD, {"tenant": tenant}).first()
     if head is None:
         insert_if_absent(
-            session, tables.chain_heads, {"tenant": tenant, "head_hash": GENESIS, "length": 0}
+            connection, tables.chain_heads, {"tenant": tenant, "head_hash": GENESIS, "length": 0}
         )
-        head = session.execute(_LOCKED_HEAD, {"tenant": tenant}).one()
+        head = connection.execute(_LOCKED_HEAD, {"tenant": tenant}).one()
     return head
 
 
 _STATES_OF = select(tables.ledger.c.to_state).where(tables.ledger.c.job == bindparam("job"))
 
 
-def recorded_states(session: Connection, job: str) -> set[str]:
-    return {row.to_state for row in session.execute(_STATES_OF, {"job": job})}
+def recorded_states(connection: Connection, job: str) -> set[str]:
+    return {row.to_state for row in connection.execute(_STATES_OF, {"job": job})}

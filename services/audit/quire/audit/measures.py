@@ -50,13 +50,13 @@ class AuditMeasures:
             self._failed.labels(reason=event.reason_code or "UNKNOWN").inc()
 
     async def count_dead_letters(self, database: Database) -> None:
-        def read(session: Connection) -> list[tuple[str, int]]:
+        def read(connection: Connection) -> list[tuple[str, int]]:
             query = (
                 select(tables.dead_letters.c.stage, func.count())
                 .where(tables.dead_letters.c.status == "dead")
                 .group_by(tables.dead_letters.c.stage)
             )
-            return [(stage, count) for stage, count in session.execute(query)]
+            return [(stage, count) for stage, count in connection.execute(query)]
 
         counts = dict(await database.read(read))
         for stage in STAGES:

@@ -94,8 +94,8 @@ def _check_request(tenant: str, job: str, retirement: queue_pb2.Retirement) -> N
         raise _invalid("retirement.blob_key", "not the key of these bytes")
 
 
-def _job_events(session: Connection, job: str) -> list[queue_pb2.TransitionEvent]:
-    rows = session.execute(
+def _job_events(connection: Connection, job: str) -> list[queue_pb2.TransitionEvent]:
+    rows = connection.execute(
         select(tables.ledger.c.event)
         .where(tables.ledger.c.job == job)
         .order_by(tables.ledger.c.sequence)
@@ -104,10 +104,10 @@ def _job_events(session: Connection, job: str) -> list[queue_pb2.TransitionEvent
 
 
 def _ended_state(
-    session: Connection, tenant: str, job: str, retirement: queue_pb2.Retirement
+    connection: Connection, tenant: str, job: str, retirement: queue_pb2.Retirement
 ) -> str:
     """The state the job ended in, once the ledger ties these bytes to it."""
-    events = _job_events(session, job)
+    events = _job_events(connection, job)
     facts = fold(events)
     if facts is None or facts.tenant != tenant:
         raise NotFound("job not found")
@@ -135,7 +135,7 @@ def _ended_state(
 
 
 def record_retirement(
-    session: Connection,
+    connection: Connection,
     tenant: str,
     job: str,
     retirement: queue_pb2.Retirement,
@@ -144,7 +144,7 @@ def record_retirement(
     """Append the retirement entry (checked against the ledger); returns its
     event id and whether it was new."""
     _check_request(tenant, job, retirement)
-    state = _ended_state(session, tenant, job, retirement) if job else "UNSPECIFIED"
+    state = _ended_state(connection, tenant, job, retirement) if job else "UNSPECIFIED"
     occurred = timestamp_pb2.Timestamp()
     occurred.GetCurrentTime()
     event = queue_pb2.TransitionEvent(
@@ -158,4 +158,4 @@ def record_retirement(
         occur_time=occurred,
         retirement=retirement,
     )
-    return event.event_id, ledger.append(session, event)
+    return event.event_id, ledger.append(connection, event)

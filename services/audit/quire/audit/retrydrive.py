@@ -75,10 +75,10 @@ class RetryRedriver:
         return count
 
 
-def _retried_and_open(session: Connection) -> list[Any]:
+def _retried_and_open(connection: Connection) -> list[Any]:
     letters, jobs, drives = tables.dead_letters, tables.jobs, tables.retry_redrives
     return list(
-        session.execute(
+        connection.execute(
             select(
                 letters.c.job,
                 letters.c.stage,
@@ -102,14 +102,16 @@ def _retried_and_open(session: Connection) -> list[Any]:
     )
 
 
-def _count(session: Connection, job: str, generation: int, now: datetime) -> int:
+def _count(connection: Connection, job: str, generation: int, now: datetime) -> int:
     table = tables.retry_redrives
     values = {"job": job, "generation": generation, "count": 1, "last_at": now}
-    if insert_if_absent(session, table, values):
+    if insert_if_absent(connection, table, values):
         return 1
-    row = session.execute(select(table.c.generation, table.c.count).where(table.c.job == job)).one()
+    row = connection.execute(
+        select(table.c.generation, table.c.count).where(table.c.job == job)
+    ).one()
     count = int(row[1]) + 1 if row[0] == generation else 1
-    session.execute(
+    connection.execute(
         update(table)
         .where(table.c.job == job)
         .values(generation=generation, count=count, last_at=now)

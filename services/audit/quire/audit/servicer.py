@@ -86,11 +86,11 @@ def _job(facts: JobFacts) -> job_pb2.Job:
     return job
 
 
-def _views(session: Connection, names: list[str]) -> dict[str, JobFacts]:
+def _views(connection: Connection, names: list[str]) -> dict[str, JobFacts]:
     """Each named job's view, folded from its events in ledger order."""
     table = tables.ledger
     events: dict[str, list[queue_pb2.TransitionEvent]] = {}
-    rows = session.execute(
+    rows = connection.execute(
         select(table.c.job, table.c.event).where(table.c.job.in_(names)).order_by(table.c.sequence)
     )
     for row in rows:

@@ -27,7 +27,7 @@ def tenant_of(log_origin: str) -> str:
 
 
 def tenant_entries(
-    session: Connection, tenant: str, size: int | None = None
+    connection: Connection, tenant: str, size: int | None = None
 ) -> list[tuple[int, bytes]]:
     """(sequence, event bytes) of the tenant's first ``size`` entries, in chain order."""
     table = tables.ledger
@@ -38,7 +38,7 @@ def tenant_entries(
     )
     if size is not None:
         query = query.limit(size)
-    return [(row.sequence, bytes(row.event)) for row in session.execute(query)]
+    return [(row.sequence, bytes(row.event)) for row in connection.execute(query)]
 
 
 def tenant_tree(entries: list[tuple[int, bytes]]) -> MerkleTree:

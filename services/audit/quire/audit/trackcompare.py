@@ -98,7 +98,7 @@ def _naive(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
 
 
-def _accepted(session: Connection, window: Window) -> list[queue_pb2.TransitionEvent]:
+def _accepted(connection: Connection, window: Window) -> list[queue_pb2.TransitionEvent]:
     """Admission's ACCEPTED entry of each job accepted in the window (the
     first MAX_JOBS, in ledger order). A dead-letter retry of validation also
     moves a job to ACCEPTED, but its actor is the operator: not an acceptance."""
@@ -113,7 +113,7 @@ def _accepted(session: Connection, window: Window) -> list[queue_pb2.TransitionE
     if start > datetime(1970, 1, 1) + CLOCK_SLACK:
         query = query.where(table.c.recorded_at >= window.start.astimezone(UTC) - CLOCK_SLACK)
     found: dict[str, queue_pb2.TransitionEvent] = {}
-    for row in session.execute(query):
+    for row in connection.execute(query):
         event = queue_pb2.TransitionEvent.FromString(row.event)
         if event.actor.service != "admission" or event.job in found:
             continue
@@ -125,14 +125,14 @@ def _accepted(session: Connection, window: Window) -> list[queue_pb2.TransitionE
 
 
 def _entries(
-    session: Connection, jobs: Sequence[str]
+    connection: Connection, jobs: Sequence[str]
 ) -> Iterator[tuple[str, list[queue_pb2.TransitionEvent]]]:
     """Each job's entries in ledger order, a chunk of jobs at a time."""
     table = tables.ledger
     for first in range(0, len(jobs), CHUNK):
         chunk = list(jobs[first : first + CHUNK])
         events: dict[str, list[queue_pb2.TransitionEvent]] = {job: [] for job in chunk}
-        rows = session.execute(
+        rows = connection.execute(
             select(table.c.job, table.c.event)
             .where(table.c.job.in_(chunk))
             .order_by(table.c.sequence)
@@ -142,13 +142,13 @@ def _entries(
         yield from events.items()
 
 
-def _dead_letters(session: Connection, jobs: Iterable[str]) -> set[str]:
+def _dead_letters(connection: Connection, jobs: Iterable[str]) -> set[str]:
     table = tables.dead_letters
     names = list(jobs)
     dead: set[str] = set()
     for first in range(0, len(names), CHUNK):
         chunk = names[first : first + CHUNK]
-        dead.update(session.scalars(select(table.c.job).where(table.c.job.in_(chunk))))
+        dead.update(connection.scalars(select(table.c.job).where(table.c.job.in_(chunk))))
     return dead
 
 
@@ -187,18 +187,18 @@ def _add(
         track.completed.append((ended_at, accepted.job))
 
 
-def compare_tracks(session: Connection, window: Window) -> list[pb.TrackSummary]:
+def compare_tracks(connection: Connection, window: Window) -> list[pb.TrackSummary]:
     """The window's jobs per track (candidate, baseline, then ""; tracks
     without a job are left out); see the module docstring."""
-    accepted = _accepted(session, window)
+    accepted = _accepted(connection, window)
     by_job = {event.job: event for event in accepted}
     tracks: dict[str, _Track] = {}
-    for job, events in _entries(session, list(by_job)):
+    for job, events in _entries(connection, list(by_job)):
         # The track admission pinned: on every entry, the latest non-empty wins.
         facts = fold(events)
         pinned = facts.track if facts is not None else by_job[job].track
         _add(tracks.setdefault(pinned, _Track()), by_job[job], events, facts, window.stage_service)
-    dead = _dead_letters(session, by_job)
+    dead = _dead_letters(connection, by_job)
     sample = max(0, min(window.sample_size, MAX_SAMPLE))
     summaries = []
     for name in sorted(tracks, key=lambda t: (TRACK_ORDER.index(t) if t in TRACK_ORDER else 3, t)):

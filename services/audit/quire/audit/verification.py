@@ -78,10 +78,10 @@ class _Entry:
     entry_hash: str
 
 
-def _rows(session: Connection) -> Iterator[object]:
+def _rows(connection: Connection) -> Iterator[object]:
     after = 0
     while True:
-        batch = session.execute(
+        batch = connection.execute(
             select(
                 tables.ledger.c.sequence,
                 tables.ledger.c.event_id,
@@ -153,12 +153,12 @@ def _columns(row: object, views: dict[str, JobFacts], last: dict[str, int]) -> I
 
 
 def _view_findings(
-    session: Connection, views: dict[str, JobFacts], last: dict[str, int]
+    connection: Connection, views: dict[str, JobFacts], last: dict[str, int]
 ) -> Iterable[Finding]:
     """The job index against the folded events: every disagreeing field, and
     index rows with no events (or events with no index row)."""
     indexed = set()
-    for row in session.execute(select(tables.jobs)):
+    for row in connection.execute(select(tables.jobs)):
         indexed.add(row.job)
         folded = views.get(row.job)
         if folded is None:
@@ -198,7 +198,7 @@ def _head_findings(
 
 
 def verify_ledger(
-    session: Connection,
+    connection: Connection,
     checkpoints: list[Checkpoint],
     *,
     heads: Iterable[tuple[str, LogHead]] = (),
@@ -214,11 +214,11 @@ def verify_ledger(
     last: dict[str, int] = {}
     # Read before the entries: an append after this read only lengthens a
     # chain past its head row, which the head check below allows.
-    head_rows = session.execute(select(tables.chain_heads)).all()
-    gaps_are_deletions = session.dialect.name == "sqlite"
+    head_rows = connection.execute(select(tables.chain_heads)).all()
+    gaps_are_deletions = connection.dialect.name == "sqlite"
     previous_sequence = 0
     count = 0
-    for row in _rows(session):
+    for row in _rows(connection):
         count += 1
         sequence, tenant = row.sequence, row.tenant  # type: ignore[attr-defined]
         if gaps_are_deletions and previous_sequence and sequence != previous_sequence + 1:
@@ -234,7 +234,7 @@ def verify_ledger(
     for tenant, chain in chains.items():
         findings.extend(_links(tenant, chain))
     findings.extend(_head_row_findings(chains, head_rows))
-    findings.extend(_view_findings(session, views, last))
+    findings.extend(_view_findings(connection, views, last))
     findings.extend(_head_findings(trees, heads))
     checked = 0
     for checkpoint in checkpoints:

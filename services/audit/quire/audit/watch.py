@@ -70,12 +70,12 @@ _HEADS = (
 )
 
 
-def _entries_after(session: Connection, *, job: str, after: int) -> list[Any]:
-    return list(session.execute(_ENTRIES_AFTER, {"job": job, "after": after}))
+def _entries_after(connection: Connection, *, job: str, after: int) -> list[Any]:
+    return list(connection.execute(_ENTRIES_AFTER, {"job": job, "after": after}))
 
 
-def _heads(session: Connection, *, jobs: list[str]) -> dict[str, int]:
-    rows = session.execute(_HEADS, {"jobs": list(jobs)})
+def _heads(connection: Connection, *, jobs: list[str]) -> dict[str, int]:
+    rows = connection.execute(_HEADS, {"jobs": list(jobs)})
     return {job: int(head) for job, head in rows}
 
 

@@ -267,27 +267,27 @@ class KeyStore:
         except IntegrityError:
             return self._db.transaction(self._ensure)
 
-    def _ensure(self, session: Connection) -> SigningKey:
-        active = self._active(session)
+    def _ensure(self, connection: Connection) -> SigningKey:
+        active = self._active(connection)
         if active is not None and self._source.is_current(active):
             return active
-        count = len(session.execute(select(tables.signing_keys.c.version)).all())
+        count = len(connection.execute(select(tables.signing_keys.c.version)).all())
         version, key_path, cert_path = self._source.new_version(count + 1, rotating=False)
-        return self._activate(session, version, key_path, cert_path)
+        return self._activate(connection, version, key_path, cert_path)
 
     def material(self, key: SigningKey) -> SigningMaterial:
         """What the signing worker is handed for ``key``."""
         return self._source.material(key)
 
     def _activate(
-        self, session: Connection, version: str, key_path: Path, cert_path: Path
+        self, connection: Connection, version: str, key_path: Path, cert_path: Path
     ) -> SigningKey:
         """Record a new key version as the only active one."""
-        session.execute(update(tables.signing_keys).values(active=False))
-        session.execute(
+        connection.execute(update(tables.signing_keys).values(active=False))
+        connection.execute(
             tables.signing_keys.insert().values(**_key_row(version, key_path, cert_path, True))
         )
-        active = self._active(session)
+        active = self._active(connection)
         assert active is not None
         return active
 
@@ -296,15 +296,15 @@ class KeyStore:
         source refuses: a token's keys are rotated in the token)."""
         return self._db.transaction(self.rotate_in)
 
-    def rotate_in(self, session: Connection) -> SigningKey:
+    def rotate_in(self, connection: Connection) -> SigningKey:
         """``rotate`` in the caller's transaction (which may remember its request id)."""
-        count = len(session.execute(select(tables.signing_keys.c.version)).all())
+        count = len(connection.execute(select(tables.signing_keys.c.version)).all())
         version, key_path, cert_path = self._source.new_version(count + 1, rotating=True)
-        return self._activate(session, version, key_path, cert_path)
+        return self._activate(connection, version, key_path, cert_path)
 
     @staticmethod
-    def _active(session: Connection) -> SigningKey | None:
-        row = session.execute(
+    def _active(connection: Connection) -> SigningKey | None:
+        row = connection.execute(
             select(tables.signing_keys).where(tables.signing_keys.c.active.is_(True))
         ).first()
         return None if row is None else _to_key(row)
@@ -316,8 +316,8 @@ class KeyStore:
         return key
 
     async def all(self) -> list[SigningKey]:
-        def read(session: Connection) -> list[SigningKey]:
-            rows = session.execute(
+        def read(connection: Connection) -> list[SigningKey]:
+            rows = connection.execute(
                 select(tables.signing_keys).order_by(tables.signing_keys.c.created_at)
             )
             return [_to_key(row) for row in rows]
@@ -332,12 +332,14 @@ class KeyStore:
         table = tables.signing_keys
         order = (table.c.created_at, table.c.version)
 
-        def read(session: Connection) -> list[tuple[Position, SigningKey]]:
+        def read(connection: Connection) -> list[tuple[Position, SigningKey]]:
             query = select(table).order_by(*order).limit(limit)
             beyond = keyset_after(order, after)
             if beyond is not None:
                 query = query.where(beyond)
-            return [((row.created_at, row.version), _to_key(row)) for row in session.execute(query)]
+            return [
+                ((row.created_at, row.version), _to_key(row)) for row in connection.execute(query)
+            ]
 
         return await self._db.read(read)
 

@@ -151,12 +151,14 @@ class SignerWork:
         return SignedPacket(sha256=digest, size_bytes=size), used
 
 
-def _record_intent(session: Connection, job: str, version: str, blob_key: str, token: int) -> None:
-    exists = session.execute(
+def _record_intent(
+    connection: Connection, job: str, version: str, blob_key: str, token: int
+) -> None:
+    exists = connection.execute(
         select(tables.signatures.c.job).where(tables.signatures.c.job == job)
     ).first()
     if exists is None:
-        session.execute(
+        connection.execute(
             tables.signatures.insert().values(
                 job=job,
                 key_version=version,
@@ -173,8 +175,8 @@ def _record_signature(
     """The signature row as the ledger records it: committed with the stage's
     outcome, whose hand-off event carries the same ``signing`` fields."""
 
-    def write(session: Connection) -> None:
-        session.execute(
+    def write(connection: Connection) -> None:
+        connection.execute(
             update(tables.signatures)
             .where(tables.signatures.c.job == job)
             .values(

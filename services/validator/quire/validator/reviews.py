@@ -190,29 +190,29 @@ class ReviewDesk:
         return review
 
 
-def _mark_cancelled(session: Connection, jobs: list[str]) -> None:
+def _mark_cancelled(connection: Connection, jobs: list[str]) -> None:
     """Pending reviews whose jobs the client cancelled: no longer decidable."""
     table = tables.reviews
-    session.execute(
+    connection.execute(
         update(table)
         .where(table.c.job.in_(jobs), table.c.status == "PENDING")
         .values(status=CANCELLED_REVIEW, resolved_at=datetime.now(UTC))
     )
 
 
-def _decide(session: Connection, job: str, status: str, operator: str, note: str) -> ReviewRow:
+def _decide(connection: Connection, job: str, status: str, operator: str, note: str) -> ReviewRow:
     table = tables.reviews
-    row = session.execute(select(table).where(table.c.job == job)).first()
+    row = connection.execute(select(table).where(table.c.job == job)).first()
     if row is None:
         raise NotFound("no review for this job")
     if row.status == "PENDING":
-        session.execute(
+        connection.execute(
             update(table)
             .where(table.c.job == job, table.c.status == "PENDING")
             .values(status=status, operator=operator, note=note, resolved_at=datetime.now(UTC))
         )
         # Re-read: under concurrent deciders the row shows whose decision won.
-        row = session.execute(select(table).where(table.c.job == job)).one()
+        row = connection.execute(select(table).where(table.c.job == job)).one()
     if row.status != status:
         raise FailedPrecondition(
             ReasonCode.REVIEW_ALREADY_RESOLVED, f"the review was already {row.status.lower()}"

@@ -109,12 +109,12 @@ class RulesetBook:
     def install(self, rulesets: list[Ruleset]) -> None:
         """Store new versions; refuse a changed body under a published version."""
 
-        def write(session: Connection) -> None:
+        def write(connection: Connection) -> None:
             # Replicas starting together install the same rulesets at once: the
             # first insert wins, the others find its row (and check its digest).
             for ruleset in rulesets:
                 inserted = insert_if_absent(
-                    session,
+                    connection,
                     tables.rulesets,
                     {
                         "key": ruleset.key,
@@ -127,7 +127,7 @@ class RulesetBook:
                 )
                 if inserted:
                     continue
-                digest = session.execute(
+                digest = connection.execute(
                     select(tables.rulesets.c.digest).where(tables.rulesets.c.key == ruleset.key)
                 ).scalar_one()
                 if digest != ruleset.digest:

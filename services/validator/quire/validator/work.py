@@ -35,9 +35,9 @@ __all__ = ["ValidatorWork"]
 def _record(
     task: queue_pb2.JobTask, ruleset: Ruleset, evaluation: Evaluation, token: int
 ) -> Callable[[Connection], None]:
-    def write(session: Connection) -> None:
+    def write(connection: Connection) -> None:
         now = datetime.now(UTC)
-        session.execute(
+        connection.execute(
             tables.validations.insert().values(
                 job=task.job,
                 verdict=evaluation.verdict,
@@ -52,7 +52,7 @@ def _record(
             )
         )
         if evaluation.verdict == "NEEDS_REVIEW":
-            session.execute(
+            connection.execute(
                 tables.reviews.insert().values(
                     job=task.job,
                     status="PENDING",

@@ -93,9 +93,10 @@ def _pin_of(row: Row[tuple[object, ...]]) -> Pin:
     )
 
 
-def _read(session: Connection, job: str) -> dict[int, Pin]:
+def _read(connection: Connection, job: str) -> dict[int, Pin]:
     return {
-        pin.position: pin for pin in map(_pin_of, session.execute(_PINS_OF_JOB, {"job": job}).all())
+        pin.position: pin
+        for pin in map(_pin_of, connection.execute(_PINS_OF_JOB, {"job": job}).all())
     }
 
 
@@ -105,14 +106,14 @@ class PinStore:
 
     async def pinned(self, job: str) -> dict[int, Pin]:
         """The job's pins by position."""
-        return await self._database.read(lambda session: _read(session, job))
+        return await self._database.read(lambda connection: _read(connection, job))
 
     async def pin(self, job: str, pin: Pin) -> Pin:
         """Record ``pin`` unless the position has one; the position's pin either way."""
 
-        def write(session: Connection) -> Pin:
+        def write(connection: Connection) -> Pin:
             insert_if_absent(
-                session,
+                connection,
                 tables.source_pins,
                 {
                     "job": job,
@@ -129,7 +130,7 @@ class PinStore:
                     "schema_error": pin.schema_error,
                 },
             )
-            row = session.execute(_PIN, {"job": job, "position": pin.position}).one()
+            row = connection.execute(_PIN, {"job": job, "position": pin.position}).one()
             return _pin_of(row)
 
         return await self._database.run(write)

@@ -113,8 +113,8 @@ class SourceWaits:
         if sweep:
             self._swept_at = self._clock()
 
-        def write(session: Connection) -> None:
-            session.execute(
+        def write(connection: Connection) -> None:
+            connection.execute(
                 delete(tables.source_waits).where(
                     _columns.job == job, _columns.system.not_in(sorted(breakers))
                 )
@@ -128,8 +128,8 @@ class SourceWaits:
                     "since": now,
                     "updated_at": now,
                 }
-                if not insert_if_absent(session, tables.source_waits, values):
-                    session.execute(
+                if not insert_if_absent(connection, tables.source_waits, values):
+                    connection.execute(
                         _UPDATE,
                         {
                             "w_job": job,
@@ -141,18 +141,18 @@ class SourceWaits:
                     )
             if sweep:
                 stale = now - timedelta(seconds=self._keep)
-                session.execute(delete(tables.source_waits).where(_columns.updated_at < stale))
+                connection.execute(delete(tables.source_waits).where(_columns.updated_at < stale))
 
         await self._database.run(write)
 
     async def cleared(self, job: str) -> None:
         """``job`` waits for no system any more."""
-        await self._database.run(lambda session: session.execute(_CLEAR, {"job": job}))
+        await self._database.run(lambda connection: connection.execute(_CLEAR, {"job": job}))
 
     async def of(self, job: str) -> list[SourceWait]:
         """What ``job`` waits for, by system id; empty for none."""
         rows = await self._database.read(
-            lambda session: session.execute(_WAITS_OF_JOB, {"job": job}).all()
+            lambda connection: connection.execute(_WAITS_OF_JOB, {"job": job}).all()
         )
         return [
             SourceWait(
