@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import resource
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,13 +32,12 @@ import grpc
 import nats
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
+from procstats import own_cpu_seconds, process_cpu_seconds
 
 from quire.stack.natsserver import NatsServer
 from quire.stack.ports import free_port
 
 __all__ = ["Floor", "messaging_floor", "rpc_floor"]
-
-TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -52,17 +50,6 @@ class Floor:
     @property
     def total_ms(self) -> float:
         return self.server_ms + self.client_ms
-
-
-def _process_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS_PER_SECOND
-
-
-def _own_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def messaging_floor(messages: int, payload_bytes: int, concurrency: int) -> Floor:
@@ -92,7 +79,7 @@ async def _messaging(server: NatsServer, messages: int, size: int, concurrency: 
             )
         )
         payload = os.urandom(size)
-        server0, own0 = _process_seconds(server.pid), _own_seconds()
+        server0, own0 = process_cpu_seconds(server.pid), own_cpu_seconds()
         slots = asyncio.Semaphore(concurrency)
 
         async def publish(index: int) -> None:
@@ -119,8 +106,8 @@ async def _messaging(server: NatsServer, messages: int, size: int, concurrency: 
             await asyncio.sleep(0.05)
         else:
             raise RuntimeError("acknowledged messages were not removed from the stream")
-        server_seconds = _process_seconds(server.pid) - server0
-        own_seconds = _own_seconds() - own0
+        server_seconds = process_cpu_seconds(server.pid) - server0
+        own_seconds = own_cpu_seconds() - own0
     finally:
         await connection.close()
     return Floor(server_seconds / messages * 1000, own_seconds / messages * 1000)
@@ -135,7 +122,7 @@ async def _rpcs(endpoint: str, service_pid: int, calls: int, concurrency: int) -
     async with grpc.aio.insecure_channel(endpoint) as channel:
         health = health_pb2_grpc.HealthStub(channel)
         await health.Check(health_pb2.HealthCheckRequest())
-        service0, own0 = _process_seconds(service_pid), _own_seconds()
+        service0, own0 = process_cpu_seconds(service_pid), own_cpu_seconds()
         slots = asyncio.Semaphore(concurrency)
 
         async def check() -> None:
@@ -143,6 +130,6 @@ async def _rpcs(endpoint: str, service_pid: int, calls: int, concurrency: int) -
                 await health.Check(health_pb2.HealthCheckRequest())
 
         await asyncio.gather(*(check() for _ in range(calls)))
-        service_seconds = _process_seconds(service_pid) - service0
-        own_seconds = _own_seconds() - own0
+        service_seconds = process_cpu_seconds(service_pid) - service0
+        own_seconds = own_cpu_seconds() - own0
     return Floor(service_seconds / calls * 1000, own_seconds / calls * 1000)

@@ -49,7 +49,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 from floor import Floor, messaging_floor, rpc_floor  # noqa: E402
-from procstats import TICK_SECONDS, TreeSampler, machine_busy_ticks  # noqa: E402
+from procstats import (  # noqa: E402
+    TICK_SECONDS,
+    TreeSampler,
+    machine_busy_ticks,
+    own_cpu_seconds,
+)
 
 from quire.blobstore import sha256_file  # noqa: E402
 from quire.callers import CallerVerifier, prove  # noqa: E402
@@ -389,16 +394,20 @@ def main() -> None:
             async def throughput() -> Any:
                 async with client_for(stack) as client:
                     uploaded = await upload_all(client, packets)
-                    marks["uploaded"] = (time.perf_counter(), _cpu_self(), machine_busy_ticks())
+                    marks["uploaded"] = (
+                        time.perf_counter(),
+                        own_cpu_seconds(),
+                        machine_busy_ticks(),
+                    )
                     return uploaded, await run_pipeline(client, uploaded)
 
             marks: dict[str, tuple[float, float, int]] = {}
             sampler.start()
-            client0, machine0 = _cpu_self(), machine_busy_ticks()
+            client0, machine0 = own_cpu_seconds(), machine_busy_ticks()
             phase_started = time.perf_counter()
             _uploaded, (elapsed, latencies, outcomes) = asyncio.run(throughput())
             phase_seconds = time.perf_counter() - phase_started
-            client_cpu, machine = _cpu_self() - client0, machine_busy_ticks() - machine0
+            client_cpu, machine = own_cpu_seconds() - client0, machine_busy_ticks() - machine0
             sampler.stop()
             cpu = sampler.cpu_seconds()
             cpu["client"] = client_cpu
@@ -628,11 +637,6 @@ def print_floor(
         f"so on this machine the design cannot pass {best_rate:.1f} packets/s of the bare "
         f"{bare_rate:.1f} (from CPU): {best_rate / bare_rate:.2f} of the limit at best"
     )
-
-
-def _cpu_self() -> float:
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    return own.ru_utime + own.ru_stime
 
 
 if __name__ == "__main__":

@@ -33,11 +33,19 @@ every process on the machine, other users' included.
 from __future__ import annotations
 
 import os
+import resource
 import threading
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["TICK_SECONDS", "TreeSampler", "machine_busy_ticks", "rss_bytes"]
+__all__ = [
+    "TICK_SECONDS",
+    "TreeSampler",
+    "machine_busy_ticks",
+    "own_cpu_seconds",
+    "process_cpu_seconds",
+    "rss_bytes",
+]
 
 TICK_SECONDS = 1.0 / os.sysconf("SC_CLK_TCK")
 
@@ -73,6 +81,20 @@ def _stat(pid: int) -> tuple[int, int, int, int] | None:
         int(fields[13]) + int(fields[14]),
         int(fields[19]),
     )
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds process ``pid`` has used itself (all its threads)."""
+    stat = _stat(pid)
+    if stat is None:
+        raise ProcessLookupError(pid)
+    return stat[1] * TICK_SECONDS
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds this process has used (all its threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def rss_bytes(pid: int) -> int:
