@@ -50,8 +50,6 @@ SYSTEM = {
 }
 """The whole system, and no test helpers (quire-testing)."""
 COMMANDS = ("quire", "quire-gateway", *(f"quire-{service}" for service in SERVICES))
-FULL = os.environ.get("DISTRIBUTIONS_INSTALL") == "1"
-"""``make distributions``: also install with pip and run the whole system."""
 
 
 @pytest.fixture(scope="module")
@@ -316,7 +314,7 @@ def _install(venv: Path, wheels: Path, *names: str) -> None:
     )
 
 
-@pytest.mark.skipif(not FULL, reason="make distributions (DISTRIBUTIONS_INSTALL=1) runs it")
+@pytest.mark.only_in("distributions")
 def test_one_service_installs_from_its_wheel_with_only_what_it_needs_then_the_whole_system_runs(
     wheels: Path, tmp_path: Path
 ) -> None:

@@ -35,6 +35,7 @@ from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem
 from quire.faults import arm, fired
+from quire.invariants import check as check_invariants
 from quire.jobs import state_name
 from quire.stack.supervisor import Stack, StackInfo
 from quire.testing.pdfs import write_text_pdf
@@ -232,7 +233,6 @@ def test_a_process_killed_at_this_step_loses_and_duplicates_nothing(
 async def test_after_every_kill_the_invariants_hold(
     fault_stack: FaultStack, matrix: dict[str, Outcome]
 ) -> None:
-    invariants = pytest.importorskip("quire.invariants")
     assert len(fault_stack.jobs) == len(POINTS) == len(matrix), "runs after the whole matrix"
-    report = await asyncio.to_thread(invariants.check, fault_stack.stack.data_dir)
+    report = await asyncio.to_thread(check_invariants, fault_stack.stack.data_dir)
     assert report.ok, report.findings

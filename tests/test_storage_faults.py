@@ -14,6 +14,7 @@ import pytest
 
 from quire.client import AdmissionClient, PacketItem
 from quire.grpcstatus import reason_of
+from quire.invariants import check as check_invariants
 from quire.jobs import state_name
 from quire.stack.supervisor import Stack
 from quire.testing.pdfs import write_text_pdf
@@ -59,8 +60,7 @@ def _blob_store_is_clean(stack: Stack, prefix: str) -> None:
 
 
 def _invariants_hold(data_dir: Path) -> None:
-    invariants = pytest.importorskip("quire.invariants")
-    report = invariants.check(data_dir)
+    report = check_invariants(data_dir)
     assert report.ok, report.findings
 
 

@@ -26,6 +26,7 @@ from grpc_status import rpc_status
 
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.grpcstatus import reason_of
+from quire.invariants import check as check_invariants
 from quire.jobs import state_name
 from quire.runtime import connect_nats
 from quire.stack.supervisor import Stack, StackInfo
@@ -40,8 +41,7 @@ ASSEMBLER_BUDGET_BYTES = 1_000_000
 
 
 def _invariants_hold(data_dir: Path) -> None:
-    invariants = pytest.importorskip("quire.invariants")
-    report = invariants.check(data_dir)
+    report = check_invariants(data_dir)
     assert report.ok, report.findings
 
 
