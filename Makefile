@@ -13,7 +13,7 @@ PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 # built as wheels by `make wheels`.
 DIST_PROJECTS := gen libs/core libs/ops libs/testing $(sort $(wildcard services/*))
 
-.PHONY: run test lint system-deps openapi protos protos-check protos-lint protos-release bench bench-admission bench-validator bench-assembly bench-ledger bench-history bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine bench-fairness bench-sources eval load soak multinode batch-kills corpus venv wheels clean
+.PHONY: run test test-unit buf lint system-deps openapi protos protos-check protos-lint protos-release bench bench-admission bench-validator bench-assembly bench-ledger bench-history bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine bench-fairness bench-sources eval load soak multinode batch-kills corpus venv wheels clean
 
 venv: $(VENV)/.installed
 
@@ -39,6 +39,11 @@ run: venv
 TEST_WORKERS ?= 2
 test: venv system-deps protos-check protos-lint lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+
+# The unit tier alone: every test that starts no stack, reads no corpus and
+# breaks nothing (quire.testing.tiers); a minute or two.
+test-unit: venv buf
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not stack and not fault and not corpus"
 
 system-deps:
 	@sh tools/install-system-deps.sh
@@ -132,10 +137,12 @@ protos-check: venv
 # buf lint, and buf breaking against the last released protos: fails on a
 # removed or renamed field, a reused number, a changed type (protos/buf.yaml,
 # protos/VERSIONING.md).
-protos-lint: venv system-deps
-	@VENV=$(VENV) sh tools/install-buf.sh
+protos-lint: buf
 	$(BUF) lint protos
 	$(BUF) breaking protos --against $(PROTOS_BASELINE)
+
+buf: venv system-deps
+	@VENV=$(VENV) sh tools/install-buf.sh
 
 # Cut a new baseline from protos/ as they are: done at a release, or to
 # accept a change listed by buf breaking (VERSIONING.md says when).
@@ -158,7 +165,7 @@ wheels: venv
 # dependencies and imports them unpacked, without pip or a running system.
 .PHONY: distributions
 distributions: venv system-deps
-	QUIRE_MAKE_TARGET=distributions $(PY) -m pytest -q tests/test_distributions.py
+	TEST_TARGET=distributions $(PY) -m pytest -q tests/test_distributions.py
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) dist

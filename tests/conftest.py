@@ -21,7 +21,7 @@ from quire.stack.natsserver import NatsServer
 from quire.stack.ports import free_port
 from quire.workqueue import ensure_topology
 
-pytest_plugins = ["quire.testing.tiers", "quire.testing.timings"]
+pytest_plugins = ["pytester", "quire.testing.tiers", "quire.testing.timings"]
 
 CORPUS: Path = Path(
     os.environ.get("QUIRE_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus")

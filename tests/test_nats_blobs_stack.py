@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pytest
 from test_faults_common import running_stack, submit_text_jobs, wait_all
 
 from quire.invariants import check
@@ -21,6 +22,7 @@ def _files_under(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
 
 
+@pytest.mark.stack
 async def test_jobs_complete_with_every_blob_in_nats_and_none_on_disk(tmp_path: Path) -> None:
     env = {"QUIRE_BLOB_BACKEND": "nats"}
     async with running_stack(tmp_path / "stack", env) as running:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import pytest
 from sqlalchemy import MetaData, select
 
 from quire.audit import ledger
@@ -113,6 +114,7 @@ async def test_concurrent_batches_chain_each_tenant_on_postgres(postgres) -> Non
             previous = row.entry_hash
 
 
+@pytest.mark.stack
 async def test_the_whole_pipeline_runs_on_postgres(postgres, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A job, then a batch with a notification endpoint: the dispatcher's
     lease and locked pages, the end tracker's compare-and-set and the

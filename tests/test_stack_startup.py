@@ -5,6 +5,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
+
 from quire.stack.ports import free_port
 from quire.stack.supervisor import Stack
 
@@ -14,6 +16,7 @@ def test_free_port_does_not_hand_out_a_port_twice_in_a_row() -> None:
     assert len(set(ports)) == len(ports)
 
 
+@pytest.mark.stack
 def test_a_service_whose_port_was_taken_is_started_again_on_fresh_ports(tmp_path: Path) -> None:
     stack = Stack(tmp_path / "stack")
     taken = stack.endpoints["assembler"]

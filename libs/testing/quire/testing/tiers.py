@@ -15,7 +15,7 @@ unit tier alone) never starts one by accident and the per-tier figures stay
 true.
 
 Tests marked ``only_in("<target>")`` run only from that ``make`` target
-(which sets ``QUIRE_MAKE_TARGET``); elsewhere they are deselected, never
+(which sets ``TEST_TARGET``); elsewhere they are deselected, never
 skipped.
 
 Under CI (``CI=true``, as ``.ci/run`` runs), a skip is a failure: a missing
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import pytest
@@ -38,7 +38,7 @@ TIERS = ("corpus", "fault", "stack", "unit")
 """In precedence order: a corpus test that kills a process counts as corpus."""
 MARKED_BY_FIXTURE = {"corpus": "corpus", "stack": "stack"}
 """Fixture name -> the tier marker a test that asks for it gets."""
-TARGET_VAR = "QUIRE_MAKE_TARGET"
+TARGET_VAR = "TEST_TARGET"
 STACK_START = "stack_start_seconds"
 """A test report's user property: one per stack its test started, with how long it took."""
 
@@ -62,7 +62,7 @@ def pytest_configure(config: pytest.Config) -> None:
         ("stack", "starts the embedded stack (nats-server and the service processes)"),
         ("fault", "kills processes or breaks storage, networks or time under a stack"),
         ("corpus", "reads the shared corpus of real PDFs"),
-        ("only_in(target)", "runs only from `make <target>` (QUIRE_MAKE_TARGET)"),
+        ("only_in(target)", "runs only from `make <target>` (TEST_TARGET)"),
     ):
         config.addinivalue_line("markers", f"{tier}: {text}")
     _guard_stack_starts()
@@ -95,24 +95,31 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    if in_ci() and report.skipped and not hasattr(report, "wasxfail"):
-        report.outcome = "failed"
-        report.longrepr = f"skipped under CI, which must run every test: {_reason(report)}"
+    if not hasattr(report, "wasxfail"):
+        _fail_a_skip_under_ci(report)
     return report
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_make_collect_report(collector: pytest.Collector) -> Iterator[Any]:
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
     report = yield
-    if in_ci() and report.skipped:
-        report.outcome = "failed"
-        report.longrepr = f"skipped under CI, which must run every test: {_reason(report)}"
+    _fail_a_skip_under_ci(report)
     return report
 
 
-def _reason(report: Any) -> str:
+def _fail_a_skip_under_ci(report: pytest.TestReport | pytest.CollectReport) -> None:
+    if in_ci() and report.skipped:
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI, which must run every test: {_reason(report)}"
+
+
+def _reason(report: pytest.TestReport | pytest.CollectReport) -> str:
     longrepr = report.longrepr
     if isinstance(longrepr, tuple) and len(longrepr) == 3:
         return str(longrepr[2])

@@ -32,7 +32,7 @@ class TimingReport:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[report.nodeid] += report.duration
         if report.when == "teardown":  # each phase's report carries the test's properties so far
-            starts = [value for name, value in report.user_properties if name == STACK_START]
+            starts = [float(v) for name, v in report.user_properties if name == STACK_START]  # type: ignore[arg-type]
             self.stack_starts += starts
         if report.when == "call" or report.nodeid not in self.tier:
             self.tier[report.nodeid] = tier_of(report.keywords)
