@@ -27,7 +27,7 @@ from quire.jobs import TERMINAL_STATES, state_name
 from quire.stack.supervisor import Stack, StackInfo
 from quire.testing.soak import SOAK_ENV
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
 PACKETS = int(os.environ.get("BATCH_KILL_PACKETS", "150"))
 KILLS = int(os.environ.get("BATCH_KILLS", "3"))

@@ -38,7 +38,7 @@ from quire.testing.quirecli import run_quire
 from quire.workqueue import EVENTS_STREAM, WORK_STREAM, consumer_name
 from quire.workqueue.topology import EVENTS_CONSUMER
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
 
 @asynccontextmanager

@@ -18,7 +18,7 @@ from quire.testing.pdfs import write_text_pdf
 from quire.type import queue_pb2
 from quire.workqueue.topology import DEAD_STREAM
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
 
 async def test_a_job_whose_worker_always_dies_ends_failed_via_the_dead_letter_office(

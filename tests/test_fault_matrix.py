@@ -41,7 +41,7 @@ from quire.stack.supervisor import Stack, StackInfo
 from quire.testing.pdfs import write_text_pdf
 from quire.tls import aio_channel
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
 POINTS = [
     f"{service}.{step}"

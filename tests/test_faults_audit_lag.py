@@ -23,7 +23,7 @@ from quire.runtime import connect_nats
 from quire.workqueue import EVENTS_STREAM, WORK_STREAM, consumer_name
 from quire.workqueue.topology import EVENTS_CONSUMER
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
 JOBS = 4
 ENV = {

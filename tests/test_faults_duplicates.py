@@ -46,7 +46,7 @@ from quire.workqueue import (
 )
 from quire.workqueue.topology import EVENTS_CONSUMER
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
 JOBS = 2
 """Jobs in each round (completed first, then running); two already show any

@@ -37,7 +37,7 @@ from quire.testing.pdfs import write_text_pdf
 from quire.type import queue_pb2
 from quire.workqueue import WORK_STREAM, consumer_name
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
 ACK_WAIT_SECONDS = 2
 

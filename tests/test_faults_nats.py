@@ -15,7 +15,7 @@ from test_faults_common import eventually, ledger_rows, running_stack, submit_te
 from quire.invariants import check
 from quire.jobs import state_name
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
 JOBS = 20
 OUTAGE_SECONDS = 1.5

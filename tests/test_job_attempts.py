@@ -261,6 +261,7 @@ def _assert_counts(views: dict[str, Any], watched: job_pb2.Job, expected: tuple[
 
 
 @pytest.mark.stack
+@pytest.mark.fault
 async def test_deliveries_and_attempt_follow_the_ledger_through_a_killed_stage(
     tmp_path: Path,
 ) -> None:

@@ -33,7 +33,7 @@ from quire.testing.pdfs import write_text_pdf
 from quire.testing.soak import SOAK_ENV
 from quire.workqueue.topology import TOPOLOGY_STREAMS, WORK_STREAM
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
 JOBS = int(os.environ.get("MULTINODE_JOBS", "12"))
 T = TypeVar("T")

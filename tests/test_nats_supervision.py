@@ -60,6 +60,7 @@ async def _submit_retrying(client: AdmissionClient, path: Path, index: int) -> s
 
 
 @pytest.mark.stack
+@pytest.mark.fault
 async def test_nats_killed_under_load_is_restarted_and_every_job_completes(
     tmp_path: Path,
 ) -> None:

@@ -19,7 +19,7 @@ from quire.stack.supervisor import Stack
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.sealedstore import stack_store
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
 
 async def test_a_signer_killed_after_writing_the_artifact_signs_nothing_twice(

@@ -20,7 +20,7 @@ from quire.invariants import check
 from quire.stack.supervisor import Stack
 from quire.testing.soak import SOAK_ENV, VICTIMS, soak
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
 JOBS = 30
 SEED = 1361

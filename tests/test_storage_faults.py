@@ -19,7 +19,7 @@ from quire.jobs import state_name
 from quire.stack.supervisor import Stack
 from quire.testing.pdfs import write_text_pdf
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
 
 def _stack(tmp_path: Path, **env: str) -> Stack:

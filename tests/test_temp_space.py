@@ -34,7 +34,7 @@ from quire.tempspace import local_owner, owner_prefix, temp_prefix
 from quire.testing.pdfs import write_text_pdf
 from quire.workqueue import WORK_STREAM, consumer_name
 
-pytestmark = pytest.mark.stack
+pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
 LIMIT_BYTES = 20_000_000
 ASSEMBLER_BUDGET_BYTES = 1_000_000
