@@ -120,6 +120,6 @@ def test_the_run_prints_time_per_tier_and_the_slowest_tests(pytester: pytest.Pyt
             "   unit:     1 tests*",
             "stacks started: 0*",
             "*slowest tests*",
-            "*0.3 s   stack  test_the_run_prints_time_per_tier_and_the_slowest_tests.py::test_slow",
+            "*0.3 s *s CPU   stack  test_the_run_prints_time_per_tier_and_the_slowest_tests.py::test_slow",
         ]
     )

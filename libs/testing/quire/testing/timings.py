@@ -1,24 +1,54 @@
 """Where the suite's time goes, as a pytest plugin (``tests/conftest.py`` loads it).
 
-At the end of a run it prints the time spent in each tier (``quire.testing.tiers``)
-the stacks the tests started, and the slowest tests, each test's setup, call and teardown together (a
-module's private stack is started in its first test's setup). With
-pytest-xdist the figures come from the workers' reports, so they add up the
-work of every worker: a tier's total is machine time, not wall time.
+At the end of a run it prints, for each tier (``quire.testing.tiers``), the
+time its tests took (setup, call and teardown together: a module's private
+stack is started in its first test's setup) and the CPU they used; the
+stacks the tests started; and the slowest tests. A test's CPU is its worker
+process's and that of the processes it reaped meanwhile, so a private
+stack's services count for the test that stopped them, and the suite's
+shared stack for none. With pytest-xdist the figures come from the workers'
+reports and add up every worker's: a tier's total is machine time, not wall
+time.
 """
 
 from __future__ import annotations
 
+import resource
 from collections import defaultdict
+from collections.abc import Generator
 from typing import Any
 
 import pytest
 
 from quire.testing.tiers import STACK_START, TIERS, tier_of
 
-__all__ = ["SLOWEST", "TimingReport"]
+__all__ = ["CPU", "SLOWEST", "TimingReport"]
 
 SLOWEST = 15
+CPU = "cpu_seconds"
+"""A test report's user property: the CPU its test used, from setup to teardown."""
+_CPU_AT_SETUP = pytest.StashKey[float]()
+
+
+def _cpu_seconds() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    item.stash[_CPU_AT_SETUP] = _cpu_seconds()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    try:
+        return (yield)
+    finally:  # before the teardown report, which carries the properties
+        if _CPU_AT_SETUP in item.stash:
+            item.user_properties.append((CPU, _cpu_seconds() - item.stash[_CPU_AT_SETUP]))
 
 
 class TimingReport:
@@ -28,12 +58,16 @@ class TimingReport:
         self.seconds: dict[str, float] = defaultdict(float)
         self.tier: dict[str, str] = {}
         self.stack_starts: list[float] = []
+        self.cpu: dict[str, float] = defaultdict(float)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[report.nodeid] += report.duration
         if report.when == "teardown":  # each phase's report carries the test's properties so far
-            starts = [float(v) for name, v in report.user_properties if name == STACK_START]  # type: ignore[arg-type]
-            self.stack_starts += starts
+            for name, value in report.user_properties:
+                if name == STACK_START:
+                    self.stack_starts.append(float(value))  # type: ignore[arg-type]
+                elif name == CPU:
+                    self.cpu[report.nodeid] += float(value)  # type: ignore[arg-type]
         if report.when == "call" or report.nodeid not in self.tier:
             self.tier[report.nodeid] = tier_of(report.keywords)
 
@@ -42,15 +76,18 @@ class TimingReport:
             return
         write = terminalreporter.write_line
         terminalreporter.section("time per tier (setup + call + teardown, all workers)")
-        per_tier: dict[str, list[float]] = defaultdict(list)
-        for nodeid, seconds in self.seconds.items():
-            per_tier[self.tier.get(nodeid, "unit")].append(seconds)
+        per_tier: dict[str, list[str]] = defaultdict(list)
+        for nodeid in self.seconds:
+            per_tier[self.tier.get(nodeid, "unit")].append(nodeid)
         total = sum(self.seconds.values())
-        for tier in TIERS:
-            spent = per_tier.get(tier, [])
-            share = sum(spent) / total if total else 0.0
-            write(f"{tier:>7}: {len(spent):5d} tests {sum(spent):8.1f} s  {share:6.1%}")
-        write(f"{'all':>7}: {len(self.seconds):5d} tests {total:8.1f} s")
+        for tier in (*TIERS, "all"):
+            nodeids = list(self.seconds) if tier == "all" else per_tier.get(tier, [])
+            spent = sum(self.seconds[nodeid] for nodeid in nodeids)
+            cpu = sum(self.cpu.get(nodeid, 0.0) for nodeid in nodeids)
+            share = spent / total if total else 0.0
+            write(
+                f"{tier:>7}: {len(nodeids):5d} tests {spent:8.1f} s {share:6.1%}  {cpu:8.1f} s CPU"
+            )
         write(
             f"stacks started: {len(self.stack_starts)}, "
             f"{sum(self.stack_starts):.1f} s until healthy in all"
@@ -58,7 +95,9 @@ class TimingReport:
         terminalreporter.section(f"the {SLOWEST} slowest tests (setup + call + teardown)")
         slowest = sorted(self.seconds.items(), key=lambda pair: pair[1], reverse=True)
         for nodeid, seconds in slowest[:SLOWEST]:
-            write(f"{seconds:7.1f} s  {self.tier.get(nodeid, 'unit'):>6}  {nodeid}")
+            cpu = self.cpu.get(nodeid, 0.0)
+            tier = self.tier.get(nodeid, "unit")
+            write(f"{seconds:7.1f} s {cpu:6.1f} s CPU  {tier:>6}  {nodeid}")
 
 
 def pytest_configure(config: pytest.Config) -> None:
