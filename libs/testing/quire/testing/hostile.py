@@ -65,13 +65,24 @@ def _one_page(
 
 def flate_bomb(path: Path, gibibytes: int = 2) -> Path:
     """A few KiB that inflate to gigabytes: zeros compressed twice."""
-    inner = zlib.compressobj(9)
-    chunk = bytes(64 * 1024 * 1024)
-    layer = b"".join(inner.compress(chunk) for _ in range(gibibytes * 16)) + inner.flush()
-    outer = zlib.compress(layer, 9)
+    outer = zlib.compress(_deflated_zeros(gibibytes * 1024**3), 9)
     objects = _one_page(page_extra=b"/Thumb 6 0 R ")
     objects.append(_stream(outer, b"/Filter [/FlateDecode /FlateDecode]"))
     return raw_pdf(path, objects)
+
+
+def _deflated_zeros(size: int, chunk: int = 64 * 1024 * 1024) -> bytes:
+    """A zlib stream of ``size`` zero bytes (a multiple of ``chunk``), built
+    without compressing all of them: after a full flush the compressor starts
+    afresh, so every chunk after the first compresses to the same bytes, and
+    the Adler-32 of n zeros is (n mod 65521) << 16 | 1."""
+    zeros = bytes(chunk)
+    raw = zlib.compressobj(9, zlib.DEFLATED, -15)
+    first = raw.compress(zeros) + raw.flush(zlib.Z_FULL_FLUSH)
+    again = raw.compress(zeros) + raw.flush(zlib.Z_FULL_FLUSH)
+    adler32 = ((size % 65521) << 16) | 1
+    body = first + again * (size // chunk - 1) + raw.flush()
+    return b"\x78\xda" + body + adler32.to_bytes(4, "big")
 
 
 def nested_arrays(path: Path, depth: int = 100_000) -> Path:
