@@ -49,6 +49,8 @@ SYSTEM = {
     *(f"quire-{service}" for service in SERVICES),
 }
 """The whole system, and no test helpers (quire-testing)."""
+UV = str(Path(sys.executable).with_name("uv"))
+"""uv, which ``make venv`` installs beside the interpreter."""
 COMMANDS = ("quire", "quire-gateway", *(f"quire-{service}" for service in SERVICES))
 
 
@@ -58,17 +60,19 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for project in PROJECTS:  # setuptools' staging area keeps files a checkout no longer has
         shutil.rmtree(ROOT / project / "build", ignore_errors=True)
     # The pinned setuptools is in the virtualenv (dev extras): building with it
-    # directly spares ten throwaway build environments.
-    _pip(
-        sys.executable,
-        "wheel",
-        "--no-deps",
-        "--no-build-isolation",
-        "-w",
-        str(out),
-        *(f"./{p}" for p in PROJECTS),
-        ".",
-    )
+    # directly spares ten throwaway build environments. uv calls the same
+    # setuptools build hooks as `pip wheel` (`make wheels`), in half the time.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    for project in (*PROJECTS, "."):
+        subprocess.run(
+            [UV, "build", "--quiet", "--wheel", "--no-build-isolation", "--python"]
+            + [sys.executable, "--out-dir", str(out), project],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
     return out
 
 
