@@ -1,10 +1,11 @@
-"""A bounded soak inside the suite: 30 jobs keep flowing while a random
-process (a service, or the NATS server) is SIGKILLed every couple of seconds.
-The killer's seed is one whose first six victims are the five services and
-the NATS server, each once, and the submissions are paced by the kills (the
-last goes after the sixth), so every kind of process dies at least once while
-jobs are in flight. Every job ends in
-exactly one outcome, and `quire check` passes afterwards.
+"""A bounded soak inside the suite: 12 jobs keep flowing while a random
+process (a service, or the NATS server) is SIGKILLed about every second, each
+kill once the stack has recovered from the one before. The killer's seed is
+one whose first six victims are the five services and the NATS server, each
+once, and the submissions are paced by the kills (two jobs between kills,
+the last after the sixth), so every kind of process dies at least once while
+jobs are in flight. Every job ends in exactly one outcome, and `quire check`
+passes afterwards.
 
 `make soak` runs the full-size version (1,000 jobs) and prints its figures.
 """
@@ -22,9 +23,14 @@ from quire.testing.soak import SOAK_ENV, VICTIMS, soak
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
-JOBS = 30
+JOBS = 12
 SEED = 1361
 """Its first kills: assembler, nats, admission, signer, audit, validator."""
+KILL_INTERVAL = 1.0
+"""Seconds from one kill's recovery to the next (jittered 0.5-1.5x): the
+killer waits for each victim to be back and healthy first, so a short
+interval spends no time idle without piling kills onto a stack still
+coming back."""
 
 
 async def test_jobs_survive_random_kills_with_exactly_one_outcome_each(tmp_path: Path) -> None:
@@ -36,7 +42,7 @@ async def test_jobs_survive_random_kills_with_exactly_one_outcome_each(tmp_path:
             stack,
             tmp_path / "inputs",
             jobs=JOBS,
-            kill_interval=2.0,
+            kill_interval=KILL_INTERVAL,
             timeout=300,
             seed=SEED,
             min_kills=len(VICTIMS),
