@@ -50,8 +50,19 @@ def ring(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def sealed_stack(tmp_path_factory: pytest.TempPathFactory, ring: Path) -> Iterator[Stack]:
+    """The stack whose services read ``ring``. A 3 s acknowledgement wait
+    (production's is 30 s; a worker extends its lease while it works): a stage's
+    work lost with a process killed mid-rotation comes back within seconds,
+    not after half a minute of the test waiting for its jobs."""
     data_dir = tmp_path_factory.mktemp("sealed-stack")
-    stack = Stack(data_dir, env={"QUIRE_KEK_FILE": str(ring), "QUIRE_DRAIN_SECONDS": "5"})
+    stack = Stack(
+        data_dir,
+        env={
+            "QUIRE_KEK_FILE": str(ring),
+            "QUIRE_DRAIN_SECONDS": "5",
+            "QUIRE_ACK_WAIT_SECONDS": "3",
+        },
+    )
     stack.start()
     yield stack
     stack.stop()
