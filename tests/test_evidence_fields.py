@@ -4,7 +4,7 @@ signer identity (with the signature level and key version), every value read
 from the entry's hashed bytes; the offline verifier refuses a document in
 which one of them was edited.
 
-Unit tests over a real SQLite audit database, and one job on the real stack
+Unit tests over a real SQLite audit database, and one job on the session's stack
 that an operator approves through review with a note."""
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import Any
 
 import grpc
 import pytest
-from test_faults_common import running_stack
 
 from quire.audit import ledger, tables
 from quire.audit.checkpoints import CheckpointSigner
@@ -188,10 +187,6 @@ CLAUSES = (
     "The renewal term is twelve months. Monthly rent: 1,200. Lead-based paint disclosure attached."
 )
 UNSIGNED = {"property_address": "1 Main St", "tenant_signature": "A. Tenant"}
-GENEROUS_SANDBOX = {"QUIRE_VALIDATOR_BUDGET_BASE_SECONDS": "10"}
-"""A private stack whose validator is not hurried: on a machine shared with
-other test runs, the default quarter-second budget can reject the lease as
-PARSER_LIMIT_EXCEEDED before it is parked for review."""
 
 
 async def _all_entries(audit: agrpc.AuditServiceStub, job: str, operator: Any) -> list[Any]:
@@ -209,9 +204,16 @@ async def _all_entries(audit: agrpc.AuditServiceStub, job: str, operator: Any) -
 
 
 @pytest.mark.stack
-async def test_a_reviewed_jobs_evidence_shows_what_its_ledger_says(tmp_path: Path) -> None:
-    async with running_stack(tmp_path / "stack", env=GENEROUS_SANDBOX) as running:
-        await _reviewed_jobs_evidence(running.info, running.client, tmp_path)
+async def test_a_reviewed_jobs_evidence_shows_what_its_ledger_says(
+    stack,  # type: ignore[no-untyped-def]
+    tenants,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
+    """On the session's stack, as a fresh tenant: the evidence of one job reads
+    only that job's ledger. (The validator's budget no longer counts time spent
+    waiting for a CPU, so the default budget parks the lease on a busy machine.)"""
+    client = await tenants("evidence")
+    await _reviewed_jobs_evidence(StackInfo.read(stack.data_dir), client, tmp_path)
 
 
 async def _reviewed_jobs_evidence(info: StackInfo, client: AdmissionClient, tmp_path: Path) -> None:
