@@ -268,14 +268,52 @@ def _process_figures(pid: int) -> tuple[int, int]:
     return rss, len(os.listdir(f"/proc/{pid}/fd"))
 
 
+class _LimitsStack(Stack):
+    """A stack whose admission can be restarted with other upload limits.
+
+    The file's two sets of limits (hundreds of uploads for one tenant, and
+    caps of a few) cannot hold in one process at once; restarting admission
+    alone costs one service's start instead of a second stack's."""
+
+    admission_env: dict[str, str] | None = None
+
+    def service_env(self) -> dict[str, str]:
+        return {**super().service_env(), **(self.admission_env or {})}
+
+    def admission_limits(self, env: dict[str, str]) -> None:
+        """Restart admission with ``env`` unless it already runs with it; the
+        other services never read upload limits and keep running."""
+        if env == self.admission_env:
+            return
+        self.stop_service("admission")
+        self.admission_env = env
+        self.start_service("admission")
+        self.wait_healthy()
+
+
 # -- hundreds of uploads held open at a byte a second -----------------------
-# First in the file: its stack is stopped before the next module stack starts.
 
 SLOW_UPLOADS = int(os.environ.get("SLOW_UPLOADS", "250"))
 SLOW_IDLE_SECONDS = 2.0
+SLOW_ENV = {
+    "QUIRE_UPLOAD_IDLE_SECONDS": str(SLOW_IDLE_SECONDS),
+    "QUIRE_MAX_TENANT_UPLOADS": str(SLOW_UPLOADS + 100),  # one tenant may hold all
+}
 SLOW_PREFIX_BYTES = 4096  # past the sniff window, so each one holds a temporary file
 SLOW_DECLARED_BYTES = 64 * 1024
 CLOSE_SLACK_SECONDS = 4.0
+
+
+@pytest.fixture(scope="module")
+def limits_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_LimitsStack]:
+    """The file's own stack; each test sets admission's limits it needs."""
+    stack = _LimitsStack(
+        tmp_path_factory.mktemp("limits") / "stack", env={"QUIRE_DRAIN_SECONDS": "5"}
+    )
+    stack.admission_env = SLOW_ENV  # the first test's: it needs no restart
+    stack.start()
+    yield stack
+    stack.stop()
 
 
 @dataclass
@@ -345,45 +383,35 @@ async def _uploads_refused(stack: Stack, reason: str) -> float:
 
 @pytest.mark.stack
 async def test_hundreds_of_uploads_at_a_byte_a_second_are_closed_at_the_idle_limit(
-    tmp_path: Path,
+    limits_stack: _LimitsStack, tmp_path: Path
 ) -> None:
-    stack = Stack(
-        tmp_path / "stack",
-        env={
-            "QUIRE_UPLOAD_IDLE_SECONDS": str(SLOW_IDLE_SECONDS),
-            "QUIRE_MAX_TENANT_UPLOADS": str(SLOW_UPLOADS + 100),  # one tenant may hold all
-            "QUIRE_DRAIN_SECONDS": "5",
-        },
-    )
-    await asyncio.to_thread(stack.start)
-    try:
-        async with _tenants(stack, "slowloris", "bystander") as (slow, bystander):
-            figures = _Figures(stack.pid("admission"), stack.data_dir / "blobs" / ".tmp")
-            warm = write_text_pdf(tmp_path / "warm.pdf", [f"warm {uuid.uuid4().hex}"])
-            await bystander.upload(warm)  # the first upload's imports are not a leak
-            figures.sample()
-            idle_closes_before = await _uploads_refused(stack, "UPLOAD_IDLE_TIMEOUT")
-            done = asyncio.Event()
-            sampler = asyncio.create_task(figures.sample_until(done))
-            opened: list[float] = []
-            started = time.monotonic()
-            calls = [asyncio.create_task(_slow_upload(slow, opened)) for _ in range(SLOW_UPLOADS)]
-            for _ in range(200):  # 20 s at most for all of them to be sending
-                if len(opened) == SLOW_UPLOADS:
-                    break
-                await asyncio.sleep(0.1)
-            all_open = time.monotonic()
-            path = write_text_pdf(tmp_path / "by.pdf", [f"bystander {uuid.uuid4().hex}"])
-            source = await bystander.upload(path)  # while the slow ones are stalled
-            results = await asyncio.wait_for(asyncio.gather(*calls), timeout=60)
-            all_closed = time.monotonic()
-            await asyncio.sleep(0.5)
-            done.set()
-            await sampler
-            figures.sample()
-            idle_closes = await _uploads_refused(stack, "UPLOAD_IDLE_TIMEOUT") - idle_closes_before
-    finally:
-        await asyncio.to_thread(stack.stop)
+    stack = limits_stack
+    await asyncio.to_thread(stack.admission_limits, SLOW_ENV)
+    async with _tenants(stack, "slowloris", "bystander") as (slow, bystander):
+        figures = _Figures(stack.pid("admission"), stack.data_dir / "blobs" / ".tmp")
+        warm = write_text_pdf(tmp_path / "warm.pdf", [f"warm {uuid.uuid4().hex}"])
+        await bystander.upload(warm)  # the first upload's imports are not a leak
+        figures.sample()
+        idle_closes_before = await _uploads_refused(stack, "UPLOAD_IDLE_TIMEOUT")
+        done = asyncio.Event()
+        sampler = asyncio.create_task(figures.sample_until(done))
+        opened: list[float] = []
+        started = time.monotonic()
+        calls = [asyncio.create_task(_slow_upload(slow, opened)) for _ in range(SLOW_UPLOADS)]
+        for _ in range(200):  # 20 s at most for all of them to be sending
+            if len(opened) == SLOW_UPLOADS:
+                break
+            await asyncio.sleep(0.1)
+        all_open = time.monotonic()
+        path = write_text_pdf(tmp_path / "by.pdf", [f"bystander {uuid.uuid4().hex}"])
+        source = await bystander.upload(path)  # while the slow ones are stalled
+        results = await asyncio.wait_for(asyncio.gather(*calls), timeout=60)
+        all_closed = time.monotonic()
+        await asyncio.sleep(0.5)
+        done.set()
+        await sampler
+        figures.sample()
+        idle_closes = await _uploads_refused(stack, "UPLOAD_IDLE_TIMEOUT") - idle_closes_before
 
     outcomes = Counter((code, reason) for _held, code, reason in results)
     held_for = sorted(held for held, _code, _reason in results)
@@ -429,20 +457,17 @@ TIGHT_ENV = {
     "QUIRE_TENANT_UPLOAD_SHARE_BYTES": "2500000",
     "QUIRE_UPLOAD_IDLE_SECONDS": str(IDLE_SECONDS),
     "QUIRE_UPLOAD_MIN_BYTES_PER_SECOND": "1024",
-    "QUIRE_DRAIN_SECONDS": "5",
 }
 KEEPALIVE_BYTES = 1024
 KEEPALIVE_SECONDS = 0.25  # 4 KiB/s, over the minimum of 1 KiB/s
 MAX_KEEPALIVES = 240  # a held upload stops trickling after a minute whatever happens
 
 
-@pytest.fixture(scope="module")
-def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """A stack of its own with small upload limits and a 3-second idle limit."""
-    stack = Stack(tmp_path_factory.mktemp("tight") / "stack", env=TIGHT_ENV)
-    stack.start()
-    yield stack
-    stack.stop()
+@pytest.fixture
+def tight(limits_stack: _LimitsStack) -> _LimitsStack:
+    """The file's stack, its admission with small upload limits and a 3-second idle limit."""
+    limits_stack.admission_limits(TIGHT_ENV)
+    return limits_stack
 
 
 class _HeldUpload:
@@ -509,6 +534,11 @@ async def _held(client: AdmissionClient, size: int) -> _HeldUpload:
     return held
 
 
+async def _held_at_once(*uploads: tuple[AdmissionClient, int]) -> list[_HeldUpload]:
+    """Several held uploads opened together: each waits its keepalives at the same time."""
+    return list(await asyncio.gather(*(_held(client, size) for client, size in uploads)))
+
+
 async def _eventually_uploaded(client: AdmissionClient, size: int) -> pb.Source:
     """An upload that succeeds once the server has seen a disconnect (bounded)."""
     data = _pdf_bytes(size)
@@ -526,7 +556,7 @@ async def test_concurrent_uploads_over_the_caps_are_refused_and_slots_come_back(
     tight: Stack,
 ) -> None:
     async with _tenants(tight, "a", "b", "c") as (a, b, c):
-        holding_a = [await _held(a, 200_000), await _held(a, 200_000)]
+        holding_a = await _held_at_once((a, 200_000), (a, 200_000))
         refused = _pdf_bytes(50_000)
         await _refused_for_load(
             a.upload_stream(_stream(_header(refused), refused)),
@@ -539,8 +569,7 @@ async def test_concurrent_uploads_over_the_caps_are_refused_and_slots_come_back(
             "another tenant is not refused"
         )
 
-        holding_b = [await _held(b, 200_000), await _held(b, 200_000)]
-        holding_c = await _held(c, 200_000)
+        *holding_b, holding_c = await _held_at_once((b, 200_000), (b, 200_000), (c, 200_000))
         await _refused_for_load(
             c.upload_stream(_stream(_header(refused), refused)),
             "UPLOADS_IN_FLIGHT_EXCEEDED",
@@ -553,7 +582,7 @@ async def test_concurrent_uploads_over_the_caps_are_refused_and_slots_come_back(
         await holding_a[1].drop()
         await _no_temp_files(tight)  # removed as the slot is given back
         # Both of a's slots came back (stored, dropped): two more are taken at once.
-        again = [await _held(a, 100_000), await _held(a, 100_000)]
+        again = await _held_at_once((a, 100_000), (a, 100_000))
         for held in again:
             assert (await held.complete()).sha256 == held.digest
         await _eventually_uploaded(c, 50_000)
@@ -592,7 +621,7 @@ async def test_declared_bytes_over_a_share_are_refused_and_given_back_on_every_p
 
         await other.drop()  # b disconnects: its 1.5 MB must come back too
         await _no_temp_files(tight)
-        both = [await _held(a, 2_400_000), await _held(c, 1_500_000)]  # 3.9 MB
+        both = await _held_at_once((a, 2_400_000), (c, 1_500_000))  # 3.9 MB
         for held in both:
             assert (await held.complete()).sha256 == held.digest
     assert _temp_entries(tight) == []
@@ -657,7 +686,7 @@ async def _heard_refused(call, *, crawling: bool) -> None:  # type: ignore[no-un
 
 
 async def _held_then_done(client: AdmissionClient) -> None:
-    held = [await _held(client, 50_000), await _held(client, 50_000)]
+    held = await _held_at_once((client, 50_000), (client, 50_000))
     for upload in held:
         assert (await upload.complete()).sha256 == upload.digest
 
