@@ -1,15 +1,21 @@
 """The invariant checker (``quire check``): a real run with every kind of
 outcome passes, idle and stopped; then copies of its data directory are
-tampered with, one promise at a time, and each is reported by its kind."""
+tampered with, one promise at a time, and each is reported by its kind.
+That run is made once per test session and shared with
+tests/test_invariants_attacks.py (``finished_run``)."""
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import hashlib
+import os
+import pickle
 import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -104,9 +110,28 @@ async def _finished_run(directory: Path) -> FinishedRun:
     return FinishedRun(directory / "stack", names, signed.name, idle, stopped)
 
 
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> FinishedRun:
+    """The finished run, made once per test session and shared read-only.
+
+    This module and tests/test_invariants_attacks.py only read it (each test
+    tampers with a copy), so the first to ask starts the stack and the others,
+    in any pytest-xdist worker, wait for it under a file lock and reuse it."""
+    base = tmp_path_factory.getbasetemp()
+    # Under pytest-xdist each worker's base is popen-gwN in the session's directory.
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    saved = root / "invariants-run.pickle"
+    with open(root / "invariants-run.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if saved.exists():
+            return pickle.loads(saved.read_bytes())  # type: ignore[no-any-return]
+        made = asyncio.run(_finished_run(Path(tempfile.mkdtemp(prefix="invariants-", dir=root))))
+        saved.write_bytes(pickle.dumps(made))
+        return made
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> FinishedRun:
-    return asyncio.run(_finished_run(tmp_path_factory.mktemp("invariants")))
+    return finished_run(tmp_path_factory)
 
 
 @pytest.fixture

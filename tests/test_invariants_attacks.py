@@ -6,18 +6,18 @@ but admission never accepted, and more artifacts than completions.
 Each test tampers with a copy of a real run's data directory the way the
 attack would have left it (a forged sign task makes the signer write an
 artifact and commit its records; forged events add correctly chained ledger
-entries) and asserts that the attack's own kind is reported."""
+entries) and asserts that the attack's own kind is reported. The real run is
+tests/test_invariants.py's, made once per test session."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
-from test_invariants import FinishedRun, _finished_run
+from test_invariants import FinishedRun, finished_run
 
 from quire.audit import ledger as audit_ledger
 from quire.audit import tables as audit_tables
@@ -39,8 +39,8 @@ ATTACK_KINDS = {"artifact_not_completed", "artifact_input_mismatch", "artifacts_
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> FinishedRun:
     """A stopped stack with one job of each outcome: COMPLETED, REJECTED,
-    NEEDS_REVIEW and CANCELLED."""
-    return asyncio.run(_finished_run(tmp_path_factory.mktemp("attacks")))
+    NEEDS_REVIEW and CANCELLED: the session's one, shared with test_invariants.py."""
+    return finished_run(tmp_path_factory)
 
 
 @pytest.fixture
