@@ -3,8 +3,9 @@ process) is killed several times while a batch is being dispatched, and
 every packet still becomes exactly one child job — no packet with two jobs,
 no job twice, none skipped — every child ends, and ``quire check`` passes.
 
-In ``make test``: 150 packets, 3 kills. ``make batch-kills`` runs the full
-size (``BATCH_KILL_PACKETS=1000``, ``BATCH_KILLS=5``) and prints the figures.
+In ``make test``: 64 packets (eight pages), 3 kills, each while the batch is
+partly dispatched. ``make batch-kills`` runs the full size
+(``BATCH_KILL_PACKETS=1000``, ``BATCH_KILLS=5``) and prints the figures.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from quire.testing.soak import SOAK_ENV
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
-PACKETS = int(os.environ.get("BATCH_KILL_PACKETS", "150"))
+PACKETS = int(os.environ.get("BATCH_KILL_PACKETS", "64"))
 KILLS = int(os.environ.get("BATCH_KILLS", "3"))
 ENV = {
     **SOAK_ENV,
