@@ -1,5 +1,11 @@
 """The ``quire`` command as a user runs it: ``quire up`` with the example packet,
-then submit, status, fetch and verify from another process."""
+then submit, status, fetch and verify from another process.
+
+Every command that talks to the stack runs as a process of its own. The
+commands that need no stack (``verify --cert``, ``evidence verify``) run as
+``quire.cli.main.main(argv)`` in this process: the same parser, command,
+output and exit code, without an interpreter started (and every command
+module imported) for each of them."""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from quire.cli.main import main as quire_main
 from quire.stack.natsserver import NatsServer
 from quire.testing.quirecli import QUIRE, ROOT, read_until, run_quire
 from quire.type import job_pb2, queue_pb2
@@ -20,7 +27,7 @@ pytestmark = pytest.mark.stack
 
 
 def test_up_sends_the_example_then_the_cli_drives_the_stack(
-    tmp_path: Path, nats_server: NatsServer
+    tmp_path: Path, nats_server: NatsServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data_dir = tmp_path / "data"
     env = dict(os.environ, QUIRE_NATS_URL=nats_server.url, QUIRE_DRAIN_SECONDS="5")
@@ -37,6 +44,7 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         assert f"NATS JetStream: {nats_server.url}" in printed, "QUIRE_NATS_URL is used as given"
         assert "development token: qt_" in printed
         assert "(verified)" in printed
+        example_output = Path(printed.split("signed PDF: ", 1)[1].split()[0])
         assert not (data_dir / "nats").exists(), "no second NATS server was started"
 
         first = tmp_path / "first.pdf"
@@ -60,13 +68,8 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         assert verified.returncode == 0, verified.stdout
         assert "embedded sources match the ledger, in order: True" in verified.stdout
         assert "OK" in verified.stdout
-        other = tmp_path / "other.pdf"
-        write_text_pdf(other, ["other"])
-        other_job = run_quire(data_dir, "submit", str(other), "--wait").stdout.split()[0]
-        assert (
-            run_quire(data_dir, "fetch", other_job, "-o", str(tmp_path / "o.pdf")).returncode == 0
-        )
-        mismatch = run_quire(data_dir, "verify", str(tmp_path / "o.pdf"), "--job", job)
+        # The example's signed packet, which `quire up` wrote: another job's output.
+        mismatch = run_quire(data_dir, "verify", str(example_output), "--job", job)
         assert (
             mismatch.returncode == 1
             and "output digest matches the ledger: False" in mismatch.stdout
@@ -84,12 +87,12 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         # Offline, with the published certificate and no stack or token at all.
         cert = next((data_dir / "signer" / "keys").glob("v*/cert.pem"))
         no_stack = tmp_path / "no-stack"
-        offline_ok = run_quire(no_stack, "verify", str(output), "--cert", str(cert))
+        offline_ok = _offline(capsys, no_stack, "verify", str(output), "--cert", str(cert))
         assert offline_ok.returncode == 0 and "OK" in offline_ok.stdout, offline_ok.stdout
-        offline_bad = run_quire(no_stack, "verify", str(tampered), "--cert", str(cert))
+        offline_bad = _offline(capsys, no_stack, "verify", str(tampered), "--cert", str(cert))
         assert offline_bad.returncode == 1 and "NOT VERIFIED" in offline_bad.stdout
-        stranger = run_quire(
-            no_stack, "verify", str(output), "--cert", str(_stranger_cert(tmp_path))
+        stranger = _offline(
+            capsys, no_stack, "verify", str(output), "--cert", str(_stranger_cert(tmp_path))
         )
         assert stranger.returncode == 1 and "trusted: False" in stranger.stdout
 
@@ -116,7 +119,7 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         evidence_file = tmp_path / "evidence.json"
         exported = run_quire(data_dir, "evidence", job, "-o", str(evidence_file))
         assert exported.returncode == 0, exported.stderr
-        offline = run_quire(tmp_path / "no-stack", "evidence", "verify", str(evidence_file))
+        offline = _offline(capsys, no_stack, "evidence", "verify", str(evidence_file))
         assert offline.returncode == 0 and "OK" in offline.stdout, offline.stdout
         assert "COMPLETED" in offline.stdout  # read from the proven entries
         document = json.loads(evidence_file.read_text())
@@ -125,8 +128,8 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         event.to_state = job_pb2.JOB_STATE_REJECTED
         entry["entry"] = base64.b64encode(event.SerializeToString()).decode()
         (tmp_path / "tampered.json").write_text(json.dumps(document))
-        refused_evidence = run_quire(
-            tmp_path / "no-stack", "evidence", "verify", str(tmp_path / "tampered.json")
+        refused_evidence = _offline(
+            capsys, no_stack, "evidence", "verify", str(tmp_path / "tampered.json")
         )
         assert refused_evidence.returncode == 1
 
@@ -144,6 +147,18 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         up.send_signal(signal.SIGTERM)
         up.wait(timeout=60)
     assert up.returncode == 0
+
+
+def _offline(
+    capsys: pytest.CaptureFixture[str], data_dir: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """A command that needs no stack, run by the CLI's ``main`` in this process;
+    its exit code and output as ``run_quire`` returns a process's."""
+    capsys.readouterr()  # only this command's output
+    argv = ["--data-dir", str(data_dir), *args]
+    code = quire_main(argv)
+    printed = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, code, printed.out, printed.err)
 
 
 def _stranger_cert(folder: Path) -> Path:
