@@ -34,9 +34,9 @@ from quire.stack import supervisor
 from quire.stack.supervisor import Stack
 from quire.testing.pdfs import write_text_pdf
 
-JOBS = 30
+JOBS = 16
 SUBMIT_EVERY_SECONDS = 0.15
-KILL_AFTER_SUBMITTED = 10
+KILL_AFTER_SUBMITTED = 6
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED}
 SUBMIT_DEADLINE_SECONDS = 60.0
 RESTART_WITHIN_SECONDS = 10.0
