@@ -1,11 +1,15 @@
-"""A stage's concurrency limit belongs to the stage, not to a pod: ten
-replicas of the assembler, with four slots each, never hold more jobs at once
-than the stage's limit, counted from the stage's own records (each lease's
-delivery time to its commit)."""
+"""A stage's concurrency limit belongs to the stage, not to a pod: replicas
+of the assembler, with four slots each (far more slots than the limit), never
+hold more jobs at once than the stage's limit, counted from the stage's own
+records (each lease's delivery time to its commit).
+
+The suite runs five replicas and 24 jobs (``STAGE_LIMIT_REPLICAS``,
+``STAGE_LIMIT_JOBS``); ``make stage-limit`` runs ten replicas and 36 jobs."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import subprocess
 import sys
@@ -44,8 +48,9 @@ from quire.workqueue.topology import (
 pytestmark = pytest.mark.stack
 
 LIMIT = 3
-REPLICAS = 10
-JOBS = 36
+REPLICAS = int(os.environ.get("STAGE_LIMIT_REPLICAS", "5"))
+"""The stack's assembler and REPLICAS - 1 more: 20 slots for a limit of 3."""
+JOBS = int(os.environ.get("STAGE_LIMIT_JOBS", "24"))
 ENV = {
     "QUIRE_ASSEMBLER_STAGE_LIMIT": str(LIMIT),
     "QUIRE_ASSEMBLER_CONCURRENCY": "4",
@@ -81,7 +86,7 @@ def test_the_limit_is_split_between_priorities_without_exceeding_it() -> None:
         assert sum(shares.values()) == limit and min(shares.values()) >= 1
 
 
-async def test_ten_replicas_of_a_stage_never_hold_more_jobs_than_its_limit(
+async def test_replicas_of_a_stage_never_hold_more_jobs_than_its_limit(
     tmp_path: Path,
 ) -> None:
     async with running_stack(tmp_path / "stack", ENV) as running:
@@ -130,6 +135,7 @@ async def test_ten_replicas_of_a_stage_never_hold_more_jobs_than_its_limit(
                 actor = queue_pb2.TransitionEvent.FromString(event).actor
                 if actor.service == "assembler":
                     workers.add(actor.instance)
+        print(f"{REPLICAS} replicas, {JOBS} jobs: peak {peak}, {len(workers)} assemblers")  # noqa: T201
         assert len(workers) >= 3, f"the work spread over the replicas: {sorted(workers)}"
         assert ledger_rows(running.data_dir), "the ledger holds the jobs"
 
