@@ -52,13 +52,15 @@ recovers" aim is read from.
     BENCH_SOURCES_JSON=/tmp/src.json make bench-sources  # also write a JSON summary
 
 Knobs (profile defaults: full / tiny): BENCH_SOURCES_RATE (2 / 2),
-BENCH_SOURCES_BASELINE seconds (30 / 4), BENCH_SOURCES_SLOW (60 / 8),
+BENCH_SOURCES_BASELINE seconds (30 / 3), BENCH_SOURCES_SLOW (60 / 8),
 BENCH_SOURCES_RECOVERY (2x slow: 120 / 16), BENCH_SOURCES_BUDGET (30 / 15),
 BENCH_SOURCES_TIMEOUT (2 / 2), BENCH_SOURCES_SLOW_DELAY (6 / 6); the stack's
 QUIRE_SOURCE_BREAKER_FAILURES (5 / 3), QUIRE_SOURCE_BREAKER_OPEN_SECONDS
 (10 / 2) and QUIRE_JOB_BUDGET_RESERVE_SECONDS (5 / 5) are read from the
 environment when set. The tiny profile opens the breaker after 3 failures,
-not 5, so that it opens well inside its 8 s slowdown on a busy machine.
+not 5, so that it opens well inside its 8 s slowdown on a busy machine, and
+ends its recovery once the queue age has been back and the breaker closed
+for 2 s (the full profile: 10 s).
 
 Figures are printed, never asserted: they are wall-clock on whatever else
 the machine is doing.
@@ -109,7 +111,7 @@ PROFILES: dict[str, dict[str, float]] = {
     },
     "tiny": {
         "rate": 2.0,
-        "baseline": 4.0,
+        "baseline": 3.0,
         "slow": 8.0,
         "budget": 15.0,
         "timeout": 2.0,
@@ -117,7 +119,7 @@ PROFILES: dict[str, dict[str, float]] = {
         "breaker_failures": 3,
         "breaker_open": 2.0,
         "reserve": 5.0,
-        "settle": 4.0,
+        "settle": 2.0,
     },
 }
 PROFILE_NAME = os.environ.get("BENCH_SOURCES_PROFILE", "full")
