@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -92,26 +94,41 @@ async def test_a_busy_pool_makes_a_bounded_wait_fail_without_running() -> None:
         pool.close()
 
 
-@pytest.fixture
-async def lanes():  # type: ignore[no-untyped-def]
+@asynccontextmanager
+async def _lanes(quarantine_scale: float) -> AsyncIterator[Evaluator]:
+    """An evaluator with warm shared and quarantine pools: a 0.6 s wall-clock
+    budget in the shared lane, ``quarantine_scale`` times that in quarantine."""
     shared, quarantine = _pool(name="shared"), _pool(name="quarantine")
-    await asyncio.gather(shared.warm(), quarantine.warm())
-    evaluator = Evaluator(
-        blobs=None,  # type: ignore[arg-type]  # not reached by run_sandboxed
-        sandbox=shared,
-        limits=PdfLimits(),
-        quarantine=quarantine,
-        budgets=BudgetRule(
-            base_seconds=0.3, seconds_per_mib=0, quarantine_scale=10, quarantine_wait_seconds=5
-        ),
-    )
-    yield evaluator, shared, quarantine
-    shared.close()
-    quarantine.close()
+    try:
+        await asyncio.gather(shared.warm(), quarantine.warm())
+        yield Evaluator(
+            blobs=None,  # type: ignore[arg-type]  # not reached by run_sandboxed
+            sandbox=shared,
+            limits=PdfLimits(),
+            quarantine=quarantine,
+            budgets=BudgetRule(
+                base_seconds=0.3,
+                seconds_per_mib=0,
+                quarantine_scale=quarantine_scale,
+                quarantine_wait_seconds=5,
+            ),
+        )
+    finally:
+        shared.close()
+        quarantine.close()
 
 
-async def test_a_task_that_exhausts_the_shared_lane_is_retried_in_quarantine(lanes) -> None:  # type: ignore[no-untyped-def]
-    evaluator, _shared, _quarantine = lanes
+@pytest.fixture
+async def lanes() -> AsyncIterator[Evaluator]:
+    """Quarantine's budget (6 s by the clock) is ten times the shared lane's."""
+    async with _lanes(quarantine_scale=10) as evaluator:
+        yield evaluator
+
+
+async def test_a_task_that_exhausts_the_shared_lane_is_retried_in_quarantine(
+    lanes: Evaluator,
+) -> None:
+    evaluator = lanes
     started = time.monotonic()
     # 0.8 s of "work": over the shared wall budget (0.6 s), within quarantine's (6 s)
     assert await evaluator.run_sandboxed(("slow",), 0, 0, time.sleep, 0.8) is None
@@ -122,14 +139,16 @@ async def test_a_task_that_exhausts_the_shared_lane_is_retried_in_quarantine(lan
     assert time.monotonic() - started < 1.3, "known to be hostile: straight to quarantine"
 
 
-async def test_exhausting_quarantine_too_is_final(lanes) -> None:  # type: ignore[no-untyped-def]
-    evaluator, _shared, _quarantine = lanes
-    with pytest.raises(SandboxExhausted):
-        await evaluator.run_sandboxed(("hang",), 0, 0, time.sleep, 30)
+async def test_exhausting_quarantine_too_is_final() -> None:
+    """With quarantine's budget three times the shared lane's (1.8 s by the
+    clock), so that the hang is stopped in both lanes within seconds."""
+    async with _lanes(quarantine_scale=3) as evaluator:
+        with pytest.raises(SandboxExhausted):
+            await evaluator.run_sandboxed(("hang",), 0, 0, time.sleep, 30)
 
 
-async def test_ordinary_work_never_waits_behind_the_quarantine_lane(lanes) -> None:  # type: ignore[no-untyped-def]
-    evaluator, _shared, _quarantine = lanes
+async def test_ordinary_work_never_waits_behind_the_quarantine_lane(lanes: Evaluator) -> None:
+    evaluator = lanes
     hostile = asyncio.create_task(evaluator.run_sandboxed(("hostile",), 0, 0, time.sleep, 4))
     await asyncio.sleep(1.0)  # out of the shared lane, into quarantine
     started = time.monotonic()
