@@ -1,5 +1,8 @@
 """The load harness (bench/load, ``make load``) runs its tiny profile end to
-end and writes a report with one row per workload class, plus the plots."""
+end and writes a report with one row per workload class, plus the plots.
+
+The harness starts its own stack, in the process it runs in: the test is
+marked ``stack`` so that the unit tier never runs it."""
 
 from __future__ import annotations
 
@@ -7,6 +10,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.stack
 
 ROOT = Path(__file__).resolve().parent.parent
 CLASSES = ("contract", "lease", "scan", "invoice", "malformed")
