@@ -23,6 +23,7 @@ from nats.js import JetStreamContext
 from test_faults_common import (
     eventually,
     ledger_rows,
+    resume_promptly,
     running_stack,
     signer_of,
     submit_text_jobs,
@@ -51,7 +52,14 @@ pytestmark = [pytest.mark.stack, pytest.mark.fault]
 JOBS = 2
 """Jobs in each round (completed first, then running); two already show any
 copy that lands on the wrong job."""
-ENV = {"QUIRE_ACK_WAIT_SECONDS": "3", "QUIRE_BACKOFF_CAP_SECONDS": "1"}
+ENV = {
+    "QUIRE_ACK_WAIT_SECONDS": "1",
+    "QUIRE_BACKOFF_CAP_SECONDS": "1",
+    "QUIRE_MAX_DELIVER": "20",
+}
+"""A copy taken in one fetch with its original comes back after the ack wait:
+a short one keeps each stage's round to about a second (and the generous
+delivery limit keeps a lease lapsed on a loaded machine from failing a job)."""
 STAGE_SERVICES = ("validator", "assembler", "signer")
 
 
@@ -254,8 +262,8 @@ async def test_duplicates_of_every_message_change_nothing(tmp_path: Path) -> Non
             for stage, consumer in zip(STAGE_NAMES, held, strict=True):
                 await _handed_to(data_dir, stage, set(running_jobs))
                 await during.round(set(running_jobs))
-                await js.resume_consumer(WORK_STREAM, consumer)
-            await js.resume_consumer(EVENTS_STREAM, EVENTS_CONSUMER)
+                await resume_promptly(js, WORK_STREAM, consumer)
+            await resume_promptly(js, EVENTS_STREAM, EVENTS_CONSUMER)
             second = await wait_all(running.client, running_jobs, timeout=60)
             await during.round(set(running_jobs))
             await _quiet(js)
