@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 from nats.js import JetStreamContext
-from test_faults_common import BASE_ENV, eventually, ledger_rows
+from test_faults_common import BASE_ENV, eventually, ledger_rows, resume_promptly
 
 from quire.client import AdmissionClient, Cancellation, PacketItem
 from quire.jobgate import GATE_BUCKET
@@ -90,7 +90,7 @@ async def test_a_cancel_that_loses_to_signing_reports_audits_state_and_says_it_l
                 # Audit stops taking events (and completions); the job moves on.
                 await js.pause_consumer(EVENTS_STREAM, EVENTS_CONSUMER, until)
                 await js.pause_consumer(WORK_STREAM, commit, until)
-                await js.resume_consumer(WORK_STREAM, assemble)
+                await resume_promptly(js, WORK_STREAM, assemble)
                 gate = await js.key_value(GATE_BUCKET)
 
                 async def signed() -> bool:
@@ -109,7 +109,7 @@ async def test_a_cancel_that_loses_to_signing_reports_audits_state_and_says_it_l
                 # audit's events flow again a moment later.
                 cancel = asyncio.create_task(client.cancel(job))
                 await asyncio.sleep(1.0)
-                await js.resume_consumer(EVENTS_STREAM, EVENTS_CONSUMER)
+                await resume_promptly(js, EVENTS_STREAM, EVENTS_CONSUMER)
                 reply = await asyncio.wait_for(cancel, timeout=30)
 
                 # The reply is audit's view once it has caught up with the gate:
@@ -158,7 +158,7 @@ async def test_a_cancel_that_loses_to_signing_reports_audits_state_and_says_it_l
                 ) == ("COMMITTING", False, "CANCEL_TOO_LATE")
 
                 # The job was never cancelled: it completes.
-                await js.resume_consumer(WORK_STREAM, commit)
+                await resume_promptly(js, WORK_STREAM, commit)
                 final = await client.wait(job, timeout=60)
                 assert state_name(final.state) == "COMPLETED"
                 assert "CANCELLED" not in {

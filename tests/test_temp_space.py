@@ -23,6 +23,7 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+from test_faults_common import resume_promptly
 
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.grpcstatus import reason_of
@@ -100,10 +101,10 @@ class _ValidateQueue:
         return self
 
     async def resume(self) -> None:
-        await self._js.resume_consumer(WORK_STREAM, self._consumer)
+        await resume_promptly(self._js, WORK_STREAM, self._consumer)
 
     async def __aexit__(self, *_exc: object) -> None:
-        await self.resume()
+        await self._js.resume_consumer(WORK_STREAM, self._consumer)
         await self._nc.close()
 
     @property
