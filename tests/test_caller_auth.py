@@ -4,17 +4,19 @@ Every RPC of every service, enumerated from the generated descriptors, is
 refused without credentials; a service identity the stack does not trust is
 refused; a trusted one is held to its RPCs; a proof cannot be replayed or
 used late; operators get their RPCs; tenants never reach evidence but through
-admission; and health answers on its own port without credentials, with
-mutual TLS on too.
+admission; and health answers on its own port without credentials (with
+mutual TLS on too: tests/test_configured_secrets.py, on its stack configured
+as production is).
+
+Every test here runs on the session's shared stack.
 """
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +37,7 @@ from quire.settings import SERVICES
 from quire.signer.v1 import signer_service_pb2 as spb
 from quire.signer.v1 import signer_service_pb2_grpc as sgrpc
 from quire.stack.supervisor import Stack, StackInfo
-from quire.testing.pki import TestCA
-from quire.tls import TlsSettings, aio_channel
+from quire.tls import aio_channel
 from quire.validator.v1 import validator_service_pb2 as vpb
 from quire.validator.v1 import validator_service_pb2_grpc as vgrpc
 
@@ -250,50 +251,6 @@ async def test_the_health_port_answers_without_credentials_and_serves_nothing_el
             )
     assert absent.value.code() == grpc.StatusCode.UNIMPLEMENTED
     assert all(prefix.startswith("/grpc.") for prefix in OPEN_PREFIXES)
-
-
-@pytest.fixture
-async def tls_stack(tmp_path: Path) -> AsyncIterator[tuple[StackInfo, TlsSettings]]:
-    """The whole stack with mutual TLS on every service port."""
-    ca = TestCA(tmp_path / "pki")
-    cert, key = ca.issue("service")
-    tls = TlsSettings(cert_file=cert, key_file=key, ca_file=ca.ca_file)
-    running = Stack(
-        tmp_path / "stack",
-        env={
-            "QUIRE_TLS_CERT_FILE": str(cert),
-            "QUIRE_TLS_KEY_FILE": str(key),
-            "QUIRE_TLS_CA_FILE": str(ca.ca_file),
-        },
-    )
-    info = await asyncio.to_thread(running.start)
-    try:
-        yield info, tls
-    finally:
-        await asyncio.to_thread(running.stop)
-
-
-@pytest.mark.stack
-async def test_with_mutual_tls_health_answers_plaintext_probes_and_a_certificate_is_not_an_identity(
-    tls_stack: tuple[StackInfo, TlsSettings],
-) -> None:
-    info, tls = tls_stack
-    for service, address in info.health_endpoints.items():
-        assert await _health(address) == health_pb2.HealthCheckResponse.SERVING, service
-    async with aio_channel(info.endpoints["signer"], None) as plaintext:
-        with pytest.raises(grpc.aio.AioRpcError) as refused:
-            await health_pb2_grpc.HealthStub(plaintext).Check(
-                health_pb2.HealthCheckRequest(), timeout=5
-            )
-        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, "the service port is TLS only"
-    async with aio_channel(info.endpoints["signer"], tls) as certified:
-        signer = sgrpc.SignerServiceStub(certified)
-        with pytest.raises(grpc.aio.AioRpcError) as anonymous:
-            await signer.RotateKey(spb.RotateKeyRequest())
-        assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        operator = bearer_metadata(info.operator_token())
-        keys = await signer.ListKeys(spb.ListKeysRequest(), metadata=operator)
-        assert keys.keys, "operators get through over mutual TLS"
 
 
 def test_the_verifier_holds_a_proof_to_its_method_window_and_one_use() -> None:

@@ -1,8 +1,13 @@
 """Secrets every replica must agree on come from configuration (a mounted
-Kubernetes Secret): the first operator token and audit's checkpoint key. Then
-nothing is generated into one pod's directory, a restart keeps them, and a
-wrong one stops the service at start, naming the variable and never the
-value."""
+Kubernetes Secret): the first operator token, audit's checkpoint key and the
+services' TLS certificates. Then nothing is generated into one pod's
+directory, a restart keeps them, and a wrong one stops the service at start,
+naming the variable and never the value. With mutual TLS on, health still
+answers plaintext probes on its own port, and a certificate is not an
+identity (DESIGN.md invariant 11).
+
+The stack tests share one stack configured as production is: every secret
+above from files."""
 
 from __future__ import annotations
 
@@ -12,17 +17,26 @@ import os
 import secrets
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.jobs import state_name
-from quire.stack.supervisor import Stack
+from quire.signer.v1 import signer_service_pb2 as spb
+from quire.signer.v1 import signer_service_pb2_grpc as sgrpc
+from quire.stack.supervisor import Stack, StackInfo
 from quire.testing.pdfs import write_text_pdf
+from quire.testing.pki import TestCA
+from quire.tls import TlsSettings, aio_channel
 
 pytestmark = pytest.mark.stack
 
@@ -47,54 +61,115 @@ def _public_pem(key: Ed25519PrivateKey) -> str:
     )
 
 
-async def test_a_configured_operator_token_and_checkpoint_key_are_used_and_survive_a_restart(
-    tmp_path: Path,
-) -> None:
-    secrets_dir = tmp_path / "secrets"
+@dataclass
+class Configured:
+    """The module's stack and the secrets it was configured with."""
+
+    stack: Stack
+    info: StackInfo
+    token: str
+    checkpoint_key: Ed25519PrivateKey
+    tls: TlsSettings
+
+
+@pytest.fixture(scope="module")
+def configured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Configured]:
+    """A stack whose operator token, checkpoint key and TLS certificates all
+    come from mounted files, with mutual TLS on every service port."""
+    root = tmp_path_factory.mktemp("configured")
+    secrets_dir = root / "secrets"
     secrets_dir.mkdir()
     token = _token()
     (secrets_dir / "operator-token").write_text(token + "\n")
     checkpoint_key = Ed25519PrivateKey.generate()
     (secrets_dir / "checkpoint.key").write_bytes(_pem(checkpoint_key))
-    env = {
-        "QUIRE_OPERATOR_TOKEN_FILE": str(secrets_dir / "operator-token"),
-        "QUIRE_AUDIT_CHECKPOINT_KEY_FILE": str(secrets_dir / "checkpoint.key"),
-        "QUIRE_DRAIN_SECONDS": "5",
-    }
-    stack = Stack(tmp_path / "stack", env=env)
-    info = await asyncio.to_thread(stack.start)
+    ca = TestCA(root / "pki")
+    cert, key = ca.issue("service")
+    stack = Stack(
+        root / "stack",
+        env={
+            "QUIRE_OPERATOR_TOKEN_FILE": str(secrets_dir / "operator-token"),
+            "QUIRE_AUDIT_CHECKPOINT_KEY_FILE": str(secrets_dir / "checkpoint.key"),
+            "QUIRE_TLS_CERT_FILE": str(cert),
+            "QUIRE_TLS_KEY_FILE": str(key),
+            "QUIRE_TLS_CA_FILE": str(ca.ca_file),
+            "QUIRE_DRAIN_SECONDS": "5",
+        },
+    )
+    info = stack.start()
     try:
-        assert info.operator_token() == token
-        for run in range(2):
-            if run:  # the two services that hold them, stopped (audit drains) and started again
-                await asyncio.gather(
-                    *(asyncio.to_thread(stack.stop_service, s) for s in ("admission", "audit"))
-                )
-                for service in ("admission", "audit"):
-                    stack.start_service(service)
-                await asyncio.to_thread(stack.wait_healthy)
-            admin = TenantAdminClient(info.endpoints["admission"], token)
-            try:
-                reply = await admin.create_tenant(f"configured-{run}")
-            finally:
-                await admin.close()
-            async with AdmissionClient(info.endpoints["admission"], reply.secret) as client:
-                path = write_text_pdf(tmp_path / f"doc-{run}.pdf", [f"run {run}"])
-                digest = (await client.upload(path)).sha256
-                job = await client.submit([PacketItem("d", digest)])
-                done = await client.wait(job.name, timeout=60)
-                assert state_name(done.state) == "COMPLETED"
+        tls = TlsSettings(cert_file=cert, key_file=key, ca_file=ca.ca_file)
+        yield Configured(stack, info, token, checkpoint_key, tls)
     finally:
-        await asyncio.to_thread(stack.stop)
+        stack.stop()
 
-    admission_dir = tmp_path / "stack" / "admission"
+
+async def test_a_configured_operator_token_and_checkpoint_key_are_used_and_survive_a_restart(
+    configured: Configured, tmp_path: Path
+) -> None:
+    stack, info, token, tls = configured.stack, configured.info, configured.token, configured.tls
+    assert info.operator_token() == token
+    for run in range(2):
+        if run:  # the two services that hold them, stopped (audit drains) and started again
+            await asyncio.gather(
+                *(asyncio.to_thread(stack.stop_service, s) for s in ("admission", "audit"))
+            )
+            for service in ("admission", "audit"):
+                stack.start_service(service)
+            await asyncio.to_thread(stack.wait_healthy)
+        admin = TenantAdminClient(info.endpoints["admission"], token, tls=tls)
+        try:
+            reply = await admin.create_tenant(f"configured-{run}")
+        finally:
+            await admin.close()
+        async with AdmissionClient(info.endpoints["admission"], reply.secret, tls=tls) as client:
+            path = write_text_pdf(tmp_path / f"doc-{run}.pdf", [f"run {run}"])
+            digest = (await client.upload(path)).sha256
+            job = await client.submit([PacketItem("d", digest)])
+            done = await client.wait(job.name, timeout=60)
+            assert state_name(done.state) == "COMPLETED"
+
+    admission_dir = stack.data_dir / "admission"
     assert not (admission_dir / "operator-token").exists(), "nothing written into the pod"
     assert not (admission_dir / "dev-token").exists(), "no development tenant in production"
-    assert not (tmp_path / "stack" / "audit" / "keys" / "checkpoint.key").exists()
-    documents = list((tmp_path / "stack" / "audit" / "checkpoints").glob("*.json"))
-    assert documents, "audit took checkpoints (at each drain)"
+    assert not (stack.data_dir / "audit" / "keys" / "checkpoint.key").exists()
+    documents = list((stack.data_dir / "audit" / "checkpoints").glob("*.json"))
+    assert documents, "audit took a checkpoint (at its drain)"
     for document in documents:
-        assert json.loads(document.read_text())["public_key"] == _public_pem(checkpoint_key)
+        assert json.loads(document.read_text())["public_key"] == _public_pem(
+            configured.checkpoint_key
+        )
+
+
+async def _health(address: str) -> int:
+    """The overall status a probe without credentials reads at ``address``."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        reply = await health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(), timeout=5
+        )
+    return reply.status
+
+
+async def test_with_mutual_tls_health_answers_plaintext_probes_and_a_certificate_is_not_an_identity(
+    configured: Configured,
+) -> None:
+    info, tls = configured.info, configured.tls
+    for service, address in info.health_endpoints.items():
+        assert await _health(address) == health_pb2.HealthCheckResponse.SERVING, service
+    async with aio_channel(info.endpoints["signer"], None) as plaintext:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await health_pb2_grpc.HealthStub(plaintext).Check(
+                health_pb2.HealthCheckRequest(), timeout=5
+            )
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, "the service port is TLS only"
+    async with aio_channel(info.endpoints["signer"], tls) as certified:
+        signer = sgrpc.SignerServiceStub(certified)
+        with pytest.raises(grpc.aio.AioRpcError) as anonymous:
+            await signer.RotateKey(spb.RotateKeyRequest())
+        assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        operator = bearer_metadata(info.operator_token())
+        keys = await signer.ListKeys(spb.ListKeysRequest(), metadata=operator)
+        assert keys.keys, "operators get through over mutual TLS"
 
 
 def _start_alone(
