@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 from nats.js import JetStreamContext
-from test_faults_common import eventually, ledger_rows, running_stack, submit_text_jobs, wait_all
+from test_faults_common import (
+    eventually,
+    ledger_rows,
+    resume_promptly,
+    running_stack,
+    submit_text_jobs,
+    wait_all,
+)
 
 from quire.client import AdmissionClient
 from quire.invariants import check
@@ -93,7 +100,7 @@ async def test_no_job_is_shown_complete_while_its_events_lag(tmp_path: Path) -> 
 
             await _watch_while(running.client, running.data_dir, names, deferred)
             assert not [r for r in ledger_rows(running.data_dir) if r[2] in names]
-            await js.resume_consumer(EVENTS_STREAM, EVENTS_CONSUMER)
+            await resume_promptly(js, EVENTS_STREAM, EVENTS_CONSUMER)
             jobs = await wait_all(running.client, names, timeout=60)
             assert {n: state_name(j.state) for n, j in jobs.items()} == dict.fromkeys(
                 names, "COMPLETED"
