@@ -25,7 +25,14 @@ import pytest
 import pytest_asyncio
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
-from test_faults_common import Running, eventually, ledger_rows, running_stack, signer_of
+from test_faults_common import (
+    Running,
+    eventually,
+    ledger_rows,
+    resume_promptly,
+    running_stack,
+    signer_of,
+)
 
 from quire.blobstore import assembled_key, signed_key, source_key
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
@@ -131,7 +138,7 @@ async def _pause_validation(running: Running) -> NatsClient:
 
 async def _resume_validation(nc: NatsClient) -> None:
     for priority in PRIORITIES:
-        await nc.jetstream().resume_consumer(WORK_STREAM, consumer_name("validate", priority))
+        await resume_promptly(nc.jetstream(), WORK_STREAM, consumer_name("validate", priority))
     await nc.close()
 
 

@@ -24,6 +24,7 @@ from test_faults_common import (
     eventually,
     kept_armed,
     ledger_rows,
+    resume_promptly,
     running_stack,
     submit_text_jobs,
 )
@@ -79,7 +80,7 @@ async def test_a_job_waiting_in_line_is_not_redriven(running: Running, tmp_path:
         assert _redrives(running.data_dir, names) == 0
     finally:
         for priority in PRIORITIES:
-            await js.resume_consumer(WORK_STREAM, consumer_name("validate", priority))
+            await resume_promptly(js, WORK_STREAM, consumer_name("validate", priority))
         await nc.close()
     jobs = await wait_terminal(running.client, names, timeout=60)
     assert {state_name(job.state) for job in jobs.values()} == {"COMPLETED"}
@@ -120,7 +121,7 @@ async def test_a_purged_work_stream_strands_no_job(running: Running, tmp_path: P
         # Even when an assertion above failed: the module's later tests share
         # this stack, and must not find its queues paused.
         for consumer in held:
-            await js.resume_consumer(WORK_STREAM, consumer)
+            await resume_promptly(js, WORK_STREAM, consumer)
         await nc.close()
 
     names = early + late
@@ -167,7 +168,7 @@ async def test_a_lost_dead_letter_retry_is_published_again(
         assert retry.returncode == 0, retry.stdout + retry.stderr
         await js.purge_stream(WORK_STREAM)  # the retry's sign task is lost
         for priority in PRIORITIES:
-            await js.resume_consumer(WORK_STREAM, consumer_name("sign", priority))
+            await resume_promptly(js, WORK_STREAM, consumer_name("sign", priority))
     finally:
         await nc.close()
     final = await client.wait(name, timeout=120)
