@@ -12,6 +12,7 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+from test_faults_common import resume_validate_promptly
 
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.client import AdmissionClient, PacketItem
@@ -258,6 +259,7 @@ async def test_fifty_simultaneous_identical_submissions_make_one_job(
 
 
 async def test_a_tenant_over_its_quota_is_told_to_retry_and_nothing_is_kept(
+    stack,
     tenants,
     validate_queue,
     tmp_path: Path,  # type: ignore[no-untyped-def]
@@ -279,14 +281,16 @@ async def test_a_tenant_over_its_quota_is_told_to_retry_and_nothing_is_kept(
     assert quota.violations[0].subject == "tenant:outstanding_jobs"
     assert len((await client.list_jobs()).jobs) == 2, "the refused job was not kept"
 
-    await validate_queue.resume()
+    await resume_validate_promptly(stack)
     for job in accepted:
         assert state_name((await client.wait(job.name, timeout=60)).state) == "COMPLETED"
     third = await client.submit([PacketItem("doc", digests[2])])
     assert state_name((await client.wait(third.name, timeout=60)).state) == "COMPLETED"
 
 
-async def test_a_backlogged_queue_sheds_new_work(tenants, validate_queue, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+async def test_a_backlogged_queue_sheds_new_work(  # type: ignore[no-untyped-def]
+    stack, tenants, validate_queue, tmp_path: Path
+) -> None:
     client = await tenants("backlog")
     paths = [
         write_text_pdf(tmp_path / f"b{i}.pdf", [f"backlog {i} {uuid.uuid4().hex}"])
@@ -306,7 +310,7 @@ async def test_a_backlogged_queue_sheds_new_work(tenants, validate_queue, tmp_pa
     )
     assert _detail(error, error_details_pb2.RetryInfo).retry_delay.seconds > 0
     assert [job.name for job in (await client.list_jobs()).jobs] == [waiting.name]
-    await validate_queue.resume()
+    await resume_validate_promptly(stack)
     assert state_name((await client.wait(waiting.name, timeout=60)).state) == "COMPLETED"
 
 
@@ -362,7 +366,7 @@ async def test_a_job_not_yet_signing_can_be_cancelled(
         "CANCELLED",
         "CANCELLED_BY_CLIENT",
     )
-    await validate_queue.resume()
+    await resume_validate_promptly(stack)
     await asyncio.sleep(1.0)  # the validator now meets the cancelled job
     final = await client.wait(job.name, timeout=30)
     assert state_name(final.state) == "CANCELLED"
