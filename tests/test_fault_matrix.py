@@ -5,12 +5,15 @@ itself (SIGKILL, no cleanup), the supervisor restarts it, and the job must
 still end COMPLETED exactly once: one COMPLETED ledger entry, one signed
 artifact, nothing left over — and `quire check` passes after the whole run.
 
-The points run in rounds, one point per service in each round: the round's
-points are armed together and each has a job of its own, submitted at once,
-so each service is SIGKILLed exactly once per round (the first job to reach
-its point, whichever that is) while the other services' points fire beside
-it. Every job of the round is held to the whole promise, and each point's
-test checks what its round recorded for its point and its job.
+The points run in rounds, one point per service in each round, and each point
+has a job of its own. Before the round's points are armed, each stage's job
+is brought to its stage and held there (the stage's queue paused, deepest
+stage first); then the points are armed, every held queue is let go at once
+and admission's job is submitted, so each service is SIGKILLed exactly once
+per round (the first job to reach its point, whichever that is) while the
+other services die and restart beside it, not one after another. Every job
+of the round is held to the whole promise, and each point's test checks what
+its round recorded for its point and its job.
 
 Steps: before the commit (the work is lost and redone), after the commit and
 before the publish (the redelivery republishes the committed outcome), after
@@ -26,10 +29,13 @@ import asyncio
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
 import pytest
+from nats.js import JetStreamContext
+from test_faults_common import eventually, resume_promptly
 
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.cli.args import bearer_metadata
@@ -37,9 +43,11 @@ from quire.client import AdmissionClient, PacketItem
 from quire.faults import arm, fired
 from quire.invariants import check as check_invariants
 from quire.jobs import state_name
+from quire.runtime import connect_nats
 from quire.stack.supervisor import Stack, StackInfo
 from quire.testing.pdfs import write_text_pdf
 from quire.tls import aio_channel
+from quire.workqueue import WORK_STREAM, consumer_name
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
@@ -67,6 +75,10 @@ def _rounds(points: list[str]) -> list[list[str]]:
 
 
 ROUNDS = _rounds(POINTS)
+
+HELD_AT = {"audit": "commit", "signer": "sign", "assembler": "assemble", "validator": "validate"}
+"""The stage whose queue each service's job waits in before its round starts,
+deepest first (a job is brought to a stage through the stages before it)."""
 
 
 class FaultStack:
@@ -152,8 +164,29 @@ class Outcome:
     artifacts: int
 
 
+async def _held(
+    js: JetStreamContext, client: AdmissionClient, stage: str, digest: str, until: str
+) -> str:
+    """Pause ``stage``'s queue and submit a job: it travels the stages before
+    and waits there (the round's points are not armed yet)."""
+    consumer = consumer_name(stage, "interactive")
+    pending = (await js.consumer_info(WORK_STREAM, consumer)).num_pending
+    await js.pause_consumer(WORK_STREAM, consumer, until)
+    name = await _submit_through_kills(client, digest)
+
+    async def waiting() -> bool:
+        return (await js.consumer_info(WORK_STREAM, consumer)).num_pending > pending
+
+    await eventually(waiting, 60, f"{name} waits in the {stage} queue")
+    return name
+
+
 async def _run_round(
-    fault_stack: FaultStack, client: AdmissionClient, points: list[str], folder: Path
+    fault_stack: FaultStack,
+    js: JetStreamContext,
+    client: AdmissionClient,
+    points: list[str],
+    folder: Path,
 ) -> dict[str, Outcome]:
     stack, info = fault_stack.stack, fault_stack.info
     assert info is not None
@@ -164,14 +197,26 @@ async def _run_round(
     }
     services = {point: point.split(".")[0] for point in points}
     assert len(set(services.values())) == len(points), "one point per service in a round"
+    point_of = {service: point for point, service in services.items()}
+    until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    jobs: dict[str, str] = {}
+    held: list[str] = []
+    for service, stage in HELD_AT.items():
+        if service in point_of:
+            jobs[point_of[service]] = await _held(
+                js, client, stage, digests[point_of[service]], until
+            )
+            held.append(stage)
     before = {point: stack.restarts(services[point]) for point in points}
     for point in points:
         arm(fault_stack.faults, point)
-    names = await asyncio.gather(
-        *(_submit_through_kills(client, digests[point]) for point in points)
-    )
-    jobs = dict(zip(points, names, strict=True))
-    fault_stack.jobs.extend(names)
+    for stage in held:
+        await resume_promptly(js, WORK_STREAM, consumer_name(stage, "interactive"))
+    if "admission" in point_of:
+        jobs[point_of["admission"]] = await _submit_through_kills(
+            client, digests[point_of["admission"]]
+        )
+    fault_stack.jobs.extend(jobs.values())
     states = await asyncio.gather(
         *(_wait_through_kills(client, jobs[point], timeout=180) for point in points)
     )
@@ -204,9 +249,17 @@ async def _run_matrix(fault_stack: FaultStack, folder: Path) -> dict[str, Outcom
     info = fault_stack.info
     assert info is not None
     outcomes: dict[str, Outcome] = {}
-    async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
-        for index, points in enumerate(ROUNDS):
-            outcomes.update(await _run_round(fault_stack, client, points, folder / str(index)))
+    stack = fault_stack.stack
+    nc = await connect_nats(stack.nats_url, "quire-test-matrix", **stack.nats_login())
+    try:
+        js = nc.jetstream(timeout=10)
+        async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
+            for index, points in enumerate(ROUNDS):
+                outcomes.update(
+                    await _run_round(fault_stack, js, client, points, folder / str(index))
+                )
+    finally:
+        await nc.close()
     return outcomes
 
 
