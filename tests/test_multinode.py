@@ -6,7 +6,7 @@ job still ends COMPLETED exactly once with one artifact, and ``quire check``
 (each service's own database, the blobs in NATS) finds nothing.
 
 ``make multinode`` runs it with 200 jobs; the suite runs it with
-``MULTINODE_JOBS`` (12 by default)."""
+``MULTINODE_JOBS`` (6 by default: three before the kills, three after)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from quire.workqueue.topology import TOPOLOGY_STREAMS, WORK_STREAM
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
-JOBS = int(os.environ.get("MULTINODE_JOBS", "12"))
+JOBS = int(os.environ.get("MULTINODE_JOBS", "6"))
 T = TypeVar("T")
 
 
