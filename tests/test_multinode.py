@@ -6,7 +6,7 @@ job still ends COMPLETED exactly once with one artifact, and ``quire check``
 (each service's own database, the blobs in NATS) finds nothing.
 
 ``make multinode`` runs it with 200 jobs; the suite runs it with
-``MULTINODE_JOBS`` (6 by default: three before the kills, three after)."""
+``MULTINODE_JOBS`` (6 by default: the kills come after the fourth is submitted)."""
 
 from __future__ import annotations
 
