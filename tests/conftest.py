@@ -222,6 +222,8 @@ async def validate_queue(stack):  # type: ignore[no-untyped-def]
     the queue (downstream stalled) without stopping any process."""
     from datetime import UTC, datetime, timedelta
 
+    from test_faults_common import resume_promptly
+
     from quire.workqueue import WORK_STREAM, consumer_name
 
     nc = await connect_nats(stack.nats_url, "quire-test-control", **stack.nats_login())
@@ -234,7 +236,9 @@ async def validate_queue(stack):  # type: ignore[no-untyped-def]
             await js.pause_consumer(WORK_STREAM, consumer, until)
 
         async def resume(self) -> None:
-            await js.resume_consumer(WORK_STREAM, consumer)
+            # Served at once: a plain resume leaves the validators' waiting
+            # pull requests unserved until their 5 s long-poll ends.
+            await resume_promptly(js, WORK_STREAM, consumer)
 
     control = Control()
     yield control

@@ -12,7 +12,6 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
-from test_faults_common import resume_validate_promptly
 
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.client import AdmissionClient, PacketItem
@@ -281,7 +280,7 @@ async def test_a_tenant_over_its_quota_is_told_to_retry_and_nothing_is_kept(
     assert quota.violations[0].subject == "tenant:outstanding_jobs"
     assert len((await client.list_jobs()).jobs) == 2, "the refused job was not kept"
 
-    await resume_validate_promptly(stack)
+    await validate_queue.resume()
     for job in accepted:
         assert state_name((await client.wait(job.name, timeout=60)).state) == "COMPLETED"
     third = await client.submit([PacketItem("doc", digests[2])])
@@ -310,7 +309,7 @@ async def test_a_backlogged_queue_sheds_new_work(  # type: ignore[no-untyped-def
     )
     assert _detail(error, error_details_pb2.RetryInfo).retry_delay.seconds > 0
     assert [job.name for job in (await client.list_jobs()).jobs] == [waiting.name]
-    await resume_validate_promptly(stack)
+    await validate_queue.resume()
     assert state_name((await client.wait(waiting.name, timeout=60)).state) == "COMPLETED"
 
 
@@ -366,7 +365,7 @@ async def test_a_job_not_yet_signing_can_be_cancelled(
         "CANCELLED",
         "CANCELLED_BY_CLIENT",
     )
-    await resume_validate_promptly(stack)
+    await validate_queue.resume()
     await asyncio.sleep(1.0)  # the validator now meets the cancelled job
     final = await client.wait(job.name, timeout=30)
     assert state_name(final.state) == "CANCELLED"

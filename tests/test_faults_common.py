@@ -21,12 +21,10 @@ from quire.client import AdmissionClient, PacketItem
 from quire.faults import arm
 from quire.identity import IdentitySettings, ServiceIdentity
 from quire.jobs import TERMINAL_STATES, state_name
-from quire.runtime import connect_nats
 from quire.stack.supervisor import Stack, StackInfo
 from quire.testing.pdfs import write_text_pdf
 from quire.type import job_pb2
 from quire.wire import WireSigner
-from quire.workqueue import WORK_STREAM, consumer_name
 
 __all__ = [
     "Running",
@@ -40,7 +38,6 @@ __all__ = [
     "kept_armed",
     "signer_of",
     "resume_promptly",
-    "resume_validate_promptly",
 ]
 
 BASE_ENV = {"QUIRE_DRAIN_SECONDS": "5"}
@@ -197,16 +194,3 @@ async def resume_promptly(js: Any, stream: str, consumer: str, after: float = 0.
     """
     until = datetime.now(UTC) + timedelta(seconds=after)
     await js.pause_consumer(stream, consumer, until.isoformat().replace("+00:00", "Z"))
-
-
-async def resume_validate_promptly(stack: Stack) -> None:
-    """End the pause that the ``validate_queue`` fixture put on the interactive
-    validate consumer, promptly (``resume_promptly``): the fixture's own
-    ``resume`` leaves the validators' waiting pull requests unserved for up to
-    their 5 s long-poll."""
-    nc = await connect_nats(stack.nats_url, "quire-test-control", **stack.nats_login())
-    try:
-        consumer = consumer_name("validate", "interactive")
-        await resume_promptly(nc.jetstream(timeout=10), WORK_STREAM, consumer)
-    finally:
-        await nc.close()

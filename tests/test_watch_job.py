@@ -19,7 +19,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from test_faults_common import resume_validate_promptly
 
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.audit import ledger, tables
@@ -162,7 +161,7 @@ async def test_a_watch_resumes_across_an_admission_restart(  # type: ignore[no-u
 
     restarts = stack.restarts("admission")
     stack.kill("admission")
-    await resume_validate_promptly(stack)  # the job moves on while admission is down
+    await validate_queue.resume()  # the job moves on while admission is down
     deadline = time.monotonic() + 60
     while stack.restarts("admission") == restarts:
         assert time.monotonic() < deadline, "admission was not restarted"
@@ -192,7 +191,7 @@ async def test_a_watch_resumes_when_admission_drains(  # type: ignore[no-untyped
     await asyncio.to_thread(stack.stop_service, "admission")
     assert process.returncode == 0, "admission drained and exited cleanly"
     assert not watching.done(), "the client is waiting to watch again, not finished"
-    await resume_validate_promptly(stack)
+    await validate_queue.resume()
     stack.start_service("admission")
     await asyncio.to_thread(stack.wait_healthy)
     await asyncio.wait_for(watching, 120)
