@@ -8,6 +8,7 @@ from pathlib import Path
 
 from quire.cli.errors import CliError
 from quire.cli.exitcodes import ExitCode
+from quire.stack.info import StackInfo
 from quire.tls import TlsSettings
 
 __all__ = ["ClientConfig"]
@@ -25,8 +26,6 @@ class ClientConfig:
 
     @classmethod
     def load(cls, data_dir: Path) -> ClientConfig:
-        from quire.stack.supervisor import StackInfo  # the stack's modules, only when asked
-
         info = StackInfo.read(data_dir) if (data_dir / "stack.json").exists() else None
         admission = os.environ.get("QUIRE_ADMISSION_ADDR") or (
             info.endpoints["admission"] if info else ""

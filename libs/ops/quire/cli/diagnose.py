@@ -19,6 +19,7 @@ from quire.cli.exitcodes import ExitCode
 from quire.cli.output import Output, message_dict
 from quire.client import DiagnosticsClient
 from quire.diagnostics.v1 import diagnostics_service_pb2 as pb
+from quire.stack.info import StackInfo
 
 __all__ = ["diagnose"]
 
@@ -31,8 +32,6 @@ def _assembler(args: argparse.Namespace) -> str:
     address = os.environ.get("QUIRE_ASSEMBLER_ADDR", "")
     if address:
         return address
-    from quire.stack.supervisor import StackInfo  # the stack's modules, only when asked
-
     data_dir = Path(args.data_dir)
     if (data_dir / "stack.json").exists():
         return StackInfo.read(data_dir).endpoints.get("assembler", "")

@@ -24,14 +24,13 @@ pull loops pull again (``quire.workqueue.worker``).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -51,6 +50,7 @@ from quire.settings import (
     service_metrics_var,
 )
 from quire.stack.datadirlock import DataDirLock
+from quire.stack.info import STACK_FILE, StackInfo
 from quire.stack.natsserver import NatsServer
 from quire.stack.ports import free_port
 from quire.stack.scrapeconfig import SCRAPE_FILE, write_scrape_config
@@ -61,7 +61,6 @@ __all__ = ["Stack", "StackInfo", "STACK_FILE", "NATS", "nats_restart_delay"]
 
 log = logging.getLogger(__name__)
 
-STACK_FILE = "stack.json"
 HEALTH_TIMEOUT_SECONDS = 60.0
 # A service that exits before it is healthy (most often: another process took
 # its port between the pick and the bind) makes the stack pick fresh ports and
@@ -85,42 +84,6 @@ def nats_restart_delay(failures: int) -> float:
     if failures <= 1:
         return 0.0
     return min(NATS_BACKOFF_CAP_SECONDS, NATS_BACKOFF_BASE_SECONDS * 2 ** min(failures - 2, 16))
-
-
-@dataclass(frozen=True)
-class StackInfo:
-    data_dir: str
-    nats_url: str
-    endpoints: dict[str, str]
-    token_file: str
-    health_endpoints: dict[str, str] = field(default_factory=dict)
-    """Each service's plaintext ``grpc.health.v1`` port (no credentials needed)."""
-    operator_token_file: str = ""
-    """Where the operator token was configured (``QUIRE_OPERATOR_TOKEN_FILE``), if it was."""
-    metrics_endpoints: dict[str, str] = field(default_factory=dict)
-    """Each service's Prometheus ``/metrics`` address, and the gateway's."""
-    gateway_url: str = ""
-    """The HTTP gateway's base URL (``http://127.0.0.1:<port>``)."""
-
-    def write(self) -> None:
-        path = Path(self.data_dir) / STACK_FILE
-        path.write_text(json.dumps(asdict(self), indent=2) + "\n")
-
-    @classmethod
-    def read(cls, data_dir: Path) -> StackInfo:
-        return cls(**json.loads((data_dir / STACK_FILE).read_text()))
-
-    def token(self) -> str:
-        """The development tenant's token; empty when there is none (an
-        operator token was configured, so no development tenant was made)."""
-        path = Path(self.token_file)
-        return path.read_text().strip() if path.exists() else ""
-
-    def operator_token(self) -> str:
-        """The configured operator token, or the one admission wrote beside the
-        development token."""
-        path = Path(self.operator_token_file or Path(self.token_file).with_name("operator-token"))
-        return path.read_text().strip() if path.exists() else ""
 
 
 class _ExitedBeforeHealthy(RuntimeError):

@@ -9,7 +9,7 @@ import grpc
 
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.cli.args import bearer_metadata
-from quire.stack.supervisor import StackInfo
+from quire.stack.info import StackInfo
 
 __all__ = ["ledger_entries"]
 
