@@ -13,7 +13,7 @@ PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 # built as wheels by `make wheels`.
 DIST_PROJECTS := gen libs/core libs/ops libs/testing $(sort $(wildcard services/*))
 
-.PHONY: run test test-unit buf lint system-deps openapi protos protos-check protos-lint protos-release bench bench-admission bench-validator bench-assembly bench-ledger bench-history bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine bench-fairness bench-sources eval load soak multinode batch-kills corpus venv wheels clean
+.PHONY: run test test-unit buf lint system-deps openapi protos protos-check protos-lint protos-release bench bench-admission bench-validator bench-assembly bench-ledger bench-history bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine bench-fairness bench-sources eval load soak multinode batch-kills stage-limit corpus venv wheels clean
 
 venv: $(VENV)/.installed
 
@@ -68,6 +68,10 @@ multinode: venv system-deps
 # five times: one job per packet, and quire check (the suite runs 150 and 3).
 batch-kills: venv
 	BATCH_KILL_PACKETS=1000 BATCH_KILLS=5 $(PY) -m pytest -q -s tests/test_batch_dispatcher_kills.py
+
+# Ten assembler replicas, 36 jobs, under a stage limit of 3 (the suite runs five and 24).
+stage-limit: venv
+	STAGE_LIMIT_REPLICAS=10 STAGE_LIMIT_JOBS=36 $(PY) -m pytest -q tests/test_stage_limit.py
 
 # Every file of the shared corpus through the stack (the suite sends a sample).
 corpus: venv
