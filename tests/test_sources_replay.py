@@ -261,6 +261,7 @@ async def test_an_oversized_blob_is_refused_and_leaves_no_temporary_file(
     assert all(size <= 64 * 1024 for size in sizes), "nothing of the oversized stream was kept"
 
 
+@pytest.mark.fault
 async def test_an_assembler_killed_mid_job_leaves_one_artifact_that_outlives_it(
     replay: Replay, tmp_path: Path
 ) -> None:
@@ -294,6 +295,7 @@ async def test_an_assembler_killed_mid_job_leaves_one_artifact_that_outlives_it(
     assert (tmp_path / "packet.pdf").read_bytes().startswith(b"%PDF")
 
 
+@pytest.mark.fault
 async def test_a_validator_killed_after_pinning_reuses_the_pin_and_never_fetches_again(
     replay: Replay, tmp_path: Path
 ) -> None:

@@ -150,6 +150,7 @@ async def test_every_watched_change_carries_the_jobs_bundle_id(
 
 
 @pytest.mark.stack
+@pytest.mark.fault
 async def test_a_watch_resumes_across_an_admission_restart(  # type: ignore[no-untyped-def]
     stack: Stack, client: AdmissionClient, validate_queue, tmp_path: Path
 ) -> None:
@@ -178,6 +179,7 @@ async def test_a_watch_resumes_across_an_admission_restart(  # type: ignore[no-u
 
 
 @pytest.mark.stack
+@pytest.mark.fault
 async def test_a_watch_resumes_when_admission_drains(  # type: ignore[no-untyped-def]
     stack: Stack, client: AdmissionClient, validate_queue, tmp_path: Path
 ) -> None:
