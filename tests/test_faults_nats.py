@@ -35,7 +35,7 @@ async def test_nats_killed_and_restarted_mid_batch_loses_and_doubles_nothing(
             done = [r for r in ledger_rows(running.data_dir) if r[3] == "COMPLETED"]
             return len(done) >= 2
 
-        await eventually(some_completed, 60, "the batch got under way")
+        await eventually(some_completed, 60, "the batch got under way", every=0.02)
         completed_before = {r[2] for r in ledger_rows(running.data_dir) if r[3] == "COMPLETED"}
         assert len(completed_before) < JOBS, "the outage must hit jobs still in flight"
         await asyncio.to_thread(nats.kill)

@@ -101,7 +101,7 @@ async def test_nats_killed_under_load_is_restarted_and_every_job_completes(
 
         submitter = asyncio.create_task(submit_stream())
         try:
-            await eventually(under_way, 60, "jobs submitted, some still in flight")
+            await eventually(under_way, 60, "jobs submitted, some still in flight", every=0.02)
             # SIGKILL from outside, as a crash would; nobody starts it again by hand.
             os.kill(first_pid, signal.SIGKILL)
             killed_at = time.monotonic()
