@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -70,15 +71,37 @@ async def _watch_while(
     names: list[str],
     ready: Callable[[], Awaitable[bool]],
 ) -> None:
-    """Poll every job's status until ``ready()`` holds; none may be COMPLETED."""
+    """Poll every job's status until ``ready()`` holds; none may be COMPLETED.
+
+    The polls run beside the wait for ``ready()`` (at least one of them
+    complete): with audit stopped one poll takes seconds, and the wait ends
+    when ``ready()`` does, not at the end of the poll then under way.
+    """
+    polls = 0
+
+    async def watch() -> None:
+        nonlocal polls
+        while True:
+            await _never_completed(client, names)
+            rows = ledger_rows(data_dir)
+            completions = [r for r in rows if r[2] in names and r[3] == "COMPLETED"]
+            assert not completions, "a completion was recorded without its history"
+            polls += 1
+            await asyncio.sleep(0.2)
+
+    watcher = asyncio.create_task(watch())
 
     async def settled() -> bool:
-        await _never_completed(client, names)
-        completions = [r for r in ledger_rows(data_dir) if r[2] in names and r[3] == "COMPLETED"]
-        assert not completions, "a completion was recorded without its history"
-        return await ready()
+        if watcher.done():
+            watcher.result()  # raises what the watcher found
+        return polls > 0 and await ready()
 
-    await eventually(settled, 60, "jobs reached the commit stage", every=0.2)
+    try:
+        await eventually(settled, 60, "jobs reached the commit stage", every=0.1)
+    finally:
+        watcher.cancel()
+        with suppress(asyncio.CancelledError):
+            await watcher
 
 
 async def test_no_job_is_shown_complete_while_its_events_lag(tmp_path: Path) -> None:
