@@ -22,20 +22,14 @@ def test_deflated_zeros_inflate_to_exactly_that_many_zeros(chunks: int, chunk: i
     assert inflated == bytes(chunks * chunk)
 
 
-def test_a_flate_bomb_is_small_and_its_outer_layer_inflates_to_a_valid_inner_stream(
+def test_a_flate_bomb_is_small_and_its_outer_layer_holds_the_deflated_zeros(
     tmp_path: Path,
 ) -> None:
-    bomb = flate_bomb(tmp_path / "bomb.pdf", gibibytes=1)
+    bomb = flate_bomb(tmp_path / "bomb.pdf", gibibytes=2)
     assert bomb.stat().st_size < 64 * 1024
     with pikepdf.open(bomb) as pdf:
         stream = pdf.pages[0].obj["/Thumb"]
         assert [str(f) for f in stream.Filter] == ["/FlateDecode", "/FlateDecode"]
         inner = zlib.decompress(stream.read_raw_bytes())
-    inflater = zlib.decompressobj()
-    total = 0
-    while inner:
-        out = inflater.decompress(inner, 64 * 1024 * 1024)
-        assert not out.strip(b"\0")
-        total += len(out)
-        inner = inflater.unconsumed_tail
-    assert inflater.eof and total == 1024**3
+    # The inner stream is what the test above inflates exactly, at 2 GiB.
+    assert inner == _deflated_zeros(2 * 1024**3)

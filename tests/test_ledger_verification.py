@@ -207,7 +207,9 @@ async def test_the_running_audit_service_checkpoints_and_finds_tampering(tmp_pat
     from quire.stack.supervisor import Stack
     from quire.testing.pdfs import write_text_pdf
 
-    stack = Stack(tmp_path / "stack")
+    # A drain of 5 s, as the other stacks of the suite: audit's own (20 s by
+    # default) was sometimes taken whole when it stopped, for 38 s in all.
+    stack = Stack(tmp_path / "stack", env={"QUIRE_DRAIN_SECONDS": "5"})
     info = await asyncio.to_thread(stack.start)
     try:
         async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
