@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 UV := VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/uv
+MYPY := $(VENV)/bin/mypy libs/*/quire services/*/quire
 DATA_DIR ?= .quire
 # buf, pinned by tools/install-buf.sh, and the released protos it compares to.
 BUF := $(VENV)/buf/node_modules/.bin/buf
@@ -13,7 +14,7 @@ PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 # built as wheels by `make wheels`.
 DIST_PROJECTS := gen libs/core libs/ops libs/testing $(sort $(wildcard services/*))
 
-.PHONY: run test test-unit buf lint system-deps openapi protos protos-check protos-lint protos-release bench bench-admission bench-validator bench-assembly bench-ledger bench-history bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine bench-fairness bench-sources eval load soak multinode batch-kills stage-limit corpus venv wheels clean
+.PHONY: run test test-unit buf lint style typecheck system-deps openapi protos protos-check protos-lint protos-release bench bench-admission bench-validator bench-assembly bench-ledger bench-history bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine bench-fairness bench-sources eval load soak multinode batch-kills stage-limit corpus venv wheels clean
 
 venv: $(VENV)/.installed
 
@@ -30,15 +31,19 @@ $(VENV)/.installed: pyproject.toml constraints.txt $(DIST_PROJECTS:%=%/pyproject
 run: venv
 	$(VENV)/bin/quire up --data-dir $(DATA_DIR) --example examples/lease-renewal
 
-# The suite runs in one worker per core (pytest-xdist), a test file per
-# worker at a time: module fixtures stay whole and each worker has its own
-# session stack. TEST_WORKERS=0 runs it in this process. Three workers on
-# two cores saved under a minute (8:22-9:10 against 9:41 on the same day),
-# and five of ten runs failed, each on a different timing-sensitive test;
-# two stay the default.
-TEST_WORKERS ?= 2
-test: venv system-deps protos-check protos-lint lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+# The suite runs in three pytest-xdist workers on two cores (most of a stack
+# test's time is waiting on processes), a test file per worker at a time:
+# module fixtures stay whole and each worker has its own session stack.
+# TEST_WORKERS=0 runs it in this process. mypy checks the types beside the
+# suite (on one core, for about 20 s, while the suite leaves some idle); its
+# report follows the suite's, and either failing fails `make test`.
+TEST_WORKERS ?= 3
+test: venv system-deps protos-check protos-lint style
+	@$(MYPY) > $(VENV)/mypy.log 2>&1 & typecheck=$$!; \
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile; suite=$$?; \
+	wait $$typecheck; types=$$?; \
+	echo "$(MYPY)"; cat $(VENV)/mypy.log; \
+	[ $$suite -eq 0 ] && [ $$types -eq 0 ]
 
 # The unit tier alone: every test that starts no stack, reads no corpus and
 # breaks nothing (quire.testing.tiers); a minute or two.
@@ -48,10 +53,14 @@ test-unit: venv buf
 system-deps:
 	@sh tools/install-system-deps.sh
 
-lint: venv
+lint: style typecheck
+
+style: venv
 	$(VENV)/bin/ruff check libs services tests bench examples
 	$(VENV)/bin/ruff format --check libs services tests bench examples
-	$(VENV)/bin/mypy libs/*/quire services/*/quire
+
+typecheck: venv
+	$(MYPY)
 
 bench: venv
 	$(PY) bench/pipeline_bench.py
