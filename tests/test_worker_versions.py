@@ -131,7 +131,9 @@ async def test_an_announcer_puts_refreshes_and_deletes_its_entry(
     nc = await connect_nats(nats_server.url, "quire-test-announcer")
     try:
         js = nc.jetstream(timeout=10)
-        queue = QueueSettings(worker_heartbeat_seconds=0.5)
+        # A 6 s time-to-live: long enough that the entry is surely read before it
+        # expires on a busy machine (at 1.5 s it once was not), short enough to wait.
+        queue = QueueSettings(worker_heartbeat_seconds=2.0)
         await ensure_topology(js, queue)
         kv = await js.key_value(WORKERS_BUCKET)
         rulesets = ["default@1"]
@@ -178,7 +180,9 @@ async def test_the_entry_of_a_process_that_stops_beating_expires(
     try:
         js = nc.jetstream(timeout=10)
         await ensure_topology(js, QueueSettings())  # the default: 30 s
-        queue = QueueSettings(worker_heartbeat_seconds=0.5)
+        # A 6 s time-to-live: long enough that the entry is surely read before it
+        # expires on a busy machine (at 1.5 s it once was not), short enough to wait.
+        queue = QueueSettings(worker_heartbeat_seconds=2.0)
         await ensure_topology(js, queue)  # provisioning again applies the new time-to-live
         info = await js.stream_info(f"KV_{WORKERS_BUCKET}")
         assert info.config.max_age == pytest.approx(queue.worker_ttl_seconds)
