@@ -229,8 +229,7 @@ async def validate_queue(stack):  # type: ignore[no-untyped-def]
     the queue (downstream stalled) without stopping any process."""
     from datetime import UTC, datetime, timedelta
 
-    from test_faults_common import resume_promptly
-
+    from quire.testing.consumers import resume_promptly
     from quire.workqueue import WORK_STREAM, consumer_name
 
     nc = await connect_nats(stack.nats_url, "quire-test-control", **stack.nats_login())

@@ -11,7 +11,6 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from quire.faults import arm
 from quire.identity import IdentitySettings, ServiceIdentity
 from quire.jobs import TERMINAL_STATES, state_name
 from quire.stack.supervisor import Stack, StackInfo
+from quire.testing.consumers import resume_promptly
 from quire.testing.pdfs import write_text_pdf
 from quire.type import job_pb2
 from quire.wire import WireSigner
@@ -180,17 +180,3 @@ async def kept_armed(fault_dir: Path, point: str) -> AsyncIterator[None]:
         with suppress(asyncio.CancelledError):
             await task
         (fault_dir / f"{point}.armed").unlink(missing_ok=True)
-
-
-async def resume_promptly(js: Any, stream: str, consumer: str, after: float = 0.3) -> None:
-    """Resume a paused consumer so that the pull requests already waiting on it
-    are served at once.
-
-    ``resume_consumer`` leaves a worker's waiting pull request unserved until
-    it expires (the workers long-poll for 5 s), so each resume would cost up to
-    that; a pause that ends by its own timer serves the waiting requests the
-    moment it ends. ``after`` is a margin for the request to reach the server
-    first (a pause already past simply resumes, as ``resume_consumer`` does).
-    """
-    until = datetime.now(UTC) + timedelta(seconds=after)
-    await js.pause_consumer(stream, consumer, until.isoformat().replace("+00:00", "Z"))
