@@ -35,7 +35,7 @@ async def main() -> None:
     pool = SandboxPool(
         config.stage.sandbox,
         name="pdf-signing",
-        preload=("pyhanko.sign", "pyhanko.sign.validation"),
+        preload=("pyhanko.sign", "pyhanko.sign.validation", "quire.signer.signing"),
     )
 
     def build(

@@ -22,10 +22,10 @@ from quire.reasons import ReasonCode
 from quire.sandbox import SandboxExhausted, SandboxPool
 from quire.type import job_pb2, queue_pb2
 from quire.validator.budgets import BudgetRule
-from quire.validator.facts import DocumentFacts, extract_facts
 from quire.validator.inspection import Finding, inspect_source
+from quire.validator.judging import judge
 from quire.validator.pdfchecks import PdfLimits
-from quire.validator.rules import Decision, evaluate, verdict
+from quire.validator.rules import Decision, verdict
 from quire.validator.rulesets import Ruleset
 from quire.workqueue.worker import step_aside
 
@@ -67,13 +67,6 @@ def _repair_of(source: job_pb2.SourceRef, finding: Finding) -> job_pb2.SourceRep
         normalized_size_bytes=finding.normalized_size,
         warnings=list(finding.warnings),
     )
-
-
-def judge(sources: list[tuple[str, int, str]], ruleset: Ruleset) -> list[Decision]:
-    """Extract the facts and apply the rules, inside a sandbox worker: only the
-    decisions (no document text) come back to the service."""
-    facts: list[DocumentFacts] = [extract_facts(*source) for source in sources]
-    return evaluate(ruleset, facts)
 
 
 class Evaluator:

@@ -32,6 +32,14 @@ from quire.validator.work import ValidatorWork
 from quire.workqueue import Publisher
 
 SERVICE = "validator"
+PDF_INSPECTION_MODULES = (
+    "magic",
+    "pikepdf",
+    "pypdf",
+    "quire.validator.inspection",
+    "quire.validator.judging",
+)
+"""What every inspection worker runs: loaded once by the forkserver."""
 
 
 async def main() -> None:
@@ -41,14 +49,14 @@ async def main() -> None:
     pool = SandboxPool(
         config.stage.sandbox,
         name="pdf-inspection",
-        preload=("magic", "pikepdf", "pypdf"),
+        preload=PDF_INSPECTION_MODULES,
     )
     # Sources that exhaust the shared pool are retried here, with their own
     # worker(s) and limits, so ordinary documents never wait behind them.
     quarantine = SandboxPool(
         config.quarantine,
         name="pdf-quarantine",
-        preload=("magic", "pikepdf", "pypdf"),
+        preload=PDF_INSPECTION_MODULES,
     )
     budgets, limits = config.budgets, config.limits
     metrics = ServiceMetrics(settings.service)
