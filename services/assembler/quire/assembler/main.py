@@ -25,7 +25,9 @@ SERVICE = "assembler"
 
 async def main() -> None:
     config = StageConfig.from_env(SERVICE, os.environ)  # every setting, read once
-    pool = SandboxPool(config.sandbox, name="pdf-merge", preload=("pikepdf", "quire.assembler.merge"))
+    pool = SandboxPool(
+        config.sandbox, name="pdf-merge", preload=("pikepdf", "quire.assembler.merge")
+    )
 
     def build(
         database: Database, blobs: BlobStore, _gate: JobGate, _publisher: Publisher
