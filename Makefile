@@ -33,14 +33,18 @@ run: venv
 
 # The suite runs in three pytest-xdist workers on two cores (most of a stack
 # test's time is waiting on processes), a test file per worker at a time:
-# module fixtures stay whole and each worker has its own session stack.
+# module fixtures stay whole and each worker has its own session stack. The
+# files go out longest first (conftest.py's HEAVY_FIRST), not re-sorted by
+# their number of tests, and the files that share a stack as one unit
+# (STACK_GROUPS).
 # TEST_WORKERS=0 runs it in this process. mypy checks the types beside the
 # suite (on one core, for about 20 s, while the suite leaves some idle); its
 # report follows the suite's, and either failing fails `make test`.
 TEST_WORKERS ?= 3
+DIST = --dist loadfile --no-loadscope-reorder
 test: venv system-deps protos-check protos-lint style
 	@$(MYPY) > $(VENV)/mypy.log 2>&1 & typecheck=$$!; \
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile; suite=$$?; \
+	$(PY) -m pytest -n $(TEST_WORKERS) $(DIST); suite=$$?; \
 	wait $$typecheck; types=$$?; \
 	echo "$(MYPY)"; cat $(VENV)/mypy.log; \
 	[ $$suite -eq 0 ] && [ $$types -eq 0 ]
@@ -48,7 +52,7 @@ test: venv system-deps protos-check protos-lint style
 # The unit tier alone: every test that starts no stack, reads no corpus and
 # breaks nothing (quire.testing.tiers); a minute or two.
 test-unit: venv buf
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not stack and not fault and not corpus"
+	$(PY) -m pytest -n $(TEST_WORKERS) $(DIST) -m "not stack and not fault and not corpus"
 
 system-deps:
 	@sh tools/install-system-deps.sh

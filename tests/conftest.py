@@ -12,6 +12,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,23 @@ CORPUS: Path = Path(
 )
 
 
+STACK_GROUPS = {
+    "fault_point_stack": (
+        "test_sources_replay.py",
+        "test_job_attempts.py",
+        "test_gateway_order.py",
+    ),
+}
+"""Files that share a session stack (the fixture of the same name): each group
+runs on one pytest-xdist worker (``quire.testing.filegroups``), which starts
+its stack once."""
+
+
 HEAVY_FIRST = (
+    # The fault-point group's three files, about 70 s on one worker.
+    "test_sources_replay.py",
+    "test_job_attempts.py",
+    "test_gateway_order.py",
     "test_invariants.py",
     "test_upload_limits.py",
     "test_corpus.py",
@@ -46,7 +63,6 @@ HEAVY_FIRST = (
     "test_ledger_verification.py",
     "test_faults_audit_lag.py",
     "test_rollouts_stack.py",
-    "test_sources_replay.py",
     "test_source_waits_stack.py",
     "test_notifications.py",
     "test_worker_versions.py",
@@ -58,9 +74,7 @@ HEAVY_FIRST = (
     "test_configured_secrets.py",
     "test_stage_limit.py",
     "test_hostile_pdfs.py",
-    "test_job_attempts.py",
     "test_forgery.py",
-    "test_gateway_order.py",
     "test_postgres.py",
     "test_quarantine_lane.py",
     "test_nats_supervision.py",
@@ -72,14 +86,24 @@ HEAVY_FIRST = (
 )
 """Files whose tests run longest, longest first (from the suite's own report
 of time per test): run first, so that pytest-xdist's workers, which take
-whole files in collection order (``--dist loadfile``), do not end on one long
-file while the others idle. test_invariants.py goes first because it makes
+whole files in collection order (``--dist loadfile`` with
+``--no-loadscope-reorder``), do not end on one long file while the others idle. test_invariants.py goes first because it makes
 the finished run that test_invariants_attacks.py, collected later, reuses."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {name: index for index, name in enumerate(HEAVY_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, with each of STACK_GROUPS' groups one unit of work."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from quire.testing.filegroups import FileGroupScheduling
+
+    return FileGroupScheduling(config, log, groups=STACK_GROUPS)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -169,6 +193,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory, otlp_receiver) -> Iterator[o
     running.start()
     yield running
     running.stop()
+
+
+@pytest.fixture(scope="session")
+def fault_point_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A stack whose processes obey armed fault points (``quire.testing.faultpointstack``),
+    shared by the files of ``STACK_GROUPS["fault_point_stack"]``, which run on one worker."""
+    from quire.testing.faultpointstack import fault_point_stack
+
+    with fault_point_stack(tmp_path_factory.mktemp("fault-points")) as running:
+        yield running
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import hashlib
 import io
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -20,6 +20,7 @@ import pytest
 
 from quire.faults import arm, fired
 from quire.stack.supervisor import Stack, StackInfo
+from quire.testing.faultpointstack import FaultPointStack
 
 pytestmark = pytest.mark.stack
 
@@ -30,24 +31,11 @@ KILLED = "assembler.before_promote"
 Outcome = tuple[object, ...]
 
 
-@pytest.fixture(scope="module")
-def order_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, Path]]:
-    """A private stack whose processes obey armed fault points, with short
-    leases so a killed worker's job is redelivered in seconds."""
-    root = tmp_path_factory.mktemp("gateway-order")
-    stack = Stack(
-        root / "stack",
-        gateway=True,
-        env={
-            "QUIRE_FAULTS_DIR": str(root / "faults"),
-            "QUIRE_ACK_WAIT_SECONDS": "2",
-            "QUIRE_BACKOFF_BASE_SECONDS": "0.1",
-            "QUIRE_DRAIN_SECONDS": "3",
-        },
-    )
-    stack.start()
-    yield stack, root / "faults"
-    stack.stop()
+@pytest.fixture
+def order_stack(fault_point_stack: FaultPointStack) -> tuple[Stack, Path]:
+    """The fault-point stack (``conftest.py``): its processes obey armed fault
+    points, with short leases so a killed worker's job is redelivered in seconds."""
+    return fault_point_stack.stack, fault_point_stack.faults
 
 
 @pytest.fixture

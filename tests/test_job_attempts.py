@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,8 @@ from quire.client import AdmissionClient, PacketItem
 from quire.faults import arm, fired
 from quire.jobs import state_name
 from quire.jobstatus import job_status_document
-from quire.stack.supervisor import Stack, StackInfo
+from quire.stack.supervisor import StackInfo
+from quire.testing.faultpointstack import FaultPointStack
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.quirecli import run_quire
 from quire.transitions import EventFactory
@@ -169,28 +169,6 @@ def _expected(entries: list[Any]) -> tuple[int, int]:
     return sum(highest.values()), last
 
 
-@asynccontextmanager
-async def _fault_stack(root: Path) -> AsyncIterator[tuple[Stack, StackInfo, Path]]:
-    faults = root / "faults"
-    stack = Stack(
-        root / "stack",
-        gateway=True,
-        env={
-            "QUIRE_FAULTS_DIR": str(faults),
-            "QUIRE_ACK_WAIT_SECONDS": "2",
-            "QUIRE_BACKOFF_BASE_SECONDS": "0.1",
-            "QUIRE_DRAIN_SECONDS": "3",
-            # Not hurried on a machine shared with other test runs.
-            "QUIRE_VALIDATOR_BUDGET_BASE_SECONDS": "10",
-        },
-    )
-    info = await asyncio.to_thread(stack.start)
-    try:
-        yield stack, info, faults
-    finally:
-        await asyncio.to_thread(stack.stop)
-
-
 async def _through_restarts(call: Callable[[], Any], timeout: float = 60) -> Any:
     """``call()`` awaited, asked again while a restarted service comes back."""
     deadline = time.monotonic() + timeout
@@ -263,47 +241,45 @@ def _assert_counts(views: dict[str, Any], watched: job_pb2.Job, expected: tuple[
 @pytest.mark.stack
 @pytest.mark.fault
 async def test_deliveries_and_attempt_follow_the_ledger_through_a_killed_stage(
-    tmp_path: Path,
+    tmp_path: Path, fault_point_stack: FaultPointStack
 ) -> None:
-    async with _fault_stack(tmp_path) as (stack, info, faults):
-        async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
-            # A plain job: validate, assemble, sign and commit, each delivered once.
-            submitted, final = await _run_job(client, tmp_path, "plain")
-            assert (submitted.deliveries, submitted.attempt) == (0, 0), "no stage step yet"
-            views = await _views(info, client, final.name)
-            _assert_counts(views, final, (4, 1))
-            assert all(entry.event.attempt == 1 for entry in views["entries"])
+    stack, info, faults = fault_point_stack.stack, fault_point_stack.info, fault_point_stack.faults
+    async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
+        # A plain job: validate, assemble, sign and commit, each delivered once.
+        submitted, final = await _run_job(client, tmp_path, "plain")
+        assert (submitted.deliveries, submitted.attempt) == (0, 0), "no stage step yet"
+        views = await _views(info, client, final.name)
+        _assert_counts(views, final, (4, 1))
+        assert all(entry.event.attempt == 1 for entry in views["entries"])
 
-            # The assembler dies before committing its work: the task is delivered
-            # again and the job's ASSEMBLING -> SIGNING entry records attempt 2.
-            restarts = stack.restarts("assembler")
-            arm(faults, "assembler.before_commit")
-            _submitted, final = await _run_job(client, tmp_path, "assembler")
-            assert fired(faults, "assembler.before_commit")
-            assert stack.restarts("assembler") == restarts + 1
-            views = await _views(info, client, final.name)
-            assembled = [
-                e.event.attempt
-                for e in views["entries"]
-                if state_name(e.event.to_state) == "SIGNING"
-            ]
-            assert assembled == [2]
-            _assert_counts(views, final, (5, 1))
+        # The assembler dies before committing its work: the task is delivered
+        # again and the job's ASSEMBLING -> SIGNING entry records attempt 2.
+        restarts = stack.restarts("assembler")
+        arm(faults, "assembler.before_commit")
+        _submitted, final = await _run_job(client, tmp_path, "assembler")
+        assert fired(faults, "assembler.before_commit")
+        assert stack.restarts("assembler") == restarts + 1
+        views = await _views(info, client, final.name)
+        assembled = [
+            e.event.attempt for e in views["entries"] if state_name(e.event.to_state) == "SIGNING"
+        ]
+        assert assembled == [2]
+        _assert_counts(views, final, (5, 1))
 
-            # Audit dies before committing the completion: the commit task's second
-            # delivery completes the job, its last step at attempt 2.
-            restarts = stack.restarts("audit")
-            arm(faults, "audit.before_commit")
-            _submitted, final = await _run_job(client, tmp_path, "audit")
-            assert fired(faults, "audit.before_commit")
-            for _ in range(100):
-                if stack.restarts("audit") > restarts:
-                    break
-                await asyncio.sleep(0.1)
-            views = await _through_restarts(lambda: _views(info, client, final.name))
-            _assert_counts(views, final, (5, 2))
+        # Audit dies before committing the completion: the commit task's second
+        # delivery completes the job, its last step at attempt 2.
+        restarts = stack.restarts("audit")
+        arm(faults, "audit.before_commit")
+        _submitted, final = await _run_job(client, tmp_path, "audit")
+        assert fired(faults, "audit.before_commit")
+        for _ in range(100):
+            if stack.restarts("audit") > restarts:
+                break
+            await asyncio.sleep(0.1)
+        views = await _through_restarts(lambda: _views(info, client, final.name))
+        _assert_counts(views, final, (5, 2))
 
-            # `quire status` prints them, and --json has them.
-            shown = await asyncio.to_thread(run_quire, stack.data_dir, "status", final.name)
-            assert shown.returncode == 0, shown.stderr
-            assert "deliveries 5, attempt 2" in shown.stdout
+        # `quire status` prints them, and --json has them.
+        shown = await asyncio.to_thread(run_quire, stack.data_dir, "status", final.name)
+        assert shown.returncode == 0, shown.stderr
+        assert "deliveries 5, attempt 2" in shown.stdout

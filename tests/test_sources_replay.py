@@ -36,6 +36,7 @@ from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.faults import arm, fired
 from quire.jobs import state_name
 from quire.stack.supervisor import Stack, StackInfo
+from quire.testing.faultpointstack import FaultPointStack
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.quirecli import run_quire
 from quire.testing.sourcerecords import CARRIER_EVENTS, TAX_RECORD, changed
@@ -69,31 +70,12 @@ def source_server() -> Iterator[SourceServer]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def replay_stack(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[Stack, StackInfo, Path]]:
-    root = tmp_path_factory.mktemp("replay")
-    (root / "credentials").mkdir()  # the validators' source-credentials directory
-    faults = root / "faults"
-    stack = Stack(
-        root / "stack",
-        env={
-            "QUIRE_FAULTS_DIR": str(faults),
-            "QUIRE_ACK_WAIT_SECONDS": "2",
-            "QUIRE_BACKOFF_BASE_SECONDS": "0.1",
-            "QUIRE_DRAIN_SECONDS": "3",
-            "QUIRE_SOURCE_BREAKER_FAILURES": "3",
-            "QUIRE_SOURCE_BREAKER_OPEN_SECONDS": "2",
-            "QUIRE_JOB_BUDGET_RESERVE_SECONDS": "2",
-            "QUIRE_SOURCE_CREDENTIALS_DIR": str(root / "credentials"),
-        },
-    )
-    info = stack.start()
-    try:
-        yield stack, info, faults
-    finally:
-        stack.stop()
+@pytest.fixture
+def replay_stack(fault_point_stack: FaultPointStack) -> tuple[Stack, StackInfo, Path]:
+    """The fault-point stack (``conftest.py``): fault points, short leases, a
+    source breaker that opens after 3 failures for 2 s, and the validators'
+    source-credentials directory beside the faults."""
+    return fault_point_stack.stack, fault_point_stack.info, fault_point_stack.faults
 
 
 @pytest.fixture

@@ -18,7 +18,9 @@ def test_free_port_does_not_hand_out_a_port_twice_in_a_row() -> None:
 
 @pytest.mark.stack
 def test_a_service_whose_port_was_taken_is_started_again_on_fresh_ports(tmp_path: Path) -> None:
-    stack = Stack(tmp_path / "stack")
+    # Each service started as `python -m quire.<service>.main`, as a container
+    # starts it (every other stack of the suite forks them from a zygote).
+    stack = Stack(tmp_path / "stack", forked=False)
     taken = stack.endpoints["assembler"]
     host, port = taken.rsplit(":", 1)
     squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -123,3 +123,50 @@ def test_the_run_prints_time_per_tier_and_the_slowest_tests(pytester: pytest.Pyt
             "*0.3 s *s CPU   stack  test_the_run_prints_time_per_tier_and_the_slowest_tests.py::test_slow",
         ]
     )
+
+
+GROUPED_CONFTEST = """
+import pytest
+
+from quire.testing.filegroups import FileGroupScheduling
+
+GROUPS = {"shared": ("test_a.py", "test_b.py")}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    return FileGroupScheduling(config, log, groups=GROUPS)
+"""
+
+RECORDING = """
+import os
+import pathlib
+
+
+def test_{name}_{index}():
+    pathlib.Path("ran-{name}-{index}").write_text(os.environ["PYTEST_XDIST_WORKER"])
+"""
+
+
+def test_the_files_of_a_group_run_on_one_worker_and_others_are_shared_out(
+    pytester: pytest.Pytester, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Two grouped files and four others on three workers: the group's files
+    on one worker; each other file whole on one worker, and the work spread."""
+    monkeypatch.delenv("CI", raising=False)
+    pytester.makeconftest(GROUPED_CONFTEST)
+    names = ("a", "b", "c", "d", "e", "f")
+    for name in names:
+        tests = "".join(RECORDING.format(name=name, index=index) for index in range(3))
+        pytester.makepyfile(**{f"test_{name}": tests})
+    result = pytester.runpytest_subprocess(
+        "-n", "3", "--dist", "loadfile", "--no-loadscope-reorder", "-p", "no:cacheprovider",
+        *("-p", "no:asyncio", "-p", "no:hypothesispytest", "-p", "no:schemathesis"),
+    )  # fmt: skip
+    result.assert_outcomes(passed=18)
+    worker = {
+        name: {(pytester.path / f"ran-{name}-{i}").read_text() for i in range(3)} for name in names
+    }
+    assert all(len(ran_on) == 1 for ran_on in worker.values()), worker
+    assert worker["a"] == worker["b"], worker
+    assert len(set().union(*worker.values())) > 1, "the work was shared out"

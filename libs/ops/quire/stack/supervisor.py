@@ -7,7 +7,8 @@ anonymous connections, and the stack lays out the streams once with the
 operator user, which no service holds.
 
 Starts nats-server (unless ``QUIRE_NATS_URL`` names one), then the five
-services, each on a free loopback port (and one more for its plaintext
+services, forked from a zygote that has imported their code once
+(``quire.stack.zygote``), each on a free loopback port (and one more for its plaintext
 health port); waits until every service reports SERVING on its health port;
 writes ``stack.json`` (endpoints and where the development token is) into the
 data directory; restarts a service that dies; and on stop sends SIGTERM so
@@ -50,6 +51,7 @@ from quire.settings import (
     service_metrics_var,
 )
 from quire.stack.datadirlock import DataDirLock
+from quire.stack.forked import ForkedProcess, spawn_service
 from quire.stack.info import STACK_FILE, StackInfo
 from quire.stack.natsserver import NatsServer
 from quire.stack.ports import free_port
@@ -93,7 +95,7 @@ class _ExitedBeforeHealthy(RuntimeError):
 @dataclass
 class _Child:
     service: str
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | ForkedProcess
     restarts: int = 0
     expected_exit: bool = False
     started_at: float = field(default_factory=time.monotonic)
@@ -120,14 +122,19 @@ class Stack:
         env: dict[str, str] | None = None,
         restart: bool = True,
         gateway: bool = False,
+        forked: bool = True,
     ) -> None:
         """``gateway``: also run the HTTP gateway (``quire up`` does; a stack
-        started for a test or a benchmark that speaks gRPC only need not)."""
+        started for a test or a benchmark that speaks gRPC only need not).
+        ``forked``: fork the services from a zygote that has imported their
+        code once (``quire.stack.zygote``); False starts each as
+        ``python -m quire.<service>.main``, as a container does."""
         self.data_dir = data_dir.resolve()
         self._processes = (*SERVICES, GATEWAY) if gateway else SERVICES
         self._external_nats = nats_url
         self._extra_env = env or {}
         self._restart = restart
+        self._forked = forked
         self.nats: NatsServer | None = None
         self.endpoints: dict[str, str] = {}
         self.health_endpoints: dict[str, str] = {}
@@ -290,15 +297,19 @@ class Stack:
         return not (configured.get("QUIRE_KEK_FILE") or configured.get("QUIRE_KEK_PKCS11_MODULE"))
 
     def _spawn(self, service: str) -> None:
-        log = open(self.data_dir / "logs" / f"{service}.log", "ab")
-        process = subprocess.Popen(
-            [sys.executable, "-m", f"quire.{service}.main"],
-            env=self.service_env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()
+        module, log = f"quire.{service}.main", self.data_dir / "logs" / f"{service}.log"
+        process: subprocess.Popen[bytes] | ForkedProcess
+        if self._forked:
+            process = spawn_service(module, self.service_env(), log)
+        else:
+            with open(log, "ab") as output:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", module],
+                    env=self.service_env(),
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         with self._lock:
             previous = self._children.get(service)
             restarts = previous.restarts + 1 if previous else 0

@@ -31,9 +31,13 @@ _CPU_AT_SETUP = pytest.StashKey[float]()
 
 
 def _cpu_seconds() -> float:
+    """This process's CPU, its reaped children's, and that of the services its
+    stacks forked (reaped by their zygote, ``quire.stack.forked``)."""
+    from quire.stack.forked import reaped_cpu_seconds
+
     own = resource.getrusage(resource.RUSAGE_SELF)
     reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+    return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime + reaped_cpu_seconds()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,0 +1,33 @@
+"""A stand-in service for the zygote's tests (``quire.stack.zygote``): run as
+a module, it writes what it sees of its process to ``QUIRE_PROBE_FILE`` as
+JSON, prints a line, and exits with ``QUIRE_PROBE_EXIT`` (or waits for a
+signal when that is ``wait``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+
+def main() -> None:
+    facts = {
+        "pid": os.getpid(),
+        "sid": os.getsid(0),
+        "cwd": os.getcwd(),
+        "argv0": sys.argv[0],
+        "name": __name__,
+        "env": dict(os.environ),
+        "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
+    }
+    print("probe ran")
+    Path(os.environ["QUIRE_PROBE_FILE"]).write_text(json.dumps(facts))
+    if os.environ["QUIRE_PROBE_EXIT"] == "wait":
+        signal.pause()
+    sys.exit(int(os.environ["QUIRE_PROBE_EXIT"]))
+
+
+if __name__ == "__main__":
+    main()
