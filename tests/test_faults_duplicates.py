@@ -7,10 +7,8 @@ signed again, and the invariant checker finds nothing."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import sqlite3
-import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -34,12 +32,12 @@ from quire.invariants import check
 from quire.jobs import state_name
 from quire.pipeline import STAGE_NAMES
 from quire.runtime import connect_nats
+from quire.testing.consumers import wait_quiet
 from quire.testing.sealedstore import plaintext
 from quire.type import job_pb2, queue_pb2
 from quire.wire import SIGNATURE_HEADER, WireSigner
 from quire.workqueue import (
     EVENTS_STREAM,
-    PRIORITIES,
     WORK_STREAM,
     consumer_name,
     event_subject,
@@ -172,21 +170,6 @@ async def _handed_to(data_dir: Path, stage: str, jobs: set[str]) -> None:
     await eventually(ready, 30, f"tasks for {stage}")
 
 
-async def _quiet(js: JetStreamContext, timeout: float = 60.0) -> None:
-    """Wait until no consumer has a message pending or in work, three times running."""
-    consumers = [(WORK_STREAM, consumer_name(s, p)) for s in STAGE_NAMES for p in PRIORITIES]
-    consumers.append((EVENTS_STREAM, EVENTS_CONSUMER))
-    deadline = time.monotonic() + timeout
-    calm = 0
-    while calm < 3:
-        if time.monotonic() > deadline:
-            raise AssertionError("the queues did not drain")
-        infos = await asyncio.gather(*(js.consumer_info(s, name) for s, name in consumers))
-        busy = any(info.num_pending or info.num_ack_pending for info in infos)
-        calm = 0 if busy else calm + 1
-        await asyncio.sleep(0.5)
-
-
 def _artifacts(data_dir: Path) -> dict[str, tuple[str, int, int]]:
     """Job id -> (sha256, inode, mtime) of every signed artifact."""
     found = {}
@@ -236,14 +219,14 @@ async def test_duplicates_of_every_message_change_nothing(tmp_path: Path) -> Non
             done = await submit_text_jobs(running.client, tmp_path / "done", JOBS)
             first = await wait_all(running.client, done, timeout=60)
             assert {state_name(j.state) for j in first.values()} == {"COMPLETED"}
-            await _quiet(js)
+            await wait_quiet(js)
             ledger_before = ledger_rows(data_dir)
             artifacts_before = _artifacts(data_dir)
             signatures_before = _signatures(data_dir)
             after = Duplicator(js, data_dir)
             assert await after.round(set(done)) > 0
             assert {"validate", "accepted", "task"} <= after.kinds()
-            await _quiet(js)
+            await wait_quiet(js)
             assert ledger_rows(data_dir) == ledger_before, "no entry added"
             assert _artifacts(data_dir) == artifacts_before, "nothing signed or written again"
             assert _signatures(data_dir) == signatures_before
@@ -266,7 +249,7 @@ async def test_duplicates_of_every_message_change_nothing(tmp_path: Path) -> Non
             await resume_promptly(js, EVENTS_STREAM, EVENTS_CONSUMER)
             second = await wait_all(running.client, running_jobs, timeout=60)
             await during.round(set(running_jobs))
-            await _quiet(js)
+            await wait_quiet(js)
             assert {"validate", "accepted", "task", "COMPLETED"} <= during.kinds()
             for service in (*STAGE_SERVICES, "audit"):
                 tokens = dict(_rows(data_dir, service, "SELECT job, token FROM stage_leases"))

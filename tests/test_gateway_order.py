@@ -31,10 +31,12 @@ KILLED = "assembler.before_promote"
 Outcome = tuple[object, ...]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def order_stack(fault_point_stack: FaultPointStack) -> tuple[Stack, Path]:
-    """The fault-point stack (``conftest.py``): its processes obey armed fault
-    points, with short leases so a killed worker's job is redelivered in seconds."""
+    """The fault-point stack (``conftest.py``), quiet: its processes obey armed
+    fault points, with short leases so a killed worker's job is redelivered in
+    seconds."""
+    asyncio.run(fault_point_stack.settle())
     return fault_point_stack.stack, fault_point_stack.faults
 
 

@@ -243,6 +243,7 @@ def _assert_counts(views: dict[str, Any], watched: job_pb2.Job, expected: tuple[
 async def test_deliveries_and_attempt_follow_the_ledger_through_a_killed_stage(
     tmp_path: Path, fault_point_stack: FaultPointStack
 ) -> None:
+    await fault_point_stack.settle()
     stack, info, faults = fault_point_stack.stack, fault_point_stack.info, fault_point_stack.faults
     async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
         # A plain job: validate, assemble, sign and commit, each delivered once.

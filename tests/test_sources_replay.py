@@ -70,11 +70,12 @@ def source_server() -> Iterator[SourceServer]:
         yield server
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def replay_stack(fault_point_stack: FaultPointStack) -> tuple[Stack, StackInfo, Path]:
-    """The fault-point stack (``conftest.py``): fault points, short leases, a
-    source breaker that opens after 3 failures for 2 s, and the validators'
-    source-credentials directory beside the faults."""
+    """The fault-point stack (``conftest.py``), quiet: fault points, short
+    leases, a source breaker that opens after 3 failures for 2 s, and the
+    validators' source-credentials directory beside the faults."""
+    asyncio.run(fault_point_stack.settle())
     return fault_point_stack.stack, fault_point_stack.info, fault_point_stack.faults
 
 

@@ -23,8 +23,8 @@ PROBE = "quire.testing.forkprobe"
 
 def _probe_env(tmp_path: Path, exit_code: str) -> dict[str, str]:
     return {
-        "QUIRE_PROBE_FILE": str(tmp_path / "facts.json"),
-        "QUIRE_PROBE_EXIT": exit_code,
+        "FORKPROBE_FILE": str(tmp_path / "facts.json"),
+        "FORKPROBE_EXIT": exit_code,
         "PYTHONUNBUFFERED": "1",
         "ONLY_THIS": "yes",
     }

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-__all__ = ["resume_promptly"]
+from quire.pipeline import STAGE_NAMES
+from quire.workqueue import EVENTS_STREAM, PRIORITIES, WORK_STREAM, consumer_name
+from quire.workqueue.topology import EVENTS_CONSUMER
+
+__all__ = ["resume_promptly", "wait_quiet"]
 
 
 async def resume_promptly(js: Any, stream: str, consumer: str, after: float = 0.3) -> None:
@@ -20,3 +26,19 @@ async def resume_promptly(js: Any, stream: str, consumer: str, after: float = 0.
     """
     until = datetime.now(UTC) + timedelta(seconds=after)
     await js.pause_consumer(stream, consumer, until.isoformat().replace("+00:00", "Z"))
+
+
+async def wait_quiet(js: Any, timeout: float = 60.0) -> None:
+    """Wait until no stage's consumer nor audit's has a message pending or in
+    work, three looks running (half a second apart)."""
+    consumers = [(WORK_STREAM, consumer_name(s, p)) for s in STAGE_NAMES for p in PRIORITIES]
+    consumers.append((EVENTS_STREAM, EVENTS_CONSUMER))
+    deadline = time.monotonic() + timeout
+    calm = 0
+    while calm < 3:
+        if time.monotonic() > deadline:
+            raise AssertionError("the queues did not drain")
+        infos = await asyncio.gather(*(js.consumer_info(s, name) for s, name in consumers))
+        busy = any(info.num_pending or info.num_ack_pending for info in infos)
+        calm = 0 if busy else calm + 1
+        await asyncio.sleep(0.5)

@@ -3,8 +3,9 @@
 Short leases bring a killed worker's job back in seconds, and the HTTP gateway
 runs too. Several test files share one (``conftest.py``'s
 ``fault_point_stack``): a fault point fires once and is used up, each test
-makes its own jobs, tenants and source systems, and the stack restarts a
-service a fault kills, so the tests need nothing of each other.
+makes its own jobs, tenants and source systems, the stack restarts a service
+a fault kills, and each file begins once the queues are quiet (``settle``),
+so the tests need nothing of each other.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from quire.runtime import connect_nats
 from quire.stack.info import StackInfo
 from quire.stack.supervisor import Stack
+from quire.testing.consumers import wait_quiet
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,15 @@ class FaultPointStack:
     """Where tests arm fault points (``quire.faults.arm``)."""
     credentials: Path
     """The validators' source-credentials directory (one token file per system)."""
+
+    async def settle(self) -> None:
+        """Wait until no job of an earlier test is still in the queues (a file
+        that arms a fault point starts here, so only its own jobs can meet it)."""
+        nc = await connect_nats(self.stack.nats_url, "quire-test-settle", **self.stack.nats_login())
+        try:
+            await wait_quiet(nc.jetstream(timeout=10))
+        finally:
+            await nc.close()
 
 
 @contextmanager

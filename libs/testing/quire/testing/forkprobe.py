@@ -1,6 +1,6 @@
 """A stand-in service for the zygote's tests (``quire.stack.zygote``): run as
-a module, it writes what it sees of its process to ``QUIRE_PROBE_FILE`` as
-JSON, prints a line, and exits with ``QUIRE_PROBE_EXIT`` (or waits for a
+a module, it writes what it sees of its process to ``FORKPROBE_FILE`` as
+JSON, prints a line, and exits with ``FORKPROBE_EXIT`` (or waits for a
 signal when that is ``wait``)."""
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ def main() -> None:
         "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
     }
     print("probe ran")
-    Path(os.environ["QUIRE_PROBE_FILE"]).write_text(json.dumps(facts))
-    if os.environ["QUIRE_PROBE_EXIT"] == "wait":
+    Path(os.environ["FORKPROBE_FILE"]).write_text(json.dumps(facts))
+    if os.environ["FORKPROBE_EXIT"] == "wait":
         signal.pause()
-    sys.exit(int(os.environ["QUIRE_PROBE_EXIT"]))
+    sys.exit(int(os.environ["FORKPROBE_EXIT"]))
 
 
 if __name__ == "__main__":
