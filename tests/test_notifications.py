@@ -216,7 +216,7 @@ async def test_another_tenants_job_has_no_attempts_to_show(
 
 
 async def test_a_finished_batch_and_each_of_its_jobs_are_notified_once(
-    tenant: AdmissionClient, tmp_path: Path
+    notify_stack: Stack, tenant: AdmissionClient, tmp_path: Path
 ) -> None:
     receiver = CallbackReceiver(free_port()).start()
     try:
@@ -245,6 +245,11 @@ async def test_a_finished_batch_and_each_of_its_jobs_are_notified_once(
     assert {by_name[job]["bundle_id"] for job in jobs} == {"unit-0", "unit-1"}
     assert {by_name[job]["batch"] for job in jobs} == {batch.name}
     assert [r.verdict for r in receiver.received] == ["accepted"] * 3
+    # The receiver's path and query (its token) reach no log line: the HTTP
+    # client's own request lines are quieted (quire.logs.QUIET_LOGGERS).
+    logged = (notify_stack.data_dir / "logs" / "admission.log").read_text()
+    assert "HTTP Request" not in logged
+    assert "/hooks/quire" not in logged and "receiver-side" not in logged
 
 
 async def test_quire_notifications_sets_shows_and_lists_from_the_command_line(

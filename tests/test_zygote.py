@@ -40,7 +40,8 @@ def _facts(tmp_path: Path) -> dict[str, object]:
 
 @pytest.fixture
 def zygote():  # type: ignore[no-untyped-def]
-    running = Zygote()
+    """A zygote that has imported the probe too, as the stack's has each service."""
+    running = Zygote(preload=(PROBE,))
     yield running
     running.close()
 
@@ -61,7 +62,9 @@ def test_a_forked_service_starts_as_python_m_would_and_its_exit_code_comes_back(
     assert str(facts["argv0"]).endswith("forkprobe.py")
     assert facts["env"] == _probe_env(tmp_path, "3"), "the environment given, nothing else"
     assert facts["fds"] == [0, 1, 2, 3], "stdin, the log twice, and the listing's own"
-    assert (tmp_path / "probe.log").read_text() == "probe ran\n"
+    assert (tmp_path / "probe.log").read_text() == "probe ran\n", (
+        "its module run afresh, no warning"
+    )
     assert reaped_cpu_seconds() > before, "its CPU time is counted once it is reaped"
 
 

@@ -41,6 +41,10 @@ __all__ = [
 ]
 
 FORMATS = ("json", "text")
+QUIET_LOGGERS = ("httpx", "httpcore", "aiohttp.access")
+"""Libraries whose INFO lines carry whole URLs, path and query (a callback's
+``?token=``, a source record's key, a gateway request's path): only their
+warnings are logged."""
 CONTEXT_FIELDS = ("trace_id", "span_id", "job", "tenant")
 """Added to a line when known; omitted when empty."""
 _SPAN_ATTRIBUTES = {"job": "quire.job", "tenant": "quire.tenant"}

@@ -19,7 +19,7 @@ from nats.js import JetStreamContext
 from quire.environment import unknown_settings
 from quire.errors import InvalidSetting
 from quire.identity import ServiceIdentity, TrustStore
-from quire.logs import log_handler
+from quire.logs import QUIET_LOGGERS, log_handler
 from quire.natsauth import inbox_prefix
 from quire.settings import ServiceSettings
 from quire.telemetry import configure_tracing
@@ -48,6 +48,8 @@ def configure_logging(service: str, chosen: str = "json") -> None:
     One JSON object per line on stderr (``chosen="text"`` for people), with
     the trace, job and tenant of the span a line is logged in (``quire.logs``)."""
     logging.basicConfig(level=logging.INFO, handlers=[log_handler(service, chosen, sys.stderr)])
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 async def connect_nats(url: str, name: str, *, user: str = "", password: str = "") -> NatsClient:

@@ -31,9 +31,10 @@ class ZygoteGone(RuntimeError):
 class Zygote:
     """A running zygote: ``spawn`` forks a service from it."""
 
-    def __init__(self) -> None:
+    def __init__(self, preload: tuple[str, ...] = ()) -> None:
+        """``preload``: modules to import besides the services' own."""
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "quire.stack.zygote"],
+            [sys.executable, "-m", "quire.stack.zygote", *preload],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,  # a terminal's Ctrl-C is the stack's to handle

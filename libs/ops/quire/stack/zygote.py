@@ -44,8 +44,8 @@ PRELOAD = (
 service: each starts in its ``main()``, which reads its settings then."""
 
 
-def _preload() -> None:
-    for module in PRELOAD:
+def _preload(extra: list[str]) -> None:
+    for module in (*PRELOAD, *extra):
         try:
             importlib.import_module(module)
         except ImportError:
@@ -123,11 +123,14 @@ def _become(request: dict[str, Any]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    # Run as `python -m` does: the module's own code afresh (what it imports
+    # is loaded already), not the copy the zygote imported.
+    sys.modules.pop(request["module"], None)
     runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
 
 
 def main() -> None:
-    _preload()
+    _preload(sys.argv[1:])  # modules to load besides the services' (a test's stand-in)
     request = _serve()
     if request is not None:
         _become(request)
