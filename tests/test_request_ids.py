@@ -399,3 +399,21 @@ async def test_dead_letter_retry_and_discard_once_per_request_id(tmp_path: Path)
     finally:
         await server.stop(None)
         database.close()
+
+
+@pytest.mark.stack
+async def test_a_request_id_with_an_unprintable_character_is_refused(  # type: ignore[no-untyped-def]
+    client: AdmissionClient, tmp_path: Path
+) -> None:
+    """NUL, DEL, a C1 control and a right-to-left override are refused as
+    REQUEST_ID_INVALID, and nothing is accepted; a printable non-ASCII id is fine."""
+    from quire.testing.pdfs import write_text_pdf
+
+    pdf = write_text_pdf(tmp_path / "d.pdf", [f"ids {uuid.uuid4().hex}"])
+    digest = (await client.upload(pdf)).sha256
+    for unprintable in ("\x00", "a\x7fb", "a\x85b", "rent\u202eexe.pdf"):
+        refused = await _refused(client.submit([PacketItem("d", digest)], request_id=unprintable))
+        assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert reason_of(refused) == "REQUEST_ID_INVALID"
+    accepted = await client.submit([PacketItem("d", digest)], request_id=f"bail-é-{_rid()}")
+    assert accepted.name

@@ -39,6 +39,7 @@ creates another.
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -101,8 +102,10 @@ def request_ids_table(metadata: MetaData) -> Table:
 
 
 def check_request_id(request_id: str, *, required: bool = False) -> None:
-    """INVALID_ARGUMENT for an id longer than ``MAX_REQUEST_ID`` (or a missing one
-    where ``required``), with ``SubmitJob``'s reason codes."""
+    """INVALID_ARGUMENT for an id longer than ``MAX_REQUEST_ID``, one with a
+    character of Unicode's "other" categories (controls such as NUL, format
+    characters such as a right-to-left override, unassigned code points), or a
+    missing one where ``required``, with ``SubmitJob``'s reason codes."""
     if not request_id and required:
         raise InvalidInput(
             ReasonCode.REQUEST_ID_MISSING,
@@ -114,6 +117,12 @@ def check_request_id(request_id: str, *, required: bool = False) -> None:
             ReasonCode.REQUEST_ID_TOO_LONG,
             f"request_id is limited to {MAX_REQUEST_ID} characters",
             (FieldViolation("request_id", "too long"),),
+        )
+    if any(unicodedata.category(character).startswith("C") for character in request_id):
+        raise InvalidInput(
+            ReasonCode.REQUEST_ID_INVALID,
+            "request_id may hold only printable characters",
+            (FieldViolation("request_id", "unprintable character"),),
         )
 
 

@@ -35,6 +35,8 @@ class ReasonCode(StrEnum):
     """An HTTP request the gateway cannot translate (its body or parameters do not fit the API)."""
     REQUEST_ID_MISSING = "REQUEST_ID_MISSING"
     REQUEST_ID_TOO_LONG = "REQUEST_ID_TOO_LONG"
+    REQUEST_ID_INVALID = "REQUEST_ID_INVALID"
+    """A request_id with a control, format or other unprintable character."""
     REQUEST_ID_RESERVED = "REQUEST_ID_RESERVED"
     """SubmitJob with a request_id in the prefix batch packets' jobs use."""
     INVALID_PAGE = "INVALID_PAGE"
