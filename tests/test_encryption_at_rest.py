@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ import grpc
 import pikepdf
 import pytest
 
+from quire.admission.v1 import batch_pb2
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.grpcstatus import reason_of
 from quire.invariants import check
@@ -28,6 +30,7 @@ from quire.jobs import state_name
 from quire.stack.supervisor import SERVICES, Stack, StackInfo
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.quirecli import QUIRE, ROOT
+from quire.type import job_pb2
 
 pytestmark = pytest.mark.stack
 
@@ -133,6 +136,19 @@ async def test_no_blob_holds_plaintext_and_a_shredded_tenant_is_unreadable_while
         with pytest.raises(grpc.aio.AioRpcError) as upload_refused:
             await leaving.upload(pdf)
         assert reason_of(upload_refused.value) == "DATA_SHREDDED"
+        # No new work either, not even from a source stored before the shred.
+        digest = hashlib.sha256(pdf.read_bytes()).hexdigest()
+        manifest = job_pb2.Manifest(
+            items=[job_pb2.ManifestItem(position=0, document_id="d", sha256=digest)]
+        )
+        for new_work in (
+            leaving.submit([PacketItem("d", digest)]),
+            leaving.submit_batch([batch_pb2.BatchPacket(bundle_id="b", manifest=manifest)]),
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as work_refused:
+                await new_work
+            assert work_refused.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+            assert reason_of(work_refused.value) == "TENANT_SHREDDED"
         assert await staying.download(kept_job, tmp_path / "kept.pdf")
 
         verified = _quire(sealed_stack, ring, "audit", "verify")

@@ -163,6 +163,15 @@ class DataKeys:
     def is_shredded(self, tenant: str) -> bool:
         return self.ring.is_shredded(check_tenant(tenant))
 
+    def check_takes_work(self, tenant: str) -> None:
+        """FAILED_PRECONDITION ``TENANT_SHREDDED`` once ``tenant`` was shredded:
+        a job would only fail later, on bytes nobody can read any more."""
+        if self.is_shredded(tenant):
+            raise FailedPrecondition(
+                ReasonCode.TENANT_SHREDDED,
+                "the tenant's data was crypto-shredded: it takes no new work",
+            )
+
     def for_writing(self, tenant: str) -> tuple[int, bytes]:
         """The tenant's current key (version, bytes), created on first use."""
         version = FIRST_VERSION

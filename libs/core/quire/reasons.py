@@ -73,6 +73,8 @@ class ReasonCode(StrEnum):
     """A job's bytes are kept until it ends: nothing of a running job is retired."""
     DATA_SHREDDED = "DATA_SHREDDED"
     """The tenant's data key was destroyed (crypto-shredding): its bytes are unreadable."""
+    TENANT_SHREDDED = "TENANT_SHREDDED"
+    """A job or batch for a tenant whose data was crypto-shredded: it takes no new work."""
     HISTORY_INCOMPLETE = "HISTORY_INCOMPLETE"
     # Validation.
     TYPE_MISMATCH = "TYPE_MISMATCH"

@@ -118,6 +118,7 @@ class Batches:
         self, tenant: Tenant, request: batch_pb2.SubmitBatchRequest
     ) -> batch_pb2.Batch:
         check_request_id(request.request_id, required=True)
+        await asyncio.to_thread(self._blobs.keys.check_takes_work, tenant.id)
         once = RequestOnce(tables.request_ids, tenant.id, SUBMIT_BATCH, request, batch_pb2.Batch)
         replay = await self._db.read(once.replayed)
         if replay is not None:

@@ -23,6 +23,7 @@ carries its deadline, acceptance time plus budget, in ``JobTask.deadline``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -48,6 +49,7 @@ from quire.admission.tempguard import TempSpaceGuard
 from quire.admission.tenants import Tenant
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database, insert_if_absent
+from quire.datakeys import DataKeys
 from quire.errors import (
     Conflict,
     FieldViolation,
@@ -199,7 +201,9 @@ class Intake:
         metrics: ServiceMetrics | None = None,
         budgets: JobBudgets | None = None,
         rollouts: OpenRollouts | None = None,
+        keys: DataKeys | None = None,
     ) -> None:
+        """``keys``: the tenants' data keys, to refuse work for a shredded tenant."""
         self._budgets = budgets or JobBudgets()
         self.rollouts = rollouts or OpenRollouts()
         """The open rollouts each accepted job is pinned against (its track)."""
@@ -207,6 +211,7 @@ class Intake:
         self._refused = metrics.counter("quire_jobs_refused_total") if metrics else None
         self._catalog = catalog
         self._temp_space = temp_space
+        self._keys = keys
         self._db = database
         self._writes = GroupCommit(database)
         self._events = events
@@ -228,6 +233,8 @@ class Intake:
 
     async def _submit(self, tenant: Tenant, request: pb.SubmitJobRequest) -> AcceptedJob:
         check_request_id(request.request_id, required=True)
+        if self._keys is not None:
+            await asyncio.to_thread(self._keys.check_takes_work, tenant.id)
         if request.request_id.startswith(CHILD_KEY_PREFIX):
             # Batch packets' jobs are keyed "batch:{batch}:{index}"; a client's
             # own key there would take a packet's place.

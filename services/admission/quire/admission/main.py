@@ -95,6 +95,7 @@ async def main() -> None:
         temp_space=temp_guard,
         metrics=metrics,
         budgets=config.budgets,
+        keys=blobs.keys,
     )
     notify_secrets = NotificationSecrets(blobs.keys)
     notifier = Notifier(database, notify_secrets, config.notifications, metrics=metrics)
