@@ -5,7 +5,9 @@ a stream that stalls or crawls is closed at the idle limit; bytes that are not
 the declared type are refused at the door; more bytes than declared is
 INVALID_ARGUMENT, never INTERNAL. And 250 uploads held open at a byte a second
 (``SLOW_UPLOADS``; ``make bench-slow-uploads`` holds thousands) cannot hold
-admission's memory, descriptors or another tenant's upload."""
+admission's memory, descriptors or another tenant's upload. The same stack
+shows the other per-process cap a tenant could fill: its share of the open
+WatchJob streams."""
 
 from __future__ import annotations
 
@@ -34,9 +36,12 @@ from quire.admission.v1 import admission_service_pb2 as pb
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.errors import InvalidInput, Overloaded
 from quire.grpcstatus import reason_of
+from quire.runtime import connect_nats
 from quire.settings import AdmissionSettings
 from quire.stack.supervisor import Stack, StackInfo
+from quire.testing.consumers import resume_promptly
 from quire.testing.pdfs import write_text_pdf
+from quire.workqueue import WORK_STREAM, consumer_name
 
 PDF = "application/pdf"
 JSON = "application/json"
@@ -457,6 +462,8 @@ TIGHT_ENV = {
     "QUIRE_TENANT_UPLOAD_SHARE_BYTES": "2500000",
     "QUIRE_UPLOAD_IDLE_SECONDS": str(IDLE_SECONDS),
     "QUIRE_UPLOAD_MIN_BYTES_PER_SECOND": "1024",
+    "QUIRE_MAX_WATCHES": "5",
+    "QUIRE_MAX_TENANT_WATCHES": "2",
 }
 KEEPALIVE_BYTES = 1024
 KEEPALIVE_SECONDS = 0.25  # 4 KiB/s, over the minimum of 1 KiB/s
@@ -753,3 +760,61 @@ async def test_an_overrun_at_25_mib_is_invalid_argument_never_internal(
         await asyncio.wait_for(asyncio.gather(*calls), timeout=120)
     assert _temp_entries(stack) == []
     await _nothing_kept(stack, client, header.sha256)
+
+
+# -- a tenant's share of the open watches -------------------------------------
+
+
+async def _watching(client: AdmissionClient, name: str) -> grpc.aio.UnaryStreamCall:
+    """A raw WatchJob stream (the client's own watch would retry), once its
+    first change has arrived: it is open and counted."""
+    call = client._stub.WatchJob(pb.WatchJobRequest(name=name), metadata=client._metadata)  # noqa: SLF001
+    await asyncio.wait_for(call.read(), 30)
+    return call
+
+
+@pytest.mark.stack
+async def test_a_tenant_holds_only_its_share_of_the_open_watches(
+    tight: _LimitsStack, tmp_path: Path
+) -> None:
+    """With 5 watches per process and 2 per tenant, a tenant's third watch is
+    refused (TENANT_WATCHES_EXCEEDED) while another tenant's first is served,
+    and a watch closed gives its place back."""
+    nc = await connect_nats(tight.nats_url, "quire-test-watches", **tight.nats_login())
+    js = nc.jetstream(timeout=10)
+    held = consumer_name("validate", "interactive")  # the jobs stay open, watched
+    await js.pause_consumer(WORK_STREAM, held, "2099-01-01T00:00:00Z")
+    calls: list[grpc.aio.UnaryStreamCall] = []
+    try:
+        async with _tenants(tight, "greedy", "other") as (greedy, other):
+            jobs: dict[str, list[str]] = {"greedy": [], "other": []}
+            for who, client, count in (("greedy", greedy, 3), ("other", other, 1)):
+                pdf = write_text_pdf(tmp_path / f"{who}.pdf", [f"watch {uuid.uuid4().hex}"])
+                digest = (await client.upload(pdf)).sha256
+                for _ in range(count):
+                    job = await client.submit(
+                        [PacketItem("d", digest)], request_id=str(uuid.uuid4())
+                    )
+                    jobs[who].append(job.name)
+            calls += [await _watching(greedy, name) for name in jobs["greedy"][:2]]
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await _watching(greedy, jobs["greedy"][2])
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert reason_of(refused.value) == "TENANT_WATCHES_EXCEEDED"
+            calls.append(await _watching(other, jobs["other"][0]))  # room in the process
+
+            calls.pop(0).cancel()  # one of greedy's ends: its place comes back
+            for _ in range(100):
+                try:
+                    calls.append(await _watching(greedy, jobs["greedy"][2]))
+                    break
+                except grpc.aio.AioRpcError as error:
+                    assert reason_of(error) == "TENANT_WATCHES_EXCEEDED"
+                    await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("a closed watch never gave its place back")
+    finally:
+        for call in calls:
+            call.cancel()
+        await resume_promptly(js, WORK_STREAM, held)
+        await nc.close()

@@ -50,6 +50,8 @@ class ReasonCode(StrEnum):
     QUEUE_BACKLOG = "QUEUE_BACKLOG"
     WATCHES_EXCEEDED = "WATCHES_EXCEEDED"
     """The process holds as many open WatchJob streams as it may (QUIRE_MAX_WATCHES)."""
+    TENANT_WATCHES_EXCEEDED = "TENANT_WATCHES_EXCEEDED"
+    """The tenant holds its share of the process's WatchJob streams (QUIRE_MAX_TENANT_WATCHES)."""
     SERVICE_DRAINING = "SERVICE_DRAINING"
     """The service is shutting down; a WatchJob stream ended UNAVAILABLE, watch again."""
     TEMP_SPACE_LOW = "TEMP_SPACE_LOW"

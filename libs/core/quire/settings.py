@@ -555,15 +555,19 @@ class WatchSettings:
 
     max_watches: int = 1024
     """Beyond this, per process, WatchJob is refused (RESOURCE_EXHAUSTED, ``WATCHES_EXCEEDED``)."""
+    max_tenant_watches: int = 256
+    """One tenant's share of them (``TENANT_WATCHES_EXCEEDED``), so that no
+    tenant can take every watch from the others."""
     poll_seconds: float = 0.5
     """One query per process per interval, for every open watch together."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WatchSettings:
-        """``QUIRE_MAX_WATCHES`` and ``QUIRE_WATCH_POLL_SECONDS``."""
+        """``QUIRE_MAX_WATCHES``, ``QUIRE_MAX_TENANT_WATCHES`` and ``QUIRE_WATCH_POLL_SECONDS``."""
         env = os.environ if env is None else env
         return cls(
             max_watches=setting_int(env, "QUIRE_MAX_WATCHES", 1024),
+            max_tenant_watches=setting_int(env, "QUIRE_MAX_TENANT_WATCHES", 256, minimum=1),
             poll_seconds=setting_float(env, "QUIRE_WATCH_POLL_SECONDS", 0.5),
         )
 

@@ -7,13 +7,15 @@ the caller going away cancels it; audit ending the stream ends this one.
 Audit being unreachable, or going away mid-stream, is UNAVAILABLE
 (``DEPENDENCY_UNAVAILABLE``), and draining ends every relay UNAVAILABLE
 (``SERVICE_DRAINING``): the client watches again from the last sequence it
-saw. Open relays are bounded per process like audit's watches.
+saw. Open relays are bounded per process like audit's watches, and each
+tenant may hold only its share of them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import AsyncIterator
 
 import grpc
@@ -37,6 +39,15 @@ def _overloaded(limit: int) -> Overloaded:
     )
 
 
+def _over_share(limit: int) -> Overloaded:
+    return Overloaded(
+        ReasonCode.TENANT_WATCHES_EXCEEDED,
+        "the tenant holds its share of open watches; close one or try again shortly",
+        retry_after=1.0,
+        quota=(QuotaViolation("tenant:watches", f"at most {limit} open watches per tenant"),),
+    )
+
+
 class WatchRelay:
     def __init__(
         self,
@@ -48,6 +59,7 @@ class WatchRelay:
         self._outstanding = outstanding
         self._settings = settings or WatchSettings()
         self._open = 0
+        self._by_tenant: Counter[str] = Counter()
         self._closed = asyncio.Event()
 
     def close(self) -> None:
@@ -55,15 +67,18 @@ class WatchRelay:
         self._closed.set()
 
     async def relay(
-        self, name: str, after: int, timeout: float | None
+        self, tenant: str, name: str, after: int, timeout: float | None
     ) -> AsyncIterator[audit_service_pb2.WatchJobResponse]:
-        """Audit's changes of the job ``name`` (already known to be the
-        caller's) after ``after``, until audit ends the stream."""
+        """Audit's changes of the job ``name`` (already known to be
+        ``tenant``'s) after ``after``, until audit ends the stream."""
         if self._closed.is_set():
             raise TransientError(ReasonCode.SERVICE_DRAINING, "admission is shutting down")
+        if self._by_tenant[tenant] >= self._settings.max_tenant_watches:
+            raise _over_share(self._settings.max_tenant_watches)
         if self._open >= self._settings.max_watches:
             raise _overloaded(self._settings.max_watches)
         self._open += 1
+        self._by_tenant[tenant] += 1
         call = self._audit.WatchJob(
             audit_service_pb2.WatchJobRequest(name=name, after_sequence=after),
             timeout=timeout,
@@ -96,6 +111,9 @@ class WatchRelay:
                 yield change
         finally:
             self._open -= 1
+            self._by_tenant[tenant] -= 1
+            if not self._by_tenant[tenant]:
+                del self._by_tenant[tenant]
             closing.cancel()
             if reading is not None:
                 reading.cancel()
