@@ -150,3 +150,18 @@ async def test_completion_waits_for_late_events_instead_of_failing(desk) -> None
     await arriving
     assert verdict is Verdict.COMPLETED
     assert _state(database) == "COMPLETED"
+
+
+async def test_a_history_wait_cancelled_as_the_history_grows_is_cancelled() -> None:
+    """The growth and the cancel in one turn of the loop: the wait must not
+    swallow the cancel (asyncio.wait_for did on Python 3.11) and go on as if
+    the history had grown, keeping a watch whose caller is gone."""
+    from quire.audit.history import HistoryWatch
+
+    history = HistoryWatch()
+    waiting = asyncio.create_task(history.wait("jobs/j1", 30))
+    await asyncio.sleep(0.05)
+    history.notify("jobs/j1")
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting

@@ -208,3 +208,19 @@ def test_the_secret_is_stored_sealed_to_its_tenant(
     assert secrets.open("t1", sealed) == secret
     with pytest.raises(PermanentError):
         secrets.open("t2", sealed)
+
+
+async def test_a_notifier_cancelled_as_it_is_woken_ends(
+    database: Database, secrets: NotificationSecrets
+) -> None:
+    """The wake and the cancel in one turn of the loop: the wake's wait is done
+    first, and asyncio.wait_for (Python 3.11) then returned instead of raising,
+    so the notifier looked at the outbox again and never ended (a drain, or a
+    test, waited on it for ever)."""
+    notifier = Notifier(database, secrets, NotificationSettings(poll_seconds=30))
+    task = asyncio.create_task(notifier.run_forever())
+    await asyncio.sleep(0.3)  # at its wait, the outbox empty
+    notifier.wake()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)

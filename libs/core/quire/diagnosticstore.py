@@ -169,10 +169,8 @@ class DiagnosticsStore:
         """Keep what ``error`` says about this delivery of ``job``; never raises."""
         try:
             row = self._row(job, attempt, reason, error)
-            await asyncio.wait_for(
-                self._db.run(lambda s: s.execute(insert(self._t.diagnostics).values(**row))),
-                KEEP_TIMEOUT_SECONDS,
-            )
+            async with asyncio.timeout(KEEP_TIMEOUT_SECONDS):  # not wait_for: see sandbox
+                await self._db.run(lambda s: s.execute(insert(self._t.diagnostics).values(**row)))
         except Exception as failure:  # noqa: BLE001 - best effort, by design
             log.warning("diagnostic for job %s not kept: %s", job, type(failure).__name__)
 

@@ -249,7 +249,8 @@ async def serve(
         await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     if on_drain is not None:
         try:
-            await asyncio.wait_for(on_drain(), timeout=drain_seconds)
+            async with asyncio.timeout(drain_seconds):  # wait_for may swallow a cancel (3.11)
+                await on_drain()
         except TimeoutError:
             log.warning("drain timed out; unfinished work will be redelivered")
     for each in servers:

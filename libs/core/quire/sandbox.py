@@ -372,7 +372,8 @@ class SandboxPool:
         if wait_seconds is None:
             return await self._gate.acquire(lane)
         try:
-            return await asyncio.wait_for(self._gate.acquire(lane), wait_seconds)
+            async with asyncio.timeout(wait_seconds):  # wait_for may swallow a cancel (3.11)
+                return await self._gate.acquire(lane)
         except TimeoutError:
             raise SandboxBusy(f"{self._name}: no worker free in {wait_seconds:g}s") from None
 

@@ -117,8 +117,11 @@ class Notifier:
                     self._in_flight[task] = claim.tenant
                     task.add_done_callback(self._done)
                 if len(claimed) < free or free <= 0:
+                    # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow
+                    # a cancel that comes as the wake does, and the loop never ends.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), self._settings.poll_seconds)
+                        async with asyncio.timeout(self._settings.poll_seconds):
+                            await self._wake.wait()
                     self._wake.clear()
         finally:
             for task in list(self._in_flight):

@@ -28,7 +28,10 @@ class HistoryWatch:
         waiter = asyncio.Event()
         self._waiters[job].add(waiter)
         try:
-            await asyncio.wait_for(waiter.wait(), timeout)
+            # Not wait_for, which on Python 3.11 can swallow a cancel that
+            # comes as the history grows: the watch would outlive its caller.
+            async with asyncio.timeout(timeout):
+                await waiter.wait()
             return True
         except TimeoutError:
             return False
