@@ -30,21 +30,25 @@ from quire.settings import WatchSettings
 __all__ = ["WatchRelay"]
 
 
+def _refusal(reason: ReasonCode, message: str, subject: str, limit: str) -> Overloaded:
+    return Overloaded(reason, message, retry_after=1.0, quota=(QuotaViolation(subject, limit),))
+
+
 def _overloaded(limit: int) -> Overloaded:
-    return Overloaded(
+    return _refusal(
         ReasonCode.WATCHES_EXCEEDED,
         "too many open watches; try again shortly",
-        retry_after=1.0,
-        quota=(QuotaViolation("watches", f"at most {limit} open watches per process"),),
+        "watches",
+        f"at most {limit} open watches per process",
     )
 
 
 def _over_share(limit: int) -> Overloaded:
-    return Overloaded(
+    return _refusal(
         ReasonCode.TENANT_WATCHES_EXCEEDED,
         "the tenant holds its share of open watches; close one or try again shortly",
-        retry_after=1.0,
-        quota=(QuotaViolation("tenant:watches", f"at most {limit} open watches per tenant"),),
+        "tenant:watches",
+        f"at most {limit} open watches per tenant",
     )
 
 
