@@ -92,3 +92,34 @@ def test_a_dead_zygote_is_replaced_and_its_orphans_still_end(tmp_path: Path) -> 
     assert forked._shared is not zygote  # noqa: SLF001
     first.kill()
     assert first.wait(timeout=30) == LOST, "ended, its code unknown without its zygote"
+
+
+def test_a_service_polled_by_one_thread_and_waited_for_by_another_ends_once(
+    zygote: Zygote, tmp_path: Path
+) -> None:
+    """The stack's watcher polls while a stop waits: the end is taken once (a
+    pidfd closed twice killed the watcher thread)."""
+    import threading
+
+    process = zygote.spawn(PROBE, _probe_env(tmp_path, "wait"), tmp_path / "probe.log")
+    _facts(tmp_path)
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        try:
+            while not done.is_set():
+                process.poll()
+        except BaseException as error:  # noqa: BLE001 - reported below
+            failures.append(error)
+
+    watchers = [threading.Thread(target=watch) for _ in range(3)]
+    for watcher in watchers:
+        watcher.start()
+    process.terminate()
+    assert process.wait(timeout=30) == -signal.SIGTERM
+    done.set()
+    for watcher in watchers:
+        watcher.join()
+    assert failures == []
+    assert process.poll() == -signal.SIGTERM

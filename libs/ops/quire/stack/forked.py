@@ -111,41 +111,46 @@ class Zygote:
 
 
 class ForkedProcess:
-    """A child of the zygote, as the stack sees a ``subprocess.Popen``."""
+    """A child of the zygote, as the stack sees a ``subprocess.Popen``.
+
+    The stack's watcher thread polls it while another thread may wait for it
+    or signal it: one lock guards its pidfd, which the first to see the end
+    closes."""
 
     def __init__(self, pid: int, zygote: Zygote) -> None:
         self.pid = pid
         self.returncode: int | None = None
         self._zygote = zygote
+        self._lock = threading.Lock()
         try:
             self._pidfd: int | None = os.pidfd_open(pid)
         except ProcessLookupError:
             self._pidfd = None  # already gone (and reaped)
 
-    def _gone(self, timeout: float) -> bool:
+    def poll(self) -> int | None:
+        with self._lock:
+            if self.returncode is None and self._gone():
+                self._settle()
+            return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
+            time.sleep(0.05)
+        return code
+
+    def _gone(self) -> bool:
+        """Whether the child has ended (the lock held)."""
         if self._pidfd is None:
             return True
         poller = select.poll()
         poller.register(self._pidfd, select.POLLIN)
-        return bool(poller.poll(max(0, int(timeout * 1000))))
-
-    def poll(self) -> int | None:
-        if self.returncode is None and self._gone(0):
-            self._settle()
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while not self._gone(0.2):
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
-            self._settle()
-        assert self.returncode is not None
-        return self.returncode
+        return bool(poller.poll(0))
 
     def _settle(self) -> None:
-        """The child has ended: take its exit code from the zygote."""
+        """The child has ended: take its exit code from the zygote (the lock held)."""
         code = self._zygote.exit_code(self.pid, timeout=5)
         self.returncode = LOST if code is None else code
         if self._pidfd is not None:
@@ -153,12 +158,13 @@ class ForkedProcess:
             self._pidfd = None
 
     def send_signal(self, signum: int) -> None:
-        if self.returncode is not None or self._pidfd is None:
-            return
-        try:
-            signal.pidfd_send_signal(self._pidfd, signum)
-        except ProcessLookupError:
-            pass  # ended and reaped meanwhile
+        with self._lock:
+            if self.returncode is not None or self._pidfd is None:
+                return
+            try:
+                signal.pidfd_send_signal(self._pidfd, signum)
+            except ProcessLookupError:
+                pass  # ended and reaped meanwhile
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
