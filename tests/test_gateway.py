@@ -243,16 +243,40 @@ async def test_an_upload_is_held_to_its_declared_length_and_the_ceiling(
     # Content-Length, so the gateway's own guard is shown on the app itself,
     # in front of the real admission, with a body that goes on.
     declared = data[:100]
-    assert_problem(
-        await _asgi_put(info, token, hashlib.sha256(declared).hexdigest(), 100, data),
-        413,
-        "SIZE_EXCEEDS_DECLARATION",
-    )
+    over_declared, _ = await _asgi_put(info, token, hashlib.sha256(declared).hexdigest(), 100, data)
+    assert_problem(over_declared, 413, "SIZE_EXCEEDS_DECLARATION")
+
+
+async def test_a_declaration_that_cannot_hold_is_refused_before_the_body_moves(
+    stack,
+    tenants,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    """A digest that is no sha256, or a declared size of nothing, is refused
+    by the gateway itself, with admission's reason, before it reads a byte of
+    the body or opens the stream to admission."""
+    info = StackInfo.read(stack.data_dir)
+    tenant = await tenants("http-declared")
+    token = tenant._metadata[0][1]  # noqa: SLF001
+    data = write_text_pdf(tmp_path / "a.pdf", [f"declared {uuid.uuid4().hex}"]).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    cases = [
+        (digest.upper(), len(data), "DIGEST_MISMATCH", "sha256"),
+        (digest[:-1], len(data), "DIGEST_MISMATCH", "sha256"),
+        (digest, 0, "SIZE_BELOW_DECLARATION", "Content-Length"),
+    ]
+    for sha256, declared, reason, field in cases:
+        refused, read = await _asgi_put(info, token, sha256, declared, data)
+        problem = assert_problem(refused, 400, reason)
+        assert [v["field"] for v in problem["violations"]] == [field]
+        assert read == 0, "the body was read for an upload refused on its declaration"
 
 
 async def _asgi_put(
     info: StackInfo, token: str, sha256: str, declared: int, data: bytes
-) -> httpx.Response:
+) -> tuple[httpx.Response, int]:
+    """The gateway app's answer to a PUT whose body goes on past ``declared``,
+    and how many body pieces it read."""
     settings = GatewaySettings(admission_address=info.endpoints["admission"])
     channel = aio_channel(settings.admission_address, None)
     app = create_app(settings, channel)
@@ -296,7 +320,8 @@ async def _asgi_put(
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")  # type: ignore[misc]
     headers = [(k.decode(), v.decode()) for k, v in start["headers"]]  # type: ignore[attr-defined]
     assert read <= (declared // 64) + 2, "read on past the first byte over the declaration"
-    return httpx.Response(start["status"], headers=headers, content=body)  # type: ignore[arg-type]
+    response = httpx.Response(start["status"], headers=headers, content=body)  # type: ignore[arg-type]
+    return response, read
 
 
 async def test_the_served_openapi_document_is_the_committed_one(

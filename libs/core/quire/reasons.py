@@ -29,6 +29,9 @@ class ReasonCode(StrEnum):
     TENANT_TEMP_SHARE_EXCEEDED = "TENANT_TEMP_SHARE_EXCEEDED"
     STORAGE_QUOTA_EXCEEDED = "STORAGE_QUOTA_EXCEEDED"
     """The upload would take the tenant's stored uploads past its storage quota."""
+    UPLOAD_INTERRUPTED = "UPLOAD_INTERRUPTED"
+    """The gateway's stream to admission broke before admission's answer could be
+    read (admission answers before the end of an upload only to refuse it); upload again."""
     # Manifests and idempotency.
     INVALID_MANIFEST = "INVALID_MANIFEST"
     INVALID_REQUEST = "INVALID_REQUEST"

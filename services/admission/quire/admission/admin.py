@@ -19,10 +19,10 @@ from quire.admission import rollouts, sourcesystems, tables
 from quire.admission.rolloutsync import RolloutSync
 from quire.admission.storagepolicy import PERIODS, TenantStorage, forget_source, read_storage
 from quire.admission.tenants import Tenant, TenantDirectory, TokenRecord
-from quire.admission.uploads import SHA256_HEX
 from quire.admission.v1 import rollout_pb2
 from quire.admission.v1 import tenant_admin_service_pb2 as pb
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as pb_grpc
+from quire.declarations import SHA256_HEX
 from quire.errors import FieldViolation, InvalidInput, NotFound
 from quire.grpcstatus import at_the_edge
 from quire.idempotency import OPERATORS, RequestOnce

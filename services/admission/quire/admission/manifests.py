@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from quire.admission.catalog import resolve_ruleset
+from quire.declarations import SHA256_HEX
 from quire.errors import FieldViolation
 from quire.type import job_pb2
 
@@ -27,7 +28,6 @@ __all__ = [
     "REFERENCE_CONTENT_TYPES",
 ]
 
-SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 MAX_DOCUMENT_ID = 128
 KNOWN_PROFILES = frozenset({"", "simple", "strict", "simple-fillable", "strict-fillable"})
 PRIORITIES = frozenset({"", "interactive", "batch"})

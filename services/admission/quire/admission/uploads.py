@@ -21,7 +21,6 @@ client reports the reason rather than a broken stream.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,14 +37,13 @@ from quire.admission.uploadpace import PacedRequests, hear_out
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.blobstore import BlobStore, source_key
 from quire.database import Database, insert_if_absent
+from quire.declarations import check_declared_digest, check_declared_size
 from quire.errors import FieldViolation, InvalidInput, QuireError
 from quire.metrics import ServiceMetrics
 from quire.reasons import ReasonCode
 from quire.settings import AdmissionSettings
 
 __all__ = ["UploadGate", "StoredSource"]
-
-SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -56,24 +54,14 @@ class StoredSource:
 
 
 def _check_header(header: pb.SourceHeader, settings: AdmissionSettings, ceiling: int) -> None:
-    if not SHA256_HEX.match(header.sha256):
-        raise InvalidInput(
-            ReasonCode.DIGEST_MISMATCH,
-            "sha256 must be 64 lower-case hex digits",
-            (FieldViolation("header.sha256", "not a sha256 digest"),),
-        )
+    check_declared_digest(header.sha256, "header.sha256")
     if header.content_type not in settings.allowed_content_types:
         raise InvalidInput(
             ReasonCode.CONTENT_TYPE_NOT_ALLOWED,
             "content type not allowed",
             (FieldViolation("header.content_type", "not in the allow-list"),),
         )
-    if header.size_bytes <= 0:
-        raise InvalidInput(
-            ReasonCode.SIZE_BELOW_DECLARATION,
-            "declared size must be positive",
-            (FieldViolation("header.size_bytes", "must be positive"),),
-        )
+    check_declared_size(header.size_bytes, "header.size_bytes")
     if header.size_bytes > ceiling:
         raise InvalidInput(
             ReasonCode.SIZE_LIMIT_EXCEEDED,

@@ -29,6 +29,7 @@ from sqlalchemy import Connection, select
 from quire.audit import ledger, tables
 from quire.audit.jobview import fold, is_retirement
 from quire.blobstore import assembled_key, fetched_key, normalized_key, signed_key, source_key
+from quire.declarations import SHA256_HEX
 from quire.errors import FailedPrecondition, FieldViolation, InvalidInput, NotFound
 from quire.jobs import TERMINAL_STATES, job_id, state_value
 from quire.pipeline import State
@@ -46,7 +47,6 @@ RULES = {
     "fetched": "sources",
 }
 """Each kind of bytes and the tenant's period that governs it."""
-SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 TENANT_ID = re.compile(r"^[0-9a-z_-]{1,64}$")
 
 

@@ -18,11 +18,13 @@ from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse
 
 from quire.admission.v1 import admission_service_pb2 as pb
+from quire.declarations import check_declared_digest, check_declared_size
 from quire.errors import FieldViolation, InvalidInput
 from quire.gateway.admission import Admission, admission_of, caller_metadata
 from quire.gateway.documents import source_document
 from quire.gateway.problems import problem_responses
 from quire.gateway.schemas import SourceDocument
+from quire.gateway.uploadstream import stream_upload
 from quire.reasons import ReasonCode
 
 __all__ = ["router"]
@@ -32,13 +34,14 @@ BINARY = {"schema": {"type": "string", "format": "binary"}}
 
 
 def declared_length(value: str | None) -> int:
-    """``Content-Length`` as the upload's declared size; required."""
+    """``Content-Length`` as the upload's declared size; required, positive."""
     if value is None or not value.isdigit():
         raise InvalidInput(
             ReasonCode.UPLOAD_HEADER_MISSING,
             "Content-Length is required: the declared size of the upload",
             (FieldViolation("Content-Length", "required, a whole number of bytes"),),
         )
+    check_declared_size(int(value), "Content-Length")
     return int(value)
 
 
@@ -92,13 +95,17 @@ async def upload_source(
     content_length: Annotated[str | None, Header(include_in_schema=False)] = None,
     content_type: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> JSONResponse:
+    # What needs no settings is refused here, before the stream opens: a
+    # refusal that reaches the gateway while it is still writing can be
+    # misreported by grpcio (see ``quire.gateway.uploadstream``).
+    check_declared_digest(sha256, "sha256")
     header = pb.SourceHeader(
         sha256=sha256,
         size_bytes=declared_length(content_length),
         content_type=media_type(content_type),
     )
     messages = upload_messages(header, request.stream(), admission.upload_chunk_bytes)
-    source = await admission.stub.UploadSource(messages, metadata=caller_metadata(request))
+    source = await stream_upload(admission.stub, messages, caller_metadata(request))
     document = source_document(source)
     return JSONResponse(
         document.model_dump(mode="json"),
