@@ -10,7 +10,9 @@ The stack runs with short backoff and timeouts (``QUIRE_NOTIFY_*``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -46,7 +48,23 @@ NOTIFY_ENV = {
     "QUIRE_NOTIFY_MAX_ATTEMPTS": "40",
     "QUIRE_BATCH_FINISH_POLL_SECONDS": "0.2",
     "QUIRE_DRAIN_SECONDS": "5",
+    # The operator's allow-list: this machine's receivers on 127.0.0.1, no other
+    # private address (127.0.0.2 is loopback, and outside it).
+    "QUIRE_EGRESS_ALLOW": "127.0.0.1/32",
 }
+
+INTERNAL_CALLBACKS = [
+    "https://169.254.169.254/latest/meta-data/",  # the cloud metadata service
+    "https://10.0.0.1/hook",
+    "https://172.16.0.1/hook",
+    "https://192.168.1.1/hook",
+    "https://100.64.0.1/hook",  # shared address space
+    "https://[fd00::1]/hook",  # unique-local
+    "https://[fe80::1]/hook",  # link-local
+    "https://[::ffff:169.254.169.254]/hook",  # the metadata service, mapped into IPv6
+    "https://0.0.0.0/hook",
+    "http://127.0.0.2:8222/varz",  # loopback outside the allow-list
+]
 
 
 @pytest.fixture(scope="module")
@@ -139,9 +157,11 @@ async def test_a_failing_receiver_gets_exactly_one_valid_signed_notification_per
         if state == "REJECTED":
             assert document["failure_code"] == job.reason_code == "MALFORMED_PDF"
         assert receiver.verdicts(delivery_id)[:3] == ["error", "hang", "accepted"]
+        # The tenant hears coarse outcomes: a 500, a hang and a closed port
+        # alike are FAILED, and no receiver's status is passed on.
         outcomes = [(a.outcome, a.http_status) for a in listed[name].attempts]
-        assert outcomes[0] == ("UNREACHABLE", 0)
-        assert outcomes[-3:] == [("REFUSED", 500), ("TIMEOUT", 0), ("DELIVERED", 204)]
+        assert outcomes[0] == ("FAILED", 0)
+        assert outcomes[-3:] == [("FAILED", 0), ("FAILED", 0), ("DELIVERED", 0)]
         numbers = [a.attempt for a in listed[name].attempts]
         assert numbers == sorted(set(numbers))
     assert (await tenant.get_job(next(iter(expected)))).state == job_pb2.JOB_STATE_COMPLETED
@@ -199,6 +219,51 @@ async def test_a_bad_callback_url_is_invalid_argument_on_url(
     details = details_of(refused.value)
     assert details.reason == "INVALID_NOTIFICATION_URL"
     assert [v[0] for v in details.violations] == ["url"]
+
+
+@pytest.mark.parametrize("url", INTERNAL_CALLBACKS)
+async def test_a_callback_to_an_address_quire_does_not_call_is_refused(
+    tenant: AdmissionClient, url: str
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await tenant.set_notification_endpoint(url)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = details_of(refused.value)
+    assert details.reason == "INVALID_NOTIFICATION_URL"
+    assert [v[0] for v in details.violations] == ["url"]
+    assert "169.254" not in refused.value.details(), "no address is echoed"
+    assert (await tenant.get_notification_endpoint()).url == ""
+
+
+async def test_a_registered_callback_that_now_points_inside_is_not_called(
+    notify_stack: Stack, tenant: AdmissionClient, tmp_path: Path
+) -> None:
+    """A registration made before the allow-list narrowed (written here into
+    admission's table) reaches nothing: the notifier checks each connection,
+    and the tenant sees REFUSED, not what the address answered."""
+    inside = CallbackReceiver(free_port(), host="127.0.0.2").start()
+    try:
+        allowed = CallbackReceiver(free_port()).start()
+        allowed.stop()
+        await tenant.set_notification_endpoint(allowed.url)
+        database = notify_stack.data_dir / "admission" / "admission.db"
+        with contextlib.closing(sqlite3.connect(database, timeout=30)) as connection:
+            with connection:
+                changed = connection.execute(
+                    "UPDATE notification_endpoints SET url = ? WHERE url = ?",
+                    (inside.url, allowed.url),
+                ).rowcount
+        assert changed == 1
+        pdf = write_text_pdf(tmp_path / "in.pdf", [f"inside {uuid.uuid4().hex}"])
+        digest = (await tenant.upload(pdf)).sha256
+        name = (await tenant.submit([PacketItem("in", digest)])).name
+        listed = await _attempts_until(tenant, [name], lambda r: len(r.attempts) >= 2)
+        outcomes = [(a.outcome, a.http_status) for a in listed[name].attempts]
+        assert set(outcomes) == {("REFUSED", 0)}, outcomes
+        assert not listed[name].HasField("deliver_time")
+        assert inside.received == [], "the address inside was never called"
+    finally:
+        inside.stop()
 
 
 async def test_another_tenants_job_has_no_attempts_to_show(

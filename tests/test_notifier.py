@@ -26,6 +26,7 @@ from quire.kek import KekRing, SoftwareKek
 from quire.settings import NotificationSettings
 from quire.stack.ports import free_port
 from quire.testing.callbackreceiver import CallbackReceiver
+from quire.testing.loopbackegress import LOOPBACK_EGRESS
 
 FAST = NotificationSettings(
     max_attempts=4,
@@ -124,7 +125,7 @@ async def test_failed_tries_are_retried_until_delivered_and_each_is_recorded(
     receiver.start()
     try:
         delivery_id = _queue(database)
-        async with _running(Notifier(database, secrets, FAST)):
+        async with _running(Notifier(database, secrets, FAST, egress=LOOPBACK_EGRESS)):
             await _until(lambda: _row(database, "t1", "jobs/j1").delivered_at is not None)
     finally:
         receiver.stop()
@@ -141,7 +142,7 @@ async def test_unreachable_notification_is_abandoned_after_its_last_try(
 ) -> None:
     _register(database, secrets, "t1", f"http://127.0.0.1:{free_port()}/nobody")
     _queue(database)
-    async with _running(Notifier(database, secrets, FAST)):
+    async with _running(Notifier(database, secrets, FAST, egress=LOOPBACK_EGRESS)):
         await _until(lambda: _row(database, "t1", "jobs/j1").abandoned_at is not None)
     assert _attempts(database) == [(n, 0, "UNREACHABLE") for n in range(1, 5)]
     assert _row(database, "t1", "jobs/j1").delivered_at is None
@@ -152,7 +153,10 @@ def test_a_claimed_notification_is_not_claimed_again_until_its_claim_runs_out(
 ) -> None:
     _register(database, secrets, "t1", "https://hooks.example.com/q")
     _queue(database)
-    first, second = Notifier(database, secrets, FAST), Notifier(database, secrets, FAST)
+    first, second = (
+        Notifier(database, secrets, FAST, egress=LOOPBACK_EGRESS),
+        Notifier(database, secrets, FAST, egress=LOOPBACK_EGRESS),
+    )
     claimed = database.transaction(lambda s: first.claim(s, 10))
     assert [(c.subject, c.attempt) for c in claimed] == [("jobs/j1", 1)]
     assert database.transaction(lambda s: second.claim(s, 10)) == []
@@ -172,7 +176,9 @@ def test_one_tenant_takes_at_most_its_share_of_the_slots(
         for n in range(6):
             _queue(database, tenant, f"jobs/{tenant}-{n}")
     settings = NotificationSettings(concurrency=8, tenant_concurrency=3)
-    claimed = database.transaction(lambda s: Notifier(database, secrets, settings).claim(s, 8))
+    claimed = database.transaction(
+        lambda s: Notifier(database, secrets, settings, egress=LOOPBACK_EGRESS).claim(s, 8)
+    )
     assert sorted(c.tenant for c in claimed) == ["t1"] * 3 + ["t2"] * 3
 
 
@@ -182,7 +188,12 @@ def test_a_removed_endpoint_abandons_its_notifications(
     _register(database, secrets, "t1", "https://hooks.example.com/q")
     _queue(database)
     database.transaction(lambda s: s.execute(tables.notification_endpoints.delete()))
-    assert database.transaction(lambda s: Notifier(database, secrets, FAST).claim(s, 10)) == []
+    assert (
+        database.transaction(
+            lambda s: Notifier(database, secrets, FAST, egress=LOOPBACK_EGRESS).claim(s, 10)
+        )
+        == []
+    )
     assert _row(database, "t1", "jobs/j1").abandoned_at is not None
     assert _attempts(database) == []
 
@@ -217,7 +228,9 @@ async def test_a_notifier_cancelled_as_it_is_woken_ends(
     first, and asyncio.wait_for (Python 3.11) then returned instead of raising,
     so the notifier looked at the outbox again and never ended (a drain, or a
     test, waited on it for ever)."""
-    notifier = Notifier(database, secrets, NotificationSettings(poll_seconds=30))
+    notifier = Notifier(
+        database, secrets, NotificationSettings(poll_seconds=30), egress=LOOPBACK_EGRESS
+    )
     task = asyncio.create_task(notifier.run_forever())
     await asyncio.sleep(0.3)  # at its wait, the outbox empty
     notifier.wake()

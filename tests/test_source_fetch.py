@@ -21,12 +21,14 @@ import pytest
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from quire.database import Database
+from quire.egress import EgressPolicy
 from quire.errors import SystemFailure
 from quire.jobs import job_name, new_job_id
 from quire.localblobs import LocalBlobStore
 from quire.metrics import ServiceMetrics, StageMeter, delivery_timings
 from quire.reasons import ReasonCode
 from quire.schema import upgrade_schema
+from quire.testing.loopbackegress import LOOPBACK_EGRESS
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.sealedstore import sealed_store
 from quire.testing.sourceserver import SourceServer
@@ -147,7 +149,7 @@ async def rig(tmp_path: Path, server: SourceServer) -> AsyncIterator[Rig]:
     database = Database(f"sqlite:///{tmp_path / 'validator.db'}", tables.metadata)
     await asyncio.to_thread(upgrade_schema, database, tables.metadata, tables.MIGRATIONS)
     blobs = sealed_store(tmp_path / "blobs", owner="validator")
-    client = source_client(SETTINGS)
+    client = source_client(SETTINGS, LOOPBACK_EGRESS)
     try:
         yield Rig(server, database, blobs, client, _breakers())
     finally:
@@ -467,7 +469,7 @@ async def test_another_process_reuses_the_pin_and_never_fetches_again(rig: Rig) 
     changed = json.loads(json.dumps(EVENTS))
     changed["shipment"]["carrier"] = "Someone Else"
     rig.server.put_json("carrier", "shp/3", changed)
-    client = source_client(SETTINGS)  # a new process: its own client and breakers
+    client = source_client(SETTINGS, LOOPBACK_EGRESS)  # a new process: its own client and breakers
     try:
         again = await rig.pinner(breakers=_breakers(), client=client).pin_sources(task, 2)
     finally:
@@ -612,6 +614,24 @@ async def test_a_system_that_hangs_ends_the_job_unavailable_inside_its_deadline(
     assert ended.value.reason is ReasonCode.SOURCE_UNAVAILABLE
     assert now < deadline - SETTINGS.budget_reserve_seconds + 0.3, "ended by the fetch deadline"
     assert now > deadline - SETTINGS.budget_reserve_seconds - 0.6, "after using its budget"
+
+
+async def test_a_system_on_an_address_quire_does_not_call_is_never_called(rig: Rig) -> None:
+    """A registration that points inside (loopback here, with no allow-list)
+    fails the job SOURCE_REFUSED at the connection, before any request."""
+    rig.server.put_json("inside", "rec/1", EVENTS)
+    guarded = source_client(SETTINGS, EgressPolicy())
+    try:
+        with pytest.raises(SystemFailure) as ended:
+            await rig.pinner(client=guarded).pin_sources(
+                job_task(reference(rig.server, 0, "inside", "rec/1")), 1
+            )
+    finally:
+        await guarded.aclose()
+    assert ended.value.reason is ReasonCode.SOURCE_REFUSED
+    assert "127.0.0.1" not in str(ended.value), "no address in the error"
+    assert rig.calls("inside") == 0
+    assert rig.temporary_files() == []
 
 
 async def test_a_job_whose_deadline_passed_in_the_queue_ends_deadline_exceeded(

@@ -30,6 +30,7 @@ from quire.sandbox import SandboxPool
 from quire.schema import upgrade_schema
 from quire.settings import SandboxSettings
 from quire.stage import Verdict
+from quire.testing.loopbackegress import LOOPBACK_EGRESS
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.sealedstore import sealed_store
 from quire.testing.sourceserver import SourceServer
@@ -103,7 +104,7 @@ async def stage(tmp_path: Path, server: SourceServer) -> AsyncIterator[Stage]:
     blobs = sealed_store(tmp_path / "blobs", owner="validator")
     pool = SandboxPool(SandboxSettings(workers=1, cpu_seconds=20, wall_seconds=30), name="fetch")
     await pool.warm()
-    client = source_client(SETTINGS)
+    client = source_client(SETTINGS, LOOPBACK_EGRESS)
     evaluator = Evaluator(blobs=blobs, sandbox=pool, limits=PdfLimits())
     rig = Stage(server, database, blobs, None, evaluator, book, client)  # type: ignore[arg-type]
     rig.work = ValidatorWork(evaluator=evaluator, book=book, sources=rig.pinner(PinStore(database)))

@@ -178,6 +178,18 @@ REFUSED_REGISTRATIONS = [
     ({"schema": "Tax@1"}, "source_system.schema", "BAD_SCHEMA"),
     ({"schema": "tax@v1"}, "source_system.schema", "BAD_SCHEMA"),
     ({"schema": "tax@1\n"}, "source_system.schema", "BAD_SCHEMA"),
+    # Addresses Quire does not call (the embedded stack allows only loopback).
+    *(
+        ({"base_url": url}, "source_system.base_url", "BASE_URL_NOT_ALLOWED")
+        for url in (
+            "http://169.254.169.254/latest/meta-data",
+            "https://10.1.2.3/records",
+            "https://192.168.0.10:8443/records",
+            "https://[fd00::10]/records",
+            "https://[fe80::1]/records",
+            "https://[::ffff:10.1.2.3]/records",
+        )
+    ),
 ]
 
 

@@ -32,6 +32,7 @@ from quire.jobs import job_name, new_job_id
 from quire.jobstatus import job_status_document
 from quire.localblobs import LocalBlobStore
 from quire.schema import upgrade_schema
+from quire.testing.loopbackegress import LOOPBACK_EGRESS
 from quire.testing.sealedstore import sealed_store
 from quire.testing.sourceserver import SourceServer
 from quire.type import job_pb2, queue_pb2
@@ -179,7 +180,7 @@ def server() -> Iterator[SourceServer]:
 @pytest.fixture
 async def rig(tmp_path: Path, server: SourceServer, database: Database) -> AsyncIterator[Rig]:
     blobs = sealed_store(tmp_path / "blobs", owner="validator")
-    client = source_client(SETTINGS)
+    client = source_client(SETTINGS, LOOPBACK_EGRESS)
     breakers = SourceBreakers(
         failures=SETTINGS.breaker_failures, open_seconds=SETTINGS.breaker_open_seconds
     )

@@ -25,13 +25,15 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%quire/admission/v1/notification.proto\x12\x12quire.admission.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"T\n\x14NotificationEndpoint\x12\x0b\n\x03url\x18\x01 \x01(\t\x12/\n\x0b\x63reate_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"X\n\x1eSetNotificationEndpointRequest\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x15\n\rrotate_secret\x18\x03 \x01(\x08\"\x86\x01\n\x1fSetNotificationEndpointResponse\x12:\n\x08\x65ndpoint\x18\x01 \x01(\x0b\x32(.quire.admission.v1.NotificationEndpoint\x12\x0e\n\x06secret\x18\x02 \x01(\t\x12\x17\n\x0fsecret_withheld\x18\x03 \x01(\x08\" \n\x1eGetNotificationEndpointRequest\"2\n\x1fListNotificationAttemptsRequest\x12\x0f\n\x07subject\x18\x01 \x01(\t\"~\n\x13NotificationAttempt\x12\x0f\n\x07\x61ttempt\x18\x01 \x01(\x05\x12\x30\n\x0c\x61ttempt_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bhttp_status\x18\x03 \x01(\x05\x12\x0f\n\x07outcome\x18\x04 \x01(\t\"\x8f\x01\n ListNotificationAttemptsResponse\x12\x39\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\'.quire.admission.v1.NotificationAttempt\x12\x30\n\x0c\x64\x65liver_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestampb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%quire/admission/v1/notification.proto\x12\x12quire.admission.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"T\n\x14NotificationEndpoint\x12\x0b\n\x03url\x18\x01 \x01(\t\x12/\n\x0b\x63reate_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"X\n\x1eSetNotificationEndpointRequest\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x15\n\rrotate_secret\x18\x03 \x01(\x08\"\x86\x01\n\x1fSetNotificationEndpointResponse\x12:\n\x08\x65ndpoint\x18\x01 \x01(\x0b\x32(.quire.admission.v1.NotificationEndpoint\x12\x0e\n\x06secret\x18\x02 \x01(\t\x12\x17\n\x0fsecret_withheld\x18\x03 \x01(\x08\" \n\x1eGetNotificationEndpointRequest\"2\n\x1fListNotificationAttemptsRequest\x12\x0f\n\x07subject\x18\x01 \x01(\t\"\x82\x01\n\x13NotificationAttempt\x12\x0f\n\x07\x61ttempt\x18\x01 \x01(\x05\x12\x30\n\x0c\x61ttempt_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0bhttp_status\x18\x03 \x01(\x05\x42\x02\x18\x01\x12\x0f\n\x07outcome\x18\x04 \x01(\t\"\x8f\x01\n ListNotificationAttemptsResponse\x12\x39\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\'.quire.admission.v1.NotificationAttempt\x12\x30\n\x0c\x64\x65liver_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestampb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'quire.admission.v1.notification_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_NOTIFICATIONATTEMPT'].fields_by_name['http_status']._loaded_options = None
+  _globals['_NOTIFICATIONATTEMPT'].fields_by_name['http_status']._serialized_options = b'\030\001'
   _globals['_NOTIFICATIONENDPOINT']._serialized_start=94
   _globals['_NOTIFICATIONENDPOINT']._serialized_end=178
   _globals['_SETNOTIFICATIONENDPOINTREQUEST']._serialized_start=180
@@ -42,8 +44,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETNOTIFICATIONENDPOINTREQUEST']._serialized_end=439
   _globals['_LISTNOTIFICATIONATTEMPTSREQUEST']._serialized_start=441
   _globals['_LISTNOTIFICATIONATTEMPTSREQUEST']._serialized_end=491
-  _globals['_NOTIFICATIONATTEMPT']._serialized_start=493
-  _globals['_NOTIFICATIONATTEMPT']._serialized_end=619
-  _globals['_LISTNOTIFICATIONATTEMPTSRESPONSE']._serialized_start=622
-  _globals['_LISTNOTIFICATIONATTEMPTSRESPONSE']._serialized_end=765
+  _globals['_NOTIFICATIONATTEMPT']._serialized_start=494
+  _globals['_NOTIFICATIONATTEMPT']._serialized_end=624
+  _globals['_LISTNOTIFICATIONATTEMPTSRESPONSE']._serialized_start=627
+  _globals['_LISTNOTIFICATIONATTEMPTSRESPONSE']._serialized_end=770
 # @@protoc_insertion_point(module_scope)

@@ -57,10 +57,7 @@ async def attempts(args: argparse.Namespace, config: ClientConfig, out: Output) 
     async with _client(config) as client:
         reply = await client.list_notification_attempts(subject)
     for attempt in reply.attempts:
-        status = f"  HTTP {attempt.http_status}" if attempt.http_status else ""
-        out.line(
-            f"{attempt.attempt:>3}  {attempt.attempt_time.ToJsonString()}  {attempt.outcome}{status}"
-        )
+        out.line(f"{attempt.attempt:>3}  {attempt.attempt_time.ToJsonString()}  {attempt.outcome}")
     if reply.HasField("deliver_time"):
         out.line(f"delivered {reply.deliver_time.ToJsonString()}")
     elif not reply.attempts:

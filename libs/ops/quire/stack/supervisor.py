@@ -77,6 +77,8 @@ NATS_BACKOFF_BASE_SECONDS = 0.5
 NATS_BACKOFF_CAP_SECONDS = 5.0
 NATS_STABLE_SECONDS = 10.0
 """A nats-server that ran this long before it died is restarted at once."""
+EMBEDDED_EGRESS_ALLOW = "127.0.0.0/8,::1/128"
+"""The embedded stack calls loopback receivers (tests, examples); nothing else private."""
 
 
 def nats_restart_delay(failures: int) -> float:
@@ -282,8 +284,10 @@ class Stack:
         env.update({service_metrics_var(s): a for s, a in self.metrics_endpoints.items()})
         if self.gateway_address:
             env[GATEWAY_ADDRESS_VAR] = self.gateway_address
-        # Everything listens on loopback here: a callback receiver on this machine may be http.
+        # Everything listens on loopback here: a callback receiver or a source
+        # system on this machine may be called, and over http.
         env.setdefault("QUIRE_NOTIFY_LOOPBACK_HTTP", "1")
+        env.setdefault("QUIRE_EGRESS_ALLOW", EMBEDDED_EGRESS_ALLOW)
         env.update(self._extra_env)
         if self.uses_development_kek:
             env["QUIRE_KEK_FILE"] = str(self.kek_ring)

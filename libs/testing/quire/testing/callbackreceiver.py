@@ -46,6 +46,8 @@ class CallbackReceiver:
     secret: str = ""
     script: tuple[str, ...] = ()
     hang_seconds: float = 3.0
+    host: str = "127.0.0.1"
+    """The loopback address it listens on (127.0.0.2 is loopback as well on Linux)."""
     accepted: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Delivery id -> document, for each notification acted on (once)."""
     received: list[Received] = field(default_factory=list)
@@ -58,7 +60,7 @@ class CallbackReceiver:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hooks/quire?token=receiver-side"
+        return f"http://{self.host}:{self.port}/hooks/quire?token=receiver-side"
 
     def start(self) -> CallbackReceiver:
         receiver = self
@@ -78,7 +80,7 @@ class CallbackReceiver:
             def log_message(self, *_args: object) -> None:
                 return None
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server = ThreadingHTTPServer((self.host, self.port), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self

@@ -23,6 +23,7 @@ from quire.admission.v1 import rollout_pb2
 from quire.admission.v1 import tenant_admin_service_pb2 as pb
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as pb_grpc
 from quire.declarations import SHA256_HEX
+from quire.egress import EgressPolicy
 from quire.errors import FieldViolation, InvalidInput, NotFound
 from quire.grpcstatus import at_the_edge
 from quire.idempotency import OPERATORS, RequestOnce
@@ -131,8 +132,11 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         pages: PageTokens,
         open_rollouts: rollouts.OpenRollouts | None = None,
         rollout_sync: RolloutSync | None = None,
+        egress: EgressPolicy | None = None,
     ) -> None:
         self._tenants = tenants
+        self._egress = egress or EgressPolicy()
+        """Where a source system's base URL may point."""
         self._pages = pages
         self._open_rollouts = open_rollouts
         """Intake's cache of the open rollouts, told when one opens or closes."""
@@ -282,6 +286,7 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         """Create or replace; jobs already accepted keep the registration they copied."""
         await self._tenants.authenticate_operator(context)
         wanted = sourcesystems.checked_system(request.source_system)
+        await sourcesystems.check_destination(wanted, self._egress)
         stored = await asyncio.to_thread(
             self._tenants.transaction, lambda s: sourcesystems.put_system(s, wanted)
         )

@@ -4,8 +4,9 @@ https only, so the signed status travels encrypted; plain http only to a
 loopback address and only where the operator allows it (the embedded stack:
 a receiver on the same machine). No user name or password in the URL (they
 would be stored and logged as part of it), no fragment (never sent), at most
-2,048 characters. What the URL's host resolves to is the operator's network
-policy to restrict (egress rules), not admission's.
+2,048 characters. Its host must not be, nor resolve to, an address Quire
+does not call (``quire.egress``: loopback, private, link-local... unless the
+operator allows the network); the notifier checks again on every connection.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import urlsplit
 
+from quire.egress import EgressPolicy
 from quire.errors import FieldViolation, InvalidInput
 from quire.reasons import ReasonCode
 
-__all__ = ["MAX_URL_CHARS", "check_callback_url", "redacted"]
+__all__ = ["MAX_URL_CHARS", "check_callback_url", "check_callback_destination", "redacted"]
 
 MAX_URL_CHARS = 2048
 FIELD = "url"
@@ -61,6 +63,16 @@ def check_callback_url(url: str, *, allow_loopback_http: bool) -> str:
     if parts.scheme == "http" and not (allow_loopback_http and _is_loopback(host)):
         raise _refuse("must use https")
     return url
+
+
+async def check_callback_destination(url: str, egress: EgressPolicy) -> None:
+    """Refuse (``INVALID_NOTIFICATION_URL``) a checked URL whose host is, or
+    resolves to, an address the egress policy does not allow."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    refusal = await egress.refusal_of_host(parts.hostname or "", port)
+    if refusal is not None:
+        raise _refuse(refusal)
 
 
 def redacted(url: str) -> str:

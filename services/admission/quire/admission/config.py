@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from quire.admission.budgets import JobBudgets
 from quire.admission.tenants import configured_operator_token
+from quire.egress import EgressPolicy
 from quire.settings import (
     AdmissionSettings,
     BatchSettings,
@@ -36,6 +37,8 @@ class AdmissionConfig:
     """The configured first operator token (``QUIRE_OPERATOR_TOKEN_FILE``), checked for its shape."""
     budgets: JobBudgets
     """Jobs' budgets: the default for sources named by reference, the reserve, the longest."""
+    egress: EgressPolicy
+    """Where callbacks and source systems may point (``QUIRE_EGRESS_ALLOW``)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AdmissionConfig:
@@ -51,4 +54,5 @@ class AdmissionConfig:
             notifications=NotificationSettings.from_env(env),
             operator_token=configured_operator_token(admission.operator_token_file),
             budgets=JobBudgets.from_env(env),
+            egress=EgressPolicy.from_env(env),
         )

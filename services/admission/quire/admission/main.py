@@ -98,7 +98,9 @@ async def main() -> None:
         keys=blobs.keys,
     )
     notify_secrets = NotificationSecrets(blobs.keys)
-    notifier = Notifier(database, notify_secrets, config.notifications, metrics=metrics)
+    notifier = Notifier(
+        database, notify_secrets, config.notifications, egress=config.egress, metrics=metrics
+    )
     ends = EndTracker(database, audit, poll_seconds=config.batch.finish_poll_seconds)
     batch_dispatcher = BatchDispatcher(
         database,
@@ -151,7 +153,9 @@ async def main() -> None:
             pages=pages,
             catalog=catalog,
         ),
-        notifications=Notifications(database, notify_secrets, config.notifications),
+        notifications=Notifications(
+            database, notify_secrets, config.notifications, egress=config.egress
+        ),
     )
     reconciler = Reconciler(
         database=database,
@@ -191,7 +195,11 @@ async def main() -> None:
         pb_grpc.add_AdmissionServiceServicer_to_server(servicer, server)
         admin_grpc.add_TenantAdminServiceServicer_to_server(
             TenantAdminServicer(
-                tenants, pages=pages, open_rollouts=intake.rollouts, rollout_sync=rollout_sync
+                tenants,
+                pages=pages,
+                open_rollouts=intake.rollouts,
+                rollout_sync=rollout_sync,
+                egress=config.egress,
             ),
             server,
         )

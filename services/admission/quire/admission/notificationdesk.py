@@ -17,11 +17,13 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy import Connection, delete, select, update
 
 from quire.admission import tables
-from quire.admission.callbackurl import check_callback_url
+from quire.admission.callbackurl import check_callback_destination, check_callback_url
+from quire.admission.notifier import tenant_outcome
 from quire.admission.notifysecrets import NotificationSecrets
 from quire.admission.tenants import Tenant
 from quire.admission.v1 import notification_pb2 as pb
 from quire.database import Database, as_utc, insert_if_absent
+from quire.egress import EgressPolicy
 from quire.errors import NotFound
 from quire.idempotency import RequestOnce
 from quire.settings import NotificationSettings
@@ -62,16 +64,20 @@ class Notifications:
         database: Database,
         secrets: NotificationSecrets,
         settings: NotificationSettings,
+        *,
+        egress: EgressPolicy,
     ) -> None:
         self._db = database
         self._secrets = secrets
         self._settings = settings
+        self._egress = egress
 
     async def set_endpoint(
         self, tenant: Tenant, request: pb.SetNotificationEndpointRequest
     ) -> pb.SetNotificationEndpointResponse:
         if request.url:
             check_callback_url(request.url, allow_loopback_http=self._settings.allow_loopback_http)
+            await check_callback_destination(request.url, self._egress)
         once = RequestOnce(
             tables.request_ids,
             tenant.id,
@@ -185,8 +191,7 @@ def _attempts(
             pb.NotificationAttempt(
                 attempt=r.attempt,
                 attempt_time=_stamp(r.attempted_at),
-                http_status=r.http_status,
-                outcome=r.outcome,
+                outcome=tenant_outcome(r.outcome),
             )
             for r in rows
         ],

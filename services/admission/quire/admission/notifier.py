@@ -36,6 +36,7 @@ from sqlalchemy import Connection, select, update
 from quire.admission import tables
 from quire.admission.notifysecrets import NotificationSecrets
 from quire.database import Database, insert_if_absent
+from quire.egress import EgressPolicy, guarded_transport, was_refused
 from quire.errors import PermanentError
 from quire.metrics import ServiceMetrics
 from quire.notifysign import DELIVERY_HEADER, SIGNATURE_HEADER, signature_header
@@ -51,10 +52,26 @@ CANDIDATES_PER_SLOT = 4
 
 
 class Outcome(StrEnum):
+    """One try as it is recorded (and counted for operators)."""
+
     DELIVERED = "DELIVERED"
     REFUSED = "REFUSED"
+    """The receiver answered with a status other than 2xx."""
     TIMEOUT = "TIMEOUT"
     UNREACHABLE = "UNREACHABLE"
+    BLOCKED = "BLOCKED"
+    """Not sent: the URL's host resolves to an address Quire does not call."""
+
+
+def tenant_outcome(recorded: str) -> str:
+    """What the tenant is told of a try: DELIVERED, REFUSED (Quire would not
+    send it) or FAILED. Never which failure: the receiver's status, a timeout
+    and no connection look alike, so a callback URL cannot probe a network."""
+    if recorded == Outcome.DELIVERED:
+        return "DELIVERED"
+    if recorded == Outcome.BLOCKED:
+        return "REFUSED"
+    return "FAILED"
 
 
 @dataclass(frozen=True)
@@ -85,6 +102,7 @@ class Notifier:
         secrets: NotificationSecrets,
         settings: NotificationSettings,
         *,
+        egress: EgressPolicy,
         transport: httpx.AsyncBaseTransport | None = None,
         metrics: ServiceMetrics | None = None,
     ) -> None:
@@ -97,7 +115,7 @@ class Notifier:
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(settings.timeout_seconds),
             follow_redirects=False,
-            transport=transport,
+            transport=transport or guarded_transport(egress),
             trust_env=False,
         )
         self._in_flight: dict[asyncio.Task[None], str] = {}
@@ -232,8 +250,8 @@ class Notifier:
                     status = reply.status_code
         except (TimeoutError, httpx.TimeoutException):
             return Outcome.TIMEOUT, 0
-        except httpx.HTTPError:
-            return Outcome.UNREACHABLE, 0
+        except httpx.HTTPError as error:
+            return (Outcome.BLOCKED if was_refused(error) else Outcome.UNREACHABLE), 0
         return (Outcome.DELIVERED if 200 <= status < 300 else Outcome.REFUSED), status
 
     def record(self, connection: Connection, claim: Claim, outcome: Outcome, status: int) -> None:

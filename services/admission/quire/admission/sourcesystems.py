@@ -26,6 +26,7 @@ from quire.admission import tables
 from quire.admission.budgets import duration_seconds
 from quire.admission.v1 import tenant_admin_service_pb2 as pb
 from quire.database import insert_if_absent
+from quire.egress import EgressPolicy
 from quire.errors import FieldViolation, InvalidInput, NotFound
 from quire.jobs import timestamp
 from quire.reasons import ReasonCode
@@ -267,6 +268,21 @@ def checked_system(message: pb.SourceSystem) -> SourceSystem:
         max_bytes=max_bytes,
         schema=message.schema,
     )
+
+
+async def check_destination(system: SourceSystem, egress: EgressPolicy) -> None:
+    """Refuse (INVALID_ARGUMENT, ``BASE_URL_NOT_ALLOWED``) a base URL whose host
+    is, or resolves to, an address Quire does not call. The validator checks
+    again on every connection."""
+    parts = urlsplit(system.base_url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    refusal = await egress.refusal_of_host(parts.hostname or "", port)
+    if refusal is not None:
+        raise InvalidInput(
+            ReasonCode.INVALID_TENANT,
+            "the source system is invalid",
+            (_violation("base_url", refusal, "BASE_URL_NOT_ALLOWED"),),
+        )
 
 
 def _tenant_exists(connection: Connection, tenant: str) -> None:

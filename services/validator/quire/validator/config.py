@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from quire.egress import EgressPolicy
 from quire.environment import setting_text
 from quire.settings import SandboxSettings, ValidationLimits
 from quire.stageservice import StageConfig
@@ -29,6 +30,8 @@ class ValidatorConfig:
     rulesets_dir: Path
     sources: SourceSettings
     """Fetching sources named by reference: breakers, the budget's reserve."""
+    egress: EgressPolicy
+    """Which addresses source systems may be called at (``QUIRE_EGRESS_ALLOW``)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ValidatorConfig:
@@ -40,4 +43,5 @@ class ValidatorConfig:
             limits=ValidationLimits.from_env(env),
             rulesets_dir=Path(setting_text(env, "QUIRE_RULESETS_DIR", str(DEFAULT_DIRECTORY))),
             sources=SourceSettings.from_env(env),
+            egress=EgressPolicy.from_env(env),
         )

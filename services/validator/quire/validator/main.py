@@ -61,7 +61,7 @@ async def main() -> None:
     budgets, limits = config.budgets, config.limits
     metrics = ServiceMetrics(settings.service)
     # One HTTP client for every source system, all deliveries together.
-    client = source_client(config.sources)
+    client = source_client(config.sources, config.egress)
     meter = SourceMeter(metrics)
     breakers = SourceBreakers(
         failures=config.sources.breaker_failures,

@@ -33,6 +33,7 @@ import httpx
 from opentelemetry import trace
 
 from quire.blobstore import BlobStore, BlobWriter
+from quire.egress import EgressPolicy, guarded_transport, was_refused
 from quire.errors import Rejected, SystemFailure, TransientError
 from quire.reasons import ReasonCode
 from quire.type import job_pb2
@@ -45,16 +46,18 @@ __all__ = ["SourceCall", "FetchedBody", "SourceFetcher", "source_client", "sourc
 USER_AGENT = "quire-validator"
 
 
-def source_client(settings: SourceSettings) -> httpx.AsyncClient:
-    """The process's client for every source system (close it with ``aclose``)."""
+def source_client(settings: SourceSettings, egress: EgressPolicy) -> httpx.AsyncClient:
+    """The process's client for every source system (close it with ``aclose``):
+    it connects only to addresses ``egress`` allows, checked on every connection."""
+    limits = httpx.Limits(
+        max_connections=settings.max_connections,
+        max_keepalive_connections=max(1, settings.max_connections // 4),
+    )
     return httpx.AsyncClient(
         follow_redirects=False,
         trust_env=False,
         timeout=httpx.Timeout(settings.default_timeout_seconds),
-        limits=httpx.Limits(
-            max_connections=settings.max_connections,
-            max_keepalive_connections=max(1, settings.max_connections // 4),
-        ),
+        transport=guarded_transport(egress, limits=limits),
         headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"},
     )
 
@@ -266,6 +269,11 @@ class SourceFetcher:
                 ReasonCode.SOURCE_REFUSED, "the source system's address is not usable"
             ) from None
         except httpx.HTTPError as error:
+            if was_refused(error):
+                raise SystemFailure(
+                    ReasonCode.SOURCE_REFUSED,
+                    "the source system resolves to an address Quire does not call",
+                ) from None
             # Connection refused or reset, a body cut short: the type only, as
             # the text may quote the server.
             raise SourceCallFailed("error", f"the call failed ({type(error).__name__})") from None
