@@ -70,6 +70,17 @@ def test_every_command_and_option_has_help() -> None:
     assert missing == []
 
 
+def test_every_commands_help_renders() -> None:
+    """argparse formats help with %: a lone % in a help text breaks ``--help``."""
+    broken = []
+    for prog, parser in _parsers(build_parser()):
+        try:
+            parser.format_help()
+        except (ValueError, TypeError, KeyError) as error:
+            broken.append(f"{prog}: {type(error).__name__}")
+    assert broken == []
+
+
 def test_version_and_the_exit_codes_in_help(tmp_path: Path) -> None:
     version = run_quire(tmp_path, "--version")
     assert version.returncode == 0

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import nats
 import pytest
 import pytest_asyncio
@@ -56,7 +57,12 @@ from quire.workqueue.topology import EVENTS_CONSUMER
 
 pytestmark = [pytest.mark.stack, pytest.mark.asyncio(loop_scope="module")]
 
-ENV = {"QUIRE_ACK_WAIT_SECONDS": "3", "QUIRE_BACKOFF_CAP_SECONDS": "1"}
+ENV = {
+    "QUIRE_ACK_WAIT_SECONDS": "3",
+    "QUIRE_BACKOFF_CAP_SECONDS": "1",
+    # A step that does not fit its job yet is kept aside after 3 s, not 2 minutes.
+    "QUIRE_AUDIT_UNEXPLAINED_SECONDS": "3",
+}
 PRODUCER_OF_STAGE = {"validate": "admission", "assemble": "validator", "sign": "assembler"}
 PRODUCER_OF_STAGE["commit"] = "signer"
 STATES = (
@@ -432,3 +438,107 @@ async def test_after_the_attacks_the_checker_finds_nothing(running: Running) -> 
         return report.ok
 
     await eventually(idle, 60, "quire check clean", every=0.5)
+
+
+async def _publish_as(
+    running: Running, producer: str, events: list[queue_pb2.TransitionEvent]
+) -> None:
+    """Publish ``events`` with ``producer``'s own login and identity key: a
+    producer taken over, whose every message verifies."""
+    nc = await login(running, producer)
+    try:
+        for event in events:
+            subject = event_subject(producer)
+            await _publish(
+                nc.jetstream(),
+                subject,
+                event.SerializeToString(),
+                signer_of(running.data_dir, producer),
+            )
+    finally:
+        await nc.close()
+
+
+def _refused_rows(running: Running) -> list[tuple[str, str, str, str]]:
+    return _rows(
+        running.data_dir,
+        "audit",
+        "SELECT job, producer, kind, to_state FROM refused_events ORDER BY job, kind",
+    )
+
+
+async def test_validly_signed_steps_that_do_not_fit_the_history_stay_out_of_the_ledger(
+    running: Running, tmp_path: Path
+) -> None:
+    """A taken-over validator and signer, signing with their own keys: a
+    rejection after COMPLETED, a step naming another tenant, a commit for a job
+    never accepted and one before its stage's turn. None is appended; each is
+    a finding, counted and alerted on; genuine work goes on, even the step
+    whose id a forgery took first."""
+    client = running.client
+    digest = (await client.upload(write_text_pdf(tmp_path / "h1.pdf", ["history"]))).sha256
+    done = await client.submit([PacketItem("h1", digest)])
+    assert state_name((await client.wait(done.name, timeout=60)).state) == "COMPLETED"
+    other = (await client.upload(write_text_pdf(tmp_path / "h2.pdf", ["waiting"]))).sha256
+    control = await _pause_validation(running)
+    try:
+        waiting = await client.submit([PacketItem("h2", other)])
+        finished, accepted = _task_of(running, done.name), _task_of(running, waiting.name)
+        ghost = queue_pb2.JobTask()
+        ghost.CopyFrom(accepted)
+        ghost.job = f"jobs/{uuid.uuid4().hex}"
+        validator = EventFactory("validator", "taken-over", "0")
+        signer = EventFactory("signer", "taken-over", "0")
+        rejection = validator.transition(
+            finished,
+            "VALIDATING",
+            "REJECTED",
+            attempt=1,
+            lease_token=0,
+            reason_code="MALFORMED_PDF",
+        )
+        elsewhere = validator.transition(
+            accepted, "ACCEPTED", "VALIDATING", attempt=1, lease_token=0
+        )
+        elsewhere.tenant = "someone-else"
+        early = signer.transition(accepted, "SIGNING", "COMMITTING", attempt=1, lease_token=0)
+        unknown = signer.transition(ghost, "SIGNING", "COMMITTING", attempt=1, lease_token=0)
+        await _publish_as(running, "validator", [rejection, elsewhere])
+        await _publish_as(running, "signer", [early, unknown])
+        expected = sorted(
+            [
+                (done.name, "validator", "AFTER_END", "REJECTED"),
+                (waiting.name, "validator", "OTHER_TENANT", "VALIDATING"),
+                (waiting.name, "signer", "OUT_OF_TURN", "COMMITTING"),
+                (ghost.job, "signer", "UNKNOWN_JOB", "COMMITTING"),
+            ]
+        )
+
+        ours = {done.name, waiting.name, ghost.job}
+
+        async def all_kept_aside() -> bool:
+            return sorted(r for r in _refused_rows(running) if r[0] in ours) == expected
+
+        await eventually(all_kept_aside, 30, "the four steps kept aside")
+        entries = ledger_rows(running.data_dir)
+        assert not [e for e in entries if e[2] == ghost.job]
+        assert [e[3] for e in entries if e[2] == done.name][-1] == "COMPLETED"
+        assert [e[3] for e in entries if e[2] == waiting.name] == ["ACCEPTED"]
+        assert state_name((await client.get_job(done.name)).state) == "COMPLETED"
+        assert state_name((await client.get_job(waiting.name)).state) == "ACCEPTED"
+        metrics = httpx.get(f"http://{running.info.metrics_endpoints['audit']}/metrics").text
+        for kind in ("AFTER_END", "OTHER_TENANT", "OUT_OF_TURN", "UNKNOWN_JOB"):
+            assert f'quire_audit_events_refused_total{{kind="{kind}"}} 1.0' in metrics, kind
+        report = check(running.data_dir, stopped=False)
+        refused = sorted(
+            (f.job, f.detail)
+            for f in report.findings
+            if f.kind == "ledger_event_refused" and f.job in ours
+        )
+        assert refused == sorted(
+            (job, f"{kind} {state} by {by}") for job, by, kind, state in expected
+        )
+    finally:
+        await _resume_validation(control)
+    # The genuine commit step carries the id the early forgery used: it still lands.
+    assert state_name((await client.wait(waiting.name, timeout=60)).state) == "COMPLETED"

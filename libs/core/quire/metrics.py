@@ -231,6 +231,14 @@ CATALOGUE: tuple[Family, ...] = (
         ("audit",),
     ),
     Family(
+        "quire_audit_events_refused_total",
+        "counter",
+        ("kind",),
+        "Events kept out of the ledger as findings, by why (UNKNOWN_JOB, OTHER_TENANT,"
+        " OUT_OF_TURN, AFTER_END, LATE).",
+        ("audit",),
+    ),
+    Family(
         "quire_source_read_bytes_total",
         "counter",
         ("stage",),

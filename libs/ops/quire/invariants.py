@@ -118,6 +118,11 @@ def check(
             else:
                 findings.append(Finding(f"ledger_{f.kind}", job_at.get(f.sequence, ""), f.sequence))
     findings += ledger_row_findings(snapshot.ledger)
+    findings += [
+        Finding("ledger_event_refused", r.job, detail=f"{r.kind} {r.to_state} by {r.producer}")
+        for r in snapshot.refused_events
+        if r.kind != "LATE"
+    ]
     return CheckReport(
         findings=sorted(set(findings), key=lambda f: (f.kind, f.job, f.sequence, f.detail)),
         stopped=stopped,

@@ -39,6 +39,11 @@ Kinds, by invariant:
 - (f) one outcome per generation: ``multiple_terminal_entries``,
   ``retry_not_after_failure`` (a DEAD_LETTER_RETRIED entry that does not
   follow a FAILED one);
+- (h) the ledger holds only steps that fit their job's history:
+  ``ledger_event_refused`` (audit's recorder kept a validly signed event out
+  of the ledger, ``quire.audit.succession``: its kind — UNKNOWN_JOB,
+  OTHER_TENANT, OUT_OF_TURN, AFTER_END — and producer are the detail; a LATE
+  step after a cancellation is expected now and then and is only counted);
 - and ``database_missing`` when a service's database cannot be found.
 """
 
@@ -83,6 +88,7 @@ KINDS = frozenset(
         "job_view_mismatch",
         "multiple_terminal_entries",
         "retry_not_after_failure",
+        "ledger_event_refused",
         "database_missing",
     }
 )

@@ -92,6 +92,16 @@ class Snapshot:
     """The packet each committed assembler outcome handed to the signer."""
     signer_inputs: Mapping[str, list[PacketRef]] = field(default_factory=dict)
     """The packet each committed signer outcome signed (its sign task's)."""
+    refused_events: list[RefusedEvent] = field(default_factory=list)
+    """Events audit's recorder kept out of the ledger, oldest first."""
+
+
+@dataclass(frozen=True)
+class RefusedEvent:
+    job: str
+    producer: str
+    kind: str
+    to_state: str
 
 
 def _accepted(connection: Connection) -> dict[str, AcceptedJob]:
@@ -159,6 +169,16 @@ def _views(connection: Connection) -> dict[str, JobView]:
     return {row.job: JobView(row.job, row.state) for row in rows}
 
 
+def _refused_events(connection: Connection) -> list[RefusedEvent]:
+    table = audit_tables.refused_events
+    rows = connection.execute(
+        select(table.c.job, table.c.producer, table.c.kind, table.c.to_state).order_by(
+            table.c.refused_at, table.c.event_id
+        )
+    )
+    return [RefusedEvent(str(r.job), str(r.producer), str(r.kind), str(r.to_state)) for r in rows]
+
+
 def _signatures(connection: Connection) -> dict[str, SignatureRecord]:
     table = signer_tables.signatures
     rows = connection.execute(select(table.c.job, table.c.blob_key, table.c.sha256))
@@ -191,12 +211,14 @@ def read_snapshot(data_dir: Path, env: Mapping[str, str], *, stopped: bool) -> S
         ledger: list[LedgerEntry] = []
         views: dict[str, JobView] = {}
         verification = None
+        refused: list[RefusedEvent] = []
         if "audit" in engines:
             audit_dir = service_settings(data_dir, "audit", env).service_dir
             checkpoints = _checkpoints(audit_dir)
             with engines["audit"].begin() as connection:
                 ledger = _ledger(connection)
                 views = _views(connection)
+                refused = _refused_events(connection)
                 verification = verify_ledger(
                     connection,
                     checkpoints.checkpoints,
@@ -228,4 +250,5 @@ def read_snapshot(data_dir: Path, env: Mapping[str, str], *, stopped: bool) -> S
         assemblies=assemblies,
         assembler_handed=assembler_handed,
         signer_inputs=signer_inputs,
+        refused_events=refused,
     )

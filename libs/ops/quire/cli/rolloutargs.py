@@ -107,7 +107,7 @@ def add_rollout_arguments(
         ),
     )
     for action, what in (
-        ("promote", "the candidate becomes the baseline (share 100%)"),
+        ("promote", "the candidate becomes the baseline (share 100%%)"),
         ("rollback", "no new job is pinned to the candidate (share 0); nothing is deleted"),
     ):
         actions.add_parser(action, parents=[common, once], help=what).add_argument(

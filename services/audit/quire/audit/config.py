@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from quire.environment import setting_float
 from quire.errors import InvalidSetting
 from quire.settings import ReconcileSettings, ServiceSettings, WatchSettings
 
@@ -21,6 +22,10 @@ class AuditSettings:
     """Audit's Ed25519 checkpoint key (PEM, PKCS#8), from a mounted Secret, so
     every replica signs with the one key readers trust. Unset, audit makes one
     on first start in its own directory."""
+    unexplained_seconds: float = 120.0
+    """How long a step that does not fit its job's history yet (its job not
+    accepted, its stage's turn not come) waits for the steps before it, before
+    it is kept aside as a finding (``quire.audit.succession``)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AuditSettings:
@@ -34,7 +39,13 @@ class AuditSettings:
         if not seconds > 0:
             raise InvalidSetting("QUIRE_AUDIT_CHECKPOINT_SECONDS", "more than 0 seconds")
         key = env.get("QUIRE_AUDIT_CHECKPOINT_KEY_FILE", "")
-        return cls(checkpoint_seconds=seconds, checkpoint_key_file=Path(key) if key else None)
+        return cls(
+            checkpoint_seconds=seconds,
+            checkpoint_key_file=Path(key) if key else None,
+            unexplained_seconds=setting_float(
+                env, "QUIRE_AUDIT_UNEXPLAINED_SECONDS", 120, minimum=0.1
+            ),
+        )
 
 
 @dataclass(frozen=True)

@@ -13,18 +13,32 @@ leaves the job view as it was.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, select, update
 
 from quire.audit import tables
 from quire.audit.jobview import COMPARED, JobFacts, apply, is_retirement
+from quire.audit.succession import Refusal, Wait, judge_step
 from quire.database import insert_if_absent
 from quire.jobs import state_name
 from quire.type import queue_pb2
 
-__all__ = ["append", "append_many", "entry_hash", "GENESIS", "recorded_states"]
+__all__ = [
+    "append",
+    "append_many",
+    "record_many",
+    "Outcome",
+    "keep_aside",
+    "Arrival",
+    "Recorded",
+    "entry_hash",
+    "GENESIS",
+    "recorded_states",
+]
 
 GENESIS = "0" * 64
 
@@ -37,6 +51,9 @@ _LOCKED_HEAD = (
 )
 _KNOWN_IDS = select(tables.ledger.c.event_id).where(
     tables.ledger.c.event_id.in_(bindparam("ids", expanding=True))
+)
+_KNOWN_REFUSED = select(tables.refused_events.c.event_id, tables.refused_events.c.event).where(
+    tables.refused_events.c.event_id.in_(bindparam("ids", expanding=True))
 )
 _MOVE_HEAD = (
     update(tables.chain_heads)
@@ -56,7 +73,8 @@ def entry_hash(prev_hash: str, event_bytes: bytes) -> str:
 
 
 def append(connection: Connection, event: queue_pb2.TransitionEvent) -> bool:
-    """Append ``event`` unless its id is already recorded. Returns True when appended.
+    """Append ``event`` (one of audit's own steps) unless its id is already
+    recorded. Returns True when appended.
 
     A repeated id is found before anything is written, and under the chain
     head's lock (so another audit replica appending the same event at the same
@@ -68,34 +86,135 @@ def append(connection: Connection, event: queue_pb2.TransitionEvent) -> bool:
 
 
 def append_many(connection: Connection, events: list[queue_pb2.TransitionEvent]) -> list[bool]:
-    """``append`` for each event in order, in fewer statements: each tenant's head
-    locked once (in tenant order, so two batches never wait on each other's
-    heads), one look-up of the ids, one insert of every new entry, one head
-    update per tenant and one view write per job. An id already recorded, or
-    repeated within ``events``, is a duplicate (False).
+    """``append`` for each of audit's own events, in order: not judged (audit
+    is the authority that completes, retries and retires)."""
+    arrivals = [Arrival(event, producer="audit", judged=False) for event in events]
+    return [o.recorded is Recorded.APPENDED for o in record_many(connection, arrivals)]
 
-    The ids are looked up under the heads' locks, so a second audit replica
-    holding the same events finds them recorded instead of failing on the
-    unique id; and everything that could fail is worked out before the insert.
-    Both keep PostgreSQL from using up sequence numbers on a batch that is then
-    rolled back, which the verifier would read as deleted entries."""
+
+class Recorded(StrEnum):
+    """What became of one arriving event."""
+
+    APPENDED = "APPENDED"
+    DUPLICATE = "DUPLICATE"
+    """Its id is in the ledger (or among the findings) already: nothing changed."""
+    REFUSED = "REFUSED"
+    """Kept aside as a finding (``refused_events``), never appended."""
+    WAITING = "WAITING"
+    """Not explicable yet (``succession.Wait``): deliver it again later."""
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """One event to record, as its verified producer sent it."""
+
+    event: queue_pb2.TransitionEvent
+    producer: str
+    judged: bool = True
+    """Whether it must fit the job's history (``succession.judge_step``)."""
+    last_chance: bool = False
+    """A step still not explicable now is refused instead of waiting again."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    recorded: Recorded
+    refusal: Refusal | None = None
+    """Why it was kept aside, when it was."""
+
+
+def record_many(connection: Connection, arrivals: list[Arrival]) -> list[Outcome]:
+    """Each arrival appended, found a duplicate, kept aside or left waiting, in
+    order, in fewer statements: each tenant's head locked once (in tenant
+    order, so two batches never wait on each other's heads), one look-up of
+    the ids, one read of the jobs' views, one insert of every new entry, one
+    head update per tenant and one view write per job.
+
+    Each step is judged against its job's view as the steps before it in this
+    group leave it. The ids and views are read under the heads' locks, so a
+    second audit replica holding the same events finds them recorded instead
+    of failing on the unique id; and everything that could fail is worked out
+    before the insert. Both keep PostgreSQL from using up sequence numbers on a
+    batch that is then rolled back, which the verifier would read as deleted
+    entries."""
     heads = {
         tenant: (head.head_hash, head.length)
-        for tenant in sorted({event.tenant for event in events})
+        for tenant in sorted({a.event.tenant for a in arrivals})
         for head in (_locked_head(connection, tenant),)
     }
-    ids = sorted({event.event_id for event in events})
+    ids = sorted({a.event.event_id for a in arrivals})
     known = set(connection.execute(_KNOWN_IDS, {"ids": ids}).scalars())
-    appended = [False] * len(events)
+    # A finding delivered again is the same finding; another event under its id
+    # (the genuine step a forger tried to take first) is judged on its own.
+    findings: dict[str, bytes] = {}
+    if any(a.judged for a in arrivals):
+        findings = {
+            row.event_id: row.event for row in connection.execute(_KNOWN_REFUSED, {"ids": ids})
+        }
+    stored = _stored_views(connection, sorted({a.event.job for a in arrivals}))
+    views: dict[str, JobFacts] = dict(stored)
+    outcomes: list[Outcome] = []
     fresh: list[queue_pb2.TransitionEvent] = []
-    for index, event in enumerate(events):
-        if event.event_id not in known:
-            known.add(event.event_id)
-            appended[index] = True
-            fresh.append(event)
-    if not fresh:
-        return appended
+    refused: list[tuple[Arrival, Refusal]] = []
+    for arrival in arrivals:
+        event = arrival.event
+        if event.event_id in known or (
+            event.event_id in findings
+            and findings[event.event_id] == event.SerializeToString(deterministic=True)
+        ):
+            outcomes.append(Outcome(Recorded.DUPLICATE))
+            continue
+        verdict = judge_step(views.get(event.job), event) if arrival.judged else None
+        if isinstance(verdict, Wait):
+            if not arrival.last_chance:
+                outcomes.append(Outcome(Recorded.WAITING))
+                continue
+            verdict = verdict.refusal
+        if verdict is not None:
+            findings.setdefault(event.event_id, event.SerializeToString(deterministic=True))
+            refused.append((arrival, verdict))
+            outcomes.append(Outcome(Recorded.REFUSED, verdict))
+            continue
+        known.add(event.event_id)
+        fresh.append(event)
+        if not is_retirement(event):
+            views[event.job] = apply(views.get(event.job), event)
+        outcomes.append(Outcome(Recorded.APPENDED))
     now = datetime.now(UTC)
+    for arrival, refusal in refused:
+        keep_aside(connection, arrival, refusal, now)
+    if fresh:
+        _append(connection, heads, fresh, stored, views, now)
+    return outcomes
+
+
+def keep_aside(connection: Connection, arrival: Arrival, refusal: Refusal, now: datetime) -> None:
+    """The refused event as a finding (once per event id)."""
+    event = arrival.event
+    insert_if_absent(
+        connection,
+        tables.refused_events,
+        {
+            "event_id": event.event_id[:128],
+            "job": event.job[:64],
+            "tenant": event.tenant[:64],
+            "producer": arrival.producer[:32],
+            "kind": refusal.value,
+            "to_state": state_name(event.to_state)[:32],
+            "event": event.SerializeToString(deterministic=True),
+            "refused_at": now,
+        },
+    )
+
+
+def _append(
+    connection: Connection,
+    heads: dict[str, tuple[str, int]],
+    fresh: list[queue_pb2.TransitionEvent],
+    stored: dict[str, JobFacts],
+    views: dict[str, JobFacts],
+    now: datetime,
+) -> None:
     rows = []
     for event in fresh:
         prev, length = heads[event.tenant]
@@ -116,48 +235,42 @@ def append_many(connection: Connection, events: list[queue_pb2.TransitionEvent])
             }
         )
         heads[event.tenant] = (digest, length + 1)
-    views = _advanced_views(connection, [event for event in fresh if not is_retirement(event)])
     connection.execute(tables.ledger.insert(), rows)
+    touched = {event.tenant for event in fresh}
     connection.execute(
         _MOVE_HEAD,
         [
             {"b_tenant": tenant, "b_hash": digest, "b_length": length}
             for tenant, (digest, length) in heads.items()
+            if tenant in touched
         ],
     )
+    moved = {event.job for event in fresh if not is_retirement(event)}
     changed = [
-        {"b_job": job, "b_updated_at": now, **{f"b_{k}": v for k, v in values.items()}}
-        for job, (values, exists) in views.items()
-        if exists
+        {"b_job": job, "b_updated_at": now, **_compared(views[job], "b_")}
+        for job in sorted(moved)
+        if job in stored
     ]
     new = [
-        {"job": job, "created_at": now, "updated_at": now, **values}
-        for job, (values, exists) in views.items()
-        if not exists
+        {"job": job, "created_at": now, "updated_at": now, **_compared(views[job], "")}
+        for job in sorted(moved)
+        if job not in stored
     ]
     if changed:
         connection.execute(_VIEW_UPDATE, changed)
     if new:
         connection.execute(tables.jobs.insert(), new)
-    return appended
 
 
-def _advanced_views(
-    connection: Connection, events: list[queue_pb2.TransitionEvent]
-) -> dict[str, tuple[dict[str, Any], bool]]:
-    """Each job's view after ``events`` (by the job view's rule, ``jobview.apply``; one read for
-    all jobs): the values to write, and whether the job has a row already."""
-    if not events:
+def _compared(view: JobFacts, prefix: str) -> dict[str, Any]:
+    return {f"{prefix}{name}": getattr(view, name) for name in COMPARED}
+
+
+def _stored_views(connection: Connection, jobs: list[str]) -> dict[str, JobFacts]:
+    """The jobs' views as the ``jobs`` index holds them (one read)."""
+    if not jobs:
         return {}
-    rows = connection.execute(_VIEWS_OF, {"jobs": sorted({event.job for event in events})})
-    stored: dict[str, JobFacts] = {row.job: _facts(row) for row in rows}
-    views: dict[str, JobFacts] = dict(stored)
-    for event in events:
-        views[event.job] = apply(views.get(event.job), event)
-    return {
-        job: ({name: getattr(after, name) for name in COMPARED}, job in stored)
-        for job, after in views.items()
-    }
+    return {row.job: _facts(row) for row in connection.execute(_VIEWS_OF, {"jobs": jobs})}
 
 
 def _facts(row: Any) -> JobFacts:

@@ -31,6 +31,7 @@ class AuditMeasures:
         self._failed = metrics.counter("quire_jobs_failed_total")
         self._lag = metrics.histogram("quire_audit_lag_seconds")
         self._dead = metrics.gauge("quire_dead_letters")
+        self._refused = metrics.counter("quire_audit_events_refused_total")
         for priority in ("interactive", "batch"):
             self._completed.labels(**{"class": priority})
         for stage in STAGES:
@@ -38,6 +39,10 @@ class AuditMeasures:
 
     def completed(self, priority: str) -> None:
         self._completed.labels(**{"class": priority or "interactive"}).inc()
+
+    def refused(self, kind: str) -> None:
+        """An event kept out of the ledger as a finding (``quire.audit.succession``)."""
+        self._refused.labels(kind=kind).inc()
 
     def recorded(self, event: queue_pb2.TransitionEvent) -> None:
         """A new ledger entry: its lag behind the event, and how the job ended."""

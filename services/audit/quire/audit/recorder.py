@@ -5,6 +5,12 @@ subject (``quire.wire``); here the event must also be one its producer may
 make — the actor it names is that producer, and the state it moves to is one
 of that producer's steps. Anything else is refused and changes nothing.
 
+Then the step must fit its job's recorded history (``quire.audit.succession``,
+judged in the append's transaction): a step that does not is kept aside as a
+finding and never appended; one that may yet fit (its job's acceptance, or
+its stage's turn, still on the way) is delivered again with backoff, for at
+most ``unexplained_seconds`` after it was published, then kept aside too.
+
 Appends go through a group commit: events that arrive while a commit is in
 progress are appended together, each in its own savepoint, under one
 transaction and one fsync, and each is acknowledged only after that commit.
@@ -15,6 +21,7 @@ to group (events are tiny; the slots cost nothing while idle).
 from __future__ import annotations
 
 import logging
+import time
 
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
@@ -23,6 +30,7 @@ from opentelemetry import trace
 from quire.audit import ledger
 from quire.audit.history import HistoryWatch
 from quire.audit.measures import AuditMeasures
+from quire.audit.succession import Refusal
 from quire.database import Database
 from quire.errors import QuireError
 from quire.faults import fault_point
@@ -62,9 +70,12 @@ class EventRecorder:
         history: HistoryWatch,
         backoff: Backoff,
         measures: AuditMeasures | None = None,
+        *,
+        unexplained_seconds: float = 120.0,
     ) -> None:
         self._measures = measures
-        self._appends = BatchCommit(database, ledger.append_many)
+        self._appends = BatchCommit(database, ledger.record_many)
+        self._unexplained_seconds = unexplained_seconds
         self._backoff = backoff
         self._history = history
         self._tracer = trace.get_tracer("quire.audit")
@@ -93,20 +104,28 @@ class EventRecorder:
             # RecordRetirement for bytes retired under the retention policy.
             log.warning("event %s claims a step only audit takes; dropped", event.event_id)
             return TERM, None
-        if not may_record(verified_producer(msg.headers), event):
+        producer = verified_producer(msg.headers)
+        if not may_record(producer, event):
             log.warning("event %s is not a step its producer takes; refused", event.event_id)
             return TERM, None
+        arrival = ledger.Arrival(event, producer, last_chance=self._waited_enough(msg))
         with self._tracer.start_as_current_span(
             "audit.record",
             context=extract_context(msg.headers),
             attributes={"quire.job": ident, "quire.event": event.event_id},
         ) as span:
             try:
-                appended = await self._appends.run(event)
+                outcome = await self._appends.run(arrival)
             except Exception as error:  # noqa: BLE001 - database trouble: retry
                 log.warning("event %s not recorded (%s)", event.event_id, type(error).__name__)
                 return self._backoff.retry(msg.metadata.num_delivered, error), None
-            span.set_attribute("quire.duplicate", not appended)
+            span.set_attribute("quire.recorded", outcome.recorded.value)
+            if outcome.recorded is ledger.Recorded.WAITING:
+                return self._backoff.retry(msg.metadata.num_delivered), None
+            if outcome.refusal is not None:
+                self._kept_aside(event, producer, outcome.refusal)
+                return ACK, None
+            appended = outcome.recorded is ledger.Recorded.APPENDED
             if appended and self._measures is not None:
                 self._measures.recorded(event)
             if appended:
@@ -123,3 +142,17 @@ class EventRecorder:
                 )
         fault_point("audit.after_record")
         return ACK, (event.job if appended else None)
+
+    def _waited_enough(self, msg: Msg) -> bool:
+        """Whether the event was published ``unexplained_seconds`` ago or more."""
+        stored = msg.metadata.timestamp  # when the stream stored it
+        return time.time() - stored.timestamp() >= self._unexplained_seconds
+
+    def _kept_aside(self, event: queue_pb2.TransitionEvent, producer: str, kind: Refusal) -> None:
+        if self._measures is not None:
+            self._measures.refused(kind.value)
+        # Ids only: the finding's row holds what the producer claimed.
+        log.warning(
+            "event kept out of the ledger",
+            extra={"event": event.event_id, "job": event.job, "producer": producer, "kind": kind},
+        )

@@ -27,6 +27,7 @@ __all__ = [
     "leases",
     "dead_letters",
     "request_ids",
+    "refused_events",
 ]
 
 metadata = MetaData()
@@ -105,3 +106,18 @@ retry_redrives = Table(
 # Request ids of creates and operators' mutations and their replies
 # (AIP-155; ``quire.idempotency``).
 request_ids = request_ids_table(metadata)
+# Events the recorder kept out of the ledger (``quire.audit.succession``): each
+# a finding, once per event id, never appended. What the producer claimed is
+# kept as it came (the event's bytes) for whoever looks into it.
+refused_events = Table(
+    "refused_events",
+    metadata,
+    Column("event_id", String(128), primary_key=True),
+    Column("job", String(64), nullable=False, index=True),
+    Column("tenant", String(64), nullable=False),
+    Column("producer", String(32), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("to_state", String(32), nullable=False),
+    Column("event", LargeBinary, nullable=False),
+    Column("refused_at", DateTime(timezone=True), nullable=False),
+)
