@@ -188,6 +188,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory, otlp_receiver) -> Iterator[o
             "QUIRE_DRAIN_SECONDS": "5",
             "QUIRE_QUEUE_AGE_BUDGET_SECONDS": "2",
             "QUIRE_QUEUE_AGE_CACHE_SECONDS": "0.2",
+            # Slow request headers are cut off soon (tests/test_gateway.py).
+            "QUIRE_GATEWAY_HEADER_SECONDS": "2",
         },
     )
     running.start()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import json
 import uuid
@@ -322,6 +323,50 @@ async def _asgi_put(
     assert read <= (declared // 64) + 2, "read on past the first byte over the declaration"
     response = httpx.Response(start["status"], headers=headers, content=body)  # type: ignore[arg-type]
     return response, read
+
+
+HEADER_SECONDS = 2.0  # QUIRE_GATEWAY_HEADER_SECONDS of the shared stack (conftest)
+
+
+async def test_silent_and_slow_header_connections_are_closed_at_the_bound(
+    stack, http: httpx.AsyncClient
+) -> None:  # type: ignore[no-untyped-def]
+    """Slowloris: connections that send nothing, or their headers a byte at a
+    time, are closed once the header bound passes; others are served meanwhile."""
+    url = httpx.URL(StackInfo.read(stack.data_dir).gateway_url)
+    opened = asyncio.get_running_loop().time()
+    silent = [await asyncio.open_connection(url.host, url.port) for _ in range(40)]
+    dripping = [await asyncio.open_connection(url.host, url.port) for _ in range(40)]
+    for _reader, writer in dripping:
+        writer.write(b"GET /v1/pdf/job/get/00 HTTP/1.1\r\nHost: quire\r\n")
+
+    async def drip(writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while not writer.is_closing():
+                writer.write(b"X")
+                await writer.drain()
+                await asyncio.sleep(0.3)
+
+    drips = [asyncio.create_task(drip(writer)) for _reader, writer in dripping]
+    try:
+        served = await http.get("/v1/pdf/job/get/0000")
+        assert served.status_code == 404, "a well-behaved client is served meanwhile"
+
+        async def closed(reader: asyncio.StreamReader) -> float:
+            with contextlib.suppress(ConnectionError):
+                while await reader.read(1024):
+                    pass
+            return asyncio.get_running_loop().time() - opened
+
+        async with asyncio.timeout(HEADER_SECONDS + 8):
+            ends = await asyncio.gather(*(closed(r) for r, _w in [*silent, *dripping]))
+    finally:
+        for task in drips:
+            task.cancel()
+        for _reader, writer in [*silent, *dripping]:
+            writer.close()
+    assert min(ends) >= HEADER_SECONDS - 0.5, "not before the bound"
+    assert max(ends) <= HEADER_SECONDS + 6, "each closed at the bound"
 
 
 async def test_the_served_openapi_document_is_the_committed_one(

@@ -258,3 +258,24 @@ def test_an_artifact_left_by_a_signing_that_failed_is_tolerated() -> None:
     assert provenance_findings(_snapshot("SIGNING"), [forged]) == [
         Finding("artifact_input_mismatch", "jobs/ab", detail="signed revision differs")
     ]
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("event", "'rewritten as text'"), ("event", "7"), ("tenant", "42"), ("prev_hash", "x'00'")],
+)
+def test_a_ledger_row_of_another_type_is_a_finding_not_a_crash(
+    run: FinishedRun, copy: Path, column: str, value: str
+) -> None:
+    """A database writer puts a value of another type in a ledger column:
+    ``quire check`` reports it, and nothing of the row reaches its report."""
+    job = run.jobs["COMPLETED"]
+    with _db(copy, "audit") as db:
+        (sequence,) = db.execute(
+            "SELECT max(sequence) FROM ledger WHERE job = ?", (job,)
+        ).fetchone()
+        db.execute(f"UPDATE ledger SET {column} = {value} WHERE sequence = ?", (sequence,))
+    report = check(copy)
+    assert not report.ok
+    assert any(f.sequence == sequence for f in report.findings), report.findings
+    assert "rewritten" not in " ".join(str(f) for f in report.findings)

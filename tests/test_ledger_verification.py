@@ -323,3 +323,40 @@ def test_an_edited_checkpoint_file_is_reported(audit, part: str) -> None:  # typ
     path.write_text(json.dumps(document))
     findings = _verify(audit).findings
     assert ("checkpoint_file", path.name) in {(f.kind, f.column) for f in findings}
+
+
+ODD_ROWS = [
+    ("event", "'an event rewritten as text'"),
+    ("event", "12345"),
+    ("event", "x'ffffffffff'"),
+    ("prev_hash", "x'00ff'"),
+    ("prev_hash", "'not hex at all'"),
+    ("entry_hash", "42"),
+    ("tenant", "42"),
+    ("to_state", "x'00'"),
+]
+
+
+@pytest.mark.parametrize(("column", "value"), ODD_ROWS)
+def test_a_row_of_any_odd_type_is_a_finding_never_an_error(audit, column: str, value: str) -> None:  # type: ignore[no-untyped-def]
+    """SQLite keeps whatever a writer puts in a column: verification names the
+    entry, and evidence over it is refused as DATA_LOSS, not an internal error."""
+    from quire.audit.evidence import build_evidence
+    from quire.errors import DataLoss
+
+    database, signer, _folder = audit
+    target = _t1_sequences(database)[2]
+    database.transaction(
+        lambda s: s.execute(
+            text(f"UPDATE ledger SET {column} = {value} WHERE sequence = :s"), {"s": target}
+        )
+    )
+    report = _verify(audit)
+    assert not report.ok
+    assert target in {f.sequence for f in report.findings}, report.findings
+    documents = database.transaction(signer.take)
+    try:
+        database.transaction(lambda s: build_evidence(s, "jobs/aa", documents, signer.public_pem))
+    except DataLoss as refused:
+        assert refused.reason.value == "LEDGER_DAMAGED"
+        assert "rewritten" not in refused.message

@@ -144,6 +144,10 @@ class ReasonCode(StrEnum):
     DEAD_LETTER_NOT_FOUND = "DEAD_LETTER_NOT_FOUND"
     DEAD_LETTER_RESOLVED = "DEAD_LETTER_RESOLVED"
     DEPENDENCY_UNAVAILABLE = "DEPENDENCY_UNAVAILABLE"
+    LEDGER_DAMAGED = "LEDGER_DAMAGED"
+    """An entry of the tenant's ledger cannot be read as recorded bytes (a row
+    rewritten in the database): no evidence or checkpoint is made over it;
+    ``quire audit verify`` names the entry."""
     SIGNING_FAILED = "SIGNING_FAILED"
     KEY_SOURCE_EXTERNAL = "KEY_SOURCE_EXTERNAL"
     INVALID_SETTING = "INVALID_SETTING"

@@ -125,20 +125,29 @@ def _said(event: queue_pb2.TransitionEvent) -> tuple[str, ...] | None:
         return None
 
 
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def _entry(row: Any) -> LedgerEntry:
-    try:
-        event: queue_pb2.TransitionEvent | None = queue_pb2.TransitionEvent.FromString(row.event)
-    except DecodeError:
-        event = None
+    """One row as the checker reads it: any column may hold any type (a row
+    rewritten in the database); what is not text reads as empty, an event
+    that is not bytes as undecodable, so that each becomes a finding."""
+    event: queue_pb2.TransitionEvent | None = None
+    if isinstance(row.event, bytes | bytearray | memoryview):
+        try:
+            event = queue_pb2.TransitionEvent.FromString(bytes(row.event))
+        except DecodeError:
+            event = None
     columns = (row.event_id, row.job, row.tenant, row.from_state, row.to_state, row.reason_code)
     return LedgerEntry(
         sequence=row.sequence,
-        event_id=row.event_id,
-        job=row.job,
-        tenant=row.tenant,
-        from_state=row.from_state,
-        to_state=row.to_state,
-        reason_code=row.reason_code,
+        event_id=_text(row.event_id),
+        job=_text(row.job),
+        tenant=_text(row.tenant),
+        from_state=_text(row.from_state),
+        to_state=_text(row.to_state),
+        reason_code=_text(row.reason_code),
         output_digest=event.output_digest if event is not None else "",
         decodes=event is not None,
         columns_match=event is not None and _said(event) == columns,

@@ -29,7 +29,7 @@ from quire.audit.tenantlog import origin, tenant_entries, tenant_tree
 from quire.checkpoint import Checkpoint as LogHead
 from quire.checkpoint import open_checkpoint, sign_checkpoint
 from quire.database import Database
-from quire.errors import InvalidSetting
+from quire.errors import DataLoss, InvalidSetting
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,14 @@ class CheckpointSigner:
         for head in connection.execute(select(tables.chain_heads)).all():
             if not head.length:
                 continue
+            try:
+                note = self._note(connection, head.tenant, int(head.length))
+            except DataLoss:
+                # Nothing is signed over a damaged entry; verify reports it.
+                log.warning(
+                    "tenant log damaged: no checkpoint signed", extra={"tenant": head.tenant}
+                )
+                continue
             checkpoint = Checkpoint(head.tenant, int(head.length), head.head_hash, now)
             signature = self._key.sign(checkpoint.payload())
             documents.append(
@@ -101,7 +109,7 @@ class CheckpointSigner:
                     "checkpoint": asdict(checkpoint),
                     "signature": base64.b64encode(signature).decode(),
                     "public_key": self.public_pem,
-                    "note": self._note(connection, head.tenant, int(head.length)),
+                    "note": note,
                 }
             )
         return documents

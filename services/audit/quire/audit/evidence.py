@@ -37,12 +37,13 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy import Connection, select
 
 from quire.audit import tables
-from quire.audit.tenantlog import origin, tenant_entries, tenant_of, tenant_tree
+from quire.audit.tenantlog import DAMAGED, origin, tenant_entries, tenant_of, tenant_tree
 from quire.checkpoint import open_checkpoint
-from quire.errors import NotFound
+from quire.errors import DataLoss, NotFound
 from quire.jobs import HISTORY_BEFORE_COMPLETION, TERMINAL_STATES, state_name
 from quire.merkle import ProofError, leaf_hash, verify_consistency, verify_inclusion
 from quire.pipeline import State
+from quire.reasons import ReasonCode
 from quire.signednote import NoteError
 from quire.type import queue_pb2
 
@@ -134,6 +135,16 @@ def _unb64(text: str) -> bytes:
     return base64.b64decode(text, validate=True)
 
 
+def _decoded(data: bytes) -> queue_pb2.TransitionEvent:
+    """An entry's event; DATA_LOSS (LEDGER_DAMAGED) when its bytes are not one."""
+    try:
+        event = queue_pb2.TransitionEvent.FromString(data)
+        shown_fields(event)
+    except (DecodeError, ValueError):
+        raise DataLoss(ReasonCode.LEDGER_DAMAGED, DAMAGED) from None
+    return event
+
+
 def build_evidence(
     connection: Connection, job: str, checkpoints: list[dict[str, Any]], public_pem: str
 ) -> dict[str, Any]:
@@ -149,6 +160,8 @@ def build_evidence(
     tenant = mine[0].tenant
     entries = tenant_entries(connection, tenant)
     index_of = {sequence: index for index, (sequence, _) in enumerate(entries)}
+    if any(row.sequence not in index_of for row in mine):
+        raise DataLoss(ReasonCode.LEDGER_DAMAGED, DAMAGED)  # an entry of the job left its chain
     indices = [index_of[row.sequence] for row in mine]
     covering = sorted(
         (c for c in checkpoints if c.get("note") and c["checkpoint"]["tenant"] == tenant),
@@ -175,7 +188,7 @@ def build_evidence(
                 "entry": _b64(entries[index][1]),
                 "inclusion_proof": [_b64(h) for h in tree.inclusion_proof(index, size)],
                 # Read from the hashed bytes just encoded, never from a column.
-                **shown_fields(queue_pb2.TransitionEvent.FromString(entries[index][1])),
+                **shown_fields(_decoded(entries[index][1])),
             }
             for index in indices
         ],

@@ -11,11 +11,14 @@ from __future__ import annotations
 from sqlalchemy import Connection, select
 
 from quire.audit import tables
+from quire.errors import DataLoss
 from quire.merkle import MerkleTree
+from quire.reasons import ReasonCode
 
-__all__ = ["ORIGIN_PREFIX", "origin", "tenant_of", "tenant_entries", "tenant_tree"]
+__all__ = ["DAMAGED", "ORIGIN_PREFIX", "origin", "tenant_of", "tenant_entries", "tenant_tree"]
 
 ORIGIN_PREFIX = "quire/"
+DAMAGED = "an entry of this tenant's ledger is damaged; quire audit verify names it"
 
 
 def origin(tenant: str) -> str:
@@ -38,7 +41,14 @@ def tenant_entries(
     )
     if size is not None:
         query = query.limit(size)
-    return [(row.sequence, bytes(row.event)) for row in connection.execute(query)]
+    entries = []
+    for row in connection.execute(query):
+        if not isinstance(row.event, bytes | bytearray | memoryview):
+            raise DataLoss(ReasonCode.LEDGER_DAMAGED, DAMAGED)
+        entries.append((row.sequence, bytes(row.event)))
+    if size is not None and len(entries) < size:
+        raise DataLoss(ReasonCode.LEDGER_DAMAGED, DAMAGED)  # fewer entries than its head counts
+    return entries
 
 
 def tenant_tree(entries: list[tuple[int, bytes]]) -> MerkleTree:

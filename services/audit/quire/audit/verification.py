@@ -134,11 +134,36 @@ def _said(event: queue_pb2.TransitionEvent) -> dict[str, str]:
     }
 
 
+def _blob(value: object) -> bytes | None:
+    """A column's value as bytes, or None when it holds something else (a row
+    rewritten with another type: SQLite keeps whatever it is given)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    return None
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _recomputed(prev_hash: object, event: bytes | None) -> str | None:
+    """The entry hash the row's own bytes give, or None when they cannot give one."""
+    if event is None or not isinstance(prev_hash, str):
+        return None
+    try:
+        return entry_hash(prev_hash, event)
+    except ValueError:  # prev_hash is no hex
+        return None
+
+
 def _columns(row: object, views: dict[str, JobFacts], last: dict[str, int]) -> Iterable[Finding]:
     """Check a row's columns against its bytes, and fold its event into the views."""
-    sequence, tenant = row.sequence, row.tenant  # type: ignore[attr-defined]
+    sequence, tenant = row.sequence, _text(row.tenant)  # type: ignore[attr-defined]
+    data = _blob(row.event)  # type: ignore[attr-defined]
     try:
-        event = queue_pb2.TransitionEvent.FromString(row.event)  # type: ignore[attr-defined]
+        if data is None:
+            raise ValueError("not bytes")
+        event = queue_pb2.TransitionEvent.FromString(data)
         said = _said(event)
     except (DecodeError, ValueError):
         yield Finding("undecodable", sequence, tenant)
@@ -159,14 +184,15 @@ def _view_findings(
     index rows with no events (or events with no index row)."""
     indexed = set()
     for row in connection.execute(select(tables.jobs)):
-        indexed.add(row.job)
-        folded = views.get(row.job)
+        job, tenant = str(row.job), _text(row.tenant)
+        indexed.add(job)
+        folded = views.get(job)
         if folded is None:
-            yield Finding("view", 0, row.tenant, column="job", job=row.job)
+            yield Finding("view", 0, tenant, column="job", job=job)
             continue
         for column in COMPARED:
             if getattr(row, column) != getattr(folded, column):
-                yield Finding("view", last[row.job], row.tenant, column=column, job=row.job)
+                yield Finding("view", last[job], tenant, column=column, job=job)
     for job in views.keys() - indexed:
         yield Finding("view", last[job], views[job].tenant, column="job", job=job)
 
@@ -220,14 +246,16 @@ def verify_ledger(
     count = 0
     for row in _rows(connection):
         count += 1
-        sequence, tenant = row.sequence, row.tenant  # type: ignore[attr-defined]
+        # Any column may hold any type here (a rewritten row): each is a finding, never an error.
+        sequence, tenant = row.sequence, _text(row.tenant)  # type: ignore[attr-defined]
         if gaps_are_deletions and previous_sequence and sequence != previous_sequence + 1:
             findings.append(Finding("deleted", previous_sequence + 1, tenant))
         previous_sequence = sequence
-        if entry_hash(row.prev_hash, row.event) != row.entry_hash:  # type: ignore[attr-defined]
+        data = _blob(row.event)  # type: ignore[attr-defined]
+        if _recomputed(row.prev_hash, data) != row.entry_hash:  # type: ignore[attr-defined]
             findings.append(Finding("edited", sequence, tenant))
         findings.extend(_columns(row, views, last))
-        trees.setdefault(tenant, MerkleTree()).append(leaf_hash(row.event))  # type: ignore[attr-defined]
+        trees.setdefault(tenant, MerkleTree()).append(leaf_hash(data or b""))
         chains.setdefault(tenant, []).append(
             _Entry(sequence, row.prev_hash, row.entry_hash)  # type: ignore[attr-defined]
         )

@@ -39,6 +39,13 @@ class GatewaySettings:
     """Largest chunk of an HTTP upload body forwarded as one gRPC message."""
     drain_seconds: float = 20.0
     """On SIGTERM: time allowed to finish requests in flight (``QUIRE_DRAIN_SECONDS``)."""
+    header_seconds: float = 10.0
+    """From a connection's first byte (or its first byte after a reply) to the
+    end of the request's headers; a slower client is disconnected
+    (``QUIRE_GATEWAY_HEADER_SECONDS``)."""
+    idle_seconds: float = 5.0
+    """How long a kept-alive connection may wait for its next request
+    (``QUIRE_GATEWAY_IDLE_SECONDS``)."""
     instance: str = ""
     trace_file: Path | None = None
     log_format: str = "json"
@@ -61,6 +68,8 @@ class GatewaySettings:
             metrics_address=env.get(service_metrics_var(SERVICE), DEFAULT_METRICS_ADDRESS),
             tls=TlsSettings.from_env(env),
             drain_seconds=setting_float(env, "QUIRE_DRAIN_SECONDS", 20),
+            header_seconds=setting_float(env, "QUIRE_GATEWAY_HEADER_SECONDS", 10, minimum=0.1),
+            idle_seconds=setting_float(env, "QUIRE_GATEWAY_IDLE_SECONDS", 5, minimum=0.1),
             instance=setting_text(env, "QUIRE_INSTANCE", f"{socket.gethostname()}-{os.getpid()}"),
             trace_file=Path(trace) if trace else None,
             log_format=log_format(env),

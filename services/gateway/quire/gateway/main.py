@@ -12,6 +12,7 @@ import uvicorn
 
 from quire.gateway.app import create_app
 from quire.gateway.config import SERVICE, GatewaySettings
+from quire.gateway.slowclients import bounded_headers
 from quire.grpcserver import TraceClientInterceptors
 from quire.metrics import ServiceMetrics, serve_metrics
 from quire.runtime import configure_logging, run_service
@@ -38,6 +39,8 @@ async def main() -> None:
             lifespan="off",
             timeout_graceful_shutdown=int(settings.drain_seconds),
             server_header=False,
+            http=bounded_headers(settings.header_seconds),
+            timeout_keep_alive=max(1, round(settings.idle_seconds)),
         )
         await uvicorn.Server(config).serve()
     finally:
