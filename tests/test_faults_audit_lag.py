@@ -1,8 +1,9 @@
 """Evidence lags: audit's events consumer is paused (and, later, the whole
-audit service is stopped) while jobs run through every stage. No job is ever
-shown COMPLETED while its history is missing from the ledger; once the events
-flow again every job completes, once, and the invariant checker finds
-nothing."""
+audit service is stopped) while jobs run. The assembler asks audit before
+acting (``quire.authority``), so the jobs wait there, validated but neither
+assembled nor signed, and no job is ever shown COMPLETED while its history
+is missing from the ledger; once the events flow again every job completes,
+once, and the invariant checker finds nothing."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from quire.client import AdmissionClient
 from quire.invariants import check
 from quire.jobs import state_name
 from quire.runtime import connect_nats
-from quire.workqueue import EVENTS_STREAM, WORK_STREAM, consumer_name
+from quire.workqueue import EVENTS_STREAM
 from quire.workqueue.topology import EVENTS_CONSUMER
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
@@ -41,14 +42,23 @@ ENV = {
 }
 
 
-def _signed(data_dir: Path, names: list[str]) -> bool:
-    """Whether the signer has committed its outcome for every job."""
-    path = data_dir / "signer" / "signer.db"
+def _leased(data_dir: Path, service: str, *, committed: bool) -> set[str]:
+    """The jobs ``service`` has taken a lease for (and committed an outcome of)."""
+    path = data_dir / service / f"{service}.db"
+    query = "SELECT job FROM stage_leases" + (" WHERE outcome IS NOT NULL" if committed else "")
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-        done = {
-            job for (job,) in db.execute("SELECT job FROM stage_leases WHERE outcome IS NOT NULL")
-        }
-    return set(names) <= done
+        return {job for (job,) in db.execute(query)}
+
+
+def _waiting_for_audit(data_dir: Path, names: list[str]) -> bool:
+    """Every job validated and taken up by the assembler, which waits for
+    audit's record of the validation: none assembled, none signed."""
+    validated = _leased(data_dir, "validator", committed=True)
+    taken = _leased(data_dir, "assembler", committed=False)
+    assembled = _leased(data_dir, "assembler", committed=True)
+    assert not set(names) & assembled, "assembled before audit recorded the validation"
+    assert not set(names) & _leased(data_dir, "signer", committed=False), "signed too early"
+    return set(names) <= validated and set(names) <= taken
 
 
 async def _never_completed(client: AdmissionClient, names: list[str]) -> None:
@@ -114,14 +124,13 @@ async def test_no_job_is_shown_complete_while_its_events_lag(tmp_path: Path) -> 
             until = (datetime.now(UTC) + timedelta(minutes=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
             await js.pause_consumer(EVENTS_STREAM, EVENTS_CONSUMER, until)
             names = await submit_text_jobs(running.client, tmp_path / "paused", JOBS)
-            commit = consumer_name("commit", "interactive")
 
-            async def deferred() -> bool:
-                """Every job signed, and audit has already put a completion off."""
-                info = await js.consumer_info(WORK_STREAM, commit)
-                return _signed(running.data_dir, names) and info.num_redelivered >= 1
+            async def held() -> bool:
+                return _waiting_for_audit(running.data_dir, names)
 
-            await _watch_while(running.client, running.data_dir, names, deferred)
+            await _watch_while(running.client, running.data_dir, names, held)
+            await asyncio.sleep(2.0)  # and they stay held
+            assert _waiting_for_audit(running.data_dir, names)
             assert not [r for r in ledger_rows(running.data_dir) if r[2] in names]
             await resume_promptly(js, EVENTS_STREAM, EVENTS_CONSUMER)
             jobs = await wait_all(running.client, names, timeout=60)
@@ -135,10 +144,10 @@ async def test_no_job_is_shown_complete_while_its_events_lag(tmp_path: Path) -> 
         await asyncio.to_thread(running.stack.stop_service, "audit")
         later = await submit_text_jobs(running.client, tmp_path / "stopped", JOBS)
 
-        async def all_signed() -> bool:
-            return _signed(running.data_dir, later)
+        async def all_held() -> bool:
+            return _waiting_for_audit(running.data_dir, later)
 
-        await _watch_while(running.client, running.data_dir, later, all_signed)
+        await _watch_while(running.client, running.data_dir, later, all_held)
         await asyncio.to_thread(running.stack.start_service, "audit")
         await asyncio.to_thread(running.stack.wait_healthy)
         # Admission's channel to audit may still be reconnecting for a moment.

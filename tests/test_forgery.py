@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator
@@ -62,6 +63,8 @@ ENV = {
     "QUIRE_BACKOFF_CAP_SECONDS": "1",
     # A step that does not fit its job yet is kept aside after 3 s, not 2 minutes.
     "QUIRE_AUDIT_UNEXPLAINED_SECONDS": "3",
+    # A task for a job audit never recorded is held 2 s a delivery, not 30.
+    "QUIRE_AUTHORITY_PATIENCE_SECONDS": "2",
 }
 PRODUCER_OF_STAGE = {"validate": "admission", "assemble": "validator", "sign": "assembler"}
 PRODUCER_OF_STAGE["commit"] = "signer"
@@ -542,3 +545,82 @@ async def test_validly_signed_steps_that_do_not_fit_the_history_stay_out_of_the_
         await _resume_validation(control)
     # The genuine commit step carries the id the early forgery used: it still lands.
     assert state_name((await client.wait(waiting.name, timeout=60)).state) == "COMPLETED"
+
+
+async def _forge_sign_task(running: Running, task: queue_pb2.JobTask) -> None:
+    """What a taken-over assembler does: clear the job's gate entry (its login
+    may), then send a sign task signed with its own key."""
+    nc = await login(running, "assembler")
+    try:
+        kv = await nc.jetstream().key_value(GATE_BUCKET)
+        with contextlib.suppress(Exception):
+            await kv.delete(task.job.removeprefix("jobs/"))
+        subject = work_subject("sign", "interactive")
+        await _publish(
+            nc.jetstream(),
+            subject,
+            task.SerializeToString(),
+            signer_of(running.data_dir, "assembler"),
+        )
+    finally:
+        await nc.close()
+
+
+async def test_a_taken_over_assembler_gets_nothing_signed_that_audit_did_not_record(
+    running: Running, tmp_path: Path
+) -> None:
+    """Gate entries cleared and sign tasks signed with the assembler's own key:
+    for a rejected job, a cancelled one, one never accepted, and another
+    tenant's job under the attacker's tenant, the signer asks audit first and
+    signs none of them. No step is recorded for the victims' jobs."""
+    client = running.client
+    good = (await client.upload(write_text_pdf(tmp_path / "p.pdf", ["packet"]))).sha256
+    done = await client.submit([PacketItem("p", good)])
+    assert state_name((await client.wait(done.name, timeout=60)).state) == "COMPLETED"
+    ((outcome,),) = _rows(
+        running.data_dir,
+        "assembler",
+        "SELECT outcome FROM stage_leases WHERE job = ? AND outcome IS NOT NULL",
+        done.name,
+    )
+    packet = queue_pb2.StageOutcome.FromString(outcome).next_task.assembled
+    whole = write_text_pdf(tmp_path / "cut.pdf", ["cut short"]).read_bytes()
+    (tmp_path / "cut.pdf").write_bytes(whole[: len(whole) // 2])
+    bad = (await client.upload(tmp_path / "cut.pdf")).sha256
+    rejected = await client.submit([PacketItem("cut", bad)])
+    assert state_name((await client.wait(rejected.name, timeout=60)).state) == "REJECTED"
+    async with TenantAdminClient(
+        running.info.endpoints["admission"], running.info.operator_token()
+    ) as admin:
+        victim_tenant = await admin.create_tenant(f"victim-{uuid.uuid4().hex[:8]}")
+    control = await _pause_validation(running)
+    try:
+        cancelled = await client.submit([PacketItem("c", good)])
+        assert state_name((await client.cancel(cancelled.name)).state) == "CANCELLED"
+        async with AdmissionClient(
+            running.info.endpoints["admission"], victim_tenant.secret
+        ) as victim:
+            theirs = await victim.submit(
+                [PacketItem("v", (await victim.upload(tmp_path / "p.pdf")).sha256)]
+            )
+        forged: list[queue_pb2.JobTask] = []
+        for name in (rejected.name, cancelled.name, f"jobs/{uuid.uuid4().hex}", theirs.name):
+            task = _task_of(running, rejected.name)
+            task.job = name
+            task.assembled.CopyFrom(packet)  # the attacker's own tenant's real packet
+            forged.append(task)
+        for task in forged:
+            await _forge_sign_task(running, task)
+        await _drained(running, WORK_STREAM, [consumer_name("sign", "interactive")])
+        for task in forged:
+            assert not (running.data_dir / "blobs" / signed_key(task.tenant, task.job)).exists()
+        victims = {rejected.name, cancelled.name, theirs.name}
+        stepped = [e for e in ledger_rows(running.data_dir) if e[2] in victims]
+        assert not [e for e in stepped if e[3] in ("SIGNING", "COMMITTING", "COMPLETED")]
+        log = (running.data_dir / "logs" / "signer.log").read_text(errors="replace")
+        assert "does not match the job audit recorded" in log
+        assert "the job ended" in log
+    finally:
+        await _resume_validation(control)
+    final = await client.get_job(rejected.name)
+    assert state_name(final.state) == "REJECTED"

@@ -173,7 +173,7 @@ class SigningRecord(_message.Message):
     def __init__(self, key_version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., signer_identity: _Optional[str] = ..., level: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("name", "state", "reason_code", "item_count", "manifest_digest", "output_digest", "ruleset_version", "create_time", "update_time", "key_version", "reason_detail", "bundle_id", "batch", "timings", "deadline", "pins", "source_waits", "track", "deliveries", "attempt")
+    __slots__ = ("name", "state", "reason_code", "item_count", "manifest_digest", "output_digest", "ruleset_version", "create_time", "update_time", "key_version", "reason_detail", "bundle_id", "batch", "timings", "deadline", "pins", "source_waits", "track", "deliveries", "attempt", "tenant")
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REASON_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -194,6 +194,7 @@ class Job(_message.Message):
     TRACK_FIELD_NUMBER: _ClassVar[int]
     DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     name: str
     state: JobState
     reason_code: str
@@ -214,7 +215,8 @@ class Job(_message.Message):
     track: str
     deliveries: int
     attempt: int
-    def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason_code: _Optional[str] = ..., item_count: _Optional[int] = ..., manifest_digest: _Optional[str] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., key_version: _Optional[str] = ..., reason_detail: _Optional[str] = ..., bundle_id: _Optional[str] = ..., batch: _Optional[str] = ..., timings: _Optional[_Iterable[_Union[PhaseTiming, _Mapping]]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pins: _Optional[_Iterable[_Union[SourcePin, _Mapping]]] = ..., source_waits: _Optional[_Iterable[_Union[SourceWait, _Mapping]]] = ..., track: _Optional[str] = ..., deliveries: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+    tenant: str
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., reason_code: _Optional[str] = ..., item_count: _Optional[int] = ..., manifest_digest: _Optional[str] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., key_version: _Optional[str] = ..., reason_detail: _Optional[str] = ..., bundle_id: _Optional[str] = ..., batch: _Optional[str] = ..., timings: _Optional[_Iterable[_Union[PhaseTiming, _Mapping]]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pins: _Optional[_Iterable[_Union[SourcePin, _Mapping]]] = ..., source_waits: _Optional[_Iterable[_Union[SourceWait, _Mapping]]] = ..., track: _Optional[str] = ..., deliveries: _Optional[int] = ..., attempt: _Optional[int] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class SourceWait(_message.Message):
     __slots__ = ("system", "breaker", "retry_time", "reason_code", "since")

@@ -80,7 +80,8 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
     "audit": _service(
         "quire.audit.v1.AuditService",
         {
-            "GetJob": FRONT_DOOR_READ,
+            # The assembler and the signer confirm a job before acting (quire.authority).
+            "GetJob": read_by(ADMISSION, "assembler", "signer"),
             "WatchJob": FRONT_DOOR_READ,
             "BatchGetJobs": FRONT_DOOR_READ,
             "ListJobEvents": FRONT_DOOR_READ,

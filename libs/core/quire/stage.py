@@ -37,6 +37,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from sqlalchemy import Connection
 
+from quire.authority import JobAuthority, JobEnded
 from quire.errors import (
     JobCancelled,
     PermanentError,
@@ -209,7 +210,10 @@ class StageRunner:
         meter: StageMeter | None = None,
         diagnostics: Diagnostics | None = None,
         deferrals: Deferrals | None = None,
+        authority: JobAuthority | None = None,
     ) -> None:
+        self._authority = authority
+        """Audit, asked before any work (the assembler and the signer)."""
         self._stage = stage
         self._deferrals = deferrals
         self._diagnostics = diagnostics
@@ -312,6 +316,15 @@ class StageRunner:
             # but did not commit (it crashed in between) is decided again below.
             log.warning("task for job %s refused: the job ended %s", task.job, held)
             return TERM
+        if self._authority is not None:
+            try:
+                await self._authority.confirm(task)
+            except ForgedMessage as refused:
+                log.warning("task for job %s refused: %s", task.job, refused.message)
+                return TERM
+            except JobEnded as ended:
+                log.warning("task for job %s refused: the job ended %s", task.job, ended.state)
+                return TERM
         stored: frozenset[str] = frozenset()
         if held == CANCELLED:
             ending = self._ending(

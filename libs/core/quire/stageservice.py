@@ -12,11 +12,14 @@ import grpc
 from sqlalchemy import MetaData, Table
 
 from quire.announcements import Announcer
+from quire.audit.v1.audit_service_pb2_grpc import AuditServiceStub
+from quire.authority import JobAuthority
 from quire.blobstore import BlobStore
 from quire.database import Database
 from quire.diagnosticsservice import SERVICE_NAME as DIAGNOSTICS_SERVICE
 from quire.diagnosticsservice import DiagnosticsServicer, with_diagnostics
 from quire.diagnosticstore import DiagnosticsStore, DiagnosticTables
+from quire.environment import setting_float
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.leases import LeaseStore
@@ -92,6 +95,9 @@ class StageConfig:
     temp_space: TempSpaceSettings
     diagnostics: DiagnosticsSettings = field(default_factory=DiagnosticsSettings)
     """How long failed deliveries' error texts are kept (``quire.diagnosticstore``)."""
+    authority_patience_seconds: float = 30.0
+    """How long one delivery waits for audit to record a job at this stage
+    before it is delivered again (``quire.authority``)."""
 
     @classmethod
     def from_env(cls, service: str, env: Mapping[str, str]) -> StageConfig:
@@ -100,6 +106,9 @@ class StageConfig:
             sandbox=SandboxSettings.from_env(env, service),
             temp_space=TempSpaceSettings.from_env(env, service),
             diagnostics=DiagnosticsSettings.from_env(env),
+            authority_patience_seconds=setting_float(
+                env, "QUIRE_AUTHORITY_PATIENCE_SECONDS", 30, minimum=0
+            ),
         )
 
 
@@ -114,6 +123,8 @@ class StageService:
     """The stage's chain of schema migrations (``quire.migrations``)."""
     leases: Table
     grpc_service_name: str
+    asks_audit: bool = False
+    """Whether each task is confirmed with audit before any work (``quire.authority``)."""
 
 
 async def run_stage_service(
@@ -181,6 +192,15 @@ async def run_stage_service(
         meter=meter,
         diagnostics=diagnostics,
         deferrals=Deferrals(js),
+        authority=(
+            JobAuthority(
+                AuditServiceStub(peers.channel("audit")),
+                spec.stage,
+                patience_seconds=config.authority_patience_seconds,
+            )
+            if spec.asks_audit
+            else None
+        ),
     )
     queues = QueueGauges(js, stage_name, metrics, budget_seconds=settings.queue.age_budget_seconds)
     if settings.service in ("validator", "assembler"):

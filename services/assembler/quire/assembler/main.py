@@ -45,6 +45,7 @@ async def main() -> None:
             migrations=tables.MIGRATIONS,
             leases=tables.leases,
             grpc_service_name="quire.assembler.v1.AssemblerService",
+            asks_audit=True,
         ),
         build=build,
         sandbox=pool,

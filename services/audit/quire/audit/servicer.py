@@ -80,6 +80,7 @@ def _job(facts: JobFacts) -> job_pb2.Job:
         track=facts.track,
         deliveries=facts.deliveries,
         attempt=facts.attempt,
+        tenant=facts.tenant,
     )
     if facts.deadline is not None:
         job.deadline.CopyFrom(timestamp(facts.deadline))

@@ -70,6 +70,7 @@ async def main() -> None:
             migrations=tables.MIGRATIONS,
             leases=tables.leases,
             grpc_service_name="quire.signer.v1.SignerService",
+            asks_audit=True,
         ),
         build=build,
         sandbox=pool,
