@@ -17,10 +17,11 @@ from quire.runtime import connect_nats
 from quire.signer.v1 import signer_service_pb2 as spb
 from quire.signer.v1 import signer_service_pb2_grpc as sgrpc
 from quire.stack.supervisor import StackInfo
+from quire.testing.consumers import resume_promptly
 from quire.testing.pdfs import write_text_pdf
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
-from quire.workqueue import EVENTS_STREAM, Publisher, event_subject
+from quire.workqueue import EVENTS_STREAM, WORK_STREAM, Publisher, consumer_name, event_subject
 from quire.workqueue.topology import EVENTS_CONSUMER
 
 pytestmark = pytest.mark.stack
@@ -56,14 +57,26 @@ async def test_a_forged_completion_event_completes_nothing(
 async def test_completion_waits_for_late_events(
     stack, client: AdmissionClient, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
+    """The signer signs once audit records the job at signing (it asks first);
+    its own COMMITTING event then lags, and the job stays short of COMPLETED
+    until the event is in the ledger."""
     info = StackInfo.read(stack.data_dir)
     nc = await connect_nats(stack.nats_url, "quire-test-events", **stack.nats_login())
     js = nc.jetstream()
     until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    sign = consumer_name("sign", "interactive")
     try:
-        await js.pause_consumer(EVENTS_STREAM, EVENTS_CONSUMER, until)
+        await js.pause_consumer(WORK_STREAM, sign, until)
         digest = (await client.upload(write_text_pdf(tmp_path / "late.pdf", ["late"]))).sha256
         job = await client.submit([PacketItem("d", digest)])
+        for _ in range(300):  # audit records the hand-over to signing
+            if state_name((await client.get_job(job.name)).state) == "SIGNING":
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the job never reached SIGNING")
+        await js.pause_consumer(EVENTS_STREAM, EVENTS_CONSUMER, until)
+        await resume_promptly(js, WORK_STREAM, sign)
         async with grpc.aio.insecure_channel(info.endpoints["signer"]) as channel:
             signer = sgrpc.SignerServiceStub(channel)
             for _ in range(100):  # the signer finishes while audit hears nothing
@@ -80,7 +93,8 @@ async def test_completion_waits_for_late_events(
         await asyncio.sleep(1.5)
         assert state_name((await client.get_job(job.name)).state) != "COMPLETED"
     finally:
-        await js.resume_consumer(EVENTS_STREAM, EVENTS_CONSUMER)
+        await resume_promptly(js, EVENTS_STREAM, EVENTS_CONSUMER)
+        await resume_promptly(js, WORK_STREAM, sign)
         await nc.close()
     final = await client.wait(job.name, timeout=60)
     assert state_name(final.state) == "COMPLETED"

@@ -1,11 +1,12 @@
 """Issue 21: a cancel that loses the race with signing reports the job's
-current state as audit records it — not the stale VALIDATING or ASSEMBLING
-audit showed before it caught up — and says plainly that the cancel lost.
+current state as audit records it — not the stale state audit showed
+before it caught up — and says plainly that the cancel lost.
 
 The loss is made deterministic on a private stack: the job is held before
-assembly until audit shows it ASSEMBLING; then audit's events consumer (and
-its commit queue) is paused, the job is let go, and the signer claims it in
-the job gate and signs while audit still shows ASSEMBLING. The cancel is
+signing until audit shows it SIGNING (the signer asks audit before acting);
+then audit's events consumer (and its commit queue) is paused, the job is let
+go, and the signer claims it in the job gate and signs while audit still
+shows SIGNING. The cancel is
 sent then; audit's events flow again a moment later. The reply must be what
 audit then records (SIGNING, or COMMITTING once audit has recorded the
 signer's event too; the commit queue stays paused, so COMMITTING holds still
@@ -73,24 +74,25 @@ async def test_a_cancel_that_loses_to_signing_reports_audits_state_and_says_it_l
         nc = await connect_nats(stack.nats_url, "quire-test-cancel-lost", **stack.nats_login())
         js: JetStreamContext = nc.jetstream(timeout=10)
         until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        assemble = consumer_name("assemble", "interactive")
+        sign = consumer_name("sign", "interactive")
         commit = consumer_name("commit", "interactive")
         try:
             async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
-                await js.pause_consumer(WORK_STREAM, assemble, until)
+                await js.pause_consumer(WORK_STREAM, sign, until)
                 path = write_text_pdf(tmp_path / "late.pdf", [f"late {uuid.uuid4().hex}"])
                 digest = (await client.upload(path)).sha256
                 job = (await client.submit([PacketItem("doc", digest)])).name
 
-                async def assembling() -> bool:
-                    return state_name((await client.get_job(job)).state) == "ASSEMBLING"
+                async def signing() -> bool:
+                    return state_name((await client.get_job(job)).state) == "SIGNING"
 
-                await eventually(assembling, 90, "audit shows the job ASSEMBLING")
+                # Audit records the hand-over to signing (the signer asks it first).
+                await eventually(signing, 90, "audit shows the job SIGNING")
 
                 # Audit stops taking events (and completions); the job moves on.
                 await js.pause_consumer(EVENTS_STREAM, EVENTS_CONSUMER, until)
                 await js.pause_consumer(WORK_STREAM, commit, until)
-                await resume_promptly(js, WORK_STREAM, assemble)
+                await resume_promptly(js, WORK_STREAM, sign)
                 gate = await js.key_value(GATE_BUCKET)
 
                 async def signed() -> bool:
@@ -103,9 +105,9 @@ async def test_a_cancel_that_loses_to_signing_reports_audits_state_and_says_it_l
 
                 await eventually(signed, 90, "the signer claimed and signed the job")
                 stale = await client.get_job(job)
-                assert state_name(stale.state) == "ASSEMBLING", "audit must still lag here"
+                assert state_name(stale.state) == "SIGNING", "audit must still lag here"
 
-                # The cancel loses in the gate while audit still says ASSEMBLING;
+                # The cancel loses in the gate while audit still says SIGNING;
                 # audit's events flow again a moment later.
                 cancel = asyncio.create_task(client.cancel(job))
                 await asyncio.sleep(1.0)
@@ -114,7 +116,7 @@ async def test_a_cancel_that_loses_to_signing_reports_audits_state_and_says_it_l
 
                 # The reply is audit's view once it has caught up with the gate:
                 # SIGNING, or COMMITTING if audit had recorded the signer's
-                # event too by then, never the stale ASSEMBLING.
+                # event too by then.
                 assert state_name(reply.state) in ("SIGNING", "COMMITTING")
 
                 async def committing() -> bool:

@@ -245,6 +245,10 @@ async def test_duplicates_of_every_message_change_nothing(tmp_path: Path) -> Non
             for stage, consumer in zip(STAGE_NAMES, held, strict=True):
                 await _handed_to(data_dir, stage, set(running_jobs))
                 await during.round(set(running_jobs))
+                if stage == "assemble":
+                    # The assembler asks audit before acting: the events held
+                    # so far (and their copies) go in together now.
+                    await resume_promptly(js, EVENTS_STREAM, EVENTS_CONSUMER)
                 await resume_promptly(js, WORK_STREAM, consumer)
             await resume_promptly(js, EVENTS_STREAM, EVENTS_CONSUMER)
             second = await wait_all(running.client, running_jobs, timeout=60)

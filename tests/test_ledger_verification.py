@@ -40,7 +40,9 @@ def _verify(audit):  # type: ignore[no-untyped-def]
     database, signer, folder = audit
     files = read_checkpoint_files(folder, signer.public_pem)
     return database.transaction(
-        lambda s: verify_ledger(s, files.checkpoints, heads=files.heads, refused=files.refused)
+        lambda s: verify_ledger(
+            s, files.checkpoints, heads=files.heads, refused=files.refused, missing=files.missing
+        )
     )
 
 
@@ -158,29 +160,31 @@ def _renoted(data: bytes) -> bytes:
     return event.SerializeToString(deterministic=True)
 
 
+def _rewrite_t1(session) -> None:  # type: ignore[no-untyped-def]
+    """Change t1's third entry and recompute every hash and the chain head, as
+    a writer of audit's database who knows the scheme would."""
+    table = tables.ledger
+    rows = session.execute(
+        select(table).where(table.c.tenant == "t1").order_by(table.c.sequence)
+    ).all()
+    previous = ledger.GENESIS
+    for index, row in enumerate(rows):
+        event = _renoted(row.event) if index == 2 else row.event
+        digest = ledger.entry_hash(previous, event)
+        session.execute(
+            update(table)
+            .where(table.c.sequence == row.sequence)
+            .values(event=event, prev_hash=previous, entry_hash=digest)
+        )
+        previous = digest
+    session.execute(
+        text("UPDATE chain_heads SET head_hash = :h WHERE tenant = 't1'"), {"h": previous}
+    )
+
+
 def test_a_rewrite_that_recomputes_every_hash_is_caught_by_the_checkpoint(audit) -> None:  # type: ignore[no-untyped-def]
     database = audit[0]
-
-    def rewrite(session) -> None:  # type: ignore[no-untyped-def]
-        table = tables.ledger
-        rows = session.execute(
-            select(table).where(table.c.tenant == "t1").order_by(table.c.sequence)
-        ).all()
-        previous = ledger.GENESIS
-        for index, row in enumerate(rows):
-            event = _renoted(row.event) if index == 2 else row.event
-            digest = ledger.entry_hash(previous, event)
-            session.execute(
-                update(table)
-                .where(table.c.sequence == row.sequence)
-                .values(event=event, prev_hash=previous, entry_hash=digest)
-            )
-            previous = digest
-        session.execute(
-            text("UPDATE chain_heads SET head_hash = :h WHERE tenant = 't1'"), {"h": previous}
-        )
-
-    database.transaction(rewrite)
+    database.transaction(_rewrite_t1)
     findings = _verify(audit).findings
     assert {f.kind for f in findings} == {"checkpoint"}
     assert {f.tenant for f in findings} == {"t1"}
@@ -360,3 +364,135 @@ def test_a_row_of_any_odd_type_is_a_finding_never_an_error(audit, column: str, v
     except DataLoss as refused:
         assert refused.reason.value == "LEDGER_DAMAGED"
         assert "rewritten" not in refused.message
+
+
+def _grow(database: Database, tenant: str, job: str) -> None:
+    task = queue_pb2.JobTask(job=job, tenant=tenant)
+    event = FACTORY.transition(task, "", "ACCEPTED", attempt=1, lease_token=1)
+    database.transaction(lambda s: ledger.append(s, event))
+
+
+async def test_no_checkpoint_is_signed_over_a_rewrite(audit) -> None:  # type: ignore[no-untyped-def]
+    """Audit proves each tenant's stored log consistent with its last signed
+    head before signing again: after a rewrite that recomputes every hash, t1
+    gets nothing signed (however it grows), t2 goes on, and the honest
+    checkpoint stays, so verification keeps failing."""
+    from quire.audit.checkpoints import CheckpointBook
+
+    database, signer, folder = audit
+    refusals: list[int] = []
+    book = CheckpointBook(database, signer, folder, refused=lambda: refusals.append(1))
+    before = {path.name: path.read_text() for path in folder.glob("*.json")}
+    assert await book.take() == 0, "nothing grew: nothing signed again"
+    database.transaction(_rewrite_t1)
+    _grow(database, "t1", "jobs/ee")
+    _grow(database, "t2", "jobs/ff")
+    assert await book.take() == 1, "t2 only"
+    assert refusals == [1]
+    after = {path.name: path.read_text() for path in folder.glob("*.json")}
+    assert {n: after[n] for n in before} == before, "no checkpoint file replaced"
+    (grown,) = set(after) - set(before)
+    assert grown.endswith("-t2.json") and '"previous_length": 7' in after[grown]
+    findings = _verify(audit).findings
+    assert {f.kind for f in findings} == {"checkpoint"} and {f.tenant for f in findings} == {"t1"}
+
+
+def test_a_deleted_checkpoint_is_a_finding(audit) -> None:  # type: ignore[no-untyped-def]
+    database, signer, folder = audit
+    first = {path.name for path in folder.glob("*-t2.json")}
+    _grow(database, "t2", "jobs/ff")
+    last = read_checkpoint_files(folder, signer.public_pem).latest_heads()
+    signer.write(database.transaction(lambda s: signer.take_round(s, last)).documents, folder)
+    for name in first:
+        (folder / name).unlink()
+    findings = _verify(audit).findings
+    assert [(f.kind, f.tenant, f.sequence) for f in findings] == [("checkpoint_missing", "t2", 7)]
+
+
+def test_a_checkpoint_file_is_written_once(audit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    database, signer, _folder = audit
+    folder = tmp_path / "once"
+    documents = database.transaction(signer.take)
+    signer.write(documents, folder)
+    written = {path.name: path.read_text() for path in folder.glob("*.json")}
+    later = database.transaction(signer.take)  # the same heads at another time
+    assert later != documents
+    signer.write(later, folder)
+    assert {path.name: path.read_text() for path in folder.glob("*.json")} == written
+
+
+@pytest.mark.stack
+async def test_a_rewritten_ledger_stays_unverified_past_the_checkpoint_interval(
+    tmp_path: Path,
+) -> None:
+    """The issue's attack on the running stack: a COMPLETED entry's output
+    digest changed in audit's database, every hash and the chain head
+    recomputed. Past the checkpoint interval the ledger still does not
+    verify, no checkpoint was signed over the rewrite, and the refusal is
+    counted for the alert."""
+    import asyncio
+    import sqlite3
+
+    import grpc
+    import httpx
+
+    from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+    from quire.client import AdmissionClient, PacketItem
+    from quire.stack.supervisor import Stack
+    from quire.testing.pdfs import write_text_pdf
+
+    stack = Stack(
+        tmp_path / "stack",
+        env={"QUIRE_DRAIN_SECONDS": "5", "QUIRE_AUDIT_CHECKPOINT_SECONDS": "0.5"},
+    )
+    info = await asyncio.to_thread(stack.start)
+    folder = Path(stack.data_dir) / "audit" / "checkpoints"
+    try:
+        async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
+            digest = (await client.upload(write_text_pdf(tmp_path / "d.pdf", ["rewrite"]))).sha256
+            done = await client.wait((await client.submit([PacketItem("d", digest)])).name)
+        with sqlite3.connect(Path(stack.data_dir) / "audit" / "audit.db") as db:
+            tenant, length = db.execute("SELECT tenant, length FROM chain_heads").fetchone()
+        for _ in range(100):  # the head with the completion, signed
+            if (folder / f"{length:012d}-{tenant}.json").exists():
+                break
+            await asyncio.sleep(0.1)
+        signed = {path.name: path.read_text() for path in folder.glob("*.json")}
+        assert f"{length:012d}-{tenant}.json" in signed
+        with sqlite3.connect(Path(stack.data_dir) / "audit" / "audit.db") as db:
+            rows = db.execute(
+                "SELECT sequence, event, to_state FROM ledger WHERE tenant = ? ORDER BY sequence",
+                (tenant,),
+            ).fetchall()
+            previous = ledger.GENESIS
+            for sequence, data, to_state in rows:
+                if to_state == "COMPLETED":
+                    event = queue_pb2.TransitionEvent.FromString(data)
+                    event.output_digest = "0" * 64
+                    data = event.SerializeToString(deterministic=True)
+                digest_now = ledger.entry_hash(previous, data)
+                db.execute(
+                    "UPDATE ledger SET event = ?, prev_hash = ?, entry_hash = ? WHERE sequence = ?",
+                    (data, previous, digest_now, sequence),
+                )
+                previous = digest_now
+            db.execute("UPDATE chain_heads SET head_hash = ? WHERE tenant = ?", (previous, tenant))
+        await asyncio.sleep(2.0)  # four checkpoint intervals
+        assert {path.name: path.read_text() for path in folder.glob("*.json")} == signed
+        async with grpc.aio.insecure_channel(info.endpoints["audit"]) as channel:
+            report = await audit_service_pb2_grpc.AuditServiceStub(channel).VerifyLedger(
+                audit_service_pb2.VerifyLedgerRequest(),
+                metadata=(("authorization", f"Bearer {info.operator_token()}"),),
+            )
+        assert not report.ok
+        assert "checkpoint" in {f.kind for f in report.findings}
+        metrics = httpx.get(f"http://{info.metrics_endpoints['audit']}/metrics").text
+        refused = [
+            float(line.split()[-1])
+            for line in metrics.splitlines()
+            if line.startswith("quire_audit_checkpoints_refused_total ")
+        ]
+        assert refused and refused[0] >= 1
+        assert done.output_digest != "0" * 64
+    finally:
+        await asyncio.to_thread(stack.stop)

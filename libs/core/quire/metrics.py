@@ -231,6 +231,14 @@ CATALOGUE: tuple[Family, ...] = (
         ("audit",),
     ),
     Family(
+        "quire_audit_checkpoints_refused_total",
+        "counter",
+        (),
+        "Checkpoints not signed because a tenant's stored ledger no longer extends"
+        " the last signed one (a rewrite).",
+        ("audit",),
+    ),
+    Family(
         "quire_audit_events_refused_total",
         "counter",
         ("kind",),

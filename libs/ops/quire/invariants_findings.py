@@ -32,7 +32,8 @@ Kinds, by invariant:
 - (e) the ledger verifies: ``ledger_edited``, ``ledger_deleted``,
   ``ledger_inserted``, ``ledger_reordered``, ``ledger_checkpoint``,
   ``ledger_checkpoint_file`` (a checkpoint file audit's key does not vouch
-  for as it stands) (from audit's own verification), ``ledger_row_mismatch`` (a row's columns
+  for as it stands), ``ledger_checkpoint_missing`` (a checkpoint a later one
+  names as its predecessor is gone) (from audit's own verification), ``ledger_row_mismatch`` (a row's columns
   disagree with the hashed event), ``ledger_undecodable``,
   ``job_view_mismatch`` (audit's job index disagrees with what the job's
   events fold to; the detail names the field);
@@ -83,6 +84,7 @@ KINDS = frozenset(
         "ledger_reordered",
         "ledger_checkpoint",
         "ledger_checkpoint_file",
+        "ledger_checkpoint_missing",
         "ledger_row_mismatch",
         "ledger_undecodable",
         "job_view_mismatch",

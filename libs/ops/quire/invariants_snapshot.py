@@ -233,6 +233,7 @@ def read_snapshot(data_dir: Path, env: Mapping[str, str], *, stopped: bool) -> S
                     checkpoints.checkpoints,
                     heads=checkpoints.heads,
                     refused=checkpoints.refused,
+                    missing=checkpoints.missing,
                 )
         assemblies: dict[str, PacketRef] = {}
         assembler_handed: dict[str, list[PacketRef]] = {}

@@ -2,6 +2,16 @@
 of the database (files in the data directory, and the events stream), so a
 later rewrite of the database is detectable against copies held elsewhere.
 
+A checkpoint is never signed over a rewrite: before signing a tenant's new
+head, audit proves the stored log consistent with the last head it signed
+(an RFC 9162 consistency proof from the old size to the new one, checked
+against the old signed root). A log that no longer extends it gets nothing
+signed, and the refusal is counted (``quire_audit_checkpoints_refused_total``)
+and alerted on; the honest checkpoint stays, so verification keeps failing.
+Checkpoint files are created once and never overwritten, a head that has not
+grown is not signed again, and each names the size of the one before it
+(``previous_length``), so a missing checkpoint is a finding.
+
 Each document also carries ``note``: the tenant's log head as a C2SP
 tlog-checkpoint signed note (origin ``quire/<tenant>``, the RFC 9162 root over
 the tenant's entries), which evidence proves entries against
@@ -14,8 +24,8 @@ import base64
 import json
 import logging
 import os
-from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +40,7 @@ from quire.checkpoint import Checkpoint as LogHead
 from quire.checkpoint import open_checkpoint, sign_checkpoint
 from quire.database import Database
 from quire.errors import DataLoss, InvalidSetting
+from quire.merkle import MerkleTree, ProofError, verify_consistency
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +60,26 @@ class Checkpoint:
     length: int
     head_hash: str
     time: str
+    previous_length: int = 0
+    """The length of the tenant's checkpoint before this one; 0 for its first."""
+
+    def fields(self) -> dict[str, Any]:
+        """What is signed: every field, ``previous_length`` only when there is one."""
+        found = asdict(self)
+        if not self.previous_length:
+            del found["previous_length"]
+        return found
 
     def payload(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":")).encode()
+        return json.dumps(self.fields(), sort_keys=True, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True)
+class CheckpointRound:
+    documents: list[dict[str, Any]]
+    """Newly signed checkpoints."""
+    inconsistent: list[str]
+    """Tenants whose stored log does not extend their last signed head: nothing signed."""
 
 
 class CheckpointSigner:
@@ -88,44 +116,75 @@ class CheckpointSigner:
         )
 
     def take(self, connection: Connection) -> list[dict[str, Any]]:
-        """Sign every chain head as it stands; returns the signed documents."""
+        """Sign every chain head as it stands, with no earlier head to extend."""
+        return self.take_round(connection, {}).documents
+
+    def take_round(self, connection: Connection, last: Mapping[str, LogHead]) -> CheckpointRound:
+        """Sign each tenant's head that grew since ``last`` (its last signed log
+        head), once the stored log is proved to extend it."""
         now = datetime.now(UTC).isoformat()
-        documents = []
+        documents: list[dict[str, Any]] = []
+        inconsistent: list[str] = []
         for head in connection.execute(select(tables.chain_heads)).all():
-            if not head.length:
+            size, before = int(head.length), last.get(head.tenant)
+            if not size:
                 continue
             try:
-                note = self._note(connection, head.tenant, int(head.length))
+                tree = tenant_tree(tenant_entries(connection, head.tenant, size))
             except DataLoss:
                 # Nothing is signed over a damaged entry; verify reports it.
                 log.warning(
                     "tenant log damaged: no checkpoint signed", extra={"tenant": head.tenant}
                 )
                 continue
-            checkpoint = Checkpoint(head.tenant, int(head.length), head.head_hash, now)
+            if before is not None and not extends(tree, size, before):
+                inconsistent.append(head.tenant)
+                continue
+            if before is not None and before.size == size:
+                continue  # nothing new to sign
+            note = sign_checkpoint(LogHead(origin(head.tenant), size, tree.root(size)), self._key)
+            checkpoint = Checkpoint(
+                head.tenant, size, head.head_hash, now, before.size if before else 0
+            )
             signature = self._key.sign(checkpoint.payload())
             documents.append(
                 {
-                    "checkpoint": asdict(checkpoint),
+                    "checkpoint": checkpoint.fields(),
                     "signature": base64.b64encode(signature).decode(),
                     "public_key": self.public_pem,
-                    "note": note,
+                    "note": note.decode(),
                 }
             )
-        return documents
-
-    def _note(self, connection: Connection, tenant: str, size: int) -> str:
-        """The tenant's log head at ``size`` entries, as a signed checkpoint note."""
-        tree = tenant_tree(tenant_entries(connection, tenant, size))
-        head = LogHead(origin(tenant), size, tree.root(size))
-        return sign_checkpoint(head, self._key).decode()
+        return CheckpointRound(documents, inconsistent)
 
     def write(self, documents: list[dict[str, Any]], folder: Path) -> None:
+        """Each document as a new file; an existing file is never replaced."""
         folder.mkdir(parents=True, exist_ok=True)
         for document in documents:
             checkpoint = document["checkpoint"]
             name = f"{checkpoint['length']:012d}-{checkpoint['tenant']}.json"
-            (folder / name).write_text(json.dumps(document, sort_keys=True))
+            try:
+                with (folder / name).open("x") as handle:
+                    handle.write(json.dumps(document, sort_keys=True))
+            except FileExistsError:
+                log.warning(
+                    "checkpoint file exists; kept as it is", extra={"tenant": checkpoint["tenant"]}
+                )
+
+
+def extends(tree: MerkleTree, size: int, before: LogHead) -> bool:
+    """Whether the first ``size`` leaves of ``tree`` extend the signed head
+    ``before``: an RFC 9162 consistency proof from ``before.size`` to ``size``,
+    made from the stored log and checked against the signed old root."""
+    if before.size > size:
+        return False
+    new_root = tree.root(size)
+    proof = tree.consistency_proof(before.size, size) if 0 < before.size < size else []
+    try:
+        verify_consistency(before.size, size, before.root_hash, new_root, proof)
+    except ProofError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -138,6 +197,17 @@ class CheckpointFiles:
     """(tenant, log head) of every signed tlog-checkpoint note that verifies."""
     refused: list[str]
     """Files that are not checkpoints signed by audit's key (edited, or forged)."""
+    missing: list[tuple[str, int]] = field(default_factory=list)
+    """(tenant, length) of checkpoints a later one names as its predecessor
+    that the folder does not hold (deleted)."""
+
+    def latest_heads(self) -> dict[str, LogHead]:
+        """Each tenant's largest signed log head."""
+        latest: dict[str, LogHead] = {}
+        for tenant, head in self.heads:
+            if tenant not in latest or head.size > latest[tenant].size:
+                latest[tenant] = head
+        return latest
 
 
 def read_checkpoint_files(folder: Path, trusted_public_pem: str) -> CheckpointFiles:
@@ -160,6 +230,16 @@ def read_checkpoint_files(folder: Path, trusted_public_pem: str) -> CheckpointFi
             found.refused.append(path.name)
             continue
         found.checkpoints.append(checkpoint)
+    held = {(c.tenant, c.length) for c in found.checkpoints}
+    found.missing.extend(
+        sorted(
+            {
+                (c.tenant, c.previous_length)
+                for c in found.checkpoints
+                if c.previous_length and (c.tenant, c.previous_length) not in held
+            }
+        )
+    )
     return found
 
 
@@ -187,13 +267,30 @@ class CheckpointBook:
     """Audit's checkpoints: taken every ``interval`` seconds and at shutdown,
     written as signed files and published on the events stream."""
 
-    def __init__(self, database: Database, signer: CheckpointSigner, folder: Path) -> None:
+    def __init__(
+        self,
+        database: Database,
+        signer: CheckpointSigner,
+        folder: Path,
+        refused: Callable[[], None] | None = None,
+    ) -> None:
         self._db = database
         self._signer = signer
         self.folder = folder
+        self._refused = refused
+        """Counts a tenant whose log no longer extends its last checkpoint."""
 
     async def take(self, publish: Callable[[bytes], Awaitable[None]] | None = None) -> int:
-        documents = await self._db.read(self._signer.take)
+        last = (await asyncio.to_thread(self.files)).latest_heads()
+        taken = await self._db.read(lambda c: self._signer.take_round(c, last))
+        for tenant in taken.inconsistent:
+            log.error(
+                "a tenant's ledger no longer extends its last checkpoint: nothing signed",
+                extra={"tenant": tenant},
+            )
+            if self._refused is not None:
+                self._refused()
+        documents = taken.documents
         await asyncio.to_thread(self._signer.write, documents, self.folder)
         if publish is not None:
             for document in documents:

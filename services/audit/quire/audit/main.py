@@ -138,6 +138,7 @@ async def main() -> None:
         database,
         checkpoint_signer,
         settings.service_dir / "checkpoints",
+        refused=measures.checkpoint_refused,
     )
 
     async def publish_checkpoint(document: bytes) -> None:

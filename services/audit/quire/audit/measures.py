@@ -32,6 +32,7 @@ class AuditMeasures:
         self._lag = metrics.histogram("quire_audit_lag_seconds")
         self._dead = metrics.gauge("quire_dead_letters")
         self._refused = metrics.counter("quire_audit_events_refused_total")
+        self._checkpoints_refused = metrics.counter("quire_audit_checkpoints_refused_total")
         for priority in ("interactive", "batch"):
             self._completed.labels(**{"class": priority})
         for stage in STAGES:
@@ -39,6 +40,10 @@ class AuditMeasures:
 
     def completed(self, priority: str) -> None:
         self._completed.labels(**{"class": priority or "interactive"}).inc()
+
+    def checkpoint_refused(self) -> None:
+        """A tenant's ledger no longer extends its last checkpoint: nothing signed."""
+        self._checkpoints_refused.inc()
 
     def refused(self, kind: str) -> None:
         """An event kept out of the ledger as a finding (``quire.audit.succession``)."""

@@ -262,7 +262,13 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
     ) -> pb.VerifyLedgerResponse:
         files = self._checkpoints.files() if self._checkpoints else CheckpointFiles([], [], [])
         report = await self._db.read(
-            lambda s: verify_ledger(s, files.checkpoints, heads=files.heads, refused=files.refused)
+            lambda s: verify_ledger(
+                s,
+                files.checkpoints,
+                heads=files.heads,
+                refused=files.refused,
+                missing=files.missing,
+            )
         )
         return pb.VerifyLedgerResponse(
             ok=report.ok,

@@ -229,6 +229,7 @@ def verify_ledger(
     *,
     heads: Iterable[tuple[str, LogHead]] = (),
     refused: Iterable[str] = (),
+    missing: Iterable[tuple[str, int]] = (),
 ) -> LedgerReport:
     """Verify every chain, every column, the job index, and the checkpoints:
     ``checkpoints`` (signed chain heads), ``heads`` (signed log heads) and the
@@ -236,6 +237,7 @@ def verify_ledger(
     chains: dict[str, list[_Entry]] = {}
     trees: dict[str, MerkleTree] = {}
     findings: list[Finding] = [Finding("checkpoint_file", 0, "", column=name) for name in refused]
+    findings += [Finding("checkpoint_missing", length, tenant) for tenant, length in missing]
     views: dict[str, JobFacts] = {}
     last: dict[str, int] = {}
     # Read before the entries: an append after this read only lengthens a
