@@ -17,7 +17,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from quire.cli.exitcodes import ExitCode
 from quire.cli.main import main as quire_main
 from quire.stack.natsserver import NatsServer
 from quire.testing.quirecli import QUIRE, ROOT, read_until, run_quire
@@ -119,8 +122,65 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         evidence_file = tmp_path / "evidence.json"
         exported = run_quire(data_dir, "evidence", job, "-o", str(evidence_file))
         assert exported.returncode == 0, exported.stderr
-        offline = _offline(capsys, no_stack, "evidence", "verify", str(evidence_file))
+        published = run_quire(data_dir, "audit", "key")
+        assert published.returncode == 0, published.stderr
+        assert "BEGIN PUBLIC KEY" in published.stdout
+        pin = published.stdout.split("sha256 ")[1].split()[0]
+        key_file = tmp_path / "audit.pub"
+        key_file.write_text(published.stdout.split("sha256 ")[0])
+        unpinned = _offline(capsys, no_stack, "evidence", "verify", str(evidence_file))
+        assert unpinned.returncode == ExitCode.USAGE, "the file cannot vouch for itself"
+        offline = _offline(
+            capsys, no_stack, "evidence", "verify", str(evidence_file), "--key-sha256", pin
+        )
         assert offline.returncode == 0 and "OK" in offline.stdout, offline.stdout
+        by_file = _offline(
+            capsys, no_stack, "evidence", "verify", str(evidence_file), "--key-file", str(key_file)
+        )
+        assert by_file.returncode == 0, by_file.stdout
+        elsewhere = _offline(
+            capsys,
+            no_stack,
+            "evidence",
+            "verify",
+            str(evidence_file),
+            "--key-sha256",
+            pin,
+            "--tenant",
+            "someone-else",
+        )
+        assert elsewhere.returncode == 1 and "another tenant" in elsewhere.stdout
+        own = json.loads(evidence_file.read_text())["origin"].removeprefix("quire/")
+        theirs = _offline(
+            capsys,
+            no_stack,
+            "evidence",
+            "verify",
+            str(evidence_file),
+            "--key-sha256",
+            pin,
+            "--tenant",
+            own,
+        )
+        assert theirs.returncode == 0, theirs.stdout
+        impostor = json.loads(evidence_file.read_text())
+        impostor["public_key"] = (
+            Ed25519PrivateKey.generate()
+            .public_key()
+            .public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+            .decode()
+        )
+        (tmp_path / "impostor.json").write_text(json.dumps(impostor))
+        self_vouched = _offline(
+            capsys,
+            no_stack,
+            "evidence",
+            "verify",
+            str(tmp_path / "impostor.json"),
+            "--key-sha256",
+            pin,
+        )
+        assert self_vouched.returncode == 1 and "not the trusted one" in self_vouched.stdout
         assert "COMPLETED" in offline.stdout  # read from the proven entries
         document = json.loads(evidence_file.read_text())
         entry = document["entries"][-1]
@@ -129,7 +189,13 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         entry["entry"] = base64.b64encode(event.SerializeToString()).decode()
         (tmp_path / "tampered.json").write_text(json.dumps(document))
         refused_evidence = _offline(
-            capsys, no_stack, "evidence", "verify", str(tmp_path / "tampered.json")
+            capsys,
+            no_stack,
+            "evidence",
+            "verify",
+            str(tmp_path / "tampered.json"),
+            "--key-sha256",
+            pin,
         )
         assert refused_evidence.returncode == 1
 

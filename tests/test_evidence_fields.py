@@ -281,13 +281,20 @@ async def _reviewed_jobs_evidence(info: StackInfo, client: AdmissionClient, tmp_
     good.write_text(json.dumps(evidence))
     bad.write_text(json.dumps(_edited(evidence, approval, "note", "approved without reading")))
     offline = await asyncio.to_thread(
-        run_quire, tmp_path / "no-stack", "evidence", "verify", str(good), "--json"
+        run_quire,
+        tmp_path / "no-stack",
+        "evidence",
+        "verify",
+        str(good),
+        "--json",
+        "--key-sha256",
+        trusted,
     )
     assert offline.returncode == 0, offline.stderr
     proven = json.loads(offline.stdout)["transitions"]
     assert proven[approval]["note"] == NOTE
     assert proven[completed]["signer_identity"] == entries[completed]["signer_identity"]
     refused = await asyncio.to_thread(
-        run_quire, tmp_path / "no-stack", "evidence", "verify", str(bad)
+        run_quire, tmp_path / "no-stack", "evidence", "verify", str(bad), "--key-sha256", trusted
     )
     assert refused.returncode == 1 and "note is not what its bytes say" in refused.stdout

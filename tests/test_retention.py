@@ -299,7 +299,14 @@ async def test_evidence_of_an_old_job_verifies_and_says_its_bytes_were_retired(
     retired = retirements(document)
     assert sorted(r["kind"] for r in retired) == ["artifact", "packet", "source", "source"]
     assert {r["rule"] for r in retired} == {"artifacts", "packets", "sources"}
-    output = _quire(scene, "evidence", "verify", str(path))
+    output = _quire(
+        scene,
+        "evidence",
+        "verify",
+        str(path),
+        "--key-sha256",
+        public_key_fingerprint(document["public_key"]),
+    )
     assert "OK" in output
     assert output.count("bytes retired under the retention policy") == 4
     public = serialization.load_pem_public_key(document["public_key"].encode()).public_bytes(

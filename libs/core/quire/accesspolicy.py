@@ -86,6 +86,7 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
             "BatchGetJobs": FRONT_DOOR_READ,
             "ListJobEvents": FRONT_DOOR_READ,
             "ExportEvidence": FRONT_DOOR_READ,
+            "GetCheckpointKey": FRONT_DOOR_READ,  # published: `quire audit key`
             "VerifyLedger": OPERATOR,  # every tenant's chain
             "ListDeadLetters": OPERATOR,  # every tenant's failed jobs
             "RetryDeadLetter": OPERATOR,

@@ -168,6 +168,18 @@ class Evidence(_message.Message):
     json: str
     def __init__(self, job: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...
 
+class GetCheckpointKeyRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CheckpointKey(_message.Message):
+    __slots__ = ("public_key_pem", "public_key_sha256")
+    PUBLIC_KEY_PEM_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_SHA256_FIELD_NUMBER: _ClassVar[int]
+    public_key_pem: str
+    public_key_sha256: str
+    def __init__(self, public_key_pem: _Optional[str] = ..., public_key_sha256: _Optional[str] = ...) -> None: ...
+
 class VerifyLedgerRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

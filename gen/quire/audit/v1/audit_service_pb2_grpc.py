@@ -65,6 +65,11 @@ class AuditServiceStub:
                 request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.ExportEvidenceRequest.SerializeToString,
                 response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.Evidence.FromString,
                 _registered_method=True)
+        self.GetCheckpointKey = channel.unary_unary(
+                '/quire.audit.v1.AuditService/GetCheckpointKey',
+                request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.GetCheckpointKeyRequest.SerializeToString,
+                response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.CheckpointKey.FromString,
+                _registered_method=True)
         self.ListDeadLetters = channel.unary_unary(
                 '/quire.audit.v1.AuditService/ListDeadLetters',
                 request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.ListDeadLettersRequest.SerializeToString,
@@ -134,6 +139,15 @@ class AuditServiceServicer:
 
     def ExportEvidence(self, request, context):
         """One JSON document proving the job's history, verifiable offline.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCheckpointKey(self, request, context):
+        """Audit's checkpoint public key, which evidence is verified against: the
+        trusted key a verifier pins (`quire evidence verify --key-sha256`) is
+        taken from here, never from the evidence file itself.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -213,6 +227,11 @@ def add_AuditServiceServicer_to_server(servicer, server):
                     servicer.ExportEvidence,
                     request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.ExportEvidenceRequest.FromString,
                     response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.Evidence.SerializeToString,
+            ),
+            'GetCheckpointKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCheckpointKey,
+                    request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.GetCheckpointKeyRequest.FromString,
+                    response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.CheckpointKey.SerializeToString,
             ),
             'ListDeadLetters': grpc.unary_unary_rpc_method_handler(
                     servicer.ListDeadLetters,
@@ -402,6 +421,33 @@ class AuditService:
             '/quire.audit.v1.AuditService/ExportEvidence',
             quire_dot_audit_dot_v1_dot_audit__service__pb2.ExportEvidenceRequest.SerializeToString,
             quire_dot_audit_dot_v1_dot_audit__service__pb2.Evidence.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCheckpointKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.audit.v1.AuditService/GetCheckpointKey',
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.GetCheckpointKeyRequest.SerializeToString,
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.CheckpointKey.FromString,
             options,
             channel_credentials,
             insecure,

@@ -13,7 +13,7 @@ from quire.cli.errors import CliError
 from quire.cli.exitcodes import ExitCode
 from quire.cli.output import Output, message_dict
 
-__all__ = ["audit_verify", "evidence_export", "evidence_verify"]
+__all__ = ["audit_key", "audit_verify", "evidence_export", "evidence_verify"]
 
 
 async def audit_verify(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
@@ -39,6 +39,21 @@ async def audit_verify(args: argparse.Namespace, config: ClientConfig, out: Outp
     out.line("OK" if report.ok else "LEDGER DOES NOT VERIFY")
     out.result({**message_dict(report), "ok": report.ok})
     return ExitCode.OK if report.ok else ExitCode.FAILED
+
+
+async def audit_key(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+    """Audit's checkpoint public key, to verify evidence against."""
+    from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
+    from quire.tls import aio_channel
+
+    async with aio_channel(config.audit, config.tls) as channel:
+        key = await audit_service_pb2_grpc.AuditServiceStub(channel).GetCheckpointKey(
+            audit_service_pb2.GetCheckpointKeyRequest(), metadata=operator_metadata(config)
+        )
+    out.line(key.public_key_pem.rstrip("\n"))
+    out.line(f"sha256 {key.public_key_sha256}")
+    out.result(message_dict(key))
+    return ExitCode.OK
 
 
 async def evidence_export(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
@@ -93,6 +108,23 @@ def _entry_line(entry: dict[str, Any]) -> str:
     return " ".join(part for part in parts if part)
 
 
+def _trusted_key(args: argparse.Namespace) -> str:
+    """The pin of the checkpoint key to trust, from outside the evidence file."""
+    from quire.audit.evidence import public_key_fingerprint
+
+    if args.key_file:
+        try:
+            return public_key_fingerprint(Path(args.key_file).read_text())
+        except (OSError, ValueError, TypeError):
+            raise CliError(f"{args.key_file} is not a PEM public key") from None
+    if args.key_sha256:
+        return str(args.key_sha256).strip().lower()
+    raise CliError(
+        "a trusted checkpoint key is required: --key-sha256 PIN or --key-file KEY.pem "
+        "(`quire audit key` prints both); the file's own key vouches for nothing"
+    )
+
+
 def evidence_verify(args: argparse.Namespace, out: Output) -> int:
     from quire.audit.evidence import (
         public_key_fingerprint,
@@ -104,7 +136,8 @@ def evidence_verify(args: argparse.Namespace, out: Output) -> int:
     if not args.file:
         raise CliError("`quire evidence verify FILE`: give the evidence file")
     document = _read_evidence(args.file)
-    problems = verify_evidence(document, args.key_sha256 or None)
+    trusted = _trusted_key(args)
+    problems = verify_evidence(document, trusted, tenant=args.tenant or None)
     entries = document.get("entries", [])
     proof = max((len(e.get("inclusion_proof", [])) for e in entries), default=0)
     key = public_key_fingerprint(document["public_key"])

@@ -63,6 +63,7 @@ COMMANDS = {
     "review approve": "reviews:review_approve",
     "review reject": "reviews:review_reject",
     "audit verify": "ledger:audit_verify",
+    "audit key": "ledger:audit_key",
     "dlq list": "deadletters:dlq_list",
     "dlq retry": "deadletters:dlq_retry",
     "dlq discard": "deadletters:dlq_discard",

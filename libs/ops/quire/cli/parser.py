@@ -257,6 +257,9 @@ def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> No
         dest="action", required=True, help="what to do"
     )
     audit.add_parser("verify", parents=[common], help="check every chain and checkpoint")
+    audit.add_parser(
+        "key", parents=[common], help="audit's checkpoint public key and its pin, for verifiers"
+    )
     dlq = command("dlq", help="operators: jobs that ended FAILED").add_subparsers(
         dest="action", required=True, help="what to do"
     )
@@ -281,7 +284,19 @@ def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> No
     evidence.add_argument(
         "-o", "--output", default="", help="where to write it (default: JOB.evidence.json)"
     )
-    evidence.add_argument("--key-sha256", default="", help="the checkpoint key to trust")
+    evidence.add_argument(
+        "--key-sha256",
+        default="",
+        help="with `verify`: the pin of audit's checkpoint key (from `quire audit key`)",
+    )
+    evidence.add_argument(
+        "--key-file",
+        default="",
+        help="with `verify`: audit's checkpoint public key, PEM (from `quire audit key`)",
+    )
+    evidence.add_argument(
+        "--tenant", default="", help="with `verify`: the tenant the evidence must be from"
+    )
     add_check_arguments(
         command("check", help="operators: check every invariant over the data directory")
     )

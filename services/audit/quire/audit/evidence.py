@@ -199,8 +199,12 @@ def build_evidence(
 
 
 def _key(document: dict[str, Any], trusted_key_sha256: str | None) -> Ed25519PublicKey:
+    """The checkpoint key, once it is the one trusted from outside the file: a
+    file's own key vouches for nothing (anyone can sign a log they made up)."""
+    if not trusted_key_sha256:
+        raise NoteError("no trusted checkpoint key: the file cannot vouch for itself")
     pem = document["public_key"]
-    if trusted_key_sha256 and public_key_fingerprint(pem) != trusted_key_sha256:
+    if public_key_fingerprint(pem) != trusted_key_sha256:
         raise NoteError("checkpoint key is not the trusted one")
     key = serialization.load_pem_public_key(pem.encode())
     if not isinstance(key, Ed25519PublicKey):
@@ -208,8 +212,15 @@ def _key(document: dict[str, Any], trusted_key_sha256: str | None) -> Ed25519Pub
     return key
 
 
-def verify_evidence(document: dict[str, Any], trusted_key_sha256: str | None = None) -> list[str]:
-    """Problems found (``docs/evidence-format.md`` section 7); empty when it holds."""
+def verify_evidence(
+    document: dict[str, Any], trusted_key_sha256: str | None, *, tenant: str | None = None
+) -> list[str]:
+    """Problems found (``docs/evidence-format.md`` section 7); empty when it
+    holds. ``trusted_key_sha256`` is the pin of audit's checkpoint key, from
+    outside the file (``GetCheckpointKey``); ``tenant``, when given, is the
+    tenant whose log the evidence must come from."""
+    if tenant is not None and document.get("origin") != origin(tenant):
+        return ["the evidence is from another tenant's log"]
     try:
         events = _proven_events(document, trusted_key_sha256)
     except (NoteError, ProofError, KeyError, ValueError, binascii.Error) as error:

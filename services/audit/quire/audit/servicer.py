@@ -14,7 +14,7 @@ from sqlalchemy import Connection, select
 from quire.audit import tables
 from quire.audit.checkpoints import CheckpointBook, CheckpointFiles
 from quire.audit.deadletterdesk import DeadLetterDesk
-from quire.audit.evidence import build_evidence, dumps
+from quire.audit.evidence import build_evidence, dumps, public_key_fingerprint
 from quire.audit.jobview import JobFacts, fold
 from quire.audit.retirement import record_retirement
 from quire.audit.trackcompare import Window, compare_tracks
@@ -297,6 +297,15 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
             lambda s: build_evidence(s, name, documents, book.public_pem)
         )
         return pb.Evidence(job=name, json=dumps(evidence))
+
+    @at_the_edge(DOMAIN)
+    async def GetCheckpointKey(  # noqa: N802 - gRPC method name
+        self, request: pb.GetCheckpointKeyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CheckpointKey:
+        if self._checkpoints is None:
+            raise NotFound("this audit service keeps no checkpoints")
+        pem = self._checkpoints.public_pem
+        return pb.CheckpointKey(public_key_pem=pem, public_key_sha256=public_key_fingerprint(pem))
 
     @at_the_edge(DOMAIN)
     async def BatchGetJobs(  # noqa: N802 - gRPC method name
