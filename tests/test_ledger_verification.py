@@ -496,3 +496,96 @@ async def test_a_rewritten_ledger_stays_unverified_past_the_checkpoint_interval(
         assert done.output_digest != "0" * 64
     finally:
         await asyncio.to_thread(stack.stop)
+
+
+def _aa_evidence(database: Database, signer: CheckpointSigner) -> dict:  # type: ignore[type-arg]
+    from quire.audit.evidence import build_evidence
+
+    documents = database.transaction(signer.take)
+    return database.transaction(
+        lambda s: build_evidence(s, "jobs/aa", documents, signer.public_pem)
+    )
+
+
+def test_evidence_is_read_strictly(audit) -> None:  # type: ignore[no-untyped-def]
+    """A repeated member name, an index given as a string, and entries that
+    are not the canonical encoding of their event, or that carry only one of
+    a retirement's two signs, are refused (readers would differ on them)."""
+    import copy
+
+    from quire.audit.evidence import (
+        dumps,
+        public_key_fingerprint,
+        repeated_names,
+        verify_evidence,
+    )
+
+    database, signer, _folder = audit
+    evidence = _aa_evidence(database, signer)
+    trusted = public_key_fingerprint(signer.public_pem)
+    assert verify_evidence(evidence, trusted) == []
+    text = dumps(evidence)
+    assert repeated_names(text) == []
+    doubled = text.replace('"job": "jobs/aa"', '"job": "jobs/zz", "job": "jobs/aa"', 1)
+    assert repeated_names(doubled) == ["job"]
+    as_text = copy.deepcopy(evidence)
+    as_text["entries"][0]["index"] = str(as_text["entries"][0]["index"])
+    assert any("JSON integer" in p for p in verify_evidence(as_text, trusted))
+    as_flag = copy.deepcopy(evidence)
+    as_flag["entries"][0]["index"] = bool(as_flag["entries"][0]["index"])
+    assert verify_evidence(as_flag, trusted)
+
+    # One sign of a retirement without the other, appended as audit would.
+    task = queue_pb2.JobTask(job="jobs/aa", tenant="t1")
+    half = FACTORY.transition(
+        task, "COMPLETED", "COMPLETED", attempt=1, lease_token=1, reason_code="BYTES_RETIRED"
+    )
+    half.event_id = "half-a-retirement"
+    database.transaction(lambda s: ledger.append(s, half))
+    problems = verify_evidence(_aa_evidence(database, signer), trusted)
+    assert "a retirement marked by only one of its two signs" in problems
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [bytes([0x10, 0x05]), bytes([0xF8, 0x06, 0x01])],
+    ids=["a known field with a wrong wire type", "an unknown field"],
+)
+def test_an_entry_not_canonically_encoded_is_refused(audit, tail: bytes) -> None:  # type: ignore[no-untyped-def]
+    from quire.audit.evidence import public_key_fingerprint, verify_evidence
+
+    database, signer, _folder = audit
+
+    def append_raw(session) -> None:  # type: ignore[no-untyped-def]
+        table = tables.ledger
+        last = session.execute(
+            select(table).where(table.c.tenant == "t1").order_by(table.c.sequence.desc())
+        ).first()
+        task = queue_pb2.JobTask(job="jobs/aa", tenant="t1")
+        event = FACTORY.transition(task, "COMMITTING", "COMPLETED", attempt=2, lease_token=1)
+        event.event_id = "odd-encoding"
+        data = event.SerializeToString(deterministic=True) + tail
+        digest = ledger.entry_hash(last.entry_hash, data)
+        session.execute(
+            table.insert().values(
+                event_id=event.event_id,
+                job="jobs/aa",
+                tenant="t1",
+                from_state="COMMITTING",
+                to_state="COMPLETED",
+                reason_code="",
+                event=data,
+                prev_hash=last.entry_hash,
+                entry_hash=digest,
+                recorded_at=last.recorded_at,
+            )
+        )
+        session.execute(
+            text("UPDATE chain_heads SET head_hash = :h, length = length + 1 WHERE tenant = 't1'"),
+            {"h": digest},
+        )
+
+    database.transaction(append_raw)
+    trusted = public_key_fingerprint(signer.public_pem)
+    problems = verify_evidence(_aa_evidence(database, signer), trusted)
+    assert any("not canonically encoded" in p for p in problems), problems

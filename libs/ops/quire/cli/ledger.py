@@ -128,6 +128,7 @@ def _trusted_key(args: argparse.Namespace) -> str:
 def evidence_verify(args: argparse.Namespace, out: Output) -> int:
     from quire.audit.evidence import (
         public_key_fingerprint,
+        repeated_names,
         retirements,
         summaries,
         verify_evidence,
@@ -137,7 +138,9 @@ def evidence_verify(args: argparse.Namespace, out: Output) -> int:
         raise CliError("`quire evidence verify FILE`: give the evidence file")
     document = _read_evidence(args.file)
     trusted = _trusted_key(args)
-    problems = verify_evidence(document, trusted, tenant=args.tenant or None)
+    repeated = repeated_names(Path(args.file).read_text())
+    problems = [f"a member name appears twice: {name}" for name in sorted(set(repeated))]
+    problems += verify_evidence(document, trusted, tenant=args.tenant or None)
     entries = document.get("entries", [])
     proof = max((len(e.get("inclusion_proof", [])) for e in entries), default=0)
     key = public_key_fingerprint(document["public_key"])

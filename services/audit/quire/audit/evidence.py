@@ -32,8 +32,9 @@ from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from google.protobuf.timestamp_pb2 import Timestamp
+from google.protobuf.unknown_fields import UnknownFieldSet
 from sqlalchemy import Connection, select
 
 from quire.audit import tables
@@ -59,6 +60,8 @@ __all__ = [
 ]
 
 FORMAT = "quire-evidence/1"
+RETIRED = ReasonCode.BYTES_RETIRED.value
+"""The reason code every retirement entry carries beside its ``retirement`` field."""
 
 SHOWN = (
     "occur_time",
@@ -250,16 +253,22 @@ def _proven_events(
     events = []
     previous = -1
     for item in document["entries"]:
-        index, data = int(item["index"]), _unb64(item["entry"])
+        index, data = item["index"], _unb64(item["entry"])
+        if type(index) is not int:  # not a string, not a boolean
+            raise ProofError("an entry's index is not a JSON integer")
         if index <= previous:
             raise ProofError("entry indices are not increasing")
         previous = index
         proof = [_unb64(h) for h in item["inclusion_proof"]]
         verify_inclusion(leaf_hash(data), index, head.size, proof, head.root_hash)
         try:
-            events.append(queue_pb2.TransitionEvent.FromString(data))
+            event = queue_pb2.TransitionEvent.FromString(data)
         except DecodeError:
             raise ProofError(f"entry {index} is not a transition event") from None
+        if _has_unknown_fields(event) or event.SerializeToString(deterministic=True) != data:
+            # A wrong wire type, an unknown, repeated or misplaced field: readers differ on those.
+            raise ProofError(f"entry {index} is not canonically encoded")
+        events.append(event)
     for item in document.get("consistency", []):
         old = open_checkpoint(item["checkpoint"].encode(), log_origin, key)
         proof = [_unb64(h) for h in item["proof"]]
@@ -285,6 +294,8 @@ def _history_problems(
         problems.append("the history does not start with ACCEPTED")
     if State.COMPLETED in states and not set(HISTORY_BEFORE_COMPLETION) <= states:
         problems.append("a completion without the whole history before it")
+    if any(event.HasField("retirement") != (event.reason_code == RETIRED) for event in events):
+        problems.append("a retirement marked by only one of its two signs")
     if any(
         event.HasField("retirement")
         and (event.from_state != event.to_state or state_name(event.to_state) not in states_ended)
@@ -335,6 +346,36 @@ def retirements(document: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _has_unknown_fields(message: Message) -> bool:
+    """Whether decoding met a field number or wire type the schema does not have."""
+    if len(UnknownFieldSet(message)):
+        return True
+    for field, value in message.ListFields():
+        if field.type != field.TYPE_MESSAGE:
+            continue
+        values = value if field.is_repeated else [value]
+        if any(_has_unknown_fields(v) for v in values):
+            return True
+    return False
+
+
+def repeated_names(text: str) -> list[str]:
+    """Member names that appear twice in one JSON object of ``text`` (JSON
+    parsers differ on which copy wins, so evidence with any is refused)."""
+    repeated: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: set[str] = set()
+        for name, _value in items:
+            if name in seen:
+                repeated.append(name)
+            seen.add(name)
+        return dict(items)
+
+    json.loads(text, object_pairs_hook=pairs)
+    return repeated
 
 
 def dumps(document: dict[str, Any]) -> str:
