@@ -44,7 +44,7 @@ from quire.jobs import state_name
 from quire.runtime import connect_nats
 from quire.testing.pdfs import write_form_pdf, write_text_pdf
 from quire.transitions import EventFactory
-from quire.type import queue_pb2
+from quire.type import job_pb2, queue_pb2
 from quire.wire import SIGNATURE_HEADER, WireSigner
 from quire.workqueue import (
     EVENTS_STREAM,
@@ -294,11 +294,12 @@ async def test_a_parked_job_cannot_be_moved_by_forgeries(running: Running, tmp_p
     assert not (running.data_dir / "blobs" / signed_key(task.tenant, job.name)).exists()
 
 
-async def test_a_rejected_job_takes_no_step_after_its_ending(
+async def _a_packet_and_a_rejected_job(
     running: Running, tmp_path: Path
-) -> None:
-    """Even a task signed with the assembler's own key (a stolen key, or a replay)
-    cannot get a job signed once the validator has rejected it."""
+) -> tuple[str, job_pb2.Artifact, Any]:
+    """A source digest, the packet its completed job's assembler handed on
+    (the tenant's own, so a forged task's blob binding holds), and a job the
+    validator rejected (a PDF cut in half)."""
     client = running.client
     good = (await client.upload(write_text_pdf(tmp_path / "ok.pdf", ["ok"]))).sha256
     done = await client.submit([PacketItem("ok", good)])
@@ -315,6 +316,16 @@ async def test_a_rejected_job_takes_no_step_after_its_ending(
     bad = (await client.upload(tmp_path / "cut.pdf")).sha256
     rejected = await client.submit([PacketItem("cut", bad)])
     assert state_name((await client.wait(rejected.name, timeout=60)).state) == "REJECTED"
+    return good, packet, rejected
+
+
+async def test_a_rejected_job_takes_no_step_after_its_ending(
+    running: Running, tmp_path: Path
+) -> None:
+    """Even a task signed with the assembler's own key (a stolen key, or a replay)
+    cannot get a job signed once the validator has rejected it."""
+    client = running.client
+    good, packet, rejected = await _a_packet_and_a_rejected_job(running, tmp_path)
     sign = _task_of(running, rejected.name)
     sign.assembled.CopyFrom(packet)  # the same tenant's real packet, so the binding holds
     nc = await login(running, "assembler")
@@ -574,21 +585,7 @@ async def test_a_taken_over_assembler_gets_nothing_signed_that_audit_did_not_rec
     tenant's job under the attacker's tenant, the signer asks audit first and
     signs none of them. No step is recorded for the victims' jobs."""
     client = running.client
-    good = (await client.upload(write_text_pdf(tmp_path / "p.pdf", ["packet"]))).sha256
-    done = await client.submit([PacketItem("p", good)])
-    assert state_name((await client.wait(done.name, timeout=60)).state) == "COMPLETED"
-    ((outcome,),) = _rows(
-        running.data_dir,
-        "assembler",
-        "SELECT outcome FROM stage_leases WHERE job = ? AND outcome IS NOT NULL",
-        done.name,
-    )
-    packet = queue_pb2.StageOutcome.FromString(outcome).next_task.assembled
-    whole = write_text_pdf(tmp_path / "cut.pdf", ["cut short"]).read_bytes()
-    (tmp_path / "cut.pdf").write_bytes(whole[: len(whole) // 2])
-    bad = (await client.upload(tmp_path / "cut.pdf")).sha256
-    rejected = await client.submit([PacketItem("cut", bad)])
-    assert state_name((await client.wait(rejected.name, timeout=60)).state) == "REJECTED"
+    good, packet, rejected = await _a_packet_and_a_rejected_job(running, tmp_path)
     async with TenantAdminClient(
         running.info.endpoints["admission"], running.info.operator_token()
     ) as admin:
@@ -601,7 +598,7 @@ async def test_a_taken_over_assembler_gets_nothing_signed_that_audit_did_not_rec
             running.info.endpoints["admission"], victim_tenant.secret
         ) as victim:
             theirs = await victim.submit(
-                [PacketItem("v", (await victim.upload(tmp_path / "p.pdf")).sha256)]
+                [PacketItem("v", (await victim.upload(tmp_path / "ok.pdf")).sha256)]
             )
         forged: list[queue_pb2.JobTask] = []
         for name in (rejected.name, cancelled.name, f"jobs/{uuid.uuid4().hex}", theirs.name):

@@ -25,6 +25,7 @@ import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpcore
 import httpx
@@ -86,6 +87,12 @@ class EgressPolicy:
     def permits_all(self, addresses: Iterable[IPAddress]) -> bool:
         found = list(addresses)
         return bool(found) and all(self.permits(a) for a in found)
+
+    async def refusal_of_url(self, url: str) -> str | None:
+        """``refusal_of_host`` for an http(s) URL's host and port."""
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return await self.refusal_of_host(parts.hostname or "", port)
 
     async def refusal_of_host(self, host: str, port: int) -> str | None:
         """Why a URL with this host may not be registered, or None. A name that

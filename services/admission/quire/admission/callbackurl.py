@@ -68,9 +68,7 @@ def check_callback_url(url: str, *, allow_loopback_http: bool) -> str:
 async def check_callback_destination(url: str, egress: EgressPolicy) -> None:
     """Refuse (``INVALID_NOTIFICATION_URL``) a checked URL whose host is, or
     resolves to, an address the egress policy does not allow."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    refusal = await egress.refusal_of_host(parts.hostname or "", port)
+    refusal = await egress.refusal_of_url(url)
     if refusal is not None:
         raise _refuse(refusal)
 

@@ -274,9 +274,7 @@ async def check_destination(system: SourceSystem, egress: EgressPolicy) -> None:
     """Refuse (INVALID_ARGUMENT, ``BASE_URL_NOT_ALLOWED``) a base URL whose host
     is, or resolves to, an address Quire does not call. The validator checks
     again on every connection."""
-    parts = urlsplit(system.base_url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    refusal = await egress.refusal_of_host(parts.hostname or "", port)
+    refusal = await egress.refusal_of_url(system.base_url)
     if refusal is not None:
         raise InvalidInput(
             ReasonCode.INVALID_TENANT,
