@@ -146,10 +146,15 @@ async def _ended(replay: Replay, name: str, timeout: float = 60) -> job_pb2.Job:
 
 
 def _temp_files(stack: Stack) -> list[Path]:
-    """Temporary files left anywhere under the data directory's blob and
-    attempt areas (promoted blobs are not temporary)."""
+    """Temporary files Quire left anywhere under the data directory
+    (promoted blobs are not temporary). NATS's own store is left out: the
+    server writes its consumer state through short-lived `.tmp` files of
+    its own at any moment."""
+    nats = stack.data_dir / "nats"
     found = []
     for path in stack.data_dir.rglob("*"):
+        if path.is_relative_to(nats):
+            continue
         if path.is_file() and (".tmp" in path.name or path.name.startswith("tmp")):
             found.append(path)
     return found
