@@ -93,14 +93,14 @@ async def test_a_cancel_that_loses_to_signing_reports_audits_state_and_says_it_l
                 await js.pause_consumer(EVENTS_STREAM, EVENTS_CONSUMER, until)
                 await js.pause_consumer(WORK_STREAM, commit, until)
                 await resume_promptly(js, WORK_STREAM, sign)
-                gate = await js.key_value(GATE_BUCKET)
+                claim = f"$KV.{GATE_BUCKET}.{job_id(job)}.signer.signing"
 
                 async def signed() -> bool:
                     try:
-                        entry = await gate.get(job_id(job))
+                        entry = await js.get_msg(f"KV_{GATE_BUCKET}", subject=claim)
                     except Exception:  # noqa: BLE001 - no claim yet
                         return False
-                    claimed = (entry.value or b"").startswith(b"SIGNING|")
+                    claimed = (entry.data or b"").startswith(b"SIGNING|")
                     return claimed and _signer_committed(stack.data_dir, job)
 
                 await eventually(signed, 90, "the signer claimed and signed the job")

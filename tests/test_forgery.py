@@ -433,9 +433,15 @@ async def test_a_forged_gate_entry_does_not_refuse_a_cancel(
         job = await client.submit([PacketItem("g", digest)])
         nc = await login(running, "validator")
         try:
-            kv = await nc.jetstream().key_value(GATE_BUCKET)
-            # "Signing has started", as an impostor would write it.
-            await kv.create(job.name.removeprefix("jobs/"), b"SIGNING|signer.Zm9yZ2Vk")
+            js = nc.jetstream(timeout=3)
+            entry = f"$KV.{GATE_BUCKET}.{job.name.removeprefix('jobs/')}"
+            # "Signing has started", as an impostor would write it: under the
+            # signer's name the server refuses it; under the validator's own
+            # name it is stored, but no reader takes it for the signer's.
+            with pytest.raises(Exception):  # noqa: B017 - a refusal or no answer
+                await js.publish(f"{entry}.signer.signing", b"SIGNING|0|signer.Zm9yZ2Vk")
+            await js.publish(f"{entry}.validator.signing", b"SIGNING|0|signer.Zm9yZ2Vk")
+            await js.publish(f"{entry}.validator.g0", b"REJECTED|0|validator.Zm9yZ2Vk")
         finally:
             await nc.close()
         cancelled = await client.cancel(job.name)
@@ -559,13 +565,14 @@ async def test_validly_signed_steps_that_do_not_fit_the_history_stay_out_of_the_
 
 
 async def _forge_sign_task(running: Running, task: queue_pb2.JobTask) -> None:
-    """What a taken-over assembler does: clear the job's gate entry (its login
-    may), then send a sign task signed with its own key."""
+    """What a taken-over assembler does: try to clear the job's gate entries
+    (the server refuses), then send a sign task signed with its own key."""
     nc = await login(running, "assembler")
     try:
-        kv = await nc.jetstream().key_value(GATE_BUCKET)
-        with contextlib.suppress(Exception):
-            await kv.delete(task.job.removeprefix("jobs/"))
+        kv = await nc.jetstream(timeout=2).key_value(GATE_BUCKET)
+        for claim in ("admission.c0", "validator.g0", "assembler.g0"):
+            with contextlib.suppress(Exception):
+                await kv.purge(f"{task.job.removeprefix('jobs/')}.{claim}")
         subject = work_subject("sign", "interactive")
         await _publish(
             nc.jetstream(),

@@ -265,8 +265,8 @@ class _Publisher:
 
 
 class _Gate:
-    async def reopen(self, job: str) -> str:
-        return "FAILED"
+    async def reopen(self, job: str, generation: int) -> str:
+        return ""
 
 
 async def _serve(register: Any) -> tuple[grpc.aio.Server, str]:

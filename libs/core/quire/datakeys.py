@@ -13,7 +13,8 @@ configured KEK (``quire.kek``).
 - Rotating the KEK (``rewrap``) rewrites each wrapped key under the ring's
   current KEK. The data keys themselves, and so every blob, stay as they are.
 - Crypto-shredding (``shred``) leaves a ``SHREDDED`` tombstone and deletes
-  the tenant's wrapped keys: every blob of the tenant is unreadable from
+  the tenant's wrapped keys (with the NATS backend only the ``keeper``
+  login may): every blob of the tenant is unreadable from
   then on (``DATA_SHREDDED``), new writes for it are refused, and the ledger,
   which holds digests and never bytes, still verifies.
 
@@ -52,6 +53,7 @@ FORMAT = "quire-wrapped-key/1"
 TOMBSTONE = "SHREDDED"
 DATA_KEY_BYTES = 32
 FIRST_VERSION = 1
+_SHRED_PASSES = 5
 
 
 def _aad(tenant: str, version: int) -> bytes:
@@ -165,12 +167,16 @@ class DataKeys:
 
     def check_takes_work(self, tenant: str) -> None:
         """FAILED_PRECONDITION ``TENANT_SHREDDED`` once ``tenant`` was shredded:
-        a job would only fail later, on bytes nobody can read any more."""
+        a job would only fail later, on bytes nobody can read any more.
+        Otherwise the tenant's data key is made if it is not yet: admission,
+        which calls this before taking any work, is the one service allowed to
+        create data keys (``quire.natsauth``); later stages only read them."""
         if self.is_shredded(tenant):
             raise FailedPrecondition(
                 ReasonCode.TENANT_SHREDDED,
                 "the tenant's data was crypto-shredded: it takes no new work",
             )
+        self.for_writing(tenant)
 
     def for_writing(self, tenant: str) -> tuple[int, bytes]:
         """The tenant's current key (version, bytes), created on first use."""
@@ -238,8 +244,9 @@ class DataKeys:
             raise _shredded()
         record = self._record(tenant, version, os.urandom(DATA_KEY_BYTES))
         self.ring.create(tenant, version, record)  # first creator wins
-        if self.is_shredded(tenant):  # a shred that raced this creation wins
-            self.ring.remove(tenant, version)
+        if self.is_shredded(tenant):
+            # A shred that raced this creation wins: the key is never used,
+            # and the shred, which erases until none is left, erases it.
             raise _shredded()
 
     def tenants(self) -> list[str]:
@@ -279,9 +286,15 @@ class DataKeys:
         check_tenant(tenant)
         self.ring.mark_shredded(tenant, datetime.now(UTC).isoformat(timespec="seconds").encode())
         destroyed = 0
-        for version in self.ring.versions(tenant):
-            self.ring.remove(tenant, version)
-            destroyed += 1
+        # Again until none is left: a key created by a writer that had not
+        # yet seen the tombstone is erased too.
+        for _ in range(_SHRED_PASSES):
+            versions = self.ring.versions(tenant)
+            if not versions:
+                break
+            for version in versions:
+                self.ring.remove(tenant, version)
+                destroyed += 1
         with self._lock:
             for entry in [k for k in self._cache if k[0] == tenant]:
                 del self._cache[entry]

@@ -1,53 +1,120 @@
-"""The job gate: one JetStream key-value entry per job that decides, once,
-between "signing has started" and "the client cancelled".
+"""The job gate: signed, create-only JetStream key-value entries that decide,
+once, between "signing has started", "the client cancelled" and "a stage
+ended the job".
 
-Both sides *create* the job's key; JetStream accepts only the first create, so
-exactly one wins even when the cancel and the signer arrive at the same
-instant. A job whose key says ``CANCELLED`` is ended by whichever stage next
-touches it; a job whose key says ``SIGNING`` can no longer be cancelled and
-the caller is told the state it reached.
+Each service writes only under its own name (``<job>.<service>.<claim>``;
+``quire.natsauth`` lets no login publish under another's), and every entry
+is written once: the bucket's stream keeps one message a subject and refuses
+a second, rollups and deletes (``gate_config``), so no login can overwrite,
+delete or purge an entry — its own or anyone's. Entries age out with the
+bucket's ``max_age``.
 
-Every entry is signed by the service that claimed it, for that job and that
-state (``quire.wire``), and only the services whose step it is may claim a
-state: the signer ``SIGNING``, admission ``CANCELLED``, a stage or audit's
-dead-letter office ``REJECTED``/``FAILED``. An entry that does not verify was
-written by someone else: it counts as absent and is replaced (conditionally on
-its revision, so a genuine claim racing with us still wins once).
+- ``<job>.signer.signing``: ``SIGNING`` (any generation);
+- ``<job>.admission.c<n>``: ``CANCELLED``, asked while generation ``n`` was current;
+- ``<job>.<service>.g<n>``: ``REJECTED`` or ``FAILED``, ending generation ``n``;
+- ``<job>.audit.r<n>``: audit's dead-letter office starts generation ``n`` (a retry).
+
+**The first recorded wins.** Of a job's genuine entries, in stream order,
+the first ``SIGNING``, the first ending of the generation asked about, or
+the first cancel that no ending of its own generation preceded is what the
+gate holds. Every reader sees the same stream order, so a cancel and the
+signer arriving at the same instant agree on the winner without a shared
+key. A cancel that lost stays void for good; a retry (a new generation)
+clears the earlier generation's endings but never a cancel that won.
+
+Every entry is signed by its service, for its subject, state and
+generation (``quire.wire``); an entry that does not verify — or names
+another service than its key, or a state that service may not claim — was
+not written by that service's code and counts as absent. A stolen login
+without the identity key can therefore block only its own service's keys.
 """
 
 from __future__ import annotations
 
-from nats.js import JetStreamContext
-from nats.js.errors import (
-    KeyDeletedError,
-    KeyNotFoundError,
-    KeyWrongLastSequenceError,
-)
-from nats.js.kv import KeyValue
+from dataclasses import dataclass
+
+import nats.js.errors
+from nats.js import JetStreamContext, api
 
 from quire.jobs import job_id
 from quire.pipeline import State
 from quire.wire import SIGNATURE_HEADER, ForgedMessage, WireSigner, WireVerifier
 
-__all__ = ["JobGate", "SIGNING", "CANCELLED", "ENDED", "GATE_BUCKET"]
+__all__ = [
+    "CANCELLED",
+    "ENDED",
+    "GATE_BUCKET",
+    "JobGate",
+    "SIGNING",
+    "gate_config",
+]
 
 GATE_BUCKET = "QUIRE_JOB_GATES"
+_STREAM = f"KV_{GATE_BUCKET}"
+_PREFIX = f"$KV.{GATE_BUCKET}."
+GATE_MAX_AGE_SECONDS = 90 * 24 * 3600.0
+"""How long an entry is kept: far past any job's deadline or review."""
 SIGNING = State.SIGNING
 CANCELLED = State.CANCELLED
 ENDED = frozenset({State.REJECTED, State.FAILED})
 """Endings a stage records here; no later step of the same generation may run."""
+RETRY = "RETRY"
 CLAIMANTS: dict[str, frozenset[str]] = {
     SIGNING: frozenset({"signer"}),
     CANCELLED: frozenset({"admission"}),
     State.REJECTED: frozenset({"validator", "assembler", "signer"}),
     State.FAILED: frozenset({"validator", "assembler", "signer", "audit"}),
+    RETRY: frozenset({"audit"}),
 }
 _SEPARATOR = "|"
+_EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
+_TAKEN = (10071, 10077)
+"""JetStream's answers when a create-only subject holds its entry already."""
+
+
+def gate_config(replicas: int) -> api.StreamConfig:
+    """The bucket's stream: one message a subject, never replaced, rolled up,
+    deleted or purged; entries leave only by age."""
+    return api.StreamConfig(
+        name=_STREAM,
+        subjects=[f"{_PREFIX}>"],
+        storage=api.StorageType.FILE,
+        num_replicas=replicas,
+        max_msgs_per_subject=1,
+        max_age=GATE_MAX_AGE_SECONDS,
+        discard=api.DiscardPolicy.NEW,
+        discard_new_per_subject=True,
+        allow_rollup_hdrs=False,
+        deny_delete=True,
+        deny_purge=True,
+        allow_direct=True,
+    )
+
+
+def _claim_token(state: str, generation: int) -> str:
+    if state == SIGNING:
+        return "signing"
+    if state == CANCELLED:
+        return f"c{generation}"
+    if state == RETRY:
+        return f"r{generation}"
+    return f"g{generation}"
+
+
+@dataclass(frozen=True)
+class _Entry:
+    sequence: int
+    service: str
+    state: str
+    generation: int
 
 
 class JobGate:
-    def __init__(self, kv: KeyValue, signer: WireSigner, verifier: WireVerifier) -> None:
-        self._kv = kv
+    def __init__(
+        self, js: JetStreamContext, service: str, signer: WireSigner, verifier: WireVerifier
+    ) -> None:
+        self._js = js
+        self._service = service
         self._signer = signer
         self._verifier = verifier
 
@@ -56,93 +123,121 @@ class JobGate:
         cls, js: JetStreamContext, signer: WireSigner, verifier: WireVerifier
     ) -> JobGate:
         """Bind the bucket, which the topology's provisioning created."""
-        return cls(await js.key_value(GATE_BUCKET), signer, verifier)
+        await js.stream_info(_STREAM)
+        return cls(js, signer.service, signer, verifier)
+
+    def _subject(self, job: str, service: str, state: str, generation: int) -> str:
+        return f"{_PREFIX}{job_id(job)}.{service}.{_claim_token(state, generation)}"
 
     @staticmethod
-    def _subject(key: str) -> str:
-        return f"$KV.{GATE_BUCKET}.{key}"
+    def _signed(state: str, generation: int) -> bytes:
+        return f"{state}{_SEPARATOR}{generation}".encode()
 
-    def _sealed(self, key: str, state: str) -> bytes:
-        signature = self._signer.header(self._subject(key), state.encode())
-        return f"{state}{_SEPARATOR}{signature}".encode()
+    async def _record(self, job: str, state: str, generation: int) -> None:
+        """Write this service's entry; one already there (a redelivery, or a
+        forgery under this service's own login) is left as it is."""
+        subject = self._subject(job, self._service, state, generation)
+        signed = self._signed(state, generation)
+        value = signed + f"{_SEPARATOR}{self._signer.header(subject, signed)}".encode()
+        try:
+            await self._js.publish(subject, value, headers={_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
+        except nats.js.errors.APIError as error:
+            if error.err_code not in _TAKEN:
+                raise
 
-    def _opened(self, key: str, value: bytes | None) -> tuple[str, str]:
-        """(state, claimant) of an entry, or ("", "") when no one entitled to it signed it."""
-        state, _, signature = (value or b"").decode(errors="replace").partition(_SEPARATOR)
+    def _opened(self, subject: str, sequence: int, value: bytes) -> _Entry | None:
+        """The entry at ``subject`` if its own service signed it, for its key."""
+        parts = subject.removeprefix(_PREFIX).split(".")
+        if len(parts) != 3:
+            return None
+        _, service, token = parts
+        state, _, rest = value.decode(errors="replace").partition(_SEPARATOR)
+        number, _, signature = rest.partition(_SEPARATOR)
+        if not number.isdigit() or _claim_token(state, int(number)) != token:
+            return None
         try:
             claimant = self._verifier.producer(
-                self._subject(key),
-                state.encode(),
+                subject,
+                self._signed(state, int(number)),
                 {SIGNATURE_HEADER: signature},
                 allowed=CLAIMANTS.get(state, frozenset()),
             )
         except ForgedMessage:
-            return "", ""
-        return state, claimant
-
-    async def _held(self, key: str) -> tuple[str, str, int] | None:
-        """The genuine (state, claimant) at ``key`` and the entry's revision; None if empty."""
-        try:
-            entry = await self._kv.get(key)
-        except (KeyNotFoundError, KeyDeletedError):
             return None
-        state, claimant = self._opened(key, entry.value)
-        return state, claimant, entry.revision or 0
+        if claimant != service:
+            return None
+        return _Entry(sequence, service, state, int(number))
 
-    async def _claim(self, job: str, outcome: str) -> str:
-        key = job_id(job)
-        try:
-            await self._kv.create(key, self._sealed(key, outcome))
-            return outcome
-        except KeyWrongLastSequenceError:
-            held = await self._held(key)
-            if held is None:
-                return await self._claim(job, outcome)  # reopened meanwhile
-            state, _, revision = held
-            if state:
-                return state
-        try:  # a forged entry: replace it, unless someone else does first
-            await self._kv.update(key, self._sealed(key, outcome), last=revision)
-            return outcome
-        except KeyWrongLastSequenceError:
-            return await self._claim(job, outcome)
+    async def _entries(self, job: str) -> list[_Entry]:
+        """The job's genuine entries, in stream order (one leader read each)."""
+        pattern = f"{_PREFIX}{job_id(job)}.>"
+        found: list[_Entry] = []
+        sequence = 1
+        while True:
+            try:
+                msg = await self._js.get_msg(_STREAM, seq=sequence, subject=pattern, next=True)
+            except nats.js.errors.NotFoundError:
+                return found
+            entry = self._opened(msg.subject or "", msg.seq or 0, msg.data or b"")
+            if entry is not None:
+                found.append(entry)
+            sequence = (msg.seq or 0) + 1
+
+    @staticmethod
+    def _current(entries: list[_Entry]) -> int:
+        """The generation the job is in: the last retry audit started, or 0."""
+        return max((e.generation for e in entries if e.state == RETRY), default=0)
+
+    @staticmethod
+    def _held(entries: list[_Entry], generation: int) -> tuple[str, str]:
+        """(state, claimant) the gate holds for ``generation``: the first recorded wins."""
+        ended: set[int] = set()
+        for entry in entries:
+            if entry.state == SIGNING:
+                return SIGNING, entry.service
+            if entry.state in ENDED:
+                ended.add(entry.generation)
+                if entry.generation == generation:
+                    return entry.state, entry.service
+            if entry.state == CANCELLED and entry.generation not in ended:
+                return CANCELLED, entry.service
+        return "", ""
+
+    async def _claim(self, job: str, state: str, generation: int | None) -> str:
+        if generation is None:
+            generation = self._current(await self._entries(job))
+        await self._record(job, state, generation)
+        return self._held(await self._entries(job), generation)[0] or state
 
     async def claim_signing(self, job: str) -> str:
-        """SIGNING if the signer may go ahead, CANCELLED if the client was first."""
-        return await self._claim(job, SIGNING)
+        """SIGNING if the signer may go ahead, CANCELLED if the client was first
+        (or the ending a stage recorded first)."""
+        return await self._claim(job, SIGNING, None)
 
-    async def end(self, job: str, state: str) -> str:
-        """Record that a stage ended the job (REJECTED, FAILED); CANCELLED if the client was first."""
-        return await self._claim(job, state)
+    async def end(self, job: str, state: str, generation: int | None = None) -> str:
+        """Record that this service ended the job's ``generation`` (default: the
+        current one) REJECTED or FAILED; CANCELLED if the client was first."""
+        return await self._claim(job, state, generation)
 
     async def cancel(self, job: str) -> str:
-        """CANCELLED if the cancel won, SIGNING if signing had already started."""
-        return await self._claim(job, CANCELLED)
+        """CANCELLED if the cancel won; else SIGNING, or the ending recorded first."""
+        return await self._claim(job, CANCELLED, None)
 
-    async def reopen(self, job: str) -> str:
-        """Clear a FAILED ending for a dead-letter retry; returns what the gate held.
-
-        ``SIGNING`` stays (signing had begun; cancel still cannot win), and a
-        ``CANCELLED`` is never cleared. The delete is conditional on the entry's
-        revision, so a cancel that lands meanwhile is kept. A forged entry is
-        cleared too.
-        """
-        key = job_id(job)
-        held = await self._held(key)
-        if held is None:
-            return ""
-        state, _, revision = held
-        if state in (State.FAILED, State.REJECTED, ""):
-            try:
-                await self._kv.delete(key, last=revision)
-            except KeyWrongLastSequenceError:
-                return await self.reopen(job)
-        return state
+    async def reopen(self, job: str, generation: int) -> str:
+        """Start ``generation`` for a dead-letter retry; returns what the gate
+        holds for it: ``SIGNING`` stays (cancel still cannot win), a won
+        ``CANCELLED`` is never cleared, and the earlier generation's endings
+        no longer count."""
+        await self._record(job, RETRY, generation)
+        return self._held(await self._entries(job), generation)[0]
 
     async def is_cancelled(self, job: str) -> bool:
         return (await self.claim_of(job))[0] == CANCELLED
 
-    async def claim_of(self, job: str) -> tuple[str, str]:
-        """(state, the service that claimed it) the gate genuinely holds, or ("", "")."""
-        held = await self._held(job_id(job))
-        return ("", "") if held is None else (held[0], held[1])
+    async def claim_of(self, job: str, generation: int | None = None) -> tuple[str, str]:
+        """(state, the service that claimed it) the gate genuinely holds for
+        ``generation`` (default: the current one), or ("", "")."""
+        entries = await self._entries(job)
+        if generation is None:
+            generation = self._current(entries)
+        return self._held(entries, generation)

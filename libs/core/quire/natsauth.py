@@ -10,6 +10,15 @@ delete, direct writes to streams) belongs to the ``operator`` user, which no
 service holds: the embedded stack uses it once to lay out the topology, and a
 cluster runs a provisioning job with it.
 
+Blobs and data keys (the cluster layout, ``QUIRE_BLOB_BACKEND=nats``) are
+create-only for the services: they may add chunks and first meta messages
+(``quire.natsblobs``) and admission alone a tenant's first wrapped key
+(``quire.natskeyring``); the streams refuse rollups and second messages.
+Removing either — retention, crypto-shredding, a KEK rotation's new wraps,
+and the sweep of orphaned chunks — belongs to the ``keeper`` user, which the
+operators' data-lifecycle commands (``quire retention``, ``quire keys``) use
+and no service holds.
+
 Passwords are generated at first start into the credentials directory (mode
 0600, one file per user) and the server's configuration holds only their
 bcrypt hashes.
@@ -28,7 +37,7 @@ import bcrypt
 from quire.announcements import WORKERS_BUCKET
 from quire.jobgate import GATE_BUCKET
 from quire.natsblobs import BLOB_BUCKET
-from quire.natskeyring import KEYRING_BUCKET
+from quire.natskeyring import FIRST_WRAP, KEYRING_BUCKET
 from quire.pipeline import QUEUED_STAGES, STAGES
 from quire.rolloutboard import ROLLOUTS_BUCKET
 from quire.workqueue.deferral import DEFERRED_PREFIX
@@ -46,6 +55,7 @@ from quire.workqueue.topology import (
 
 __all__ = [
     "OPERATOR",
+    "KEEPER",
     "NatsPermissions",
     "SERVICE_PERMISSIONS",
     "inbox_prefix",
@@ -54,25 +64,44 @@ __all__ = [
 ]
 
 OPERATOR = "operator"
+KEEPER = "keeper"
+"""The data-lifecycle login: retention, crypto-shredding, KEK rotation."""
 BCRYPT_ROUNDS = 10
 _KV_STREAM = f"KV_{GATE_BUCKET}"
 _TOPOLOGY_READ = ("$JS.API.STREAM.INFO.*",)
-_GATE = (
-    f"$KV.{GATE_BUCKET}.>",
-    f"$JS.API.DIRECT.GET.{_KV_STREAM}.>",
-    f"$JS.API.STREAM.MSG.GET.{_KV_STREAM}",
-)
+
+
+def _gate(service: str) -> tuple[str, ...]:
+    """The job gate (``quire.jobgate``): entries under the service's own name
+    only, and reads of everyone's from the stream leader."""
+    return (f"$KV.{GATE_BUCKET}.*.{service}.>", f"$JS.API.STREAM.MSG.GET.{_KV_STREAM}")
+
 
 _BLOBS = (
-    # The NATS blob backend (QUIRE_BLOB_BACKEND=nats): object chunks and meta
-    # messages, reads from the stream leader, purging replaced chunks, and the
-    # wrapped data keys. The buckets themselves are made by whoever provisions
-    # the topology (``ensure_topology``), never by a service.
-    f"$O.{BLOB_BUCKET}.>",
+    # The NATS blob backend (QUIRE_BLOB_BACKEND=nats): new object chunks and
+    # meta messages, reads from the stream leader, and reading the wrapped
+    # data keys. No purge: a service cannot remove an object, nor (the streams
+    # refuse it) replace one. The buckets themselves are made by whoever
+    # provisions the topology (``ensure_topology``), never by a service.
+    f"$O.{BLOB_BUCKET}.C.>",
+    f"$O.{BLOB_BUCKET}.M.>",
+    f"$JS.API.STREAM.MSG.GET.OBJ_{BLOB_BUCKET}",
+    f"$JS.API.STREAM.MSG.GET.KV_{KEYRING_BUCKET}",
+)
+_DATA_KEY_CREATE = (
+    # A tenant's first wrap of a data key (``<tenant>.v<n>.w1``): admission
+    # makes it before it takes the tenant's work; no tombstone, no rewrap.
+    f"$KV.{KEYRING_BUCKET}.*.*.w{FIRST_WRAP}",
+)
+_KEEPER = (
+    # Retention's and shredding's deletions, KEK rotations' new wraps,
+    # tombstones, and the sweep of orphaned chunks: nothing else.
     f"$JS.API.STREAM.MSG.GET.OBJ_{BLOB_BUCKET}",
     f"$JS.API.STREAM.PURGE.OBJ_{BLOB_BUCKET}",
     f"$KV.{KEYRING_BUCKET}.>",
     f"$JS.API.STREAM.MSG.GET.KV_{KEYRING_BUCKET}",
+    f"$JS.API.STREAM.PURGE.KV_{KEYRING_BUCKET}",
+    *_TOPOLOGY_READ,
 )
 
 
@@ -150,8 +179,9 @@ SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
             # reconciler (a job still waiting in line is not re-driven).
             f"$JS.API.CONSUMER.INFO.{WORK_STREAM}.*",
             f"$JS.API.STREAM.MSG.GET.{WORK_STREAM}",
-            *_GATE,
+            *_gate("admission"),
             *_BLOBS,
+            *_DATA_KEY_CREATE,
             *_TOPOLOGY_READ,
         )
     ),
@@ -168,7 +198,7 @@ SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
                 *_ROLLOUTS_READ,
                 f"quire.dead.{s.name}",
                 *_announce(s.service),
-                *_GATE,
+                *_gate(s.service),
                 *_BLOBS,
                 *_TOPOLOGY_READ,
             )
@@ -190,11 +220,12 @@ SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
             # The dead-letter office moves an exhausted message out of the work queue.
             f"$JS.API.STREAM.MSG.GET.{WORK_STREAM}",
             f"$JS.API.STREAM.MSG.DELETE.{WORK_STREAM}",
-            *_GATE,
+            *_gate("audit"),
             *_BLOBS,
             *_TOPOLOGY_READ,
         )
     ),
+    KEEPER: NatsPermissions(_KEEPER),
 }
 
 

@@ -1,12 +1,20 @@
 """The NATS blob backend: blobs in a replicated JetStream object store, for
 clusters where replicas share no disk.
 
-Objects use the object store's own layout (``nats object`` can list them):
-chunks of 128 KiB on ``$O.<bucket>.C.<nuid>``, then one meta message on
+Objects use the object store's own layout: chunks of 128 KiB on
+``$O.<bucket>.C.<nuid>``, then one meta message on
 ``$O.<bucket>.M.<base64url(key)>`` naming the chunks, their count, size and
 the SHA-256 of the stored bytes. What is stored is the sealed blob, exactly
 as the local backend would keep it (``quire.sealing``).
 
+- **Create-only.** A key's object is its *first* meta message; a later one
+  (a racing replica's, or a stolen login's attempt to overwrite or mark it
+  deleted) is never read. The stream refuses rollup headers, and no service
+  login may purge it (``quire.natsauth``): deleting an object belongs to
+  retention and crypto-shredding, run with the ``keeper`` login, which
+  purges the key's meta and chunk subjects. Every key is content-addressed
+  (``quire.blobstore``: by digest, or a signed packet by its job, written
+  once), so two writers of one key write the same bytes.
 - **Bounded memory.** A writer seals into a temporary file in the service's
   temporary space (``quire.blobstore``); promotion uploads that file one
   chunk at a time. A read downloads one chunk at a time into a temporary
@@ -14,12 +22,11 @@ as the local backend would keep it (``quire.sealing``).
   step holds more than a chunk.
 - **Atomic promotion.** Chunks go to a fresh subject no reader knows of; the
   object appears only when its meta message is stored, whole or not at all.
-  A failed upload purges its chunks.
-- **Exclusive promotion** publishes the meta message with JetStream's
-  expected-last-subject-sequence: of any number of replicas promoting the
-  same key, the stream stores exactly one, and the others get False. A
-  replacing promotion uses the same compare-and-set in a loop, so the
-  chunks it replaces are always purged by whoever replaced them.
+  Chunks of an upload that failed, or lost a race, name no object; the
+  keeper's sweep (``orphaned_chunks``) removes them.
+- **Exclusive promotion** returns False when the key's first meta message
+  is not its own: of any number of replicas promoting the same key, exactly
+  one is told it created the object.
 - **Digests** are checked on every read: the stored bytes against the
   meta's SHA-256 and chunk count, then every sealed segment, then (by the
   caller) the plaintext digest. A mismatch is DIGEST_MISMATCH.
@@ -52,18 +59,20 @@ from quire.blobstore import (
     check_key,
 )
 from quire.datakeys import DataKeys
-from quire.errors import PermanentError, TransientError
+from quire.errors import PermanentError
 from quire.kek import KekRing
-from quire.natskeyring import (
-    EXPECTED_LAST_SUBJECT_SEQUENCE,
-    WRONG_LAST_SEQUENCE,
-    NatsKeyRing,
-    keyring_config,
-)
+from quire.natskeyring import NatsKeyRing, keyring_config
 from quire.natsport import NatsPort
 from quire.reasons import ReasonCode
+from quire.streamsafety import ensure_safe_stream
 
-__all__ = ["BLOB_BUCKET", "CHUNK_BYTES", "NatsBlobStore", "ensure_blob_buckets"]
+__all__ = [
+    "BLOB_BUCKET",
+    "CHUNK_BYTES",
+    "NatsBlobStore",
+    "blob_stream_config",
+    "ensure_blob_buckets",
+]
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +80,7 @@ BLOB_BUCKET = "QUIRE_BLOBS"
 STREAM = f"OBJ_{BLOB_BUCKET}"
 CHUNK_BYTES = 128 * 1024
 _DIGEST_PREFIX = "SHA-256="
-_REPLACE_ATTEMPTS = 10
+_READ_ATTEMPTS = 10
 
 
 def _meta_subject(key: str) -> str:
@@ -105,21 +114,29 @@ class _Meta:
         return str(self.info.get("nuid") or "")
 
 
+def blob_stream_config(replicas: int) -> api.StreamConfig:
+    """The object store's stream as ``create_object_store`` makes it, but
+    refusing rollup headers: no publish can remove what an object holds."""
+    return api.StreamConfig(
+        name=STREAM,
+        subjects=[f"$O.{BLOB_BUCKET}.C.>", f"$O.{BLOB_BUCKET}.M.>"],
+        storage=api.StorageType.FILE,
+        num_replicas=replicas,
+        discard=api.DiscardPolicy.NEW,
+        allow_rollup_hdrs=False,
+        allow_direct=True,
+    )
+
+
 async def ensure_blob_buckets(js: JetStreamContext, replicas: int) -> None:
-    """Create the blob object store and the key-ring bucket if missing."""
-    try:
-        await js.stream_info(STREAM)
-    except nats.js.errors.NotFoundError:
-        with contextlib.suppress(nats.js.errors.BadRequestError):  # made concurrently
-            await js.create_object_store(
-                BLOB_BUCKET,
-                api.ObjectStoreConfig(replicas=replicas, storage=api.StorageType.FILE),
-            )
-    try:
-        await js.stream_info(f"KV_{keyring_config(replicas).bucket}")
-    except nats.js.errors.NotFoundError:
-        with contextlib.suppress(nats.js.errors.BadRequestError):
-            await js.create_key_value(keyring_config(replicas))
+    """Create the blob object store and the key-ring bucket, or bring an
+    existing one's safety settings (rollups refused, create-only keys) up to date."""
+    await ensure_safe_stream(js, blob_stream_config(replicas), ("allow_rollup_hdrs", "discard"))
+    await ensure_safe_stream(
+        js,
+        keyring_config(replicas),
+        ("allow_rollup_hdrs", "discard", "discard_new_per_subject", "max_msgs_per_subject"),
+    )
 
 
 class NatsBlobStore(SealedBlobStore):
@@ -149,7 +166,10 @@ class NatsBlobStore(SealedBlobStore):
     def _meta(self, key: str) -> _Meta:
         async def get() -> _Meta:
             try:
-                msg = await self._port.js.get_msg(STREAM, subject=_meta_subject(key))
+                # The first meta message is the object: a later one is never read.
+                msg = await self._port.js.get_msg(
+                    STREAM, seq=1, subject=_meta_subject(key), next=True
+                )
             except nats.js.errors.NotFoundError:
                 return _Meta(0, {})
             try:
@@ -180,72 +200,70 @@ class NatsBlobStore(SealedBlobStore):
         return sorted(keys)
 
     def delete(self, key: str) -> None:
+        """Remove ``key``'s object: its meta and chunk subjects are purged.
+        Only the ``keeper`` login (retention, shredding) may purge the stream;
+        a service login's attempt is refused by the server."""
         meta = self._meta(check_key(key))
-        if not meta.live:
+        if meta.sequence == 0:
             return
-        marker = {**meta.info, "deleted": True, "size": 0, "chunks": 0, "digest": ""}
-        self._port.run(self._publish_meta, key, marker, meta.sequence)
-        self._port.run(self._purge, meta.nuid)
+
+        async def purge() -> None:
+            await self._port.js.purge_stream(STREAM, subject=_meta_subject(key))
+            if meta.nuid:
+                await self._port.js.purge_stream(STREAM, subject=_chunk_subject(meta.nuid))
+
+        self._port.run(purge)
+
+    def orphaned_chunks(self) -> list[str]:
+        """Chunk subjects no object's first meta message names: uploads that
+        failed or lost a race. For the keeper's sweep, which purges them once
+        they are older than any upload in progress could be."""
+
+        async def subjects(pattern: str) -> dict[str, int]:
+            info = await self._port.js.stream_info(STREAM, subjects_filter=pattern)
+            return dict(info.state.subjects or {})
+
+        named = set()
+        for subject in self._port.run(subjects, f"$O.{BLOB_BUCKET}.M.>"):
+            key = base64.urlsafe_b64decode(subject.rsplit(".", 1)[-1]).decode(errors="replace")
+            named.add(self._meta(key).nuid)
+        chunks = self._port.run(subjects, f"$O.{BLOB_BUCKET}.C.>")
+        return sorted(s for s in chunks if s.rsplit(".", 1)[-1] not in named)
 
     def promote_sealed(self, temp: Path, key: str, *, exclusive: bool = False) -> bool:
-        """Upload a finished sealed temporary file under ``key``; it is gone afterwards."""
+        """Upload a finished sealed temporary file under ``key``; it is gone afterwards.
+
+        The key's object is its first meta message. When it exists already
+        nothing is uploaded (its bytes are the same: keys are
+        content-addressed); after a race, the loser's chunks are left for
+        the keeper's sweep. True when this call made the object, or (not
+        ``exclusive``) when the object exists.
+        """
         check_key(key)
         try:
-            current = self._meta(key)
-            if exclusive and current.live:
-                return False
+            if self._meta(key).sequence:
+                return not exclusive
             nuid = secrets.token_hex(16)
             info = self._port.run(self._upload, temp, key, nuid)
-            return self._settle(key, info, current, exclusive=exclusive)
+            self._port.run(self._publish_meta, key, info)
+            if self._meta(key).nuid != nuid:
+                log.info("blob promoted concurrently; this upload's chunks await the sweep")
+                return not exclusive
+            return True
         finally:
             with contextlib.suppress(OSError):
                 temp.unlink(missing_ok=True)
-
-    def _settle(
-        self, key: str, info: dict[str, object], current: _Meta, *, exclusive: bool
-    ) -> bool:
-        """Publish the meta message by compare-and-set; purge what it replaced
-        (or, when it was not published, its own chunks)."""
-        published = False
-        try:
-            for _ in range(_REPLACE_ATTEMPTS):
-                if self._port.run(self._publish_meta, key, info, current.sequence):
-                    published = True
-                    break
-                current = self._meta(key)
-                if exclusive and current.live:
-                    return False
-            else:
-                raise TransientError(ReasonCode.STORAGE_UNAVAILABLE, "blob key contended")
-        finally:
-            if not published:
-                self._purge_quietly(str(info["nuid"]))
-        if current.live:
-            self._purge_quietly(current.nuid)
-        return True
-
-    def _purge_quietly(self, nuid: str) -> None:
-        """Purge chunks no object names any more; a failure only leaks space."""
-        try:
-            self._port.run(self._purge, nuid)
-        except Exception as error:  # noqa: BLE001 - the blob itself is settled
-            log.warning("unreferenced blob chunks not purged (%s)", type(error).__name__)
 
     async def _upload(self, temp: Path, key: str, nuid: str) -> dict[str, object]:
         js = self._port.js
         digest = hashlib.sha256()
         size = chunks = 0
-        try:
-            with open(temp, "rb") as handle:
-                while data := handle.read(CHUNK_BYTES):
-                    await js.publish(_chunk_subject(nuid), data)
-                    digest.update(data)
-                    size += len(data)
-                    chunks += 1
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await self._purge(nuid)
-            raise
+        with open(temp, "rb") as handle:
+            while data := handle.read(CHUNK_BYTES):
+                await js.publish(_chunk_subject(nuid), data)
+                digest.update(data)
+                size += len(data)
+                chunks += 1
         return {
             "name": key,
             "bucket": BLOB_BUCKET,
@@ -257,21 +275,8 @@ class NatsBlobStore(SealedBlobStore):
             "options": {"max_chunk_size": CHUNK_BYTES},
         }
 
-    async def _publish_meta(self, key: str, info: dict[str, object], expected: int) -> bool:
-        headers = {api.Header.ROLLUP: "sub", EXPECTED_LAST_SUBJECT_SEQUENCE: str(expected)}
-        try:
-            await self._port.js.publish(
-                _meta_subject(key), json.dumps(info).encode(), headers=headers
-            )
-        except nats.js.errors.APIError as error:
-            if error.err_code == WRONG_LAST_SEQUENCE:
-                return False
-            raise
-        return True
-
-    async def _purge(self, nuid: str) -> None:
-        if nuid:
-            await self._port.js.purge_stream(STREAM, subject=_chunk_subject(nuid))
+    async def _publish_meta(self, key: str, info: dict[str, object]) -> None:
+        await self._port.js.publish(_meta_subject(key), json.dumps(info).encode())
 
     @contextlib.contextmanager
     def open_sealed(self, key: str) -> Iterator[BinaryIO]:
@@ -286,8 +291,8 @@ class NatsBlobStore(SealedBlobStore):
 
     def _download(self, key: str, out: BinaryIO) -> None:
         """The sealed bytes of ``key`` into ``out``; started again if the
-        object is replaced midway (its old chunks purged)."""
-        for _ in range(_REPLACE_ATTEMPTS):
+        object was deleted and made again midway."""
+        for _ in range(_READ_ATTEMPTS):
             meta = self._meta(key)
             if not meta.live:
                 raise _missing()

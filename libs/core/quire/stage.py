@@ -305,7 +305,8 @@ class StageRunner:
         # and a cancel or an ending recorded after the read is still caught when
         # this delivery ends the job or claims signing.
         lease, (held, claimant) = await asyncio.gather(
-            self._leases.acquire(lease_key(task.job, task.generation)), self._claim_of(task.job)
+            self._leases.acquire(lease_key(task.job, task.generation)),
+            self._claim_of(task.job, task.generation),
         )
         span.set_attribute("quire.lease_token", lease.token)
         if lease.committed is not None:
@@ -350,9 +351,9 @@ class StageRunner:
         fault_point(f"{self._service}.after_commit")
         return await self._hand_off(decision.outcome, decision.then, task, attempt, stored)
 
-    async def _claim_of(self, job: str) -> tuple[str, str]:
-        """What the job gate holds for ``job``, and who claimed it."""
-        return ("", "") if self._gate is None else await self._gate.claim_of(job)
+    async def _claim_of(self, job: str, generation: int) -> tuple[str, str]:
+        """What the job gate holds for ``job``'s ``generation``, and who claimed it."""
+        return ("", "") if self._gate is None else await self._gate.claim_of(job, generation)
 
     async def _announce_start(
         self, task: queue_pb2.JobTask, lease: Lease, attempt: int
@@ -501,7 +502,7 @@ class StageRunner:
         """A terminal outcome, unless the client's cancel was recorded first."""
         reason = reason or (error.reason if isinstance(error, QuireError) else ReasonCode.INTERNAL)
         if self._gate is not None and state != State.CANCELLED:
-            if await self._gate.end(task.job, state) == CANCELLED:
+            if await self._gate.end(task.job, state, task.generation) == CANCELLED:
                 state, reason = State.CANCELLED, ReasonCode.CANCELLED_BY_CLIENT
         if state == State.FAILED:
             await self._keep(task.job, attempt, reason, error)

@@ -16,12 +16,28 @@ from quire.blobstore import DEFAULT_OWNER, BlobStore
 from quire.datakeys import DataKeys
 from quire.kek import DEVELOPMENT_RING, KekRing, KekSettings, load_kek_ring
 from quire.localblobs import LocalBlobStore
+from quire.natsauth import KEEPER
 from quire.settings import ServiceSettings
 
-__all__ = ["open_blob_store", "tool_kek_settings"]
+__all__ = ["keeper_env", "open_blob_store", "tool_kek_settings"]
 
 TMP_DIR = ".tmp"
 """The temporary space under the blob root, on this host's disk whatever the backend."""
+
+
+def keeper_env(data_dir: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for a data-lifecycle command (``quire retention``, ``quire
+    keys``): the ``keeper`` NATS login, the only one that may delete blobs or
+    data keys in the cluster layout — unless ``QUIRE_NATS_USER`` names a
+    login, or there is no keeper's password (in ``QUIRE_NATS_CREDENTIALS_DIR``
+    or the embedded stack's credentials directory) to use."""
+    if env.get("QUIRE_NATS_USER"):
+        return dict(env)
+    directory = env.get("QUIRE_NATS_CREDENTIALS_DIR") or str(data_dir / "credentials" / "nats")
+    password = Path(directory) / f"{KEEPER}.password"
+    if not password.is_file():
+        return dict(env)
+    return {**env, "QUIRE_NATS_USER": KEEPER, "QUIRE_NATS_PASSWORD_FILE": str(password)}
 
 
 def tool_kek_settings(data_dir: Path, env: Mapping[str, str]) -> KekSettings:

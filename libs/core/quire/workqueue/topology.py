@@ -24,12 +24,13 @@ from nats.js import JetStreamContext, api
 from nats.js.errors import BucketNotFoundError
 
 from quire.announcements import WORKERS_BUCKET
-from quire.jobgate import GATE_BUCKET
+from quire.jobgate import GATE_BUCKET, gate_config
 from quire.natsblobs import BLOB_BUCKET, ensure_blob_buckets
 from quire.natskeyring import KEYRING_BUCKET
 from quire.pipeline import QUEUED_STAGES, STAGES
 from quire.rolloutboard import ROLLOUTS_BUCKET
 from quire.settings import QueueSettings
+from quire.streamsafety import ensure_safe_stream
 from quire.tracks import CANDIDATE
 
 __all__ = [
@@ -238,7 +239,17 @@ async def ensure_topology(js: JetStreamContext, queue: QueueSettings) -> None:
             max_deliver=-1,
         ),
     )
-    await _ensure_plain_bucket(js, GATE_BUCKET, queue.replicas)
+    await ensure_safe_stream(
+        js,
+        gate_config(queue.replicas),
+        (
+            "allow_rollup_hdrs",
+            "discard",
+            "discard_new_per_subject",
+            "max_msgs_per_subject",
+            "max_age",
+        ),
+    )
     await ensure_blob_buckets(js, queue.replicas)
     await _ensure_workers_bucket(js, queue)
     await _ensure_plain_bucket(js, ROLLOUTS_BUCKET, queue.replicas)

@@ -28,13 +28,13 @@ from quire.errors import QuireError
 from quire.kek import KekConfigError, new_ring_line
 from quire.privatefiles import write_private
 from quire.settings import ServiceSettings
-from quire.storage import open_blob_store, tool_kek_settings
+from quire.storage import keeper_env, open_blob_store, tool_kek_settings
 
 __all__ = ["run"]
 
 
 def _data_keys(data_dir: Path) -> DataKeys:
-    env = {**os.environ, "QUIRE_DATA_DIR": str(data_dir)}
+    env = keeper_env(data_dir, {**os.environ, "QUIRE_DATA_DIR": str(data_dir)})
     settings = ServiceSettings.from_env("audit", env)
     # The configured blob backend's key ring (files, or the NATS bucket).
     return open_blob_store(settings, kek=tool_kek_settings(settings.data_dir, env)).keys

@@ -20,7 +20,7 @@ from quire.cli.errors import CliError
 from quire.cli.exitcodes import ExitCode
 from quire.cli.output import Output
 from quire.identity import provision_identities
-from quire.natsauth import OPERATOR, authorization_config, provision_nats_passwords
+from quire.natsauth import KEEPER, OPERATOR, authorization_config, provision_nats_passwords
 from quire.runtime import connect_nats
 from quire.settings import SERVICES, QueueSettings
 from quire.workqueue.topology import ensure_topology
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
 
 def _init(directory: Path, out: Output) -> int:
     made = provision_identities(directory / "identity", SERVICES)
-    passwords = provision_nats_passwords(directory / "nats", (*SERVICES, OPERATOR))
+    passwords = provision_nats_passwords(directory / "nats", (*SERVICES, KEEPER, OPERATOR))
     config = directory / "nats" / "authorization.conf"
     config.write_text(authorization_config(passwords) + "\n")
     out.line(f"identity keys made for: {', '.join(made) or 'none (all existed)'}")
@@ -44,7 +44,10 @@ def _init(directory: Path, out: Output) -> int:
     out.line(
         "Create one Secret per service from identity/<service>.key and nats/<service>.password,"
     )
-    out.line("a ConfigMap from identity/*.pub, and keep nats/operator.password for operators only.")
+    out.line(
+        "a ConfigMap from identity/*.pub; keep nats/operator.password and"
+        " nats/keeper.password (retention, shredding, KEK rotation) for operators only."
+    )
     out.result({"identities_made": list(made), "authorization": str(config)})
     return 0
 

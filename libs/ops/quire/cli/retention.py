@@ -31,7 +31,7 @@ from quire.invariants_db import service_settings
 from quire.retention import PlannedRetirement, apply_plan, describe, plan
 from quire.retention_records import read_records
 from quire.settings import DAY, RetentionSettings
-from quire.storage import open_blob_store, tool_kek_settings
+from quire.storage import keeper_env, open_blob_store, tool_kek_settings
 from quire.tls import aio_channel
 
 __all__ = ["run_plan", "run_apply", "tenants_retention"]
@@ -52,7 +52,7 @@ def _as_of(text: str) -> datetime:
 def open_blobs(data_dir: Path, env: Mapping[str, str]) -> BlobStore:
     """The stack's blob store, opened the way operator tools open it (only
     ``exists`` and ``delete`` are used: nothing is read or written)."""
-    settings = service_settings(data_dir, "admission", env)
+    settings = service_settings(data_dir, "admission", keeper_env(data_dir, env))
     return open_blob_store(settings, kek=tool_kek_settings(data_dir, env), owner="retention")
 
 

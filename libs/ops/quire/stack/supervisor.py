@@ -41,7 +41,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from quire.gateway.config import GATEWAY_ADDRESS_VAR
 from quire.identity import provision_identities
 from quire.kek import DEVELOPMENT_RING, provision_development_ring
-from quire.natsauth import OPERATOR, authorization_config, provision_nats_passwords
+from quire.natsauth import KEEPER, OPERATOR, authorization_config, provision_nats_passwords
 from quire.runtime import connect_nats
 from quire.settings import (
     SERVICES,
@@ -182,7 +182,9 @@ class Stack:
         if self.uses_development_kek:
             provision_development_ring(self.kek_ring)
         if not self._external_nats:
-            passwords = provision_nats_passwords(self.credentials_dir, (*SERVICES, OPERATOR))
+            passwords = provision_nats_passwords(
+                self.credentials_dir, (*SERVICES, KEEPER, OPERATOR)
+            )
             self.nats = NatsServer(
                 self.data_dir / "nats",
                 port=free_port(),

@@ -72,7 +72,7 @@ class DeadLetterDesk:
         task.CopyFrom(failed)
         task.generation = row.generation + 1
         if row.status == "dead":
-            await self._reopen(job)
+            await self._reopen(job, task.generation)
             event = EventFactory("operator", operator, self.build_version).transition(
                 task,
                 State.FAILED,
@@ -103,7 +103,7 @@ class DeadLetterDesk:
             raise NotFound("no dead letter for this job", ReasonCode.DEAD_LETTER_NOT_FOUND)
         return row
 
-    async def _reopen(self, job: str) -> None:
+    async def _reopen(self, job: str, generation: int) -> None:
         state = await self.database.read(
             lambda s: s.execute(
                 select(tables.jobs.c.state).where(tables.jobs.c.job == job)
@@ -115,7 +115,7 @@ class DeadLetterDesk:
             raise FailedPrecondition(
                 ReasonCode.HISTORY_INCOMPLETE, "the job's failure is not recorded yet; try again"
             )
-        if await self.gate.reopen(job) == CANCELLED:
+        if await self.gate.reopen(job, generation) == CANCELLED:
             raise FailedPrecondition(ReasonCode.JOB_CANCELLED, "the job was cancelled")
 
 

@@ -102,7 +102,7 @@ class DeadLetterOffice:
             task_message_id(task.job, f"dead.{gave_up.name}", task.generation),
         )
         ending, reason = State.FAILED, ReasonCode.RETRY_LIMIT_REACHED
-        if await self._gate.end(task.job, State.FAILED) == CANCELLED:
+        if await self._gate.end(task.job, State.FAILED, task.generation) == CANCELLED:
             ending, reason = State.CANCELLED, ReasonCode.CANCELLED_BY_CLIENT
         event = self._events.transition(
             task,
