@@ -295,3 +295,26 @@ def test_a_misspelt_blob_backend_stops_the_process_at_start() -> None:
     assert caught.value.variable == "QUIRE_BLOB_BACKEND"
     assert caught.value.message == "QUIRE_BLOB_BACKEND: local or nats"
     assert ServiceSettings.from_env("assembler", {}).blob_backend == "local"
+
+
+def test_nats_the_sweep_purges_only_old_chunks_no_object_names(
+    nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """An upload that failed before its meta message leaves chunks no reader
+    knows of; the keeper's sweep purges them once old enough, and leaves a
+    live object's chunks (and a fresh orphan, maybe an upload in progress)."""
+    store = _nats_replica(nats_server.url, made_up_ring(), tmp_path / "tmp")
+    try:
+        data = os.urandom(200 * 1024)
+        _put(store, "sources/t/kept", data)
+
+        async def orphan(nuid: str) -> None:
+            await store._port.js.publish(f"$O.{BLOB_BUCKET}.C.{nuid}", b"left behind")  # noqa: SLF001
+
+        store._port.run(orphan, "orphan" + os.urandom(8).hex())  # noqa: SLF001
+        assert store.sweep_orphaned_chunks(3600) == 0, "too fresh to sweep"
+        assert store.sweep_orphaned_chunks(0) == 1
+        assert store.sweep_orphaned_chunks(0) == 0
+        assert b"".join(store.read_plain("sources/t/kept")) == data
+    finally:
+        store.close()

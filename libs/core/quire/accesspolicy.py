@@ -120,6 +120,14 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
             "RotateKey": OPERATOR,
         },
     )
+    | _service(
+        # The witness of audit's checkpoints runs in the signer's process.
+        "quire.witness.v1.WitnessService",
+        {
+            "AddCheckpoint": Rule(callers=frozenset({"audit"}), operator=False),
+            "GetWitnessKey": FRONT_DOOR_READ,  # published: `quire witness key`
+        },
+    )
     | DIAGNOSTICS,
 }
 

@@ -23,7 +23,7 @@ as the local backend would keep it (``quire.sealing``).
 - **Atomic promotion.** Chunks go to a fresh subject no reader knows of; the
   object appears only when its meta message is stored, whole or not at all.
   Chunks of an upload that failed, or lost a race, name no object; the
-  keeper's sweep (``orphaned_chunks``) removes them.
+  keeper's sweep (``sweep_orphaned_chunks``) removes them.
 - **Exclusive promotion** returns False when the key's first meta message
   is not its own: of any number of replicas promoting the same key, exactly
   one is told it created the object.
@@ -128,15 +128,17 @@ def blob_stream_config(replicas: int) -> api.StreamConfig:
     )
 
 
-async def ensure_blob_buckets(js: JetStreamContext, replicas: int) -> None:
-    """Create the blob object store and the key-ring bucket, or bring an
-    existing one's safety settings (rollups refused, create-only keys) up to date."""
-    await ensure_safe_stream(js, blob_stream_config(replicas), ("allow_rollup_hdrs", "discard"))
-    await ensure_safe_stream(
-        js,
-        keyring_config(replicas),
-        ("allow_rollup_hdrs", "discard", "discard_new_per_subject", "max_msgs_per_subject"),
-    )
+async def ensure_blob_buckets(
+    js: JetStreamContext, replicas: int, *, provisioning: bool = True
+) -> None:
+    """Create the blob object store and the key-ring bucket if missing; when
+    ``provisioning`` (the operator's login), also bring an existing one's
+    safety settings (rollups refused, create-only keys) up to date. A service
+    login may not update streams, and never needs to."""
+    blob_safety = ("allow_rollup_hdrs", "discard")
+    key_safety = ("allow_rollup_hdrs", "discard", "discard_new_per_subject", "max_msgs_per_subject")
+    await ensure_safe_stream(js, blob_stream_config(replicas), blob_safety if provisioning else ())
+    await ensure_safe_stream(js, keyring_config(replicas), key_safety if provisioning else ())
 
 
 class NatsBlobStore(SealedBlobStore):
@@ -214,10 +216,11 @@ class NatsBlobStore(SealedBlobStore):
 
         self._port.run(purge)
 
-    def orphaned_chunks(self) -> list[str]:
-        """Chunk subjects no object's first meta message names: uploads that
-        failed or lost a race. For the keeper's sweep, which purges them once
-        they are older than any upload in progress could be."""
+    def sweep_orphaned_chunks(self, older_than_seconds: float) -> int:
+        """Purge chunk subjects no object's first meta message names (uploads
+        that failed, or lost a race) once their first chunk is older than
+        ``older_than_seconds``, so no upload in progress is touched. The
+        keeper's job (``quire retention apply``); returns how many were purged."""
 
         async def subjects(pattern: str) -> dict[str, int]:
             info = await self._port.js.stream_info(STREAM, subjects_filter=pattern)
@@ -227,8 +230,22 @@ class NatsBlobStore(SealedBlobStore):
         for subject in self._port.run(subjects, f"$O.{BLOB_BUCKET}.M.>"):
             key = base64.urlsafe_b64decode(subject.rsplit(".", 1)[-1]).decode(errors="replace")
             named.add(self._meta(key).nuid)
-        chunks = self._port.run(subjects, f"$O.{BLOB_BUCKET}.C.>")
-        return sorted(s for s in chunks if s.rsplit(".", 1)[-1] not in named)
+        cutoff = datetime.now(UTC).timestamp() - older_than_seconds
+
+        async def sweep(subject: str) -> bool:
+            js = self._port.js
+            first = await js.get_msg(STREAM, seq=1, subject=subject, next=True)
+            stored = first.time.timestamp() if first.time is not None else 0.0
+            if stored > cutoff:
+                return False
+            await js.purge_stream(STREAM, subject=subject)
+            return True
+
+        swept = 0
+        for subject in self._port.run(subjects, f"$O.{BLOB_BUCKET}.C.>"):
+            if subject.rsplit(".", 1)[-1] not in named and self._port.run(sweep, subject):
+                swept += 1
+        return swept
 
     def promote_sealed(self, temp: Path, key: str, *, exclusive: bool = False) -> bool:
         """Upload a finished sealed temporary file under ``key``; it is gone afterwards.

@@ -148,6 +148,11 @@ class ReasonCode(StrEnum):
     """An entry of the tenant's ledger cannot be read as recorded bytes (a row
     rewritten in the database): no evidence or checkpoint is made over it;
     ``quire audit verify`` names the entry."""
+    CHECKPOINT_INCONSISTENT = "CHECKPOINT_INCONSISTENT"
+    """The witness refuses a checkpoint that does not extend the last one it
+    cosigned for the log: a rewritten or forked history."""
+    CHECKPOINT_SIGNATURE_INVALID = "CHECKPOINT_SIGNATURE_INVALID"
+    """The witness refuses a checkpoint not signed by audit's checkpoint key."""
     SIGNING_FAILED = "SIGNING_FAILED"
     KEY_SOURCE_EXTERNAL = "KEY_SOURCE_EXTERNAL"
     INVALID_SETTING = "INVALID_SETTING"

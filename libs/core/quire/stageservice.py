@@ -123,6 +123,8 @@ class StageService:
     """The stage's chain of schema migrations (``quire.migrations``)."""
     leases: Table
     grpc_service_name: str
+    more_grpc_services: tuple[str, ...] = ()
+    """Other gRPC services the process serves (the signer's witness)."""
     asks_audit: bool = False
     """Whether each task is confirmed with audit before any work (``quire.authority``)."""
 
@@ -253,7 +255,7 @@ async def run_stage_service(
         await serve(
             address=settings.grpc_address,
             register=register,
-            service_names=(spec.grpc_service_name, DIAGNOSTICS_SERVICE),
+            service_names=(spec.grpc_service_name, *spec.more_grpc_services, DIAGNOSTICS_SERVICE),
             access=peers.guard(),
             health_address=settings.health_address,
             on_drain=drain,

@@ -89,7 +89,7 @@ def _open_nats(settings: ServiceSettings, keks: KekRing, owner: str) -> BlobStor
         name=f"{settings.service}-blobs",
     )
     try:
-        port.run(lambda: ensure_blob_buckets(port.js, settings.queue.replicas))
+        port.run(lambda: ensure_blob_buckets(port.js, settings.queue.replicas, provisioning=False))
         return NatsBlobStore.open(port, keks, settings.blob_root / TMP_DIR, owner=owner)
     except BaseException:
         port.close()

@@ -155,10 +155,12 @@ class DiscardDeadLetterRequest(_message.Message):
     def __init__(self, job: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ExportEvidenceRequest(_message.Message):
-    __slots__ = ("job",)
+    __slots__ = ("job", "since_size")
     JOB_FIELD_NUMBER: _ClassVar[int]
+    SINCE_SIZE_FIELD_NUMBER: _ClassVar[int]
     job: str
-    def __init__(self, job: _Optional[str] = ...) -> None: ...
+    since_size: int
+    def __init__(self, job: _Optional[str] = ..., since_size: _Optional[int] = ...) -> None: ...
 
 class Evidence(_message.Message):
     __slots__ = ("job", "json")

@@ -13,7 +13,7 @@ from quire.cli.errors import CliError
 from quire.cli.exitcodes import ExitCode
 from quire.cli.output import Output, message_dict
 
-__all__ = ["audit_key", "audit_verify", "evidence_export", "evidence_verify"]
+__all__ = ["audit_key", "audit_verify", "evidence_export", "evidence_verify", "witness_key"]
 
 
 async def audit_verify(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
@@ -56,14 +56,54 @@ async def audit_key(args: argparse.Namespace, config: ClientConfig, out: Output)
     return ExitCode.OK
 
 
+async def witness_key(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+    """The witness's verifier key: evidence must carry its cosignature."""
+    from quire.tls import aio_channel
+    from quire.witness.v1 import witness_service_pb2, witness_service_pb2_grpc
+
+    async with aio_channel(config.signer, config.tls) as channel:
+        key = await witness_service_pb2_grpc.WitnessServiceStub(channel).GetWitnessKey(
+            witness_service_pb2.GetWitnessKeyRequest(), metadata=operator_metadata(config)
+        )
+    out.line(key.verifier_key)
+    out.result(message_dict(key))
+    return ExitCode.OK
+
+
+def _earlier_note(path: str) -> bytes:
+    """A checkpoint seen earlier: an evidence file's, or a signed note as it is."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        raise CliError(f"no such file: {path}") from None
+    try:
+        document = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return data
+    if isinstance(document, dict) and isinstance(document.get("checkpoint"), str):
+        return str(document["checkpoint"]).encode()
+    raise CliError(f"{path} is neither an evidence file nor a checkpoint note")
+
+
+def _size_of(note: bytes) -> int:
+    from quire.checkpoint import Checkpoint
+    from quire.signednote import NoteError, parse_note
+
+    try:
+        return Checkpoint.parse(parse_note(note).text).size
+    except NoteError as error:
+        raise CliError(f"not a checkpoint: {error}") from None
+
+
 async def evidence_export(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
     from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
     from quire.tls import aio_channel
 
     output = args.output or f"{job_resource(args.job).removeprefix('jobs/')}.evidence.json"
+    since = _size_of(_earlier_note(args.earlier)) if args.earlier else 0
     async with aio_channel(config.audit, config.tls) as channel:
         evidence = await audit_service_pb2_grpc.AuditServiceStub(channel).ExportEvidence(
-            audit_service_pb2.ExportEvidenceRequest(job=job_resource(args.job)),
+            audit_service_pb2.ExportEvidenceRequest(job=job_resource(args.job), since_size=since),
             metadata=operator_metadata(config),
             timeout=120,
         )
@@ -125,6 +165,21 @@ def _trusted_key(args: argparse.Namespace) -> str:
     )
 
 
+def _witness_key(args: argparse.Namespace) -> str:
+    """The witness's verifier key, from outside the evidence file."""
+    if args.witness_key_file:
+        try:
+            return Path(args.witness_key_file).read_text().strip()
+        except OSError:
+            raise CliError(f"no such file: {args.witness_key_file}") from None
+    if args.witness_key:
+        return str(args.witness_key).strip()
+    raise CliError(
+        "the witness's key is required: --witness-key KEY or --witness-key-file FILE"
+        " (`quire witness key` prints it); a checkpoint only audit signed can be rewritten"
+    )
+
+
 def evidence_verify(args: argparse.Namespace, out: Output) -> int:
     from quire.audit.evidence import (
         public_key_fingerprint,
@@ -138,9 +193,13 @@ def evidence_verify(args: argparse.Namespace, out: Output) -> int:
         raise CliError("`quire evidence verify FILE`: give the evidence file")
     document = _read_evidence(args.file)
     trusted = _trusted_key(args)
+    witness = _witness_key(args)
+    earlier = _earlier_note(args.earlier) if args.earlier else None
     repeated = repeated_names(Path(args.file).read_text())
     problems = [f"a member name appears twice: {name}" for name in sorted(set(repeated))]
-    problems += verify_evidence(document, trusted, tenant=args.tenant or None)
+    problems += verify_evidence(
+        document, trusted, tenant=args.tenant or None, witness=witness, earlier=earlier
+    )
     entries = document.get("entries", [])
     proof = max((len(e.get("inclusion_proof", [])) for e in entries), default=0)
     key = public_key_fingerprint(document["public_key"])

@@ -64,6 +64,7 @@ COMMANDS = {
     "review reject": "reviews:review_reject",
     "audit verify": "ledger:audit_verify",
     "audit key": "ledger:audit_key",
+    "witness key": "ledger:witness_key",
     "dlq list": "deadletters:dlq_list",
     "dlq retry": "deadletters:dlq_retry",
     "dlq discard": "deadletters:dlq_discard",

@@ -260,6 +260,12 @@ def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> No
     audit.add_parser(
         "key", parents=[common], help="audit's checkpoint public key and its pin, for verifiers"
     )
+    witness = command(
+        "witness", help="the witness that cosigns audit's checkpoints (in the signer)"
+    ).add_subparsers(dest="action", required=True, help="what to do")
+    witness.add_parser(
+        "key", parents=[common], help="the witness's verifier key, for `quire evidence verify`"
+    )
     dlq = command("dlq", help="operators: jobs that ended FAILED").add_subparsers(
         dest="action", required=True, help="what to do"
     )
@@ -296,6 +302,22 @@ def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> No
     )
     evidence.add_argument(
         "--tenant", default="", help="with `verify`: the tenant the evidence must be from"
+    )
+    evidence.add_argument(
+        "--witness-key",
+        default="",
+        help="with `verify`: the witness's verifier key (from `quire witness key`)",
+    )
+    evidence.add_argument(
+        "--witness-key-file",
+        default="",
+        help="with `verify`: a file holding the witness's verifier key",
+    )
+    evidence.add_argument(
+        "--earlier",
+        default="",
+        help="with `verify`: an evidence file (or checkpoint note) of the same tenant seen"
+        " earlier, which this one must extend; when exporting: ask for the proof from it",
     )
     add_check_arguments(
         command("check", help="operators: check every invariant over the data directory")

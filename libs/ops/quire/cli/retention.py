@@ -5,13 +5,17 @@ retention policy, as operators see and run it (``quire.retention``).
 like ``quire check``, and prints what would go and why; it needs no running
 stack. ``apply`` retires exactly that plan through the running stack: audit
 records each retirement in its ledger before the bytes are deleted, and
-admission forgets retired uploads. Lines carry job ids, kinds, blob keys,
+admission forgets retired uploads. With blobs in NATS it also sweeps chunks
+no object names (uploads that failed or lost a race) once they are an hour
+old; it runs with the ``keeper`` login (``quire.storage.keeper_env``), the
+only one that may delete blobs there. Lines carry job ids, kinds, blob keys,
 digests, sizes, rules and ages: never a file name or document text.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -28,11 +32,15 @@ from quire.cli.errors import CliError
 from quire.cli.output import Output, message_dict
 from quire.client import TenantAdminClient
 from quire.invariants_db import service_settings
+from quire.natsblobs import NatsBlobStore
 from quire.retention import PlannedRetirement, apply_plan, describe, plan
 from quire.retention_records import read_records
 from quire.settings import DAY, RetentionSettings
 from quire.storage import keeper_env, open_blob_store, tool_kek_settings
 from quire.tls import aio_channel
+
+ORPHAN_AGE_SECONDS = 3600.0
+"""Chunks no object names are swept once this old: far longer than any upload takes."""
 
 __all__ = ["run_plan", "run_apply", "tenants_retention"]
 
@@ -122,8 +130,12 @@ async def run_apply(args: argparse.Namespace, config: ClientConfig, out: Output)
             forget=forget,
             deleted=on_deleted,
         )
+    swept = 0
+    if isinstance(blobs, NatsBlobStore):
+        swept = await asyncio.to_thread(blobs.sweep_orphaned_chunks, ORPHAN_AGE_SECONDS)
+        out.line(f"swept {swept} orphaned chunk subjects")
     out.line(_summary(planned) if planned else "nothing to retire")
-    out.result({**_document(planned), "deleted": deleted})
+    out.result({**_document(planned), "deleted": deleted, "orphans_swept": swept})
     return 0
 
 

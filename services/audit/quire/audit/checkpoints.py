@@ -36,8 +36,10 @@ from sqlalchemy import Connection, select
 
 from quire.audit import tables
 from quire.audit.tenantlog import origin, tenant_entries, tenant_tree
+from quire.audit.witnessing import Witnessing, cosignature_of
 from quire.checkpoint import Checkpoint as LogHead
 from quire.checkpoint import open_checkpoint, sign_checkpoint
+from quire.cosignature import cosigned_note
 from quire.database import Database
 from quire.errors import DataLoss, InvalidSetting
 from quire.merkle import MerkleTree, ProofError, verify_consistency
@@ -107,6 +109,9 @@ class CheckpointSigner:
             loaded = _configured_key(key_file)
         assert isinstance(loaded, Ed25519PrivateKey)
         self._key = loaded
+        self.public_raw = self._key.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
         self.public_pem = (
             self._key.public_key()
             .public_bytes(
@@ -273,12 +278,15 @@ class CheckpointBook:
         signer: CheckpointSigner,
         folder: Path,
         refused: Callable[[], None] | None = None,
+        witnessing: Witnessing | None = None,
     ) -> None:
         self._db = database
         self._signer = signer
         self.folder = folder
         self._refused = refused
         """Counts a tenant whose log no longer extends its last checkpoint."""
+        self._witnessing = witnessing
+        """Has each tenant's newest checkpoint cosigned by the witness."""
 
     async def take(self, publish: Callable[[bytes], Awaitable[None]] | None = None) -> int:
         last = (await asyncio.to_thread(self.files)).latest_heads()
@@ -295,6 +303,8 @@ class CheckpointBook:
         if publish is not None:
             for document in documents:
                 await publish(json.dumps(document, sort_keys=True).encode())
+        if self._witnessing is not None:
+            await self._witnessing.round(self.folder, await asyncio.to_thread(self.documents))
         return len(documents)
 
     def load(self) -> list[Checkpoint]:
@@ -308,13 +318,19 @@ class CheckpointBook:
         return self._signer.public_pem
 
     def documents(self) -> list[dict[str, Any]]:
-        """The signed checkpoint documents that verify with audit's key."""
+        """The signed checkpoint documents that verify with audit's key, each
+        note with the witness's cosignature line when there is one
+        (``witnessed``: True)."""
         trusted = {(c.tenant, c.length, c.head_hash, c.time) for c in self.load()}
         found = []
         for path in sorted(self.folder.glob("*.json")):
             document = json.loads(path.read_text())
             c = document["checkpoint"]
             if (c["tenant"], c["length"], c["head_hash"], c["time"]) in trusted:
+                line = cosignature_of(self.folder, c["tenant"], c["length"])
+                if line and document.get("note"):
+                    document["note"] = cosigned_note(document["note"].encode(), line).decode()
+                    document["witnessed"] = True
                 found.append(document)
         return found
 

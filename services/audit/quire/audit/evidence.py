@@ -40,7 +40,8 @@ from sqlalchemy import Connection, select
 from quire.audit import tables
 from quire.audit.tenantlog import DAMAGED, origin, tenant_entries, tenant_of, tenant_tree
 from quire.checkpoint import open_checkpoint
-from quire.errors import DataLoss, NotFound
+from quire.cosignature import parse_witness_key, verify_cosignature
+from quire.errors import DataLoss, FailedPrecondition, NotFound
 from quire.jobs import HISTORY_BEFORE_COMPLETION, TERMINAL_STATES, state_name
 from quire.merkle import ProofError, leaf_hash, verify_consistency, verify_inclusion
 from quire.pipeline import State
@@ -149,9 +150,17 @@ def _decoded(data: bytes) -> queue_pb2.TransitionEvent:
 
 
 def build_evidence(
-    connection: Connection, job: str, checkpoints: list[dict[str, Any]], public_pem: str
+    connection: Connection,
+    job: str,
+    checkpoints: list[dict[str, Any]],
+    public_pem: str,
+    *,
+    since_size: int = 0,
 ) -> dict[str, Any]:
-    """The job's evidence against the latest checkpoint of its tenant's log."""
+    """The job's evidence against the latest checkpoint of its tenant's log
+    the witness cosigned (the latest one, when none is cosigned yet), with a
+    consistency proof from the first checkpoint that covered the job and,
+    when ``since_size`` is given, from the checkpoint of that size."""
     table = tables.ledger
     mine = connection.execute(
         select(table.c.sequence, table.c.tenant)
@@ -170,16 +179,33 @@ def build_evidence(
         (c for c in checkpoints if c.get("note") and c["checkpoint"]["tenant"] == tenant),
         key=lambda c: c["checkpoint"]["length"],
     )
+    of_tenant = covering
     covering = [c for c in covering if c["checkpoint"]["length"] > indices[-1]]
     if not covering:
         raise NotFound("no checkpoint covers this job yet")
-    first, latest = covering[0], covering[-1]
+    witnessed = [c for c in covering if c.get("witnessed")]
+    first, latest = covering[0], (witnessed or covering)[-1]
     size = latest["checkpoint"]["length"]
     tree = tenant_tree(entries[:size])
-    consistency = []
-    if first["checkpoint"]["length"] < size:
-        proof = tree.consistency_proof(first["checkpoint"]["length"], size)
-        consistency.append({"checkpoint": first["note"], "proof": [_b64(h) for h in proof]})
+    earlier = [first] if first["checkpoint"]["length"] < size else []
+    if since_size:
+        if since_size > size:
+            raise FailedPrecondition(
+                ReasonCode.CHECKPOINT_INCONSISTENT,
+                "the tenant's log is smaller than the checkpoint given",
+            )
+        seen = [c for c in of_tenant if c["checkpoint"]["length"] == since_size]
+        if not seen:
+            raise NotFound("no checkpoint of that size")
+        if since_size < size and seen[0] is not first:
+            earlier.append(seen[0])
+    consistency = [
+        {
+            "checkpoint": old["note"],
+            "proof": [_b64(h) for h in tree.consistency_proof(old["checkpoint"]["length"], size)],
+        }
+        for old in earlier
+    ]
     return {
         "format": FORMAT,
         "origin": origin(tenant),
@@ -216,19 +242,58 @@ def _key(document: dict[str, Any], trusted_key_sha256: str | None) -> Ed25519Pub
 
 
 def verify_evidence(
-    document: dict[str, Any], trusted_key_sha256: str | None, *, tenant: str | None = None
+    document: dict[str, Any],
+    trusted_key_sha256: str | None,
+    *,
+    tenant: str | None = None,
+    witness: str | None = None,
+    earlier: bytes | None = None,
 ) -> list[str]:
     """Problems found (``docs/evidence-format.md`` section 7); empty when it
     holds. ``trusted_key_sha256`` is the pin of audit's checkpoint key, from
     outside the file (``GetCheckpointKey``); ``tenant``, when given, is the
-    tenant whose log the evidence must come from."""
+    tenant whose log the evidence must come from; ``witness``, the witness's
+    verifier key (``GetWitnessKey``), whose cosignature the checkpoint must
+    carry; ``earlier``, a checkpoint of the same log the verifier saw before,
+    which the evidence's checkpoint must extend."""
     if tenant is not None and document.get("origin") != origin(tenant):
         return ["the evidence is from another tenant's log"]
     try:
         events = _proven_events(document, trusted_key_sha256)
+        if witness is not None:
+            verify_cosignature(document["checkpoint"].encode(), *parse_witness_key(witness))
+        if earlier is not None:
+            _extends_earlier(document, trusted_key_sha256, earlier)
     except (NoteError, ProofError, KeyError, ValueError, binascii.Error) as error:
         return [str(error) or type(error).__name__]
     return _shown_problems(document, events) + _history_problems(document, events)
+
+
+def _extends_earlier(
+    document: dict[str, Any], trusted_key_sha256: str | None, earlier: bytes
+) -> None:
+    """Step 5 with a checkpoint kept from before: the evidence's checkpoint is
+    that one, or carries a verified consistency proof from it (``consistency``
+    elements were checked against the checkpoint in ``_proven_events``)."""
+    key, log_origin = _key(document, trusted_key_sha256), document["origin"]
+    seen = open_checkpoint(earlier, log_origin, key)
+    head = open_checkpoint(document["checkpoint"].encode(), log_origin, key)
+    if seen.size > head.size:
+        raise ProofError("the evidence's checkpoint is older than the one seen earlier")
+    if seen.size == head.size:
+        if seen.root_hash != head.root_hash:
+            raise ProofError("the log was rewritten: same size, another root than seen earlier")
+        return
+    for item in document.get("consistency", []):
+        old = open_checkpoint(item["checkpoint"].encode(), log_origin, key)
+        if old.size == seen.size:
+            if old.root_hash != seen.root_hash:
+                raise ProofError("the log was rewritten since the checkpoint seen earlier")
+            return
+    raise ProofError(
+        "no proof that the evidence extends the checkpoint seen earlier"
+        " (export it with --since that checkpoint)"
+    )
 
 
 def _shown_problems(document: dict[str, Any], events: list[queue_pb2.TransitionEvent]) -> list[str]:

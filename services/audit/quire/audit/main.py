@@ -25,6 +25,7 @@ from quire.audit.retrydrive import RetryRedriver
 from quire.audit.servicer import AuditServicer
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from quire.audit.watch import JobWatches, LedgerNotices
+from quire.audit.witnessing import Witnessing
 from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
@@ -37,6 +38,7 @@ from quire.schema import upgrade_schema
 from quire.stageservice import batch_slots
 from quire.storage import open_blob_store
 from quire.transitions import EventFactory
+from quire.witness.v1 import witness_service_pb2_grpc as witness_grpc
 from quire.workqueue import EVENTS_STREAM, WORK_STREAM, Publisher, WorkQueueWorker, consumer_name
 from quire.workqueue.settle import Backoff
 from quire.workqueue.topology import (
@@ -139,6 +141,12 @@ async def main() -> None:
         checkpoint_signer,
         settings.service_dir / "checkpoints",
         refused=measures.checkpoint_refused,
+        witnessing=Witnessing(
+            witness_grpc.WitnessServiceStub(peers.channel("signer")),
+            database,
+            checkpoint_signer.public_raw,
+            refused=measures.checkpoint_refused,
+        ),
     )
 
     async def publish_checkpoint(document: bytes) -> None:

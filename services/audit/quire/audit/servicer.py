@@ -294,7 +294,9 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         await book.take()  # so that a checkpoint covers even the newest entry
         documents = await asyncio.to_thread(book.documents)
         evidence = await self._db.read(
-            lambda s: build_evidence(s, name, documents, book.public_pem)
+            lambda s: build_evidence(
+                s, name, documents, book.public_pem, since_size=request.since_size
+            )
         )
         return pb.Evidence(job=name, json=dumps(evidence))
 

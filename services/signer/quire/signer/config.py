@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from quire.signer.keystore import KeySource, key_source_from_env
+from quire.signer.witness import WitnessSettings
 from quire.stageservice import StageConfig
 
 __all__ = ["SignerConfig"]
@@ -21,6 +22,8 @@ class SignerConfig:
     """Where signing keys come from (generated, configured files, or a PKCS#11 token)."""
     tsa_url: str | None
     """An RFC 3161 timestamp authority (``QUIRE_SIGNER_TSA_URL``): signatures become PAdES B-T."""
+    witness: WitnessSettings
+    """The witness of audit's checkpoints this process also runs."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> SignerConfig:
@@ -30,4 +33,5 @@ class SignerConfig:
             stage=stage,
             keys=key_source_from_env(stage.service.service_dir, env),
             tsa_url=env.get("QUIRE_SIGNER_TSA_URL") or None,
+            witness=WitnessSettings.from_env(stage.service.service_dir, env),
         )

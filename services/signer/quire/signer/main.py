@@ -20,8 +20,11 @@ from quire.signer.config import SignerConfig
 from quire.signer.keystore import KeyStore
 from quire.signer.servicer import SignerServicer
 from quire.signer.v1 import signer_service_pb2_grpc as pb_grpc
+from quire.signer.witness import Witness
+from quire.signer.witnessservicer import WitnessServicer
 from quire.signer.work import SignerWork
 from quire.stageservice import Registrar, StageService, run_stage_service
+from quire.witness.v1 import witness_service_pb2_grpc as witness_grpc
 from quire.workqueue import Publisher
 
 SERVICE = "signer"
@@ -47,9 +50,12 @@ async def main() -> None:
             "active signing key %s (certificate %s)", active.version, active.certificate_sha256
         )
 
+        witness = Witness(database, config.witness)
+
         def register(server: grpc.aio.Server) -> None:
             servicer = SignerServicer(database, keys, pages=pages)
             pb_grpc.add_SignerServiceServicer_to_server(servicer, server)
+            witness_grpc.add_WitnessServiceServicer_to_server(WitnessServicer(witness), server)
 
         work = SignerWork(
             database=database,
@@ -70,6 +76,7 @@ async def main() -> None:
             migrations=tables.MIGRATIONS,
             leases=tables.leases,
             grpc_service_name="quire.signer.v1.SignerService",
+            more_grpc_services=("quire.witness.v1.WitnessService",),
             asks_audit=True,
         ),
         build=build,

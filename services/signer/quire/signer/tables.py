@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import BigInteger, Boolean, Column, DateTime, Integer, MetaData, String, Table, Text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+)
 
 from quire.diagnosticstore import diagnostic_tables
 from quire.idempotency import request_ids_table
@@ -18,6 +30,9 @@ __all__ = [
     "signing_keys",
     "signatures",
     "request_ids",
+    "witness_heads",
+    "witnessed",
+    "witness_log_key",
 ]
 
 metadata = MetaData()
@@ -63,3 +78,34 @@ signatures = Table(
 # Request ids of creates and operators' mutations and their replies
 # (AIP-155; ``quire.idempotency``).
 request_ids = request_ids_table(metadata)
+
+# The witness (``quire.signer.witness``): per tenant log, the last checkpoint
+# it cosigned (moved forward by compare-and-set on ``size``), every checkpoint
+# it cosigned (its own copy, append-only), and audit's checkpoint key as it
+# first saw it.
+witness_heads = Table(
+    "witness_heads",
+    metadata,
+    Column("origin", String(128), primary_key=True),
+    Column("size", BigInteger, nullable=False),
+    Column("root_hash", LargeBinary(32), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+witnessed = Table(
+    "witnessed",
+    metadata,
+    Column("origin", String(128), nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("root_hash", LargeBinary(32), nullable=False),
+    Column("checkpoint", Text, nullable=False),
+    # The log's signed note with the witness's cosignature line.
+    Column("cosigned_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("origin", "size"),
+)
+witness_log_key = Table(
+    "witness_log_key",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("public_key", LargeBinary(32), nullable=False),
+    Column("first_seen_at", DateTime(timezone=True), nullable=False),
+)

@@ -1,0 +1,211 @@
+"""The witness: cosigns audit's checkpoints, in the spirit of C2SP
+tlog-witness, from outside audit's trust boundary (the signer's process, its
+own key, its own database).
+
+For each tenant log (a checkpoint's origin) it holds the last checkpoint it
+cosigned. A new one is cosigned only when the request's ``old_size`` is that
+size and an RFC 9162 consistency proof shows the new checkpoint extends it,
+and only when audit's checkpoint key signed it — the key the witness was
+first given, or the one its operator pinned (``QUIRE_WITNESS_LOG_KEY_SHA256``).
+The head moves forward by compare-and-set, and every cosigned checkpoint is
+kept (``witnessed``), so a forked or rewritten history signed with audit's
+own key, even a stolen one, gets no cosignature.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from sqlalchemy import Connection, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from quire.checkpoint import Checkpoint, open_checkpoint
+from quire.cosignature import cosign, witness_key
+from quire.database import Database
+from quire.errors import FailedPrecondition, InvalidInput, InvalidSetting
+from quire.merkle import ProofError, verify_consistency
+from quire.reasons import ReasonCode
+from quire.signednote import NoteError, parse_note
+from quire.signer import tables
+
+__all__ = ["Witness", "WitnessSettings", "Cosigned"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NAME = "quire-witness"
+
+
+@dataclass(frozen=True)
+class WitnessSettings:
+    name: str
+    """The key name on cosignature lines (``QUIRE_WITNESS_NAME``)."""
+    key_file: Path
+    """Ed25519 private key, PEM; generated (0600) on first start when missing."""
+    log_key_sha256: str = ""
+    """Audit's checkpoint key pinned by the operator; empty: the first one given."""
+
+    @classmethod
+    def from_env(cls, service_dir: Path, env: Mapping[str, str]) -> WitnessSettings:
+        return cls(
+            name=env.get("QUIRE_WITNESS_NAME") or DEFAULT_NAME,
+            key_file=Path(env.get("QUIRE_WITNESS_KEY_FILE") or service_dir / "witness.key"),
+            log_key_sha256=(env.get("QUIRE_WITNESS_LOG_KEY_SHA256") or "").lower(),
+        )
+
+
+@dataclass(frozen=True)
+class Cosigned:
+    line: str
+    """The cosignature line; empty when ``old_size`` was not the witness's size."""
+    size: int
+
+
+def _load_key(path: Path) -> Ed25519PrivateKey:
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass  # made by a racing replica
+        else:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(
+                    Ed25519PrivateKey.generate().private_bytes(
+                        serialization.Encoding.PEM,
+                        serialization.PrivateFormat.PKCS8,
+                        serialization.NoEncryption(),
+                    )
+                )
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError):
+        raise InvalidSetting("QUIRE_WITNESS_KEY_FILE", "an unencrypted PEM private key") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise InvalidSetting("QUIRE_WITNESS_KEY_FILE", "an Ed25519 key")
+    return key
+
+
+def _raw(public_key: Ed25519PublicKey) -> bytes:
+    return public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def _bad_signature(why: str) -> InvalidInput:
+    return InvalidInput(ReasonCode.CHECKPOINT_SIGNATURE_INVALID, why)
+
+
+def _inconsistent(why: str) -> FailedPrecondition:
+    return FailedPrecondition(ReasonCode.CHECKPOINT_INCONSISTENT, why)
+
+
+class Witness:
+    def __init__(self, database: Database, settings: WitnessSettings) -> None:
+        self._db = database
+        self._settings = settings
+        self._key = _load_key(settings.key_file)
+        self.name = settings.name
+        self.verifier_key = witness_key(settings.name, self._key.public_key())
+        self.public_key_sha256 = hashlib.sha256(_raw(self._key.public_key())).hexdigest()
+
+    async def add_checkpoint(
+        self, old_size: int, proof: list[bytes], note: bytes, log_public_key: bytes
+    ) -> Cosigned:
+        try:
+            return await self._db.run(lambda c: self._add(c, old_size, proof, note, log_public_key))
+        except IntegrityError:
+            # Another replica made the log's first head meanwhile: say its size.
+            origin = Checkpoint.parse(parse_note(note).text).origin
+            return Cosigned("", await self._db.read(lambda c: self._held(c, origin)))
+
+    def _log_key(self, connection: Connection, offered: bytes) -> Ed25519PublicKey:
+        """Audit's checkpoint key as this witness trusts it."""
+        if len(offered) != 32:
+            raise _bad_signature("the log's key is a raw 32-byte Ed25519 key")
+        pinned = self._settings.log_key_sha256
+        if pinned:
+            if hashlib.sha256(offered).hexdigest() != pinned:
+                raise _bad_signature("the log's key is not the one the witness's operator pinned")
+            return Ed25519PublicKey.from_public_bytes(offered)
+        held = connection.execute(select(tables.witness_log_key.c.public_key)).scalar()
+        if held is None:
+            connection.execute(
+                insert(tables.witness_log_key).values(
+                    id=1, public_key=offered, first_seen_at=datetime.now(UTC)
+                )
+            )
+            held = offered
+        if bytes(held) != offered:
+            raise _bad_signature("the log's key is not the one the witness first saw")
+        return Ed25519PublicKey.from_public_bytes(bytes(held))
+
+    def _add(
+        self,
+        connection: Connection,
+        old_size: int,
+        proof: list[bytes],
+        note: bytes,
+        log_public_key: bytes,
+    ) -> Cosigned:
+        key = self._log_key(connection, log_public_key)
+        try:
+            origin = Checkpoint.parse(parse_note(note).text).origin
+            checkpoint = open_checkpoint(note, origin, key)
+        except NoteError as error:
+            raise _bad_signature(f"not a checkpoint signed by the log's key: {error}") from None
+        heads = tables.witness_heads
+        head = connection.execute(select(heads).where(heads.c.origin == origin)).first()
+        held = int(head.size) if head is not None else 0
+        if old_size != held:
+            return Cosigned("", held)
+        if checkpoint.size < held:
+            raise _inconsistent("the checkpoint is smaller than the one the witness holds")
+        if head is not None:
+            try:
+                verify_consistency(
+                    held, checkpoint.size, bytes(head.root_hash), checkpoint.root_hash, proof
+                )
+            except ProofError:
+                log.error("checkpoint refused: it does not extend the one the witness holds")
+                raise _inconsistent(
+                    "the checkpoint does not extend the one the witness cosigned"
+                ) from None
+        now = datetime.now(UTC)
+        values = {"size": checkpoint.size, "root_hash": checkpoint.root_hash, "updated_at": now}
+        if head is None:
+            connection.execute(insert(heads).values(origin=origin, **values))
+        else:
+            moved = connection.execute(
+                update(heads).where(heads.c.origin == origin, heads.c.size == held).values(**values)
+            )
+            if moved.rowcount != 1:  # another replica moved it meanwhile
+                return Cosigned("", self._held(connection, origin))
+        line = cosign(checkpoint.text(), self.name, self._key, int(time.time()))
+        copies = tables.witnessed
+        kept = connection.execute(
+            select(copies.c.size).where(copies.c.origin == origin, copies.c.size == checkpoint.size)
+        ).first()
+        if kept is None:
+            connection.execute(
+                insert(copies).values(
+                    origin=origin,
+                    size=checkpoint.size,
+                    root_hash=checkpoint.root_hash,
+                    checkpoint=note.decode("utf-8") + line,
+                    cosigned_at=now,
+                )
+            )
+        return Cosigned(line, checkpoint.size)
+
+    @staticmethod
+    def _held(connection: Connection, origin: str) -> int:
+        heads = tables.witness_heads
+        size = connection.execute(select(heads.c.size).where(heads.c.origin == origin)).scalar()
+        return int(size or 0)
