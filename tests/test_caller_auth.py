@@ -46,8 +46,8 @@ UNKNOWN_JOB = "jobs/" + "ab" * 14
 ROTATE_KEY = "/quire.signer.v1.SignerService/RotateKey"
 
 
-SHARED_APIS = {"diagnostics": ("validator", "assembler", "signer")}
-"""APIs of their own package that several processes serve."""
+SHARED_APIS = {"diagnostics": ("validator", "assembler", "signer"), "witness": ("signer",)}
+"""APIs of their own package that other processes serve (the witness runs in the signer)."""
 
 
 def _methods() -> Iterator[tuple[str, str, Any]]:

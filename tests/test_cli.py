@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from quire.cli.exitcodes import ExitCode
 from quire.cli.main import main as quire_main
+from quire.cosignature import witness_key as cosignature_key
 from quire.stack.natsserver import NatsServer
 from quire.testing.quirecli import QUIRE, ROOT, read_until, run_quire
 from quire.type import job_pb2, queue_pb2
@@ -128,16 +129,58 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         pin = published.stdout.split("sha256 ")[1].split()[0]
         key_file = tmp_path / "audit.pub"
         key_file.write_text(published.stdout.split("sha256 ")[0])
-        unpinned = _offline(capsys, no_stack, "evidence", "verify", str(evidence_file))
+        witnessed = run_quire(data_dir, "witness", "key")
+        assert witnessed.returncode == 0, witnessed.stderr
+        witness = witnessed.stdout.strip()
+        assert witness.startswith("quire-witness+")
+        unpinned = _offline(
+            capsys, no_stack, "evidence", "verify", str(evidence_file), "--witness-key", witness
+        )
         assert unpinned.returncode == ExitCode.USAGE, "the file cannot vouch for itself"
-        offline = _offline(
+        unwitnessed = _offline(
             capsys, no_stack, "evidence", "verify", str(evidence_file), "--key-sha256", pin
+        )
+        assert unwitnessed.returncode == ExitCode.USAGE, "audit alone cannot vouch for its log"
+        offline = _offline(
+            capsys,
+            no_stack,
+            "evidence",
+            "verify",
+            str(evidence_file),
+            "--key-sha256",
+            pin,
+            "--witness-key",
+            witness,
         )
         assert offline.returncode == 0 and "OK" in offline.stdout, offline.stdout
         by_file = _offline(
-            capsys, no_stack, "evidence", "verify", str(evidence_file), "--key-file", str(key_file)
+            capsys,
+            no_stack,
+            "evidence",
+            "verify",
+            str(evidence_file),
+            "--key-file",
+            str(key_file),
+            "--witness-key",
+            witness,
         )
         assert by_file.returncode == 0, by_file.stdout
+        stranger_witness = cosignature_key(
+            "quire-witness", Ed25519PrivateKey.generate().public_key()
+        )
+        unwitnessed_by_them = _offline(
+            capsys,
+            no_stack,
+            "evidence",
+            "verify",
+            str(evidence_file),
+            "--key-sha256",
+            pin,
+            "--witness-key",
+            stranger_witness,
+        )
+        assert unwitnessed_by_them.returncode == 1
+        assert "no cosignature from the trusted witness" in unwitnessed_by_them.stdout
         elsewhere = _offline(
             capsys,
             no_stack,
@@ -146,6 +189,8 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
             str(evidence_file),
             "--key-sha256",
             pin,
+            "--witness-key",
+            witness,
             "--tenant",
             "someone-else",
         )
@@ -159,6 +204,8 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
             str(evidence_file),
             "--key-sha256",
             pin,
+            "--witness-key",
+            witness,
             "--tenant",
             own,
         )
@@ -179,6 +226,8 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
             str(tmp_path / "impostor.json"),
             "--key-sha256",
             pin,
+            "--witness-key",
+            witness,
         )
         assert self_vouched.returncode == 1 and "not the trusted one" in self_vouched.stdout
         assert "COMPLETED" in offline.stdout  # read from the proven entries
@@ -196,6 +245,8 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
             str(tmp_path / "tampered.json"),
             "--key-sha256",
             pin,
+            "--witness-key",
+            witness,
         )
         assert refused_evidence.returncode == 1
 

@@ -40,6 +40,8 @@ from quire.transitions import EventFactory
 from quire.type import queue_pb2
 from quire.validator.v1 import validator_service_pb2 as vpb
 from quire.validator.v1 import validator_service_pb2_grpc as vgrpc
+from quire.witness.v1 import witness_service_pb2 as wpb
+from quire.witness.v1 import witness_service_pb2_grpc as wgrpc
 
 FACTORY = EventFactory("test", "instance", "0")
 NOTE = "landlord signs on paper"
@@ -242,9 +244,15 @@ async def _reviewed_jobs_evidence(info: StackInfo, client: AdmissionClient, tmp_
             apb.ExportEvidenceRequest(job=job.name), metadata=metadata, timeout=60
         )
         recorded = await _all_entries(audit, job.name, metadata)
+    async with grpc.aio.insecure_channel(info.endpoints["signer"]) as channel:
+        witness = (
+            await wgrpc.WitnessServiceStub(channel).GetWitnessKey(
+                wpb.GetWitnessKeyRequest(), metadata=metadata, timeout=30
+            )
+        ).verifier_key
     evidence = json.loads(exported.json)
     trusted = public_key_fingerprint(evidence["public_key"])
-    assert verify_evidence(evidence, trusted) == []
+    assert verify_evidence(evidence, trusted, witness=witness) == []
 
     entries = evidence["entries"]
     assert len(entries) == len(recorded)
@@ -289,12 +297,22 @@ async def _reviewed_jobs_evidence(info: StackInfo, client: AdmissionClient, tmp_
         "--json",
         "--key-sha256",
         trusted,
+        "--witness-key",
+        witness,
     )
     assert offline.returncode == 0, offline.stderr
     proven = json.loads(offline.stdout)["transitions"]
     assert proven[approval]["note"] == NOTE
     assert proven[completed]["signer_identity"] == entries[completed]["signer_identity"]
     refused = await asyncio.to_thread(
-        run_quire, tmp_path / "no-stack", "evidence", "verify", str(bad), "--key-sha256", trusted
+        run_quire,
+        tmp_path / "no-stack",
+        "evidence",
+        "verify",
+        str(bad),
+        "--key-sha256",
+        trusted,
+        "--witness-key",
+        witness,
     )
     assert refused.returncode == 1 and "note is not what its bytes say" in refused.stdout

@@ -35,7 +35,7 @@ TIMEOUT = 5.0
 REFLECTION_METHOD = f"/{V1}/ServerReflectionInfo"
 
 
-SHARED_APIS = {"diagnostics": ("validator", "assembler", "signer")}
+SHARED_APIS = {"diagnostics": ("validator", "assembler", "signer"), "witness": ("signer",)}
 """APIs of their own package that several processes serve besides their own."""
 
 

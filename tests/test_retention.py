@@ -299,6 +299,7 @@ async def test_evidence_of_an_old_job_verifies_and_says_its_bytes_were_retired(
     retired = retirements(document)
     assert sorted(r["kind"] for r in retired) == ["artifact", "packet", "source", "source"]
     assert {r["rule"] for r in retired} == {"artifacts", "packets", "sources"}
+    witness = _quire(scene, "witness", "key").strip()
     output = _quire(
         scene,
         "evidence",
@@ -306,6 +307,8 @@ async def test_evidence_of_an_old_job_verifies_and_says_its_bytes_were_retired(
         str(path),
         "--key-sha256",
         public_key_fingerprint(document["public_key"]),
+        "--witness-key",
+        witness,
     )
     assert "OK" in output
     assert output.count("bytes retired under the retention policy") == 4
