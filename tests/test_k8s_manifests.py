@@ -647,14 +647,15 @@ def test_no_shared_volume_blobs_live_in_nats(docs: list[Doc]) -> None:
 
 def test_shared_secrets_come_from_mounted_files(docs: list[Doc]) -> None:
     """Every replica agrees on the operator token, audit's checkpoint key, the
-    signing key, the KEK ring; each service has its own NATS login, identity
-    key and database URL."""
+    signing key, the witness's key, the KEK ring; each service has its own
+    NATS login, identity key and database URL."""
     expected_files = {
         "admission": {"QUIRE_OPERATOR_TOKEN_FILE": "quire-operator-token"},
         "audit": {"QUIRE_AUDIT_CHECKPOINT_KEY_FILE": "quire-audit-checkpoint-key"},
         "signer": {
             "QUIRE_SIGNER_KEY_FILE": "quire-signer-key",
             "QUIRE_SIGNER_CERT_FILE": "quire-signer-key",
+            "QUIRE_WITNESS_KEY_FILE": "quire-witness-key",
         },
     }
     for service in SERVICES:
