@@ -133,82 +133,33 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         assert witnessed.returncode == 0, witnessed.stderr
         witness = witnessed.stdout.strip()
         assert witness.startswith("quire-witness+")
-        unpinned = _offline(
-            capsys, no_stack, "evidence", "verify", str(evidence_file), "--witness-key", witness
-        )
+
+        def verify_offline(*args: str) -> subprocess.CompletedProcess[str]:
+            return _offline(capsys, no_stack, "evidence", "verify", *args)
+
+        unpinned = verify_offline(str(evidence_file), "--witness-key", witness)
         assert unpinned.returncode == ExitCode.USAGE, "the file cannot vouch for itself"
-        unwitnessed = _offline(
-            capsys, no_stack, "evidence", "verify", str(evidence_file), "--key-sha256", pin
-        )
+        unwitnessed = verify_offline(str(evidence_file), "--key-sha256", pin)
         assert unwitnessed.returncode == ExitCode.USAGE, "audit alone cannot vouch for its log"
-        offline = _offline(
-            capsys,
-            no_stack,
-            "evidence",
-            "verify",
-            str(evidence_file),
-            "--key-sha256",
-            pin,
-            "--witness-key",
-            witness,
-        )
+        trusted = ("--key-sha256", pin, "--witness-key", witness)
+        offline = verify_offline(str(evidence_file), *trusted)
         assert offline.returncode == 0 and "OK" in offline.stdout, offline.stdout
-        by_file = _offline(
-            capsys,
-            no_stack,
-            "evidence",
-            "verify",
-            str(evidence_file),
-            "--key-file",
-            str(key_file),
-            "--witness-key",
-            witness,
+        by_file = verify_offline(
+            str(evidence_file), "--key-file", str(key_file), "--witness-key", witness
         )
         assert by_file.returncode == 0, by_file.stdout
         stranger_witness = cosignature_key(
             "quire-witness", Ed25519PrivateKey.generate().public_key()
         )
-        unwitnessed_by_them = _offline(
-            capsys,
-            no_stack,
-            "evidence",
-            "verify",
-            str(evidence_file),
-            "--key-sha256",
-            pin,
-            "--witness-key",
-            stranger_witness,
+        unwitnessed_by_them = verify_offline(
+            str(evidence_file), "--key-sha256", pin, "--witness-key", stranger_witness
         )
         assert unwitnessed_by_them.returncode == 1
         assert "no cosignature from the trusted witness" in unwitnessed_by_them.stdout
-        elsewhere = _offline(
-            capsys,
-            no_stack,
-            "evidence",
-            "verify",
-            str(evidence_file),
-            "--key-sha256",
-            pin,
-            "--witness-key",
-            witness,
-            "--tenant",
-            "someone-else",
-        )
+        elsewhere = verify_offline(str(evidence_file), *trusted, "--tenant", "someone-else")
         assert elsewhere.returncode == 1 and "another tenant" in elsewhere.stdout
         own = json.loads(evidence_file.read_text())["origin"].removeprefix("quire/")
-        theirs = _offline(
-            capsys,
-            no_stack,
-            "evidence",
-            "verify",
-            str(evidence_file),
-            "--key-sha256",
-            pin,
-            "--witness-key",
-            witness,
-            "--tenant",
-            own,
-        )
+        theirs = verify_offline(str(evidence_file), *trusted, "--tenant", own)
         assert theirs.returncode == 0, theirs.stdout
         impostor = json.loads(evidence_file.read_text())
         impostor["public_key"] = (
@@ -218,17 +169,7 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
             .decode()
         )
         (tmp_path / "impostor.json").write_text(json.dumps(impostor))
-        self_vouched = _offline(
-            capsys,
-            no_stack,
-            "evidence",
-            "verify",
-            str(tmp_path / "impostor.json"),
-            "--key-sha256",
-            pin,
-            "--witness-key",
-            witness,
-        )
+        self_vouched = verify_offline(str(tmp_path / "impostor.json"), *trusted)
         assert self_vouched.returncode == 1 and "not the trusted one" in self_vouched.stdout
         assert "COMPLETED" in offline.stdout  # read from the proven entries
         document = json.loads(evidence_file.read_text())
@@ -237,17 +178,7 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         event.to_state = job_pb2.JOB_STATE_REJECTED
         entry["entry"] = base64.b64encode(event.SerializeToString()).decode()
         (tmp_path / "tampered.json").write_text(json.dumps(document))
-        refused_evidence = _offline(
-            capsys,
-            no_stack,
-            "evidence",
-            "verify",
-            str(tmp_path / "tampered.json"),
-            "--key-sha256",
-            pin,
-            "--witness-key",
-            witness,
-        )
+        refused_evidence = verify_offline(str(tmp_path / "tampered.json"), *trusted)
         assert refused_evidence.returncode == 1
 
         nothing_parked = run_quire(data_dir, "review", "list")

@@ -54,7 +54,9 @@ class Log:
 def witness(tmp_path: Path) -> Witness:
     database = Database(f"sqlite:///{tmp_path / 'signer.db'}", tables.metadata)
     database.create_schema()
-    return Witness(database, WitnessSettings("witness.example", tmp_path / "witness.key"))
+    return Witness(
+        database, WitnessSettings("witness.example", tmp_path / "witness.key", generate=True)
+    )
 
 
 async def test_a_growing_log_is_cosigned_and_each_cosignature_verifies(witness: Witness) -> None:

@@ -71,7 +71,9 @@ async def scene(tmp_path: Path) -> AsyncIterator[Scene]:
             previous = state
     witness_db = Database(f"sqlite:///{tmp_path / 'signer.db'}", signer_tables.metadata)
     witness_db.create_schema()
-    witness = Witness(witness_db, WitnessSettings("quire-witness", tmp_path / "witness.key"))
+    witness = Witness(
+        witness_db, WitnessSettings("quire-witness", tmp_path / "witness.key", generate=True)
+    )
     server = grpc.aio.server()
     pb_grpc.add_WitnessServiceServicer_to_server(WitnessServicer(witness), server)
     port = server.add_insecure_port("127.0.0.1:0")

@@ -17,17 +17,20 @@ A verifier is configured with the witness's verifier key,
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
 import struct
 from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from quire.signednote import NoteError, NoteSignature, parse_note
+from quire.signednote import (
+    NoteError,
+    NoteSignature,
+    key_id,
+    parse_note,
+    parse_verifier_key,
+    verifier_key,
+)
 
 __all__ = [
     "COSIGNATURE_V1",
@@ -54,42 +57,18 @@ class Cosigned:
     timestamp: int
 
 
-def _raw(public_key: Ed25519PublicKey) -> bytes:
-    return public_key.public_bytes(Encoding.Raw, PublicFormat.Raw)
-
-
 def witness_key_id(name: str, public_key: Ed25519PublicKey) -> bytes:
-    return hashlib.sha256(
-        name.encode("utf-8") + b"\n" + bytes([COSIGNATURE_V1]) + _raw(public_key)
-    ).digest()[:4]
+    return key_id(name, public_key, COSIGNATURE_V1)
 
 
 def witness_key(name: str, public_key: Ed25519PublicKey) -> str:
     """The witness's verifier key, the one string a verifier is configured with."""
-    material = base64.b64encode(bytes([COSIGNATURE_V1]) + _raw(public_key)).decode("ascii")
-    return f"{name}+{witness_key_id(name, public_key).hex()}+{material}"
+    return verifier_key(name, public_key, COSIGNATURE_V1)
 
 
 def parse_witness_key(vkey: str) -> tuple[str, Ed25519PublicKey]:
     """The name and key of a witness's verifier key; its key ID must match."""
-    name, _, rest = vkey.strip().partition("+")
-    hex_id, _, material_b64 = rest.partition("+")
-    try:
-        material = base64.b64decode(material_b64, validate=True)
-        claimed = bytes.fromhex(hex_id) if len(hex_id) == 8 else b""
-    except (binascii.Error, ValueError) as error:
-        raise NoteError("malformed witness key") from error
-    if (
-        not name
-        or len(claimed) != 4
-        or len(material) != 1 + _PUBLIC_KEY_SIZE
-        or material[0] != COSIGNATURE_V1
-    ):
-        raise NoteError("not a cosignature/v1 witness key")
-    public_key = Ed25519PublicKey.from_public_bytes(material[1:])
-    if witness_key_id(name, public_key) != claimed:
-        raise NoteError("witness key name or key ID does not match its key")
-    return name, public_key
+    return parse_verifier_key(vkey, COSIGNATURE_V1)
 
 
 def _message(text: str, timestamp: int) -> bytes:

@@ -38,6 +38,7 @@ from nats.js import JetStreamContext, api
 
 from quire.jobs import job_id
 from quire.pipeline import State
+from quire.streamsafety import create_entry, create_only_stream
 from quire.wire import SIGNATURE_HEADER, ForgedMessage, WireSigner, WireVerifier
 
 __all__ = [
@@ -67,27 +68,18 @@ CLAIMANTS: dict[str, frozenset[str]] = {
     RETRY: frozenset({"audit"}),
 }
 _SEPARATOR = "|"
-_EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
-_TAKEN = (10071, 10077)
-"""JetStream's answers when a create-only subject holds its entry already."""
 
 
 def gate_config(replicas: int) -> api.StreamConfig:
     """The bucket's stream: one message a subject, never replaced, rolled up,
     deleted or purged; entries leave only by age."""
-    return api.StreamConfig(
-        name=_STREAM,
-        subjects=[f"{_PREFIX}>"],
-        storage=api.StorageType.FILE,
-        num_replicas=replicas,
-        max_msgs_per_subject=1,
+    return create_only_stream(
+        _STREAM,
+        [f"{_PREFIX}>"],
+        replicas,
         max_age=GATE_MAX_AGE_SECONDS,
-        discard=api.DiscardPolicy.NEW,
-        discard_new_per_subject=True,
-        allow_rollup_hdrs=False,
         deny_delete=True,
         deny_purge=True,
-        allow_direct=True,
     )
 
 
@@ -139,11 +131,7 @@ class JobGate:
         subject = self._subject(job, self._service, state, generation)
         signed = self._signed(state, generation)
         value = signed + f"{_SEPARATOR}{self._signer.header(subject, signed)}".encode()
-        try:
-            await self._js.publish(subject, value, headers={_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
-        except nats.js.errors.APIError as error:
-            if error.err_code not in _TAKEN:
-                raise
+        await create_entry(self._js, subject, value)
 
     def _opened(self, subject: str, sequence: int, value: bytes) -> _Entry | None:
         """The entry at ``subject`` if its own service signed it, for its key."""

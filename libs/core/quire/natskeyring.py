@@ -30,6 +30,7 @@ from nats.js import api
 
 from quire.datakeys import check_tenant
 from quire.natsport import NatsPort
+from quire.streamsafety import create_entry, create_only_stream
 
 __all__ = ["KEYRING_BUCKET", "NatsKeyRing", "keyring_config"]
 
@@ -37,11 +38,6 @@ KEYRING_BUCKET = "QUIRE_KEYRING"
 _STREAM = f"KV_{KEYRING_BUCKET}"
 _PREFIX = f"$KV.{KEYRING_BUCKET}."
 _SHREDDED = "shredded"
-EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
-WRONG_LAST_SEQUENCE = 10071
-"""JetStream's error code when an expected last sequence does not hold."""
-SUBJECT_FULL = 10077
-"""JetStream's error code when a create-only subject holds its message already."""
 FIRST_WRAP = 1
 _OPERATION = "KV-Operation"
 _REMOVED = ("DEL", "PURGE")
@@ -49,18 +45,8 @@ _REMOVED = ("DEL", "PURGE")
 
 def keyring_config(replicas: int) -> api.StreamConfig:
     """The bucket's stream: one message a subject, never replaced or rolled up."""
-    return api.StreamConfig(
-        name=_STREAM,
-        subjects=[f"{_PREFIX}>"],
-        storage=api.StorageType.FILE,
-        num_replicas=replicas,
-        max_msgs_per_subject=1,
-        discard=api.DiscardPolicy.NEW,
-        discard_new_per_subject=True,
-        allow_rollup_hdrs=False,
-        deny_delete=True,  # as key-value buckets are made, which cannot be undone
-        allow_direct=True,
-    )
+    # deny_delete as key-value buckets are made: JetStream cannot lift it later.
+    return create_only_stream(_STREAM, [f"{_PREFIX}>"], replicas, deny_delete=True)
 
 
 def _encode(tenant: str) -> str:
@@ -111,19 +97,7 @@ class NatsKeyRing:
 
     def _publish(self, subject: str, value: bytes) -> bool:
         """Store a new entry; False when the subject holds one already."""
-
-        async def publish() -> bool:
-            try:
-                await self._port.js.publish(
-                    subject, value, headers={EXPECTED_LAST_SUBJECT_SEQUENCE: "0"}
-                )
-            except nats.js.errors.APIError as error:
-                if error.err_code in (WRONG_LAST_SEQUENCE, SUBJECT_FULL):
-                    return False
-                raise
-            return True
-
-        return self._port.run(publish)
+        return self._port.run(lambda: create_entry(self._port.js, subject, value))
 
     def exists(self, tenant: str, version: int) -> bool:
         return self.read(tenant, version) is not None

@@ -81,34 +81,35 @@ class Note:
     signatures: tuple[NoteSignature, ...]
 
 
-def key_id(name: str, public_key: Ed25519PublicKey) -> bytes:
-    """The 4-byte key ID of an Ed25519 key under ``name``."""
+def key_id(name: str, public_key: Ed25519PublicKey, kind: int = ED25519) -> bytes:
+    """The 4-byte key ID of an Ed25519 key under ``name``, for signatures of
+    type ``kind`` (``ED25519``; a witness's cosignatures have their own)."""
     _check_name(name)
-    return hashlib.sha256(
-        name.encode("utf-8") + b"\n" + bytes([ED25519]) + _raw(public_key)
-    ).digest()[:4]
+    return hashlib.sha256(name.encode("utf-8") + b"\n" + bytes([kind]) + _raw(public_key)).digest()[
+        :4
+    ]
 
 
-def verifier_key(name: str, public_key: Ed25519PublicKey) -> str:
+def verifier_key(name: str, public_key: Ed25519PublicKey, kind: int = ED25519) -> str:
     """The spec's text form of a public key, ``<name>+<hex key ID>+<base64>``,
     the one string a verifier needs to be configured with."""
-    material = base64.b64encode(bytes([ED25519]) + _raw(public_key)).decode("ascii")
-    return f"{name}+{key_id(name, public_key).hex()}+{material}"
+    material = base64.b64encode(bytes([kind]) + _raw(public_key)).decode("ascii")
+    return f"{name}+{key_id(name, public_key, kind).hex()}+{material}"
 
 
-def parse_verifier_key(vkey: str) -> tuple[str, Ed25519PublicKey]:
-    """The name and Ed25519 key of a verifier key; its key ID must match."""
-    name, _, rest = vkey.partition("+")
+def parse_verifier_key(vkey: str, kind: int = ED25519) -> tuple[str, Ed25519PublicKey]:
+    """The name and Ed25519 key of a verifier key of type ``kind``; its key ID must match."""
+    name, _, rest = vkey.strip().partition("+")
     hex_id, _, material_b64 = rest.partition("+")
     try:
         material = base64.b64decode(material_b64, validate=True)
         claimed = bytes.fromhex(hex_id) if len(hex_id) == 8 else b""
     except (binascii.Error, ValueError) as error:
         raise NoteError("malformed verifier key") from error
-    if len(claimed) != 4 or len(material) != 1 + _PUBLIC_KEY_SIZE or material[0] != ED25519:
-        raise NoteError("not an Ed25519 verifier key")
+    if len(claimed) != 4 or len(material) != 1 + _PUBLIC_KEY_SIZE or material[0] != kind:
+        raise NoteError("not an Ed25519 verifier key of this type")
     public_key = Ed25519PublicKey.from_public_bytes(material[1:])
-    if not _valid_name(name) or key_id(name, public_key) != claimed:
+    if not _valid_name(name) or key_id(name, public_key, kind) != claimed:
         raise NoteError("verifier key name or key ID does not match its key")
     return name, public_key
 

@@ -1,11 +1,15 @@
-"""Making a stream with settings that protect what it holds, and bringing an
-existing one's up to date without touching its other settings.
+"""Streams that protect what they hold: create-only entries, and safety
+settings brought up to date on streams made earlier.
 
-JetStream refuses some changes to a stream made earlier (a key-value bucket's
-``deny_delete`` cannot be lifted, nor its message time-to-live turned off),
-so an update keeps the stream's own configuration and changes only the named
-safety settings. A stream already as it should be is left alone: a service
-login, which may not update streams, can call this as well as provisioning.
+A create-only stream (``create_only_stream``) keeps one message a subject
+and refuses a second — a put, a delete or purge marker — and rollup headers:
+the job gate and the key ring are made so, and ``create_entry`` writes
+their entries. JetStream refuses some changes to a stream made earlier (a
+key-value bucket's ``deny_delete`` cannot be lifted, nor its message
+time-to-live turned off), so ``ensure_safe_stream`` keeps a stream's own
+configuration and changes only the named safety settings. A stream already
+as it should be is left alone: a service login, which may not update
+streams, can call it as well as provisioning.
 """
 
 from __future__ import annotations
@@ -13,11 +17,48 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Iterable
+from typing import Any
 
 import nats.js.errors
 from nats.js import JetStreamContext, api
 
-__all__ = ["ensure_safe_stream"]
+__all__ = ["create_entry", "create_only_stream", "ensure_safe_stream"]
+
+_EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
+_TAKEN = frozenset({10071, 10077})
+"""JetStream's answers when a subject holds a message already: the expected
+last sequence does not hold, or the per-subject limit refuses a second."""
+
+
+async def create_entry(js: JetStreamContext, subject: str, value: bytes) -> bool:
+    """Store ``value`` as ``subject``'s first message; False when it has one."""
+    try:
+        await js.publish(subject, value, headers={_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
+    except nats.js.errors.APIError as error:
+        if error.err_code in _TAKEN:
+            return False
+        raise
+    return True
+
+
+def create_only_stream(
+    name: str, subjects: list[str], replicas: int, **more: Any
+) -> api.StreamConfig:
+    """A stream holding one message a subject that nothing replaces: a second
+    message on a subject (a put, a delete or purge marker) is refused, and so
+    are rollup headers. ``more``: further settings (an age limit, denials)."""
+    return api.StreamConfig(
+        name=name,
+        subjects=subjects,
+        storage=api.StorageType.FILE,
+        num_replicas=replicas,
+        max_msgs_per_subject=1,
+        discard=api.DiscardPolicy.NEW,
+        discard_new_per_subject=True,
+        allow_rollup_hdrs=False,
+        allow_direct=True,
+        **more,
+    )
 
 
 async def ensure_safe_stream(

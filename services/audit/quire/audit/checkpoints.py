@@ -23,7 +23,6 @@ import asyncio
 import base64
 import json
 import logging
-import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import Connection, select
 
 from quire.audit import tables
@@ -41,8 +40,9 @@ from quire.checkpoint import Checkpoint as LogHead
 from quire.checkpoint import open_checkpoint, sign_checkpoint
 from quire.cosignature import cosigned_note
 from quire.database import Database
-from quire.errors import DataLoss, InvalidSetting
+from quire.errors import DataLoss
 from quire.merkle import MerkleTree, ProofError, verify_consistency
+from quire.signingkeyfiles import ed25519_key
 
 log = logging.getLogger(__name__)
 
@@ -92,22 +92,11 @@ class CheckpointSigner:
     def __init__(self, directory: Path, key_file: Path | None = None) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
-        if key_file is None:
-            key_file = directory / "checkpoint.key"
-            if not key_file.exists():
-                fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(
-                        Ed25519PrivateKey.generate().private_bytes(
-                            serialization.Encoding.PEM,
-                            serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption(),
-                        )
-                    )
-            loaded = serialization.load_pem_private_key(key_file.read_bytes(), password=None)
-        else:
-            loaded = _configured_key(key_file)
-        assert isinstance(loaded, Ed25519PrivateKey)
+        loaded = ed25519_key(
+            key_file or directory / "checkpoint.key",
+            variable="QUIRE_AUDIT_CHECKPOINT_KEY_FILE",
+            generate=key_file is None,
+        )
         self._key = loaded
         self.public_raw = self._key.public_key().public_bytes(
             serialization.Encoding.Raw, serialization.PublicFormat.Raw
@@ -251,21 +240,6 @@ def read_checkpoint_files(folder: Path, trusted_public_pem: str) -> CheckpointFi
 def load_checkpoints(folder: Path, trusted_public_pem: str) -> list[Checkpoint]:
     """Checkpoints signed by audit's key; anything else is ignored, not trusted."""
     return read_checkpoint_files(folder, trusted_public_pem).checkpoints
-
-
-def _configured_key(path: Path) -> Ed25519PrivateKey:
-    variable = "QUIRE_AUDIT_CHECKPOINT_KEY_FILE"
-    try:
-        data = path.read_bytes()
-    except OSError:
-        raise InvalidSetting(variable, "a readable file") from None
-    try:
-        key = serialization.load_pem_private_key(data, password=None)
-    except (ValueError, TypeError):
-        raise InvalidSetting(variable, "an unencrypted PEM private key") from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise InvalidSetting(variable, "an Ed25519 key")
-    return key
 
 
 class CheckpointBook:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,18 +23,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from quire.checkpoint import Checkpoint, open_checkpoint
 from quire.cosignature import cosign, witness_key
 from quire.database import Database
-from quire.errors import FailedPrecondition, InvalidInput, InvalidSetting
+from quire.errors import FailedPrecondition, InvalidInput
 from quire.merkle import ProofError, verify_consistency
 from quire.reasons import ReasonCode
 from quire.signednote import NoteError, parse_note
 from quire.signer import tables
+from quire.signingkeyfiles import ed25519_key
 
 __all__ = ["Witness", "WitnessSettings", "Cosigned"]
 
@@ -49,7 +49,9 @@ class WitnessSettings:
     name: str
     """The key name on cosignature lines (``QUIRE_WITNESS_NAME``)."""
     key_file: Path
-    """Ed25519 private key, PEM; generated (0600) on first start when missing."""
+    """Ed25519 private key, PEM (``QUIRE_WITNESS_KEY_FILE``)."""
+    generate: bool = False
+    """Whether ``key_file`` is the default one, generated on first start."""
     log_key_sha256: str = ""
     """Audit's checkpoint key pinned by the operator; empty: the first one given."""
 
@@ -58,6 +60,7 @@ class WitnessSettings:
         return cls(
             name=env.get("QUIRE_WITNESS_NAME") or DEFAULT_NAME,
             key_file=Path(env.get("QUIRE_WITNESS_KEY_FILE") or service_dir / "witness.key"),
+            generate=not env.get("QUIRE_WITNESS_KEY_FILE"),
             log_key_sha256=(env.get("QUIRE_WITNESS_LOG_KEY_SHA256") or "").lower(),
         )
 
@@ -67,31 +70,6 @@ class Cosigned:
     line: str
     """The cosignature line; empty when ``old_size`` was not the witness's size."""
     size: int
-
-
-def _load_key(path: Path) -> Ed25519PrivateKey:
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass  # made by a racing replica
-        else:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(
-                    Ed25519PrivateKey.generate().private_bytes(
-                        serialization.Encoding.PEM,
-                        serialization.PrivateFormat.PKCS8,
-                        serialization.NoEncryption(),
-                    )
-                )
-    try:
-        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
-    except (OSError, ValueError, TypeError):
-        raise InvalidSetting("QUIRE_WITNESS_KEY_FILE", "an unencrypted PEM private key") from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise InvalidSetting("QUIRE_WITNESS_KEY_FILE", "an Ed25519 key")
-    return key
 
 
 def _raw(public_key: Ed25519PublicKey) -> bytes:
@@ -110,7 +88,9 @@ class Witness:
     def __init__(self, database: Database, settings: WitnessSettings) -> None:
         self._db = database
         self._settings = settings
-        self._key = _load_key(settings.key_file)
+        self._key = ed25519_key(
+            settings.key_file, variable="QUIRE_WITNESS_KEY_FILE", generate=settings.generate
+        )
         self.name = settings.name
         self.verifier_key = witness_key(settings.name, self._key.public_key())
         self.public_key_sha256 = hashlib.sha256(_raw(self._key.public_key())).hexdigest()
