@@ -235,7 +235,8 @@ CATALOGUE: tuple[Family, ...] = (
         "counter",
         (),
         "Checkpoints not signed because a tenant's stored ledger no longer extends"
-        " the last signed one (a rewrite).",
+        " the last signed one (a rewrite), or not cosigned because the witness"
+        " refused them.",
         ("audit",),
     ),
     Family(
