@@ -156,7 +156,7 @@ class CheckpointSigner:
         folder.mkdir(parents=True, exist_ok=True)
         for document in documents:
             checkpoint = document["checkpoint"]
-            name = f"{checkpoint['length']:012d}-{checkpoint['tenant']}.json"
+            name = _file_name(checkpoint["tenant"], checkpoint["length"])
             try:
                 with (folder / name).open("x") as handle:
                     handle.write(json.dumps(document, sort_keys=True))
@@ -164,6 +164,10 @@ class CheckpointSigner:
                 log.warning(
                     "checkpoint file exists; kept as it is", extra={"tenant": checkpoint["tenant"]}
                 )
+
+
+def _file_name(tenant: str, length: int) -> str:
+    return f"{length:012d}-{tenant}.json"
 
 
 def extends(tree: MerkleTree, size: int, before: LogHead) -> bool:
@@ -278,8 +282,27 @@ class CheckpointBook:
             for document in documents:
                 await publish(json.dumps(document, sort_keys=True).encode())
         if self._witnessing is not None:
-            await self._witnessing.round(self.folder, await asyncio.to_thread(self.documents))
+            newest = await asyncio.to_thread(self._unwitnessed, last, documents)
+            await self._witnessing.round(self.folder, newest)
         return len(documents)
+
+    def _unwitnessed(
+        self, last: Mapping[str, LogHead], signed: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Each tenant's newest checkpoint: the one just signed, else its last
+        one when the witness has not cosigned it yet (read from its file,
+        which ``files`` verified), so a round reads no other file."""
+        newest = list(signed)
+        fresh = {d["checkpoint"]["tenant"] for d in signed}
+        for tenant, head in last.items():
+            if tenant in fresh or cosignature_of(self.folder, tenant, head.size):
+                continue
+            path = self.folder / _file_name(tenant, head.size)
+            try:
+                newest.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue  # gone since: verification reports it
+        return newest
 
     def load(self) -> list[Checkpoint]:
         return load_checkpoints(self.folder, self._signer.public_pem)
