@@ -7,7 +7,9 @@ iterative, remembers what it has seen by object number, and is bounded:
 
 - the page tree and the form-field tree (``/Kids``): a node that is its own
   ancestor (a page listed twice under different parents is not a cycle);
-- outlines (``/First``, ``/Next``): every item is reached once;
+- a page's ``/Contents``: arrays that hold (or lead back to) themselves;
+- outlines (``/First``, ``/Next``): every item is reached once; and the
+  links viewers walk backwards (``/Last``, ``/Prev``) end;
 - annotation reply chains (``/IRT``) and field parent chains (``/Parent``);
 - function references (``/Functions`` of stitching functions);
 - object-stream ``/Extends`` chains.
@@ -102,6 +104,81 @@ def _outlines_have_cycle(outlines: Any) -> bool:
     return False
 
 
+def _contents_have_cycle(contents: Any) -> bool:
+    """A page's ``/Contents``: a stream, or an array of them; arrays inside it
+    (which no writer makes) are walked with their path, and one that holds
+    itself, directly or through others, is a loop."""
+    import pikepdf
+
+    path: set[tuple[int, int]] = set()
+    pending: list[tuple[Any, bool]] = [(contents, True)]
+    visits = 0
+    while pending:
+        node, entering = pending.pop()
+        key = _key(node)
+        if not entering:
+            if key is not None:
+                path.discard(key)
+            continue
+        visits += 1
+        if visits > MAX_NODES:
+            raise _Unbounded()
+        if not isinstance(node, pikepdf.Array):
+            continue
+        if key is not None:
+            if key in path:
+                return True
+            path.add(key)
+        pending.append((node, False))
+        pending.extend((item, True) for item in node if isinstance(item, pikepdf.Array))
+    return False
+
+
+def _links_end(items: list[Any], link: str) -> bool:
+    """Whether following ``link`` from every item always ends: each item has
+    at most one successor, so a walk that meets a node of its own walk loops.
+    Linear: a node once known to end is not walked again."""
+    ends: set[tuple[int, int]] = set()
+    for start in items:
+        walk: set[tuple[int, int]] = set()
+        node: Any = start
+        for _ in range(MAX_NODES):
+            key = _key(node)
+            if key is None or key in ends:
+                break
+            if key in walk:
+                return False
+            walk.add(key)
+            following = _children(node, link)
+            if not following:
+                break
+            node = following[0]
+        else:
+            raise _Unbounded()
+        ends |= walk
+    return True
+
+
+def _outline_items(outlines: Any) -> list[Any]:
+    """Every outline item reachable by ``/First`` and ``/Next`` (once each)."""
+    seen: set[tuple[int, int]] = set()
+    items: list[Any] = []
+    pending = _children(outlines, "/First")
+    while pending:
+        item = pending.pop()
+        key = _key(item)
+        if key is not None:
+            if key in seen:
+                continue
+            seen.add(key)
+        items.append(item)
+        if len(items) > MAX_NODES:
+            raise _Unbounded()
+        pending.extend(_children(item, "/First"))
+        pending.extend(_children(item, "/Next"))
+    return items
+
+
 def _objects(pdf: Any) -> Iterator[Any]:
     import pikepdf
 
@@ -115,9 +192,20 @@ def _cycles(pdf: Any) -> Iterator[str]:
     pages = root.get("/Pages")
     if pages is not None and _tree_has_cycle(pages, "/Kids"):
         yield "page_tree"
+    if pages is not None:
+        for page in _objects(pdf):
+            if page.get("/Type") == "/Page" and _contents_have_cycle(page.get("/Contents")):
+                yield "contents"
     outlines = root.get("/Outlines")
     if outlines is not None and _outlines_have_cycle(outlines):
         yield "outlines"
+    if outlines is not None:
+        items = [outlines, *_outline_items(outlines)]
+        # Walked backwards from the last: /Last to an item, then /Prev.
+        lasts = [item for node in items for item in _children(node, "/Last")]
+        links = ((items, "/Prev"), (items, "/Parent"), (lasts, "/Prev"), (lasts, "/Next"))
+        if not all(_links_end(start, link) for start, link in links):
+            yield "outlines"
     form = root.get("/AcroForm")
     if form is not None:
         for field in _children(form, "/Fields"):
