@@ -131,3 +131,34 @@ def test_additional_actions_are_judged_by_what_they_do(tmp_path: Path) -> None:
         assert check_pdf(pdf, limits)[:2] == (1, "")
     with pikepdf.open(script) as pdf:
         assert check_pdf(pdf, limits)[:2] == (1, ReasonCode.ACTIVE_CONTENT)
+
+
+def _usage_rights(path: Path, *, attachment: bool) -> Path:
+    """A form with Reader usage rights (a UR3 signature whose TransformParams
+    grant ``/EF [/Create /Delete]`` on attachments); with ``attachment``, a
+    real file specification whose /EF holds an embedded file stream too."""
+    objects = hostile._one_page()  # noqa: SLF001 - the shared one-page skeleton
+    names = b"/Names << /EmbeddedFiles << /Names [(a.txt) 7 0 R] >> >>" if attachment else b""
+    objects[0] = b"<< /Type /Catalog /Pages 2 0 R /Perms << /UR3 6 0 R >> %s >>" % names
+    objects.append(
+        b"<< /Type /Sig /Filter /Adobe.PPKLite /SubFilter /adbe.pkcs7.detached"
+        b" /Contents <00> /ByteRange [0 0 0 0] /Reference [<< /Type /SigRef"
+        b" /TransformMethod /UR3 /TransformParams << /Type /TransformParams"
+        b" /Annots [/Create /Delete /Modify] /Document [/FullSave]"
+        b" /EF [/Create /Delete /Modify /Import] /Form [/Add /Delete /FillIn]"
+        b" /V /2.2 >> >>] >>"
+    )
+    if attachment:
+        objects.append(b"<< /Type /Filespec /F (a.txt) /EF << /F 8 0 R >> >>")
+        objects.append(hostile._stream(b"hello", b"/Type /EmbeddedFile"))  # noqa: SLF001
+    return hostile.raw_pdf(path, objects)
+
+
+def test_usage_rights_are_not_an_embedded_file_and_an_attachment_is(tmp_path: Path) -> None:
+    """``/EF`` in usage rights is an array of permissions; only a file
+    specification's ``/EF`` dictionary embeds a file (ACTIVE_CONTENT)."""
+    rights = _usage_rights(tmp_path / "rights.pdf", attachment=False)
+    assert inspect_source(str(rights), sha256_file(rights)[0], "application/pdf").reason == ""
+    attached = _usage_rights(tmp_path / "attached.pdf", attachment=True)
+    found = inspect_source(str(attached), sha256_file(attached)[0], "application/pdf")
+    assert found.reason == ReasonCode.ACTIVE_CONTENT

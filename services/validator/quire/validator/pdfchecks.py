@@ -30,11 +30,15 @@ ACTIVE_ACTIONS = {
     "/Movie",
     "/Sound",
 }
-ACTIVE_KEYS = {"/JS", "/JavaScript", "/XFA", "/EmbeddedFiles", "/EF", "/RichMedia"}
+ACTIVE_KEYS = {"/JS", "/JavaScript", "/XFA", "/EmbeddedFiles", "/RichMedia"}
 """Keys that make a dictionary active by themselves. ``/AA`` (additional
 actions) is not one: what its actions do decides, and each action dictionary
 is judged by its own ``/S`` (a page that turns to another page on open is not
 active; one that runs JavaScript is)."""
+EMBEDDED_FILE_KEY = "/EF"
+"""A file specification's embedded files: a dictionary of streams. The same
+key in usage-rights ``/TransformParams`` is an array of permitted operations
+on attachments (``[/Create /Delete]``), which embeds nothing."""
 ACTIVE_SUBTYPES = {"/FileAttachment", "/RichMedia", "/Screen", "/Movie", "/Sound", "/3D"}
 MAX_WALK_DEPTH = 64
 MAX_ACTION_HOPS = 10_000
@@ -52,8 +56,14 @@ class PdfLimits:
 
 
 def _is_active(dictionary: Any) -> bool:
+    import pikepdf
+
     keys = set(dictionary.keys())
     if keys & ACTIVE_KEYS:
+        return True
+    if EMBEDDED_FILE_KEY in keys and isinstance(
+        dictionary.get(EMBEDDED_FILE_KEY), pikepdf.Dictionary | pikepdf.Stream
+    ):
         return True
     if str(dictionary.get("/S", "")) in ACTIVE_ACTIONS:
         return True
