@@ -93,7 +93,7 @@ async def test_a_cancel_that_loses_to_signing_reports_audits_state_and_says_it_l
                 await js.pause_consumer(EVENTS_STREAM, EVENTS_CONSUMER, until)
                 await js.pause_consumer(WORK_STREAM, commit, until)
                 await resume_promptly(js, WORK_STREAM, sign)
-                claim = f"$KV.{GATE_BUCKET}.{job_id(job)}.signer.signing"
+                claim = f"$KV.{GATE_BUCKET}.{job_id(job)}.signer.s0"
 
                 async def signed() -> bool:
                     try:

@@ -439,8 +439,8 @@ async def test_a_forged_gate_entry_does_not_refuse_a_cancel(
             # signer's name the server refuses it; under the validator's own
             # name it is stored, but no reader takes it for the signer's.
             with pytest.raises(Exception):  # noqa: B017 - a refusal or no answer
-                await js.publish(f"{entry}.signer.signing", b"SIGNING|0|signer.Zm9yZ2Vk")
-            await js.publish(f"{entry}.validator.signing", b"SIGNING|0|signer.Zm9yZ2Vk")
+                await js.publish(f"{entry}.signer.s0", b"SIGNING|0|signer.Zm9yZ2Vk")
+            await js.publish(f"{entry}.validator.s0", b"SIGNING|0|signer.Zm9yZ2Vk")
             await js.publish(f"{entry}.validator.g0", b"REJECTED|0|validator.Zm9yZ2Vk")
         finally:
             await nc.close()

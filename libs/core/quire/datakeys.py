@@ -179,8 +179,12 @@ class DataKeys:
         self.for_writing(tenant)
 
     def for_writing(self, tenant: str) -> tuple[int, bytes]:
-        """The tenant's current key (version, bytes), created on first use."""
+        """The tenant's current key (version, bytes), created on first use.
+        Never for a shredded tenant, even when a key was created after the
+        shred erased the others (the tombstone is read first)."""
         version = FIRST_VERSION
+        if self.is_shredded(tenant):
+            raise _shredded()
         try:
             return version, self.for_reading(tenant, version)
         except PermanentError as error:

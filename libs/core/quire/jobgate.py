@@ -9,18 +9,19 @@ a second, rollups and deletes (``gate_config``), so no login can overwrite,
 delete or purge an entry — its own or anyone's. Entries age out with the
 bucket's ``max_age``.
 
-- ``<job>.signer.signing``: ``SIGNING`` (any generation);
+- ``<job>.signer.s<n>``: ``SIGNING``, claimed while generation ``n`` was current;
 - ``<job>.admission.c<n>``: ``CANCELLED``, asked while generation ``n`` was current;
 - ``<job>.<service>.g<n>``: ``REJECTED`` or ``FAILED``, ending generation ``n``;
 - ``<job>.audit.r<n>``: audit's dead-letter office starts generation ``n`` (a retry).
 
 **The first recorded wins.** Of a job's genuine entries, in stream order,
-the first ``SIGNING``, the first ending of the generation asked about, or
-the first cancel that no ending of its own generation preceded is what the
+the first ``SIGNING`` or cancel that no ending of its own generation
+preceded, or the first ending of the generation asked about, is what the
 gate holds. Every reader sees the same stream order, so a cancel and the
 signer arriving at the same instant agree on the winner without a shared
-key. A cancel that lost stays void for good; a retry (a new generation)
-clears the earlier generation's endings but never a cancel that won.
+key. A claim that lost stays void for good; a retry (a new generation)
+clears the earlier generation's endings but never a cancel or a signing
+claim that won.
 
 Every entry is signed by its service, for its subject, state and
 generation (``quire.wire``); an entry that does not verify — or names
@@ -31,6 +32,7 @@ without the identity key can therefore block only its own service's keys.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import nats.js.errors
@@ -68,6 +70,7 @@ CLAIMANTS: dict[str, frozenset[str]] = {
     RETRY: frozenset({"audit"}),
 }
 _SEPARATOR = "|"
+_GENERATION = re.compile(r"[0-9]{1,9}")
 
 
 def gate_config(replicas: int) -> api.StreamConfig:
@@ -85,7 +88,7 @@ def gate_config(replicas: int) -> api.StreamConfig:
 
 def _claim_token(state: str, generation: int) -> str:
     if state == SIGNING:
-        return "signing"
+        return f"s{generation}"
     if state == CANCELLED:
         return f"c{generation}"
     if state == RETRY:
@@ -141,7 +144,7 @@ class JobGate:
         _, service, token = parts
         state, _, rest = value.decode(errors="replace").partition(_SEPARATOR)
         number, _, signature = rest.partition(_SEPARATOR)
-        if not number.isdigit() or _claim_token(state, int(number)) != token:
+        if not _GENERATION.fullmatch(number) or _claim_token(state, int(number)) != token:
             return None
         try:
             claimant = self._verifier.producer(
@@ -181,7 +184,10 @@ class JobGate:
         """(state, claimant) the gate holds for ``generation``: the first recorded wins."""
         ended: set[int] = set()
         for entry in entries:
-            if entry.state == SIGNING:
+            # A claim (signing, or a cancel) that an ending of its own
+            # generation preceded lost, and stays void; one that won holds
+            # for every later generation too.
+            if entry.state == SIGNING and entry.generation not in ended:
                 return SIGNING, entry.service
             if entry.state in ENDED:
                 ended.add(entry.generation)
@@ -192,6 +198,9 @@ class JobGate:
         return "", ""
 
     async def _claim(self, job: str, state: str, generation: int | None) -> str:
+        """What the gate holds once this service's claim is recorded. Nothing
+        genuine held means this service's own key holds a forgery (its login
+        was used without its identity key): the claim counts as made."""
         if generation is None:
             generation = self._current(await self._entries(job))
         await self._record(job, state, generation)

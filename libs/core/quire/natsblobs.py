@@ -81,6 +81,8 @@ STREAM = f"OBJ_{BLOB_BUCKET}"
 CHUNK_BYTES = 128 * 1024
 _DIGEST_PREFIX = "SHA-256="
 _READ_ATTEMPTS = 10
+_MARKERS_SKIPPED = 16
+"""Deletion markers passed over before a key counts as having no object."""
 
 
 def _meta_subject(key: str) -> str:
@@ -166,19 +168,28 @@ class NatsBlobStore(SealedBlobStore):
         self._port.close()
 
     def _meta(self, key: str) -> _Meta:
+        """The key's object: its first meta message that is not a deletion
+        marker (earlier builds wrote those; this one purges instead, so any
+        now is a stolen login's, and none can hide the object after it)."""
+
         async def get() -> _Meta:
-            try:
-                # The first meta message is the object: a later one is never read.
-                msg = await self._port.js.get_msg(
-                    STREAM, seq=1, subject=_meta_subject(key), next=True
-                )
-            except nats.js.errors.NotFoundError:
-                return _Meta(0, {})
-            try:
-                info = json.loads(msg.data or b"")
-            except ValueError:
-                raise _corrupt() from None
-            return _Meta(msg.seq or 0, info if isinstance(info, dict) else {})
+            sequence = 1
+            for _ in range(_MARKERS_SKIPPED):
+                try:
+                    msg = await self._port.js.get_msg(
+                        STREAM, seq=sequence, subject=_meta_subject(key), next=True
+                    )
+                except nats.js.errors.NotFoundError:
+                    return _Meta(0, {})
+                try:
+                    info = json.loads(msg.data or b"")
+                except ValueError:
+                    raise _corrupt() from None
+                meta = _Meta(msg.seq or 0, info if isinstance(info, dict) else {})
+                if meta.live:
+                    return meta
+                sequence = meta.sequence + 1
+            return _Meta(0, {})
 
         return self._port.run(get)
 

@@ -183,8 +183,10 @@ def build_evidence(
     covering = [c for c in covering if c["checkpoint"]["length"] > indices[-1]]
     if not covering:
         raise NotFound("no checkpoint covers this job yet")
-    witnessed = [c for c in covering if c.get("witnessed")]
-    first, latest = covering[0], (witnessed or covering)[-1]
+    # The newest the witness cosigned, no older than the checkpoint the caller saw.
+    pool = [c for c in covering if c["checkpoint"]["length"] >= since_size] or covering
+    witnessed = [c for c in pool if c.get("witnessed")]
+    first, latest = covering[0], (witnessed or pool)[-1]
     size = latest["checkpoint"]["length"]
     tree = tenant_tree(entries[:size])
     earlier = [first] if first["checkpoint"]["length"] < size else []

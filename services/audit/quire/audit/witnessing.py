@@ -26,6 +26,7 @@ import grpc
 
 from quire.audit.tenantlog import tenant_entries, tenant_tree
 from quire.database import Database
+from quire.privatefiles import write_private
 from quire.witness.v1 import witness_service_pb2 as pb
 from quire.witness.v1 import witness_service_pb2_grpc as pb_grpc
 
@@ -41,11 +42,13 @@ def cosignature_path(folder: Path, tenant: str, length: int) -> Path:
 
 
 def cosignature_of(folder: Path, tenant: str, length: int) -> str:
-    """The witness's cosignature line for a checkpoint, or "" when there is none."""
+    """The witness's cosignature line for a checkpoint, or "" when there is none
+    (or the file holds no whole line)."""
     try:
-        return cosignature_path(folder, tenant, length).read_text()
-    except OSError:
+        line = cosignature_path(folder, tenant, length).read_text()
+    except (OSError, UnicodeDecodeError):
         return ""
+    return line if line.startswith("\u2014 ") and line.endswith("\n") else ""
 
 
 def _witnessed_size(folder: Path, tenant: str) -> int:
@@ -80,7 +83,7 @@ class Witnessing:
         cosigned = 0
         for tenant, document in sorted(latest.items()):
             length = int(document["checkpoint"]["length"])
-            if cosignature_path(folder, tenant, length).exists():
+            if cosignature_of(folder, tenant, length):
                 continue
             try:
                 line = await self._ask(tenant, length, document["note"], folder)
@@ -136,8 +139,14 @@ class Witnessing:
 
 
 def _keep(path: Path, line: str) -> None:
-    try:
-        with path.open("x") as handle:
-            handle.write(line)
-    except FileExistsError:
-        pass  # kept already, by another round
+    """The line in a file of its own, created whole (written aside, then
+    linked into place) or not at all; a leftover partial file is replaced."""
+    if not write_private(path, line.encode(), exclusive=True) and not cosignature_of(
+        path.parent, *_named(path)
+    ):
+        write_private(path, line.encode())
+
+
+def _named(path: Path) -> tuple[str, int]:
+    length, _, tenant = path.name.removesuffix(".cosig").partition("-")
+    return tenant, int(length)
