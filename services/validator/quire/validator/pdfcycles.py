@@ -19,7 +19,7 @@ Runs inside a sandbox worker on an open pikepdf document.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["find_cycle", "MAX_NODES"]
@@ -48,6 +48,10 @@ def _children(node: Any, name: str) -> list[Any]:
 
 
 def _tree_has_cycle(root: Any, kids: str) -> bool:
+    return _has_cycle(root, lambda node: _children(node, kids))
+
+
+def _has_cycle(root: Any, children: Callable[[Any], list[Any]]) -> bool:
     """Depth-first with the path of ancestors: a node met again on its own path."""
     path: set[tuple[int, int]] = set()
     pending: list[tuple[Any, bool]] = [(root, True)]
@@ -67,7 +71,7 @@ def _tree_has_cycle(root: Any, kids: str) -> bool:
                 return True
             path.add(key)
         pending.append((node, False))
-        pending.extend((child, True) for child in _children(node, kids))
+        pending.extend((child, True) for child in children(node))
     return False
 
 
@@ -110,28 +114,12 @@ def _contents_have_cycle(contents: Any) -> bool:
     itself, directly or through others, is a loop."""
     import pikepdf
 
-    path: set[tuple[int, int]] = set()
-    pending: list[tuple[Any, bool]] = [(contents, True)]
-    visits = 0
-    while pending:
-        node, entering = pending.pop()
-        key = _key(node)
-        if not entering:
-            if key is not None:
-                path.discard(key)
-            continue
-        visits += 1
-        if visits > MAX_NODES:
-            raise _Unbounded()
+    def arrays(node: Any) -> list[Any]:
         if not isinstance(node, pikepdf.Array):
-            continue
-        if key is not None:
-            if key in path:
-                return True
-            path.add(key)
-        pending.append((node, False))
-        pending.extend((item, True) for item in node if isinstance(item, pikepdf.Array))
-    return False
+            return []
+        return [item for item in node if isinstance(item, pikepdf.Array)]
+
+    return _has_cycle(contents, arrays)
 
 
 def _links_end(items: list[Any], link: str) -> bool:
