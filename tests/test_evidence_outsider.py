@@ -75,6 +75,7 @@ FIELDS: dict[str, dict[int, tuple[str, str, bool]]] = {
         27: ("deadline", "Timestamp", False),
         28: ("pins", "SourcePin", True),
         29: ("track", "string", False),
+        30: ("disagreements", "PageDisagreement", True),
     },
     "Actor": {
         1: ("service", "string", False),
@@ -96,6 +97,11 @@ FIELDS: dict[str, dict[int, tuple[str, str, bool]]] = {
         3: ("normalized_sha256", "string", False),
         4: ("normalized_size_bytes", "int64", False),
         5: ("warnings", "string", True),
+    },
+    "PageDisagreement": {
+        1: ("position", "int32", False),
+        2: ("pages", "int32", True),
+        3: ("detail", "string", False),
     },
     "PhaseTiming": {
         1: ("stage", "string", False),

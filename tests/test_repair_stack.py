@@ -217,6 +217,20 @@ async def test_ambiguous_damage_is_refused_with_its_sub_code(
     assert not any(e.repairs for e in events)
 
 
+async def test_a_source_read_two_ways_is_refused_and_the_ledger_names_its_pages(
+    stack: Stack, client: AdmissionClient, tmp_path: Path
+) -> None:
+    builder, sub_code = AMBIGUOUS["length-spans-objects"]
+    digest = await _upload(client, builder(tmp_path / "masked.pdf"))
+    job = await client.submit([PacketItem("masked", digest)])
+    final = await client.wait(job.name, timeout=60)
+    assert (state_name(final.state), final.reason_detail) == ("REJECTED", sub_code)
+    terminal = _terminal(await _ledger(stack, job.name, "REJECTED"), "REJECTED")
+    assert [(d.position, list(d.pages), d.detail) for d in terminal.disagreements] == [
+        (0, [1], "AMBIGUOUS_CONTENT")
+    ]
+
+
 async def test_a_ruleset_that_refuses_repairs_rejects_a_damaged_file(
     stack: Stack, client: AdmissionClient, tmp_path: Path
 ) -> None:

@@ -148,6 +148,16 @@ class SourceRepair(_message.Message):
     warnings: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, position: _Optional[int] = ..., sha256: _Optional[str] = ..., normalized_sha256: _Optional[str] = ..., normalized_size_bytes: _Optional[int] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class PageDisagreement(_message.Message):
+    __slots__ = ("position", "pages", "detail")
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    PAGES_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    position: int
+    pages: _containers.RepeatedScalarFieldContainer[int]
+    detail: str
+    def __init__(self, position: _Optional[int] = ..., pages: _Optional[_Iterable[int]] = ..., detail: _Optional[str] = ...) -> None: ...
+
 class Artifact(_message.Message):
     __slots__ = ("blob_key", "sha256", "size_bytes", "page_count")
     BLOB_KEY_FIELD_NUMBER: _ClassVar[int]

@@ -25,6 +25,7 @@ terminating and redelivering a message.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from quire.reasons import ReasonCode
 
@@ -142,10 +143,20 @@ class DataLoss(PermanentError):
 class Rejected(PermanentError):
     """A stage refuses a job's content; the job ends REJECTED with this reason."""
 
-    def __init__(self, reason: ReasonCode | str, message: str = "", *, detail: str = "") -> None:
+    def __init__(
+        self,
+        reason: ReasonCode | str,
+        message: str = "",
+        *,
+        detail: str = "",
+        disagreements: tuple[Any, ...] = (),
+    ) -> None:
         super().__init__(reason, message)
         self.detail = detail
         """A stable sub-code of the reason, recorded as the ledger's ``reason_detail``."""
+        self.disagreements = disagreements
+        """``PageDisagreement`` messages: the pages of each source two readers
+        read differently, recorded on the ledger's REJECTED entry."""
 
 
 class SystemFailure(PermanentError):

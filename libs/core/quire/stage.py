@@ -511,8 +511,9 @@ class StageRunner:
         span.set_attributes({"quire.ended": str(state), "quire.reason": str(reason)})
         if state != State.CANCELLED:
             span.set_status(Status(StatusCode.ERROR, f"{state}: {reason}"))
-        if state == State.REJECTED and isinstance(error, Rejected) and error.detail:
+        if state == State.REJECTED and isinstance(error, Rejected):
             ending.events[-1].reason_detail = error.detail
+            ending.events[-1].disagreements.extend(error.disagreements)
         if state == State.FAILED:
             # Kept for operators: `quire dlq retry` starts a new generation from it.
             ending.dead_letter.CopyFrom(

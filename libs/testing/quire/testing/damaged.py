@@ -142,7 +142,23 @@ def unreadable(path: Path) -> Path:
     return _replace(path, b"%PDF-1.7\n1 0 obj\n<< /Type /Font >>\nendobj\n%%EOF\n")
 
 
+def length_spans_objects(path: Path) -> Path:
+    """The page's content stream ends (``endstream``, ``endobj``) where a
+    keyword-reading viewer stops, but its /Length runs on through an unused
+    stream object to that one's end: readers that trust the length show a
+    second line of text the others do not (content masking)."""
+    objects = _one_page()
+    objects[3] = b"<< /Length 0000 >>\nstream\n" + _text("pay 100") + b"\nendstream"
+    objects.append(_stream(_text("pay 900")))
+    data = raw_pdf(path, objects).read_bytes()
+    start = data.index(b"stream\n", data.index(b"4 0 obj")) + len(b"stream\n")
+    end = data.index(b"\nendstream", data.index(b"6 0 obj"))
+    # Four digits either way: every offset in the table stays right.
+    return _replace(path, data.replace(b"/Length 0000 ", b"/Length %04d " % (end - start), 1))
+
+
 AMBIGUOUS: dict[str, tuple[Builder, str]] = {
+    "length-spans-objects": (length_spans_objects, "AMBIGUOUS_CONTENT"),
     "revisions-disagree": (revisions_disagree, "REVISIONS_DISAGREE"),
     "page-count-mismatch": (page_count_mismatch, "PAGE_COUNT_MISMATCH"),
     "duplicate-key": (duplicate_key, "DUPLICATE_KEY"),

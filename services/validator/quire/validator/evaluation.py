@@ -22,6 +22,7 @@ from quire.reasons import ReasonCode
 from quire.sandbox import SandboxExhausted, SandboxPool
 from quire.type import job_pb2, queue_pb2
 from quire.validator.budgets import BudgetRule
+from quire.validator.faithfulness import AMBIGUOUS_CONTENT, SECOND_READER_REFUSED
 from quire.validator.inspection import Finding, inspect_source
 from quire.validator.judging import judge
 from quire.validator.pdfchecks import PdfLimits
@@ -37,6 +38,7 @@ before the job is REJECTED. With one, the second strike is the quarantine lane,
 within the same delivery."""
 UNREADABLE_SOURCE = frozenset({ReasonCode.SOURCE_MISSING, ReasonCode.DIGEST_MISMATCH})
 """Why a stored source may not open: the job is REJECTED for it, as the sandbox would."""
+TWO_READINGS = frozenset({AMBIGUOUS_CONTENT, SECOND_READER_REFUSED})
 REMEMBERED = 1024
 """How many sources that exhausted the shared lane go straight to quarantine."""
 
@@ -54,9 +56,19 @@ class Evaluation:
     """A stable sub-code of ``reason`` (see ``inspection.Finding.detail``)."""
     repairs: list[job_pb2.SourceRepair] = field(default_factory=list)
     """Sources repaired into a clean rewrite, stored under ``normalized_key``."""
+    disagreements: list[job_pb2.PageDisagreement] = field(default_factory=list)
+    """Sources two readers read differently (``faithfulness``): why the job was
+    refused, or (repair policy "review") one reason it waits for review."""
 
     def decisions_json(self) -> list[dict[str, object]]:
         return [asdict(d) for d in self.decisions]
+
+
+def _disagreement_of(source: job_pb2.SourceRef, finding: Finding) -> job_pb2.PageDisagreement:
+    detail = finding.detail or finding.warnings[-1]
+    return job_pb2.PageDisagreement(
+        position=source.position, pages=list(finding.differing_pages), detail=detail
+    )
 
 
 def _repair_of(source: job_pb2.SourceRef, finding: Finding) -> job_pb2.SourceRepair:
@@ -165,10 +177,15 @@ class Evaluator:
         files: AttemptFiles,
         store_repairs: bool,
     ) -> Evaluation:
-        limits = replace(self._limits, allow_active_content=ruleset.allows_active_content)
+        limits = replace(
+            self._limits,
+            allow_active_content=ruleset.allows_active_content,
+            review_ambiguity=ruleset.repair_policy == "review",
+        )
         findings: list[dict[str, object]] = []
         paths: list[str] = []
         repairs: list[tuple[job_pb2.SourceRepair, Path]] = []
+        disagreements: list[job_pb2.PageDisagreement] = []
         # Every source is inspected at once (each in its own sandbox call); the
         # outcomes are then read in manifest order, so the verdict, the findings
         # recorded and any error raised are those of the first source that fails.
@@ -182,14 +199,23 @@ class Evaluator:
             finding, path = seen
             if finding.repaired:
                 repairs.append((_repair_of(source, finding), Path(path)))
+            if finding.differing_pages or finding.detail in TWO_READINGS:
+                disagreements.append(_disagreement_of(source, finding))
             findings.append(
                 {"position": source.position, "sha256": source.sha256, **asdict(finding)}
             )
             if finding.reason:
-                return Evaluation("REJECTED", finding.reason, findings, [], finding.detail)
+                return Evaluation(
+                    "REJECTED",
+                    finding.reason,
+                    findings,
+                    [],
+                    finding.detail,
+                    disagreements=disagreements[-1:] if finding.detail in TWO_READINGS else [],
+                )
             paths.append(path)
         evaluation = await self._judge(task, ruleset, attempt, paths, findings)
-        if evaluation.verdict == "REJECTED" or not repairs:
+        if evaluation.verdict == "REJECTED" or not (repairs or disagreements):
             return evaluation
         for repair, clean in repairs if store_repairs else []:
             key = normalized_key(task.tenant, repair.normalized_sha256)
@@ -207,6 +233,19 @@ class Evaluator:
                 )
                 for repair, _rewrite in repairs
             ]
+            # An intact file that reads two ways: parked too, its pages named.
+            repaired = {repair.position for repair, _rewrite in repairs}
+            decisions += [
+                Decision(
+                    rule="faithfulness",
+                    outcome="review",
+                    reason_code=ReasonCode.REVIEW_REQUIRED,
+                    detail=disagreement.detail,
+                    position=disagreement.position,
+                )
+                for disagreement in disagreements
+                if disagreement.position not in repaired
+            ]
             outcome, reason = "NEEDS_REVIEW", reason or ReasonCode.REVIEW_REQUIRED
         return replace(
             evaluation,
@@ -214,6 +253,7 @@ class Evaluator:
             reason=reason,
             decisions=decisions,
             repairs=[repair for repair, _rewrite in repairs],
+            disagreements=disagreements,
         )
 
     async def _look(

@@ -16,12 +16,20 @@ from __future__ import annotations
 import hashlib
 import os
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from quire.pdfheader import has_pdf_header
 from quire.reasons import ReasonCode
 from quire.validator.damage import codes_of
+from quire.validator.faithfulness import (
+    AMBIGUOUS_CONTENT,
+    Agreement,
+    agreement,
+    masked_stream,
+    plain_agreement,
+    two_readings,
+)
 from quire.validator.pdfchecks import UNREPAIRABLE_SHAPES, PdfLimits, check_pdf
 from quire.validator.pdfcycles import find_cycle
 from quire.validator.repair import claimed_pages, repair_pdf
@@ -48,6 +56,9 @@ class Finding:
     normalized_sha256: str = ""
     """Set when the source was repaired: the digest of the rewrite."""
     normalized_size: int = 0
+    differing_pages: tuple[int, ...] = ()
+    """Pages a second reader read differently (``faithfulness``): the reason
+    the source was refused, or (ruleset policy "review") parked."""
 
     @property
     def repaired(self) -> bool:
@@ -80,6 +91,7 @@ class _Strict:
     """qpdf would not open the file without recovery, or warned: a repair may help."""
     messages: tuple[str, ...] = ()
     detail: str = ""
+    differing_pages: tuple[int, ...] = ()
 
 
 def _strict(path: str, limits: PdfLimits) -> _Strict:
@@ -95,8 +107,13 @@ def _strict(path: str, limits: PdfLimits) -> _Strict:
             if find_cycle(pdf) is not None:  # before anything else walks the file
                 return _Strict(0, ReasonCode.CYCLIC_STRUCTURE)
             pages = len(pdf.pages)
-            for page in pdf.pages:
-                page.obj.get("/Contents")
+            if masked := masked_stream(pdf):
+                return _Strict(
+                    pages,
+                    ReasonCode.MALFORMED_PDF,
+                    detail=AMBIGUOUS_CONTENT,
+                    differing_pages=masked,
+                )
             if messages := pdf.get_warnings():
                 return _Strict(pages, ReasonCode.MALFORMED_PDF, True, tuple(messages))
             if claimed_pages(pdf) not in (None, pages):
@@ -128,7 +145,16 @@ def _inspect_pdf(path: str, limits: PdfLimits, normalized_path: str) -> Finding:
     again on the rewrite."""
     strict = _strict(path, limits)
     if not strict.damaged:
-        return Finding(PDF_TYPE, strict.pages, strict.reason, strict.detail)
+        finding = Finding(
+            PDF_TYPE,
+            strict.pages,
+            strict.reason,
+            strict.detail,
+            differing_pages=strict.differing_pages,
+        )
+        if strict.reason or not two_readings(path):
+            return finding
+        return _faithful(finding, plain_agreement(path), limits)
     warnings = tuple(codes_of(list(strict.messages)))
     if not normalized_path:
         return Finding(PDF_TYPE, 0, ReasonCode.MALFORMED_PDF, "REPAIR_NOT_ALLOWED", warnings)
@@ -142,13 +168,36 @@ def _inspect_pdf(path: str, limits: PdfLimits, normalized_path: str) -> Finding:
         detail = "REPAIR_INCOMPLETE" if again.messages else again.detail
         return Finding(PDF_TYPE, again.pages, again.reason, detail, repaired.warnings)
     digest, _head = _digest_and_head(normalized_path)
-    return Finding(
+    finding = Finding(
         PDF_TYPE,
         again.pages,
         "",
         warnings=repaired.warnings,
         normalized_sha256=digest,
         normalized_size=os.path.getsize(normalized_path),
+    )
+    return _faithful(finding, agreement(path, normalized_path), limits)
+
+
+def _faithful(finding: Finding, agreed: Agreement, limits: PdfLimits) -> Finding:
+    """``finding`` as the second reader leaves it: unchanged when it agrees;
+    else refused with the sub-code, or (``review_ambiguity``) passed on with
+    the pages named, for an operator to decide."""
+    if agreed.agrees:
+        return finding
+    if limits.review_ambiguity:
+        return replace(
+            finding,
+            warnings=(*finding.warnings, agreed.detail),
+            differing_pages=agreed.pages,
+        )
+    return replace(
+        finding,
+        reason=ReasonCode.MALFORMED_PDF,
+        detail=agreed.detail,
+        differing_pages=agreed.pages,
+        normalized_sha256="",
+        normalized_size=0,
     )
 
 

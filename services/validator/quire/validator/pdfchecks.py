@@ -53,6 +53,9 @@ class PdfLimits:
     """Sum over all streams, measured by decoding with a cap."""
     max_objects: int = 500_000
     allow_active_content: bool = False
+    review_ambiguity: bool = False
+    """A source two readers read differently is parked for review (ruleset
+    repair policy "review") instead of refused (``faithfulness``)."""
 
 
 def _is_active(dictionary: Any) -> bool:

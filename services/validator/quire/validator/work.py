@@ -129,9 +129,18 @@ class ValidatorWork:
                 source.repair.CopyFrom(repaired[source.position])
         record = _record(pinned, ruleset, evaluation, lease.token)
         if evaluation.verdict == "REJECTED":
-            rejection = Rejected(evaluation.reason, "job rejected", detail=evaluation.detail)
+            rejection = Rejected(
+                evaluation.reason,
+                "job rejected",
+                detail=evaluation.detail,
+                disagreements=tuple(evaluation.disagreements),
+            )
             return StageResult.reject(pinned, rejection, record=record)
-        accepted = {"repairs": evaluation.repairs} if evaluation.repairs else {}
+        accepted: dict[str, object] = {}
+        if evaluation.repairs:
+            accepted["repairs"] = evaluation.repairs
+        if evaluation.disagreements:
+            accepted["disagreements"] = evaluation.disagreements
         reviewing = Step(State.VALIDATING, State.REVIEWING, accepted)
         if evaluation.verdict == "NEEDS_REVIEW":
             parked = Step(

@@ -1,0 +1,153 @@
+"""What is signed is what a viewer shows (issue 36): pdfium, a second reader
+with its own parser and recovery, must read a repaired or two-way file as
+qpdf's rewrite reads, or the file is refused (or parked for review) with the
+pages that differ."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from quire.reasons import ReasonCode
+from quire.testing.damaged import length_spans_objects, revisions_disagree
+from quire.testing.hostile import raw_pdf
+from quire.testing.pdfs import write_text_pdf
+from quire.validator import inspection
+from quire.validator.faithfulness import (
+    AMBIGUOUS_CONTENT,
+    SECOND_READER_REFUSED,
+    Agreement,
+    agreement,
+    two_readings,
+)
+from quire.validator.inspection import inspect_source
+from quire.validator.pdfchecks import PdfLimits
+
+HANDBUILT = Path("openpreserve") / "pdf-handbuilt-test-corpus"
+PREMATURE_EOF = HANDBUILT / "T04_006_premature-EOF.pdf"
+"""An ``%%EOF`` inside an object and a table to rebuild: qpdf's repair and
+pdfium's own recovery show the page differently."""
+PDFIUM_REFUSES = HANDBUILT / "T02-03_002_page-object-wrong-type.pdf"
+
+
+def _inspect(path: Path, tmp_path: Path, limits: PdfLimits | None = None):  # type: ignore[no-untyped-def]
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    rewrite = tmp_path / "clean.pdf"
+    return inspect_source(str(path), digest, "application/pdf", limits, str(rewrite))
+
+
+def test_the_same_pages_agree(tmp_path: Path) -> None:
+    one = write_text_pdf(tmp_path / "a.pdf", ["pay 100", "to Alice"])
+    two = write_text_pdf(tmp_path / "b.pdf", ["pay 100", "to Alice"])
+    assert agreement(str(one), str(two)) == Agreement()
+
+
+def test_other_text_on_a_page_is_ambiguous_and_names_that_page(tmp_path: Path) -> None:
+    one = write_text_pdf(tmp_path / "a.pdf", ["pay 100", "to Alice"])
+    two = write_text_pdf(tmp_path / "b.pdf", ["pay 100", "to Mallory"])
+    assert agreement(str(one), str(two)) == Agreement(AMBIGUOUS_CONTENT, (2,))
+
+
+def test_a_blank_page_is_not_a_written_one(tmp_path: Path) -> None:
+    one = write_text_pdf(tmp_path / "a.pdf", ["terms", "signature"])
+    two = write_text_pdf(tmp_path / "b.pdf", ["terms", ""])
+    assert agreement(str(one), str(two)) == Agreement(AMBIGUOUS_CONTENT, (2,))
+
+
+def test_a_page_one_reading_lacks_is_named(tmp_path: Path) -> None:
+    one = write_text_pdf(tmp_path / "a.pdf", ["one", "two", "three"])
+    two = write_text_pdf(tmp_path / "b.pdf", ["one"])
+    assert agreement(str(one), str(two)) == Agreement(AMBIGUOUS_CONTENT, (2, 3))
+
+
+def test_an_original_the_second_reader_cannot_open_is_not_confirmed(tmp_path: Path) -> None:
+    good = write_text_pdf(tmp_path / "a.pdf", ["one"])
+    junk = tmp_path / "junk.pdf"
+    junk.write_bytes(b"%PDF-1.7\n1 0 obj\n<< >>\nendobj\n")
+    assert agreement(str(junk), str(good)).detail == SECOND_READER_REFUSED
+
+
+def test_structures_that_admit_two_readings_are_spotted(tmp_path: Path) -> None:
+    clean = write_text_pdf(tmp_path / "clean.pdf", ["one"])
+    assert not two_readings(str(clean))
+    twice = tmp_path / "twice.pdf"
+    twice.write_bytes(clean.read_bytes() + b"%PDF-1.4\n% a second document begins\n")
+    assert two_readings(str(twice))
+    assert two_readings(str(revisions_disagree(tmp_path / "revisions.pdf")))
+
+
+def test_a_content_stream_whose_length_spans_other_objects_is_refused(tmp_path: Path) -> None:
+    finding = _inspect(length_spans_objects(tmp_path / "masked.pdf"), tmp_path)
+    assert (finding.reason, finding.detail) == (ReasonCode.MALFORMED_PDF, AMBIGUOUS_CONTENT)
+    assert finding.differing_pages == (1,)
+    assert not (tmp_path / "clean.pdf").exists() or not finding.repaired
+
+
+def test_an_intact_file_with_two_headers_is_compared_and_refused_when_readings_differ(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wiring around the comparison: an intact file is compared only when
+    its structure admits two readings, and a disagreement refuses it."""
+    compared: list[str] = []
+
+    def disagrees(path: str) -> Agreement:
+        compared.append(path)
+        return Agreement(AMBIGUOUS_CONTENT, (1,))
+
+    monkeypatch.setattr(inspection, "plain_agreement", disagrees)
+    clean = write_text_pdf(tmp_path / "clean.pdf", ["one"])
+    assert _inspect(clean, tmp_path).reason == "" and not compared
+    twice = tmp_path / "twice.pdf"
+    twice.write_bytes(clean.read_bytes() + b"%PDF-1.4\n% a second document begins\n")
+    finding = _inspect(twice, tmp_path)
+    assert compared == [str(twice)]
+    assert (finding.reason, finding.detail, finding.differing_pages) == (
+        ReasonCode.MALFORMED_PDF,
+        AMBIGUOUS_CONTENT,
+        (1,),
+    )
+    review = _inspect(twice, tmp_path, PdfLimits(review_ambiguity=True))
+    assert (review.reason, review.warnings, review.differing_pages) == (
+        "",
+        (AMBIGUOUS_CONTENT,),
+        (1,),
+    )
+
+
+def test_an_intact_two_header_file_both_readers_agree_on_passes(tmp_path: Path) -> None:
+    clean = write_text_pdf(tmp_path / "clean.pdf", ["one"])
+    twice = tmp_path / "twice.pdf"
+    twice.write_bytes(clean.read_bytes() + b"%PDF-1.4\n% a second document begins\n")
+    assert _inspect(twice, tmp_path).reason == ""
+
+
+def test_a_repair_the_second_reader_contradicts_is_refused_not_signed(
+    corpus: Path, tmp_path: Path
+) -> None:
+    finding = _inspect(corpus / PREMATURE_EOF, tmp_path)
+    assert (finding.reason, finding.detail) == (ReasonCode.MALFORMED_PDF, AMBIGUOUS_CONTENT)
+    assert finding.differing_pages == (1,)
+    assert not finding.repaired, "no rewrite is offered for signing"
+    assert "XREF_RECONSTRUCTED" in finding.warnings, "the damage is still named"
+
+
+def test_under_review_policy_the_contradicted_repair_waits_with_its_pages(
+    corpus: Path, tmp_path: Path
+) -> None:
+    finding = _inspect(corpus / PREMATURE_EOF, tmp_path, PdfLimits(review_ambiguity=True))
+    assert finding.reason == "" and finding.repaired
+    assert finding.warnings[-1] == AMBIGUOUS_CONTENT and finding.differing_pages == (1,)
+
+
+def test_a_repair_of_a_file_the_second_reader_cannot_open_is_refused(
+    corpus: Path, tmp_path: Path
+) -> None:
+    finding = _inspect(corpus / PDFIUM_REFUSES, tmp_path)
+    assert (finding.reason, finding.detail) == (ReasonCode.MALFORMED_PDF, SECOND_READER_REFUSED)
+
+
+def test_a_hand_built_file_without_header_damage_is_not_compared(tmp_path: Path) -> None:
+    plain = raw_pdf(tmp_path / "plain.pdf", [b"<< /Type /Catalog /Pages 2 0 R >>"])
+    assert not two_readings(str(plain))
