@@ -27,6 +27,9 @@ def test_budget_scales_with_size_and_pages() -> None:
     assert BudgetRule(base_seconds=3).quarantine(0) == Budget(9, 18), (
         "quarantine: three times the budget"
     )
+    assert BudgetRule(base_seconds=0.25).quarantine(0) == Budget(4, 8), (
+        "never less than the floor: the verdict's line is far above ordinary work"
+    )
 
 
 def test_quarantine_settings_have_their_own_defaults_and_env() -> None:
@@ -110,6 +113,7 @@ async def _lanes(quarantine_scale: float) -> AsyncIterator[Evaluator]:
                 base_seconds=0.3,
                 seconds_per_mib=0,
                 quarantine_scale=quarantine_scale,
+                quarantine_floor_seconds=0,
                 quarantine_wait_seconds=5,
             ),
         )

@@ -7,7 +7,14 @@ in a few seconds while a 20 MiB scan keeps the full time, and an ordinary
 file is not rejected because its neighbours held the cores. The
 pool's own limits stay the hard ceilings. A task that exhausts its budget in
 the shared pool is retried at once in the quarantine lane (its own workers
-and limits) with ``quarantine_scale`` times the budget.
+and limits) with ``quarantine_scale`` times the budget, and never less than
+``quarantine_floor_seconds`` of CPU.
+
+The shared lane's budget is about fairness, not verdicts: exhausting it only
+moves the file aside. The verdict ``PARSER_LIMIT_EXCEEDED`` comes from the
+quarantine lane, whose floor sits far above what any ordinary file takes
+(the corpus's slowest inspection is under 0.2 s of CPU), so CPU time that a
+busy machine inflates by a third does not turn one file's verdict.
 """
 
 from __future__ import annotations
@@ -38,6 +45,9 @@ class BudgetRule:
     seconds_per_page: float = 0.05
     quarantine_scale: float = 3.0
     """The quarantine lane's budget, as a multiple of the shared lane's."""
+    quarantine_floor_seconds: float = 4.0
+    """The least CPU time the quarantine lane gives a task (the pool's own
+    limit still caps it): the line a verdict is drawn at."""
     quarantine_wait_seconds: float = 120.0
     """How long a task waits for a free quarantine worker before it is retried later."""
     quarantine_slots: int = 4
@@ -56,6 +66,9 @@ class BudgetRule:
             seconds_per_mib=number("BUDGET_SECONDS_PER_MIB", base.seconds_per_mib),
             seconds_per_page=number("BUDGET_SECONDS_PER_PAGE", base.seconds_per_page),
             quarantine_scale=number("QUARANTINE_BUDGET_SCALE", base.quarantine_scale),
+            quarantine_floor_seconds=number(
+                "QUARANTINE_FLOOR_SECONDS", base.quarantine_floor_seconds
+            ),
             quarantine_wait_seconds=number("QUARANTINE_WAIT_SECONDS", base.quarantine_wait_seconds),
             quarantine_slots=int(number("QUARANTINE_SLOTS", base.quarantine_slots)),
         )
@@ -71,4 +84,8 @@ class BudgetRule:
         return Budget(cpu_seconds=seconds, wall_seconds=2 * seconds)
 
     def quarantine(self, size_bytes: int, pages: int = 0) -> Budget:
-        return self.budget(size_bytes, pages).scaled(self.quarantine_scale)
+        scaled = self.budget(size_bytes, pages).scaled(self.quarantine_scale)
+        if scaled.cpu_seconds >= self.quarantine_floor_seconds:
+            return scaled
+        floor = self.quarantine_floor_seconds
+        return Budget(cpu_seconds=floor, wall_seconds=2 * floor)
