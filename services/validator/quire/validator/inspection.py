@@ -22,6 +22,7 @@ from functools import lru_cache
 from quire.pdfheader import has_pdf_header
 from quire.reasons import ReasonCode
 from quire.validator.damage import codes_of
+from quire.validator.encryption import encryption_refusal
 from quire.validator.faithfulness import (
     AMBIGUOUS_CONTENT,
     Agreement,
@@ -127,16 +128,21 @@ def _strict(path: str, limits: PdfLimits) -> _Strict:
                 and checked.detail not in UNREPAIRABLE_SHAPES
             )
             return _Strict(checked.pages, checked.reason, damaged, detail=checked.detail)
-    except pikepdf.PasswordError:
-        return _Strict(0, ReasonCode.ENCRYPTED_PDF)
+    except pikepdf.PasswordError as error:
+        return _encrypted(path, str(error), limits)
     except pikepdf.PdfError as error:
         if "encrypt" in str(error).lower():
-            return _Strict(0, ReasonCode.ENCRYPTED_PDF)
+            return _encrypted(path, str(error), limits)
         return _Strict(0, ReasonCode.MALFORMED_PDF, True, (str(error),))
     except MemoryError:
         raise  # the sandbox reports it as a limit, not as a verdict on the file
     except (zlib.error, RecursionError, ValueError, TypeError, KeyError):
         return _Strict(0, ReasonCode.MALFORMED_PDF, True)
+
+
+def _encrypted(path: str, message: str, limits: PdfLimits) -> _Strict:
+    reason, detail = encryption_refusal(path, message, limits.allow_active_content)
+    return _Strict(0, reason, detail=detail)
 
 
 def _inspect_pdf(path: str, limits: PdfLimits, normalized_path: str) -> Finding:
