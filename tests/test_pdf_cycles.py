@@ -112,7 +112,39 @@ def page_listed_twice(path: Path) -> Path:
     return raw_pdf(path, objects)
 
 
+def resources_loop(path: Path, *, loop: bool = True) -> Path:
+    """A form XObject that draws a second one, which draws the first again."""
+    back = b"/Resources << /XObject << /A 6 0 R >> >>" if loop else b""
+    objects = _with(
+        [
+            b"<< /Type /XObject /Subtype /Form /BBox [0 0 10 10] "
+            b"/Resources << /XObject << /B 7 0 R >> >> /Length 6 >>\nstream\n/B Do\n\nendstream",
+            b"<< /Type /XObject /Subtype /Form /BBox [0 0 10 10] %s /Length 6 >>\nstream\n/A Do\n\nendstream"
+            % back,
+        ]
+    )
+    objects[2] = objects[2].replace(b"/F1 5 0 R >>", b"/F1 5 0 R >> /XObject << /A 6 0 R >>")
+    return raw_pdf(path, objects)
+
+
+def name_tree_loop(path: Path, *, loop: bool = True) -> Path:
+    """A destinations name tree whose leaf lists its own root as a kid."""
+    kids = b"/Kids [6 0 R]" if loop else b""
+    return raw_pdf(
+        path,
+        _with(
+            [
+                b"<< /Kids [7 0 R] >>",
+                b"<< /Names [(a) [3 0 R /Fit]] /Limits [(a) (a)] %s >>" % kids,
+            ],
+            catalog=b"/Names << /Dests 6 0 R >>",
+        ),
+    )
+
+
 BUILDERS = {
+    "resources": resources_loop,
+    "name_trees": name_tree_loop,
     "contents": contents_loop,
     "outlines": outline_loop,
     "outline_links": outline_backwards_loop,

@@ -12,7 +12,13 @@ import pikepdf
 import pytest
 
 from quire.reasons import ReasonCode
-from quire.testing.damaged import AMBIGUOUS, EVERYDAY, damaged_bomb, damaged_javascript
+from quire.testing.damaged import (
+    AMBIGUOUS,
+    EVERYDAY,
+    damaged_bomb,
+    damaged_javascript,
+    unreadable_bomb,
+)
 from quire.testing.hostile import _one_page, raw_pdf
 from quire.validator.damage import REPAIRABLE, UNRECOGNIZED, classify, codes_of, refusal_of
 from quire.validator.inspection import PDF_TYPE, Finding, inspect_source
@@ -192,3 +198,15 @@ def test_qpdf_refusing_deep_nesting_is_content_dropped_not_repaired(tmp_path: Pa
     finding = _inspect(nested_arrays(tmp_path / "deep.pdf"), tmp_path / "clean.pdf")
     assert (finding.reason, finding.detail) == (ReasonCode.MALFORMED_PDF, "CONTENT_DROPPED")
     assert not finding.repaired
+
+
+@pytest.mark.parametrize("rewrite", [True, False], ids=["normalize", "refuse"])
+def test_a_bomb_no_reader_can_parse_is_still_refused_as_a_bomb(
+    tmp_path: Path, rewrite: bool
+) -> None:
+    """No catalog, no table, no page tree: qpdf's recovery gives up
+    (UNREADABLE), or the ruleset refuses repairs; the raw bytes still inflate
+    past the cap, and that is the verdict."""
+    source = unreadable_bomb(tmp_path / "bomb.pdf")
+    finding = _inspect(source, tmp_path / "clean.pdf" if rewrite else None)
+    assert (finding.reason, finding.detail) == (ReasonCode.DECOMPRESSED_SIZE_EXCEEDED, "")

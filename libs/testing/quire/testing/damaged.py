@@ -177,6 +177,15 @@ def damaged_bomb(path: Path) -> Path:
     return _xref_lost(flate_bomb(path))
 
 
+def unreadable_bomb(path: Path) -> Path:
+    """A flate bomb in a file with no catalog, no page tree and no table:
+    nothing a reader could call a document, and still a bomb."""
+    stream = flate_bomb(path).read_bytes()
+    start = stream.index(b"6 0 obj")
+    end = stream.index(b"endobj", start) + len(b"endobj")
+    return _replace(path, b"%PDF-1.7\n" + stream[start:end] + b"\n%%EOF\n")
+
+
 def damaged_javascript(path: Path) -> Path:
     """JavaScript on open, in a file whose xref is lost: repair launders nothing."""
     objects = _one_page()
@@ -190,5 +199,6 @@ __all__ = [
     "EVERYDAY",
     "FONT",
     "damaged_bomb",
+    "unreadable_bomb",
     "damaged_javascript",
 ]

@@ -33,6 +33,7 @@ from quire.validator.faithfulness import (
 )
 from quire.validator.pdfchecks import UNREPAIRABLE_SHAPES, PdfLimits, check_pdf
 from quire.validator.pdfcycles import find_cycle
+from quire.validator.rawbombs import inflates_past
 from quire.validator.repair import claimed_pages, repair_pdf
 
 __all__ = ["Finding", "inspect_source", "PDF_TYPE", "JSON_TYPE"]
@@ -146,6 +147,23 @@ def _encrypted(path: str, message: str, limits: PdfLimits) -> _Strict:
 
 
 def _inspect_pdf(path: str, limits: PdfLimits, normalized_path: str) -> Finding:
+    """``_checked``, except that a file refused as damaged whose raw bytes
+    hide a decompression bomb is refused as the bomb it is (``rawbombs``)."""
+    finding = _checked(path, limits, normalized_path)
+    if finding.reason == ReasonCode.MALFORMED_PDF and inflates_past(
+        path, limits.max_decompressed_bytes
+    ):
+        return replace(
+            finding,
+            reason=ReasonCode.DECOMPRESSED_SIZE_EXCEEDED,
+            detail="",
+            normalized_sha256="",
+            normalized_size=0,
+        )
+    return finding
+
+
+def _checked(path: str, limits: PdfLimits, normalized_path: str) -> Finding:
     """The strict checks; for a damaged file, a repair into ``normalized_path``
     (none when it is empty: the ruleset refuses repairs) and the strict checks
     again on the rewrite."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from quire.reasons import ReasonCode
+from quire.validator.calculator import unbounded_calculator
 from quire.validator.decoding import DecodeError, UnsupportedFilter, decoded_size
 
 __all__ = ["PdfCheck", "PdfLimits", "UNREPAIRABLE_SHAPES", "check_pdf"]
@@ -199,6 +200,9 @@ def _check_pdf(pdf: Any, limits: PdfLimits) -> PdfCheck:
                 return _malformed(pages, "UNDECODABLE_STREAM")
             if decoded > limits.max_decompressed_bytes:
                 return PdfCheck(pages, ReasonCode.DECOMPRESSED_SIZE_EXCEEDED)
+            # Measured above, so reading it whole is bounded.
+            if obj.get("/FunctionType") == 4 and unbounded_calculator(obj.read_bytes()):
+                return _malformed(pages, "STRUCTURE_TOO_DEEP")
         if not active and isinstance(obj, pikepdf.Dictionary | pikepdf.Stream):
             active = search.reaches_active(obj)
     names = pdf.Root.get("/Names")

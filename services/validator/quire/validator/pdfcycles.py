@@ -8,6 +8,9 @@ iterative, remembers what it has seen by object number, and is bounded:
 - the page tree and the form-field tree (``/Kids``): a node that is its own
   ancestor (a page listed twice under different parents is not a cycle);
 - a page's ``/Contents``: arrays that hold (or lead back to) themselves;
+- what a page draws: form XObjects and patterns whose resources draw
+  themselves again;
+- name trees (``/Kids`` of each tree under the catalog's ``/Names``);
 - outlines (``/First``, ``/Next``): every item is reached once; and the
   links viewers walk backwards (``/Last``, ``/Prev``) end;
 - annotation reply chains (``/IRT``) and field parent chains (``/Parent``);
@@ -51,9 +54,17 @@ def _tree_has_cycle(root: Any, kids: str) -> bool:
     return _has_cycle(root, lambda node: _children(node, kids))
 
 
-def _has_cycle(root: Any, children: Callable[[Any], list[Any]]) -> bool:
-    """Depth-first with the path of ancestors: a node met again on its own path."""
+def _has_cycle(
+    root: Any,
+    children: Callable[[Any], list[Any]],
+    finished: set[tuple[int, int]] | None = None,
+) -> bool:
+    """Depth-first with the path of ancestors: a node met again on its own path.
+    A node whose descendants were all walked without a cycle (``finished``,
+    which walks from several roots may share) is not walked again, so shared
+    resources cost one walk, not one per page."""
     path: set[tuple[int, int]] = set()
+    done = finished if finished is not None else set()
     pending: list[tuple[Any, bool]] = [(root, True)]
     visits = 0
     while pending:
@@ -62,6 +73,7 @@ def _has_cycle(root: Any, children: Callable[[Any], list[Any]]) -> bool:
         if not entering:
             if key is not None:
                 path.discard(key)
+                done.add(key)
             continue
         visits += 1
         if visits > MAX_NODES:
@@ -69,6 +81,8 @@ def _has_cycle(root: Any, children: Callable[[Any], list[Any]]) -> bool:
         if key is not None:
             if key in path:
                 return True
+            if key in done:
+                continue
             path.add(key)
         pending.append((node, False))
         pending.extend((child, True) for child in children(node))
@@ -167,6 +181,29 @@ def _outline_items(outlines: Any) -> list[Any]:
     return items
 
 
+def _drawn(node: Any) -> list[Any]:
+    """What drawing ``node`` (a page, a form, a tiling pattern) draws in turn:
+    the form XObjects and patterns its resources name."""
+    import pikepdf
+
+    resources = (
+        node.get("/Resources") if isinstance(node, pikepdf.Dictionary | pikepdf.Stream) else None
+    )
+    if not isinstance(resources, pikepdf.Dictionary):
+        return []
+    drawn = []
+    for category in ("/XObject", "/Pattern"):
+        named = resources.get(category)
+        if isinstance(named, pikepdf.Dictionary):
+            drawn += [
+                value
+                for _name, value in named.items()
+                if isinstance(value, pikepdf.Stream | pikepdf.Dictionary)
+                and value.get("/Subtype", "/Form") == "/Form"
+            ]
+    return drawn
+
+
 def _objects(pdf: Any) -> Iterator[Any]:
     import pikepdf
 
@@ -181,9 +218,19 @@ def _cycles(pdf: Any) -> Iterator[str]:
     if pages is not None and _tree_has_cycle(pages, "/Kids"):
         yield "page_tree"
     if pages is not None:
+        drawn: set[tuple[int, int]] = set()
         for page in _objects(pdf):
-            if page.get("/Type") == "/Page" and _contents_have_cycle(page.get("/Contents")):
+            if page.get("/Type") != "/Page":
+                continue
+            if _contents_have_cycle(page.get("/Contents")):
                 yield "contents"
+            if _has_cycle(page, _drawn, drawn):
+                yield "resources"
+    names = root.get("/Names")
+    if names is not None:
+        for tree in _named_trees(names):
+            if _tree_has_cycle(tree, "/Kids"):
+                yield "name_trees"
     outlines = root.get("/Outlines")
     if outlines is not None and _outlines_have_cycle(outlines):
         yield "outlines"
@@ -210,6 +257,15 @@ def _cycles(pdf: Any) -> Iterator[str]:
             yield "functions"
         if obj.get("/Type") == "/ObjStm" and _chain_has_cycle(obj, "/Extends"):
             yield "object_streams"
+
+
+def _named_trees(names: Any) -> list[Any]:
+    """Every name tree of the catalog's ``/Names`` dictionary."""
+    import pikepdf
+
+    if not isinstance(names, pikepdf.Dictionary):
+        return []
+    return [value for _name, value in names.items() if isinstance(value, pikepdf.Dictionary)]
 
 
 def find_cycle(pdf: Any) -> str | None:
