@@ -24,6 +24,7 @@ from quire.testing.bombs import (
 )
 from quire.validator import decoding
 from quire.validator.decoding import (
+    FLATE_CHECKSUM_WRONG,
     DecodeError,
     UnsupportedFilter,
     ascii85_decode,
@@ -320,3 +321,17 @@ def test_invalid_text_in_a_last_stage_is_still_a_decode_error() -> None:
     with pytest.raises(DecodeError):
         measure(zlib.compress(b's8W-"~>'), ["/FlateDecode", "/A85"], [], 10**9)
     assert measure(zlib.compress(b"z" * 1000 + b"~>"), ["/Fl", "/A85"], [], 10**9) == 4000
+
+
+def test_flate_data_with_a_wrong_checksum_decodes_whole_and_is_named() -> None:
+    """Viewers use Flate data whose Adler-32 is wrong or cut off as decoded;
+    so does the measurement, and it names the damage."""
+    plain = b"the whole text " * 5000
+    good = zlib.compress(plain)
+    for data, damaged in ((good, False), (good[:-4] + b"\0\0\0\0", True), (good[:-2], True)):
+        damage: set[str] = set()
+        assert b"".join(inflate([data], damage)) == plain
+        assert damage == ({FLATE_CHECKSUM_WRONG} if damaged else set())
+    damage = set()
+    split = [good[:-3], good[-3:]]  # the check arrives in the next chunk
+    assert b"".join(inflate(split, damage)) == plain and not damage

@@ -9,6 +9,7 @@ to (builder, the MALFORMED_PDF sub-code the repair must refuse it with).
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -49,6 +50,12 @@ def trailer_size_wrong(path: Path) -> Path:
     """/Size is not one more than the highest object number."""
     data = _clean(path)
     return _replace(path, re.sub(rb"/Size \d+", b"/Size 3", data))
+
+
+def trailer_size_missing(path: Path) -> Path:
+    """A trailer without /Size (and so a table to rebuild)."""
+    data = _clean(path)
+    return _replace(path, re.sub(rb"/Size \d+ ", b"", data))
 
 
 def stream_without_length(path: Path) -> Path:
@@ -98,10 +105,22 @@ def junk_before_header(path: Path) -> Path:
     return _replace(path, b"\x00\x00junk\r\n" + data)
 
 
+def flate_checksum_wrong(path: Path) -> Path:
+    """A Flate content stream that decodes to its end with a wrong Adler-32:
+    qpdf, pdfium and poppler all show its text."""
+    compressed = zlib.compress(_text("checksum damaged"))
+    broken = compressed[:-4] + bytes(4)
+    objects = _one_page()
+    objects[3] = _stream(broken, b"/Filter /FlateDecode")
+    return raw_pdf(path, objects)
+
+
 EVERYDAY: dict[str, tuple[Builder, str]] = {
+    "flate-checksum-wrong": (flate_checksum_wrong, "FLATE_CHECKSUM_WRONG"),
     "xref-offset-wrong": (xref_offset_wrong, "XREF_RECONSTRUCTED"),
     "xref-missing": (xref_missing, "XREF_RECONSTRUCTED"),
     "trailer-size-wrong": (trailer_size_wrong, "TRAILER_SIZE_WRONG"),
+    "trailer-size-missing": (trailer_size_missing, "TRAILER_SIZE_MISSING"),
     "stream-without-length": (stream_without_length, "STREAM_LENGTH_RECOVERED"),
     "stream-length-wrong": (stream_length_wrong, "STREAM_LENGTH_RECOVERED"),
     "page-attributes-missing": (page_attributes_missing, "PAGE_MEDIABOX_DEFAULTED"),

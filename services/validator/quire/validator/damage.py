@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["REPAIRABLE", "classify", "codes_of", "refusal_of"]
+__all__ = ["REPAIRABLE", "TOLERATED", "classify", "codes_of", "refusal_of"]
 
 _PATTERNS: tuple[tuple[str, str], ...] = (
     # Cross-reference damage: the table is rebuilt by scanning the objects.
@@ -43,6 +43,17 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
     (r"appears more than once in the pages tree", "PAGE_LISTED_TWICE"),
     (r"is direct; converting to indirect", "PAGE_MADE_INDIRECT"),
     (r"can't find PDF header", "HEADER_OFFSET"),
+    # Syntax every reader recovers from the same way; the second reader
+    # (``faithfulness``) must still agree with the rewrite.
+    (r"xref syntax invalid", "XREF_SYNTAX_INVALID"),
+    (r"trailer dictionary lacks /Size", "TRAILER_SIZE_MISSING"),
+    (r"not found in file after regenerating", "OBJECT_MISSING"),
+    (r"name with stray #", "NAME_STRAY_HASH"),
+    (r"in hexstring", "HEX_STRING_INVALID"),
+    # Shapes refused for what they are, whatever a repair would do.
+    (r"root of pages tree has no /Kids", "STRUCTURE_MISSING"),
+    (r"Loop detected in /Pages", "PAGE_TREE_LOOP"),
+    (r"invalid password|encryption (dictionary|filter)|/Encrypt", "ENCRYPTION_UNREADABLE"),
     # What a repair must not guess: refused.
     (r"duplicated key", "DUPLICATE_KEY"),
     (r"treating as null|using null|as null", "CONTENT_DROPPED"),
@@ -71,9 +82,16 @@ REPAIRABLE = frozenset(
         "PAGE_LISTED_TWICE",
         "PAGE_MADE_INDIRECT",
         "HEADER_OFFSET",
+        "XREF_SYNTAX_INVALID",
+        "TRAILER_SIZE_MISSING",
+        "OBJECT_MISSING",
+        "HEX_STRING_INVALID",
     }
 )
 """Damage a repair fixes. Every other code refuses the file."""
+TOLERATED = frozenset({"FLATE_CHECKSUM_WRONG"})
+"""Damage qpdf does not warn about and the validator's own decoders tolerate
+as every viewer does (``decoding``): recorded with a rewrite like a repair."""
 
 
 def classify(message: str) -> str:

@@ -25,6 +25,7 @@ __all__ = [
     "measure",
     "decoded_size",
     "inflate",
+    "FLATE_CHECKSUM_WRONG",
     "lzw_decode",
     "ascii_hex_decode",
     "ascii85_decode",
@@ -84,7 +85,22 @@ def _is_zlib_header(data: bytes) -> bool:
     return len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
 
 
-def inflate(chunks: Iterable[bytes]) -> Iterator[bytes]:
+FLATE_CHECKSUM_WRONG = "FLATE_CHECKSUM_WRONG"
+"""Damage code: Flate data that decodes to its end with a wrong or missing
+Adler-32 check. qpdf, pdfium and poppler all use the data as decoded."""
+
+
+def _member(data: bytes) -> tuple[Any, bytes, bool]:
+    """A fresh inflater for a zlib member starting at ``data``: raw deflate
+    past the two header bytes (the Adler-32 check is ours to compare, as
+    viewers do not), or zlib's own when the header asks for a preset
+    dictionary or is no zlib header at all (it then raises, as corrupt)."""
+    if _is_zlib_header(data) and not data[1] & 0x20:
+        return zlib.decompressobj(-15), data[2:], True
+    return zlib.decompressobj(), data, False
+
+
+def inflate(chunks: Iterable[bytes], damage: set[str] | None = None) -> Iterator[bytes]:
     """Inflate zlib data, one member after another, yielding at most
     ``OUTPUT_CHUNK`` bytes at a time.
 
@@ -93,25 +109,46 @@ def inflate(chunks: Iterable[bytes]) -> Iterator[bytes]:
     there, and feeding it again returns ``b''`` for ever). If they start like
     another zlib member it is inflated too (counted, never hidden); anything
     else is trailing junk and ignored, as viewers do. Corrupt data in the first
-    member raises ``DecodeError``; corrupt data after it ends the stream.
+    member raises ``DecodeError``; corrupt data after it ends the stream. A
+    member that decodes to its end with a wrong or missing Adler-32 check is
+    used as decoded, as every viewer does, and ``FLATE_CHECKSUM_WRONG`` is
+    added to ``damage``.
     """
-    inflater = zlib.decompressobj()
+    inflater: Any = None
+    checked = False  # the member's Adler-32 trailer is ours to compare
+    trailer_due = False
+    adler = 1
     first = True
     done = False
     data = b""
+
+    def compare(trailer: bytes) -> None:
+        if damage is not None and trailer != (adler & 0xFFFFFFFF).to_bytes(4, "big"):
+            damage.add(FLATE_CHECKSUM_WRONG)
+
     for chunk in _slices(chunks):
         if done:
             continue  # trailing junk: read through, not decoded
         data += chunk
         while data:
-            if inflater.eof:  # ``data`` is what followed the member
+            if inflater is None or inflater.eof:
+                if trailer_due:
+                    if len(data) < 4:
+                        break  # wait for the rest of the check
+                    compare(data[:4])
+                    data, trailer_due = data[4:], False
+                    continue
                 if len(data) < 2:
                     break  # wait for more: it may be a member's header
-                if not _is_zlib_header(data):
-                    done = True
+                if inflater is not None:
+                    if not _is_zlib_header(data):
+                        done = True
+                        break
+                    first = False
+                inflater, data, checked = _member(data)
+                adler = 1
+                if not data:
                     break
-                inflater = zlib.decompressobj()
-                first = False
             try:
                 out = inflater.decompress(data, OUTPUT_CHUNK)
             except zlib.error as error:
@@ -120,9 +157,11 @@ def inflate(chunks: Iterable[bytes]) -> Iterator[bytes]:
                 done = True
                 break
             if out:
+                adler = zlib.adler32(out, adler)
                 yield out
             if inflater.eof:
                 data = inflater.unused_data
+                trailer_due = checked
                 continue
             tail = inflater.unconsumed_tail
             if not out and len(tail) >= len(data):
@@ -133,10 +172,17 @@ def inflate(chunks: Iterable[bytes]) -> Iterator[bytes]:
             while not data and len(out) == OUTPUT_CHUNK and not inflater.eof:
                 out = inflater.decompress(b"", OUTPUT_CHUNK)
                 if out:
+                    adler = zlib.adler32(out, adler)
                     yield out
-                data = inflater.unused_data if inflater.eof else inflater.unconsumed_tail
+                if inflater.eof:
+                    data = inflater.unused_data
+                    trailer_due = checked
+                else:
+                    data = inflater.unconsumed_tail
         if done:
             data = b""
+    if trailer_due and not done:
+        compare(data[:4])  # a check cut short is as wrong as a wrong one
 
 
 # --- LZWDecode -----------------------------------------------------------------
@@ -523,9 +569,11 @@ def _array_types() -> tuple[type, ...]:
     return (list, tuple, pikepdf.Array)
 
 
-def _stage(name: str, parms: Any) -> Callable[[Iterable[bytes]], Iterator[bytes]]:
+def _stage(
+    name: str, parms: Any, damage: set[str] | None = None
+) -> Callable[[Iterable[bytes]], Iterator[bytes]]:
     if name in FLATE:
-        return inflate
+        return lambda chunks: inflate(chunks, damage)
     if name in LZW:
         early = _int(parms.get("/EarlyChange")) if parms is not None else None
         early_change = 1 if early is None else early
@@ -558,13 +606,15 @@ def measure(
     parms: list[Any],
     budget: int,
     dictionary: Any = None,
+    damage: set[str] | None = None,
 ) -> int:
     """Bytes ``raw`` decodes to through ``names`` (with their decode
     parameters), counting no further than ``budget`` + 1: each stage's output
     is capped at ``budget`` too, so an intermediate bomb ends the measurement.
 
     Raises ``UnsupportedFilter`` for a name that is not a standard filter and
-    ``DecodeError`` for corrupt data.
+    ``DecodeError`` for corrupt data. Damage decoders tolerate, as viewers
+    do, is added to ``damage`` by its code.
     """
     if len(names) > MAX_FILTERS:
         raise UnsupportedFilter(f"{len(names)} filters in one chain")
@@ -588,7 +638,7 @@ def measure(
                 sizes = counter(pieces)
                 break
             parm = parms[index] if index < len(parms) else None
-            pieces = _capped(_stage(name, parm)(pieces), budget)
+            pieces = _capped(_stage(name, parm, damage)(pieces), budget)
         size = 0
         for piece_size in sizes if sizes is not None else map(len, pieces):
             size += piece_size
@@ -603,8 +653,9 @@ def measure(
     return size
 
 
-def decoded_size(stream: Any, budget: int) -> int:
-    """Bytes a pikepdf stream decodes to, counting no further than ``budget`` + 1."""
+def decoded_size(stream: Any, budget: int, damage: set[str] | None = None) -> int:
+    """Bytes a pikepdf stream decodes to, counting no further than ``budget`` + 1
+    (tolerated damage added to ``damage``)."""
     import pikepdf
 
     filters = stream.get("/Filter")
@@ -623,4 +674,4 @@ def decoded_size(stream: Any, budget: int) -> int:
         parms = [raw_parms if isinstance(raw_parms, pikepdf.Dictionary) else None]
     if len(parms) == 1 and len(names) > 1 and not isinstance(raw_parms, pikepdf.Array):
         parms = parms + [None] * (len(names) - 1)
-    return measure(stream.read_raw_bytes(), names, parms, budget, stream.stream_dict)
+    return measure(stream.read_raw_bytes(), names, parms, budget, stream.stream_dict, damage)

@@ -94,10 +94,14 @@ class _Strict:
     messages: tuple[str, ...] = ()
     detail: str = ""
     differing_pages: tuple[int, ...] = ()
+    tolerated: tuple[str, ...] = ()
+    """Damage codes of what the strict checks' own decoders tolerated."""
 
 
-def _strict(path: str, limits: PdfLimits) -> _Strict:
-    """Open ``path`` without recovery and run every check."""
+def _strict(path: str, limits: PdfLimits, *, rewrite: bool = False) -> _Strict:
+    """Open ``path`` without recovery and run every check. Damage the
+    decoders tolerate (a Flate checksum) sends an upload to the repair, so
+    that its code is recorded with the rewrite; on the ``rewrite`` it passes."""
     import pikepdf  # lazy: heavy, and only needed in the sandbox
 
     try:
@@ -121,6 +125,12 @@ def _strict(path: str, limits: PdfLimits) -> _Strict:
             if claimed_pages(pdf) not in (None, pages):
                 return _Strict(pages, ReasonCode.MALFORMED_PDF, detail="PAGE_COUNT_MISMATCH")
             checked = check_pdf(pdf, limits)
+            if checked.damage and not checked.reason:
+                if rewrite:
+                    return _Strict(checked.pages, "", tolerated=checked.damage)
+                return _Strict(
+                    checked.pages, ReasonCode.MALFORMED_PDF, True, tolerated=checked.damage
+                )
             # check_pdf's MALFORMED_PDF may be damage qpdf warned about deeper in
             # the file (an object's stream length, say): a repair decides. A
             # hostile shape (too deep, too many objects) is not damage.
@@ -179,7 +189,7 @@ def _checked(path: str, limits: PdfLimits, normalized_path: str) -> Finding:
         if strict.reason or not two_readings(path):
             return finding
         return _faithful(finding, plain_agreement(path), limits)
-    warnings = tuple(codes_of(list(strict.messages)))
+    warnings = tuple(codes_of(list(strict.messages))) + strict.tolerated
     if not normalized_path:
         return Finding(PDF_TYPE, 0, ReasonCode.MALFORMED_PDF, "REPAIR_NOT_ALLOWED", warnings)
     repaired = repair_pdf(path, normalized_path)
@@ -187,16 +197,17 @@ def _checked(path: str, limits: PdfLimits, normalized_path: str) -> Finding:
         return Finding(
             PDF_TYPE, repaired.pages, repaired.reason, repaired.detail, repaired.warnings
         )
-    again = _strict(normalized_path, limits)
+    again = _strict(normalized_path, limits, rewrite=True)
+    repaired_warnings = tuple(dict.fromkeys(repaired.warnings + again.tolerated))
     if again.reason:
         detail = "REPAIR_INCOMPLETE" if again.messages else again.detail
-        return Finding(PDF_TYPE, again.pages, again.reason, detail, repaired.warnings)
+        return Finding(PDF_TYPE, again.pages, again.reason, detail, repaired_warnings)
     digest, _head = _digest_and_head(normalized_path)
     finding = Finding(
         PDF_TYPE,
         again.pages,
         "",
-        warnings=repaired.warnings,
+        warnings=repaired_warnings,
         normalized_sha256=digest,
         normalized_size=os.path.getsize(normalized_path),
     )

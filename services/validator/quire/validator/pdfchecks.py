@@ -158,6 +158,8 @@ class PdfCheck(NamedTuple):
     """MALFORMED_PDF's sub-code: ``STRUCTURE_TOO_DEEP``, ``TOO_MANY_OBJECTS``
     (hostile shapes a repair cannot help), ``UNDECODABLE_STREAM``,
     ``NO_PAGES`` or ``QPDF_WARNING`` (damage a repair may fix)."""
+    damage: tuple[str, ...] = ()
+    """Damage the decoders tolerated as viewers do (``FLATE_CHECKSUM_WRONG``)."""
 
 
 UNREPAIRABLE_SHAPES = frozenset({"STRUCTURE_TOO_DEEP", "TOO_MANY_OBJECTS"})
@@ -188,6 +190,7 @@ def _check_pdf(pdf: Any, limits: PdfLimits) -> PdfCheck:
     if pages == 0:
         return _malformed(pages, "NO_PAGES")
     decoded = 0
+    tolerated: set[str] = set()
     active = False
     search = _ActiveSearch(active_walk_limit(limits))
     for count, obj in enumerate(pdf.objects):
@@ -195,7 +198,7 @@ def _check_pdf(pdf: Any, limits: PdfLimits) -> PdfCheck:
             return _malformed(pages, "TOO_MANY_OBJECTS")
         if isinstance(obj, pikepdf.Stream):
             try:
-                decoded += decoded_size(obj, limits.max_decompressed_bytes - decoded)
+                decoded += decoded_size(obj, limits.max_decompressed_bytes - decoded, tolerated)
             except (UnsupportedFilter, DecodeError):
                 return _malformed(pages, "UNDECODABLE_STREAM")
             if decoded > limits.max_decompressed_bytes:
@@ -214,4 +217,4 @@ def _check_pdf(pdf: Any, limits: PdfLimits) -> PdfCheck:
         return _malformed(pages, "QPDF_WARNING")  # e.g. nesting qpdf would not parse
     if active and not limits.allow_active_content:
         return PdfCheck(pages, ReasonCode.ACTIVE_CONTENT)
-    return PdfCheck(pages, "")
+    return PdfCheck(pages, "", damage=tuple(sorted(tolerated)))
