@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quire.assembler.forms import SourceCopy, carry_outline, finish_forms
+from quire.assembler.layers import carry_layers
 from quire.assembler.render import form_mode, render_structured
 from quire.blobstore import sha256_file
 
@@ -94,6 +95,7 @@ def assemble_packet(
             copies.append(
                 (source.document_id, SourceCopy.append(packet, document, source.position))
             )
+        carry_layers(packet, (copy.source for _, copy in copies))
         finish_forms(
             packet,
             form_mode(profile),

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["PageView", "Reading", "differing_pages", "read_with_pdfium"]
+__all__ = ["PageView", "Reading", "differing_pages", "read_with_pdfium", "visible_change"]
 
 RASTER_SIDE = 96
 """The longer side of each page's raster, in pixels: enough to tell a blank
@@ -46,12 +47,28 @@ def _page_view(page: object) -> PageView:
         text = textpage.get_text_range()
     finally:
         textpage.close()
-    bitmap = page.render(scale=scale, grayscale=True, may_draw_forms=False)  # type: ignore[attr-defined]
+    pixels = _raster(page, scale)
+    return PageView(
+        hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest(),
+        hashlib.sha256(pixels).digest(),
+    )
+
+
+def _raster(page: object, scale: float) -> bytes:
+    """The page drawn as a viewer draws it (form fields too), in grayscale."""
+    bitmap = page.render(scale=scale, grayscale=True, may_draw_forms=True)  # type: ignore[attr-defined]
     try:
-        raster = hashlib.sha256(bytes(bitmap.buffer)).digest()
+        return bytes(bitmap.buffer)
     finally:
         bitmap.close()
-    return PageView(hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest(), raster)
+
+
+def _open(path: str) -> object:
+    import pypdfium2
+
+    document = pypdfium2.PdfDocument(path)
+    document.init_forms()  # fields drawn from their values, as viewers do
+    return document
 
 
 def read_with_pdfium(path: str) -> Reading | None:
@@ -60,7 +77,7 @@ def read_with_pdfium(path: str) -> Reading | None:
     import pypdfium2  # lazy: only sandbox workers load pdfium
 
     try:
-        document = pypdfium2.PdfDocument(path)
+        document: Any = _open(path)
     except pypdfium2.PdfiumError:
         return None
     try:
@@ -89,3 +106,47 @@ def differing_pages(original: Reading, rewrite: Reading) -> tuple[int, ...]:
     ]
     longer = max(len(original.pages), len(rewrite.pages))
     return tuple(differ + list(range(common + 1, longer + 1)))
+
+
+DARKER = 64
+"""Gray levels a pixel must move by to count as changed in ``visible_change``."""
+
+
+def visible_change(original: str, other: str) -> tuple[float, ...] | None:
+    """For each page, the share of its raster's pixels that moved by more than
+    ``DARKER`` gray levels between ``original`` and ``other`` (1.0 for a page
+    one lacks); None when pdfium cannot open either. A coarser measure than
+    ``differing_pages`` for outputs that legitimately change how a page is
+    built (flattened form fields), not what it shows."""
+    import pypdfium2
+
+    try:
+        first, second = _open(original), _open(other)
+    except pypdfium2.PdfiumError:
+        return None
+    try:
+        shares = []
+        for index in range(max(len(first), len(second))):  # type: ignore[arg-type]
+            if index >= min(len(first), len(second)):  # type: ignore[arg-type]
+                shares.append(1.0)
+                continue
+            pair = [document[index] for document in (first, second)]  # type: ignore[index]
+            try:
+                width, height = pair[0].get_size()
+                scale = RASTER_SIDE / max(width, height, 1.0)
+                left, right = (_raster(page, scale) for page in pair)
+            finally:
+                for page in pair:
+                    page.close()
+            if left == right:
+                shares.append(0.0)
+                continue
+            if len(left) != len(right):
+                shares.append(1.0)
+                continue
+            moved = sum(1 for a, b in zip(left, right, strict=True) if abs(a - b) > DARKER)
+            shares.append(moved / max(len(left), 1))
+        return tuple(shares)
+    finally:
+        first.close()  # type: ignore[attr-defined]
+        second.close()  # type: ignore[attr-defined]
