@@ -7,9 +7,13 @@ classifies each file: "pdfinfo-valid" when it exits 0 and does not report
 ``Encrypted: yes``, "clean" when in addition it writes nothing to stderr.
 
 Prints the outcome counts, the false-rejection rate (pdfinfo-valid files that
-did not end COMPLETED; issue 13 aims at <= 2 %), validation time per job from
-the audit ledger (VALIDATING entered to left), terminal latency, and the peak
-RSS of the validator's sandbox worker processes.
+did not end COMPLETED; issue 13 aims at <= 2 %) and MALFORMED_PDF's share of
+it, validation time per job from the audit ledger (VALIDATING entered to
+left), terminal latency, and the peak RSS of the validator's sandbox worker
+processes. Then, off the stack: every signed artifact drawn by pdfium beside
+its original (files whose signed output shows a page visibly other than the
+original: issue 36 aims at 0), and the validator's inspection CPU per file
+(``inspect_source`` with repair and the second reader, one process per core).
 
     make bench-corpus                          # the whole corpus
     BENCH_CORPUS_LIMIT=200 make bench-corpus   # the first 200 files (sorted)
@@ -29,7 +33,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +56,10 @@ AIM = 0.02
 # Refusals by the ruleset's policy rather than by damage: counted above as
 # false rejections all the same, and shown apart.
 POLICY_REASONS = {"ACTIVE_CONTENT", "TOO_MANY_PAGES"}
+CHANGED = 0.002
+"""Share of a page's pixels that must move for the page to count as visibly
+other (as in tests/test_accepted_corpus_signs.py)."""
+MOVED = 0.05
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,7 @@ class Outcome:
     reason: str
     job: str
     latency: float | None  # submit to terminal, seconds
+    artifact: str = ""  # the signed PDF, downloaded, for a COMPLETED job
 
 
 @dataclass(frozen=True)
@@ -163,7 +172,7 @@ def declared_type(path: Path) -> str:
     return "application/json" if path.suffix == ".json" else "application/pdf"
 
 
-async def submit_all(info: StackInfo, files: list[Path]) -> dict[Path, Outcome]:
+async def submit_all(info: StackInfo, files: list[Path], artifacts: Path) -> dict[Path, Outcome]:
     async with TenantAdminClient(info.endpoints["admission"], info.operator_token()) as admin:
         tenant = await admin.create_tenant("corpus-bench", max_outstanding_jobs=100_000)
     outcomes: dict[Path, Outcome] = {}
@@ -196,9 +205,13 @@ async def submit_all(info: StackInfo, files: list[Path]) -> dict[Path, Outcome]:
                                 reason = f"{reason}/{job.reason_detail}"
                         except TimeoutError:
                             state, reason = "TIMEOUT", f"> {JOB_TIMEOUT_SECONDS:.0f} s"
-                        outcomes[path] = Outcome(
-                            state, reason, job.name, time.monotonic() - started
-                        )
+                        latency = time.monotonic() - started
+                        signed = ""
+                        if state == State.COMPLETED:
+                            target = artifacts / f"{source.sha256}.pdf"
+                            await client.download(job.name, target)
+                            signed = str(target)
+                        outcomes[path] = Outcome(state, reason, job.name, latency, signed)
                 done += 1
                 if done % 100 == 0:
                     print(f"  ... {done}/{len(files)} ended", flush=True)
@@ -253,6 +266,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="quire-corpus-bench-") as temp:
         data_dir = Path(temp) / "stack"
+        artifacts = Path(temp) / "artifacts"
+        artifacts.mkdir()
         stack = Stack(data_dir)
         info = stack.start()
         try:
@@ -261,7 +276,7 @@ def main() -> None:
             sampler.start()
             started = time.perf_counter()
             try:
-                outcomes = asyncio.run(submit_all(info, files))
+                outcomes = asyncio.run(submit_all(info, files, artifacts))
             finally:
                 sampler.stop()
             elapsed = time.perf_counter() - started
@@ -272,7 +287,70 @@ def main() -> None:
         finally:
             stack.stop()
 
-    report(files, infos, outcomes, validating, repaired, sampler, elapsed, restarts, same_validator)
+        report(
+            files, infos, outcomes, validating, repaired, sampler, elapsed, restarts, same_validator
+        )
+        faithful(outcomes)
+    inspection_cpu(files)
+
+
+def _change(pair: tuple[str, str]) -> float | None:
+    from quire.validator.secondreader import visible_change
+
+    shares = visible_change(*pair)
+    return None if shares is None else max(shares, default=0.0)
+
+
+def faithful(outcomes: dict[Path, Outcome]) -> None:
+    """Each signed artifact against its original, as pdfium draws them."""
+    signed = [(p, o.artifact) for p, o in outcomes.items() if o.artifact]
+    with ProcessPoolExecutor(os.cpu_count() or 2) as pool:
+        changes = list(pool.map(_change, [(str(p), a) for p, a in signed], chunksize=8))
+    unreadable = [p for (p, _), c in zip(signed, changes, strict=True) if c is None]
+    changed = sorted(
+        (
+            (c, p)
+            for (p, _), c in zip(signed, changes, strict=True)
+            if c is not None and c > CHANGED
+        ),
+        reverse=True,
+    )
+    moved = [p for c, p in changed if c > MOVED]
+    print()
+    print(
+        f"signed artifacts drawn beside their originals (pdfium, form fields drawn): "
+        f"{len(signed)}; a page visibly other (> {CHANGED:.1%} of its pixels moved): "
+        f"{len(changed)}, of which more than {MOVED:.0%}: {len(moved)}; "
+        f"unreadable to pdfium: {len(unreadable)}"
+    )
+    for share, path in changed[:10]:
+        print(f"  {share:6.2%}  {path.relative_to(CORPUS)}")
+
+
+def _inspection_seconds(path: str) -> float:
+    import hashlib
+
+    from quire.validator.inspection import inspect_source
+
+    with open(path, "rb") as handle:
+        digest = hashlib.sha256(handle.read()).hexdigest()
+    with tempfile.TemporaryDirectory() as work:
+        started = time.process_time()
+        inspect_source(path, digest, "application/pdf", None, str(Path(work) / "clean.pdf"))
+        return time.process_time() - started
+
+
+def inspection_cpu(files: list[Path]) -> None:
+    """The validator's inspection CPU per PDF, off the stack."""
+    pdfs = [str(p) for p in files if p.suffix.lower() == ".pdf"]
+    with ProcessPoolExecutor(os.cpu_count() or 2, max_tasks_per_child=100) as pool:
+        seconds = list(pool.map(_inspection_seconds, pdfs, chunksize=8))
+    print(
+        f"validator inspection CPU per PDF ({len(pdfs)} files, repair and second reader "
+        f"included): p50 {percentile(seconds, 0.5) * 1000:.1f} ms, "
+        f"p95 {percentile(seconds, 0.95) * 1000:.1f} ms, max {max(seconds) * 1000:.0f} ms, "
+        f"total {sum(seconds):.1f} s"
+    )
 
 
 def report(
@@ -320,6 +398,10 @@ def report(
                 f"{'/'.join(sorted(POLICY_REASONS))}: {rest}/{len(group)} = "
                 f"{rest / len(group):.1%})"
             )
+        malformed = [p for p in false if outcomes[p].reason.startswith("MALFORMED_PDF")]
+        print(
+            f"  (MALFORMED_PDF alone: {len(malformed)}/{len(group)} = {len(malformed) / len(group):.1%})"
+        )
     completed = {o.job for o in outcomes.values() if o.state == State.COMPLETED}
     fixed = [codes for job, codes in repaired.items() if job in completed]
     print(f"COMPLETED after a repair (ruleset policy normalize): {len(fixed)}; damage repaired:")
