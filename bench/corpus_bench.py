@@ -325,6 +325,8 @@ def faithful(outcomes: dict[Path, Outcome]) -> None:
     )
     for share, path in changed[:10]:
         print(f"  {share:6.2%}  {path.relative_to(CORPUS)}")
+    for path in unreadable[:10]:
+        print(f"  unreadable  {path.relative_to(CORPUS)}")
 
 
 def _inspection_seconds(path: str) -> float:
