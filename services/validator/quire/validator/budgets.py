@@ -1,8 +1,9 @@
 """How much sandbox time one validation may take, and where it runs.
 
 A task's budget scales with what it opens: ``base + per MiB × size + per page
-× pages`` seconds of CPU (twice that of wall clock, less any time the worker
-waited for a CPU on a busy machine), so a 50 KiB file that spins is killed
+× pages`` seconds of CPU (and ``wall_factor`` times that of wall clock, only a
+backstop for a worker that stops being runnable: time it waits for a CPU on
+a busy machine is charged as CPU, not by the clock), so a 50 KiB file that spins is killed
 in a few seconds while a 20 MiB scan keeps the full time, and an ordinary
 file is not rejected because its neighbours held the cores. The
 pool's own limits stay the hard ceilings. A task that exhausts its budget in
@@ -43,6 +44,10 @@ class BudgetRule:
     them back, 1.84-1.88x at 0.25 s with the quarantine worker at nice 19."""
     seconds_per_mib: float = 2.0
     seconds_per_page: float = 0.05
+    wall_factor: float = 10.0
+    """The wall-clock backstop as a multiple of the CPU budget: far above it,
+    so a worker blocked a moment on a busy machine's disk is not stopped for
+    it, and the verdict stays the CPU budget's."""
     quarantine_scale: float = 3.0
     """The quarantine lane's budget, as a multiple of the shared lane's."""
     quarantine_floor_seconds: float = 4.0
@@ -65,6 +70,7 @@ class BudgetRule:
             base_seconds=number("BUDGET_BASE_SECONDS", base.base_seconds),
             seconds_per_mib=number("BUDGET_SECONDS_PER_MIB", base.seconds_per_mib),
             seconds_per_page=number("BUDGET_SECONDS_PER_PAGE", base.seconds_per_page),
+            wall_factor=number("BUDGET_WALL_FACTOR", base.wall_factor),
             quarantine_scale=number("QUARANTINE_BUDGET_SCALE", base.quarantine_scale),
             quarantine_floor_seconds=number(
                 "QUARANTINE_FLOOR_SECONDS", base.quarantine_floor_seconds
@@ -81,11 +87,11 @@ class BudgetRule:
             + self.seconds_per_mib * max(0, size_bytes) / MIB
             + self.seconds_per_page * max(0, pages)
         )
-        return Budget(cpu_seconds=seconds, wall_seconds=2 * seconds)
+        return Budget(cpu_seconds=seconds, wall_seconds=self.wall_factor * seconds)
 
     def quarantine(self, size_bytes: int, pages: int = 0) -> Budget:
         scaled = self.budget(size_bytes, pages).scaled(self.quarantine_scale)
         if scaled.cpu_seconds >= self.quarantine_floor_seconds:
             return scaled
         floor = self.quarantine_floor_seconds
-        return Budget(cpu_seconds=floor, wall_seconds=2 * floor)
+        return Budget(cpu_seconds=floor, wall_seconds=self.wall_factor * floor)
