@@ -16,13 +16,21 @@ positions only, so the packet's bytes stay a function of its sources.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 import pikepdf
 from pikepdf import Array, Dictionary, Name, String
 
-__all__ = ["SourceCopy", "carry_outline", "finish_forms", "field_prefix", "dest_prefix"]
+__all__ = [
+    "SourceCopy",
+    "carry_outline",
+    "finish_forms",
+    "field_prefix",
+    "dest_prefix",
+    "kept_appearances",
+]
 
 MAX_DEPTH = 64  # outline and field nesting; the validator refuses loops beforehand
 TEXT_LIKE = (Name.Tx, Name.Ch)
@@ -284,23 +292,52 @@ def _carry_item(copy: SourceCopy, item: pikepdf.OutlineItem, depth: int) -> pike
 # form fields ----------------------------------------------------------------
 
 
-def finish_forms(packet: pikepdf.Pdf, mode: str, *, need_appearances: bool = False) -> None:
+def finish_forms(
+    packet: pikepdf.Pdf,
+    mode: str,
+    *,
+    need_appearances: bool = False,
+    kept: Collection[tuple[int, int]] = (),
+) -> None:
     """Give every text and choice field an appearance, then flatten if asked.
 
     ``mode`` is ``flatten`` (widgets become page content, the AcroForm goes)
     or ``merge`` (fields stay interactive under their per-source names). Only
-    widgets are flattened: links and other annotations stay as they are."""
+    widgets are flattened: links and other annotations stay as they are.
+
+    qpdf regenerates every field's appearance once any is asked for, and
+    lays each value out on one line; the widgets in ``kept`` (from sources
+    that did not ask viewers to regenerate: they show their own appearance
+    everywhere) keep the appearance they came with, so a packet never shows
+    a multi-line value cut to one line or realigned."""
     acroform = packet.Root.get(Name.AcroForm)
     if not isinstance(acroform, Dictionary):
         return
     widgets = [w for page in packet.pages for w in _widgets(page)]
     missing = any(_inherited(w, Name.FT) in TEXT_LIKE and Name.AP not in w for w in widgets)
     if need_appearances or missing or bool(acroform.get(Name.NeedAppearances, False)):
+        own = {
+            w.objgen: Dictionary(w.AP)
+            for w in widgets
+            if w.objgen in kept and isinstance(w.get(Name.AP), Dictionary)
+        }
         _default_appearance(packet, acroform)
         acroform.NeedAppearances = True
         packet.generate_appearance_streams()
+        for widget in widgets:
+            if widget.objgen in own:
+                widget.AP = own[widget.objgen]
     if mode == "flatten" and widgets:
         _flatten_widgets(packet)
+
+
+def kept_appearances(packet: pikepdf.Pdf, copy: SourceCopy) -> set[tuple[int, int]]:
+    """The widgets of ``copy``'s pages whose appearance every viewer shows as
+    it is (their source does not set ``/NeedAppearances``)."""
+    if copy.need_appearances:
+        return set()
+    pages = packet.pages[copy.start : copy.start + len(copy.source.pages)]
+    return {w.objgen for page in pages for w in _widgets(page) if Name.AP in w}
 
 
 def _default_appearance(packet: pikepdf.Pdf, acroform: Dictionary) -> None:

@@ -17,7 +17,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from quire.assembler.forms import SourceCopy, carry_outline, finish_forms
+from quire.assembler.forms import SourceCopy, carry_outline, finish_forms, kept_appearances
 from quire.assembler.layers import carry_layers
 from quire.assembler.render import form_mode, render_structured
 from quire.blobstore import sha256_file
@@ -100,6 +100,7 @@ def assemble_packet(
             packet,
             form_mode(profile),
             need_appearances=any(copy.need_appearances for _, copy in copies),
+            kept=set().union(*(kept_appearances(packet, copy) for _, copy in copies)),
         )
         with packet.open_outline() as outline:
             for title, copy in copies:
