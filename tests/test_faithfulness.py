@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from quire.reasons import ReasonCode
-from quire.testing.damaged import length_spans_objects, revisions_disagree
+from quire.testing.damaged import length_spans_objects, revisions_disagree, root_lost
 from quire.testing.hostile import raw_pdf
 from quire.testing.pdfs import write_text_pdf
 from quire.validator import inspection
@@ -151,3 +151,18 @@ def test_a_repair_of_a_file_the_second_reader_cannot_open_is_refused(
 def test_a_hand_built_file_without_header_damage_is_not_compared(tmp_path: Path) -> None:
     plain = raw_pdf(tmp_path / "plain.pdf", [b"<< /Type /Catalog /Pages 2 0 R >>"])
     assert not two_readings(str(plain))
+
+
+def test_a_catalog_found_by_scanning_is_accepted_only_if_the_second_reader_agrees(
+    tmp_path: Path,
+) -> None:
+    """qpdf finds the catalog of a file whose trailer lost /Root
+    (ROOT_RECOVERED); pdfium does not open such a file, so nothing confirms
+    the repair: refused, or parked for review, never signed unseen."""
+    lost = root_lost(tmp_path / "lost.pdf")
+    finding = _inspect(lost, tmp_path)
+    assert (finding.reason, finding.detail) == (ReasonCode.MALFORMED_PDF, SECOND_READER_REFUSED)
+    assert "ROOT_RECOVERED" in finding.warnings
+    review = _inspect(lost, tmp_path, PdfLimits(review_ambiguity=True))
+    assert review.reason == "" and review.repaired
+    assert review.warnings[-1] == SECOND_READER_REFUSED

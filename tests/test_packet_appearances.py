@@ -34,7 +34,8 @@ def _form(path: Path) -> Path:
             b"<< /Type /Annot /Subtype /Widget /FT /Tx /T (empty) /P 3 0 R "
             b"/DA (/F1 10 Tf 0 g) /Rect [72 500 372 520] >>",
             b"<< /Type /XObject /Subtype /Form /BBox [0 0 300 60] "
-            b"/Resources << /Font << /F1 5 0 R >> >> /Length %d >>\nstream\n" % len(lines)
+            b"/Resources << /Font << /F1 5 0 R >> >> /Length %d >>\nstream\n"
+            % len(lines)
             + lines
             + b"\nendstream",
         ],

@@ -177,6 +177,7 @@ def test_every_repairable_code_has_a_warning_that_produces_it() -> None:
         ("f: root of pages tree has no /Kids array", "STRUCTURE_MISSING"),
         ("f (object 2 0): Loop detected in /Pages structure (getAllPages)", "PAGE_TREE_LOOP"),
         ("f: invalid password", "ENCRYPTION_UNREADABLE"),
+        ("f (trailer, offset 544): recovered trailer has no /Root entry", "ROOT_RECOVERED"),
         ("f: something qpdf has never said before", UNRECOGNIZED),
     ],
 )

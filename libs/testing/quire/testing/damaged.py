@@ -191,6 +191,13 @@ def _xref_lost(path: Path) -> Path:
     return _replace(path, data[: data.index(b"xref\n0 ")] + b"trailer\n<< /Root 1 0 R >>\n%%EOF\n")
 
 
+def root_lost(path: Path) -> Path:
+    """The trailer lost /Root and the table is gone: qpdf finds the catalog by
+    scanning; pdfium does not open the file at all."""
+    data = _clean(path, "root lost").replace(b"/Root 1 0 R", b"")
+    return _replace(path, data[: data.index(b"xref\n0 ")] + b"%%EOF\n")
+
+
 def damaged_bomb(path: Path) -> Path:
     """A flate bomb whose xref is lost: the repair must not inflate it."""
     return _xref_lost(flate_bomb(path))
@@ -219,5 +226,6 @@ __all__ = [
     "FONT",
     "damaged_bomb",
     "unreadable_bomb",
+    "root_lost",
     "damaged_javascript",
 ]

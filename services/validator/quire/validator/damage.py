@@ -59,6 +59,12 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
     (r"treating as null|using null|as null", "CONTENT_DROPPED"),
     (r"ignoring|too many errors", "CONTENT_DROPPED"),
     (r"unexpected EOF|parse error|unknown token|ended prematurely", "CONTENT_DROPPED"),
+    # The trailer lost /Root (or is gone) and qpdf's scan found the catalog:
+    # accepted only if the second reader agrees (``faithfulness``).
+    (
+        r"recovered trailer has no /Root|unable to find trailer dictionary while recovering",
+        "ROOT_RECOVERED",
+    ),
     (r"unable to find|no /Root|recovered trailer has no", "STRUCTURE_MISSING"),
 )
 _COMPILED = tuple((re.compile(pattern, re.IGNORECASE), code) for pattern, code in _PATTERNS)
@@ -86,6 +92,7 @@ REPAIRABLE = frozenset(
         "TRAILER_SIZE_MISSING",
         "OBJECT_MISSING",
         "HEX_STRING_INVALID",
+        "ROOT_RECOVERED",
     }
 )
 """Damage a repair fixes. Every other code refuses the file."""
