@@ -142,7 +142,40 @@ def name_tree_loop(path: Path, *, loop: bool = True) -> Path:
     )
 
 
+def structure_loop(path: Path, *, loop: bool = True) -> Path:
+    """A structure element whose child lists the element again."""
+    back = b"/K [7 0 R]" if loop else b"/K 0"
+    return raw_pdf(
+        path,
+        _with(
+            [
+                b"<< /Type /StructTreeRoot /K 7 0 R >>",
+                b"<< /Type /StructElem /S /P /P 6 0 R /Pg 3 0 R /K 8 0 R >>",
+                b"<< /Type /StructElem /S /Span /P 7 0 R /Pg 3 0 R %s >>" % back,
+            ],
+            catalog=b"/StructTreeRoot 6 0 R /MarkInfo << /Marked true >>",
+        ),
+    )
+
+
+def type3_loop(path: Path, *, loop: bool = True) -> Path:
+    """A Type 3 font whose glyph resources name the font itself."""
+    own = b"/Resources << /Font << /T3 6 0 R >> >>" if loop else b""
+    objects = _with(
+        [
+            b"<< /Type /Font /Subtype /Type3 /FontBBox [0 0 10 10] /FontMatrix [0.1 0 0 0.1 0 0] "
+            b"/CharProcs << /a 7 0 R >> /Encoding << /Differences [97 /a] >> "
+            b"/FirstChar 97 /LastChar 97 /Widths [10] %s >>" % own,
+            b"<< /Length 8 >>\nstream\n10 0 d0\n\nendstream",
+        ]
+    )
+    objects[2] = objects[2].replace(b"/F1 5 0 R >>", b"/F1 5 0 R /T3 6 0 R >>")
+    return raw_pdf(path, objects)
+
+
 BUILDERS = {
+    "structure_tree": structure_loop,
+    "type3": type3_loop,
     "resources": resources_loop,
     "name_trees": name_tree_loop,
     "contents": contents_loop,
@@ -154,7 +187,7 @@ BUILDERS = {
 }
 
 
-FOUND_AS = {"outline_links": "outlines"}
+FOUND_AS = {"outline_links": "outlines", "type3": "resources"}
 """What find_cycle names a loop that the builder names more precisely."""
 
 

@@ -8,8 +8,9 @@ iterative, remembers what it has seen by object number, and is bounded:
 - the page tree and the form-field tree (``/Kids``): a node that is its own
   ancestor (a page listed twice under different parents is not a cycle);
 - a page's ``/Contents``: arrays that hold (or lead back to) themselves;
-- what a page draws: form XObjects and patterns whose resources draw
-  themselves again;
+- what a page draws: form XObjects, patterns and Type 3 fonts whose
+  resources draw themselves again;
+- the structure tree (``/StructTreeRoot``, ``/K``) that accessibility tools walk;
 - name trees (``/Kids`` of each tree under the catalog's ``/Names``);
 - outlines (``/First``, ``/Next``): every item is reached once; and the
   links viewers walk backwards (``/Last``, ``/Prev``) end;
@@ -192,16 +193,30 @@ def _drawn(node: Any) -> list[Any]:
     if not isinstance(resources, pikepdf.Dictionary):
         return []
     drawn = []
-    for category in ("/XObject", "/Pattern"):
+    for category, drawing in (("/XObject", "/Form"), ("/Pattern", "/Form"), ("/Font", "/Type3")):
         named = resources.get(category)
         if isinstance(named, pikepdf.Dictionary):
             drawn += [
                 value
                 for _name, value in named.items()
                 if isinstance(value, pikepdf.Stream | pikepdf.Dictionary)
-                and value.get("/Subtype", "/Form") == "/Form"
+                and value.get("/Subtype", "/Form" if category == "/Pattern" else None) == drawing
             ]
     return drawn
+
+
+def _structure_kids(node: Any) -> list[Any]:
+    """A structure element's children (``/K``: one, or an array), elements
+    only: marked-content references and page numbers end the walk."""
+    import pikepdf
+
+    kids = node.get("/K") if isinstance(node, pikepdf.Dictionary) else None
+    items = list(kids) if isinstance(kids, pikepdf.Array) else [kids]
+    return [
+        item
+        for item in items
+        if isinstance(item, pikepdf.Dictionary) and item.get("/Type") not in ("/MCR", "/OBJR")
+    ]
 
 
 def _objects(pdf: Any) -> Iterator[Any]:
@@ -226,6 +241,9 @@ def _cycles(pdf: Any) -> Iterator[str]:
                 yield "contents"
             if _has_cycle(page, _drawn, drawn):
                 yield "resources"
+    structure = root.get("/StructTreeRoot")
+    if structure is not None and _has_cycle(structure, _structure_kids):
+        yield "structure_tree"
     names = root.get("/Names")
     if names is not None:
         for tree in _named_trees(names):
