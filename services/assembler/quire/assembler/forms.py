@@ -317,7 +317,7 @@ def finish_forms(
     missing = any(_inherited(w, Name.FT) in TEXT_LIKE and Name.AP not in w for w in widgets)
     if need_appearances or missing or bool(acroform.get(Name.NeedAppearances, False)):
         own = {
-            w.objgen: Dictionary(w.AP)
+            w.objgen: Dictionary(dict(w.AP.items()))
             for w in widgets
             if w.objgen in kept and isinstance(w.get(Name.AP), Dictionary)
         }

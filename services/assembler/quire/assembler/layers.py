@@ -14,6 +14,7 @@ and auto-state rules (``/AS``) are dropped: viewers apply the default one.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import pikepdf
 from pikepdf import Array, Dictionary, Name
@@ -21,7 +22,7 @@ from pikepdf import Array, Dictionary, Name
 __all__ = ["carry_layers"]
 
 
-def _array(value: object) -> list[object]:
+def _array(value: object) -> list[Any]:
     return list(value) if isinstance(value, Array) else []
 
 
