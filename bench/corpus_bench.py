@@ -303,7 +303,11 @@ def _change(pair: tuple[str, str]) -> float | None:
 
 def faithful(outcomes: dict[Path, Outcome]) -> None:
     """Each signed artifact against its original, as pdfium draws them."""
-    signed = [(p, o.artifact) for p, o in outcomes.items() if o.artifact]
+    signed = [
+        (p, o.artifact)
+        for p, o in outcomes.items()
+        if o.artifact and declared_type(p) == "application/pdf"
+    ]
     with ProcessPoolExecutor(os.cpu_count() or 2) as pool:
         changes = list(pool.map(_change, [(str(p), a) for p, a in signed], chunksize=8))
     unreadable = [p for (p, _), c in zip(signed, changes, strict=True) if c is None]
