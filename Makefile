@@ -89,7 +89,6 @@ stage-limit: venv
 # Every file of the shared corpus through the stack (the suite sends a sample).
 corpus: venv
 	CORPUS_EVERY=1 $(PY) -m pytest -q tests/test_corpus.py
-	CORPUS_SIGN_EVERY=1 $(PY) -m pytest -q -s tests/test_accepted_corpus_signs.py
 
 bench-admission: venv
 	$(PY) bench/admission_bench.py

@@ -59,7 +59,7 @@ POLICY_REASONS = {"ACTIVE_CONTENT", "TOO_MANY_PAGES"}
 CHANGED = 0.002
 """Share of a page's pixels that must move for the page to count as visibly
 other (as in tests/test_accepted_corpus_signs.py)."""
-MOVED = 0.05
+MOVED = 0.01
 
 
 @dataclass(frozen=True)
@@ -349,7 +349,7 @@ def _inspection_seconds(path: str) -> float:
 def inspection_cpu(files: list[Path]) -> None:
     """The validator's inspection CPU per PDF, off the stack."""
     pdfs = [str(p) for p in files if p.suffix.lower() == ".pdf"]
-    with ProcessPoolExecutor(os.cpu_count() or 2, max_tasks_per_child=100) as pool:
+    with ProcessPoolExecutor(os.cpu_count() or 2) as pool:
         seconds = list(pool.map(_inspection_seconds, pdfs, chunksize=8))
     print(
         f"validator inspection CPU per PDF ({len(pdfs)} files, repair and second reader "

@@ -31,6 +31,11 @@ def test_too_many_pushes_nested_blocks_or_a_computed_copy_are_refused() -> None:
     assert unbounded_calculator(b"{" * 17 + b"1" + b"}" * 17)
     assert unbounded_calculator(b"{ 2 3 add copy }"), "copy's reach is a computed value"
     assert not unbounded_calculator(b"{" * 16 + b"1" + b"}" * 16)
+    assert unbounded_calculator(b"{ 0 0 " + b"0 exch " * 500 + b"}"), "exch pops nothing"
+    assert unbounded_calculator(
+        b"{ " + b"0 " * 90 + b"false { " + b"pop " * 90 + b"} if " + b"0 " * 90 + b"}"
+    ), "a pop inside a block that may not run frees nothing"
+    assert unbounded_calculator(b"{ " + b"1 " * 60 + b"}", inputs=50), "inputs start on the stack"
 
 
 def _shaded(path: Path, program: bytes) -> Path:

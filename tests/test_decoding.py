@@ -335,3 +335,13 @@ def test_flate_data_with_a_wrong_checksum_decodes_whole_and_is_named() -> None:
     damage = set()
     split = [good[:-3], good[-3:]]  # the check arrives in the next chunk
     assert b"".join(inflate(split, damage)) == plain and not damage
+
+
+def test_a_zlib_header_with_a_window_zlib_refuses_stays_undecodable() -> None:
+    """CINFO 8 (a 64 KiB window) is no zlib stream: zlib, qpdf and pdfium
+    refuse it, and the measurement must not decode it raw."""
+    body = zlib.compress(b"hello" * 20)[2:]
+    header = bytes([0x88, 0x1C])
+    assert (0x88 << 8 | 0x1C) % 31 == 0
+    with pytest.raises(DecodeError):
+        b"".join(inflate([header + body]))

@@ -15,6 +15,7 @@ from quire.testing.damaged import length_spans_objects, revisions_disagree, root
 from quire.testing.hostile import raw_pdf
 from quire.testing.pdfs import write_text_pdf
 from quire.validator import inspection
+from quire.validator.evaluation import reads_two_ways
 from quire.validator.faithfulness import (
     AMBIGUOUS_CONTENT,
     SECOND_READER_REFUSED,
@@ -82,7 +83,7 @@ def test_a_content_stream_whose_length_spans_other_objects_is_refused(tmp_path: 
     finding = _inspect(length_spans_objects(tmp_path / "masked.pdf"), tmp_path)
     assert (finding.reason, finding.detail) == (ReasonCode.MALFORMED_PDF, AMBIGUOUS_CONTENT)
     assert finding.differing_pages == (1,)
-    assert not (tmp_path / "clean.pdf").exists() or not finding.repaired
+    assert reads_two_ways(finding)
 
 
 def test_an_intact_file_with_two_headers_is_compared_and_refused_when_readings_differ(
@@ -114,6 +115,24 @@ def test_an_intact_file_with_two_headers_is_compared_and_refused_when_readings_d
         (AMBIGUOUS_CONTENT,),
         (1,),
     )
+    assert reads_two_ways(review), "parked for review, with its disagreement recorded"
+
+
+def test_under_review_an_intact_file_the_second_reader_cannot_open_still_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No pages to name (pdfium read none), and no repair to park the job
+    for: the disagreement alone must send it to review."""
+    monkeypatch.setattr(
+        inspection, "plain_agreement", lambda path: Agreement(SECOND_READER_REFUSED)
+    )
+    clean = write_text_pdf(tmp_path / "clean.pdf", ["one"])
+    twice = tmp_path / "twice.pdf"
+    twice.write_bytes(clean.read_bytes() + b"%PDF-1.4\n% a second document begins\n")
+    review = _inspect(twice, tmp_path, PdfLimits(review_ambiguity=True))
+    assert (review.reason, review.differing_pages, review.repaired) == ("", (), False)
+    assert reads_two_ways(review)
+    assert not reads_two_ways(_inspect(clean, tmp_path)), "an ordinary file reads one way"
 
 
 def test_an_intact_two_header_file_both_readers_agree_on_passes(tmp_path: Path) -> None:

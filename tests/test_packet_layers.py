@@ -76,3 +76,15 @@ def test_layers_of_several_sources_merge_and_base_state_off_is_kept(tmp_path: Pa
         assert {group.objgen for group in properties.D.OFF} == {
             group.objgen for group in properties.OCGs
         }, "both sources' groups hidden: one by /OFF, one by /BaseState /OFF"
+
+
+def test_group_lists_holding_numbers_or_names_do_not_stop_the_merge(tmp_path: Path) -> None:
+    source = _layered(tmp_path / "odd.pdf")
+    data = source.read_bytes().replace(
+        b"/OCProperties << /OCGs [6 0 R] /D << /OFF [6 0 R] >> >>",
+        b"/OCProperties << /OCGs [1 6 0 R /X] /D << /BaseState /OFF /ON [0 true] /OFF [6 0 R 7] >> >>",
+    )
+    source.write_bytes(data)
+    packet = _assemble(tmp_path, [source])
+    with pikepdf.open(packet) as pdf:
+        assert [str(g.Name) for g in pdf.Root.OCProperties.D.OFF] == ["draft", "draft"]

@@ -127,6 +127,23 @@ def resources_loop(path: Path, *, loop: bool = True) -> Path:
     return raw_pdf(path, objects)
 
 
+def inherited_resources_loop(path: Path, *, loop: bool = True) -> Path:
+    """A form that draws itself, named in resources the page inherits."""
+    own = b"/Resources << /XObject << /A 6 0 R >> >>" if loop else b""
+    objects = _with(
+        [
+            b"<< /Type /XObject /Subtype /Form /BBox [0 0 10 10] %s /Length 6 >>"
+            b"\nstream\n/A Do\n\nendstream" % own,
+        ]
+    )
+    objects[1] = (
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 "
+        b"/Resources << /Font << /F1 5 0 R >> /XObject << /A 6 0 R >> >> >>"
+    )
+    objects[2] = objects[2].replace(b"/Resources << /Font << /F1 5 0 R >> >> ", b"")
+    return raw_pdf(path, objects)
+
+
 def name_tree_loop(path: Path, *, loop: bool = True) -> Path:
     """A destinations name tree whose leaf lists its own root as a kid."""
     kids = b"/Kids [6 0 R]" if loop else b""
@@ -177,6 +194,7 @@ BUILDERS = {
     "structure_tree": structure_loop,
     "type3": type3_loop,
     "resources": resources_loop,
+    "inherited_resources": inherited_resources_loop,
     "name_trees": name_tree_loop,
     "contents": contents_loop,
     "outlines": outline_loop,
@@ -187,7 +205,7 @@ BUILDERS = {
 }
 
 
-FOUND_AS = {"outline_links": "outlines", "type3": "resources"}
+FOUND_AS = {"outline_links": "outlines", "type3": "resources", "inherited_resources": "resources"}
 """What find_cycle names a loop that the builder names more precisely."""
 
 

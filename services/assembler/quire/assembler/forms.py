@@ -316,8 +316,9 @@ def finish_forms(
     widgets = [w for page in packet.pages for w in _widgets(page)]
     missing = any(_inherited(w, Name.FT) in TEXT_LIKE and Name.AP not in w for w in widgets)
     if need_appearances or missing or bool(acroform.get(Name.NeedAppearances, False)):
+        # Copies, not references: qpdf may rewrite an appearance stream in place.
         own = {
-            w.objgen: Dictionary(dict(w.AP.items()))
+            w.objgen: _copied_appearance(packet, w.AP)
             for w in widgets
             if w.objgen in kept and isinstance(w.get(Name.AP), Dictionary)
         }
@@ -329,6 +330,35 @@ def finish_forms(
                 widget.AP = own[widget.objgen]
     if mode == "flatten" and widgets:
         _flatten_widgets(packet)
+
+
+def _copied_stream(packet: pikepdf.Pdf, stream: pikepdf.Stream) -> pikepdf.Object:
+    copy = pikepdf.Stream(packet, stream.read_raw_bytes())
+    for key, value in stream.stream_dict.items():
+        if key != "/Length":
+            copy[key] = value
+    return packet.make_indirect(copy)
+
+
+def _copied_appearance(packet: pikepdf.Pdf, appearance: Any) -> Dictionary:
+    """A widget's appearance dictionary with every stream in it copied
+    (``/N``, ``/R``, ``/D``, each a stream or a dictionary of states)."""
+    copy = Dictionary()
+    for key, value in appearance.items():
+        if isinstance(value, pikepdf.Stream):
+            copy[key] = _copied_stream(packet, value)
+        elif isinstance(value, Dictionary):
+            copy[key] = Dictionary(
+                {
+                    state: _copied_stream(packet, face)
+                    if isinstance(face, pikepdf.Stream)
+                    else face
+                    for state, face in value.items()
+                }
+            )
+        else:
+            copy[key] = value
+    return copy
 
 
 def kept_appearances(packet: pikepdf.Pdf, copy: SourceCopy) -> set[tuple[int, int]]:

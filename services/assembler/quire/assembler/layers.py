@@ -26,6 +26,11 @@ def _array(value: object) -> list[Any]:
     return list(value) if isinstance(value, Array) else []
 
 
+def _groups(value: object) -> list[Any]:
+    """The dictionaries of an array (a group list may hold anything)."""
+    return [item for item in _array(value) if isinstance(item, Dictionary)]
+
+
 def carry_layers(packet: pikepdf.Pdf, sources: Iterable[pikepdf.Pdf]) -> None:
     """Give ``packet`` one default optional-content configuration that hides
     what each of ``sources`` hides (their pages already appended)."""
@@ -35,10 +40,10 @@ def carry_layers(packet: pikepdf.Pdf, sources: Iterable[pikepdf.Pdf]) -> None:
         if not isinstance(properties, Dictionary):
             continue
         copied = packet.copy_foreign(source.make_indirect(properties))
-        own = _array(copied.get(Name.OCGs))
+        own = _groups(copied.get(Name.OCGs))
         default = copied.get(Name.D)
         default = default if isinstance(default, Dictionary) else Dictionary()
-        on, off = _array(default.get(Name.ON)), _array(default.get(Name.OFF))
+        on, off = _groups(default.get(Name.ON)), _groups(default.get(Name.OFF))
         if default.get(Name.BaseState) == Name.OFF:
             kept = {group.objgen for group in on if group.is_indirect}
             off += [group for group in own if group.is_indirect and group.objgen not in kept]
@@ -46,7 +51,7 @@ def carry_layers(packet: pikepdf.Pdf, sources: Iterable[pikepdf.Pdf]) -> None:
         hidden.extend(off)
         shown.extend(on)
         order.extend(_array(default.get(Name.Order)))
-        locked.extend(_array(default.get(Name.Locked)))
+        locked.extend(_groups(default.get(Name.Locked)))
     if not len(groups):
         return
     configuration = Dictionary(BaseState=Name.ON, OFF=hidden, ON=shown, Order=order)

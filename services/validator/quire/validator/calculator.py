@@ -8,9 +8,10 @@ recurse on each nested block, can be stopped by a program built for them.
 Refused (``STRUCTURE_TOO_DEEP``) when blocks nest deeper than
 ``MAX_NESTING`` or a straight run of the program can push more than
 ``STACK_LIMIT`` entries: counted as if every block ran (an over-estimate a
-real function never nears): ``n index`` pushes one entry and ``n copy``
-pushes n, when n is written in the program; computed, either is charged
-the whole stack.
+real function never nears, and a pop inside a block credited to nothing,
+since the block may not run): ``n index`` pushes one entry and ``n copy``
+pushes n, when n is written in the program; computed, either is charged the
+whole stack. The function's inputs start on the stack.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ MAX_NESTING = 16
 STACK_LIMIT = 100
 _TOKEN = re.compile(rb"[{}]|[^\s{}]+")
 _POPS_ONE = frozenset(
-    b"add sub mul div idiv mod atan exp and or xor bitshift eq ne gt ge lt le pop exch".split()
+    b"add sub mul div idiv mod atan exp and or xor bitshift eq ne gt ge lt le pop".split()
 )
 _GROWS_ONE = frozenset(b"dup".split())
 
@@ -35,11 +36,12 @@ def _number(token: bytes) -> int | None:
         return None
 
 
-def unbounded_calculator(program: bytes) -> bool:
-    """Whether ``program`` (a calculator function's decoded stream) nests or
-    can grow its operand stack past the bounds above."""
+def unbounded_calculator(program: bytes, inputs: int = 0) -> bool:
+    """Whether ``program`` (a calculator function's decoded stream, taking
+    ``inputs`` operands) nests or can grow its operand stack past the bounds
+    above."""
     depth = 0
-    height = 0
+    height = max(0, inputs)
     previous: int | None = None
     for token in _TOKEN.findall(program):
         literal = None
@@ -58,7 +60,7 @@ def unbounded_calculator(program: bytes) -> bool:
         elif token[:1].isdigit() or token[:1] in b"+-.":
             height += 1
             literal = _number(token)
-        elif token in _POPS_ONE:
+        elif token in _POPS_ONE and depth <= 1:
             height = max(0, height - 1)
         previous = literal
         if height > STACK_LIMIT:

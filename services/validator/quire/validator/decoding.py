@@ -25,6 +25,8 @@ __all__ = [
     "measure",
     "decoded_size",
     "inflate",
+    "capped",
+    "Exceeded",
     "FLATE_CHECKSUM_WRONG",
     "lzw_decode",
     "ascii_hex_decode",
@@ -68,8 +70,8 @@ class UnsupportedFilter(ValueError):
     """A filter name that is not one of the PDF standard filters."""
 
 
-class _Exceeded(Exception):
-    pass
+class Exceeded(Exception):
+    """More bytes went by than a cap allowed (``capped``)."""
 
 
 def _slices(chunks: Iterable[bytes], size: int = INPUT_CHUNK) -> Iterator[bytes]:
@@ -95,7 +97,9 @@ def _member(data: bytes) -> tuple[Any, bytes, bool]:
     past the two header bytes (the Adler-32 check is ours to compare, as
     viewers do not), or zlib's own when the header asks for a preset
     dictionary or is no zlib header at all (it then raises, as corrupt)."""
-    if _is_zlib_header(data) and not data[1] & 0x20:
+    # Raw deflate only for the windows zlib itself accepts (CINFO <= 7) and
+    # no preset dictionary; anything else goes to zlib, which refuses it.
+    if _is_zlib_header(data) and data[0] >> 4 <= 7 and not data[1] & 0x20:
         return zlib.decompressobj(-15), data[2:], True
     return zlib.decompressobj(), data, False
 
@@ -492,14 +496,14 @@ def run_length_size(chunks: Iterable[bytes]) -> Iterator[int]:
 # --- Chains ----------------------------------------------------------------------
 
 
-def _capped(pieces: Iterable[bytes], budget: int) -> Iterator[bytes]:
-    """Pass ``pieces`` through, raising ``_Exceeded`` once more than ``budget``
+def capped(pieces: Iterable[bytes], budget: int) -> Iterator[bytes]:
+    """Pass ``pieces`` through, raising ``Exceeded`` once more than ``budget``
     bytes went by."""
     total = 0
     for piece in pieces:
         total += len(piece)
         if total > budget:
-            raise _Exceeded()
+            raise Exceeded()
         yield piece
 
 
@@ -638,13 +642,13 @@ def measure(
                 sizes = counter(pieces)
                 break
             parm = parms[index] if index < len(parms) else None
-            pieces = _capped(_stage(name, parm, damage)(pieces), budget)
+            pieces = capped(_stage(name, parm, damage)(pieces), budget)
         size = 0
         for piece_size in sizes if sizes is not None else map(len, pieces):
             size += piece_size
             if size > budget:
                 return budget + 1
-    except _Exceeded:
+    except Exceeded:
         return budget + 1
     if final_codec is not None and dictionary is not None:
         bound = _image_size(dictionary, final_codec)

@@ -30,7 +30,7 @@ from quire.validator.rules import Decision, verdict
 from quire.validator.rulesets import Ruleset
 from quire.workqueue.worker import step_aside
 
-__all__ = ["Evaluation", "Evaluator", "STRIKES"]
+__all__ = ["Evaluation", "Evaluator", "STRIKES", "reads_two_ways"]
 
 STRIKES = 2
 """Without a quarantine lane: deliveries on which a source exhausts its sandbox
@@ -64,8 +64,19 @@ class Evaluation:
         return [asdict(d) for d in self.decisions]
 
 
+def reads_two_ways(finding: Finding) -> bool:
+    """Whether the second reader disagreed, or could not read the source:
+    refused for it (``detail``), or passed on for review with it among the
+    warnings (pages named or not)."""
+    return bool(
+        finding.differing_pages
+        or finding.detail in TWO_READINGS
+        or TWO_READINGS.intersection(finding.warnings)
+    )
+
+
 def _disagreement_of(source: job_pb2.SourceRef, finding: Finding) -> job_pb2.PageDisagreement:
-    detail = finding.detail or finding.warnings[-1]
+    detail = finding.detail or next(w for w in finding.warnings if w in TWO_READINGS)
     return job_pb2.PageDisagreement(
         position=source.position, pages=list(finding.differing_pages), detail=detail
     )
@@ -199,7 +210,7 @@ class Evaluator:
             finding, path = seen
             if finding.repaired:
                 repairs.append((_repair_of(source, finding), Path(path)))
-            if finding.differing_pages or finding.detail in TWO_READINGS:
+            if reads_two_ways(finding):
                 disagreements.append(_disagreement_of(source, finding))
             findings.append(
                 {"position": source.position, "sha256": source.sha256, **asdict(finding)}

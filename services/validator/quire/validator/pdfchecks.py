@@ -143,6 +143,14 @@ class _ActiveSearch:
         return False
 
 
+def _inputs(function: Any) -> int:
+    """How many operands a function takes (half its ``/Domain``)."""
+    import pikepdf
+
+    domain = function.get("/Domain")
+    return len(domain) // 2 if isinstance(domain, pikepdf.Array) else 0
+
+
 def active_walk_limit(limits: PdfLimits) -> int:
     """The most work one file's active-content search may do: a few steps per
     object the file may hold (each object is taken once, plus the dictionaries
@@ -204,7 +212,9 @@ def _check_pdf(pdf: Any, limits: PdfLimits) -> PdfCheck:
             if decoded > limits.max_decompressed_bytes:
                 return PdfCheck(pages, ReasonCode.DECOMPRESSED_SIZE_EXCEEDED)
             # Measured above, so reading it whole is bounded.
-            if obj.get("/FunctionType") == 4 and unbounded_calculator(obj.read_bytes()):
+            if obj.get("/FunctionType") == 4 and unbounded_calculator(
+                obj.read_bytes(), _inputs(obj)
+            ):
                 return _malformed(pages, "STRUCTURE_TOO_DEEP")
         if not active and isinstance(obj, pikepdf.Dictionary | pikepdf.Stream):
             active = search.reaches_active(obj)

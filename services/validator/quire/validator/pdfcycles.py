@@ -234,12 +234,12 @@ def _cycles(pdf: Any) -> Iterator[str]:
         yield "page_tree"
     if pages is not None:
         drawn: set[tuple[int, int]] = set()
-        for page in _objects(pdf):
-            if page.get("/Type") != "/Page":
-                continue
-            if _contents_have_cycle(page.get("/Contents")):
+        for node in _objects(pdf):
+            kind = node.get("/Type")
+            if kind == "/Page" and _contents_have_cycle(node.get("/Contents")):
                 yield "contents"
-            if _has_cycle(page, _drawn, drawn):
+            # Resources a page inherits from its /Pages ancestors are walked there.
+            if kind in ("/Page", "/Pages") and _has_cycle(node, _drawn, drawn):
                 yield "resources"
     structure = root.get("/StructTreeRoot")
     if structure is not None and _has_cycle(structure, _structure_kids):

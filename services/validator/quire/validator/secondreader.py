@@ -15,6 +15,8 @@ read here (text, pixels) leaves it, only digests and page numbers.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,12 +65,27 @@ def _raster(page: object, scale: float) -> bytes:
         bitmap.close()
 
 
-def _open(path: str) -> object:
+@contextmanager
+def _opened(path: str) -> Iterator[Any]:
+    """pdfium's document for ``path``, forms loaded as a viewer loads them,
+    closed on the way out whatever happens."""
     import pypdfium2
 
     document = pypdfium2.PdfDocument(path)
-    document.init_forms()  # fields drawn from their values, as viewers do
-    return document
+    try:
+        document.init_forms()  # fields drawn from their values, as viewers do
+        yield document
+    finally:
+        document.close()
+
+
+@contextmanager
+def _page(document: Any, index: int) -> Iterator[Any]:
+    page = document[index]
+    try:
+        yield page
+    finally:
+        page.close()
 
 
 def read_with_pdfium(path: str) -> Reading | None:
@@ -77,22 +94,14 @@ def read_with_pdfium(path: str) -> Reading | None:
     import pypdfium2  # lazy: only sandbox workers load pdfium
 
     try:
-        document: Any = _open(path)
+        with _opened(path) as document:
+            views = []
+            for index in range(len(document)):
+                with _page(document, index) as page:
+                    views.append(_page_view(page))
+            return Reading(tuple(views))
     except pypdfium2.PdfiumError:
         return None
-    try:
-        views = []
-        for index in range(len(document)):
-            page = document[index]
-            try:
-                views.append(_page_view(page))
-            finally:
-                page.close()
-        return Reading(tuple(views))
-    except pypdfium2.PdfiumError:
-        return None
-    finally:
-        document.close()
 
 
 def differing_pages(original: Reading, rewrite: Reading) -> tuple[int, ...]:
@@ -121,32 +130,29 @@ def visible_change(original: str, other: str) -> tuple[float, ...] | None:
     import pypdfium2
 
     try:
-        first, second = _open(original), _open(other)
+        with ExitStack() as held:
+            first = held.enter_context(_opened(original))
+            second = held.enter_context(_opened(other))
+            shares = []
+            for index in range(max(len(first), len(second))):
+                if index >= min(len(first), len(second)):
+                    shares.append(1.0)
+                    continue
+                with _page(first, index) as left_page, _page(second, index) as right_page:
+                    width, height = left_page.get_size()
+                    scale = RASTER_SIDE / max(width, height, 1.0)
+                    left, right = _raster(left_page, scale), _raster(right_page, scale)
+                shares.append(_moved(left, right))
+            return tuple(shares)
     except pypdfium2.PdfiumError:
         return None
-    try:
-        shares = []
-        for index in range(max(len(first), len(second))):  # type: ignore[arg-type]
-            if index >= min(len(first), len(second)):  # type: ignore[arg-type]
-                shares.append(1.0)
-                continue
-            pair = [document[index] for document in (first, second)]  # type: ignore[index]
-            try:
-                width, height = pair[0].get_size()
-                scale = RASTER_SIDE / max(width, height, 1.0)
-                left, right = (_raster(page, scale) for page in pair)
-            finally:
-                for page in pair:
-                    page.close()
-            if left == right:
-                shares.append(0.0)
-                continue
-            if len(left) != len(right):
-                shares.append(1.0)
-                continue
-            moved = sum(1 for a, b in zip(left, right, strict=True) if abs(a - b) > DARKER)
-            shares.append(moved / max(len(left), 1))
-        return tuple(shares)
-    finally:
-        first.close()  # type: ignore[attr-defined]
-        second.close()  # type: ignore[attr-defined]
+
+
+def _moved(left: bytes, right: bytes) -> float:
+    """The share of pixels that moved by more than ``DARKER`` gray levels."""
+    if left == right:
+        return 0.0
+    if len(left) != len(right):
+        return 1.0
+    moved = sum(1 for a, b in zip(left, right, strict=True) if abs(a - b) > DARKER)
+    return moved / max(len(left), 1)
