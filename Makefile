@@ -14,7 +14,7 @@ PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 # built as wheels by `make wheels`.
 DIST_PROJECTS := gen libs/core libs/ops libs/testing $(sort $(wildcard services/*))
 
-.PHONY: run test test-unit buf lint style typecheck system-deps openapi protos protos-check protos-lint protos-release bench bench-admission bench-validator bench-assembly bench-ledger bench-history bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine bench-fairness bench-sources eval load soak multinode batch-kills stage-limit corpus venv wheels clean
+.PHONY: run test test-unit buf lint style typecheck system-deps openapi protos protos-check protos-lint protos-release bench profile bench-admission bench-validator bench-assembly bench-ledger bench-history bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine bench-fairness bench-sources eval load soak multinode batch-kills stage-limit corpus venv wheels clean
 
 venv: $(VENV)/.installed
 
@@ -68,6 +68,10 @@ typecheck: venv
 
 bench: venv
 	$(PY) bench/pipeline_bench.py
+
+profile: venv
+	BENCH_PROFILE_DIR=$(CURDIR)/profiles $(PY) bench/pipeline_bench.py
+	@echo "flame graphs: $(CURDIR)/profiles/<service>.svg"
 
 soak: venv
 	$(PY) bench/soak.py

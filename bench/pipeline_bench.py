@@ -22,6 +22,8 @@ In one run, on the same inputs, it prints:
 
     make bench                 # BENCH_JOBS=40 by default
     BENCH_JOBS=200 make bench
+    make profile               # the same, with a flame graph per service in profiles/
+                               # (BENCH_PROFILE_DIR; py-spy, bench/flamegraphs.py)
     BENCH_LOAD_SECONDS=15      # length of the open-loop phase
 
 Every figure is wall-clock or CPU on whatever else the machine is doing; the
@@ -42,12 +44,14 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
+from flamegraphs import recording  # noqa: E402
 from floor import Floor, messaging_floor, rpc_floor  # noqa: E402
 from procstats import (  # noqa: E402
     TICK_SECONDS,
@@ -402,10 +406,13 @@ def main() -> None:
                     return uploaded, await run_pipeline(client, uploaded)
 
             marks: dict[str, tuple[float, float, int]] = {}
+            profiles = os.environ.get("BENCH_PROFILE_DIR", "")
+            profiled = {pid: kind for pid, kind in roots.items() if kind in SERVICES}
             sampler.start()
             client0, machine0 = own_cpu_seconds(), machine_busy_ticks()
             phase_started = time.perf_counter()
-            _uploaded, (elapsed, latencies, outcomes) = asyncio.run(throughput())
+            with recording(profiled, Path(profiles)) if profiles else nullcontext():
+                _uploaded, (elapsed, latencies, outcomes) = asyncio.run(throughput())
             phase_seconds = time.perf_counter() - phase_started
             client_cpu, machine = own_cpu_seconds() - client0, machine_busy_ticks() - machine0
             sampler.stop()
