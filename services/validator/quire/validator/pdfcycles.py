@@ -106,23 +106,6 @@ def _chain_has_cycle(start: Any, link: str) -> bool:
     raise _Unbounded()
 
 
-def _outlines_have_cycle(outlines: Any) -> bool:
-    seen: set[tuple[int, int]] = set()
-    pending = _children(outlines, "/First")
-    while pending:
-        item = pending.pop()
-        key = _key(item)
-        if key is not None:
-            if key in seen:
-                return True
-            seen.add(key)
-        if len(seen) > MAX_NODES:
-            raise _Unbounded()
-        pending.extend(_children(item, "/First"))
-        pending.extend(_children(item, "/Next"))
-    return False
-
-
 def _contents_have_cycle(contents: Any) -> bool:
     """A page's ``/Contents``: a stream, or an array of them; arrays inside it
     (which no writer makes) are walked with their path, and one that holds
@@ -162,16 +145,19 @@ def _links_end(items: list[Any], link: str) -> bool:
     return True
 
 
-def _outline_items(outlines: Any) -> list[Any]:
-    """Every outline item reachable by ``/First`` and ``/Next`` (once each)."""
+def _outline_walk(outlines: Any) -> tuple[list[Any], bool]:
+    """Every outline item reachable by ``/First`` and ``/Next``, once each, and
+    whether any was reached twice (a loop, or an item shared by two chains)."""
     seen: set[tuple[int, int]] = set()
     items: list[Any] = []
+    repeated = False
     pending = _children(outlines, "/First")
     while pending:
         item = pending.pop()
         key = _key(item)
         if key is not None:
             if key in seen:
+                repeated = True
                 continue
             seen.add(key)
         items.append(item)
@@ -179,7 +165,7 @@ def _outline_items(outlines: Any) -> list[Any]:
             raise _Unbounded()
         pending.extend(_children(item, "/First"))
         pending.extend(_children(item, "/Next"))
-    return items
+    return items, repeated
 
 
 def _drawn(node: Any) -> list[Any]:
@@ -250,10 +236,11 @@ def _cycles(pdf: Any) -> Iterator[str]:
             if _tree_has_cycle(tree, "/Kids"):
                 yield "name_trees"
     outlines = root.get("/Outlines")
-    if outlines is not None and _outlines_have_cycle(outlines):
-        yield "outlines"
     if outlines is not None:
-        items = [outlines, *_outline_items(outlines)]
+        reached, repeated = _outline_walk(outlines)
+        if repeated:
+            yield "outlines"
+        items = [outlines, *reached]
         # Walked backwards from the last: /Last to an item, then /Prev.
         lasts = [item for node in items for item in _children(node, "/Last")]
         links = ((items, "/Prev"), (items, "/Parent"), (lasts, "/Prev"), (lasts, "/Next"))
