@@ -140,6 +140,7 @@ def test_an_intact_two_header_file_both_readers_agree_on_passes(tmp_path: Path) 
     twice = tmp_path / "twice.pdf"
     twice.write_bytes(clean.read_bytes() + b"%PDF-1.4\n% a second document begins\n")
     assert _inspect(twice, tmp_path).reason == ""
+    assert not list(tmp_path.glob("*.reading")), "qpdf's plain reading is removed after use"
 
 
 def test_a_repair_the_second_reader_contradicts_is_refused_not_signed(
