@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import multiprocessing
 import os
 import sqlite3
 import subprocess
@@ -56,6 +57,9 @@ AIM = 0.02
 # Refusals by the ruleset's policy rather than by damage: counted above as
 # false rejections all the same, and shown apart.
 POLICY_REASONS = {"ACTIVE_CONTENT", "TOO_MANY_PAGES"}
+SPAWN = multiprocessing.get_context("spawn")
+"""Worker processes started afresh: the bench's own threads (the RSS sampler)
+must not be forked into them."""
 CHANGED = 0.002
 """Share of a page's pixels that must move for the page to count as visibly
 other (as in tests/test_accepted_corpus_signs.py)."""
@@ -308,7 +312,7 @@ def faithful(outcomes: dict[Path, Outcome]) -> None:
         for p, o in outcomes.items()
         if o.artifact and declared_type(p) == "application/pdf"
     ]
-    with ProcessPoolExecutor(os.cpu_count() or 2) as pool:
+    with ProcessPoolExecutor(os.cpu_count() or 2, mp_context=SPAWN) as pool:
         changes = list(pool.map(_change, [(str(p), a) for p, a in signed], chunksize=8))
     unreadable = [p for (p, _), c in zip(signed, changes, strict=True) if c is None]
     changed = sorted(
@@ -349,7 +353,7 @@ def _inspection_seconds(path: str) -> float:
 def inspection_cpu(files: list[Path]) -> None:
     """The validator's inspection CPU per PDF, off the stack."""
     pdfs = [str(p) for p in files if p.suffix.lower() == ".pdf"]
-    with ProcessPoolExecutor(os.cpu_count() or 2) as pool:
+    with ProcessPoolExecutor(os.cpu_count() or 2, mp_context=SPAWN) as pool:
         seconds = list(pool.map(_inspection_seconds, pdfs, chunksize=8))
     print(
         f"validator inspection CPU per PDF ({len(pdfs)} files, repair and second reader "

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import multiprocessing
 import os
 import tempfile
 import traceback
@@ -105,7 +106,10 @@ def test_every_accepted_corpus_file_assembles_signs_and_shows_the_same_pages(
     database.create_schema()
     key = KeyStore(database, GeneratedKeys(tmp_path / "keys")).ensure_active_key()
     files = _sample()
-    with ProcessPoolExecutor(os.cpu_count() or 2) as pool:
+    # Spawned, not forked: a fork of this process (threads of the session's
+    # stacks among its own) can copy a held import lock into the child.
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(os.cpu_count() or 2, mp_context=spawn) as pool:
         outcomes = dict(
             zip(
                 files,

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import multiprocessing
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,25 +28,20 @@ EVERY = 25
 """One corpus file in this many (sorted), so every kind of file is there."""
 
 
-def _spin() -> None:
-    while True:
-        pass
-
-
 @contextmanager
 def _cores_held() -> Iterator[None]:
-    """One spinning process per core for as long as the block runs."""
+    """One spinning process per core for as long as the block runs (started
+    with exec, never forked from this threaded process)."""
     spinners = [
-        multiprocessing.Process(target=_spin, daemon=True) for _ in range(os.cpu_count() or 2)
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(os.cpu_count() or 2)
     ]
-    for spinner in spinners:
-        spinner.start()
     try:
         yield
     finally:
         for spinner in spinners:
             spinner.kill()
-            spinner.join()
+            spinner.wait()
 
 
 def _sample(corpus: Path, tmp_path: Path) -> list[Path]:
