@@ -31,9 +31,12 @@ def _py_spy() -> str:
 
 
 @contextmanager
-def recording(kinds: Mapping[int, str], folder: Path) -> Iterator[None]:
+def recording(kinds: Mapping[int, str], folder: Path, *, collapsed: bool = False) -> Iterator[None]:
     """Record every pid of ``kinds`` (pid -> process kind) into
-    ``folder/<kind>.svg`` for as long as the block runs."""
+    ``folder/<kind>.svg`` for as long as the block runs; ``collapsed`` writes
+    ``<kind>.txt`` instead, one stack per line with its sample count (what
+    flamegraph tools and a quick ``sort -k2`` read)."""
+    fmt, suffix = ("raw", "txt") if collapsed else ("flamegraph", "svg")
     folder.mkdir(parents=True, exist_ok=True)
     recorders = [
         subprocess.Popen(
@@ -47,9 +50,9 @@ def recording(kinds: Mapping[int, str], folder: Path) -> Iterator[None]:
                 "--rate",
                 str(RATE),
                 "--format",
-                "flamegraph",
+                fmt,
                 "--output",
-                str(folder / f"{kind}.svg"),
+                str(folder / f"{kind}.{suffix}"),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

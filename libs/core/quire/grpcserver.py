@@ -196,6 +196,7 @@ async def serve(
     tls: TlsSettings | None = None,
     metrics: ServiceMetrics | None = None,
     metrics_address: str = "",
+    max_receive_bytes: int = 0,
 ) -> None:
     """Run a gRPC server until SIGTERM/SIGINT, then drain and stop.
 
@@ -207,12 +208,15 @@ async def serve(
     in plaintext, so that a kubelet's gRPC probe works while the service port
     demands mutual TLS; the service port keeps its own health service too.
     With ``metrics`` and ``metrics_address``, Prometheus scrapes ``/metrics`` there.
+    ``max_receive_bytes`` raises the largest request message the service port
+    takes above gRPC's 4 MiB default (admission's inline sources).
     """
     # No SO_REUSEPORT (gRPC's default): a second server on the same port must
     # fail to bind, not silently share its connections with the first.
-    server = grpc.aio.server(
-        interceptors=[access, TraceServerInterceptor()], options=EXCLUSIVE_PORT
-    )
+    options = EXCLUSIVE_PORT
+    if max_receive_bytes:
+        options += (("grpc.max_receive_message_length", max_receive_bytes),)
+    server = grpc.aio.server(interceptors=[access, TraceServerInterceptor()], options=options)
     register(server)
     enable_reflection(server, service_names)
     health_servicer = health.aio.HealthServicer()

@@ -34,6 +34,10 @@ class ReasonCode(StrEnum):
     read (admission answers before the end of an upload only to refuse it); upload again."""
     # Manifests and idempotency.
     INVALID_MANIFEST = "INVALID_MANIFEST"
+    INLINE_SOURCES_TOO_LARGE = "INLINE_SOURCES_TOO_LARGE"
+    """A SubmitJob's inline sources exceed the inline limit in all: upload them."""
+    INLINE_SOURCE_UNUSED = "INLINE_SOURCE_UNUSED"
+    """A SubmitJob carries a source no manifest item names."""
     INVALID_REQUEST = "INVALID_REQUEST"
     """An HTTP request the gateway cannot translate (its body or parameters do not fit the API)."""
     REQUEST_ID_MISSING = "REQUEST_ID_MISSING"

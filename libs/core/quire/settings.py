@@ -387,6 +387,9 @@ class AdmissionSettings:
     """How many bytes of a refused upload are read and discarded at most."""
     storage_quota_bytes: int = 10 * GIB
     """Bytes of stored uploads one tenant may keep (its own quota overrides it)."""
+    inline_source_bytes: int = 4 * 1024 * 1024
+    """Bytes of sources a SubmitJob may carry inline, all together; admission
+    accepts request messages this much larger than gRPC's default."""
     operator_token_file: Path | None = None
     """A file (a mounted Secret) holding the first operator token, so every
     replica and the operators agree on it. Unset, admission makes one on first
@@ -420,6 +423,7 @@ class AdmissionSettings:
             upload_linger_seconds=setting_float(env, "QUIRE_UPLOAD_LINGER_SECONDS", 5),
             upload_linger_bytes=setting_int(env, "QUIRE_UPLOAD_LINGER_BYTES", 64 * 1024 * 1024),
             storage_quota_bytes=setting_int(env, "QUIRE_STORAGE_QUOTA_BYTES", 10 * GIB),
+            inline_source_bytes=setting_int(env, "QUIRE_INLINE_SOURCE_BYTES", 4 * 1024 * 1024),
             operator_token_file=_optional_path(env, "QUIRE_OPERATOR_TOKEN_FILE"),
         )
 

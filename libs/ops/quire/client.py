@@ -130,6 +130,21 @@ def duration(seconds: float | timedelta) -> duration_pb2.Duration:
     return message
 
 
+INLINE_LIMIT_BYTES = 4 * 1024 * 1024
+"""Admission's default inline limit: sources up to this much in all ride in
+``SubmitJob`` itself (``inline_source``); larger packets are uploaded first."""
+
+
+def inline_source(data: bytes, content_type: str = "application/pdf") -> pb.InlineSource:
+    """A source sent inside ``SubmitJob``, declared as an upload would be."""
+    return pb.InlineSource(
+        header=pb.SourceHeader(
+            sha256=hashlib.sha256(data).hexdigest(), size_bytes=len(data), content_type=content_type
+        ),
+        content=data,
+    )
+
+
 def new_request_id() -> str:
     """A fresh AIP-155 request id (a UUID4). Keep it to retry a call whose reply
     was lost: the server answers a repeat with the first reply."""
@@ -213,10 +228,13 @@ class AdmissionClient:
         render_profile: str = "",
         priority: str = "",
         budget: float | timedelta | None = None,
+        inline: Sequence[pb.InlineSource] = (),
     ) -> job_pb2.Job:
         """Submit a packet. ``budget`` (seconds, or a timedelta) is the time the
         job has from acceptance to end; None: the service's default for a
-        packet naming sources by reference, no deadline otherwise."""
+        packet naming sources by reference, no deadline otherwise. ``inline``
+        sources (``inline_source``) travel with the request; items name them
+        by sha256, as they would uploads."""
         order = list(positions) if positions is not None else list(range(len(items)))
         manifest = job_pb2.Manifest(
             items=[
@@ -226,7 +244,10 @@ class AdmissionClient:
             render_profile=render_profile,
         )
         request = pb.SubmitJobRequest(
-            request_id=request_id or uuid.uuid4().hex, manifest=manifest, priority=priority
+            request_id=request_id or uuid.uuid4().hex,
+            manifest=manifest,
+            priority=priority,
+            inline_sources=inline,
         )
         if budget is not None:
             request.budget.CopyFrom(duration(budget))

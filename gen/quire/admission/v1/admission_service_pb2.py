@@ -28,7 +28,7 @@ from quire.admission.v1 import notification_pb2 as quire_dot_admission_dot_v1_do
 from quire.type import job_pb2 as quire_dot_type_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*quire/admission/v1/admission_service.proto\x12\x12quire.admission.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1equire/admission/v1/batch.proto\x1a%quire/admission/v1/notification.proto\x1a\x14quire/type/job.proto\"H\n\x0cSourceHeader\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\x12\x14\n\x0c\x63ontent_type\x18\x03 \x01(\t\"e\n\x13UploadSourceRequest\x12\x32\n\x06header\x18\x01 \x01(\x0b\x32 .quire.admission.v1.SourceHeaderH\x00\x12\x0f\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00\x42\t\n\x07payload\"P\n\x06Source\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\x12\x14\n\x0c\x63ontent_type\x18\x04 \x01(\t\"\x9e\x01\n\x10SubmitJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12&\n\x08manifest\x18\x02 \x01(\x0b\x32\x14.quire.type.Manifest\x12\x10\n\x08priority\x18\x03 \x01(\t\x12\x11\n\tbundle_id\x18\x04 \x01(\t\x12)\n\x06\x62udget\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x1d\n\rGetJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x0fWatchJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\"B\n\x10WatchJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.quire.type.Job\x12\x10\n\x08sequence\x18\x02 \x01(\x03\"\'\n\x17\x44ownloadArtifactRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"M\n\x18\x44ownloadArtifactResponse\x12\r\n\x05\x63hunk\x18\x01 \x01(\x0c\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\"]\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12#\n\x05state\x18\x03 \x01(\x0e\x32\x14.quire.type.JobState\"J\n\x10ListJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.quire.type.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"4\n\x10\x43\x61ncelJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t2\xba\n\n\x10\x41\x64missionService\x12U\n\x0cUploadSource\x12\'.quire.admission.v1.UploadSourceRequest\x1a\x1a.quire.admission.v1.Source(\x01\x12\x42\n\tSubmitJob\x12$.quire.admission.v1.SubmitJobRequest\x1a\x0f.quire.type.Job\x12<\n\x06GetJob\x12!.quire.admission.v1.GetJobRequest\x1a\x0f.quire.type.Job\x12W\n\x08WatchJob\x12#.quire.admission.v1.WatchJobRequest\x1a$.quire.admission.v1.WatchJobResponse0\x01\x12o\n\x10\x44ownloadArtifact\x12+.quire.admission.v1.DownloadArtifactRequest\x1a,.quire.admission.v1.DownloadArtifactResponse0\x01\x12U\n\x08ListJobs\x12#.quire.admission.v1.ListJobsRequest\x1a$.quire.admission.v1.ListJobsResponse\x12\x42\n\tCancelJob\x12$.quire.admission.v1.CancelJobRequest\x1a\x0f.quire.type.Job\x12P\n\x0bSubmitBatch\x12&.quire.admission.v1.SubmitBatchRequest\x1a\x19.quire.admission.v1.Batch\x12J\n\x08GetBatch\x12#.quire.admission.v1.GetBatchRequest\x1a\x19.quire.admission.v1.Batch\x12\x64\n\rListBatchJobs\x12(.quire.admission.v1.ListBatchJobsRequest\x1a).quire.admission.v1.ListBatchJobsResponse\x12^\n\x0b\x43\x61ncelBatch\x12&.quire.admission.v1.CancelBatchRequest\x1a\'.quire.admission.v1.CancelBatchResponse\x12\x82\x01\n\x17SetNotificationEndpoint\x12\x32.quire.admission.v1.SetNotificationEndpointRequest\x1a\x33.quire.admission.v1.SetNotificationEndpointResponse\x12w\n\x17GetNotificationEndpoint\x12\x32.quire.admission.v1.GetNotificationEndpointRequest\x1a(.quire.admission.v1.NotificationEndpoint\x12\x85\x01\n\x18ListNotificationAttempts\x12\x33.quire.admission.v1.ListNotificationAttemptsRequest\x1a\x34.quire.admission.v1.ListNotificationAttemptsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*quire/admission/v1/admission_service.proto\x12\x12quire.admission.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1equire/admission/v1/batch.proto\x1a%quire/admission/v1/notification.proto\x1a\x14quire/type/job.proto\"H\n\x0cSourceHeader\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\x12\x14\n\x0c\x63ontent_type\x18\x03 \x01(\t\"e\n\x13UploadSourceRequest\x12\x32\n\x06header\x18\x01 \x01(\x0b\x32 .quire.admission.v1.SourceHeaderH\x00\x12\x0f\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00\x42\t\n\x07payload\"P\n\x06Source\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\x12\x14\n\x0c\x63ontent_type\x18\x04 \x01(\t\"\xd8\x01\n\x10SubmitJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12&\n\x08manifest\x18\x02 \x01(\x0b\x32\x14.quire.type.Manifest\x12\x10\n\x08priority\x18\x03 \x01(\t\x12\x11\n\tbundle_id\x18\x04 \x01(\t\x12)\n\x06\x62udget\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x38\n\x0einline_sources\x18\x06 \x03(\x0b\x32 .quire.admission.v1.InlineSource\"Q\n\x0cInlineSource\x12\x30\n\x06header\x18\x01 \x01(\x0b\x32 .quire.admission.v1.SourceHeader\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\x0c\"\x1d\n\rGetJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x0fWatchJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x16\n\x0e\x61\x66ter_sequence\x18\x02 \x01(\x03\"B\n\x10WatchJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.quire.type.Job\x12\x10\n\x08sequence\x18\x02 \x01(\x03\"\'\n\x17\x44ownloadArtifactRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"M\n\x18\x44ownloadArtifactResponse\x12\r\n\x05\x63hunk\x18\x01 \x01(\x0c\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\"]\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12#\n\x05state\x18\x03 \x01(\x0e\x32\x14.quire.type.JobState\"J\n\x10ListJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.quire.type.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"4\n\x10\x43\x61ncelJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t2\xba\n\n\x10\x41\x64missionService\x12U\n\x0cUploadSource\x12\'.quire.admission.v1.UploadSourceRequest\x1a\x1a.quire.admission.v1.Source(\x01\x12\x42\n\tSubmitJob\x12$.quire.admission.v1.SubmitJobRequest\x1a\x0f.quire.type.Job\x12<\n\x06GetJob\x12!.quire.admission.v1.GetJobRequest\x1a\x0f.quire.type.Job\x12W\n\x08WatchJob\x12#.quire.admission.v1.WatchJobRequest\x1a$.quire.admission.v1.WatchJobResponse0\x01\x12o\n\x10\x44ownloadArtifact\x12+.quire.admission.v1.DownloadArtifactRequest\x1a,.quire.admission.v1.DownloadArtifactResponse0\x01\x12U\n\x08ListJobs\x12#.quire.admission.v1.ListJobsRequest\x1a$.quire.admission.v1.ListJobsResponse\x12\x42\n\tCancelJob\x12$.quire.admission.v1.CancelJobRequest\x1a\x0f.quire.type.Job\x12P\n\x0bSubmitBatch\x12&.quire.admission.v1.SubmitBatchRequest\x1a\x19.quire.admission.v1.Batch\x12J\n\x08GetBatch\x12#.quire.admission.v1.GetBatchRequest\x1a\x19.quire.admission.v1.Batch\x12\x64\n\rListBatchJobs\x12(.quire.admission.v1.ListBatchJobsRequest\x1a).quire.admission.v1.ListBatchJobsResponse\x12^\n\x0b\x43\x61ncelBatch\x12&.quire.admission.v1.CancelBatchRequest\x1a\'.quire.admission.v1.CancelBatchResponse\x12\x82\x01\n\x17SetNotificationEndpoint\x12\x32.quire.admission.v1.SetNotificationEndpointRequest\x1a\x33.quire.admission.v1.SetNotificationEndpointResponse\x12w\n\x17GetNotificationEndpoint\x12\x32.quire.admission.v1.GetNotificationEndpointRequest\x1a(.quire.admission.v1.NotificationEndpoint\x12\x85\x01\n\x18ListNotificationAttempts\x12\x33.quire.admission.v1.ListNotificationAttemptsRequest\x1a\x34.quire.admission.v1.ListNotificationAttemptsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,23 +42,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SOURCE']._serialized_start=368
   _globals['_SOURCE']._serialized_end=448
   _globals['_SUBMITJOBREQUEST']._serialized_start=451
-  _globals['_SUBMITJOBREQUEST']._serialized_end=609
-  _globals['_GETJOBREQUEST']._serialized_start=611
-  _globals['_GETJOBREQUEST']._serialized_end=640
-  _globals['_WATCHJOBREQUEST']._serialized_start=642
-  _globals['_WATCHJOBREQUEST']._serialized_end=697
-  _globals['_WATCHJOBRESPONSE']._serialized_start=699
-  _globals['_WATCHJOBRESPONSE']._serialized_end=765
-  _globals['_DOWNLOADARTIFACTREQUEST']._serialized_start=767
-  _globals['_DOWNLOADARTIFACTREQUEST']._serialized_end=806
-  _globals['_DOWNLOADARTIFACTRESPONSE']._serialized_start=808
-  _globals['_DOWNLOADARTIFACTRESPONSE']._serialized_end=885
-  _globals['_LISTJOBSREQUEST']._serialized_start=887
-  _globals['_LISTJOBSREQUEST']._serialized_end=980
-  _globals['_LISTJOBSRESPONSE']._serialized_start=982
-  _globals['_LISTJOBSRESPONSE']._serialized_end=1056
-  _globals['_CANCELJOBREQUEST']._serialized_start=1058
-  _globals['_CANCELJOBREQUEST']._serialized_end=1110
-  _globals['_ADMISSIONSERVICE']._serialized_start=1113
-  _globals['_ADMISSIONSERVICE']._serialized_end=2451
+  _globals['_SUBMITJOBREQUEST']._serialized_end=667
+  _globals['_INLINESOURCE']._serialized_start=669
+  _globals['_INLINESOURCE']._serialized_end=750
+  _globals['_GETJOBREQUEST']._serialized_start=752
+  _globals['_GETJOBREQUEST']._serialized_end=781
+  _globals['_WATCHJOBREQUEST']._serialized_start=783
+  _globals['_WATCHJOBREQUEST']._serialized_end=838
+  _globals['_WATCHJOBRESPONSE']._serialized_start=840
+  _globals['_WATCHJOBRESPONSE']._serialized_end=906
+  _globals['_DOWNLOADARTIFACTREQUEST']._serialized_start=908
+  _globals['_DOWNLOADARTIFACTREQUEST']._serialized_end=947
+  _globals['_DOWNLOADARTIFACTRESPONSE']._serialized_start=949
+  _globals['_DOWNLOADARTIFACTRESPONSE']._serialized_end=1026
+  _globals['_LISTJOBSREQUEST']._serialized_start=1028
+  _globals['_LISTJOBSREQUEST']._serialized_end=1121
+  _globals['_LISTJOBSRESPONSE']._serialized_start=1123
+  _globals['_LISTJOBSRESPONSE']._serialized_end=1197
+  _globals['_CANCELJOBREQUEST']._serialized_start=1199
+  _globals['_CANCELJOBREQUEST']._serialized_end=1251
+  _globals['_ADMISSIONSERVICE']._serialized_start=1254
+  _globals['_ADMISSIONSERVICE']._serialized_end=2592
 # @@protoc_insertion_point(module_scope)

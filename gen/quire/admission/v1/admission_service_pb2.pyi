@@ -43,18 +43,28 @@ class Source(_message.Message):
     def __init__(self, name: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., content_type: _Optional[str] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("request_id", "manifest", "priority", "bundle_id", "budget")
+    __slots__ = ("request_id", "manifest", "priority", "bundle_id", "budget", "inline_sources")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     BUNDLE_ID_FIELD_NUMBER: _ClassVar[int]
     BUDGET_FIELD_NUMBER: _ClassVar[int]
+    INLINE_SOURCES_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     manifest: _job_pb2.Manifest
     priority: str
     bundle_id: str
     budget: _duration_pb2.Duration
-    def __init__(self, request_id: _Optional[str] = ..., manifest: _Optional[_Union[_job_pb2.Manifest, _Mapping]] = ..., priority: _Optional[str] = ..., bundle_id: _Optional[str] = ..., budget: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    inline_sources: _containers.RepeatedCompositeFieldContainer[InlineSource]
+    def __init__(self, request_id: _Optional[str] = ..., manifest: _Optional[_Union[_job_pb2.Manifest, _Mapping]] = ..., priority: _Optional[str] = ..., bundle_id: _Optional[str] = ..., budget: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., inline_sources: _Optional[_Iterable[_Union[InlineSource, _Mapping]]] = ...) -> None: ...
+
+class InlineSource(_message.Message):
+    __slots__ = ("header", "content")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    header: SourceHeader
+    content: bytes
+    def __init__(self, header: _Optional[_Union[SourceHeader, _Mapping]] = ..., content: _Optional[bytes] = ...) -> None: ...
 
 class GetJobRequest(_message.Message):
     __slots__ = ("name",)

@@ -6,9 +6,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from quire.admission.v1 import admission_service_pb2 as pb
 from quire.cli.errors import CliError
 from quire.cli.progress import upload_progress
-from quire.client import AdmissionClient, PacketItem
+from quire.client import INLINE_LIMIT_BYTES, AdmissionClient, PacketItem, inline_source
 from quire.type import job_pb2
 
 __all__ = ["PacketFile", "read_manifest_file", "send_packet"]
@@ -66,15 +67,36 @@ async def send_packet(
     options = options or {}
     total = _check_readable(files)
     items = []
-    with upload_progress(total, len(files), enabled=show_progress) as progress:
+    inline: list[pb.InlineSource] = []
+    if total <= INLINE_LIMIT_BYTES:
+        # One call: the files ride in SubmitJob, through the same gate as uploads.
+        carried: dict[str, pb.InlineSource] = {}
         for packet_file in files:
-            source = await client.upload(packet_file.path)
-            items.append(PacketItem(packet_file.document_id, source.sha256))
-            progress.advance(packet_file.path.stat().st_size)
+            source = inline_source(packet_file.path.read_bytes())
+            carried.setdefault(source.header.sha256, source)  # the same file once
+            items.append(PacketItem(packet_file.document_id, source.header.sha256))
+        inline = list(carried.values())
+    else:
+        await _upload_each(client, files, items, total, show_progress)
     return await client.submit(
         items,
         positions=[f.position for f in files],
         request_id=options.get("request_id"),
         ruleset=options.get("ruleset", ""),
         render_profile=options.get("render_profile", ""),
+        inline=inline,
     )
+
+
+async def _upload_each(
+    client: AdmissionClient,
+    files: list[PacketFile],
+    items: list[PacketItem],
+    total: int,
+    show_progress: bool,
+) -> None:
+    with upload_progress(total, len(files), enabled=show_progress) as progress:
+        for packet_file in files:
+            source = await client.upload(packet_file.path)
+            items.append(PacketItem(packet_file.document_id, source.sha256))
+            progress.advance(packet_file.path.stat().st_size)

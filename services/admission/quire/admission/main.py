@@ -221,6 +221,8 @@ async def main() -> None:
             tls=settings.tls,
             metrics=metrics,
             metrics_address=settings.metrics_address,
+            # Inline sources ride in SubmitJob, with room for the rest of the request.
+            max_receive_bytes=admission.inline_source_bytes + 1024 * 1024,
         )
     finally:
         await announcer.stop()

@@ -21,6 +21,7 @@ from quire.admission import tables
 from quire.admission.cancellation import Canceller
 from quire.admission.desks import BatchDesk, NotificationDesk
 from quire.admission.dispatch import Dispatcher
+from quire.admission.inlinesources import InlineSources
 from quire.admission.intake import Intake
 from quire.admission.jobviews import JobViews, accepted_view, with_intake
 from quire.admission.tenants import TenantDirectory
@@ -77,6 +78,7 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         self._blobs = blobs
         self._tenants = tenants
         self._uploads = uploads
+        self._inline = InlineSources(uploads, limit_bytes=settings.inline_source_bytes)
         self._intake = intake
         self._dispatcher = dispatcher
         self._views = views
@@ -114,6 +116,14 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         self, request: pb.SubmitJobRequest, context: grpc.aio.ServicerContext
     ) -> job_pb2.Job:
         tenant = await self._tenants.authenticate(context)
+        if request.inline_sources:
+            try:
+                await self._inline.keep(tenant, request)
+            except SystemFailure as error:
+                raise TransientError(
+                    error.reason, "storage refuses writes; try again later"
+                ) from None
+            request.ClearField("inline_sources")  # kept: the manifest names them by digest
         accepted = await self._intake.submit(tenant, request)
         fault_point("admission.after_commit")
         if not accepted.dispatched:
