@@ -67,7 +67,7 @@ typecheck: venv
 	$(MYPY)
 
 bench: venv
-	$(PY) bench/pipeline_bench.py
+	BENCH_DOCS=docs/performance.md $(PY) bench/pipeline_bench.py
 
 profile: venv
 	BENCH_PROFILE_DIR=$(CURDIR)/profiles $(PY) bench/pipeline_bench.py

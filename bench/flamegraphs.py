@@ -31,11 +31,15 @@ def _py_spy() -> str:
 
 
 @contextmanager
-def recording(kinds: Mapping[int, str], folder: Path, *, collapsed: bool = False) -> Iterator[None]:
+def recording(
+    kinds: Mapping[int, str], folder: Path, *, collapsed: bool = False, gil: bool = False
+) -> Iterator[None]:
     """Record every pid of ``kinds`` (pid -> process kind) into
     ``folder/<kind>.svg`` for as long as the block runs; ``collapsed`` writes
     ``<kind>.txt`` instead, one stack per line with its sample count (what
-    flamegraph tools and a quick ``sort -k2`` read)."""
+    flamegraph tools and a quick ``sort -k2`` read). ``gil`` samples only the
+    thread holding the interpreter lock: Python's own CPU, without threads
+    that wait (a pool's idle workers, the event loop's ``select``)."""
     fmt, suffix = ("raw", "txt") if collapsed else ("flamegraph", "svg")
     folder.mkdir(parents=True, exist_ok=True)
     recorders = [
@@ -49,6 +53,7 @@ def recording(kinds: Mapping[int, str], folder: Path, *, collapsed: bool = False
                 "--nonblocking",
                 "--rate",
                 str(RATE),
+                *(["--gil"] if gil else []),
                 "--format",
                 fmt,
                 "--output",

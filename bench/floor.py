@@ -14,6 +14,12 @@ one to submit and one to watch. This measures the cheapest those can be:
 - ``rpc_floor``: the gRPC health check, the cheapest call a Quire service
   answers, made against a running service; CPU of this process and of the
   service per call.
+- ``commit_floor``: a write transaction of one statement on SQLite as every
+  service configures it (WAL, ``synchronous=FULL``, ``BEGIN IMMEDIATE``),
+  through ``quire.database.Database`` (its writer thread included), and a
+  read transaction the same way.
+- ``blob_floor``: a small file written, fsync'd and renamed into place, its
+  directory fsync'd: what keeping a blob durably costs at the least.
 
 Both are lower bounds for the real thing: no signature, no protobuf, no
 database, no lease, and fetches batched where Quire's stages fetch one at a
@@ -37,7 +43,7 @@ from procstats import own_cpu_seconds, process_cpu_seconds
 from quire.stack.natsserver import NatsServer
 from quire.stack.ports import free_port
 
-__all__ = ["Floor", "messaging_floor", "rpc_floor"]
+__all__ = ["Floor", "messaging_floor", "rpc_floor", "commit_floor", "blob_floor"]
 
 
 @dataclass(frozen=True)
@@ -133,3 +139,55 @@ async def _rpcs(endpoint: str, service_pid: int, calls: int, concurrency: int) -
         service_seconds = process_cpu_seconds(service_pid) - service0
         own_seconds = own_cpu_seconds() - own0
     return Floor(service_seconds / calls * 1000, own_seconds / calls * 1000)
+
+
+def commit_floor(folder: Path, transactions: int) -> tuple[float, float]:
+    """CPU ms of this process per write transaction and per read transaction."""
+    from sqlalchemy import Column, Integer, MetaData, String, Table, select, update
+
+    from quire.database import Database
+
+    metadata = MetaData()
+    table = Table("floor", metadata, Column("k", String(8), primary_key=True), Column("v", Integer))
+    database = Database(f"sqlite:///{folder / 'floor.db'}", metadata)
+    database.create_schema()
+    database.transaction(lambda c: c.execute(table.insert().values(k="a", v=0)))
+    bump = update(table).where(table.c.k == "a").values(v=table.c.v + 1)
+    look = select(table.c.v).where(table.c.k == "a")
+
+    async def run() -> tuple[float, float]:
+        await database.run(lambda c: c.execute(bump))
+        started = own_cpu_seconds()
+        for _ in range(transactions):
+            await database.run(lambda c: c.execute(bump))
+        written = own_cpu_seconds()
+        for _ in range(transactions):
+            await database.read(lambda c: c.execute(look).scalar())
+        read = own_cpu_seconds()
+        return (written - started) / transactions * 1000, (read - written) / transactions * 1000
+
+    try:
+        return asyncio.run(run())
+    finally:
+        database.close()
+
+
+def blob_floor(folder: Path, blobs: int, size: int = 16 * 1024) -> float:
+    """CPU ms of this process per durably kept blob of ``size`` bytes."""
+    payload = os.urandom(size)
+    target = folder / "blobs"
+    target.mkdir(parents=True, exist_ok=True)
+    started = own_cpu_seconds()
+    for index in range(blobs):
+        temporary = target / f".tmp-{index}"
+        with open(temporary, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, target / f"blob-{index}")
+        directory = os.open(target, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    return (own_cpu_seconds() - started) / blobs * 1000

@@ -27,7 +27,8 @@ In one run, on the same inputs, it prints:
     BENCH_JOBS=200 make bench
     make profile               # the same, with a flame graph per service in profiles/
                                # (BENCH_PROFILE_DIR; py-spy, bench/flamegraphs.py;
-                               # BENCH_PROFILE_FORMAT=collapsed writes stacks as text)
+                               # BENCH_PROFILE_FORMAT=collapsed writes stacks as text;
+                               # BENCH_PROFILE_GIL=1 samples only the thread holding the GIL)
     BENCH_LOAD_SECONDS=15      # length of the open-loop phase
     BENCH_INLINE=0             # upload each source first instead of sending
                                # the packet inside SubmitJob
@@ -58,8 +59,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
+from costmodel import (  # noqa: E402
+    cost_parts,
+    count_blobs,
+    print_parts,
+    scrape_transactions,
+    transactions_between,
+    write_document,
+)
 from flamegraphs import recording  # noqa: E402
-from floor import Floor, messaging_floor, rpc_floor  # noqa: E402
+from floor import Floor, blob_floor, commit_floor, messaging_floor, rpc_floor  # noqa: E402
 from procstats import (  # noqa: E402
     TICK_SECONDS,
     TreeSampler,
@@ -85,6 +94,8 @@ PACKET_SOURCES = len(PAGES_PER_DOCUMENT)
 IN_FLIGHT = 16
 FLOOR_MESSAGES = 3000
 FLOOR_CALLS = 2000
+FLOOR_TRANSACTIONS = 1000
+FLOOR_BLOBS = 300
 IDLE_JOBS = 20
 LOAD_SHARE = 0.8
 MIB = 1024 * 1024
@@ -480,12 +491,19 @@ def main() -> None:
             marks: dict[str, tuple[float, float, int]] = {}
             profiles = os.environ.get("BENCH_PROFILE_DIR", "")
             profiled = {pid: kind for pid, kind in roots.items() if kind in SERVICES}
+            metered = {service: stack.metrics_endpoints[service] for service in SERVICES}
+            transactions0 = scrape_transactions(metered)
             sampler.start()
             client0, machine0 = own_cpu_seconds(), machine_busy_ticks()
             phase_started = time.perf_counter()
             collapsed = os.environ.get("BENCH_PROFILE_FORMAT", "svg") == "collapsed"
             with (
-                recording(profiled, Path(profiles), collapsed=collapsed)
+                recording(
+                    profiled,
+                    Path(profiles),
+                    collapsed=collapsed,
+                    gil=os.environ.get("BENCH_PROFILE_GIL", "") == "1",
+                )
                 if profiles
                 else nullcontext()
             ):
@@ -497,6 +515,8 @@ def main() -> None:
             cpu["client"] = client_cpu
             memory = sampler.memory()
             upload_marks = marks["uploaded"]
+            transactions = transactions_between(transactions0, scrape_transactions(metered))
+            blobs_per_job = count_blobs(folder / "stack" / "blobs") / jobs
 
             keys = folder / "stack" / "signer" / "keys" / "v1"
             key, cert = str(keys / "key.pem"), str(keys / "cert.pem")
@@ -533,6 +553,9 @@ def main() -> None:
         finally:
             stack.stop()
         message_floor = messaging_floor(FLOOR_MESSAGES, message_bytes, IN_FLIGHT)
+        (folder / "floor").mkdir()
+        write_ms, read_ms = commit_floor(folder / "floor", FLOOR_TRANSACTIONS)
+        blob_ms = blob_floor(folder / "floor", FLOOR_BLOBS)
 
     pipeline_rate = outcomes.get(State.COMPLETED, 0) / elapsed
     print(f"jobs: {jobs} (3 PDFs, 12 pages each), outcomes: {outcomes}")
@@ -612,7 +635,7 @@ def main() -> None:
 
     print()
     client_own = cpu["client"] - sampler.own_cpu_seconds
-    print_budgets(
+    budget_rows = print_budgets(
         {**cpu, "client": client_own},
         {part: seconds / jobs * 1000 for part, seconds in bare_parts.items()},
         jobs,
@@ -685,12 +708,91 @@ def main() -> None:
         bare_ms, total_ms, per_job, message_bytes, message_floor, call_floor, wire_ms, cores
     )
 
+    print()
+    writes = sum(kinds.get("write", 0.0) for kinds in transactions.values()) / jobs
+    reads = sum(kinds.get("read", 0.0) for kinds in transactions.values()) / jobs
+    print(
+        "database transactions per job, write + read: "
+        + ", ".join(
+            f"{service} {kinds.get('write', 0) / jobs:.1f} + {kinds.get('read', 0) / jobs:.1f}"
+            for service, kinds in transactions.items()
+        )
+    )
+    print(
+        f"a write transaction {write_ms:.3f} ms CPU, a read {read_ms:.3f} ms "
+        f"(quire.database on SQLite, its thread included); a kept blob {blob_ms:.3f} ms"
+    )
+    cost_rows = print_parts(
+        cost_parts(
+            messages=per_job,
+            message_ms=message_floor.total_ms,
+            calls=(0 if INLINE else PACKET_SOURCES) + 2,
+            call_ms=call_floor.total_ms,
+            writes=writes,
+            write_ms=write_ms,
+            reads=reads,
+            read_ms=read_ms,
+            blobs=blobs_per_job,
+            blob_ms=blob_ms,
+            signatures_ms=wire_ms,
+            pdf_ms=bare_ms,
+        ),
+        total_ms,
+    )
+    document = os.environ.get("BENCH_DOCS", "")
+    if document:
+        headline = [
+            "| figure | measured | aim |",
+            "|---|---|---|",
+            f"| completed jobs/s ÷ bare libraries on every core | {ratio:.2f} "
+            f"({pipeline_rate:.1f} / {limit:.1f}) | ≥ {AIM_SHARE:.2f} |",
+            f"| CPU per job, every process ÷ bare libraries | {total_ms / bare_ms:.2f}x "
+            f"({total_ms:.1f} / {bare_ms:.1f} ms) | ≤ {AIM_CPU:g}x |",
+            f"| idle single job, submit to `COMPLETED` (p50) | {p50 * 1000:.0f} ms "
+            f"| ≤ {AIM_IDLE_P50 * 1000:.0f} ms |",
+            f"| `SubmitJob` p99 at {LOAD_SHARE:.0%} of measured capacity | {p99 * 1000:.1f} ms "
+            f"| ≤ {AIM_SUBMIT_P99 * 1000:.0f} ms |",
+        ]
+        per_service = [
+            "| service | write transactions per job | read transactions per job |",
+            "|---|---|---|",
+            *(
+                f"| {service} | {kinds.get('write', 0) / jobs:.1f} "
+                f"| {kinds.get('read', 0) / jobs:.1f} |"
+                for service, kinds in transactions.items()
+            ),
+        ]
+        write_document(
+            ROOT / document,
+            [
+                "### Figures against the aims",
+                "",
+                *headline,
+                "",
+                "### CPU budget per job, by process",
+                "",
+                *budget_rows,
+                "",
+                "### Cost model per job",
+                "",
+                *cost_rows,
+                "",
+                "### Database transactions per job, by service",
+                "",
+                *per_service,
+            ],
+            f"BENCH_JOBS={jobs} make bench",
+        )
+        print(f"\nwrote the generated section of {document}")
 
-def print_budgets(cpu: dict[str, float], bare_part_ms: dict[str, float], jobs: int) -> None:
+
+def print_budgets(cpu: dict[str, float], bare_part_ms: dict[str, float], jobs: int) -> list[str]:
     """Each process kind's CPU per job beside its budget; a sandbox's measured
-    figure is its overhead beyond the bare library part it does."""
+    figure is its overhead beyond the bare library part it does. Returns the
+    table as Markdown rows too."""
     print("== CPU budget per job (ms; a sandbox's figure is beyond the bare library work)")
     print(f"{'process':<22}{'measured':>10}{'budget':>8}")
+    rows = ["| process | CPU ms per job | budget | |", "|---|---|---|---|"]
     over = []
     for kind, budget in BUDGET_MS.items():
         ms = cpu.get(kind, 0.0) / jobs * 1000
@@ -703,12 +805,14 @@ def print_budgets(cpu: dict[str, float], bare_part_ms: dict[str, float], jobs: i
         if flag:
             over.append(kind)
         print(f"{label:<22}{ms:>10.1f}{budget:>8.1f}{flag}")
+        rows.append(f"| {label} | {ms:.1f} | {budget:.1f} | {flag.strip().lower()} |")
     parts = ", ".join(f"{part} {ms:.1f}" for part, ms in bare_part_ms.items())
     print(f"bare library parts, one process: {parts} ms per packet")
-    print(
-        f"budget line: {'met' if not over else 'FAILED'}"
-        + (f" ({len(over)} over: {', '.join(over)})" if over else "")
+    line = f"budget line: {'met' if not over else 'FAILED'}" + (
+        f" ({len(over)} over: {', '.join(over)})" if over else ""
     )
+    print(line)
+    return [*rows, "", f"Bare library parts, one process: {parts} ms per packet; {line}."]
 
 
 def print_floor(

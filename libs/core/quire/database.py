@@ -69,7 +69,16 @@ def _sqlite_engine(url: str) -> Engine:
 class Database:
     """One service's database and the threads that talk to it."""
 
-    def __init__(self, url: str, metadata: MetaData, *, threads: int = 4) -> None:
+    def __init__(
+        self,
+        url: str,
+        metadata: MetaData,
+        *,
+        threads: int = 4,
+        transactions: Callable[[str], Callable[[], None]] | None = None,
+    ) -> None:
+        """``transactions``, if given, maps "write" and "read" to what to call
+        once per transaction of that kind (a counter's ``inc``)."""
         single_writer = url.startswith("sqlite")
         if single_writer:
             self.engine = _sqlite_engine(url)
@@ -78,6 +87,8 @@ class Database:
                 url, pool_pre_ping=True, pool_size=threads, hide_parameters=True
             )
         self._metadata = metadata
+        self._count_write = transactions("write") if transactions else _nothing
+        self._count_read = transactions("read") if transactions else _nothing
         self._read_engine = self.engine.execution_options(**{READ_ONLY: True})
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="db")
         self._writer = (
@@ -98,6 +109,7 @@ class Database:
     async def run(self, work: Callable[[Connection], T]) -> T:
         """Run ``work`` in one transaction on the database's writer thread(s)."""
         loop = asyncio.get_running_loop()
+        self._count_write()
         return await loop.run_in_executor(self._writer, self.transaction, work)
 
     def _read_transaction(self, work: Callable[[Connection], T]) -> T:
@@ -107,12 +119,17 @@ class Database:
     async def read(self, work: Callable[[Connection], T]) -> T:
         """Run ``work``, which only reads, in one transaction that takes no write lock."""
         loop = asyncio.get_running_loop()
+        self._count_read()
         return await loop.run_in_executor(self._executor, self._read_transaction, work)
 
     def close(self) -> None:
         self._writer.shutdown(wait=True)
         self._executor.shutdown(wait=True)
         self.engine.dispose()
+
+
+def _nothing() -> None:
+    pass
 
 
 def as_utc(moment: datetime) -> datetime:

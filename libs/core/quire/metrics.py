@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -52,6 +52,7 @@ __all__ = [
     "FETCH_PHASE",
     "count_source_read",
     "serve_metrics",
+    "transaction_counter",
 ]
 
 log = logging.getLogger(__name__)
@@ -262,6 +263,14 @@ CATALOGUE: tuple[Family, ...] = (
         ("validator", "assembler", "signer"),
     ),
     Family(
+        "quire_db_transactions_total",
+        "counter",
+        ("kind",),
+        "Database transactions this process ran, by kind (write: committed with an"
+        " fsync on SQLite; read: no write lock).",
+        ("admission", "validator", "assembler", "signer", "audit"),
+    ),
+    Family(
         "quire_signatures_total",
         "counter",
         ("key_version",),
@@ -405,6 +414,12 @@ class ServiceMetrics:
         family = self._families[name]
         assert isinstance(family, Histogram), name
         return family
+
+
+def transaction_counter(metrics: ServiceMetrics) -> Callable[[str], Callable[[], None]]:
+    """For ``quire.database.Database``: each transaction kind's counter increment."""
+    family = metrics.counter("quire_db_transactions_total")
+    return lambda kind: family.labels(kind=kind).inc
 
 
 def serve_metrics(metrics: ServiceMetrics, address: str) -> None:

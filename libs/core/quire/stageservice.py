@@ -23,7 +23,7 @@ from quire.environment import setting_float
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.leases import LeaseStore
-from quire.metrics import ServiceMetrics, StageMeter
+from quire.metrics import ServiceMetrics, StageMeter, transaction_counter
 from quire.peers import Peers
 from quire.pipeline import Stage
 from quire.rolloutboard import RolloutBoard, StageRollout
@@ -152,7 +152,11 @@ async def run_stage_service(
     )
     nc, js = await start_runtime(settings)
     wire = load_wire(settings)
-    database = Database(settings.database_url, spec.metadata)
+    database = Database(
+        settings.database_url,
+        spec.metadata,
+        transactions=transaction_counter(metrics),
+    )
     await asyncio.to_thread(upgrade_schema, database, spec.metadata, spec.migrations)
     # Temporary entries are named after this stage, so they count against its
     # budget and a dead process's leftovers are recognised and swept.

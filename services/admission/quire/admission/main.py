@@ -40,7 +40,7 @@ from quire.audit.v1 import audit_service_pb2_grpc
 from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
-from quire.metrics import ServiceMetrics
+from quire.metrics import ServiceMetrics, transaction_counter
 from quire.paging import PageTokens
 from quire.peers import Peers
 from quire.pipeline import STAGE_NAMES
@@ -63,7 +63,11 @@ async def main() -> None:
     settings, admission, temp_space = config.service, config.admission, config.temp_space
     metrics = ServiceMetrics(SERVICE)
     nc, js = await start_runtime(settings)
-    database = Database(settings.database_url, tables.metadata)
+    database = Database(
+        settings.database_url,
+        tables.metadata,
+        transactions=transaction_counter(metrics),
+    )
     await asyncio.to_thread(upgrade_schema, database, tables.metadata, tables.MIGRATIONS)
     tenants = TenantDirectory(database)
     tenants.ensure_bootstrap(settings.service_dir, config.operator_token)

@@ -29,7 +29,7 @@ from quire.audit.witnessing import Witnessing
 from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
-from quire.metrics import ServiceMetrics
+from quire.metrics import ServiceMetrics, transaction_counter
 from quire.paging import PageTokens
 from quire.peers import Peers
 from quire.pipeline import STAGES
@@ -61,12 +61,16 @@ async def main() -> None:
     nc, js = await start_runtime(settings)
     wire = load_wire(settings)
     publisher = Publisher(js, signer=wire.signer)
-    database = Database(settings.database_url, tables.metadata)
+    metrics = ServiceMetrics(SERVICE)
+    database = Database(
+        settings.database_url,
+        tables.metadata,
+        transactions=transaction_counter(metrics),
+    )
     await asyncio.to_thread(upgrade_schema, database, tables.metadata, tables.MIGRATIONS)
     watches = JobWatches(database, config.watch)
     history = LedgerNotices(watches)
     blobs = await asyncio.to_thread(open_blob_store, settings, owner=SERVICE)
-    metrics = ServiceMetrics(SERVICE)
     measures = AuditMeasures(metrics)
     desk = CompletionDesk(
         database=database,
