@@ -1,5 +1,6 @@
 """Every kind of message delivered again: the validate, assemble, sign and
-commit tasks and every transition event are republished raw (no Nats-Msg-Id,
+commit tasks and every transition event (alone, and in the batch its
+commit sent) are republished raw (no Nats-Msg-Id,
 or a fresh one, so JetStream's dedup does not drop them) after jobs completed
 and while jobs run. Each job still has one ledger entry per event id, one
 COMPLETED entry, one signed artifact and one signature record; nothing is
@@ -40,6 +41,7 @@ from quire.workqueue import (
     EVENTS_STREAM,
     WORK_STREAM,
     consumer_name,
+    event_batch_subject,
     event_subject,
     work_subject,
 )
@@ -99,6 +101,9 @@ def _messages(data_dir: Path, jobs: set[str]) -> list[Message]:
                 found.append(
                     Message(event.event_id, event_subject(service), event.SerializeToString())
                 )
+            if len(outcome.events) > 1:  # and as the one message a commit sends them in
+                batch = queue_pb2.EventBatch(events=outcome.events).SerializeToString()
+                found.append(Message(f"{job}.{service}.batch", event_batch_subject(service), batch))
     for event_id, job, data in _rows(data_dir, "audit", "SELECT event_id, job, event FROM ledger"):
         if job in jobs:
             actor = queue_pb2.TransitionEvent.FromString(data).actor.service

@@ -35,7 +35,7 @@ from quire.stack.ports import free_port
 from quire.stack.supervisor import Stack
 from quire.testing.pdfs import write_text_pdf
 from quire.type import queue_pb2
-from quire.workqueue import WORK_STREAM, consumer_name
+from quire.workqueue import WORK_STREAM, consumer_name, is_event_batch
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
@@ -222,8 +222,13 @@ async def test_a_worker_whose_lease_expired_commits_and_publishes_nothing(
             )
             for message in published:
                 if message.subject.startswith("quire.events."):
-                    event = queue_pb2.TransitionEvent.FromString(message.data)
-                    assert event.lease_token != 1, "no event of the stale attempt"
+                    events = (
+                        queue_pb2.EventBatch.FromString(message.data).events
+                        if is_event_batch(message.subject)
+                        else [queue_pb2.TransitionEvent.FromString(message.data)]
+                    )
+                    for event in events:
+                        assert event.lease_token != 1, "no event of the stale attempt"
             assert _lease_token(data_dir, "assembler", job) == assembler_token, (
                 "no second assemble task was delivered"
             )

@@ -122,6 +122,12 @@ class TransitionEvent(_message.Message):
     disagreements: _containers.RepeatedCompositeFieldContainer[_job_pb2.PageDisagreement]
     def __init__(self, event_id: _Optional[str] = ..., job: _Optional[str] = ..., tenant: _Optional[str] = ..., from_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., to_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., actor: _Optional[_Union[Actor, _Mapping]] = ..., attempt: _Optional[int] = ..., lease_token: _Optional[int] = ..., reason_code: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., source_digests: _Optional[_Iterable[str]] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., key_version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., occur_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., item_count: _Optional[int] = ..., ruleset_digest: _Optional[str] = ..., note: _Optional[str] = ..., signer_identity: _Optional[str] = ..., signature_level: _Optional[str] = ..., generation: _Optional[int] = ..., retirement: _Optional[_Union[Retirement, _Mapping]] = ..., repairs: _Optional[_Iterable[_Union[_job_pb2.SourceRepair, _Mapping]]] = ..., reason_detail: _Optional[str] = ..., timings: _Optional[_Iterable[_Union[_job_pb2.PhaseTiming, _Mapping]]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pins: _Optional[_Iterable[_Union[_job_pb2.SourcePin, _Mapping]]] = ..., track: _Optional[str] = ..., disagreements: _Optional[_Iterable[_Union[_job_pb2.PageDisagreement, _Mapping]]] = ...) -> None: ...
 
+class EventBatch(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[TransitionEvent]
+    def __init__(self, events: _Optional[_Iterable[_Union[TransitionEvent, _Mapping]]] = ...) -> None: ...
+
 class Retirement(_message.Message):
     __slots__ = ("kind", "blob_key", "sha256", "size_bytes", "rule", "period_seconds", "period_start_time")
     KIND_FIELD_NUMBER: _ClassVar[int]

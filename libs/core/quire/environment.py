@@ -29,6 +29,7 @@ SERVICES = ("admission", "validator", "assembler", "signer", "audit")
 
 _GLOBAL = (
     "ACK_WAIT_SECONDS",
+    "ANNOUNCE_AFTER_SECONDS",
     "BACKOFF_BASE_SECONDS",
     "BACKOFF_CAP_SECONDS",
     "BATCH_FINISH_POLL_SECONDS",

@@ -49,23 +49,30 @@ class BatchCommit(Generic[I, R]):
         self._db = database
         self._write = write
         self._max_batch = max_batch
-        self._waiting: list[tuple[I, asyncio.Future[R]]] = []
+        self._waiting: list[list[tuple[I, asyncio.Future[R]]]] = []
+        """Units of items that go in the same group, in arrival order."""
         self._committing = False
 
     async def run(self, item: I) -> R:
         """Write ``item`` with the next group; its result, or its own exception."""
-        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-        self._waiting.append((item, future))
+        (result,) = await self.run_all([item])
+        return result
+
+    async def run_all(self, items: Sequence[I]) -> list[R]:
+        """Write ``items`` together, in order, in one group (the group may hold
+        others' items too); their results, or the first item's exception."""
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[R]] = [loop.create_future() for _ in items]
+        self._waiting.append(list(zip(items, futures, strict=True)))
         if not self._committing:
             self._committing = True
             asyncio.create_task(self._commit_groups())
-        return await future
+        return list(await asyncio.gather(*futures))
 
     async def _commit_groups(self) -> None:
         try:
             while self._waiting:
-                group = self._waiting[: self._max_batch]
-                del self._waiting[: self._max_batch]
+                group = self._next_group()
                 items = [item for item, _future in group]
                 try:
                     outcomes = await self._db.run(partial(self._together, items=items))
@@ -82,6 +89,14 @@ class BatchCommit(Generic[I, R]):
                         future.set_exception(value)
         finally:
             self._committing = False
+
+    def _next_group(self) -> list[tuple[I, asyncio.Future[R]]]:
+        """Whole units from the front, up to ``max_batch`` items (a larger
+        unit goes alone)."""
+        group = self._waiting.pop(0)
+        while self._waiting and len(group) + len(self._waiting[0]) <= self._max_batch:
+            group += self._waiting.pop(0)
+        return group
 
     def _together(self, connection: Connection, *, items: list[I]) -> list[Outcome]:
         try:

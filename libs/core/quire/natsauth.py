@@ -204,6 +204,7 @@ SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
                 f"quire.work.{s.next}.*",
                 f"quire.work.{s.next}.*.candidate",
                 f"quire.events.{s.service}",
+                f"quire.events.{s.service}.batch",
                 *_ROLLOUTS_READ,
                 f"quire.dead.{s.name}",
                 *_announce(s.service),

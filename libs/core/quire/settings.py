@@ -141,6 +141,11 @@ class QueueSettings:
     """How often each process refreshes its announcement in the workers bucket
     (``QUIRE_WORKER_HEARTBEAT_SECONDS``); the bucket keeps an entry for
     ``WORKER_TTL_HEARTBEATS`` of them, so a dead process's entry expires."""
+    announce_after_seconds: float = 1.0
+    """How long a stage works on a job before it announces the working state
+    (``VALIDATING``, say) on its own; work that ends sooner sends the entry
+    event with its outcome, in one message (``QUIRE_ANNOUNCE_AFTER_SECONDS``;
+    0 announces at once)."""
     stage_limits: Mapping[str, int] = field(default_factory=dict)
     """Jobs a stage works on at once, across all its replicas, by stage name;
     a stage missing here gets ``DEFAULT_STAGE_LIMIT``. Enforced by JetStream
@@ -175,6 +180,7 @@ class QueueSettings:
             worker_heartbeat_seconds=setting_float(
                 env, "QUIRE_WORKER_HEARTBEAT_SECONDS", 10, minimum=0.5
             ),
+            announce_after_seconds=setting_float(env, "QUIRE_ANNOUNCE_AFTER_SECONDS", 1.0),
             stage_limits=limits,
         )
 

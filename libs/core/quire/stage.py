@@ -63,7 +63,9 @@ from quire.workqueue.deferral import Deferrals, prior_deliveries
 from quire.workqueue.publisher import Publisher
 from quire.workqueue.settle import ACK, LEAVE, TERM, Action, Backoff, Settlement, settle
 from quire.workqueue.topology import (
+    batch_message_id,
     dead_subject,
+    event_batch_subject,
     event_subject,
     redriven,
     task_message_id,
@@ -225,6 +227,7 @@ class StageRunner:
         self._publisher = publisher
         self._events = events
         self._max_deliver = queue.max_deliver
+        self._announce_after = queue.announce_after_seconds
         self._backoff = Backoff.of(queue)
         self._tracer = trace.get_tracer(f"quire.{stage.service}")
 
@@ -335,11 +338,17 @@ class StageRunner:
         else:
             # The announcement need not delay the work: it is best effort, and
             # the committed outcome carries the same event (same id) anyway.
-            announced = asyncio.create_task(self._announce_start(task, lease, attempt))
+            # Work that ends before it is due sends the event with its outcome
+            # instead, in the same message.
+            publishing = asyncio.Event()
+            announced = asyncio.create_task(self._announce_start(task, lease, attempt, publishing))
             try:
                 decision = await self._decide(task, lease, attempt)
             finally:
-                stored = await announced
+                if publishing.is_set():
+                    stored = await announced
+                else:
+                    announced.cancel()
         if isinstance(decision, Settlement):
             return decision
         _record_timings(decision.outcome, self._stage.name)
@@ -356,9 +365,11 @@ class StageRunner:
         return ("", "") if self._gate is None else await self._gate.claim_of(job, generation)
 
     async def _announce_start(
-        self, task: queue_pb2.JobTask, lease: Lease, attempt: int
+        self, task: queue_pb2.JobTask, lease: Lease, attempt: int, publishing: asyncio.Event
     ) -> frozenset[str]:
-        """Make the job's new state visible while the work runs; the ids of
+        """Make the job's new state visible while the work runs, once it has
+        run ``announce_after_seconds`` (``publishing`` is set as the publish
+        begins: until then the announcement may be called off); the ids of
         the events the queue acknowledged (stored), which this delivery's
         hand-off need not publish again.
 
@@ -366,6 +377,9 @@ class StageRunner:
         so the ledger gets it exactly once either way, and a redelivery that
         finds the outcome committed publishes all of it.
         """
+        if self._announce_after > 0:
+            await asyncio.sleep(self._announce_after)
+        publishing.set()
         stored: set[str] = set()
         for event in self._entry_events(task, lease, attempt):
             try:
@@ -541,18 +555,24 @@ class StageRunner:
         redrive: int = 0,
         stored: frozenset[str] = frozenset(),
     ) -> None:
-        """Publish what was committed, in order: the events one after another (a
-        later one never lands without the earlier ones, so the ledger keeps the
-        job's order), then the next task; a re-driven task (``redrive`` > 0) sends
-        it all again under fresh message ids, in case the first copies were lost.
+        """Publish what was committed, in order: the events (several as one
+        ``EventBatch`` message, in order, so the ledger keeps the job's order),
+        then the next task; a re-driven task (``redrive`` > 0) sends it all
+        again under fresh message ids, in case the first copies were lost.
         Events this delivery's announcement already stored (``stored``: the
         queue acknowledged them) are not sent twice; they come first in the
         outcome, so the order holds."""
-        for event in outcome.events:
-            if event.event_id in stored:
-                continue
+        pending = [event for event in outcome.events if event.event_id not in stored]
+        if len(pending) == 1:
+            (event,) = pending
             await self._publisher.publish(
                 event_subject(self._service), event, redriven(event.event_id, redrive)
+            )
+        elif pending:
+            await self._publisher.publish(
+                event_batch_subject(self._service),
+                queue_pb2.EventBatch(events=pending),
+                redriven(batch_message_id(pending), redrive),
             )
         if outcome.HasField("next_task"):
             stage = outcome.next_subject.split(".")[2]

@@ -13,7 +13,7 @@ is terminated and counted, never acted on.
     quire.work.sign.*         assembler, audit
     quire.work.commit.*       signer, audit
     (and each quire.work.<stage>.<priority>.candidate as its stage's subjects)
-    quire.events.<service>    that service
+    quire.events.<service>    that service (and .batch: one commit's events)
     quire.dead.<stage>        the stage's service, audit (the dead-letter office)
     quire.checkpoints.audit   audit
 
@@ -67,7 +67,7 @@ def allowed_producers(subject: str) -> frozenset[str]:
     if kind == "work" and (len(parts) == 4 or (len(parts) == 5 and parts[4] == "candidate")):
         # quire.work.<stage>.<priority>[.candidate]: a track changes no producer.
         return _STAGE_PRODUCERS.get(name, _NOBODY)
-    if kind == "events" and len(parts) == 3:
+    if kind == "events" and (len(parts) == 3 or (len(parts) == 4 and parts[3] == "batch")):
         return frozenset({name})
     if kind == "dead" and len(parts) == 3:
         return _DEAD_PRODUCERS.get(name, _NOBODY)

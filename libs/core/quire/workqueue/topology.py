@@ -18,7 +18,10 @@ cap (``quire.workqueue.routing``). One events stream holds
 from __future__ import annotations
 
 import asyncio
+import hashlib
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from nats.js import JetStreamContext, api
 from nats.js.errors import BucketNotFoundError
@@ -48,6 +51,9 @@ __all__ = [
     "task_subject",
     "CANDIDATE_DEFAULT_CAP",
     "event_subject",
+    "event_batch_subject",
+    "is_event_batch",
+    "batch_message_id",
     "consumer_name",
     "task_message_id",
     "redriven",
@@ -127,6 +133,23 @@ def task_subject(stage: str, task: object) -> str:
 
 def event_subject(service: str) -> str:
     return f"quire.events.{service}"
+
+
+def event_batch_subject(service: str) -> str:
+    """Where ``service`` publishes the events of one commit as one message
+    (``EventBatch``); the subject, which the signature binds, says how to read it."""
+    return f"quire.events.{service}.batch"
+
+
+def is_event_batch(subject: str) -> bool:
+    return subject.startswith("quire.events.") and subject.endswith(".batch")
+
+
+def batch_message_id(events: Sequence[Any]) -> str:
+    """``Nats-Msg-Id`` of an ``EventBatch``: from its events' ids, so the same
+    events again are one message, and another selection of them another."""
+    joined = "\n".join(event.event_id for event in events)
+    return "batch:" + hashlib.sha256(joined.encode()).hexdigest()[:40]
 
 
 def task_message_id(job: str, stage: str, generation: int = 0) -> str:

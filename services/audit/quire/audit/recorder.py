@@ -42,6 +42,7 @@ from quire.telemetry import extract_context
 from quire.type import queue_pb2
 from quire.wire import verified_producer
 from quire.workqueue.settle import ACK, TERM, Backoff, Settlement, settle
+from quire.workqueue.topology import is_event_batch
 
 __all__ = ["EventRecorder", "EVENTS_IN_FLIGHT"]
 
@@ -53,6 +54,16 @@ ACTORS_OF_PRODUCER = {
     # The validator's review desk records the operator who decided a parked job.
     "validator": frozenset({"validator", "operator"}),
 }
+
+
+def _events_of(msg: Msg) -> list[queue_pb2.TransitionEvent]:
+    """The message's event, or its batch's events in order (none is refused)."""
+    if is_event_batch(msg.subject):
+        events = list(queue_pb2.EventBatch.FromString(msg.data).events)
+        if not events:
+            raise DecodeError("an empty batch")
+        return events
+    return [queue_pb2.TransitionEvent.FromString(msg.data)]
 
 
 def may_record(producer: str, event: queue_pb2.TransitionEvent) -> bool:
@@ -83,65 +94,85 @@ class EventRecorder:
     async def handle(self, msg: Msg) -> None:
         settlement, appended = await self._record(msg)
         await settle(msg, settlement)
-        if appended is not None:
-            self._history.notify(appended)
+        for job in appended:
+            self._history.notify(job)
 
-    async def _record(self, msg: Msg) -> tuple[Settlement, str | None]:
-        """How to settle ``msg``, and the job whose history grew, if it did."""
+    async def _record(self, msg: Msg) -> tuple[Settlement, list[str]]:
+        """How to settle ``msg``, and the jobs whose history grew.
+
+        A message holds one event, or (on a ``.batch`` subject) the events of
+        one stage commit in order; they are judged and appended together, in
+        one group. Any event refused before the ledger is asked (undecodable,
+        or a step its producer may not take) refuses the whole message."""
         try:
-            event = queue_pb2.TransitionEvent.FromString(msg.data)
-            ident = job_id(event.job)
+            events = _events_of(msg)
+            idents = [job_id(event.job) for event in events]
         except (DecodeError, QuireError):
             log.warning("undecodable event terminated")
-            return TERM, None
-        if (
-            event.to_state == COMPLETED
-            or event.reason_code in (ReasonCode.DEAD_LETTER_RETRIED, ReasonCode.BYTES_RETIRED)
-            or event.HasField("retirement")
-        ):
-            # Only audit writes these: the completion desk after checking the
-            # evidence, the dead-letter desk for an operator's retry, and
-            # RecordRetirement for bytes retired under the retention policy.
-            log.warning("event %s claims a step only audit takes; dropped", event.event_id)
-            return TERM, None
+            return TERM, []
         producer = verified_producer(msg.headers)
-        if not may_record(producer, event):
-            log.warning("event %s is not a step its producer takes; refused", event.event_id)
-            return TERM, None
-        arrival = ledger.Arrival(event, producer, last_chance=self._waited_enough(msg))
+        for event in events:
+            if (
+                event.to_state == COMPLETED
+                or event.reason_code in (ReasonCode.DEAD_LETTER_RETRIED, ReasonCode.BYTES_RETIRED)
+                or event.HasField("retirement")
+            ):
+                # Only audit writes these: the completion desk after checking the
+                # evidence, the dead-letter desk for an operator's retry, and
+                # RecordRetirement for bytes retired under the retention policy.
+                log.warning("event %s claims a step only audit takes; dropped", event.event_id)
+                return TERM, []
+            if not may_record(producer, event):
+                log.warning("event %s is not a step its producer takes; refused", event.event_id)
+                return TERM, []
+        last_chance = self._waited_enough(msg)
+        arrivals = [ledger.Arrival(event, producer, last_chance=last_chance) for event in events]
         with self._tracer.start_as_current_span(
             "audit.record",
             context=extract_context(msg.headers),
-            attributes={"quire.job": ident, "quire.event": event.event_id},
+            attributes={
+                "quire.job": idents[0],
+                "quire.event": events[0].event_id,
+                "quire.events": len(events),
+            },
         ) as span:
             try:
-                outcome = await self._appends.run(arrival)
+                outcomes = await self._appends.run_all(arrivals)
             except Exception as error:  # noqa: BLE001 - database trouble: retry
-                log.warning("event %s not recorded (%s)", event.event_id, type(error).__name__)
-                return self._backoff.retry(msg.metadata.num_delivered, error), None
-            span.set_attribute("quire.recorded", outcome.recorded.value)
-            if outcome.recorded is ledger.Recorded.WAITING:
-                return self._backoff.retry(msg.metadata.num_delivered), None
-            if outcome.refusal is not None:
-                self._kept_aside(event, producer, outcome.refusal)
-                return ACK, None
-            appended = outcome.recorded is ledger.Recorded.APPENDED
-            if appended and self._measures is not None:
-                self._measures.recorded(event)
-            if appended:
-                # DEBUG: seven a job; the ledger itself is the record, and audit's
-                # INFO line per job is its completion.
-                log.debug(
-                    "transition recorded",
-                    extra={
-                        "job": ident,
-                        "tenant": event.tenant,
-                        "to_state": state_name(event.to_state),
-                        "actor": event.actor.service,
-                    },
-                )
+                log.warning("events not recorded (%s)", type(error).__name__)
+                return self._backoff.retry(msg.metadata.num_delivered, error), []
+            span.set_attribute("quire.recorded", outcomes[-1].recorded.value)
+            appended: list[str] = []
+            waiting = False
+            for event, ident, outcome in zip(events, idents, outcomes, strict=True):
+                if outcome.recorded is ledger.Recorded.WAITING:
+                    waiting = True
+                elif outcome.refusal is not None:
+                    self._kept_aside(event, producer, outcome.refusal)
+                elif outcome.recorded is ledger.Recorded.APPENDED:
+                    self._appended(event, ident)
+                    if event.job not in appended:
+                        appended.append(event.job)
         fault_point("audit.after_record")
-        return ACK, (event.job if appended else None)
+        if waiting:
+            # What was appended stays; delivered again, it is found recorded.
+            return self._backoff.retry(msg.metadata.num_delivered), appended
+        return ACK, appended
+
+    def _appended(self, event: queue_pb2.TransitionEvent, ident: str) -> None:
+        if self._measures is not None:
+            self._measures.recorded(event)
+        # DEBUG: several a job; the ledger itself is the record, and audit's
+        # INFO line per job is its completion.
+        log.debug(
+            "transition recorded",
+            extra={
+                "job": ident,
+                "tenant": event.tenant,
+                "to_state": state_name(event.to_state),
+                "actor": event.actor.service,
+            },
+        )
 
     def _waited_enough(self, msg: Msg) -> bool:
         """Whether the event was published ``unexplained_seconds`` ago or more."""
