@@ -95,9 +95,10 @@ def test_the_floor_is_set_against_the_room_each_aim_leaves(
         cores=2,
     )
     out = capsys.readouterr().out
-    # 12 x 0.336 + 5 x 0.309 + 1.42 = 4.032 + 1.545 + 1.42
-    assert "floor 7.00 ms CPU per job" in out
-    assert "CPU aim 0.3 x bare = 3.66 ms" in out
-    assert "(1/0.8 - 1) x bare = 3.05 ms" in out
-    # 2 cores / (12.2 + 6.997) ms and 2 / 12.2 ms
-    assert "cannot pass 104.2 packets/s of the bare 163.9" in out
+    # The sources ride in SubmitJob: 12 x 0.336 + 2 x 0.309 + 1.42 = 4.032 + 0.618 + 1.42
+    assert "floor 6.07 ms CPU per job" in out
+    # (3 - 1) x 12.2 and (1/0.35 - 1) x 12.2
+    assert "CPU aim 2 x bare = 24.40 ms" in out
+    assert "(1/0.35 - 1) x bare = 22.66 ms" in out
+    # 2 cores / (12.2 + 6.07) ms and 2 / 12.2 ms
+    assert "cannot pass 109.5 packets/s of the bare 163.9" in out

@@ -213,7 +213,7 @@ async def serve(
     """
     # No SO_REUSEPORT (gRPC's default): a second server on the same port must
     # fail to bind, not silently share its connections with the first.
-    options = EXCLUSIVE_PORT
+    options: tuple[tuple[str, int], ...] = EXCLUSIVE_PORT
     if max_receive_bytes:
         options += (("grpc.max_receive_message_length", max_receive_bytes),)
     server = grpc.aio.server(interceptors=[access, TraceServerInterceptor()], options=options)

@@ -24,6 +24,7 @@ Every path ends in one ``Settlement``, applied in one place (``settle``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -338,17 +339,24 @@ class StageRunner:
         else:
             # The announcement need not delay the work: it is best effort, and
             # the committed outcome carries the same event (same id) anyway.
-            # Work that ends before it is due sends the event with its outcome
-            # instead, in the same message.
-            publishing = asyncio.Event()
-            announced = asyncio.create_task(self._announce_start(task, lease, attempt, publishing))
+            # Work that commits before it is due sends the event with its
+            # outcome instead, in the same message; a delivery that ends
+            # without an outcome (a retry, a wait) announces at once.
+            due, publishing = asyncio.Event(), asyncio.Event()
+            announced = asyncio.create_task(
+                self._announce_start(task, lease, attempt, due, publishing)
+            )
+            decided: _Commit | Settlement | None = None
             try:
-                decision = await self._decide(task, lease, attempt)
+                decided = await self._decide(task, lease, attempt)
             finally:
-                if publishing.is_set():
-                    stored = await announced
-                else:
+                if isinstance(decided, _Commit) and not publishing.is_set():
                     announced.cancel()
+                else:
+                    due.set()
+                    stored = await announced
+            assert decided is not None
+            decision = decided
         if isinstance(decision, Settlement):
             return decision
         _record_timings(decision.outcome, self._stage.name)
@@ -365,20 +373,26 @@ class StageRunner:
         return ("", "") if self._gate is None else await self._gate.claim_of(job, generation)
 
     async def _announce_start(
-        self, task: queue_pb2.JobTask, lease: Lease, attempt: int, publishing: asyncio.Event
+        self,
+        task: queue_pb2.JobTask,
+        lease: Lease,
+        attempt: int,
+        due: asyncio.Event,
+        publishing: asyncio.Event,
     ) -> frozenset[str]:
         """Make the job's new state visible while the work runs, once it has
-        run ``announce_after_seconds`` (``publishing`` is set as the publish
-        begins: until then the announcement may be called off); the ids of
-        the events the queue acknowledged (stored), which this delivery's
-        hand-off need not publish again.
+        run ``announce_after_seconds`` or ``due`` is set (``publishing`` is
+        set as the publish begins: until then the announcement may be called
+        off); the ids of the events the queue acknowledged (stored), which
+        this delivery's hand-off need not publish again.
 
         Best effort: the same event (same id) is part of the committed outcome,
         so the ledger gets it exactly once either way, and a redelivery that
         finds the outcome committed publishes all of it.
         """
         if self._announce_after > 0:
-            await asyncio.sleep(self._announce_after)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(due.wait(), self._announce_after)
         publishing.set()
         stored: set[str] = set()
         for event in self._entry_events(task, lease, attempt):
