@@ -95,3 +95,63 @@ async def test_stale_worker_cannot_commit(
     assert queue_pb2.JobTask.FromString(handed_on[0].data).assembled.sha256 == "call-2"
     assert work.calls == 2
     assert await leases.current_token(JOB) == 2
+
+
+def _counted_store(tmp_path: Path) -> tuple[LeaseStore, list[str]]:
+    """A lease store whose database reports each write transaction."""
+    metadata = MetaData()
+    table = lease_table(metadata)
+    writes: list[str] = []
+    database = Database(
+        f"sqlite:///{tmp_path / 'grouped.db'}",
+        metadata,
+        transactions=lambda kind: lambda: writes.append(kind),
+    )
+    database.create_schema()
+    return LeaseStore(database, table), writes
+
+
+async def test_leases_taken_together_share_a_transaction(tmp_path: Path) -> None:
+    leases, transactions = _counted_store(tmp_path)
+    jobs = [f"jobs/{n:030d}" for n in range(12)]
+    taken = await asyncio.gather(*(leases.acquire(job) for job in jobs))
+    assert [lease.token for lease in taken] == [1] * 12
+    done = await asyncio.gather(
+        *(leases.complete(lease, queue_pb2.StageOutcome()) for lease in taken)
+    )
+    assert done == [True] * 12
+    writes = transactions.count("write")
+    assert writes < 24, f"{writes} write transactions for 12 leases and 12 commits"
+
+
+async def test_a_failing_job_in_a_group_is_rolled_back_alone(tmp_path: Path) -> None:
+    leases, _ = _counted_store(tmp_path)
+    jobs = [f"jobs/{n:030d}" for n in range(6)]
+    taken = await asyncio.gather(*(leases.acquire(job) for job in jobs))
+    stale = taken[4]
+    await leases.acquire(stale.job)  # a newer delivery of that job: token 2
+
+    def broken(_connection: object) -> None:
+        raise RuntimeError("the stage's own rows could not be written")
+
+    results = await asyncio.gather(
+        *(
+            leases.complete(
+                lease,
+                queue_pb2.StageOutcome(next_subject=f"done {n}"),
+                broken if n == 2 else None,
+            )
+            for n, lease in enumerate(taken)
+        ),
+        return_exceptions=True,
+    )
+    assert isinstance(results[2], RuntimeError), "the failing job gets its own error"
+    assert results[4] is False, "the stale lease commits nothing"
+    assert [results[n] for n in (0, 1, 3, 5)] == [True] * 4, "the others commit"
+    for n, lease in enumerate(taken):
+        again = await leases.acquire(lease.job)
+        if n in (2, 4):
+            assert again.committed is None, "nothing of the failed or stale job was kept"
+        else:
+            assert again.committed is not None
+            assert again.committed.next_subject == f"done {n}"

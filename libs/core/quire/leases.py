@@ -5,6 +5,11 @@ database. The stage's final write is a compare-and-swap on the token it was
 given; a worker whose token was superseded commits nothing and publishes
 nothing. The committed outcome is kept so that a redelivery after the commit
 (a crash before the publish or the ack) republishes exactly the same messages.
+
+Leases taken and outcomes committed while another is being written go
+together, in one transaction and one fsync (``quire.groupcommit``); each
+keeps its own compare-and-swap, so fencing stays per job, and one that
+fails is rolled back alone while the others commit.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from sqlalchemy import (
 )
 
 from quire.database import Database, insert_if_absent
+from quire.groupcommit import GroupCommit
 from quire.type import queue_pb2
 
 __all__ = ["Lease", "LeaseStore", "lease_table", "lease_key"]
@@ -67,6 +73,7 @@ class Lease:
 class LeaseStore:
     def __init__(self, database: Database, table: Table) -> None:
         self._db = database
+        self._writes = GroupCommit(database)
         self._table = table
         # Built once: building a statement per call costs more than running it.
         self._next_token = (
@@ -90,7 +97,7 @@ class LeaseStore:
 
     async def acquire(self, job: str) -> Lease:
         """Take a new token for ``job``, superseding every earlier delivery."""
-        return await self._db.run(lambda s: self._acquire(s, job))
+        return await self._writes.run(lambda s: self._acquire(s, job))
 
     def _acquire(self, connection: Connection, job: str) -> Lease:
         # One atomic statement, so concurrent deliveries always get distinct tokens.
@@ -116,7 +123,7 @@ class LeaseStore:
         record: Callable[[Connection], None] | None = None,
     ) -> bool:
         """Commit ``outcome`` (and ``record``'s writes) only if ``lease`` is still current."""
-        return await self._db.run(lambda s: self.complete_in(s, lease, outcome, record))
+        return await self._writes.run(lambda s: self.complete_in(s, lease, outcome, record))
 
     def complete_in(
         self,

@@ -18,7 +18,10 @@ OpenTelemetry SDK reads them:
   compression and certificates are read by the exporter itself.
 - ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` name the process
   (``quire-<service>`` unless set); ``OTEL_TRACES_SAMPLER`` and its argument
-  choose the sampler (parent-based, always on, by default).
+  choose the sampler (parent-based, always on, by default). When spans go
+  nowhere (no exporter, no trace file), no span is made at all: a caller's
+  trace context still passes through untouched, so a traced caller's job
+  stays one trace, and nothing is paid for spans nobody reads.
 
 ``QUIRE_TRACE_FILE`` appends finished spans to a file as JSON lines as well,
 which the tests read to follow one job through every service.
@@ -152,9 +155,12 @@ def configure_tracing(
     attributes: dict[str, str] = {"service.instance.id": instance, "service.namespace": "quire"}
     if not env.get("OTEL_SERVICE_NAME"):
         attributes["service.name"] = service
+    exporters = exporters_from_env(env)
     # Resource.create reads OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME too.
     provider = TracerProvider(resource=Resource.create(attributes))
-    for exporter in exporters_from_env(env):
+    if not exporters and trace_file is None:
+        return provider  # not installed: the API's tracer makes no spans
+    for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=500))
     if trace_file is not None:
         provider.add_span_processor(
