@@ -15,7 +15,7 @@ rather than typed figures.
 from __future__ import annotations
 
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +26,7 @@ __all__ = [
     "Part",
     "scrape_transactions",
     "count_blobs",
+    "stream_messages",
     "cost_parts",
     "print_parts",
     "write_document",
@@ -62,6 +63,18 @@ def transactions_between(
         }
         for service, kinds in after.items()
     }
+
+
+async def stream_messages(url: str, login: Mapping[str, str], streams: Sequence[str]) -> int:
+    """Messages ever stored on ``streams`` (their last sequence numbers)."""
+    from quire.runtime import connect_nats
+
+    connection = await connect_nats(url, "quire-bench-costs", **login)
+    try:
+        js = connection.jetstream()
+        return sum([(await js.stream_info(name)).state.last_seq for name in streams])
+    finally:
+        await connection.close()
 
 
 def count_blobs(blob_root: Path) -> int:

@@ -64,6 +64,7 @@ from costmodel import (  # noqa: E402
     count_blobs,
     print_parts,
     scrape_transactions,
+    stream_messages,
     transactions_between,
     write_document,
 )
@@ -81,6 +82,7 @@ from quire.blobstore import sha256_file  # noqa: E402
 from quire.callers import CallerVerifier, prove  # noqa: E402
 from quire.client import AdmissionClient, PacketItem, inline_source  # noqa: E402
 from quire.identity import IdentitySettings, ServiceIdentity, TrustStore  # noqa: E402
+from quire.jobgate import GATE_BUCKET  # noqa: E402
 from quire.jobs import state_name  # noqa: E402
 from quire.pipeline import State  # noqa: E402
 from quire.settings import SERVICES  # noqa: E402
@@ -88,6 +90,7 @@ from quire.stack.supervisor import Stack  # noqa: E402
 from quire.testing.pdfs import write_text_pdf  # noqa: E402
 from quire.type import job_pb2  # noqa: E402
 from quire.wire import SIGNATURE_HEADER, WireSigner, WireVerifier  # noqa: E402
+from quire.workqueue import EVENTS_STREAM, WORK_STREAM  # noqa: E402
 
 PAGES_PER_DOCUMENT = (4, 5, 3)  # 12 pages per packet
 PACKET_SOURCES = len(PAGES_PER_DOCUMENT)
@@ -350,18 +353,15 @@ def run_bare_per_core(
         return [future.result() for future in futures]
 
 
-def wire_cost(data_dir: Path, samples: int = 2000) -> tuple[float, float, float, int]:
-    """(messages per job, sign µs, verify µs, mean payload bytes) of the provenance every queue message
-    carries: each is signed once by its producer and verified once by its
-    consumer (job-gate entries count as messages). Measured on the run's own
-    tasks and events with the stack's own keys."""
+def wire_cost(data_dir: Path, samples: int = 2000) -> tuple[float, float, int]:
+    """(sign µs, verify µs, mean payload bytes) of the provenance every queue
+    message carries: each is signed once by its producer and verified once by
+    its consumer (job-gate entries count as messages). Measured on the run's
+    own tasks and events with the stack's own keys."""
     with sqlite3.connect(f"file:{data_dir / 'audit' / 'audit.db'}?mode=ro", uri=True) as db:
         events = [bytes(row[0]) for row in db.execute("SELECT event FROM ledger")]
-        jobs = db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
     with sqlite3.connect(f"file:{data_dir / 'admission' / 'admission.db'}?mode=ro", uri=True) as db:
         tasks = [bytes(row[0]) for row in db.execute("SELECT task FROM jobs")]
-    # Four tasks (validate, assemble, sign, commit), the events, one gate claim.
-    per_job = 4 + len(events) / max(jobs, 1) + 1
     signer = WireSigner(ServiceIdentity.load(IdentitySettings.from_env("validator", data_dir, {})))
     verifier = WireVerifier(TrustStore.load(data_dir / "identity"))
     payloads = [(tasks + events)[i % len(tasks + events)] for i in range(samples)]
@@ -374,7 +374,6 @@ def wire_cost(data_dir: Path, samples: int = 2000) -> tuple[float, float, float,
     verified = time.perf_counter()
     mean_bytes = round(statistics.fmean(len(payload) for payload in tasks + events))
     return (
-        per_job,
         (signed - started) / samples * 1e6,
         (verified - signed) / samples * 1e6,
         mean_bytes,
@@ -493,6 +492,9 @@ def main() -> None:
             profiled = {pid: kind for pid, kind in roots.items() if kind in SERVICES}
             metered = {service: stack.metrics_endpoints[service] for service in SERVICES}
             transactions0 = scrape_transactions(metered)
+            counted = (WORK_STREAM, EVENTS_STREAM, f"KV_{GATE_BUCKET}")
+            login = stack.nats_login()
+            messages0 = asyncio.run(stream_messages(stack.nats_url, login, counted))
             sampler.start()
             client0, machine0 = own_cpu_seconds(), machine_busy_ticks()
             phase_started = time.perf_counter()
@@ -517,6 +519,8 @@ def main() -> None:
             upload_marks = marks["uploaded"]
             transactions = transactions_between(transactions0, scrape_transactions(metered))
             blobs_per_job = count_blobs(folder / "stack" / "blobs") / jobs
+            messages = asyncio.run(stream_messages(stack.nats_url, login, counted)) - messages0
+            messages_per_job = messages / jobs
 
             keys = folder / "stack" / "signer" / "keys" / "v1"
             key, cert = str(keys / "key.pem"), str(keys / "cert.pem")
@@ -542,7 +546,8 @@ def main() -> None:
                     return idle, loaded
 
             idle, (rpc, late, load_outcomes, drain) = asyncio.run(afterwards())
-            per_job, sign_us, verify_us, message_bytes = wire_cost(folder / "stack")
+            sign_us, verify_us, message_bytes = wire_cost(folder / "stack")
+            per_job = messages_per_job
             call_us = caller_proof_cost(folder / "stack")
             call_floor = rpc_floor(
                 stack.endpoints["admission"], stack.pid("admission"), FLOOR_CALLS, IN_FLIGHT

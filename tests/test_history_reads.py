@@ -25,7 +25,7 @@ from quire.admission.outstanding import count_outstanding
 from quire.admission.reconciler import _unfinished
 from quire.admission.storagepolicy import forget_source, stored_bytes, summed_bytes
 from quire.admission.storageusage import UsageRecount
-from quire.admission.uploads import StoredSource, _remember
+from quire.admission.uploads import StoredSource, remember
 from quire.database import Database
 from quire.migrations import _config
 from quire.schema import upgrade_schema
@@ -49,7 +49,7 @@ def _database(tmp_path: Path) -> Database:
 
 def _keep(database: Database, tenant: str, sha: str, size: int) -> None:
     source = StoredSource(sha * 64, size, "application/pdf")
-    database.transaction(lambda s: _remember(s, tenant, source, f"sources/{tenant}/{sha}"))
+    database.transaction(lambda s: remember(s, tenant, source, f"sources/{tenant}/{sha}"))
 
 
 def _both(database: Database, tenant: str) -> tuple[int, int]:

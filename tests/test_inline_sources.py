@@ -176,3 +176,27 @@ async def test_the_cli_sends_a_small_packet_inline(tenants, tmp_path: Path) -> N
     job = await send_packet(client, files)
     assert uploads == 0, "a small packet needs no upload call"
     assert state_name((await client.wait(job.name, timeout=60)).state) == "COMPLETED"
+
+
+async def test_inline_sources_together_must_fit_the_storage_quota(stack, tenants) -> None:  # type: ignore[no-untyped-def]
+    client = await tenants("inline-quota", storage_quota_bytes=3000)
+    parts = [inline_source(b"%PDF-1.7\n" + bytes([65 + n]) * 1200) for n in range(3)]
+    items = [PacketItem(f"d{n}", p.header.sha256) for n, p in enumerate(parts)]
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await client.submit(items, inline=parts)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert reason_of(refused.value) == "STORAGE_QUOTA_EXCEEDED", "each fits; together they do not"
+    for part in parts:
+        assert not _kept(stack, part.header.sha256)
+    await _no_job(client)
+
+
+async def test_the_same_inline_source_twice_is_refused(tenants) -> None:  # type: ignore[no-untyped-def]
+    client = await tenants("inline-twice")
+    source = inline_source(b"%PDF-1.7\n" + uuid.uuid4().bytes)
+    error = await _refused(
+        client.submit([PacketItem("a", source.header.sha256)], inline=[source, source]),
+        "INVALID_MANIFEST",
+    )
+    assert _violations(error) == ["inline_sources[1].header.sha256"]
+    await _no_job(client)

@@ -1,35 +1,50 @@
 """Sources carried inside a SubmitJob, so that a small packet costs one call.
 
-Each inline source goes through the upload gate exactly as an upload would
-(``uploads.UploadGate``: the declared digest, size and type, the tenant's
-ceiling and storage quota, content addressing), fed as an upload's messages
-from the request's own bytes. Cheap refusals come first and keep nothing:
-the inline sources together within the limit, and each one named by a
-manifest item. A refusal names the inline source it is about
-(``inline_sources[i]...``).
+Every inline source meets the checks an upload meets (``uploads``): the
+declared digest, size and type (``incoming``, ``typesniff``), the tenant's
+ceiling and storage quota, content addressing; refusals carry the same
+reason codes and name the inline source (``inline_sources[i]...``). They
+are checked and kept together, in as few steps as the checks allow: one
+read for what the tenant already has and its quota, one thread hop that
+seals, writes and promotes the new blobs, one transaction that records
+them. Cheap refusals come first and keep nothing: the inline sources
+together within the limit, each named by a manifest item, none twice.
+Nothing is recorded until every source has passed; blobs written for a
+request that is then refused are discarded.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
+from sqlalchemy import Connection
+
+from quire.admission.incoming import IncomingSource
+from quire.admission.storagepolicy import check_quota
 from quire.admission.tenants import Tenant
-from quire.admission.uploads import UploadGate
+from quire.admission.uploads import (
+    StoredSource,
+    UploadGate,
+    check_header,
+    known_source,
+    recorded_as_stored,
+    remember,
+)
 from quire.admission.v1 import admission_service_pb2 as pb
+from quire.blobstore import BlobWriter, source_key
 from quire.errors import FieldViolation, InvalidInput, QuireError
 from quire.reasons import ReasonCode
 
 __all__ = ["InlineSources"]
 
-CHUNK_BYTES = 256 * 1024
-"""The pieces an inline source is fed to the gate in (its own upload chunk size)."""
 
-
-async def _as_upload(source: pb.InlineSource) -> AsyncIterator[pb.UploadSourceRequest]:
-    yield pb.UploadSourceRequest(header=source.header)
-    content = source.content
-    for start in range(0, len(content), CHUNK_BYTES):
-        yield pb.UploadSourceRequest(chunk=content[start : start + CHUNK_BYTES])
+@dataclass(frozen=True)
+class _New:
+    index: int
+    source: pb.InlineSource
 
 
 class InlineSources:
@@ -41,18 +56,83 @@ class InlineSources:
 
     async def keep(self, tenant: Tenant, request: pb.SubmitJobRequest) -> None:
         """Store every inline source of ``request`` under its digest, or raise
-        why not (the gate's own reasons for an upload, or this module's)."""
-        sources = request.inline_sources
-        if not sources:
+        why not (an upload's reasons, or this module's)."""
+        if not request.inline_sources:
             return
+        try:
+            await self._keep(tenant, request)
+        except QuireError as refused:
+            self._gate.count_refusal(refused)
+            raise
+
+    async def _keep(self, tenant: Tenant, request: pb.SubmitJobRequest) -> None:
+        sources = list(request.inline_sources)
         self._check(request)
-        # One after another: a tenant's open uploads are bounded by the gate,
-        # and a request's few small sources gain little from overlapping.
+        gate = self._gate
+        gate.check_temp_space()
+        ceiling = tenant.upload_ceiling(gate.settings)
         for index, source in enumerate(sources):
-            try:
-                await self._gate.receive(tenant, _as_upload(source))
-            except QuireError as refused:
-                raise _about(index, refused) from None
+            with _about(index):
+                check_header(source.header, gate.settings, ceiling)
+        with gate.ledger.open(tenant.id) as slot:
+            # The tenant's data key first: a shredded tenant is refused here.
+            await asyncio.to_thread(gate.blobs.keys.for_writing, tenant.id)
+            known = await gate.database.read(
+                lambda c: self._known_or_within_quota(c, tenant.id, sources)
+            )
+            new: list[_New] = []
+            for index, (source, stored) in enumerate(zip(sources, known, strict=True)):
+                if stored is None:
+                    new.append(_New(index, source))
+                    continue
+                with _about(index):
+                    recorded_as_stored(stored, source.header)
+            if not new:
+                return
+            slot.reserve(sum(item.source.header.size_bytes for item in new))
+            keys = await asyncio.to_thread(self._write_all, tenant.id, new)
+        kept = [
+            (
+                StoredSource(
+                    i.source.header.sha256, i.source.header.size_bytes, i.source.header.content_type
+                ),
+                key,
+            )
+            for i, key in zip(new, keys, strict=True)
+        ]
+
+        def record(connection: Connection) -> None:
+            for stored, key in kept:
+                remember(connection, tenant.id, stored, key)
+
+        await gate.database.run(record)
+
+    def _known_or_within_quota(
+        self, connection: Connection, tenant: str, sources: Sequence[pb.InlineSource]
+    ) -> list[StoredSource | None]:
+        known = [known_source(connection, tenant, s.header.sha256) for s in sources]
+        adding = sum(s.header.size_bytes for s, k in zip(sources, known, strict=True) if k is None)
+        if adding:
+            check_quota(connection, tenant, adding, self._gate.settings.storage_quota_bytes)
+        return known
+
+    def _write_all(self, tenant: str, new: list[_New]) -> list[str]:
+        """Check, seal and write every new source, then promote them all
+        (off the event loop); nothing is promoted unless every one passed."""
+        with contextlib.ExitStack() as cleanup:
+            writers: list[tuple[str, BlobWriter]] = []
+            for item in new:
+                with _about(item.index):
+                    incoming = cleanup.enter_context(
+                        IncomingSource(self._gate.blobs, tenant, item.source.header)
+                    )
+                    incoming.take(item.source.content)
+                    writers.append(
+                        (source_key(tenant, item.source.header.sha256), incoming.complete())
+                    )
+            for key, writer in writers:
+                writer.promote(key)
+            return [key for key, _writer in writers]
 
     def _check(self, request: pb.SubmitJobRequest) -> None:
         total = sum(len(source.content) for source in request.inline_sources)
@@ -63,8 +143,10 @@ class InlineSources:
                 (FieldViolation("inline_sources", "over the inline limit"),),
             )
         named = {item.sha256 for item in request.manifest.items if item.sha256}
+        seen: set[str] = set()
         for index, source in enumerate(request.inline_sources):
-            if source.header.sha256 not in named:
+            digest = source.header.sha256
+            if digest not in named:
                 raise InvalidInput(
                     ReasonCode.INLINE_SOURCE_UNUSED,
                     "an inline source is named by no manifest item",
@@ -74,16 +156,27 @@ class InlineSources:
                         ),
                     ),
                 )
+            if digest in seen:
+                raise InvalidInput(
+                    ReasonCode.INVALID_MANIFEST,
+                    "the same inline source twice",
+                    (FieldViolation(f"inline_sources[{index}].header.sha256", "sent twice"),),
+                )
+            seen.add(digest)
 
 
-def _about(index: int, refused: QuireError) -> QuireError:
-    """The gate's refusal, its fields named within ``inline_sources[index]``."""
-    if not isinstance(refused, InvalidInput):
-        return refused
-    fields = tuple(
-        FieldViolation(
-            f"inline_sources[{index}].{violation.field}", violation.description, violation.reason
-        )
-        for violation in refused.violations
-    ) or (FieldViolation(f"inline_sources[{index}]", refused.message),)
-    return InvalidInput(refused.reason, refused.message, fields)
+@contextlib.contextmanager
+def _about(index: int) -> Iterator[None]:
+    """A refusal raised within names its field within ``inline_sources[index]``."""
+    try:
+        yield
+    except InvalidInput as refused:
+        fields = tuple(
+            FieldViolation(
+                f"inline_sources[{index}].{violation.field}",
+                violation.description,
+                violation.reason,
+            )
+            for violation in refused.violations
+        ) or (FieldViolation(f"inline_sources[{index}]", refused.message),)
+        raise InvalidInput(refused.reason, refused.message, fields) from None

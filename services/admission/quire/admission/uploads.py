@@ -43,7 +43,14 @@ from quire.metrics import ServiceMetrics
 from quire.reasons import ReasonCode
 from quire.settings import AdmissionSettings
 
-__all__ = ["UploadGate", "StoredSource"]
+__all__ = [
+    "UploadGate",
+    "StoredSource",
+    "check_header",
+    "known_source",
+    "recorded_as_stored",
+    "remember",
+]
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,7 @@ class StoredSource:
     content_type: str
 
 
-def _check_header(header: pb.SourceHeader, settings: AdmissionSettings, ceiling: int) -> None:
+def check_header(header: pb.SourceHeader, settings: AdmissionSettings, ceiling: int) -> None:
     check_declared_digest(header.sha256, "header.sha256")
     if header.content_type not in settings.allowed_content_types:
         raise InvalidInput(
@@ -101,6 +108,32 @@ class UploadGate:
         self._temp_space = temp_space
         self._hearing_out = 0
 
+    # What ``inlinesources`` shares with uploads: the same limits, slots and stores.
+    @property
+    def settings(self) -> AdmissionSettings:
+        return self._settings
+
+    @property
+    def ledger(self) -> UploadLedger:
+        return self._ledger
+
+    @property
+    def blobs(self) -> BlobStore:
+        return self._blobs
+
+    @property
+    def database(self) -> Database:
+        return self._db
+
+    def check_temp_space(self) -> None:
+        if self._temp_space is not None:
+            self._temp_space.check()
+
+    def count_refusal(self, error: QuireError) -> None:
+        """Counted where the refusal is made (``quire_uploads_refused_total``)."""
+        if self._refused is not None:
+            self._refused.labels(reason=error.reason.value).inc()
+
     async def receive(
         self,
         tenant: Tenant,
@@ -119,8 +152,7 @@ class UploadGate:
             # Counted here, where the refusal is made: a client may not learn
             # the reason (grpc/grpc#36066 turns a status that arrives while the
             # client is writing into INTERNAL), so the server's count is the record.
-            if self._refused is not None:
-                self._refused.labels(reason=error.reason.value).inc()
+            self.count_refusal(error)
             if error.reason is not ReasonCode.UPLOAD_IDLE_TIMEOUT:
                 await self._hear_out(requests)
             raise
@@ -152,7 +184,7 @@ class UploadGate:
                     ReasonCode.UPLOAD_HEADER_MISSING, "the first message must be the header"
                 )
             header = first.header
-            _check_header(header, self._settings, tenant.upload_ceiling(self._settings))
+            check_header(header, self._settings, tenant.upload_ceiling(self._settings))
             # The tenant's data key, before anything is kept or deduplicated: a
             # shredded tenant is refused here (DATA_SHREDDED). Unwrapping may reach
             # a token, so not on the event loop.
@@ -162,7 +194,7 @@ class UploadGate:
                 lambda s: _known_or_within_quota(s, tenant.id, header, quota)
             )
             if known is not None:
-                stored = _already_stored(known, header)
+                stored = recorded_as_stored(known, header)
                 await _discard_rest(paced, header.size_bytes)
                 if still_authorized is not None:
                     await still_authorized()
@@ -188,7 +220,7 @@ class UploadGate:
             key = source_key(tenant, header.sha256)
             await asyncio.to_thread(writer.promote, key)
         stored = StoredSource(header.sha256, header.size_bytes, header.content_type)
-        await self._db.run(lambda s: _remember(s, tenant, stored, key))
+        await self._db.run(lambda s: remember(s, tenant, stored, key))
         return stored
 
 
@@ -207,7 +239,7 @@ _SOURCE = select(tables.sources).where(
 """Built once: every upload looks."""
 
 
-def _known(connection: Connection, tenant: str, sha256: str) -> StoredSource | None:
+def known_source(connection: Connection, tenant: str, sha256: str) -> StoredSource | None:
     row = connection.execute(_SOURCE, {"tenant": tenant, "sha256": sha256}).first()
     return None if row is None else StoredSource(row.sha256, row.size_bytes, row.content_type)
 
@@ -217,13 +249,13 @@ def _known_or_within_quota(
 ) -> StoredSource | None:
     """The tenant's stored copy of these bytes, if any; otherwise the new bytes
     must fit the tenant's storage quota. One read transaction for both."""
-    known = _known(connection, tenant, header.sha256)
+    known = known_source(connection, tenant, header.sha256)
     if known is None:
         check_quota(connection, tenant, header.size_bytes, quota)
     return known
 
 
-def _already_stored(known: StoredSource, header: pb.SourceHeader) -> StoredSource:
+def recorded_as_stored(known: StoredSource, header: pb.SourceHeader) -> StoredSource:
     """The tenant has these bytes: nothing to receive, nothing to store twice."""
     if known.size_bytes != header.size_bytes:
         raise InvalidInput(
@@ -236,7 +268,7 @@ def _already_stored(known: StoredSource, header: pb.SourceHeader) -> StoredSourc
     return known
 
 
-def _remember(connection: Connection, tenant: str, source: StoredSource, key: str) -> None:
+def remember(connection: Connection, tenant: str, source: StoredSource, key: str) -> None:
     """Record the stored upload, and count its bytes against the tenant's
     quota unless another upload of the same bytes recorded them first."""
     added = insert_if_absent(
