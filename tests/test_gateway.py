@@ -113,6 +113,48 @@ async def test_the_seed_packet_is_merged_polled_and_downloaded_over_http(
     assert announced == f"sha-256=:{base64.b64encode(digest.digest()).decode()}:"
 
 
+async def test_a_small_packet_is_one_request_with_its_sources_inline(
+    http: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    data = [
+        write_text_pdf(
+            tmp_path / f"inline-{n}.pdf", [f"inline {n} {uuid.uuid4().hex}"]
+        ).read_bytes()
+        for n in range(2)
+    ]
+    sources = [
+        {
+            "sha256": hashlib.sha256(d).hexdigest(),
+            "content_type": "application/pdf",
+            "content": base64.b64encode(d).decode(),
+        }
+        for d in data
+    ]
+    items = [
+        {"position": n, "document_id": f"d{n}", "sha256": s["sha256"]}
+        for n, s in enumerate(sources)
+    ]
+    reply = await http.post(
+        "/v1/pdf/merge",
+        json={"idempotency_key": str(uuid.uuid4()), "items": items, "sources": sources},
+    )
+    assert reply.status_code == 202, reply.text
+    status = await poll_until_terminal(http, reply.headers["location"])
+    assert status["state"] == "COMPLETED", status
+
+    wrong = dict(sources[0], sha256=hashlib.sha256(b"other").hexdigest())
+    refused = await http.post(
+        "/v1/pdf/merge",
+        json={
+            "idempotency_key": str(uuid.uuid4()),
+            "items": [dict(items[0], sha256=wrong["sha256"])],
+            "sources": [wrong],
+        },
+    )
+    problem = assert_problem(refused, 400, "DIGEST_MISMATCH")
+    assert [v["field"] for v in problem["violations"]] == ["inline_sources[0]"]  # type: ignore[union-attr]
+
+
 async def test_an_idempotency_key_from_the_header_or_the_body_returns_the_same_job(
     http: httpx.AsyncClient,
 ) -> None:

@@ -85,6 +85,17 @@ async def merge(
         manifest=manifest_of(body.items, body.ruleset, body.render_profile),
         priority=body.priority,
         bundle_id=body.bundle_id,
+        inline_sources=[
+            pb.InlineSource(
+                header=pb.SourceHeader(
+                    sha256=source.sha256,
+                    size_bytes=len(source.content),
+                    content_type=source.content_type,
+                ),
+                content=source.content,
+            )
+            for source in body.sources
+        ],
     )
     if body.budget_seconds is not None:
         submit.budget.FromNanoseconds(round(body.budget_seconds * 1e9))

@@ -3,7 +3,7 @@ what every answer is checked against before it leaves."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import Base64Bytes, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 __all__ = [
     "Violation",
@@ -91,6 +91,17 @@ class MergeItem(_Document):
         return sha256
 
 
+class InlineSource(_Document):
+    """A source carried in the request itself, so a small packet costs one
+    request: the checks an upload meets, and an item names it by sha256."""
+
+    sha256: str = Field(max_length=64, description="Lower-case hex sha256 of the bytes.")
+    content_type: str = Field(
+        max_length=128, description='"application/pdf" or "application/json".'
+    )
+    content: Base64Bytes = Field(description="The bytes, base64 (standard alphabet, padded).")
+
+
 class MergeRequest(_Document):
     """An ordered manifest: ``POST /v1/pdf/merge``."""
 
@@ -100,6 +111,12 @@ class MergeRequest(_Document):
         description="Maps to request_id; or the Idempotency-Key header (they must agree).",
     )
     items: list[MergeItem] = Field(max_length=10_000)
+    sources: list[InlineSource] = Field(
+        default_factory=list,
+        max_length=10_000,
+        description="Small sources sent with the request instead of uploaded first (4 MiB"
+        " in all by default, INLINE_SOURCES_TOO_LARGE past it); each must be named by an item.",
+    )
     ruleset: str = Field(default="", max_length=256)
     render_profile: str = Field(default="", max_length=64)
     priority: str = Field(default="", max_length=32, description='"interactive" or "batch".')
