@@ -8,7 +8,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,7 @@ import nats
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
-from quire.environment import unknown_settings
+from quire.environment import setting_text, unknown_settings
 from quire.errors import InvalidSetting
 from quire.identity import ServiceIdentity, TrustStore
 from quire.logs import QUIET_LOGGERS, log_handler
@@ -37,10 +37,24 @@ def run_service(service: str, main: Callable[[], Coroutine[Any, Any, None]]) -> 
     for line in unknown_settings(os.environ):
         print(f"quire-{service}: warning: {line}", file=sys.stderr)
     try:
-        asyncio.run(main())
+        event_loop(os.environ)(main())
     except InvalidSetting as error:
         print(f"quire-{service}: cannot start: {error.message}", file=sys.stderr)
         sys.exit(2)
+
+
+def event_loop(env: Mapping[str, str]) -> Callable[[Coroutine[Any, Any, None]], None]:
+    """How a service runs its ``main``: on uvloop (libuv's loop: the same
+    asyncio API, a fifth or so less CPU per job on the pipeline bench), or
+    on the standard library's loop with ``QUIRE_EVENT_LOOP=asyncio``."""
+    chosen = setting_text(env, "QUIRE_EVENT_LOOP", "uvloop")
+    if chosen == "uvloop":
+        import uvloop
+
+        return uvloop.run
+    if chosen == "asyncio":
+        return asyncio.run
+    raise InvalidSetting("QUIRE_EVENT_LOOP", "uvloop or asyncio")
 
 
 def configure_logging(service: str, chosen: str = "json") -> None:
