@@ -30,6 +30,8 @@ In one run, on the same inputs, it prints:
                                # BENCH_PROFILE_FORMAT=collapsed writes stacks as text;
                                # BENCH_PROFILE_GIL=1 samples only the thread holding the GIL)
     BENCH_LOAD_SECONDS=15      # length of the open-loop phase
+    BENCH_PAGES=200            # one 200-page document per packet (make load's lease
+                               # class) instead of 3 documents of 4, 5 and 3 pages
     BENCH_INLINE=0             # upload each source first instead of sending
                                # the packet inside SubmitJob
 
@@ -76,6 +78,7 @@ from procstats import (  # noqa: E402
     machine_busy_ticks,
     own_cpu_seconds,
 )
+from replicas import SCALED, second_replicas  # noqa: E402
 
 from quire.admission.v1 import admission_service_pb2 as pb  # noqa: E402
 from quire.blobstore import sha256_file  # noqa: E402
@@ -92,7 +95,11 @@ from quire.type import job_pb2  # noqa: E402
 from quire.wire import SIGNATURE_HEADER, WireSigner, WireVerifier  # noqa: E402
 from quire.workqueue import EVENTS_STREAM, WORK_STREAM  # noqa: E402
 
-PAGES_PER_DOCUMENT = (4, 5, 3)  # 12 pages per packet
+PAGES_PER_DOCUMENT = tuple(
+    int(pages) for pages in os.environ.get("BENCH_PAGES", "4,5,3").split(",")
+)
+"""Pages of each document of a packet: 3 documents, 12 pages by default;
+``BENCH_PAGES=200`` is ``make load``'s lease class, one 200-page document."""
 PACKET_SOURCES = len(PAGES_PER_DOCUMENT)
 IN_FLIGHT = 16
 FLOOR_MESSAGES = 3000
@@ -546,6 +553,15 @@ def main() -> None:
                     return idle, loaded
 
             idle, (rpc, late, load_outcomes, drain) = asyncio.run(afterwards())
+            replica_packets = make_packets(folder / "inputs", jobs, prefix="replicas")
+
+            async def with_replicas() -> Any:
+                async with client_for(stack) as client:
+                    return await run_pipeline(client, await upload_all(client, replica_packets))
+
+            with second_replicas(stack, folder / "replica-logs"):
+                replica_elapsed, _latencies, replica_outcomes = asyncio.run(with_replicas())
+            replica_rate = replica_outcomes.get(State.COMPLETED, 0) / replica_elapsed
             sign_us, verify_us, message_bytes = wire_cost(folder / "stack")
             per_job = messages_per_job
             call_us = caller_proof_cost(folder / "stack")
@@ -563,7 +579,10 @@ def main() -> None:
         blob_ms = blob_floor(folder / "floor", FLOOR_BLOBS)
 
     pipeline_rate = outcomes.get(State.COMPLETED, 0) / elapsed
-    print(f"jobs: {jobs} (3 PDFs, 12 pages each), outcomes: {outcomes}")
+    print(
+        f"jobs: {jobs} ({len(PAGES_PER_DOCUMENT)} PDFs of {'+'.join(map(str, PAGES_PER_DOCUMENT))}"
+        f" pages each), outcomes: {outcomes}"
+    )
     if any(restarts.values()):
         print(f"service restarts during the run: {restarts}")
     print(
@@ -592,6 +611,12 @@ def main() -> None:
         f"cross-check from CPU time, not wall clock: {cores} cores / bare CPU per packet = "
         f"{cpu_limit:.2f} packets/s (the wall-clock limit falls below this when other work "
         "shares the machine)"
+    )
+    print(
+        f"two replicas of {', '.join(SCALED)}: {replica_rate:.2f} completed jobs/s "
+        f"({replica_outcomes}) against one replica's {pipeline_rate:.2f}: "
+        f"{replica_rate / pipeline_rate:.2f}x (aim >= 1: "
+        f"{'met' if replica_rate >= pipeline_rate else 'NOT met'})"
     )
     print(
         f"Quire / machine's limit: {pipeline_rate:.2f} / {limit:.2f} = {ratio:.2f} "
@@ -757,6 +782,8 @@ def main() -> None:
             f"| ≤ {AIM_IDLE_P50 * 1000:.0f} ms |",
             f"| `SubmitJob` p99 at {LOAD_SHARE:.0%} of measured capacity | {p99 * 1000:.1f} ms "
             f"| ≤ {AIM_SUBMIT_P99 * 1000:.0f} ms |",
+            f"| completed jobs/s, two replicas of every stage ÷ one | "
+            f"{replica_rate / pipeline_rate:.2f} ({replica_rate:.1f} / {pipeline_rate:.1f}) | ≥ 1 |",
         ]
         per_service = [
             "| service | write transactions per job | read transactions per job |",

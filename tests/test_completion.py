@@ -4,6 +4,7 @@ whole history in hand, in one transaction with its ledger entry."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,48 @@ async def test_a_history_wait_cancelled_as_the_history_grows_is_cancelled() -> N
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
+
+
+async def test_events_and_the_completion_they_allow_commit_together(tmp_path: Path) -> None:
+    from quire.audit.writes import AuditWrites
+
+    kinds: list[str] = []
+    database = Database(
+        f"sqlite:///{tmp_path / 'audit.db'}",
+        tables.metadata,
+        transactions=lambda kind: lambda: kinds.append(kind),
+    )
+    database.create_schema()
+    blobs = sealed_store(tmp_path / "blobs")
+    writes = AuditWrites(database)
+    completion = CompletionDesk(
+        database=database,
+        blobs=blobs,
+        events=EVENTS,
+        queue=QueueSettings(),
+        history=HISTORY,
+        history_wait_seconds=0.0,
+        writes=writes,
+    )
+    task = _signed_task(blobs)
+    _record_history(database, task, ("ACCEPTED", "VALIDATING", "REVIEWING"))
+    lease = await completion.leases.acquire(JOB)
+    last = []
+    previous = "REVIEWING"
+    for state in ("ASSEMBLING", "SIGNING", "COMMITTING"):
+        fields = {"output_digest": task.signed.sha256} if state == "COMMITTING" else {}
+        last.append(EVENTS.transition(task, previous, state, attempt=1, lease_token=1, **fields))
+        previous = state
+    kinds.clear()
+    # A slow write holds the writer; what arrives meanwhile goes in the next group.
+    holding = asyncio.create_task(writes.run(lambda _c: time.sleep(0.5)))
+    await asyncio.sleep(0.05)
+    recorded, verdict = await asyncio.gather(
+        writes.record([ledger.Arrival(event, "test", judged=False) for event in last]),
+        completion.complete(task, 1, lease),
+    )
+    await holding
+    assert [outcome.recorded for outcome in recorded] == [ledger.Recorded.APPENDED] * 3
+    assert verdict is Verdict.COMPLETED, "the completion saw the events of its own group"
+    assert kinds == ["write", "write"], "the events and the completion in one transaction"
+    assert _state(database) == "COMPLETED"

@@ -20,13 +20,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from sqlalchemy import Connection
 
 from quire.database import Database
 
-__all__ = ["BatchCommit", "GroupCommit"]
+__all__ = ["BatchCommit", "GroupCommit", "Writes"]
 
 T = TypeVar("T")
 I = TypeVar("I")  # noqa: E741 - an item
@@ -128,6 +128,12 @@ class _GroupFailed(Exception):
 
 def _each(connection: Connection, works: list[Callable[[Connection], Any]]) -> list[Any]:
     return [work(connection) for work in works]
+
+
+class Writes(Protocol):
+    """Anything that runs a piece of work in a group's transaction."""
+
+    async def run(self, work: Callable[[Connection], T]) -> T: ...
 
 
 class GroupCommit:

@@ -33,7 +33,7 @@ from sqlalchemy import (
 )
 
 from quire.database import Database, insert_if_absent
-from quire.groupcommit import GroupCommit
+from quire.groupcommit import GroupCommit, Writes
 from quire.type import queue_pb2
 
 __all__ = ["Lease", "LeaseStore", "lease_table", "lease_key"]
@@ -71,9 +71,11 @@ class Lease:
 
 
 class LeaseStore:
-    def __init__(self, database: Database, table: Table) -> None:
+    def __init__(self, database: Database, table: Table, *, writes: Writes | None = None) -> None:
+        """``writes``: the group commit to share (a service whose other writes
+        should go in the same transactions); its own otherwise."""
         self._db = database
-        self._writes = GroupCommit(database)
+        self._writes: Writes = writes or GroupCommit(database)
         self._table = table
         # Built once: building a statement per call costs more than running it.
         self._next_token = (

@@ -305,31 +305,36 @@ class StageRunner:
             return settlement
 
     async def _run(self, task: queue_pb2.JobTask, attempt: int, span: trace.Span) -> Settlement:
-        # The gate is read while the lease is taken: neither depends on the other,
-        # and a cancel or an ending recorded after the read is still caught when
-        # this delivery ends the job or claims signing.
-        lease, (held, claimant) = await asyncio.gather(
-            self._leases.acquire(lease_key(task.job, task.generation)),
-            self._claim_of(task.job, task.generation),
+        # The gate is read and audit asked while the lease is taken: none
+        # depends on the others, and a cancel or an ending recorded after the
+        # read is still caught when this delivery ends the job or claims signing.
+        confirming = (
+            asyncio.ensure_future(self._confirmed(task)) if self._authority is not None else None
         )
-        span.set_attribute("quire.lease_token", lease.token)
-        if lease.committed is not None:
-            return await self._hand_off(lease.committed, ACK, task, attempt)
-        if held in ENDED and claimant != self._service:
-            # Another stage (or the dead-letter office) ended the job: no step may
-            # follow, whoever sent this task. An ending this stage claimed itself
-            # but did not commit (it crashed in between) is decided again below.
-            log.warning("task for job %s refused: the job ended %s", task.job, held)
-            return TERM
-        if self._authority is not None:
-            try:
-                await self._authority.confirm(task)
-            except ForgedMessage as refused:
-                log.warning("task for job %s refused: %s", task.job, refused.message)
+        try:
+            lease, (held, claimant) = await asyncio.gather(
+                self._leases.acquire(lease_key(task.job, task.generation)),
+                self._claim_of(task.job, task.generation),
+            )
+            span.set_attribute("quire.lease_token", lease.token)
+            if lease.committed is not None:
+                return await self._hand_off(lease.committed, ACK, task, attempt)
+            if held in ENDED and claimant != self._service:
+                # Another stage (or the dead-letter office) ended the job: no step may
+                # follow, whoever sent this task. An ending this stage claimed itself
+                # but did not commit (it crashed in between) is decided again below.
+                log.warning("task for job %s refused: the job ended %s", task.job, held)
                 return TERM
-            except JobEnded as ended:
-                log.warning("task for job %s refused: the job ended %s", task.job, ended.state)
-                return TERM
+            if confirming is not None:
+                refused = await confirming
+                if refused is not None:
+                    return refused
+        finally:
+            if confirming is not None:
+                if not confirming.done():
+                    confirming.cancel()
+                elif not confirming.cancelled():
+                    confirming.exception()  # seen: the delivery was decided without it
         stored: frozenset[str] = frozenset()
         if held == CANCELLED:
             ending = self._ending(
@@ -367,6 +372,20 @@ class StageRunner:
             return LEAVE
         fault_point(f"{self._service}.after_commit")
         return await self._hand_off(decision.outcome, decision.then, task, attempt, stored)
+
+    async def _confirmed(self, task: queue_pb2.JobTask) -> Settlement | None:
+        """None when audit confirms the task; TERM when it is forged or its job
+        ended. Audit's own trouble raises (the delivery is retried)."""
+        assert self._authority is not None
+        try:
+            await self._authority.confirm(task)
+        except ForgedMessage as refused:
+            log.warning("task for job %s refused: %s", task.job, refused.message)
+            return TERM
+        except JobEnded as ended:
+            log.warning("task for job %s refused: the job ended %s", task.job, ended.state)
+            return TERM
+        return None
 
     async def _claim_of(self, job: str, generation: int) -> tuple[str, str]:
         """What the job gate holds for ``job``'s ``generation``, and who claimed it."""

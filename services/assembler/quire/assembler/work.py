@@ -54,16 +54,19 @@ class AssemblerWork:
         # Sources are decrypted into the attempt's private directory, and the
         # packet is written there before it is sealed into the store.
         async with AttemptFiles(self._blobs) as files:
+            # Decrypted side by side (the reads are threads): a packet's sources
+            # wait for the slowest, not for the sum.
+            paths = await asyncio.gather(*(_plain(files, task.tenant, s) for s in task.sources))
             sources = [
                 PacketSource(
                     position=s.position,
                     document_id=s.document_id,
                     sha256=s.sha256,
                     content_type=s.content_type,
-                    path=await _plain(files, task.tenant, s),
+                    path=path,
                     normalized_sha256=s.repair.normalized_sha256,
                 )
-                for s in task.sources
+                for s, path in zip(task.sources, paths, strict=True)
             ]
             temp = files.name_for("packet")
             with phase("render"):

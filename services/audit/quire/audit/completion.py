@@ -21,6 +21,7 @@ from sqlalchemy import Connection, bindparam, select
 from quire.audit import ledger, tables
 from quire.audit.history import HistoryWatch
 from quire.audit.measures import AuditMeasures
+from quire.audit.writes import AuditWrites
 from quire.blobstore import BlobStore
 from quire.database import Database
 from quire.errors import PermanentError
@@ -71,12 +72,16 @@ class CompletionDesk:
         history: HistoryWatch | None = None,
         history_wait_seconds: float = 5.0,
         measures: AuditMeasures | None = None,
+        writes: AuditWrites | None = None,
     ) -> None:
         self._measures = measures
         self._db = database
+        self._writes = writes or AuditWrites(database)
+        """Shared with the events recorder: completions, their leases and
+        recorded events commit together."""
         self._history = history or HistoryWatch()
         self._history_wait = history_wait_seconds
-        self.leases = LeaseStore(database, tables.leases)
+        self.leases = LeaseStore(database, tables.leases, writes=self._writes)
         self._blobs = blobs
         self._events = events
         self._backoff = Backoff.of(queue)
@@ -134,7 +139,7 @@ class CompletionDesk:
             if remaining <= 0 or not await self._history.wait(task.job, remaining):
                 return verdict
             # The artifact was checked above; only the history can have changed.
-            verdict = await self._db.run(lambda s: self._complete(s, task, attempt, lease))
+            verdict = await self._writes.run(lambda s: self._complete(s, task, attempt, lease))
         return verdict
 
     async def complete(self, task: queue_pb2.JobTask, attempt: int, lease: Lease) -> Verdict:
@@ -163,7 +168,7 @@ class CompletionDesk:
         if refusal is not None:
             return await self._fail(task, attempt, lease, refusal)
         fault_point("audit.before_commit")
-        return await self._db.run(lambda s: self._complete(s, task, attempt, lease))
+        return await self._writes.run(lambda s: self._complete(s, task, attempt, lease))
 
     def _complete(
         self, connection: Connection, task: queue_pb2.JobTask, attempt: int, lease: Lease
@@ -205,7 +210,7 @@ class CompletionDesk:
                 return Verdict.ALREADY_DONE
             return self._end(connection, task, attempt, lease, reason)
 
-        return await self._db.run(write)
+        return await self._writes.run(write)
 
     def _ending(
         self, task: queue_pb2.JobTask, attempt: int, lease: Lease, state: str, reason: str

@@ -26,6 +26,7 @@ from quire.audit.servicer import AuditServicer
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from quire.audit.watch import JobWatches, LedgerNotices
 from quire.audit.witnessing import Witnessing
+from quire.audit.writes import AuditWrites
 from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
@@ -72,8 +73,10 @@ async def main() -> None:
     history = LedgerNotices(watches)
     blobs = await asyncio.to_thread(open_blob_store, settings, owner=SERVICE)
     measures = AuditMeasures(metrics)
+    writes = AuditWrites(database)
     desk = CompletionDesk(
         database=database,
+        writes=writes,
         blobs=blobs,
         events=EventFactory(SERVICE, settings.instance, settings.build_version),
         queue=settings.queue,
@@ -116,7 +119,7 @@ async def main() -> None:
             stream=EVENTS_STREAM,
             consumers={EVENTS_CONSUMER: max(settings.concurrency, EVENTS_IN_FLIGHT)},
             handler=EventRecorder(
-                database,
+                writes,
                 history,
                 Backoff.of(settings.queue),
                 measures,

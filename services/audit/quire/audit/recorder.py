@@ -31,10 +31,9 @@ from quire.audit import ledger
 from quire.audit.history import HistoryWatch
 from quire.audit.measures import AuditMeasures
 from quire.audit.succession import Refusal
-from quire.database import Database
+from quire.audit.writes import AuditWrites
 from quire.errors import QuireError
 from quire.faults import fault_point
-from quire.groupcommit import BatchCommit
 from quire.jobs import job_id, state_name
 from quire.pipeline import State, steps_of
 from quire.reasons import ReasonCode
@@ -77,7 +76,7 @@ def may_record(producer: str, event: queue_pb2.TransitionEvent) -> bool:
 class EventRecorder:
     def __init__(
         self,
-        database: Database,
+        writes: AuditWrites,
         history: HistoryWatch,
         backoff: Backoff,
         measures: AuditMeasures | None = None,
@@ -85,7 +84,7 @@ class EventRecorder:
         unexplained_seconds: float = 120.0,
     ) -> None:
         self._measures = measures
-        self._appends = BatchCommit(database, ledger.record_many)
+        self._writes = writes
         self._unexplained_seconds = unexplained_seconds
         self._backoff = backoff
         self._history = history
@@ -137,7 +136,7 @@ class EventRecorder:
             },
         ) as span:
             try:
-                outcomes = await self._appends.run_all(arrivals)
+                outcomes = await self._writes.record(arrivals)
             except Exception as error:  # noqa: BLE001 - database trouble: retry
                 log.warning("events not recorded (%s)", type(error).__name__)
                 return self._backoff.retry(msg.metadata.num_delivered, error), []
