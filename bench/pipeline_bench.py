@@ -560,7 +560,9 @@ def main() -> None:
                     return await run_pipeline(client, await upload_all(client, replica_packets))
 
             with second_replicas(stack, folder / "replica-logs"):
+                replica_ticks = machine_busy_ticks()
                 replica_elapsed, _latencies, replica_outcomes = asyncio.run(with_replicas())
+                replica_ticks = machine_busy_ticks() - replica_ticks
             replica_rate = replica_outcomes.get(State.COMPLETED, 0) / replica_elapsed
             sign_us, verify_us, message_bytes = wire_cost(folder / "stack")
             per_job = messages_per_job
@@ -616,7 +618,11 @@ def main() -> None:
         f"two replicas of {', '.join(SCALED)}: {replica_rate:.2f} completed jobs/s "
         f"({replica_outcomes}) against one replica's {pipeline_rate:.2f}: "
         f"{replica_rate / pipeline_rate:.2f}x (aim >= 1: "
-        f"{'met' if replica_rate >= pipeline_rate else 'NOT met'})"
+        f"{'met' if replica_rate >= pipeline_rate else 'NOT met'}); machine-wide CPU "
+        f"{replica_ticks * TICK_SECONDS / jobs * 1000:.1f} ms per job against "
+        f"{machine * TICK_SECONDS / jobs * 1000:.1f}, the machine "
+        f"{replica_ticks * TICK_SECONDS / replica_elapsed / cores:.0%} busy against "
+        f"{machine * TICK_SECONDS / phase_seconds / cores:.0%}"
     )
     print(
         f"Quire / machine's limit: {pipeline_rate:.2f} / {limit:.2f} = {ratio:.2f} "

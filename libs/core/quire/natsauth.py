@@ -224,6 +224,8 @@ SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
             "quire.work.*.*",
             "quire.work.*.*.candidate",
             "quire.events.audit",
+            # News for the other audit replicas (quire.audit.replicanews).
+            f"{inbox_prefix('audit')}.ledger",
             "quire.dead.*",
             *_announce("audit"),
             "quire.checkpoints.audit",

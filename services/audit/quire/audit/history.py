@@ -3,8 +3,9 @@
 The events consumer and the completion consumer run in the same audit
 process; when a commit task arrives before the job's last events, completion
 waits on this notice (bounded) instead of naking and coming back later. With
-several audit replicas the events may land elsewhere: the wait times out and
-the task is retried with backoff, as before.
+several audit replicas the events may land on another one, which tells this
+one (``replicanews``); if that news is lost, the wait times out and the task
+is retried with backoff.
 """
 
 from __future__ import annotations

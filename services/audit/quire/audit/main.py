@@ -21,6 +21,7 @@ from quire.audit.deadletterdesk import DeadLetterDesk
 from quire.audit.deadletters import DeadLetterOffice
 from quire.audit.measures import AuditMeasures
 from quire.audit.recorder import EVENTS_IN_FLIGHT, EventRecorder
+from quire.audit.replicanews import ReplicaNews
 from quire.audit.retrydrive import RetryRedriver
 from quire.audit.servicer import AuditServicer
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
@@ -71,6 +72,10 @@ async def main() -> None:
     await asyncio.to_thread(upgrade_schema, database, tables.metadata, tables.MIGRATIONS)
     watches = JobWatches(database, config.watch)
     history = LedgerNotices(watches)
+    # Other replicas' appends wake this one's watches and completions at once.
+    news = ReplicaNews(nc, settings.instance, history.heard)
+    await news.start()
+    history.tell = news.grew
     blobs = await asyncio.to_thread(open_blob_store, settings, owner=SERVICE)
     measures = AuditMeasures(metrics)
     writes = AuditWrites(database)
@@ -136,7 +141,7 @@ async def main() -> None:
                 consumer_name(COMMIT, "interactive"): settings.concurrency,
                 consumer_name(COMMIT, "batch"): batch_slots(settings.concurrency),
             },
-            handler=watches.after(desk.handle),
+            handler=history.after(desk.handle),
             ack_wait_seconds=settings.queue.ack_wait_seconds,
             fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
             verifier=wire.verifier,

@@ -197,12 +197,38 @@ class JobWatches:
 
 
 class LedgerNotices(HistoryWatch):
-    """Audit's history notice (the events recorder's) that also wakes watches."""
+    """Audit's history notice (the events recorder's and the completion
+    desk's) that also wakes watches, and tells the other replicas
+    (``replicanews``) once ``tell`` is set."""
 
     def __init__(self, watches: JobWatches) -> None:
         super().__init__()
         self._watches = watches
+        self.tell: Callable[[str], None] | None = None
 
     def notify(self, job: str) -> None:
+        self.heard(job)
+        if self.tell is not None:
+            self.tell(job)
+
+    def heard(self, job: str) -> None:
+        """Another replica grew ``job``'s history: wake what waits here."""
         super().notify(job)
         self._watches.notify(job)
+
+    def after(self, handler: Callable[[Msg], Awaitable[None]]) -> Callable[[Msg], Awaitable[None]]:
+        """``handler`` of commit tasks, then a notice for the task's job (the
+        completion desk appends COMPLETED or FAILED itself)."""
+
+        async def handle(msg: Msg) -> None:
+            try:
+                await handler(msg)
+            finally:
+                try:
+                    job = queue_pb2.JobTask.FromString(msg.data).job
+                except DecodeError:
+                    job = ""
+                if job:
+                    self.notify(job)
+
+        return handle
