@@ -34,6 +34,8 @@ from quire.workqueue import (
 from quire.workqueue.topology import EVENTS_CONSUMER, batch_message_id
 
 JOB = "jobs/0123456789abcdef0123456789ab"
+STARTS: dict[str, float] = {}
+"""When each event of the last delivery says it occurred."""
 
 
 class _Work:
@@ -74,6 +76,7 @@ async def _deliver(
     database.close()
     events = await jetstream.pull_subscribe_bind(durable=EVENTS_CONSUMER, stream=EVENTS_STREAM)
     received = []
+    STARTS.clear()
     for message in await events.fetch(10, timeout=2):
         await message.ack()
         if is_event_batch(message.subject):
@@ -82,6 +85,7 @@ async def _deliver(
         else:
             carried = [queue_pb2.TransitionEvent.FromString(message.data)]
         received.append((message.subject, [state_name(e.to_state) for e in carried]))
+        STARTS.update({state_name(e.to_state): e.occur_time.ToNanoseconds() / 1e9 for e in carried})
     return received
 
 
@@ -89,10 +93,11 @@ async def test_work_that_ends_before_its_announcement_sends_one_message(
     tmp_path: Path, jetstream: JetStreamContext, fast_queue: QueueSettings
 ) -> None:
     queue = dataclasses.replace(fast_queue, announce_after_seconds=5.0)
-    received = await _deliver(tmp_path, jetstream, queue, seconds=0.0)
+    received = await _deliver(tmp_path, jetstream, queue, seconds=0.3)
     assert received == [
         ("quire.events.validator.batch", ["VALIDATING", "REVIEWING", "ASSEMBLING"])
     ], "the entry event, the step and the hand-off, in order, in one message"
+    assert STARTS["REVIEWING"] - STARTS["VALIDATING"] >= 0.25, "the entry says when work began"
 
 
 async def test_longer_work_announces_its_state_while_it_runs(

@@ -41,7 +41,13 @@ from bench.load import report  # noqa: E402
 from bench.load.arrivals import Arrival, Phase, parse_mix, schedule  # noqa: E402
 from bench.load.corpus import CLASSES, Shape, Work, build  # noqa: E402
 from bench.load.sampler import LedgerReader, ProcSampler, QueueSampler  # noqa: E402
-from quire.client import AdmissionClient, PacketItem, TenantAdminClient  # noqa: E402
+from quire.client import (  # noqa: E402
+    INLINE_LIMIT_BYTES,
+    AdmissionClient,
+    PacketItem,
+    TenantAdminClient,
+    inline_source,
+)
 from quire.grpcstatus import reason_of  # noqa: E402
 from quire.stack.supervisor import Stack  # noqa: E402
 
@@ -133,17 +139,26 @@ class Corpus:
 
 
 async def submit(client: AdmissionClient, work: Work, record: JobRecord) -> None:
+    """Submit ``work`` as a client would: in one call when its sources fit
+    inline (``INLINE_LIMIT_BYTES``), else each uploaded first."""
     try:
-        digests = await asyncio.gather(
-            *(client.upload(source.path, source.content_type) for source in work.sources)
-        )
         record.uploaded_bytes = sum(source.path.stat().st_size for source in work.sources)
+        inline = []
+        if record.uploaded_bytes <= INLINE_LIMIT_BYTES:
+            inline = [inline_source(s.path.read_bytes(), s.content_type) for s in work.sources]
+            digests = [source.header.sha256 for source in inline]
+        else:
+            uploaded = await asyncio.gather(
+                *(client.upload(source.path, source.content_type) for source in work.sources)
+            )
+            digests = [source.sha256 for source in uploaded]
         job = await client.submit(
             [
-                PacketItem(source.document_id, digest.sha256)
+                PacketItem(source.document_id, digest)
                 for source, digest in zip(work.sources, digests, strict=True)
             ],
             ruleset=work.ruleset,
+            inline=list({source.header.sha256: source for source in inline}.values()),
         )
     except grpc.aio.AioRpcError as error:
         record.refused = reason_of(error) or error.code().name

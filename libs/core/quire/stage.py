@@ -336,9 +336,12 @@ class StageRunner:
                 elif not confirming.cancelled():
                     confirming.exception()  # seen: the delivery was decided without it
         stored: frozenset[str] = frozenset()
+        # The working state's entry, made once, as the work starts: announced
+        # or sent with the outcome, it says when the work began.
+        entry = self._entry_events(task, lease, attempt)
         if held == CANCELLED:
             ending = self._ending(
-                task, lease, attempt, State.CANCELLED, ReasonCode.CANCELLED_BY_CLIENT
+                task, lease, attempt, State.CANCELLED, ReasonCode.CANCELLED_BY_CLIENT, entry
             )
             decision: _Commit | Settlement = _Commit(ending, None, TERM)
         else:
@@ -348,12 +351,10 @@ class StageRunner:
             # outcome instead, in the same message; a delivery that ends
             # without an outcome (a retry, a wait) announces at once.
             due, publishing = asyncio.Event(), asyncio.Event()
-            announced = asyncio.create_task(
-                self._announce_start(task, lease, attempt, due, publishing)
-            )
+            announced = asyncio.create_task(self._announce_start(entry, due, publishing))
             decided: _Commit | Settlement | None = None
             try:
-                decided = await self._decide(task, lease, attempt)
+                decided = await self._decide(task, lease, attempt, entry)
             finally:
                 if isinstance(decided, _Commit) and not publishing.is_set():
                     announced.cancel()
@@ -393,9 +394,7 @@ class StageRunner:
 
     async def _announce_start(
         self,
-        task: queue_pb2.JobTask,
-        lease: Lease,
-        attempt: int,
+        entry: list[queue_pb2.TransitionEvent],
         due: asyncio.Event,
         publishing: asyncio.Event,
     ) -> frozenset[str]:
@@ -414,7 +413,7 @@ class StageRunner:
                 await asyncio.wait_for(due.wait(), self._announce_after)
         publishing.set()
         stored: set[str] = set()
-        for event in self._entry_events(task, lease, attempt):
+        for event in entry:
             try:
                 await self._publisher.publish(event_subject(self._service), event, event.event_id)
             except TransientError:
@@ -440,7 +439,11 @@ class StageRunner:
         return then
 
     async def _decide(
-        self, task: queue_pb2.JobTask, lease: Lease, attempt: int
+        self,
+        task: queue_pb2.JobTask,
+        lease: Lease,
+        attempt: int,
+        entry: list[queue_pb2.TransitionEvent],
     ) -> _Commit | Settlement:
         try:
             result = await self._work.process(task, lease, attempt)
@@ -450,7 +453,7 @@ class StageRunner:
                 state = State.CANCELLED
             elif isinstance(error, SystemFailure):
                 state = State.FAILED
-            return await self._end(task, lease, attempt, state, error)
+            return await self._end(task, lease, attempt, state, error, entry=entry)
         except Exception as error:  # noqa: BLE001 - transient by default
             reason = error.reason if isinstance(error, QuireError) else ReasonCode.INTERNAL
             if not isinstance(error, QuireError):
@@ -464,15 +467,27 @@ class StageRunner:
                 return self._backoff.retry(attempt, error)
             log.warning("job %s failed after %d attempts (%s)", task.job, attempt, reason)
             return await self._end(
-                task, lease, attempt, State.FAILED, error, reason=ReasonCode.RETRY_LIMIT_REACHED
+                task,
+                lease,
+                attempt,
+                State.FAILED,
+                error,
+                reason=ReasonCode.RETRY_LIMIT_REACHED,
+                entry=entry,
             )
         if result.verdict in (Verdict.REJECT, Verdict.FAIL):
             assert result.rejection is not None
             state = State.REJECTED if result.verdict is Verdict.REJECT else State.FAILED
             return await self._end(
-                result.task, lease, attempt, state, result.rejection, record=result.record
+                result.task,
+                lease,
+                attempt,
+                state,
+                result.rejection,
+                record=result.record,
+                entry=entry,
             )
-        return _Commit(self._advance(lease, attempt, result), result.record, ACK)
+        return _Commit(self._advance(lease, attempt, result, entry), result.record, ACK)
 
     async def _keep(self, job: str, attempt: int, reason: str, error: BaseException) -> None:
         """Keep the error's own text for operators (``quire.diagnosticstore``): the
@@ -514,9 +529,15 @@ class StageRunner:
             return []
         return [self._event(task, lease, attempt, self._stage.waiting, self._stage.working)]
 
-    def _advance(self, lease: Lease, attempt: int, result: StageResult) -> queue_pb2.StageOutcome:
+    def _advance(
+        self,
+        lease: Lease,
+        attempt: int,
+        result: StageResult,
+        entry: list[queue_pb2.TransitionEvent],
+    ) -> queue_pb2.StageOutcome:
         task = result.task
-        outcome = queue_pb2.StageOutcome(events=self._entry_events(task, lease, attempt))
+        outcome = queue_pb2.StageOutcome(events=entry)
         for step in result.steps:
             outcome.events.append(
                 self._event(
@@ -545,6 +566,7 @@ class StageRunner:
         *,
         reason: str | None = None,
         record: Record | None = None,
+        entry: list[queue_pb2.TransitionEvent],
     ) -> _Commit:
         """A terminal outcome, unless the client's cancel was recorded first."""
         reason = reason or (error.reason if isinstance(error, QuireError) else ReasonCode.INTERNAL)
@@ -553,7 +575,7 @@ class StageRunner:
                 state, reason = State.CANCELLED, ReasonCode.CANCELLED_BY_CLIENT
         if state == State.FAILED:
             await self._keep(task.job, attempt, reason, error)
-        ending = self._ending(task, lease, attempt, state, reason)
+        ending = self._ending(task, lease, attempt, state, reason, entry)
         span = trace.get_current_span()
         span.set_attributes({"quire.ended": str(state), "quire.reason": str(reason)})
         if state != State.CANCELLED:
@@ -574,9 +596,15 @@ class StageRunner:
         return _Commit(ending, record, TERM)
 
     def _ending(
-        self, task: queue_pb2.JobTask, lease: Lease, attempt: int, state: State, reason: str
+        self,
+        task: queue_pb2.JobTask,
+        lease: Lease,
+        attempt: int,
+        state: State,
+        reason: str,
+        entry: list[queue_pb2.TransitionEvent],
     ) -> queue_pb2.StageOutcome:
-        outcome = queue_pb2.StageOutcome(events=self._entry_events(task, lease, attempt))
+        outcome = queue_pb2.StageOutcome(events=entry)
         outcome.events.append(
             self._event(task, lease, attempt, self._stage.working, state, reason=str(reason))
         )

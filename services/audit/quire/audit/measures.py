@@ -49,9 +49,11 @@ class AuditMeasures:
         """An event kept out of the ledger as a finding (``quire.audit.succession``)."""
         self._refused.labels(kind=kind).inc()
 
-    def recorded(self, event: queue_pb2.TransitionEvent) -> None:
-        """A new ledger entry: its lag behind the event, and how the job ended."""
-        if event.HasField("occur_time"):
+    def recorded(self, event: queue_pb2.TransitionEvent, *, lagged: bool = True) -> None:
+        """A new ledger entry: its lag behind the event (``lagged``: not for an
+        earlier event of a batch, which waited for its commit's last one, not
+        for audit), and how the job ended."""
+        if lagged and event.HasField("occur_time"):
             lag = time.time() - event.occur_time.ToNanoseconds() / 1e9
             self._lag.labels(producer=event.actor.service or "unknown").observe(max(0.0, lag))
         if event.to_state == _REJECTED:

@@ -143,13 +143,14 @@ class EventRecorder:
             span.set_attribute("quire.recorded", outcomes[-1].recorded.value)
             appended: list[str] = []
             waiting = False
-            for event, ident, outcome in zip(events, idents, outcomes, strict=True):
+            last = len(events) - 1
+            for n, (event, ident, outcome) in enumerate(zip(events, idents, outcomes, strict=True)):
                 if outcome.recorded is ledger.Recorded.WAITING:
                     waiting = True
                 elif outcome.refusal is not None:
                     self._kept_aside(event, producer, outcome.refusal)
                 elif outcome.recorded is ledger.Recorded.APPENDED:
-                    self._appended(event, ident)
+                    self._appended(event, ident, lagged=n == last)
                     if event.job not in appended:
                         appended.append(event.job)
         fault_point("audit.after_record")
@@ -158,9 +159,9 @@ class EventRecorder:
             return self._backoff.retry(msg.metadata.num_delivered), appended
         return ACK, appended
 
-    def _appended(self, event: queue_pb2.TransitionEvent, ident: str) -> None:
+    def _appended(self, event: queue_pb2.TransitionEvent, ident: str, *, lagged: bool) -> None:
         if self._measures is not None:
-            self._measures.recorded(event)
+            self._measures.recorded(event, lagged=lagged)
         # DEBUG: several a job; the ledger itself is the record, and audit's
         # INFO line per job is its completion.
         log.debug(
