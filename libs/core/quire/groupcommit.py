@@ -25,6 +25,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from sqlalchemy import Connection
 
 from quire.database import Database
+from quire.faults import fault_point
 
 __all__ = ["BatchCommit", "GroupCommit", "Writes"]
 
@@ -45,9 +46,14 @@ class BatchCommit(Generic[I, R]):
         write: Callable[[Connection, list[I]], Sequence[R]],
         *,
         max_batch: int = 64,
+        name: str = "",
     ) -> None:
+        """``name`` names the fault points of a group of several items
+        (``<name>.group_written``, inside its transaction, and
+        ``<name>.group_committed``, just after): inert unless a fault test arms them."""
         self._db = database
         self._write = write
+        self._name = name
         self._max_batch = max_batch
         self._waiting: list[list[tuple[I, asyncio.Future[R]]]] = []
         """Units of items that go in the same group, in arrival order."""
@@ -76,6 +82,8 @@ class BatchCommit(Generic[I, R]):
                 items = [item for item, _future in group]
                 try:
                     outcomes = await self._db.run(partial(self._together, items=items))
+                    if self._name and len(items) > 1:
+                        fault_point(f"{self._name}.group_committed")
                 except _GroupFailed:
                     outcomes = await self._one_by_one(items)
                 except Exception as error:  # noqa: BLE001 - the commit itself failed: all fail
@@ -103,6 +111,8 @@ class BatchCommit(Generic[I, R]):
             results = self._write(connection, items)
         except Exception as error:  # noqa: BLE001 - written again, item by item
             raise _GroupFailed() from error
+        if self._name and len(items) > 1:
+            fault_point(f"{self._name}.group_written")
         return [(True, result) for result in results]
 
     async def _one_by_one(self, items: list[I]) -> list[Outcome]:
@@ -139,9 +149,9 @@ class Writes(Protocol):
 class GroupCommit:
     """Independent pieces of work, each ``work(connection)``, committed in groups."""
 
-    def __init__(self, database: Database, *, max_batch: int = 64) -> None:
+    def __init__(self, database: Database, *, max_batch: int = 64, name: str = "") -> None:
         self._batches: BatchCommit[Callable[[Connection], Any], Any] = BatchCommit(
-            database, _each, max_batch=max_batch
+            database, _each, max_batch=max_batch, name=name
         )
 
     async def run(self, work: Callable[[Connection], T]) -> T:

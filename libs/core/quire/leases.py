@@ -75,7 +75,7 @@ class LeaseStore:
         """``writes``: the group commit to share (a service whose other writes
         should go in the same transactions); its own otherwise."""
         self._db = database
-        self._writes: Writes = writes or GroupCommit(database)
+        self._writes: Writes = writes or GroupCommit(database, name="leases")
         self._table = table
         # Built once: building a statement per call costs more than running it.
         self._next_token = (
