@@ -556,13 +556,15 @@ def main() -> None:
             replica_packets = make_packets(folder / "inputs", jobs, prefix="replicas")
 
             async def with_replicas() -> Any:
-                async with client_for(stack) as client:
-                    return await run_pipeline(client, await upload_all(client, replica_packets))
+                async with second_replicas(stack), client_for(stack) as client:
+                    ready = await upload_all(client, replica_packets)
+                    ticks = machine_busy_ticks()
+                    result = await run_pipeline(client, ready)
+                    return result, machine_busy_ticks() - ticks
 
-            with second_replicas(stack, folder / "replica-logs"):
-                replica_ticks = machine_busy_ticks()
-                replica_elapsed, _latencies, replica_outcomes = asyncio.run(with_replicas())
-                replica_ticks = machine_busy_ticks() - replica_ticks
+            (replica_elapsed, _latencies, replica_outcomes), replica_ticks = asyncio.run(
+                with_replicas()
+            )
             replica_rate = replica_outcomes.get(State.COMPLETED, 0) / replica_elapsed
             sign_us, verify_us, message_bytes = wire_cost(folder / "stack")
             per_job = messages_per_job

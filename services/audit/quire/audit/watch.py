@@ -102,19 +102,7 @@ class JobWatches:
     def after(self, handler: Callable[[Msg], Awaitable[None]]) -> Callable[[Msg], Awaitable[None]]:
         """``handler`` of commit tasks, then a notice for the task's job (the
         completion desk appends COMPLETED or FAILED itself)."""
-
-        async def handle(msg: Msg) -> None:
-            try:
-                await handler(msg)
-            finally:
-                try:
-                    job = queue_pb2.JobTask.FromString(msg.data).job
-                except DecodeError:
-                    job = ""
-                if job:
-                    self.notify(job)
-
-        return handle
+        return notifying_after(handler, self.notify)
 
     def close(self) -> None:
         """End every open watch (UNAVAILABLE) and refuse new ones: draining."""
@@ -217,18 +205,24 @@ class LedgerNotices(HistoryWatch):
         self._watches.notify(job)
 
     def after(self, handler: Callable[[Msg], Awaitable[None]]) -> Callable[[Msg], Awaitable[None]]:
-        """``handler`` of commit tasks, then a notice for the task's job (the
-        completion desk appends COMPLETED or FAILED itself)."""
+        """``handler`` of commit tasks, then this notice for the task's job."""
+        return notifying_after(handler, self.notify)
 
-        async def handle(msg: Msg) -> None:
+
+def notifying_after(
+    handler: Callable[[Msg], Awaitable[None]], notify: Callable[[str], None]
+) -> Callable[[Msg], Awaitable[None]]:
+    """``handler``, then ``notify`` of the job its task names, however it ended."""
+
+    async def handle(msg: Msg) -> None:
+        try:
+            await handler(msg)
+        finally:
             try:
-                await handler(msg)
-            finally:
-                try:
-                    job = queue_pb2.JobTask.FromString(msg.data).job
-                except DecodeError:
-                    job = ""
-                if job:
-                    self.notify(job)
+                job = queue_pb2.JobTask.FromString(msg.data).job
+            except DecodeError:
+                job = ""
+            if job:
+                notify(job)
 
-        return handle
+    return handle
