@@ -200,3 +200,16 @@ async def test_the_same_inline_source_twice_is_refused(tenants) -> None:  # type
     )
     assert _violations(error) == ["inline_sources[1].header.sha256"]
     await _no_job(client)
+
+
+async def test_a_malformed_request_keeps_none_of_its_inline_sources(stack, tenants) -> None:  # type: ignore[no-untyped-def]
+    client = await tenants("inline-malformed")
+    source = inline_source(b"%PDF-1.7\n" + uuid.uuid4().bytes)
+    await _refused(
+        client.submit(
+            [PacketItem("a", source.header.sha256)], inline=[source], request_id="batch:1:2"
+        ),
+        "REQUEST_ID_RESERVED",
+    )
+    assert not _kept(stack, source.header.sha256), "checked before anything was kept"
+    await _no_job(client)

@@ -66,7 +66,12 @@ class BatchCommit(Generic[I, R]):
 
     async def run_all(self, items: Sequence[I]) -> list[R]:
         """Write ``items`` together, in order, in one group (the group may hold
-        others' items too); their results, or the first item's exception."""
+        others' items too); their results, or the first item's exception.
+        Should the group fail and be written again item by item, each of them
+        commits or fails on its own: a caller that gets an exception may find
+        some of its items written (callers write what can be written again)."""
+        if not items:
+            return []
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[R]] = [loop.create_future() for _ in items]
         self._waiting.append(list(zip(items, futures, strict=True)))
@@ -88,6 +93,9 @@ class BatchCommit(Generic[I, R]):
                     outcomes = await self._one_by_one(items)
                 except Exception as error:  # noqa: BLE001 - the commit itself failed: all fail
                     outcomes = [(False, error)] * len(group)
+                if len(outcomes) != len(group):  # a write that lost count: none is trusted
+                    failure = RuntimeError("a group's write returned the wrong number of results")
+                    outcomes = [(False, failure)] * len(group)
                 for (_item, future), (ok, value) in zip(group, outcomes, strict=True):
                     if future.done():
                         continue

@@ -409,14 +409,18 @@ class StageRunner:
         finds the outcome committed publishes all of it.
         """
         if self._announce_after > 0:
+            # Not wait_for, which on Python 3.11 can swallow a cancel that
+            # comes just as ``due`` is set.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(due.wait(), self._announce_after)
+                async with asyncio.timeout(self._announce_after):
+                    await due.wait()
         publishing.set()
         stored: set[str] = set()
         for event in entry:
             try:
                 await self._publisher.publish(event_subject(self._service), event, event.event_id)
-            except TransientError:
+            except Exception as error:  # noqa: BLE001 - best effort: the outcome carries it
+                log.warning("announcement not sent (%s)", type(error).__name__)
                 break
             stored.add(event.event_id)
         return frozenset(stored)

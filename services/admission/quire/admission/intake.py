@@ -231,10 +231,19 @@ class Intake:
             self._accepted.labels(**{"class": request.priority or "interactive"}).inc()
         return accepted
 
-    async def _submit(self, tenant: Tenant, request: pb.SubmitJobRequest) -> AcceptedJob:
+    def check_fields(self, request: pb.SubmitJobRequest) -> None:
+        """The request's own fields, before anything is read or kept (inline
+        sources are kept only for a request that passes these); a refusal is
+        counted as ``submit`` counts its own."""
+        try:
+            self._check_fields(request)
+        except QuireError as refused:
+            if self._refused is not None:
+                self._refused.labels(reason=refused.reason.value).inc()
+            raise
+
+    def _check_fields(self, request: pb.SubmitJobRequest) -> None:
         check_request_id(request.request_id, required=True)
-        if self._keys is not None:
-            await asyncio.to_thread(self._keys.check_takes_work, tenant.id)
         if request.request_id.startswith(CHILD_KEY_PREFIX):
             # Batch packets' jobs are keyed "batch:{batch}:{index}"; a client's
             # own key there would take a packet's place.
@@ -248,6 +257,11 @@ class Intake:
             raise InvalidInput(
                 ReasonCode.INVALID_MANIFEST, "bundle_id is invalid", tuple(bad_bundle)
             )
+
+    async def _submit(self, tenant: Tenant, request: pb.SubmitJobRequest) -> AcceptedJob:
+        self._check_fields(request)
+        if self._keys is not None:
+            await asyncio.to_thread(self._keys.check_takes_work, tenant.id)
         priority = request.priority or "interactive"
         digest = manifest_digest(request.manifest)
         request_sha = _request_sha256(

@@ -117,6 +117,7 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
     ) -> job_pb2.Job:
         tenant = await self._tenants.authenticate(context)
         if request.inline_sources:
+            self._intake.check_fields(request)  # nothing is kept for a malformed request
             try:
                 await self._inline.keep(tenant, request)
             except SystemFailure as error:

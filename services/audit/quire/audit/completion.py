@@ -139,7 +139,9 @@ class CompletionDesk:
             if remaining <= 0 or not await self._history.wait(task.job, remaining):
                 return verdict
             # The artifact was checked above; only the history can have changed.
-            verdict = await self._writes.run(lambda s: self._complete(s, task, attempt, lease))
+            verdict = await self._writes.run(
+                lambda s: self._complete(s, task, attempt, lease), tenant=task.tenant
+            )
         return verdict
 
     async def complete(self, task: queue_pb2.JobTask, attempt: int, lease: Lease) -> Verdict:
@@ -168,7 +170,9 @@ class CompletionDesk:
         if refusal is not None:
             return await self._fail(task, attempt, lease, refusal)
         fault_point("audit.before_commit")
-        return await self._writes.run(lambda s: self._complete(s, task, attempt, lease))
+        return await self._writes.run(
+            lambda s: self._complete(s, task, attempt, lease), tenant=task.tenant
+        )
 
     def _complete(
         self, connection: Connection, task: queue_pb2.JobTask, attempt: int, lease: Lease
@@ -210,7 +214,7 @@ class CompletionDesk:
                 return Verdict.ALREADY_DONE
             return self._end(connection, task, attempt, lease, reason)
 
-        return await self._writes.run(write)
+        return await self._writes.run(write, tenant=task.tenant)
 
     def _ending(
         self, task: queue_pb2.JobTask, attempt: int, lease: Lease, state: str, reason: str

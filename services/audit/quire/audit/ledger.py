@@ -38,6 +38,7 @@ __all__ = [
     "entry_hash",
     "GENESIS",
     "recorded_states",
+    "lock_head",
 ]
 
 GENESIS = "0" * 64
@@ -279,6 +280,12 @@ def _facts(row: Any) -> JobFacts:
         created=row.created_at,
         updated=row.updated_at,
     )
+
+
+def lock_head(connection: Connection, tenant: str) -> None:
+    """Lock the tenant's chain head for this transaction now (appends later in
+    it find it locked already)."""
+    _locked_head(connection, tenant)
 
 
 def _locked_head(connection: Connection, tenant: str) -> Any:

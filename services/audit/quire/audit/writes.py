@@ -8,11 +8,17 @@ group's events are appended first, with one look-up and one insert
 (``ledger.record_many``), then the other writes in their order, so a
 completion in the same group sees the events that came with it. A write
 that fails is rolled back alone and the rest of its group commits.
+
+Every tenant chain head the group will touch (its events' tenants and the
+tenants its other writes name) is locked first, in tenant order, as
+``record_many`` locks its own: two audit replicas' groups (PostgreSQL) then
+never hold one head each while waiting for the other's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection
@@ -24,10 +30,22 @@ from quire.groupcommit import BatchCommit
 __all__ = ["AuditWrites"]
 
 T = TypeVar("T")
-Write = ledger.Arrival | Callable[[Connection], Any]
+
+
+@dataclass(frozen=True)
+class _Work:
+    work: Callable[[Connection], Any]
+    tenant: str
+    """The tenant whose chain the work may append to ("" for none)."""
+
+
+Write = ledger.Arrival | _Work
 
 
 def _together(connection: Connection, writes: list[Write]) -> list[Any]:
+    tenants = {w.event.tenant if isinstance(w, ledger.Arrival) else w.tenant for w in writes}
+    for tenant in sorted(tenants - {""}):
+        ledger.lock_head(connection, tenant)
     arrivals = [(n, w) for n, w in enumerate(writes) if isinstance(w, ledger.Arrival)]
     results: list[Any] = [None] * len(writes)
     if arrivals:
@@ -35,8 +53,8 @@ def _together(connection: Connection, writes: list[Write]) -> list[Any]:
         for (n, _arrival), outcome in zip(arrivals, outcomes, strict=True):
             results[n] = outcome
     for n, write in enumerate(writes):
-        if not isinstance(write, ledger.Arrival):
-            results[n] = write(connection)
+        if isinstance(write, _Work):
+            results[n] = write.work(connection)
     return results
 
 
@@ -50,7 +68,8 @@ class AuditWrites:
         """Judge and append ``arrivals``, in order, in one group."""
         return await self._batches.run_all(arrivals)
 
-    async def run(self, work: Callable[[Connection], T]) -> T:
-        """Run ``work`` in the next group's transaction."""
-        result: T = await self._batches.run(work)
+    async def run(self, work: Callable[[Connection], T], *, tenant: str = "") -> T:
+        """Run ``work`` in the next group's transaction; ``tenant``: the one
+        whose chain it may append to (its head is locked in order first)."""
+        result: T = await self._batches.run(_Work(work, tenant))
         return result
