@@ -21,7 +21,7 @@ from quire.pipeline import State, stage
 from quire.settings import QueueSettings
 from quire.stage import StageResult, StageRunner, Step
 from quire.transitions import EventFactory
-from quire.type import queue_pb2
+from quire.type import job_pb2, queue_pb2
 from quire.wire import allowed_producers
 from quire.workqueue import (
     EVENTS_STREAM,
@@ -50,7 +50,11 @@ class _Work:
 
 
 async def _deliver(
-    tmp_path: Path, jetstream: JetStreamContext, queue: QueueSettings, seconds: float
+    tmp_path: Path,
+    jetstream: JetStreamContext,
+    queue: QueueSettings,
+    seconds: float,
+    sources: tuple[job_pb2.SourceRef, ...] = (),
 ) -> list[tuple[str, list[str]]]:
     """Run one validate delivery; each message the events stream got, as
     (subject, the target states of its events)."""
@@ -66,7 +70,7 @@ async def _deliver(
         events=EventFactory("validator", "test", "0"),
         queue=queue,
     )
-    task = queue_pb2.JobTask(job=JOB, tenant="t1", priority="interactive")
+    task = queue_pb2.JobTask(job=JOB, tenant="t1", priority="interactive", sources=sources)
     await jetstream.publish(work_subject("validate", "interactive"), task.SerializeToString())
     validate = await jetstream.pull_subscribe_bind(
         durable=consumer_name("validate", "interactive"), stream=WORK_STREAM
@@ -109,6 +113,19 @@ async def test_longer_work_announces_its_state_while_it_runs(
         ("quire.events.validator", ["VALIDATING"]),
         ("quire.events.validator.batch", ["REVIEWING", "ASSEMBLING"]),
     ], "announced once due, and not sent again with the outcome"
+
+
+async def test_work_that_fetches_from_a_source_system_announces_at_once(
+    tmp_path: Path, jetstream: JetStreamContext, fast_queue: QueueSettings
+) -> None:
+    queue = dataclasses.replace(fast_queue, announce_after_seconds=5.0)
+    by_reference = job_pb2.SourceRef(
+        position=0, fetch=job_pb2.SourceFetch(system="tax", key="records/1")
+    )
+    received = await _deliver(tmp_path, jetstream, queue, seconds=0.0, sources=(by_reference,))
+    assert received[0] == ("quire.events.validator", ["VALIDATING"]), (
+        "a job that may wait on an outside system shows its state before it waits"
+    )
 
 
 def test_only_the_service_itself_may_send_its_batches() -> None:

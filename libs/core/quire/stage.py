@@ -349,8 +349,11 @@ class StageRunner:
             # the committed outcome carries the same event (same id) anyway.
             # Work that commits before it is due sends the event with its
             # outcome instead, in the same message; a delivery that ends
-            # without an outcome (a retry, a wait) announces at once.
+            # without an outcome (a retry, a wait), or that fetches from a
+            # source system, announces at once.
             due, publishing = asyncio.Event(), asyncio.Event()
+            if _fetches(task):
+                due.set()  # work that waits on outside systems shows its state at once
             announced = asyncio.create_task(self._announce_start(entry, due, publishing))
             decided: _Commit | Settlement | None = None
             try:
@@ -653,6 +656,11 @@ class StageRunner:
                 letter,
                 task_message_id(letter.task.job, f"dead.{letter.stage}", letter.task.generation),
             )
+
+
+def _fetches(task: queue_pb2.JobTask) -> bool:
+    """Whether the job names a source still to be fetched from a source system."""
+    return any(s.HasField("fetch") and not s.HasField("pin") for s in task.sources)
 
 
 def _record_timings(outcome: queue_pb2.StageOutcome, stage: str) -> None:
