@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from sqlalchemy import select
 from quire.audit import ledger, tables
 from quire.audit.completion import CompletionDesk, Verdict
 from quire.audit.history import HistoryWatch
+from quire.audit.writes import AuditWrites
 from quire.database import Database
 from quire.jobs import HISTORY_BEFORE_COMPLETION
 from quire.localblobs import LocalBlobStore
@@ -28,9 +30,16 @@ EVENTS = EventFactory("test", "instance", "0")
 HISTORY = HistoryWatch()
 
 
-@pytest.fixture
-def desk(tmp_path: Path) -> tuple[CompletionDesk, Database, LocalBlobStore]:
-    database = Database(f"sqlite:///{tmp_path / 'audit.db'}", tables.metadata)
+def _make_desk(
+    tmp_path: Path,
+    *,
+    history_wait_seconds: float = 3.0,
+    transactions: Callable[[str], Callable[[], None]] | None = None,
+    writes: Callable[[Database], AuditWrites] | None = None,
+) -> tuple[CompletionDesk, Database, LocalBlobStore]:
+    database = Database(
+        f"sqlite:///{tmp_path / 'audit.db'}", tables.metadata, transactions=transactions
+    )
     database.create_schema()
     blobs = sealed_store(tmp_path / "blobs")
     completion = CompletionDesk(
@@ -39,9 +48,15 @@ def desk(tmp_path: Path) -> tuple[CompletionDesk, Database, LocalBlobStore]:
         events=EVENTS,
         queue=QueueSettings(),
         history=HISTORY,
-        history_wait_seconds=3.0,
+        history_wait_seconds=history_wait_seconds,
+        writes=writes(database) if writes is not None else None,
     )
     return completion, database, blobs
+
+
+@pytest.fixture
+def desk(tmp_path: Path) -> tuple[CompletionDesk, Database, LocalBlobStore]:
+    return _make_desk(tmp_path)
 
 
 def _signed_task(blobs: LocalBlobStore, content: bytes = b"%PDF signed") -> queue_pb2.JobTask:
@@ -56,13 +71,20 @@ def _signed_task(blobs: LocalBlobStore, content: bytes = b"%PDF signed") -> queu
     )
 
 
-def _record_history(database: Database, task: queue_pb2.JobTask, states: tuple[str, ...]) -> None:
-    previous = ""
+def _history(
+    task: queue_pb2.JobTask, states: tuple[str, ...], previous: str = ""
+) -> list[queue_pb2.TransitionEvent]:
+    events = []
     for state in states:
         fields = {"output_digest": task.signed.sha256} if state == "COMMITTING" else {}
-        event = EVENTS.transition(task, previous, state, attempt=1, lease_token=1, **fields)
-        database.transaction(lambda s, e=event: ledger.append(s, e))
+        events.append(EVENTS.transition(task, previous, state, attempt=1, lease_token=1, **fields))
         previous = state
+    return events
+
+
+def _record_history(database: Database, task: queue_pb2.JobTask, states: tuple[str, ...]) -> None:
+    for event in _history(task, states):
+        database.transaction(lambda s, e=event: ledger.append(s, e))
 
 
 def _state(database: Database) -> str:
@@ -169,35 +191,24 @@ async def test_a_history_wait_cancelled_as_the_history_grows_is_cancelled() -> N
 
 
 async def test_events_and_the_completion_they_allow_commit_together(tmp_path: Path) -> None:
-    from quire.audit.writes import AuditWrites
-
     kinds: list[str] = []
-    database = Database(
-        f"sqlite:///{tmp_path / 'audit.db'}",
-        tables.metadata,
-        transactions=lambda kind: lambda: kinds.append(kind),
-    )
-    database.create_schema()
-    blobs = sealed_store(tmp_path / "blobs")
-    writes = AuditWrites(database)
-    completion = CompletionDesk(
-        database=database,
-        blobs=blobs,
-        events=EVENTS,
-        queue=QueueSettings(),
-        history=HISTORY,
+    lines: list[AuditWrites] = []
+
+    def line(database: Database) -> AuditWrites:
+        lines.append(AuditWrites(database))
+        return lines[-1]
+
+    completion, database, blobs = _make_desk(
+        tmp_path,
         history_wait_seconds=0.0,
-        writes=writes,
+        transactions=lambda kind: lambda: kinds.append(kind),
+        writes=line,
     )
+    (writes,) = lines  # the line the desk writes through
     task = _signed_task(blobs)
     _record_history(database, task, ("ACCEPTED", "VALIDATING", "REVIEWING"))
     lease = await completion.leases.acquire(JOB)
-    last = []
-    previous = "REVIEWING"
-    for state in ("ASSEMBLING", "SIGNING", "COMMITTING"):
-        fields = {"output_digest": task.signed.sha256} if state == "COMMITTING" else {}
-        last.append(EVENTS.transition(task, previous, state, attempt=1, lease_token=1, **fields))
-        previous = state
+    last = _history(task, ("ASSEMBLING", "SIGNING", "COMMITTING"), previous="REVIEWING")
     kinds.clear()
     # A slow write holds the writer; what arrives meanwhile goes in the next group.
     holding = asyncio.create_task(writes.run(lambda _c: time.sleep(0.5)))
