@@ -14,6 +14,7 @@ rather than typed figures.
 
 from __future__ import annotations
 
+import json
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,9 @@ __all__ = [
     "scrape_transactions",
     "count_blobs",
     "stream_messages",
+    "nats_traffic",
+    "traffic_between",
+    "print_traffic",
     "cost_parts",
     "print_parts",
     "write_document",
@@ -75,6 +79,42 @@ async def stream_messages(url: str, login: Mapping[str, str], streams: Sequence[
         return sum([(await js.stream_info(name)).state.last_seq for name in streams])
     finally:
         await connection.close()
+
+
+def nats_traffic(monitor_port: int) -> dict[str, tuple[int, int]]:
+    """Messages each connection (by its name, e.g. ``quire-validator``) has
+    sent and been sent so far, from the server's ``/connz``: every message,
+    not only the streams' (pull requests, acks, replies, key-value reads)."""
+    url = f"http://127.0.0.1:{monitor_port}/connz?limit=4096"
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        connections = json.load(reply).get("connections") or []
+    traffic: dict[str, tuple[int, int]] = {}
+    for connection in connections:
+        name = connection.get("name") or "unnamed"
+        sent, received = traffic.get(name, (0, 0))
+        # The server's in_msgs are what the client sent it.
+        traffic[name] = (sent + connection["in_msgs"], received + connection["out_msgs"])
+    return traffic
+
+
+def traffic_between(
+    before: Mapping[str, tuple[int, int]], after: Mapping[str, tuple[int, int]]
+) -> dict[str, tuple[int, int]]:
+    return {
+        name: (sent - before.get(name, (0, 0))[0], received - before.get(name, (0, 0))[1])
+        for name, (sent, received) in after.items()
+    }
+
+
+def print_traffic(traffic: Mapping[str, tuple[int, int]], jobs: int) -> None:
+    """Messages per job through nats-server, by connection."""
+    print("nats-server messages per job by connection (sent by it, delivered to it):")
+    for name, (sent, received) in sorted(traffic.items(), key=lambda item: -sum(item[1])):
+        if sent or received:
+            print(f"  {name:<36} {sent / jobs:6.1f} {received / jobs:6.1f}")
+    total_sent = sum(sent for sent, _received in traffic.values())
+    total_received = sum(received for _sent, received in traffic.values())
+    print(f"  {'all':<36} {total_sent / jobs:6.1f} {total_received / jobs:6.1f}")
 
 
 def count_blobs(blob_root: Path) -> int:

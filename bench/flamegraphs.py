@@ -32,14 +32,20 @@ def _py_spy() -> str:
 
 @contextmanager
 def recording(
-    kinds: Mapping[int, str], folder: Path, *, collapsed: bool = False, gil: bool = False
+    kinds: Mapping[int, str],
+    folder: Path,
+    *,
+    collapsed: bool = False,
+    gil: bool = False,
+    rate: int = RATE,
 ) -> Iterator[None]:
     """Record every pid of ``kinds`` (pid -> process kind) into
     ``folder/<kind>.svg`` for as long as the block runs; ``collapsed`` writes
     ``<kind>.txt`` instead, one stack per line with its sample count (what
     flamegraph tools and a quick ``sort -k2`` read). ``gil`` samples only the
     thread holding the interpreter lock: Python's own CPU, without threads
-    that wait (a pool's idle workers, the event loop's ``select``)."""
+    that wait (a pool's idle workers, the event loop's ``select``); ``rate``
+    is samples per second."""
     fmt, suffix = ("raw", "txt") if collapsed else ("flamegraph", "svg")
     folder.mkdir(parents=True, exist_ok=True)
     recorders = [
@@ -52,7 +58,7 @@ def recording(
                 "--subprocesses",
                 "--nonblocking",
                 "--rate",
-                str(RATE),
+                str(rate),
                 *(["--gil"] if gil else []),
                 "--format",
                 fmt,

@@ -28,7 +28,8 @@ In one run, on the same inputs, it prints:
     make profile               # the same, with a flame graph per service in profiles/
                                # (BENCH_PROFILE_DIR; py-spy, bench/flamegraphs.py;
                                # BENCH_PROFILE_FORMAT=collapsed writes stacks as text;
-                               # BENCH_PROFILE_GIL=1 samples only the thread holding the GIL)
+                               # BENCH_PROFILE_GIL=1 samples only the thread holding the GIL;
+                               # BENCH_PROFILE_RATE samples per second, 50)
     BENCH_LOAD_SECONDS=15      # length of the open-loop phase
     BENCH_PAGES=200            # one 200-page document per packet (make load's lease
                                # class) instead of 3 documents of 4, 5 and 3 pages
@@ -64,13 +65,16 @@ sys.path.insert(0, str(ROOT / "bench"))
 from costmodel import (  # noqa: E402
     cost_parts,
     count_blobs,
+    nats_traffic,
     print_parts,
+    print_traffic,
     scrape_transactions,
     stream_messages,
+    traffic_between,
     transactions_between,
     write_document,
 )
-from flamegraphs import recording  # noqa: E402
+from flamegraphs import RATE, recording  # noqa: E402
 from floor import Floor, blob_floor, commit_floor, messaging_floor, rpc_floor  # noqa: E402
 from procstats import (  # noqa: E402
     TICK_SECONDS,
@@ -502,6 +506,7 @@ def main() -> None:
             counted = (WORK_STREAM, EVENTS_STREAM, f"KV_{GATE_BUCKET}")
             login = stack.nats_login()
             messages0 = asyncio.run(stream_messages(stack.nats_url, login, counted))
+            traffic0 = nats_traffic(stack.nats.monitor_port) if stack.nats else {}
             sampler.start()
             client0, machine0 = own_cpu_seconds(), machine_busy_ticks()
             phase_started = time.perf_counter()
@@ -512,6 +517,7 @@ def main() -> None:
                     Path(profiles),
                     collapsed=collapsed,
                     gil=os.environ.get("BENCH_PROFILE_GIL", "") == "1",
+                    rate=int(os.environ.get("BENCH_PROFILE_RATE", RATE)),
                 )
                 if profiles
                 else nullcontext()
@@ -528,6 +534,11 @@ def main() -> None:
             blobs_per_job = count_blobs(folder / "stack" / "blobs") / jobs
             messages = asyncio.run(stream_messages(stack.nats_url, login, counted)) - messages0
             messages_per_job = messages / jobs
+            traffic = (
+                traffic_between(traffic0, nats_traffic(stack.nats.monitor_port))
+                if stack.nats
+                else {}
+            )
 
             keys = folder / "stack" / "signer" / "keys" / "v1"
             key, cert = str(keys / "key.pem"), str(keys / "cert.pem")
@@ -678,6 +689,9 @@ def main() -> None:
         {part: seconds / jobs * 1000 for part, seconds in bare_parts.items()},
         jobs,
     )
+
+    print()
+    print_traffic(traffic, jobs)
 
     print()
     print("== resident memory (VmRSS): right after the run, and the peak while sampling it")

@@ -22,6 +22,8 @@ from quire.type import job_pb2, queue_pb2
 class _FailingSandbox:
     """Stands in for the worker pool: the worker's write failed with ``code``."""
 
+    in_memory_bytes = 4 * 1024 * 1024
+
     def __init__(self, code: int) -> None:
         self._code = code
 

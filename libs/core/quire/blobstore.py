@@ -252,6 +252,7 @@ class BlobStore(Protocol):
     def owned_by(self, owner: str) -> BlobStore: ...
     def writer(self, tenant: str, *, max_bytes: int | None = None) -> BlobWriter: ...
     def promote_file(self, temp: Path, key: str, *, exclusive: bool = False) -> bool: ...
+    def promote_bytes(self, data: bytes, key: str, *, exclusive: bool = False) -> bool: ...
     def exists(self, key: str) -> bool: ...
     def delete(self, key: str) -> None: ...
     def list_keys(self, prefix: str) -> list[str]: ...
@@ -259,6 +260,7 @@ class BlobStore(Protocol):
     def read_verified(self, key: str, sha256: str, chunk: int = READ_CHUNK) -> Iterator[bytes]: ...
     def digest(self, key: str) -> tuple[str, int]: ...
     def materialize(self, key: str, sha256: str, directory: Path) -> Path: ...
+    def plain_bytes(self, key: str, sha256: str, limit: int) -> bytes | None: ...
     def new_temp(self, kind: str = "part") -> Path: ...
     def new_temp_dir(self, kind: str = "attempt") -> Path: ...
     def close(self) -> None: ...
@@ -324,6 +326,13 @@ class SealedBlobStore:
             with contextlib.suppress(OSError):
                 temp.unlink(missing_ok=True)
 
+    def promote_bytes(self, data: bytes, key: str, *, exclusive: bool = False) -> bool:
+        """Seal ``data`` (a worker's output held in memory) and promote it
+        under ``key`` (see ``BlobWriter.promote``)."""
+        with self.writer(tenant_of_key(key)) as writer:
+            writer.write(data)
+            return writer.promote(key, exclusive=exclusive)
+
     def read_plain(self, key: str) -> Iterator[bytes]:
         """Yield the blob's plaintext in segments, each authenticated before
         it is yielded (the digest is the caller's to check).
@@ -362,6 +371,18 @@ class SealedBlobStore:
             digest.update(data)
             size += len(data)
         return digest.hexdigest(), size
+
+    def plain_bytes(self, key: str, sha256: str, limit: int) -> bytes | None:
+        """The blob's plaintext, checked against ``sha256``, if it is at most
+        ``limit`` bytes; None for a larger one (read no further than that)."""
+        pieces: list[bytes] = []
+        size = 0
+        for data in self.read_verified(key, sha256):
+            size += len(data)
+            if size > limit:
+                return None
+            pieces.append(data)
+        return b"".join(pieces)
 
     def materialize(self, key: str, sha256: str, directory: Path) -> Path:
         """A plaintext copy of the blob in ``directory`` (an attempt's private

@@ -149,6 +149,7 @@ _PER_SERVICE = (
             "NICE",
             "RESERVED_WORKERS",
             "BATCH_NICE",
+            "IN_MEMORY_BYTES",
         )
     ),
 )

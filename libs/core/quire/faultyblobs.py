@@ -117,6 +117,10 @@ class FaultInjectingBlobStore:
             raise
         return self._inner.promote_file(temp, key, exclusive=exclusive)
 
+    def promote_bytes(self, data: bytes, key: str, *, exclusive: bool = False) -> bool:
+        self._faults.check("blob write failed")
+        return self._inner.promote_bytes(data, key, exclusive=exclusive)
+
     def new_temp(self, kind: str = "part") -> Path:
         self._faults.check("temporary file not created")
         return self._inner.new_temp(kind)
@@ -145,6 +149,9 @@ class FaultInjectingBlobStore:
 
     def materialize(self, key: str, sha256: str, directory: Path) -> Path:
         return self._inner.materialize(key, sha256, directory)
+
+    def plain_bytes(self, key: str, sha256: str, limit: int) -> bytes | None:
+        return self._inner.plain_bytes(key, sha256, limit)
 
     def close(self) -> None:
         self._inner.close()

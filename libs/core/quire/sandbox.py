@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
+from quire import memoryfiles
 from quire.diagnosticstext import carry_causes, causes_of
 from quire.errors import TransientError
 from quire.reasons import ReasonCode
@@ -94,7 +95,10 @@ def _serve(
         _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
         resource.setrlimit(resource.RLIMIT_CPU, (spent + cpu_seconds, hard))
         try:
-            outcome: tuple[Any, ...] = (True, fn(*args))
+            # Documents sent as bytes become in-memory files for the task's
+            # length only (``quire.memoryfiles``).
+            with memoryfiles.opened(args) as (paths, outputs):
+                outcome: tuple[Any, ...] = (True, memoryfiles.returned(fn(*paths), outputs))
         except MemoryError:
             outcome = (False, SandboxExhausted("memory limit reached"))
         except Exception as error:  # noqa: BLE001 - returned to the caller as it is
@@ -317,6 +321,8 @@ class SandboxPool:
         self._gate: LaneGate[_Worker] = LaneGate(self._lanes, slots=settings.workers)
         self._recovering: set[asyncio.Task[None]] = set()
         self._observe_wait: Callable[[str, float], None] | None = None
+        self.in_memory_bytes = settings.in_memory_bytes
+        """Documents up to this size come to this pool's tasks as bytes."""
 
     async def run(
         self,
@@ -327,7 +333,10 @@ class SandboxPool:
         lane: str | None = None,
     ) -> T:
         """Run ``fn(*args)`` in a worker process under the limits, and under
-        ``budget`` where it is tighter. With ``wait_seconds``, wait at most that
+        ``budget`` where it is tighter. ``args`` may hand documents over as
+        bytes (``quire.memoryfiles``): an ``InMemory`` arrives as a path to
+        read, a ``MemoryOutput`` as a path to write, whose bytes it holds
+        once this returns. With ``wait_seconds``, wait at most that
         long for a free worker (``SandboxBusy``). ``lane`` is interactive or
         batch; by default the one ``sandbox_lane`` set (interactive outside any)."""
         lane = lane or current_lane()
@@ -363,7 +372,7 @@ class SandboxPool:
             raise
         self._gate.release(lane, worker)
         if ok:
-            return value  # type: ignore[no-any-return]
+            return memoryfiles.delivered(value, memoryfiles.collect(args))  # type: ignore[no-any-return]
         if isinstance(value, SandboxExhausted):
             log.warning("%s: %s; worker replaced", self._name, value.message)
         raise value

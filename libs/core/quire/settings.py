@@ -204,6 +204,10 @@ class SandboxSettings:
     batch_nice: int = 10
     """Added to ``nice`` for the processes that run batch work, so on a busy
     machine the kernel gives interactive PDF work the CPU first."""
+    in_memory_bytes: int = 4 * 1024 * 1024
+    """Documents up to this size go to a worker as bytes over its pipe and
+    stay in memory (``quire.attemptfiles``); larger ones are files in the
+    attempt's private directory. 0: always files."""
 
     def batch_workers(self) -> int:
         """How many tasks batch work may run at once (``quire.sandboxlanes``)."""
@@ -227,6 +231,9 @@ class SandboxSettings:
                 env, prefix + "RESERVED_WORKERS", base.reserved_workers, minimum=0
             ),
             batch_nice=setting_int(env, prefix + "BATCH_NICE", base.batch_nice, minimum=0),
+            in_memory_bytes=setting_int(
+                env, prefix + "IN_MEMORY_BYTES", base.in_memory_bytes, minimum=0
+            ),
         )
 
 

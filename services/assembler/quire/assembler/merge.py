@@ -21,6 +21,7 @@ from quire.assembler.forms import SourceCopy, carry_outline, finish_forms, kept_
 from quire.assembler.layers import carry_layers
 from quire.assembler.render import form_mode, render_structured
 from quire.blobstore import sha256_file
+from quire.memoryfiles import InMemory, save_pdf
 
 __all__ = ["MergedPacket", "PacketSource", "assemble_packet", "SourceDigestMismatch"]
 
@@ -40,10 +41,18 @@ class PacketSource:
     sha256: str
     """The manifest's digest: of the uploaded bytes."""
     content_type: str
-    path: str
+    path: str | InMemory
+    """The file to read; sent as bytes (``InMemory``), it is an in-memory
+    file's path by the time the worker reads it (``quire.memoryfiles``)."""
     normalized_sha256: str = ""
     """Set for a source the validator repaired: ``path`` holds its clean
     rewrite, whose digest this is."""
+
+    @property
+    def file(self) -> str:
+        """``path`` in the worker, where it is always a path."""
+        assert isinstance(self.path, str), "sent as bytes: read only in the worker"
+        return self.path
 
     @property
     def read_sha256(self) -> str:
@@ -59,12 +68,12 @@ class MergedPacket:
 
 
 def _as_pdf(source: PacketSource, profile: str, workdir: Path) -> str:
-    if sha256_file(source.path)[0] != source.read_sha256:
+    if sha256_file(source.file)[0] != source.read_sha256:
         raise SourceDigestMismatch(source.read_sha256)
     if source.content_type == PDF:
-        return source.path
+        return source.file
     rendered = workdir / f"rendered-{source.position}.pdf"
-    render_structured(source.path, str(rendered), profile, source.document_id)
+    render_structured(source.file, str(rendered), profile, source.document_id)
     return str(rendered)
 
 
@@ -113,6 +122,6 @@ def assemble_packet(
             separators=(",", ":"),
         )
         page_count = len(packet.pages)
-        packet.save(output_path, deterministic_id=True, compress_streams=True)
+        save_pdf(packet, output_path, deterministic_id=True, compress_streams=True)
     digest, size = sha256_file(output_path)
     return MergedPacket(sha256=digest, size_bytes=size, page_count=page_count)

@@ -1,9 +1,12 @@
 """The assembler's stage work: merge by manifest position, promote once digested.
 
-Each attempt works in its own private directory and output file in the blob
-store's temporary space, named after the assembler (``quire.tempspace``) and
-removed on every path. Storage errors surface as the blob store classifies
-them: STORAGE_FAILED ends the job, STORAGE_UNAVAILABLE is retried.
+A packet of small PDFs is merged in memory: its sources go to the worker as
+bytes and the packet comes back the same way (``quire.attemptfiles``).
+Otherwise the attempt works in its own private directory and output file in
+the blob store's temporary space, named after the assembler
+(``quire.tempspace``) and removed on every path. Storage errors surface as
+the blob store classifies them: STORAGE_FAILED ends the job,
+STORAGE_UNAVAILABLE is retried.
 """
 
 from __future__ import annotations
@@ -12,22 +15,23 @@ import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
-from pathlib import Path
 
 from sqlalchemy import Connection
 
 from quire.assembler import tables
 from quire.assembler.merge import (
+    PDF,
     MergedPacket,
     PacketSource,
     SourceDigestMismatch,
     assemble_packet,
 )
-from quire.attemptfiles import AttemptFiles
+from quire.attemptfiles import AttemptFiles, Document, Output, in_memory, keep, written
 from quire.blobstore import BlobStore, assembled_key, normalized_key, storage_error
 from quire.errors import PermanentError
 from quire.faults import fault_point
 from quire.leases import Lease
+from quire.memoryfiles import MemoryOutput
 from quire.metrics import phase
 from quire.reasons import ReasonCode
 from quire.sandbox import SandboxPool
@@ -37,12 +41,12 @@ from quire.type import job_pb2, queue_pb2
 __all__ = ["AssemblerWork", "assembled_key"]
 
 
-async def _plain(files: AttemptFiles, tenant: str, source: job_pb2.SourceRef) -> str:
+async def _plain(files: AttemptFiles, tenant: str, source: job_pb2.SourceRef) -> Document:
     """The bytes to merge: a repaired source's clean rewrite, else the upload."""
     if source.repair.normalized_sha256:
         digest = source.repair.normalized_sha256
-        return await files.plain(normalized_key(tenant, digest), digest)
-    return await files.plain(source.blob_key, source.sha256)
+        return await files.document(normalized_key(tenant, digest), digest)
+    return await files.document(source.blob_key, source.sha256)
 
 
 class AssemblerWork:
@@ -51,12 +55,17 @@ class AssemblerWork:
         self._sandbox = sandbox
 
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult:
-        # Sources are decrypted into the attempt's private directory, and the
-        # packet is written there before it is sealed into the store.
-        async with AttemptFiles(self._blobs) as files:
+        # Sources are decrypted into memory or the attempt's private
+        # directory, and the packet is written beside them before it is
+        # sealed into the store.
+        async with AttemptFiles(
+            self._blobs, in_memory_bytes=self._sandbox.in_memory_bytes
+        ) as files:
             # Decrypted side by side (the reads are threads): a packet's sources
             # wait for the slowest, not for the sum.
             paths = await asyncio.gather(*(_plain(files, task.tenant, s) for s in task.sources))
+            # Structured sources are rendered into files in the private directory.
+            merged_in_memory = in_memory(paths) and all(s.content_type == PDF for s in task.sources)
             sources = [
                 PacketSource(
                     position=s.position,
@@ -68,13 +77,14 @@ class AssemblerWork:
                 )
                 for s, path in zip(task.sources, paths, strict=True)
             ]
-            temp = files.name_for("packet")
+            output = await files.output("packet", in_memory=merged_in_memory)
+            workdir = "" if merged_in_memory else str(await files.private_directory())
             with phase("render"):
-                packet = await self._merge(task, sources, files.directory, temp)
+                packet = await self._merge(task, sources, workdir, output)
             key = assembled_key(task.tenant, packet.sha256)
             fault_point("assembler.before_promote")  # written, not yet in the store
             with phase("store"):
-                await asyncio.to_thread(self._blobs.promote_file, temp, key)
+                await asyncio.to_thread(keep, self._blobs, written(output), key)
         artifact = job_pb2.Artifact(
             blob_key=key,
             sha256=packet.sha256,
@@ -87,7 +97,7 @@ class AssemblerWork:
         return StageResult.hand_on(next_task, record=_record(task.job, artifact, lease.token))
 
     async def _merge(
-        self, task: queue_pb2.JobTask, sources: list[PacketSource], workdir: Path, temp: Path
+        self, task: queue_pb2.JobTask, sources: list[PacketSource], workdir: str, output: Output
     ) -> MergedPacket:
         try:
             packet: MergedPacket = await self._sandbox.run(
@@ -95,10 +105,10 @@ class AssemblerWork:
                     assemble_packet,
                     profile=task.render_profile or "simple",
                     manifest_digest=task.manifest_digest,
-                    workdir=str(workdir),
+                    workdir=workdir,
                 ),
                 sources,
-                str(temp),
+                output if isinstance(output, MemoryOutput) else str(output),
             )
         except SourceDigestMismatch:
             raise PermanentError(ReasonCode.DIGEST_MISMATCH, "stored source changed") from None

@@ -16,13 +16,14 @@ from datetime import UTC, datetime
 from prometheus_client import Counter
 from sqlalchemy import Connection, select, update
 
-from quire.attemptfiles import AttemptFiles
+from quire.attemptfiles import AttemptFiles, keep, written
 from quire.blobstore import BlobStore, signed_key, storage_error
 from quire.database import Database
 from quire.errors import JobCancelled, PermanentError, TransientError
 from quire.faults import fault_point
 from quire.jobgate import CANCELLED, JobGate
 from quire.leases import Lease
+from quire.memoryfiles import InMemory, MemoryOutput
 from quire.metrics import phase
 from quire.pdfsignature import SignatureReport, verify_signed_pdf
 from quire.reasons import ReasonCode
@@ -100,11 +101,14 @@ class SignerWork:
     async def _sign(
         self, task: queue_pb2.JobTask, blob_key: str, key: SigningKey
     ) -> tuple[SignedPacket, SigningKey]:
-        # The packet is decrypted into the attempt's private directory and the
-        # signed copy written there, then sealed into the store.
-        async with AttemptFiles(self._blobs) as files:
-            assembled = await files.plain(task.assembled.blob_key, task.assembled.sha256)
-            temp = files.name_for("signed")
+        # The packet is decrypted (into memory when small, else into the
+        # attempt's private directory) and the signed copy written beside it,
+        # then sealed into the store.
+        async with AttemptFiles(
+            self._blobs, in_memory_bytes=self._sandbox.in_memory_bytes
+        ) as files:
+            assembled = await files.document(task.assembled.blob_key, task.assembled.sha256)
+            output = await files.output("signed", in_memory=isinstance(assembled, InMemory))
             try:
                 material = self._keys.material(key)
                 with phase("sign"):
@@ -112,7 +116,7 @@ class SignerWork:
                         sign_packet,
                         assembled,
                         task.assembled.sha256,
-                        str(temp),
+                        output if isinstance(output, MemoryOutput) else str(output),
                         material.key_path,
                         material.cert_path,
                         self._tsa_url,
@@ -126,7 +130,7 @@ class SignerWork:
                 raise storage_error(error, "signed packet not written") from error
             with phase("store"):
                 created = await asyncio.to_thread(
-                    self._blobs.promote_file, temp, blob_key, exclusive=True
+                    keep, self._blobs, written(output), blob_key, exclusive=True
                 )
             fault_point("signer.after_artifact")
         if not created:
@@ -139,10 +143,12 @@ class SignerWork:
         """Verify the job's existing artifact and take it as the job's signature."""
         keys = await self._keys.all()
         digest, size = await asyncio.to_thread(self._blobs.digest, blob_key)
-        async with AttemptFiles(self._blobs) as files:
-            path = await files.plain(blob_key, digest)
+        async with AttemptFiles(
+            self._blobs, in_memory_bytes=self._sandbox.in_memory_bytes
+        ) as files:
+            signed = await files.document(blob_key, digest)
             report: SignatureReport = await self._sandbox.run(
-                verify_signed_pdf, path, [k.certificate_pem for k in keys]
+                verify_signed_pdf, signed, [k.certificate_pem for k in keys]
             )
         used = next((k for k in keys if k.certificate_sha256 == report.certificate_sha256), None)
         if not report.ok or used is None:

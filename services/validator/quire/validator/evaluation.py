@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any, TypeVar
 
-from quire.attemptfiles import AttemptFiles
+from quire.attemptfiles import AttemptFiles, Document, Output, keep, size_of, written
 from quire.blobstore import BlobStore, normalized_key
 from quire.errors import PermanentError
+from quire.memoryfiles import InMemory, MemoryOutput
 from quire.metrics import phase
 from quire.reasons import ReasonCode
 from quire.sandbox import SandboxExhausted, SandboxPool
@@ -177,7 +176,9 @@ class Evaluator:
         """The ruleset over the task's sources. Repaired sources' rewrites are
         stored for later stages unless ``store_repairs`` is False (a shadow
         evaluation, which records nothing)."""
-        async with AttemptFiles(self._blobs) as files:
+        async with AttemptFiles(
+            self._blobs, in_memory_bytes=self._sandbox.in_memory_bytes
+        ) as files:
             return await self._evaluate(task, ruleset, attempt, files, store_repairs)
 
     async def _evaluate(
@@ -194,8 +195,8 @@ class Evaluator:
             review_ambiguity=ruleset.repair_policy == "review",
         )
         findings: list[dict[str, object]] = []
-        paths: list[str] = []
-        repairs: list[tuple[job_pb2.SourceRepair, Path]] = []
+        documents: list[Document] = []
+        repairs: list[tuple[job_pb2.SourceRepair, Document]] = []
         disagreements: list[job_pb2.PageDisagreement] = []
         # Every source is inspected at once (each in its own sandbox call); the
         # outcomes are then read in manifest order, so the verdict, the findings
@@ -207,9 +208,9 @@ class Evaluator:
         for source, seen in zip(task.sources, looked, strict=True):
             if isinstance(seen, BaseException):
                 raise seen
-            finding, path = seen
+            finding, document = seen
             if finding.repaired:
-                repairs.append((_repair_of(source, finding), Path(path)))
+                repairs.append((_repair_of(source, finding), document))
             if reads_two_ways(finding):
                 disagreements.append(_disagreement_of(source, finding))
             findings.append(
@@ -224,13 +225,13 @@ class Evaluator:
                     finding.detail,
                     disagreements=disagreements[-1:] if finding.detail in TWO_READINGS else [],
                 )
-            paths.append(path)
-        evaluation = await self._judge(task, ruleset, attempt, paths, findings)
+            documents.append(document)
+        evaluation = await self._judge(task, ruleset, attempt, documents, findings)
         if evaluation.verdict == "REJECTED" or not (repairs or disagreements):
             return evaluation
         for repair, clean in repairs if store_repairs else []:
             key = normalized_key(task.tenant, repair.normalized_sha256)
-            await asyncio.to_thread(self._blobs.promote_file, clean, key)
+            await asyncio.to_thread(keep, self._blobs, clean, key)
         decisions = list(evaluation.decisions)
         outcome, reason = evaluation.verdict, evaluation.reason
         if ruleset.repair_policy == "review":
@@ -274,36 +275,44 @@ class Evaluator:
         limits: PdfLimits,
         attempt: int,
         files: AttemptFiles,
-    ) -> tuple[Finding, str]:
-        """One source's finding, and the path later checks read: its clean
-        rewrite when it was repaired, else the upload."""
+    ) -> tuple[Finding, Document]:
+        """One source's finding, and the document later checks read: its
+        clean rewrite when it was repaired, else the upload."""
         try:
-            path = await files.plain(source.blob_key, source.sha256)
+            document = await files.document(source.blob_key, source.sha256)
         except PermanentError as error:
             if error.reason not in UNREADABLE_SOURCE:
                 raise  # DATA_SHREDDED and the like end the job as they are
             return Finding("", 0, error.reason), ""
-        # Where a repair writes its clean rewrite; none when the ruleset refuses repairs.
-        rewrite = "" if ruleset.repair_policy == "refuse" else str(files.name_for("clean"))
-        finding = await self._inspect(path, source, limits, attempt, rewrite)
-        return finding, rewrite if finding.repaired else path
+        # Where a repair writes its clean rewrite (in memory beside a source
+        # held in memory); none when the ruleset refuses repairs.
+        rewrite = (
+            None
+            if ruleset.repair_policy == "refuse"
+            else await files.output("clean", in_memory=isinstance(document, InMemory))
+        )
+        finding = await self._inspect(document, source, limits, attempt, rewrite)
+        if finding.repaired and rewrite is not None:
+            return finding, written(rewrite)
+        return finding, document
 
     async def _judge(
         self,
         task: queue_pb2.JobTask,
         ruleset: Ruleset,
         attempt: int,
-        paths: list[str],
+        documents: list[Document],
         findings: list[dict[str, object]],
     ) -> Evaluation:
         """The ruleset's rules over sources that passed inspection."""
         if not ruleset.reads_content:
             return Evaluation("PASSED", "", findings, [])
         inputs = [
-            (path, s.position, s.content_type) for path, s in zip(paths, task.sources, strict=True)
+            (document, s.position, s.content_type)
+            for document, s in zip(documents, task.sources, strict=True)
         ]
         key = tuple(s.sha256 for s in task.sources)
-        size = sum(os.path.getsize(path) for path in paths)
+        size = sum(size_of(document) for document in documents)
         pages = sum(int(str(f.get("page_count") or 0)) for f in findings)
         try:
             decisions: list[Decision] = await self.run_sandboxed(
@@ -318,23 +327,27 @@ class Evaluator:
 
     async def _inspect(
         self,
-        path: str,
+        document: Document,
         source: job_pb2.SourceRef,
         limits: PdfLimits,
         attempt: int,
-        rewrite: str,
+        rewrite: Output | None,
     ) -> Finding:
         try:
             return await self.run_sandboxed(
                 (source.sha256,),
-                os.path.getsize(path),
+                size_of(document),
                 0,  # unknown before the file is opened
                 inspect_source,
-                path,
+                document,
                 source.sha256,
                 source.content_type,
                 limits,
-                rewrite,
+                ""
+                if rewrite is None
+                else rewrite
+                if isinstance(rewrite, MemoryOutput)
+                else str(rewrite),
             )
         except SandboxExhausted:
             if self._retry_later(attempt):

@@ -21,12 +21,11 @@ the length (qpdf and pdfium alike), so comparing those two would not catch it.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+from quire.memoryfiles import save_pdf, scratch_beside
 from quire.validator.repair import revisions_disagree
 from quire.validator.secondreader import differing_pages, read_with_pdfium
 
@@ -115,16 +114,13 @@ def plain_agreement(path: str) -> Agreement:
     assembler would copy) written beside it, compared, and removed."""
     import pikepdf
 
-    handle, scratch = tempfile.mkstemp(suffix=".reading", dir=os.path.dirname(path) or None)
-    os.close(handle)
-    try:
+    with scratch_beside(path, ".reading") as scratch:
         with pikepdf.open(path, attempt_recovery=False, inherit_page_attributes=False) as pdf:
-            pdf.save(
+            save_pdf(
+                pdf,
                 scratch,
                 compress_streams=False,
                 stream_decode_level=pikepdf.StreamDecodeLevel.none,
                 object_stream_mode=pikepdf.ObjectStreamMode.preserve,
             )
         return agreement(path, scratch)
-    finally:
-        os.unlink(scratch)

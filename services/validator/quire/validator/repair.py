@@ -31,6 +31,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from quire.memoryfiles import save_pdf
 from quire.reasons import ReasonCode
 from quire.validator.damage import codes_of, refusal_of
 from quire.validator.pdfcycles import find_cycle
@@ -112,7 +113,8 @@ def repair_pdf(path: str, out_path: str) -> RepairResult:
             # qpdf keeps the trailer's keys and fills in /Size only when the key
             # is there; a recovered trailer may have lost it.
             pdf.trailer.Size = 0
-            pdf.save(
+            save_pdf(
+                pdf,
                 out_path,
                 deterministic_id=True,
                 compress_streams=False,

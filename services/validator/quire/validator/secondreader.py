@@ -71,7 +71,14 @@ def _opened(path: str) -> Iterator[Any]:
     closed on the way out whatever happens."""
     import pypdfium2
 
-    document = pypdfium2.PdfDocument(path)
+    # Opened here and handed over as a stream: pdfium's own path handling
+    # resolves links, which an in-memory file's ``/proc/self/fd`` path is.
+    handle = open(path, "rb")  # noqa: SIM115 - pdfium closes it with the document
+    try:
+        document = pypdfium2.PdfDocument(handle, autoclose=True)
+    except BaseException:
+        handle.close()
+        raise
     try:
         document.init_forms()  # fields drawn from their values, as viewers do
         yield document
