@@ -41,6 +41,7 @@ from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.invariants import check
 from quire.jobgate import GATE_BUCKET
 from quire.jobs import state_name
+from quire.natsauth import audit_word_subject
 from quire.runtime import connect_nats
 from quire.testing.pdfs import write_form_pdf, write_text_pdf
 from quire.transitions import EventFactory
@@ -564,9 +565,32 @@ async def test_validly_signed_steps_that_do_not_fit_the_history_stay_out_of_the_
     assert state_name((await client.wait(waiting.name, timeout=60)).state) == "COMPLETED"
 
 
+async def _forge_word(running: Running, task: queue_pb2.JobTask) -> None:
+    """Audit's word that the task's job reached signing, forged into the
+    signer's inbox: signed with the assembler's key, and unsigned. (Only audit
+    may publish there; the operator login stands in for a way in.)"""
+    word = job_pb2.Job(
+        name=task.job,
+        tenant=task.tenant,
+        manifest_digest=task.manifest_digest,
+        state="JOB_STATE_SIGNING",
+    ).SerializeToString()
+    inbox = audit_word_subject("signer")
+    stolen = signer_of(running.data_dir, "assembler")
+    operator = await login(running, "operator")
+    try:
+        await operator.publish(inbox, word)
+        await operator.publish(inbox, word, headers={SIGNATURE_HEADER: stolen.header(inbox, word)})
+        await operator.flush()
+    finally:
+        await operator.close()
+
+
 async def _forge_sign_task(running: Running, task: queue_pb2.JobTask) -> None:
     """What a taken-over assembler does: try to clear the job's gate entries
-    (the server refuses), then send a sign task signed with its own key."""
+    (the server refuses), say audit's word itself, then send a sign task
+    signed with its own key."""
+    await _forge_word(running, task)
     nc = await login(running, "assembler")
     try:
         kv = await nc.jetstream(timeout=2).key_value(GATE_BUCKET)
@@ -587,10 +611,11 @@ async def _forge_sign_task(running: Running, task: queue_pb2.JobTask) -> None:
 async def test_a_taken_over_assembler_gets_nothing_signed_that_audit_did_not_record(
     running: Running, tmp_path: Path
 ) -> None:
-    """Gate entries cleared and sign tasks signed with the assembler's own key:
-    for a rejected job, a cancelled one, one never accepted, and another
-    tenant's job under the attacker's tenant, the signer asks audit first and
-    signs none of them. No step is recorded for the victims' jobs."""
+    """Gate entries cleared, audit's word forged and sign tasks signed with
+    the assembler's own key: for a rejected job, a cancelled one, one never
+    accepted, and another tenant's job under the attacker's tenant, the
+    signer asks audit first and signs none of them. No step is recorded for
+    the victims' jobs."""
     client = running.client
     good, packet, rejected = await _a_packet_and_a_rejected_job(running, tmp_path)
     async with TenantAdminClient(

@@ -13,6 +13,12 @@ job's recorded history before any work, and act only when:
 - the job has not ended: no rejection, cancellation, failure or completion
   is recorded.
 
+Audit also pushes its word as it records a job reaching the stage
+(``quire.auditword``); a fresh, genuine word that shows the job at the stage
+for the task's tenant and manifest confirms the task without the call. The
+word only ever confirms: without one, or with one that does not, the stage
+asks as below.
+
 A job audit does not know yet, or one not yet at the stage, may be a step
 whose events audit has still to record, and audit may be restarting: the
 delivery asks again, with backoff, for up to ``patience_seconds`` (the
@@ -25,11 +31,13 @@ job that ended, is refused with no step recorded (``ForgedMessage``,
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Protocol
 
 import grpc
 
 from quire.audit.v1 import audit_service_pb2
+from quire.auditword import WORD_WAIT_SECONDS, AuditWord
 from quire.errors import TransientError
 from quire.jobs import TERMINAL_STATES, state_name, state_rank
 from quire.pipeline import Stage
@@ -70,20 +78,38 @@ class AuditJobs(Protocol):
 class JobAuthority:
     """Audit's word on a job, asked once per delivery."""
 
-    def __init__(self, audit: AuditJobs, stage: Stage, *, patience_seconds: float = 30.0) -> None:
+    def __init__(
+        self,
+        audit: AuditJobs,
+        stage: Stage,
+        *,
+        patience_seconds: float = 30.0,
+        word: AuditWord | None = None,
+        word_wait_seconds: float = WORD_WAIT_SECONDS,
+        confirmed: Callable[[str], None] | None = None,
+    ) -> None:
+        """``confirmed`` hears how each task was confirmed: ``word`` or ``asked``."""
         self._audit = audit
         self._stage = stage
         self._patience = patience_seconds
+        self._word = word
+        self._word_wait = word_wait_seconds
+        self._confirmed = confirmed or (lambda _by: None)
 
-    async def confirm(self, task: queue_pb2.JobTask) -> job_pb2.Job:
-        """The job as audit records it, when ``task`` may be worked on now;
-        asked again with backoff while audit is behind or away."""
+    async def confirm(self, task: queue_pb2.JobTask) -> None:
+        """Return when ``task`` may be worked on now: audit's word says so, or
+        audit answers so, asked again with backoff while it is behind or away."""
+        if self._word is not None and await self._word.confirms(task, wait_seconds=self._word_wait):
+            self._confirmed("word")
+            return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._patience
         pause = FIRST_PAUSE_SECONDS
         while True:
             try:
-                return await self._ask(task)
+                await self._ask(task)
+                self._confirmed("asked")
+                return
             except TransientError:
                 if loop.time() + pause > deadline:
                     raise

@@ -263,6 +263,14 @@ CATALOGUE: tuple[Family, ...] = (
         ("validator", "assembler", "signer"),
     ),
     Family(
+        "quire_authority_confirmations_total",
+        "counter",
+        ("stage", "by"),
+        "Tasks a stage confirmed with audit before acting, by how: audit's pushed"
+        " word (word) or a GetJob call (asked).",
+        ("assembler", "signer"),
+    ),
+    Family(
         "quire_db_transactions_total",
         "counter",
         ("kind",),

@@ -58,6 +58,7 @@ __all__ = [
     "KEEPER",
     "NatsPermissions",
     "SERVICE_PERMISSIONS",
+    "audit_word_subject",
     "inbox_prefix",
     "provision_nats_passwords",
     "authorization_config",
@@ -140,6 +141,13 @@ _ROLLOUTS_WRITE = (
 def inbox_prefix(user: str) -> str:
     """Where ``user``'s replies and pulled messages arrive; nobody else may listen."""
     return f"_INBOX_{user}"
+
+
+def audit_word_subject(service: str) -> str:
+    """Where audit's word on jobs reaching its stage reaches ``service``
+    (``quire.auditword``): its own inbox, so only it listens, and only audit
+    may publish there."""
+    return f"{inbox_prefix(service)}.auditword"
 
 
 def _consume(stream: str, consumers: Iterable[str]) -> tuple[str, ...]:
@@ -226,6 +234,8 @@ SERVICE_PERMISSIONS: Mapping[str, NatsPermissions] = {
             "quire.events.audit",
             # News for the other audit replicas (quire.audit.replicanews).
             f"{inbox_prefix('audit')}.ledger",
+            # Its word to the stages that ask it before acting (quire.auditword).
+            *(audit_word_subject(s.service) for s in QUEUED_STAGES[1:]),
             "quire.dead.*",
             *_announce("audit"),
             "quire.checkpoints.audit",

@@ -13,6 +13,7 @@ from sqlalchemy import MetaData, Table
 
 from quire.announcements import Announcer
 from quire.audit.v1.audit_service_pb2_grpc import AuditServiceStub
+from quire.auditword import AuditWord
 from quire.authority import JobAuthority
 from quire.blobstore import BlobStore
 from quire.database import Database
@@ -167,6 +168,12 @@ async def run_stage_service(
         service=settings.service,
     )
     gate = await JobGate.open(js, wire.signer, wire.verifier)
+    # Audit's word that a job reached this stage (``quire.auditword``), heard
+    # from before the first pull so that no task waits for one already said.
+    word = AuditWord(nc, spec.stage, wire.verifier) if spec.asks_audit else None
+    if word is not None:
+        await word.start()
+        confirmations = metrics.counter("quire_authority_confirmations_total")
     publisher = Publisher(js, signer=wire.signer)
     work, register = build(database, blobs, gate, publisher)
     # The stage's metadata declares the diagnostics tables (``diagnostic_tables``).
@@ -203,8 +210,10 @@ async def run_stage_service(
                 AuditServiceStub(peers.channel("audit")),
                 spec.stage,
                 patience_seconds=config.authority_patience_seconds,
+                word=word,
+                confirmed=lambda by: confirmations.labels(stage=stage_name, by=by).inc(),
             )
-            if spec.asks_audit
+            if word is not None
             else None
         ),
     )

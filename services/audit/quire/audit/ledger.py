@@ -122,6 +122,8 @@ class Outcome:
     recorded: Recorded
     refusal: Refusal | None = None
     """Why it was kept aside, when it was."""
+    facts: JobFacts | None = None
+    """The job's view right after this event, when it was appended."""
 
 
 def record_many(connection: Connection, arrivals: list[Arrival]) -> list[Outcome]:
@@ -180,7 +182,7 @@ def record_many(connection: Connection, arrivals: list[Arrival]) -> list[Outcome
         fresh.append(event)
         if not is_retirement(event):
             views[event.job] = apply(views.get(event.job), event)
-        outcomes.append(Outcome(Recorded.APPENDED))
+        outcomes.append(Outcome(Recorded.APPENDED, facts=views.get(event.job)))
     now = datetime.now(UTC)
     for arrival, refusal in refused:
         keep_aside(connection, arrival, refusal, now)

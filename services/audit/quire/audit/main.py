@@ -28,6 +28,7 @@ from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from quire.audit.watch import JobWatches, LedgerNotices
 from quire.audit.witnessing import Witnessing
 from quire.audit.writes import AuditWrites
+from quire.auditword import WordTeller
 from quire.database import Database
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
@@ -129,6 +130,7 @@ async def main() -> None:
                 Backoff.of(settings.queue),
                 measures,
                 unexplained_seconds=audit.unexplained_seconds,
+                word=WordTeller(nc, wire.signer),
             ).handle,
             ack_wait_seconds=settings.queue.ack_wait_seconds,
             fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,

@@ -29,9 +29,11 @@ from opentelemetry import trace
 
 from quire.audit import ledger
 from quire.audit.history import HistoryWatch
+from quire.audit.jobview import JobFacts
 from quire.audit.measures import AuditMeasures
 from quire.audit.succession import Refusal
 from quire.audit.writes import AuditWrites
+from quire.auditword import WordTeller
 from quire.errors import QuireError
 from quire.faults import fault_point
 from quire.jobs import job_id, state_name
@@ -82,7 +84,11 @@ class EventRecorder:
         measures: AuditMeasures | None = None,
         *,
         unexplained_seconds: float = 120.0,
+        word: WordTeller | None = None,
     ) -> None:
+        """``word``: tells the assembler and the signer of each job that
+        reached their stage (``quire.auditword``)."""
+        self._word = word
         self._measures = measures
         self._writes = writes
         self._unexplained_seconds = unexplained_seconds
@@ -92,12 +98,17 @@ class EventRecorder:
 
     async def handle(self, msg: Msg) -> None:
         settlement, appended = await self._record(msg)
+        if self._word is not None:
+            for facts in appended.values():
+                if facts is not None:
+                    self._word.tell(facts.job, facts.tenant, facts.manifest_digest, facts.state)
         await settle(msg, settlement)
         for job in appended:
             self._history.notify(job)
 
-    async def _record(self, msg: Msg) -> tuple[Settlement, list[str]]:
-        """How to settle ``msg``, and the jobs whose history grew.
+    async def _record(self, msg: Msg) -> tuple[Settlement, dict[str, JobFacts | None]]:
+        """How to settle ``msg``, and the jobs whose history grew, with their
+        views after it.
 
         A message holds one event, or (on a ``.batch`` subject) the events of
         one stage commit in order; they are judged and appended together, in
@@ -108,7 +119,7 @@ class EventRecorder:
             idents = [job_id(event.job) for event in events]
         except (DecodeError, QuireError):
             log.warning("undecodable event terminated")
-            return TERM, []
+            return TERM, {}
         producer = verified_producer(msg.headers)
         for event in events:
             if (
@@ -120,10 +131,10 @@ class EventRecorder:
                 # evidence, the dead-letter desk for an operator's retry, and
                 # RecordRetirement for bytes retired under the retention policy.
                 log.warning("event %s claims a step only audit takes; dropped", event.event_id)
-                return TERM, []
+                return TERM, {}
             if not may_record(producer, event):
                 log.warning("event %s is not a step its producer takes; refused", event.event_id)
-                return TERM, []
+                return TERM, {}
         last_chance = self._waited_enough(msg)
         arrivals = [ledger.Arrival(event, producer, last_chance=last_chance) for event in events]
         with self._tracer.start_as_current_span(
@@ -139,9 +150,9 @@ class EventRecorder:
                 outcomes = await self._writes.record(arrivals)
             except Exception as error:  # noqa: BLE001 - database trouble: retry
                 log.warning("events not recorded (%s)", type(error).__name__)
-                return self._backoff.retry(msg.metadata.num_delivered, error), []
+                return self._backoff.retry(msg.metadata.num_delivered, error), {}
             span.set_attribute("quire.recorded", outcomes[-1].recorded.value)
-            appended: list[str] = []
+            appended: dict[str, JobFacts | None] = {}
             waiting = False
             last = len(events) - 1
             for n, (event, ident, outcome) in enumerate(zip(events, idents, outcomes, strict=True)):
@@ -151,8 +162,7 @@ class EventRecorder:
                     self._kept_aside(event, producer, outcome.refusal)
                 elif outcome.recorded is ledger.Recorded.APPENDED:
                     self._appended(event, ident, lagged=n == last)
-                    if event.job not in appended:
-                        appended.append(event.job)
+                    appended[event.job] = outcome.facts  # the latest, in order
         fault_point("audit.after_record")
         if waiting:
             # What was appended stays; delivered again, it is found recorded.
