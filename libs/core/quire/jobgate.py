@@ -106,20 +106,32 @@ class _Entry:
 
 class JobGate:
     def __init__(
-        self, js: JetStreamContext, service: str, signer: WireSigner, verifier: WireVerifier
+        self,
+        js: JetStreamContext,
+        service: str,
+        signer: WireSigner,
+        verifier: WireVerifier,
+        *,
+        direct: bool = False,
     ) -> None:
+        """``direct``: read entries with direct gets, which any of the
+        bucket's servers may answer; only where it has one (a lone server
+        is its leader, so a direct get sees every acknowledged entry)."""
         self._js = js
         self._service = service
         self._signer = signer
         self._verifier = verifier
+        self._direct = direct
 
     @classmethod
     async def open(
         cls, js: JetStreamContext, signer: WireSigner, verifier: WireVerifier
     ) -> JobGate:
         """Bind the bucket, which the topology's provisioning created."""
-        await js.stream_info(_STREAM)
-        return cls(js, signer.service, signer, verifier)
+        info = await js.stream_info(_STREAM)
+        # Replicated, a follower may not have the newest entry yet: read the leader.
+        lone = (info.config.num_replicas or 1) == 1
+        return cls(js, signer.service, signer, verifier, direct=lone)
 
     def _subject(self, job: str, service: str, state: str, generation: int) -> str:
         return f"{_PREFIX}{job_id(job)}.{service}.{_claim_token(state, generation)}"
@@ -160,13 +172,15 @@ class JobGate:
         return _Entry(sequence, service, state, int(number))
 
     async def _entries(self, job: str) -> list[_Entry]:
-        """The job's genuine entries, in stream order (one leader read each)."""
+        """The job's genuine entries, in stream order (one read of the leader each)."""
         pattern = f"{_PREFIX}{job_id(job)}.>"
         found: list[_Entry] = []
         sequence = 1
         while True:
             try:
-                msg = await self._js.get_msg(_STREAM, seq=sequence, subject=pattern, next=True)
+                msg = await self._js.get_msg(
+                    _STREAM, seq=sequence, subject=pattern, next=True, direct=self._direct
+                )
             except nats.js.errors.NotFoundError:
                 return found
             entry = self._opened(msg.subject or "", msg.seq or 0, msg.data or b"")

@@ -74,14 +74,16 @@ _TOPOLOGY_READ = ("$JS.API.STREAM.INFO.*",)
 
 def _gate(service: str) -> tuple[str, ...]:
     """The job gate (``quire.jobgate``): entries under the service's own name
-    only, and reads of everyone's from the stream leader. Builds before
-    per-service entries kept one entry per job (``<job>``) and read it with a
-    direct get; they may still, so that they keep working beside this one
-    during a rollout. The stream refuses to overwrite or delete any entry,
-    and this build neither writes nor reads that layout."""
+    only, and reads of everyone's from the stream leader (a direct get where
+    the bucket has one server). Builds before per-service entries kept one
+    entry per job (``<job>``) and read it with a direct get by key; they may
+    still, so that they keep working beside this one during a rollout. The
+    stream refuses to overwrite or delete any entry, and this build neither
+    writes nor reads that layout."""
     return (
         f"$KV.{GATE_BUCKET}.*.{service}.>",
         f"$JS.API.STREAM.MSG.GET.{_KV_STREAM}",
+        f"$JS.API.DIRECT.GET.{_KV_STREAM}",
         f"$KV.{GATE_BUCKET}.*",
         f"$JS.API.DIRECT.GET.{_KV_STREAM}.>",
     )

@@ -23,7 +23,11 @@ def main() -> None:
         "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
     }
     print("probe ran")
-    Path(os.environ["FORKPROBE_FILE"]).write_text(json.dumps(facts))
+    # Whole or not at all: the test reads the file as soon as it is there.
+    target = Path(os.environ["FORKPROBE_FILE"])
+    partial = target.with_name(f".{target.name}.partial")
+    partial.write_text(json.dumps(facts))
+    os.replace(partial, target)
     if os.environ["FORKPROBE_EXIT"] == "wait":
         signal.pause()
     sys.exit(int(os.environ["FORKPROBE_EXIT"]))
