@@ -315,3 +315,45 @@ async def test_watches_are_bounded_and_end_when_the_service_drains(database: Dat
     assert watches.open == 0
     with pytest.raises(TransientError):
         await anext(watches.changes(JOB, 0))
+
+
+def _append_for(database: Database, job: str, from_state: str, to_state: str) -> None:
+    task = queue_pb2.JobTask(job=job, tenant="t1", manifest_digest="m" * 64, ruleset="r@1")
+    event = FACTORY.transition(task, from_state, to_state, attempt=1, lease_token=1)
+    database.transaction(lambda s: ledger.append(s, event))
+
+
+async def test_watches_woken_together_read_together_and_each_sees_only_its_job(
+    tmp_path: Path,
+) -> None:
+    reads: list[str] = []
+    counted = Database(
+        f"sqlite:///{tmp_path / 'audit.db'}",
+        tables.metadata,
+        transactions=lambda kind: lambda: reads.append(kind),
+    )
+    counted.create_schema()
+    try:
+        jobs = [f"jobs/bb{n:02d}" for n in range(3)]
+        watches = JobWatches(counted, WatchSettings(poll_seconds=60))
+        for job in jobs:
+            _append_for(counted, job, "", "ACCEPTED")
+        streams = [watches.changes(job, 0) for job in jobs]
+        firsts = await asyncio.gather(*(anext(stream) for stream in streams))
+        assert [facts.state for facts, _ in firsts] == ["ACCEPTED"] * 3
+        pending = [asyncio.ensure_future(anext(stream)) for stream in streams]
+        await asyncio.sleep(0.05)
+        reads.clear()
+        for job in jobs:  # one commit's appends, for three jobs
+            _append_for(counted, job, "ACCEPTED", "VALIDATING")
+        reads.clear()
+        for job in jobs:
+            watches.notify(job)
+        seconds = await asyncio.wait_for(asyncio.gather(*pending), 2)
+        assert [facts.job for facts, _ in seconds] == jobs
+        assert [facts.state for facts, _ in seconds] == ["VALIDATING"] * 3
+        assert reads == ["read"], "three woken watches, one query"
+        for stream in streams:
+            await stream.aclose()
+    finally:
+        counted.close()

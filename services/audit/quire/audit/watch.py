@@ -12,6 +12,10 @@ job's history grows. It is woken
   PostgreSQL ledger): one query per process per interval asks, for every
   watched job together, for its newest sequence.
 
+Watches woken together (one commit appends several jobs' events) read
+together: their reads made in the same turn of the event loop are one query
+(``EntryReads``).
+
 Within one job, ledger sequence is commit order (a tenant's appends hold its
 chain head's lock), so resuming after a sequence misses nothing and repeats
 nothing. A watch ends after a terminal state. Open watches are bounded per
@@ -42,7 +46,7 @@ from quire.reasons import ReasonCode
 from quire.settings import WatchSettings
 from quire.type import queue_pb2
 
-__all__ = ["JobWatches", "LedgerNotices"]
+__all__ = ["EntryReads", "JobWatches", "LedgerNotices"]
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +74,80 @@ _HEADS = (
 )
 
 
+_ENTRIES_OF_JOBS = (
+    select(tables.ledger.c.job, tables.ledger.c.sequence, tables.ledger.c.event)
+    .where(
+        tables.ledger.c.job.in_(bindparam("jobs", expanding=True)),
+        tables.ledger.c.sequence > bindparam("after"),
+    )
+    .order_by(tables.ledger.c.sequence)
+)
+
+
 def _entries_after(connection: Connection, *, job: str, after: int) -> list[Any]:
     return list(connection.execute(_ENTRIES_AFTER, {"job": job, "after": after}))
+
+
+def _entries_of(
+    connection: Connection, *, wanted: dict[str, int]
+) -> dict[str, list[tuple[int, bytes]]]:
+    """Each job's entries after its own position, in sequence order."""
+    if len(wanted) == 1:
+        ((job, after),) = wanted.items()
+        return {
+            job: [
+                (row.sequence, row.event)
+                for row in _entries_after(connection, job=job, after=after)
+            ]
+        }
+    found: dict[str, list[tuple[int, bytes]]] = {job: [] for job in wanted}
+    rows = connection.execute(
+        _ENTRIES_OF_JOBS, {"jobs": sorted(wanted), "after": min(wanted.values())}
+    )
+    for row in rows:
+        if row.sequence > wanted[row.job]:
+            found[row.job].append((row.sequence, row.event))
+    return found
+
+
+class EntryReads:
+    """Watches' reads of their jobs' new entries: those asked in the same turn
+    of the event loop go as one query."""
+
+    def __init__(self, database: Database) -> None:
+        self._db = database
+        self._wanted: dict[str, list[tuple[int, asyncio.Future[list[tuple[int, bytes]]]]]] = {}
+
+    async def after(self, job: str, after: int) -> list[tuple[int, bytes]]:
+        """``job``'s entries past sequence ``after``, in order."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[list[tuple[int, bytes]]] = loop.create_future()
+        if not self._wanted:
+            loop.call_soon(self._read_all)
+        self._wanted.setdefault(job, []).append((after, waiter))
+        return await waiter
+
+    def _read_all(self) -> None:
+        wanted, self._wanted = self._wanted, {}
+        task = asyncio.ensure_future(self._read(wanted))
+        task.add_done_callback(lambda done: done.exception() if not done.cancelled() else None)
+
+    async def _read(
+        self, wanted: dict[str, list[tuple[int, asyncio.Future[list[tuple[int, bytes]]]]]]
+    ) -> None:
+        lowest = {job: min(after for after, _waiter in asks) for job, asks in wanted.items()}
+        try:
+            found = await self._db.read(partial(_entries_of, wanted=lowest))
+        except Exception as error:  # noqa: BLE001 - each watch sees its read fail
+            for asks in wanted.values():
+                for _after, waiter in asks:
+                    if not waiter.done():
+                        waiter.set_exception(error)
+            return
+        for job, asks in wanted.items():
+            for after, waiter in asks:
+                if not waiter.done():
+                    waiter.set_result([entry for entry in found[job] if entry[0] > after])
 
 
 def _heads(connection: Connection, *, jobs: list[str]) -> dict[str, int]:
@@ -84,6 +160,7 @@ class JobWatches:
 
     def __init__(self, database: Database, settings: WatchSettings | None = None) -> None:
         self._db = database
+        self._reads = EntryReads(database)
         self._settings = settings or WatchSettings()
         self._watchers: dict[str, set[_Watcher]] = defaultdict(set)
         self._open = 0
@@ -138,7 +215,7 @@ class JobWatches:
             facts: JobFacts | None = None
             while True:
                 watcher.woken.clear()  # before the read: a notice during it is kept
-                rows = await self._db.read(partial(_entries_after, job=job, after=watcher.position))
+                rows = await self._reads.after(job, watcher.position)
                 for sequence, data in rows:
                     watcher.position = sequence
                     event = queue_pb2.TransitionEvent.FromString(data)
