@@ -21,6 +21,7 @@ from quire.diagnosticsservice import SERVICE_NAME as DIAGNOSTICS_SERVICE
 from quire.diagnosticsservice import DiagnosticsServicer, with_diagnostics
 from quire.diagnosticstore import DiagnosticsStore, DiagnosticTables
 from quire.environment import setting_float
+from quire.groupcommit import GroupCommit, Writes
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.leases import LeaseStore
@@ -134,7 +135,7 @@ async def run_stage_service(
     config: StageConfig,
     spec: StageService,
     *,
-    build: Callable[[Database, BlobStore, JobGate, Publisher], tuple[StageWork, Registrar]],
+    build: Callable[[Database, BlobStore, JobGate, Publisher, Writes], tuple[StageWork, Registrar]],
     sandbox: SandboxPool,
     peers: Peers,
     metrics: ServiceMetrics | None = None,
@@ -175,7 +176,10 @@ async def run_stage_service(
         await word.start()
         confirmations = metrics.counter("quire_authority_confirmations_total")
     publisher = Publisher(js, signer=wire.signer)
-    work, register = build(database, blobs, gate, publisher)
+    # One group commit for the stage's per-job writes (leases, outcomes, and
+    # whatever its work records on the way), so a busy stage shares commits.
+    writes = GroupCommit(database, name="leases")
+    work, register = build(database, blobs, gate, publisher, writes)
     # The stage's metadata declares the diagnostics tables (``diagnostic_tables``).
     diagnostics = DiagnosticsStore(
         database,
@@ -197,7 +201,7 @@ async def run_stage_service(
     runner = StageRunner(
         stage=spec.stage,
         work=work,
-        leases=LeaseStore(database, spec.leases),
+        leases=LeaseStore(database, spec.leases, writes=writes),
         publisher=publisher,
         events=EventFactory(settings.service, settings.instance, settings.build_version),
         queue=settings.queue,

@@ -12,6 +12,7 @@ from quire.assembler.v1 import assembler_service_pb2_grpc as pb_grpc
 from quire.assembler.work import AssemblerWork
 from quire.blobstore import BlobStore
 from quire.database import Database
+from quire.groupcommit import Writes
 from quire.jobgate import JobGate
 from quire.peers import Peers
 from quire.pipeline import stage
@@ -30,7 +31,11 @@ async def main() -> None:
     )
 
     def build(
-        database: Database, blobs: BlobStore, _gate: JobGate, _publisher: Publisher
+        database: Database,
+        blobs: BlobStore,
+        _gate: JobGate,
+        _publisher: Publisher,
+        _writes: Writes,
     ) -> tuple[AssemblerWork, Registrar]:
         def register(server: grpc.aio.Server) -> None:
             pb_grpc.add_AssemblerServiceServicer_to_server(AssemblerServicer(database), server)

@@ -8,6 +8,7 @@ import grpc
 
 from quire.blobstore import BlobStore
 from quire.database import Database
+from quire.groupcommit import Writes
 from quire.jobgate import JobGate
 from quire.metrics import ServiceMetrics
 from quire.paging import PageTokens
@@ -42,7 +43,11 @@ async def main() -> None:
     )
 
     def build(
-        database: Database, blobs: BlobStore, gate: JobGate, _publisher: Publisher
+        database: Database,
+        blobs: BlobStore,
+        gate: JobGate,
+        _publisher: Publisher,
+        writes: Writes,
     ) -> tuple[SignerWork, Registrar]:
         keys = KeyStore(database, config.keys)
         active = keys.ensure_active_key()
@@ -59,6 +64,7 @@ async def main() -> None:
 
         work = SignerWork(
             database=database,
+            writes=writes,
             blobs=blobs,
             keys=keys,
             sandbox=pool,

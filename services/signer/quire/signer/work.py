@@ -21,6 +21,7 @@ from quire.blobstore import BlobStore, signed_key, storage_error
 from quire.database import Database
 from quire.errors import JobCancelled, PermanentError, TransientError
 from quire.faults import fault_point
+from quire.groupcommit import Writes
 from quire.jobgate import CANCELLED, JobGate
 from quire.leases import Lease
 from quire.memoryfiles import InMemory, MemoryOutput
@@ -48,7 +49,11 @@ class SignerWork:
         gate: JobGate | None = None,
         tsa_url: str | None = None,
         signatures: Counter | None = None,
+        writes: Writes | None = None,
     ) -> None:
+        """``writes``: where the signing intent is recorded (the stage's group
+        commit, shared with its leases; default: a transaction of its own)."""
+        self._writes: Writes = writes or database
         self._signatures = signatures
         """``quire_signatures_total``: packets this process signed, by key version."""
         self._db = database
@@ -63,7 +68,7 @@ class SignerWork:
             raise JobCancelled()
         key = await self._keys.active()
         blob_key = signed_key(task.tenant, task.job)
-        await self._db.run(
+        await self._writes.run(
             lambda s: _record_intent(s, task.job, key.version, blob_key, lease.token)
         )
         if await asyncio.to_thread(self._blobs.exists, blob_key):

@@ -6,6 +6,7 @@ import grpc
 
 from quire.blobstore import BlobStore
 from quire.database import Database
+from quire.groupcommit import Writes
 from quire.jobgate import JobGate
 from quire.metrics import ServiceMetrics
 from quire.paging import PageTokens
@@ -70,7 +71,11 @@ async def main() -> None:
     )
 
     def build(
-        database: Database, blobs: BlobStore, gate: JobGate, publisher: Publisher
+        database: Database,
+        blobs: BlobStore,
+        gate: JobGate,
+        publisher: Publisher,
+        _writes: Writes,
     ) -> tuple[ValidatorWork, Registrar]:
         book = RulesetBook(database)
         book.install(load_directory(config.rulesets_dir))
