@@ -279,7 +279,8 @@ class SealedBlobStore:
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
 
     def promote_sealed(self, temp: Path, key: str, *, exclusive: bool = False) -> bool:
-        """Promote a finished sealed temporary file; it is gone afterwards."""
+        """Promote a finished sealed temporary file (``BlobWriter.finish``
+        flushed and fsynced it); it is gone afterwards."""
         raise NotImplementedError
 
     def open_sealed(self, key: str) -> AbstractContextManager[BinaryIO]:

@@ -70,10 +70,10 @@ class LocalBlobStore(SealedBlobStore):
             yield handle
 
     def promote_sealed(self, temp: Path, key: str, *, exclusive: bool = False) -> bool:
+        # Its bytes are on disk already: the writer's ``finish`` fsynced the
+        # file before this is called; the rename is made durable below.
         try:
             with StorageWrite("blob not promoted"):
-                with open(temp, "rb") as handle:
-                    os.fsync(handle.fileno())
                 return self._promote(temp, key, exclusive=exclusive)
         finally:
             with contextlib.suppress(OSError):

@@ -71,12 +71,18 @@ class Dispatcher:
         """
         task = queue_pb2.JobTask.FromString(task_bytes)
         accepted = queue_pb2.TransitionEvent.FromString(event_bytes)
-        # The event first: the ledger records ACCEPTED before any stage's step.
-        await self._publisher.publish(event_subject("admission"), accepted, accepted.event_id)
-        await self._publisher.publish(
-            task_subject(FIRST, task),
-            task,
-            task_message_id(task.job, FIRST, task.generation),
+        # Both at once, the event's publish begun first. Should a stage's
+        # step still reach audit before ACCEPTED, audit holds it until
+        # ACCEPTED is recorded (``quire.audit.succession``); both are
+        # acknowledged before the caller hears of the job, so nothing the
+        # caller does next comes first.
+        await asyncio.gather(
+            self._publisher.publish(event_subject("admission"), accepted, accepted.event_id),
+            self._publisher.publish(
+                task_subject(FIRST, task),
+                task,
+                task_message_id(task.job, FIRST, task.generation),
+            ),
         )
         fault_point("admission.after_publish")
         self._published.add(task.job)
