@@ -31,11 +31,21 @@ class _FailingSandbox:
         raise OSError(self._code, "simulated")
 
 
+class _Recorded:
+    """A connection on which the job's signing intent is already recorded."""
+
+    def execute(self, _statement: Any) -> Any:
+        return self
+
+    def first(self) -> object:
+        return object()
+
+
 class _NoDatabase:
     """The signing intent is recorded elsewhere; nothing to keep here."""
 
-    async def run(self, _write: Any) -> None:
-        return None
+    async def run(self, work: Any) -> Any:
+        return work(_Recorded())
 
 
 class _OneKey:
@@ -43,6 +53,9 @@ class _OneKey:
         self._key = key
 
     async def active(self) -> SigningKey:
+        return self._key
+
+    def active_in(self, _connection: Any) -> SigningKey:
         return self._key
 
     def material(self, key: SigningKey) -> SigningMaterial:

@@ -310,7 +310,11 @@ class KeyStore:
         return None if row is None else _to_key(row)
 
     async def active(self) -> SigningKey:
-        key = await self._db.read(self._active)
+        return await self._db.read(self.active_in)
+
+    def active_in(self, connection: Connection) -> SigningKey:
+        """The active key, read in the caller's transaction."""
+        key = self._active(connection)
         if key is None:
             raise LookupError("no active signing key")
         return key

@@ -66,11 +66,15 @@ class SignerWork:
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult:
         if self._gate is not None and await self._gate.claim_signing(task.job) == CANCELLED:
             raise JobCancelled()
-        key = await self._keys.active()
         blob_key = signed_key(task.tenant, task.job)
-        await self._writes.run(
-            lambda s: _record_intent(s, task.job, key.version, blob_key, lease.token)
-        )
+
+        def intend(connection: Connection) -> SigningKey:
+            """The key to sign with, read where the intent to sign is recorded."""
+            key = self._keys.active_in(connection)
+            _record_intent(connection, task.job, key.version, blob_key, lease.token)
+            return key
+
+        key = await self._writes.run(intend)
         if await asyncio.to_thread(self._blobs.exists, blob_key):
             signed, used = await self._reuse(blob_key)
         else:
