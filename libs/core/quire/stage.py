@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
@@ -623,24 +623,31 @@ class StageRunner:
         redrive: int = 0,
         stored: frozenset[str] = frozenset(),
     ) -> None:
-        """Publish what was committed, in order: the events (several as one
-        ``EventBatch`` message, in order, so the ledger keeps the job's order),
-        then the next task; a re-driven task (``redrive`` > 0) sends it all
-        again under fresh message ids, in case the first copies were lost.
+        """Publish what was committed: the events (several as one
+        ``EventBatch`` message, in order, so the ledger keeps the job's order)
+        and the next task, at once; a re-driven task (``redrive`` > 0) sends it
+        all again under fresh message ids, in case the first copies were lost.
         Events this delivery's announcement already stored (``stored``: the
         queue acknowledged them) are not sent twice; they come first in the
-        outcome, so the order holds."""
+        outcome, so the order holds. Should the next stage's step reach audit
+        before these events, audit holds it until they are recorded
+        (``quire.audit.succession``)."""
+        publishing: list[Awaitable[object]] = []
         pending = [event for event in outcome.events if event.event_id not in stored]
         if len(pending) == 1:
             (event,) = pending
-            await self._publisher.publish(
-                event_subject(self._service), event, redriven(event.event_id, redrive)
+            publishing.append(
+                self._publisher.publish(
+                    event_subject(self._service), event, redriven(event.event_id, redrive)
+                )
             )
         elif pending:
-            await self._publisher.publish(
-                event_batch_subject(self._service),
-                queue_pb2.EventBatch(events=pending),
-                redriven(batch_message_id(pending), redrive),
+            publishing.append(
+                self._publisher.publish(
+                    event_batch_subject(self._service),
+                    queue_pb2.EventBatch(events=pending),
+                    redriven(batch_message_id(pending), redrive),
+                )
             )
         if outcome.HasField("next_task"):
             stage = outcome.next_subject.split(".")[2]
@@ -648,7 +655,8 @@ class StageRunner:
             task.CopyFrom(outcome.next_task)
             task.redrive = max(task.redrive, redrive)
             msg_id = redriven(task_message_id(task.job, stage, task.generation), task.redrive)
-            await self._publisher.publish(outcome.next_subject, task, msg_id)
+            publishing.append(self._publisher.publish(outcome.next_subject, task, msg_id))
+        await asyncio.gather(*publishing)
         if outcome.HasField("dead_letter"):
             letter = outcome.dead_letter
             await self._publisher.publish(
