@@ -14,7 +14,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from quire.admission.v1 import admission_service_pb2 as pb
-from quire.client import AdmissionClient, PacketItem
+from quire.client import AdmissionClient, PacketItem, inline_source
 from quire.grpcstatus import reason_of
 from quire.jobs import state_name
 from quire.stack.supervisor import StackInfo
@@ -285,6 +285,48 @@ async def test_a_tenant_over_its_quota_is_told_to_retry_and_nothing_is_kept(
         assert state_name((await client.wait(job.name, timeout=60)).state) == "COMPLETED"
     third = await client.submit([PacketItem("doc", digests[2])])
     assert state_name((await client.wait(third.name, timeout=60)).state) == "COMPLETED"
+
+
+async def test_submissions_sharing_a_commit_are_each_decided_on_their_own(  # type: ignore[no-untyped-def]
+    stack, tenants, validate_queue, tmp_path: Path
+) -> None:
+    """Sent at once, submissions and their inline sources go to admission's
+    shared group commit together; those over the quota (refused inside the
+    group's transaction) fail alone: the others are accepted, every inline
+    source is kept, and every accepted job completes."""
+    quota = 3
+    client = await tenants("grouped", max_outstanding_jobs=quota)
+    sources = [
+        inline_source(
+            write_text_pdf(tmp_path / f"g{i}.pdf", [f"grouped {i} {uuid.uuid4().hex}"]).read_bytes()
+        )
+        for i in range(quota + 3)
+    ]
+    await validate_queue.pause()
+    try:
+        outcomes = await asyncio.gather(
+            *(client.submit([PacketItem("doc", s.header.sha256)], inline=[s]) for s in sources),
+            return_exceptions=True,
+        )
+    finally:
+        await validate_queue.resume()
+    accepted = [o for o in outcomes if not isinstance(o, BaseException)]
+    refused = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(accepted) == quota, outcomes
+    assert all(
+        isinstance(e, grpc.aio.AioRpcError)
+        and e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        and reason_of(e) == "TENANT_QUOTA_EXCEEDED"
+        for e in refused
+    ), refused
+    assert len((await client.list_jobs()).jobs) == quota
+    for job in accepted:
+        assert state_name((await client.wait(job.name, timeout=60)).state) == "COMPLETED"
+    # Each refused job's inline source was kept like an upload: named alone, it runs.
+    for source, outcome in zip(sources, outcomes, strict=True):
+        if isinstance(outcome, BaseException):
+            again = await client.submit([PacketItem("doc", source.header.sha256)])
+            assert state_name((await client.wait(again.name, timeout=60)).state) == "COMPLETED"
 
 
 async def test_a_backlogged_queue_sheds_new_work(  # type: ignore[no-untyped-def]
