@@ -202,6 +202,9 @@ class _Gate:
     async def wait_open(self) -> None:
         await self.opened.wait()
 
+    def is_open(self) -> bool:
+        return self.opened.is_set()
+
 
 async def test_a_worker_takes_nothing_while_its_pull_gate_is_closed(
     jetstream: JetStreamContext,
@@ -280,6 +283,9 @@ class _ClosingGate:
         self.calls += 1
         if self.calls > 1:
             await self.never.wait()
+
+    def is_open(self) -> bool:
+        return self.calls <= 1
 
 
 async def test_a_message_held_at_a_closed_gate_is_released_when_the_worker_drains(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 from nats.js import JetStreamContext
 
@@ -140,3 +141,52 @@ async def test_a_handler_that_steps_aside_lets_ordinary_work_through(
     assert finished[:3] == [b"0", b"1", b"2"], "ordinary work ran while the slow one waited"
     assert finished[3:] == [b"slow"]
     assert step_aside() is False, "outside a handler there is no slot to give back"
+
+
+async def test_waiting_messages_are_pulled_as_groups_each_handled_once_within_capacity(
+    jetstream: JetStreamContext,
+) -> None:
+    """Messages known to wait are taken several per pull request, never more
+    than the free slots; each is still its own delivery, handled once."""
+    nc = jetstream._nc  # noqa: SLF001 - the test's own connection, to count pull requests
+    consumer = consumer_name("assemble", "interactive")
+    pulls: list[int] = []
+
+    async def count(msg) -> None:  # type: ignore[no-untyped-def]
+        pulls.append(int(json.loads(msg.data or b"{}").get("batch", 1)))
+
+    await nc.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{WORK_STREAM}.{consumer}", cb=count)
+    running = peak = 0
+    done: list[bytes] = []
+
+    async def handler(msg) -> None:  # type: ignore[no-untyped-def]
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.05)
+        running -= 1
+        done.append(msg.data)
+        await msg.ack()
+
+    for index in range(40):
+        await jetstream.publish(work_subject("assemble", "interactive"), str(index).encode())
+    worker = WorkQueueWorker(
+        jetstream,
+        stream=WORK_STREAM,
+        consumers={consumer: 8},
+        handler=handler,
+        ack_wait_seconds=5,
+        fetch_timeout_seconds=0.5,
+    )
+    worker.start()
+    for _ in range(200):
+        if len(done) == 40:
+            break
+        await asyncio.sleep(0.05)
+    await worker.drain()
+    assert sorted(done, key=int) == [str(i).encode() for i in range(40)], "each once"
+    assert peak <= 8
+    assert max(pulls) > 1, "some pull asked for a group"
+    assert len(pulls) < 40, f"{len(pulls)} pull requests for 40 messages"
+    info = await jetstream.consumer_info(WORK_STREAM, consumer)
+    assert info.num_pending == 0 and info.num_ack_pending == 0

@@ -258,6 +258,10 @@ class TempBudget:
         reading = self._monitor.reading
         return reading is not None and reading.of(self._service) > self._budget
 
+    def is_open(self) -> bool:
+        """Whether this service may take new work now."""
+        return not self.over()
+
     async def wait_open(self) -> None:
         """Return once this service may take new work."""
         if not self.over():

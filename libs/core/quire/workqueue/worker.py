@@ -1,9 +1,11 @@
 """The pull loop shared by every stage: bounded concurrency, heartbeats, drain.
 
-The loop asks for one message per free slot (a pull request for a batch would
-leave a lingering request that can deliver more than there are slots), so no
-message waits unleased in a local buffer, and an idle worker blocks in a
-long-poll pull request rather than sleeping. While a handler runs, the
+An idle loop waits in a long-poll pull request for one message (a lingering
+request for a batch could deliver more than there are slots), so no message
+waits unleased in a local buffer. When a delivery says more messages wait
+behind it, the loop takes them as a group: one pull request for as many as
+wait and there are free slots, answered at once with what is there, each
+message still its own delivery, handled and settled on its own. While a handler runs, the
 message's lease is extended with ``in_progress()`` at a third of the ack wait.
 The handler owns the outcome (a ``Settlement``, applied by
 ``quire.workqueue.settle``); the loop only guarantees that a handler crash
@@ -47,6 +49,19 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[Msg], Awaitable[None]]
 ERROR_PAUSE_SECONDS = 0.5
+GROUP_FETCH_SECONDS = 0.1
+"""How long a pull for messages known to be waiting may take (another
+replica may have taken them meanwhile)."""
+MAX_GROUP = 16
+"""Messages one group pull asks for at most."""
+
+
+def _waiting_behind(message: Msg) -> int:
+    """How many messages the consumer held for delivery behind this one."""
+    try:
+        return int(message.metadata.num_pending or 0)
+    except Exception:  # noqa: BLE001 - not a JetStream delivery: nothing known
+        return 0
 
 
 class _Slot:
@@ -82,6 +97,9 @@ class PullGate(Protocol):
 
     async def wait_open(self) -> None:
         """Return once new work may be pulled; must be cheap when open."""
+
+    def is_open(self) -> bool:
+        """Whether new work may be pulled now (a group pull asks, never waits)."""
 
 
 class WorkQueueWorker:
@@ -186,9 +204,44 @@ class WorkQueueWorker:
                 slots.release()
                 await asyncio.sleep(ERROR_PAUSE_SECONDS)
                 continue
-            task = asyncio.create_task(self._run(message, slots))
-            self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
+            self._start(message, slots)
+            await self._pull_group(consumer, slots, subscription, _waiting_behind(message))
+
+    async def _pull_group(
+        self, consumer: str, slots: asyncio.Semaphore, subscription: Any, waiting: int
+    ) -> None:
+        """Take the ``waiting`` messages as groups: one pull for as many as
+        there are free slots, until none wait or no slot is free."""
+        while waiting > 0 and not self._stopping.is_set():
+            if self._pull_gate is not None and not self._pull_gate.is_open():
+                return
+            taken = 0
+            while taken < min(waiting, MAX_GROUP) and not slots.locked():
+                await slots.acquire()  # free: returns at once
+                taken += 1
+            if taken == 0:
+                return  # every slot busy: the long poll takes the next one
+            try:
+                messages = await subscription.fetch(batch=taken, timeout=GROUP_FETCH_SECONDS)
+            except asyncio.CancelledError:
+                for _ in range(taken):
+                    slots.release()
+                raise
+            except Exception:  # noqa: BLE001 - none after all (another replica took them)
+                messages = []
+            for message in messages:
+                self._start(message, slots)
+            for _ in range(taken - len(messages)):
+                slots.release()
+            if not messages:
+                return
+            waiting = _waiting_behind(messages[-1])
+
+    def _start(self, message: Msg, slots: asyncio.Semaphore) -> None:
+        """Handle ``message`` in its own task, holding one of ``slots``."""
+        task = asyncio.create_task(self._run(message, slots))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
 
     async def _run(self, message: Msg, slots: asyncio.Semaphore) -> None:
         heartbeat = asyncio.create_task(self._heartbeat(message))
