@@ -17,20 +17,27 @@ from quire.workqueue import (
 )
 
 
-async def test_a_worker_never_runs_more_than_its_capacity(jetstream: JetStreamContext) -> None:
-    running = 0
-    peak = 0
-    done: list[bytes] = []
+class _Tracked:
+    """A handler that takes 50 ms a message, noting the most run at once."""
 
-    async def handler(msg) -> None:  # type: ignore[no-untyped-def]
-        nonlocal running, peak
-        running += 1
-        peak = max(peak, running)
+    def __init__(self) -> None:
+        self.running = 0
+        self.peak = 0
+        self.done: list[bytes] = []
+
+    async def handle(self, msg) -> None:  # type: ignore[no-untyped-def]
+        self.running += 1
+        self.peak = max(self.peak, self.running)
         await asyncio.sleep(0.05)
-        running -= 1
-        done.append(msg.data)
+        self.running -= 1
+        self.done.append(msg.data)
         await msg.ack()
 
+
+async def test_a_worker_never_runs_more_than_its_capacity(jetstream: JetStreamContext) -> None:
+    tracked = _Tracked()
+    done = tracked.done
+    handler = tracked.handle
     for index in range(12):
         await jetstream.publish(work_subject("validate", "interactive"), str(index).encode())
     worker = WorkQueueWorker(
@@ -48,7 +55,7 @@ async def test_a_worker_never_runs_more_than_its_capacity(jetstream: JetStreamCo
         await asyncio.sleep(0.05)
     await worker.drain()
     assert sorted(done, key=int) == [str(i).encode() for i in range(12)]
-    assert peak == 3
+    assert tracked.peak == 3
 
 
 async def test_heartbeats_keep_a_long_job_leased(jetstream: JetStreamContext) -> None:
@@ -156,18 +163,9 @@ async def test_waiting_messages_are_pulled_as_groups_each_handled_once_within_ca
         pulls.append(int(json.loads(msg.data or b"{}").get("batch", 1)))
 
     await nc.subscribe(f"$JS.API.CONSUMER.MSG.NEXT.{WORK_STREAM}.{consumer}", cb=count)
-    running = peak = 0
-    done: list[bytes] = []
-
-    async def handler(msg) -> None:  # type: ignore[no-untyped-def]
-        nonlocal running, peak
-        running += 1
-        peak = max(peak, running)
-        await asyncio.sleep(0.05)
-        running -= 1
-        done.append(msg.data)
-        await msg.ack()
-
+    tracked = _Tracked()
+    done = tracked.done
+    handler = tracked.handle
     for index in range(40):
         await jetstream.publish(work_subject("assemble", "interactive"), str(index).encode())
     worker = WorkQueueWorker(
@@ -185,7 +183,7 @@ async def test_waiting_messages_are_pulled_as_groups_each_handled_once_within_ca
         await asyncio.sleep(0.05)
     await worker.drain()
     assert sorted(done, key=int) == [str(i).encode() for i in range(40)], "each once"
-    assert peak <= 8
+    assert tracked.peak <= 8
     assert max(pulls) > 1, "some pull asked for a group"
     assert len(pulls) < 40, f"{len(pulls)} pull requests for 40 messages"
     info = await jetstream.consumer_info(WORK_STREAM, consumer)
