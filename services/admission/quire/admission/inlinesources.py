@@ -105,7 +105,7 @@ class InlineSources:
             for stored, key in kept:
                 remember(connection, tenant.id, stored, key)
 
-        await gate.writes.run(record)
+        await gate.database.run(record)
 
     def _known_or_within_quota(
         self, connection: Connection, tenant: str, sources: Sequence[pb.InlineSource]

@@ -58,7 +58,7 @@ from quire.errors import (
     QuireError,
     QuotaViolation,
 )
-from quire.groupcommit import GroupCommit, Writes
+from quire.groupcommit import GroupCommit
 from quire.idempotency import check_request_id
 from quire.jobs import job_name, manifest_digest, new_job_id, timestamp
 from quire.metrics import ServiceMetrics
@@ -202,7 +202,6 @@ class Intake:
         budgets: JobBudgets | None = None,
         rollouts: OpenRollouts | None = None,
         keys: DataKeys | None = None,
-        writes: Writes | None = None,
     ) -> None:
         """``keys``: the tenants' data keys, to refuse work for a shredded tenant."""
         self._budgets = budgets or JobBudgets()
@@ -214,7 +213,7 @@ class Intake:
         self._temp_space = temp_space
         self._keys = keys
         self._db = database
-        self._writes: Writes = writes or GroupCommit(database)
+        self._writes = GroupCommit(database)
         self._events = events
         self._settings = settings
         self._backlog = backlog

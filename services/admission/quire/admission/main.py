@@ -38,7 +38,6 @@ from quire.admission.watch import WatchRelay
 from quire.announcements import Announcer
 from quire.audit.v1 import audit_service_pb2_grpc
 from quire.database import Database
-from quire.groupcommit import GroupCommit
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.metrics import ServiceMetrics, transaction_counter
@@ -84,10 +83,7 @@ async def main() -> None:
     peers = Peers.load(settings)
     audit = audit_service_pb2_grpc.AuditServiceStub(peers.channel("audit"))
     validator_channel = peers.channel("validator")
-    # One group commit for the writes a busy admission makes one job at a time
-    # (a job's acceptance, its inline sources, its end), so they share commits.
-    writes = GroupCommit(database)
-    outstanding = OutstandingJobs(database, audit, writes=writes)
+    outstanding = OutstandingJobs(database, audit)
     pages = PageTokens.for_service(settings.identity)
     validator = validator_service_pb2_grpc.ValidatorServiceStub(validator_channel)
     views = JobViews(database, audit, outstanding, pages=pages, validator=validator)
@@ -104,7 +100,6 @@ async def main() -> None:
         metrics=metrics,
         budgets=config.budgets,
         keys=blobs.keys,
-        writes=writes,
     )
     notify_secrets = NotificationSecrets(blobs.keys)
     notifier = Notifier(
@@ -138,7 +133,6 @@ async def main() -> None:
             ledger=UploadLedger(admission),
             temp_space=temp_guard,
             metrics=metrics,
-            writes=writes,
         ),
         intake=intake,
         dispatcher=dispatcher,

@@ -15,7 +15,6 @@ from quire.admission import tables
 from quire.admission.auditjobs import ask_audit
 from quire.audit.v1 import audit_service_pb2_grpc
 from quire.database import Database
-from quire.groupcommit import Writes
 from quire.jobs import TERMINAL_STATES, state_name
 
 __all__ = ["OutstandingJobs", "count_outstanding"]
@@ -36,24 +35,15 @@ def count_outstanding(connection: Connection, tenant: str) -> int:
 
 
 class OutstandingJobs:
-    def __init__(
-        self,
-        database: Database,
-        audit: audit_service_pb2_grpc.AuditServiceStub,
-        *,
-        writes: Writes | None = None,
-    ) -> None:
-        """``writes``: where ends are marked (the service's group commit, so
-        that the many single-job marks of a busy process share commits)."""
+    def __init__(self, database: Database, audit: audit_service_pb2_grpc.AuditServiceStub) -> None:
         self._db = database
         self._audit = audit
-        self._writes: Writes = writes or database
 
     async def mark_finished(self, names: list[str]) -> None:
         if not names:
             return
         now = datetime.now(UTC)
-        await self._writes.run(
+        await self._db.run(
             lambda s: s.execute(
                 update(tables.jobs)
                 .where(tables.jobs.c.job.in_(names), tables.jobs.c.finished_at.is_(None))

@@ -39,7 +39,6 @@ from quire.blobstore import BlobStore, source_key
 from quire.database import Database, insert_if_absent
 from quire.declarations import check_declared_digest, check_declared_size
 from quire.errors import FieldViolation, InvalidInput, QuireError
-from quire.groupcommit import Writes
 from quire.metrics import ServiceMetrics
 from quire.reasons import ReasonCode
 from quire.settings import AdmissionSettings
@@ -100,13 +99,9 @@ class UploadGate:
         ledger: UploadLedger,
         temp_space: TempSpaceGuard | None = None,
         metrics: ServiceMetrics | None = None,
-        writes: Writes | None = None,
     ) -> None:
-        """``writes``: where a kept source is recorded (the service's group
-        commit, shared with other writes; default: a transaction of its own)."""
         self._refused = metrics.counter("quire_uploads_refused_total") if metrics else None
         self._db = database
-        self._writes: Writes = writes or database
         self._blobs = blobs
         self._settings = settings
         self._ledger = ledger
@@ -125,11 +120,6 @@ class UploadGate:
     @property
     def blobs(self) -> BlobStore:
         return self._blobs
-
-    @property
-    def writes(self) -> Writes:
-        """Where kept sources are recorded."""
-        return self._writes
 
     @property
     def database(self) -> Database:
@@ -230,7 +220,7 @@ class UploadGate:
             key = source_key(tenant, header.sha256)
             await asyncio.to_thread(writer.promote, key)
         stored = StoredSource(header.sha256, header.size_bytes, header.content_type)
-        await self._writes.run(lambda s: remember(s, tenant, stored, key))
+        await self._db.run(lambda s: remember(s, tenant, stored, key))
         return stored
 
 
