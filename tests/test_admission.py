@@ -290,10 +290,10 @@ async def test_a_tenant_over_its_quota_is_told_to_retry_and_nothing_is_kept(
 async def test_submissions_sharing_a_commit_are_each_decided_on_their_own(  # type: ignore[no-untyped-def]
     stack, tenants, validate_queue, tmp_path: Path
 ) -> None:
-    """Sent at once, submissions and their inline sources go to admission's
-    shared group commit together; those over the quota (refused inside the
-    group's transaction) fail alone: the others are accepted, every inline
-    source is kept, and every accepted job completes."""
+    """Sent at once, submissions go to admission's intake group commit
+    together; those over the quota (refused inside the group's transaction)
+    fail alone: the others are accepted, every inline source is kept, and
+    every accepted job completes."""
     quota = 3
     client = await tenants("grouped", max_outstanding_jobs=quota)
     sources = [
