@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -357,3 +358,25 @@ async def test_watches_woken_together_read_together_and_each_sees_only_its_job(
             await stream.aclose()
     finally:
         counted.close()
+
+
+def _finished_at(stack: Stack, job: str) -> object:
+    path = Path(stack.data_dir) / "admission" / "admission.db"
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        row = db.execute("SELECT finished_at FROM jobs WHERE job = ?", (job,)).fetchone()
+    return None if row is None else row[0]
+
+
+@pytest.mark.stack
+async def test_an_end_a_watch_relayed_is_marked_with_the_next_flush(
+    stack: Stack, client: AdmissionClient, tmp_path: Path
+) -> None:
+    """Admission marks relayed ends together, twice a second: the tenant's
+    outstanding count drops without a status read or a call to audit."""
+    name = await _one_page_job(client, tmp_path, "ended")
+    changes = [change async for change in client.watch_changes(name, timeout=60)]
+    assert state_name(changes[-1].job.state) == "COMPLETED"
+    deadline = time.monotonic() + 5
+    while _finished_at(stack, name) is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert _finished_at(stack, name) is not None

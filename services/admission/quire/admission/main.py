@@ -181,6 +181,7 @@ async def main() -> None:
         sweeper.append(asyncio.create_task(reconciler.run_forever()))
         sweeper.append(asyncio.create_task(notifier.run_forever()))
         sweeper.append(asyncio.create_task(ends.run_forever()))
+        sweeper.append(asyncio.create_task(outstanding.flush_forever()))
         sweeper.append(asyncio.create_task(batch_dispatcher.run_forever()))
         sweeper.append(asyncio.create_task(rollout_sync.run_forever()))
         sweeper.append(asyncio.create_task(UsageRecount(database).run_forever()))

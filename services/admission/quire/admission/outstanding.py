@@ -3,10 +3,14 @@
 Admission knows every job it accepted; audit knows which have ended. Jobs are
 marked finished here when audit reports them terminal: on status reads, and in
 a batch when a tenant reaches its quota, so the common path costs no call.
+The ends a watch relays are marked together, twice a second (``ended``): a
+mark that comes late only makes a tenant at its quota ask audit first.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from datetime import UTC, datetime
 
 from sqlalchemy import Connection, bindparam, func, select, update
@@ -19,7 +23,11 @@ from quire.jobs import TERMINAL_STATES, state_name
 
 __all__ = ["OutstandingJobs", "count_outstanding"]
 
+log = logging.getLogger(__name__)
+
 REFRESH_BATCH = 1000
+FLUSH_SECONDS = 0.5
+"""How often the ends a watch relayed are marked, together."""
 
 
 _OUTSTANDING = (
@@ -38,6 +46,27 @@ class OutstandingJobs:
     def __init__(self, database: Database, audit: audit_service_pb2_grpc.AuditServiceStub) -> None:
         self._db = database
         self._audit = audit
+        self._ended: set[str] = set()
+
+    def ended(self, name: str) -> None:
+        """``name`` ended (a watch relayed it): marked with the next flush."""
+        self._ended.add(name)
+
+    async def flush(self) -> int:
+        """Mark the relayed ends so far, in one transaction; how many."""
+        names, self._ended = sorted(self._ended), set()
+        await self.mark_finished(names)
+        return len(names)
+
+    async def flush_forever(self, interval: float = FLUSH_SECONDS) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.flush()
+            except Exception as error:  # noqa: BLE001 - the quota path asks audit anyway
+                log.warning(
+                    "ends not marked (%s); a tenant at its quota asks audit", type(error).__name__
+                )
 
     async def mark_finished(self, names: list[str]) -> None:
         if not names:

@@ -14,7 +14,6 @@ tenant may hold only its share of them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
 
@@ -110,8 +109,7 @@ class WatchRelay:
                     return
                 assert isinstance(change, audit_service_pb2.WatchJobResponse)
                 if state_name(change.job.state) in TERMINAL_STATES:
-                    with contextlib.suppress(Exception):
-                        await self._outstanding.mark_finished([change.job.name])
+                    self._outstanding.ended(change.job.name)
                 yield change
         finally:
             self._open -= 1
