@@ -25,7 +25,7 @@ from quire.admission.outstanding import count_outstanding
 from quire.admission.reconciler import _unfinished
 from quire.admission.storagepolicy import forget_source, stored_bytes, summed_bytes
 from quire.admission.storageusage import UsageRecount
-from quire.admission.uploads import StoredSource, remember
+from quire.admission.uploads import StoredSource, remember, remember_all
 from quire.database import Database
 from quire.migrations import _config
 from quire.schema import upgrade_schema
@@ -69,6 +69,23 @@ def test_sources_added_and_forgotten_move_the_count_once_each(tmp_path: Path) ->
     assert not database.transaction(lambda s: forget_source(s, "t1", "a" * 64))
     assert _both(database, "t1") == (30, 30)
     assert _both(database, "t2") == (7, 7)
+
+
+def test_sources_remembered_together_count_only_those_new_to_the_tenant(
+    tmp_path: Path,
+) -> None:
+    """An inline packet's sources are recorded in one statement; bytes another
+    request recorded first are not counted again."""
+    database = _database(tmp_path)
+    _keep(database, "t1", "a", 100)
+    kept = [
+        (StoredSource(sha * 64, size, "application/pdf"), f"sources/t1/{sha}")
+        for sha, size in (("a", 100), ("b", 30), ("c", 5))
+    ]
+    database.transaction(lambda s: remember_all(s, "t1", kept))
+    assert _both(database, "t1") == (135, 135)
+    database.transaction(lambda s: remember_all(s, "t1", kept))  # all known: nothing moves
+    assert _both(database, "t1") == (135, 135)
 
 
 def test_the_recount_corrects_what_a_previous_release_added_uncounted(tmp_path: Path) -> None:

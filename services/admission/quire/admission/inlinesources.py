@@ -29,9 +29,9 @@ from quire.admission.uploads import (
     StoredSource,
     UploadGate,
     check_header,
-    known_source,
+    known_sources,
     recorded_as_stored,
-    remember,
+    remember_all,
 )
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.blobstore import BlobWriter, source_key
@@ -101,16 +101,13 @@ class InlineSources:
             for i, key in zip(new, keys, strict=True)
         ]
 
-        def record(connection: Connection) -> None:
-            for stored, key in kept:
-                remember(connection, tenant.id, stored, key)
-
-        await gate.database.run(record)
+        await gate.database.run(lambda connection: remember_all(connection, tenant.id, kept))
 
     def _known_or_within_quota(
         self, connection: Connection, tenant: str, sources: Sequence[pb.InlineSource]
     ) -> list[StoredSource | None]:
-        known = [known_source(connection, tenant, s.header.sha256) for s in sources]
+        stored = known_sources(connection, tenant, [s.header.sha256 for s in sources])
+        known = [stored.get(s.header.sha256) for s in sources]
         adding = sum(s.header.size_bytes for s, k in zip(sources, known, strict=True) if k is None)
         if adding:
             check_quota(connection, tenant, adding, self._gate.settings.storage_quota_bytes)

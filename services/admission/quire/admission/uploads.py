@@ -36,7 +36,7 @@ from quire.admission.uploadlimits import UploadLedger
 from quire.admission.uploadpace import PacedRequests, hear_out
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.blobstore import BlobStore, source_key
-from quire.database import Database, insert_if_absent
+from quire.database import Database, insert_each_if_absent
 from quire.declarations import check_declared_digest, check_declared_size
 from quire.errors import FieldViolation, InvalidInput, QuireError
 from quire.metrics import ServiceMetrics
@@ -239,9 +239,23 @@ _SOURCE = select(tables.sources).where(
 """Built once: every upload looks."""
 
 
+_SOURCES = select(tables.sources).where(
+    tables.sources.c.tenant == bindparam("tenant"),
+    tables.sources.c.sha256.in_(bindparam("digests", expanding=True)),
+)
+
+
 def known_source(connection: Connection, tenant: str, sha256: str) -> StoredSource | None:
     row = connection.execute(_SOURCE, {"tenant": tenant, "sha256": sha256}).first()
     return None if row is None else StoredSource(row.sha256, row.size_bytes, row.content_type)
+
+
+def known_sources(
+    connection: Connection, tenant: str, digests: list[str]
+) -> dict[str, StoredSource]:
+    """``known_source`` for several digests, in one statement."""
+    rows = connection.execute(_SOURCES, {"tenant": tenant, "digests": digests})
+    return {row.sha256: StoredSource(row.sha256, row.size_bytes, row.content_type) for row in rows}
 
 
 def _known_or_within_quota(
@@ -271,17 +285,33 @@ def recorded_as_stored(known: StoredSource, header: pb.SourceHeader) -> StoredSo
 def remember(connection: Connection, tenant: str, source: StoredSource, key: str) -> None:
     """Record the stored upload, and count its bytes against the tenant's
     quota unless another upload of the same bytes recorded them first."""
-    added = insert_if_absent(
+    remember_all(connection, tenant, [(source, key)])
+
+
+def remember_all(connection: Connection, tenant: str, kept: list[tuple[StoredSource, str]]) -> None:
+    """``remember`` for each stored source (each under its own digest), in
+    three statements: the rows, then one move of the tenant's stored bytes by
+    what the rows recorded first."""
+    now = datetime.now(UTC)
+    added = insert_each_if_absent(
         connection,
         tables.sources,
-        {
-            "tenant": tenant,
-            "sha256": source.sha256,
-            "size_bytes": source.size_bytes,
-            "content_type": source.content_type,
-            "blob_key": key,
-            "created_at": datetime.now(UTC),
-        },
+        [
+            {
+                "tenant": tenant,
+                "sha256": source.sha256,
+                "size_bytes": source.size_bytes,
+                "content_type": source.content_type,
+                "blob_key": key,
+                "created_at": now,
+            }
+            for source, key in kept
+        ],
+        "sha256",
     )
     if added:
-        count_stored(connection, tenant, source.size_bytes)
+        count_stored(
+            connection,
+            tenant,
+            sum(source.size_bytes for source, _key in kept if source.sha256 in added),
+        )

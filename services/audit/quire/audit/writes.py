@@ -43,10 +43,14 @@ Write = ledger.Arrival | _Work
 
 
 def _together(connection: Connection, writes: list[Write]) -> list[Any]:
-    tenants = {w.event.tenant if isinstance(w, ledger.Arrival) else w.tenant for w in writes}
-    for tenant in sorted(tenants - {""}):
-        ledger.lock_head(connection, tenant)
     arrivals = [(n, w) for n, w in enumerate(writes) if isinstance(w, ledger.Arrival)]
+    tenants = {w.tenant for w in writes if isinstance(w, _Work)} - {""}
+    if not tenants <= {arrival.event.tenant for _n, arrival in arrivals}:
+        # record_many locks its events' heads in order itself; the other
+        # writes' heads are locked with them, in the same order, first.
+        tenants |= {arrival.event.tenant for _n, arrival in arrivals}
+        for tenant in sorted(tenants):
+            ledger.lock_head(connection, tenant)
     results: list[Any] = [None] * len(writes)
     if arrivals:
         outcomes = ledger.record_many(connection, [arrival for _n, arrival in arrivals])
