@@ -77,3 +77,44 @@ async def test_an_unparsable_or_unsigned_entry_counts_as_absent(
     await jetstream.publish(f"{prefix}.signer.s0", b"SIGNING|0|signer.Zm9yZ2Vk")
     assert await gate["validator"].claim_of(JOB) == ("", "")
     assert await gate["validator"].end(JOB, State.REJECTED, 0) == State.REJECTED
+
+
+async def test_a_cancel_that_lands_between_the_signers_reads_still_wins(
+    jetstream: JetStreamContext, direct: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After writing its claim the signer reads on only from where its first
+    read ended, up to its own entry: a cancel written in between is found
+    there, and wins."""
+    gate = _gates(jetstream, direct)
+    signer = gate["signer"]
+    record = signer._record  # noqa: SLF001 - the moment between read and write
+
+    async def cancel_first(job: str, state: str, generation: int):  # type: ignore[no-untyped-def]
+        assert await gate["admission"].cancel(job) == State.CANCELLED
+        return await record(job, state, generation)
+
+    monkeypatch.setattr(signer, "_record", cancel_first)
+    assert await signer.claim_signing(JOB) == State.CANCELLED
+    assert await gate["validator"].claim_of(JOB) == (State.CANCELLED, "admission")
+
+
+async def test_a_fresh_claim_reads_the_bucket_twice(
+    jetstream: JetStreamContext, direct: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once to find the generation (nothing there), once after writing (its
+    own entry, which ends the read); a redelivered claim reads it all."""
+    gate = _gates(jetstream, direct)
+    reads = 0
+    get_msg = jetstream.get_msg
+
+    async def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal reads
+        reads += 1
+        return await get_msg(*args, **kwargs)
+
+    monkeypatch.setattr(jetstream, "get_msg", counted)
+    assert await gate["signer"].claim_signing(JOB) == State.SIGNING
+    assert reads == 2
+    reads = 0
+    assert await gate["signer"].claim_signing(JOB) == State.SIGNING  # a redelivery
+    assert reads == 2 + 2  # the first read finds the entry; written already: all again

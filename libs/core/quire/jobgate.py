@@ -40,7 +40,7 @@ from nats.js import JetStreamContext, api
 
 from quire.jobs import job_id
 from quire.pipeline import State
-from quire.streamsafety import create_entry, create_only_stream
+from quire.streamsafety import create_entry_at, create_only_stream
 from quire.wire import SIGNATURE_HEADER, ForgedMessage, WireSigner, WireVerifier
 
 __all__ = [
@@ -140,13 +140,15 @@ class JobGate:
     def _signed(state: str, generation: int) -> bytes:
         return f"{state}{_SEPARATOR}{generation}".encode()
 
-    async def _record(self, job: str, state: str, generation: int) -> None:
-        """Write this service's entry; one already there (a redelivery, or a
-        forgery under this service's own login) is left as it is."""
+    async def _record(self, job: str, state: str, generation: int) -> _Entry | None:
+        """Write this service's entry, and return it; one already there (a
+        redelivery, or a forgery under this service's own login) is left as
+        it is, and None returned."""
         subject = self._subject(job, self._service, state, generation)
         signed = self._signed(state, generation)
         value = signed + f"{_SEPARATOR}{self._signer.header(subject, signed)}".encode()
-        await create_entry(self._js, subject, value)
+        sequence = await create_entry_at(self._js, subject, value)
+        return None if sequence is None else _Entry(sequence, self._service, state, generation)
 
     def _opened(self, subject: str, sequence: int, value: bytes) -> _Entry | None:
         """The entry at ``subject`` if its own service signed it, for its key."""
@@ -173,20 +175,29 @@ class JobGate:
 
     async def _entries(self, job: str) -> list[_Entry]:
         """The job's genuine entries, in stream order (one read of the leader each)."""
+        return (await self._read(job, 1, None))[0]
+
+    async def _read(self, job: str, sequence: int, mine: _Entry | None) -> tuple[list[_Entry], int]:
+        """The job's genuine entries from stream sequence ``sequence`` on, in
+        stream order, and the sequence to read on from; up to and including
+        ``mine`` (this service's own entry, just written: taken as it is) if
+        given, else to the end."""
         pattern = f"{_PREFIX}{job_id(job)}.>"
         found: list[_Entry] = []
-        sequence = 1
         while True:
             try:
                 msg = await self._js.get_msg(
                     _STREAM, seq=sequence, subject=pattern, next=True, direct=self._direct
                 )
             except nats.js.errors.NotFoundError:
-                return found
+                return found, sequence
+            sequence = (msg.seq or 0) + 1
+            if mine is not None and msg.seq == mine.sequence:
+                found.append(mine)
+                return found, sequence
             entry = self._opened(msg.subject or "", msg.seq or 0, msg.data or b"")
             if entry is not None:
                 found.append(entry)
-            sequence = (msg.seq or 0) + 1
 
     @staticmethod
     def _current(entries: list[_Entry]) -> int:
@@ -214,11 +225,21 @@ class JobGate:
     async def _claim(self, job: str, state: str, generation: int | None) -> str:
         """What the gate holds once this service's claim is recorded. Nothing
         genuine held means this service's own key holds a forgery (its login
-        was used without its identity key): the claim counts as made."""
+        was used without its identity key): the claim counts as made.
+
+        Once the claim is written, the entries are read on from where the
+        first read ended, only up to the claim itself: whatever the gate
+        holds is decided at or before it (``_held`` stops at the first entry
+        that decides, and the claim decides if nothing before it did)."""
+        entries, upto = await self._read(job, 1, None)
         if generation is None:
-            generation = self._current(await self._entries(job))
-        await self._record(job, state, generation)
-        return self._held(await self._entries(job), generation)[0] or state
+            generation = self._current(entries)
+        mine = await self._record(job, state, generation)
+        if mine is None:  # written before (a redelivery, or a forgery): read it all
+            entries = await self._entries(job)
+        else:
+            entries += (await self._read(job, upto, mine))[0]
+        return self._held(entries, generation)[0] or state
 
     async def claim_signing(self, job: str) -> str:
         """SIGNING if the signer may go ahead, CANCELLED if the client was first

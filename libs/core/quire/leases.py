@@ -14,9 +14,11 @@ fails is rolled back alone while the others commit.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import (
     Column,
@@ -32,7 +34,7 @@ from sqlalchemy import (
     update,
 )
 
-from quire.database import Database, insert_if_absent
+from quire.database import Database
 from quire.groupcommit import GroupCommit, Writes
 from quire.type import queue_pb2
 
@@ -78,14 +80,7 @@ class LeaseStore:
         self._writes: Writes = writes or GroupCommit(database, name="leases")
         self._table = table
         # Built once: building a statement per call costs more than running it.
-        self._next_token = (
-            update(table)
-            .where(table.c.job == bindparam("b_job"))
-            .values(
-                token=table.c.token + 1, updated_at=bindparam("b_now"), leased_at=bindparam("b_now")
-            )
-            .returning(table.c.token, table.c.outcome)
-        )
+        self._takes: dict[str, Any] = {}
         self._commit = (
             update(table)
             .where(
@@ -97,6 +92,31 @@ class LeaseStore:
             .returning(table.c.job)
         )
 
+    def _take(self, dialect: str) -> Any:
+        """The job's first token (1), or the next one: one upsert, built once
+        per dialect (SQLite and PostgreSQL spell it alike)."""
+        statement = self._takes.get(dialect)
+        if statement is None:
+            module = importlib.import_module(
+                "sqlalchemy.dialects.postgresql"
+                if dialect == "postgresql"
+                else "sqlalchemy.dialects.sqlite"
+            )
+            table = self._table
+            insert = module.insert(table).values(
+                {name: bindparam(name) for name in ("job", "token", "updated_at", "leased_at")}
+            )
+            statement = insert.on_conflict_do_update(
+                index_elements=[table.c.job],
+                set_={
+                    "token": table.c.token + 1,
+                    "updated_at": insert.excluded.updated_at,
+                    "leased_at": insert.excluded.leased_at,
+                },
+            ).returning(table.c.token, table.c.outcome)
+            self._takes[dialect] = statement
+        return statement
+
     async def acquire(self, job: str) -> Lease:
         """Take a new token for ``job``, superseding every earlier delivery."""
         return await self._writes.run(lambda s: self._acquire(s, job))
@@ -104,15 +124,10 @@ class LeaseStore:
     def _acquire(self, connection: Connection, job: str) -> Lease:
         # One atomic statement, so concurrent deliveries always get distinct tokens.
         now = datetime.now(UTC)
-        row = connection.execute(self._next_token, {"b_job": job, "b_now": now}).first()
-        if row is None:
-            if insert_if_absent(
-                connection,
-                self._table,
-                {"job": job, "token": 1, "updated_at": now, "leased_at": now},
-            ):
-                return Lease(job=job, token=1, committed=None)
-            return self._acquire(connection, job)  # another delivery inserted it first
+        row = connection.execute(
+            self._take(connection.dialect.name),
+            {"job": job, "token": 1, "updated_at": now, "leased_at": now},
+        ).one()
         committed = None
         if row.outcome is not None:
             committed = queue_pb2.StageOutcome.FromString(row.outcome)

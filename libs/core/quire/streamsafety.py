@@ -22,7 +22,7 @@ from typing import Any
 import nats.js.errors
 from nats.js import JetStreamContext, api
 
-__all__ = ["create_entry", "create_only_stream", "ensure_safe_stream"]
+__all__ = ["create_entry", "create_entry_at", "create_only_stream", "ensure_safe_stream"]
 
 _EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
 _TAKEN = frozenset({10071, 10077})
@@ -32,13 +32,19 @@ last sequence does not hold, or the per-subject limit refuses a second."""
 
 async def create_entry(js: JetStreamContext, subject: str, value: bytes) -> bool:
     """Store ``value`` as ``subject``'s first message; False when it has one."""
+    return await create_entry_at(js, subject, value) is not None
+
+
+async def create_entry_at(js: JetStreamContext, subject: str, value: bytes) -> int | None:
+    """``create_entry``: the stream sequence the entry was stored at, or
+    None when the subject has a message already."""
     try:
-        await js.publish(subject, value, headers={_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
+        ack = await js.publish(subject, value, headers={_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
     except nats.js.errors.APIError as error:
         if error.err_code in _TAKEN:
-            return False
+            return None
         raise
-    return True
+    return ack.seq
 
 
 def create_only_stream(

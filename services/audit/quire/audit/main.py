@@ -183,6 +183,7 @@ async def main() -> None:
 
     async def drain() -> None:
         await announcer.stop()
+        news.close()
         watches.close()
         for task in background:
             task.cancel()
