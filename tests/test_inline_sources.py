@@ -213,3 +213,21 @@ async def test_a_malformed_request_keeps_none_of_its_inline_sources(stack, tenan
     )
     assert not _kept(stack, source.header.sha256), "checked before anything was kept"
     await _no_job(client)
+
+
+async def test_inline_sources_of_a_refused_manifest_stay_the_tenants(
+    stack, tenants, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """Refused before the job's transaction (here: the manifest names a source
+    never uploaded), the packet's stored inline sources are recorded all the
+    same: a later manifest names them without sending them again."""
+    client = await tenants("inline-refused")
+    good = inline_source(write_text_pdf(tmp_path / "g.pdf", [uuid.uuid4().hex]).read_bytes())
+    missing = hashlib.sha256(uuid.uuid4().bytes).hexdigest()
+    items = [PacketItem("a", good.header.sha256), PacketItem("b", missing)]
+    await _refused(client.submit(items, inline=[good]), "INVALID_MANIFEST")
+    await _no_job(client)
+    later = await client.wait(
+        (await client.submit([PacketItem("a", good.header.sha256)])).name, timeout=60
+    )
+    assert state_name(later.state) == "COMPLETED"

@@ -1,5 +1,7 @@
-"""Intake on its own database: idempotency keys live for their window, and a
-tenant over quota gets a typed refusal with nothing written."""
+"""Intake on its own database: idempotency keys live for their window, a
+tenant over quota gets a typed refusal with nothing written, and a packet's
+inline sources are recorded in the job's own transaction, staying recorded
+when the job is refused there."""
 
 from __future__ import annotations
 
@@ -11,8 +13,11 @@ import pytest
 from sqlalchemy import func, select
 
 from quire.admission import tables
+from quire.admission.inlinesources import KeptSources
 from quire.admission.intake import Intake
+from quire.admission.storagepolicy import stored_bytes
 from quire.admission.tenants import Tenant
+from quire.admission.uploads import StoredSource
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database
 from quire.errors import Conflict, Overloaded
@@ -92,3 +97,36 @@ async def test_over_quota_writes_nothing(database: Database) -> None:
     assert refused.value.retry_after and refused.value.quota
     assert _count(database, tables.jobs) == 1
     assert _count(database, tables.idempotency_keys) == 1
+
+
+def _inline(database: Database, digest: str, size: int = 7) -> KeptSources:
+    stored = StoredSource(digest, size, "application/pdf")
+    return KeptSources("t1", [(stored, f"sources/t1/{digest}")], database)
+
+
+async def test_inline_sources_are_recorded_in_the_jobs_transaction(database: Database) -> None:
+    intake = Intake(database, EventFactory("admission", "t", "0"), AdmissionSettings())
+    kept = _inline(database, "c" * 64)
+    accepted = await intake.submit(TENANT, _request("inline", "c" * 64), kept)
+    assert kept.recorded
+    assert accepted.item_count == 1
+    assert _count(database, tables.sources) == len(DIGESTS) + 1
+    assert database.transaction(lambda s: stored_bytes(s, "t1")) == 7
+
+
+async def test_a_job_refused_in_its_transaction_leaves_its_inline_sources_recorded(
+    database: Database,
+) -> None:
+    intake = Intake(
+        database, EventFactory("admission", "t", "0"), AdmissionSettings(max_outstanding_jobs=1)
+    )
+    await intake.submit(TENANT, _request("one", DIGESTS[0]))
+    kept = _inline(database, "c" * 64)
+    with pytest.raises(Overloaded) as refused:
+        await intake.submit(TENANT, _request("two", "c" * 64), kept)
+    assert refused.value.reason == "TENANT_QUOTA_EXCEEDED"
+    assert kept.recorded, "the sources committed with the refusal"
+    assert _count(database, tables.jobs) == 1
+    assert _count(database, tables.idempotency_keys) == 1
+    assert _count(database, tables.sources) == len(DIGESTS) + 1
+    assert database.transaction(lambda s: stored_bytes(s, "t1")) == 7

@@ -6,11 +6,16 @@ ceiling and storage quota, content addressing; refusals carry the same
 reason codes and name the inline source (``inline_sources[i]...``). They
 are checked and kept together, in as few steps as the checks allow: one
 read for what the tenant already has and its quota, one thread hop that
-seals, writes and promotes the new blobs, one transaction that records
-them. Cheap refusals come first and keep nothing: the inline sources
-together within the limit, each named by a manifest item, none twice.
-Nothing is recorded until every source has passed; blobs written for a
-request that is then refused are discarded.
+seals, writes and promotes the new blobs. The new sources are then
+recorded in the job's own transaction (``KeptSources.record``, before the
+job's rows, which go in a savepoint of their own): a packet costs one
+commit, not two. A job refused in that transaction leaves its sources
+recorded, and one refused before it gets there has them recorded alone
+(``record_alone``), so stored bytes are never left unrecorded.
+Cheap refusals come first and keep nothing: the inline sources together
+within the limit, each named by a manifest item, none twice. Nothing is
+stored until every source has passed; blobs written for a request that is
+then refused are discarded.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
@@ -35,16 +40,44 @@ from quire.admission.uploads import (
 )
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.blobstore import BlobWriter, source_key
+from quire.database import Database
 from quire.errors import FieldViolation, InvalidInput, QuireError
 from quire.reasons import ReasonCode
 
-__all__ = ["InlineSources"]
+__all__ = ["InlineSources", "KeptSources"]
 
 
 @dataclass(frozen=True)
 class _New:
     index: int
     source: pb.InlineSource
+
+
+@dataclass
+class KeptSources:
+    """A request's new inline sources, stored as blobs and not yet recorded."""
+
+    tenant: str
+    sources: list[tuple[StoredSource, str]]
+    """Each source and its blob key."""
+    database: Database
+    recorded: bool = field(default=False)
+    """Set by whoever committed the transaction that recorded them."""
+
+    @property
+    def digests(self) -> frozenset[str]:
+        return frozenset(source.sha256 for source, _key in self.sources)
+
+    def record(self, connection: Connection) -> None:
+        """Record them in the caller's transaction (it marks them recorded once
+        that commits)."""
+        remember_all(connection, self.tenant, self.sources)
+
+    async def record_alone(self) -> None:
+        """Record them in a transaction of their own, unless that was done."""
+        if not self.recorded:
+            await self.database.run(self.record)
+            self.recorded = True
 
 
 class InlineSources:
@@ -54,18 +87,19 @@ class InlineSources:
         self._gate = gate
         self._limit = limit_bytes
 
-    async def keep(self, tenant: Tenant, request: pb.SubmitJobRequest) -> None:
+    async def keep(self, tenant: Tenant, request: pb.SubmitJobRequest) -> KeptSources | None:
         """Store every inline source of ``request`` under its digest, or raise
-        why not (an upload's reasons, or this module's)."""
+        why not (an upload's reasons, or this module's); the sources new to
+        the tenant, still to be recorded, or None when there are none."""
         if not request.inline_sources:
-            return
+            return None
         try:
-            await self._keep(tenant, request)
+            return await self._keep(tenant, request)
         except QuireError as refused:
             self._gate.count_refusal(refused)
             raise
 
-    async def _keep(self, tenant: Tenant, request: pb.SubmitJobRequest) -> None:
+    async def _keep(self, tenant: Tenant, request: pb.SubmitJobRequest) -> KeptSources | None:
         sources = list(request.inline_sources)
         self._check(request)
         gate = self._gate
@@ -88,7 +122,7 @@ class InlineSources:
                 with _about(index):
                     recorded_as_stored(stored, source.header)
             if not new:
-                return
+                return None
             slot.reserve(sum(item.source.header.size_bytes for item in new))
             keys = await asyncio.to_thread(self._write_all, tenant.id, new)
         kept = [
@@ -101,7 +135,7 @@ class InlineSources:
             for i, key in zip(new, keys, strict=True)
         ]
 
-        await gate.database.run(lambda connection: remember_all(connection, tenant.id, kept))
+        return KeptSources(tenant.id, kept, gate.database)
 
     def _known_or_within_quota(
         self, connection: Connection, tenant: str, sources: Sequence[pb.InlineSource]

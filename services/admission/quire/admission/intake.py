@@ -36,6 +36,7 @@ from sqlalchemy import Connection, bindparam, delete, select
 from quire.admission import tables
 from quire.admission.budgets import JobBudgets
 from quire.admission.catalog import RulesetCatalog, resolve_ruleset
+from quire.admission.inlinesources import KeptSources
 from quire.admission.manifests import (
     PRIORITIES,
     check_manifest,
@@ -219,10 +220,16 @@ class Intake:
         self._backlog = backlog
         self._outstanding = outstanding
 
-    async def submit(self, tenant: Tenant, request: pb.SubmitJobRequest) -> AcceptedJob:
-        """Accept the job (or return the one this request made before), or refuse."""
+    async def submit(
+        self, tenant: Tenant, request: pb.SubmitJobRequest, kept: KeptSources | None = None
+    ) -> AcceptedJob:
+        """Accept the job (or return the one this request made before), or refuse.
+        ``kept``: the request's inline sources, stored and still to be recorded:
+        they count as uploaded, and are recorded in the job's transaction (left
+        recorded should the job be refused there; the caller records them if
+        the refusal comes before)."""
         try:
-            accepted = await self._submit(tenant, request)
+            accepted = await self._submit(tenant, request, kept)
         except QuireError as refused:
             if self._refused is not None:
                 self._refused.labels(reason=refused.reason.value).inc()
@@ -258,7 +265,9 @@ class Intake:
                 ReasonCode.INVALID_MANIFEST, "bundle_id is invalid", tuple(bad_bundle)
             )
 
-    async def _submit(self, tenant: Tenant, request: pb.SubmitJobRequest) -> AcceptedJob:
+    async def _submit(
+        self, tenant: Tenant, request: pb.SubmitJobRequest, kept: KeptSources | None
+    ) -> AcceptedJob:
         self._check_fields(request)
         if self._keys is not None:
             await asyncio.to_thread(self._keys.check_takes_work, tenant.id)
@@ -276,8 +285,9 @@ class Intake:
                 return replay
             assert self._catalog is not None
             known = await self._catalog.keys()
+        coming = kept.digests if kept is not None else frozenset()
         replay = await self._db.read(
-            lambda s: self._replay_or_check(s, tenant.id, request, request_sha, known)
+            lambda s: self._replay_or_check(s, tenant.id, request, request_sha, known, coming)
         )
         if replay is not None:
             return replay
@@ -289,14 +299,15 @@ class Intake:
             self._temp_space.check()
         await self._shed_for_backlog(priority)
         quota = tenant.outstanding_quota(self._settings)
+        args = (tenant.id, request, request_sha, digest, priority, quota)
         try:
-            return await self._accept(tenant.id, request, request_sha, digest, priority, quota)
+            return await self._accept(*args, kept)
         except _OverQuota:
             if self._outstanding is None:
                 raise self._over_quota(quota) from None
         await self._outstanding.refresh(tenant.id, quota)  # some may have ended: ask audit
         try:
-            return await self._accept(tenant.id, request, request_sha, digest, priority, quota)
+            return await self._accept(*args, kept)
         except _OverQuota:
             raise self._over_quota(quota) from None
 
@@ -308,10 +319,28 @@ class Intake:
         digest: str,
         priority: str,
         quota: int,
+        kept: KeptSources | None,
     ) -> AcceptedJob:
-        return await self._writes.run(
-            lambda s: self._insert(s, tenant, request, request_sha, digest, priority, quota)
-        )
+        if kept is None or kept.recorded:
+            return await self._writes.run(
+                lambda s: self._insert(s, tenant, request, request_sha, digest, priority, quota)
+            )
+
+        def record_and_insert(connection: Connection) -> AcceptedJob | Exception:
+            kept.record(connection)
+            try:
+                with connection.begin_nested():  # a refused job leaves the sources recorded
+                    return self._insert(
+                        connection, tenant, request, request_sha, digest, priority, quota
+                    )
+            except Exception as refused:  # noqa: BLE001 - raised once the sources are committed
+                return refused
+
+        outcome = await self._writes.run(record_and_insert)
+        kept.recorded = True
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
 
     def _replay(
         self, connection: Connection, tenant: str, request: pb.SubmitJobRequest, request_sha: str
@@ -334,11 +363,13 @@ class Intake:
         request: pb.SubmitJobRequest,
         request_sha: str,
         rulesets: frozenset[str],
+        coming: frozenset[str] = frozenset(),
     ) -> AcceptedJob | None:
-        """A live key's job, or None once the request has passed every check."""
+        """A live key's job, or None once the request has passed every check;
+        ``coming``: digests of sources recorded with the job (inline)."""
         replay = self._replay(connection, tenant, request, request_sha)
         if replay is None:
-            self._check(connection, tenant, request, rulesets)
+            self._check(connection, tenant, request, rulesets, coming)
         return replay
 
     def _check(
@@ -347,8 +378,9 @@ class Intake:
         tenant: str,
         request: pb.SubmitJobRequest,
         rulesets: frozenset[str],
+        coming: frozenset[str] = frozenset(),
     ) -> None:
-        digests = sorted({item.sha256 for item in request.manifest.items if item.sha256})
+        digests = sorted({item.sha256 for item in request.manifest.items if item.sha256} - coming)
         rows = (
             connection.execute(_SOURCES, {"tenant": tenant, "digests": digests}).all()
             if digests
@@ -361,7 +393,7 @@ class Intake:
         )
         violations = check_manifest(
             request.manifest,
-            uploaded={row.sha256: True for row in rows},
+            uploaded={**{row.sha256: True for row in rows}, **dict.fromkeys(coming, True)},
             max_items=self._settings.max_manifest_items,
             rulesets=rulesets,
             systems=systems,

@@ -21,7 +21,7 @@ from quire.admission import tables
 from quire.admission.cancellation import Canceller
 from quire.admission.desks import BatchDesk, NotificationDesk
 from quire.admission.dispatch import Dispatcher
-from quire.admission.inlinesources import InlineSources
+from quire.admission.inlinesources import InlineSources, KeptSources
 from quire.admission.intake import Intake
 from quire.admission.jobviews import JobViews, accepted_view, with_intake
 from quire.admission.tenants import TenantDirectory
@@ -116,16 +116,23 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         self, request: pb.SubmitJobRequest, context: grpc.aio.ServicerContext
     ) -> job_pb2.Job:
         tenant = await self._tenants.authenticate(context)
+        kept = None
         if request.inline_sources:
             self._intake.check_fields(request)  # nothing is kept for a malformed request
             try:
-                await self._inline.keep(tenant, request)
+                kept = await self._inline.keep(tenant, request)
             except SystemFailure as error:
                 raise TransientError(
                     error.reason, "storage refuses writes; try again later"
                 ) from None
             request.ClearField("inline_sources")  # kept: the manifest names them by digest
-        accepted = await self._intake.submit(tenant, request)
+        try:
+            accepted = await self._intake.submit(tenant, request, kept)
+        finally:
+            if kept is not None and not kept.recorded:
+                # Refused before the job's transaction: the stored sources are
+                # the tenant's all the same (a later packet may name them).
+                await _record_alone(kept)
         fault_point("admission.after_commit")
         if not accepted.dispatched:
             # Before the reply, so that nothing the client does next (a cancel)
@@ -301,3 +308,10 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
     ) -> notification_pb2.ListNotificationAttemptsResponse:
         tenant = await self._tenants.authenticate(context)
         return await self._notification_desk().list_attempts(tenant, request)
+
+
+async def _record_alone(kept: KeptSources) -> None:
+    try:
+        await kept.record_alone()
+    except Exception as error:  # noqa: BLE001 - the refusal on its way out is the answer
+        log.warning("inline sources not recorded (%s)", type(error).__name__)
