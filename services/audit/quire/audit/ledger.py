@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, bindparam, null, select, union_all, update
 
 from quire.audit import tables
 from quire.audit.jobview import COMPARED, JobFacts, apply, is_retirement
@@ -56,6 +56,14 @@ _KNOWN_IDS = select(tables.ledger.c.event_id).where(
 _KNOWN_REFUSED = select(tables.refused_events.c.event_id, tables.refused_events.c.event).where(
     tables.refused_events.c.event_id.in_(bindparam("ids", expanding=True))
 )
+_KNOWN_EITHER = union_all(
+    select(tables.ledger.c.event_id, null().label("event")).where(
+        tables.ledger.c.event_id.in_(bindparam("ids", expanding=True))
+    ),
+    _KNOWN_REFUSED,
+)
+"""Both look-ups in one statement: a ledger row has no ``event`` here, a
+finding has its refused event."""
 _MOVE_HEAD = (
     update(tables.chain_heads)
     .where(tables.chain_heads.c.tenant == bindparam("b_tenant"))
@@ -146,14 +154,18 @@ def record_many(connection: Connection, arrivals: list[Arrival]) -> list[Outcome
         for head in (_locked_head(connection, tenant),)
     }
     ids = sorted({a.event.event_id for a in arrivals})
-    known = set(connection.execute(_KNOWN_IDS, {"ids": ids}).scalars())
     # A finding delivered again is the same finding; another event under its id
     # (the genuine step a forger tried to take first) is judged on its own.
+    known: set[str] = set()
     findings: dict[str, bytes] = {}
     if any(a.judged for a in arrivals):
-        findings = {
-            row.event_id: row.event for row in connection.execute(_KNOWN_REFUSED, {"ids": ids})
-        }
+        for row in connection.execute(_KNOWN_EITHER, {"ids": ids}):
+            if row.event is None:
+                known.add(row.event_id)
+            else:
+                findings[row.event_id] = row.event
+    else:
+        known = set(connection.execute(_KNOWN_IDS, {"ids": ids}).scalars())
     stored = _stored_views(connection, sorted({a.event.job for a in arrivals}))
     views: dict[str, JobFacts] = dict(stored)
     outcomes: list[Outcome] = []
