@@ -83,6 +83,7 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
             # The assembler and the signer confirm a job before acting (quire.authority).
             "GetJob": read_by(ADMISSION, "assembler", "signer"),
             "WatchJob": FRONT_DOOR_READ,
+            "FollowJobs": FRONT_DOOR_READ,  # admission's one stream of its relayed watches
             "BatchGetJobs": FRONT_DOOR_READ,
             "ListJobEvents": FRONT_DOOR_READ,
             "ExportEvidence": FRONT_DOOR_READ,

@@ -248,6 +248,44 @@ class WatchJobResponse(_message.Message):
     sequence: int
     def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ..., sequence: _Optional[int] = ...) -> None: ...
 
+class FollowJobsRequest(_message.Message):
+    __slots__ = ("follow", "unfollow")
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    UNFOLLOW_FIELD_NUMBER: _ClassVar[int]
+    follow: _containers.RepeatedCompositeFieldContainer[FollowedJob]
+    unfollow: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, follow: _Optional[_Iterable[_Union[FollowedJob, _Mapping]]] = ..., unfollow: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class FollowedJob(_message.Message):
+    __slots__ = ("id", "name", "after_sequence")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    name: str
+    after_sequence: int
+    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., after_sequence: _Optional[int] = ...) -> None: ...
+
+class FollowJobsResponse(_message.Message):
+    __slots__ = ("changes",)
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    changes: _containers.RepeatedCompositeFieldContainer[FollowedChange]
+    def __init__(self, changes: _Optional[_Iterable[_Union[FollowedChange, _Mapping]]] = ...) -> None: ...
+
+class FollowedChange(_message.Message):
+    __slots__ = ("id", "change", "ended", "code", "reason")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    change: WatchJobResponse
+    ended: bool
+    code: int
+    reason: str
+    def __init__(self, id: _Optional[int] = ..., change: _Optional[_Union[WatchJobResponse, _Mapping]] = ..., ended: _Optional[bool] = ..., code: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class ListJobEventsRequest(_message.Message):
     __slots__ = ("job", "page_size", "page_token")
     JOB_FIELD_NUMBER: _ClassVar[int]

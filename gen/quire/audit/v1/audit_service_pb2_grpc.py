@@ -45,6 +45,11 @@ class AuditServiceStub:
                 request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.WatchJobRequest.SerializeToString,
                 response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.WatchJobResponse.FromString,
                 _registered_method=True)
+        self.FollowJobs = channel.stream_stream(
+                '/quire.audit.v1.AuditService/FollowJobs',
+                request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.FollowJobsRequest.SerializeToString,
+                response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.FollowJobsResponse.FromString,
+                _registered_method=True)
         self.ListJobEvents = channel.unary_unary(
                 '/quire.audit.v1.AuditService/ListJobEvents',
                 request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.ListJobEventsRequest.SerializeToString,
@@ -112,6 +117,18 @@ class AuditServiceServicer:
         changed its state. Ends after a terminal state (COMPLETED, REJECTED,
         FAILED, CANCELLED); a FAILED job an operator retries is watched again.
         RESOURCE_EXHAUSTED (WATCHES_EXCEEDED) past the process's open watches.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FollowJobs(self, request_iterator, context):
+        """Many WatchJob streams over one: the caller (admission) follows and
+        unfollows jobs as its own clients come and go, each under an id of its
+        choosing, and receives every followed job's changes as WatchJob would
+        send them, several to a message. A follow that ends (a terminal state,
+        or a refusal such as WATCHES_EXCEEDED) says so under its id; the stream
+        itself ends only when the caller closes it or audit drains.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -207,6 +224,11 @@ def add_AuditServiceServicer_to_server(servicer, server):
                     servicer.WatchJob,
                     request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.WatchJobRequest.FromString,
                     response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.WatchJobResponse.SerializeToString,
+            ),
+            'FollowJobs': grpc.stream_stream_rpc_method_handler(
+                    servicer.FollowJobs,
+                    request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.FollowJobsRequest.FromString,
+                    response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.FollowJobsResponse.SerializeToString,
             ),
             'ListJobEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.ListJobEvents,
@@ -313,6 +335,33 @@ class AuditService:
             '/quire.audit.v1.AuditService/WatchJob',
             quire_dot_audit_dot_v1_dot_audit__service__pb2.WatchJobRequest.SerializeToString,
             quire_dot_audit_dot_v1_dot_audit__service__pb2.WatchJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FollowJobs(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/quire.audit.v1.AuditService/FollowJobs',
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.FollowJobsRequest.SerializeToString,
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.FollowJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

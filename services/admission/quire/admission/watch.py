@@ -2,8 +2,11 @@
 relayed to the tenant that owns the job.
 
 Ownership is checked first (``JobViews.owned``: another tenant's job is
-NOT_FOUND, as in GetJob). The caller's deadline goes on to audit's call, and
-the caller going away cancels it; audit ending the stream ends this one.
+NOT_FOUND, as in GetJob). The relays share one stream to audit
+(``quire.admission.feed``): each follows its job there and unfollows when
+its caller goes away (or its deadline passes); audit ending the follow ends
+the relay. Against an audit without that stream, each relay calls audit's
+WatchJob, the caller's deadline going on to it.
 Audit being unreachable, or going away mid-stream, is UNAVAILABLE
 (``DEPENDENCY_UNAVAILABLE``), and draining ends every relay UNAVAILABLE
 (``SERVICE_DRAINING``): the client watches again from the last sequence it
@@ -19,6 +22,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from quire.admission.feed import AuditFeed
 from quire.admission.outstanding import OutstandingJobs
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.errors import Overloaded, QuotaViolation, TransientError
@@ -51,6 +55,10 @@ def _over_share(limit: int) -> Overloaded:
     )
 
 
+class _Unsupported(Exception):
+    """Audit does not serve FollowJobs."""
+
+
 class WatchRelay:
     def __init__(
         self,
@@ -59,15 +67,21 @@ class WatchRelay:
         settings: WatchSettings | None = None,
     ) -> None:
         self._audit = audit
+        self._feed = AuditFeed(audit)
         self._outstanding = outstanding
         self._settings = settings or WatchSettings()
         self._open = 0
         self._by_tenant: Counter[str] = Counter()
         self._closed = asyncio.Event()
 
+    @property
+    def feed(self) -> AuditFeed:
+        return self._feed
+
     def close(self) -> None:
         """End every relay (UNAVAILABLE) and refuse new ones: draining."""
         self._closed.set()
+        self._feed.close()
 
     async def relay(
         self, tenant: str, name: str, after: int, timeout: float | None
@@ -82,6 +96,71 @@ class WatchRelay:
             raise _overloaded(self._settings.max_watches)
         self._open += 1
         self._by_tenant[tenant] += 1
+        try:
+            seen = after
+            if not self._feed.unsupported:
+                try:
+                    async for change in self._followed(name, after):
+                        seen = change.sequence
+                        yield self._noted(change)
+                    return
+                except _Unsupported:
+                    pass  # an older audit, mid-rollout: a call of this watch's own
+            async for change in self._one_call(name, seen, timeout):
+                yield self._noted(change)
+        finally:
+            self._open -= 1
+            self._by_tenant[tenant] -= 1
+            if not self._by_tenant[tenant]:
+                del self._by_tenant[tenant]
+
+    def _noted(
+        self, change: audit_service_pb2.WatchJobResponse
+    ) -> audit_service_pb2.WatchJobResponse:
+        if state_name(change.job.state) in TERMINAL_STATES:
+            self._outstanding.ended(change.job.name)
+        return change
+
+    async def _followed(
+        self, name: str, after: int
+    ) -> AsyncIterator[audit_service_pb2.WatchJobResponse]:
+        """The job's changes through the shared stream."""
+        follow = self._feed.follow(name, after)
+        closing = asyncio.ensure_future(self._closed.wait())
+        reading: asyncio.Future[audit_service_pb2.FollowedChange] | None = None
+        try:
+            while True:
+                reading = asyncio.ensure_future(follow.changes.get())
+                await asyncio.wait((reading, closing), return_when=asyncio.FIRST_COMPLETED)
+                if closing.done():  # the feed is closing too: its follows end broken
+                    raise TransientError(
+                        ReasonCode.SERVICE_DRAINING, "admission is shutting down; watch again"
+                    )
+                change = reading.result()
+                if change.HasField("change"):
+                    yield change.change
+                if change.ended:
+                    self._feed.ended(follow)
+                    if change.code == grpc.StatusCode.UNIMPLEMENTED.value[0]:
+                        raise _Unsupported()
+                    if change.code:
+                        raise self._refusal(change)
+                    return
+        finally:
+            closing.cancel()
+            if reading is not None:
+                reading.cancel()
+            self._feed.unfollow(follow)
+
+    def _refusal(self, change: audit_service_pb2.FollowedChange) -> Exception:
+        if change.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]:
+            return _overloaded(self._settings.max_watches)
+        return TransientError(ReasonCode.DEPENDENCY_UNAVAILABLE, "audit unavailable; watch again")
+
+    async def _one_call(
+        self, name: str, after: int, timeout: float | None
+    ) -> AsyncIterator[audit_service_pb2.WatchJobResponse]:
+        """The job's changes through a WatchJob call of its own."""
         call = self._audit.WatchJob(
             audit_service_pb2.WatchJobRequest(name=name, after_sequence=after),
             timeout=timeout,
@@ -108,14 +187,8 @@ class WatchRelay:
                 if change is grpc.aio.EOF:
                     return
                 assert isinstance(change, audit_service_pb2.WatchJobResponse)
-                if state_name(change.job.state) in TERMINAL_STATES:
-                    self._outstanding.ended(change.job.name)
                 yield change
         finally:
-            self._open -= 1
-            self._by_tenant[tenant] -= 1
-            if not self._by_tenant[tenant]:
-                del self._by_tenant[tenant]
             closing.cancel()
             if reading is not None:
                 reading.cancel()

@@ -15,6 +15,7 @@ from quire.audit import tables
 from quire.audit.checkpoints import CheckpointBook, CheckpointFiles
 from quire.audit.deadletterdesk import DeadLetterDesk
 from quire.audit.evidence import build_evidence, dumps, public_key_fingerprint
+from quire.audit.follow import Follows
 from quire.audit.jobview import JobFacts, fold
 from quire.audit.retirement import record_retirement
 from quire.audit.trackcompare import Window, compare_tracks
@@ -146,6 +147,7 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         self._db = database
         self._pages = pages or PageTokens.ephemeral()
         self._watches = watches or JobWatches(database)
+        self._follows = Follows(self._watches, _job, DOMAIN)
         self._checkpoints = checkpoints
         self._dead_letters = dead_letters
         self._operators = operators
@@ -255,6 +257,13 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
             )
         async for facts, sequence in self._watches.changes(name, request.after_sequence):
             yield pb.WatchJobResponse(job=_job(facts), sequence=sequence)
+
+    async def FollowJobs(  # noqa: N802 - gRPC method name
+        self, requests: AsyncIterator[pb.FollowJobsRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.FollowJobsResponse]:
+        # Refusals travel inside the stream, under each follow's id.
+        async for response in self._follows.serve(requests):
+            yield response
 
     @at_the_edge(DOMAIN)
     async def VerifyLedger(  # noqa: N802 - gRPC method name
