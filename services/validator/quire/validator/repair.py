@@ -60,14 +60,21 @@ def revisions_disagree(path: str) -> bool:
     """
     with open(path, "rb") as handle:
         data = handle.read()
-    bodies: dict[tuple[bytes, bytes], set[bytes]] = defaultdict(set)
+    # Only an object number defined more than once has bodies to compare:
+    # most files define each once, and cost one scan of their headers.
+    starts: dict[tuple[bytes, bytes], list[int]] = defaultdict(list)
     for match in _OBJECT_HEADER.finditer(data):
-        end = _END.search(data, match.end())
-        body = data[match.end() : end.start() if end else len(data)]
-        digests = bodies[(match.group(1), match.group(2))]
-        digests.add(hashlib.sha256(body.strip()).digest())
-        if len(digests) > 1:
-            return True
+        starts[(match.group(1), match.group(2))].append(match.end())
+    for offsets in starts.values():
+        if len(offsets) < 2:
+            continue
+        digests = set()
+        for start in offsets:
+            end = _END.search(data, start)
+            body = data[start : end.start() if end else len(data)]
+            digests.add(hashlib.sha256(body.strip()).digest())
+            if len(digests) > 1:
+                return True
     return False
 
 
