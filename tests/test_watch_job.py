@@ -380,3 +380,78 @@ async def test_an_end_a_watch_relayed_is_marked_with_the_next_flush(
     while _finished_at(stack, name) is None and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     assert _finished_at(stack, name) is not None
+
+
+def _record(database: Database, job: str, steps: list[tuple[str, str]]) -> list[ledger.Outcome]:
+    task = queue_pb2.JobTask(job=job, tenant="t1", manifest_digest="m" * 64, ruleset="r@1")
+    arrivals = [
+        ledger.Arrival(
+            FACTORY.transition(task, before, after, attempt=1, lease_token=1),
+            producer="audit",
+            judged=False,
+        )
+        for before, after in steps
+    ]
+    return database.transaction(lambda s: ledger.record_many(s, arrivals))
+
+
+def test_each_appended_entry_names_the_jobs_entry_before_it(database: Database) -> None:
+    first = _record(database, JOB, [("", "ACCEPTED"), ("ACCEPTED", "VALIDATING")])
+    _record(database, "jobs/bb02", [("", "ACCEPTED")])  # another job's entry between
+    second = _record(database, JOB, [("VALIDATING", "ASSEMBLING")])
+    entries = [o.entry for o in first + second]
+    assert all(e is not None for e in entries)
+    sequences = [e[0] for e in entries]  # type: ignore[index]
+    # A job's first entry: no view row yet, so its predecessor is not known.
+    assert [o.previous for o in first + second] == [None, sequences[0], sequences[1]]
+    assert sequences[2] > sequences[1] + 1, "the other job's entry lies between"
+    ledger_rows = database.transaction(
+        lambda s: [
+            (row.sequence, row.event)
+            for row in s.execute(
+                tables.ledger.select()
+                .where(tables.ledger.c.job == JOB)
+                .order_by(tables.ledger.c.sequence)
+            )
+        ]
+    )
+    assert ledger_rows == entries
+
+
+async def test_an_offered_entry_is_taken_without_reading_and_any_other_is_read(
+    database: Database,
+) -> None:
+    watches = JobWatches(database, WatchSettings(poll_seconds=60))
+    reads: list[int] = []
+    after = watches._reads.after  # noqa: SLF001 - counting the watch's ledger reads
+
+    async def counted(job: str, position: int):  # type: ignore[no-untyped-def]
+        reads.append(position)
+        return await after(job, position)
+
+    watches._reads.after = counted  # type: ignore[method-assign]  # noqa: SLF001
+    _record(database, JOB, [("", "ACCEPTED")])
+    changes = watches.changes(JOB, 0)
+    facts, first = await asyncio.wait_for(anext(changes), 5)
+    assert facts.state == "ACCEPTED" and len(reads) == 1
+    pending = asyncio.ensure_future(anext(changes))
+    await asyncio.sleep(0.05)
+    (validating,) = _record(database, JOB, [("ACCEPTED", "VALIDATING")])
+    watches.offer(JOB, [(validating.previous, validating.entry)])  # type: ignore[list-item]
+    facts, second = await asyncio.wait_for(pending, 2)
+    assert facts.state == "VALIDATING" and validating.entry[0] == second  # type: ignore[index]
+    assert len(reads) == 1, "taken as offered: no read"
+    # An offered entry, then one appended without an offer (the completion
+    # desk's way), both before the watch wakes: the plain notice makes it read,
+    # and it sees both.
+    (assembling,) = _record(database, JOB, [("VALIDATING", "ASSEMBLING")])
+    _append(database, "ASSEMBLING", "SIGNING")
+    watches.offer(JOB, [(assembling.previous, assembling.entry)])  # type: ignore[list-item]
+    watches.notify(JOB)
+    facts, _third = await asyncio.wait_for(anext(changes), 2)
+    assert facts.state == "ASSEMBLING"
+    facts, _fourth = await asyncio.wait_for(anext(changes), 2)
+    assert facts.state == "SIGNING", "the entry not offered is not left for the poll"
+    assert len(reads) == 2
+    await changes.aclose()
+    assert watches.open == 0

@@ -24,6 +24,10 @@ class HistoryWatch:
         for waiter in self._waiters.get(job, ()):
             waiter.set()
 
+    def appended(self, job: str, entries: list[tuple[int | None, tuple[int, bytes]]]) -> None:
+        """``notify``, by the entries appended (which a subclass may use)."""
+        self.notify(job)
+
     async def wait(self, job: str, timeout: float) -> bool:
         """True if the job's history grew within ``timeout`` seconds."""
         waiter = asyncio.Event()

@@ -13,12 +13,12 @@ leaves the job view as it was.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, null, select, union_all, update
+from sqlalchemy import Connection, bindparam, func, null, select, union_all, update
 
 from quire.audit import tables
 from quire.audit.jobview import COMPARED, JobFacts, apply, is_retirement
@@ -69,7 +69,18 @@ _MOVE_HEAD = (
     .where(tables.chain_heads.c.tenant == bindparam("b_tenant"))
     .values(head_hash=bindparam("b_hash"), length=bindparam("b_length"))
 )
-_VIEWS_OF = select(tables.jobs).where(tables.jobs.c.job.in_(bindparam("jobs", expanding=True)))
+_INSERT_ENTRIES = tables.ledger.insert().returning(
+    tables.ledger.c.sequence, sort_by_parameter_order=True
+)
+"""Each entry's sequence comes back, in the order of the rows inserted."""
+_LAST_OF_JOB = (
+    select(func.max(tables.ledger.c.sequence))
+    .where(tables.ledger.c.job == tables.jobs.c.job)
+    .scalar_subquery()
+)
+_VIEWS_OF = select(tables.jobs, _LAST_OF_JOB.label("last_sequence")).where(
+    tables.jobs.c.job.in_(bindparam("jobs", expanding=True))
+)
 _VIEW_UPDATE = (
     update(tables.jobs)
     .where(tables.jobs.c.job == bindparam("b_job"))
@@ -132,6 +143,12 @@ class Outcome:
     """Why it was kept aside, when it was."""
     facts: JobFacts | None = None
     """The job's view right after this event, when it was appended."""
+    entry: tuple[int, bytes] | None = None
+    """Its ledger sequence and bytes, when it was appended."""
+    previous: int | None = None
+    """The sequence of the job's entry before it, when known (read under the
+    tenant's head lock, so no append of another replica can fall between):
+    a watch that has read up to ``previous`` may take ``entry`` as the next."""
 
 
 def record_many(connection: Connection, arrivals: list[Arrival]) -> list[Outcome]:
@@ -166,7 +183,7 @@ def record_many(connection: Connection, arrivals: list[Arrival]) -> list[Outcome
                 findings[row.event_id] = row.event
     else:
         known = set(connection.execute(_KNOWN_IDS, {"ids": ids}).scalars())
-    stored = _stored_views(connection, sorted({a.event.job for a in arrivals}))
+    stored, last = _stored_views(connection, sorted({a.event.job for a in arrivals}))
     views: dict[str, JobFacts] = dict(stored)
     outcomes: list[Outcome] = []
     fresh: list[queue_pb2.TransitionEvent] = []
@@ -198,9 +215,18 @@ def record_many(connection: Connection, arrivals: list[Arrival]) -> list[Outcome
     now = datetime.now(UTC)
     for arrival, refusal in refused:
         keep_aside(connection, arrival, refusal, now)
-    if fresh:
-        _append(connection, heads, fresh, stored, views, now)
-    return outcomes
+    if not fresh:
+        return outcomes
+    entries = iter(_append(connection, heads, fresh, stored, views, now))
+    placed: list[Outcome] = []
+    for outcome in outcomes:
+        if outcome.recorded is Recorded.APPENDED:
+            event, entry = next(entries)
+            previous = last.get(event.job)
+            last[event.job] = entry[0]
+            outcome = replace(outcome, entry=entry, previous=previous)
+        placed.append(outcome)
+    return placed
 
 
 def keep_aside(connection: Connection, arrival: Arrival, refusal: Refusal, now: datetime) -> None:
@@ -229,7 +255,8 @@ def _append(
     stored: dict[str, JobFacts],
     views: dict[str, JobFacts],
     now: datetime,
-) -> None:
+) -> list[tuple[queue_pb2.TransitionEvent, tuple[int, bytes]]]:
+    """Insert the fresh events; each with its (sequence, bytes), in order."""
     rows = []
     for event in fresh:
         prev, length = heads[event.tenant]
@@ -250,7 +277,7 @@ def _append(
             }
         )
         heads[event.tenant] = (digest, length + 1)
-    connection.execute(tables.ledger.insert(), rows)
+    sequences = connection.execute(_INSERT_ENTRIES, rows).scalars().all()
     touched = {event.tenant for event in fresh}
     connection.execute(
         _MOVE_HEAD,
@@ -275,17 +302,30 @@ def _append(
         connection.execute(_VIEW_UPDATE, changed)
     if new:
         connection.execute(tables.jobs.insert(), new)
+    return [
+        (event, (sequence, row["event"]))
+        for event, sequence, row in zip(fresh, sequences, rows, strict=True)
+    ]
 
 
 def _compared(view: JobFacts, prefix: str) -> dict[str, Any]:
     return {f"{prefix}{name}": getattr(view, name) for name in COMPARED}
 
 
-def _stored_views(connection: Connection, jobs: list[str]) -> dict[str, JobFacts]:
-    """The jobs' views as the ``jobs`` index holds them (one read)."""
+def _stored_views(
+    connection: Connection, jobs: list[str]
+) -> tuple[dict[str, JobFacts], dict[str, int]]:
+    """The jobs' views as the ``jobs`` index holds them, and the sequence of
+    each one's newest ledger entry (one read)."""
     if not jobs:
-        return {}
-    return {row.job: _facts(row) for row in connection.execute(_VIEWS_OF, {"jobs": jobs})}
+        return {}, {}
+    views: dict[str, JobFacts] = {}
+    last: dict[str, int] = {}
+    for row in connection.execute(_VIEWS_OF, {"jobs": jobs}):
+        views[row.job] = _facts(row)
+        if row.last_sequence is not None:
+            last[row.job] = int(row.last_sequence)
+    return views, last
 
 
 def _facts(row: Any) -> JobFacts:

@@ -75,6 +75,10 @@ def may_record(producer: str, event: queue_pb2.TransitionEvent) -> bool:
     return state_name(event.to_state) in steps_of(producer)
 
 
+_Appended = tuple[JobFacts | None, list[tuple[int | None, tuple[int, bytes]]]]
+"""A job's view after the appends, and the entries appended."""
+
+
 class EventRecorder:
     def __init__(
         self,
@@ -99,16 +103,17 @@ class EventRecorder:
     async def handle(self, msg: Msg) -> None:
         settlement, appended = await self._record(msg)
         if self._word is not None:
-            for facts in appended.values():
+            for facts, _entries in appended.values():
                 if facts is not None:
                     self._word.tell(facts.job, facts.tenant, facts.manifest_digest, facts.state)
         await settle(msg, settlement)
-        for job in appended:
-            self._history.notify(job)
+        for job, (_facts, entries) in appended.items():
+            self._history.appended(job, entries)
 
-    async def _record(self, msg: Msg) -> tuple[Settlement, dict[str, JobFacts | None]]:
+    async def _record(self, msg: Msg) -> tuple[Settlement, dict[str, _Appended]]:
         """How to settle ``msg``, and the jobs whose history grew, with their
-        views after it.
+        views after it and the entries appended (each with the sequence of
+        the job's entry before it).
 
         A message holds one event, or (on a ``.batch`` subject) the events of
         one stage commit in order; they are judged and appended together, in
@@ -152,7 +157,7 @@ class EventRecorder:
                 log.warning("events not recorded (%s)", type(error).__name__)
                 return self._backoff.retry(msg.metadata.num_delivered, error), {}
             span.set_attribute("quire.recorded", outcomes[-1].recorded.value)
-            appended: dict[str, JobFacts | None] = {}
+            appended: dict[str, _Appended] = {}
             waiting = False
             last = len(events) - 1
             for n, (event, ident, outcome) in enumerate(zip(events, idents, outcomes, strict=True)):
@@ -162,7 +167,10 @@ class EventRecorder:
                     self._kept_aside(event, producer, outcome.refusal)
                 elif outcome.recorded is ledger.Recorded.APPENDED:
                     self._appended(event, ident, lagged=n == last)
-                    appended[event.job] = outcome.facts  # the latest, in order
+                    _facts, entries = appended.get(event.job, (None, []))
+                    if outcome.entry is not None:
+                        entries.append((outcome.previous, outcome.entry))
+                    appended[event.job] = (outcome.facts, entries)  # the latest, in order
         fault_point("audit.after_record")
         if waiting:
             # What was appended stays; delivered again, it is found recorded.

@@ -14,7 +14,12 @@ job's history grows. It is woken
 
 Watches woken together (one commit appends several jobs' events) read
 together: their reads made in the same turn of the event loop are one query
-(``EntryReads``).
+(``EntryReads``). Most of the time they need not read at all: the events
+recorder hands over the entries it appended (``offer``), each naming the
+job's entry before it (read under the tenant's head lock, so nothing of
+another replica's can fall between), and a watch that has read up to that
+one takes them as they are. Any other notice — the completion desk's,
+another replica's, the poll's — makes the next wake read the ledger.
 
 Within one job, ledger sequence is commit order (a tenant's appends hold its
 chain head's lock), so resuming after a sequence misses nothing and repeats
@@ -52,13 +57,16 @@ log = logging.getLogger(__name__)
 
 
 class _Watcher:
-    __slots__ = ("job", "position", "woken")
+    __slots__ = ("job", "position", "woken", "unoffered")
 
     def __init__(self, job: str) -> None:
         self.job = job
         self.position = 0
         """The last ledger sequence of this job the watch has read."""
         self.woken = asyncio.Event()
+        self.unoffered = True
+        """Some entry may have come that was not offered (``JobWatches.offer``):
+        the next wake reads the ledger."""
 
 
 # Built once: every watch runs them on each wake and each poll.
@@ -163,6 +171,9 @@ class JobWatches:
         self._reads = EntryReads(database)
         self._settings = settings or WatchSettings()
         self._watchers: dict[str, set[_Watcher]] = defaultdict(set)
+        self._tails: dict[str, dict[int, tuple[int, bytes]]] = {}
+        """Per watched job, entries this process appended, by the sequence of
+        the job's entry before each."""
         self._open = 0
         self._closed = False
         self._poller: asyncio.Task[None] | None = None
@@ -172,9 +183,41 @@ class JobWatches:
         return self._open
 
     def notify(self, job: str) -> None:
-        """The job's ledger history grew (committed): wake its watches."""
+        """The job's ledger history grew (committed): wake its watches, which
+        read the ledger."""
         for watcher in self._watchers.get(job, ()):
+            watcher.unoffered = True
             watcher.woken.set()
+
+    def offer(self, job: str, entries: list[tuple[int | None, tuple[int, bytes]]]) -> None:
+        """The job's history grew by ``entries`` (committed), each with the
+        sequence of the job's entry before it (None: not known): wake its
+        watches, which take them as they are when they have read up to the
+        one before, instead of reading the ledger."""
+        watchers = self._watchers.get(job)
+        if not watchers:
+            return
+        if any(previous is None for previous, _entry in entries):
+            self.notify(job)
+            return
+        tail = self._tails.setdefault(job, {})
+        for previous, entry in entries:
+            assert previous is not None
+            tail[previous] = entry
+        while len(tail) > _TAIL:
+            del tail[min(tail)]
+        for watcher in watchers:
+            watcher.woken.set()
+
+    def _offered(self, watcher: _Watcher) -> list[tuple[int, bytes]]:
+        """The offered entries that follow the watcher's position, in order."""
+        tail = self._tails.get(watcher.job)
+        rows: list[tuple[int, bytes]] = []
+        position = watcher.position
+        while tail and position in tail:
+            rows.append(tail[position])
+            position = rows[-1][0]
+        return rows
 
     def after(self, handler: Callable[[Msg], Awaitable[None]]) -> Callable[[Msg], Awaitable[None]]:
         """``handler`` of commit tasks, then a notice for the task's job (the
@@ -215,7 +258,10 @@ class JobWatches:
             facts: JobFacts | None = None
             while True:
                 watcher.woken.clear()  # before the read: a notice during it is kept
-                rows = await self._reads.after(job, watcher.position)
+                rows = [] if watcher.unoffered else self._offered(watcher)
+                if not rows:
+                    watcher.unoffered = False
+                    rows = await self._reads.after(job, watcher.position)
                 for sequence, data in rows:
                     watcher.position = sequence
                     event = queue_pb2.TransitionEvent.FromString(data)
@@ -238,6 +284,7 @@ class JobWatches:
                 watchers.discard(watcher)
                 if not watchers:
                     del self._watchers[job]
+                    self._tails.pop(job, None)
 
     async def _poll(self) -> None:
         """While any watch is open: wake those whose job another replica extended."""
@@ -258,7 +305,12 @@ class JobWatches:
             for job, head in heads.items():
                 for watcher in self._watchers.get(job, ()):
                     if head > watcher.position:
+                        watcher.unoffered = True
                         watcher.woken.set()
+
+
+_TAIL = 32
+"""Offered entries kept per watched job at most."""
 
 
 class LedgerNotices(HistoryWatch):
@@ -273,6 +325,14 @@ class LedgerNotices(HistoryWatch):
 
     def notify(self, job: str) -> None:
         self.heard(job)
+        if self.tell is not None:
+            self.tell(job)
+
+    def appended(self, job: str, entries: list[tuple[int | None, tuple[int, bytes]]]) -> None:
+        """``notify``, by the entries this process appended to ``job``'s
+        history (``JobWatches.offer``)."""
+        HistoryWatch.notify(self, job)
+        self._watches.offer(job, entries)
         if self.tell is not None:
             self.tell(job)
 
