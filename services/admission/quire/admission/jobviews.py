@@ -12,7 +12,9 @@ empty: a slow validator never fails or delays a status read for long."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -88,6 +90,11 @@ def with_intake(job: job_pb2.Job, accepted: AcceptedJob) -> job_pb2.Job:
     return job
 
 
+RECENT_JOBS = 4096
+RECENT_SECONDS = 60.0
+"""How many jobs accepted here, and for how long, ``owned`` knows without a read."""
+
+
 class JobViews:
     def __init__(
         self,
@@ -103,9 +110,21 @@ class JobViews:
         self._audit = audit
         self._outstanding = outstanding
         self._validator = validator
+        self._recent: OrderedDict[tuple[str, str], tuple[float, AcceptedJob]] = OrderedDict()
+
+    def accepted(self, tenant: str, job: AcceptedJob) -> None:
+        """A job this process just accepted for ``tenant``: the watch or status
+        read that usually follows finds it without a read (what ``owned``
+        answers of a job never changes after acceptance)."""
+        self._recent[(tenant, job.name)] = (time.monotonic(), replace(job, handoff=None))
+        while len(self._recent) > RECENT_JOBS:
+            self._recent.popitem(last=False)
 
     async def owned(self, tenant: str, name: str) -> AcceptedJob:
         job = job_name(job_id(name))
+        recent = self._recent.get((tenant, job))
+        if recent is not None and time.monotonic() - recent[0] < RECENT_SECONDS:
+            return recent[1]
         table = tables.jobs
         row = await self._db.read(
             lambda s: s.execute(

@@ -134,6 +134,7 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
                 # the tenant's all the same (a later packet may name them).
                 await _record_alone(kept)
         fault_point("admission.after_commit")
+        self._views.accepted(tenant.id, accepted)
         if not accepted.dispatched:
             # Before the reply, so that nothing the client does next (a cancel)
             # can reach the ledger ahead of ACCEPTED.
