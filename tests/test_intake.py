@@ -130,3 +130,21 @@ async def test_a_job_refused_in_its_transaction_leaves_its_inline_sources_record
     assert _count(database, tables.idempotency_keys) == 1
     assert _count(database, tables.sources) == len(DIGESTS) + 1
     assert database.transaction(lambda s: stored_bytes(s, "t1")) == 7
+
+
+async def test_twin_submissions_at_once_make_one_job_even_at_the_quota(
+    database: Database,
+) -> None:
+    """Both read no key; the writing transaction that loses the key returns
+    the winner's job — also when that job has just filled the quota."""
+    intake = Intake(
+        database, EventFactory("admission", "t", "0"), AdmissionSettings(max_outstanding_jobs=1)
+    )
+    first, second = await asyncio.gather(
+        intake.submit(TENANT, _request("twin", DIGESTS[0])),
+        intake.submit(TENANT, _request("twin", DIGESTS[0])),
+    )
+    assert first.name == second.name
+    assert _count(database, tables.jobs) == 1
+    with pytest.raises(Conflict):
+        await intake.submit(TENANT, _request("twin", DIGESTS[1]))

@@ -29,6 +29,7 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
 from sqlalchemy import Connection, bindparam, delete, select
@@ -286,7 +287,7 @@ class Intake:
             assert self._catalog is not None
             known = await self._catalog.keys()
         coming = kept.digests if kept is not None else frozenset()
-        replay = await self._db.read(
+        replay, keyless = await self._db.read(
             lambda s: self._replay_or_check(s, tenant.id, request, request_sha, known, coming)
         )
         if replay is not None:
@@ -299,7 +300,7 @@ class Intake:
             self._temp_space.check()
         await self._shed_for_backlog(priority)
         quota = tenant.outstanding_quota(self._settings)
-        args = (tenant.id, request, request_sha, digest, priority, quota)
+        args = (tenant.id, request, request_sha, digest, priority, quota, keyless)
         try:
             return await self._accept(*args, kept)
         except _OverQuota:
@@ -319,20 +320,18 @@ class Intake:
         digest: str,
         priority: str,
         quota: int,
+        keyless: bool,
         kept: KeptSources | None,
     ) -> AcceptedJob:
+        args = (tenant, request, request_sha, digest, priority, quota, keyless)
         if kept is None or kept.recorded:
-            return await self._writes.run(
-                lambda s: self._insert(s, tenant, request, request_sha, digest, priority, quota)
-            )
+            return await self._writes.run(lambda s: self._insert(s, *args))
 
         def record_and_insert(connection: Connection) -> AcceptedJob | Exception:
             kept.record(connection)
             try:
                 with connection.begin_nested():  # a refused job leaves the sources recorded
-                    return self._insert(
-                        connection, tenant, request, request_sha, digest, priority, quota
-                    )
+                    return self._insert(connection, *args)
             except Exception as refused:  # noqa: BLE001 - raised once the sources are committed
                 return refused
 
@@ -347,6 +346,10 @@ class Intake:
     ) -> AcceptedJob | None:
         """The job a live key already made, or None; refuses a key reused differently."""
         key = connection.execute(_KEY, {"tenant": tenant, "request_id": request.request_id}).first()
+        return self._replay_of(connection, key, request_sha)
+
+    @staticmethod
+    def _replay_of(connection: Connection, key: Any, request_sha: str) -> AcceptedJob | None:
         if key is None or key.expires_at.replace(tzinfo=UTC) <= datetime.now(UTC):
             return None
         if key.request_sha256 != request_sha:
@@ -364,13 +367,17 @@ class Intake:
         request_sha: str,
         rulesets: frozenset[str],
         coming: frozenset[str] = frozenset(),
-    ) -> AcceptedJob | None:
+    ) -> tuple[AcceptedJob | None, bool]:
         """A live key's job, or None once the request has passed every check;
-        ``coming``: digests of sources recorded with the job (inline)."""
-        replay = self._replay(connection, tenant, request, request_sha)
+        and whether the request's key was absent altogether (then the writing
+        transaction need not look for it again: one made meanwhile is live,
+        and taking the key finds it). ``coming``: digests of sources recorded
+        with the job (inline)."""
+        key = connection.execute(_KEY, {"tenant": tenant, "request_id": request.request_id}).first()
+        replay = self._replay_of(connection, key, request_sha)
         if replay is None:
             self._check(connection, tenant, request, rulesets, coming)
-        return replay
+        return replay, key is None
 
     def _check(
         self,
@@ -449,15 +456,22 @@ class Intake:
         digest: str,
         priority: str,
         quota: int,
+        keyless: bool = False,
     ) -> AcceptedJob:
+        """``keyless``: the read before found no key for the request."""
         # Serialize a tenant's submissions (PostgreSQL; SQLite's write lock already does).
         connection.execute(_LOCK_TENANT, {"tenant": tenant}).one()
         now = datetime.now(UTC)
-        replay = self._live_replay(connection, tenant, request, request_sha, now)
-        if replay is not None:
-            return replay
+        if not keyless:
+            replay = self._live_replay(connection, tenant, request, request_sha, now)
+            if replay is not None:
+                return replay
         outstanding = count_outstanding(connection, tenant)
         if outstanding >= quota:
+            # A twin submission may have taken the key meanwhile: its job, not a refusal.
+            replay = self._replay(connection, tenant, request, request_sha) if keyless else None
+            if replay is not None:
+                return replay
             raise _OverQuota(outstanding)
         return self._create(connection, tenant, request, request_sha, digest, priority, now)
 
