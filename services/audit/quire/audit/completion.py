@@ -45,12 +45,13 @@ log = logging.getLogger(__name__)
 
 # Built once: every completion runs them.
 _STATE = select(tables.jobs.c.state).where(tables.jobs.c.job == bindparam("job"))
-_REPORTED = (
-    select(tables.ledger.c.event)
-    .where(tables.ledger.c.job == bindparam("job"), tables.ledger.c.to_state == State.COMMITTING)
-    .order_by(tables.ledger.c.sequence.desc())
-    .limit(1)
+_HISTORY = (
+    select(tables.ledger.c.to_state, tables.ledger.c.event)
+    .where(tables.ledger.c.job == bindparam("job"))
+    .order_by(tables.ledger.c.sequence)
 )
+"""The job's entries: which states it passed, and the signer's report (the
+last COMMITTING entry), in one read."""
 
 
 class Verdict(Enum):
@@ -180,10 +181,11 @@ class CompletionDesk:
         state = connection.execute(_STATE, {"job": task.job}).scalar_one_or_none()
         if state in TERMINAL_STATES:
             return Verdict.ALREADY_DONE
-        if not set(HISTORY_BEFORE_COMPLETION) <= ledger.recorded_states(connection, task.job):
+        history = connection.execute(_HISTORY, {"job": task.job}).all()
+        if not set(HISTORY_BEFORE_COMPLETION) <= {row.to_state for row in history}:
             log.info("job %s: history incomplete, completion deferred", task.job)
             return Verdict.HISTORY_INCOMPLETE
-        reported = connection.execute(_REPORTED, {"job": task.job}).scalar_one()
+        reported = next(row.event for row in reversed(history) if row.to_state == State.COMMITTING)
         if queue_pb2.TransitionEvent.FromString(reported).output_digest != task.signed.sha256:
             return self._end(connection, task, attempt, lease, ReasonCode.ARTIFACT_DIGEST_MISMATCH)
         return self._end(connection, task, attempt, lease, "")

@@ -37,7 +37,6 @@ __all__ = [
     "Recorded",
     "entry_hash",
     "GENESIS",
-    "recorded_states",
     "lock_head",
 ]
 
@@ -353,10 +352,3 @@ def _locked_head(connection: Connection, tenant: str) -> Any:
         )
         head = connection.execute(_LOCKED_HEAD, {"tenant": tenant}).one()
     return head
-
-
-_STATES_OF = select(tables.ledger.c.to_state).where(tables.ledger.c.job == bindparam("job"))
-
-
-def recorded_states(connection: Connection, job: str) -> set[str]:
-    return {row.to_state for row in connection.execute(_STATES_OF, {"job": job})}
