@@ -12,7 +12,9 @@ its relay ends UNAVAILABLE and its client watches again, as a broken
 WatchJob call would have made it — and the next follow opens a new one.
 An audit that does not serve FollowJobs (an older release, during a
 rollout) answers UNIMPLEMENTED: the feed says so (``unsupported``) and the
-relays call WatchJob per job instead.
+relays call WatchJob per job instead. (Now and then gRPC's core fails a
+write that races the refusal and the client reads INTERNAL instead: those
+relays end UNAVAILABLE, and their clients' next watch finds UNIMPLEMENTED.)
 """
 
 from __future__ import annotations
