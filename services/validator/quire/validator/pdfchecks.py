@@ -59,19 +59,20 @@ class PdfLimits:
     repair policy "review") instead of refused (``faithfulness``)."""
 
 
-def _is_active(dictionary: Any) -> bool:
+def _is_active(dictionary: Any, keys: set[str]) -> bool:
+    """Whether ``dictionary`` (whose keys are ``keys``) is active content; a
+    value is asked of it only under a key it has (each ask crosses into qpdf)."""
     import pikepdf
 
-    keys = set(dictionary.keys())
     if keys & ACTIVE_KEYS:
         return True
     if EMBEDDED_FILE_KEY in keys and isinstance(
         dictionary.get(EMBEDDED_FILE_KEY), pikepdf.Dictionary | pikepdf.Stream
     ):
         return True
-    if str(dictionary.get("/S", "")) in ACTIVE_ACTIONS:
+    if "/S" in keys and str(dictionary.get("/S")) in ACTIVE_ACTIONS:
         return True
-    return str(dictionary.get("/Subtype", "")) in ACTIVE_SUBTYPES
+    return "/Subtype" in keys and str(dictionary.get("/Subtype")) in ACTIVE_SUBTYPES
 
 
 class _TooDeep(Exception):
@@ -135,9 +136,10 @@ class _ActiveSearch:
                 self._seen.add(item.objgen)
             for dictionary in _walk(item):
                 self._spend()
-                if _is_active(dictionary):
+                keys = set(dictionary.keys())
+                if _is_active(dictionary, keys):
                     return True
-                following = dictionary.get("/Next")
+                following = dictionary.get("/Next") if "/Next" in keys else None
                 if isinstance(following, pikepdf.Dictionary | pikepdf.Array):
                     pending.append(following)
         return False

@@ -252,15 +252,17 @@ def _cycles(pdf: Any) -> Iterator[str]:
             if _tree_has_cycle(field, "/Kids"):
                 yield "form_fields"
     for obj in _objects(pdf):
-        if "/IRT" in obj and _chain_has_cycle(obj, "/IRT"):
+        keys = set(obj.keys())  # one ask of qpdf, not one per key looked for
+        if "/IRT" in keys and _chain_has_cycle(obj, "/IRT"):
             yield "annotations"
-        is_field = "/FT" in obj or "/T" in obj
-        is_page = obj.get("/Type") in ("/Page", "/Pages")
-        if "/Parent" in obj and (is_field or is_page) and _chain_has_cycle(obj, "/Parent"):
+        is_field = "/FT" in keys or "/T" in keys
+        kind = obj.get("/Type") if "/Type" in keys else None
+        is_page = kind in ("/Page", "/Pages")
+        if "/Parent" in keys and (is_field or is_page) and _chain_has_cycle(obj, "/Parent"):
             yield "page_tree" if is_page else "form_fields"
-        if "/FunctionType" in obj and _tree_has_cycle(obj, "/Functions"):
+        if "/FunctionType" in keys and _tree_has_cycle(obj, "/Functions"):
             yield "functions"
-        if obj.get("/Type") == "/ObjStm" and _chain_has_cycle(obj, "/Extends"):
+        if kind == "/ObjStm" and _chain_has_cycle(obj, "/Extends"):
             yield "object_streams"
 
 
