@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, MetaData, Table, bindparam, create_engine, event
 
-__all__ = ["Database", "insert_if_absent", "insert_each_if_absent", "as_utc"]
+__all__ = ["Database", "insert_if_absent", "insert_each_if_absent", "upsert_insert", "as_utc"]
 
 READ_ONLY = "quire_read_only"
 
@@ -207,6 +207,14 @@ def _insert_if_absent(
     """The statement, built once per table, dialect and set of columns (building
     it on every call costs more CPU than running it); it returns the primary
     key's first column, or ``returning``."""
+    key = table.c[returning] if returning else next(iter(table.primary_key.columns))
+    values: dict[str, Any] = {column: bindparam(column) for column in columns}
+    return upsert_insert(table, dialect).values(values).on_conflict_do_nothing().returning(key)
+
+
+def upsert_insert(table: Table, dialect: str) -> Any:
+    """``table``'s INSERT in the dialect's own form, which can say what to do
+    ON CONFLICT (SQLite and PostgreSQL spell it alike)."""
     # The dialect's module is imported here, by name: a service on SQLite never
     # loads PostgreSQL's (about 45 ms of every service start).
     module = importlib.import_module(
@@ -214,6 +222,4 @@ def _insert_if_absent(
         if dialect == "postgresql"
         else "sqlalchemy.dialects.sqlite"
     )
-    key = table.c[returning] if returning else next(iter(table.primary_key.columns))
-    values: dict[str, Any] = {column: bindparam(column) for column in columns}
-    return module.insert(table).values(values).on_conflict_do_nothing().returning(key)
+    return module.insert(table)

@@ -14,7 +14,6 @@ fails is rolled back alone while the others commit.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,7 +33,7 @@ from sqlalchemy import (
     update,
 )
 
-from quire.database import Database
+from quire.database import Database, upsert_insert
 from quire.groupcommit import GroupCommit, Writes
 from quire.type import queue_pb2
 
@@ -94,16 +93,11 @@ class LeaseStore:
 
     def _take(self, dialect: str) -> Any:
         """The job's first token (1), or the next one: one upsert, built once
-        per dialect (SQLite and PostgreSQL spell it alike)."""
+        per dialect."""
         statement = self._takes.get(dialect)
         if statement is None:
-            module = importlib.import_module(
-                "sqlalchemy.dialects.postgresql"
-                if dialect == "postgresql"
-                else "sqlalchemy.dialects.sqlite"
-            )
             table = self._table
-            insert = module.insert(table).values(
+            insert = upsert_insert(table, dialect).values(
                 {name: bindparam(name) for name in ("job", "token", "updated_at", "leased_at")}
             )
             statement = insert.on_conflict_do_update(

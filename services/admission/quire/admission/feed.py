@@ -113,16 +113,19 @@ class AuditFeed:
             while self._to_follow or self._to_unfollow:
                 follows, self._to_follow = self._to_follow, []
                 unfollows, self._to_unfollow = self._to_unfollow, []
-                # A follow broken or ended before its turn is not sent.
+                # A follow broken or ended before its turn is not sent, and
+                # nothing is unfollowed on a stream that is not open.
                 follows = [f for f in follows if self._follows.get(f.id) is f]
-                if not follows and (self._call is None or not unfollows):
+                if self._call is None:
+                    unfollows = []
+                if not follows and not unfollows:
                     continue
                 request = audit_service_pb2.FollowJobsRequest(
                     follow=[
                         audit_service_pb2.FollowedJob(id=f.id, name=f.name, after_sequence=f.after)
                         for f in follows
                     ],
-                    unfollow=unfollows if self._call is not None else [],
+                    unfollow=unfollows,
                 )
                 call = self._open()
                 try:
