@@ -12,9 +12,9 @@ its relay ends UNAVAILABLE and its client watches again, as a broken
 WatchJob call would have made it — and the next follow opens a new one.
 An audit that does not serve FollowJobs (an older release, during a
 rollout) answers UNIMPLEMENTED: the feed says so (``unsupported``) and the
-relays call WatchJob per job instead. (Now and then gRPC's core fails a
-write that races the refusal and the client reads INTERNAL instead: those
-relays end UNAVAILABLE, and their clients' next watch finds UNIMPLEMENTED.)
+relays call WatchJob per job instead. Nothing is written before audit's
+headers arrive, so that refusal is read as sent (a write racing it can
+turn it into INTERNAL in gRPC's core).
 """
 
 from __future__ import annotations
@@ -129,6 +129,13 @@ class AuditFeed:
                 )
                 call = self._open()
                 try:
+                    # Audit sends its headers first: a stream it refuses (an
+                    # older audit's UNIMPLEMENTED) ends before anything is
+                    # written, so its status reaches the reader as sent (a
+                    # write racing the refusal can turn it into INTERNAL).
+                    await call.initial_metadata()
+                    if call.done():
+                        continue
                     await call.write(request)
                 except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
                     # The stream is ending: its reader breaks every follow on it.

@@ -261,7 +261,9 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
     async def FollowJobs(  # noqa: N802 - gRPC method name
         self, requests: AsyncIterator[pb.FollowJobsRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.FollowJobsResponse]:
-        # Refusals travel inside the stream, under each follow's id.
+        # Refusals travel inside the stream, under each follow's id. Headers
+        # first: the caller writes only once the stream is known to be served.
+        await context.send_initial_metadata(())
         async for response in self._follows.serve(requests):
             yield response
 
