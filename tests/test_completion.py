@@ -166,10 +166,9 @@ async def test_completion_waits_for_late_events_instead_of_failing(desk) -> None
         _record_history(database, task, ("ASSEMBLING", "SIGNING"))
         HISTORY.notify(JOB)
 
-    lease = await completion.leases.acquire(JOB)
     arriving = asyncio.create_task(late_events())
     refusal = await completion._refusal(task)  # noqa: SLF001
-    verdict = await completion._complete_when_evident(task, 1, lease, refusal)  # noqa: SLF001
+    verdict = await completion._complete_when_evident(task, 1, refusal)  # noqa: SLF001
     await arriving
     assert verdict is Verdict.COMPLETED
     assert _state(database) == "COMPLETED"
@@ -222,3 +221,64 @@ async def test_events_and_the_completion_they_allow_commit_together(tmp_path: Pa
     assert verdict is Verdict.COMPLETED, "the completion saw the events of its own group"
     assert kinds == ["write", "write"], "the events and the completion in one transaction"
     assert _state(database) == "COMPLETED"
+
+
+class _Offers(HistoryWatch):
+    """What the desk hands to the job's watches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.offered: list[tuple[str, list[tuple[int | None, tuple[int, bytes]]]]] = []
+
+    def appended(self, job: str, entries: list[tuple[int | None, tuple[int, bytes]]]) -> None:
+        self.offered.append((job, entries))
+        super().appended(job, entries)
+
+
+async def test_a_delivery_takes_its_token_decides_and_appends_in_one_transaction(
+    tmp_path: Path,
+) -> None:
+    kinds: list[str] = []
+    completion, database, blobs = _make_desk(
+        tmp_path, transactions=lambda kind: lambda: kinds.append(kind)
+    )
+    offers = _Offers()
+    completion._history = offers  # noqa: SLF001
+    task = _signed_task(blobs)
+    _record_history(database, task, HISTORY_BEFORE_COMPLETION)
+    kinds.clear()
+    verdict = await completion._complete_when_evident(task, 1, None)  # noqa: SLF001
+    assert verdict is Verdict.COMPLETED
+    assert kinds == ["write"], "the token, the checks and the entry in one transaction"
+    rows = database.transaction(
+        lambda s: s.execute(
+            select(tables.ledger.c.sequence, tables.ledger.c.event, tables.ledger.c.to_state)
+            .where(tables.ledger.c.job == JOB)
+            .order_by(tables.ledger.c.sequence)
+        ).all()
+    )
+    *before, last = rows
+    assert last.to_state == "COMPLETED"
+    completed = queue_pb2.TransitionEvent.FromString(last.event)
+    token = database.transaction(
+        lambda s: s.execute(select(tables.leases.c.token).where(tables.leases.c.job == JOB))
+    ).scalar_one()
+    assert completed.lease_token == token == 1
+    # The watches get the entry as appended, with the job's entry before it.
+    assert offers.offered == [(JOB, [(before[-1].sequence, (last.sequence, last.event))])]
+
+
+async def test_deliveries_at_once_complete_the_job_once(tmp_path: Path) -> None:
+    completion, database, blobs = _make_desk(tmp_path)
+    task = _signed_task(blobs)
+    _record_history(database, task, HISTORY_BEFORE_COMPLETION)
+    verdicts = await asyncio.gather(
+        *(completion._complete_when_evident(task, n, None) for n in (1, 2, 3))  # noqa: SLF001
+    )
+    assert sorted(v.value for v in verdicts) == ["already_done", "already_done", "completed"]
+    completed = database.transaction(
+        lambda s: s.execute(
+            select(tables.ledger.c.sequence).where(tables.ledger.c.to_state == "COMPLETED")
+        ).all()
+    )
+    assert len(completed) == 1

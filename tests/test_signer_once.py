@@ -10,6 +10,8 @@ import pytest
 from sqlalchemy import select
 
 from quire.database import Database
+from quire.errors import JobCancelled
+from quire.jobgate import CANCELLED, SIGNING
 from quire.leases import Lease
 from quire.localblobs import LocalBlobStore
 from quire.sandbox import SandboxPool
@@ -83,3 +85,62 @@ async def test_concurrent_signers_produce_one_artifact(signer, tmp_path: Path) -
     )
     assert one.task.signed.sha256 == two.task.signed.sha256
     assert len(list(blobs.local_path(signed_key("t1", JOB)).parent.iterdir())) == 1
+
+
+class _SlowGate:
+    """The job gate's answer to a signing claim, given after the intent and
+    the look for an artifact have ended (a unit test's stand-in)."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+        self.asked: list[str] = []
+
+    async def claim_signing(self, job: str) -> str:
+        self.asked.append(job)
+        await asyncio.sleep(0.05)
+        return self.answer
+
+
+def _gated(signer, gate: _SlowGate) -> SignerWork:  # type: ignore[no-untyped-def]
+    work, blobs, database = signer
+    return SignerWork(
+        database=database,
+        blobs=blobs,
+        keys=work._keys,
+        sandbox=work._sandbox,
+        gate=gate,  # type: ignore[arg-type]
+    )
+
+
+async def test_a_cancel_the_gate_holds_stops_signing_though_the_intent_went_at_once(  # type: ignore[no-untyped-def]
+    signer, tmp_path: Path
+) -> None:
+    _work, blobs, database = signer
+    gate = _SlowGate(CANCELLED)
+    work = _gated(signer, gate)
+    with pytest.raises(JobCancelled):
+        await work.process(_task(blobs, tmp_path), Lease(JOB, 1, None), 1)
+    assert gate.asked == [JOB]
+    assert not blobs.exists(signed_key("t1", JOB)), "nothing is signed for a cancelled job"
+    rows = database.transaction(lambda s: s.execute(select(tables.signatures)).all())
+    assert [(row.job, row.sha256) for row in rows] == [(JOB, None)], "an intent, no signature"
+
+
+async def test_a_cancel_wins_over_a_failed_intent(signer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _work, blobs, database = signer
+    database.transaction(lambda s: s.execute(tables.signing_keys.delete()))  # no key to intend with
+    work = _gated(signer, _SlowGate(CANCELLED))
+    with pytest.raises(JobCancelled):
+        await work.process(_task(blobs, tmp_path), Lease(JOB, 1, None), 1)
+
+
+async def test_a_failed_intent_fails_the_attempt_even_when_the_claim_is_won(  # type: ignore[no-untyped-def]
+    signer, tmp_path: Path
+) -> None:
+    _work, blobs, database = signer
+    database.transaction(lambda s: s.execute(tables.signing_keys.delete()))
+    work = _gated(signer, _SlowGate(SIGNING))
+    with pytest.raises(Exception) as raised:
+        await work.process(_task(blobs, tmp_path), Lease(JOB, 1, None), 1)
+    assert not isinstance(raised.value, JobCancelled)
+    assert not blobs.exists(signed_key("t1", JOB))

@@ -113,9 +113,10 @@ class LeaseStore:
 
     async def acquire(self, job: str) -> Lease:
         """Take a new token for ``job``, superseding every earlier delivery."""
-        return await self._writes.run(lambda s: self._acquire(s, job))
+        return await self._writes.run(lambda s: self.acquire_in(s, job))
 
-    def _acquire(self, connection: Connection, job: str) -> Lease:
+    def acquire_in(self, connection: Connection, job: str) -> Lease:
+        """``acquire`` inside the caller's transaction."""
         # One atomic statement, so concurrent deliveries always get distinct tokens.
         now = datetime.now(UTC)
         row = connection.execute(

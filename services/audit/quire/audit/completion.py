@@ -1,11 +1,17 @@
 """Completion: the only way a job becomes COMPLETED.
 
 Audit takes the commit task, hashes the signed artifact that the signer
-reported, and then, in one transaction, checks that the ledger holds the
-job's whole history (ACCEPTED through COMMITTING) with the same output
-digest, and appends the COMPLETED entry. Missing history is not an error:
-the events are late, so the task is retried with backoff and the job stays
-COMMITTING. A missing or different artifact ends the job FAILED.
+reported, and then, in one transaction, takes the delivery's lease token,
+checks that the ledger holds the job's whole history (ACCEPTED through
+COMMITTING) with the same output digest, and appends the COMPLETED entry.
+Missing history is not an error: the events are late, so the task is retried
+with backoff and the job stays COMMITTING. A missing or different artifact
+ends the job FAILED.
+
+The token is taken in the transaction that decides, so no other delivery's
+can come between them; a delivery that finds the job ended (another one
+completed it) appends nothing. The entry appended is handed to the job's
+watches as it is (``HistoryWatch.appended``), so they need not read it back.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ from quire.wire import ForgedMessage
 from quire.workqueue.settle import ACK, LEAVE, TERM, Backoff, Settlement, settle
 
 __all__ = ["CompletionDesk", "Verdict"]
+
+_Entry = tuple[int | None, tuple[int, bytes]]
+"""An appended entry (sequence, bytes), with the sequence of the job's entry before it."""
 
 log = logging.getLogger(__name__)
 
@@ -104,13 +113,8 @@ class CompletionDesk:
             attributes={"quire.job": ident, "quire.attempt": attempt},
         ) as span:
             try:
-                # The artifact is hashed while the lease is taken: neither
-                # needs the other, and the hash is the longer of the two.
-                lease, refusal = await asyncio.gather(
-                    self.leases.acquire(lease_key(task.job, task.generation)),
-                    self._refusal(task),
-                )
-                verdict = await self._complete_when_evident(task, attempt, lease, refusal)
+                refusal = await self._refusal(task)
+                verdict = await self._complete_when_evident(task, attempt, refusal)
             except Exception as error:  # noqa: BLE001 - database or storage trouble: retry
                 log.warning("job %s: completion check failed (%s)", task.job, type(error).__name__)
                 return self._backoff.retry(attempt, error)
@@ -129,24 +133,24 @@ class CompletionDesk:
         return ACK
 
     async def _complete_when_evident(
-        self, task: queue_pb2.JobTask, attempt: int, lease: Lease, refusal: ReasonCode | None
+        self, task: queue_pb2.JobTask, attempt: int, refusal: ReasonCode | None
     ) -> Verdict:
-        """Complete, waiting (bounded) for late events of this job's history."""
+        """Complete, waiting (bounded) for late events of this job's history;
+        each try takes its own lease token in the transaction that decides."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._history_wait
-        verdict = await self._judged(task, attempt, lease, refusal)
+        verdict = await self._judged(task, attempt, None, refusal)
         while verdict is Verdict.HISTORY_INCOMPLETE:
             remaining = deadline - loop.time()
             if remaining <= 0 or not await self._history.wait(task.job, remaining):
                 return verdict
             # The artifact was checked above; only the history can have changed.
-            verdict = await self._writes.run(
-                lambda s: self._complete(s, task, attempt, lease), tenant=task.tenant
-            )
+            verdict = await self._judged(task, attempt, None, None)
         return verdict
 
     async def complete(self, task: queue_pb2.JobTask, attempt: int, lease: Lease) -> Verdict:
-        """Complete the job if the evidence is all there."""
+        """Complete the job if the evidence is all there, fenced by ``lease``
+        (taken earlier: STALE if another delivery has taken a token since)."""
         return await self._judged(task, attempt, lease, await self._refusal(task))
 
     async def _refusal(self, task: queue_pb2.JobTask) -> ReasonCode | None:
@@ -166,25 +170,42 @@ class CompletionDesk:
         return None
 
     async def _judged(
-        self, task: queue_pb2.JobTask, attempt: int, lease: Lease, refusal: ReasonCode | None
+        self,
+        task: queue_pb2.JobTask,
+        attempt: int,
+        lease: Lease | None,
+        refusal: ReasonCode | None,
     ) -> Verdict:
+        """One try, in one transaction: with ``lease`` None, the token is taken in it."""
         if refusal is not None:
-            return await self._fail(task, attempt, lease, refusal)
-        fault_point("audit.before_commit")
-        return await self._writes.run(
-            lambda s: self._complete(s, task, attempt, lease), tenant=task.tenant
-        )
+            log.warning("job %s: completion refused (%s)", task.job, refusal)
+        else:
+            fault_point("audit.before_commit")
+
+        def decide(connection: Connection) -> tuple[Verdict, list[_Entry]]:
+            held = lease or self.leases.acquire_in(connection, lease_key(task.job, task.generation))
+            if refusal is None:
+                return self._complete(connection, task, attempt, held)
+            state = connection.execute(_STATE, {"job": task.job}).scalar_one_or_none()
+            if state in TERMINAL_STATES:
+                return Verdict.ALREADY_DONE, []
+            return self._end(connection, task, attempt, held, refusal)
+
+        verdict, entries = await self._writes.run(decide, tenant=task.tenant)
+        if entries:
+            self._history.appended(task.job, entries)
+        return verdict
 
     def _complete(
         self, connection: Connection, task: queue_pb2.JobTask, attempt: int, lease: Lease
-    ) -> Verdict:
+    ) -> tuple[Verdict, list[_Entry]]:
         state = connection.execute(_STATE, {"job": task.job}).scalar_one_or_none()
         if state in TERMINAL_STATES:
-            return Verdict.ALREADY_DONE
+            return Verdict.ALREADY_DONE, []
         history = connection.execute(_HISTORY, {"job": task.job}).all()
         if not set(HISTORY_BEFORE_COMPLETION) <= {row.to_state for row in history}:
             log.info("job %s: history incomplete, completion deferred", task.job)
-            return Verdict.HISTORY_INCOMPLETE
+            return Verdict.HISTORY_INCOMPLETE, []
         reported = next(row.event for row in reversed(history) if row.to_state == State.COMMITTING)
         if queue_pb2.TransitionEvent.FromString(reported).output_digest != task.signed.sha256:
             return self._end(connection, task, attempt, lease, ReasonCode.ARTIFACT_DIGEST_MISMATCH)
@@ -197,26 +218,18 @@ class CompletionDesk:
         attempt: int,
         lease: Lease,
         reason: str,
-    ) -> Verdict:
-        """Append COMPLETED (no reason) or FAILED, fenced by this delivery's lease."""
+    ) -> tuple[Verdict, list[_Entry]]:
+        """Append COMPLETED (no reason) or FAILED, fenced by this delivery's
+        lease; the entry appended, with the sequence of the job's one before."""
         if not self.leases.complete_in(connection, lease, queue_pb2.StageOutcome()):
-            return Verdict.STALE
+            return Verdict.STALE, []
         state = State.FAILED if reason else State.COMPLETED
-        ledger.append(connection, self._ending(task, attempt, lease, state, reason))
-        return Verdict.FAILED if reason else Verdict.COMPLETED
-
-    async def _fail(
-        self, task: queue_pb2.JobTask, attempt: int, lease: Lease, reason: ReasonCode
-    ) -> Verdict:
-        log.warning("job %s: completion refused (%s)", task.job, reason)
-
-        def write(connection: Connection) -> Verdict:
-            state = connection.execute(_STATE, {"job": task.job}).scalar_one_or_none()
-            if state in TERMINAL_STATES:
-                return Verdict.ALREADY_DONE
-            return self._end(connection, task, attempt, lease, reason)
-
-        return await self._writes.run(write, tenant=task.tenant)
+        ending = self._ending(task, attempt, lease, state, reason)
+        (outcome,) = ledger.record_many(
+            connection, [ledger.Arrival(ending, producer="audit", judged=False)]
+        )
+        entries = [] if outcome.entry is None else [(outcome.previous, outcome.entry)]
+        return (Verdict.FAILED if reason else Verdict.COMPLETED), entries
 
     def _ending(
         self, task: queue_pb2.JobTask, attempt: int, lease: Lease, state: str, reason: str

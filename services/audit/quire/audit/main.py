@@ -143,7 +143,7 @@ async def main() -> None:
                 consumer_name(COMMIT, "interactive"): settings.concurrency,
                 consumer_name(COMMIT, "batch"): batch_slots(settings.concurrency),
             },
-            handler=history.after(desk.handle),
+            handler=desk.handle,
             ack_wait_seconds=settings.queue.ack_wait_seconds,
             fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
             verifier=wire.verifier,

@@ -5,9 +5,8 @@ the job view by the ledger's own rule (``quire.audit.jobview``), yields the
 view after every entry that changed the state, and then sleeps until the
 job's history grows. It is woken
 
-- at once by this process's own appends: the events recorder's notice
-  (:class:`LedgerNotices`, audit's ``HistoryWatch``) and the completion
-  desk's (:meth:`JobWatches.after`);
+- at once by this process's own appends: the events recorder's and the
+  completion desk's notice (:class:`LedgerNotices`, audit's ``HistoryWatch``);
 - within ``poll_seconds`` by another audit replica's appends (a shared
   PostgreSQL ledger): one query per process per interval asks, for every
   watched job together, for its newest sequence.
@@ -33,12 +32,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 from typing import Any
 
-from google.protobuf.message import DecodeError
-from nats.aio.msg import Msg
 from sqlalchemy import Connection, bindparam, func, select
 
 from quire.audit import tables
@@ -219,11 +216,6 @@ class JobWatches:
             position = rows[-1][0]
         return rows
 
-    def after(self, handler: Callable[[Msg], Awaitable[None]]) -> Callable[[Msg], Awaitable[None]]:
-        """``handler`` of commit tasks, then a notice for the task's job (the
-        completion desk appends COMPLETED or FAILED itself)."""
-        return notifying_after(handler, self.notify)
-
     def close(self) -> None:
         """End every open watch (UNAVAILABLE) and refuse new ones: draining."""
         self._closed = True
@@ -340,26 +332,3 @@ class LedgerNotices(HistoryWatch):
         """Another replica grew ``job``'s history: wake what waits here."""
         super().notify(job)
         self._watches.notify(job)
-
-    def after(self, handler: Callable[[Msg], Awaitable[None]]) -> Callable[[Msg], Awaitable[None]]:
-        """``handler`` of commit tasks, then this notice for the task's job."""
-        return notifying_after(handler, self.notify)
-
-
-def notifying_after(
-    handler: Callable[[Msg], Awaitable[None]], notify: Callable[[str], None]
-) -> Callable[[Msg], Awaitable[None]]:
-    """``handler``, then ``notify`` of the job its task names, however it ended."""
-
-    async def handle(msg: Msg) -> None:
-        try:
-            await handler(msg)
-        finally:
-            try:
-                job = queue_pb2.JobTask.FromString(msg.data).job
-            except DecodeError:
-                job = ""
-            if job:
-                notify(job)
-
-    return handle

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import cast
 
 from prometheus_client import Counter
 from sqlalchemy import Connection, select, update
@@ -64,8 +65,6 @@ class SignerWork:
         self._sandbox = sandbox
 
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult:
-        if self._gate is not None and await self._gate.claim_signing(task.job) == CANCELLED:
-            raise JobCancelled()
         blob_key = signed_key(task.tenant, task.job)
 
         def intend(connection: Connection) -> SigningKey:
@@ -74,8 +73,24 @@ class SignerWork:
             _record_intent(connection, task.job, key.version, blob_key, lease.token)
             return key
 
-        key = await self._writes.run(intend)
-        if await asyncio.to_thread(self._blobs.exists, blob_key):
+        # The claim, the intent and the look for an earlier artifact need
+        # none of the others: they go at once, and nothing is signed before
+        # all three are in. An intent recorded for a job the claim finds
+        # cancelled is what a crash after the intent leaves: a row with no
+        # signature, which nothing reads as one.
+        claimed, intended, found = await asyncio.gather(
+            self._claim(task.job),
+            self._writes.run(intend),
+            asyncio.to_thread(self._blobs.exists, blob_key),
+            return_exceptions=True,  # each is awaited to its end, none left unread
+        )
+        if claimed == CANCELLED:
+            raise JobCancelled()
+        for failed in (claimed, intended, found):
+            if isinstance(failed, BaseException):
+                raise failed
+        key = cast(SigningKey, intended)
+        if found:
             signed, used = await self._reuse(blob_key)
         else:
             signed, used = await self._sign(task, blob_key, key)
@@ -106,6 +121,10 @@ class SignerWork:
             },
             record=_record_signature(task.job, artifact, signing, lease.token),
         )
+
+    async def _claim(self, job: str) -> str:
+        """The job gate's word on signing ``job`` (``SIGNING`` or what won)."""
+        return "" if self._gate is None else await self._gate.claim_signing(job)
 
     async def _sign(
         self, task: queue_pb2.JobTask, blob_key: str, key: SigningKey
