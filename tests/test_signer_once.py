@@ -106,8 +106,8 @@ def _gated(signer, gate: _SlowGate) -> SignerWork:  # type: ignore[no-untyped-de
     return SignerWork(
         database=database,
         blobs=blobs,
-        keys=work._keys,
-        sandbox=work._sandbox,
+        keys=work._keys,  # noqa: SLF001
+        sandbox=work._sandbox,  # noqa: SLF001
         gate=gate,  # type: ignore[arg-type]
     )
 
