@@ -6,8 +6,7 @@ files by path. A document of at most ``in_memory_bytes`` is decrypted
 (checked against its digest) into memory and goes to the sandbox worker as
 bytes over its pipe, where it is an in-memory file for the task's length
 (``quire.memoryfiles``); what the worker writes for it comes back the same
-way. Nothing of it touches a disk. A delivery may have read it already,
-while its lease was taken (``quire.readahead``).
+way. Nothing of it touches a disk.
 
 A larger document is decrypted into the attempt's private (0700) directory
 under the blob store's temporary space, named after its service, made
@@ -28,7 +27,6 @@ from types import TracebackType
 from quire.blobstore import BlobStore
 from quire.memoryfiles import InMemory, MemoryOutput
 from quire.metrics import count_source_read, phase
-from quire.readahead import taken_ahead
 
 __all__ = ["AttemptFiles", "Document", "Output", "in_memory", "keep", "size_of", "written"]
 
@@ -70,11 +68,9 @@ class AttemptFiles:
         small enough to stay in memory, else a copy's path."""
         if self._in_memory_bytes > 0:
             with phase("fetch"):
-                data = await taken_ahead(key, sha256)  # read while the lease was taken
-                if data is None:
-                    data = await asyncio.to_thread(
-                        self._blobs.plain_bytes, key, sha256, self._in_memory_bytes
-                    )
+                data = await asyncio.to_thread(
+                    self._blobs.plain_bytes, key, sha256, self._in_memory_bytes
+                )
             if data is not None:
                 count_source_read(len(data))
                 return InMemory(data)

@@ -1,7 +1,6 @@
 """The stage runner: one delivery of one job, from lease to ack.
 
     take a new lease token ── already committed? ──▶ republish outcome, ack
-      (the work's first inputs read meanwhile)
             │
         process (the stage's own work; heartbeats run meanwhile) ─▶ its verdict:
             │ hand on / park ─▶ outcome: its steps (and the next stage's task)
@@ -53,7 +52,6 @@ from quire.jobgate import CANCELLED, ENDED, JobGate
 from quire.leases import Lease, LeaseStore, lease_key
 from quire.metrics import StageMeter, delivery_timings
 from quire.pipeline import Stage, State
-from quire.readahead import ReadsAhead, reading_ahead
 from quire.reasons import ReasonCode
 from quire.sandboxlanes import BATCH, INTERACTIVE, sandbox_lane
 from quire.settings import QueueSettings
@@ -226,7 +224,6 @@ class StageRunner:
         self._service = stage.service
         self._gate = gate
         self._work = work
-        self._reader = work if isinstance(work, ReadsAhead) else None
         self._leases = leases
         self._publisher = publisher
         self._events = events
@@ -308,12 +305,6 @@ class StageRunner:
             return settlement
 
     async def _run(self, task: queue_pb2.JobTask, attempt: int, span: trace.Span) -> Settlement:
-        # The work's first inputs are read while the lease is taken (quire.readahead).
-        reading = None if self._reader is None else self._reader.read_ahead(task)
-        with reading_ahead(reading):
-            return await self._leased(task, attempt, span)
-
-    async def _leased(self, task: queue_pb2.JobTask, attempt: int, span: trace.Span) -> Settlement:
         # The gate is read and audit asked while the lease is taken: none
         # depends on the others, and a cancel or an ending recorded after the
         # read is still caught when this delivery ends the job or claims signing.

@@ -33,7 +33,6 @@ from quire.faults import fault_point
 from quire.leases import Lease
 from quire.memoryfiles import MemoryOutput
 from quire.metrics import phase
-from quire.readahead import ReadingAhead
 from quire.reasons import ReasonCode
 from quire.sandbox import SandboxPool
 from quire.stage import StageResult
@@ -42,32 +41,18 @@ from quire.type import job_pb2, queue_pb2
 __all__ = ["AssemblerWork", "assembled_key"]
 
 
-def _merged(tenant: str, source: job_pb2.SourceRef) -> tuple[str, str]:
-    """The blob to merge, and its digest: a repaired source's clean rewrite,
-    else the upload."""
+async def _plain(files: AttemptFiles, tenant: str, source: job_pb2.SourceRef) -> Document:
+    """The bytes to merge: a repaired source's clean rewrite, else the upload."""
     if source.repair.normalized_sha256:
         digest = source.repair.normalized_sha256
-        return normalized_key(tenant, digest), digest
-    return source.blob_key, source.sha256
-
-
-async def _plain(files: AttemptFiles, tenant: str, source: job_pb2.SourceRef) -> Document:
-    """The bytes to merge (``_merged``)."""
-    return await files.document(*_merged(tenant, source))
+        return await files.document(normalized_key(tenant, digest), digest)
+    return await files.document(source.blob_key, source.sha256)
 
 
 class AssemblerWork:
     def __init__(self, *, blobs: BlobStore, sandbox: SandboxPool) -> None:
         self._blobs = blobs
         self._sandbox = sandbox
-
-    def read_ahead(self, task: queue_pb2.JobTask) -> ReadingAhead:
-        """The sources to merge, read while the lease is taken (``quire.readahead``)."""
-        return ReadingAhead(
-            self._blobs,
-            self._sandbox.in_memory_bytes,
-            (_merged(task.tenant, source) for source in task.sources),
-        )
 
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult:
         # Sources are decrypted into memory or the attempt's private

@@ -28,7 +28,6 @@ from quire.leases import Lease
 from quire.memoryfiles import InMemory, MemoryOutput
 from quire.metrics import phase
 from quire.pdfsignature import SignatureReport, verify_signed_pdf
-from quire.readahead import ReadingAhead
 from quire.reasons import ReasonCode
 from quire.sandbox import SandboxPool
 from quire.signer import tables
@@ -64,14 +63,6 @@ class SignerWork:
         self._blobs = blobs
         self._keys = keys
         self._sandbox = sandbox
-
-    def read_ahead(self, task: queue_pb2.JobTask) -> ReadingAhead:
-        """The packet to sign, read while the lease is taken (``quire.readahead``)."""
-        return ReadingAhead(
-            self._blobs,
-            self._sandbox.in_memory_bytes,
-            [(task.assembled.blob_key, task.assembled.sha256)],
-        )
 
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult:
         blob_key = signed_key(task.tenant, task.job)

@@ -17,7 +17,6 @@ from quire.blobstore import BlobStore, normalized_key
 from quire.errors import PermanentError
 from quire.memoryfiles import InMemory, MemoryOutput
 from quire.metrics import phase
-from quire.readahead import ReadingAhead
 from quire.reasons import ReasonCode
 from quire.sandbox import SandboxExhausted, SandboxPool
 from quire.type import job_pb2, queue_pb2
@@ -109,15 +108,6 @@ class Evaluator:
         self._budgets = budgets or BudgetRule()
         self._hostile: OrderedDict[tuple[str, ...], None] = OrderedDict()
         self._aside = asyncio.Semaphore(self._budgets.quarantine_slots)
-
-    def read_ahead(self, task: queue_pb2.JobTask) -> ReadingAhead:
-        """``task``'s stored sources as ``evaluate`` reads them first
-        (``quire.readahead``); those still to be fetched have no blob yet."""
-        return ReadingAhead(
-            self._blobs,
-            self._sandbox.in_memory_bytes,
-            ((source.blob_key, source.sha256) for source in task.sources),
-        )
 
     async def run_sandboxed(
         self,

@@ -20,7 +20,6 @@ from sqlalchemy import Connection
 from quire.errors import JobCancelled, PermanentError, Rejected, SystemFailure
 from quire.leases import Lease
 from quire.pipeline import State
-from quire.readahead import ReadingAhead
 from quire.reasons import ReasonCode
 from quire.rolloutboard import StageRollout
 from quire.stage import StageResult, Step
@@ -75,10 +74,6 @@ class ValidatorWork:
         self._book = book
         self._sources = sources
         self._rollout: StageRollout | None = None
-
-    def read_ahead(self, task: queue_pb2.JobTask) -> ReadingAhead:
-        """The uploaded sources, read while the lease is taken (``quire.readahead``)."""
-        return self._evaluator.read_ahead(task)
 
     def rollout_changed(self, rollout: StageRollout | None) -> None:
         """The validate stage's latest rollout (``quire.workqueue.routing``)."""
