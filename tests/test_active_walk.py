@@ -21,6 +21,7 @@ from quire.validator.pdfchecks import (
     _ActiveSearch,
     check_pdf,
 )
+from quire.validator.pdfgraph import Node, PdfGraph
 
 LENGTH = 20_000
 SKELETON = 5  # hostile._one_page: catalog, pages, page, contents, font
@@ -42,12 +43,16 @@ def _chain(path: Path, last: bytes = b"/S /GoTo /D [3 0 R /Fit]") -> Path:
 
 def _search_all(pdf: pikepdf.Pdf) -> _ActiveSearch:
     """The search as check_pdf runs it: from every object, then /OpenAction."""
-    search = _ActiveSearch(limit=10**9)
-    for obj in pdf.objects:
-        if isinstance(obj, pikepdf.Dictionary | pikepdf.Stream):
-            assert not search.reaches_active(obj)
-    assert not search.reaches_active(pdf.Root.OpenAction)
+    graph = PdfGraph.read(pdf, 10**9)
+    search = _ActiveSearch(graph, limit=10**9)
+    for node in graph.objects():
+        assert not search.reaches_active(node)
+    assert not search.reaches_active(_open_action(graph))
     return search
+
+
+def _open_action(graph: PdfGraph) -> Node:
+    return graph.get(graph.root, "/OpenAction")
 
 
 def test_a_long_chain_of_next_actions_is_walked_once(tmp_path: Path) -> None:
@@ -86,8 +91,8 @@ def test_a_chain_reached_only_from_open_action_is_still_searched(tmp_path: Path)
     """/OpenAction pointing at the chain's far end, with /Launch there."""
     path = _chain(tmp_path / "launch.pdf", last=b"/S /Launch /F (calc.exe)")
     with pikepdf.open(path, attempt_recovery=False) as pdf:
-        search = _ActiveSearch(limit=10**9)
-        assert search.reaches_active(pdf.Root.OpenAction)
+        search = _ActiveSearch(PdfGraph.read(pdf, 10**9), limit=10**9)
+        assert search.reaches_active(_open_action(search.graph))
         assert search.work <= 3 * (LENGTH + 1)
 
 
@@ -96,9 +101,9 @@ def test_work_past_the_bound_is_refused_as_malformed(
 ) -> None:
     path = _chain(tmp_path / "chain.pdf")
     with pikepdf.open(path, attempt_recovery=False) as pdf:
-        search = _ActiveSearch(limit=1000)
+        search = _ActiveSearch(PdfGraph.read(pdf, 10**9), limit=1000)
         try:
-            search.reaches_active(pdf.Root.OpenAction)
+            search.reaches_active(_open_action(search.graph))
         except Exception as error:  # noqa: BLE001 - _TooDeep is private
             assert type(error).__name__ == "_TooDeep"
         else:

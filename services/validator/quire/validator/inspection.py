@@ -33,6 +33,7 @@ from quire.validator.faithfulness import (
 )
 from quire.validator.pdfchecks import UNREPAIRABLE_SHAPES, PdfLimits, check_pdf
 from quire.validator.pdfcycles import find_cycle
+from quire.validator.pdfgraph import PdfGraph
 from quire.validator.rawbombs import inflates_past
 from quire.validator.repair import claimed_pages, repair_pdf
 
@@ -110,8 +111,12 @@ def _strict(path: str, limits: PdfLimits, *, rewrite: bool = False) -> _Strict:
         with pikepdf.open(path, attempt_recovery=False, inherit_page_attributes=False) as pdf:
             if pdf.is_encrypted:
                 return _Strict(0, ReasonCode.ENCRYPTED_PDF)
-            if find_cycle(pdf) is not None:  # before anything else walks the file
-                return _Strict(0, ReasonCode.CYCLIC_STRUCTURE)
+            # Every object read once; the walks below run over what was read. A
+            # file with more objects than the limit is not walked at all:
+            # check_pdf refuses it for its size.
+            graph = PdfGraph.read(pdf, limits.max_objects)
+            if graph.complete and find_cycle(pdf, graph) is not None:
+                return _Strict(0, ReasonCode.CYCLIC_STRUCTURE)  # before anything else walks it
             pages = len(pdf.pages)
             if masked := masked_stream(pdf):
                 return _Strict(
@@ -124,7 +129,7 @@ def _strict(path: str, limits: PdfLimits, *, rewrite: bool = False) -> _Strict:
                 return _Strict(pages, ReasonCode.MALFORMED_PDF, True, tuple(messages))
             if claimed_pages(pdf) not in (None, pages):
                 return _Strict(pages, ReasonCode.MALFORMED_PDF, detail="PAGE_COUNT_MISMATCH")
-            checked = check_pdf(pdf, limits)
+            checked = check_pdf(pdf, limits, graph)
             if checked.damage and not checked.reason:
                 if rewrite:
                     return _Strict(checked.pages, "", tolerated=checked.damage)

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 from quire.reasons import ReasonCode
 from quire.validator.calculator import unbounded_calculator
 from quire.validator.decoding import DecodeError, UnsupportedFilter, decoded_size
+from quire.validator.pdfgraph import Node, PdfGraph, text
 
 __all__ = ["PdfCheck", "PdfLimits", "UNREPAIRABLE_SHAPES", "check_pdf"]
 
@@ -59,47 +60,42 @@ class PdfLimits:
     repair policy "review") instead of refused (``faithfulness``)."""
 
 
-def _is_active(dictionary: Any, keys: set[str]) -> bool:
-    """Whether ``dictionary`` (whose keys are ``keys``) is active content; a
-    value is asked of it only under a key it has (each ask crosses into qpdf)."""
-    import pikepdf
-
-    if keys & ACTIVE_KEYS:
+def _is_active(graph: PdfGraph, dictionary: Node) -> bool:
+    """Whether ``dictionary`` is active content."""
+    keys = dictionary.value
+    if not ACTIVE_KEYS.isdisjoint(keys):
         return True
     if EMBEDDED_FILE_KEY in keys and isinstance(
-        dictionary.get(EMBEDDED_FILE_KEY), pikepdf.Dictionary | pikepdf.Stream
+        graph.get(dictionary, EMBEDDED_FILE_KEY).value, dict
     ):
         return True
-    if "/S" in keys and str(dictionary.get("/S")) in ACTIVE_ACTIONS:
+    if "/S" in keys and text(graph.get(dictionary, "/S").value) in ACTIVE_ACTIONS:
         return True
-    return "/Subtype" in keys and str(dictionary.get("/Subtype")) in ACTIVE_SUBTYPES
+    return "/Subtype" in keys and text(graph.get(dictionary, "/Subtype").value) in ACTIVE_SUBTYPES
 
 
 class _TooDeep(Exception):
     """Nesting beyond what the validator inspects: refused, never skipped."""
 
 
-def _walk(root: Any) -> Iterator[Any]:
+def _walk(root: Node) -> Iterator[Node]:
     """The dictionaries reachable from ``root`` through direct objects, iteratively."""
-    import pikepdf
-
-    pending = [(root, 0)]
+    pending = [(root.value, 0, root.key)]
     while pending:
-        item, depth = pending.pop()
+        item, depth, key = pending.pop()
         if depth > MAX_WALK_DEPTH:
             raise _TooDeep()
-        if isinstance(item, pikepdf.Dictionary | pikepdf.Stream):
-            yield item
-            values = (
-                item.values() if isinstance(item, pikepdf.Dictionary) else item.stream_dict.values()
-            )
-        elif isinstance(item, pikepdf.Array):
-            values = list(item)
+        if isinstance(item, dict):
+            yield Node(key, item)
+            values: Any = item.values()
+        elif isinstance(item, list):
+            values = item
         else:
             continue
-        for value in values:
-            if isinstance(value, pikepdf.Dictionary | pikepdf.Array) and not value.is_indirect:
-                pending.append((value, depth + 1))
+        # A reference is a string here: only direct dictionaries and arrays are walked on.
+        pending.extend(
+            (value, depth + 1, None) for value in values if isinstance(value, dict | list)
+        )
 
 
 class _ActiveSearch:
@@ -113,7 +109,8 @@ class _ActiveSearch:
     objects taken and dictionaries visited) is bounded per file by ``limit``;
     past it the file is refused (``_TooDeep``), never half-inspected."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, graph: PdfGraph, limit: int) -> None:
+        self.graph = graph
         self.limit = limit
         self.work = 0
         self._seen: set[tuple[int, int]] = set()
@@ -123,25 +120,24 @@ class _ActiveSearch:
         if self.work > self.limit:
             raise _TooDeep()
 
-    def reaches_active(self, root: Any) -> bool:
-        import pikepdf
-
+    def reaches_active(self, root: Node) -> bool:
+        graph = self.graph
         pending = [root]
         while pending:
             item = pending.pop()
             self._spend()
-            if getattr(item, "is_indirect", False):
-                if item.objgen in self._seen:
+            if item.key is not None:
+                if item.key in self._seen:
                     continue
-                self._seen.add(item.objgen)
+                self._seen.add(item.key)
             for dictionary in _walk(item):
                 self._spend()
-                keys = set(dictionary.keys())
-                if _is_active(dictionary, keys):
+                if _is_active(graph, dictionary):
                     return True
-                following = dictionary.get("/Next") if "/Next" in keys else None
-                if isinstance(following, pikepdf.Dictionary | pikepdf.Array):
-                    pending.append(following)
+                if "/Next" in dictionary.value:
+                    following = graph.get(dictionary, "/Next")
+                    if graph.is_dictionary(following) or isinstance(following.value, list):
+                        pending.append(following)
         return False
 
 
@@ -175,10 +171,13 @@ class PdfCheck(NamedTuple):
 UNREPAIRABLE_SHAPES = frozenset({"STRUCTURE_TOO_DEEP", "TOO_MANY_OBJECTS"})
 
 
-def check_pdf(pdf: Any, limits: PdfLimits) -> PdfCheck:
-    """Page count and the first reason to refuse (empty when the PDF passes)."""
+def check_pdf(pdf: Any, limits: PdfLimits, graph: PdfGraph | None = None) -> PdfCheck:
+    """Page count and the first reason to refuse (empty when the PDF passes).
+    ``graph`` is the document's objects when they were read already."""
+    if graph is None:
+        graph = PdfGraph.read(pdf, limits.max_objects)
     try:
-        return _check_pdf(pdf, limits)
+        return _check_pdf(pdf, limits, graph)
     except _TooDeep:
         return PdfCheck(0, ReasonCode.MALFORMED_PDF, "STRUCTURE_TOO_DEEP")
 
@@ -187,9 +186,7 @@ def _malformed(pages: int, detail: str) -> PdfCheck:
     return PdfCheck(pages, ReasonCode.MALFORMED_PDF, detail)
 
 
-def _check_pdf(pdf: Any, limits: PdfLimits) -> PdfCheck:
-    import pikepdf
-
+def _check_pdf(pdf: Any, limits: PdfLimits, graph: PdfGraph) -> PdfCheck:
     pages = len(pdf.pages)
     if pages > limits.max_pages:
         return PdfCheck(pages, ReasonCode.TOO_MANY_PAGES)
@@ -202,29 +199,32 @@ def _check_pdf(pdf: Any, limits: PdfLimits) -> PdfCheck:
     decoded = 0
     tolerated: set[str] = set()
     active = False
-    search = _ActiveSearch(active_walk_limit(limits))
-    for count, obj in enumerate(pdf.objects):
-        if count > limits.max_objects:
-            return _malformed(pages, "TOO_MANY_OBJECTS")
-        if isinstance(obj, pikepdf.Stream):
+    search = _ActiveSearch(graph, active_walk_limit(limits))
+    objects = {node.key: node for node in graph.objects()}
+    for key in graph.order:
+        stream = graph.streams.get(key)
+        if stream is not None:
             try:
-                decoded += decoded_size(obj, limits.max_decompressed_bytes - decoded, tolerated)
+                decoded += decoded_size(stream, limits.max_decompressed_bytes - decoded, tolerated)
             except (UnsupportedFilter, DecodeError):
                 return _malformed(pages, "UNDECODABLE_STREAM")
             if decoded > limits.max_decompressed_bytes:
                 return PdfCheck(pages, ReasonCode.DECOMPRESSED_SIZE_EXCEEDED)
             # Measured above, so reading it whole is bounded.
-            if obj.get("/FunctionType") == 4 and unbounded_calculator(
-                obj.read_bytes(), _inputs(obj)
+            if stream.get("/FunctionType") == 4 and unbounded_calculator(
+                stream.read_bytes(), _inputs(stream)
             ):
                 return _malformed(pages, "STRUCTURE_TOO_DEEP")
-        if not active and isinstance(obj, pikepdf.Dictionary | pikepdf.Stream):
-            active = search.reaches_active(obj)
+        node = objects.get(key)
+        if not active and node is not None:
+            active = search.reaches_active(node)
+    if not graph.complete:
+        return _malformed(pages, "TOO_MANY_OBJECTS")
     names = pdf.Root.get("/Names")
     if names is not None and "/JavaScript" in names:
         active = True
-    if not active and "/OpenAction" in pdf.Root and search.reaches_active(pdf.Root.OpenAction):
-        active = True
+    if not active and "/OpenAction" in pdf.Root:
+        active = search.reaches_active(graph.get(graph.root, "/OpenAction"))
     if pdf.get_warnings():
         return _malformed(pages, "QPDF_WARNING")  # e.g. nesting qpdf would not parse
     if active and not limits.allow_active_content:

@@ -18,7 +18,8 @@ iterative, remembers what it has seen by object number, and is bounded:
 - function references (``/Functions`` of stitching functions);
 - object-stream ``/Extends`` chains.
 
-Runs inside a sandbox worker on an open pikepdf document.
+Runs inside a sandbox worker, over the document's objects as ``pdfgraph``
+reads them from an open pikepdf document.
 """
 
 from __future__ import annotations
@@ -26,258 +27,262 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from quire.validator.pdfgraph import Node, PdfGraph, text
+
 __all__ = ["find_cycle", "MAX_NODES"]
 
 MAX_NODES = 500_000
 """Nodes one walk may visit; beyond it the file is unbounded and refused as a cycle."""
+
+Key = tuple[int, int]
 
 
 class _Unbounded(Exception):
     pass
 
 
-def _key(item: Any) -> tuple[int, int] | None:
-    return item.objgen if getattr(item, "is_indirect", False) else None
+class _Walks:
+    """The walks over one document's graph."""
 
+    def __init__(self, graph: PdfGraph) -> None:
+        self.graph = graph
 
-def _children(node: Any, name: str) -> list[Any]:
-    import pikepdf
+    def children(self, node: Node, name: str) -> list[Node]:
+        """The dictionaries and streams under ``name``: one, or those of an array."""
+        value = self.graph.get(node, name)
+        if isinstance(value.value, list):
+            return [item for item in self.graph.items(value) if isinstance(item.value, dict)]
+        if isinstance(value.value, dict):
+            return [value]
+        return []
 
-    value = node.get(name) if isinstance(node, pikepdf.Dictionary | pikepdf.Stream) else None
-    if isinstance(value, pikepdf.Array):
-        return [v for v in value if isinstance(v, pikepdf.Dictionary | pikepdf.Stream)]
-    if isinstance(value, pikepdf.Dictionary | pikepdf.Stream):
-        return [value]
-    return []
+    def tree_has_cycle(self, root: Node, kids: str) -> bool:
+        return self.has_cycle(root, lambda node: self.children(node, kids))
 
-
-def _tree_has_cycle(root: Any, kids: str) -> bool:
-    return _has_cycle(root, lambda node: _children(node, kids))
-
-
-def _has_cycle(
-    root: Any,
-    children: Callable[[Any], list[Any]],
-    finished: set[tuple[int, int]] | None = None,
-) -> bool:
-    """Depth-first with the path of ancestors: a node met again on its own path.
-    A node whose descendants were all walked without a cycle (``finished``,
-    which walks from several roots may share) is not walked again, so shared
-    resources cost one walk, not one per page."""
-    path: set[tuple[int, int]] = set()
-    done = finished if finished is not None else set()
-    pending: list[tuple[Any, bool]] = [(root, True)]
-    visits = 0
-    while pending:
-        node, entering = pending.pop()
-        key = _key(node)
-        if not entering:
+    def has_cycle(
+        self,
+        root: Node,
+        children: Callable[[Node], list[Node]],
+        finished: set[Key] | None = None,
+    ) -> bool:
+        """Depth-first with the path of ancestors: a node met again on its own path.
+        A node whose descendants were all walked without a cycle (``finished``,
+        which walks from several roots may share) is not walked again, so shared
+        resources cost one walk, not one per page."""
+        path: set[Key] = set()
+        done = finished if finished is not None else set()
+        pending: list[tuple[Node, bool]] = [(root, True)]
+        visits = 0
+        while pending:
+            node, entering = pending.pop()
+            key = node.key
+            if not entering:
+                if key is not None:
+                    path.discard(key)
+                    done.add(key)
+                continue
+            visits += 1
+            if visits > MAX_NODES:
+                raise _Unbounded()
             if key is not None:
-                path.discard(key)
-                done.add(key)
-            continue
-        visits += 1
-        if visits > MAX_NODES:
-            raise _Unbounded()
-        if key is not None:
-            if key in path:
-                return True
-            if key in done:
-                continue
-            path.add(key)
-        pending.append((node, False))
-        pending.extend((child, True) for child in children(node))
-    return False
+                if key in path:
+                    return True
+                if key in done:
+                    continue
+                path.add(key)
+            pending.append((node, False))
+            pending.extend((child, True) for child in children(node))
+        return False
 
-
-def _chain_has_cycle(start: Any, link: str) -> bool:
-    seen: set[tuple[int, int]] = set()
-    node: Any = start
-    for _ in range(MAX_NODES):
-        key = _key(node)
-        if key is not None:
-            if key in seen:
-                return True
-            seen.add(key)
-        following = _children(node, link)
-        if not following:
-            return False
-        node = following[0]
-    raise _Unbounded()
-
-
-def _contents_have_cycle(contents: Any) -> bool:
-    """A page's ``/Contents``: a stream, or an array of them; arrays inside it
-    (which no writer makes) are walked with their path, and one that holds
-    itself, directly or through others, is a loop."""
-    import pikepdf
-
-    def arrays(node: Any) -> list[Any]:
-        if not isinstance(node, pikepdf.Array):
-            return []
-        return [item for item in node if isinstance(item, pikepdf.Array)]
-
-    return _has_cycle(contents, arrays)
-
-
-def _links_end(items: list[Any], link: str) -> bool:
-    """Whether following ``link`` from every item always ends: each item has
-    at most one successor, so a walk that meets a node of its own walk loops.
-    Linear: a node once known to end is not walked again."""
-    ends: set[tuple[int, int]] = set()
-    for start in items:
-        walk: set[tuple[int, int]] = set()
-        node: Any = start
+    def chain_has_cycle(self, start: Node, link: str) -> bool:
+        seen: set[Key] = set()
+        node = start
         for _ in range(MAX_NODES):
-            key = _key(node)
-            if key is None or key in ends:
-                break
-            if key in walk:
-                return False
-            walk.add(key)
-            following = _children(node, link)
+            key = node.key
+            if key is not None:
+                if key in seen:
+                    return True
+                seen.add(key)
+            following = self.children(node, link)
             if not following:
-                break
+                return False
             node = following[0]
-        else:
-            raise _Unbounded()
-        ends |= walk
-    return True
+        raise _Unbounded()
 
+    def contents_have_cycle(self, contents: Node) -> bool:
+        """A page's ``/Contents``: a stream, or an array of them; arrays inside it
+        (which no writer makes) are walked with their path, and one that holds
+        itself, directly or through others, is a loop."""
 
-def _outline_walk(outlines: Any) -> tuple[list[Any], bool]:
-    """Every outline item reachable by ``/First`` and ``/Next``, once each, and
-    whether any was reached twice (a loop, or an item shared by two chains)."""
-    seen: set[tuple[int, int]] = set()
-    items: list[Any] = []
-    repeated = False
-    pending = _children(outlines, "/First")
-    while pending:
-        item = pending.pop()
-        key = _key(item)
-        if key is not None:
-            if key in seen:
-                repeated = True
+        def arrays(node: Node) -> list[Node]:
+            return [item for item in self.graph.items(node) if isinstance(item.value, list)]
+
+        return self.has_cycle(contents, arrays)
+
+    def links_end(self, items: list[Node], link: str) -> bool:
+        """Whether following ``link`` from every item always ends: each item has
+        at most one successor, so a walk that meets a node of its own walk loops.
+        Linear: a node once known to end is not walked again."""
+        ends: set[Key] = set()
+        for start in items:
+            walk: set[Key] = set()
+            node = start
+            for _ in range(MAX_NODES):
+                key = node.key
+                if key is None or key in ends:
+                    break
+                if key in walk:
+                    return False
+                walk.add(key)
+                following = self.children(node, link)
+                if not following:
+                    break
+                node = following[0]
+            else:
+                raise _Unbounded()
+            ends |= walk
+        return True
+
+    def outline_walk(self, outlines: Node) -> tuple[list[Node], bool]:
+        """Every outline item reachable by ``/First`` and ``/Next``, once each, and
+        whether any was reached twice (a loop, or an item shared by two chains)."""
+        seen: set[Key] = set()
+        items: list[Node] = []
+        repeated = False
+        pending = self.children(outlines, "/First")
+        while pending:
+            item = pending.pop()
+            key = item.key
+            if key is not None:
+                if key in seen:
+                    repeated = True
+                    continue
+                seen.add(key)
+            items.append(item)
+            if len(items) > MAX_NODES:
+                raise _Unbounded()
+            pending.extend(self.children(item, "/First"))
+            pending.extend(self.children(item, "/Next"))
+        return items, repeated
+
+    def drawn(self, node: Node) -> list[Node]:
+        """What drawing ``node`` (a page, a form, a tiling pattern) draws in turn:
+        the form XObjects and patterns its resources name."""
+        graph = self.graph
+        resources = graph.get(node, "/Resources")
+        if not graph.is_dictionary(resources):
+            return []
+        drawn = []
+        for category, drawing in (
+            ("/XObject", "/Form"),
+            ("/Pattern", "/Form"),
+            ("/Font", "/Type3"),
+        ):
+            named = graph.get(resources, category)
+            if not graph.is_dictionary(named):
                 continue
-            seen.add(key)
-        items.append(item)
-        if len(items) > MAX_NODES:
-            raise _Unbounded()
-        pending.extend(_children(item, "/First"))
-        pending.extend(_children(item, "/Next"))
-    return items, repeated
+            absent = "/Form" if category == "/Pattern" else None
+            for value in named.value.values():
+                item = graph.node(value)
+                if not isinstance(item.value, dict):
+                    continue
+                subtype = (
+                    text(graph.get(item, "/Subtype").value)
+                    if graph.has(item, "/Subtype")
+                    else absent
+                )
+                if subtype == drawing:
+                    drawn.append(item)
+        return drawn
+
+    def structure_kids(self, node: Node) -> list[Node]:
+        """A structure element's children (``/K``: one, or an array), elements
+        only: marked-content references and page numbers end the walk."""
+        graph = self.graph
+        if not graph.is_dictionary(node):
+            return []
+        kids = graph.get(node, "/K")
+        items = graph.items(kids) if isinstance(kids.value, list) else [kids]
+        return [
+            item
+            for item in items
+            if graph.is_dictionary(item)
+            and text(graph.get(item, "/Type").value) not in ("/MCR", "/OBJR")
+        ]
+
+    def named_trees(self, names: Node) -> list[Node]:
+        """Every name tree of the catalog's ``/Names`` dictionary."""
+        graph = self.graph
+        if not graph.is_dictionary(names):
+            return []
+        return [
+            item
+            for item in (graph.node(value) for value in names.value.values())
+            if graph.is_dictionary(item)
+        ]
+
+    def cycles(self) -> Iterator[str]:
+        graph = self.graph
+        root = graph.root
+        objects = graph.objects()
+        kinds = [text(graph.get(node, "/Type").value) for node in objects]
+        pages = graph.get(root, "/Pages")
+        if pages.value is not None and self.tree_has_cycle(pages, "/Kids"):
+            yield "page_tree"
+        if pages.value is not None:
+            drawn: set[Key] = set()
+            for node, kind in zip(objects, kinds, strict=True):
+                if kind == "/Page" and self.contents_have_cycle(graph.get(node, "/Contents")):
+                    yield "contents"
+                # Resources a page inherits from its /Pages ancestors are walked there.
+                if kind in ("/Page", "/Pages") and self.has_cycle(node, self.drawn, drawn):
+                    yield "resources"
+        structure = graph.get(root, "/StructTreeRoot")
+        if structure.value is not None and self.has_cycle(structure, self.structure_kids):
+            yield "structure_tree"
+        names = graph.get(root, "/Names")
+        if names.value is not None:
+            for tree in self.named_trees(names):
+                if self.tree_has_cycle(tree, "/Kids"):
+                    yield "name_trees"
+        outlines = graph.get(root, "/Outlines")
+        if outlines.value is not None:
+            reached, repeated = self.outline_walk(outlines)
+            if repeated:
+                yield "outlines"
+            items = [outlines, *reached]
+            # Walked backwards from the last: /Last to an item, then /Prev.
+            lasts = [item for node in items for item in self.children(node, "/Last")]
+            links = ((items, "/Prev"), (items, "/Parent"), (lasts, "/Prev"), (lasts, "/Next"))
+            if not all(self.links_end(start, link) for start, link in links):
+                yield "outlines"
+        form = graph.get(root, "/AcroForm")
+        if form.value is not None:
+            for field in self.children(form, "/Fields"):
+                if self.tree_has_cycle(field, "/Kids"):
+                    yield "form_fields"
+        for obj, kind in zip(objects, kinds, strict=True):
+            keys = obj.value
+            if "/IRT" in keys and self.chain_has_cycle(obj, "/IRT"):
+                yield "annotations"
+            is_field = "/FT" in keys or "/T" in keys
+            is_page = kind in ("/Page", "/Pages")
+            if "/Parent" in keys and (is_field or is_page) and self.chain_has_cycle(obj, "/Parent"):
+                yield "page_tree" if is_page else "form_fields"
+            if "/FunctionType" in keys and self.tree_has_cycle(obj, "/Functions"):
+                yield "functions"
+            if kind == "/ObjStm" and self.chain_has_cycle(obj, "/Extends"):
+                yield "object_streams"
 
 
-def _drawn(node: Any) -> list[Any]:
-    """What drawing ``node`` (a page, a form, a tiling pattern) draws in turn:
-    the form XObjects and patterns its resources name."""
-    import pikepdf
-
-    resources = (
-        node.get("/Resources") if isinstance(node, pikepdf.Dictionary | pikepdf.Stream) else None
-    )
-    if not isinstance(resources, pikepdf.Dictionary):
-        return []
-    drawn = []
-    for category, drawing in (("/XObject", "/Form"), ("/Pattern", "/Form"), ("/Font", "/Type3")):
-        named = resources.get(category)
-        if isinstance(named, pikepdf.Dictionary):
-            drawn += [
-                value
-                for _name, value in named.items()
-                if isinstance(value, pikepdf.Stream | pikepdf.Dictionary)
-                and value.get("/Subtype", "/Form" if category == "/Pattern" else None) == drawing
-            ]
-    return drawn
-
-
-def _structure_kids(node: Any) -> list[Any]:
-    """A structure element's children (``/K``: one, or an array), elements
-    only: marked-content references and page numbers end the walk."""
-    import pikepdf
-
-    kids = node.get("/K") if isinstance(node, pikepdf.Dictionary) else None
-    items = list(kids) if isinstance(kids, pikepdf.Array) else [kids]
-    return [
-        item
-        for item in items
-        if isinstance(item, pikepdf.Dictionary) and item.get("/Type") not in ("/MCR", "/OBJR")
-    ]
-
-
-def _objects(pdf: Any) -> Iterator[Any]:
-    import pikepdf
-
-    for obj in pdf.objects:
-        if isinstance(obj, pikepdf.Dictionary | pikepdf.Stream):
-            yield obj
-
-
-def _cycles(pdf: Any) -> Iterator[str]:
-    root = pdf.Root
-    pages = root.get("/Pages")
-    if pages is not None and _tree_has_cycle(pages, "/Kids"):
-        yield "page_tree"
-    if pages is not None:
-        drawn: set[tuple[int, int]] = set()
-        for node in _objects(pdf):
-            kind = node.get("/Type")
-            if kind == "/Page" and _contents_have_cycle(node.get("/Contents")):
-                yield "contents"
-            # Resources a page inherits from its /Pages ancestors are walked there.
-            if kind in ("/Page", "/Pages") and _has_cycle(node, _drawn, drawn):
-                yield "resources"
-    structure = root.get("/StructTreeRoot")
-    if structure is not None and _has_cycle(structure, _structure_kids):
-        yield "structure_tree"
-    names = root.get("/Names")
-    if names is not None:
-        for tree in _named_trees(names):
-            if _tree_has_cycle(tree, "/Kids"):
-                yield "name_trees"
-    outlines = root.get("/Outlines")
-    if outlines is not None:
-        reached, repeated = _outline_walk(outlines)
-        if repeated:
-            yield "outlines"
-        items = [outlines, *reached]
-        # Walked backwards from the last: /Last to an item, then /Prev.
-        lasts = [item for node in items for item in _children(node, "/Last")]
-        links = ((items, "/Prev"), (items, "/Parent"), (lasts, "/Prev"), (lasts, "/Next"))
-        if not all(_links_end(start, link) for start, link in links):
-            yield "outlines"
-    form = root.get("/AcroForm")
-    if form is not None:
-        for field in _children(form, "/Fields"):
-            if _tree_has_cycle(field, "/Kids"):
-                yield "form_fields"
-    for obj in _objects(pdf):
-        keys = set(obj.keys())  # one ask of qpdf, not one per key looked for
-        if "/IRT" in keys and _chain_has_cycle(obj, "/IRT"):
-            yield "annotations"
-        is_field = "/FT" in keys or "/T" in keys
-        kind = obj.get("/Type") if "/Type" in keys else None
-        is_page = kind in ("/Page", "/Pages")
-        if "/Parent" in keys and (is_field or is_page) and _chain_has_cycle(obj, "/Parent"):
-            yield "page_tree" if is_page else "form_fields"
-        if "/FunctionType" in keys and _tree_has_cycle(obj, "/Functions"):
-            yield "functions"
-        if kind == "/ObjStm" and _chain_has_cycle(obj, "/Extends"):
-            yield "object_streams"
-
-
-def _named_trees(names: Any) -> list[Any]:
-    """Every name tree of the catalog's ``/Names`` dictionary."""
-    import pikepdf
-
-    if not isinstance(names, pikepdf.Dictionary):
-        return []
-    return [value for _name, value in names.items() if isinstance(value, pikepdf.Dictionary)]
-
-
-def find_cycle(pdf: Any) -> str | None:
-    """The first structure found to loop back on itself, or None."""
+def find_cycle(pdf: Any, graph: PdfGraph | None = None) -> str | None:
+    """The first structure found to loop back on itself, or None. A document
+    with more objects than a walk may visit is unbounded."""
+    if graph is None:
+        graph = PdfGraph.read(pdf, MAX_NODES)
+    if not graph.complete:
+        return "unbounded"
     try:
-        return next(_cycles(pdf), None)
+        return next(_Walks(graph).cycles(), None)
     except _Unbounded:
         return "unbounded"
