@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from quire.admission.feed import AuditFeed
+from quire.admission.feed import AuditFeed, Follow
 from quire.admission.outstanding import OutstandingJobs
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.errors import Overloaded, QuotaViolation, TransientError
@@ -59,6 +59,14 @@ class _Unsupported(Exception):
     """Audit does not serve FollowJobs."""
 
 
+def _draining() -> TransientError:
+    return TransientError(ReasonCode.SERVICE_DRAINING, "admission is shutting down; watch again")
+
+
+_DRAINING = audit_service_pb2.FollowedChange(ended=True)
+"""Put in every open follow's queue when admission drains (compared by identity)."""
+
+
 class WatchRelay:
     def __init__(
         self,
@@ -73,6 +81,7 @@ class WatchRelay:
         self._open = 0
         self._by_tenant: Counter[str] = Counter()
         self._closed = asyncio.Event()
+        self._following: set[Follow] = set()
 
     @property
     def feed(self) -> AuditFeed:
@@ -81,6 +90,8 @@ class WatchRelay:
     def close(self) -> None:
         """End every relay (UNAVAILABLE) and refuse new ones: draining."""
         self._closed.set()
+        for follow in self._following:
+            follow.changes.put_nowait(_DRAINING)
         self._feed.close()
 
     async def relay(
@@ -126,17 +137,17 @@ class WatchRelay:
     ) -> AsyncIterator[audit_service_pb2.WatchJobResponse]:
         """The job's changes through the shared stream."""
         follow = self._feed.follow(name, after)
-        closing = asyncio.ensure_future(self._closed.wait())
-        reading: asyncio.Future[audit_service_pb2.FollowedChange] | None = None
+        self._following.add(follow)
         try:
             while True:
-                reading = asyncio.ensure_future(follow.changes.get())
-                await asyncio.wait((reading, closing), return_when=asyncio.FIRST_COMPLETED)
-                if closing.done():  # the feed is closing too: its follows end broken
-                    raise TransientError(
-                        ReasonCode.SERVICE_DRAINING, "admission is shutting down; watch again"
-                    )
-                change = reading.result()
+                # Draining wins over changes still queued, and wakes a waiting
+                # relay with _DRAINING, ahead of the feed's own ending (its
+                # follows end broken as the stream closes).
+                if self._closed.is_set():
+                    raise _draining()
+                change = await follow.changes.get()
+                if change is _DRAINING:
+                    raise _draining()
                 if change.HasField("change"):
                     yield change.change
                 if change.ended:
@@ -147,9 +158,7 @@ class WatchRelay:
                         raise self._refusal(change)
                     return
         finally:
-            closing.cancel()
-            if reading is not None:
-                reading.cancel()
+            self._following.discard(follow)
             self._feed.unfollow(follow)
 
     def _refusal(self, change: audit_service_pb2.FollowedChange) -> Exception:
@@ -173,9 +182,7 @@ class WatchRelay:
                 reading = asyncio.ensure_future(call.read())
                 await asyncio.wait((reading, closing), return_when=asyncio.FIRST_COMPLETED)
                 if not reading.done():
-                    raise TransientError(
-                        ReasonCode.SERVICE_DRAINING, "admission is shutting down; watch again"
-                    )
+                    raise _draining()
                 try:
                     change = reading.result()
                 except grpc.aio.AioRpcError as error:
