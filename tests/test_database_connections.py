@@ -8,12 +8,13 @@ database closes them all.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Column, Connection, Integer, MetaData, String, Table, select
 
-from quire.database import Database
+from quire.database import Database, schema_transaction
 
 pytestmark = pytest.mark.asyncio
 
@@ -103,3 +104,35 @@ async def test_closing_the_database_closes_the_kept_connections(tmp_path: Path) 
     await database.read(lambda c: c)
     database.close()
     assert kept.closed
+
+
+def _may_write(path: Path) -> bool:
+    """Whether another connection could take the write lock now (without waiting)."""
+    other = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        other.close()
+
+
+async def test_a_write_takes_the_lock_as_it_begins_and_a_read_never_does(
+    tmp_path: Path,
+) -> None:
+    """Writes begin IMMEDIATE (two writers never deadlock upgrading a read lock),
+    reads begin deferred (WAL readers never wait for the writer), and so does
+    a schema change outside the database's threads."""
+    database = _database(tmp_path)
+    path = tmp_path / "db.sqlite"
+    try:
+        assert _may_write(path)
+        assert not await database.run(lambda _c: _may_write(path))
+        assert await database.read(lambda _c: _may_write(path))
+        with schema_transaction(database):
+            assert not _may_write(path)
+        assert _may_write(path)
+    finally:
+        database.close()

@@ -27,8 +27,9 @@ import asyncio
 import functools
 import importlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -63,17 +64,30 @@ def _sqlite_engine(url: str) -> Engine:
         cursor.execute("PRAGMA busy_timeout=30000")
         cursor.close()
 
-    @event.listens_for(engine, "begin")
-    def _on_begin(connection: Any) -> None:
-        # Straight to the driver: a statement of its own through SQLAlchemy
-        # costs more than the BEGIN itself.
-        driver = connection.connection.driver_connection
-        if connection.get_execution_options().get(READ_ONLY):
-            driver.execute("BEGIN")  # WAL readers never wait for the writer
-        else:
-            driver.execute("BEGIN IMMEDIATE")
-
     return engine
+
+
+def begin_on_driver(connection: Connection, *, read_only: bool = False) -> None:
+    """Begin SQLite's transaction on a connection SQLAlchemy has just begun
+    (pysqlite begins none itself): ``BEGIN IMMEDIATE`` takes the write lock at
+    once, so two writers never deadlock upgrading; a read-only ``BEGIN`` never
+    waits for the writer (WAL). Nothing on other databases, whose drivers
+    begin their own.
+
+    Called here rather than from a ``begin`` event: any listener on the engine's
+    connection events makes SQLAlchemy dispatch four events around every
+    statement, which costs more than many of the statements."""
+    if connection.dialect.name == "sqlite":
+        driver: Any = connection.connection.driver_connection
+        driver.execute("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+@contextmanager
+def schema_transaction(database: Database) -> Iterator[Connection]:
+    """One write transaction outside the database's threads (schema changes)."""
+    with database.engine.begin() as connection:
+        begin_on_driver(connection)
+        yield connection
 
 
 class Database:
@@ -134,11 +148,14 @@ class Database:
         return connection
 
     def _begin(self, engine: Engine, work: Callable[[Connection], T]) -> T:
+        read_only = engine is self._read_engine
         connection = self._kept_connection(engine)
         if connection is None:
             with engine.begin() as connection:
+                begin_on_driver(connection, read_only=read_only)
                 return work(connection)
         with connection.begin():
+            begin_on_driver(connection, read_only=read_only)
             return work(connection)
 
     def create_schema(self) -> None:

@@ -29,7 +29,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, MetaData, inspect
 
-from quire.database import Database
+from quire.database import Database, schema_transaction
 from quire.schema import lock_schema
 
 __all__ = ["BASELINE", "ENVIRONMENT", "apply_migrations", "run_environment", "current_revision"]
@@ -56,7 +56,7 @@ def apply_migrations(database: Database, metadata: MetaData, versions: Path) -> 
     """Run the chain in ``versions`` on ``database`` up to its newest revision;
     returns it. ``quire.schema.upgrade_schema`` calls this when a database is
     neither empty nor already there."""
-    with database.engine.begin() as connection:
+    with schema_transaction(database) as connection:
         lock_schema(connection)
         config = _config(versions, connection, metadata)
         tables = set(inspect(connection).get_table_names())

@@ -33,7 +33,7 @@ from sqlalchemy import (
     text,
 )
 
-from quire.database import Database
+from quire.database import Database, schema_transaction
 
 __all__ = ["VERSION_TABLE", "chain_head", "lock_schema", "upgrade_schema"]
 
@@ -79,7 +79,7 @@ def upgrade_schema(database: Database, metadata: MetaData, versions: Path) -> st
     """Bring ``database`` to the newest revision in ``versions``; returns it."""
     head = chain_head(versions)
     if head is not None:
-        with database.engine.begin() as connection:
+        with schema_transaction(database) as connection:
             lock_schema(connection)
             tables = set(inspect(connection).get_table_names())
             if VERSION_TABLE.name in tables:
