@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,9 +37,13 @@ from quire.reasons import ReasonCode
 from quire.validator.damage import codes_of, refusal_of
 from quire.validator.pdfcycles import find_cycle
 
-__all__ = ["RepairResult", "claimed_pages", "repair_pdf", "revisions_disagree"]
+__all__ = ["RepairResult", "claimed_pages", "object_headers", "repair_pdf", "revisions_disagree"]
 
-_OBJECT_HEADER = re.compile(rb"(?<![0-9])(\d{1,10})\s+(\d{1,5})\s+obj\b")
+_OBJ = re.compile(rb"obj")
+_HEADER_BEFORE = re.compile(rb"jbo\s+([0-9]{1,5})\s+([0-9]{1,10})(?![0-9])")
+"""An object header, ``N G obj`` (N of at most 10 digits and not part of a
+longer number, G of at most 5), read backwards from its keyword."""
+_WORD = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _END = re.compile(rb"\bendobj\b")
 
 
@@ -63,8 +68,8 @@ def revisions_disagree(path: str) -> bool:
     # Only an object number defined more than once has bodies to compare:
     # most files define each once, and cost one scan of their headers.
     starts: dict[tuple[bytes, bytes], list[int]] = defaultdict(list)
-    for match in _OBJECT_HEADER.finditer(data):
-        starts[(match.group(1), match.group(2))].append(match.end())
+    for number, generation, after in object_headers(data):
+        starts[(number, generation)].append(after)
     for offsets in starts.values():
         if len(offsets) < 2:
             continue
@@ -76,6 +81,21 @@ def revisions_disagree(path: str) -> bool:
             if len(digests) > 1:
                 return True
     return False
+
+
+def object_headers(data: bytes) -> Iterator[tuple[bytes, bytes, int]]:
+    """(number, generation, offset just past ``obj``) of every object header in
+    ``data``, in order. Found from the keyword back: a scan for the number
+    that starts the header would try the pattern at every byte of the file."""
+    reverse = data[::-1]
+    size = len(data)
+    for keyword in _OBJ.finditer(data):
+        end = keyword.end()
+        if end < size and data[end] in _WORD:
+            continue  # "obj" inside a longer word
+        header = _HEADER_BEFORE.match(reverse, size - end)
+        if header is not None:
+            yield header.group(2)[::-1], header.group(1)[::-1], end
 
 
 def claimed_pages(pdf: Any) -> int | None:
