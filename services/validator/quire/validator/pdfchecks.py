@@ -9,7 +9,6 @@ off, so a file that needs repair is refused rather than reinterpreted.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -43,6 +42,10 @@ key in usage-rights ``/TransformParams`` is an array of permitted operations
 on attachments (``[/Create /Delete]``), which embeds nothing."""
 ACTIVE_SUBTYPES = {"/FileAttachment", "/RichMedia", "/Screen", "/Movie", "/Sound", "/3D"}
 MAX_WALK_DEPTH = 64
+_NOTABLE = frozenset({*ACTIVE_KEYS, EMBEDDED_FILE_KEY, "/S", "/Subtype", "/Next"})
+"""Keys without which a dictionary is neither active nor links on."""
+_NESTED = (dict, list)
+Key = tuple[int, int]
 MAX_ACTION_HOPS = 10_000
 """The least active-content search work allowed for any file (see ``active_walk_limit``)."""
 ACTIVE_WORK_PER_OBJECT = 4
@@ -78,26 +81,6 @@ class _TooDeep(Exception):
     """Nesting beyond what the validator inspects: refused, never skipped."""
 
 
-def _walk(root: Node) -> Iterator[Node]:
-    """The dictionaries reachable from ``root`` through direct objects, iteratively."""
-    pending = [(root.value, 0, root.key)]
-    while pending:
-        item, depth, key = pending.pop()
-        if depth > MAX_WALK_DEPTH:
-            raise _TooDeep()
-        if isinstance(item, dict):
-            yield Node(key, item)
-            values: Any = item.values()
-        elif isinstance(item, list):
-            values = item
-        else:
-            continue
-        # A reference is a string here: only direct dictionaries and arrays are walked on.
-        pending.extend(
-            (value, depth + 1, None) for value in values if isinstance(value, dict | list)
-        )
-
-
 class _ActiveSearch:
     """Whether active content is reachable, following action chains (/Next)
     through indirect objects too, over one file: every search shares one
@@ -130,14 +113,29 @@ class _ActiveSearch:
                 if item.key in self._seen:
                     continue
                 self._seen.add(item.key)
-            for dictionary in _walk(item):
-                self._spend()
-                if _is_active(graph, dictionary):
-                    return True
-                if "/Next" in dictionary.value:
-                    following = graph.get(dictionary, "/Next")
-                    if graph.is_dictionary(following) or isinstance(following.value, list):
-                        pending.append(following)
+            # The dictionaries reachable from the item through direct objects
+            # (a reference is a string here), each judged as it is reached.
+            walk: list[tuple[Any, int, Key | None]] = [(item.value, 0, item.key)]
+            while walk:
+                value, depth, key = walk.pop()
+                if depth > MAX_WALK_DEPTH:
+                    raise _TooDeep()
+                if type(value) is dict:
+                    self._spend()
+                    if not _NOTABLE.isdisjoint(value):
+                        dictionary = Node(key, value)
+                        if _is_active(graph, dictionary):
+                            return True
+                        if "/Next" in value:
+                            following = graph.get(dictionary, "/Next")
+                            if graph.is_dictionary(following) or isinstance(following.value, list):
+                                pending.append(following)
+                    inner: Any = value.values()
+                elif type(value) is list:
+                    inner = value
+                else:
+                    continue
+                walk.extend((child, depth + 1, None) for child in inner if type(child) in _NESTED)
         return False
 
 
@@ -202,6 +200,7 @@ def _check_pdf(pdf: Any, limits: PdfLimits, graph: PdfGraph) -> PdfCheck:
     search = _ActiveSearch(graph, active_walk_limit(limits))
     objects = {node.key: node for node in graph.objects()}
     for key in graph.order:
+        node = objects.get(key)
         stream = graph.streams.get(key)
         if stream is not None:
             try:
@@ -210,12 +209,16 @@ def _check_pdf(pdf: Any, limits: PdfLimits, graph: PdfGraph) -> PdfCheck:
                 return _malformed(pages, "UNDECODABLE_STREAM")
             if decoded > limits.max_decompressed_bytes:
                 return PdfCheck(pages, ReasonCode.DECOMPRESSED_SIZE_EXCEEDED)
-            # Measured above, so reading it whole is bounded.
-            if stream.get("/FunctionType") == 4 and unbounded_calculator(
-                stream.read_bytes(), _inputs(stream)
+            # Measured above, so reading it whole is bounded. The type is asked
+            # of pikepdf (which follows a reference to a number) only of the
+            # streams that name one.
+            if (
+                node is not None
+                and "/FunctionType" in node.value
+                and stream.get("/FunctionType") == 4
+                and unbounded_calculator(stream.read_bytes(), _inputs(stream))
             ):
                 return _malformed(pages, "STRUCTURE_TOO_DEEP")
-        node = objects.get(key)
         if not active and node is not None:
             active = search.reaches_active(node)
     if not graph.complete:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from quire.validator.pdfgraph import Node, PdfGraph, text
+from quire.validator.pdfgraph import NULL, Node, PdfGraph, text
 
 __all__ = ["find_cycle", "MAX_NODES"]
 
@@ -35,6 +35,10 @@ MAX_NODES = 500_000
 """Nodes one walk may visit; beyond it the file is unbounded and refused as a cycle."""
 
 Key = tuple[int, int]
+
+
+_DRAWING = (("/XObject", "/Form"), ("/Pattern", "/Form"), ("/Font", "/Type3"))
+"""The resource categories that draw, and the subtype that does."""
 
 
 class _Unbounded(Exception):
@@ -46,6 +50,8 @@ class _Walks:
 
     def __init__(self, graph: PdfGraph) -> None:
         self.graph = graph
+        self._ended: dict[str, set[Key]] = {}
+        """By link: nodes whose chain is known to end."""
 
     def children(self, node: Node, name: str) -> list[Node]:
         """The dictionaries and streams under ``name``: one, or those of an array."""
@@ -95,19 +101,29 @@ class _Walks:
         return False
 
     def chain_has_cycle(self, start: Node, link: str) -> bool:
+        """Whether following ``link`` from ``start`` comes back to a node of
+        its own walk. Each node has one successor, so a walk that reaches a
+        node an earlier walk followed to its end ends too (every page's
+        ``/Parent`` chain is walked once, not once per page)."""
+        ended = self._ended.setdefault(link, set())
         seen: set[Key] = set()
         node = start
         for _ in range(MAX_NODES):
             key = node.key
             if key is not None:
+                if key in ended:
+                    break
                 if key in seen:
                     return True
                 seen.add(key)
             following = self.children(node, link)
             if not following:
-                return False
+                break
             node = following[0]
-        raise _Unbounded()
+        else:
+            raise _Unbounded()
+        ended |= seen
+        return False
 
     def contents_have_cycle(self, contents: Node) -> bool:
         """A page's ``/Contents``: a stream, or an array of them; arrays inside it
@@ -173,11 +189,9 @@ class _Walks:
         if not graph.is_dictionary(resources):
             return []
         drawn = []
-        for category, drawing in (
-            ("/XObject", "/Form"),
-            ("/Pattern", "/Form"),
-            ("/Font", "/Type3"),
-        ):
+        for category, drawing in _DRAWING:
+            if category not in resources.value:
+                continue
             named = graph.get(resources, category)
             if not graph.is_dictionary(named):
                 continue
@@ -232,10 +246,17 @@ class _Walks:
         if pages.value is not None:
             drawn: set[Key] = set()
             for node, kind in zip(objects, kinds, strict=True):
-                if kind == "/Page" and self.contents_have_cycle(graph.get(node, "/Contents")):
+                contents = graph.get(node, "/Contents") if kind == "/Page" else NULL
+                # Only an array holds arrays: a stream's contents cannot loop.
+                if isinstance(contents.value, list) and self.contents_have_cycle(contents):
                     yield "contents"
                 # Resources a page inherits from its /Pages ancestors are walked there.
-                if kind in ("/Page", "/Pages") and self.has_cycle(node, self.drawn, drawn):
+                # A page that draws nothing in turn has no loop to find.
+                if (
+                    kind in ("/Page", "/Pages")
+                    and self.drawn(node)
+                    and self.has_cycle(node, self.drawn, drawn)
+                ):
                     yield "resources"
         structure = graph.get(root, "/StructTreeRoot")
         if structure.value is not None and self.has_cycle(structure, self.structure_kids):

@@ -22,7 +22,7 @@ import json
 import re
 from typing import Any, NamedTuple
 
-__all__ = ["Node", "PdfGraph", "text"]
+__all__ = ["NULL", "Node", "PdfGraph", "text"]
 
 Key = tuple[int, int]
 _REFERENCE = re.compile(r"([0-9]+) ([0-9]+) R")
