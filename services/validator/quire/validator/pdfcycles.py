@@ -101,20 +101,29 @@ class _Walks:
         return False
 
     def chain_has_cycle(self, start: Node, link: str) -> bool:
-        """Whether following ``link`` from ``start`` comes back to a node of
-        its own walk. Each node has one successor, so a walk that reaches a
-        node an earlier walk followed to its end ends too (every page's
-        ``/Parent`` chain is walked once, not once per page)."""
+        """Whether following ``link`` from ``start`` comes back to a node of its
+        own walk. Every page's ``/Parent`` chain is walked once, not once per
+        page: what an earlier walk followed to its end is remembered."""
         ended = self._ended.setdefault(link, set())
+        return not self.chain_ends(start, link, ended, through_direct=True)
+
+    def chain_ends(self, start: Node, link: str, ended: set[Key], *, through_direct: bool) -> bool:
+        """Whether following ``link`` from ``start`` ends. Each node has at most
+        one successor, so a walk that meets a node of its own walk loops, and
+        one that reaches a node in ``ended`` ends too; the nodes of a walk that
+        ends join ``ended``. A direct node ends the walk unless
+        ``through_direct``."""
         seen: set[Key] = set()
         node = start
         for _ in range(MAX_NODES):
             key = node.key
+            if key is None and not through_direct:
+                break
             if key is not None:
                 if key in ended:
                     break
                 if key in seen:
-                    return True
+                    return False
                 seen.add(key)
             following = self.children(node, link)
             if not following:
@@ -123,7 +132,7 @@ class _Walks:
         else:
             raise _Unbounded()
         ended |= seen
-        return False
+        return True
 
     def contents_have_cycle(self, contents: Node) -> bool:
         """A page's ``/Contents``: a stream, or an array of them; arrays inside it
@@ -136,28 +145,10 @@ class _Walks:
         return self.has_cycle(contents, arrays)
 
     def links_end(self, items: list[Node], link: str) -> bool:
-        """Whether following ``link`` from every item always ends: each item has
-        at most one successor, so a walk that meets a node of its own walk loops.
-        Linear: a node once known to end is not walked again."""
+        """Whether following ``link`` from every item always ends (linear: a
+        node once known to end is not walked again)."""
         ends: set[Key] = set()
-        for start in items:
-            walk: set[Key] = set()
-            node = start
-            for _ in range(MAX_NODES):
-                key = node.key
-                if key is None or key in ends:
-                    break
-                if key in walk:
-                    return False
-                walk.add(key)
-                following = self.children(node, link)
-                if not following:
-                    break
-                node = following[0]
-            else:
-                raise _Unbounded()
-            ends |= walk
-        return True
+        return all(self.chain_ends(item, link, ends, through_direct=False) for item in items)
 
     def outline_walk(self, outlines: Node) -> tuple[list[Node], bool]:
         """Every outline item reachable by ``/First`` and ``/Next``, once each, and
