@@ -77,10 +77,12 @@ from costmodel import (  # noqa: E402
 from flamegraphs import RATE, recording  # noqa: E402
 from floor import Floor, blob_floor, commit_floor, messaging_floor, rpc_floor  # noqa: E402
 from procstats import (  # noqa: E402
+    LOOP,
     TICK_SECONDS,
     TreeSampler,
     machine_busy_ticks,
     own_cpu_seconds,
+    thread_role_ticks,
 )
 from replicas import SCALED, second_replicas  # noqa: E402
 
@@ -95,6 +97,7 @@ from quire.pipeline import State  # noqa: E402
 from quire.settings import SERVICES  # noqa: E402
 from quire.stack.supervisor import Stack  # noqa: E402
 from quire.testing.pdfs import write_text_pdf  # noqa: E402
+from quire.threadnames import ROLES  # noqa: E402
 from quire.type import job_pb2  # noqa: E402
 from quire.wire import SIGNATURE_HEADER, WireSigner, WireVerifier  # noqa: E402
 from quire.workqueue import EVENTS_STREAM, WORK_STREAM  # noqa: E402
@@ -507,6 +510,7 @@ def main() -> None:
             login = stack.nats_login()
             messages0 = asyncio.run(stream_messages(stack.nats_url, login, counted))
             traffic0 = nats_traffic(stack.nats.monitor_port) if stack.nats else {}
+            threads0 = {kind: thread_role_ticks(pid, ROLES) for pid, kind in profiled.items()}
             sampler.start()
             client0, machine0 = own_cpu_seconds(), machine_busy_ticks()
             phase_started = time.perf_counter()
@@ -526,6 +530,10 @@ def main() -> None:
             phase_seconds = time.perf_counter() - phase_started
             client_cpu, machine = own_cpu_seconds() - client0, machine_busy_ticks() - machine0
             sampler.stop()
+            by_thread = {
+                kind: _ticks_between(threads0[kind], thread_role_ticks(pid, ROLES))
+                for pid, kind in profiled.items()
+            }
             cpu = sampler.cpu_seconds()
             cpu["client"] = client_cpu
             memory = sampler.memory()
@@ -658,6 +666,7 @@ def main() -> None:
         )
         print(f"{label:<22}{ms:>12.1f}{ms / total_ms:>8.1%}")
     print(f"{'total':<22}{total_ms:>12.1f}{1:>8.0%}")
+    thread_rows = print_threads(by_thread, jobs)
     upload_seconds = upload_marks[0] - phase_started
     upload_machine_ms = (upload_marks[2] - machine0) * TICK_SECONDS / jobs * 1000
     upload_client_ms = (upload_marks[1] - client0) / jobs * 1000
@@ -834,10 +843,45 @@ def main() -> None:
                 "### Database transactions per job, by service",
                 "",
                 *per_service,
+                "",
+                "### CPU per job in each service process, by thread",
+                "",
+                *thread_rows,
             ],
             f"BENCH_JOBS={jobs} make bench",
         )
         print(f"\nwrote the generated section of {document}")
+
+
+THREAD_COLUMNS = (LOOP, *ROLES, "other")
+
+
+def _ticks_between(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
+    """CPU seconds by thread role between two ``thread_role_ticks`` readings."""
+    return {
+        role: max(0, ticks - before.get(role, 0)) * TICK_SECONDS for role, ticks in after.items()
+    }
+
+
+def print_threads(by_thread: dict[str, dict[str, float]], jobs: int) -> list[str]:
+    """Each service process's CPU per job by thread role (``quire.threadnames``):
+    its event loop, database writes and reads, calls into sandbox workers,
+    blob and file work, and the rest (gRPC's core, metrics, tracing). Returns
+    the same as Markdown rows."""
+    print()
+    print("== CPU per job in each service process, by thread (ms; /proc/<pid>/task)")
+    print(f"{'kind':<12}" + "".join(f"{column:>12}" for column in THREAD_COLUMNS))
+    rows = [
+        "| process | " + " | ".join(THREAD_COLUMNS) + " |",
+        "|---|" + "---|" * len(THREAD_COLUMNS),
+    ]
+    for kind in SERVICES:
+        if kind not in by_thread:
+            continue
+        values = [by_thread[kind].get(column, 0.0) / jobs * 1000 for column in THREAD_COLUMNS]
+        print(f"{kind:<12}" + "".join(f"{value:>12.2f}" for value in values))
+        rows.append(f"| {kind} | " + " | ".join(f"{value:.2f}" for value in values) + " |")
+    return rows
 
 
 def print_budgets(cpu: dict[str, float], bare_part_ms: dict[str, float], jobs: int) -> list[str]:

@@ -39,8 +39,10 @@ import time
 from dataclasses import dataclass, field
 
 __all__ = [
+    "LOOP",
     "TICK_SECONDS",
     "TreeSampler",
+    "thread_role_ticks",
     "machine_busy_ticks",
     "own_cpu_seconds",
     "process_cpu_seconds",
@@ -81,6 +83,36 @@ def _stat(pid: int) -> tuple[int, int, int, int] | None:
         int(fields[13]) + int(fields[14]),
         int(fields[19]),
     )
+
+
+LOOP = "event loop"
+"""A service's main thread: its event loop, and the process's own name."""
+OTHER = "other"
+"""gRPC's core threads, the metrics and tracing threads and any other."""
+
+
+def thread_role_ticks(pid: int, roles: tuple[str, ...]) -> dict[str, int]:
+    """Ticks process ``pid``'s live threads have used, by role: the main
+    thread is ``LOOP``; a thread the OS knows as ``<role>_<n>`` (one of
+    ``roles``, ``quire.threadnames``) is that role; the rest are ``OTHER``."""
+    ticks: dict[str, int] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return ticks
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm", encoding="utf-8") as handle:
+                name = handle.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as handle:
+                text = handle.read()
+        except OSError:
+            continue  # ended since the listing
+        fields = text[text.rindex(b")") + 2 :].split()
+        role = LOOP if tid == str(pid) else name.rpartition("_")[0] or name
+        role = role if role == LOOP or role in roles else OTHER
+        ticks[role] = ticks.get(role, 0) + int(fields[11]) + int(fields[12])
+    return ticks
 
 
 def process_cpu_seconds(pid: int) -> float:

@@ -28,13 +28,14 @@ import functools
 import importlib
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, MetaData, Table, bindparam, create_engine, event
+
+from quire.threadnames import named_pool
 
 __all__ = ["Database", "insert_if_absent", "insert_each_if_absent", "upsert_insert", "as_utc"]
 
@@ -118,14 +119,8 @@ class Database:
         self._kept_all: list[Connection] = []
         self._kept_lock = threading.Lock()
         keeps = self._keep_connections if single_writer else None
-        self._executor = ThreadPoolExecutor(
-            max_workers=threads, thread_name_prefix="db", initializer=keeps
-        )
-        self._writer = (
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="db-write", initializer=keeps)
-            if single_writer
-            else self._executor
-        )
+        self._executor = named_pool("db", threads, keeps)
+        self._writer = named_pool("db-write", 1, keeps) if single_writer else self._executor
 
     def _keep_connections(self) -> None:
         """On one of the database's own threads: it keeps its connections."""

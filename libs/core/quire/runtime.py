@@ -23,6 +23,7 @@ from quire.logs import QUIET_LOGGERS, log_handler
 from quire.natsauth import inbox_prefix
 from quire.settings import ServiceSettings
 from quire.telemetry import configure_tracing
+from quire.threadnames import named_pool
 from quire.wire import WireSigner, WireVerifier
 from quire.workqueue.topology import ensure_topology, wait_for_topology
 
@@ -37,10 +38,17 @@ def run_service(service: str, main: Callable[[], Coroutine[Any, Any, None]]) -> 
     for line in unknown_settings(os.environ):
         print(f"quire-{service}: warning: {line}", file=sys.stderr)
     try:
-        event_loop(os.environ)(main())
+        event_loop(os.environ)(_with_named_io_threads(main()))
     except InvalidSetting as error:
         print(f"quire-{service}: cannot start: {error.message}", file=sys.stderr)
         sys.exit(2)
+
+
+async def _with_named_io_threads(main: Coroutine[Any, Any, None]) -> None:
+    """``main``, with the loop's default executor (blob and file work) made of
+    threads the OS knows as ``io_<n>`` (``quire.threadnames``)."""
+    asyncio.get_running_loop().set_default_executor(named_pool("io"))
+    await main
 
 
 def event_loop(env: Mapping[str, str]) -> Callable[[Coroutine[Any, Any, None]], None]:

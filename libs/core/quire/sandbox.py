@@ -31,7 +31,6 @@ import threading
 import time
 import types
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -43,6 +42,7 @@ from quire.errors import TransientError
 from quire.reasons import ReasonCode
 from quire.sandboxlanes import BATCH, INTERACTIVE, LANES, LaneGate, current_lane, sandbox_lane
 from quire.settings import SandboxSettings
+from quire.threadnames import named_pool
 
 __all__ = ["Budget", "SandboxBusy", "SandboxPool", "SandboxExhausted", "sandbox_lane"]
 
@@ -315,9 +315,7 @@ class SandboxPool:
             for lane in LANES
         }
         self._all = [worker for lane in LANES for worker in self._lanes[lane]]
-        self._threads = ThreadPoolExecutor(
-            max_workers=len(self._all), thread_name_prefix=f"{name}-call"
-        )
+        self._threads = named_pool("sandbox", len(self._all))
         self._gate: LaneGate[_Worker] = LaneGate(self._lanes, slots=settings.workers)
         self._recovering: set[asyncio.Task[None]] = set()
         self._observe_wait: Callable[[str, float], None] | None = None
