@@ -282,3 +282,38 @@ async def test_deliveries_at_once_complete_the_job_once(tmp_path: Path) -> None:
         ).all()
     )
     assert len(completed) == 1
+
+
+async def test_history_grown_while_the_completion_reads_it_is_not_waited_out(
+    tmp_path: Path,
+) -> None:
+    """Another audit replica records the job's last events and says so while
+    this one's read of the history is on its way: the news must wake the
+    completion at once, not be lost before it starts waiting (the wait would
+    run out and the job would sit COMMITTING until a retry)."""
+    history = HistoryWatch()
+    completion, database, blobs = _make_desk(tmp_path, history_wait_seconds=30.0)
+    completion._history = history  # noqa: SLF001 - this test's own notice
+    task = _signed_task(blobs)
+    _record_history(database, task, ("ACCEPTED", "VALIDATING", "REVIEWING", "COMMITTING"))
+    writes = completion._writes  # noqa: SLF001
+    run = writes.run
+    reads = 0
+
+    async def read_then_news(work, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal reads
+        reads += 1
+        decided = await run(work, **kwargs)
+        if reads == 1:  # the other replica's append lands just after this read
+            _record_history(database, task, ("ASSEMBLING", "SIGNING"))
+            history.notify(JOB)
+        return decided
+
+    writes.run = read_then_news  # type: ignore[method-assign]
+    refusal = await completion._refusal(task)  # noqa: SLF001
+    verdict = await asyncio.wait_for(
+        completion._complete_when_evident(task, 1, refusal),  # noqa: SLF001
+        timeout=10,
+    )
+    assert verdict is Verdict.COMPLETED
+    assert reads == 2

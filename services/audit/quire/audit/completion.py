@@ -25,7 +25,7 @@ from opentelemetry import trace
 from sqlalchemy import Connection, bindparam, select
 
 from quire.audit import ledger, tables
-from quire.audit.history import HistoryWatch
+from quire.audit.history import HistoryWatch, grew
 from quire.audit.measures import AuditMeasures
 from quire.audit.writes import AuditWrites
 from quire.blobstore import BlobStore
@@ -139,13 +139,16 @@ class CompletionDesk:
         each try takes its own lease token in the transaction that decides."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._history_wait
-        verdict = await self._judged(task, attempt, None, refusal)
-        while verdict is Verdict.HISTORY_INCOMPLETE:
-            remaining = deadline - loop.time()
-            if remaining <= 0 or not await self._history.wait(task.job, remaining):
-                return verdict
-            # The artifact was checked above; only the history can have changed.
-            verdict = await self._judged(task, attempt, None, None)
+        # Watched from before the first read: events another replica records
+        # while this one reads are heard, not waited out.
+        with self._history.watching(task.job) as grown:
+            verdict = await self._judged(task, attempt, None, refusal)
+            while verdict is Verdict.HISTORY_INCOMPLETE:
+                remaining = deadline - loop.time()
+                if remaining <= 0 or not await grew(grown, remaining):
+                    return verdict
+                # The artifact was checked above; only the history can have changed.
+                verdict = await self._judged(task, attempt, None, None)
         return verdict
 
     async def complete(self, task: queue_pb2.JobTask, attempt: int, lease: Lease) -> Verdict:
