@@ -12,17 +12,17 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeVar
 
-from quire.attemptfiles import AttemptFiles, Document, Output, keep, size_of, written
+from quire.attemptfiles import AttemptFiles, Document, Output, in_memory, keep, size_of, written
 from quire.blobstore import BlobStore, normalized_key
 from quire.errors import PermanentError
 from quire.memoryfiles import InMemory, MemoryOutput
 from quire.metrics import phase
 from quire.reasons import ReasonCode
-from quire.sandbox import SandboxExhausted, SandboxPool
+from quire.sandbox import Budget, SandboxExhausted, SandboxPool
 from quire.type import job_pb2, queue_pb2
 from quire.validator.budgets import BudgetRule
 from quire.validator.faithfulness import AMBIGUOUS_CONTENT, SECOND_READER_REFUSED
-from quire.validator.inspection import Finding, inspect_source
+from quire.validator.inspection import Finding, inspect_source, inspect_sources
 from quire.validator.judging import judge
 from quire.validator.pdfchecks import PdfLimits
 from quire.validator.rules import Decision, verdict
@@ -61,6 +61,14 @@ class Evaluation:
 
     def decisions_json(self) -> list[dict[str, object]]:
         return [asdict(d) for d in self.decisions]
+
+
+def _rewrite_argument(rewrite: Output | None) -> Any:
+    """Where ``inspect_source`` writes a repair: nowhere (the ruleset refuses
+    repairs), in memory, or at a path."""
+    if rewrite is None:
+        return ""
+    return rewrite if isinstance(rewrite, MemoryOutput) else str(rewrite)
 
 
 def reads_two_ways(finding: Finding) -> bool:
@@ -198,13 +206,17 @@ class Evaluator:
         documents: list[Document] = []
         repairs: list[tuple[job_pb2.SourceRepair, Document]] = []
         disagreements: list[job_pb2.PageDisagreement] = []
-        # Every source is inspected at once (each in its own sandbox call); the
-        # outcomes are then read in manifest order, so the verdict, the findings
-        # recorded and any error raised are those of the first source that fails.
-        looked = await asyncio.gather(
-            *(self._look(source, ruleset, limits, attempt, files) for source in task.sources),
-            return_exceptions=True,
-        )
+        # Every source is inspected at once (in one sandbox call, or each in its
+        # own); the outcomes are then read in manifest order, so the verdict, the
+        # findings recorded and any error raised are those of the first source
+        # that fails.
+        looked: list[tuple[Finding, Document] | BaseException] | None
+        looked = await self._look_together(task, ruleset, limits, files)
+        if looked is None:
+            looked = await asyncio.gather(
+                *(self._look(source, ruleset, limits, attempt, files) for source in task.sources),
+                return_exceptions=True,
+            )
         for source, seen in zip(task.sources, looked, strict=True):
             if isinstance(seen, BaseException):
                 raise seen
@@ -267,6 +279,58 @@ class Evaluator:
             repairs=[repair for repair, _rewrite in repairs],
             disagreements=disagreements,
         )
+
+    async def _look_together(
+        self,
+        task: queue_pb2.JobTask,
+        ruleset: Ruleset,
+        limits: PdfLimits,
+        files: AttemptFiles,
+    ) -> list[tuple[Finding, Document] | BaseException] | None:
+        """Each source's finding and document (as ``_look``), from one sandbox
+        call for them all: when there are several, each held in memory and
+        none known to exhaust the shared lane. None otherwise, or when that
+        call does not come back with every finding: each source is then
+        looked at on its own, so that a hostile one costs only itself (and is
+        known for it) and errors come as a lone source's would."""
+        sources = list(task.sources)
+        if len(sources) < 2 or any((s.sha256,) in self._hostile for s in sources):
+            return None
+        try:
+            documents = await asyncio.gather(
+                *(files.document(s.blob_key, s.sha256) for s in sources)
+            )
+        except PermanentError:
+            return None  # an unreadable source is judged on its own
+        if not in_memory(documents):
+            return None
+        rewrites = [
+            None
+            if ruleset.repair_policy == "refuse"
+            else await files.output("clean", in_memory=True)
+            for _ in sources
+        ]
+        inputs = [
+            (document, s.sha256, s.content_type, limits, _rewrite_argument(rewrite))
+            for document, s, rewrite in zip(documents, sources, rewrites, strict=True)
+        ]
+        # What the sources may use each, together.
+        each = [self._budgets.budget(size_of(document), 0) for document in documents]
+        budget = Budget(
+            cpu_seconds=sum(b.cpu_seconds for b in each),
+            wall_seconds=sum(b.wall_seconds for b in each),
+        )
+        with phase("validate"):
+            try:
+                findings: list[Finding] = await self._sandbox.run(
+                    inspect_sources, inputs, budget=budget
+                )
+            except Exception:  # noqa: BLE001 - each source alone says what went wrong
+                return None
+        return [
+            (finding, written(rewrite) if finding.repaired and rewrite is not None else document)
+            for finding, document, rewrite in zip(findings, documents, rewrites, strict=True)
+        ]
 
     async def _look(
         self,
@@ -343,11 +407,7 @@ class Evaluator:
                 source.sha256,
                 source.content_type,
                 limits,
-                ""
-                if rewrite is None
-                else rewrite
-                if isinstance(rewrite, MemoryOutput)
-                else str(rewrite),
+                _rewrite_argument(rewrite),
             )
         except SandboxExhausted:
             if self._retry_later(attempt):

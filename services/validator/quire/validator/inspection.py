@@ -286,6 +286,14 @@ def inspect_source(
     return _inspect_pdf(path, limits or PdfLimits(), normalized_path)
 
 
+def inspect_sources(
+    sources: list[tuple[str, str, str, PdfLimits | None, str]],
+) -> list[Finding]:
+    """``inspect_source`` for each of a job's sources, in order, in one
+    sandbox call: (path, sha256, declared type, limits, normalized path)."""
+    return [inspect_source(*source) for source in sources]
+
+
 def _inspect_json(path: str) -> str:
     """A structured source must at least be one JSON object."""
     import json
