@@ -157,7 +157,9 @@ async def test_a_deferred_task_comes_back_on_a_three_node_cluster(tmp_path: Path
     try:
         nc = await connect_nats(cluster.url, "quire-test")
         try:
-            js = nc.jetstream(timeout=10)
+            # Replicated streams and consumers are agreed by the three nodes: on
+            # a loaded two-core machine the first ones can take longer than 10 s.
+            js = nc.jetstream(timeout=30)
             await ensure_topology(js, QueueSettings(replicas=3))
             await _publish_task(js, b"job-3")
             pull = await js.pull_subscribe_bind(CONSUMER, stream=WORK_STREAM)

@@ -190,7 +190,12 @@ async def test_the_entry_of_a_process_that_stops_beating_expires(
             js, service="signer", instance="dead", build_version=VERSION, heartbeat_seconds=60
         )
         await announcer.start()  # one put, then (as far as the bucket knows) it died
-        assert [a.instance for a in await read_announcements(js)] == ["dead"]
+        # Listed once the bucket's key listing sees it (its own consumer, which
+        # a loaded machine can start late).
+        listed = time.monotonic() + 10
+        while [a.instance for a in await read_announcements(js)] != ["dead"]:
+            assert time.monotonic() < listed, "the entry was never listed"
+            await asyncio.sleep(0.1)
         deadline = time.monotonic() + queue.worker_ttl_seconds + 10
         while await read_announcements(js):
             assert time.monotonic() < deadline, "the entry outlived its time-to-live"
