@@ -29,7 +29,7 @@ from quire.workqueue.deferral import (
     deferred_subject,
     prior_deliveries,
 )
-from quire.workqueue.settle import Action, Backoff, Settlement, settle
+from quire.workqueue.settle import Action, Settlement, retry, settle
 
 CONSUMER = consumer_name("validate", "interactive")
 SUBJECT = work_subject("validate", "interactive")
@@ -115,18 +115,18 @@ async def test_a_copy_that_cannot_be_stored_is_a_nak_and_the_task_is_kept(
 
 
 def test_only_a_wait_that_is_the_jobs_own_is_deferred() -> None:
-    backoff = Backoff.of(QueueSettings())
+    backoff = QueueSettings().backoff
 
     class Waits(TransientError):
         waits_off_queue = True
 
     own = Waits(ReasonCode.SOURCE_UNAVAILABLE, "waiting", retry_after=7.5)
-    assert backoff.retry(1, own) == Settlement(Action.DEFER, 7.5)
+    assert retry(backoff, 1, own) == Settlement(Action.DEFER, 7.5)
     shared = TransientError(ReasonCode.STORAGE_UNAVAILABLE, "storage", retry_after=2.0)
-    assert backoff.retry(1, shared) == Settlement(Action.RETRY, 2.0)
+    assert retry(backoff, 1, shared) == Settlement(Action.RETRY, 2.0)
     # Without a delay of its own it is an ordinary retry with backoff.
     no_delay = Waits(ReasonCode.SOURCE_UNAVAILABLE, "waiting")
-    assert backoff.retry(1, no_delay).action is Action.RETRY
+    assert retry(backoff, 1, no_delay).action is Action.RETRY
 
 
 @pytest.mark.parametrize(

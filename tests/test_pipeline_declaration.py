@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from quire.audit.deadletters import stage_of_consumer
+from quire.backoff import Backoff
 from quire.errors import Overloaded, TransientError
 from quire.jobs import HISTORY_BEFORE_COMPLETION, JobState, state_rank
 from quire.natsauth import SERVICE_PERMISSIONS
@@ -26,7 +27,7 @@ from quire.reasons import ReasonCode
 from quire.settings import QueueSettings
 from quire.wire import allowed_producers
 from quire.workqueue import PRIORITIES, consumer_name
-from quire.workqueue.settle import ACK, LEAVE, TERM, Action, Backoff, settle
+from quire.workqueue.settle import ACK, LEAVE, TERM, Action, retry, settle
 
 
 def test_states_are_the_wire_enum() -> None:
@@ -93,7 +94,7 @@ def test_lookups_by_state_service_and_consumer() -> None:
 
 
 def test_backoff_grows_to_its_cap_with_jitter() -> None:
-    backoff = Backoff.of(QueueSettings(backoff_base_seconds=0.5, backoff_cap_seconds=4.0))
+    backoff = QueueSettings(backoff_base_seconds=0.5, backoff_cap_seconds=4.0).backoff
     for attempt, ceiling in ((1, 0.5), (2, 1.0), (3, 2.0), (4, 4.0), (9, 4.0), (500, 4.0)):
         delays = [backoff.delay(attempt) for _ in range(50)]
         assert all(ceiling / 2 <= d <= ceiling for d in delays), attempt
@@ -102,11 +103,11 @@ def test_backoff_grows_to_its_cap_with_jitter() -> None:
 
 def test_retry_honours_the_delay_an_error_asks_for() -> None:
     backoff = Backoff(base_seconds=0.5, cap_seconds=30.0)
-    asked = backoff.retry(7, Overloaded(ReasonCode.INTERNAL, retry_after=2.5))
+    asked = retry(backoff, 7, Overloaded(ReasonCode.INTERNAL, retry_after=2.5))
     assert (asked.action, asked.delay_seconds) == (Action.RETRY, 2.5)
-    plain = backoff.retry(1, TransientError(ReasonCode.INTERNAL))
+    plain = retry(backoff, 1, TransientError(ReasonCode.INTERNAL))
     assert plain.action is Action.RETRY and 0.25 <= plain.delay_seconds <= 0.5
-    assert backoff.retry(2, RuntimeError("x")).delay_seconds <= 1.0
+    assert retry(backoff, 2, RuntimeError("x")).delay_seconds <= 1.0
 
 
 @dataclass
@@ -132,7 +133,7 @@ class _Message:
         (TERM, [("term", None)]),
         (LEAVE, []),
         (
-            Backoff(1.0, 1.0).retry(1, Overloaded(ReasonCode.INTERNAL, retry_after=3.0)),
+            retry(Backoff(1.0, 1.0), 1, Overloaded(ReasonCode.INTERNAL, retry_after=3.0)),
             [("nak", 3.0)],
         ),
     ],

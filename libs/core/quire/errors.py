@@ -76,13 +76,22 @@ class PermanentError(QuireError):
 
 
 class TransientError(QuireError):
+    """May pass if tried again. Its retry intent is declared here, and read
+    by every retry loop (``quire.workqueue.settle`` for the queues)."""
+
     permanent = False
+
+    waits_off_queue: bool = False
+    """The wait is this job's own (a tenant's source system, say): its task is
+    deferred off the consumer rather than holding a slot other jobs need."""
 
     def __init__(
         self, reason: ReasonCode | str, message: str = "", *, retry_after: float | None = None
     ) -> None:
         super().__init__(reason, message)
         self.retry_after = retry_after
+        """Seconds to wait before trying again, if the error knows; else the
+        caller's backoff decides."""
 
 
 @dataclass(frozen=True)

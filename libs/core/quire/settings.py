@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from quire.backoff import Backoff, Jitter
 from quire.blobbackend import blob_backend
 from quire.environment import setting_float, setting_int, setting_text
 from quire.errors import InvalidSetting
@@ -127,6 +128,7 @@ class QueueSettings:
     """Deliveries before the job ends FAILED (RETRY_LIMIT_REACHED)."""
     backoff_base_seconds: float = 0.5
     backoff_cap_seconds: float = 30.0
+    """Redeliveries wait ``quire.backoff.Backoff`` from these (equal jitter)."""
     fetch_timeout_seconds: float = 5.0
     """Long-poll length of one pull request; not a sleep."""
     duplicate_window_seconds: float = 600.0
@@ -153,6 +155,11 @@ class QueueSettings:
 
     def stage_limit(self, stage: str) -> int:
         return self.stage_limits.get(stage, DEFAULT_STAGE_LIMIT)
+
+    @property
+    def backoff(self) -> Backoff:
+        """How long a retried delivery waits (equal jitter: never much sooner than asked)."""
+        return Backoff(self.backoff_base_seconds, self.backoff_cap_seconds, Jitter.EQUAL)
 
     @property
     def worker_ttl_seconds(self) -> float:
@@ -665,6 +672,11 @@ class NotificationSettings:
     allow_loopback_http: bool = False
     """Accept ``http://`` URLs to a loopback address (the embedded stack sets it: tests,
     a receiver on the same machine). Otherwise only ``https://``."""
+
+    @property
+    def backoff(self) -> Backoff:
+        """How long the next try waits (full jitter: many receivers' retries spread out)."""
+        return Backoff(self.backoff_base_seconds, self.backoff_cap_seconds, Jitter.FULL)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> NotificationSettings:

@@ -62,7 +62,7 @@ from quire.type import job_pb2, queue_pb2
 from quire.wire import ForgedMessage
 from quire.workqueue.deferral import Deferrals, prior_deliveries
 from quire.workqueue.publisher import Publisher
-from quire.workqueue.settle import ACK, LEAVE, TERM, Action, Backoff, Settlement, settle
+from quire.workqueue.settle import ACK, LEAVE, TERM, Action, Settlement, retry, settle
 from quire.workqueue.topology import (
     batch_message_id,
     dead_subject,
@@ -229,7 +229,7 @@ class StageRunner:
         self._events = events
         self._max_deliver = queue.max_deliver
         self._announce_after = queue.announce_after_seconds
-        self._backoff = Backoff.of(queue)
+        self._backoff = queue.backoff
         self._tracer = trace.get_tracer(f"quire.{stage.service}")
 
     async def handle(self, msg: Msg) -> None:
@@ -290,7 +290,7 @@ class StageRunner:
                 reason = str(getattr(error, "reason", "") or "")
                 record_failure(span, error, reason)
                 await self._keep(task.job, attempt, reason or ReasonCode.INTERNAL, error)
-                settlement = self._backoff.retry(attempt, error)
+                settlement = retry(self._backoff, attempt, error)
             outcome = _OUTCOMES[settlement.action]
             span.set_attribute("quire.outcome", outcome)
             if self._meter is not None:
@@ -441,7 +441,7 @@ class StageRunner:
         except TransientError as error:
             # Committed but not yet handed on: the redelivery republishes it.
             await self._keep(task.job, attempt, error.reason, error)
-            return self._backoff.retry(attempt, error)
+            return retry(self._backoff, attempt, error)
         fault_point(f"{self._service}.after_publish")
         return then
 
@@ -471,7 +471,7 @@ class StageRunner:
                 return LEAVE  # superseded: the newer delivery owns the message
             if attempt < self._max_deliver:
                 await self._keep(task.job, attempt, reason, error)
-                return self._backoff.retry(attempt, error)
+                return retry(self._backoff, attempt, error)
             log.warning("job %s failed after %d attempts (%s)", task.job, attempt, reason)
             return await self._end(
                 task,

@@ -14,7 +14,7 @@ here:
              stage's ``max_ack_pending`` slots
     LEAVE    touch nothing: a newer delivery of the same task owns the message
 
-One retry policy (``Backoff``, from the queue settings) serves them all. A
+One retry policy (``retry`` with the queue settings' ``Backoff``) serves them all. A
 nak'ed message keeps its slot until it is delivered again, which is what a
 sick dependency (a database, storage) should cost: the stage slows down. A
 wait that is one job's own (a tenant's source system whose breaker is open)
@@ -24,16 +24,16 @@ must not hold a slot every other tenant needs; its error says so
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from enum import Enum
 
 from nats.aio.msg import Msg
 
-from quire.settings import QueueSettings
+from quire.backoff import Backoff
+from quire.errors import TransientError
 from quire.workqueue.deferral import Deferrals
 
-__all__ = ["Action", "Settlement", "ACK", "TERM", "LEAVE", "Backoff", "settle"]
+__all__ = ["Action", "Settlement", "ACK", "TERM", "LEAVE", "retry", "settle"]
 
 
 class Action(Enum):
@@ -56,31 +56,15 @@ TERM = Settlement(Action.TERM)
 LEAVE = Settlement(Action.LEAVE)
 
 
-@dataclass(frozen=True)
-class Backoff:
-    """Capped exponential backoff with jitter, honouring a delay the error asks for."""
-
-    base_seconds: float
-    cap_seconds: float
-
-    @classmethod
-    def of(cls, queue: QueueSettings) -> Backoff:
-        return cls(base_seconds=queue.backoff_base_seconds, cap_seconds=queue.backoff_cap_seconds)
-
-    def delay(self, attempt: int) -> float:
-        """Seconds before delivery ``attempt + 1``: half to all of the capped ceiling."""
-        exponent = min(max(attempt, 1) - 1, 30)
-        ceiling = min(self.cap_seconds, self.base_seconds * 2**exponent)
-        return ceiling * random.uniform(0.5, 1.0)
-
-    def retry(self, attempt: int, error: BaseException | None = None) -> Settlement:
-        """Deliver again later; after ``error``'s ``retry_after`` if it names
-        one, off the consumer if the error ``waits_off_queue``."""
-        asked = getattr(error, "retry_after", None)
-        if isinstance(asked, int | float) and asked >= 0:
-            off = getattr(error, "waits_off_queue", False) is True
-            return Settlement(Action.DEFER if off else Action.RETRY, float(asked))
-        return Settlement(Action.RETRY, self.delay(attempt))
+def retry(backoff: Backoff, attempt: int, error: BaseException | None = None) -> Settlement:
+    """Deliver again later: after ``error``'s ``retry_after`` if it is a
+    ``TransientError`` that names one (off the consumer if it
+    ``waits_off_queue``), else after ``backoff``'s wait for ``attempt``."""
+    if isinstance(error, TransientError) and error.retry_after is not None:
+        if error.retry_after >= 0:
+            action = Action.DEFER if error.waits_off_queue else Action.RETRY
+            return Settlement(action, float(error.retry_after))
+    return Settlement(Action.RETRY, backoff.delay(attempt))
 
 
 async def settle(msg: Msg, settlement: Settlement, deferrals: Deferrals | None = None) -> None:

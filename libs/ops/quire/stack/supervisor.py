@@ -38,6 +38,7 @@ import grpc
 import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from quire.backoff import Backoff, Jitter
 from quire.gateway.config import GATEWAY_ADDRESS_VAR
 from quire.identity import provision_identities
 from quire.kek import DEVELOPMENT_RING, provision_development_ring
@@ -75,6 +76,7 @@ NATS = "nats"
 """The stack's own nats-server, by name in ``pid``, ``restarts`` and ``kill``."""
 NATS_BACKOFF_BASE_SECONDS = 0.5
 NATS_BACKOFF_CAP_SECONDS = 5.0
+_NATS_BACKOFF = Backoff(NATS_BACKOFF_BASE_SECONDS, NATS_BACKOFF_CAP_SECONDS, Jitter.NONE)
 NATS_STABLE_SECONDS = 10.0
 """A nats-server that ran this long before it died is restarted at once."""
 EMBEDDED_EGRESS_ALLOW = "127.0.0.0/8,::1/128"
@@ -87,7 +89,7 @@ def nats_restart_delay(failures: int) -> float:
     first, then doubling from the base, never more than the cap."""
     if failures <= 1:
         return 0.0
-    return min(NATS_BACKOFF_CAP_SECONDS, NATS_BACKOFF_BASE_SECONDS * 2 ** min(failures - 2, 16))
+    return _NATS_BACKOFF.delay(failures - 1)
 
 
 class _ExitedBeforeHealthy(RuntimeError):

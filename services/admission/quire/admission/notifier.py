@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ from quire.notifysign import DELIVERY_HEADER, SIGNATURE_HEADER, signature_header
 from quire.reasons import ReasonCode
 from quire.settings import NotificationSettings
 
-__all__ = ["Claim", "Notifier", "Outcome", "backoff_seconds"]
+__all__ = ["Claim", "Notifier", "Outcome"]
 
 log = logging.getLogger(__name__)
 CLAIM_MARGIN_SECONDS = 5.0
@@ -85,12 +84,6 @@ class Claim:
     attempt: int
     url: str
     secret_sealed: bytes
-
-
-def backoff_seconds(attempt: int, settings: NotificationSettings) -> float:
-    """The wait after failed try ``attempt``: uniform in [0, min(cap, base * 2^(attempt-1))]."""
-    ceiling = min(settings.backoff_cap_seconds, settings.backoff_base_seconds * 2 ** (attempt - 1))
-    return random.uniform(0, ceiling)
 
 
 class Notifier:
@@ -275,7 +268,7 @@ class Notifier:
         elif claim.attempt >= self._settings.max_attempts:
             _settle(connection, claim.tenant, claim.subject, claim.attempt, abandoned_at=now)
         else:
-            retry = now + timedelta(seconds=backoff_seconds(claim.attempt, self._settings))
+            retry = now + timedelta(seconds=self._settings.backoff.delay(claim.attempt))
             _settle(connection, claim.tenant, claim.subject, claim.attempt, next_attempt_at=retry)
 
 

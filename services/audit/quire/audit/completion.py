@@ -42,7 +42,7 @@ from quire.telemetry import extract_context
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
 from quire.wire import ForgedMessage
-from quire.workqueue.settle import ACK, LEAVE, TERM, Backoff, Settlement, settle
+from quire.workqueue.settle import ACK, LEAVE, TERM, Settlement, retry, settle
 
 __all__ = ["CompletionDesk", "Verdict"]
 
@@ -94,7 +94,7 @@ class CompletionDesk:
         self.leases = LeaseStore(database, tables.leases, writes=self._writes)
         self._blobs = blobs
         self._events = events
-        self._backoff = Backoff.of(queue)
+        self._backoff = queue.backoff
         self._tracer = trace.get_tracer("quire.audit")
 
     async def handle(self, msg: Msg) -> None:
@@ -117,14 +117,14 @@ class CompletionDesk:
                 verdict = await self._complete_when_evident(task, attempt, refusal)
             except Exception as error:  # noqa: BLE001 - database or storage trouble: retry
                 log.warning("job %s: completion check failed (%s)", task.job, type(error).__name__)
-                return self._backoff.retry(attempt, error)
+                return retry(self._backoff, attempt, error)
             span.set_attribute("quire.verdict", verdict.value)
             if verdict is Verdict.COMPLETED:
                 log.info("job completed", extra={"job": ident, "tenant": task.tenant})
                 if self._measures is not None:
                     self._measures.completed(task.priority)
         if verdict is Verdict.HISTORY_INCOMPLETE:
-            return self._backoff.retry(attempt)
+            return retry(self._backoff, attempt)
         if verdict is Verdict.STALE:
             return LEAVE  # a newer delivery of this task owns it
         if verdict is Verdict.FAILED:

@@ -15,11 +15,12 @@ from nats.aio.msg import Msg
 from sqlalchemy import Connection, select, update
 
 from quire.audit import tables
+from quire.backoff import Backoff
 from quire.database import Database, insert_if_absent
 from quire.errors import QuireError
 from quire.jobs import job_id
 from quire.type import queue_pb2
-from quire.workqueue.settle import ACK, TERM, Backoff, Settlement, settle
+from quire.workqueue.settle import ACK, TERM, Settlement, retry, settle
 
 __all__ = ["DeadLetterBook", "record_letter"]
 
@@ -72,7 +73,7 @@ class DeadLetterBook:
             new = await self._db.run(lambda s: record_letter(s, letter))
         except Exception as error:  # noqa: BLE001 - database trouble: retry
             log.warning("dead letter not recorded (%s)", type(error).__name__)
-            return self._backoff.retry(msg.metadata.num_delivered, error)
+            return retry(self._backoff, msg.metadata.num_delivered, error)
         if new:
             log.info(
                 "job %s dead-lettered from %s (%s)",

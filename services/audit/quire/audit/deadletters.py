@@ -15,6 +15,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from quire.backoff import Backoff
 from quire.jobgate import CANCELLED, JobGate
 from quire.pipeline import STAGES, Stage, State
 from quire.reasons import ReasonCode
@@ -28,7 +29,7 @@ from quire.workqueue import (
     event_subject,
     task_message_id,
 )
-from quire.workqueue.settle import ACK, TERM, Backoff, Settlement, settle
+from quire.workqueue.settle import ACK, TERM, Settlement, retry, settle
 
 __all__ = ["DeadLetterOffice", "stage_of_consumer"]
 
@@ -63,7 +64,7 @@ class DeadLetterOffice:
             settlement = await self._end(msg)
         except Exception as error:  # noqa: BLE001 - NATS trouble: the advisory comes back
             log.warning("dead-letter advisory not handled (%s)", type(error).__name__)
-            settlement = self._backoff.retry(msg.metadata.num_delivered, error)
+            settlement = retry(self._backoff, msg.metadata.num_delivered, error)
         await settle(msg, settlement)
 
     async def _end(self, msg: Msg) -> Settlement:

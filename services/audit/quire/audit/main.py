@@ -43,7 +43,6 @@ from quire.storage import open_blob_store
 from quire.transitions import EventFactory
 from quire.witness.v1 import witness_service_pb2_grpc as witness_grpc
 from quire.workqueue import EVENTS_STREAM, WORK_STREAM, Publisher, WorkQueueWorker, consumer_name
-from quire.workqueue.settle import Backoff
 from quire.workqueue.topology import (
     CHECKPOINT_SUBJECT,
     DEAD_BOOK_CONSUMER,
@@ -96,7 +95,7 @@ async def main() -> None:
         EventFactory("dead-letter", settings.instance, settings.build_version),
         publisher=publisher,
         verifier=wire.verifier,
-        backoff=Backoff.of(settings.queue),
+        backoff=settings.queue.backoff,
     )
     dead_letters = DeadLetterDesk(database, publisher, gate, settings.build_version)
     peers = Peers.load(settings)
@@ -106,7 +105,7 @@ async def main() -> None:
             js,
             stream=DEAD_STREAM,
             consumers={DEAD_BOOK_CONSUMER: 1},
-            handler=DeadLetterBook(database, Backoff.of(settings.queue)).handle,
+            handler=DeadLetterBook(database, settings.queue.backoff).handle,
             ack_wait_seconds=settings.queue.ack_wait_seconds,
             fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
             verifier=wire.verifier,
@@ -127,7 +126,7 @@ async def main() -> None:
             handler=EventRecorder(
                 writes,
                 history,
-                Backoff.of(settings.queue),
+                settings.queue.backoff,
                 measures,
                 unexplained_seconds=audit.unexplained_seconds,
                 word=WordTeller(nc, wire.signer),

@@ -34,6 +34,7 @@ from quire.audit.measures import AuditMeasures
 from quire.audit.succession import Refusal
 from quire.audit.writes import AuditWrites
 from quire.auditword import WordTeller
+from quire.backoff import Backoff
 from quire.errors import QuireError
 from quire.faults import fault_point
 from quire.jobs import job_id, state_name
@@ -42,7 +43,7 @@ from quire.reasons import ReasonCode
 from quire.telemetry import extract_context
 from quire.type import queue_pb2
 from quire.wire import verified_producer
-from quire.workqueue.settle import ACK, TERM, Backoff, Settlement, settle
+from quire.workqueue.settle import ACK, TERM, Settlement, retry, settle
 from quire.workqueue.topology import is_event_batch
 
 __all__ = ["EventRecorder", "EVENTS_IN_FLIGHT"]
@@ -155,7 +156,7 @@ class EventRecorder:
                 outcomes = await self._writes.record(arrivals)
             except Exception as error:  # noqa: BLE001 - database trouble: retry
                 log.warning("events not recorded (%s)", type(error).__name__)
-                return self._backoff.retry(msg.metadata.num_delivered, error), {}
+                return retry(self._backoff, msg.metadata.num_delivered, error), {}
             span.set_attribute("quire.recorded", outcomes[-1].recorded.value)
             appended: dict[str, _Appended] = {}
             waiting = False
@@ -174,7 +175,7 @@ class EventRecorder:
         fault_point("audit.after_record")
         if waiting:
             # What was appended stays; delivered again, it is found recorded.
-            return self._backoff.retry(msg.metadata.num_delivered), appended
+            return retry(self._backoff, msg.metadata.num_delivered), appended
         return ACK, appended
 
     def _appended(self, event: queue_pb2.TransitionEvent, ident: str, *, lagged: bool) -> None:

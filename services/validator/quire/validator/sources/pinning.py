@@ -345,10 +345,7 @@ class SourcePinner:
             if tries >= settings.tries_per_delivery:
                 wait = self._breakers.wait_seconds(task.tenant, call.system)
                 raise self._defer(call.system, wait, budget, attempt)
-            ceiling = min(
-                settings.backoff_cap_seconds, settings.backoff_base_seconds * 2 ** (tries - 1)
-            )
-            delay = self._random.uniform(0, ceiling)
+            delay = settings.backoff.delay(tries, self._random)
             if budget.remaining() - delay < settings.min_call_seconds:
                 wait = self._breakers.wait_seconds(task.tenant, call.system)
                 raise self._defer(call.system, wait, budget, attempt)

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from quire.backoff import Backoff, Jitter
 from quire.environment import setting_float, setting_int, setting_text
 
 __all__ = ["SourceSettings", "MIB"]
@@ -57,6 +58,11 @@ class SourceSettings:
     """The process's HTTP connection pool, all systems together."""
     credentials_dir: Path = Path(".quire") / "source-credentials"
     """The only directory ``file:`` credential references may read."""
+
+    @property
+    def backoff(self) -> Backoff:
+        """Between two tries of one call (full jitter)."""
+        return Backoff(self.backoff_base_seconds, self.backoff_cap_seconds, Jitter.FULL)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> SourceSettings:
