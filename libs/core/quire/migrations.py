@@ -29,8 +29,8 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, MetaData, inspect
 
-from quire.database import Database, schema_transaction
-from quire.schema import lock_schema
+from quire.database import Database
+from quire.schemalock import locked_schema_transaction
 
 __all__ = ["BASELINE", "ENVIRONMENT", "apply_migrations", "run_environment", "current_revision"]
 
@@ -56,8 +56,7 @@ def apply_migrations(database: Database, metadata: MetaData, versions: Path) -> 
     """Run the chain in ``versions`` on ``database`` up to its newest revision;
     returns it. ``quire.schema.upgrade_schema`` calls this when a database is
     neither empty nor already there."""
-    with schema_transaction(database) as connection:
-        lock_schema(connection)
+    with locked_schema_transaction(database) as connection:
         config = _config(versions, connection, metadata)
         tables = set(inspect(connection).get_table_names())
         if "alembic_version" not in tables and tables & set(metadata.tables):

@@ -24,20 +24,18 @@ from pathlib import Path
 
 from sqlalchemy import (
     Column,
-    Connection,
     MetaData,
     PrimaryKeyConstraint,
     String,
     Table,
     inspect,
-    text,
 )
 
-from quire.database import Database, schema_transaction
+from quire.database import Database
+from quire.schemalock import locked_schema_transaction
 
-__all__ = ["VERSION_TABLE", "chain_head", "lock_schema", "upgrade_schema"]
+__all__ = ["VERSION_TABLE", "chain_head", "upgrade_schema"]
 
-_LOCK_KEY = 0x71756972  # "quir": a PostgreSQL advisory lock held while the schema changes
 _REVISION = re.compile(r'^revision: str = "([^"]+)"', re.M)
 _DOWN_REVISION = re.compile(r'^down_revision: [^=]+= (?:None|"([^"]+)")', re.M)
 
@@ -68,19 +66,11 @@ def chain_head(versions: Path) -> str | None:
     return heads.pop() if len(heads) == 1 else None
 
 
-def lock_schema(connection: Connection) -> None:
-    """Serialise schema changes between replicas (SQLite's write transaction
-    already does; PostgreSQL takes an advisory lock until the commit)."""
-    if connection.dialect.name == "postgresql":
-        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
-
-
 def upgrade_schema(database: Database, metadata: MetaData, versions: Path) -> str:
     """Bring ``database`` to the newest revision in ``versions``; returns it."""
     head = chain_head(versions)
     if head is not None:
-        with schema_transaction(database) as connection:
-            lock_schema(connection)
+        with locked_schema_transaction(database) as connection:
             tables = set(inspect(connection).get_table_names())
             if VERSION_TABLE.name in tables:
                 current = connection.execute(VERSION_TABLE.select()).scalars().all()
