@@ -15,7 +15,7 @@ import difflib
 from collections.abc import Mapping
 
 from quire.errors import InvalidSetting
-from quire.pipeline import HISTORY_BEFORE_COMPLETION, STAGES
+from quire.pipeline import HISTORY_BEFORE_COMPLETION, SERVICES, STAGES
 
 __all__ = [
     "KNOWN",
@@ -24,8 +24,6 @@ __all__ = [
     "setting_text",
     "unknown_settings",
 ]
-
-SERVICES = ("admission", "validator", "assembler", "signer", "audit")
 
 _GLOBAL = (
     "ACK_WAIT_SECONDS",

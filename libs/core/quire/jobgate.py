@@ -39,7 +39,7 @@ import nats.js.errors
 from nats.js import JetStreamContext, api
 
 from quire.jobs import job_id
-from quire.pipeline import State
+from quire.pipeline import ADMISSION, AUDIT, WORKER_SERVICES, State, stage
 from quire.streamsafety import create_entry_at, create_only_stream
 from quire.wire import SIGNATURE_HEADER, ForgedMessage, WireSigner, WireVerifier
 
@@ -63,11 +63,11 @@ ENDED = frozenset({State.REJECTED, State.FAILED})
 """Endings a stage records here; no later step of the same generation may run."""
 RETRY = "RETRY"
 CLAIMANTS: dict[str, frozenset[str]] = {
-    SIGNING: frozenset({"signer"}),
-    CANCELLED: frozenset({"admission"}),
-    State.REJECTED: frozenset({"validator", "assembler", "signer"}),
-    State.FAILED: frozenset({"validator", "assembler", "signer", "audit"}),
-    RETRY: frozenset({"audit"}),
+    SIGNING: frozenset({stage("sign").service}),
+    CANCELLED: frozenset({ADMISSION}),
+    State.REJECTED: frozenset(WORKER_SERVICES),
+    State.FAILED: frozenset({*WORKER_SERVICES, AUDIT}),
+    RETRY: frozenset({AUDIT}),
 }
 _SEPARATOR = "|"
 _GENERATION = re.compile(r"[0-9]{1,9}")

@@ -15,6 +15,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from quire.admission.v1 import batch_pb2
 from quire.jobs import TERMINAL_STATES, job_id, state_name
+from quire.pipeline import State
 from quire.type import job_pb2
 
 __all__ = ["job_status_document", "batch_status_document", "rfc3339"]
@@ -38,7 +39,7 @@ def job_status_document(job: job_pb2.Job) -> dict[str, Any]:
     deliveries to stage workers so far and the current step's attempt (both
     0 before any stage has recorded a step)."""
     state = state_name(job.state)
-    failed = state in TERMINAL_STATES and state != "COMPLETED"
+    failed = state in TERMINAL_STATES and state != State.COMPLETED
     return {
         "job_id": job_id(job.name),
         "name": job.name,

@@ -37,6 +37,7 @@ from prometheus_client import (
     start_http_server,
 )
 
+from quire.pipeline import SERVICES, TEMP_SPACE_SERVICES, WORKER_SERVICES
 from quire.telemetry import child_span
 
 __all__ = [
@@ -77,7 +78,6 @@ class Family:
     exported_by: tuple[str, ...]
 
 
-_STAGES = ("validator", "assembler", "signer")
 # Label values of ``stage`` are the pipeline's stage names (validate, assemble,
 # sign), as in the queue subjects; admission's own reads are ``admit``.
 CATALOGUE: tuple[Family, ...] = (
@@ -129,14 +129,14 @@ CATALOGUE: tuple[Family, ...] = (
         "gauge",
         ("stage", "class"),
         "Messages waiting on a stage's queue, not yet delivered.",
-        _STAGES,
+        WORKER_SERVICES,
     ),
     Family(
         "quire_queue_oldest_ready_age_seconds",
         "gauge",
         ("stage", "class"),
         "Age of the oldest message waiting on a stage's queue (0 when none waits).",
-        _STAGES,
+        WORKER_SERVICES,
     ),
     Family(
         "quire_queue_candidate_pending_messages",
@@ -144,7 +144,7 @@ CATALOGUE: tuple[Family, ...] = (
         ("stage",),
         "Messages waiting on a stage's candidate-track consumer (a rollout's"
         " canary, held to its concurrency cap), not yet delivered.",
-        _STAGES,
+        WORKER_SERVICES,
     ),
     Family(
         "quire_queue_candidate_oldest_ready_age_seconds",
@@ -152,56 +152,56 @@ CATALOGUE: tuple[Family, ...] = (
         ("stage", "class"),
         "Age of the oldest message waiting on a stage's candidate-track consumer"
         " (0 when none waits).",
-        _STAGES,
+        WORKER_SERVICES,
     ),
     Family(
         "quire_queue_age_budget_seconds",
         "gauge",
         ("stage", "class"),
         "The queue-age budget admission sheds new work against.",
-        _STAGES,
+        WORKER_SERVICES,
     ),
     Family(
         "quire_stage_in_flight",
         "gauge",
         ("stage",),
         "Deliveries this stage process is working on (leases held).",
-        _STAGES,
+        WORKER_SERVICES,
     ),
     Family(
         "quire_stage_concurrency_limit",
         "gauge",
         ("stage",),
         "How many deliveries this stage process may work on at once.",
-        _STAGES,
+        WORKER_SERVICES,
     ),
     Family(
         "quire_stage_phase_seconds",
         "histogram",
         ("stage", "class", "phase"),
         "Time a stage spent in each phase of a delivery.",
-        _STAGES,
+        WORKER_SERVICES,
     ),
     Family(
         "quire_stage_outcomes_total",
         "counter",
         ("stage", "class", "outcome"),
         "Deliveries a stage settled: done (handed on), ended (the job ended here), retry, stale (a newer delivery owns it) or refused (not a valid task).",
-        _STAGES,
+        WORKER_SERVICES,
     ),
     Family(
         "quire_stage_retries_total",
         "counter",
         ("stage", "class"),
         "Deliveries a stage will retry (negatively acknowledged with a delay).",
-        _STAGES,
+        WORKER_SERVICES,
     ),
     Family(
         "quire_stage_deliveries",
         "histogram",
         ("stage", "class"),
         "The delivery attempt at which a stage committed a job's outcome.",
-        _STAGES,
+        WORKER_SERVICES,
     ),
     Family(
         "quire_dead_letters",
@@ -215,14 +215,14 @@ CATALOGUE: tuple[Family, ...] = (
         "gauge",
         ("stage",),
         "Temporary space this stage holds under the blob store.",
-        ("validator", "assembler"),
+        TEMP_SPACE_SERVICES,
     ),
     Family(
         "quire_temp_space_budget_bytes",
         "gauge",
         ("stage",),
         "Temporary space this stage may hold before it stops pulling work.",
-        ("validator", "assembler"),
+        TEMP_SPACE_SERVICES,
     ),
     Family(
         "quire_audit_lag_seconds",
@@ -253,14 +253,14 @@ CATALOGUE: tuple[Family, ...] = (
         "counter",
         ("stage",),
         "Source bytes a stage read from the blob store.",
-        ("validator", "assembler", "signer"),
+        WORKER_SERVICES,
     ),
     Family(
         "quire_sandbox_worker_restarts_total",
         "counter",
         ("stage",),
         "Sandbox worker processes replaced after they died or were killed.",
-        ("validator", "assembler", "signer"),
+        WORKER_SERVICES,
     ),
     Family(
         "quire_authority_confirmations_total",
@@ -276,7 +276,7 @@ CATALOGUE: tuple[Family, ...] = (
         ("kind",),
         "Database transactions this process ran, by kind (write: committed with an"
         " fsync on SQLite; read: no write lock).",
-        ("admission", "validator", "assembler", "signer", "audit"),
+        SERVICES,
     ),
     Family(
         "quire_signatures_total",

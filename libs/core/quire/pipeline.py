@@ -15,14 +15,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from quire.type import job_pb2
-
 __all__ = [
     "State",
     "Stage",
+    "Verdict",
     "STAGES",
+    "ADMISSION",
+    "AUDIT",
+    "SERVICES",
+    "WORKER_SERVICES",
+    "TEMP_SPACE_SERVICES",
     "STAGE_NAMES",
     "QUEUED_STAGES",
+    "QUEUED_STAGE_NAMES",
     "TERMINAL",
     "ENDINGS",
     "PARKED",
@@ -53,6 +58,8 @@ class State(StrEnum):
     @property
     def number(self) -> int:
         """The ``JobState`` enum number carried on the wire."""
+        from quire.type import job_pb2  # protobuf only where the wire number is needed
+
         return int(job_pb2.JobState.Value(f"JOB_STATE_{self.value}"))
 
 
@@ -77,6 +84,9 @@ class Stage:
     limited: bool = True
     """Whether deliveries are capped (``max_deliver``); the commit stage waits
     for lagging evidence without a limit, and is never dead-lettered."""
+    temp_space: bool = False
+    """Whether its workers hold documents in temporary space under the blob
+    store (``quire.tempspace``: a budget, a gauge, a sweep)."""
 
 
 STAGES: tuple[Stage, ...] = (
@@ -88,8 +98,17 @@ STAGES: tuple[Stage, ...] = (
         State.ASSEMBLING,
         "assemble",
         between=(State.REVIEWING, State.NEEDS_REVIEW),
+        temp_space=True,
     ),
-    Stage("assemble", "assembler", State.ASSEMBLING, State.ASSEMBLING, State.SIGNING, "sign"),
+    Stage(
+        "assemble",
+        "assembler",
+        State.ASSEMBLING,
+        State.ASSEMBLING,
+        State.SIGNING,
+        "sign",
+        temp_space=True,
+    ),
     Stage("sign", "signer", State.SIGNING, State.SIGNING, State.COMMITTING, "commit"),
     Stage(
         "commit", "audit", State.COMMITTING, State.COMMITTING, State.COMPLETED, None, limited=False
@@ -98,6 +117,39 @@ STAGES: tuple[Stage, ...] = (
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
 QUEUED_STAGES: tuple[Stage, ...] = tuple(s for s in STAGES if s.limited)
 """The stages whose work can exhaust its deliveries and be dead-lettered."""
+QUEUED_STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in QUEUED_STAGES)
+"""Their names: the stages a rollout or an operator's re-drive can name."""
+
+ADMISSION = "admission"
+"""The service that accepts jobs and publishes the first stage's task."""
+AUDIT = STAGES[-1].service
+"""The service that keeps the ledger and alone completes a job (the last stage)."""
+SERVICES: tuple[str, ...] = (ADMISSION, *dict.fromkeys(s.service for s in STAGES))
+"""Every service, in pipeline order: admission, then each stage's."""
+WORKER_SERVICES: tuple[str, ...] = tuple(s.service for s in QUEUED_STAGES)
+"""The services that work a queued stage's documents (sandboxes, leases)."""
+TEMP_SPACE_SERVICES: tuple[str, ...] = tuple(s.service for s in STAGES if s.temp_space)
+"""The services whose workers hold documents in temporary space."""
+
+
+class Verdict(StrEnum):
+    """The validator's decision on a job: it goes on, ends, or waits for a person."""
+
+    PASSED = "PASSED"
+    REJECTED = "REJECTED"
+    NEEDS_REVIEW = "NEEDS_REVIEW"
+
+    @property
+    def state(self) -> State:
+        """The state the job enters on this verdict."""
+        return _VERDICT_STATES[self]
+
+
+_VERDICT_STATES = {
+    Verdict.PASSED: STAGES[0].hands_on,
+    Verdict.REJECTED: State.REJECTED,
+    Verdict.NEEDS_REVIEW: State.NEEDS_REVIEW,
+}
 
 ENDINGS = frozenset({State.REJECTED, State.FAILED, State.CANCELLED})
 """Terminal states other than COMPLETED: a stage, admission or audit ends a job."""
@@ -116,18 +168,21 @@ _BY_NAME = {s.name: s for s in STAGES}
 _BY_SERVICE = {s.service: s for s in STAGES}
 
 
+_OWN_STEPS: dict[str, frozenset[State]] = {
+    ADMISSION: frozenset({STAGES[0].waiting, State.CANCELLED}),
+    # The dead-letter office ends jobs whose worker died on its last try;
+    # COMPLETED is audit's too, but never through a queued event.
+    AUDIT: frozenset({State.FAILED, State.CANCELLED}),
+}
+"""Transitions of the services that are not a queued stage's worker."""
+_STAGE_STEPS: dict[str, frozenset[State]] = {
+    s.service: frozenset({s.working, *s.between, s.hands_on}) | ENDINGS for s in QUEUED_STAGES
+}
+
+
 def steps_of(service: str) -> frozenset[State]:
     """The transitions ``service`` may record (audit's recorder enforces it)."""
-    if service == "admission":
-        return frozenset({STAGES[0].waiting, State.CANCELLED})
-    if service == "audit":
-        # The dead-letter office ends jobs whose worker died on its last try;
-        # COMPLETED is audit's too, but never through a queued event.
-        return frozenset({State.FAILED, State.CANCELLED})
-    own = stage_of_service(service)
-    if own is None or not own.limited:
-        return frozenset()
-    return frozenset({own.working, *own.between, own.hands_on}) | ENDINGS
+    return _OWN_STEPS.get(service) or _STAGE_STEPS.get(service, frozenset())
 
 
 def stage(name: str) -> Stage:

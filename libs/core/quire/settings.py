@@ -21,7 +21,7 @@ from quire.errors import InvalidSetting
 from quire.identity import IdentitySettings
 from quire.kek import KekSettings
 from quire.logs import log_format
-from quire.pipeline import HISTORY_BEFORE_COMPLETION, STAGES
+from quire.pipeline import HISTORY_BEFORE_COMPLETION, SERVICES, STAGES
 from quire.tls import TlsSettings
 
 __all__ = [
@@ -49,7 +49,6 @@ __all__ = [
     "build_version",
 ]
 
-SERVICES = ("admission", "validator", "assembler", "signer", "audit")
 DEFAULT_PORTS = {
     "admission": 7700,
     "validator": 7701,

@@ -27,7 +27,7 @@ from quire.jobgate import JobGate
 from quire.leases import LeaseStore
 from quire.metrics import ServiceMetrics, StageMeter, transaction_counter
 from quire.peers import Peers
-from quire.pipeline import Stage
+from quire.pipeline import TEMP_SPACE_SERVICES, Stage
 from quire.rolloutboard import RolloutBoard, StageRollout
 from quire.runtime import load_wire, start_runtime
 from quire.sandbox import SandboxPool
@@ -222,7 +222,7 @@ async def run_stage_service(
         ),
     )
     queues = QueueGauges(js, stage_name, metrics, budget_seconds=settings.queue.age_budget_seconds)
-    if settings.service in ("validator", "assembler"):
+    if settings.service in TEMP_SPACE_SERVICES:
         _export_temp_space(metrics, stage_name, keeper)
     interactive = consumer_name(spec.stage.name, "interactive")
     worker = WorkQueueWorker(

@@ -19,11 +19,10 @@ from quire.cli.exitcodes import ExitCode
 from quire.cli.output import Output, message_dict
 from quire.client import DiagnosticsClient
 from quire.diagnostics.v1 import diagnostics_service_pb2 as pb
+from quire.pipeline import WORKER_SERVICES
 from quire.stack.info import StackInfo
 
 __all__ = ["diagnose"]
-
-STAGES = ("validator", "assembler", "signer")
 
 
 def _assembler(args: argparse.Namespace) -> str:
@@ -76,13 +75,13 @@ async def diagnose(args: argparse.Namespace, config: ClientConfig, out: Output) 
         _stages(args, config), config.operator_token, tls=config.tls
     ) as client:
         replies = await client.list_diagnostics(job)
-    for service in STAGES:
+    for service in WORKER_SERVICES:
         for line in _lines(service, replies[service]):
             out.line(line)
     out.result(
         {
             "job": job,
-            "stages": {service: message_dict(replies[service]) for service in STAGES},
+            "stages": {service: message_dict(replies[service]) for service in WORKER_SERVICES},
         }
     )
     return 0

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import argparse
 
+from quire.pipeline import QUEUED_STAGE_NAMES
+
 __all__ = ["add_rollout_arguments", "share_basis_points", "shadow_count"]
 
-STAGES = ("validate", "assemble", "sign")
 MAX_SHADOW = 200
 """The most completed jobs audit names per track (CompareTracks' sample)."""
 
@@ -51,7 +52,10 @@ def add_rollout_arguments(
         help="open a canary: pin a share of new jobs to the candidate track",
     )
     start.add_argument(
-        "--stage", required=True, choices=STAGES, help="the stage whose candidate this is"
+        "--stage",
+        required=True,
+        choices=QUEUED_STAGE_NAMES,
+        help="the stage whose candidate this is",
     )
     start.add_argument(
         "--version",

@@ -34,6 +34,7 @@ from quire.cli.errors import CliError
 from quire.cli.output import Output, message_dict
 from quire.client import RolloutReadsClient, TenantAdminClient
 from quire.grpcstatus import reason_of
+from quire.pipeline import TERMINAL, State
 from quire.validator.v1 import validator_service_pb2 as validator_pb
 
 __all__ = ["rollout_promote", "rollout_rollback", "rollout_start", "rollout_status"]
@@ -129,7 +130,8 @@ async def rollout_status(args: argparse.Namespace, config: ClientConfig, out: Ou
 # -- the comparison (audit's CompareTracks) and shadow evaluation ------------
 
 SIDES = ("candidate", "baseline")
-ENDINGS = ("COMPLETED", "REJECTED", "FAILED", "CANCELLED")
+ENDINGS = tuple(state.value for state in State if state in TERMINAL)
+"""COMPLETED first, then the other endings, in ``State``'s order."""
 TOP_REASONS = 3
 SHADOW_CONCURRENCY = 4
 

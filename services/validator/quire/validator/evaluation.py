@@ -17,6 +17,7 @@ from quire.blobstore import BlobStore, normalized_key
 from quire.errors import PermanentError
 from quire.memoryfiles import InMemory, MemoryOutput
 from quire.metrics import phase
+from quire.pipeline import Verdict
 from quire.reasons import ReasonCode
 from quire.sandbox import Budget, SandboxExhausted, SandboxPool
 from quire.type import job_pb2, queue_pb2
@@ -47,7 +48,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Evaluation:
-    verdict: str  # "PASSED", "REJECTED" or "NEEDS_REVIEW"
+    verdict: Verdict
     reason: str
     findings: list[dict[str, object]]
     decisions: list[Decision]
@@ -230,7 +231,7 @@ class Evaluator:
             )
             if finding.reason:
                 return Evaluation(
-                    "REJECTED",
+                    Verdict.REJECTED,
                     finding.reason,
                     findings,
                     [],
@@ -239,7 +240,7 @@ class Evaluator:
                 )
             documents.append(document)
         evaluation = await self._judge(task, ruleset, attempt, documents, findings)
-        if evaluation.verdict == "REJECTED" or not (repairs or disagreements):
+        if evaluation.verdict is Verdict.REJECTED or not (repairs or disagreements):
             return evaluation
         for repair, clean in repairs if store_repairs else []:
             key = normalized_key(task.tenant, repair.normalized_sha256)
@@ -270,7 +271,7 @@ class Evaluator:
                 for disagreement in disagreements
                 if disagreement.position not in repaired
             ]
-            outcome, reason = "NEEDS_REVIEW", reason or ReasonCode.REVIEW_REQUIRED
+            outcome, reason = Verdict.NEEDS_REVIEW, reason or ReasonCode.REVIEW_REQUIRED
         return replace(
             evaluation,
             verdict=outcome,
@@ -370,7 +371,7 @@ class Evaluator:
     ) -> Evaluation:
         """The ruleset's rules over sources that passed inspection."""
         if not ruleset.reads_content:
-            return Evaluation("PASSED", "", findings, [])
+            return Evaluation(Verdict.PASSED, "", findings, [])
         inputs = [
             (document, s.position, s.content_type)
             for document, s in zip(documents, task.sources, strict=True)
@@ -385,7 +386,7 @@ class Evaluator:
         except SandboxExhausted:
             if self._retry_later(attempt):
                 raise
-            return Evaluation("REJECTED", ReasonCode.PARSER_LIMIT_EXCEEDED, findings, [])
+            return Evaluation(Verdict.REJECTED, ReasonCode.PARSER_LIMIT_EXCEEDED, findings, [])
         outcome, reason = verdict(decisions)
         return Evaluation(outcome, reason, findings, decisions)
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
+from quire.pipeline import Verdict
+from quire.reasons import ReasonCode
 from quire.validator.facts import DocumentFacts
 from quire.validator.rulesets import Ruleset
 
@@ -194,11 +196,11 @@ def evaluate(ruleset: Ruleset, documents: list[DocumentFacts]) -> list[Decision]
     return decisions
 
 
-def verdict(decisions: list[Decision]) -> tuple[str, str]:
-    """("PASSED" | "REJECTED" | "NEEDS_REVIEW", reason of the first failure)."""
+def verdict(decisions: list[Decision]) -> tuple[Verdict, str]:
+    """The decisions' verdict, and the reason of the first failure."""
     failed = next((d for d in decisions if d.outcome == "fail"), None)
     if failed is not None:
-        return "REJECTED", failed.reason_code
+        return Verdict.REJECTED, failed.reason_code
     if any(d.outcome == "review" for d in decisions):
-        return "NEEDS_REVIEW", "REVIEW_REQUIRED"
-    return "PASSED", ""
+        return Verdict.NEEDS_REVIEW, ReasonCode.REVIEW_REQUIRED
+    return Verdict.PASSED, ""

@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 
 from quire.errors import JobCancelled, PermanentError, Rejected, SystemFailure
 from quire.leases import Lease
-from quire.pipeline import State
+from quire.pipeline import State, Verdict
 from quire.reasons import ReasonCode
 from quire.rolloutboard import StageRollout
 from quire.stage import StageResult, Step
@@ -51,7 +51,7 @@ def _record(
                 decided_at=now,
             )
         )
-        if evaluation.verdict == "NEEDS_REVIEW":
+        if evaluation.verdict is Verdict.NEEDS_REVIEW:
             connection.execute(
                 tables.reviews.insert().values(
                     job=task.job,
@@ -128,7 +128,7 @@ class ValidatorWork:
             if source.position in repaired:
                 source.repair.CopyFrom(repaired[source.position])
         record = _record(pinned, ruleset, evaluation, lease.token)
-        if evaluation.verdict == "REJECTED":
+        if evaluation.verdict is Verdict.REJECTED:
             rejection = Rejected(
                 evaluation.reason,
                 "job rejected",
@@ -142,7 +142,7 @@ class ValidatorWork:
         if evaluation.disagreements:
             accepted["disagreements"] = evaluation.disagreements
         reviewing = Step(State.VALIDATING, State.REVIEWING, accepted)
-        if evaluation.verdict == "NEEDS_REVIEW":
+        if evaluation.verdict is Verdict.NEEDS_REVIEW:
             parked = Step(
                 State.REVIEWING, State.NEEDS_REVIEW, {"reason_code": ReasonCode.REVIEW_REQUIRED}
             )
