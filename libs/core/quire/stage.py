@@ -200,6 +200,14 @@ class _Commit:
 
 
 class StageRunner:
+    """Runs one stage's deliveries (the module's diagram): each task is
+    verified, leased, worked by the stage's ``StageWork``, committed under
+    lease fencing and settled. What it sends goes through the ``Publisher``
+    (``publish_task`` for the next stage, signed, traced, deduplicated by
+    message id) and the job's events through audit's subjects; the optional
+    parts confirm with audit first (``authority``), claim the signing step
+    (``gate``), keep operators' diagnostics and defer waits off the queue."""
+
     def __init__(
         self,
         *,
@@ -650,12 +658,11 @@ class StageRunner:
                 )
             )
         if outcome.HasField("next_task"):
-            stage = outcome.next_subject.split(".")[2]
+            assert self._stage.next is not None
             task = queue_pb2.JobTask()
             task.CopyFrom(outcome.next_task)
             task.redrive = max(task.redrive, redrive)
-            msg_id = redriven(task_message_id(task.job, stage, task.generation), task.redrive)
-            publishing.append(self._publisher.publish(outcome.next_subject, task, msg_id))
+            publishing.append(self._publisher.publish_task(self._stage.next, task, task.redrive))
         await asyncio.gather(*publishing)
         if outcome.HasField("dead_letter"):
             letter = outcome.dead_letter

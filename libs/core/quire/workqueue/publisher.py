@@ -13,7 +13,9 @@ from opentelemetry.trace import SpanKind
 from quire.errors import TransientError
 from quire.reasons import ReasonCode
 from quire.telemetry import child_span, inject_headers
+from quire.type import queue_pb2
 from quire.wire import SIGNATURE_HEADER, WireSigner
+from quire.workqueue.topology import redriven, task_message_id, task_subject
 
 __all__ = ["Publisher"]
 
@@ -35,6 +37,14 @@ class Publisher:
 
     async def publish(self, subject: str, message: Message, msg_id: str) -> None:
         await self.publish_bytes(subject, message.SerializeToString(), msg_id)
+
+    async def publish_task(self, stage: str, task: queue_pb2.JobTask, redrive: int = 0) -> None:
+        """Hand ``task`` to ``stage``: on its subject for the task's track and
+        priority (``task_subject``), under the message id of the job's
+        generation at that stage (a republish is dropped), made fresh by a
+        re-drive's number (``redrive`` > 0) in case the first copy was lost."""
+        msg_id = redriven(task_message_id(task.job, stage, task.generation), redrive)
+        await self.publish(task_subject(stage, task), task, msg_id)
 
     async def publish_bytes(self, subject: str, payload: bytes, msg_id: str) -> None:
         # A producer span: the consumer's spans hang under the send, not the sender's work.

@@ -14,7 +14,7 @@ from quire.database import Database
 from quire.faults import fault_point
 from quire.pipeline import STAGES
 from quire.type import queue_pb2
-from quire.workqueue import Publisher, event_subject, task_message_id, task_subject
+from quire.workqueue import Publisher, event_subject
 
 __all__ = ["Dispatcher"]
 
@@ -78,11 +78,7 @@ class Dispatcher:
         # caller does next comes first.
         await asyncio.gather(
             self._publisher.publish(event_subject("admission"), accepted, accepted.event_id),
-            self._publisher.publish(
-                task_subject(FIRST, task),
-                task,
-                task_message_id(task.job, FIRST, task.generation),
-            ),
+            self._publisher.publish_task(FIRST, task),
         )
         fault_point("admission.after_publish")
         self._published.add(task.job)

@@ -40,7 +40,7 @@ from quire.jobs import PARKED_STATES, TERMINAL_STATES, state_name
 from quire.pipeline import STAGES, State, stage_working_in
 from quire.settings import ReconcileSettings
 from quire.type import job_pb2, queue_pb2
-from quire.workqueue import Publisher, event_subject, redriven, task_message_id, task_subject
+from quire.workqueue import Publisher, event_subject, redriven, task_subject
 from quire.workqueue.backlog import QueueAgeProbe
 from quire.workqueue.topology import candidate_subject
 
@@ -165,11 +165,7 @@ class Reconciler:
         await self._publisher.publish(
             event_subject("admission"), accepted, redriven(accepted.event_id, count)
         )
-        await self._publisher.publish(
-            task_subject(STAGES[0].name, task),
-            task,
-            redriven(task_message_id(task.job, STAGES[0].name, task.generation), count),
-        )
+        await self._publisher.publish_task(STAGES[0].name, task, count)
         return True
 
 

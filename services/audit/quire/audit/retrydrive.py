@@ -24,7 +24,7 @@ from quire.database import Database, as_utc, insert_if_absent
 from quire.jobs import PARKED_STATES, TERMINAL_STATES
 from quire.settings import ReconcileSettings
 from quire.type import queue_pb2
-from quire.workqueue import Publisher, redriven, task_message_id, task_subject
+from quire.workqueue import Publisher
 
 __all__ = ["RetryRedriver"]
 
@@ -66,11 +66,7 @@ class RetryRedriver:
             task = queue_pb2.JobTask.FromString(row.task)
             task.generation = generation
             task.redrive = number
-            await self._publisher.publish(
-                task_subject(row.stage, task),
-                task,
-                redriven(task_message_id(task.job, row.stage, generation), number),
-            )
+            await self._publisher.publish_task(row.stage, task, number)
             count += 1
         return count
 

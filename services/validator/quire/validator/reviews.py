@@ -39,7 +39,7 @@ from quire.settings import BUILD_VERSION
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
 from quire.validator import tables
-from quire.workqueue import Publisher, event_subject, task_message_id, task_subject
+from quire.workqueue import Publisher, event_subject
 
 __all__ = ["ReviewDesk", "ReviewRow"]
 
@@ -171,11 +171,7 @@ class ReviewDesk:
                 task, State.NEEDS_REVIEW, State.ASSEMBLING, attempt=1, lease_token=0, note=note
             )
             await self._publisher.publish(event_subject("validator"), event, event.event_id)
-            await self._publisher.publish(
-                task_subject(HANDS_TO, task),
-                task,
-                task_message_id(task.job, HANDS_TO, task.generation),
-            )
+            await self._publisher.publish_task(HANDS_TO, task)
         else:
             event = actor.transition(
                 task,
