@@ -12,7 +12,7 @@ PROTOS_BASELINE := protos/released/quire-v1.json
 PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 # Every distribution, each one folder: installed editable by `make venv`,
 # built as wheels by `make wheels`.
-DIST_PROJECTS := gen libs/core libs/ops libs/testing $(sort $(wildcard services/*))
+DIST_PROJECTS := gen libs/core libs/evidence libs/ops libs/testing $(sort $(wildcard services/*))
 
 .PHONY: run test test-unit buf lint style typecheck system-deps openapi protos protos-check protos-lint protos-release bench profile bench-admission bench-validator bench-assembly bench-ledger bench-history bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine bench-fairness bench-sources eval load soak multinode batch-kills stage-limit corpus venv wheels clean
 

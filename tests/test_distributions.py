@@ -35,15 +35,16 @@ from quire.testing.quirecli import ROOT, read_until
 
 pytestmark = pytest.mark.stack
 
-PROJECTS = ["gen", "libs/core", "libs/ops", "libs/testing"] + sorted(
+PROJECTS = ["gen", "libs/core", "libs/evidence", "libs/ops", "libs/testing"] + sorted(
     f"services/{path.name}" for path in (ROOT / "services").iterdir() if path.is_dir()
 )
 SERVICES = ("admission", "validator", "assembler", "signer", "audit")
-SIGNER = {"quire-api", "quire-core", "quire-signer"}
+SIGNER = {"quire-api", "quire-core", "quire-evidence", "quire-signer"}
 SYSTEM = {
     "quire",
     "quire-api",
     "quire-core",
+    "quire-evidence",
     "quire-ops",
     "quire-gateway",
     *(f"quire-{service}" for service in SERVICES),
@@ -212,6 +213,10 @@ def test_the_wheels_name_what_each_installation_needs(wheels: Path) -> None:
     assert quire == SIGNER, "one service pulls only what it needs"
     quire = {name for name in _closure(built, "quire") if name.startswith("quire")}
     assert quire == SYSTEM, "the whole system, and no test helpers"
+    for service in ("quire-validator", "quire-admission"):
+        assert "pyhanko" not in _closure(built, service), (
+            f"{service} checks no packet signature: no PDF-signature library"
+        )
     commands = {
         line.split("=")[0].strip()
         for name in quire
