@@ -408,7 +408,7 @@ async def test_a_missing_record_rejects_the_job(rig: Rig) -> None:
 
 
 async def test_a_refused_credential_fails_the_job_and_a_good_one_is_sent_as_a_bearer(
-    rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    rig: Rig, tmp_path: Path
 ) -> None:
     rig.server.put_json("erp", "ord/1", EVENTS)
     rig.server.require_token("erp", "s3cret-token")
@@ -416,9 +416,12 @@ async def test_a_refused_credential_fails_the_job_and_a_good_one_is_sent_as_a_be
     with pytest.raises(SystemFailure) as refused:
         await rig.pinner().pin_sources(job_task(reference(rig.server, 0, "erp", "ord/1")), 1)
     assert refused.value.reason is ReasonCode.SOURCE_REFUSED
-    monkeypatch.setenv("QUIRE_SOURCE_CREDENTIAL_ERP", "wrong-token")
+    # The variables the validator started with (read once, at its start).
+    wrong_env = replace(
+        SETTINGS, credential_variables={"QUIRE_SOURCE_CREDENTIAL_ERP": "wrong-token"}
+    )
     with pytest.raises(SystemFailure) as wrong:
-        await rig.pinner().pin_sources(
+        await rig.pinner(settings=wrong_env).pin_sources(
             job_task(
                 reference(
                     rig.server, 0, "erp", "ord/1", credential_ref="env:QUIRE_SOURCE_CREDENTIAL_ERP"
@@ -429,7 +432,7 @@ async def test_a_refused_credential_fails_the_job_and_a_good_one_is_sent_as_a_be
     assert wrong.value.reason is ReasonCode.SOURCE_REFUSED
     assert "wrong-token" not in str(wrong.value)
     with pytest.raises(SystemFailure) as unset:
-        await rig.pinner().pin_sources(
+        await rig.pinner(settings=wrong_env).pin_sources(
             job_task(
                 reference(
                     rig.server, 0, "erp", "ord/1", credential_ref="env:QUIRE_SOURCE_CREDENTIAL_NONE"
@@ -440,8 +443,10 @@ async def test_a_refused_credential_fails_the_job_and_a_good_one_is_sent_as_a_be
     assert unset.value.reason is ReasonCode.SOURCE_REFUSED
     assert rig.calls("erp") == 2, "no call without the credential"
 
-    monkeypatch.setenv("QUIRE_SOURCE_CREDENTIAL_ERP", "s3cret-token")
-    by_env = await rig.pinner().pin_sources(
+    good_env = replace(
+        SETTINGS, credential_variables={"QUIRE_SOURCE_CREDENTIAL_ERP": "s3cret-token"}
+    )
+    by_env = await rig.pinner(settings=good_env).pin_sources(
         job_task(
             reference(
                 rig.server, 0, "erp", "ord/1", credential_ref="env:QUIRE_SOURCE_CREDENTIAL_ERP"

@@ -159,12 +159,12 @@ async def test_credentials_come_from_the_environment_or_a_file_at_call_time(
     folder = tmp_path / "source-credentials"
     folder.mkdir()
     name = "QUIRE_SOURCE_CREDENTIAL_ERP"
-    assert await resolve_credential("", directory=folder) is None
+    assert await resolve_credential("", directory=folder, env={}) is None
     got = await resolve_credential(f"env:{name}", directory=folder, env={name: " abc.def \n"})
     assert got == "abc.def"
     secret = folder / "token"
     secret.write_text("  s3cret\n")
-    assert await resolve_credential(f"file:{secret}", directory=folder) == "s3cret"
+    assert await resolve_credential(f"file:{secret}", directory=folder, env={}) == "s3cret"
     key = tmp_path / "identity.pem"  # beside the directory, not in it
     key.write_text("PRIVATE KEY\n")
     (folder / "link").symlink_to(key)

@@ -11,23 +11,50 @@ Two ways to arm one, both inert unless the test environment sets them:
   one process fires) and dies.
 
 In production neither variable is set and ``fault_point`` does nothing.
+A service reads both once, when it starts (``configure``, called by
+``quire.runtime.run_service``); the fault directory's files are looked at
+each time a point is reached, so a test can arm one while the stack runs.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["fault_point", "arm", "fired"]
+__all__ = ["configure", "fault_point", "arm", "fired"]
+
+
+@dataclass(frozen=True)
+class _Armed:
+    fault_dir: str
+    entries: tuple[str, ...]
+
+
+_armed: _Armed | None = None
+"""This process's fault settings; None (the production case): no fault point fires."""
+
+
+def configure(env: Mapping[str, str]) -> None:
+    """Read ``QUIRE_FAULTS`` and ``QUIRE_FAULTS_DIR`` from the process's
+    environment, once, at its start."""
+    global _armed
+    fault_dir = env.get("QUIRE_FAULTS_DIR", "")
+    faults = env.get("QUIRE_FAULTS", "")
+    _armed = (
+        _Armed(fault_dir, tuple(faults.split(",")) if faults else ())
+        if fault_dir or faults
+        else None
+    )
 
 
 def fault_point(name: str) -> None:
-    fault_dir = os.environ.get("QUIRE_FAULTS_DIR", "")
-    faults = os.environ.get("QUIRE_FAULTS", "")
-    if not fault_dir and not faults:
+    armed = _armed
+    if armed is None:
         return
-    entries = faults.split(",") if faults else []
+    fault_dir, entries = armed.fault_dir, armed.entries
     if f"{name}:always" in entries:
         _die()
     if not fault_dir:

@@ -16,6 +16,7 @@ import nats
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
+from quire import faults
 from quire.environment import setting_text, unknown_settings
 from quire.errors import InvalidSetting
 from quire.identity import ServiceIdentity, TrustStore
@@ -37,6 +38,7 @@ def run_service(service: str, main: Callable[[], Coroutine[Any, Any, None]]) -> 
     is reported first: its default would otherwise be used in silence."""
     for line in unknown_settings(os.environ):
         print(f"quire-{service}: warning: {line}", file=sys.stderr)
+    faults.configure(os.environ)
     try:
         event_loop(os.environ)(_with_named_io_threads(main()))
     except InvalidSetting as error:

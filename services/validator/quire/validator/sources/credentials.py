@@ -20,16 +20,16 @@ help until an operator provides it, and the dead letter can then be retried.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from quire.environment import CREDENTIAL_PREFIX
 from quire.errors import SystemFailure
 from quire.reasons import ReasonCode
 
 __all__ = ["resolve_credential", "MAX_CREDENTIAL_BYTES", "ENV_PREFIX"]
 
-ENV_PREFIX = "QUIRE_SOURCE_CREDENTIAL_"
+ENV_PREFIX = CREDENTIAL_PREFIX
 """The only environment variables a credential reference may name."""
 
 MAX_CREDENTIAL_BYTES = 16 * 1024
@@ -70,17 +70,18 @@ def _confined(path: Path, directory: Path) -> Path:
 
 
 async def resolve_credential(
-    reference: str, *, directory: Path, env: Mapping[str, str] | None = None
+    reference: str, *, directory: Path, env: Mapping[str, str]
 ) -> str | None:
     """The credential ``reference`` names, or None for an empty reference;
-    ``directory`` is the only place ``file:`` references may read."""
+    ``directory`` is the only place ``file:`` references may read, ``env``
+    the variables ``env:`` references may (``SourceSettings.credential_variables``)."""
     if not reference:
         return None
     kind, _, where = reference.partition(":")
     if kind == "env" and where:
         if not where.startswith(ENV_PREFIX) or where == ENV_PREFIX:
             raise _refused(f"variable is not one of {ENV_PREFIX}*")
-        value = (os.environ if env is None else env).get(where, "")
+        value = env.get(where, "")
         if not value:
             raise _refused("variable is not set")
         return _sendable(value.strip())

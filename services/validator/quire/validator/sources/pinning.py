@@ -320,7 +320,9 @@ class SourcePinner:
         while True:
             try:
                 token = await resolve_credential(
-                    call.credential_ref, directory=settings.credentials_dir
+                    call.credential_ref,
+                    directory=settings.credentials_dir,
+                    env=settings.credential_variables,
                 )
             except SystemFailure:
                 self._meter.call(call.system, "refused")

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from quire.backoff import Backoff, Jitter
-from quire.environment import setting_float, setting_int, setting_text
+from quire.environment import CREDENTIAL_PREFIX, setting_float, setting_int, setting_text
 
 __all__ = ["SourceSettings", "MIB"]
 
@@ -58,6 +58,9 @@ class SourceSettings:
     """The process's HTTP connection pool, all systems together."""
     credentials_dir: Path = Path(".quire") / "source-credentials"
     """The only directory ``file:`` credential references may read."""
+    credential_variables: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """The ``QUIRE_SOURCE_CREDENTIAL_*`` variables the process started with:
+    what ``env:`` credential references may name (never printed)."""
 
     @property
     def backoff(self) -> Backoff:
@@ -75,6 +78,9 @@ class SourceSettings:
             budget_reserve_seconds=setting_float(
                 env, "QUIRE_JOB_BUDGET_RESERVE_SECONDS", 5, minimum=0
             ),
+            credential_variables={
+                name: value for name, value in env.items() if name.startswith(CREDENTIAL_PREFIX)
+            },
             credentials_dir=Path(
                 setting_text(
                     env,
