@@ -21,7 +21,7 @@ import grpc
 import httpx
 import pytest
 
-from quire.audit.jobview import fold, step_stage
+from quire.jobview import fold, step_stage
 from quire.audit.v1 import audit_service_pb2 as apb
 from quire.audit.v1 import audit_service_pb2_grpc as agrpc
 from quire.cli.args import bearer_metadata

@@ -4,7 +4,7 @@ them from there (the entries' hashed bytes), never from a table."""
 
 from __future__ import annotations
 
-from quire.audit.jobview import fold
+from quire.jobview import fold
 from quire.audit.servicer import _job
 from quire.jobs import job_name, new_job_id
 from quire.jobstatus import job_status_document

@@ -16,7 +16,7 @@ import pytest
 
 from quire.admission.storagepolicy import TenantStorage
 from quire.audit import ledger, tables
-from quire.audit.jobview import fold
+from quire.jobview import fold
 from quire.audit.retirement import record_retirement
 from quire.audit.verification import verify_ledger
 from quire.blobstore import assembled_key, fetched_key, normalized_key, signed_key, source_key

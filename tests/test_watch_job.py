@@ -23,7 +23,7 @@ import pytest
 
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.audit import ledger, tables
-from quire.audit.jobview import JobFacts, apply, is_retirement
+from quire.jobview import JobFacts, apply, is_retirement
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.audit.watch import JobWatches
 from quire.cli.args import bearer_metadata

@@ -25,7 +25,7 @@ from quire.admission import tables as admission_tables
 from quire.admission.storagepolicy import TenantStorage, read_storage
 from quire.assembler import tables as assembler_tables
 from quire.audit import tables as audit_tables
-from quire.audit.jobview import JobFacts, apply, is_retirement
+from quire.jobview import JobFacts, apply, is_retirement
 from quire.blobstore import fetched_key, normalized_key
 from quire.database import as_utc
 from quire.invariants_db import database_exists, read_only_engine, service_settings

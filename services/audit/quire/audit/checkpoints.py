@@ -24,20 +24,21 @@ import base64
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import Connection, select
 
 from quire.audit import tables
 from quire.audit.tenantlog import origin, tenant_entries, tenant_tree
 from quire.audit.witnessing import Witnessing, cosignature_of
 from quire.checkpoint import Checkpoint as LogHead
-from quire.checkpoint import open_checkpoint, sign_checkpoint
+from quire.checkpoint import sign_checkpoint
+from quire.checkpointfiles import ChainCheckpoint as Checkpoint
+from quire.checkpointfiles import CheckpointFiles, read_checkpoint_documents
 from quire.cosignature import cosigned_note
 from quire.database import Database
 from quire.errors import DataLoss
@@ -51,29 +52,10 @@ __all__ = [
     "CheckpointFiles",
     "CheckpointSigner",
     "CheckpointBook",
+    "checkpoint_documents",
     "load_checkpoints",
     "read_checkpoint_files",
 ]
-
-
-@dataclass(frozen=True)
-class Checkpoint:
-    tenant: str
-    length: int
-    head_hash: str
-    time: str
-    previous_length: int = 0
-    """The length of the tenant's checkpoint before this one; 0 for its first."""
-
-    def fields(self) -> dict[str, Any]:
-        """What is signed: every field, ``previous_length`` only when there is one."""
-        found = asdict(self)
-        if not self.previous_length:
-            del found["previous_length"]
-        return found
-
-    def payload(self) -> bytes:
-        return json.dumps(self.fields(), sort_keys=True, separators=(",", ":")).encode()
 
 
 @dataclass(frozen=True)
@@ -185,60 +167,15 @@ def extends(tree: MerkleTree, size: int, before: LogHead) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class CheckpointFiles:
-    """What a checkpoint folder holds, as audit's key vouches for it."""
-
-    checkpoints: list[Checkpoint]
-    """Chain heads whose signature verifies."""
-    heads: list[tuple[str, LogHead]]
-    """(tenant, log head) of every signed tlog-checkpoint note that verifies."""
-    refused: list[str]
-    """Files that are not checkpoints signed by audit's key (edited, or forged)."""
-    missing: list[tuple[str, int]] = field(default_factory=list)
-    """(tenant, length) of checkpoints a later one names as its predecessor
-    that the folder does not hold (deleted)."""
-
-    def latest_heads(self) -> dict[str, LogHead]:
-        """Each tenant's largest signed log head."""
-        latest: dict[str, LogHead] = {}
-        for tenant, head in self.heads:
-            if tenant not in latest or head.size > latest[tenant].size:
-                latest[tenant] = head
-        return latest
-
-
 def read_checkpoint_files(folder: Path, trusted_public_pem: str) -> CheckpointFiles:
-    key = serialization.load_pem_public_key(trusted_public_pem.encode())
-    if not isinstance(key, Ed25519PublicKey):
-        raise ValueError("not an Ed25519 public key")
-    found = CheckpointFiles([], [], [])
-    for path in sorted(folder.glob("*.json")):
-        try:
-            document = json.loads(path.read_text())
-            checkpoint = Checkpoint(**document["checkpoint"])
-            key.verify(base64.b64decode(document["signature"]), checkpoint.payload())
-            note = document.get("note")
-            if note is not None:
-                head = open_checkpoint(note.encode(), origin(checkpoint.tenant), key)
-                if head.size != checkpoint.length:
-                    raise ValueError("the note and the chain head disagree on the size")
-                found.heads.append((checkpoint.tenant, head))
-        except Exception:  # noqa: BLE001 - unreadable, bad signature or note: not audit's
-            found.refused.append(path.name)
-            continue
-        found.checkpoints.append(checkpoint)
-    held = {(c.tenant, c.length) for c in found.checkpoints}
-    found.missing.extend(
-        sorted(
-            {
-                (c.tenant, c.previous_length)
-                for c in found.checkpoints
-                if c.previous_length and (c.tenant, c.previous_length) not in held
-            }
-        )
-    )
-    return found
+    """The checkpoint files in ``folder`` as audit's key vouches for them
+    (``quire.checkpointfiles``)."""
+    return read_checkpoint_documents(checkpoint_documents(folder), trusted_public_pem)
+
+
+def checkpoint_documents(folder: Path) -> list[tuple[str, bytes]]:
+    """(name, bytes) of every checkpoint file in ``folder``, in name order."""
+    return [(path.name, path.read_bytes()) for path in sorted(folder.glob("*.json"))]
 
 
 def load_checkpoints(folder: Path, trusted_public_pem: str) -> list[Checkpoint]:

@@ -20,12 +20,12 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from functools import partial
 
-from quire.audit.jobview import JobFacts
 from quire.audit.v1 import audit_service_pb2 as pb
 from quire.audit.watch import JobWatches
 from quire.errors import FieldViolation, InvalidInput, QuireError
 from quire.grpcstatus import status_for
 from quire.jobs import job_id, job_name
+from quire.jobview import JobFacts
 from quire.reasons import ReasonCode
 from quire.type import job_pb2
 

@@ -12,7 +12,6 @@ leaves the job view as it was.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -21,10 +20,11 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, func, null, select, union_all, update
 
 from quire.audit import tables
-from quire.audit.jobview import COMPARED, JobFacts, apply, is_retirement
 from quire.audit.succession import Refusal, Wait, judge_step
 from quire.database import insert_if_absent
 from quire.jobs import state_name
+from quire.jobview import COMPARED, JobFacts, apply, is_retirement
+from quire.ledgerchain import GENESIS, entry_hash
 from quire.type import queue_pb2
 
 __all__ = [
@@ -39,8 +39,6 @@ __all__ = [
     "GENESIS",
     "lock_head",
 ]
-
-GENESIS = "0" * 64
 
 # The hot statements, built once: building a statement and its cache key on
 # every call costs more CPU than SQLite takes to run it.
@@ -85,10 +83,6 @@ _VIEW_UPDATE = (
     .where(tables.jobs.c.job == bindparam("b_job"))
     .values({name: bindparam(f"b_{name}") for name in (*COMPARED, "updated_at")})
 )
-
-
-def entry_hash(prev_hash: str, event_bytes: bytes) -> str:
-    return hashlib.sha256(bytes.fromhex(prev_hash) + event_bytes).hexdigest()
 
 
 def append(connection: Connection, event: queue_pb2.TransitionEvent) -> bool:

@@ -29,7 +29,6 @@ from opentelemetry import trace
 
 from quire.audit import ledger
 from quire.audit.history import HistoryWatch
-from quire.audit.jobview import JobFacts
 from quire.audit.measures import AuditMeasures
 from quire.audit.succession import Refusal
 from quire.audit.writes import AuditWrites
@@ -38,6 +37,7 @@ from quire.backoff import Backoff
 from quire.errors import QuireError
 from quire.faults import fault_point
 from quire.jobs import job_id, state_name
+from quire.jobview import JobFacts
 from quire.pipeline import State, steps_of
 from quire.reasons import ReasonCode
 from quire.telemetry import extract_context

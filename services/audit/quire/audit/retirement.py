@@ -10,7 +10,7 @@ digest, size) under which rule.
 
 A retirement changes no job's state. Its ``from_state`` and ``to_state``
 are both the state the job had ended in, and the job view skips it
-(``quire.audit.jobview``). Only an ended job's bytes retire, and only bytes
+(``quire.jobview``). Only an ended job's bytes retire, and only bytes
 the ledger ties to it: a source among its source digests, a repaired
 source's clean rewrite among its recorded repairs, the fetched bytes a
 source named by reference was pinned to among its recorded pins, its
@@ -27,11 +27,11 @@ from google.protobuf import timestamp_pb2
 from sqlalchemy import Connection, select
 
 from quire.audit import ledger, tables
-from quire.audit.jobview import fold, is_retirement
 from quire.blobstore import assembled_key, fetched_key, normalized_key, signed_key, source_key
 from quire.declarations import SHA256_HEX
 from quire.errors import FailedPrecondition, FieldViolation, InvalidInput, NotFound
 from quire.jobs import TERMINAL_STATES, job_id, state_value
+from quire.jobview import fold, is_retirement
 from quire.pipeline import State
 from quire.reasons import ReasonCode
 from quire.type import queue_pb2

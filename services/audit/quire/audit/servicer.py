@@ -16,7 +16,6 @@ from quire.audit.checkpoints import CheckpointBook, CheckpointFiles
 from quire.audit.deadletterdesk import DeadLetterDesk
 from quire.audit.evidence import build_evidence, dumps, public_key_fingerprint
 from quire.audit.follow import Follows
-from quire.audit.jobview import JobFacts, fold
 from quire.audit.retirement import record_retirement
 from quire.audit.trackcompare import Window, compare_tracks
 from quire.audit.v1 import audit_service_pb2 as pb
@@ -28,6 +27,7 @@ from quire.errors import FieldViolation, InvalidInput, NotFound
 from quire.grpcstatus import at_the_edge
 from quire.idempotency import OPERATORS, RequestOnce
 from quire.jobs import job_id, job_name, state_value, timestamp
+from quire.jobview import JobFacts, fold
 from quire.operatorcheck import OperatorCheck
 from quire.paging import PageTokens
 from quire.pipeline import STAGE_NAMES, stage

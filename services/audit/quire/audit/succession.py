@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from quire.audit.jobview import JobFacts
 from quire.jobs import TERMINAL_STATES, state_name, state_rank
+from quire.jobview import JobFacts
 from quire.pipeline import State, stage_of_service
 from quire.type import queue_pb2
 

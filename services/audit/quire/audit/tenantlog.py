@@ -11,6 +11,7 @@ from __future__ import annotations
 from sqlalchemy import Connection, select
 
 from quire.audit import tables
+from quire.checkpointfiles import log_origin
 from quire.errors import DataLoss
 from quire.merkle import MerkleTree
 from quire.reasons import ReasonCode
@@ -22,11 +23,12 @@ DAMAGED = "an entry of this tenant's ledger is damaged; quire audit verify names
 
 
 def origin(tenant: str) -> str:
-    return f"{ORIGIN_PREFIX}{tenant}"
+    """The log's name: ``quire/<tenant>`` (``quire.checkpointfiles``)."""
+    return log_origin(tenant)
 
 
-def tenant_of(log_origin: str) -> str:
-    return log_origin.removeprefix(ORIGIN_PREFIX)
+def tenant_of(name: str) -> str:
+    return name.removeprefix(ORIGIN_PREFIX)
 
 
 def tenant_entries(

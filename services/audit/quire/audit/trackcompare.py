@@ -28,9 +28,9 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Connection, select
 
 from quire.audit import tables
-from quire.audit.jobview import JobFacts, fold, is_retirement
 from quire.audit.v1 import audit_service_pb2 as pb
 from quire.jobs import state_name
+from quire.jobview import JobFacts, fold, is_retirement
 from quire.pipeline import QUEUED_STAGES, TERMINAL, State
 from quire.type import queue_pb2
 

@@ -1,231 +1,70 @@
-"""Ledger verification: recompute every tenant's hash chain and compare it
-with the checkpoints held outside the database.
+"""Ledger verification of audit's own database (``quire audit verify``):
+every tenant's hash chain recomputed and compared with its head row, the
+job index and the checkpoints held outside the database.
 
-What each finding means:
-- ``edited``: an entry's stored hash does not match its content;
-- ``deleted``: an entry is missing: its successor links to an unknown hash,
-  the tenant's chain is shorter than its head row says, or (on SQLite, where
-  a rolled-back insert uses up no sequence number) the global sequence has a
-  gap. PostgreSQL's sequences are not transactional: an append rolled back,
-  or cut off by a killed replica, leaves a gap that deleted nothing, and a
-  concurrent append still uncommitted leaves one for a moment; there the
-  chains and head rows alone say what is missing;
-- ``inserted``: an entry sits between two entries that link to each other;
-- ``reordered``: an entry links to an entry that is not its predecessor;
-- ``checkpoint``: the chain no longer has, at a signed checkpoint's length,
-  the head that checkpoint recorded (a rewrite that recomputed the hashes),
-  or the tenant's Merkle tree no longer has the root its signed log head
-  (tlog-checkpoint note) recorded;
-- ``checkpoint_file``: a file among the checkpoints that audit's key did not
-  sign as it stands (an edited or forged checkpoint); ``column`` names it;
-- ``column``: a stored column (event id, job, tenant, states, reason) says
-  something other than the hashed event it sits beside — ``column`` names it;
-- ``undecodable``: the hashed bytes are not an event at all;
-- ``view``: the job index disagrees with what the job's events fold to
-  (``quire.audit.jobview``) — ``column`` names the field, ``job`` the job.
-
-A retirement entry (bytes deleted under the retention policy) is chained,
-hashed and column-checked like every entry, and folds into no view.
+The rules, and what each finding means, are ``quire.ledgerchain``'s: the
+operator tools apply the same ones to what audit exports (``quire check``).
+This module only reads the rows: the head rows first (an append after that
+read only lengthens a chain past its head row, which is allowed), then the
+entries in sequence order, in batches, then the job index.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from typing import Any
 
-from google.protobuf.message import DecodeError
 from sqlalchemy import Connection, select
 
 from quire.audit import tables
-from quire.audit.checkpoints import Checkpoint
-from quire.audit.jobview import COMPARED, JobFacts, apply, is_retirement
-from quire.audit.ledger import GENESIS, entry_hash
 from quire.checkpoint import Checkpoint as LogHead
-from quire.jobs import state_name
-from quire.merkle import MerkleTree, leaf_hash
-from quire.type import queue_pb2
+from quire.checkpointfiles import ChainCheckpoint
+from quire.ledgerchain import Finding, LedgerReport, verify_chains
 
-__all__ = ["Finding", "LedgerReport", "verify_ledger"]
+__all__ = ["Finding", "LedgerReport", "verify_ledger", "ledger_rows"]
 
 BATCH = 5000
 
 
-@dataclass(frozen=True)
-class Finding:
-    kind: str
-    sequence: int
-    tenant: str
-    column: str = ""
-    job: str = ""
+def ledger_rows(connection: Connection, *, after: int = 0, limit: int | None = None) -> Any:
+    """The stored entries after sequence ``after``, in sequence order."""
+    table = tables.ledger
+    query = (
+        select(
+            table.c.sequence,
+            table.c.event_id,
+            table.c.job,
+            table.c.tenant,
+            table.c.from_state,
+            table.c.to_state,
+            table.c.reason_code,
+            table.c.event,
+            table.c.prev_hash,
+            table.c.entry_hash,
+        )
+        .where(table.c.sequence > after)
+        .order_by(table.c.sequence)
+    )
+    return connection.execute(query if limit is None else query.limit(limit)).all()
 
 
-@dataclass(frozen=True)
-class LedgerReport:
-    entries: int
-    chains: int
-    checkpoints_checked: int
-    findings: list[Finding]
-
-    @property
-    def ok(self) -> bool:
-        return not self.findings
-
-
-@dataclass
-class _Entry:
-    sequence: int
-    prev_hash: str
-    entry_hash: str
-
-
-def _rows(connection: Connection) -> Iterator[object]:
+def _rows(connection: Connection) -> Iterator[Any]:
     after = 0
     while True:
-        batch = connection.execute(
-            select(
-                tables.ledger.c.sequence,
-                tables.ledger.c.event_id,
-                tables.ledger.c.job,
-                tables.ledger.c.tenant,
-                tables.ledger.c.from_state,
-                tables.ledger.c.to_state,
-                tables.ledger.c.reason_code,
-                tables.ledger.c.event,
-                tables.ledger.c.prev_hash,
-                tables.ledger.c.entry_hash,
-            )
-            .where(tables.ledger.c.sequence > after)
-            .order_by(tables.ledger.c.sequence)
-            .limit(BATCH)
-        ).all()
+        batch = ledger_rows(connection, after=after, limit=BATCH)
         if not batch:
             return
         yield from batch
         after = batch[-1].sequence
 
 
-def _links(tenant: str, chain: list[_Entry]) -> Iterable[Finding]:
-    known = {entry.entry_hash for entry in chain}
-    for index, entry in enumerate(chain):
-        expected = chain[index - 1].entry_hash if index else GENESIS
-        if entry.prev_hash == expected:
-            continue
-        before_previous = chain[index - 2].entry_hash if index >= 2 else GENESIS
-        if index >= 1 and entry.prev_hash == before_previous:
-            yield Finding("inserted", chain[index - 1].sequence, tenant)
-        elif entry.prev_hash in known:
-            yield Finding("reordered", entry.sequence, tenant)
-        else:
-            yield Finding("deleted", entry.sequence, tenant)
-
-
-_COLUMNS = ("event_id", "job", "tenant", "from_state", "to_state", "reason_code")
-
-
-def _said(event: queue_pb2.TransitionEvent) -> dict[str, str]:
-    """What each stored column must hold, as the hashed event says it."""
-    return {
-        "event_id": event.event_id,
-        "job": event.job,
-        "tenant": event.tenant,
-        "from_state": state_name(event.from_state),
-        "to_state": state_name(event.to_state),
-        "reason_code": event.reason_code,
-    }
-
-
-def _blob(value: object) -> bytes | None:
-    """A column's value as bytes, or None when it holds something else (a row
-    rewritten with another type: SQLite keeps whatever it is given)."""
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    return None
-
-
-def _text(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _recomputed(prev_hash: object, event: bytes | None) -> str | None:
-    """The entry hash the row's own bytes give, or None when they cannot give one."""
-    if event is None or not isinstance(prev_hash, str):
-        return None
-    try:
-        return entry_hash(prev_hash, event)
-    except ValueError:  # prev_hash is no hex
-        return None
-
-
-def _columns(row: object, views: dict[str, JobFacts], last: dict[str, int]) -> Iterable[Finding]:
-    """Check a row's columns against its bytes, and fold its event into the views."""
-    sequence, tenant = row.sequence, _text(row.tenant)  # type: ignore[attr-defined]
-    data = _blob(row.event)  # type: ignore[attr-defined]
-    try:
-        if data is None:
-            raise ValueError("not bytes")
-        event = queue_pb2.TransitionEvent.FromString(data)
-        said = _said(event)
-    except (DecodeError, ValueError):
-        yield Finding("undecodable", sequence, tenant)
-        return
-    for column in _COLUMNS:
-        if getattr(row, column) != said[column]:
-            yield Finding("column", sequence, tenant, column=column)
-    if is_retirement(event):
-        return
-    views[event.job] = apply(views.get(event.job), event)
-    last[event.job] = sequence
-
-
-def _view_findings(
-    connection: Connection, views: dict[str, JobFacts], last: dict[str, int]
-) -> Iterable[Finding]:
-    """The job index against the folded events: every disagreeing field, and
-    index rows with no events (or events with no index row)."""
-    indexed = set()
-    for row in connection.execute(select(tables.jobs)):
-        job, tenant = str(row.job), _text(row.tenant)
-        indexed.add(job)
-        folded = views.get(job)
-        if folded is None:
-            yield Finding("view", 0, tenant, column="job", job=job)
-            continue
-        for column in COMPARED:
-            if getattr(row, column) != getattr(folded, column):
-                yield Finding("view", last[job], tenant, column=column, job=job)
-    for job in views.keys() - indexed:
-        yield Finding("view", last[job], views[job].tenant, column="job", job=job)
-
-
-def _head_row_findings(
-    chains: dict[str, list[_Entry]], head_rows: Iterable[object]
-) -> Iterable[Finding]:
-    """Each tenant's chain against its head row, written in the same
-    transaction as every append: a chain shorter than the row's length lost
-    entries at its end (which no successor's link shows); one whose entry at
-    that length is not the row's head was rewritten."""
-    for head in head_rows:
-        tenant, length = head.tenant, head.length  # type: ignore[attr-defined]
-        chain = chains.get(tenant, [])
-        if len(chain) < length:
-            yield Finding("deleted", chain[-1].sequence + 1 if chain else 0, tenant)
-        elif length and chain[length - 1].entry_hash != head.head_hash:  # type: ignore[attr-defined]
-            yield Finding("checkpoint", chain[length - 1].sequence, tenant, column="chain head")
-
-
-def _head_findings(
-    trees: dict[str, MerkleTree], heads: Iterable[tuple[str, LogHead]]
-) -> Iterable[Finding]:
-    """Each signed log head against the tenant's tree as the ledger rebuilds it."""
-    for tenant, head in heads:
-        tree = trees.get(tenant)
-        if tree is None or tree.size < head.size or tree.root(head.size) != head.root_hash:
-            yield Finding("checkpoint", head.size, tenant, column="log head")
+def _index(connection: Connection) -> Iterator[Any]:
+    yield from connection.execute(select(tables.jobs))
 
 
 def verify_ledger(
     connection: Connection,
-    checkpoints: list[Checkpoint],
+    checkpoints: list[ChainCheckpoint],
     *,
     heads: Iterable[tuple[str, LogHead]] = (),
     refused: Iterable[str] = (),
@@ -234,47 +73,14 @@ def verify_ledger(
     """Verify every chain, every column, the job index, and the checkpoints:
     ``checkpoints`` (signed chain heads), ``heads`` (signed log heads) and the
     names of checkpoint files that did not verify (``refused``)."""
-    chains: dict[str, list[_Entry]] = {}
-    trees: dict[str, MerkleTree] = {}
-    findings: list[Finding] = [Finding("checkpoint_file", 0, "", column=name) for name in refused]
-    findings += [Finding("checkpoint_missing", length, tenant) for tenant, length in missing]
-    views: dict[str, JobFacts] = {}
-    last: dict[str, int] = {}
-    # Read before the entries: an append after this read only lengthens a
-    # chain past its head row, which the head check below allows.
     head_rows = connection.execute(select(tables.chain_heads)).all()
-    gaps_are_deletions = connection.dialect.name == "sqlite"
-    previous_sequence = 0
-    count = 0
-    for row in _rows(connection):
-        count += 1
-        # Any column may hold any type here (a rewritten row): each is a finding, never an error.
-        sequence, tenant = row.sequence, _text(row.tenant)  # type: ignore[attr-defined]
-        if gaps_are_deletions and previous_sequence and sequence != previous_sequence + 1:
-            findings.append(Finding("deleted", previous_sequence + 1, tenant))
-        previous_sequence = sequence
-        data = _blob(row.event)  # type: ignore[attr-defined]
-        if _recomputed(row.prev_hash, data) != row.entry_hash:  # type: ignore[attr-defined]
-            findings.append(Finding("edited", sequence, tenant))
-        findings.extend(_columns(row, views, last))
-        trees.setdefault(tenant, MerkleTree()).append(leaf_hash(data or b""))
-        chains.setdefault(tenant, []).append(
-            _Entry(sequence, row.prev_hash, row.entry_hash)  # type: ignore[attr-defined]
-        )
-    for tenant, chain in chains.items():
-        findings.extend(_links(tenant, chain))
-    findings.extend(_head_row_findings(chains, head_rows))
-    findings.extend(_view_findings(connection, views, last))
-    findings.extend(_head_findings(trees, heads))
-    checked = 0
-    for checkpoint in checkpoints:
-        checked += 1
-        chain = chains.get(checkpoint.tenant, [])
-        if (
-            len(chain) < checkpoint.length
-            or chain[checkpoint.length - 1].entry_hash != checkpoint.head_hash
-        ):
-            at = chain[min(len(chain), checkpoint.length) - 1].sequence if chain else 0
-            findings.append(Finding("checkpoint", at, checkpoint.tenant))
-    unique = sorted(set(findings), key=lambda f: (f.sequence, f.kind, f.column, f.job))
-    return LedgerReport(count, len(chains), checked, unique)
+    return verify_chains(
+        _rows(connection),
+        head_rows=head_rows,
+        index=_index(connection),
+        checkpoints=checkpoints,
+        log_heads=heads,
+        refused=refused,
+        missing=missing,
+        gaps_are_deletions=connection.dialect.name == "sqlite",
+    )

@@ -1,7 +1,7 @@
 """WatchJob: each change of a job's state, pushed as audit records it.
 
 A watch reads the job's ledger entries after its position, folds them into
-the job view by the ledger's own rule (``quire.audit.jobview``), yields the
+the job view by the ledger's own rule (``quire.jobview``), yields the
 view after every entry that changed the state, and then sleeps until the
 job's history grows. It is woken
 
@@ -40,10 +40,10 @@ from sqlalchemy import Connection, bindparam, func, select
 
 from quire.audit import tables
 from quire.audit.history import HistoryWatch
-from quire.audit.jobview import JobFacts, apply, is_retirement
 from quire.database import Database
 from quire.errors import Overloaded, QuotaViolation, TransientError
 from quire.jobs import TERMINAL_STATES
+from quire.jobview import JobFacts, apply, is_retirement
 from quire.reasons import ReasonCode
 from quire.settings import WatchSettings
 from quire.type import queue_pb2
