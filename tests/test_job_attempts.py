@@ -21,7 +21,6 @@ import grpc
 import httpx
 import pytest
 
-from quire.jobview import fold, step_stage
 from quire.audit.v1 import audit_service_pb2 as apb
 from quire.audit.v1 import audit_service_pb2_grpc as agrpc
 from quire.cli.args import bearer_metadata
@@ -29,6 +28,7 @@ from quire.client import AdmissionClient, PacketItem
 from quire.faults import arm, fired
 from quire.jobs import state_name
 from quire.jobstatus import job_status_document
+from quire.jobview import fold, step_stage
 from quire.stack.supervisor import StackInfo
 from quire.testing.faultpointstack import FaultPointStack
 from quire.testing.pdfs import write_text_pdf

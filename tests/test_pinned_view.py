@@ -4,10 +4,10 @@ them from there (the entries' hashed bytes), never from a table."""
 
 from __future__ import annotations
 
-from quire.jobview import fold
 from quire.audit.servicer import _job
 from quire.jobs import job_name, new_job_id
 from quire.jobstatus import job_status_document
+from quire.jobview import fold
 from quire.transitions import EventFactory
 from quire.type import job_pb2, queue_pb2
 

@@ -16,12 +16,12 @@ import pytest
 
 from quire.admission.storagepolicy import TenantStorage
 from quire.audit import ledger, tables
-from quire.jobview import fold
 from quire.audit.retirement import record_retirement
 from quire.audit.verification import verify_ledger
 from quire.blobstore import assembled_key, fetched_key, normalized_key, signed_key, source_key
 from quire.database import Database
 from quire.errors import FailedPrecondition, InvalidInput
+from quire.jobview import fold
 from quire.retention import PlannedRetirement, plan
 from quire.retention_records import AcceptedJob, Fetched, LedgerJob, Records, StoredBlob, Upload
 from quire.settings import RetentionSettings

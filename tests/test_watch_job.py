@@ -23,7 +23,6 @@ import pytest
 
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.audit import ledger, tables
-from quire.jobview import JobFacts, apply, is_retirement
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.audit.watch import JobWatches
 from quire.cli.args import bearer_metadata
@@ -32,6 +31,7 @@ from quire.database import Database
 from quire.errors import Overloaded, TransientError
 from quire.grpcstatus import reason_of
 from quire.jobs import state_name
+from quire.jobview import JobFacts, apply, is_retirement
 from quire.reasons import ReasonCode
 from quire.settings import WatchSettings
 from quire.stack.supervisor import Stack, StackInfo

@@ -25,11 +25,11 @@ from quire.admission import tables as admission_tables
 from quire.admission.storagepolicy import TenantStorage, read_storage
 from quire.assembler import tables as assembler_tables
 from quire.audit import tables as audit_tables
-from quire.jobview import JobFacts, apply, is_retirement
 from quire.blobstore import fetched_key, normalized_key
 from quire.database import as_utc
 from quire.invariants_db import database_exists, read_only_engine, service_settings
 from quire.jobs import TERMINAL_STATES
+from quire.jobview import JobFacts, apply, is_retirement
 from quire.signer import tables as signer_tables
 from quire.type import queue_pb2
 from quire.validator import tables as validator_tables
