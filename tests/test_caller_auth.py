@@ -46,8 +46,13 @@ UNKNOWN_JOB = "jobs/" + "ab" * 14
 ROTATE_KEY = "/quire.signer.v1.SignerService/RotateKey"
 
 
-SHARED_APIS = {"diagnostics": ("validator", "assembler", "signer"), "witness": ("signer",)}
-"""APIs of their own package that other processes serve (the witness runs in the signer)."""
+SHARED_APIS = {
+    "diagnostics": ("validator", "assembler", "signer"),
+    "witness": ("signer",),
+    "export": tuple(SERVICES),
+}
+"""APIs of their own package that other processes serve (the witness runs in
+the signer; every service exports its own records)."""
 
 
 def _methods() -> Iterator[tuple[str, str, Any]]:

@@ -32,6 +32,13 @@ DIAGNOSTICS = _service(
 )
 """Served by every stage process (validator, assembler, signer)."""
 
+EXPORT = _service(
+    "quire.export.v1.ExportService",
+    # Every tenant's records, for `quire check` and `quire retention`: operators only.
+    {"ExportRecords": OPERATOR},
+)
+"""Served by every service; admission's is in its own table, below."""
+
 
 POLICIES: Mapping[str, Mapping[str, Rule]] = {
     "admission": {
@@ -76,6 +83,8 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
                 "RollbackRollout": BEARER,
             },
         ),
+        # Admission owns the operator tokens: its servicer checks them itself.
+        **_service("quire.export.v1.ExportService", {"ExportRecords": BEARER}),
     },
     "audit": _service(
         "quire.audit.v1.AuditService",
@@ -95,7 +104,8 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
             "RecordRetirement": OPERATOR,  # `quire retention apply`
             "CompareTracks": OPERATOR,  # `quire rollout status`: every tenant's jobs
         },
-    ),
+    )
+    | EXPORT,
     "validator": _service(
         "quire.validator.v1.ValidatorService",
         {
@@ -107,12 +117,14 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
             "ListSourceWaits": FRONT_DOOR_READ,  # a job's status while it waits
         },
     )
-    | DIAGNOSTICS,
+    | DIAGNOSTICS
+    | EXPORT,
     "assembler": _service(
         "quire.assembler.v1.AssemblerService",
         {"GetAssembly": FRONT_DOOR_READ},
     )
-    | DIAGNOSTICS,
+    | DIAGNOSTICS
+    | EXPORT,
     "signer": _service(
         "quire.signer.v1.SignerService",
         {
@@ -129,7 +141,8 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
             "GetWitnessKey": FRONT_DOOR_READ,  # published: `quire witness key`
         },
     )
-    | DIAGNOSTICS,
+    | DIAGNOSTICS
+    | EXPORT,
 }
 
 

@@ -47,6 +47,8 @@ class ReasonCode(StrEnum):
     REQUEST_ID_RESERVED = "REQUEST_ID_RESERVED"
     """SubmitJob with a request_id in the prefix batch packets' jobs use."""
     INVALID_PAGE = "INVALID_PAGE"
+    COLLECTION_NOT_HELD = "COLLECTION_NOT_HELD"
+    """An export asks a service for records it does not own (``quire.export.v1``)."""
     IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
     # Completion notifications.
     INVALID_NOTIFICATION_URL = "INVALID_NOTIFICATION_URL"

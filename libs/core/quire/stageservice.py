@@ -21,11 +21,15 @@ from quire.diagnosticsservice import SERVICE_NAME as DIAGNOSTICS_SERVICE
 from quire.diagnosticsservice import DiagnosticsServicer, with_diagnostics
 from quire.diagnosticstore import DiagnosticsStore, DiagnosticTables
 from quire.environment import setting_float
+from quire.exportrecords import Collections
+from quire.exportservice import SERVICE_NAME as EXPORT_SERVICE
+from quire.exportservice import ExportServicer, with_export
 from quire.groupcommit import GroupCommit, Writes
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.leases import LeaseStore
 from quire.metrics import ServiceMetrics, StageMeter, transaction_counter
+from quire.paging import PageTokens
 from quire.peers import Peers
 from quire.pipeline import TEMP_SPACE_SERVICES, Stage
 from quire.rolloutboard import RolloutBoard, StageRollout
@@ -125,6 +129,8 @@ class StageService:
     """The stage's chain of schema migrations (``quire.migrations``)."""
     leases: Table
     grpc_service_name: str
+    records: Collections
+    """The records the stage owns, exported to operators (``quire.exportservice``)."""
     more_grpc_services: tuple[str, ...] = ()
     """Other gRPC services the process serves (the signer's witness)."""
     asks_audit: bool = False
@@ -192,6 +198,16 @@ async def run_stage_service(
     register = with_diagnostics(
         register,
         DiagnosticsServicer(diagnostics, peers.operators(), domain=f"{settings.service}.quire"),
+    )
+    register = with_export(
+        register,
+        ExportServicer(
+            database,
+            spec.records,
+            authorize=peers.operators().operator_of,
+            pages=PageTokens.for_service(settings.identity),
+            domain=f"{settings.service}.quire",
+        ),
     )
     meter = StageMeter(
         metrics, stage_name, settings.concurrency + batch_slots(settings.concurrency)
@@ -272,7 +288,12 @@ async def run_stage_service(
         await serve(
             address=settings.grpc_address,
             register=register,
-            service_names=(spec.grpc_service_name, *spec.more_grpc_services, DIAGNOSTICS_SERVICE),
+            service_names=(
+                spec.grpc_service_name,
+                *spec.more_grpc_services,
+                DIAGNOSTICS_SERVICE,
+                EXPORT_SERVICE,
+            ),
             access=peers.guard(),
             health_address=settings.health_address,
             on_drain=drain,

@@ -19,10 +19,16 @@ from quire.localblobs import LocalBlobStore
 from quire.natsauth import KEEPER
 from quire.settings import ServiceSettings
 
-__all__ = ["keeper_env", "open_blob_store", "tool_kek_settings"]
+__all__ = ["keeper_env", "open_blob_store", "service_settings", "tool_kek_settings"]
 
 TMP_DIR = ".tmp"
 """The temporary space under the blob root, on this host's disk whatever the backend."""
+
+
+def service_settings(data_dir: Path, service: str, env: Mapping[str, str]) -> ServiceSettings:
+    """``service``'s settings as it would read them from ``env``, for
+    ``data_dir`` (an operator tool's view of a stack's data directory)."""
+    return ServiceSettings.from_env(service, {**env, "QUIRE_DATA_DIR": str(data_dir)})
 
 
 def keeper_env(data_dir: Path, env: Mapping[str, str]) -> dict[str, str]:

@@ -8,6 +8,7 @@ import secrets
 
 import grpc
 
+from quire.admission import records as admission_records
 from quire.admission import tables
 from quire.admission.admin import TenantAdminServicer
 from quire.admission.batchdispatch import BatchDispatcher
@@ -38,6 +39,9 @@ from quire.admission.watch import WatchRelay
 from quire.announcements import Announcer
 from quire.audit.v1 import audit_service_pb2_grpc
 from quire.database import Database
+from quire.export.v1 import export_service_pb2_grpc as export_grpc
+from quire.exportservice import SERVICE_NAME as EXPORT_SERVICE
+from quire.exportservice import ExportServicer
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.metrics import ServiceMetrics, transaction_counter
@@ -208,6 +212,16 @@ async def main() -> None:
             ),
             server,
         )
+        export_grpc.add_ExportServiceServicer_to_server(
+            ExportServicer(
+                database,
+                admission_records.collections(),
+                authorize=tenants.authenticate_operator,
+                pages=pages,
+                domain=f"{SERVICE}.quire",
+            ),
+            server,
+        )
 
     await keeper.start()  # a first reading before the first request; leftovers swept
     try:
@@ -217,6 +231,7 @@ async def main() -> None:
             service_names=(
                 "quire.admission.v1.AdmissionService",
                 "quire.admission.v1.TenantAdminService",
+                EXPORT_SERVICE,
             ),
             access=peers.guard(),
             health_address=settings.health_address,

@@ -6,6 +6,7 @@ import os
 
 import grpc
 
+from quire.assembler import records as assembler_records
 from quire.assembler import tables
 from quire.assembler.servicer import AssemblerServicer
 from quire.assembler.v1 import assembler_service_pb2_grpc as pb_grpc
@@ -50,6 +51,7 @@ async def main() -> None:
             migrations=tables.MIGRATIONS,
             leases=tables.leases,
             grpc_service_name="quire.assembler.v1.AssemblerService",
+            records=assembler_records.collections(),
             asks_audit=True,
         ),
         build=build,

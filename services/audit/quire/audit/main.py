@@ -12,6 +12,7 @@ import hashlib
 import grpc
 
 from quire.announcements import Announcer
+from quire.audit import records as audit_records
 from quire.audit import tables
 from quire.audit.checkpoints import CheckpointBook, CheckpointSigner
 from quire.audit.completion import CompletionDesk
@@ -30,6 +31,9 @@ from quire.audit.witnessing import Witnessing
 from quire.audit.writes import AuditWrites
 from quire.auditword import WordTeller
 from quire.database import Database
+from quire.export.v1 import export_service_pb2_grpc as export_grpc
+from quire.exportservice import SERVICE_NAME as EXPORT_SERVICE
+from quire.exportservice import ExportServicer
 from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.metrics import ServiceMetrics, transaction_counter
@@ -189,6 +193,8 @@ async def main() -> None:
         await asyncio.gather(*(worker.drain() for worker in workers))
         await checkpoints.take(publish_checkpoint)
 
+    pages = PageTokens.for_service(settings.identity)
+
     def register(server: grpc.aio.Server) -> None:
         pb_grpc.add_AuditServiceServicer_to_server(
             AuditServicer(
@@ -197,7 +203,19 @@ async def main() -> None:
                 dead_letters=dead_letters,
                 operators=operators,
                 watches=watches,
-                pages=PageTokens.for_service(settings.identity),
+                pages=pages,
+            ),
+            server,
+        )
+        export_grpc.add_ExportServiceServicer_to_server(
+            ExportServicer(
+                database,
+                audit_records.collections(
+                    settings.service_dir / "checkpoints", checkpoint_signer.public_pem
+                ),
+                authorize=operators.operator_of,
+                pages=pages,
+                domain=f"{SERVICE}.quire",
             ),
             server,
         )
@@ -206,7 +224,7 @@ async def main() -> None:
         await serve(
             address=settings.grpc_address,
             register=register,
-            service_names=("quire.audit.v1.AuditService",),
+            service_names=("quire.audit.v1.AuditService", EXPORT_SERVICE),
             access=peers.guard(),
             health_address=settings.health_address,
             on_drain=drain,

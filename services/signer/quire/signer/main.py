@@ -16,6 +16,7 @@ from quire.peers import Peers
 from quire.pipeline import stage
 from quire.runtime import run_service
 from quire.sandbox import SandboxPool
+from quire.signer import records as signer_records
 from quire.signer import tables
 from quire.signer.config import SignerConfig
 from quire.signer.keystore import KeyStore
@@ -82,6 +83,7 @@ async def main() -> None:
             migrations=tables.MIGRATIONS,
             leases=tables.leases,
             grpc_service_name="quire.signer.v1.SignerService",
+            records=signer_records.collections(),
             more_grpc_services=("quire.witness.v1.WitnessService",),
             asks_audit=True,
         ),

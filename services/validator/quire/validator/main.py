@@ -15,6 +15,7 @@ from quire.pipeline import stage
 from quire.runtime import run_service
 from quire.sandbox import SandboxPool
 from quire.stageservice import Registrar, StageService, run_stage_service
+from quire.validator import records as validator_records
 from quire.validator import tables
 from quire.validator.config import ValidatorConfig
 from quire.validator.evaluation import Evaluator
@@ -123,6 +124,7 @@ async def main() -> None:
                 migrations=tables.MIGRATIONS,
                 leases=tables.leases,
                 grpc_service_name="quire.validator.v1.ValidatorService",
+                records=validator_records.collections(),
             ),
             build=build,
             sandbox=pool,

@@ -1,8 +1,9 @@
-"""Read-only access to each service's database, for the invariant checker.
+"""Read-only access to a service's own database, for exporting its records
+while the stack is stopped (``quire.storedexport``).
 
 The URL is the one the service itself uses (``ServiceSettings.from_env``:
 ``QUIRE_<SERVICE>_DATABASE_URL``, else SQLite under the data directory), so
-a stack on PostgreSQL is checked where it keeps its data. Nothing is ever
+a stack on PostgreSQL is read where it keeps its data. Nothing is ever
 written: SQLite is opened with ``mode=ro`` (or ``immutable=1`` when the stack
 is stopped and no write-ahead log is left, so not even the ``-shm`` file is
 created), PostgreSQL with ``default_transaction_read_only``.
@@ -11,21 +12,13 @@ created), PostgreSQL with ``default_transaction_read_only``.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
 
-from quire.settings import ServiceSettings
-
-__all__ = ["service_settings", "sqlite_path", "database_exists", "read_only_engine"]
-
-
-def service_settings(data_dir: Path, service: str, env: Mapping[str, str]) -> ServiceSettings:
-    """``service``'s settings as it would read them, for ``data_dir``."""
-    return ServiceSettings.from_env(service, {**env, "QUIRE_DATA_DIR": str(data_dir)})
+__all__ = ["sqlite_path", "database_exists", "read_only_engine"]
 
 
 def sqlite_path(url: str) -> Path | None:
