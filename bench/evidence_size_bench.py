@@ -17,8 +17,9 @@ from pathlib import Path
 
 from quire.audit import ledger, tables
 from quire.audit.checkpoints import CheckpointSigner
-from quire.audit.evidence import build_evidence, dumps, verify_evidence
+from quire.audit.evidence import build_evidence, dumps
 from quire.database import Database
+from quire.evidenceverify import verify_evidence
 from quire.pipeline import HISTORY_BEFORE_COMPLETION, State
 from quire.transitions import EventFactory
 from quire.type import queue_pb2

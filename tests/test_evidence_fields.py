@@ -20,17 +20,12 @@ import pytest
 
 from quire.audit import ledger, tables
 from quire.audit.checkpoints import CheckpointSigner
-from quire.audit.evidence import (
-    SHOWN,
-    build_evidence,
-    public_key_fingerprint,
-    summaries,
-    verify_evidence,
-)
+from quire.audit.evidence import build_evidence
 from quire.audit.v1 import audit_service_pb2 as apb
 from quire.audit.v1 import audit_service_pb2_grpc as agrpc
 from quire.client import AdmissionClient, PacketItem
 from quire.database import Database
+from quire.evidenceverify import SHOWN, public_key_fingerprint, summaries, verify_evidence
 from quire.jobs import state_name
 from quire.stack.supervisor import StackInfo
 from quire.testing.operatorcalls import AsOperator

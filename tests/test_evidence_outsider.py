@@ -336,13 +336,9 @@ def history_check(events: list[dict[str, Any]], tenant: str, job: str) -> None:
 
 # -- bundles, built with Quire's library ------------------------------------------
 
-from quire.audit.evidence import (  # noqa: E402 - the builder and the verifier under comparison
-    repeated_names,
-    shown_fields,
-    verify_evidence,
-)
 from quire.checkpoint import Checkpoint, sign_checkpoint  # noqa: E402
 from quire.cosignature import cosign, witness_key  # noqa: E402
+from quire.evidenceverify import repeated_names, shown_fields, verify_evidence  # noqa: E402 - the builder and the verifier under comparison
 from quire.merkle import MerkleTree  # noqa: E402
 from quire.transitions import EventFactory  # noqa: E402
 from quire.type import queue_pb2  # noqa: E402

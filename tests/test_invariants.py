@@ -34,10 +34,10 @@ from quire.cli.main import main as quire_main
 from quire.client import PacketItem
 from quire.database import Database
 from quire.invariants import KINDS, CheckReport, Finding, check
-from quire.invariants_db import read_only_engine
 from quire.invariants_jobs import generations, outcome
 from quire.invariants_snapshot import LedgerEntry, read_snapshot
 from quire.jobs import job_id, new_job_id, state_name, state_value
+from quire.readonlydb import read_only_engine
 from quire.runtime import connect_nats
 from quire.settings import SERVICES
 from quire.tempspace import temp_prefix

@@ -246,12 +246,8 @@ def test_an_evidence_export_verifies_offline_and_a_tampered_one_does_not(audit) 
     from cryptography.hazmat.primitives import serialization
     from test_evidence_format import verify_evidence as verify_independently
 
-    from quire.audit.evidence import (
-        build_evidence,
-        public_key_fingerprint,
-        summaries,
-        verify_evidence,
-    )
+    from quire.audit.evidence import build_evidence
+    from quire.evidenceverify import public_key_fingerprint, summaries, verify_evidence
 
     database, signer, _folder = audit
     first = database.transaction(signer.take)
@@ -513,12 +509,8 @@ def test_evidence_is_read_strictly(audit) -> None:  # type: ignore[no-untyped-de
     a retirement's two signs, are refused (readers would differ on them)."""
     import copy
 
-    from quire.audit.evidence import (
-        dumps,
-        public_key_fingerprint,
-        repeated_names,
-        verify_evidence,
-    )
+    from quire.audit.evidence import dumps
+    from quire.evidenceverify import public_key_fingerprint, repeated_names, verify_evidence
 
     database, signer, _folder = audit
     evidence = _aa_evidence(database, signer)
@@ -552,7 +544,7 @@ def test_evidence_is_read_strictly(audit) -> None:  # type: ignore[no-untyped-de
     ids=["a known field with a wrong wire type", "an unknown field"],
 )
 def test_an_entry_not_canonically_encoded_is_refused(audit, tail: bytes) -> None:  # type: ignore[no-untyped-def]
-    from quire.audit.evidence import public_key_fingerprint, verify_evidence
+    from quire.evidenceverify import public_key_fingerprint, verify_evidence
 
     database, signer, _folder = audit
 

@@ -39,11 +39,11 @@ import pytest_asyncio
 from test_faults_common import Running, running_stack
 
 from quire.admission.v1 import tenant_admin_service_pb2 as admin_pb
-from quire.audit.evidence import public_key_fingerprint, retirements, verify_evidence
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.blobstore import fetched_key, normalized_key, signed_key
 from quire.cli.retention import open_blobs
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
+from quire.evidenceverify import public_key_fingerprint, retirements, verify_evidence
 from quire.grpcstatus import reason_of
 from quire.invariants import check
 from quire.jobs import job_id, state_name

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from quire.admission.storagepolicy import TenantStorage
 from quire.audit import ledger, tables
 from quire.audit.retirement import record_retirement
 from quire.audit.verification import verify_ledger
@@ -23,7 +22,15 @@ from quire.database import Database
 from quire.errors import FailedPrecondition, InvalidInput
 from quire.jobview import fold
 from quire.retention import PlannedRetirement, plan
-from quire.retention_records import AcceptedJob, Fetched, LedgerJob, Records, StoredBlob, Upload
+from quire.retention_records import (
+    AcceptedJob,
+    Fetched,
+    LedgerJob,
+    Records,
+    StoredBlob,
+    TenantPeriods,
+    Upload,
+)
 from quire.settings import RetentionSettings
 from quire.transitions import EventFactory
 from quire.type import job_pb2, queue_pb2
@@ -283,7 +290,7 @@ def _records(
 ) -> Records:
     ledger_jobs = {name: _ended(ago) for name, (ago, _, _) in jobs.items() if ago is not None}
     return Records(
-        tenants={TENANT: TenantStorage(sources_seconds=86400, packets_seconds=86400)},
+        tenants={TENANT: TenantPeriods(sources_seconds=86400, packets_seconds=86400)},
         uploads=uploads,
         accepted={
             name: AcceptedJob(name, TENANT, created, sources)
@@ -355,7 +362,7 @@ def _repaired(
     in ``unrepaired`` ended without recording the repair), and what admission
     says each job's sources are; no other bytes."""
     return Records(
-        tenants={TENANT: TenantStorage(sources_seconds=86400)},
+        tenants={TENANT: TenantPeriods(sources_seconds=86400)},
         uploads=[],
         accepted={
             name: AcceptedJob(name, TENANT, NOW - 9 * DAY, names) for name, names in sources.items()
@@ -415,7 +422,7 @@ def _fetched(
     pinned to FETCHED (``pinned``, besides those the ledger records)."""
     key = fetched_key(TENANT, FETCHED)
     return Records(
-        tenants={TENANT: TenantStorage(sources_seconds=86400)},
+        tenants={TENANT: TenantPeriods(sources_seconds=86400)},
         uploads=[],
         accepted={
             name: AcceptedJob(name, TENANT, NOW - 9 * DAY, frozenset({""}), refs)

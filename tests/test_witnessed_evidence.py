@@ -24,9 +24,10 @@ from test_ledger_verification import STATES, _grow, _rewrite_t1
 
 from quire.audit import ledger, tables
 from quire.audit.checkpoints import CheckpointBook, CheckpointSigner
-from quire.audit.evidence import build_evidence, public_key_fingerprint, verify_evidence
+from quire.audit.evidence import build_evidence
 from quire.audit.witnessing import Witnessing
 from quire.database import Database
+from quire.evidenceverify import public_key_fingerprint, verify_evidence
 from quire.signer import tables as signer_tables
 from quire.signer.witness import Witness, WitnessSettings
 from quire.signer.witnessservicer import WitnessServicer

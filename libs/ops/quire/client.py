@@ -35,8 +35,11 @@ from quire.audit.v1 import audit_service_pb2 as audit_pb
 from quire.audit.v1 import audit_service_pb2_grpc as audit_grpc
 from quire.diagnostics.v1 import diagnostics_service_pb2 as diagnostics_pb
 from quire.diagnostics.v1 import diagnostics_service_pb2_grpc as diagnostics_grpc
+from quire.export.v1 import export_service_pb2 as export_pb
+from quire.export.v1 import export_service_pb2_grpc as export_grpc
 from quire.grpcserver import TraceClientInterceptors
 from quire.jobs import PARKED_STATES, TERMINAL_STATES, state_name, state_value
+from quire.paging import MAX_PAGE_SIZE
 from quire.pipeline import State
 from quire.tls import TlsSettings, aio_channel
 from quire.type import job_pb2
@@ -47,6 +50,8 @@ __all__ = [
     "AdmissionClient",
     "TenantAdminClient",
     "RolloutReadsClient",
+    "DiagnosticsClient",
+    "RecordsClient",
     "PacketItem",
     "ArtifactDigestMismatch",
     "Cancellation",
@@ -826,3 +831,54 @@ class DiagnosticsClient:
             )
         )
         return dict(zip(services, replies, strict=True))
+
+
+class RecordsClient:
+    """The operators' export of what each service owns
+    (``ExportService.ExportRecords``), for ``quire check`` and ``quire
+    retention``: a collection page by page, with the operator token. What
+    comes back is the service's claim; the caller verifies it."""
+
+    def __init__(
+        self,
+        services: Mapping[str, str],
+        operator_token: str,
+        *,
+        tls: TlsSettings | None = None,
+    ) -> None:
+        """``services``: each service's address, by service name."""
+        self._channels = {
+            service: aio_channel(address, tls, TraceClientInterceptors())
+            for service, address in services.items()
+        }
+        self._metadata = (("authorization", f"Bearer {operator_token}"),)
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+
+    async def __aenter__(self) -> RecordsClient:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def pages(
+        self, service: str, collection: export_pb.Collection, *, timeout: float = 60.0
+    ) -> AsyncIterator[export_pb.ExportRecordsResponse]:
+        """Every page of ``service``'s ``collection``, in order; each call
+        has ``timeout`` seconds."""
+        stub = export_grpc.ExportServiceStub(self._channels[service])
+        token = ""
+        while True:
+            page = await stub.ExportRecords(
+                export_pb.ExportRecordsRequest(
+                    collection=collection, page_size=MAX_PAGE_SIZE, page_token=token
+                ),
+                metadata=self._metadata,
+                timeout=timeout,
+            )
+            yield page
+            token = page.next_page_token
+            if not token:
+                return

@@ -2,41 +2,40 @@
 stopped or running and idle, read every service's records read-only and
 report each promise of DESIGN.md that does not hold.
 
-It is an operations tool like fsck: it opens the services' databases itself
-(the URLs they use, SQLite or PostgreSQL), hashes the signed artifacts in the
-configured blob store again, and reuses audit's own ledger verification. It writes
-nothing. What it reports is listed in ``quire.invariants_findings``.
+It is an operations tool like fsck, that reads no service's tables: it asks
+each service for the records it owns (a running stack's services over their
+export API, a stopped stack's through each service's own export of its
+database: ``quire.servicerecords``), verifies audit's answer against the
+hashed bytes with the ledger's own rules, hashes the signed artifacts in the
+configured blob store again, and holds every service's answer against the
+others'. It writes nothing. What it reports is listed in
+``quire.invariants_findings``.
 
 Whether the stack is stopped decides one rule: a stopped stack must leave
 ``.tmp`` empty, while a running one may be using entries whose owner lives.
-Pass ``stopped`` to say so; left ``None`` it is detected from ``stack.json``:
-the stack counts as running if any service endpoint recorded there accepts a
-connection, as stopped if none does, and as running (the weaker rule) when
-there is no ``stack.json`` (a cluster, say).
+Pass ``stopped`` to say so; left ``None`` it is detected from the data
+directory (``quire.stack.running``): the stack counts as running while its
+lock is held, as stopped when it is not, and as running (the weaker rule)
+when there is no ``stack.json`` (a cluster, say).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from quire.invariants_blobs import scan_artifacts, temp_findings
-from quire.invariants_db import service_settings
 from quire.invariants_findings import KINDS, Finding
 from quire.invariants_jobs import artifact_findings, job_findings, ledger_row_findings
 from quire.invariants_provenance import packet_sizes, provenance_findings
 from quire.invariants_snapshot import read_snapshot
-from quire.storage import open_blob_store, tool_kek_settings
+from quire.stack.running import stack_running
+from quire.storage import open_blob_store, service_settings, tool_kek_settings
 
 __all__ = ["CheckReport", "Finding", "KINDS", "check", "stack_running"]
-
-STACK_FILE = "stack.json"
-PROBE_TIMEOUT_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -59,26 +58,6 @@ class CheckReport:
 
     def kinds(self) -> set[str]:
         return {finding.kind for finding in self.findings}
-
-
-def _endpoint_open(address: str) -> bool:
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=PROBE_TIMEOUT_SECONDS):
-            return True
-    except (OSError, ValueError):
-        return False
-
-
-def stack_running(data_dir: Path) -> bool | None:
-    """True if a service of the stack in ``data_dir`` answers, False if none
-    does, None when there is no ``stack.json`` to tell."""
-    try:
-        info = json.loads((data_dir / STACK_FILE).read_text())
-    except (FileNotFoundError, ValueError):
-        return None
-    endpoints = info.get("endpoints", {}) if isinstance(info, dict) else {}
-    return any(_endpoint_open(str(address)) for address in endpoints.values())
 
 
 def check(

@@ -1,11 +1,13 @@
-"""What the invariant checker reads from the services' databases, read-only:
-admission's accepted jobs, audit's ledger, job view and chain verification,
-the assembler's packets and the signer's signature records and inputs
+"""What the invariant checker reads of the services' records, as they
+answer for them (``quire.servicerecords``): admission's accepted jobs,
+audit's ledger (verified here against its hashed bytes and signed
+checkpoints: ``quire.invariants_ledger``), job view and refused events, the
+assembler's packets and the signer's signature records and inputs
 (``quire.invariants_records``).
 
-Only ids, states, reason codes and digests are kept. Reads go service by
-service in pipeline order (admission first), each in one transaction, so a
-stack that is idle yields one consistent picture.
+Only ids, states, reason codes and digests are kept. The services are read
+in pipeline order (admission first), so a stack that is idle yields one
+consistent picture.
 """
 
 from __future__ import annotations
@@ -13,20 +15,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from google.protobuf.message import DecodeError
-from sqlalchemy import Connection, Engine, select
 
-from quire.admission import tables as admission_tables
-from quire.assembler import tables as assembler_tables
-from quire.audit import tables as audit_tables
-from quire.audit.checkpoints import CheckpointFiles, CheckpointSigner, read_checkpoint_files
-from quire.audit.verification import LedgerReport, verify_ledger
-from quire.invariants_db import database_exists, read_only_engine, service_settings
+from quire.export.v1 import export_service_pb2 as pb
+from quire.invariants_ledger import StoredRow, checkpoint_files, stored_row, verify_answer
 from quire.invariants_records import PacketRef, read_assemblies, read_handed_packets
 from quire.jobs import state_name
-from quire.signer import tables as signer_tables
+from quire.ledgerchain import LedgerReport
+from quire.pipeline import ADMISSION, AUDIT
+from quire.servicerecords import ServiceRecords, Wanted, gather
 from quire.type import queue_pb2
 
 __all__ = [
@@ -85,15 +83,16 @@ class Snapshot:
     views: Mapping[str, JobView]
     signatures: Mapping[str, SignatureRecord]
     verification: LedgerReport | None
+    """Audit's exported ledger verified; None when audit's database is missing."""
     missing_databases: tuple[str, ...]
     assemblies: Mapping[str, PacketRef] = field(default_factory=dict)
-    """The assembler's ``assemblies`` row of each job."""
+    """The packet the assembler committed for each job."""
     assembler_handed: Mapping[str, list[PacketRef]] = field(default_factory=dict)
     """The packet each committed assembler outcome handed to the signer."""
     signer_inputs: Mapping[str, list[PacketRef]] = field(default_factory=dict)
     """The packet each committed signer outcome signed (its sign task's)."""
     refused_events: list[RefusedEvent] = field(default_factory=list)
-    """Events audit's recorder kept out of the ledger, oldest first."""
+    """Events audit's recorder kept out of the ledger, by event id."""
 
 
 @dataclass(frozen=True)
@@ -104,10 +103,21 @@ class RefusedEvent:
     to_state: str
 
 
-def _accepted(connection: Connection) -> dict[str, AcceptedJob]:
-    table = admission_tables.jobs
-    rows = connection.execute(select(table.c.job, table.c.tenant))
-    return {row.job: AcceptedJob(row.job, row.tenant) for row in rows}
+WANTED: Wanted = {
+    ADMISSION: [pb.COLLECTION_ACCEPTED_JOBS],
+    # Head rows before the rows they are checked against (quire.ledgerchain).
+    AUDIT: [
+        pb.COLLECTION_CHAIN_HEADS,
+        pb.COLLECTION_LEDGER_ROWS,
+        pb.COLLECTION_JOB_INDEX,
+        pb.COLLECTION_REFUSED_EVENTS,
+        pb.COLLECTION_CHECKPOINT_KEY,
+        pb.COLLECTION_CHECKPOINT_FILES,
+    ],
+    "assembler": [pb.COLLECTION_PACKETS, pb.COLLECTION_LEASE_OUTCOMES],
+    "signer": [pb.COLLECTION_SIGNATURES, pb.COLLECTION_LEASE_OUTCOMES],
+}
+"""What the checker asks each service for, the services in pipeline order."""
 
 
 def _said(event: queue_pb2.TransitionEvent) -> tuple[str, ...] | None:
@@ -125,29 +135,25 @@ def _said(event: queue_pb2.TransitionEvent) -> tuple[str, ...] | None:
         return None
 
 
-def _text(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _entry(row: Any) -> LedgerEntry:
-    """One row as the checker reads it: any column may hold any type (a row
-    rewritten in the database); what is not text reads as empty, an event
-    that is not bytes as undecodable, so that each becomes a finding."""
+def _entry(row: StoredRow) -> LedgerEntry:
+    """One row as the checker reads it: what audit could not call text
+    reads as empty, an event that is not bytes as undecodable, so that each
+    becomes a finding."""
     event: queue_pb2.TransitionEvent | None = None
-    if isinstance(row.event, bytes | bytearray | memoryview):
+    if row.event is not None:
         try:
-            event = queue_pb2.TransitionEvent.FromString(bytes(row.event))
+            event = queue_pb2.TransitionEvent.FromString(row.event)
         except DecodeError:
             event = None
     columns = (row.event_id, row.job, row.tenant, row.from_state, row.to_state, row.reason_code)
     return LedgerEntry(
         sequence=row.sequence,
-        event_id=_text(row.event_id),
-        job=_text(row.job),
-        tenant=_text(row.tenant),
-        from_state=_text(row.from_state),
-        to_state=_text(row.to_state),
-        reason_code=_text(row.reason_code),
+        event_id=row.event_id or "",
+        job=row.job or "",
+        tenant=row.tenant or "",
+        from_state=row.from_state or "",
+        to_state=row.to_state or "",
+        reason_code=row.reason_code or "",
         output_digest=event.output_digest if event is not None else "",
         decodes=event is not None,
         columns_match=event is not None and _said(event) == columns,
@@ -155,110 +161,61 @@ def _entry(row: Any) -> LedgerEntry:
     )
 
 
-def _ledger(connection: Connection) -> list[LedgerEntry]:
-    table = audit_tables.ledger
-    rows = connection.execute(
-        select(
-            table.c.sequence,
-            table.c.event_id,
-            table.c.job,
-            table.c.tenant,
-            table.c.from_state,
-            table.c.to_state,
-            table.c.reason_code,
-            table.c.event,
-        ).order_by(table.c.sequence)
+def _accepted(records: ServiceRecords) -> dict[str, AcceptedJob]:
+    jobs = (r.accepted_job for r in records.records(ADMISSION, pb.COLLECTION_ACCEPTED_JOBS))
+    return {job.job: AcceptedJob(job.job, job.tenant) for job in jobs}
+
+
+def _views(records: ServiceRecords) -> dict[str, JobView]:
+    rows = (r.job_index for r in records.records(AUDIT, pb.COLLECTION_JOB_INDEX))
+    return {row.job: JobView(row.job, row.state if row.HasField("state") else "") for row in rows}
+
+
+def _refused_events(records: ServiceRecords) -> list[RefusedEvent]:
+    events = (r.refused_event for r in records.records(AUDIT, pb.COLLECTION_REFUSED_EVENTS))
+    return [RefusedEvent(e.job, e.producer, e.kind, e.to_state) for e in events]
+
+
+def _signatures(records: ServiceRecords) -> dict[str, SignatureRecord]:
+    rows = (r.signature for r in records.records("signer", pb.COLLECTION_SIGNATURES))
+    return {row.job: SignatureRecord(row.job, row.blob_key, row.sha256) for row in rows}
+
+
+def _verification(records: ServiceRecords, rows: list[StoredRow]) -> LedgerReport:
+    files = checkpoint_files(
+        records.records(AUDIT, pb.COLLECTION_CHECKPOINT_KEY),
+        records.records(AUDIT, pb.COLLECTION_CHECKPOINT_FILES),
     )
-    return [_entry(row) for row in rows]
-
-
-def _views(connection: Connection) -> dict[str, JobView]:
-    table = audit_tables.jobs
-    rows = connection.execute(select(table.c.job, table.c.state))
-    return {row.job: JobView(row.job, row.state) for row in rows}
-
-
-def _refused_events(connection: Connection) -> list[RefusedEvent]:
-    table = audit_tables.refused_events
-    rows = connection.execute(
-        select(table.c.job, table.c.producer, table.c.kind, table.c.to_state).order_by(
-            table.c.refused_at, table.c.event_id
-        )
+    return verify_answer(
+        rows,
+        heads=records.records(AUDIT, pb.COLLECTION_CHAIN_HEADS),
+        index=records.records(AUDIT, pb.COLLECTION_JOB_INDEX),
+        checkpoints=files,
+        gaps_are_deletions=records.sequence_gaps_are_deletions(AUDIT, pb.COLLECTION_LEDGER_ROWS),
     )
-    return [RefusedEvent(str(r.job), str(r.producer), str(r.kind), str(r.to_state)) for r in rows]
 
 
-def _signatures(connection: Connection) -> dict[str, SignatureRecord]:
-    table = signer_tables.signatures
-    rows = connection.execute(select(table.c.job, table.c.blob_key, table.c.sha256))
-    return {row.job: SignatureRecord(row.job, row.blob_key, row.sha256 or "") for row in rows}
-
-
-def _checkpoints(audit_dir: Path) -> CheckpointFiles:
-    """The checkpoint folder as audit's key vouches for it; empty if audit never made its key."""
-    if not (audit_dir / "keys" / "checkpoint.key").is_file():
-        return CheckpointFiles([], [], [])
-    signer = CheckpointSigner(audit_dir / "keys")
-    return read_checkpoint_files(audit_dir / "checkpoints", signer.public_pem)
-
-
-def read_snapshot(data_dir: Path, env: Mapping[str, str], *, stopped: bool) -> Snapshot:
-    """Read every service's part of the picture; a missing database reads as empty."""
-    missing: list[str] = []
-    engines: dict[str, Engine] = {}
-    for service in ("admission", "audit", "assembler", "signer"):
-        url = service_settings(data_dir, service, env).database_url
-        if database_exists(url):
-            engines[service] = read_only_engine(url, stopped=stopped)
-        else:
-            missing.append(service)
-    try:
-        accepted: dict[str, AcceptedJob] = {}
-        if "admission" in engines:
-            with engines["admission"].begin() as connection:
-                accepted = _accepted(connection)
-        ledger: list[LedgerEntry] = []
-        views: dict[str, JobView] = {}
-        verification = None
-        refused: list[RefusedEvent] = []
-        if "audit" in engines:
-            audit_dir = service_settings(data_dir, "audit", env).service_dir
-            checkpoints = _checkpoints(audit_dir)
-            with engines["audit"].begin() as connection:
-                ledger = _ledger(connection)
-                views = _views(connection)
-                refused = _refused_events(connection)
-                verification = verify_ledger(
-                    connection,
-                    checkpoints.checkpoints,
-                    heads=checkpoints.heads,
-                    refused=checkpoints.refused,
-                    missing=checkpoints.missing,
-                )
-        assemblies: dict[str, PacketRef] = {}
-        assembler_handed: dict[str, list[PacketRef]] = {}
-        if "assembler" in engines:
-            with engines["assembler"].begin() as connection:
-                assemblies = read_assemblies(connection)
-                assembler_handed = read_handed_packets(connection, assembler_tables.leases)
-        signatures: dict[str, SignatureRecord] = {}
-        signer_inputs: dict[str, list[PacketRef]] = {}
-        if "signer" in engines:
-            with engines["signer"].begin() as connection:
-                signatures = _signatures(connection)
-                signer_inputs = read_handed_packets(connection, signer_tables.leases)
-    finally:
-        for engine in engines.values():
-            engine.dispose()
+def snapshot_of(records: ServiceRecords) -> Snapshot:
+    """The picture the services' answers give, audit's verified."""
+    missing = tuple(service for service in WANTED if service in records.missing)
+    rows = [stored_row(r.ledger_row) for r in records.records(AUDIT, pb.COLLECTION_LEDGER_ROWS)]
     return Snapshot(
-        accepted=accepted,
-        ledger=ledger,
-        views=views,
-        signatures=signatures,
-        verification=verification,
-        missing_databases=tuple(missing),
-        assemblies=assemblies,
-        assembler_handed=assembler_handed,
-        signer_inputs=signer_inputs,
-        refused_events=refused,
+        accepted=_accepted(records),
+        ledger=[_entry(row) for row in rows],
+        views=_views(records),
+        signatures=_signatures(records),
+        verification=None if AUDIT in missing else _verification(records, rows),
+        missing_databases=missing,
+        assemblies=read_assemblies(records.records("assembler", pb.COLLECTION_PACKETS)),
+        assembler_handed=read_handed_packets(
+            records.records("assembler", pb.COLLECTION_LEASE_OUTCOMES)
+        ),
+        signer_inputs=read_handed_packets(records.records("signer", pb.COLLECTION_LEASE_OUTCOMES)),
+        refused_events=_refused_events(records),
     )
+
+
+def read_snapshot(data_dir: Path, env: Mapping[str, str], *, stopped: bool | None) -> Snapshot:
+    """Every service's part of the picture, as it answers for it
+    (``quire.servicerecords.gather``); a missing database reads as empty."""
+    return snapshot_of(gather(WANTED, data_dir, env, stopped=stopped))

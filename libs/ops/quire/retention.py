@@ -41,7 +41,6 @@ from typing import Protocol
 
 from google.protobuf import timestamp_pb2
 
-from quire.admission.storagepolicy import TenantStorage
 from quire.blobstore import assembled_key, fetched_key, normalized_key, signed_key
 from quire.jobs import job_id
 from quire.pipeline import State
@@ -52,6 +51,7 @@ from quire.retention_records import (
     Records,
     Rewrite,
     StoredBlob,
+    TenantPeriods,
     Upload,
 )
 from quire.settings import RetentionSettings
@@ -89,8 +89,8 @@ class Periods:
     unused_uploads: float
 
     @classmethod
-    def of(cls, storage: TenantStorage | None, defaults: RetentionSettings) -> Periods:
-        own = storage or TenantStorage()
+    def of(cls, storage: TenantPeriods | None, defaults: RetentionSettings) -> Periods:
+        own = storage or TenantPeriods()
         return cls(
             sources=own.sources_seconds or defaults.sources_seconds,
             packets=own.packets_seconds or defaults.packets_seconds,

@@ -1,40 +1,36 @@
-"""What ``quire retention`` reads from the services' databases, read-only:
-admission's tenants (their periods), uploads and accepted jobs (with the
-sources their tasks name by reference); each job's ledger entries in audit
-(its end, the repaired sources' clean rewrites it used, the fetched bytes
-its sources were pinned to, and what is already recorded as retired); the
-validator's pins (which job pinned which fetched bytes, before its ledger
-says so); the assembler's packets and the signer's artifacts.
+"""What ``quire retention`` reads of the services' records, as they answer
+for them (``quire.servicerecords``): admission's tenants (their periods),
+uploads and accepted jobs (with the sources their tasks name by reference);
+each job's ledger entries in audit (its end, the repaired sources' clean
+rewrites it used, the fetched bytes its sources were pinned to, and what is
+already recorded as retired), folded from their hashed bytes
+(``quire.jobview``); the validator's pins (which job pinned which fetched
+bytes, before its ledger says so); the assembler's packets and the signer's
+artifacts.
 
 Only ids, digests, sizes, keys and times are kept; never a document's name
-or content. Like ``quire check``, it opens each service's database through
-the URL the service itself uses, read-only.
+or content.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from google.protobuf.message import DecodeError
-from sqlalchemy import Connection, Engine, select
 
-from quire.admission import tables as admission_tables
-from quire.admission.storagepolicy import TenantStorage, read_storage
-from quire.assembler import tables as assembler_tables
-from quire.audit import tables as audit_tables
 from quire.blobstore import fetched_key, normalized_key
-from quire.database import as_utc
-from quire.invariants_db import database_exists, read_only_engine, service_settings
+from quire.export.v1 import export_service_pb2 as pb
 from quire.jobs import TERMINAL_STATES
 from quire.jobview import JobFacts, apply, is_retirement
-from quire.signer import tables as signer_tables
+from quire.pipeline import ADMISSION, AUDIT
+from quire.servicerecords import ServiceRecords, Wanted, gather
 from quire.type import queue_pb2
-from quire.validator import tables as validator_tables
 
 __all__ = [
+    "TenantPeriods",
     "Upload",
     "AcceptedJob",
     "LedgerJob",
@@ -44,6 +40,16 @@ __all__ = [
     "Records",
     "read_records",
 ]
+
+
+@dataclass(frozen=True)
+class TenantPeriods:
+    """A tenant's own retention periods in seconds; 0 (or None) follows the default."""
+
+    sources_seconds: int | None = None
+    packets_seconds: int | None = None
+    artifacts_seconds: int | None = None
+    unused_uploads_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -157,7 +163,7 @@ class StoredBlob:
 
 @dataclass(frozen=True)
 class Records:
-    tenants: Mapping[str, TenantStorage]
+    tenants: Mapping[str, TenantPeriods]
     uploads: list[Upload]
     accepted: Mapping[str, AcceptedJob]
     ledger: Mapping[str, LedgerJob]
@@ -171,40 +177,51 @@ class Records:
     job's ledger records them)."""
 
 
-def _sources(task: bytes) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
-    """The source digests ``task`` names, and its references (system, key)."""
-    try:
-        sources = queue_pb2.JobTask.FromString(task).sources
-    except DecodeError:
-        return frozenset(), frozenset()
-    return (
-        frozenset(s.sha256 for s in sources),
-        frozenset((s.fetch.system, s.fetch.key) for s in sources if s.HasField("fetch")),
+WANTED: Wanted = {
+    ADMISSION: [
+        pb.COLLECTION_TENANT_PERIODS,
+        pb.COLLECTION_UPLOADS,
+        pb.COLLECTION_ACCEPTED_JOBS,
+    ],
+    # The validator's pins before audit's ledger: a pin written meanwhile is
+    # at worst in the ledger already (its job has not ended: kept).
+    "validator": [pb.COLLECTION_SOURCE_PINS],
+    AUDIT: [pb.COLLECTION_LEDGER_ROWS],
+    "assembler": [pb.COLLECTION_PACKETS],
+    "signer": [pb.COLLECTION_SIGNATURES],
+}
+"""What retention asks each service for. Audit is read after admission, so
+a job admission accepted meanwhile is at worst unknown to the ledger (kept)."""
+
+
+def _time(stamp: object) -> datetime:
+    return stamp.ToDatetime().replace(tzinfo=UTC)  # type: ignore[attr-defined]
+
+
+def _periods(record: pb.TenantPeriods) -> TenantPeriods:
+    return TenantPeriods(
+        sources_seconds=record.sources_seconds or None,
+        packets_seconds=record.packets_seconds or None,
+        artifacts_seconds=record.artifacts_seconds or None,
+        unused_uploads_seconds=record.unused_uploads_seconds or None,
     )
 
 
-def _admission(connection: Connection) -> tuple[dict[str, TenantStorage], list[Upload], dict]:
-    tenant_ids = list(connection.execute(select(admission_tables.tenants.c.id)).scalars())
-    table = admission_tables.sources
-    uploads = [
-        Upload(r.tenant, r.sha256, r.size_bytes, r.blob_key, as_utc(r.created_at))
-        for r in connection.execute(select(table))
-    ]
-    jobs = admission_tables.jobs
-    accepted = {
-        r.job: AcceptedJob(r.job, r.tenant, as_utc(r.created_at), *_sources(r.task))
-        for r in connection.execute(
-            select(jobs.c.job, jobs.c.tenant, jobs.c.created_at, jobs.c.task)
-        )
-    }
-    return read_storage(connection, tenant_ids), uploads, accepted
+def _accepted(job: pb.AcceptedJob) -> AcceptedJob:
+    return AcceptedJob(
+        job.job,
+        job.tenant,
+        _time(job.create_time),
+        frozenset(job.source_sha256),
+        frozenset((ref.system, ref.key) for ref in job.references),
+    )
 
 
-def _ledger(connection: Connection) -> tuple[dict[str, LedgerJob], frozenset[str]]:
-    table = audit_tables.ledger
+def _ledger(records: Iterable[pb.Record]) -> tuple[dict[str, LedgerJob], frozenset[str]]:
     jobs: dict[str, LedgerJob] = {}
     unused: set[str] = set()
-    for row in connection.execute(select(table.c.job, table.c.event).order_by(table.c.sequence)):
+    for record in records:
+        row = record.ledger_row
         try:
             event = queue_pb2.TransitionEvent.FromString(row.event)
         except DecodeError:
@@ -217,63 +234,43 @@ def _ledger(connection: Connection) -> tuple[dict[str, LedgerJob], frozenset[str
     return jobs, frozenset(unused)
 
 
-def _blobs(connection: Connection, table: object) -> dict[str, StoredBlob]:
-    rows = connection.execute(
-        select(table.c.job, table.c.blob_key, table.c.sha256, table.c.size_bytes)  # type: ignore[attr-defined]
-    )
-    return {
-        r.job: StoredBlob(r.job, r.blob_key, r.sha256, r.size_bytes or 0) for r in rows if r.sha256
-    }
+def _blobs(records: Iterable[pb.Record], kind: str) -> dict[str, StoredBlob]:
+    rows = (getattr(record, kind) for record in records)
+    return {r.job: StoredBlob(r.job, r.blob_key, r.sha256, r.size_bytes) for r in rows if r.sha256}
 
 
-def _pinned(connection: Connection) -> dict[str, frozenset[str]]:
-    table = validator_tables.source_pins
+def _pinned(records: Iterable[pb.Record]) -> dict[str, frozenset[str]]:
     jobs: dict[str, set[str]] = {}
-    for row in connection.execute(select(table.c.job, table.c.blob_key)):
-        jobs.setdefault(row.blob_key, set()).add(row.job)
+    for record in records:
+        jobs.setdefault(record.source_pin.blob_key, set()).add(record.source_pin.job)
     return {key: frozenset(names) for key, names in jobs.items()}
 
 
-def _engines(data_dir: Path, env: Mapping[str, str]) -> dict[str, Engine]:
-    engines = {}
-    for service in ("admission", "validator", "audit", "assembler", "signer"):
-        url = service_settings(data_dir, service, env).database_url
-        if database_exists(url):
-            engines[service] = read_only_engine(url, stopped=False)
-    return engines
+def records_of(answers: ServiceRecords) -> Records:
+    """Everything the plan needs, from the services' answers."""
+    ledger, unused = _ledger(answers.records(AUDIT, pb.COLLECTION_LEDGER_ROWS))
+    return Records(
+        tenants={
+            r.tenant_periods.tenant: _periods(r.tenant_periods)
+            for r in answers.records(ADMISSION, pb.COLLECTION_TENANT_PERIODS)
+        },
+        uploads=[
+            Upload(u.tenant, u.sha256, u.size_bytes, u.blob_key, _time(u.create_time))
+            for u in (r.upload for r in answers.records(ADMISSION, pb.COLLECTION_UPLOADS))
+        ],
+        accepted={
+            r.accepted_job.job: _accepted(r.accepted_job)
+            for r in answers.records(ADMISSION, pb.COLLECTION_ACCEPTED_JOBS)
+        },
+        ledger=ledger,
+        retired_uploads=unused,
+        packets=_blobs(answers.records("assembler", pb.COLLECTION_PACKETS), "packet"),
+        artifacts=_blobs(answers.records("signer", pb.COLLECTION_SIGNATURES), "signature"),
+        pinned=_pinned(answers.records("validator", pb.COLLECTION_SOURCE_PINS)),
+    )
 
 
 def read_records(data_dir: Path, env: Mapping[str, str]) -> Records:
-    """Everything the plan needs. Audit is read after admission, so a job
-    admission accepted meanwhile is at worst unknown to the ledger (kept);
-    the validator's pins are read before audit, so a pin written meanwhile
-    is at worst in the ledger already (its job has not ended: kept)."""
-    engines = _engines(data_dir, env)
-    try:
-        tenants: dict[str, TenantStorage] = {}
-        uploads: list[Upload] = []
-        accepted: dict[str, AcceptedJob] = {}
-        if "admission" in engines:
-            with engines["admission"].begin() as connection:
-                tenants, uploads, accepted = _admission(connection)
-        pinned: dict[str, frozenset[str]] = {}
-        if "validator" in engines:
-            with engines["validator"].begin() as connection:
-                pinned = _pinned(connection)
-        ledger: dict[str, LedgerJob] = {}
-        unused: frozenset[str] = frozenset()
-        if "audit" in engines:
-            with engines["audit"].begin() as connection:
-                ledger, unused = _ledger(connection)
-        packets: dict[str, StoredBlob] = {}
-        if "assembler" in engines:
-            with engines["assembler"].begin() as connection:
-                packets = _blobs(connection, assembler_tables.assemblies)
-        artifacts: dict[str, StoredBlob] = {}
-        if "signer" in engines:
-            with engines["signer"].begin() as connection:
-                artifacts = _blobs(connection, signer_tables.signatures)
-    finally:
-        for engine in engines.values():
-            engine.dispose()
-    return Records(tenants, uploads, accepted, ledger, unused, packets, artifacts, pinned)
+    """Everything the plan needs, as the services answer for it: asked of a
+    running stack, exported from a stopped one's databases."""
+    return records_of(gather(WANTED, data_dir, env, stopped=None))

@@ -1,6 +1,7 @@
 """``quire check``: the invariant checker over a data directory, like fsck.
 
-Reads the services' databases read-only and the blob directory; needs no
+Asks the services for their records (a stopped stack's are exported from
+each service's database, read-only) and reads the blob directory; needs no
 running stack (run it with the stack stopped, or running and idle). Prints a
 summary and every finding (kinds, job ids, ledger sequences, states: never
 document content), and exits 1 when anything is found.
@@ -13,8 +14,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from quire.cli.errors import CliError
+from quire.cli.exitcodes import ExitCode
 from quire.cli.output import Output
 from quire.invariants import CheckReport, check
+from quire.servicerecords import RecordsUnavailable
 
 __all__ = ["run", "render"]
 
@@ -38,7 +41,10 @@ def run(args: argparse.Namespace, out: Output) -> int:
     data_dir = Path(args.data_dir)
     if not data_dir.is_dir():
         raise CliError(f"no data directory at {data_dir}")
-    report = check(data_dir, stopped=True if args.stopped else None)
+    try:
+        report = check(data_dir, stopped=True if args.stopped else None)
+    except RecordsUnavailable as error:
+        raise CliError(str(error), ExitCode.UNREACHABLE) from None
     for line in render(report):
         out.line(line)
     out.result({**asdict(report), "ok": report.ok})

@@ -128,7 +128,7 @@ def _read_evidence(path: str) -> dict[str, Any]:
 def _entry_line(entry: dict[str, Any]) -> str:
     """``#3 2026-…Z SIGNING  actor attempt 2`` and, when the entry has them,
     the signer identity, signature level, key version and the operator's note
-    (all read from the proven bytes, ``quire.audit.evidence.summaries``)."""
+    (all read from the proven bytes, ``quire.evidenceverify.summaries``)."""
     parts = [
         f"#{entry['index']}",
         entry.get("occur_time") or "-",
@@ -150,7 +150,7 @@ def _entry_line(entry: dict[str, Any]) -> str:
 
 def _trusted_key(args: argparse.Namespace) -> str:
     """The pin of the checkpoint key to trust, from outside the evidence file."""
-    from quire.audit.evidence import public_key_fingerprint
+    from quire.evidenceverify import public_key_fingerprint
 
     if args.key_file:
         try:
@@ -181,7 +181,7 @@ def _witness_key(args: argparse.Namespace) -> str:
 
 
 def evidence_verify(args: argparse.Namespace, out: Output) -> int:
-    from quire.audit.evidence import (
+    from quire.evidenceverify import (
         public_key_fingerprint,
         repeated_names,
         retirements,

@@ -1,9 +1,10 @@
 """``quire retention plan|apply`` and ``quire tenants retention``: the
 retention policy, as operators see and run it (``quire.retention``).
 
-``plan`` reads the services' databases read-only and the blob directory,
-like ``quire check``, and prints what would go and why; it needs no running
-stack. ``apply`` retires exactly that plan through the running stack: audit
+``plan`` asks the services for their records (a stopped stack's are
+exported from each service's database, read-only: ``quire.servicerecords``)
+and reads the blob directory, like ``quire check``, and prints what would go
+and why; it needs no running stack. ``apply`` retires exactly that plan through the running stack: audit
 records each retirement in its ledger before the bytes are deleted, and
 admission forgets retired uploads. With blobs in NATS it also sweeps chunks
 no object names (uploads that failed or lost a race) once they are an hour
@@ -29,14 +30,15 @@ from quire.blobstore import BlobStore
 from quire.cli.args import operator_metadata
 from quire.cli.config import ClientConfig
 from quire.cli.errors import CliError
+from quire.cli.exitcodes import ExitCode
 from quire.cli.output import Output, message_dict
 from quire.client import TenantAdminClient
-from quire.invariants_db import service_settings
 from quire.natsblobs import NatsBlobStore
 from quire.retention import PlannedRetirement, apply_plan, describe, plan
 from quire.retention_records import read_records
+from quire.servicerecords import RecordsUnavailable
 from quire.settings import DAY, RetentionSettings
-from quire.storage import keeper_env, open_blob_store, tool_kek_settings
+from quire.storage import keeper_env, open_blob_store, service_settings, tool_kek_settings
 from quire.tls import aio_channel
 
 ORPHAN_AGE_SECONDS = 3600.0
@@ -68,7 +70,10 @@ def _plan(args: argparse.Namespace) -> tuple[list[PlannedRetirement], BlobStore]
     data_dir = Path(args.data_dir).resolve()
     env = os.environ
     blobs = open_blobs(data_dir, env)
-    records = read_records(data_dir, env)
+    try:
+        records = read_records(data_dir, env)
+    except RecordsUnavailable as error:
+        raise CliError(str(error), ExitCode.UNREACHABLE) from None
     planned = plan(records, RetentionSettings.from_env(env), now=_as_of(args.as_of), blobs=blobs)
     return planned, blobs
 

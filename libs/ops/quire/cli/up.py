@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from quire.cli.args import bearer_metadata
+from quire.cli.errors import CliError
 from quire.cli.jobcommands import job_line
 from quire.cli.output import Output, job_dict
 from quire.cli.packets import read_manifest_file, send_packet
@@ -26,7 +27,7 @@ from quire.cli.verify import verify_file
 from quire.client import AdmissionClient
 from quire.jobs import state_name
 from quire.pipeline import State
-from quire.stack.supervisor import Stack, StackInfo
+from quire.stack.supervisor import ServicesNotInstalled, Stack, StackInfo
 from quire.tls import TlsSettings
 
 __all__ = ["run"]
@@ -64,7 +65,10 @@ def run(args: argparse.Namespace, out: Output) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     out.note(f"starting Quire in {stack.data_dir} ...")
-    info = stack.start()  # DataDirInUse when another stack holds the directory
+    try:
+        info = stack.start()  # DataDirInUse when another stack holds the directory
+    except ServicesNotInstalled as error:
+        raise CliError(str(error)) from None
     try:
         out.note(f"NATS JetStream: {info.nats_url}")
         for service, address in info.endpoints.items():

@@ -8,7 +8,9 @@ operator user, which no service holds.
 
 Starts nats-server (unless ``QUIRE_NATS_URL`` names one), then the five
 services, forked from a zygote that has imported their code once
-(``quire.stack.zygote``), each on a free loopback port (and one more for its plaintext
+(``quire.stack.zygote``; the supervisor itself imports none of it: each
+service runs from its own distribution, which must be installed beside the
+operator tools, as ``pip install quire`` does), each on a free loopback port (and one more for its plaintext
 health port); waits until every service reports SERVING on its health port;
 writes ``stack.json`` (endpoints and where the development token is) into the
 data directory; restarts a service that dies; and on stop sends SIGTERM so
@@ -25,6 +27,7 @@ pull loops pull again (``quire.workqueue.worker``).
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import os
 import subprocess
@@ -39,7 +42,6 @@ import httpx
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from quire.backoff import Backoff, Jitter
-from quire.gateway.config import GATEWAY_ADDRESS_VAR
 from quire.identity import provision_identities
 from quire.kek import DEVELOPMENT_RING, provision_development_ring
 from quire.natsauth import KEEPER, OPERATOR, authorization_config, provision_nats_passwords
@@ -60,7 +62,14 @@ from quire.stack.scrapeconfig import SCRAPE_FILE, write_scrape_config
 from quire.tls import sync_channel
 from quire.workqueue.topology import ensure_topology
 
-__all__ = ["Stack", "StackInfo", "STACK_FILE", "NATS", "nats_restart_delay"]
+__all__ = [
+    "Stack",
+    "StackInfo",
+    "STACK_FILE",
+    "NATS",
+    "ServicesNotInstalled",
+    "nats_restart_delay",
+]
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +99,24 @@ def nats_restart_delay(failures: int) -> float:
     if failures <= 1:
         return 0.0
     return _NATS_BACKOFF.delay(failures - 1)
+
+
+class ServicesNotInstalled(RuntimeError):
+    """The operator tools (quire-ops) are installed without the services the
+    stack runs: each runs as a process of its own, from its own distribution."""
+
+    def __init__(self, missing: list[str]) -> None:
+        self.missing = missing
+        super().__init__(
+            "the embedded stack runs the services, and these are not installed: "
+            + ", ".join(f"quire-{name}" for name in missing)
+            + " (`pip install quire` installs the whole system)"
+        )
+
+
+def _not_installed(processes: tuple[str, ...]) -> list[str]:
+    """The processes whose main module is not installed here (nothing is imported)."""
+    return [name for name in processes if importlib.util.find_spec(f"quire.{name}.main") is None]
 
 
 class _ExitedBeforeHealthy(RuntimeError):
@@ -176,6 +203,9 @@ class Stack:
             raise
 
     def _start(self) -> StackInfo:
+        missing = _not_installed(self._processes)
+        if missing:
+            raise ServicesNotInstalled(missing)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # One stack per data directory: DataDirInUse before anything starts.
         self._data_dir_lock = DataDirLock.acquire(self.data_dir)
@@ -287,7 +317,7 @@ class Stack:
         env.update({service_health_var(s): a for s, a in self.health_endpoints.items()})
         env.update({service_metrics_var(s): a for s, a in self.metrics_endpoints.items()})
         if self.gateway_address:
-            env[GATEWAY_ADDRESS_VAR] = self.gateway_address
+            env[service_address_var(GATEWAY)] = self.gateway_address
         # Everything listens on loopback here: a callback receiver or a source
         # system on this machine may be called, and over http.
         env.setdefault("QUIRE_NOTIFY_LOOPBACK_HTTP", "1")

@@ -70,7 +70,8 @@ def _ledger_row(row: Any) -> pb.Record:
 
 
 def _ledger(connection: Connection, after: Position | None, limit: int) -> Rows:
-    rows = ledger_rows(connection, after=int(after[0]) if after else 0, limit=limit)
+    start = after[0] if after else 0
+    rows = ledger_rows(connection, after=start if isinstance(start, int) else 0, limit=limit)
     return [((row.sequence,), _ledger_row(row)) for row in rows]
 
 
@@ -133,7 +134,7 @@ def _refused(connection: Connection, after: Position | None, limit: int) -> Rows
     )
     where = keyset_after([table.c.event_id], after)
     rows = connection.execute(query if where is None else query.where(where))
-    found = []
+    found: Rows = []
     for row in rows:
         record = pb.RefusedEvent(
             event_id=row.event_id,

@@ -14,7 +14,7 @@ from sqlalchemy import Connection, select
 from quire.audit import tables
 from quire.audit.checkpoints import CheckpointBook, CheckpointFiles
 from quire.audit.deadletterdesk import DeadLetterDesk
-from quire.audit.evidence import build_evidence, dumps, public_key_fingerprint
+from quire.audit.evidence import build_evidence, dumps
 from quire.audit.follow import Follows
 from quire.audit.retirement import record_retirement
 from quire.audit.trackcompare import Window, compare_tracks
@@ -24,6 +24,7 @@ from quire.audit.verification import verify_ledger
 from quire.audit.watch import JobWatches
 from quire.database import Database
 from quire.errors import FieldViolation, InvalidInput, NotFound
+from quire.evidenceverify import public_key_fingerprint
 from quire.grpcstatus import at_the_edge
 from quire.idempotency import OPERATORS, RequestOnce
 from quire.jobs import job_id, job_name, state_value, timestamp

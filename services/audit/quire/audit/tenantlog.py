@@ -16,19 +16,14 @@ from quire.errors import DataLoss
 from quire.merkle import MerkleTree
 from quire.reasons import ReasonCode
 
-__all__ = ["DAMAGED", "ORIGIN_PREFIX", "origin", "tenant_of", "tenant_entries", "tenant_tree"]
+__all__ = ["DAMAGED", "origin", "tenant_entries", "tenant_tree"]
 
-ORIGIN_PREFIX = "quire/"
 DAMAGED = "an entry of this tenant's ledger is damaged; quire audit verify names it"
 
 
 def origin(tenant: str) -> str:
     """The log's name: ``quire/<tenant>`` (``quire.checkpointfiles``)."""
     return log_origin(tenant)
-
-
-def tenant_of(name: str) -> str:
-    return name.removeprefix(ORIGIN_PREFIX)
 
 
 def tenant_entries(
