@@ -31,6 +31,8 @@ from quire.audit.v1 import audit_service_pb2_grpc as agrpc
 from quire.callers import PROOF_HEADER, CallerProofInterceptors, CallerVerifier, prove
 from quire.cli.args import bearer_metadata
 from quire.errors import Unauthenticated
+from quire.export.v1 import export_service_pb2 as xpb
+from quire.export.v1 import export_service_pb2_grpc as export_grpc
 from quire.grpcstatus import reason_of
 from quire.identity import IdentitySettings, ServiceIdentity, TrustStore
 from quire.settings import SERVICES
@@ -213,12 +215,24 @@ async def test_an_operator_token_opens_operator_rpcs_and_a_tenant_token_does_not
     async with (
         aio_channel(info.endpoints["audit"], None) as audit_channel,
         aio_channel(info.endpoints["validator"], None) as validator_channel,
+        aio_channel(info.endpoints["admission"], None) as admission_channel,
     ):
         audit = agrpc.AuditServiceStub(audit_channel)
         validator = vgrpc.ValidatorServiceStub(validator_channel)
+        exports = [
+            (export_grpc.ExportServiceStub(audit_channel), xpb.COLLECTION_LEDGER_ROWS),
+            (export_grpc.ExportServiceStub(admission_channel), xpb.COLLECTION_ACCEPTED_JOBS),
+        ]
         assert (await audit.VerifyLedger(apb.VerifyLedgerRequest(), metadata=operator)).ok
         await validator.ListReviews(vpb.ListReviewsRequest(), metadata=operator)
+        for export, collection in exports:  # every tenant's records: operators only
+            request = xpb.ExportRecordsRequest(collection=collection)
+            assert (await export.ExportRecords(request, metadata=operator)).service
         refusals = [
+            *(
+                export.ExportRecords(xpb.ExportRecordsRequest(collection=c), metadata=tenant)
+                for export, c in exports
+            ),
             audit.ExportEvidence(apb.ExportEvidenceRequest(job=UNKNOWN_JOB), metadata=tenant),
             audit.ListJobEvents(apb.ListJobEventsRequest(job=UNKNOWN_JOB), metadata=tenant),
             audit.VerifyLedger(apb.VerifyLedgerRequest(), metadata=tenant),

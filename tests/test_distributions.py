@@ -40,6 +40,8 @@ PROJECTS = ["gen", "libs/core", "libs/evidence", "libs/ops", "libs/testing"] + s
 )
 SERVICES = ("admission", "validator", "assembler", "signer", "audit")
 SIGNER = {"quire-api", "quire-core", "quire-evidence", "quire-signer"}
+OPS = {"quire-api", "quire-core", "quire-evidence", "quire-ops"}
+"""The operator tools: a client of the services' APIs, with no service."""
 SYSTEM = {
     "quire",
     "quire-api",
@@ -211,6 +213,8 @@ def test_the_wheels_name_what_each_installation_needs(wheels: Path) -> None:
     built = _wheel_metadata(wheels)
     quire = {name for name in _closure(built, "quire-signer") if name.startswith("quire")}
     assert quire == SIGNER, "one service pulls only what it needs"
+    quire = {name for name in _closure(built, "quire-ops") if name.startswith("quire")}
+    assert quire == OPS, "the operator tools pull no service"
     quire = {name for name in _closure(built, "quire") if name.startswith("quire")}
     assert quire == SYSTEM, "the whole system, and no test helpers"
     for service in ("quire-validator", "quire-admission"):
@@ -306,6 +310,66 @@ def test_one_service_imports_with_only_what_it_needs_and_the_whole_systems_comma
         tmp_path,
     )
     _no_path_back(site, printed)
+
+
+def _modules_of(wheel: Path) -> list[str]:
+    """Every module a wheel ships, by its dotted name."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = [n for n in archive.namelist() if n.startswith("quire/") and n.endswith(".py")]
+    return sorted(n.removesuffix(".py").removesuffix("/__init__").replace("/", ".") for n in names)
+
+
+def test_the_operator_tools_install_and_import_without_any_service(
+    wheels: Path, tmp_path: Path
+) -> None:
+    """quire-ops alone: every module of it imports, no service is there, and
+    ``quire check`` over a stopped stack asks the services' own export,
+    which says plainly that they are not installed (it reads no table)."""
+    built = _wheel_metadata(wheels)
+    venv = _fresh_venv(tmp_path / "venv", with_pip=False)
+    site = _site(venv, tmp_path)
+    _install_unpacked(site, built, "quire-ops")
+    assert _quire_distributions(venv, tmp_path) == OPS
+    modules = _modules_of(built["quire-ops"][0])
+    assert "quire.invariants" in modules and "quire.stack.supervisor" in modules
+    printed = _python(
+        venv,
+        "import importlib, importlib.util\n"
+        f"for name in {modules!r}:\n"
+        "    if name != 'quire.stack.zygote':  # the stack's own process: it runs, not imports\n"
+        "        importlib.import_module(name)\n"
+        f"for service in {list(SERVICES)!r}:\n"
+        "    assert importlib.util.find_spec(f'quire.{service}.main') is None, service\n"
+        "    assert importlib.util.find_spec(f'quire.{service}.v1') is not None, service\n"
+        "assert importlib.util.find_spec('quire.gateway') is None, 'gateway'\n"
+        + IMPORTED_FROM,
+        tmp_path,
+    )
+    _no_path_back(site, printed)
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "quire.cli.main"]
+        + ["check", "--data-dir", str(data_dir), "--stopped"],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 6, done.stdout + done.stderr  # UNREACHABLE
+    assert "quire-admission is not installed" in done.stderr, done.stderr
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "quire.cli.main", "up", "--data-dir", str(data_dir)],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr  # USAGE: nothing was started
+    assert "quire-admission" in done.stderr and "pip install quire" in done.stderr
+    assert not (data_dir / "stack.lock").exists(), "no stack was started"
 
 
 # -- make distributions: installed by pip, and the whole system run ----------

@@ -112,17 +112,6 @@ async def _ask(wanted: Wanted, client: RecordsClient) -> ServiceRecords:
     return ServiceRecords(pages, asked=True)
 
 
-def _run(wanted: Wanted, client: RecordsClient) -> ServiceRecords:
-    """``_ask`` on an event loop of its own (the caller may be on one)."""
-
-    async def ask() -> ServiceRecords:
-        async with client:
-            return await _ask(wanted, client)
-
-    with ThreadPoolExecutor(1, thread_name_prefix="records") as pool:
-        return pool.submit(asyncio.run, ask()).result()
-
-
 def asked(
     wanted: Wanted,
     addresses: Mapping[str, str],
@@ -130,11 +119,16 @@ def asked(
     *,
     tls: TlsSettings | None = None,
 ) -> ServiceRecords:
-    """``wanted``, asked of the running services at ``addresses``."""
-    client = RecordsClient(
-        {service: addresses[service] for service in wanted}, operator_token, tls=tls
-    )
-    return _run(wanted, client)
+    """``wanted``, asked of the running services at ``addresses``, on an
+    event loop of its own (the caller may be on one)."""
+
+    async def ask() -> ServiceRecords:
+        services = {service: addresses[service] for service in wanted}
+        async with RecordsClient(services, operator_token, tls=tls) as client:
+            return await _ask(wanted, client)
+
+    with ThreadPoolExecutor(1, thread_name_prefix="records") as pool:
+        return pool.submit(asyncio.run, ask()).result()
 
 
 def _export_env(data_dir: Path, env: Mapping[str, str]) -> dict[str, str]:

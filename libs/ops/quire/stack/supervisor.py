@@ -114,9 +114,16 @@ class ServicesNotInstalled(RuntimeError):
         )
 
 
+def _installed(process: str) -> bool:
+    """Whether ``process``'s main module is installed here (its code is not imported)."""
+    try:
+        return importlib.util.find_spec(f"quire.{process}.main") is not None
+    except ModuleNotFoundError:  # not even its package (the gateway has no generated API)
+        return False
+
+
 def _not_installed(processes: tuple[str, ...]) -> list[str]:
-    """The processes whose main module is not installed here (nothing is imported)."""
-    return [name for name in processes if importlib.util.find_spec(f"quire.{name}.main") is None]
+    return [name for name in processes if not _installed(name)]
 
 
 class _ExitedBeforeHealthy(RuntimeError):
