@@ -1,9 +1,11 @@
 """A job's view, derived from its ledger entries' hashed bytes.
 
-The ``jobs`` table is an index for listing and for audit's own bookkeeping;
+Audit's ``jobs`` table is an index for listing and for its own bookkeeping;
 what the API serves about a job is folded here from the events themselves,
 so a value edited in a table is never served as genuine, and the checker and
-``quire audit verify`` can compare the index with what the ledger says.
+``quire audit verify`` can compare the index with what the ledger says. It
+is shared (``quire-core``) because the operator tools fold the ledger audit
+exports by the same rule (``quire check``, ``quire retention``).
 
 The rule is the ledger's: the view moves forward only (a late event never
 drags a job back), a terminal state is final, and the one way out of FAILED

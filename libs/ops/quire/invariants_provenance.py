@@ -12,9 +12,9 @@ audit never completed such a job.
   may have written the artifact before it died (it never commits, so audit
   never completes it).
 - ``artifact_input_mismatch``: the job's assembled packet (the assembler's
-  ``assemblies`` row) is not what was signed: there is none, the signer's
+  record of its packet) is not what was signed: there is none, the signer's
   committed sign task names another packet, the assembler's own committed
-  hand-off disagrees with its row, or the artifact's signed revision (its
+  hand-off disagrees with its record, or the artifact's signed revision (its
   first bytes, as many as the packet has) does not hash to the packet.
 - ``artifacts_exceed_completions``: more artifacts in the blob store than
   COMPLETED jobs in audit's view (tolerated failed signings aside), reported
