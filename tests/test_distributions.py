@@ -341,8 +341,7 @@ def test_the_operator_tools_install_and_import_without_any_service(
         f"for service in {list(SERVICES)!r}:\n"
         "    assert importlib.util.find_spec(f'quire.{service}.main') is None, service\n"
         "    assert importlib.util.find_spec(f'quire.{service}.v1') is not None, service\n"
-        "assert importlib.util.find_spec('quire.gateway') is None, 'gateway'\n"
-        + IMPORTED_FROM,
+        "assert importlib.util.find_spec('quire.gateway') is None, 'gateway'\n" + IMPORTED_FROM,
         tmp_path,
     )
     _no_path_back(site, printed)
