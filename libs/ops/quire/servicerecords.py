@@ -30,8 +30,9 @@ import grpc
 
 from quire.client import RecordsClient
 from quire.export.v1 import export_service_pb2 as pb
+from quire.grpcstatus import reason_of
 from quire.settings import service_address_var
-from quire.stack.info import StackInfo
+from quire.stack.info import STACK_FILE, StackInfo
 from quire.stack.running import stack_running
 from quire.storedexport import read_frames
 from quire.tls import TlsSettings
@@ -58,8 +59,6 @@ class ServiceRecords:
     pages: Mapping[str, Mapping[int, list[pb.ExportRecordsResponse]]]
     missing: tuple[str, ...] = ()
     """Services whose database does not exist (a stopped stack's that never ran)."""
-    asked: bool = False
-    """Asked of the running services, rather than exported from their databases."""
 
     def records(self, service: str, collection: pb.Collection) -> list[pb.Record]:
         """Every record of ``service``'s ``collection``, in its order."""
@@ -72,7 +71,7 @@ class ServiceRecords:
 
 
 def _addresses(data_dir: Path, env: Mapping[str, str], services: Sequence[str]) -> dict[str, str]:
-    info = StackInfo.read(data_dir) if (data_dir / "stack.json").is_file() else None
+    info = StackInfo.read(data_dir) if (data_dir / STACK_FILE).is_file() else None
     found = {}
     for service in services:
         address = env.get(service_address_var(service)) or (
@@ -89,7 +88,7 @@ def _addresses(data_dir: Path, env: Mapping[str, str], services: Sequence[str]) 
 
 def _operator_token(data_dir: Path, env: Mapping[str, str]) -> str:
     token = env.get("QUIRE_OPERATOR_TOKEN", "")
-    if not token and (data_dir / "stack.json").is_file():
+    if not token and (data_dir / STACK_FILE).is_file():
         token = StackInfo.read(data_dir).operator_token()
     if not token:
         raise RecordsUnavailable("no operator token: set QUIRE_OPERATOR_TOKEN")
@@ -105,11 +104,11 @@ async def _ask(wanted: Wanted, client: RecordsClient) -> ServiceRecords:
                     page async for page in client.pages(service, collection)
                 ]
             except grpc.aio.AioRpcError as error:
+                said = " ".join(part for part in (error.code().name, reason_of(error)) if part)
                 raise RecordsUnavailable(
-                    f"{service} did not export {pb.Collection.Name(collection)}: "
-                    f"{error.code().name}"
+                    f"{service} did not export {pb.Collection.Name(collection)}: {said}"
                 ) from None
-    return ServiceRecords(pages, asked=True)
+    return ServiceRecords(pages)
 
 
 def asked(
@@ -145,13 +144,16 @@ def exported(
     command = [sys.executable, "-m", "quire.storedexport", *(["--stopped"] if stopped else [])]
     names = {pb.Collection.Name(c) for collections in wanted.values() for c in collections}
     command += [f"--collection={name}" for name in sorted(names)]
-    done = subprocess.run(
-        [*command, *wanted],
-        env=_export_env(data_dir, env),
-        capture_output=True,
-        timeout=EXPORT_TIMEOUT_SECONDS,
-        check=False,
-    )
+    try:
+        done = subprocess.run(
+            [*command, *wanted],
+            env=_export_env(data_dir, env),
+            capture_output=True,
+            timeout=EXPORT_TIMEOUT_SECONDS,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise RecordsUnavailable("the services' export did not end in time") from None
     if done.returncode != 0:
         said = done.stderr.decode(errors="replace").strip().splitlines()
         raise RecordsUnavailable(f"the services' export failed: {said[-1] if said else '-'}")
