@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+from collections.abc import Awaitable, Callable
 
 import grpc
 
@@ -38,7 +39,6 @@ from quire.admission.watch import WatchRelay
 from quire.announcements import Announcer
 from quire.audit.v1 import audit_service_pb2_grpc
 from quire.database import Database
-from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.metrics import ServiceMetrics, transaction_counter
 from quire.paging import PageTokens
@@ -47,6 +47,7 @@ from quire.pipeline import STAGE_NAMES
 from quire.rolloutboard import RolloutBoardWriter
 from quire.runtime import load_wire, run_service, start_runtime
 from quire.schema import upgrade_schema
+from quire.servicerun import ServiceRun
 from quire.storage import open_blob_store
 from quire.tempspace import TempKeeper
 from quire.transitions import EventFactory
@@ -169,32 +170,27 @@ async def main() -> None:
         settings=config.reconcile,
         queues={stage: QueueAgeProbe(js, cache_seconds=1.0, stage=stage) for stage in STAGE_NAMES},
     )
-    sweeper: list[asyncio.Task[None]] = []
-    announcer = Announcer.of(js, settings)
     rollout_sync = RolloutSync(
         js, await RolloutBoardWriter.open(js, wire.signer), tenants.transaction, settings.queue
     )
-
-    async def ready() -> None:
-        await announcer.start()
-        sweeper.append(asyncio.create_task(dispatcher.sweep_forever()))
-        sweeper.append(asyncio.create_task(reconciler.run_forever()))
-        sweeper.append(asyncio.create_task(notifier.run_forever()))
-        sweeper.append(asyncio.create_task(ends.run_forever()))
-        sweeper.append(asyncio.create_task(outstanding.flush_forever()))
-        sweeper.append(asyncio.create_task(batch_dispatcher.run_forever()))
-        sweeper.append(asyncio.create_task(rollout_sync.run_forever()))
-        sweeper.append(asyncio.create_task(UsageRecount(database).run_forever()))
-
-    async def drain() -> None:
-        await announcer.stop()
-        watches.close()
-        for task in sweeper:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        with contextlib.suppress(Exception):  # another replica takes it at expiry anyway
-            await batch_dispatcher.release()
+    run = ServiceRun(
+        settings, access=peers.guard(), announcer=Announcer.of(js, settings), metrics=metrics
+    )
+    for close in (database.close, nc.close, peers.close, blobs.close, keeper.stop):
+        run.on_close(close)  # nc: workers are drained; nothing is in flight
+    for forever in (
+        dispatcher.sweep_forever,
+        reconciler.run_forever,
+        notifier.run_forever,
+        ends.run_forever,
+        outstanding.flush_forever,
+        batch_dispatcher.run_forever,
+        rollout_sync.run_forever,
+        UsageRecount(database).run_forever,
+    ):
+        run.loop(forever)
+    run.on_drain(watches.close)
+    run.on_drain(_releasing(batch_dispatcher))
 
     def register(server: grpc.aio.Server) -> None:
         pb_grpc.add_AdmissionServiceServicer_to_server(servicer, server)
@@ -210,32 +206,26 @@ async def main() -> None:
         )
 
     await keeper.start()  # a first reading before the first request; leftovers swept
-    try:
-        await serve(
-            address=settings.grpc_address,
-            register=register,
-            service_names=(
-                "quire.admission.v1.AdmissionService",
-                "quire.admission.v1.TenantAdminService",
-            ),
-            access=peers.guard(),
-            health_address=settings.health_address,
-            on_drain=drain,
-            drain_seconds=settings.drain_seconds,
-            ready=ready,
-            tls=settings.tls,
-            metrics=metrics,
-            metrics_address=settings.metrics_address,
-            # Inline sources ride in SubmitJob, with room for the rest of the request.
-            max_receive_bytes=admission.inline_source_bytes + 1024 * 1024,
-        )
-    finally:
-        await announcer.stop()
-        await keeper.stop()
-        blobs.close()
-        await peers.close()
-        await nc.close()  # workers are drained; nothing is in flight
-        database.close()
+    await run.serve(
+        register=register,
+        service_names=(
+            "quire.admission.v1.AdmissionService",
+            "quire.admission.v1.TenantAdminService",
+        ),
+        # Inline sources ride in SubmitJob, with room for the rest of the request.
+        max_receive_bytes=admission.inline_source_bytes + 1024 * 1024,
+    )
+
+
+def _releasing(batch_dispatcher: BatchDispatcher) -> Callable[[], Awaitable[None]]:
+    """The dispatcher's lease given up on the way out; another replica takes it
+    at expiry anyway, so a failure here is not one."""
+
+    async def release() -> None:
+        with contextlib.suppress(Exception):
+            await batch_dispatcher.release()
+
+    return release
 
 
 def run() -> None:
