@@ -89,7 +89,7 @@ def _new_token() -> tuple[str, str]:
 CONFIGURED_TOKEN = re.compile(r"qt_([0-9a-f]{12})_[A-Za-z0-9_-]{32,}")
 """A token made elsewhere, for a Secret: an id of 12 hex digits and at least
 32 URL-safe characters of secret, as ``secrets.token_hex(6)`` and
-``secrets.token_urlsafe(32)`` make them (``k8s/README.md`` shows one way)."""
+``secrets.token_urlsafe(32)`` make them (the Kubernetes guide, ``docs/guides/kubernetes.md``, shows one way)."""
 
 
 def configured_operator_token(path: Path | None) -> str | None:
