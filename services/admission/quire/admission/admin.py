@@ -125,6 +125,10 @@ def _position(listed: tuple[Tenant, list[TokenRecord]]) -> Position:
 
 
 class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
+    """Admission's TenantAdminService. Every call needs a live operator token;
+    a call that changes something is answered once per request id (remembered
+    under the operators' name)."""
+
     def __init__(
         self,
         tenants: TenantDirectory,

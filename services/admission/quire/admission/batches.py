@@ -93,6 +93,9 @@ def _job_counts(
 
 
 class Batches:
+    """Admission's ``BatchDesk``: takes, reads, lists and cancels batches. Makes no
+    job itself: the dispatcher does."""
+
     def __init__(
         self,
         database: Database,

@@ -32,6 +32,9 @@ def resolve_ruleset(requested: str, known: frozenset[str]) -> str | None:
 
 
 class RulesetCatalog:
+    """The validator's ruleset keys (``name@version``), asked again once the TTL
+    has passed; while the validator is away, the last answer stands."""
+
     def __init__(
         self,
         validator: validator_service_pb2_grpc.ValidatorServiceStub,

@@ -127,6 +127,9 @@ def shown_violations(violations: list[FieldViolation], field: str) -> tuple[Fiel
 
 @dataclass(frozen=True)
 class AcceptedJob:
+    """A job as admission accepted it (its ``jobs`` row). ``handoff`` is set only
+    on the call that accepted it."""
+
     name: str
     manifest_digest: str
     item_count: int
@@ -190,6 +193,9 @@ def _track(row: object) -> str:
 
 
 class Intake:
+    """Turns a SubmitJob into one job, or refuses it; the job is committed, not
+    yet published (``Dispatcher.hand_on``)."""
+
     def __init__(
         self,
         database: Database,

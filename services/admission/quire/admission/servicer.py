@@ -58,6 +58,9 @@ log = logging.getLogger(__name__)
 
 
 class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
+    """Admission's AdmissionService. Authenticates every call, then hands it to
+    the part that answers it."""
+
     def __init__(
         self,
         *,

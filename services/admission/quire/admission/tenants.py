@@ -54,6 +54,8 @@ _TENANT_OF_TOKEN = (
 
 @dataclass(frozen=True)
 class Tenant:
+    """A tenant as stored; a limit of None (or 0) follows the service's default."""
+
     id: str
     name: str
     max_upload_bytes: int | None = None
@@ -71,6 +73,9 @@ class Tenant:
 
 @dataclass(frozen=True)
 class TokenRecord:
+    """A bearer token as listed: its id, never its secret. ``tenant`` is None for
+    an operator token."""
+
     token_id: str
     tenant: str | None
     created_at: datetime
@@ -140,6 +145,9 @@ operator CLI) within this many seconds. A token's limits are cached with it."""
 
 
 class TenantDirectory:
+    """Admission's tenants and tokens: writes them, and finds the tenant (or
+    operator) behind a call's bearer token, caching a verified one briefly."""
+
     def __init__(self, database: Database, *, cache_seconds: float = AUTH_CACHE_SECONDS) -> None:
         self._db = database
         self._cache_seconds = cache_seconds

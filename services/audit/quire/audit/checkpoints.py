@@ -58,6 +58,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Checkpoint:
+    """One tenant's chain head as audit signs it: ``payload`` is the signed bytes."""
+
     tenant: str
     length: int
     head_hash: str
@@ -78,6 +80,9 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class CheckpointRound:
+    """What one round of checkpoints did: the ones it signed, and the tenants it
+    refused to sign for."""
+
     documents: list[dict[str, Any]]
     """Newly signed checkpoints."""
     inconsistent: list[str]

@@ -16,6 +16,9 @@ __all__ = ["AuditConfig", "AuditSettings"]
 
 @dataclass(frozen=True)
 class AuditSettings:
+    """Audit's own settings: its checkpoints, and how long a step that does not fit
+    its job's history yet may wait."""
+
     checkpoint_seconds: float = 60.0
     """How often every tenant's chain head is signed and published."""
     checkpoint_key_file: Path | None = None
@@ -50,6 +53,9 @@ class AuditSettings:
 
 @dataclass(frozen=True)
 class AuditConfig:
+    """Audit's settings, every one read and checked in ``from_env`` before the
+    service starts anything."""
+
     service: ServiceSettings
     audit: AuditSettings
     watch: WatchSettings

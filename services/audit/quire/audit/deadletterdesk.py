@@ -39,6 +39,9 @@ OPEN = ("dead", "retrying")
 
 @dataclass(frozen=True)
 class DeadLetterDesk:
+    """Operators' actions on dead letters: list, retry (a new generation from the
+    stage that failed) and discard. Asking again finishes an interrupted retry."""
+
     database: Database
     publisher: Publisher
     gate: JobGate

@@ -55,6 +55,9 @@ COMPARED = (
 
 @dataclass(frozen=True)
 class JobFacts:
+    """A job as its ledger entries tell it, the view audit serves; never read
+    from a table."""
+
     job: str
     tenant: str
     state: str

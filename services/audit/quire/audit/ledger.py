@@ -137,6 +137,9 @@ class Arrival:
 
 @dataclass(frozen=True)
 class Outcome:
+    """What became of one arrival and, when it was appended, its entry and its
+    job's view right after."""
+
     recorded: Recorded
     refusal: Refusal | None = None
     """Why it was kept aside, when it was."""

@@ -81,6 +81,10 @@ _Appended = tuple[JobFacts | None, list[tuple[int | None, tuple[int, bytes]]]]
 
 
 class EventRecorder:
+    """Audit's consumer of the stages' events: appends each event its producer
+    may make and that fits its job's history, once; the rest are kept aside or
+    delivered again later."""
+
     def __init__(
         self,
         writes: AuditWrites,

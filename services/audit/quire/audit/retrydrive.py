@@ -33,6 +33,9 @@ BATCH = 500
 
 
 class RetryRedriver:
+    """Publishes again the task of an operator's retry that stalled past its
+    state's budget, under a new re-drive number; one pass per interval."""
+
     def __init__(
         self, *, database: Database, publisher: Publisher, settings: ReconcileSettings
     ) -> None:

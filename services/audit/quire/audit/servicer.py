@@ -132,6 +132,9 @@ def _window(request: pb.CompareTracksRequest) -> Window:
 
 
 class AuditServicer(pb_grpc.AuditServiceServicer):
+    """Audit's AuditService: jobs and the ledger for reading, and for operators
+    the dead-letter decisions and retirement records."""
+
     def __init__(
         self,
         database: Database,

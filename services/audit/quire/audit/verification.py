@@ -52,6 +52,9 @@ BATCH = 5000
 
 @dataclass(frozen=True)
 class Finding:
+    """One thing verification found wrong: its ``kind`` (the module's list), at
+    entry ``sequence`` of ``tenant``'s chain."""
+
     kind: str
     sequence: int
     tenant: str
@@ -61,6 +64,9 @@ class Finding:
 
 @dataclass(frozen=True)
 class LedgerReport:
+    """What one verification of the whole ledger covered, and what it found;
+    ``ok`` when it found nothing."""
+
     entries: int
     chains: int
     checkpoints_checked: int

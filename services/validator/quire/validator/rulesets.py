@@ -50,6 +50,9 @@ def canonical(body: dict[str, Any]) -> bytes:
 
 @dataclass(frozen=True)
 class Ruleset:
+    """One published ruleset, ``name@version``, and the digest that pins it.
+    ``from_body`` refuses a body with an unknown rule, reason or repair policy."""
+
     name: str
     version: str
     body: dict[str, Any] = field(repr=False)

@@ -89,6 +89,9 @@ def _review(review: ReviewRow) -> pb.Review:
 
 
 class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
+    """The validator's ValidatorService: validations, rulesets, what deferred jobs
+    wait for, and, for operators only, reviews and shadow evaluation."""
+
     def __init__(
         self,
         database: Database,
