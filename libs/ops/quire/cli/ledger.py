@@ -116,10 +116,15 @@ async def evidence_export(args: argparse.Namespace, config: ClientConfig, out: O
 def _asked_of(args: argparse.Namespace, config: ClientConfig) -> str:
     """``audit`` when an operator token is known (any tenant's job) and
     ``--as-tenant`` is not given; else ``admission``, with the tenant's token."""
-    if args.as_tenant and not config.token:
-        raise CliError("--as-tenant: no tenant token; set QUIRE_TOKEN")
-    if config.operator_token and config.audit and not args.as_tenant:
-        return "audit"
+    if args.as_tenant:
+        if not config.token:
+            raise CliError("--as-tenant: no tenant token; set QUIRE_TOKEN")
+        return "admission"
+    if config.operator_token:
+        if config.audit:
+            return "audit"
+        if not config.token:
+            raise CliError("an operator's export asks audit: set QUIRE_AUDIT_ADDR")
     if config.token:
         return "admission"
     raise CliError("no token: set QUIRE_TOKEN (your own jobs) or QUIRE_OPERATOR_TOKEN (any job)")

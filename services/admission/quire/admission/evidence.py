@@ -23,7 +23,10 @@ __all__ = ["EvidenceDesk", "EXPORT_TIMEOUT_SECONDS"]
 EXPORT_TIMEOUT_SECONDS = 60.0
 """Audit signs a fresh checkpoint before it exports (the newest entry covered)."""
 
-_NOT_YET = "no evidence for this job yet: audit has not recorded it, or no checkpoint covers it"
+_NOT_YET = (
+    "no evidence for this job yet: audit has not recorded it or no checkpoint covers it"
+    " (or none of the size given)"
+)
 
 
 class EvidenceDesk:
@@ -42,17 +45,15 @@ class EvidenceDesk:
                 request, timeout=EXPORT_TIMEOUT_SECONDS, wait_for_ready=True
             )
         except grpc.aio.AioRpcError as error:
-            raise _answer(error, since_size) from None
+            raise _answer(error) from None
         return pb.JobEvidence(job=reply.job, json=reply.json)
 
 
-def _answer(error: grpc.aio.AioRpcError, since_size: int) -> QuireError:
+def _answer(error: grpc.aio.AioRpcError) -> QuireError:
     """What the tenant is told when audit does not export: audit's reason
     code, in admission's own words (no text of another service travels on)."""
     code = error.code()
     if code == grpc.StatusCode.NOT_FOUND:
-        if since_size:
-            return NotFound("no evidence with a checkpoint of that size")
         return NotFound(_NOT_YET)
     if code == grpc.StatusCode.FAILED_PRECONDITION:
         return FailedPrecondition(  # audit's one precondition on an export

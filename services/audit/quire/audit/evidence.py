@@ -57,6 +57,7 @@ __all__ = [
     "retirements",
     "shown_fields",
     "FORMAT",
+    "NO_ENTRIES",
     "SHOWN",
 ]
 

@@ -14,7 +14,7 @@ from sqlalchemy import Connection, select
 from quire.audit import tables
 from quire.audit.checkpoints import CheckpointBook, CheckpointFiles
 from quire.audit.deadletterdesk import DeadLetterDesk
-from quire.audit.evidence import build_evidence, dumps, public_key_fingerprint
+from quire.audit.evidence import NO_ENTRIES, build_evidence, dumps, public_key_fingerprint
 from quire.audit.follow import Follows
 from quire.audit.jobview import JobFacts, fold
 from quire.audit.retirement import record_retirement
@@ -329,7 +329,7 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         if tenant:
             prefix, _, ident = tenant.partition("/")
             if prefix != "tenants" or not ident or "/" in ident:
-                raise NotFound("job not found")
+                raise NotFound(NO_ENTRIES)  # as for another tenant's job
             return ident
         if self._operators is None:
             raise PermissionDenied("an export for no tenant needs an operator token")
