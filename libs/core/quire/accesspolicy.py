@@ -52,6 +52,7 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
                 "SetNotificationEndpoint": BEARER,
                 "GetNotificationEndpoint": BEARER,
                 "ListNotificationAttempts": BEARER,
+                "GetJobEvidence": BEARER,  # asks audit for the tenant's own job only
             },
         ),
         **_service(
@@ -86,6 +87,8 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
             "FollowJobs": FRONT_DOOR_READ,  # admission's one stream of its relayed watches
             "BatchGetJobs": FRONT_DOOR_READ,
             "ListJobEvents": FRONT_DOOR_READ,
+            # Admission names the tenant it authenticated (audit checks it
+            # against the job's entries); an export for no tenant needs an operator.
             "ExportEvidence": FRONT_DOOR_READ,
             "GetCheckpointKey": FRONT_DOOR_READ,  # published: `quire audit key`
             "VerifyLedger": OPERATOR,  # every tenant's chain

@@ -128,7 +128,11 @@ class ReasonCode(StrEnum):
     fetched, for example after waiting in a queue: FAILED."""
     BUDGET_TOO_SHORT = "BUDGET_TOO_SHORT"
     """SubmitJob's budget cannot cover the slice reserved for render, signing
-    and storage plus one source call."""
+    and storage plus one source call; or a dead-letter retry's budget is not
+    positive."""
+    BUDGET_TOO_LONG = "BUDGET_TOO_LONG"
+    """A dead-letter retry's budget is longer than the longest a job may ask
+    for (``QUIRE_MAX_JOB_BUDGET_SECONDS``)."""
     # Rollouts (``quire rollout``, TenantAdminService.StartRollout and friends).
     INVALID_ROLLOUT = "INVALID_ROLLOUT"
     """A rollout request with a field out of its range (see the field violations)."""

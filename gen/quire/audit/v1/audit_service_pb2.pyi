@@ -1,6 +1,7 @@
 import datetime
 
 from quire.type import job_pb2 as _job_pb2
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from quire.type import queue_pb2 as _queue_pb2
 from google.protobuf.internal import containers as _containers
@@ -97,7 +98,7 @@ class RecordRetirementResponse(_message.Message):
     def __init__(self, event_id: _Optional[str] = ..., appended: _Optional[bool] = ...) -> None: ...
 
 class DeadLetterRecord(_message.Message):
-    __slots__ = ("job", "tenant", "stage", "reason_code", "deliveries", "generation", "status", "create_time", "resolve_time", "resolved_by")
+    __slots__ = ("job", "tenant", "stage", "reason_code", "deliveries", "generation", "status", "create_time", "resolve_time", "resolved_by", "deadline")
     JOB_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
@@ -108,6 +109,7 @@ class DeadLetterRecord(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     RESOLVE_TIME_FIELD_NUMBER: _ClassVar[int]
     RESOLVED_BY_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
     job: str
     tenant: str
     stage: str
@@ -118,7 +120,8 @@ class DeadLetterRecord(_message.Message):
     create_time: _timestamp_pb2.Timestamp
     resolve_time: _timestamp_pb2.Timestamp
     resolved_by: str
-    def __init__(self, job: _Optional[str] = ..., tenant: _Optional[str] = ..., stage: _Optional[str] = ..., reason_code: _Optional[str] = ..., deliveries: _Optional[int] = ..., generation: _Optional[int] = ..., status: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolve_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_by: _Optional[str] = ...) -> None: ...
+    deadline: _timestamp_pb2.Timestamp
+    def __init__(self, job: _Optional[str] = ..., tenant: _Optional[str] = ..., stage: _Optional[str] = ..., reason_code: _Optional[str] = ..., deliveries: _Optional[int] = ..., generation: _Optional[int] = ..., status: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolve_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_by: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListDeadLettersRequest(_message.Message):
     __slots__ = ("include_resolved", "page_size", "page_token")
@@ -139,12 +142,14 @@ class ListDeadLettersResponse(_message.Message):
     def __init__(self, dead_letters: _Optional[_Iterable[_Union[DeadLetterRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class RetryDeadLetterRequest(_message.Message):
-    __slots__ = ("job", "request_id")
+    __slots__ = ("job", "request_id", "budget")
     JOB_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
     job: str
     request_id: str
-    def __init__(self, job: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+    budget: _duration_pb2.Duration
+    def __init__(self, job: _Optional[str] = ..., request_id: _Optional[str] = ..., budget: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class DiscardDeadLetterRequest(_message.Message):
     __slots__ = ("job", "request_id")
@@ -155,12 +160,14 @@ class DiscardDeadLetterRequest(_message.Message):
     def __init__(self, job: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ExportEvidenceRequest(_message.Message):
-    __slots__ = ("job", "since_size")
+    __slots__ = ("job", "tenant", "since_size")
     JOB_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     SINCE_SIZE_FIELD_NUMBER: _ClassVar[int]
     job: str
+    tenant: str
     since_size: int
-    def __init__(self, job: _Optional[str] = ..., since_size: _Optional[int] = ...) -> None: ...
+    def __init__(self, job: _Optional[str] = ..., tenant: _Optional[str] = ..., since_size: _Optional[int] = ...) -> None: ...
 
 class Evidence(_message.Message):
     __slots__ = ("job", "json")

@@ -18,6 +18,7 @@ from quire.admission.catalog import RulesetCatalog
 from quire.admission.config import AdmissionConfig
 from quire.admission.dispatch import Dispatcher
 from quire.admission.dispatchlease import DispatchLease
+from quire.admission.evidence import EvidenceDesk
 from quire.admission.finishes import EndTracker
 from quire.admission.intake import Intake
 from quire.admission.jobviews import JobViews
@@ -161,6 +162,7 @@ async def main() -> None:
         notifications=Notifications(
             database, notify_secrets, config.notifications, egress=config.egress
         ),
+        evidence=EvidenceDesk(audit),
     )
     reconciler = Reconciler(
         database=database,

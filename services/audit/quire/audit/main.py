@@ -97,7 +97,13 @@ async def main() -> None:
         verifier=wire.verifier,
         backoff=settings.queue.backoff,
     )
-    dead_letters = DeadLetterDesk(database, publisher, gate, settings.build_version)
+    dead_letters = DeadLetterDesk(
+        database,
+        publisher,
+        gate,
+        settings.build_version,
+        max_budget_seconds=audit.max_retry_budget_seconds,
+    )
     peers = Peers.load(settings)
     operators = peers.operators()
     workers = [

@@ -14,7 +14,7 @@ from sqlalchemy import Connection, select
 from quire.audit import tables
 from quire.audit.checkpoints import CheckpointBook, CheckpointFiles
 from quire.audit.deadletterdesk import DeadLetterDesk
-from quire.audit.evidence import build_evidence, dumps, public_key_fingerprint
+from quire.audit.evidence import NO_ENTRIES, build_evidence, dumps, public_key_fingerprint
 from quire.audit.follow import Follows
 from quire.audit.jobview import JobFacts, fold
 from quire.audit.retirement import record_retirement
@@ -24,7 +24,7 @@ from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from quire.audit.verification import verify_ledger
 from quire.audit.watch import JobWatches
 from quire.database import Database
-from quire.errors import FieldViolation, InvalidInput, NotFound
+from quire.errors import FieldViolation, InvalidInput, NotFound, PermissionDenied
 from quire.grpcstatus import at_the_edge
 from quire.idempotency import OPERATORS, RequestOnce
 from quire.jobs import job_id, job_name, state_value, timestamp
@@ -189,8 +189,15 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
             tables.request_ids, OPERATORS, RETRY_DEAD_LETTER, request, pb.DeadLetterRecord
         )
 
+        budget = request.budget if request.HasField("budget") else None
+
         async def retry() -> pb.DeadLetterRecord:
-            return dead_letter_record(await desk.retry(job_name(job_id(request.job)), operator))
+            row = await desk.retry(job_name(job_id(request.job)), operator, budget)
+            record = dead_letter_record(row)
+            deadline = await desk.deadline_of(row.job, row.generation + 1)
+            if deadline is not None:
+                record.deadline.CopyFrom(deadline)
+            return record
 
         return await once.around(self._db, retry)
 
@@ -304,15 +311,33 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         if self._checkpoints is None:
             raise NotFound("this audit service keeps no checkpoints")
         name = job_name(job_id(request.job))
+        tenant = await self._evidence_scope(request.tenant, context)
         book = self._checkpoints
         await book.take()  # so that a checkpoint covers even the newest entry
         documents = await asyncio.to_thread(book.documents)
         evidence = await self._db.read(
             lambda s: build_evidence(
-                s, name, documents, book.public_pem, since_size=request.since_size
+                s, name, documents, book.public_pem, since_size=request.since_size, tenant=tenant
             )
         )
         return pb.Evidence(job=name, json=dumps(evidence))
+
+    async def _evidence_scope(self, tenant: str, context: grpc.aio.ServicerContext) -> str | None:
+        """The tenant an export is scoped to: the one named (admission asks on
+        a tenant's behalf, and gets that tenant's jobs only); None, any
+        tenant's job, only for an operator. The access rule admitted the
+        caller as admission or an operator; an unscoped export asks again
+        whose token it carries, so a service's identity alone never reads
+        across tenants."""
+        if tenant:
+            prefix, _, ident = tenant.partition("/")
+            if prefix != "tenants" or not ident or "/" in ident:
+                raise NotFound(NO_ENTRIES)  # as for another tenant's job
+            return ident
+        if self._operators is None:
+            raise PermissionDenied("an export for no tenant needs an operator token")
+        await self._operators.operator_of(context)
+        return None
 
     @at_the_edge(DOMAIN)
     async def GetCheckpointKey(  # noqa: N802 - gRPC method name
