@@ -117,7 +117,6 @@ async def rollout_status(args: argparse.Namespace, config: ClientConfig, out: Ou
         ) as reads:
             for rollout in compared:
                 comparisons.append(await _compare(reads, rollout, args.shadow, out))
-    out.line("(routing by track is not built yet: every worker takes every track)")
     out.result(
         {
             "rollouts": [rollout_dict(rollout) for rollout in rollouts],
