@@ -94,6 +94,8 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
             "DiscardDeadLetter": OPERATOR,
             "RecordRetirement": OPERATOR,  # `quire retention apply`
             "CompareTracks": OPERATOR,  # `quire rollout status`: every tenant's jobs
+            # Admission keeps each ruleset's current version and records its changes.
+            "RecordRulesetChange": Rule(callers=frozenset({ADMISSION})),
         },
     ),
     "validator": _service(

@@ -25,7 +25,9 @@ from quire.admission.notifier import Notifier
 from quire.admission.notifysecrets import NotificationSecrets
 from quire.admission.outstanding import OutstandingJobs
 from quire.admission.reconciler import Reconciler
+from quire.admission.rolloutrulesets import RolloutRulesets
 from quire.admission.rolloutsync import RolloutSync
+from quire.admission.rulesetledger import RulesetLedger
 from quire.admission.servicer import AdmissionServicer
 from quire.admission.storageusage import UsageRecount
 from quire.admission.tempguard import TempSpaceGuard
@@ -101,6 +103,7 @@ async def main() -> None:
         budgets=config.budgets,
         keys=blobs.keys,
     )
+    ruleset_ledger = RulesetLedger(database, audit, catalog=catalog, currents=intake.currents)
     notify_secrets = NotificationSecrets(blobs.keys)
     notifier = Notifier(
         database, notify_secrets, config.notifications, egress=config.egress, metrics=metrics
@@ -155,6 +158,7 @@ async def main() -> None:
             admission,
             ends=ends,
             pages=pages,
+            currents=intake.currents,
             catalog=catalog,
         ),
         notifications=Notifications(
@@ -184,6 +188,7 @@ async def main() -> None:
         sweeper.append(asyncio.create_task(outstanding.flush_forever()))
         sweeper.append(asyncio.create_task(batch_dispatcher.run_forever()))
         sweeper.append(asyncio.create_task(rollout_sync.run_forever()))
+        sweeper.append(asyncio.create_task(ruleset_ledger.run_forever()))
         sweeper.append(asyncio.create_task(UsageRecount(database).run_forever()))
 
     async def drain() -> None:
@@ -204,6 +209,7 @@ async def main() -> None:
                 pages=pages,
                 open_rollouts=intake.rollouts,
                 rollout_sync=rollout_sync,
+                rollout_rulesets=RolloutRulesets(catalog, intake.currents, ruleset_ledger),
                 egress=config.egress,
             ),
             server,

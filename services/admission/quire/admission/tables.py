@@ -40,6 +40,8 @@ __all__ = [
     "dispatch_lease",
     "source_systems",
     "rollouts",
+    "current_rulesets",
+    "ruleset_changes",
 ]
 
 metadata = MetaData()
@@ -308,4 +310,38 @@ rollouts = Table(
     Column("open_stage", String(16), nullable=True, unique=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+# The current version of each ruleset name (``quire.admission.currentrulesets``):
+# what a job naming no version is pinned to. One row per name, made when
+# admission first sees the name, changed only by promoting a rollout.
+current_rulesets = Table(
+    "current_rulesets",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    # "name@version".
+    Column("version", String(128), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+# Every change of a current version, written in the transaction that makes
+# it, and recorded in audit's ledger afterwards (``recorded_at`` set once
+# audit has answered). Rows are never deleted.
+ruleset_changes = Table(
+    "ruleset_changes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(64), nullable=False),
+    # "" when the name was first seen.
+    Column("previous_version", String(128), nullable=False),
+    Column("current_version", String(128), nullable=False),
+    # "ADOPTED" (first seen) or "PROMOTED".
+    Column("cause", String(16), nullable=False),
+    # "rollouts/{rollout}" for a promotion, else "".
+    Column("rollout", String(128), nullable=False),
+    # Who made it: "operator" or "admission", and the operator's token id or
+    # the admission instance.
+    Column("actor_service", String(32), nullable=False),
+    Column("actor_instance", String(128), nullable=False),
+    Column("actor_build_version", String(64), nullable=False),
+    Column("changed_at", DateTime(timezone=True), nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=True),
 )

@@ -207,6 +207,17 @@ class RulesetBook:
                 await asyncio.to_thread(self.reload)
         return self._by_key.get(key)
 
+    async def published(self) -> list[Ruleset]:
+        """``all``, the database read again first (off the event loop, at most
+        once a second): another replica may have published a version since,
+        and admission's catalog must see it before a rollout may name it."""
+        async with self._reloading:
+            now = time.monotonic()
+            if now - self._reloaded_at >= RELOAD_SECONDS:
+                self._reloaded_at = now
+                await asyncio.to_thread(self.reload)
+        return self.all()
+
     def all(self) -> list[Ruleset]:
         return sorted(self._by_key.values(), key=lambda r: (r.name, int_or_text(r.version)))
 
