@@ -13,20 +13,24 @@ restarted, as an operator loads a version:
   ones run default@2, baseline ones default@1, all pinned to default@1;
 - after the rollback they all run default@1 again;
 - a promoted rollout makes default@2 current for the jobs accepted after,
-  and the ledger's operators' chain records each change of the current
-  version (adopted on first sight, then promoted), not the rollback.
+  and the ledger's operators' chain records the change (from, to, the
+  rollout, the operator); the rollback recorded none.
 
 And a published ruleset edited in place: the validator refuses to start,
 once, with exit status 2 and one line naming the file and the version, no
-traceback, and the stack does not start it again.
+traceback, and the stack does not start it again. ``quire up`` with a file
+that is no ruleset stops with that line (exit status 2), no traceback, the
+validator tried once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import sqlite3
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -43,7 +47,7 @@ from quire.reasons import ReasonCode
 from quire.stack.supervisor import Stack, StackInfo
 from quire.testing.ledger import ledger_entries
 from quire.testing.pdfs import write_text_pdf
-from quire.testing.quirecli import run_quire
+from quire.testing.quirecli import QUIRE, ROOT, run_quire
 from quire.tracks import BASELINE, CANDIDATE
 from quire.type import queue_pb2
 
@@ -246,17 +250,19 @@ async def test_a_new_ruleset_version_reaches_unpinned_jobs_only_through_its_roll
     assert {ran[job] for job in after} == {(NEW, NEW)}, ran
     assert {ran[job] for job in pinned_old} == {(OLD, OLD)}  # a named version is kept
 
-    # The ledger: default@1 adopted on first sight, then default@2 promoted by
-    # the operator; the rollback changed nothing.
-    changes = await _changes_recorded(data_dir, 4)  # three shipped names, one promotion
-    defaults = [
-        (e.ruleset_change.cause, e.ruleset_change.previous_version, e.ruleset_version)
+    # The ledger: the promotion, from default@1 to default@2, by the operator,
+    # on the operators' chain; the rollback changed nothing.
+    changes = await _changes_recorded(data_dir, 1)
+    assert [
+        (e.ruleset_change.name, e.ruleset_change.previous_version, e.ruleset_version)
         for e in changes
-        if e.ruleset_change.name == "default"
-    ]
-    assert defaults == [("ADOPTED", "", OLD), ("PROMOTED", OLD, NEW)], defaults
-    promotion = changes[-1]
-    assert (promotion.tenant, promotion.job) == ("operators", "")
+    ] == [("default", OLD, NEW)], changes
+    promotion = changes[0]
+    assert (promotion.tenant, promotion.job, promotion.ruleset_change.cause) == (
+        "operators",
+        "",
+        "PROMOTED",
+    )
     assert promotion.ruleset_change.rollout == promoted.name
     assert promotion.actor.service == "operator" and promotion.actor.instance
     checked = run_quire(data_dir, "check")
@@ -304,3 +310,29 @@ async def test_a_published_ruleset_edited_in_place_refuses_the_validator_start_o
     finally:
         published.write_text(original)
         await _restart_validator(stack)
+
+
+def test_quire_up_with_a_file_that_is_no_ruleset_says_so_once_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    rulesets = tmp_path / "rulesets"
+    rulesets.mkdir()
+    broken = rulesets / "default-1.json"
+    broken.write_text('{"name": "default", "version": "1", "rules": [')
+    data_dir = tmp_path / "stack"
+    up = subprocess.run(
+        [*QUIRE, "--data-dir", str(data_dir), "up"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "QUIRE_RULESETS_DIR": str(rulesets)},
+    )
+    assert up.returncode == 2, up.stdout + up.stderr
+    assert "Traceback" not in up.stderr, up.stderr
+    said = up.stderr.strip().splitlines()[-1]
+    assert "quire-validator: cannot start: QUIRE_RULESETS_DIR: " in said, up.stderr
+    assert str(broken) in said and "not JSON" in said, said
+    log = (data_dir / "logs" / "validator.log").read_text()
+    assert log.count("cannot start") == 1, log  # tried once, not once per startup attempt
+    assert "Traceback" not in log, log

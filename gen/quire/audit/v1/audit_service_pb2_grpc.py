@@ -219,7 +219,7 @@ class AuditServiceServicer:
 
     def RecordRulesetChange(self, request, context):
         """Admission only: record that the current version of a ruleset name
-        changed (first seen, or a rollout promoted). Appends one hash-chained
+        changed (a rollout promoted). Appends one hash-chained
         entry (TransitionEvent.ruleset_change) to the operators' chain, which
         concerns no tenant and no job; asking again for the same change appends
         nothing.

@@ -15,11 +15,12 @@ newest version, it is the version its jobs already got, so the upgrade
 itself changes no job's ruleset. Admission looks for new names at its start
 and every few seconds after (``quire.admission.rulesetledger``), and before
 pinning a job, so a version loaded later never becomes current by being
-first.
+first. What a job was pinned to is on its ACCEPTED ledger entry
+(``ruleset_version``).
 
-Each change is a row of ``ruleset_changes``, written in the transaction
-that makes it, which ``quire.admission.rulesetledger`` then records in
-audit's ledger.
+Each promotion is a row of ``ruleset_changes``, written in the promotion's
+transaction, which ``quire.admission.rulesetledger`` then records in
+audit's ledger (from, to, the rollout, the operator).
 """
 
 from __future__ import annotations
@@ -36,21 +37,9 @@ from quire.admission import tables
 from quire.admission.catalog import newest_versions
 from quire.admission.rollouts import RolloutRecord
 from quire.database import Database, insert_if_absent
-from quire.type import queue_pb2
 
-__all__ = [
-    "ADOPTED",
-    "PROMOTED",
-    "CurrentRulesets",
-    "adopt",
-    "promote",
-    "read_current",
-]
+__all__ = ["CurrentRulesets", "adopt", "promote", "read_current"]
 
-ADOPTED = "ADOPTED"
-"""The newest version known when admission first saw the name."""
-PROMOTED = "PROMOTED"
-"""A rollout's candidate ruleset, promoted."""
 REFRESH_SECONDS = 1.0
 
 
@@ -60,70 +49,37 @@ def read_current(connection: Connection) -> dict[str, str]:
     return {row.name: row.version for row in connection.execute(select(table))}
 
 
-def _record_change(
-    connection: Connection,
-    *,
-    name: str,
-    previous: str,
-    current: str,
-    cause: str,
-    rollout: str,
-    actor: queue_pb2.Actor,
-    now: datetime,
-) -> None:
-    connection.execute(
-        tables.ruleset_changes.insert(),
-        {
-            "name": name,
-            "previous_version": previous,
-            "current_version": current,
-            "cause": cause,
-            "rollout": rollout,
-            "actor_service": actor.service,
-            "actor_instance": actor.instance,
-            "actor_build_version": actor.build_version,
-            "changed_at": now,
-        },
-    )
-
-
-def adopt(connection: Connection, known: frozenset[str], actor: queue_pb2.Actor) -> list[str]:
+def adopt(connection: Connection, known: frozenset[str]) -> list[str]:
     """Give each name of ``known`` without a current version its newest known
     version; the names adopted here (another replica's adoption wins a race)."""
     current = read_current(connection)
     now = datetime.now(UTC)
-    adopted: list[str] = []
-    for name, newest in sorted(newest_versions(known).items()):
-        if name in current:
-            continue
-        row = {"name": name, "version": newest, "updated_at": now}
-        if insert_if_absent(connection, tables.current_rulesets, row):
-            _record_change(
-                connection,
-                name=name,
-                previous="",
-                current=newest,
-                cause=ADOPTED,
-                rollout="",
-                actor=actor,
-                now=now,
-            )
-            adopted.append(name)
-    return adopted
+    return [
+        name
+        for name, newest in sorted(newest_versions(known).items())
+        if name not in current
+        and insert_if_absent(
+            connection,
+            tables.current_rulesets,
+            {"name": name, "version": newest, "updated_at": now},
+        )
+    ]
 
 
-def promote(connection: Connection, record: RolloutRecord, actor: queue_pb2.Actor) -> str | None:
+def promote(
+    connection: Connection, record: RolloutRecord, *, operator: str, build_version: str
+) -> bool:
     """Make the promoted rollout's candidate ruleset its name's current
-    version, in the promotion's transaction; the version it replaced (""
-    for none), or None when it had nothing to change."""
+    version, in the promotion's transaction, and keep the change for the
+    ledger; False when there was nothing to change."""
     if not record.candidate_ruleset:
-        return None
+        return False
     name = record.candidate_ruleset.partition("@")[0]
     table = tables.current_rulesets
     now = datetime.now(UTC)
     previous = connection.scalar(select(table.c.version).where(table.c.name == name))
     if previous == record.candidate_ruleset:
-        return None
+        return False
     if previous is None:
         connection.execute(
             table.insert(), {"name": name, "version": record.candidate_ruleset, "updated_at": now}
@@ -134,17 +90,19 @@ def promote(connection: Connection, record: RolloutRecord, actor: queue_pb2.Acto
             .where(table.c.name == name)
             .values(version=record.candidate_ruleset, updated_at=now)
         )
-    _record_change(
-        connection,
-        name=name,
-        previous=previous or "",
-        current=record.candidate_ruleset,
-        cause=PROMOTED,
-        rollout=record.name,
-        actor=actor,
-        now=now,
+    connection.execute(
+        tables.ruleset_changes.insert(),
+        {
+            "name": name,
+            "previous_version": previous or "",
+            "current_version": record.candidate_ruleset,
+            "rollout": record.name,
+            "operator": operator,
+            "build_version": build_version,
+            "changed_at": now,
+        },
     )
-    return previous or ""
+    return True
 
 
 @dataclass(frozen=True)
@@ -155,19 +113,16 @@ class _Kept:
 
 class CurrentRulesets:
     """The current versions, read at most once per ``refresh_seconds`` (and at
-    once after ``changed``), with every name of the catalog adopted first.
-    ``actor`` is this admission process, which adopts."""
+    once after ``changed``), with every name of the catalog adopted first."""
 
     def __init__(
         self,
         database: Database,
-        actor: queue_pb2.Actor,
         *,
         refresh_seconds: float = REFRESH_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._db = database
-        self.actor = actor
         self._refresh = refresh_seconds
         self._clock = clock
         self._lock = threading.Lock()
@@ -191,7 +146,7 @@ class CurrentRulesets:
             return kept.versions
         names = set(newest_versions(known))
         if not adopted and not names <= set(kept.versions):
-            await self._db.run(lambda s: adopt(s, known, self.actor))
+            await self._db.run(lambda s: adopt(s, known))
         now = self._clock()
         versions = await self._db.read(read_current)
         with self._lock:

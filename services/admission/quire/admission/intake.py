@@ -211,12 +211,7 @@ class Intake:
         self._budgets = budgets or JobBudgets()
         self.rollouts = rollouts or OpenRollouts()
         """The open rollouts each accepted job is pinned against (its track)."""
-        self.currents = currents or CurrentRulesets(
-            database,
-            queue_pb2.Actor(
-                service=events.service, instance=events.instance, build_version=events.build_version
-            ),
-        )
+        self.currents = currents or CurrentRulesets(database)
         """Each ruleset name's current version: a job naming no version gets it."""
         self._accepted = metrics.counter("quire_jobs_accepted_total") if metrics else None
         self._refused = metrics.counter("quire_jobs_refused_total") if metrics else None

@@ -209,7 +209,9 @@ async def main() -> None:
                 pages=pages,
                 open_rollouts=intake.rollouts,
                 rollout_sync=rollout_sync,
-                rollout_rulesets=RolloutRulesets(catalog, intake.currents, ruleset_ledger),
+                rollout_rulesets=RolloutRulesets(
+                    catalog, intake.currents, ruleset_ledger, build_version=settings.build_version
+                ),
                 egress=config.egress,
             ),
             server,

@@ -25,13 +25,10 @@ from quire.admission.rollouts import CANARY, RolloutRecord
 from quire.admission.rulesetledger import RulesetLedger
 from quire.errors import FailedPrecondition, FieldViolation, InvalidInput
 from quire.reasons import ReasonCode
-from quire.type import queue_pb2
 
 __all__ = ["RolloutRulesets"]
 
 log = logging.getLogger(__name__)
-OPERATOR = "operator"
-"""The actor's service on a change an operator made (as on other operator entries)."""
 
 
 class RolloutRulesets:
@@ -40,7 +37,11 @@ class RolloutRulesets:
         catalog: RulesetCatalog,
         currents: currentrulesets.CurrentRulesets,
         ledger: RulesetLedger,
+        *,
+        build_version: str,
     ) -> None:
+        """``build_version``: admission's, on the ledger entry of a promotion."""
+        self._build_version = build_version
         self._catalog = catalog
         self._currents = currents
         self._ledger = ledger
@@ -79,11 +80,10 @@ class RolloutRulesets:
         (every name known adopted first, so the change says what it replaced)."""
         if not record.candidate_ruleset:
             return
-        currentrulesets.adopt(connection, known, self._currents.actor)
-        actor = queue_pb2.Actor(
-            service=OPERATOR, instance=operator, build_version=self._currents.actor.build_version
+        currentrulesets.adopt(connection, known)
+        currentrulesets.promote(
+            connection, record, operator=operator, build_version=self._build_version
         )
-        currentrulesets.promote(connection, record, actor)
 
     async def promoted(self) -> None:
         """After the promotion's commit: intake reads the current versions

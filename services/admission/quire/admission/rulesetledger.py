@@ -1,13 +1,13 @@
-"""Changes of a ruleset's current version, taken to audit's ledger.
+"""Promotions of a ruleset's current version, taken to audit's ledger.
 
-``quire.admission.currentrulesets`` writes each change as a row of
-``ruleset_changes`` in the transaction that makes it. ``record_pending``
-asks audit to record every row it has not yet acknowledged
+``quire.admission.currentrulesets`` writes each promotion as a row of
+``ruleset_changes`` in the promotion's transaction. ``record_pending`` asks
+audit to record every row it has not yet acknowledged
 (``RecordRulesetChange``: audit appends each change once, however often it
 is asked), then marks the row. It runs right after a promotion, and every
 few seconds in ``run_forever``, which also adopts the names the catalog
 shows for the first time; so a crash or an unreachable audit between the
-change and its record is made good by any admission replica.
+promotion and its record is made good by any admission replica.
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ from quire.type import queue_pb2
 __all__ = ["RulesetLedger"]
 
 log = logging.getLogger(__name__)
+PROMOTED = "PROMOTED"
+"""``RulesetChange.cause`` of a promoted rollout's candidate ruleset."""
+OPERATOR = "operator"
+"""The actor's service on an operator's decision, as on other operator entries."""
 EVERY_SECONDS = 5.0
 TIMEOUT_SECONDS = 5.0
 BATCH = 100
@@ -50,14 +54,12 @@ def _request(row: Any) -> audit_service_pb2.RecordRulesetChangeRequest:
             name=row.name,
             previous_version=row.previous_version,
             current_version=row.current_version,
-            cause=row.cause,
+            cause=PROMOTED,
             rollout=row.rollout,
         ),
         change_time=timestamp(as_utc(row.changed_at)),
         actor=queue_pb2.Actor(
-            service=row.actor_service,
-            instance=row.actor_instance,
-            build_version=row.actor_build_version,
+            service=OPERATOR, instance=row.operator, build_version=row.build_version
         ),
     )
 

@@ -322,26 +322,22 @@ current_rulesets = Table(
     Column("version", String(128), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
-# Every change of a current version, written in the transaction that makes
-# it, and recorded in audit's ledger afterwards (``recorded_at`` set once
-# audit has answered). Rows are never deleted.
+# Every promotion of a current version, written in the promotion's
+# transaction, and recorded in audit's ledger afterwards (``recorded_at`` set
+# once audit has answered). Rows are never deleted.
 ruleset_changes = Table(
     "ruleset_changes",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("name", String(64), nullable=False),
-    # "" when the name was first seen.
+    # "" when the name had no current version yet.
     Column("previous_version", String(128), nullable=False),
     Column("current_version", String(128), nullable=False),
-    # "ADOPTED" (first seen) or "PROMOTED".
-    Column("cause", String(16), nullable=False),
-    # "rollouts/{rollout}" for a promotion, else "".
+    # "rollouts/{rollout}".
     Column("rollout", String(128), nullable=False),
-    # Who made it: "operator" or "admission", and the operator's token id or
-    # the admission instance.
-    Column("actor_service", String(32), nullable=False),
-    Column("actor_instance", String(128), nullable=False),
-    Column("actor_build_version", String(64), nullable=False),
+    # The operator's token id, and admission's build that made the change.
+    Column("operator", String(64), nullable=False),
+    Column("build_version", String(64), nullable=False),
     Column("changed_at", DateTime(timezone=True), nullable=False),
     Column("recorded_at", DateTime(timezone=True), nullable=True),
 )

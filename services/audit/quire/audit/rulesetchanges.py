@@ -1,12 +1,12 @@
 """Ruleset-change entries: the current version of a ruleset name, in the ledger.
 
 Admission keeps, per ruleset name, the *current* version: the one a job
-that names no version is pinned to. It changes when admission first sees a
-name (``ADOPTED``: the newest version then known) and when an operator
-promotes a rollout with a candidate ruleset (``PROMOTED``); a rollback
-leaves it as it was. Admission asks audit to record each change
+that names no version is pinned to (each job's ACCEPTED entry says which it
+got). Once set, when admission first saw the name, it changes only when an
+operator promotes a rollout with a candidate ruleset (``PROMOTED``); a
+rollback leaves it as it was. Admission asks audit to record each change
 (``RecordRulesetChange``), again until audit has answered, so the ledger
-says which version unpinned jobs got from when, and who decided it.
+says which version became current when, from which, by whose rollout.
 
 A change concerns no tenant and no job. Its entry is chained like any
 other, on the operators' chain (``CHAIN``, a name no tenant id can take:
@@ -30,23 +30,21 @@ from quire.idempotency import OPERATORS
 from quire.reasons import ReasonCode
 from quire.type import queue_pb2
 
-__all__ = ["ADOPTED", "CHAIN", "PROMOTED", "record_ruleset_change", "ruleset_change_event_id"]
+__all__ = ["CHAIN", "PROMOTED", "record_ruleset_change", "ruleset_change_event_id"]
 
 CHAIN = OPERATORS
 """The chain of entries that concern no tenant: operators' system-wide decisions."""
-ADOPTED = "ADOPTED"
 PROMOTED = "PROMOTED"
+"""The one cause of a change today: a rollout's candidate ruleset, promoted."""
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 VERSION = re.compile(r"[0-9]{1,9}")
 ROLLOUT = re.compile(r"rollouts/[A-Za-z0-9_-]{1,64}")
-ACTORS = {PROMOTED: "operator", ADOPTED: "admission"}
-"""Who makes each kind of change: an operator promotes, admission adopts."""
+ACTORS = {PROMOTED: "operator"}
+"""Who makes each kind of change: an operator promotes."""
 
 
 def ruleset_change_event_id(change: queue_pb2.RulesetChange) -> str:
     """The one event id of this change (so asking again appends nothing)."""
-    if change.cause == ADOPTED:
-        return f"ruleset.{change.name}.adopted"
     return f"ruleset.{change.name}.promoted.{change.rollout.removeprefix('rollouts/')}"
 
 
@@ -68,14 +66,11 @@ def _violations(change: queue_pb2.RulesetChange, actor: queue_pb2.Actor) -> list
         refuse("change.current_version", '"name@version" of the change\'s name')
     if change.cause not in ACTORS:
         refuse("change.cause", f"one of {', '.join(ACTORS)}")
-    elif change.cause == ADOPTED:
-        if change.previous_version or change.rollout:
-            refuse("change", "a version adopted on first sight has no previous version or rollout")
-    else:  # a promotion before any version was current has no previous one
-        if change.previous_version and not _version_of(change.name, change.previous_version):
-            refuse("change.previous_version", '"name@version" of the change\'s name, or empty')
-        if not ROLLOUT.fullmatch(change.rollout):
-            refuse("change.rollout", '"rollouts/{rollout}"')
+    # A promotion before any version was current has no previous one.
+    if change.previous_version and not _version_of(change.name, change.previous_version):
+        refuse("change.previous_version", '"name@version" of the change\'s name, or empty')
+    if not ROLLOUT.fullmatch(change.rollout):
+        refuse("change.rollout", '"rollouts/{rollout}"')
     if change.cause in ACTORS and actor.service != ACTORS[change.cause]:
         refuse("actor.service", f"{ACTORS[change.cause]} makes a change of this cause")
     if not actor.instance:

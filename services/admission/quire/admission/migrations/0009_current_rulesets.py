@@ -1,4 +1,4 @@
-"""current_rulesets and ruleset_changes: each ruleset name's current version
+"""current_rulesets and ruleset_changes: each ruleset name's current version, and its promotions
 
 Revision ID: 0009
 Revises: 0008
@@ -37,11 +37,9 @@ def upgrade() -> None:
         sa.Column("name", sa.String(length=64), nullable=False),
         sa.Column("previous_version", sa.String(length=128), nullable=False),
         sa.Column("current_version", sa.String(length=128), nullable=False),
-        sa.Column("cause", sa.String(length=16), nullable=False),
         sa.Column("rollout", sa.String(length=128), nullable=False),
-        sa.Column("actor_service", sa.String(length=32), nullable=False),
-        sa.Column("actor_instance", sa.String(length=128), nullable=False),
-        sa.Column("actor_build_version", sa.String(length=64), nullable=False),
+        sa.Column("operator", sa.String(length=64), nullable=False),
+        sa.Column("build_version", sa.String(length=64), nullable=False),
         sa.Column("changed_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=True),
         sa.PrimaryKeyConstraint("id"),
