@@ -234,6 +234,7 @@ async def test_a_new_ruleset_version_reaches_unpinned_jobs_only_through_its_roll
 
         # Rolled back: every job naming no version runs default@1 again.
         await admin.rollback_rollout(canary.name)
+        assert await _current(admin) == OLD
         back = await _submit(client, tmp_path / "back", 3)
         assert set(back.values()) == {""}
         ran = await _rulesets_run(client, data_dir, list(back))
@@ -244,6 +245,7 @@ async def test_a_new_ruleset_version_reaches_unpinned_jobs_only_through_its_roll
             stage="validate", candidate_ruleset=NEW, share_basis_points=HALF, concurrency_cap=4
         )
         await admin.promote_rollout(promoted.name)
+        assert await _current(admin) == NEW
     after = await _submit(client, tmp_path / "after", 3)
     pinned_old = await _submit(client, tmp_path / "pinned", 1, ruleset=OLD)
     ran = await _rulesets_run(client, data_dir, [*after, *pinned_old])
@@ -265,10 +267,20 @@ async def test_a_new_ruleset_version_reaches_unpinned_jobs_only_through_its_roll
     )
     assert promotion.ruleset_change.rollout == promoted.name
     assert promotion.actor.service == "operator" and promotion.actor.instance
+    status = run_quire(data_dir, "rollout", "status", "--json")
+    assert status.returncode == 0, status.stderr
+    shown = {r["name"]: r["version"] for r in json.loads(status.stdout)["current_rulesets"]}
+    assert shown["default"] == NEW and shown["lease-renewal"] == "lease-renewal@1", shown
     checked = run_quire(data_dir, "check")
     assert checked.returncode == 0, checked.stdout + checked.stderr
     verified = run_quire(data_dir, "audit", "verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+async def _current(admin: TenantAdminClient) -> str:
+    """The current version of ``default``, as operators read it."""
+    current = {r.name: r.version for r in await admin.list_current_rulesets()}
+    return current["default"]
 
 
 async def _refused(call: object) -> grpc.aio.AioRpcError:

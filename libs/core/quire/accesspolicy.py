@@ -74,6 +74,7 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
                 "ListRollouts": BEARER,
                 "PromoteRollout": BEARER,
                 "RollbackRollout": BEARER,
+                "ListCurrentRulesets": BEARER,
             },
         ),
     },

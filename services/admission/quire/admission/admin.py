@@ -16,6 +16,7 @@ from google.protobuf.message import Message
 from sqlalchemy import Connection
 
 from quire.admission import rollouts, sourcesystems, tables
+from quire.admission.currentrulesets import current_messages
 from quire.admission.rolloutrulesets import RolloutRulesets
 from quire.admission.rolloutsync import RolloutSync
 from quire.admission.storagepolicy import PERIODS, TenantStorage, forget_source, read_storage
@@ -407,6 +408,15 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         and every ruleset's current version stays as it was."""
         await self._tenants.authenticate_operator(context)
         return await self._close(request, rollouts.parse_name(request.name), rollouts.roll_back)
+
+    @at_the_edge(DOMAIN)
+    async def ListCurrentRulesets(  # noqa: N802 - gRPC method name
+        self, request: rollout_pb2.ListCurrentRulesetsRequest, context: grpc.aio.ServicerContext
+    ) -> rollout_pb2.ListCurrentRulesetsResponse:
+        """Each ruleset name's current version (a handful of names)."""
+        await self._tenants.authenticate_operator(context)
+        current = await asyncio.to_thread(self._tenants.transaction, current_messages)
+        return rollout_pb2.ListCurrentRulesetsResponse(rulesets=current)
 
     async def _close(
         self,

@@ -36,9 +36,11 @@ from sqlalchemy import Connection, select, update
 from quire.admission import tables
 from quire.admission.catalog import newest_versions
 from quire.admission.rollouts import RolloutRecord
-from quire.database import Database, insert_if_absent
+from quire.admission.v1 import rollout_pb2
+from quire.database import Database, as_utc, insert_if_absent
+from quire.jobs import timestamp
 
-__all__ = ["CurrentRulesets", "adopt", "promote", "read_current"]
+__all__ = ["CurrentRulesets", "adopt", "current_messages", "promote", "read_current"]
 
 REFRESH_SECONDS = 1.0
 
@@ -47,6 +49,17 @@ def read_current(connection: Connection) -> dict[str, str]:
     """Every name's current ``name@version``."""
     table = tables.current_rulesets
     return {row.name: row.version for row in connection.execute(select(table))}
+
+
+def current_messages(connection: Connection) -> list[rollout_pb2.CurrentRuleset]:
+    """Every name's current version, by name, as operators read it."""
+    table = tables.current_rulesets
+    return [
+        rollout_pb2.CurrentRuleset(
+            name=row.name, version=row.version, update_time=timestamp(as_utc(row.updated_at))
+        )
+        for row in connection.execute(select(table).order_by(table.c.name))
+    ]
 
 
 def adopt(connection: Connection, known: frozenset[str]) -> list[str]:
