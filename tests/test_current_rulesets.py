@@ -16,9 +16,11 @@ from quire.admission import tables as admission_tables
 from quire.admission.catalog import resolve_ruleset
 from quire.admission.currentrulesets import CurrentRulesets, adopt, promote, read_current
 from quire.admission.rollouts import PROMOTED, RolloutRecord
+from quire.admission.rulesetledger import RulesetLedger
 from quire.audit import tables as audit_tables
 from quire.audit.jobview import fold
 from quire.audit.rulesetchanges import CHAIN, record_ruleset_change
+from quire.audit.v1 import audit_service_pb2
 from quire.audit.verification import verify_ledger
 from quire.database import Database
 from quire.errors import InvalidInput
@@ -203,3 +205,46 @@ def test_a_malformed_ruleset_change_is_refused_and_appends_nothing(
     assert refused.value.reason == ReasonCode.INVALID_ROLLOUT
     assert field in {violation.field for violation in refused.value.violations}
     assert audit.transaction(lambda s: s.execute(select(audit_tables.ledger)).all()) == []
+
+
+class _Audit:
+    """Audit's RecordRulesetChange, away for the first ``away`` calls (a unit
+    test of the ledger's retrying around it; the stack test uses the real one)."""
+
+    def __init__(self, database: Database, away: int) -> None:
+        self._db, self._away, self.calls = database, away, 0
+
+    async def RecordRulesetChange(  # noqa: N802 - gRPC method name
+        self, request: audit_service_pb2.RecordRulesetChangeRequest, timeout: float
+    ) -> audit_service_pb2.RecordRulesetChangeResponse:
+        self.calls += 1
+        if self.calls <= self._away:
+            raise ConnectionError("audit away")
+        event_id, appended = self._db.transaction(
+            lambda s: record_ruleset_change(s, request.change, request.change_time, request.actor)
+        )
+        return audit_service_pb2.RecordRulesetChangeResponse(event_id=event_id, appended=appended)
+
+
+async def test_a_promotion_reaches_the_ledger_once_audit_answers(
+    admission: Database, audit: Database
+) -> None:
+    admission.transaction(lambda s: adopt(s, KNOWN))
+    admission.transaction(
+        lambda s: promote(s, _rollout("default@2"), operator="op1", build_version="1.2.3")
+    )
+    stub = _Audit(audit, away=1)
+    ledger = RulesetLedger(
+        admission,
+        stub,  # type: ignore[arg-type]
+        catalog=None,  # type: ignore[arg-type]
+        currents=CurrentRulesets(admission),
+    )
+    with pytest.raises(ConnectionError):
+        await ledger.record_pending()
+    assert await ledger.record_pending() == 1
+    assert await ledger.record_pending() == 0, "recorded: not asked again"
+    rows = audit.transaction(lambda s: s.execute(select(audit_tables.ledger)).all())
+    event = queue_pb2.TransitionEvent.FromString(rows[0].event)
+    assert (len(rows), event.actor.service, event.actor.instance) == (1, "operator", "op1")
+    assert event.ruleset_change.rollout == "rollouts/r1"

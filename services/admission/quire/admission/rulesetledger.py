@@ -25,6 +25,7 @@ from quire.admission.catalog import RulesetCatalog
 from quire.admission.currentrulesets import CurrentRulesets
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.database import Database, as_utc
+from quire.errors import TransientError
 from quire.jobs import timestamp
 from quire.type import queue_pb2
 
@@ -109,7 +110,12 @@ class RulesetLedger:
         while True:
             try:
                 await self._currents.versions(await self._catalog.keys())
+            except TransientError:
+                pass  # the validator is not serving yet: next time (intake adopts first anyway)
+            except Exception as error:  # noqa: BLE001 - the database away: next time
+                log.warning("ruleset names not yet adopted (%s)", type(error).__name__)
+            try:
                 await self.record_pending()
-            except Exception as error:  # noqa: BLE001 - audit, the validator or the database away
+            except Exception as error:  # noqa: BLE001 - audit or the database away: next time
                 log.warning("ruleset changes not yet recorded (%s)", type(error).__name__)
             await asyncio.sleep(every)
