@@ -75,6 +75,7 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
                 "ListRollouts": BEARER,
                 "PromoteRollout": BEARER,
                 "RollbackRollout": BEARER,
+                "ListCurrentRulesets": BEARER,
             },
         ),
     },
@@ -97,6 +98,8 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
             "DiscardDeadLetter": OPERATOR,
             "RecordRetirement": OPERATOR,  # `quire retention apply`
             "CompareTracks": OPERATOR,  # `quire rollout status`: every tenant's jobs
+            # Admission keeps each ruleset's current version and records its changes.
+            "RecordRulesetChange": Rule(callers=frozenset({ADMISSION})),
         },
     ),
     "validator": _service(

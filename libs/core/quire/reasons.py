@@ -140,6 +140,9 @@ class ReasonCode(StrEnum):
     """Another rollout of the same stage is open (CANARY): promote or roll it back first."""
     ROLLOUT_NOT_OPEN = "ROLLOUT_NOT_OPEN"
     """The rollout was already promoted or rolled back."""
+    RULESET_CURRENT_CHANGED = "RULESET_CURRENT_CHANGED"
+    """A ledger entry recording that the current version of a ruleset name (the
+    one a job naming no version is pinned to) changed: first seen, or promoted."""
     # Infrastructure.
     RETRY_LIMIT_REACHED = "RETRY_LIMIT_REACHED"
     FORGED_MESSAGE = "FORGED_MESSAGE"

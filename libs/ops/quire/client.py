@@ -718,6 +718,13 @@ class TenantAdminClient:
             metadata=self._metadata,
         )
 
+    async def list_current_rulesets(self) -> list[rollout_pb.CurrentRuleset]:
+        """Each ruleset name's current version (what a job naming none gets), by name."""
+        reply = await self._stub.ListCurrentRulesets(
+            rollout_pb.ListCurrentRulesetsRequest(), metadata=self._metadata
+        )
+        return list(reply.rulesets)
+
 
 class RolloutReadsClient:
     """The operators' reads that judge a rollout, beside ``TenantAdminClient``'s

@@ -12,6 +12,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class RecordRulesetChangeRequest(_message.Message):
+    __slots__ = ("change", "change_time", "actor")
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_TIME_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    change: _queue_pb2.RulesetChange
+    change_time: _timestamp_pb2.Timestamp
+    actor: _queue_pb2.Actor
+    def __init__(self, change: _Optional[_Union[_queue_pb2.RulesetChange, _Mapping]] = ..., change_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actor: _Optional[_Union[_queue_pb2.Actor, _Mapping]] = ...) -> None: ...
+
+class RecordRulesetChangeResponse(_message.Message):
+    __slots__ = ("event_id", "appended")
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    APPENDED_FIELD_NUMBER: _ClassVar[int]
+    event_id: str
+    appended: bool
+    def __init__(self, event_id: _Optional[str] = ..., appended: _Optional[bool] = ...) -> None: ...
+
 class CompareTracksRequest(_message.Message):
     __slots__ = ("start_time", "end_time", "stage", "sample_size")
     START_TIME_FIELD_NUMBER: _ClassVar[int]

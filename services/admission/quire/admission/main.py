@@ -27,7 +27,9 @@ from quire.admission.notifier import Notifier
 from quire.admission.notifysecrets import NotificationSecrets
 from quire.admission.outstanding import OutstandingJobs
 from quire.admission.reconciler import Reconciler
+from quire.admission.rolloutrulesets import RolloutRulesets
 from quire.admission.rolloutsync import RolloutSync
+from quire.admission.rulesetledger import RulesetLedger
 from quire.admission.servicer import AdmissionServicer
 from quire.admission.storageusage import UsageRecount
 from quire.admission.tempguard import TempSpaceGuard
@@ -103,6 +105,7 @@ async def main() -> None:
         budgets=config.budgets,
         keys=blobs.keys,
     )
+    ruleset_ledger = RulesetLedger(database, audit, catalog=catalog, currents=intake.currents)
     notify_secrets = NotificationSecrets(blobs.keys)
     notifier = Notifier(
         database, notify_secrets, config.notifications, egress=config.egress, metrics=metrics
@@ -157,6 +160,7 @@ async def main() -> None:
             admission,
             ends=ends,
             pages=pages,
+            currents=intake.currents,
             catalog=catalog,
         ),
         notifications=Notifications(
@@ -188,6 +192,7 @@ async def main() -> None:
         outstanding.flush_forever,
         batch_dispatcher.run_forever,
         rollout_sync.run_forever,
+        ruleset_ledger.run_forever,
         UsageRecount(database).run_forever,
     ):
         run.loop(forever)
@@ -202,6 +207,9 @@ async def main() -> None:
                 pages=pages,
                 open_rollouts=intake.rollouts,
                 rollout_sync=rollout_sync,
+                rollout_rulesets=RolloutRulesets(
+                    catalog, intake.currents, ruleset_ledger, build_version=settings.build_version
+                ),
                 egress=config.egress,
             ),
             server,

@@ -29,7 +29,7 @@ from opentelemetry import trace
 
 from quire.audit import ledger
 from quire.audit.history import HistoryWatch
-from quire.audit.jobview import JobFacts
+from quire.audit.jobview import JobFacts, moves_no_job
 from quire.audit.measures import AuditMeasures
 from quire.audit.succession import Refusal
 from quire.audit.writes import AuditWrites
@@ -51,6 +51,14 @@ __all__ = ["EventRecorder", "EVENTS_IN_FLIGHT"]
 log = logging.getLogger(__name__)
 EVENTS_IN_FLIGHT = 32
 COMPLETED = State.COMPLETED.number
+AUDITS_OWN = frozenset(
+    {
+        ReasonCode.DEAD_LETTER_RETRIED,
+        ReasonCode.BYTES_RETIRED,
+        ReasonCode.RULESET_CURRENT_CHANGED,
+    }
+)
+"""Reason codes only audit's own entries carry: a producer's event with one is refused."""
 ACTORS_OF_PRODUCER = {
     "audit": frozenset({"audit", "dead-letter"}),
     # The validator's review desk records the operator who decided a parked job.
@@ -134,12 +142,13 @@ class EventRecorder:
         for event in events:
             if (
                 event.to_state == COMPLETED
-                or event.reason_code in (ReasonCode.DEAD_LETTER_RETRIED, ReasonCode.BYTES_RETIRED)
-                or event.HasField("retirement")
+                or event.reason_code in AUDITS_OWN
+                or moves_no_job(event)
             ):
                 # Only audit writes these: the completion desk after checking the
-                # evidence, the dead-letter desk for an operator's retry, and
-                # RecordRetirement for bytes retired under the retention policy.
+                # evidence, the dead-letter desk for an operator's retry,
+                # RecordRetirement for bytes retired under the retention policy
+                # and RecordRulesetChange for a ruleset's current version.
                 log.warning("event %s claims a step only audit takes; dropped", event.event_id)
                 return TERM, {}
             if not may_record(producer, event):

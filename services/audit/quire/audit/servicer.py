@@ -1,5 +1,7 @@
 """AuditService: the job view and the ledger, read-only but for operators'
-dead-letter decisions and retirement records (``quire.audit.retirement``)."""
+dead-letter decisions, retirement records (``quire.audit.retirement``) and
+admission's changes of a ruleset's current version
+(``quire.audit.rulesetchanges``)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from quire.audit.evidence import NO_ENTRIES, build_evidence, dumps, public_key_f
 from quire.audit.follow import Follows
 from quire.audit.jobview import JobFacts, fold
 from quire.audit.retirement import record_retirement
+from quire.audit.rulesetchanges import record_ruleset_change
 from quire.audit.trackcompare import Window, compare_tracks
 from quire.audit.v1 import audit_service_pb2 as pb
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
@@ -232,6 +235,16 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
             lambda s: record_retirement(s, tenant, job, request.retirement, actor)
         )
         return pb.RecordRetirementResponse(event_id=event_id, appended=appended)
+
+    @at_the_edge(DOMAIN)
+    async def RecordRulesetChange(  # noqa: N802 - gRPC method name
+        self, request: pb.RecordRulesetChangeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecordRulesetChangeResponse:
+        """Admission's call alone (``quire.accesspolicy``): it keeps the current versions."""
+        event_id, appended = await self._db.run(
+            lambda s: record_ruleset_change(s, request.change, request.change_time, request.actor)
+        )
+        return pb.RecordRulesetChangeResponse(event_id=event_id, appended=appended)
 
     @at_the_edge(DOMAIN)
     async def CompareTracks(  # noqa: N802 - gRPC method name

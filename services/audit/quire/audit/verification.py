@@ -24,8 +24,9 @@ What each finding means:
 - ``view``: the job index disagrees with what the job's events fold to
   (``quire.audit.jobview``) — ``column`` names the field, ``job`` the job.
 
-A retirement entry (bytes deleted under the retention policy) is chained,
-hashed and column-checked like every entry, and folds into no view.
+A retirement entry (bytes deleted under the retention policy) and a
+ruleset-change entry (on the operators' chain) are chained, hashed and
+column-checked like every entry, and fold into no view.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from sqlalchemy import Connection, select
 
 from quire.audit import tables
 from quire.audit.checkpoints import Checkpoint
-from quire.audit.jobview import COMPARED, JobFacts, apply, is_retirement
+from quire.audit.jobview import COMPARED, JobFacts, apply, moves_no_job
 from quire.audit.ledger import GENESIS, entry_hash
 from quire.checkpoint import Checkpoint as LogHead
 from quire.jobs import state_name
@@ -177,7 +178,7 @@ def _columns(row: object, views: dict[str, JobFacts], last: dict[str, int]) -> I
     for column in _COLUMNS:
         if getattr(row, column) != said[column]:
             yield Finding("column", sequence, tenant, column=column)
-    if is_retirement(event):
+    if moves_no_job(event):
         return
     views[event.job] = apply(views.get(event.job), event)
     last[event.job] = sequence

@@ -195,8 +195,8 @@ class JobStatus(_Document):
     track: str | None = Field(
         default=None,
         description='The rollout track the job was pinned to when accepted: "candidate" or'
-        ' "baseline"; null when no rollout was open. Recorded only: routing by track is'
-        " not built yet.",
+        ' "baseline"; null when no rollout was open. A candidate-track job is run by the'
+        " rollout's candidate (its workers, its ruleset) while the rollout is open.",
     )
     source_waits: list[SourceWait] = Field(
         default_factory=list,
