@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 
 class RolloutRulesets:
+    """The checks and the promotion step a rollout's candidate ruleset takes
+    through admission (the module's list)."""
+
     def __init__(
         self,
         catalog: RulesetCatalog,

@@ -73,6 +73,9 @@ def _mark(connection: Connection, *, change: int) -> None:
 
 
 class RulesetLedger:
+    """Takes each recorded promotion to audit until audit has it; any replica
+    finishes what another began."""
+
     def __init__(
         self,
         database: Database,
