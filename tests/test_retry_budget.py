@@ -39,7 +39,7 @@ class _Publisher:
             raise ConnectionError("queue away")
         self.tasks.append(message)
 
-    async def publish_task(self, stage: str, task: queue_pb2.JobTask, redrive: int) -> None:
+    async def publish_task(self, stage: str, task: queue_pb2.JobTask, redrive: int = 0) -> None:
         await self.publish(stage, task, f"{task.job}.{redrive}")
 
 

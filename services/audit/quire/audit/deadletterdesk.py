@@ -43,7 +43,7 @@ from quire.pipeline import State, stage
 from quire.reasons import ReasonCode
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
-from quire.workqueue import Publisher, task_message_id, task_subject
+from quire.workqueue import Publisher
 
 __all__ = ["DeadLetterDesk"]
 
@@ -110,11 +110,7 @@ class DeadLetterDesk:
         # The deadline the recorded retry entry holds (this call's, or that
         # of the call that got there first).
         await self.database.read(lambda s: hold_to_retry_entry(s, task))
-        await self.publisher.publish(
-            task_subject(row.stage, task),
-            task,
-            task_message_id(task.job, row.stage, task.generation),
-        )
+        await self.publisher.publish_task(row.stage, task)
         return await self.database.run(lambda s: _resolve(s, job, "retrying", "retried", operator))
 
     async def deadline_of(self, job: str, generation: int) -> timestamp_pb2.Timestamp | None:
