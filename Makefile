@@ -14,7 +14,7 @@ PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 # built as wheels by `make wheels`.
 DIST_PROJECTS := gen libs/core libs/evidence libs/ops libs/testing $(sort $(wildcard services/*))
 
-.PHONY: run test test-unit buf lint style typecheck system-deps openapi protos protos-check protos-lint protos-release bench profile bench-admission bench-validator bench-assembly bench-ledger bench-history bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine bench-fairness bench-sources eval load soak multinode batch-kills stage-limit corpus venv wheels clean
+.PHONY: run test test-unit docs buf lint style typecheck system-deps openapi protos protos-check protos-lint protos-release bench profile bench-admission bench-validator bench-assembly bench-ledger bench-history bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine bench-fairness bench-sources eval load soak multinode batch-kills stage-limit corpus venv wheels clean
 
 venv: $(VENV)/.installed
 
@@ -54,14 +54,22 @@ test: venv system-deps protos-check protos-lint style
 test-unit: venv buf
 	$(PY) -m pytest -n $(TEST_WORKERS) $(DIST) -m "not stack and not fault and not corpus"
 
+# The documentation site (MkDocs, Material theme) in site/: the reference
+# pages regenerated from the code first (tools/docgen.py), then built in
+# strict mode, so a broken link or an unknown page fails it.
+docs: venv
+	$(PY) tools/docgen.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	@echo "site: $(CURDIR)/site/index.html"
+
 system-deps:
 	@sh tools/install-system-deps.sh
 
 lint: style typecheck
 
 style: venv
-	$(VENV)/bin/ruff check libs services tests bench examples
-	$(VENV)/bin/ruff format --check libs services tests bench examples
+	$(VENV)/bin/ruff check libs services tests bench examples tools
+	$(VENV)/bin/ruff format --check libs services tests bench examples tools
 
 typecheck: venv
 	$(MYPY)

@@ -63,6 +63,7 @@ HEAVY_FIRST = (
     "test_ledger_verification.py",
     "test_faults_audit_lag.py",
     "test_rollouts_stack.py",
+    "test_ruleset_canary.py",
     "test_source_waits_stack.py",
     "test_notifications.py",
     "test_worker_versions.py",

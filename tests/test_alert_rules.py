@@ -25,7 +25,7 @@ MONITORING = ROOT / "k8s" / "monitoring"
 RULES_FILE = MONITORING / "quire-alerts.rules.yml"
 PROMETHEUS_RULE = MONITORING / "prometheusrule.yaml"
 RULE_TESTS = sorted((MONITORING / "tests").glob("*.yml"))
-RUNBOOKS = MONITORING / "runbooks"
+RUNBOOKS = ROOT / "docs" / "runbooks"
 PROMTOOL = Path("/usr/bin/promtool")
 SEVERITIES = {"critical", "warning", "info"}
 # Labels an annotation may show: the catalogue's (low-cardinality by design)
@@ -196,11 +196,11 @@ def test_every_alert_has_a_severity_a_summary_a_description_and_a_runbook(
         assert rule["labels"]["severity"] in SEVERITIES, name
         annotations = rule["annotations"]
         assert set(annotations) == {"summary", "description", "runbook_url"}, name
-        assert annotations["runbook_url"] == f"k8s/monitoring/runbooks/{name}.md", name
+        assert annotations["runbook_url"] == f"docs/runbooks/{name}.md", name
         runbook = ROOT / annotations["runbook_url"]
         assert runbook.is_file(), f"{name}: no runbook at {annotations['runbook_url']}"
         assert runbook.read_text().startswith(f"# {name}\n"), runbook
-    pages = {path.stem for path in RUNBOOKS.glob("*.md")} - {"README"}
+    pages = {path.stem for path in RUNBOOKS.glob("*.md")} - {"index"}
     assert pages == set(alerts), "a runbook per alert, and none for an alert that is gone"
 
 

@@ -14,7 +14,9 @@ def _modules() -> dict[str, Path]:
     found: dict[str, Path] = {}
     for top in ("libs", "services"):
         for path in (ROOT / top).rglob("*.py"):
-            if path.name.endswith(("_pb2.py", "_pb2_grpc.py")) or "versions" in path.parts:
+            if path.name.endswith(("_pb2.py", "_pb2_grpc.py")) or {"versions", "build"} & set(
+                path.parts
+            ):
                 continue
             if "quire" not in path.parts:
                 continue

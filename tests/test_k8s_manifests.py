@@ -1083,7 +1083,7 @@ def test_no_secret_is_committed_in_the_tree(docs: list[Doc]) -> None:
 def test_every_referenced_secret_is_documented_and_images_name_no_registry(
     docs: list[Doc],
 ) -> None:
-    readme = (K8S / "README.md").read_text()
+    readme = (ROOT / "docs" / "guides" / "kubernetes.md").read_text()
     referenced = set()
     for owner, template in _pod_templates(docs):
         pod = template["spec"]
@@ -1109,4 +1109,4 @@ def test_every_referenced_secret_is_documented_and_images_name_no_registry(
             referenced.add(role["passwordSecret"]["name"])
     for name in sorted(referenced):
         generic = re.sub(r"-(admission|validator|assembler|signer|audit)$", "-<service>", name)
-        assert name in readme or generic in readme, f"k8s/README.md does not explain {name}"
+        assert name in readme or generic in readme, f"the Kubernetes guide does not explain {name}"

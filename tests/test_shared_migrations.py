@@ -10,6 +10,7 @@ from sqlalchemy import MetaData
 
 from quire.diagnosticstore import diagnostic_tables
 from quire.idempotency import request_ids_table
+from quire.leases import lease_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -17,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _shared_tables() -> set[str]:
     metadata = MetaData()
     request_ids_table(metadata)
+    lease_table(metadata)
     diagnostic_tables(metadata)
     return set(metadata.tables)
 
@@ -38,10 +40,10 @@ def _created(path: Path) -> set[str]:
 
 def test_no_chain_writes_a_shared_tables_ddl_again() -> None:
     shared = _shared_tables()
-    assert {"request_ids", "diagnostics", "diagnostic_reads"} <= shared
+    assert {"stage_leases", "request_ids", "diagnostics", "diagnostic_reads"} <= shared
     revisions = sorted((ROOT / "services").glob("*/quire/*/migrations/*.py"))
     assert len(revisions) > 10
     copies = {str(p.relative_to(ROOT)): _created(p) & shared for p in revisions}
     assert {path: tables for path, tables in copies.items() if tables} == {}
     users = [p for p in revisions if "quire.sharedmigrations" in p.read_text()]
-    assert len(users) >= 7, "each service that keeps them adds them through the shared module"
+    assert len(users) >= 15, "each service that keeps them adds them through the shared module"

@@ -59,6 +59,7 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
                 "SetNotificationEndpoint": BEARER,
                 "GetNotificationEndpoint": BEARER,
                 "ListNotificationAttempts": BEARER,
+                "GetJobEvidence": BEARER,  # asks audit for the tenant's own job only
             },
         ),
         **_service(
@@ -81,6 +82,7 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
                 "ListRollouts": BEARER,
                 "PromoteRollout": BEARER,
                 "RollbackRollout": BEARER,
+                "ListCurrentRulesets": BEARER,
             },
         ),
         # Admission owns the operator tokens: its servicer checks them itself.
@@ -95,6 +97,8 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
             "FollowJobs": FRONT_DOOR_READ,  # admission's one stream of its relayed watches
             "BatchGetJobs": FRONT_DOOR_READ,
             "ListJobEvents": FRONT_DOOR_READ,
+            # Admission names the tenant it authenticated (audit checks it
+            # against the job's entries); an export for no tenant needs an operator.
             "ExportEvidence": FRONT_DOOR_READ,
             "GetCheckpointKey": FRONT_DOOR_READ,  # published: `quire audit key`
             "VerifyLedger": OPERATOR,  # every tenant's chain
@@ -103,6 +107,8 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
             "DiscardDeadLetter": OPERATOR,
             "RecordRetirement": OPERATOR,  # `quire retention apply`
             "CompareTracks": OPERATOR,  # `quire rollout status`: every tenant's jobs
+            # Admission keeps each ruleset's current version and records its changes.
+            "RecordRulesetChange": Rule(callers=frozenset({ADMISSION})),
         },
     )
     | EXPORT,

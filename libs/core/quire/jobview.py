@@ -40,7 +40,7 @@ from quire.pipeline import STAGES, State, stage_of_service, stage_working_in
 from quire.reasons import ReasonCode
 from quire.type import job_pb2, queue_pb2
 
-__all__ = ["JobFacts", "apply", "fold", "is_retirement", "step_stage", "COMPARED"]
+__all__ = ["JobFacts", "apply", "fold", "is_retirement", "moves_no_job", "step_stage", "COMPARED"]
 
 COMPARED = (
     "tenant",
@@ -57,6 +57,9 @@ COMPARED = (
 
 @dataclass(frozen=True)
 class JobFacts:
+    """A job as its ledger entries tell it, the view audit serves; never read
+    from a table."""
+
     job: str
     tenant: str
     state: str
@@ -134,6 +137,13 @@ def is_retirement(event: queue_pb2.TransitionEvent) -> bool:
     return event.HasField("retirement")
 
 
+def moves_no_job(event: queue_pb2.TransitionEvent) -> bool:
+    """Whether ``event`` is a record beside the transitions, which no job's
+    view takes: retired bytes (``quire.audit.retirement``) or a change of a
+    ruleset's current version (``quire.audit.rulesetchanges``)."""
+    return event.HasField("retirement") or event.HasField("ruleset_change")
+
+
 def _reopens(state: str, event: queue_pb2.TransitionEvent) -> bool:
     """An operator's dead-letter retry: the one way out of FAILED."""
     return (
@@ -146,7 +156,7 @@ def _reopens(state: str, event: queue_pb2.TransitionEvent) -> bool:
 
 def apply(facts: JobFacts | None, event: queue_pb2.TransitionEvent) -> JobFacts:
     """The view after ``event`` was recorded on top of ``facts``."""
-    if facts is not None and is_retirement(event):
+    if facts is not None and moves_no_job(event):
         return facts
     to_state = state_name(event.to_state)
     occurred = event.occur_time.ToDatetime()
@@ -220,6 +230,6 @@ def fold(events: Iterable[queue_pb2.TransitionEvent]) -> JobFacts | None:
     """A job's view from its events in ledger order; None for no events."""
     facts: JobFacts | None = None
     for event in events:
-        if not is_retirement(event):
+        if not moves_no_job(event):
             facts = apply(facts, event)
     return facts

@@ -33,8 +33,9 @@ What each finding means:
 - ``view``: the job index disagrees with what the job's events fold to
   (``quire.jobview``) — ``column`` names the field, ``job`` the job.
 
-A retirement entry (bytes deleted under the retention policy) is chained,
-hashed and column-checked like every entry, and folds into no view.
+A retirement entry (bytes deleted under the retention policy) and a
+ruleset-change entry (on the operators' chain) are chained, hashed and
+column-checked like every entry, and fold into no view.
 
 Rows are read by attribute (``row.sequence``, ``row.event``, ...): a
 database row, or a record a service exported. Any column may hold any type
@@ -54,7 +55,7 @@ from google.protobuf.message import DecodeError
 from quire.checkpoint import Checkpoint as LogHead
 from quire.checkpointfiles import ChainCheckpoint
 from quire.jobs import state_name
-from quire.jobview import COMPARED, JobFacts, apply, is_retirement
+from quire.jobview import COMPARED, JobFacts, apply, moves_no_job
 from quire.merkle import MerkleTree, leaf_hash
 from quire.type import queue_pb2
 
@@ -83,6 +84,9 @@ def entry_hash(prev_hash: str, event_bytes: bytes) -> str:
 
 @dataclass(frozen=True)
 class Finding:
+    """One thing verification found wrong: its ``kind`` (the module's list), at
+    entry ``sequence`` of ``tenant``'s chain."""
+
     kind: str
     sequence: int
     tenant: str
@@ -92,6 +96,9 @@ class Finding:
 
 @dataclass(frozen=True)
 class LedgerReport:
+    """What one verification of the whole ledger covered, and what it found;
+    ``ok`` when it found nothing."""
+
     entries: int
     chains: int
     checkpoints_checked: int
@@ -183,7 +190,7 @@ def _columns(row: Any, views: dict[str, JobFacts], last: dict[str, int]) -> Iter
     for column in COLUMNS:
         if getattr(row, column) != said[column]:
             yield Finding("column", sequence, tenant, column=column)
-    if is_retirement(event):
+    if moves_no_job(event):
         return
     views[event.job] = apply(views.get(event.job), event)
     last[event.job] = sequence

@@ -28,7 +28,18 @@ from quire.threadnames import named_pool
 from quire.wire import WireSigner, WireVerifier
 from quire.workqueue.topology import ensure_topology, wait_for_topology
 
-__all__ = ["configure_logging", "start_runtime", "connect_nats", "Wire", "load_wire"]
+__all__ = [
+    "CONFIGURATION_REFUSED",
+    "configure_logging",
+    "start_runtime",
+    "connect_nats",
+    "Wire",
+    "load_wire",
+]
+
+CONFIGURATION_REFUSED = 2
+"""The exit status of a service that refuses its configuration: starting it
+again as it is cannot help (``quire.stack.supervisor`` does not)."""
 
 
 def run_service(service: str, main: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -43,7 +54,7 @@ def run_service(service: str, main: Callable[[], Coroutine[Any, Any, None]]) -> 
         event_loop(os.environ)(_with_named_io_threads(main()))
     except InvalidSetting as error:
         print(f"quire-{service}: cannot start: {error.message}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(CONFIGURATION_REFUSED)
 
 
 async def _with_named_io_threads(main: Coroutine[Any, Any, None]) -> None:

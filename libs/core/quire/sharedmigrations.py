@@ -1,6 +1,7 @@
 """Schema changes of the tables several services keep alike, written once.
 
-``request_ids`` (``quire.idempotency``) and the diagnostics tables
+``stage_leases`` (``quire.leases``), ``request_ids``
+(``quire.idempotency``) and the diagnostics tables
 (``quire.diagnosticstore``) are declared once in core and kept by several
 services, each in its own database. Each service's chain has its own
 revision that adds them, at its own place in the chain; the revision calls
@@ -14,11 +15,41 @@ import sqlalchemy as sa
 from alembic import op
 
 __all__ = [
+    "create_stage_leases",
+    "drop_stage_leases",
+    "add_lease_leased_at",
+    "drop_lease_leased_at",
     "create_request_ids",
     "drop_request_ids",
     "create_diagnostics",
     "drop_diagnostics",
 ]
+
+
+def create_stage_leases() -> None:
+    """The lease table as every stage's first revision made it."""
+    op.create_table(
+        "stage_leases",
+        sa.Column("job", sa.String(length=64), nullable=False),
+        sa.Column("token", sa.Integer(), nullable=False),
+        sa.Column("outcome", sa.LargeBinary(), nullable=True),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("job"),
+    )
+
+
+def drop_stage_leases() -> None:
+    op.drop_table("stage_leases")
+
+
+def add_lease_leased_at() -> None:
+    with op.batch_alter_table("stage_leases", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("leased_at", sa.DateTime(timezone=True), nullable=True))
+
+
+def drop_lease_leased_at() -> None:
+    with op.batch_alter_table("stage_leases", schema=None) as batch_op:
+        batch_op.drop_column("leased_at")
 
 
 def create_request_ids() -> None:

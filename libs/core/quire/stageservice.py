@@ -25,7 +25,6 @@ from quire.exportrecords import Collections
 from quire.exportservice import SERVICE_NAME as EXPORT_SERVICE
 from quire.exportservice import ExportServicer, with_export
 from quire.groupcommit import GroupCommit, Writes
-from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.leases import LeaseStore
 from quire.metrics import ServiceMetrics, StageMeter, transaction_counter
@@ -36,6 +35,7 @@ from quire.rolloutboard import RolloutBoard, StageRollout
 from quire.runtime import load_wire, start_runtime
 from quire.sandbox import SandboxPool
 from quire.schema import upgrade_schema
+from quire.servicerun import ServiceRun
 from quire.settings import (
     DiagnosticsSettings,
     SandboxSettings,
@@ -269,51 +269,29 @@ async def run_stage_service(
         on_rollout=work.rollout_changed if isinstance(work, FollowsRollout) else None,
     )
 
-    async def ready() -> None:
-        await keeper.start()
-        diagnostics.start()  # sweeps expired diagnostics, at most hourly
-        await sandbox.warm()
-        await binder.refresh()  # bound by the stage's rollout before the first pull
-        worker.start()
-        binder.start()
-        queues.start()
-        await announcer.start()
-
-    async def drain() -> None:
-        await announcer.stop()  # leaving: takes no new work from here on
-        await binder.stop()
-        await worker.drain()
-
-    try:
-        await serve(
-            address=settings.grpc_address,
-            register=register,
-            service_names=(
-                spec.grpc_service_name,
-                *spec.more_grpc_services,
-                DIAGNOSTICS_SERVICE,
-                EXPORT_SERVICE,
-            ),
-            access=peers.guard(),
-            health_address=settings.health_address,
-            on_drain=drain,
-            drain_seconds=settings.drain_seconds,
-            ready=ready,
-            tls=settings.tls,
-            metrics=metrics,
-            metrics_address=settings.metrics_address,
-        )
-    finally:
-        await announcer.stop()
-        await binder.stop()
-        await diagnostics.stop()
-        await queues.stop()
-        await nc.close()  # workers are drained; nothing is in flight
-        await peers.close()
-        keeper.close()
-        sandbox.close()
-        blobs.close()
-        database.close()
+    run = ServiceRun(settings, access=peers.guard(), announcer=announcer, metrics=metrics)
+    for close in (database.close, blobs.close, sandbox.close, keeper.close, peers.close):
+        run.on_close(close)
+    run.on_close(nc.close)  # workers are drained; nothing is in flight
+    for stop in (queues.stop, diagnostics.stop, binder.stop):
+        run.on_close(stop)
+    run.on_ready(keeper.start)
+    run.on_ready(diagnostics.start)  # sweeps expired diagnostics, at most hourly
+    run.on_ready(sandbox.warm)
+    run.on_ready(binder.refresh)  # bound by the stage's rollout before the first pull
+    for start in (worker.start, binder.start, queues.start):
+        run.on_ready(start)
+    run.on_drain(binder.stop)  # the announcement is withdrawn first: no new work
+    run.on_drain(worker.drain)
+    await run.serve(
+        register=register,
+        service_names=(
+            spec.grpc_service_name,
+            *spec.more_grpc_services,
+            DIAGNOSTICS_SERVICE,
+            EXPORT_SERVICE,
+        ),
+    )
 
 
 def _export_temp_space(metrics: ServiceMetrics, stage: str, keeper: TempKeeper) -> None:

@@ -35,7 +35,7 @@ def log_origin(tenant: str) -> str:
 
 @dataclass(frozen=True)
 class ChainCheckpoint:
-    """A tenant's chain head as audit signed it."""
+    """One tenant's chain head as audit signs it: ``payload`` is the signed bytes."""
 
     tenant: str
     length: int

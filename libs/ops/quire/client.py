@@ -447,6 +447,13 @@ class AdmissionClient:
         state = state_name(job.state) if job is not None else "unseen"
         raise TimeoutError(f"{name} still {state} after {timeout:.0f}s")
 
+    async def evidence(self, name: str, *, since_size: int = 0) -> pb.JobEvidence:
+        """The job's evidence document (``docs/evidence-format.md``), to verify
+        offline; ``since_size``: a checkpoint size seen earlier to prove it extends."""
+        return await self._stub.GetJobEvidence(
+            pb.GetJobEvidenceRequest(name=name, since_size=since_size), metadata=self._metadata
+        )
+
     async def download(self, name: str, output: Path) -> str:
         """Stream the signed artifact to ``output``; returns its verified sha256."""
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -715,6 +722,13 @@ class TenantAdminClient:
             rollout_pb.RollbackRolloutRequest(name=name, request_id=request_id or new_request_id()),
             metadata=self._metadata,
         )
+
+    async def list_current_rulesets(self) -> list[rollout_pb.CurrentRuleset]:
+        """Each ruleset name's current version (what a job naming none gets), by name."""
+        reply = await self._stub.ListCurrentRulesets(
+            rollout_pb.ListCurrentRulesetsRequest(), metadata=self._metadata
+        )
+        return list(reply.rulesets)
 
 
 class RolloutReadsClient:

@@ -39,8 +39,8 @@ __all__ = [
 
 
 def transitions(entries: list[LedgerEntry]) -> list[LedgerEntry]:
-    """The entries that are transitions: all but retirement entries."""
-    return [entry for entry in entries if not entry.retired_kind]
+    """The entries that are transitions: all but retirement and ruleset-change entries."""
+    return [entry for entry in entries if not (entry.retired_kind or entry.ruleset_change)]
 
 
 def retired_kinds(entries: list[LedgerEntry]) -> dict[str, set[str]]:

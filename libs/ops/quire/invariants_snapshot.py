@@ -60,6 +60,8 @@ class LedgerEntry:
     retired_kind: str = ""
     """For a retirement entry (bytes deleted under the retention policy): what
     was retired ("source", "normalized", "packet", "artifact", "upload"); empty otherwise."""
+    ruleset_change: bool = False
+    """A change of a ruleset's current version (the operators' chain): no job's."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,7 @@ def _entry(row: StoredRow) -> LedgerEntry:
         decodes=event is not None,
         columns_match=event is not None and _said(event) == columns,
         retired_kind=event.retirement.kind if event is not None else "",
+        ruleset_change=event is not None and event.HasField("ruleset_change"),
     )
 
 

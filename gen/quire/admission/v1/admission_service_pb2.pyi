@@ -129,3 +129,19 @@ class CancelJobRequest(_message.Message):
     name: str
     request_id: str
     def __init__(self, name: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class GetJobEvidenceRequest(_message.Message):
+    __slots__ = ("name", "since_size")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SINCE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    since_size: int
+    def __init__(self, name: _Optional[str] = ..., since_size: _Optional[int] = ...) -> None: ...
+
+class JobEvidence(_message.Message):
+    __slots__ = ("job", "json")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    JSON_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    json: str
+    def __init__(self, job: _Optional[str] = ..., json: _Optional[str] = ...) -> None: ...

@@ -107,6 +107,11 @@ class AdmissionServiceStub:
                 request_serializer=quire_dot_admission_dot_v1_dot_notification__pb2.ListNotificationAttemptsRequest.SerializeToString,
                 response_deserializer=quire_dot_admission_dot_v1_dot_notification__pb2.ListNotificationAttemptsResponse.FromString,
                 _registered_method=True)
+        self.GetJobEvidence = channel.unary_unary(
+                '/quire.admission.v1.AdmissionService/GetJobEvidence',
+                request_serializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.GetJobEvidenceRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.JobEvidence.FromString,
+                _registered_method=True)
 
 
 class AdmissionServiceServicer:
@@ -217,6 +222,17 @@ class AdmissionServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetJobEvidence(self, request, context):
+        """The job's evidence: its ledger entries with inclusion proofs against a
+        signed, witnessed checkpoint of the caller's own log, verifiable offline
+        (docs/evidence-format.md; `quire evidence verify`) exactly as the
+        evidence operators export from audit. Another tenant's job is NOT_FOUND,
+        like one that does not exist; so is a job no checkpoint covers yet.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdmissionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -289,6 +305,11 @@ def add_AdmissionServiceServicer_to_server(servicer, server):
                     servicer.ListNotificationAttempts,
                     request_deserializer=quire_dot_admission_dot_v1_dot_notification__pb2.ListNotificationAttemptsRequest.FromString,
                     response_serializer=quire_dot_admission_dot_v1_dot_notification__pb2.ListNotificationAttemptsResponse.SerializeToString,
+            ),
+            'GetJobEvidence': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetJobEvidence,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.GetJobEvidenceRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_admission__service__pb2.JobEvidence.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -669,6 +690,33 @@ class AdmissionService:
             '/quire.admission.v1.AdmissionService/ListNotificationAttempts',
             quire_dot_admission_dot_v1_dot_notification__pb2.ListNotificationAttemptsRequest.SerializeToString,
             quire_dot_admission_dot_v1_dot_notification__pb2.ListNotificationAttemptsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJobEvidence(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.AdmissionService/GetJobEvidence',
+            quire_dot_admission_dot_v1_dot_admission__service__pb2.GetJobEvidenceRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_admission__service__pb2.JobEvidence.FromString,
             options,
             channel_credentials,
             insecure,

@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n quire/admission/v1/rollout.proto\x12\x12quire.admission.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd8\x02\n\x07Rollout\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05stage\x18\x02 \x01(\t\x12\x19\n\x11\x63\x61ndidate_version\x18\x03 \x01(\t\x12\x19\n\x11\x63\x61ndidate_ruleset\x18\x04 \x01(\t\x12\x1a\n\x12share_basis_points\x18\x05 \x01(\x05\x12\x0f\n\x07tenants\x18\x06 \x03(\t\x12\x17\n\x0f\x63oncurrency_cap\x18\x07 \x01(\x05\x12/\n\x05state\x18\x08 \x01(\x0e\x32 .quire.admission.v1.RolloutState\x12/\n\x0b\x63reate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12!\n\x19\x63\x61nary_share_basis_points\x18\x0b \x01(\x05\"W\n\x13StartRolloutRequest\x12,\n\x07rollout\x18\x01 \x01(\x0b\x32\x1b.quire.admission.v1.Rollout\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"!\n\x11GetRolloutRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x13ListRolloutsRequest\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x11\n\topen_only\x18\x02 \x01(\x08\"E\n\x14ListRolloutsResponse\x12-\n\x08rollouts\x18\x01 \x03(\x0b\x32\x1b.quire.admission.v1.Rollout\"9\n\x15PromoteRolloutRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\":\n\x16RollbackRolloutRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t*\x82\x01\n\x0cRolloutState\x12\x1d\n\x19ROLLOUT_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14ROLLOUT_STATE_CANARY\x10\x01\x12\x1a\n\x16ROLLOUT_STATE_PROMOTED\x10\x02\x12\x1d\n\x19ROLLOUT_STATE_ROLLED_BACK\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n quire/admission/v1/rollout.proto\x12\x12quire.admission.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd8\x02\n\x07Rollout\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05stage\x18\x02 \x01(\t\x12\x19\n\x11\x63\x61ndidate_version\x18\x03 \x01(\t\x12\x19\n\x11\x63\x61ndidate_ruleset\x18\x04 \x01(\t\x12\x1a\n\x12share_basis_points\x18\x05 \x01(\x05\x12\x0f\n\x07tenants\x18\x06 \x03(\t\x12\x17\n\x0f\x63oncurrency_cap\x18\x07 \x01(\x05\x12/\n\x05state\x18\x08 \x01(\x0e\x32 .quire.admission.v1.RolloutState\x12/\n\x0b\x63reate_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12!\n\x19\x63\x61nary_share_basis_points\x18\x0b \x01(\x05\"W\n\x13StartRolloutRequest\x12,\n\x07rollout\x18\x01 \x01(\x0b\x32\x1b.quire.admission.v1.Rollout\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"!\n\x11GetRolloutRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"7\n\x13ListRolloutsRequest\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x11\n\topen_only\x18\x02 \x01(\x08\"E\n\x14ListRolloutsResponse\x12-\n\x08rollouts\x18\x01 \x03(\x0b\x32\x1b.quire.admission.v1.Rollout\"9\n\x15PromoteRolloutRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\":\n\x16RollbackRolloutRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"\x1c\n\x1aListCurrentRulesetsRequest\"`\n\x0e\x43urrentRuleset\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12/\n\x0bupdate_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"S\n\x1bListCurrentRulesetsResponse\x12\x34\n\x08rulesets\x18\x01 \x03(\x0b\x32\".quire.admission.v1.CurrentRuleset*\x82\x01\n\x0cRolloutState\x12\x1d\n\x19ROLLOUT_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14ROLLOUT_STATE_CANARY\x10\x01\x12\x1a\n\x16ROLLOUT_STATE_PROMOTED\x10\x02\x12\x1d\n\x19ROLLOUT_STATE_ROLLED_BACK\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'quire.admission.v1.rollout_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ROLLOUTSTATE']._serialized_start=808
-  _globals['_ROLLOUTSTATE']._serialized_end=938
+  _globals['_ROLLOUTSTATE']._serialized_start=1021
+  _globals['_ROLLOUTSTATE']._serialized_end=1151
   _globals['_ROLLOUT']._serialized_start=90
   _globals['_ROLLOUT']._serialized_end=434
   _globals['_STARTROLLOUTREQUEST']._serialized_start=436
@@ -48,4 +48,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PROMOTEROLLOUTREQUEST']._serialized_end=745
   _globals['_ROLLBACKROLLOUTREQUEST']._serialized_start=747
   _globals['_ROLLBACKROLLOUTREQUEST']._serialized_end=805
+  _globals['_LISTCURRENTRULESETSREQUEST']._serialized_start=807
+  _globals['_LISTCURRENTRULESETSREQUEST']._serialized_end=835
+  _globals['_CURRENTRULESET']._serialized_start=837
+  _globals['_CURRENTRULESET']._serialized_end=933
+  _globals['_LISTCURRENTRULESETSRESPONSE']._serialized_start=935
+  _globals['_LISTCURRENTRULESETSRESPONSE']._serialized_end=1018
 # @@protoc_insertion_point(module_scope)

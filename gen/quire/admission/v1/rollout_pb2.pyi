@@ -90,3 +90,23 @@ class RollbackRolloutRequest(_message.Message):
     name: str
     request_id: str
     def __init__(self, name: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class ListCurrentRulesetsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CurrentRuleset(_message.Message):
+    __slots__ = ("name", "version", "update_time")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: str
+    update_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ListCurrentRulesetsResponse(_message.Message):
+    __slots__ = ("rulesets",)
+    RULESETS_FIELD_NUMBER: _ClassVar[int]
+    rulesets: _containers.RepeatedCompositeFieldContainer[CurrentRuleset]
+    def __init__(self, rulesets: _Optional[_Iterable[_Union[CurrentRuleset, _Mapping]]] = ...) -> None: ...

@@ -115,6 +115,11 @@ class TenantAdminServiceStub:
                 request_serializer=quire_dot_admission_dot_v1_dot_rollout__pb2.RollbackRolloutRequest.SerializeToString,
                 response_deserializer=quire_dot_admission_dot_v1_dot_rollout__pb2.Rollout.FromString,
                 _registered_method=True)
+        self.ListCurrentRulesets = channel.unary_unary(
+                '/quire.admission.v1.TenantAdminService/ListCurrentRulesets',
+                request_serializer=quire_dot_admission_dot_v1_dot_rollout__pb2.ListCurrentRulesetsRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_rollout__pb2.ListCurrentRulesetsResponse.FromString,
+                _registered_method=True)
 
 
 class TenantAdminServiceServicer:
@@ -235,6 +240,16 @@ class TenantAdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListCurrentRulesets(self, request, context):
+        """Each ruleset name's current version: the one a job naming no version is
+        pinned to. Set when admission first saw the name (the newest version
+        then loaded); changed only by promoting a rollout with a candidate
+        ruleset.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TenantAdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -317,6 +332,11 @@ def add_TenantAdminServiceServicer_to_server(servicer, server):
                     servicer.RollbackRollout,
                     request_deserializer=quire_dot_admission_dot_v1_dot_rollout__pb2.RollbackRolloutRequest.FromString,
                     response_serializer=quire_dot_admission_dot_v1_dot_rollout__pb2.Rollout.SerializeToString,
+            ),
+            'ListCurrentRulesets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCurrentRulesets,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_rollout__pb2.ListCurrentRulesetsRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_rollout__pb2.ListCurrentRulesetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -751,6 +771,33 @@ class TenantAdminService:
             '/quire.admission.v1.TenantAdminService/RollbackRollout',
             quire_dot_admission_dot_v1_dot_rollout__pb2.RollbackRolloutRequest.SerializeToString,
             quire_dot_admission_dot_v1_dot_rollout__pb2.Rollout.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCurrentRulesets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.TenantAdminService/ListCurrentRulesets',
+            quire_dot_admission_dot_v1_dot_rollout__pb2.ListCurrentRulesetsRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_rollout__pb2.ListCurrentRulesetsResponse.FromString,
             options,
             channel_credentials,
             insecure,

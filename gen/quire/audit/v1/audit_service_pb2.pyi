@@ -1,6 +1,7 @@
 import datetime
 
 from quire.type import job_pb2 as _job_pb2
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from quire.type import queue_pb2 as _queue_pb2
 from google.protobuf.internal import containers as _containers
@@ -10,6 +11,24 @@ from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class RecordRulesetChangeRequest(_message.Message):
+    __slots__ = ("change", "change_time", "actor")
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_TIME_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    change: _queue_pb2.RulesetChange
+    change_time: _timestamp_pb2.Timestamp
+    actor: _queue_pb2.Actor
+    def __init__(self, change: _Optional[_Union[_queue_pb2.RulesetChange, _Mapping]] = ..., change_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actor: _Optional[_Union[_queue_pb2.Actor, _Mapping]] = ...) -> None: ...
+
+class RecordRulesetChangeResponse(_message.Message):
+    __slots__ = ("event_id", "appended")
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    APPENDED_FIELD_NUMBER: _ClassVar[int]
+    event_id: str
+    appended: bool
+    def __init__(self, event_id: _Optional[str] = ..., appended: _Optional[bool] = ...) -> None: ...
 
 class CompareTracksRequest(_message.Message):
     __slots__ = ("start_time", "end_time", "stage", "sample_size")
@@ -97,7 +116,7 @@ class RecordRetirementResponse(_message.Message):
     def __init__(self, event_id: _Optional[str] = ..., appended: _Optional[bool] = ...) -> None: ...
 
 class DeadLetterRecord(_message.Message):
-    __slots__ = ("job", "tenant", "stage", "reason_code", "deliveries", "generation", "status", "create_time", "resolve_time", "resolved_by")
+    __slots__ = ("job", "tenant", "stage", "reason_code", "deliveries", "generation", "status", "create_time", "resolve_time", "resolved_by", "deadline")
     JOB_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
@@ -108,6 +127,7 @@ class DeadLetterRecord(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     RESOLVE_TIME_FIELD_NUMBER: _ClassVar[int]
     RESOLVED_BY_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
     job: str
     tenant: str
     stage: str
@@ -118,7 +138,8 @@ class DeadLetterRecord(_message.Message):
     create_time: _timestamp_pb2.Timestamp
     resolve_time: _timestamp_pb2.Timestamp
     resolved_by: str
-    def __init__(self, job: _Optional[str] = ..., tenant: _Optional[str] = ..., stage: _Optional[str] = ..., reason_code: _Optional[str] = ..., deliveries: _Optional[int] = ..., generation: _Optional[int] = ..., status: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolve_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_by: _Optional[str] = ...) -> None: ...
+    deadline: _timestamp_pb2.Timestamp
+    def __init__(self, job: _Optional[str] = ..., tenant: _Optional[str] = ..., stage: _Optional[str] = ..., reason_code: _Optional[str] = ..., deliveries: _Optional[int] = ..., generation: _Optional[int] = ..., status: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolve_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., resolved_by: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListDeadLettersRequest(_message.Message):
     __slots__ = ("include_resolved", "page_size", "page_token")
@@ -139,12 +160,14 @@ class ListDeadLettersResponse(_message.Message):
     def __init__(self, dead_letters: _Optional[_Iterable[_Union[DeadLetterRecord, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class RetryDeadLetterRequest(_message.Message):
-    __slots__ = ("job", "request_id")
+    __slots__ = ("job", "request_id", "budget")
     JOB_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
     job: str
     request_id: str
-    def __init__(self, job: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+    budget: _duration_pb2.Duration
+    def __init__(self, job: _Optional[str] = ..., request_id: _Optional[str] = ..., budget: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class DiscardDeadLetterRequest(_message.Message):
     __slots__ = ("job", "request_id")
@@ -155,12 +178,14 @@ class DiscardDeadLetterRequest(_message.Message):
     def __init__(self, job: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ExportEvidenceRequest(_message.Message):
-    __slots__ = ("job", "since_size")
+    __slots__ = ("job", "tenant", "since_size")
     JOB_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     SINCE_SIZE_FIELD_NUMBER: _ClassVar[int]
     job: str
+    tenant: str
     since_size: int
-    def __init__(self, job: _Optional[str] = ..., since_size: _Optional[int] = ...) -> None: ...
+    def __init__(self, job: _Optional[str] = ..., tenant: _Optional[str] = ..., since_size: _Optional[int] = ...) -> None: ...
 
 class Evidence(_message.Message):
     __slots__ = ("job", "json")

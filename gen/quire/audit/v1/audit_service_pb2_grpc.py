@@ -100,6 +100,11 @@ class AuditServiceStub:
                 request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.CompareTracksRequest.SerializeToString,
                 response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.CompareTracksResponse.FromString,
                 _registered_method=True)
+        self.RecordRulesetChange = channel.unary_unary(
+                '/quire.audit.v1.AuditService/RecordRulesetChange',
+                request_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.RecordRulesetChangeRequest.SerializeToString,
+                response_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.RecordRulesetChangeResponse.FromString,
+                _registered_method=True)
 
 
 class AuditServiceServicer:
@@ -212,6 +217,17 @@ class AuditServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecordRulesetChange(self, request, context):
+        """Admission only: record that the current version of a ruleset name
+        changed (a rollout promoted). Appends one hash-chained
+        entry (TransitionEvent.ruleset_change) to the operators' chain, which
+        concerns no tenant and no job; asking again for the same change appends
+        nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuditServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -279,6 +295,11 @@ def add_AuditServiceServicer_to_server(servicer, server):
                     servicer.CompareTracks,
                     request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.CompareTracksRequest.FromString,
                     response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.CompareTracksResponse.SerializeToString,
+            ),
+            'RecordRulesetChange': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordRulesetChange,
+                    request_deserializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.RecordRulesetChangeRequest.FromString,
+                    response_serializer=quire_dot_audit_dot_v1_dot_audit__service__pb2.RecordRulesetChangeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -632,6 +653,33 @@ class AuditService:
             '/quire.audit.v1.AuditService/CompareTracks',
             quire_dot_audit_dot_v1_dot_audit__service__pb2.CompareTracksRequest.SerializeToString,
             quire_dot_audit_dot_v1_dot_audit__service__pb2.CompareTracksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordRulesetChange(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.audit.v1.AuditService/RecordRulesetChange',
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.RecordRulesetChangeRequest.SerializeToString,
+            quire_dot_audit_dot_v1_dot_audit__service__pb2.RecordRulesetChangeResponse.FromString,
             options,
             channel_credentials,
             insecure,

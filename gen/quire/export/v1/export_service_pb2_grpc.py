@@ -26,7 +26,9 @@ if _version_not_supported:
 
 
 class ExportServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Served by every service, for the collections it owns, to an operator's
+    token only.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -42,7 +44,9 @@ class ExportServiceStub:
 
 
 class ExportServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Served by every service, for the collections it owns, to an operator's
+    token only.
+    """
 
     def ExportRecords(self, request, context):
         """One page of one collection this service owns, in the collection's own
@@ -71,7 +75,9 @@ def add_ExportServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class ExportService:
-    """Missing associated documentation comment in .proto file."""
+    """Served by every service, for the collections it owns, to an operator's
+    token only.
+    """
 
     @staticmethod
     def ExportRecords(request,

@@ -1,10 +1,16 @@
-"""``quire dlq list|retry|discard``: operators decide jobs that ended FAILED."""
+"""``quire dlq list|retry|discard``: operators decide jobs that ended FAILED.
+
+A retry may give the job a new budget (``--budget 30s``): without one, a job
+whose deadline has passed is retried with it, and a stage that checks it
+fails the job ``DEADLINE_EXCEEDED`` again, which the command points out."""
 
 from __future__ import annotations
 
 import argparse
+from datetime import UTC, datetime
 
 from google.protobuf.message import Message
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from quire.audit.v1 import audit_service_pb2 as pb
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
@@ -27,6 +33,8 @@ def _line(record: pb.DeadLetterRecord) -> str:
     )
     if record.resolved_by:
         line += f"  by {record.resolved_by}"
+    if record.HasField("deadline"):
+        line += f"  deadline={record.deadline.ToJsonString()}"
     return line
 
 
@@ -58,18 +66,29 @@ async def dlq_list(args: argparse.Namespace, config: ClientConfig, out: Output) 
 
 
 async def dlq_retry(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
-    return await _decide(
-        config,
-        out,
-        "RetryDeadLetter",
-        pb.RetryDeadLetterRequest(
-            job=job_resource(args.job), request_id=args.request_id or new_request_id()
-        ),
+    """``quire dlq retry JOB [--budget 30s]``: a new generation from the failed
+    stage; with ``--budget``, a new deadline of now plus the budget."""
+    request = pb.RetryDeadLetterRequest(
+        job=job_resource(args.job), request_id=args.request_id or new_request_id()
     )
+    if args.budget is not None:
+        request.budget.FromNanoseconds(round(args.budget * 1e9))
+    record = await _decide(config, out, "RetryDeadLetter", request)
+    if args.budget is None and record.HasField("deadline") and _passed(record.deadline):
+        out.note(
+            f"note: {record.job}'s deadline ({record.deadline.ToJsonString()}) has passed:"
+            " a stage that checks it fails the job DEADLINE_EXCEEDED again; once it is a"
+            f" dead letter again, give it a new budget: quire dlq retry {record.job} --budget 30s"
+        )
+    return 0
+
+
+def _passed(deadline: Timestamp) -> bool:
+    return deadline.ToDatetime(tzinfo=UTC) <= datetime.now(UTC)
 
 
 async def dlq_discard(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
-    return await _decide(
+    await _decide(
         config,
         out,
         "DiscardDeadLetter",
@@ -77,12 +96,17 @@ async def dlq_discard(args: argparse.Namespace, config: ClientConfig, out: Outpu
             job=job_resource(args.job), request_id=args.request_id or new_request_id()
         ),
     )
+    return 0
 
 
-async def _decide(config: ClientConfig, out: Output, method: str, request: Message) -> int:
+async def _decide(
+    config: ClientConfig, out: Output, method: str, request: Message
+) -> pb.DeadLetterRecord:
     async with aio_channel(config.audit, config.tls) as channel:
         call = getattr(pb_grpc.AuditServiceStub(channel), method)
-        record = await call(request, metadata=operator_metadata(config), timeout=TIMEOUT_SECONDS)
+        record: pb.DeadLetterRecord = await call(
+            request, metadata=operator_metadata(config), timeout=TIMEOUT_SECONDS
+        )
     out.line(_line(record))
     out.result({"dead_letter": message_dict(record)})
-    return 0
+    return record

@@ -14,6 +14,7 @@ import grpc
 from quire.cli.exitcodes import ExitCode
 from quire.grpcstatus import ReceivedDetails, details_of
 from quire.stack.datadirlock import DataDirInUse
+from quire.stack.refusals import ConfigurationRefused
 
 __all__ = ["CliError", "Failure", "failure_of"]
 
@@ -98,6 +99,8 @@ def failure_of(error: BaseException) -> Failure | None:
         return _rpc_failure(error)
     if isinstance(error, DataDirInUse):
         return Failure(ExitCode.DATA_DIR_IN_USE, str(error))
+    if isinstance(error, ConfigurationRefused):  # quire up: a service's own line says why
+        return Failure(ExitCode.USAGE, str(error))
     if isinstance(error, TimeoutError):
         return Failure(ExitCode.TIMEOUT, f"timed out: {error}" if str(error) else "timed out")
     if isinstance(error, ConnectionError):

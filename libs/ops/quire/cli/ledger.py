@@ -7,13 +7,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from quire.cli.args import job_resource, operator_metadata
+from quire.cli.args import bearer_metadata, job_resource, operator_metadata
 from quire.cli.config import ClientConfig
 from quire.cli.errors import CliError
 from quire.cli.exitcodes import ExitCode
 from quire.cli.output import Output, message_dict
 
 __all__ = ["audit_key", "audit_verify", "evidence_export", "evidence_verify", "witness_key"]
+
+EXPORT_TIMEOUT_SECONDS = 120.0
 
 
 async def audit_verify(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
@@ -96,21 +98,62 @@ def _size_of(note: bytes) -> int:
 
 
 async def evidence_export(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+    """``quire evidence export JOB``: through audit with an operator token,
+    through admission with a tenant's own (``_asked_of``)."""
+    output = args.output or f"{job_resource(args.job).removeprefix('jobs/')}.evidence.json"
+    since = _size_of(_earlier_note(args.earlier)) if args.earlier else 0
+    source = _asked_of(args, config)
+    if source == "admission":
+        job, document = await _from_admission(config, job_resource(args.job), since)
+    else:
+        job, document = await _from_audit(config, job_resource(args.job), since)
+    Path(output).write_text(document)
+    out.line(f"{output}  evidence for {job}")
+    out.result({"job": job, "output": output, "via": source})
+    return ExitCode.OK
+
+
+def _asked_of(args: argparse.Namespace, config: ClientConfig) -> str:
+    """``audit`` when an operator token is known (any tenant's job) and
+    ``--as-tenant`` is not given; else ``admission``, with the tenant's token."""
+    if args.as_tenant:
+        if not config.token:
+            raise CliError("--as-tenant: no tenant token; set QUIRE_TOKEN")
+        return "admission"
+    if config.operator_token:
+        if config.audit:
+            return "audit"
+        if not config.token:
+            raise CliError("an operator's export asks audit: set QUIRE_AUDIT_ADDR")
+    if config.token:
+        return "admission"
+    raise CliError("no token: set QUIRE_TOKEN (your own jobs) or QUIRE_OPERATOR_TOKEN (any job)")
+
+
+async def _from_audit(config: ClientConfig, job: str, since: int) -> tuple[str, str]:
     from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
     from quire.tls import aio_channel
 
-    output = args.output or f"{job_resource(args.job).removeprefix('jobs/')}.evidence.json"
-    since = _size_of(_earlier_note(args.earlier)) if args.earlier else 0
     async with aio_channel(config.audit, config.tls) as channel:
         evidence = await audit_service_pb2_grpc.AuditServiceStub(channel).ExportEvidence(
-            audit_service_pb2.ExportEvidenceRequest(job=job_resource(args.job), since_size=since),
+            audit_service_pb2.ExportEvidenceRequest(job=job, since_size=since),
             metadata=operator_metadata(config),
-            timeout=120,
+            timeout=EXPORT_TIMEOUT_SECONDS,
         )
-    Path(output).write_text(evidence.json)
-    out.line(f"{output}  evidence for {evidence.job}")
-    out.result({"job": evidence.job, "output": output})
-    return ExitCode.OK
+    return evidence.job, evidence.json
+
+
+async def _from_admission(config: ClientConfig, job: str, since: int) -> tuple[str, str]:
+    from quire.admission.v1 import admission_service_pb2, admission_service_pb2_grpc
+    from quire.tls import aio_channel
+
+    async with aio_channel(config.admission, config.tls) as channel:
+        evidence = await admission_service_pb2_grpc.AdmissionServiceStub(channel).GetJobEvidence(
+            admission_service_pb2.GetJobEvidenceRequest(name=job, since_size=since),
+            metadata=bearer_metadata(config.token),
+            timeout=EXPORT_TIMEOUT_SECONDS,
+        )
+    return evidence.job, evidence.json
 
 
 def _read_evidence(path: str) -> dict[str, Any]:
@@ -121,7 +164,7 @@ def _read_evidence(path: str) -> dict[str, Any]:
     except json.JSONDecodeError as error:
         raise CliError(f"{path} is not JSON: line {error.lineno}: {error.msg}") from None
     if not isinstance(document, dict) or "public_key" not in document:
-        raise CliError(f"{path} is not an evidence file (`quire evidence JOB` writes one)")
+        raise CliError(f"{path} is not an evidence file (`quire evidence export JOB` writes one)")
     return document
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from quire.cli.errors import failure_of
+from quire.cli.evidenceargs import export_by_default
 from quire.cli.output import Output
 from quire.cli.parser import build_parser
 
@@ -68,7 +69,7 @@ COMMANDS = {
     "dlq list": "deadletters:dlq_list",
     "dlq retry": "deadletters:dlq_retry",
     "dlq discard": "deadletters:dlq_discard",
-    "evidence": "ledger:evidence_export",
+    "evidence export": "ledger:evidence_export",
     "diff": "diff:diff",
     "diagnose": "diagnose:diagnose",
 }
@@ -97,7 +98,7 @@ def _local_command(args: argparse.Namespace) -> str | None:
         return "workers:run"  # the workers bucket, with an operator's NATS login
     if args.command == "keys":
         return "keys:run"  # the key ring beside the blobs
-    if args.command == "evidence" and args.job == "verify":
+    if args.command == "evidence" and args.action == "verify":
         return "ledger:evidence_verify"  # offline
     return None
 
@@ -118,7 +119,7 @@ def _run(args: argparse.Namespace, out: Output) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(export_by_default(sys.argv[1:] if argv is None else argv))
     out = Output(as_json=args.json)
     try:
         return _main(args, out)

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import NoReturn, Protocol
 
+from quire.cli.deadletterargs import BUDGET_HELP, budget_duration
+from quire.cli.evidenceargs import add_evidence_arguments
 from quire.cli.exitcodes import ExitCode, epilog
 from quire.cli.jobstates import job_state
 from quire.cli.operatorargs import (
@@ -272,9 +274,11 @@ def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> No
     listing = dlq.add_parser("list", parents=[common], help="dead letters still open")
     listing.add_argument("--all", action="store_true", help="include retried and discarded")
     listing.add_argument("--limit", type=int, default=100, help="at most this many")
-    dlq.add_parser(
+    retry = dlq.add_parser(
         "retry", parents=[common, once], help="a new attempt, recorded in the ledger"
-    ).add_argument("job", help="the job id or jobs/ID")
+    )
+    retry.add_argument("job", help="the job id or jobs/ID")
+    retry.add_argument("--budget", type=budget_duration, default=None, help=BUDGET_HELP)
     dlq.add_parser("discard", parents=[common, once], help="leave the job FAILED").add_argument(
         "job", help="the job id or jobs/ID"
     )
@@ -284,40 +288,8 @@ def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> No
     compared = command("diff", help="operators: two jobs' pinned inputs and outcomes, compared")
     compared.add_argument("job", help="a job id or jobs/ID")
     compared.add_argument("other", help="the job to compare it with")
-    evidence = command("evidence", help="a job's evidence: export, or verify offline")
-    evidence.add_argument("job", help="a job, or `verify`")
-    evidence.add_argument("file", nargs="?", help="with `verify`: the evidence file")
-    evidence.add_argument(
-        "-o", "--output", default="", help="where to write it (default: JOB.evidence.json)"
-    )
-    evidence.add_argument(
-        "--key-sha256",
-        default="",
-        help="with `verify`: the pin of audit's checkpoint key (from `quire audit key`)",
-    )
-    evidence.add_argument(
-        "--key-file",
-        default="",
-        help="with `verify`: audit's checkpoint public key, PEM (from `quire audit key`)",
-    )
-    evidence.add_argument(
-        "--tenant", default="", help="with `verify`: the tenant the evidence must be from"
-    )
-    evidence.add_argument(
-        "--witness-key",
-        default="",
-        help="with `verify`: the witness's verifier key (from `quire witness key`)",
-    )
-    evidence.add_argument(
-        "--witness-key-file",
-        default="",
-        help="with `verify`: a file holding the witness's verifier key",
-    )
-    evidence.add_argument(
-        "--earlier",
-        default="",
-        help="with `verify`: an evidence file (or checkpoint note) of the same tenant seen"
-        " earlier, which this one must extend; when exporting: ask for the proof from it",
+    add_evidence_arguments(
+        command("evidence", help="a job's evidence: export it, or verify a file offline"), common
     )
     add_check_arguments(
         command("check", help="operators: check every invariant over the data directory")

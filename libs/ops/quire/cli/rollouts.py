@@ -101,10 +101,13 @@ async def rollout_status(args: argparse.Namespace, config: ClientConfig, out: Ou
             rollouts = [await admin.get_rollout(rollout_resource(args.rollout))]
         else:
             rollouts = await admin.list_rollouts()
+        current = await admin.list_current_rulesets()
     for rollout in rollouts:
         _line(rollout, out)
     if not rollouts:
         out.line("no rollouts")
+    # What a job naming no ruleset version gets: only a promotion changes it.
+    out.line("current rulesets: " + (", ".join(r.version for r in current) or "none yet"))
     # The named rollout, or every open one: each compared over its window.
     compared = [r for r in rollouts if args.rollout or r.state == rollout_pb2.ROLLOUT_STATE_CANARY]
     comparisons = []
@@ -117,11 +120,11 @@ async def rollout_status(args: argparse.Namespace, config: ClientConfig, out: Ou
         ) as reads:
             for rollout in compared:
                 comparisons.append(await _compare(reads, rollout, args.shadow, out))
-    out.line("(routing by track is not built yet: every worker takes every track)")
     out.result(
         {
             "rollouts": [rollout_dict(rollout) for rollout in rollouts],
             "comparisons": comparisons,
+            "current_rulesets": [message_dict(ruleset) for ruleset in current],
         }
     )
     return 0

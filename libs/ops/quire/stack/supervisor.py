@@ -16,6 +16,13 @@ writes ``stack.json`` (endpoints and where the development token is) into the
 data directory; restarts a service that dies; and on stop sends SIGTERM so
 each drains, then stops nats-server.
 
+A service that refuses its configuration (exit status 2,
+``quire.runtime.CONFIGURATION_REFUSED``: a setting it cannot use, a
+published ruleset changed in place) is not started again: the same
+configuration would be refused again. Its one line stays the last word in
+its log; at startup ``start`` raises ``ConfigurationRefused`` with it
+(``quire.stack.refusals``).
+
 It supervises its own nats-server too: one that dies is started again on
 the same port, store directory, config and logins, at once the first time
 and after a doubling pause (at most ``NATS_BACKOFF_CAP_SECONDS``) while it
@@ -45,7 +52,7 @@ from quire.backoff import Backoff, Jitter
 from quire.identity import provision_identities
 from quire.kek import DEVELOPMENT_RING, provision_development_ring
 from quire.natsauth import KEEPER, OPERATOR, authorization_config, provision_nats_passwords
-from quire.runtime import connect_nats
+from quire.runtime import CONFIGURATION_REFUSED, connect_nats
 from quire.settings import (
     SERVICES,
     QueueSettings,
@@ -58,11 +65,13 @@ from quire.stack.forked import ForkedProcess, spawn_service
 from quire.stack.info import STACK_FILE, StackInfo
 from quire.stack.natsserver import NatsServer
 from quire.stack.ports import free_port
+from quire.stack.refusals import ConfigurationRefused, refusal_line
 from quire.stack.scrapeconfig import SCRAPE_FILE, write_scrape_config
 from quire.tls import sync_channel
 from quire.workqueue.topology import ensure_topology
 
 __all__ = [
+    "ConfigurationRefused",
     "Stack",
     "StackInfo",
     "STACK_FILE",
@@ -137,6 +146,8 @@ class _Child:
     restarts: int = 0
     expected_exit: bool = False
     started_at: float = field(default_factory=time.monotonic)
+    refused: bool = False
+    """It exited refusing its configuration: not started again by the watcher."""
 
 
 @dataclass
@@ -258,7 +269,7 @@ class Stack:
             try:
                 self.wait_healthy(during_startup=True)
                 return
-            except _ExitedBeforeHealthy:
+            except _ExitedBeforeHealthy:  # not ConfigurationRefused: that would be refused again
                 if attempt == STARTUP_ATTEMPTS:
                     raise
                 self._stop_children(timeout=10)
@@ -370,6 +381,8 @@ class Stack:
                 stub = health_pb2_grpc.HealthStub(channel)
                 while True:
                     child = self._children[service]
+                    if child.process.poll() == CONFIGURATION_REFUSED:
+                        raise ConfigurationRefused(service, self.refusal(service))
                     if child.process.poll() is not None and (during_startup or not self._restart):
                         raise _ExitedBeforeHealthy(
                             f"{service} exited with {child.process.returncode}"
@@ -394,6 +407,8 @@ class Stack:
         url = f"http://{self.gateway_address}/healthz"
         while True:
             child = self._children[GATEWAY]
+            if child.process.poll() == CONFIGURATION_REFUSED:
+                raise ConfigurationRefused(GATEWAY, self.refusal(GATEWAY))
             if child.process.poll() is not None and (during_startup or not self._restart):
                 raise _ExitedBeforeHealthy(
                     f"gateway exited with {child.process.returncode}; see logs/gateway.log"
@@ -417,12 +432,29 @@ class Stack:
             self.watch_nats()
             for service in self._processes:
                 child = self._children[service]
-                if (
-                    child.process.poll() is not None
-                    and not child.expected_exit
-                    and not self._stopping.is_set()
-                ):
-                    self._spawn(service)
+                code = child.process.poll()
+                if code is None or child.expected_exit or child.refused:
+                    continue
+                if self._stopping.is_set():
+                    break
+                if code == CONFIGURATION_REFUSED:
+                    child.refused = True
+                    log.error(
+                        "%s refused its configuration (exit status %d); not restarted: %s",
+                        service,
+                        code,
+                        self.refusal(service),
+                    )
+                    continue
+                self._spawn(service)
+
+    def refusal(self, service: str) -> str:
+        """The service's last "cannot start" line in its log, or ""."""
+        return refusal_line(self.data_dir / "logs" / f"{service}.log", service)
+
+    def exit_status(self, service: str) -> int | None:
+        """A service process's exit status; None while it runs."""
+        return self._children[service].process.poll()
 
     def watch_nats(self, now: float | None = None) -> None:
         """One look of the watcher at nats-server (it looks every

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = ["QUIRE", "ROOT", "read_until", "run_quire"]
@@ -15,13 +17,18 @@ CLI runs from there, as a user types it in a checkout."""
 QUIRE = [sys.executable, "-m", "quire.cli.main"]
 
 
-def run_quire(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run_quire(
+    data_dir: Path, *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``quire --data-dir DATA_DIR ARGS...``; ``env`` adds to (or, with "",
+    blanks) this process's environment, as a user's shell would."""
     return subprocess.run(
         [*QUIRE, "--data-dir", str(data_dir), *args],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=ROOT,
+        env=None if env is None else {**os.environ, **env},
     )
 
 

@@ -16,6 +16,8 @@ from google.protobuf.message import Message
 from sqlalchemy import Connection
 
 from quire.admission import rollouts, sourcesystems, tables
+from quire.admission.currentrulesets import current_messages
+from quire.admission.rolloutrulesets import RolloutRulesets
 from quire.admission.rolloutsync import RolloutSync
 from quire.admission.storagepolicy import PERIODS, TenantStorage, forget_source, read_storage
 from quire.admission.tenants import Tenant, TenantDirectory, TokenRecord
@@ -125,6 +127,10 @@ def _position(listed: tuple[Tenant, list[TokenRecord]]) -> Position:
 
 
 class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
+    """Admission's TenantAdminService. Every call needs a live operator token;
+    a call that changes something is answered once per request id (remembered
+    under the operators' name)."""
+
     def __init__(
         self,
         tenants: TenantDirectory,
@@ -132,6 +138,7 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         pages: PageTokens,
         open_rollouts: rollouts.OpenRollouts | None = None,
         rollout_sync: RolloutSync | None = None,
+        rollout_rulesets: RolloutRulesets | None = None,
         egress: EgressPolicy | None = None,
     ) -> None:
         self._tenants = tenants
@@ -142,6 +149,8 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         """Intake's cache of the open rollouts, told when one opens or closes."""
         self._rollout_sync = rollout_sync
         """Puts a changed rollout on the queues (caps, the workers' entries)."""
+        self._rollout_rulesets = rollout_rulesets
+        """Candidate rulesets: loaded before use, current once promoted."""
 
     @at_the_edge(DOMAIN)
     async def CreateTenant(  # noqa: N802 - gRPC method name
@@ -332,6 +341,8 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         """Open a rollout (CANARY); ROLLOUT_OPEN while one of its stage is open."""
         await self._tenants.authenticate_operator(context)
         wanted = rollouts.checked_rollout(request.rollout)
+        if self._rollout_rulesets is not None:
+            await self._rollout_rulesets.check_start(wanted.candidate_ruleset)
         reply = await self._run(
             self._once(request, rollout_pb2.Rollout),
             lambda s: rollouts.rollout_message(rollouts.start(s, wanted)),
@@ -372,24 +383,52 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
     async def PromoteRollout(  # noqa: N802 - gRPC method name
         self, request: rollout_pb2.PromoteRolloutRequest, context: grpc.aio.ServicerContext
     ) -> rollout_pb2.Rollout:
-        """CANARY → PROMOTED, share 10,000; ROLLOUT_NOT_OPEN otherwise."""
-        return await self._close(request, context, rollouts.promote)
+        """CANARY → PROMOTED, share 10,000; ROLLOUT_NOT_OPEN otherwise. A
+        candidate ruleset becomes its name's current version (``RolloutRulesets``)."""
+        operator = await self._tenants.authenticate_operator(context)
+        rollout_id = rollouts.parse_name(request.name)
+        rulesets = self._rollout_rulesets
+        if rulesets is None:
+            return await self._close(request, rollout_id, rollouts.promote)
+        record = await asyncio.to_thread(
+            self._tenants.transaction, lambda s: rollouts.get_rollout(s, rollout_id)
+        )
+        known = await rulesets.check_promotion(record)
+
+        def promote(connection: Connection, ident: str) -> rollouts.RolloutRecord:
+            promoted = rollouts.promote(connection, ident)
+            rulesets.promote_in(connection, promoted, known, operator)
+            return promoted
+
+        reply = await self._close(request, rollout_id, promote)
+        await rulesets.promoted()
+        return reply
 
     @at_the_edge(DOMAIN)
     async def RollbackRollout(  # noqa: N802 - gRPC method name
         self, request: rollout_pb2.RollbackRolloutRequest, context: grpc.aio.ServicerContext
     ) -> rollout_pb2.Rollout:
-        """CANARY → ROLLED_BACK, share 0; jobs already pinned keep their track."""
-        return await self._close(request, context, rollouts.roll_back)
+        """CANARY → ROLLED_BACK, share 0; jobs already pinned keep their track,
+        and every ruleset's current version stays as it was."""
+        await self._tenants.authenticate_operator(context)
+        return await self._close(request, rollouts.parse_name(request.name), rollouts.roll_back)
+
+    @at_the_edge(DOMAIN)
+    async def ListCurrentRulesets(  # noqa: N802 - gRPC method name
+        self, request: rollout_pb2.ListCurrentRulesetsRequest, context: grpc.aio.ServicerContext
+    ) -> rollout_pb2.ListCurrentRulesetsResponse:
+        """Each ruleset name's current version (a handful of names)."""
+        await self._tenants.authenticate_operator(context)
+        current = await asyncio.to_thread(self._tenants.transaction, current_messages)
+        return rollout_pb2.ListCurrentRulesetsResponse(rulesets=current)
 
     async def _close(
         self,
         request: rollout_pb2.PromoteRolloutRequest | rollout_pb2.RollbackRolloutRequest,
-        context: grpc.aio.ServicerContext,
+        rollout_id: str,
         close: Callable[[Connection, str], rollouts.RolloutRecord],
     ) -> rollout_pb2.Rollout:
-        await self._tenants.authenticate_operator(context)
-        rollout_id = rollouts.parse_name(request.name)
+        """``close`` the operator's rollout, once per request id."""
         reply = await self._run(
             self._once(request, rollout_pb2.Rollout),
             lambda s: rollouts.rollout_message(close(s, rollout_id)),

@@ -90,6 +90,9 @@ class _Page:
 
 
 class BatchDispatcher:
+    """Turns batch packets into jobs, a page at a time (``run_forever``), only
+    while this replica holds the dispatch lease; ``release`` on drain."""
+
     def __init__(
         self,
         database: Database,

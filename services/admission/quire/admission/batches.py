@@ -22,6 +22,7 @@ from quire.admission.auditjobs import ask_audit
 from quire.admission.batchmanifests import bundle_ids, check_packets, packets_from_json
 from quire.admission.batchviews import BATCH_PREFIX, batch_message
 from quire.admission.catalog import RulesetCatalog, resolve_ruleset
+from quire.admission.currentrulesets import CurrentRulesets
 from quire.admission.finishes import EndTracker, settle_batch
 from quire.admission.intake import shown_violations
 from quire.admission.manifests import referenced_systems
@@ -93,6 +94,9 @@ def _job_counts(
 
 
 class Batches:
+    """Admission's ``BatchDesk``: takes, reads, lists and cancels batches. Makes no
+    job itself: the dispatcher does."""
+
     def __init__(
         self,
         database: Database,
@@ -103,6 +107,7 @@ class Batches:
         *,
         ends: EndTracker,
         pages: PageTokens,
+        currents: CurrentRulesets,
         catalog: RulesetCatalog | None = None,
     ) -> None:
         self._db = database
@@ -113,6 +118,7 @@ class Batches:
         self._ends = ends
         self._pages = pages
         self._catalog = catalog
+        self._currents = currents
 
     async def submit(
         self, tenant: Tenant, request: batch_pb2.SubmitBatchRequest
@@ -144,8 +150,11 @@ class Batches:
                 "the batch is invalid",
                 shown_violations(violations, "packets"),
             )
+        current = await self._currents.versions(rulesets)
         for packet in packets:  # each job carries name@version from here on
-            packet.manifest.ruleset = resolve_ruleset(packet.manifest.ruleset, rulesets) or ""
+            packet.manifest.ruleset = (
+                resolve_ruleset(packet.manifest.ruleset, rulesets, current) or ""
+            )
         return await self._db.run(
             lambda s: once.run(s, lambda: _persist(s, tenant.id, request.request_id, packets))
         )

@@ -43,6 +43,9 @@ def duration_seconds(duration: duration_pb2.Duration) -> float | None:
 
 @dataclass(frozen=True)
 class JobBudgets:
+    """The limits every job's budget is held to, checked against each other as
+    soon as they are made (``InvalidSetting``)."""
+
     source_job_budget_seconds: float = 60.0
     """The budget of a job that names a source by reference and asks for none."""
     reserve_seconds: float = 5.0

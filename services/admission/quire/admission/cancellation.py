@@ -60,6 +60,9 @@ def _reached(state: int, held: str) -> bool:
 
 
 class Canceller:
+    """Cancels a tenant's job if the job gate lets the cancel win; otherwise
+    answers with the job as audit has it."""
+
     def __init__(
         self,
         *,

@@ -26,6 +26,9 @@ SERVICE = "admission"
 
 @dataclass(frozen=True)
 class AdmissionConfig:
+    """Admission's settings, every one read and checked in ``from_env`` before the
+    service starts anything."""
+
     service: ServiceSettings
     admission: AdmissionSettings
     temp_space: TempSpaceSettings

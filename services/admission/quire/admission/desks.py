@@ -12,6 +12,8 @@ __all__ = ["BatchDesk", "NotificationDesk"]
 
 
 class BatchDesk(Protocol):
+    """The batch calls, for a tenant already authenticated (``Batches``)."""
+
     async def submit(
         self, tenant: Tenant, request: batch_pb2.SubmitBatchRequest
     ) -> batch_pb2.Batch: ...
@@ -28,6 +30,8 @@ class BatchDesk(Protocol):
 
 
 class NotificationDesk(Protocol):
+    """The notification calls, for a tenant already authenticated (``Notifications``)."""
+
     async def set_endpoint(
         self, tenant: Tenant, request: notification_pb2.SetNotificationEndpointRequest
     ) -> notification_pb2.SetNotificationEndpointResponse: ...

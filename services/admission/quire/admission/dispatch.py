@@ -37,6 +37,9 @@ def undispatched(connection: Connection, cutoff: datetime) -> list[str]:
 
 
 class Dispatcher:
+    """Publishes committed jobs to the validate queue, and sweeps up (``sweep_forever``)
+    those a crash left unpublished; republishing is harmless, the queue drops it."""
+
     def __init__(
         self,
         database: Database,

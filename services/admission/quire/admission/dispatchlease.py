@@ -26,6 +26,9 @@ DUTY = "batches"
 
 @dataclass(frozen=True)
 class DispatchLease:
+    """This process's claim on the batch dispatch lease: ``take`` it each tick,
+    check it with ``holds`` inside each page's transaction."""
+
     holder: str
     """This process: unique per start, so a restarted replica is a new holder."""
     seconds: float

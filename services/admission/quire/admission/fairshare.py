@@ -22,6 +22,9 @@ __all__ = ["DeficitRoundRobin", "TokenBucket"]
 
 
 class DeficitRoundRobin:
+    """Whose turn it is to dispatch and how many children that turn may make;
+    a turn the capacity cut short goes on first next tick."""
+
     def __init__(self, page_size: int) -> None:
         self._page_size = page_size
         self._deficits: dict[str, float] = {}
@@ -86,6 +89,9 @@ class DeficitRoundRobin:
 
 
 class TokenBucket:
+    """Children per second across all tenants: ``rate`` tokens a second, at most
+    ``burst`` held at once."""
+
     def __init__(
         self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic
     ) -> None:

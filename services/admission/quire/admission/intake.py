@@ -37,6 +37,7 @@ from sqlalchemy import Connection, bindparam, delete, select
 from quire.admission import tables
 from quire.admission.budgets import JobBudgets
 from quire.admission.catalog import RulesetCatalog, resolve_ruleset
+from quire.admission.currentrulesets import CurrentRulesets
 from quire.admission.inlinesources import KeptSources
 from quire.admission.manifests import (
     PRIORITIES,
@@ -127,6 +128,9 @@ def shown_violations(violations: list[FieldViolation], field: str) -> tuple[Fiel
 
 @dataclass(frozen=True)
 class AcceptedJob:
+    """A job as admission accepted it (its ``jobs`` row). ``handoff`` is set only
+    on the call that accepted it."""
+
     name: str
     manifest_digest: str
     item_count: int
@@ -190,6 +194,9 @@ def _track(row: object) -> str:
 
 
 class Intake:
+    """Turns a SubmitJob into one job, or refuses it; the job is committed, not
+    yet published (``Dispatcher.hand_on``)."""
+
     def __init__(
         self,
         database: Database,
@@ -204,11 +211,14 @@ class Intake:
         budgets: JobBudgets | None = None,
         rollouts: OpenRollouts | None = None,
         keys: DataKeys | None = None,
+        currents: CurrentRulesets | None = None,
     ) -> None:
         """``keys``: the tenants' data keys, to refuse work for a shredded tenant."""
         self._budgets = budgets or JobBudgets()
         self.rollouts = rollouts or OpenRollouts()
         """The open rollouts each accepted job is pinned against (its track)."""
+        self.currents = currents or CurrentRulesets(database)
+        """Each ruleset name's current version: a job naming no version gets it."""
         self._accepted = metrics.counter("quire_jobs_accepted_total") if metrics else None
         self._refused = metrics.counter("quire_jobs_refused_total") if metrics else None
         self._catalog = catalog
@@ -292,9 +302,10 @@ class Intake:
         )
         if replay is not None:
             return replay
+        current = await self.currents.versions(known)
         pinned = pb.SubmitJobRequest()
         pinned.CopyFrom(request)
-        pinned.manifest.ruleset = resolve_ruleset(request.manifest.ruleset, known) or ""
+        pinned.manifest.ruleset = resolve_ruleset(request.manifest.ruleset, known, current) or ""
         request = pinned  # the job carries name@version from here on
         if self._temp_space is not None:
             self._temp_space.check()

@@ -50,6 +50,8 @@ _MAY_WAIT = frozenset({State.ACCEPTED.number, State.VALIDATING.number})
 
 @dataclass(frozen=True)
 class JobPage:
+    """One page of ``ListJobs``; ``next_token`` is "" on the last page."""
+
     jobs: list[job_pb2.Job]
     next_token: str
 
@@ -96,6 +98,9 @@ RECENT_SECONDS = 60.0
 
 
 class JobViews:
+    """Reads a tenant's jobs: ownership from admission's rows, state from audit,
+    and the source waits from the validator."""
+
     def __init__(
         self,
         database: Database,

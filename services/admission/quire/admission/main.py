@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+from collections.abc import Awaitable, Callable
 
 import grpc
 
@@ -18,6 +19,7 @@ from quire.admission.catalog import RulesetCatalog
 from quire.admission.config import AdmissionConfig
 from quire.admission.dispatch import Dispatcher
 from quire.admission.dispatchlease import DispatchLease
+from quire.admission.evidence import EvidenceDesk
 from quire.admission.finishes import EndTracker
 from quire.admission.intake import Intake
 from quire.admission.jobviews import JobViews
@@ -26,7 +28,9 @@ from quire.admission.notifier import Notifier
 from quire.admission.notifysecrets import NotificationSecrets
 from quire.admission.outstanding import OutstandingJobs
 from quire.admission.reconciler import Reconciler
+from quire.admission.rolloutrulesets import RolloutRulesets
 from quire.admission.rolloutsync import RolloutSync
+from quire.admission.rulesetledger import RulesetLedger
 from quire.admission.servicer import AdmissionServicer
 from quire.admission.storageusage import UsageRecount
 from quire.admission.tempguard import TempSpaceGuard
@@ -42,7 +46,6 @@ from quire.database import Database
 from quire.export.v1 import export_service_pb2_grpc as export_grpc
 from quire.exportservice import SERVICE_NAME as EXPORT_SERVICE
 from quire.exportservice import ExportServicer
-from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.metrics import ServiceMetrics, transaction_counter
 from quire.paging import PageTokens
@@ -51,6 +54,7 @@ from quire.pipeline import STAGE_NAMES
 from quire.rolloutboard import RolloutBoardWriter
 from quire.runtime import load_wire, run_service, start_runtime
 from quire.schema import upgrade_schema
+from quire.servicerun import ServiceRun
 from quire.storage import open_blob_store
 from quire.tempspace import TempKeeper
 from quire.transitions import EventFactory
@@ -105,6 +109,7 @@ async def main() -> None:
         budgets=config.budgets,
         keys=blobs.keys,
     )
+    ruleset_ledger = RulesetLedger(database, audit, catalog=catalog, currents=intake.currents)
     notify_secrets = NotificationSecrets(blobs.keys)
     notifier = Notifier(
         database, notify_secrets, config.notifications, egress=config.egress, metrics=metrics
@@ -159,11 +164,13 @@ async def main() -> None:
             admission,
             ends=ends,
             pages=pages,
+            currents=intake.currents,
             catalog=catalog,
         ),
         notifications=Notifications(
             database, notify_secrets, config.notifications, egress=config.egress
         ),
+        evidence=EvidenceDesk(audit),
     )
     reconciler = Reconciler(
         database=database,
@@ -173,32 +180,28 @@ async def main() -> None:
         settings=config.reconcile,
         queues={stage: QueueAgeProbe(js, cache_seconds=1.0, stage=stage) for stage in STAGE_NAMES},
     )
-    sweeper: list[asyncio.Task[None]] = []
-    announcer = Announcer.of(js, settings)
     rollout_sync = RolloutSync(
         js, await RolloutBoardWriter.open(js, wire.signer), tenants.transaction, settings.queue
     )
-
-    async def ready() -> None:
-        await announcer.start()
-        sweeper.append(asyncio.create_task(dispatcher.sweep_forever()))
-        sweeper.append(asyncio.create_task(reconciler.run_forever()))
-        sweeper.append(asyncio.create_task(notifier.run_forever()))
-        sweeper.append(asyncio.create_task(ends.run_forever()))
-        sweeper.append(asyncio.create_task(outstanding.flush_forever()))
-        sweeper.append(asyncio.create_task(batch_dispatcher.run_forever()))
-        sweeper.append(asyncio.create_task(rollout_sync.run_forever()))
-        sweeper.append(asyncio.create_task(UsageRecount(database).run_forever()))
-
-    async def drain() -> None:
-        await announcer.stop()
-        watches.close()
-        for task in sweeper:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        with contextlib.suppress(Exception):  # another replica takes it at expiry anyway
-            await batch_dispatcher.release()
+    run = ServiceRun(
+        settings, access=peers.guard(), announcer=Announcer.of(js, settings), metrics=metrics
+    )
+    for close in (database.close, nc.close, peers.close, blobs.close, keeper.stop):
+        run.on_close(close)  # nc: workers are drained; nothing is in flight
+    for forever in (
+        dispatcher.sweep_forever,
+        reconciler.run_forever,
+        notifier.run_forever,
+        ends.run_forever,
+        outstanding.flush_forever,
+        batch_dispatcher.run_forever,
+        rollout_sync.run_forever,
+        ruleset_ledger.run_forever,
+        UsageRecount(database).run_forever,
+    ):
+        run.loop(forever)
+    run.on_drain(watches.close)
+    run.on_drain(_releasing(batch_dispatcher))
 
     def register(server: grpc.aio.Server) -> None:
         pb_grpc.add_AdmissionServiceServicer_to_server(servicer, server)
@@ -208,6 +211,9 @@ async def main() -> None:
                 pages=pages,
                 open_rollouts=intake.rollouts,
                 rollout_sync=rollout_sync,
+                rollout_rulesets=RolloutRulesets(
+                    catalog, intake.currents, ruleset_ledger, build_version=settings.build_version
+                ),
                 egress=config.egress,
             ),
             server,
@@ -224,33 +230,27 @@ async def main() -> None:
         )
 
     await keeper.start()  # a first reading before the first request; leftovers swept
-    try:
-        await serve(
-            address=settings.grpc_address,
-            register=register,
-            service_names=(
-                "quire.admission.v1.AdmissionService",
-                "quire.admission.v1.TenantAdminService",
-                EXPORT_SERVICE,
-            ),
-            access=peers.guard(),
-            health_address=settings.health_address,
-            on_drain=drain,
-            drain_seconds=settings.drain_seconds,
-            ready=ready,
-            tls=settings.tls,
-            metrics=metrics,
-            metrics_address=settings.metrics_address,
-            # Inline sources ride in SubmitJob, with room for the rest of the request.
-            max_receive_bytes=admission.inline_source_bytes + 1024 * 1024,
-        )
-    finally:
-        await announcer.stop()
-        await keeper.stop()
-        blobs.close()
-        await peers.close()
-        await nc.close()  # workers are drained; nothing is in flight
-        database.close()
+    await run.serve(
+        register=register,
+        service_names=(
+            "quire.admission.v1.AdmissionService",
+            "quire.admission.v1.TenantAdminService",
+            EXPORT_SERVICE,
+        ),
+        # Inline sources ride in SubmitJob, with room for the rest of the request.
+        max_receive_bytes=admission.inline_source_bytes + 1024 * 1024,
+    )
+
+
+def _releasing(batch_dispatcher: BatchDispatcher) -> Callable[[], Awaitable[None]]:
+    """The dispatcher's lease given up on the way out; another replica takes it
+    at expiry anyway, so a failure here is not one."""
+
+    async def release() -> None:
+        with contextlib.suppress(Exception):
+            await batch_dispatcher.release()
+
+    return release
 
 
 def run() -> None:

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Protocol
 
-from quire.admission.catalog import resolve_ruleset
+from quire.admission.catalog import ruleset_known
 from quire.declarations import SHA256_HEX
 from quire.errors import FieldViolation
 from quire.type import job_pb2
@@ -200,7 +200,7 @@ def check_manifest(
             violations.append(
                 FieldViolation(f"{field}.sha256", "no upload with this digest", "UNKNOWN_SOURCE")
             )
-    if resolve_ruleset(manifest.ruleset, rulesets) is None:
+    if not ruleset_known(manifest.ruleset, rulesets):
         violations.append(FieldViolation("manifest.ruleset", "unknown ruleset", "UNKNOWN_RULESET"))
     if manifest.render_profile not in KNOWN_PROFILES:
         violations.append(

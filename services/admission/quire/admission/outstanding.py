@@ -43,6 +43,9 @@ def count_outstanding(connection: Connection, tenant: str) -> int:
 
 
 class OutstandingJobs:
+    """Marks admission's jobs finished once audit has them terminal, so the
+    outstanding count a tenant's quota is held to stays a local read."""
+
     def __init__(self, database: Database, audit: audit_service_pb2_grpc.AuditServiceStub) -> None:
         self._db = database
         self._audit = audit

@@ -16,10 +16,12 @@ query per submission. It is read again at most once a second, and at once
 after this process started, promoted or rolled back a rollout; another
 admission replica sees a change within a second.
 
-What a rollout does not do yet: route the candidate track to the
-candidate's workers (per-track subjects and consumers holding
-``concurrency_cap``). Jobs are pinned, and their track is recorded on every
-ledger entry; which worker runs them is unchanged (docs/rollouts.md).
+The queues route a candidate-track job to the candidate's workers
+(``quire.workqueue.routing``; the candidate consumer holds
+``concurrency_cap``, set by ``quire.admission.rolloutsync``). A rollout with
+a candidate ruleset gives it to its candidate-track jobs; promoting it makes
+that ruleset the current version of its name, the one a job that names no
+version is pinned to (``quire.admission.currentrulesets``).
 """
 
 from __future__ import annotations

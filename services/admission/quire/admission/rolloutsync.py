@@ -54,6 +54,9 @@ def stage_rollout(record: rollouts.RolloutRecord) -> StageRollout:
 
 
 class RolloutSync:
+    """Puts each stage's newest rollout on the queues: its candidate consumer's cap,
+    then its ``quire_rollouts`` entry. Safe to run again at any time."""
+
     def __init__(
         self,
         js: JetStreamContext,

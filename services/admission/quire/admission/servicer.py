@@ -21,6 +21,7 @@ from quire.admission import tables
 from quire.admission.cancellation import Canceller
 from quire.admission.desks import BatchDesk, NotificationDesk
 from quire.admission.dispatch import Dispatcher
+from quire.admission.evidence import EvidenceDesk
 from quire.admission.inlinesources import InlineSources, KeptSources
 from quire.admission.intake import Intake
 from quire.admission.jobviews import JobViews, accepted_view, with_intake
@@ -58,6 +59,9 @@ log = logging.getLogger(__name__)
 
 
 class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
+    """Admission's AdmissionService. Authenticates every call, then hands it to
+    the part that answers it."""
+
     def __init__(
         self,
         *,
@@ -73,6 +77,7 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         watches: WatchRelay | None = None,
         batches: BatchDesk | None = None,
         notifications: NotificationDesk | None = None,
+        evidence: EvidenceDesk | None = None,
     ) -> None:
         self._db = database
         self._blobs = blobs
@@ -87,6 +92,7 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         self._watches = watches
         self._batches = batches
         self._notifications = notifications
+        self._evidence = evidence
 
     @at_the_edge(DOMAIN)
     async def UploadSource(  # noqa: N802 - gRPC method name
@@ -244,6 +250,17 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         # reply itself (what the job had reached then), scoped to the tenant.
         once = RequestOnce(tables.request_ids, tenant.id, CANCEL_JOB, request, job_pb2.Job)
         return await once.around(self._db, lambda: self._canceller.cancel(tenant.id, request.name))
+
+    @at_the_edge(DOMAIN)
+    async def GetJobEvidence(  # noqa: N802 - gRPC method name
+        self, request: pb.GetJobEvidenceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.JobEvidence:
+        """The caller's own job's evidence, as audit exports it (``EvidenceDesk``)."""
+        tenant = await self._tenants.authenticate(context)
+        accepted = await self._views.owned(tenant.id, request.name)
+        if self._evidence is None:
+            raise NotFound("this admission service serves no evidence")
+        return await self._evidence.evidence(tenant.id, accepted.name, request.since_size)
 
     def _batch_desk(self) -> BatchDesk:
         if self._batches is None:

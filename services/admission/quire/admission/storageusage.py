@@ -43,6 +43,9 @@ def _recount(connection: Connection, *, tenant: str) -> bool:
 
 
 class UsageRecount:
+    """Recounts every tenant's stored bytes from its sources: at start, then every
+    ``interval_seconds`` (``run_forever``)."""
+
     def __init__(self, database: Database, *, interval_seconds: float = RECOUNT_SECONDS) -> None:
         self._db = database
         self._interval = interval_seconds

@@ -40,6 +40,8 @@ __all__ = [
     "dispatch_lease",
     "source_systems",
     "rollouts",
+    "current_rulesets",
+    "ruleset_changes",
 ]
 
 metadata = MetaData()
@@ -308,4 +310,34 @@ rollouts = Table(
     Column("open_stage", String(16), nullable=True, unique=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+# The current version of each ruleset name (``quire.admission.currentrulesets``):
+# what a job naming no version is pinned to. One row per name, made when
+# admission first sees the name, changed only by promoting a rollout.
+current_rulesets = Table(
+    "current_rulesets",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    # "name@version".
+    Column("version", String(128), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+# Every promotion of a current version, written in the promotion's
+# transaction, and recorded in audit's ledger afterwards (``recorded_at`` set
+# once audit has answered). Rows are never deleted.
+ruleset_changes = Table(
+    "ruleset_changes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(64), nullable=False),
+    # "" when the name had no current version yet.
+    Column("previous_version", String(128), nullable=False),
+    Column("current_version", String(128), nullable=False),
+    # "rollouts/{rollout}".
+    Column("rollout", String(128), nullable=False),
+    # The operator's token id, and admission's build that made the change.
+    Column("operator", String(64), nullable=False),
+    Column("build_version", String(64), nullable=False),
+    Column("changed_at", DateTime(timezone=True), nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=True),
 )

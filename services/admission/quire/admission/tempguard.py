@@ -21,6 +21,9 @@ __all__ = ["TempSpaceGuard"]
 
 
 class TempSpaceGuard:
+    """Refuses new uploads and jobs while temporary space is low, from the
+    monitor's last reading; work already accepted is never touched."""
+
     def __init__(
         self,
         monitor: TempSpaceMonitor,

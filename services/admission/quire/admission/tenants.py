@@ -54,6 +54,8 @@ _TENANT_OF_TOKEN = (
 
 @dataclass(frozen=True)
 class Tenant:
+    """A tenant as stored; a limit of None (or 0) follows the service's default."""
+
     id: str
     name: str
     max_upload_bytes: int | None = None
@@ -71,6 +73,9 @@ class Tenant:
 
 @dataclass(frozen=True)
 class TokenRecord:
+    """A bearer token as listed: its id, never its secret. ``tenant`` is None for
+    an operator token."""
+
     token_id: str
     tenant: str | None
     created_at: datetime
@@ -89,7 +94,7 @@ def _new_token() -> tuple[str, str]:
 CONFIGURED_TOKEN = re.compile(r"qt_([0-9a-f]{12})_[A-Za-z0-9_-]{32,}")
 """A token made elsewhere, for a Secret: an id of 12 hex digits and at least
 32 URL-safe characters of secret, as ``secrets.token_hex(6)`` and
-``secrets.token_urlsafe(32)`` make them (``k8s/README.md`` shows one way)."""
+``secrets.token_urlsafe(32)`` make them (the Kubernetes guide, ``docs/guides/kubernetes.md``, shows one way)."""
 
 
 def configured_operator_token(path: Path | None) -> str | None:
@@ -140,6 +145,9 @@ operator CLI) within this many seconds. A token's limits are cached with it."""
 
 
 class TenantDirectory:
+    """Admission's tenants and tokens: writes them, and finds the tenant (or
+    operator) behind a call's bearer token, caching a verified one briefly."""
+
     def __init__(self, database: Database, *, cache_seconds: float = AUTH_CACHE_SECONDS) -> None:
         self._db = database
         self._cache_seconds = cache_seconds

@@ -55,6 +55,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class StoredSource:
+    """An upload kept under its digest, as the tenant declared it."""
+
     sha256: str
     size_bytes: int
     content_type: str

@@ -68,6 +68,9 @@ _DRAINING = audit_service_pb2.FollowedChange(ended=True)
 
 
 class WatchRelay:
+    """Relays audit's changes of a job to its tenant's WatchJob: bounded per
+    process and per tenant, all ended on drain (``close``)."""
+
     def __init__(
         self,
         audit: audit_service_pb2_grpc.AuditServiceStub,

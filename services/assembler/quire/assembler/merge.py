@@ -36,6 +36,8 @@ class SourceDigestMismatch(Exception):
 
 @dataclass(frozen=True)
 class PacketSource:
+    """One source as the merge reads it: at its manifest position, from ``path``."""
+
     position: int
     document_id: str
     sha256: str
@@ -62,6 +64,8 @@ class PacketSource:
 
 @dataclass(frozen=True)
 class MergedPacket:
+    """The packet a merge wrote: its digest, size and pages."""
+
     sha256: str
     size_bytes: int
     page_count: int

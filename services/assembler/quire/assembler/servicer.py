@@ -18,6 +18,8 @@ __all__ = ["AssemblerServicer"]
 
 
 class AssemblerServicer(pb_grpc.AssemblerServiceServicer):
+    """The assembler's AssemblerService: the unsigned packet made for a job."""
+
     def __init__(self, database: Database) -> None:
         self._db = database
 

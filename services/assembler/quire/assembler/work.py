@@ -50,6 +50,9 @@ async def _plain(files: AttemptFiles, tenant: str, source: job_pb2.SourceRef) ->
 
 
 class AssemblerWork:
+    """The assemble stage's work: merges a job's sources in manifest order in the
+    sandbox, then keeps the packet in the store under its digest."""
+
     def __init__(self, *, blobs: BlobStore, sandbox: SandboxPool) -> None:
         self._blobs = blobs
         self._sandbox = sandbox

@@ -60,6 +60,9 @@ __all__ = [
 
 @dataclass(frozen=True)
 class CheckpointRound:
+    """What one round of checkpoints did: the ones it signed, and the tenants it
+    refused to sign for."""
+
     documents: list[dict[str, Any]]
     """Newly signed checkpoints."""
     inconsistent: list[str]

@@ -64,6 +64,10 @@ last COMMITTING entry), in one read."""
 
 
 class Verdict(Enum):
+    """What one delivery of a commit task came to, which decides how it is settled:
+    COMPLETED and ALREADY_DONE are acked, HISTORY_INCOMPLETE retried, STALE left
+    to the newer delivery, FAILED (the job ended FAILED) terminated."""
+
     COMPLETED = "completed"
     STALE = "stale"
     ALREADY_DONE = "already_done"
@@ -72,6 +76,9 @@ class Verdict(Enum):
 
 
 class CompletionDesk:
+    """Audit's consumer of commit tasks: appends COMPLETED (or FAILED) to a job's
+    ledger once its whole history is there, fenced by the delivery's lease."""
+
     def __init__(
         self,
         *,

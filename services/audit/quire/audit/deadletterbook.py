@@ -55,6 +55,9 @@ def record_letter(connection: Connection, letter: queue_pb2.DeadLetter) -> bool:
 
 
 class DeadLetterBook:
+    """Audit's consumer of ``quire.dead.<stage>``: records each letter once, its
+    job's row keeping the latest generation that failed."""
+
     def __init__(self, database: Database, backoff: Backoff) -> None:
         self._db = database
         self._backoff = backoff

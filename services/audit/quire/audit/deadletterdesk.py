@@ -10,6 +10,11 @@ failed attempt is mistaken for the new one):
 The ledger entry and the ``retrying`` mark are one transaction; the publish is
 deduplicated by message id, so a retry interrupted anywhere is finished by
 asking again.
+
+A retry may give the job a new budget (``quire.audit.retrybudget``): the
+retry entry records the new deadline, and the task published carries the
+deadline that entry recorded, whoever asked, so the ledger and every stage
+hold the job to the same one.
 """
 
 from __future__ import annotations
@@ -18,10 +23,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from google.protobuf import duration_pb2, timestamp_pb2
 from sqlalchemy import Connection, select, update
 
 from quire.audit import ledger, tables
 from quire.audit.deadletterbook import letter_row
+from quire.audit.retrybudget import (
+    DEFAULT_MAX_BUDGET_SECONDS,
+    checked_budget,
+    hold_to_retry_entry,
+    retry_entry,
+    with_budget,
+)
 from quire.database import Database
 from quire.errors import FailedPrecondition, NotFound
 from quire.jobgate import CANCELLED, JobGate
@@ -30,7 +43,7 @@ from quire.pipeline import State, stage
 from quire.reasons import ReasonCode
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
-from quire.workqueue import Publisher, task_message_id, task_subject
+from quire.workqueue import Publisher
 
 __all__ = ["DeadLetterDesk"]
 
@@ -39,10 +52,15 @@ OPEN = ("dead", "retrying")
 
 @dataclass(frozen=True)
 class DeadLetterDesk:
+    """Operators' actions on dead letters: list, retry (a new generation from the
+    stage that failed) and discard. Asking again finishes an interrupted retry."""
+
     database: Database
     publisher: Publisher
     gate: JobGate
     build_version: str
+    max_budget_seconds: float = DEFAULT_MAX_BUDGET_SECONDS
+    """The longest budget a retry may give (``QUIRE_MAX_JOB_BUDGET_SECONDS``)."""
 
     async def list(
         self, *, include_resolved: bool, after: Position | None, limit: int
@@ -59,7 +77,12 @@ class DeadLetterDesk:
             query = query.where(table.c.status.in_(OPEN))
         return await self.database.read(lambda s: list(s.execute(query).all()))
 
-    async def retry(self, job: str, operator: str) -> Any:
+    async def retry(
+        self, job: str, operator: str, budget: duration_pb2.Duration | None = None
+    ) -> Any:
+        """Retry ``job``'s dead letter (with a new ``budget``, if given); the
+        letter's row. A letter already retried is returned as it is."""
+        new_budget = None if budget is None else checked_budget(budget, self.max_budget_seconds)
         row = await self._letter(job)
         if row.status == "retried":
             return row  # asked twice: already done
@@ -81,13 +104,19 @@ class DeadLetterDesk:
                 lease_token=0,
                 reason_code=ReasonCode.DEAD_LETTER_RETRIED,
             )
+            if new_budget is not None:
+                with_budget(event, new_budget)
             await self.database.run(lambda s: _mark_retrying(s, job, row.generation, event))
-        await self.publisher.publish(
-            task_subject(row.stage, task),
-            task,
-            task_message_id(task.job, row.stage, task.generation),
-        )
+        # The deadline the recorded retry entry holds (this call's, or that
+        # of the call that got there first).
+        await self.database.read(lambda s: hold_to_retry_entry(s, task))
+        await self.publisher.publish_task(row.stage, task)
         return await self.database.run(lambda s: _resolve(s, job, "retrying", "retried", operator))
+
+    async def deadline_of(self, job: str, generation: int) -> timestamp_pb2.Timestamp | None:
+        """The deadline the retry that started ``generation`` recorded, if any."""
+        entry = await self.database.read(lambda s: retry_entry(s, job, generation))
+        return entry.deadline if entry is not None and entry.HasField("deadline") else None
 
     async def discard(self, job: str, operator: str) -> Any:
         row = await self._letter(job)

@@ -42,6 +42,10 @@ def stage_of_consumer(consumer: str) -> Stage | None:
 
 
 class DeadLetterOffice:
+    """Handles JetStream's max-deliveries advisories: moves the message to
+    ``quire.dead.<stage>`` and ends its job FAILED, unless the client cancelled
+    it first."""
+
     def __init__(
         self,
         js: JetStreamContext,

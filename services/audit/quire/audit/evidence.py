@@ -40,7 +40,9 @@ from quire.evidenceverify import FORMAT, public_key_fingerprint, shown_fields
 from quire.reasons import ReasonCode
 from quire.type import queue_pb2
 
-__all__ = ["build_evidence", "dumps"]
+__all__ = ["build_evidence", "dumps", "NO_ENTRIES"]
+
+NO_ENTRIES = "no ledger entries for this job"
 
 
 def _b64(data: bytes) -> str:
@@ -64,25 +66,48 @@ def build_evidence(
     public_pem: str,
     *,
     since_size: int = 0,
+    tenant: str | None = None,
 ) -> dict[str, Any]:
     """The job's evidence against the latest checkpoint of its tenant's log
     the witness cosigned (the latest one, when none is cosigned yet), with a
     consistency proof from the first checkpoint that covered the job and,
-    when ``since_size`` is given, from the checkpoint of that size."""
+    when ``since_size`` is given, from the checkpoint of that size.
+
+    With ``tenant`` (an export on a tenant's behalf), NOT_FOUND unless every
+    entry of the job is that tenant's, by its ledger row and by its hashed
+    bytes: the same answer as for a job audit never recorded."""
     table = tables.ledger
     mine = connection.execute(
         select(table.c.sequence, table.c.tenant)
         .where(table.c.job == job)
         .order_by(table.c.sequence)
     ).all()
-    if not mine:
-        raise NotFound("no ledger entries for this job")
-    tenant = mine[0].tenant
-    entries = tenant_entries(connection, tenant)
+    if not mine or (tenant is not None and any(row.tenant != tenant for row in mine)):
+        raise NotFound(NO_ENTRIES)
+    owner = mine[0].tenant
+    entries = tenant_entries(connection, owner)
     index_of = {sequence: index for index, (sequence, _) in enumerate(entries)}
     if any(row.sequence not in index_of for row in mine):
         raise DataLoss(ReasonCode.LEDGER_DAMAGED, DAMAGED)  # an entry of the job left its chain
     indices = [index_of[row.sequence] for row in mine]
+    events = {index: _decoded(entries[index][1]) for index in indices}
+    if tenant is not None and any(event.tenant != tenant for event in events.values()):
+        raise NotFound(NO_ENTRIES)
+    return _document(job, owner, entries, indices, events, checkpoints, public_pem, since_size)
+
+
+def _document(
+    job: str,
+    tenant: str,
+    entries: list[tuple[int, bytes]],
+    indices: list[int],
+    events: dict[int, queue_pb2.TransitionEvent],
+    checkpoints: list[dict[str, Any]],
+    public_pem: str,
+    since_size: int,
+) -> dict[str, Any]:
+    """The evidence document of ``job``'s entries (leaves ``indices`` of
+    ``tenant``'s log) against the checkpoint ``build_evidence`` describes."""
     covering = sorted(
         (c for c in checkpoints if c.get("note") and c["checkpoint"]["tenant"] == tenant),
         key=lambda c: c["checkpoint"]["length"],
@@ -127,7 +152,7 @@ def build_evidence(
                 "entry": _b64(entries[index][1]),
                 "inclusion_proof": [_b64(h) for h in tree.inclusion_proof(index, size)],
                 # Read from the hashed bytes just encoded, never from a column.
-                **shown_fields(_decoded(entries[index][1])),
+                **shown_fields(events[index]),
             }
             for index in indices
         ],

@@ -20,6 +20,8 @@ __all__ = ["HistoryWatch", "grew"]
 
 
 class HistoryWatch:
+    """Tells the waiters of one job, in this process, that its ledger history grew."""
+
     def __init__(self) -> None:
         self._waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
 

@@ -6,8 +6,9 @@ An event id already present is a duplicate and changes nothing. The job view
 moves forward only: an event that arrives late never drags a job back. The one
 exception is an operator's dead-letter retry, which reopens a FAILED job under
 a new generation (``FAILED -> <stage entry state>``, ``DEAD_LETTER_RETRIED``).
-A retirement entry (``quire.audit.retirement``) is chained like any other and
-leaves the job view as it was.
+A retirement entry (``quire.audit.retirement``) and a ruleset-change entry
+(``quire.audit.rulesetchanges``) are chained like any other and leave every
+job view as it was.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from quire.audit import tables
 from quire.audit.succession import Refusal, Wait, judge_step
 from quire.database import insert_if_absent
 from quire.jobs import state_name
-from quire.jobview import COMPARED, JobFacts, apply, is_retirement
+from quire.jobview import COMPARED, JobFacts, apply, moves_no_job
 from quire.ledgerchain import GENESIS, entry_hash
 from quire.type import queue_pb2
 
@@ -131,6 +132,9 @@ class Arrival:
 
 @dataclass(frozen=True)
 class Outcome:
+    """What became of one arrival and, when it was appended, its entry and its
+    job's view right after."""
+
     recorded: Recorded
     refusal: Refusal | None = None
     """Why it was kept aside, when it was."""
@@ -202,7 +206,7 @@ def record_many(connection: Connection, arrivals: list[Arrival]) -> list[Outcome
             continue
         known.add(event.event_id)
         fresh.append(event)
-        if not is_retirement(event):
+        if not moves_no_job(event):
             views[event.job] = apply(views.get(event.job), event)
         outcomes.append(Outcome(Recorded.APPENDED, facts=views.get(event.job)))
     now = datetime.now(UTC)
@@ -280,7 +284,7 @@ def _append(
             if tenant in touched
         ],
     )
-    moved = {event.job for event in fresh if not is_retirement(event)}
+    moved = {event.job for event in fresh if not moves_no_job(event)}
     changed = [
         {"b_job": job, "b_updated_at": now, **_compared(views[job], "b_")}
         for job in sorted(moved)

@@ -34,7 +34,6 @@ from quire.database import Database
 from quire.export.v1 import export_service_pb2_grpc as export_grpc
 from quire.exportservice import SERVICE_NAME as EXPORT_SERVICE
 from quire.exportservice import ExportServicer
-from quire.grpcserver import serve
 from quire.jobgate import JobGate
 from quire.metrics import ServiceMetrics, transaction_counter
 from quire.paging import PageTokens
@@ -42,6 +41,7 @@ from quire.peers import Peers
 from quire.pipeline import STAGES
 from quire.runtime import load_wire, run_service, start_runtime
 from quire.schema import upgrade_schema
+from quire.servicerun import ServiceRun
 from quire.stageservice import batch_slots
 from quire.storage import open_blob_store
 from quire.transitions import EventFactory
@@ -101,7 +101,13 @@ async def main() -> None:
         verifier=wire.verifier,
         backoff=settings.queue.backoff,
     )
-    dead_letters = DeadLetterDesk(database, publisher, gate, settings.build_version)
+    dead_letters = DeadLetterDesk(
+        database,
+        publisher,
+        gate,
+        settings.build_version,
+        max_budget_seconds=audit.max_retry_budget_seconds,
+    )
     peers = Peers.load(settings)
     operators = peers.operators()
     workers = [
@@ -170,28 +176,22 @@ async def main() -> None:
         digest = hashlib.sha256(document).hexdigest()
         await publisher.publish_bytes(CHECKPOINT_SUBJECT, document, f"checkpoint.{digest}")
 
-    background: list[asyncio.Task[None]] = []
-    announcer = Announcer.of(js, settings)
-
-    async def ready() -> None:
-        for worker in workers:
-            worker.start()
-        await announcer.start()
-        background.append(
-            asyncio.create_task(checkpoints.every(audit.checkpoint_seconds, publish_checkpoint))
-        )
-        retries = RetryRedriver(database=database, publisher=publisher, settings=config.reconcile)
-        background.append(asyncio.create_task(retries.run_forever()))
-        background.append(asyncio.create_task(measures.count_dead_letters_forever(database)))
-
-    async def drain() -> None:
-        await announcer.stop()
-        news.close()
-        watches.close()
-        for task in background:
-            task.cancel()
-        await asyncio.gather(*(worker.drain() for worker in workers))
-        await checkpoints.take(publish_checkpoint)
+    run = ServiceRun(
+        settings, access=peers.guard(), announcer=Announcer.of(js, settings), metrics=metrics
+    )
+    for close in (database.close, blobs.close, peers.close):
+        run.on_close(close)
+    run.on_close(nc.close)  # workers are drained; nothing is in flight
+    for worker in workers:
+        run.on_ready(worker.start)
+    retries = RetryRedriver(database=database, publisher=publisher, settings=config.reconcile)
+    run.loop(lambda: checkpoints.every(audit.checkpoint_seconds, publish_checkpoint))
+    run.loop(retries.run_forever)
+    run.loop(lambda: measures.count_dead_letters_forever(database))
+    run.on_drain(news.close)
+    run.on_drain(watches.close)
+    run.on_drain(lambda: asyncio.gather(*(worker.drain() for worker in workers)))
+    run.on_drain(lambda: checkpoints.take(publish_checkpoint))
 
     pages = PageTokens.for_service(settings.identity)
 
@@ -220,26 +220,9 @@ async def main() -> None:
             server,
         )
 
-    try:
-        await serve(
-            address=settings.grpc_address,
-            register=register,
-            service_names=("quire.audit.v1.AuditService", EXPORT_SERVICE),
-            access=peers.guard(),
-            health_address=settings.health_address,
-            on_drain=drain,
-            drain_seconds=settings.drain_seconds,
-            ready=ready,
-            tls=settings.tls,
-            metrics=metrics,
-            metrics_address=settings.metrics_address,
-        )
-    finally:
-        await announcer.stop()
-        await nc.close()  # workers are drained; nothing is in flight
-        await peers.close()
-        blobs.close()
-        database.close()
+    await run.serve(
+        register=register, service_names=("quire.audit.v1.AuditService", EXPORT_SERVICE)
+    )
 
 
 def run() -> None:

@@ -25,6 +25,9 @@ _FAILED = State.FAILED.number
 
 
 class AuditMeasures:
+    """Audit's metrics: jobs ending, ledger lag, refused events and checkpoints,
+    and the dead letters waiting."""
+
     def __init__(self, metrics: ServiceMetrics) -> None:
         self._completed = metrics.counter("quire_jobs_completed_total")
         self._rejected = metrics.counter("quire_jobs_rejected_total")

@@ -37,7 +37,7 @@ from quire.backoff import Backoff
 from quire.errors import QuireError
 from quire.faults import fault_point
 from quire.jobs import job_id, state_name
-from quire.jobview import JobFacts
+from quire.jobview import JobFacts, moves_no_job
 from quire.pipeline import State, steps_of
 from quire.reasons import ReasonCode
 from quire.telemetry import extract_context
@@ -51,6 +51,14 @@ __all__ = ["EventRecorder", "EVENTS_IN_FLIGHT"]
 log = logging.getLogger(__name__)
 EVENTS_IN_FLIGHT = 32
 COMPLETED = State.COMPLETED.number
+AUDITS_OWN = frozenset(
+    {
+        ReasonCode.DEAD_LETTER_RETRIED,
+        ReasonCode.BYTES_RETIRED,
+        ReasonCode.RULESET_CURRENT_CHANGED,
+    }
+)
+"""Reason codes only audit's own entries carry: a producer's event with one is refused."""
 ACTORS_OF_PRODUCER = {
     "audit": frozenset({"audit", "dead-letter"}),
     # The validator's review desk records the operator who decided a parked job.
@@ -81,6 +89,10 @@ _Appended = tuple[JobFacts | None, list[tuple[int | None, tuple[int, bytes]]]]
 
 
 class EventRecorder:
+    """Audit's consumer of the stages' events: appends each event its producer
+    may make and that fits its job's history, once; the rest are kept aside or
+    delivered again later."""
+
     def __init__(
         self,
         writes: AuditWrites,
@@ -130,12 +142,13 @@ class EventRecorder:
         for event in events:
             if (
                 event.to_state == COMPLETED
-                or event.reason_code in (ReasonCode.DEAD_LETTER_RETRIED, ReasonCode.BYTES_RETIRED)
-                or event.HasField("retirement")
+                or event.reason_code in AUDITS_OWN
+                or moves_no_job(event)
             ):
                 # Only audit writes these: the completion desk after checking the
-                # evidence, the dead-letter desk for an operator's retry, and
-                # RecordRetirement for bytes retired under the retention policy.
+                # evidence, the dead-letter desk for an operator's retry,
+                # RecordRetirement for bytes retired under the retention policy
+                # and RecordRulesetChange for a ruleset's current version.
                 log.warning("event %s claims a step only audit takes; dropped", event.event_id)
                 return TERM, {}
             if not may_record(producer, event):

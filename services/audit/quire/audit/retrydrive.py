@@ -7,7 +7,8 @@ retries: a retried job that sits in one non-terminal state longer than that
 state's budget gets its retry task published again, under a numbered re-drive
 (fresh ``Nats-Msg-Id``s all the way down, see ``quire.stage``). Stages that
 already committed that generation republish what they committed; nothing is
-done twice.
+done twice. The task carries the deadline the retry's ledger entry recorded
+(a new budget's, ``quire.audit.retrybudget``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, select, update
 
 from quire.audit import tables
+from quire.audit.retrybudget import hold_to_retry_entry
 from quire.database import Database, as_utc, insert_if_absent
 from quire.jobs import PARKED_STATES, TERMINAL_STATES
 from quire.settings import ReconcileSettings
@@ -33,6 +35,9 @@ BATCH = 500
 
 
 class RetryRedriver:
+    """Publishes again the task of an operator's retry that stalled past its
+    state's budget, under a new re-drive number; one pass per interval."""
+
     def __init__(
         self, *, database: Database, publisher: Publisher, settings: ReconcileSettings
     ) -> None:
@@ -66,6 +71,8 @@ class RetryRedriver:
             task = queue_pb2.JobTask.FromString(row.task)
             task.generation = generation
             task.redrive = number
+            # The retry entry's deadline (a new budget's), not the failed task's.
+            await self._db.read(lambda s, t=task: hold_to_retry_entry(s, t))  # type: ignore[misc]
             await self._publisher.publish_task(row.stage, task, number)
             count += 1
         return count

@@ -1,5 +1,7 @@
 """AuditService: the job view and the ledger, read-only but for operators'
-dead-letter decisions and retirement records (``quire.audit.retirement``)."""
+dead-letter decisions, retirement records (``quire.audit.retirement``) and
+admission's changes of a ruleset's current version
+(``quire.audit.rulesetchanges``)."""
 
 from __future__ import annotations
 
@@ -14,16 +16,17 @@ from sqlalchemy import Connection, select
 from quire.audit import tables
 from quire.audit.checkpoints import CheckpointBook, CheckpointFiles
 from quire.audit.deadletterdesk import DeadLetterDesk
-from quire.audit.evidence import build_evidence, dumps
+from quire.audit.evidence import NO_ENTRIES, build_evidence, dumps
 from quire.audit.follow import Follows
 from quire.audit.retirement import record_retirement
+from quire.audit.rulesetchanges import record_ruleset_change
 from quire.audit.trackcompare import Window, compare_tracks
 from quire.audit.v1 import audit_service_pb2 as pb
 from quire.audit.v1 import audit_service_pb2_grpc as pb_grpc
 from quire.audit.verification import verify_ledger
 from quire.audit.watch import JobWatches
 from quire.database import Database
-from quire.errors import FieldViolation, InvalidInput, NotFound
+from quire.errors import FieldViolation, InvalidInput, NotFound, PermissionDenied
 from quire.evidenceverify import public_key_fingerprint
 from quire.grpcstatus import at_the_edge
 from quire.idempotency import OPERATORS, RequestOnce
@@ -133,6 +136,9 @@ def _window(request: pb.CompareTracksRequest) -> Window:
 
 
 class AuditServicer(pb_grpc.AuditServiceServicer):
+    """Audit's AuditService: jobs and the ledger for reading, and for operators
+    the dead-letter decisions and retirement records."""
+
     def __init__(
         self,
         database: Database,
@@ -187,8 +193,15 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
             tables.request_ids, OPERATORS, RETRY_DEAD_LETTER, request, pb.DeadLetterRecord
         )
 
+        budget = request.budget if request.HasField("budget") else None
+
         async def retry() -> pb.DeadLetterRecord:
-            return dead_letter_record(await desk.retry(job_name(job_id(request.job)), operator))
+            row = await desk.retry(job_name(job_id(request.job)), operator, budget)
+            record = dead_letter_record(row)
+            deadline = await desk.deadline_of(row.job, row.generation + 1)
+            if deadline is not None:
+                record.deadline.CopyFrom(deadline)
+            return record
 
         return await once.around(self._db, retry)
 
@@ -223,6 +236,16 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
             lambda s: record_retirement(s, tenant, job, request.retirement, actor)
         )
         return pb.RecordRetirementResponse(event_id=event_id, appended=appended)
+
+    @at_the_edge(DOMAIN)
+    async def RecordRulesetChange(  # noqa: N802 - gRPC method name
+        self, request: pb.RecordRulesetChangeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RecordRulesetChangeResponse:
+        """Admission's call alone (``quire.accesspolicy``): it keeps the current versions."""
+        event_id, appended = await self._db.run(
+            lambda s: record_ruleset_change(s, request.change, request.change_time, request.actor)
+        )
+        return pb.RecordRulesetChangeResponse(event_id=event_id, appended=appended)
 
     @at_the_edge(DOMAIN)
     async def CompareTracks(  # noqa: N802 - gRPC method name
@@ -302,15 +325,33 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         if self._checkpoints is None:
             raise NotFound("this audit service keeps no checkpoints")
         name = job_name(job_id(request.job))
+        tenant = await self._evidence_scope(request.tenant, context)
         book = self._checkpoints
         await book.take()  # so that a checkpoint covers even the newest entry
         documents = await asyncio.to_thread(book.documents)
         evidence = await self._db.read(
             lambda s: build_evidence(
-                s, name, documents, book.public_pem, since_size=request.since_size
+                s, name, documents, book.public_pem, since_size=request.since_size, tenant=tenant
             )
         )
         return pb.Evidence(job=name, json=dumps(evidence))
+
+    async def _evidence_scope(self, tenant: str, context: grpc.aio.ServicerContext) -> str | None:
+        """The tenant an export is scoped to: the one named (admission asks on
+        a tenant's behalf, and gets that tenant's jobs only); None, any
+        tenant's job, only for an operator. The access rule admitted the
+        caller as admission or an operator; an unscoped export asks again
+        whose token it carries, so a service's identity alone never reads
+        across tenants."""
+        if tenant:
+            prefix, _, ident = tenant.partition("/")
+            if prefix != "tenants" or not ident or "/" in ident:
+                raise NotFound(NO_ENTRIES)  # as for another tenant's job
+            return ident
+        if self._operators is None:
+            raise PermissionDenied("an export for no tenant needs an operator token")
+        await self._operators.operator_of(context)
+        return None
 
     @at_the_edge(DOMAIN)
     async def GetCheckpointKey(  # noqa: N802 - gRPC method name

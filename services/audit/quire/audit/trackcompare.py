@@ -62,6 +62,8 @@ REASONED = frozenset({State.REJECTED, State.FAILED})
 
 @dataclass(frozen=True)
 class Window:
+    """What CompareTracks summarises: the jobs accepted in ``[start, end)``."""
+
     start: datetime
     """Inclusive, UTC."""
     end: datetime

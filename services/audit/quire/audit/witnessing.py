@@ -57,6 +57,9 @@ def _witnessed_size(folder: Path, tenant: str) -> int:
 
 
 class Witnessing:
+    """Asks the witness to cosign each tenant's newest checkpoint, keeping each
+    cosignature in a file beside it; a refusal is logged and counted, never waited on."""
+
     def __init__(
         self,
         witness: pb_grpc.WitnessServiceStub,

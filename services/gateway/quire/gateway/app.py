@@ -14,7 +14,7 @@ import grpc
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from quire.gateway import batches, jobs, sources
+from quire.gateway import batches, evidence, jobs, sources
 from quire.gateway.admission import Admission
 from quire.gateway.config import GatewaySettings
 from quire.gateway.httpmetrics import RequestMetrics
@@ -52,6 +52,7 @@ def create_app(
     if metrics is not None:
         app.add_middleware(RequestMetrics, metrics=metrics)
     app.include_router(jobs.router)
+    app.include_router(evidence.router)
     app.include_router(sources.router)
     app.include_router(batches.router)
 

@@ -195,8 +195,8 @@ class JobStatus(_Document):
     track: str | None = Field(
         default=None,
         description='The rollout track the job was pinned to when accepted: "candidate" or'
-        ' "baseline"; null when no rollout was open. Recorded only: routing by track is'
-        " not built yet.",
+        ' "baseline"; null when no rollout was open. A candidate-track job is run by the'
+        " rollout's candidate (its workers, its ruleset) while the rollout is open.",
     )
     source_waits: list[SourceWait] = Field(
         default_factory=list,
@@ -245,6 +245,8 @@ class BatchRequest(_Document):
 
 
 class BatchJobCount(_Document):
+    """How many of a batch's jobs are in one state."""
+
     state: str
     count: int
 
@@ -277,6 +279,8 @@ class BatchJob(_Document):
 
 
 class BatchJobsPage(_Document):
+    """One page of a batch's packets; ``next_page_token`` is null on the last."""
+
     jobs: list[BatchJob]
     next_page_token: str | None
 
@@ -291,4 +295,6 @@ class BatchCancellation(_Document):
 
 
 class Health(_Document):
+    """The gateway serves (``status`` is ``ok``)."""
+
     status: str

@@ -17,6 +17,9 @@ SERVICE = "signer"
 
 @dataclass(frozen=True)
 class SignerConfig:
+    """The signer's settings, every one read and checked in ``from_env`` before the
+    service starts anything."""
+
     stage: StageConfig
     keys: KeySource
     """Where signing keys come from (generated, configured files, or a PKCS#11 token)."""

@@ -44,6 +44,9 @@ CERT_VALIDITY = timedelta(days=3650)
 
 @dataclass(frozen=True)
 class SigningKey:
+    """One key version as recorded: where its files are and its public certificate,
+    never key material. One version at a time is ``active``."""
+
     version: str
     certificate_sha256: str
     certificate_pem: str
@@ -253,6 +256,9 @@ def _key_row(version: str, key_path: Path, cert_path: Path, active: bool) -> dic
 
 
 class KeyStore:
+    """The signer's key versions: which one is active, and new ones from the
+    ``KeySource`` at start or on rotation."""
+
     def __init__(self, database: Database, source: KeySource) -> None:
         self._db = database
         self._source = source

@@ -38,6 +38,9 @@ def _key(key: SigningKey) -> pb.SigningKey:
 
 
 class SignerServicer(pb_grpc.SignerServiceServicer):
+    """The signer's SignerService: a job's signature record, key rotation, and the
+    public side of every key version."""
+
     def __init__(self, database: Database, keys: KeyStore, *, pages: PageTokens) -> None:
         self._db = database
         self._keys = keys

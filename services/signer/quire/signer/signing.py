@@ -42,6 +42,8 @@ class Pkcs11Key:
 
 @dataclass(frozen=True)
 class SignedPacket:
+    """The signed file a signing worker wrote: its digest and size."""
+
     sha256: str
     size_bytes: int
 

@@ -46,6 +46,9 @@ DEFAULT_NAME = "quire-witness"
 
 @dataclass(frozen=True)
 class WitnessSettings:
+    """The witness's name and key, and audit's checkpoint key if its operator
+    pinned one."""
+
     name: str
     """The key name on cosignature lines (``QUIRE_WITNESS_NAME``)."""
     key_file: Path
@@ -67,6 +70,9 @@ class WitnessSettings:
 
 @dataclass(frozen=True)
 class Cosigned:
+    """The witness's answer: a cosignature line, and the size of the log it holds
+    cosigned (the size to prove from, when the line is empty)."""
+
     line: str
     """The cosignature line; empty when ``old_size`` was not the witness's size."""
     size: int
@@ -85,6 +91,9 @@ def _inconsistent(why: str) -> FailedPrecondition:
 
 
 class Witness:
+    """Cosigns audit's checkpoints, one tenant log at a time, only forward from the
+    last one it cosigned and only under audit's key as the witness trusts it."""
+
     def __init__(self, database: Database, settings: WitnessSettings) -> None:
         self._db = database
         self._settings = settings

@@ -21,6 +21,9 @@ MAX_PROOF_HASHES = 64
 
 
 class WitnessServicer(pb_grpc.WitnessServiceServicer):
+    """The WitnessService, in the signer's process: checks a request's shape, then
+    asks the witness."""
+
     def __init__(self, witness: Witness) -> None:
         self._witness = witness
 

@@ -40,6 +40,9 @@ __all__ = ["SignerWork", "signed_key"]
 
 
 class SignerWork:
+    """The sign stage's work: one signed artifact per job, never signed twice; an
+    artifact already at the job's key is verified and reused."""
+
     def __init__(
         self,
         *,

@@ -33,6 +33,9 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True)
 class BudgetRule:
+    """How a task's sandbox budget is worked out from its size and pages, in each
+    lane; the pool's own limits still cap it."""
+
     base_seconds: float = 0.25
     """A quarter of a second: a small ordinary file's checks take milliseconds
     (0.2 ms for a one-page text PDF; the corpus's slowest validation, repair

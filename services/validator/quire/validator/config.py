@@ -22,6 +22,9 @@ SERVICE = "validator"
 
 @dataclass(frozen=True)
 class ValidatorConfig:
+    """The validator's settings, every one read and checked in ``from_env`` before
+    the service starts anything."""
+
     stage: StageConfig
     quarantine: SandboxSettings
     """The lane for sources that exhausted the shared pool (one worker, low priority)."""

@@ -48,6 +48,9 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Evaluation:
+    """What one evaluation decided: the verdict with its reason, and the findings
+    and rule decisions it rests on."""
+
     verdict: Verdict
     reason: str
     findings: list[dict[str, object]]
@@ -101,6 +104,9 @@ def _repair_of(source: job_pb2.SourceRef, finding: Finding) -> job_pb2.SourceRep
 
 
 class Evaluator:
+    """Runs a ruleset over a job's sources, every look at their bytes in the
+    sandbox: in the shared lane, or in quarantine for a source that exhausted it."""
+
     def __init__(
         self,
         *,

@@ -17,6 +17,9 @@ MAX_PAGES_READ = 2000
 
 @dataclass(frozen=True)
 class DocumentFacts:
+    """What rules may read of the source at ``position``: a PDF's text and form
+    fields, or a structured source's ``data``."""
+
     position: int
     content_type: str
     text: str = ""

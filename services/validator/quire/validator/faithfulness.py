@@ -48,6 +48,8 @@ READ_CHUNK = 4 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Agreement:
+    """Whether the two readers saw one document, and if not, where they differ."""
+
     detail: str = ""
     """Empty when the readers agree, else ``AMBIGUOUS_CONTENT`` or ``SECOND_READER_REFUSED``."""
     pages: tuple[int, ...] = ()

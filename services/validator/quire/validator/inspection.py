@@ -48,6 +48,9 @@ READ_CHUNK = 1024 * 1024
 
 @dataclass(frozen=True)
 class Finding:
+    """What inspecting one source found: its type, its pages, and the reason to
+    refuse it (empty when it passed). Plain and picklable; no document text."""
+
     detected_type: str
     page_count: int
     reason: str

@@ -46,6 +46,8 @@ PDF_INSPECTION_MODULES = (
 
 async def main() -> None:
     config = ValidatorConfig.from_env()
+    # Read before anything connects: a file that is no ruleset refuses the start.
+    rulesets = load_directory(config.rulesets_dir)
     settings = config.stage.service
     peers = Peers.load(settings)
     pool = SandboxPool(
@@ -79,7 +81,7 @@ async def main() -> None:
         _writes: Writes,
     ) -> tuple[ValidatorWork, Registrar]:
         book = RulesetBook(database)
-        book.install(load_directory(config.rulesets_dir))
+        book.install(rulesets)  # a published version changed: refused, exit status 2
         evaluator = Evaluator(
             blobs=blobs,
             sandbox=pool,

@@ -53,6 +53,8 @@ ACTIVE_WORK_PER_OBJECT = 4
 
 @dataclass(frozen=True)
 class PdfLimits:
+    """What a PDF may hold before it is refused, and what the ruleset allows."""
+
     max_pages: int = 2000
     max_decompressed_bytes: int = 256 * 1024 * 1024
     """Sum over all streams, measured by decoding with a cap."""
@@ -155,6 +157,9 @@ def active_walk_limit(limits: PdfLimits) -> int:
 
 
 class PdfCheck(NamedTuple):
+    """What the strict checks found in one PDF: its pages and the first reason to
+    refuse it."""
+
     pages: int
     reason: str
     """The first reason to refuse; empty when the PDF passes."""

@@ -49,6 +49,9 @@ _END = re.compile(rb"\bendobj\b")
 
 @dataclass(frozen=True)
 class RepairResult:
+    """What a repair came to: the rewrite may go on to the strict checks, or the
+    reason (and sub-code) it was refused."""
+
     reason: str
     """Empty when the rewrite may go on to the strict checks."""
     detail: str

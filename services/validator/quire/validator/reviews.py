@@ -54,6 +54,8 @@ sent in a Review: ResolveReview refuses a cancelled job first)."""
 
 @dataclass(frozen=True)
 class ReviewRow:
+    """One review, as stored. ``next_task`` is what approval hands to the assembler."""
+
     job: str
     status: str
     ruleset: str
@@ -80,6 +82,9 @@ def _row(row: object) -> ReviewRow:
 
 
 class ReviewDesk:
+    """Operators' reviews of parked jobs: lists those still decidable and records
+    one decision per review, then hands the job on or ends it."""
+
     def __init__(
         self,
         database: Database,

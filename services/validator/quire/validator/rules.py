@@ -31,6 +31,9 @@ MIN_EXPONENT = -8
 
 @dataclass(frozen=True)
 class Decision:
+    """One rule's decision on one document (``position``), or on the job (-1).
+    Names what was checked, never the value found."""
+
     rule: str
     outcome: str  # "pass", "fail" or "review"
     reason_code: str = ""

@@ -3,7 +3,10 @@ and version, identified by the sha256 of their canonical JSON.
 
 At start the validator loads every file into its database. A name@version
 already stored with a different digest is refused: a published version never
-changes, so a job pinned to it is judged tomorrow as it was today.
+changes, so a job pinned to it is judged tomorrow as it was today. A file that
+is no ruleset, or that changed a published version, is the operator's
+configuration to fix: the validator refuses to start (``InvalidSetting``,
+exit status 2) with one line naming the file, not a traceback.
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from quire.database import Database, insert_if_absent
+from quire.errors import InvalidSetting
 from quire.reasons import ReasonCode
 from quire.validator import tables
 
 __all__ = ["Ruleset", "RulesetBook", "load_directory", "DEFAULT_DIRECTORY", "canonical"]
 
+DIRECTORY_SETTING = "QUIRE_RULESETS_DIR"
 RELOAD_SECONDS = 1.0
 """At most one reading of the rulesets table per second for a key not known here."""
 DEFAULT_DIRECTORY = Path(__file__).resolve().parent / "shipped_rulesets"
@@ -50,10 +55,15 @@ def canonical(body: dict[str, Any]) -> bytes:
 
 @dataclass(frozen=True)
 class Ruleset:
+    """One published ruleset, ``name@version``, and the digest that pins it.
+    ``from_body`` refuses a body with an unknown rule, reason or repair policy."""
+
     name: str
     version: str
     body: dict[str, Any] = field(repr=False)
     digest: str
+    file: Path | None = field(default=None, compare=False)
+    """The file it was read from (None when read from the database)."""
 
     @property
     def key(self) -> str:
@@ -77,7 +87,7 @@ class Ruleset:
         return bool(self.rules)
 
     @classmethod
-    def from_body(cls, body: dict[str, Any]) -> Ruleset:
+    def from_body(cls, body: dict[str, Any], file: Path | None = None) -> Ruleset:
         if body.get("repair", "normalize") not in REPAIR_POLICIES:
             raise ValueError(f"ruleset {body.get('name')}: repair must be one of {REPAIR_POLICIES}")
         for rule in body.get("rules", []):
@@ -90,11 +100,50 @@ class Ruleset:
             version=str(body["version"]),
             body=body,
             digest=hashlib.sha256(canonical(body)).hexdigest(),
+            file=file,
         )
 
 
 def load_directory(directory: Path) -> list[Ruleset]:
-    return [Ruleset.from_body(json.loads(p.read_text())) for p in sorted(directory.glob("*.json"))]
+    """Every ``*.json`` file of ``directory``; a file that is no ruleset
+    refuses the start (``InvalidSetting``), naming it."""
+    return [_load_file(path) for path in sorted(directory.glob("*.json"))]
+
+
+def _load_file(path: Path) -> Ruleset:
+    try:
+        body = json.loads(path.read_text())
+        if not isinstance(body, dict):
+            raise ValueError("not a JSON object")
+        return Ruleset.from_body(body, file=path)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        # ValueError covers undecodable JSON and an invalid rule; KeyError a
+        # missing name or version; the others a field of the wrong type.
+        raise InvalidSetting(
+            DIRECTORY_SETTING, f"{path} is not a usable ruleset ({_why(error)})"
+        ) from None
+
+
+def _why(error: Exception) -> str:
+    if isinstance(error, KeyError):
+        return f"no {error.args[0]!r}"
+    if isinstance(error, json.JSONDecodeError):
+        return f"not JSON: line {error.lineno}"
+    if isinstance(error, ValueError):
+        return str(error)
+    return type(error).__name__
+
+
+def changed_after_publication(ruleset: Ruleset) -> InvalidSetting:
+    """The refusal to start when a file holds a published version with other
+    content: jobs pinned to that version must be judged as they were."""
+    where = str(ruleset.file) if ruleset.file is not None else "a ruleset file"
+    return InvalidSetting(
+        DIRECTORY_SETTING,
+        f"{where} holds ruleset {ruleset.key}, which differs from the published"
+        f" {ruleset.key}; a published version never changes: restore the file, or"
+        " give the new content a new version",
+    )
 
 
 class RulesetBook:
@@ -107,7 +156,8 @@ class RulesetBook:
         self._reloading = asyncio.Lock()
 
     def install(self, rulesets: list[Ruleset]) -> None:
-        """Store new versions; refuse a changed body under a published version."""
+        """Store new versions; a changed body under a published version
+        refuses the start (``changed_after_publication``)."""
 
         def write(connection: Connection) -> None:
             # Replicas starting together install the same rulesets at once: the
@@ -131,7 +181,7 @@ class RulesetBook:
                     select(tables.rulesets.c.digest).where(tables.rulesets.c.key == ruleset.key)
                 ).scalar_one()
                 if digest != ruleset.digest:
-                    raise ValueError(f"ruleset {ruleset.key} changed after publication")
+                    raise changed_after_publication(ruleset)
 
         self._db.transaction(write)
         self.reload()
@@ -159,6 +209,17 @@ class RulesetBook:
                 self._reloaded_at = now
                 await asyncio.to_thread(self.reload)
         return self._by_key.get(key)
+
+    async def published(self) -> list[Ruleset]:
+        """``all``, the database read again first (off the event loop, at most
+        once a second): another replica may have published a version since,
+        and admission's catalog must see it before a rollout may name it."""
+        async with self._reloading:
+            now = time.monotonic()
+            if now - self._reloaded_at >= RELOAD_SECONDS:
+                self._reloaded_at = now
+                await asyncio.to_thread(self.reload)
+        return self.all()
 
     def all(self) -> list[Ruleset]:
         return sorted(self._by_key.values(), key=lambda r: (r.name, int_or_text(r.version)))

@@ -30,6 +30,8 @@ draw every page of a large file (about a millisecond a page)."""
 
 @dataclass(frozen=True)
 class PageView:
+    """One page as pdfium reads it, kept only as digests."""
+
     text: bytes
     """sha256 of the page's text as pdfium extracts it."""
     raster: bytes
@@ -38,6 +40,8 @@ class PageView:
 
 @dataclass(frozen=True)
 class Reading:
+    """pdfium's reading of one file, page by page."""
+
     pages: tuple[PageView, ...]
 
 

@@ -89,6 +89,9 @@ def _review(review: ReviewRow) -> pb.Review:
 
 
 class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
+    """The validator's ValidatorService: validations, rulesets, what deferred jobs
+    wait for, and, for operators only, reviews and shadow evaluation."""
+
     def __init__(
         self,
         database: Database,
@@ -140,7 +143,7 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
     ) -> pb.ListRulesetsResponse:
         page = self._pages.page(LIST_RULESETS, request.page_size, request.page_token)
         served, token = page.cut(
-            _rulesets_after(self._book.all(), page), lambda r: (r.name, r.version)
+            _rulesets_after(await self._book.published(), page), lambda r: (r.name, r.version)
         )
         return pb.ListRulesetsResponse(
             rulesets=[

@@ -67,6 +67,9 @@ def _record(
 
 
 class ValidatorWork:
+    """The validate stage's work: pins the job's sources named by reference, then
+    runs its ruleset (a rollout's candidate while that rollout is open)."""
+
     def __init__(
         self, *, evaluator: Evaluator, book: RulesetBook, sources: SourcePinner | None = None
     ) -> None:

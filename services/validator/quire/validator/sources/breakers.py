@@ -43,6 +43,9 @@ __all__ = ["BreakerState", "Permit", "SourceBreakers"]
 
 
 class BreakerState(IntEnum):
+    """A breaker as callers see it: CLOSED lets calls through, HALF_OPEN one trial,
+    OPEN none. Ordered best to worst; the value is the breaker-state gauge's."""
+
     CLOSED = 0
     HALF_OPEN = 1
     OPEN = 2
@@ -67,6 +70,9 @@ class _Failed(Exception):
 
 
 class SourceBreakers:
+    """The process's circuit breakers, one per tenant and source system, made on
+    first use; ``on_state`` hears each system's worst state across tenants."""
+
     def __init__(
         self,
         *,

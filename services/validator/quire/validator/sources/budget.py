@@ -26,6 +26,9 @@ __all__ = ["FetchBudget"]
 
 @dataclass(frozen=True)
 class FetchBudget:
+    """What is left of one job's budget for fetching: nothing after
+    ``deadline - reserve_seconds``; no bound at all without a deadline."""
+
     deadline: float | None
     """The job's deadline (seconds since the epoch); None: no budget."""
     reserve_seconds: float

@@ -224,6 +224,9 @@ def _check_status(status: int) -> None:
 
 
 class SourceFetcher:
+    """Makes one call to a source system for one source, checking the body as
+    it comes; a body not handed over is removed."""
+
     def __init__(self, client: httpx.AsyncClient, blobs: BlobStore) -> None:
         self._client = client
         self._blobs = blobs

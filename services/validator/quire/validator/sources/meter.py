@@ -14,6 +14,8 @@ __all__ = ["SourceMeter"]
 
 
 class SourceMeter:
+    """Counts fetching in the service's metrics; without them, it counts nothing."""
+
     def __init__(self, metrics: ServiceMetrics | None = None) -> None:
         self._calls: Counter | None = None
         self._seconds: Histogram | None = None

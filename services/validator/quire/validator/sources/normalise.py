@@ -52,6 +52,8 @@ EVENT_LISTS = (("events",), ("shipment", "events"))
 
 @dataclass(frozen=True)
 class Normalised:
+    """A fetched body as it is pinned, and what normalising changed."""
+
     data: bytes
     """The bytes to pin (canonical JSON, or the body as sent)."""
     document: Any

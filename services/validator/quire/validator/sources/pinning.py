@@ -131,6 +131,10 @@ def _prepare_json(data: bytes, schema: str) -> tuple[bytes, tuple[str, ...], str
 
 
 class SourcePinner:
+    """Fetches and pins a job's sources named by reference: reuses the job's
+    pins, fetches only what has none, and defers the job while a system is
+    unavailable."""
+
     def __init__(
         self,
         *,

@@ -30,6 +30,9 @@ __all__ = ["Pin", "PinStore", "fetched_key"]
 
 @dataclass(frozen=True)
 class Pin:
+    """What was fetched for one position of a job, and where its bytes are kept.
+    Written once, never changed."""
+
     position: int
     system: str
     key: str
@@ -101,6 +104,8 @@ def _read(connection: Connection, job: str) -> dict[int, Pin]:
 
 
 class PinStore:
+    """The validator's pins: the first pin written for a position is the pin."""
+
     def __init__(self, database: Database) -> None:
         self._database = database
 

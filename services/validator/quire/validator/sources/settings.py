@@ -33,6 +33,9 @@ MIB = 1024 * 1024
 
 @dataclass(frozen=True)
 class SourceSettings:
+    """How sources named by reference are fetched: breakers, tries, timeouts,
+    sizes and the budget's reserve."""
+
     breaker_failures: int = 5
     """Consecutive failures (errors, timeouts, 408/429/5xx) that open a breaker."""
     breaker_open_seconds: float = 10.0

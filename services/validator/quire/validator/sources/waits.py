@@ -68,6 +68,8 @@ _CLEAR = delete(tables.source_waits).where(_columns.job == bindparam("job"))
 
 @dataclass(frozen=True)
 class SourceWait:
+    """One source system a deferred job waits for, as its status shows it."""
+
     system: str
     breaker: str
     retry_at: datetime
@@ -84,6 +86,9 @@ class SourceWait:
 
 
 class SourceWaits:
+    """The source systems deferred jobs wait for, one row per job and system,
+    kept while the job waits and deleted once it no longer does."""
+
     def __init__(
         self,
         database: Database,
