@@ -35,7 +35,11 @@ TIMEOUT = 5.0
 REFLECTION_METHOD = f"/{V1}/ServerReflectionInfo"
 
 
-SHARED_APIS = {"diagnostics": ("validator", "assembler", "signer"), "witness": ("signer",)}
+SHARED_APIS = {
+    "diagnostics": ("validator", "assembler", "signer"),
+    "witness": ("signer",),
+    "export": SERVICES,
+}
 """APIs of their own package that several processes serve besides their own."""
 
 

@@ -46,6 +46,7 @@ from quire.testing.pdfs import write_text_pdf
 from quire.type import queue_pb2
 from quire.validator.v1 import validator_service_pb2 as vpb
 from quire.validator.v1 import validator_service_pb2_grpc as vgrpc
+from quire.workqueue import redriven, task_message_id
 
 REUSED = "IDEMPOTENCY_KEY_REUSED"
 
@@ -262,6 +263,9 @@ class _Publisher:
 
     async def publish(self, subject: str, message: object, msg_id: str) -> None:
         self.sent.append(msg_id)
+
+    async def publish_task(self, stage: str, task: Any, redrive: int = 0) -> None:
+        self.sent.append(redriven(task_message_id(task.job, stage, task.generation), redrive))
 
 
 class _Gate:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-__all__ = ["SignatureReport", "verify_signed_pdf", "certificate_sha256"]
+__all__ = ["SignatureReport", "UnreadablePdf", "verify_signed_pdf", "certificate_sha256"]
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,25 @@ def certificate_sha256(pem: str) -> str:
     return hashlib.sha256(certificate.public_bytes(Encoding.DER)).hexdigest()
 
 
+class UnreadablePdf(ValueError):
+    """The file is not a PDF whose signature can be read: no header, a broken
+    structure, bytes changed where the reader needs them. Nothing of the
+    file's content is in the message."""
+
+
 def verify_signed_pdf(path: str, trusted_pems: list[str]) -> SignatureReport:
-    """Validate the single signature of ``path`` against ``trusted_pems``."""
+    """Validate the single signature of ``path`` against ``trusted_pems``;
+    ``UnreadablePdf`` when the file cannot be read as a PDF at all."""
+    from pyhanko.pdf_utils.misc import PdfError
+
+    try:
+        return _verify(path, trusted_pems)
+    except (PdfError, ValueError, KeyError, IndexError, TypeError, AttributeError) as error:
+        # A hostile or damaged file breaks the reader in many ways; each is a "no".
+        raise UnreadablePdf(f"not a readable signed PDF ({type(error).__name__})") from None
+
+
+def _verify(path: str, trusted_pems: list[str]) -> SignatureReport:
     from asn1crypto import pem as asn1_pem
     from asn1crypto import x509 as asn1_x509
     from pyhanko.pdf_utils.reader import PdfFileReader

@@ -401,6 +401,8 @@ class AdmissionClient:
             except grpc.aio.AioRpcError as error:
                 if error.code() not in RESUMABLE:
                     raise
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise  # still away when the time ran out: say why, not "timed out"
             finally:
                 call.cancel()
             if deadline is not None and time.monotonic() + delay >= deadline:

@@ -113,7 +113,8 @@ async def _wait(
     deadline = time.monotonic() + timeout
     delay = POLL_FIRST_SECONDS
     bar = progress_wanted(out.as_json)
-    with batch_progress(name, bar=bar, lines=not bar and not out.as_json) as progress:
+    # Progress only on a terminal: a log or a pipe gets the result, not a line per poll.
+    with batch_progress(name, bar=bar, lines=False) as progress:
         batch = await client.get_batch(name)
         while not batch.HasField("finish_time"):
             progress.show(batch.terminal_count, batch.packet_count, _summary(batch))

@@ -18,6 +18,7 @@ from typing import Any
 
 from quire.cli.args import job_resource, operator_metadata
 from quire.cli.config import ClientConfig
+from quire.cli.errors import CliError
 from quire.cli.exitcodes import ExitCode
 from quire.cli.output import Output
 from quire.jobs import state_name
@@ -102,8 +103,11 @@ async def diff(args: argparse.Namespace, config: ClientConfig, out: Output) -> i
     metadata = operator_metadata(config)
     async with aio_channel(config.audit, config.tls) as channel:
         stub = audit_service_pb2_grpc.AuditServiceStub(channel)
-        a = pinned(await _events(stub, first, metadata))
-        b = pinned(await _events(stub, second, metadata))
+        found = [await _events(stub, job, metadata) for job in (first, second)]
+    for job, events in zip((first, second), found, strict=True):
+        if not events:  # as `quire status` answers a job that is not there
+            raise CliError(f"NOT_FOUND NOT_FOUND {job}: no such job", ExitCode.REFUSED)
+    a, b = (pinned(events) for events in found)
     names = _field_order(a, b)
     rows = [{"field": n, "a": a.get(n, ""), "b": b.get(n, ""),
              "same": a.get(n) == b.get(n) or n.endswith(SHOWN_ONLY)}

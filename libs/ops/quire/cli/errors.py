@@ -13,6 +13,8 @@ import grpc
 
 from quire.cli.exitcodes import ExitCode
 from quire.grpcstatus import ReceivedDetails, details_of
+from quire.kek import KekConfigError
+from quire.pdfsignature import UnreadablePdf
 from quire.stack.datadirlock import DataDirInUse
 from quire.stack.refusals import ConfigurationRefused
 
@@ -109,4 +111,8 @@ def failure_of(error: BaseException) -> Failure | None:
         return Failure(ExitCode.USAGE, f"{error.strerror or error}: {error.filename}")
     if isinstance(error, KeyboardInterrupt):
         return Failure(ExitCode.INTERRUPTED, "interrupted")
+    if isinstance(error, KekConfigError):  # a tool that opens the key ring: where is the KEK?
+        return Failure(ExitCode.USAGE, str(error))
+    if isinstance(error, UnreadablePdf):
+        return Failure(ExitCode.FAILED, f"NOT VERIFIED: {error}")
     return None

@@ -17,7 +17,6 @@ embedded stack, its development ring. Nothing here prints key material.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 
@@ -49,7 +48,8 @@ def run(args: argparse.Namespace, out: Output) -> int:
         raise CliError(str(error)) from None
     if args.action == "status":
         status = keys.status()
-        out.line(json.dumps(status, indent=2))
+        for line in _status_lines(status):
+            out.line(line)
         out.result({"status": status})
         return 0
     if args.action == "rewrap":
@@ -86,3 +86,17 @@ def _new_kek(ring: Path, kek_id: str, out: Output) -> int:
     out.line(f"{kek} now wraps; the ring keeps {len(old.splitlines())} older lines")
     out.result({"kek": kek, "older_lines": len(old.splitlines()), "ring": str(ring)})
     return 0
+
+
+def _status_lines(status: list[dict[str, object]]) -> list[str]:
+    """One line per tenant, then one per data key version (``--json`` has the same)."""
+    if not status:
+        return ["no tenant has a data key yet"]
+    lines = []
+    for tenant in status:
+        keys = tenant["keys"]
+        assert isinstance(keys, list)
+        shredded = "  SHREDDED" if tenant["shredded"] else ""
+        lines.append(f"tenants/{tenant['tenant']}  {len(keys)} key version(s){shredded}")
+        lines += [f"  v{k['version']}  wrapped by {k['kek']}  at {k['wrapped_at']}" for k in keys]
+    return lines
