@@ -5,6 +5,7 @@ it; every `quire` command a page shows parses (its `--help`), and every
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -105,6 +106,8 @@ def test_the_readme_walkthrough_runs_as_written(tmp_path: Path, nats_server: Nat
 
     try:
         read_until(up, "serving; press Ctrl-C to stop", timeout=120)
+        stack = json.loads((tmp_path / ".quire" / "stack.json").read_text())
+        assert Path(stack["operator_token_file"]).is_file(), "stack.json names the operator token"
         names: dict[str, str] = {}
         key = run(".venv/bin/quire audit key")
         names["PIN"] = key.split("sha256 ")[1].split()[0]

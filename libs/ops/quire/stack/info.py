@@ -25,7 +25,8 @@ class StackInfo:
     health_endpoints: dict[str, str] = field(default_factory=dict)
     """Each service's plaintext ``grpc.health.v1`` port (no credentials needed)."""
     operator_token_file: str = ""
-    """Where the operator token was configured (``QUIRE_OPERATOR_TOKEN_FILE``), if it was."""
+    """Where the operator token is: the configured ``QUIRE_OPERATOR_TOKEN_FILE``,
+    or the file admission writes in its directory on first start."""
     metrics_endpoints: dict[str, str] = field(default_factory=dict)
     """Each service's Prometheus ``/metrics`` address, and the gateway's."""
     gateway_url: str = ""
