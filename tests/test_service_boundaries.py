@@ -25,7 +25,11 @@ DISTRIBUTED = sorted(
 
 def _sources(top: Path) -> Iterator[Path]:
     for path in top.rglob("*.py"):
-        if "quire" in path.parts and not path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
+        if (
+            "quire" in path.parts
+            and "build" not in path.parts
+            and not path.name.endswith(("_pb2.py", "_pb2_grpc.py"))
+        ):
             yield path
 
 

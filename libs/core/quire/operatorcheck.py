@@ -36,7 +36,10 @@ class OperatorCheck:
             raise Unauthenticated("an operator token is required")
         try:
             reply = await self._admin.WhoAmI(
-                admin_pb.WhoAmIRequest(), metadata=bearer, timeout=TIMEOUT_SECONDS
+                admin_pb.WhoAmIRequest(),
+                metadata=bearer,
+                timeout=TIMEOUT_SECONDS,
+                wait_for_ready=True,  # a channel backing off from admission's start waits
             )
         except grpc.aio.AioRpcError as error:
             if error.code() == grpc.StatusCode.UNAUTHENTICATED:

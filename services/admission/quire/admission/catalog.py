@@ -109,6 +109,9 @@ class RulesetCatalog:
                 reply = await self._validator.ListRulesets(
                     validator_service_pb2.ListRulesetsRequest(page_size=1000, page_token=token),
                     timeout=TIMEOUT_SECONDS,
+                    # A channel still backing off from a try before the
+                    # validator listened waits for it within the deadline.
+                    wait_for_ready=True,
                 )
                 keys.update(r.version for r in reply.rulesets)
                 token = reply.next_page_token

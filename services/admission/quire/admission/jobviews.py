@@ -175,6 +175,7 @@ class JobViews:
             reply = await self._validator.ListSourceWaits(
                 validator_service_pb2.ListSourceWaitsRequest(job=job.name),
                 timeout=WAITS_TIMEOUT_SECONDS,
+                wait_for_ready=True,
             )
         except Exception:  # noqa: BLE001 - a status read never fails for want of its waits
             return job

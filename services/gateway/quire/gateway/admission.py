@@ -45,9 +45,13 @@ class Admission:
     async def unary(
         self, method: Callable[..., Awaitable[Reply]], message: Any, request: Request
     ) -> Reply:
-        """One unary call to admission as the HTTP caller, under the gateway's deadline."""
+        """One unary call to admission as the HTTP caller, under the gateway's
+        deadline; a channel backing off from admission's restart waits for it."""
         return await method(
-            message, metadata=caller_metadata(request), timeout=self.call_timeout_seconds
+            message,
+            metadata=caller_metadata(request),
+            timeout=self.call_timeout_seconds,
+            wait_for_ready=True,
         )
 
     @classmethod
