@@ -244,10 +244,10 @@ async def test_rotating_the_kek_under_load_loses_nothing(
             listed = (await client.list_jobs(page_size=1000)).jobs
             mine = sorted(name for owner, name in jobs if owner is client)
             assert sorted(job.name for job in listed) == mine
-        status = _quire(sealed_stack, ring, "keys", "status")
+        status = _quire(sealed_stack, ring, "keys", "status", "--json")
         assert status.returncode == 0, status.stderr
         current = ring.read_text().split()[0]
-        wrapped_by = {k["kek"] for t in json.loads(status.stdout) for k in t["keys"]}
+        wrapped_by = {k["kek"] for t in json.loads(status.stdout)["status"] for k in t["keys"]}
         assert wrapped_by == {current}, "every data key is wrapped by the new KEK only"
         assert _check_findings(sealed_stack, ring) == []
     finally:

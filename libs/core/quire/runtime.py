@@ -74,20 +74,25 @@ def configure_logging(service: str, chosen: str = "json") -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-async def connect_nats(url: str, name: str, *, user: str = "", password: str = "") -> NatsClient:
+async def connect_nats(
+    url: str, name: str, *, user: str = "", password: str = "", reconnect: bool = True
+) -> NatsClient:
     """Connect as ``user`` (replies on that user's own inbox prefix), or
     anonymously. ``url`` may list several servers of a cluster, comma-separated;
-    the client fails over between them (and learns the others from the first)."""
+    the client fails over between them (and learns the others from the first).
+    ``reconnect=False`` (a command a person waits for): each server is tried
+    twice, half a second apart, then ``NoServersError``, instead of retrying
+    forever."""
     login: dict[str, str] = {}
     if user:
         login = {"user": user, "password": password, "inbox_prefix": inbox_prefix(user)}
     return await nats.connect(
         [server.strip() for server in url.split(",") if server.strip()],
         name=name,
-        max_reconnect_attempts=-1,
+        max_reconnect_attempts=-1 if reconnect else 1,
         reconnect_time_wait=0.5,
         connect_timeout=5,
-        allow_reconnect=True,
+        allow_reconnect=reconnect,
         **login,  # type: ignore[arg-type]
     )
 

@@ -2,7 +2,10 @@
 
 This module picks the command and turns what went wrong into one line on
 stderr and a documented exit code (``quire.cli.exitcodes``); the commands
-live beside it, the options in ``quire.cli.parser``.
+live beside it, the options in ``quire.cli.parser``. ``run`` is the program
+(the ``quire`` script): it also quiets what libraries print on their own
+(``quire.cli.quiet``) before gRPC loads; ``main`` runs one command in the
+caller's process and changes nothing process-wide.
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from quire.cli.errors import failure_of
 from quire.cli.output import Output
 from quire.cli.parser import build_parser
+from quire.cli.quiet import quiet_grpc_core, quiet_library_logs
 
 if TYPE_CHECKING:
     from quire.cli.config import ClientConfig
@@ -26,7 +29,7 @@ if TYPE_CHECKING:
     StackCommand = Callable[[argparse.Namespace, ClientConfig, Output], Coroutine[Any, Any, int]]
     LocalCommand = Callable[[argparse.Namespace, Output], int]
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
 
 # Each command is imported only when it runs, so that a quick command (or
 # --version, or a typo) does not pay for importing every other one.
@@ -63,6 +66,7 @@ COMMANDS = {
     "review approve": "reviews:review_approve",
     "review reject": "reviews:review_reject",
     "audit verify": "ledger:audit_verify",
+    "audit history": "history:audit_history",
     "audit key": "ledger:audit_key",
     "witness key": "ledger:witness_key",
     "dlq list": "deadletters:dlq_list",
@@ -71,6 +75,7 @@ COMMANDS = {
     "evidence": "ledger:evidence_export",
     "diff": "diff:diff",
     "diagnose": "diagnose:diagnose",
+    "keys rotate": "signingkeys:keys_rotate",
 }
 
 
@@ -95,7 +100,7 @@ def _local_command(args: argparse.Namespace) -> str | None:
         return "top:run"  # the services' /metrics addresses, no gRPC
     if args.command == "workers":
         return "workers:run"  # the workers bucket, with an operator's NATS login
-    if args.command == "keys":
+    if args.command == "keys" and args.action != "rotate":
         return "keys:run"  # the key ring beside the blobs
     if args.command == "evidence" and args.job == "verify":
         return "ledger:evidence_verify"  # offline
@@ -117,8 +122,23 @@ def _run(args: argparse.Namespace, out: Output) -> int:
     return asyncio.run(traced_command(name, remote(args, config, out)))
 
 
+def run() -> int:
+    """The ``quire`` program: the arguments parsed (gRPC not loaded yet), the
+    libraries quieted, then the command. ``quire up`` runs the services, which
+    inherit its environment: their gRPC logs stay as configured."""
+    args = build_parser().parse_args()
+    quiet_library_logs()
+    if args.command != "up":
+        quiet_grpc_core()
+    return _entry(args)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command (``argv``, default ``sys.argv[1:]``); its exit code."""
+    return _entry(build_parser().parse_args(argv))
+
+
+def _entry(args: argparse.Namespace) -> int:
     out = Output(as_json=args.json)
     try:
         return _main(args, out)
@@ -130,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace, out: Output) -> int:
+    from quire.cli.errors import failure_of  # loads gRPC: after ``run`` quieted it
+
     try:
         code = _run(args, out)
     except (Exception, KeyboardInterrupt) as error:
@@ -144,4 +166,4 @@ def _main(args: argparse.Namespace, out: Output) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -25,7 +25,8 @@ class StackInfo:
     health_endpoints: dict[str, str] = field(default_factory=dict)
     """Each service's plaintext ``grpc.health.v1`` port (no credentials needed)."""
     operator_token_file: str = ""
-    """Where the operator token was configured (``QUIRE_OPERATOR_TOKEN_FILE``), if it was."""
+    """The operator token's file: the one configured (``QUIRE_OPERATOR_TOKEN_FILE``),
+    else the one admission wrote at first start (empty in files from before)."""
     metrics_endpoints: dict[str, str] = field(default_factory=dict)
     """Each service's Prometheus ``/metrics`` address, and the gateway's."""
     gateway_url: str = ""

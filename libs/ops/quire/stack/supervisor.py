@@ -201,7 +201,9 @@ class Stack:
             endpoints=dict(self.endpoints),
             token_file=str(self.data_dir / "admission" / "dev-token"),
             health_endpoints=dict(self.health_endpoints),
-            operator_token_file=self.service_env().get("QUIRE_OPERATOR_TOKEN_FILE", ""),
+            # The configured token, else the one admission made at first start.
+            operator_token_file=self.service_env().get("QUIRE_OPERATOR_TOKEN_FILE")
+            or str(self.data_dir / "admission" / "operator-token"),
             metrics_endpoints=dict(self.metrics_endpoints),
             gateway_url=f"http://{self.gateway_address}" if self.gateway_address else "",
         )
