@@ -123,11 +123,8 @@ def add_tenant_retention_arguments(
     """``quire tenants retention TENANT``: sets all four periods at once; a
     period left out is the default (``QUIRE_RETENTION_*``), a period of 0 is
     refused."""
-    retention = tenants.add_parser(
-        "retention",
-        parents=[common],
-        help="set a tenant's retention periods (each left out: the default; 0 is refused)",
-    )
+    summary = "set a tenant's retention periods (each left out: the default; 0 is refused)"
+    retention = tenants.add_parser("retention", parents=[common], help=summary, description=summary)
     retention.add_argument("tenant", help="tenants/ID")
     for flag, what in (
         ("--sources-days", "keep uploaded sources this many days"),
@@ -136,7 +133,7 @@ def add_tenant_retention_arguments(
         ("--unused-upload-hours", "keep an upload no job used this many hours"),
     ):
         retention.add_argument(
-            flag, type=_period, default=None, help=f"{what}, more than 0 (default: the default)"
+            flag, type=_period, default=None, help=f"{what}, more than 0 (left out: the default)"
         )
 
 
