@@ -46,6 +46,8 @@ from quire.testing.pki import TestCA
 from quire.testing.quirecli import QUIRE, ROOT, run_quire
 
 DOCUMENTED = {int(code) for code in ExitCode} - {int(ExitCode.OK)}
+NAMED = {"job", "other", "batch", "subject", "rollout", "token"}
+"""Arguments that name something the stack holds (or not)."""
 UNKNOWN_JOB = "jobs/ffffffffffffffffffffffffffffffff"
 UNKNOWN_BATCH = "batches/" + "f" * 32
 CLEARED = (
@@ -107,13 +109,15 @@ def _bad_value(action: argparse.Action, folder: Path) -> str:
     }.get(action.dest, "no-such-thing")
 
 
-def _argv(words: tuple[str, ...], folder: Path) -> list[str]:
+def _argv(words: tuple[str, ...], folder: Path, *, naming: bool = False) -> list[str]:
+    """The command with a wrong value for each required argument (and, when
+    ``naming``, for an optional one that names a job, batch or rollout)."""
     argv = list(words)
     for action in COMMANDS[words]._actions:  # noqa: SLF001
         if action.option_strings:
             if action.required:
                 argv += [action.option_strings[-1], _bad_value(action, folder)]
-        elif action.nargs not in ("?", "*"):
+        elif action.nargs not in ("?", "*") or (naming and action.dest in NAMED):
             argv.append(_bad_value(action, folder))
     return argv
 
@@ -415,8 +419,6 @@ def test_up_with_a_missing_example_is_refused_before_anything_starts(tmp_path: P
 
 # Against the real stack: ids that do not exist.
 
-NAMED = {"job", "other", "batch", "subject", "rollout", "token"}
-
 
 def _naming_commands() -> list[tuple[str, ...]]:
     """The commands with a positional that names a job, batch, rollout or token."""
@@ -439,7 +441,7 @@ def test_every_command_naming_what_does_not_exist_says_not_found(
     (tmp_path / "notes.txt").write_text("not a PDF\n")
     answered: dict[str, str] = {}
     for words in commands:
-        argv = _argv(words, tmp_path)
+        argv = _argv(words, tmp_path, naming=True)
         ran = _run(capfd, stack.data_dir, *argv)
         answered[" ".join(argv)] = _said_once(ran, *argv)
         assert ran.code == ExitCode.REFUSED, (argv, ran.err)
