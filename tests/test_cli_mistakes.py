@@ -206,6 +206,9 @@ def test_every_command_without_a_stack_says_so_in_one_line(
 ) -> None:
     argv = _argv(words, no_stack.parent)
     _said_once(_run(capfd, no_stack, *argv), *argv)
+    # A stack file cut short (a full disk, an editor) is a mistake too.
+    (no_stack / "stack.json").write_text('{"data_dir": "/x", "endpoints": {')
+    _said_once(_run(capfd, no_stack, *argv), "with a broken stack.json", *argv)
 
 
 @pytest.mark.parametrize("words", IN_PROCESS, ids=" ".join)

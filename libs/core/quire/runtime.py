@@ -27,7 +27,14 @@ from quire.threadnames import named_pool
 from quire.wire import WireSigner, WireVerifier
 from quire.workqueue.topology import ensure_topology, wait_for_topology
 
-__all__ = ["configure_logging", "start_runtime", "connect_nats", "Wire", "load_wire"]
+__all__ = [
+    "configure_logging",
+    "start_runtime",
+    "connect_nats",
+    "connect_nats_briefly",
+    "Wire",
+    "load_wire",
+]
 
 
 def run_service(service: str, main: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -74,15 +81,23 @@ def configure_logging(service: str, chosen: str = "json") -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-async def connect_nats(
-    url: str, name: str, *, user: str = "", password: str = "", reconnect: bool = True
-) -> NatsClient:
+async def connect_nats(url: str, name: str, *, user: str = "", password: str = "") -> NatsClient:
     """Connect as ``user`` (replies on that user's own inbox prefix), or
     anonymously. ``url`` may list several servers of a cluster, comma-separated;
-    the client fails over between them (and learns the others from the first).
-    ``reconnect=False`` (a command a person waits for): each server is tried
-    twice, half a second apart, then ``NoServersError``, instead of retrying
-    forever."""
+    the client fails over between them (and learns the others from the first)."""
+    return await _connect(url, name, user, password, reconnect=True)
+
+
+async def connect_nats_briefly(
+    url: str, name: str, *, user: str = "", password: str = ""
+) -> NatsClient:
+    """``connect_nats`` for a command a person waits for: each server is
+    tried twice, half a second apart, then ``NoServersError``, instead of
+    retrying forever; a connection lost later is not re-established."""
+    return await _connect(url, name, user, password, reconnect=False)
+
+
+async def _connect(url: str, name: str, user: str, password: str, *, reconnect: bool) -> NatsClient:
     login: dict[str, str] = {}
     if user:
         login = {"user": user, "password": password, "inbox_prefix": inbox_prefix(user)}

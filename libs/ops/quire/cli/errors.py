@@ -21,6 +21,7 @@ from quire.errors import InvalidInput, InvalidSetting, QuireError
 from quire.grpcstatus import ReceivedDetails, details_of, status_for
 from quire.kek import KekConfigError
 from quire.stack.datadirlock import DataDirInUse
+from quire.stack.info import StackFileError
 
 __all__ = ["CliError", "Failure", "failure_of"]
 
@@ -121,6 +122,8 @@ def failure_of(error: BaseException) -> Failure | None:
         return Failure(ExitCode.UNREACHABLE, "cannot reach NATS: no server answers")
     if isinstance(error, ArtifactDigestMismatch):
         return Failure(ExitCode.FAILED, "the downloaded file does not match its digest; not kept")
+    if isinstance(error, StackFileError):
+        return Failure(ExitCode.UNREACHABLE, str(error))
     if isinstance(error, DataDirInUse):
         return Failure(ExitCode.DATA_DIR_IN_USE, str(error))
     if isinstance(error, TimeoutError):

@@ -14,7 +14,7 @@ from nats.errors import NoServersError
 
 from quire.cli.errors import CliError
 from quire.cli.exitcodes import ExitCode
-from quire.runtime import connect_nats
+from quire.runtime import connect_nats_briefly
 
 __all__ = ["CONNECT_SECONDS", "reach_nats"]
 
@@ -25,7 +25,7 @@ async def reach_nats(url: str, name: str, *, user: str = "", password: str = "")
     """A connection to ``url``, or ``CliError`` (UNREACHABLE) naming it."""
     try:
         return await asyncio.wait_for(
-            connect_nats(url, name, user=user, password=password, reconnect=False),
+            connect_nats_briefly(url, name, user=user, password=password),
             CONNECT_SECONDS,
         )
     except (NoServersError, OSError, TimeoutError):
