@@ -221,3 +221,41 @@ async def test_keys_rotate_makes_the_next_version_active_once_per_request_id(
     finally:
         await server.stop(None)
         database.close()
+
+
+READS = (
+    ("jobs",),
+    ("tenants", "list"),
+    ("review", "list"),
+    ("dlq", "list"),
+    ("audit", "verify"),
+    ("audit", "key"),
+    ("witness", "key"),
+    ("notifications", "show"),
+    ("rollout", "status"),
+    ("keys", "status"),
+    ("workers",),
+)
+"""Commands that read and print without changing anything."""
+
+
+@pytest.mark.stack
+def test_every_read_prints_lines_for_people_and_one_json_document_only_with_json(
+    stack: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("QUIRE_KEK_FILE", "QUIRE_NATS_URL", "QUIRE_NATS_PASSWORD_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    data_dir = str(stack.data_dir)
+    for words in READS:
+        capsys.readouterr()
+        assert quire_main(["--data-dir", data_dir, *words]) == ExitCode.OK, words
+        human = capsys.readouterr().out
+        assert human.strip(), f"{words}: nothing printed"
+        try:
+            json.loads(human)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"{words} printed JSON without --json:\n{human}")
+        assert quire_main(["--data-dir", data_dir, *words, "--json"]) == ExitCode.OK, words
+        assert isinstance(json.loads(capsys.readouterr().out), dict), words

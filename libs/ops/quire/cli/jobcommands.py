@@ -198,6 +198,8 @@ async def jobs(args: argparse.Namespace, config: ClientConfig, out: Output) -> i
             token = page.next_page_token
             if not token:
                 break
+    if not listed:
+        out.line(f"no {args.state} jobs" if args.state else "no jobs")
     out.result({"jobs": [job_dict(job) for job in listed]})
     return ExitCode.OK
 
