@@ -30,6 +30,8 @@ from quire.stack.supervisor import StackInfo
 from quire.testing.pdfs import write_text_pdf
 from quire.tls import aio_channel
 from quire.type import job_pb2
+from quire.validator.v1 import validator_service_pb2 as vpb
+from quire.validator.v1 import validator_service_pb2_grpc as vgrpc
 
 pytestmark = pytest.mark.stack
 
@@ -269,6 +271,96 @@ async def test_cancel_in_the_middle_stops_the_rest_and_the_counts_and_ledger_agr
     again = await client.cancel_batch(batch.name)
     assert (again.not_dispatched_cancelled, again.in_flight_finishing) == (30 - dispatched, 0)
     assert again.already_terminal == dispatched
+
+
+async def _admission_samples(stack) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:  # type: ignore[no-untyped-def]
+    """Every sample admission's /metrics serves: (name, labels) -> value."""
+    address = StackInfo.read(stack.data_dir).metrics_endpoints["admission"]
+    async with httpx.AsyncClient(timeout=10) as http:
+        reply = await http.get(f"http://{address}/metrics")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(reply.text)
+        for sample in family.samples
+    }
+
+
+IN_FLIGHT = ("quire_batch_in_flight", ())
+ACCEPTED_BATCH = ("quire_jobs_accepted_total", (("class", "batch"),))
+
+
+async def _gauge_until(stack, check, timeout: float = 60) -> float:  # type: ignore[no-untyped-def]
+    """The in-flight gauge once ``check(value)`` holds (the dispatcher sets it each tick)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = (await _admission_samples(stack))[IN_FLIGHT]
+        if check(value) or time.monotonic() > deadline:
+            return value
+        await asyncio.sleep(0.3)
+
+
+def _counts(batch: batch_pb2.Batch) -> dict[str, int]:
+    return {state_name(count.state): count.count for count in batch.job_counts}
+
+
+async def test_parked_children_are_counted_shown_as_parked_on_cancel_and_leave_the_gauge(
+    stack, tenants
+) -> None:  # type: ignore[no-untyped-def]
+    """A batch whose children park for review (a large invoice): they are
+    counted as accepted batch-class jobs; CancelBatch shows them in the
+    state GetBatch shows (NEEDS_REVIEW, not ACCEPTED); once the reviews end
+    them, ``quire_batch_in_flight`` falls by them, though no batch is left
+    to dispatch."""
+    client = await tenants("batch-parked", max_outstanding_jobs=3)
+    invoice = {
+        "invoice_number": f"INV-{uuid.uuid4().hex[:8]}",
+        "currency": "EUR",
+        "seller": {"name": "Carrier GmbH", "tax_id": "DE123456789"},
+        "lines": [{"description": "freight", "quantity": "3", "unit_price": "20000.00"}],
+        "tax_rate": "0",
+        "total": "60000.00",
+    }
+    source = await client.upload_bytes(json.dumps(invoice).encode(), "application/json")
+    manifest = job_pb2.Manifest(
+        items=[job_pb2.ManifestItem(position=0, document_id="inv", sha256=source.sha256)],
+        ruleset="logistics-invoice",
+    )
+    before = await _admission_samples(stack)
+    assert ACCEPTED_BATCH in before, "the batch class has its series from the start"
+    batch = await client.submit_batch([batch_pb2.BatchPacket(manifest=manifest)] * 6)
+    deadline = time.monotonic() + 120
+    while _counts(await client.get_batch(batch.name)).get("NEEDS_REVIEW", 0) < 3:
+        assert time.monotonic() < deadline, "three children parked (the quota holds the rest)"
+        await asyncio.sleep(0.3)
+    peak = await _gauge_until(stack, lambda value: value >= 3)
+    assert peak >= 3, "the parked children are in flight"
+
+    reply = await client.cancel_batch(batch.name)
+    shown = await client.get_batch(batch.name)
+    assert _counts(reply.batch) == _counts(shown) == {"NEEDS_REVIEW": 3}
+    assert (reply.in_flight_finishing, reply.not_dispatched_cancelled) == (3, 3)
+    after = await _admission_samples(stack)
+    assert after[ACCEPTED_BATCH] - before[ACCEPTED_BATCH] == 3, "each child counted once"
+
+    info = StackInfo.read(stack.data_dir)
+    parked = [job.job for job in await children(client, batch.name) if job.job]
+    async with aio_channel(info.endpoints["validator"], None) as channel:
+        validator = vgrpc.ValidatorServiceStub(channel)
+        for job in parked:
+            await validator.ResolveReview(
+                vpb.ResolveReviewRequest(
+                    job=job,
+                    approve=False,
+                    note="test",
+                    operator="ops",
+                    request_id=str(uuid.uuid4()),
+                ),
+                metadata=bearer_metadata(info.operator_token()),
+            )
+    ended = await wait_batch(client, batch.name, 120)
+    assert ended.state == batch_pb2.BATCH_STATE_CANCELLED and ended.terminal_count == 3
+    left = await _gauge_until(stack, lambda value: value <= peak - 3)
+    assert left <= peak - 3, f"quire_batch_in_flight stayed at {left} after its children ended"
 
 
 def test_deficit_round_robin_makes_busy_tenants_children_in_their_weights_ratio() -> None:

@@ -182,7 +182,8 @@ def test_up_sends_the_example_then_the_cli_drives_the_stack(
         assert refused_evidence.returncode == 1
 
         nothing_parked = run_quire(data_dir, "review", "list")
-        assert nothing_parked.returncode == 0 and nothing_parked.stdout == ""
+        assert nothing_parked.returncode == 0
+        assert nothing_parked.stdout == "no jobs waiting for review\n"
         no_review = run_quire(
             data_dir, "review", "approve", job, "--note", "ok", "--operator", "me"
         )

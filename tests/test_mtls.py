@@ -10,6 +10,7 @@ import grpc
 import pytest
 
 from quire.client import AdmissionClient, PacketItem
+from quire.errors import InvalidSetting
 from quire.jobs import state_name
 from quire.stack.supervisor import Stack
 from quire.testing.pdfs import write_text_pdf
@@ -56,6 +57,7 @@ async def test_services_talk_over_mutual_tls_and_refuse_strangers(tmp_path: Path
 
 
 def test_partial_tls_settings_are_refused() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidSetting) as refused:
         TlsSettings.from_env({"QUIRE_TLS_CERT_FILE": "/x.pem"})
+    assert refused.value.variable == "QUIRE_TLS_KEY_FILE", "the first one missing is named"
     assert TlsSettings.from_env({}) is None

@@ -33,6 +33,7 @@ __all__ = [
     "configure_logging",
     "start_runtime",
     "connect_nats",
+    "connect_nats_briefly",
     "Wire",
     "load_wire",
 ]
@@ -91,16 +92,29 @@ async def connect_nats(url: str, name: str, *, user: str = "", password: str = "
     """Connect as ``user`` (replies on that user's own inbox prefix), or
     anonymously. ``url`` may list several servers of a cluster, comma-separated;
     the client fails over between them (and learns the others from the first)."""
+    return await _connect(url, name, user, password, reconnect=True)
+
+
+async def connect_nats_briefly(
+    url: str, name: str, *, user: str = "", password: str = ""
+) -> NatsClient:
+    """``connect_nats`` for a command a person waits for: each server is
+    tried twice, half a second apart, then ``NoServersError``, instead of
+    retrying forever; a connection lost later is not re-established."""
+    return await _connect(url, name, user, password, reconnect=False)
+
+
+async def _connect(url: str, name: str, user: str, password: str, *, reconnect: bool) -> NatsClient:
     login: dict[str, str] = {}
     if user:
         login = {"user": user, "password": password, "inbox_prefix": inbox_prefix(user)}
     return await nats.connect(
         [server.strip() for server in url.split(",") if server.strip()],
         name=name,
-        max_reconnect_attempts=-1,
+        max_reconnect_attempts=-1 if reconnect else 1,
         reconnect_time_wait=0.5,
         connect_timeout=5,
-        allow_reconnect=True,
+        allow_reconnect=reconnect,
         **login,  # type: ignore[arg-type]
     )
 

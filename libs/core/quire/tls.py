@@ -16,6 +16,8 @@ from pathlib import Path
 
 import grpc
 
+from quire.errors import InvalidSetting
+
 __all__ = ["TlsSettings", "aio_channel", "sync_channel"]
 
 
@@ -36,7 +38,8 @@ class TlsSettings:
         if not any(values):
             return None
         if not all(values):
-            raise ValueError("set all of " + ", ".join(names) + " or none of them")
+            missing = next(name for name, value in zip(names, values, strict=True) if not value)
+            raise InvalidSetting(missing, "set with the other QUIRE_TLS_* files, or none of them")
         return cls(Path(values[0]), Path(values[1]), Path(values[2]))
 
     def server_credentials(self) -> grpc.ServerCredentials:

@@ -112,9 +112,7 @@ async def _wait(
     """Poll GetBatch until the batch has finished, drawing its progress."""
     deadline = time.monotonic() + timeout
     delay = POLL_FIRST_SECONDS
-    bar = progress_wanted(out.as_json)
-    # Progress only on a terminal: a log or a pipe gets the result, not a line per poll.
-    with batch_progress(name, bar=bar, lines=False) as progress:
+    with batch_progress(name, enabled=progress_wanted(out.as_json)) as progress:
         batch = await client.get_batch(name)
         while not batch.HasField("finish_time"):
             progress.show(batch.terminal_count, batch.packet_count, _summary(batch))

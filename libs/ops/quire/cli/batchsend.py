@@ -18,6 +18,7 @@ from pathlib import Path
 from quire.admission.v1 import batch_pb2
 from quire.cli.batchfiles import BatchEntry, BatchItem
 from quire.cli.errors import CliError
+from quire.cli.packets import declared_type
 from quire.cli.progress import upload_progress
 from quire.client import AdmissionClient
 from quire.type import job_pb2
@@ -57,7 +58,7 @@ async def upload_sources(
 
         async def upload(sha256: str, path: Path, size: int) -> None:
             async with gate:
-                await client.upload(path, digest=(sha256, size))
+                await client.upload(path, declared_type(path), digest=(sha256, size))
             progress.advance(size)
 
         try:

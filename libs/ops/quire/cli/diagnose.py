@@ -12,10 +12,11 @@ import argparse
 import os
 from pathlib import Path
 
-from quire.cli.args import job_resource
+from quire.cli.args import job_resource, operator_metadata
 from quire.cli.config import ClientConfig
 from quire.cli.errors import CliError
 from quire.cli.exitcodes import ExitCode
+from quire.cli.history import job_entries
 from quire.cli.output import Output, message_dict
 from quire.client import DiagnosticsClient
 from quire.diagnostics.v1 import diagnostics_service_pb2 as pb
@@ -67,10 +68,23 @@ def _lines(service: str, reply: pb.ListDiagnosticsResponse) -> list[str]:
     return lines
 
 
+async def _known(job: str, config: ClientConfig) -> None:
+    """NotFound for a job the ledger holds nothing of: a stage's "nothing
+    kept" would say nothing about it (and record a read of it)."""
+    from quire.audit.v1 import audit_service_pb2_grpc
+    from quire.tls import aio_channel
+
+    async with aio_channel(config.audit, config.tls) as channel:
+        await job_entries(
+            audit_service_pb2_grpc.AuditServiceStub(channel), job, operator_metadata(config)
+        )
+
+
 async def diagnose(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
     if not config.operator_token:
         raise CliError("no operator token: set QUIRE_OPERATOR_TOKEN or run against `quire up`")
     job = job_resource(args.job)
+    await _known(job, config)
     async with DiagnosticsClient(
         _stages(args, config), config.operator_token, tls=config.tls
     ) as client:

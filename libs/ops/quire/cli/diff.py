@@ -7,7 +7,8 @@ each position's source digest), the ruleset version and digest, the signing
 key and certificate, the output, the final state and reason, and the build
 of every worker that moved the job on. Each field takes the job's latest
 non-empty value. Exit 0 when every field agrees, 1 (FAILED: the answer is
-no) when any differs, as diff(1) does.
+no) when any differs, as diff(1) does; a job the ledger does not know is
+NOT_FOUND (exit REFUSED), not a job with no fields.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from quire.cli.args import job_resource, operator_metadata
 from quire.cli.config import ClientConfig
 from quire.cli.errors import CliError
 from quire.cli.exitcodes import ExitCode
+from quire.cli.history import job_entries
 from quire.cli.output import Output
 from quire.jobs import state_name
 from quire.type import job_pb2, queue_pb2
 
 __all__ = ["diff", "pinned"]
 
-PAGE = 200
 SCALARS = (
     "tenant",
     "manifest_digest",
@@ -80,19 +81,7 @@ def pinned(events: Sequence[queue_pb2.TransitionEvent]) -> dict[str, str]:
 
 
 async def _events(stub: Any, job: str, metadata: Any) -> list[queue_pb2.TransitionEvent]:
-    from quire.audit.v1 import audit_service_pb2
-
-    events, token = [], ""
-    while True:
-        page = await stub.ListJobEvents(
-            audit_service_pb2.ListJobEventsRequest(job=job, page_size=PAGE, page_token=token),
-            metadata=metadata,
-            timeout=60,
-        )
-        events += [entry.event for entry in page.entries]
-        token = page.next_page_token
-        if not token:
-            return events
+    return [entry.event for entry in await job_entries(stub, job, metadata)]
 
 
 async def diff(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:

@@ -2,6 +2,8 @@
 
 A user's mistake (a missing file, a bad argument, a stack that is not
 running, a timeout) is not a bug: it gets a sentence, not a traceback.
+This is the one place that decides which exceptions are such mistakes and
+what each one says; commands raise, they do not print errors themselves.
 Anything not listed here is a bug and keeps its traceback.
 """
 
@@ -10,12 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import grpc
+from google.rpc import code_pb2
+from nats.errors import NoServersError
 
 from quire.cli.exitcodes import ExitCode
-from quire.grpcstatus import ReceivedDetails, details_of
+from quire.client import ArtifactDigestMismatch
+from quire.errors import InvalidInput, InvalidSetting, QuireError
+from quire.grpcstatus import ReceivedDetails, details_of, status_for
 from quire.kek import KekConfigError
-from quire.pdfsignature import UnreadablePdf
 from quire.stack.datadirlock import DataDirInUse
+from quire.stack.info import StackFileError
 from quire.stack.refusals import ConfigurationRefused
 
 __all__ = ["CliError", "Failure", "failure_of"]
@@ -93,12 +99,32 @@ def _rpc_failure(error: grpc.aio.AioRpcError) -> Failure:
     return Failure(code, message, status=status.name, reason=reason, details=details)
 
 
+def _quire_failure(error: QuireError) -> Failure:
+    """A refusal raised on this side (a job the ledger does not know, a
+    setting that cannot be used), said as the stack would say it."""
+    if isinstance(error, InvalidSetting | InvalidInput):  # what the user typed or set
+        return Failure(ExitCode.USAGE, error.message, reason=error.reason.value)
+    status = code_pb2.Code.Name(status_for(error, "quire.cli").code)
+    message = f"{status} {error.reason.value} {error.message}"
+    return Failure(ExitCode.REFUSED, message, status=status, reason=error.reason.value)
+
+
 def failure_of(error: BaseException) -> Failure | None:
     """The failure ``error`` stands for, or None when it is a bug (re-raise it)."""
     if isinstance(error, CliError):
         return Failure(error.code, str(error))
     if isinstance(error, grpc.aio.AioRpcError):
         return _rpc_failure(error)
+    if isinstance(error, QuireError):
+        return _quire_failure(error)
+    if isinstance(error, KekConfigError):
+        return Failure(ExitCode.USAGE, str(error))
+    if isinstance(error, NoServersError):
+        return Failure(ExitCode.UNREACHABLE, "cannot reach NATS: no server answers")
+    if isinstance(error, ArtifactDigestMismatch):
+        return Failure(ExitCode.FAILED, "the downloaded file does not match its digest; not kept")
+    if isinstance(error, StackFileError):
+        return Failure(ExitCode.UNREACHABLE, str(error))
     if isinstance(error, DataDirInUse):
         return Failure(ExitCode.DATA_DIR_IN_USE, str(error))
     if isinstance(error, ConfigurationRefused):  # quire up: a service's own line says why
@@ -111,8 +137,4 @@ def failure_of(error: BaseException) -> Failure | None:
         return Failure(ExitCode.USAGE, f"{error.strerror or error}: {error.filename}")
     if isinstance(error, KeyboardInterrupt):
         return Failure(ExitCode.INTERRUPTED, "interrupted")
-    if isinstance(error, KekConfigError):  # a tool that opens the key ring: where is the KEK?
-        return Failure(ExitCode.USAGE, str(error))
-    if isinstance(error, UnreadablePdf):
-        return Failure(ExitCode.FAILED, f"NOT VERIFIED: {error}")
     return None

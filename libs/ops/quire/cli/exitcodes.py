@@ -31,13 +31,13 @@ class ExitCode(IntEnum):
 _MEANINGS = {
     ExitCode.OK: "done: the job completed, the file or ledger verified",
     ExitCode.FAILED: "the answer is no: a job ended FAILED or CANCELLED or is parked "
-    "for review, a check did not pass, two jobs differ (quire diff); or an error not "
-    "listed here",
+    "for review, a check did not pass, a file does not verify or is not a readable "
+    "signed PDF (quire verify), two jobs differ (quire diff); or an error not listed here",
     ExitCode.USAGE: "bad arguments, a missing or unreadable file, a malformed manifest",
     ExitCode.REJECTED: "the job ended REJECTED (its documents or manifest were refused)",
     ExitCode.TIMEOUT: "gave up waiting (--timeout, or a call's deadline passed)",
-    ExitCode.REFUSED: "the stack refused the request: a gRPC status with a Quire reason "
-    "code, printed (NOT_FOUND, TENANT_QUOTA_EXCEEDED, ...)",
+    ExitCode.REFUSED: "the stack refused the request, or holds no such thing: a gRPC "
+    "status with a Quire reason code, printed (NOT_FOUND, TENANT_QUOTA_EXCEEDED, ...)",
     ExitCode.UNREACHABLE: "no stack to talk to: nothing answers (UNAVAILABLE), or no "
     "stack.json or address for this data directory",
     ExitCode.DATA_DIR_IN_USE: "quire up: another stack is running on this data directory",

@@ -10,12 +10,12 @@ from quire.cli.config import ClientConfig
 from quire.cli.errors import CliError
 from quire.cli.exitcodes import ExitCode
 from quire.cli.output import Output, job_dict
-from quire.cli.packets import PacketFile, read_manifest_file, send_packet
+from quire.cli.packets import PacketFile, packet_files, read_manifest_file, send_packet
 from quire.cli.progress import progress_wanted, waiting
 from quire.cli.verify import ledger_checks, verify_file
 from quire.client import AdmissionClient
 from quire.jobs import state_name
-from quire.pdfsignature import SignatureReport, verify_signed_pdf
+from quire.pdfsignature import SignatureReport, certificate_sha256, verify_signed_pdf
 from quire.pipeline import State
 from quire.type import job_pb2
 
@@ -117,14 +117,25 @@ def _existing(path: str) -> Path:
     return Path(path)
 
 
-async def submit(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+def _packet(args: argparse.Namespace) -> tuple[list[PacketFile], dict[str, str]]:
+    """The files to send and the job's options: a manifest's, then the flags'."""
+    if args.manifest and args.files:
+        raise CliError("give files or --manifest, not both")
     if args.manifest:
         files, options = read_manifest_file(_existing(args.manifest))
     else:
-        files = [PacketFile(Path(f).stem, Path(f).resolve(), i) for i, f in enumerate(args.files)]
-        options = {}
+        files, options = packet_files(args.files), {}
     if not files:
         raise CliError("nothing to submit: give files or --manifest")
+    if args.ruleset:
+        options["ruleset"] = args.ruleset
+    if args.render_profile:
+        options["render_profile"] = args.render_profile
+    return files, options
+
+
+async def submit(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
+    files, options = _packet(args)
     show = progress_wanted(out.as_json)
     async with _client(config) as client:
         job = await send_packet(client, files, options, show_progress=show)
@@ -156,6 +167,9 @@ async def status(args: argparse.Namespace, config: ClientConfig, out: Output) ->
 async def wait(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
     name = job_resource(args.job)
     async with _client(config) as client:
+        # Asked once first: a stack that is not there, or a job that is not,
+        # is said at once (the watch itself rides out a restart of the stack).
+        await client.get_job(name)
         with waiting(name, enabled=progress_wanted(out.as_json)):
             job = await client.wait(name, timeout=args.timeout)
     out.line(job_line(job))
@@ -184,6 +198,8 @@ async def jobs(args: argparse.Namespace, config: ClientConfig, out: Output) -> i
             token = page.next_page_token
             if not token:
                 break
+    if not listed:
+        out.line(f"no {args.state} jobs" if args.state else "no jobs")
     out.result({"jobs": [job_dict(job) for job in listed]})
     return ExitCode.OK
 
@@ -202,18 +218,37 @@ async def cancel(args: argparse.Namespace, config: ClientConfig, out: Output) ->
     return ExitCode.OK if answer.cancelled else ExitCode.FAILED
 
 
+def _certificate(path: str) -> str:
+    """A ``--cert`` file's PEM certificate."""
+    try:
+        pem = _existing(path).read_text()
+        certificate_sha256(pem)
+    except ValueError:
+        raise CliError(f"not a PEM certificate: {path}") from None
+    return pem
+
+
+def _readable(report: SignatureReport, path: Path) -> SignatureReport:
+    """The report of a file that could be read as a signed PDF; else the
+    answer is no (FAILED), said in one line."""
+    if report.unreadable:
+        raise CliError(f"cannot verify {path}: {report.unreadable}", ExitCode.FAILED)
+    return report
+
+
 def verify_offline(args: argparse.Namespace, out: Output) -> int:
     """``quire verify FILE --cert CERT``: no stack, no token; the certificates given."""
     if args.job:
         raise CliError("--job needs the stack's ledger; leave out --cert to use it")
-    _existing(args.file)
-    pems = [_existing(path).read_text() for path in args.cert]
-    return _signature_result(verify_signed_pdf(args.file, pems), ledger=[], out=out)
+    path = _existing(args.file)
+    pems = [_certificate(cert) for cert in args.cert]
+    return _signature_result(_readable(verify_signed_pdf(str(path), pems), path), [], out)
 
 
 async def verify(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
     path = _existing(args.file)
     report = await verify_file(path, config.signer, config.tls, metadata=operator_metadata(config))
+    report = _readable(report, path)
     checks: list[tuple[str, bool]] = []
     if args.job:
         async with _client(config) as client:
@@ -225,12 +260,10 @@ async def verify(args: argparse.Namespace, config: ClientConfig, out: Output) ->
                 tls=config.tls,
                 metadata=operator_metadata(config),
             )
-    return _signature_result(report, ledger=checks, out=out)
+    return _signature_result(report, checks, out)
 
 
-def _signature_result(
-    report: SignatureReport, *, ledger: list[tuple[str, bool]], out: Output
-) -> int:
+def _signature_result(report: SignatureReport, ledger: list[tuple[str, bool]], out: Output) -> int:
     out.line(f"signatures: {report.signature_count}")
     out.line(f"intact: {report.intact}  valid: {report.valid}")
     out.line(f"covers whole file: {report.covers_whole_file}")

@@ -1,4 +1,5 @@
-"""Operators: the tenants' data keys and the KEKs that wrap them.
+"""Operators: the tenants' data keys and the KEKs that wrap them
+(``quire keys rotate``, the signing key, is ``quire.cli.signingkeys``).
 
     quire keys status              each tenant's data keys: version, wrapping KEK, shredded
     quire keys new-kek RING        put a fresh KEK first in a ring file (0600): it
@@ -23,8 +24,7 @@ from pathlib import Path
 from quire.cli.errors import CliError
 from quire.cli.output import Output
 from quire.datakeys import DataKeys
-from quire.errors import QuireError
-from quire.kek import KekConfigError, new_ring_line
+from quire.kek import new_ring_line
 from quire.privatefiles import write_private
 from quire.settings import ServiceSettings
 from quire.storage import keeper_env, open_blob_store, tool_kek_settings
@@ -42,13 +42,10 @@ def _data_keys(data_dir: Path) -> DataKeys:
 def run(args: argparse.Namespace, out: Output) -> int:
     if args.action == "new-kek":
         return _new_kek(Path(args.ring), args.id, out)
-    try:
-        keys = _data_keys(Path(args.data_dir).resolve())
-    except KekConfigError as error:
-        raise CliError(str(error)) from None
+    keys = _data_keys(Path(args.data_dir).resolve())
     if args.action == "status":
         status = keys.status()
-        for line in _status_lines(status):
+        for line in status_lines(status):
             out.line(line)
         out.result({"status": status})
         return 0
@@ -69,13 +66,25 @@ def run(args: argparse.Namespace, out: Output) -> int:
     if not args.yes:
         raise CliError("shredding cannot be undone: add --yes")
     tenant = args.tenant.removeprefix("tenants/")
-    try:
-        destroyed = keys.shred(tenant)
-    except QuireError as error:
-        raise CliError(error.reason.value) from None
+    destroyed = keys.shred(tenant)
     out.line(f"destroyed {destroyed} data keys of tenants/{tenant}; its blobs are unreadable")
     out.result({"tenant": f"tenants/{tenant}", "destroyed": destroyed})
     return 0
+
+
+def status_lines(status: list[dict[str, object]]) -> list[str]:
+    """``tenants/ID  3 data keys`` (or ``shredded``), then a line per key:
+    ``  v2  wrapped by kek-… at …``."""
+    if not status:
+        return ["no data keys"]
+    lines = []
+    for tenant in status:
+        keys = tenant["keys"]
+        assert isinstance(keys, list)
+        state = "shredded" if tenant["shredded"] else f"{len(keys)} data keys"
+        lines.append(f"tenants/{tenant['tenant']}  {state}")
+        lines += [f"  v{k['version']}  wrapped by {k['kek']} at {k['wrapped_at']}" for k in keys]
+    return lines
 
 
 def _new_kek(ring: Path, kek_id: str, out: Output) -> int:
@@ -86,17 +95,3 @@ def _new_kek(ring: Path, kek_id: str, out: Output) -> int:
     out.line(f"{kek} now wraps; the ring keeps {len(old.splitlines())} older lines")
     out.result({"kek": kek, "older_lines": len(old.splitlines()), "ring": str(ring)})
     return 0
-
-
-def _status_lines(status: list[dict[str, object]]) -> list[str]:
-    """One line per tenant, then one per data key version (``--json`` has the same)."""
-    if not status:
-        return ["no tenant has a data key yet"]
-    lines = []
-    for tenant in status:
-        keys = tenant["keys"]
-        assert isinstance(keys, list)
-        shredded = "  SHREDDED" if tenant["shredded"] else ""
-        lines.append(f"tenants/{tenant['tenant']}  {len(keys)} key version(s){shredded}")
-        lines += [f"  v{k['version']}  wrapped by {k['kek']}  at {k['wrapped_at']}" for k in keys]
-    return lines

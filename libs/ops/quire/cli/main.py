@@ -2,7 +2,10 @@
 
 This module picks the command and turns what went wrong into one line on
 stderr and a documented exit code (``quire.cli.exitcodes``); the commands
-live beside it, the options in ``quire.cli.parser``.
+live beside it, the options in ``quire.cli.parser``. ``run`` is the program
+(the ``quire`` script): it also quiets what libraries print on their own
+(``quire.cli.quiet``) before gRPC loads; ``main`` runs one command in the
+caller's process and changes nothing process-wide.
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from quire.cli.errors import failure_of
 from quire.cli.evidenceargs import export_by_default
 from quire.cli.output import Output
 from quire.cli.parser import build_parser
+from quire.cli.quiet import quiet_grpc_core, quiet_library_logs
 
 if TYPE_CHECKING:
     from quire.cli.config import ClientConfig
@@ -27,7 +30,7 @@ if TYPE_CHECKING:
     StackCommand = Callable[[argparse.Namespace, ClientConfig, Output], Coroutine[Any, Any, int]]
     LocalCommand = Callable[[argparse.Namespace, Output], int]
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
 
 # Each command is imported only when it runs, so that a quick command (or
 # --version, or a typo) does not pay for importing every other one.
@@ -64,6 +67,7 @@ COMMANDS = {
     "review approve": "reviews:review_approve",
     "review reject": "reviews:review_reject",
     "audit verify": "ledger:audit_verify",
+    "audit history": "history:audit_history",
     "audit key": "ledger:audit_key",
     "witness key": "ledger:witness_key",
     "dlq list": "deadletters:dlq_list",
@@ -72,6 +76,7 @@ COMMANDS = {
     "evidence export": "ledger:evidence_export",
     "diff": "diff:diff",
     "diagnose": "diagnose:diagnose",
+    "keys rotate": "signingkeys:keys_rotate",
 }
 
 
@@ -96,7 +101,7 @@ def _local_command(args: argparse.Namespace) -> str | None:
         return "top:run"  # the services' /metrics addresses, no gRPC
     if args.command == "workers":
         return "workers:run"  # the workers bucket, with an operator's NATS login
-    if args.command == "keys":
+    if args.command == "keys" and args.action != "rotate":
         return "keys:run"  # the key ring beside the blobs
     if args.command == "evidence" and args.action == "verify":
         return "ledger:evidence_verify"  # offline
@@ -118,8 +123,27 @@ def _run(args: argparse.Namespace, out: Output) -> int:
     return asyncio.run(traced_command(name, remote(args, config, out)))
 
 
+def run() -> int:
+    """The ``quire`` program: the arguments parsed (gRPC not loaded yet), the
+    libraries quieted, then the command. ``quire up`` runs the services, which
+    inherit its environment: their gRPC logs stay as configured."""
+    args = _parse(sys.argv[1:])
+    quiet_library_logs()
+    if args.command != "up":
+        quiet_grpc_core()
+    return _entry(args)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(export_by_default(sys.argv[1:] if argv is None else argv))
+    """Run one command (``argv``, default ``sys.argv[1:]``); its exit code."""
+    return _entry(_parse(sys.argv[1:] if argv is None else argv))
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    return build_parser().parse_args(export_by_default(argv))
+
+
+def _entry(args: argparse.Namespace) -> int:
     out = Output(as_json=args.json)
     try:
         return _main(args, out)
@@ -131,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace, out: Output) -> int:
+    from quire.cli.errors import failure_of  # loads gRPC: after ``run`` quieted it
+
     try:
         code = _run(args, out)
     except (Exception, KeyboardInterrupt) as error:
@@ -145,4 +171,4 @@ def _main(args: argparse.Namespace, out: Output) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

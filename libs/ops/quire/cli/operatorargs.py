@@ -32,9 +32,20 @@ def add_check_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_keys_arguments(keys: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+def add_keys_arguments(
+    keys: argparse.ArgumentParser,
+    common: argparse.ArgumentParser,
+    once: argparse.ArgumentParser,
+) -> None:
     actions = keys.add_subparsers(dest="action", required=True, help="what to do")
-    actions.add_parser("status", parents=[common], help="each tenant's data keys (JSON)")
+    actions.add_parser(
+        "rotate",
+        parents=[common, once],
+        help="the signer's next signing key version signs from now on (older ones still verify)",
+    )
+    actions.add_parser(
+        "status", parents=[common], help="each tenant's data keys: version, wrapping KEK, when"
+    )
     new = actions.add_parser(
         "new-kek", parents=[common], help="put a fresh KEK first in a ring file"
     )
@@ -91,28 +102,39 @@ def add_retention_arguments(
         )
 
 
+def _period(text: str) -> float:
+    """A retention period: a number more than 0. Zero is refused, not read as
+    "the default" (a period left out is the default; keeping nothing is
+    retention's ``--as-of``, not a period)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"must be more than 0, got {text} (leave the option out for the default)"
+        )
+    return value
+
+
 def add_tenant_retention_arguments(
     tenants: argparse._SubParsersAction[Any], common: argparse.ArgumentParser
 ) -> None:
-    retention = tenants.add_parser(
-        "retention", parents=[common], help="set a tenant's retention periods (0: the default)"
-    )
+    """``quire tenants retention TENANT``: sets all four periods at once; a
+    period left out is the default (``QUIRE_RETENTION_*``), a period of 0 is
+    refused."""
+    summary = "set a tenant's retention periods (each left out: the default; 0 is refused)"
+    retention = tenants.add_parser("retention", parents=[common], help=summary, description=summary)
     retention.add_argument("tenant", help="tenants/ID")
-    retention.add_argument(
-        "--sources-days", type=float, default=0.0, help="keep uploaded sources this many days"
-    )
-    retention.add_argument(
-        "--packets-days", type=float, default=0.0, help="keep a job's packet this many days"
-    )
-    retention.add_argument(
-        "--artifacts-days", type=float, default=0.0, help="keep signed PDFs this many days"
-    )
-    retention.add_argument(
-        "--unused-upload-hours",
-        type=float,
-        default=0.0,
-        help="keep an upload no job used this many hours",
-    )
+    for flag, what in (
+        ("--sources-days", "keep uploaded sources this many days"),
+        ("--packets-days", "keep a job's packet this many days"),
+        ("--artifacts-days", "keep signed PDFs this many days"),
+        ("--unused-upload-hours", "keep an upload no job used this many hours"),
+    ):
+        retention.add_argument(
+            flag, type=_period, default=None, help=f"{what}, more than 0 (left out: the default)"
+        )
 
 
 def add_tenant_limits_arguments(

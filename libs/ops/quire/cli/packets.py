@@ -1,4 +1,12 @@
-"""Sending a packet: files in order, or a manifest file naming them."""
+"""Sending a packet: files in order, or a manifest file naming them.
+
+A source is a PDF, or a structured source (JSON: an invoice's lines, say),
+which the validator checks against the job's ruleset and the assembler
+renders by the job's render profile. A file is declared by its name:
+``.json`` is ``application/json``, anything else ``application/pdf`` (a
+manifest may say ``content_type`` itself); admission sniffs the bytes either
+way and refuses a declaration they contradict.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +20,15 @@ from quire.cli.progress import upload_progress
 from quire.client import INLINE_LIMIT_BYTES, AdmissionClient, PacketItem, inline_source
 from quire.type import job_pb2
 
-__all__ = ["PacketFile", "read_manifest_file", "send_packet"]
+__all__ = ["PacketFile", "declared_type", "packet_files", "read_manifest_file", "send_packet"]
+
+PDF = "application/pdf"
+JSON = "application/json"
+
+
+def declared_type(path: Path) -> str:
+    """The content type a file is sent as, from its name."""
+    return JSON if path.suffix.lower() == ".json" else PDF
 
 
 @dataclass(frozen=True)
@@ -20,19 +36,32 @@ class PacketFile:
     document_id: str
     path: Path
     position: int
+    content_type: str = PDF
+
+
+def packet_files(names: list[str]) -> list[PacketFile]:
+    """``quire submit FILE...``: each file in the order given, named by its stem."""
+    paths = [Path(name).resolve() for name in names]
+    return [PacketFile(p.stem, p, i, declared_type(p)) for i, p in enumerate(paths)]
+
+
+def _manifest_file(base: Path, doc: dict[str, object], index: int) -> PacketFile:
+    file = (base / str(doc["file"])).resolve()
+    return PacketFile(
+        document_id=str(doc["document_id"]),
+        path=file,
+        position=int(str(doc.get("position", index))),
+        content_type=str(doc.get("content_type") or declared_type(file)),
+    )
 
 
 def read_manifest_file(path: Path) -> tuple[list[PacketFile], dict[str, str]]:
-    """``{"documents": [{"document_id", "file", "position"}], "ruleset", "render_profile", "request_id"}``."""
+    """``{"documents": [{"document_id", "file", "position", "content_type"}],
+    "ruleset", "render_profile", "request_id"}`` (``content_type`` is optional)."""
     try:
         spec = json.loads(path.read_text())
         files = [
-            PacketFile(
-                document_id=str(doc["document_id"]),
-                path=(path.parent / str(doc["file"])).resolve(),
-                position=int(doc.get("position", index)),
-            )
-            for index, doc in enumerate(spec["documents"])
+            _manifest_file(path.parent, doc, index) for index, doc in enumerate(spec["documents"])
         ]
     except json.JSONDecodeError as error:
         raise CliError(f"{path} is not JSON: line {error.lineno}: {error.msg}") from None
@@ -72,7 +101,7 @@ async def send_packet(
         # One call: the files ride in SubmitJob, through the same gate as uploads.
         carried: dict[str, pb.InlineSource] = {}
         for packet_file in files:
-            source = inline_source(packet_file.path.read_bytes())
+            source = inline_source(packet_file.path.read_bytes(), packet_file.content_type)
             carried.setdefault(source.header.sha256, source)  # the same file once
             items.append(PacketItem(packet_file.document_id, source.header.sha256))
         inline = list(carried.values())
@@ -97,6 +126,6 @@ async def _upload_each(
 ) -> None:
     with upload_progress(total, len(files), enabled=show_progress) as progress:
         for packet_file in files:
-            source = await client.upload(packet_file.path)
+            source = await client.upload(packet_file.path, packet_file.content_type)
             items.append(PacketItem(packet_file.document_id, source.sha256))
             progress.advance(packet_file.path.stat().st_size)

@@ -127,8 +127,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _job_commands(command: _Command) -> None:
     submit = command("submit", help="send a packet: files in order, or --manifest")
-    submit.add_argument("files", nargs="*", help="PDF files, in page order")
+    submit.add_argument(
+        "files",
+        nargs="*",
+        help="the sources, in page order: PDF files, or structured sources as .json files"
+        " (rendered by the render profile)",
+    )
     submit.add_argument("--manifest", help="a manifest JSON file naming the files instead")
+    submit.add_argument(
+        "--ruleset",
+        default="",
+        metavar="NAME[@VERSION]",
+        help="the ruleset the validator applies (default: the manifest's, else the default)",
+    )
+    submit.add_argument(
+        "--render-profile",
+        default="",
+        metavar="PROFILE",
+        help="how structured sources are rendered: simple, strict, simple-fillable or"
+        " strict-fillable (default: the manifest's, else simple)",
+    )
     submit.add_argument("--wait", action="store_true", help="wait for the job to end")
     submit.add_argument(
         "--timeout", type=float, default=120.0, help="with --wait: give up after this many seconds"
@@ -260,6 +278,9 @@ def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> No
     )
     audit.add_parser("verify", parents=[common], help="check every chain and checkpoint")
     audit.add_parser(
+        "history", parents=[common], help="one job's transitions, as the ledger holds them"
+    ).add_argument("job", help="the job id or jobs/ID")
+    audit.add_parser(
         "key", parents=[common], help="audit's checkpoint public key and its pin, for verifiers"
     )
     witness = command(
@@ -298,7 +319,11 @@ def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> No
         command("retention", help="operators: retire stored bytes under the retention policy"),
         common,
     )
-    add_keys_arguments(command("keys", help="operators: tenants' data keys and KEKs"), common)
+    add_keys_arguments(
+        command("keys", help="operators: the signing key, tenants' data keys and KEKs"),
+        common,
+        once,
+    )
     add_provision_arguments(
         command("credentials", help="operators: identity keys and NATS logins for a cluster"),
         command("nats", help="operators: lay out the queue topology"),

@@ -106,25 +106,12 @@ class _BatchBar:
         )
 
 
-class _BatchLines:
-    """No terminal: a plain line on stderr each time the figures change."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._last = ""
-
-    def show(self, ended: int, total: int, summary: str) -> None:
-        line = f"{self._name}: {ended}/{total} ended  {summary}".rstrip()
-        if line != self._last:
-            print(line, file=sys.stderr, flush=True)
-            self._last = line
-
-
 @contextlib.contextmanager
-def batch_progress(name: str, *, bar: bool, lines: bool) -> Iterator[BatchProgress]:
-    """A bar over a batch's ended jobs (``bar``), else plain lines (``lines``)."""
-    if not bar:
-        yield _BatchLines(name) if lines else _Silent()
+def batch_progress(name: str, *, enabled: bool) -> Iterator[BatchProgress]:
+    """A bar over a batch's ended jobs; nothing at all when not ``enabled``
+    (``progress_wanted``: a pipe or a log gets the result and nothing else)."""
+    if not enabled:
+        yield _Silent()
         return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn

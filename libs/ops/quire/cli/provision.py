@@ -14,14 +14,11 @@ import asyncio
 import os
 from pathlib import Path
 
-from nats.errors import NoServersError
-
 from quire.cli.errors import CliError
-from quire.cli.exitcodes import ExitCode
+from quire.cli.natsreach import reach_nats
 from quire.cli.output import Output
 from quire.identity import provision_identities
 from quire.natsauth import KEEPER, OPERATOR, authorization_config, provision_nats_passwords
-from quire.runtime import connect_nats
 from quire.settings import SERVICES, QueueSettings
 from quire.workqueue.topology import ensure_topology
 
@@ -56,12 +53,9 @@ async def _provision(args: argparse.Namespace, out: Output) -> int:
     if not args.nats_url:
         raise CliError("no NATS server: give --nats-url or set QUIRE_NATS_URL")
     password = Path(args.password_file).read_text().strip() if args.password_file else ""
-    try:
-        nc = await connect_nats(
-            args.nats_url, "quire-provision", user=args.user or OPERATOR, password=password
-        )
-    except NoServersError:
-        raise CliError(f"cannot reach NATS at {args.nats_url}", ExitCode.UNREACHABLE) from None
+    nc = await reach_nats(
+        args.nats_url, "quire-provision", user=args.user or OPERATOR, password=password
+    )
     try:
         await ensure_topology(nc.jetstream(timeout=10), QueueSettings.from_env(os.environ))
     finally:

@@ -144,12 +144,26 @@ async def run_apply(args: argparse.Namespace, config: ClientConfig, out: Output)
     return 0
 
 
+def _wire_seconds(period: float | None, unit: float, flag: str) -> int:
+    """A period as UpdateTenantRetention takes it, in whole seconds, where 0
+    means "the default": a period left out is 0; one given is at least a
+    second (the parser has refused 0 already, ``operatorargs._period``)."""
+    if period is None:
+        return 0
+    seconds = round(period * unit)
+    if seconds < 1:
+        raise CliError(f"{flag} {period:g} is less than a second")
+    return seconds
+
+
 async def tenants_retention(args: argparse.Namespace, config: ClientConfig, out: Output) -> int:
     retention = admin_pb.TenantRetention(
-        sources_seconds=round(args.sources_days * DAY),
-        packets_seconds=round(args.packets_days * DAY),
-        artifacts_seconds=round(args.artifacts_days * DAY),
-        unused_uploads_seconds=round(args.unused_upload_hours * 3600),
+        sources_seconds=_wire_seconds(args.sources_days, DAY, "--sources-days"),
+        packets_seconds=_wire_seconds(args.packets_days, DAY, "--packets-days"),
+        artifacts_seconds=_wire_seconds(args.artifacts_days, DAY, "--artifacts-days"),
+        unused_uploads_seconds=_wire_seconds(
+            args.unused_upload_hours, 3600, "--unused-upload-hours"
+        ),
     )
     if not config.operator_token:
         raise CliError("no operator token: set QUIRE_OPERATOR_TOKEN or run against `quire up`")

@@ -32,6 +32,8 @@ async def review_list(args: argparse.Namespace, config: ClientConfig, out: Outpu
             token = reply.next_page_token
             if not token:
                 break
+    if not reviews:
+        out.line("no jobs waiting for review")
     out.result({"reviews": [message_dict(review) for review in reviews]})
     return 0
 

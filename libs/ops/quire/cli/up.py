@@ -21,7 +21,7 @@ from quire.cli.args import bearer_metadata
 from quire.cli.errors import CliError
 from quire.cli.jobcommands import job_line
 from quire.cli.output import Output, job_dict
-from quire.cli.packets import read_manifest_file, send_packet
+from quire.cli.packets import PacketFile, read_manifest_file, send_packet
 from quire.cli.progress import progress_wanted, waiting
 from quire.cli.verify import verify_file
 from quire.client import AdmissionClient
@@ -35,8 +35,10 @@ __all__ = ["run"]
 EXAMPLE_TIMEOUT_SECONDS = 120
 
 
-async def _send_example(info: StackInfo, example: Path, out: Output) -> dict[str, Any]:
-    files, options = read_manifest_file(example / "manifest.json")
+async def _send_example(
+    info: StackInfo, example: tuple[list[PacketFile], dict[str, str]], out: Output
+) -> dict[str, Any]:
+    files, options = example
     tls = TlsSettings.from_env()
     show = progress_wanted(out.as_json)
     async with AdmissionClient(info.endpoints["admission"], info.token(), tls=tls) as client:
@@ -58,6 +60,8 @@ async def _send_example(info: StackInfo, example: Path, out: Output) -> dict[str
 
 
 def run(args: argparse.Namespace, out: Output) -> int:
+    # The example is read before anything starts: a typo costs no stack start.
+    example = read_manifest_file(Path(args.example) / "manifest.json") if args.example else None
     stack = Stack(
         Path(args.data_dir), nats_url=os.environ.get("QUIRE_NATS_URL") or None, gateway=True
     )
@@ -76,8 +80,8 @@ def run(args: argparse.Namespace, out: Output) -> int:
         out.note(f"{'HTTP':>10}: {info.gateway_url}")
         out.note(f"development token: {info.token()}")
         document: dict[str, Any] = {**asdict(info), "token": info.token()}
-        if args.example:
-            document["example"] = asyncio.run(_send_example(info, Path(args.example), out))
+        if example is not None:
+            document["example"] = asyncio.run(_send_example(info, example, out))
         command = sys.argv[0] if Path(sys.argv[0]).name == "quire" else "quire"
         out.line(
             f"\nsubmit another: {command} --data-dir {args.data_dir} submit FILE.pdf ... --wait"

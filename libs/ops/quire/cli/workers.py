@@ -17,15 +17,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nats.errors import NoServersError
 from nats.js.errors import BucketNotFoundError
 
 from quire.announcements import WORKERS_BUCKET, Announcement, read_announcements
 from quire.cli.errors import CliError
 from quire.cli.exitcodes import ExitCode
+from quire.cli.natsreach import reach_nats
 from quire.cli.output import Output
 from quire.natsauth import OPERATOR
-from quire.runtime import connect_nats
 
 __all__ = ["run", "groups"]
 
@@ -112,12 +111,7 @@ def _password(args: argparse.Namespace, data_dir: Path, user: str) -> str:
 
 
 async def _read(url: str, user: str, password: str) -> list[Announcement]:
-    try:
-        nc = await connect_nats(
-            url, "quire-workers", user=user if password else "", password=password
-        )
-    except (NoServersError, OSError):
-        raise CliError(f"cannot reach NATS at {url}", ExitCode.UNREACHABLE) from None
+    nc = await reach_nats(url, "quire-workers", user=user if password else "", password=password)
     try:
         return await read_announcements(nc.jetstream(timeout=10))
     except BucketNotFoundError:

@@ -11,9 +11,20 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-__all__ = ["STACK_FILE", "StackInfo"]
+__all__ = ["STACK_FILE", "StackFileError", "StackInfo"]
 
 STACK_FILE = "stack.json"
+
+
+class StackFileError(ValueError):
+    """``stack.json`` is there but is not one this code wrote (cut short,
+    edited, or from another version)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(
+            f"{path} is not a stack file (cut short or edited?): start the stack again"
+        )
+        self.path = path
 
 
 @dataclass(frozen=True)
@@ -38,7 +49,17 @@ class StackInfo:
 
     @classmethod
     def read(cls, data_dir: Path) -> StackInfo:
-        return cls(**json.loads((data_dir / STACK_FILE).read_text()))
+        """The stack file; ``OSError`` when there is none, ``StackFileError``
+        when it cannot be read as one."""
+        path = data_dir / STACK_FILE
+        try:
+            fields = json.loads(path.read_text())
+            info = cls(**fields)
+        except (ValueError, TypeError):  # not JSON, not UTF-8, not these fields
+            raise StackFileError(path) from None
+        if not isinstance(info.endpoints, dict) or not isinstance(info.token_file, str):
+            raise StackFileError(path)
+        return info
 
     def token(self) -> str:
         """The development tenant's token; empty when there is none (an

@@ -65,9 +65,14 @@ class _DispatchMeter:
         self._in_flight = metrics.gauge("quire_batch_in_flight")
         self._window = metrics.gauge("quire_batch_window")
 
-    def observe(self, window: int, in_flight: int) -> None:
+    def in_flight(self, count: int) -> None:
+        """Read from the batches' rows every tick, whether or not anything is
+        left to dispatch: children end (complete, fail, are cancelled) after
+        their batch has dispatched its last page."""
+        self._in_flight.set(count)
+
+    def window(self, window: int) -> None:
         self._window.set(window)
-        self._in_flight.set(in_flight)
 
 
 def child_request_id(batch: str, index: int) -> str:
@@ -150,6 +155,8 @@ class BatchDispatcher:
     async def tick(self) -> int:
         """One round of the tenants; how many children it created."""
         plan = await self._db.read(lambda s: _plan(s, self._admission))
+        if self._meter is not None:
+            self._meter.in_flight(plan.in_flight)
         if not plan.weights:
             return 0  # nothing to dispatch: no lease write, no queue reads
         if not await self._holds_lease():
@@ -157,7 +164,7 @@ class BatchDispatcher:
         window = await self._window()
         free = window - plan.in_flight
         if self._meter is not None:
-            self._meter.observe(window, plan.in_flight)
+            self._meter.window(window)
         if free <= 0:
             self._defer("window")
             return 0
@@ -185,6 +192,7 @@ class BatchDispatcher:
                 await self._refresh_quota(tenant, plan.quotas[tenant])
                 continue
             count = len(page.handoffs)
+            self._intake.count_accepted("batch", count)  # committed: the page's new jobs
             cut_short = allowed < granted
             self._fair.spend(tenant, count, exhausted=count < allowed, cut_short=cut_short)
             self._bucket.take(count)

@@ -93,6 +93,15 @@ def _job_counts(
     return counts
 
 
+def _batch_view(connection: Connection, row: Any, running: dict[str, Any]) -> batch_pb2.Batch:
+    """The batch as GetBatch and CancelBatch both show it: ended jobs by
+    their recorded final state, running ones by audit's view (``running``,
+    from ``EndTracker.refresh_batch``)."""
+    states = Counter(state_name(job.state) for job in running.values())
+    in_flight = row.dispatched_count - row.terminal_count
+    return batch_message(row, _job_counts(connection, row.batch, states, in_flight))
+
+
 class Batches:
     """Admission's ``BatchDesk``: takes, reads, lists and cancels batches. Makes no
     job itself: the dispatcher does."""
@@ -224,10 +233,7 @@ class Batches:
     def _view(
         self, connection: Connection, tenant: str, name: str, running: dict[str, Any]
     ) -> batch_pb2.Batch:
-        row = _owned(connection, tenant, name)
-        states = Counter(state_name(job.state) for job in running.values())
-        in_flight = row.dispatched_count - row.terminal_count
-        return batch_message(row, _job_counts(connection, name, states, in_flight))
+        return _batch_view(connection, _owned(connection, tenant, name), running)
 
     async def list_jobs(
         self, tenant: Tenant, request: batch_pb2.ListBatchJobsRequest
@@ -270,13 +276,15 @@ class Batches:
 
         async def act() -> batch_pb2.CancelBatchResponse:
             await self._db.read(lambda s: _owned(s, tenant.id, name))
-            await self._ends.refresh_batch(name)  # ended children count as ended
-            return await self._db.run(lambda s: self._cancel(s, tenant.id, name))
+            # Ended children count as ended; the running ones are shown in
+            # the states audit gives them, as GetBatch shows them.
+            running = await self._ends.refresh_batch(name)
+            return await self._db.run(lambda s: self._cancel(s, tenant.id, name, running))
 
         return await once.around(self._db, act)
 
     def _cancel(
-        self, connection: Connection, tenant: str, name: str
+        self, connection: Connection, tenant: str, name: str, running: dict[str, Any]
     ) -> batch_pb2.CancelBatchResponse:
         """One transaction, the batch row locked: the dispatcher's next page
         re-reads the state and creates nothing once this commits."""
@@ -305,7 +313,7 @@ class Batches:
             row = _owned(connection, tenant, name)
         in_flight = row.dispatched_count - row.terminal_count
         return batch_pb2.CancelBatchResponse(
-            batch=batch_message(row, _job_counts(connection, name, Counter(), in_flight)),
+            batch=_batch_view(connection, row, running),
             not_dispatched_cancelled=row.cancelled_undispatched,
             in_flight_finishing=in_flight,
             already_terminal=row.terminal_count,

@@ -72,6 +72,7 @@ from quire.tracks import CANDIDATE, track_for
 from quire.transitions import EventFactory
 from quire.type import job_pb2, queue_pb2
 from quire.workqueue.backlog import QueueAgeProbe
+from quire.workqueue.topology import PRIORITIES as CLASSES
 
 __all__ = [
     "Intake",
@@ -220,6 +221,8 @@ class Intake:
         self.currents = currents or CurrentRulesets(database)
         """Each ruleset name's current version: a job naming no version gets it."""
         self._accepted = metrics.counter("quire_jobs_accepted_total") if metrics else None
+        for priority in CLASSES:  # every class's series exists from the start, at 0
+            self.count_accepted(priority, 0)
         self._refused = metrics.counter("quire_jobs_refused_total") if metrics else None
         self._catalog = catalog
         self._temp_space = temp_space
@@ -245,9 +248,16 @@ class Intake:
             if self._refused is not None:
                 self._refused.labels(reason=refused.reason.value).inc()
             raise
-        if accepted.handoff is not None and self._accepted is not None:
-            self._accepted.labels(**{"class": request.priority or "interactive"}).inc()
+        if accepted.handoff is not None:
+            self.count_accepted(request.priority or "interactive")
         return accepted
+
+    def count_accepted(self, priority: str, count: int = 1) -> None:
+        """``quire_jobs_accepted_total{class}``: new jobs, by SubmitJob or a
+        batch page (``create_child``, counted by the dispatcher once its
+        page has committed); a repeated request makes none."""
+        if self._accepted is not None:
+            self._accepted.labels(**{"class": priority}).inc(count)
 
     def check_fields(self, request: pb.SubmitJobRequest) -> None:
         """The request's own fields, before anything is read or kept (inline
