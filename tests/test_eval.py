@@ -101,3 +101,23 @@ def test_a_misprinted_number_changes_a_total_and_parts_it_from_the_source(
     assert "invoice-short/simple: total invoice.total: 117.50 -> 117.5" in lines
     assert "invoice-short/strict: rendered totals disagree with the source's" in lines
     assert "tax-record/simple: rendered totals disagree with the source's" not in lines
+
+
+def test_the_rasterizer_draws_with_the_pinned_fonts_only() -> None:
+    """Chromium's packages bring Liberation fonts: pdftoppm must not start
+    drawing Helvetica with them, or every fingerprint would move."""
+    from bench.eval.measure import FONTS
+
+    env = {"FONTCONFIG_FILE": str(FONTS), "PATH": "/usr/bin:/bin", "HOME": "/nonexistent"}
+    files = subprocess.run(
+        ["fc-list", "--format", "%{file}\\n"], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert files and all(f.startswith("/usr/share/fonts/truetype/dejavu/") for f in files)
+    helvetica = subprocess.run(
+        ["fc-match", "--format", "%{family}", "Helvetica"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert helvetica.startswith("DejaVu Sans"), helvetica

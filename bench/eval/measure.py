@@ -12,6 +12,7 @@ changed tile says where on the page something moved.
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -23,6 +24,9 @@ from quire.assembler.render import PAGE_HEIGHT, PAGE_WIDTH, render_structured
 __all__ = ["Grid", "Measurement", "measure", "tile_box"]
 
 TIMEOUT_SECONDS = 60
+FONTS = Path(__file__).with_name("fonts.conf")
+"""The only fonts the rasterizer sees (DejaVu): a font family installed
+later on the machine does not change a fingerprint."""
 
 
 @dataclass(frozen=True)
@@ -73,8 +77,10 @@ def measure(
     )
 
 
-def _run(command: list[str]) -> bytes:
-    return subprocess.run(command, check=True, capture_output=True, timeout=TIMEOUT_SECONDS).stdout
+def _run(command: list[str], env: dict[str, str] | None = None) -> bytes:
+    return subprocess.run(
+        command, check=True, capture_output=True, timeout=TIMEOUT_SECONDS, env=env
+    ).stdout
 
 
 def _tiles(pdf: Path, page: int, grid: Grid, folder: Path) -> list[str]:
@@ -83,7 +89,8 @@ def _tiles(pdf: Path, page: int, grid: Grid, folder: Path) -> list[str]:
         [
             "pdftoppm", "-r", str(grid.dpi), "-gray", "-aa", "no", "-aaVector", "no",
             "-f", str(page), "-l", str(page), "-singlefile", str(pdf), str(prefix),
-        ]
+        ],
+        env={**os.environ, "FONTCONFIG_FILE": str(FONTS)},
     )  # fmt: skip
     width, height, pixels = _read_pgm((folder / f"page{page}.pgm").read_bytes())
     hashes = []
