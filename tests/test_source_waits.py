@@ -284,10 +284,11 @@ class FakeValidator:
         self.delay = delay
 
     async def ListSourceWaits(  # noqa: N802 - gRPC method name
-        self, request: vpb.ListSourceWaitsRequest, *, timeout: float
+        self, request: vpb.ListSourceWaitsRequest, *, timeout: float, wait_for_ready: bool
     ) -> vpb.ListSourceWaitsResponse:
         self.asked.append(request.job)
         assert timeout == WAITS_TIMEOUT_SECONDS
+        assert wait_for_ready  # a channel backing off from the validator's start waits
         if self.delay:
             await asyncio.wait_for(asyncio.sleep(self.delay), timeout)
         if self.error is not None:
