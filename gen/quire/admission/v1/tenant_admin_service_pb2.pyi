@@ -2,6 +2,7 @@ import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from quire.admission.v1 import batch_pb2 as _batch_pb2
 from quire.admission.v1 import rollout_pb2 as _rollout_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -54,10 +55,12 @@ class WhoAmIRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Operator(_message.Message):
-    __slots__ = ("token",)
+    __slots__ = ("token", "role")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
     token: str
-    def __init__(self, token: _Optional[str] = ...) -> None: ...
+    role: str
+    def __init__(self, token: _Optional[str] = ..., role: _Optional[str] = ...) -> None: ...
 
 class Token(_message.Message):
     __slots__ = ("name", "create_time", "revoke_time")
@@ -218,3 +221,71 @@ class DeleteSourceSystemResponse(_message.Message):
     DELETED_FIELD_NUMBER: _ClassVar[int]
     deleted: bool
     def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class ListQueuesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class QueueReading(_message.Message):
+    __slots__ = ("stage", "ready", "oldest_age", "candidate")
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_AGE_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_FIELD_NUMBER: _ClassVar[int]
+    stage: str
+    ready: int
+    oldest_age: _duration_pb2.Duration
+    candidate: bool
+    def __init__(self, stage: _Optional[str] = ..., ready: _Optional[int] = ..., oldest_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., candidate: _Optional[bool] = ...) -> None: ...
+
+class ListQueuesResponse(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueReading]
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueReading, _Mapping]]] = ...) -> None: ...
+
+class ListTenantBatchesRequest(_message.Message):
+    __slots__ = ("tenant", "page_size", "page_token")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    page_size: int
+    page_token: str
+    def __init__(self, tenant: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class TenantBatch(_message.Message):
+    __slots__ = ("tenant", "batch")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    batch: _batch_pb2.Batch
+    def __init__(self, tenant: _Optional[str] = ..., batch: _Optional[_Union[_batch_pb2.Batch, _Mapping]] = ...) -> None: ...
+
+class ListTenantBatchesResponse(_message.Message):
+    __slots__ = ("batches", "next_page_token")
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    batches: _containers.RepeatedCompositeFieldContainer[TenantBatch]
+    next_page_token: str
+    def __init__(self, batches: _Optional[_Iterable[_Union[TenantBatch, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetTenantBatchRequest(_message.Message):
+    __slots__ = ("tenant", "name")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    name: str
+    def __init__(self, tenant: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class ListTenantBatchJobsRequest(_message.Message):
+    __slots__ = ("tenant", "parent", "page_size", "page_token")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    parent: str
+    page_size: int
+    page_token: str
+    def __init__(self, tenant: _Optional[str] = ..., parent: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...

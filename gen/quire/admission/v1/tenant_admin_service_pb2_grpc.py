@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from quire.admission.v1 import batch_pb2 as quire_dot_admission_dot_v1_dot_batch__pb2
 from quire.admission.v1 import rollout_pb2 as quire_dot_admission_dot_v1_dot_rollout__pb2
 from quire.admission.v1 import tenant_admin_service_pb2 as quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2
 
@@ -120,6 +121,26 @@ class TenantAdminServiceStub:
                 request_serializer=quire_dot_admission_dot_v1_dot_rollout__pb2.ListCurrentRulesetsRequest.SerializeToString,
                 response_deserializer=quire_dot_admission_dot_v1_dot_rollout__pb2.ListCurrentRulesetsResponse.FromString,
                 _registered_method=True)
+        self.ListQueues = channel.unary_unary(
+                '/quire.admission.v1.TenantAdminService/ListQueues',
+                request_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListQueuesRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListQueuesResponse.FromString,
+                _registered_method=True)
+        self.ListTenantBatches = channel.unary_unary(
+                '/quire.admission.v1.TenantAdminService/ListTenantBatches',
+                request_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListTenantBatchesRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListTenantBatchesResponse.FromString,
+                _registered_method=True)
+        self.GetTenantBatch = channel.unary_unary(
+                '/quire.admission.v1.TenantAdminService/GetTenantBatch',
+                request_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.GetTenantBatchRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_batch__pb2.Batch.FromString,
+                _registered_method=True)
+        self.ListTenantBatchJobs = channel.unary_unary(
+                '/quire.admission.v1.TenantAdminService/ListTenantBatchJobs',
+                request_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListTenantBatchJobsRequest.SerializeToString,
+                response_deserializer=quire_dot_admission_dot_v1_dot_batch__pb2.ListBatchJobsResponse.FromString,
+                _registered_method=True)
 
 
 class TenantAdminServiceServicer:
@@ -158,8 +179,10 @@ class TenantAdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WhoAmI(self, request, context):
-        """Who the caller's operator token belongs to; UNAUTHENTICATED for anything
-        else. Other services use it to authorise operator calls.
+        """Who the caller's staff token belongs to (an operator's or a reviewer's)
+        and its role; UNAUTHENTICATED for anything else (a tenant's token
+        included). Other services use it to authorise staff calls: a reviewer
+        may list, read and resolve reviews, nothing else.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -245,6 +268,36 @@ class TenantAdminServiceServicer:
         pinned to. Set when admission first saw the name (the newest version
         then loaded); changed only by promoting a rollout with a candidate
         ruleset.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQueues(self, request, context):
+        """Each stage's work queue as admission reads it for load shedding: the
+        messages not yet delivered and the age of the oldest. Operators only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTenantBatches(self, request, context):
+        """Every tenant's batches, newest first (operators only; a tenant sees its
+        own through AdmissionService.GetBatch).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTenantBatch(self, request, context):
+        """One tenant's batch, as AdmissionService.GetBatch answers the tenant.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTenantBatchJobs(self, request, context):
+        """Its packets, as AdmissionService.ListBatchJobs answers the tenant.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -337,6 +390,26 @@ def add_TenantAdminServiceServicer_to_server(servicer, server):
                     servicer.ListCurrentRulesets,
                     request_deserializer=quire_dot_admission_dot_v1_dot_rollout__pb2.ListCurrentRulesetsRequest.FromString,
                     response_serializer=quire_dot_admission_dot_v1_dot_rollout__pb2.ListCurrentRulesetsResponse.SerializeToString,
+            ),
+            'ListQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueues,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListQueuesRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListQueuesResponse.SerializeToString,
+            ),
+            'ListTenantBatches': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTenantBatches,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListTenantBatchesRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListTenantBatchesResponse.SerializeToString,
+            ),
+            'GetTenantBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTenantBatch,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.GetTenantBatchRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_batch__pb2.Batch.SerializeToString,
+            ),
+            'ListTenantBatchJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTenantBatchJobs,
+                    request_deserializer=quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListTenantBatchJobsRequest.FromString,
+                    response_serializer=quire_dot_admission_dot_v1_dot_batch__pb2.ListBatchJobsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -798,6 +871,114 @@ class TenantAdminService:
             '/quire.admission.v1.TenantAdminService/ListCurrentRulesets',
             quire_dot_admission_dot_v1_dot_rollout__pb2.ListCurrentRulesetsRequest.SerializeToString,
             quire_dot_admission_dot_v1_dot_rollout__pb2.ListCurrentRulesetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.TenantAdminService/ListQueues',
+            quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListQueuesRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListQueuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTenantBatches(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.TenantAdminService/ListTenantBatches',
+            quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListTenantBatchesRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListTenantBatchesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTenantBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.TenantAdminService/GetTenantBatch',
+            quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.GetTenantBatchRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_batch__pb2.Batch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTenantBatchJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.admission.v1.TenantAdminService/ListTenantBatchJobs',
+            quire_dot_admission_dot_v1_dot_tenant__admin__service__pb2.ListTenantBatchJobsRequest.SerializeToString,
+            quire_dot_admission_dot_v1_dot_batch__pb2.ListBatchJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -26,13 +26,15 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from quire.type import job_pb2 as quire_dot_type_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*quire/validator/v1/validator_service.proto\x12\x12quire.validator.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14quire/type/job.proto\"#\n\x14GetValidationRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"s\n\x0f\x44ocumentFinding\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x15\n\rdetected_type\x18\x03 \x01(\t\x12\x12\n\npage_count\x18\x04 \x01(\x05\x12\x13\n\x0breason_code\x18\x05 \x01(\t\"d\n\x0cRuleDecision\x12\x0c\n\x04rule\x18\x01 \x01(\t\x12\x0f\n\x07outcome\x18\x02 \x01(\t\x12\x13\n\x0breason_code\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\x10\n\x08position\x18\x05 \x01(\x05\"\xf2\x01\n\nValidation\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07verdict\x18\x02 \x01(\t\x12\x13\n\x0breason_code\x18\x03 \x01(\t\x12\x36\n\tdocuments\x18\x04 \x03(\x0b\x32#.quire.validator.v1.DocumentFinding\x12\x13\n\x0blease_token\x18\x05 \x01(\x03\x12\x17\n\x0fruleset_version\x18\x06 \x01(\t\x12\x16\n\x0eruleset_digest\x18\x07 \x01(\t\x12\x33\n\tdecisions\x18\x08 \x03(\x0b\x32 .quire.validator.v1.RuleDecision\"M\n\x07Ruleset\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x0c\n\x04\x62ody\x18\x04 \x01(\t\"<\n\x13ListRulesetsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"^\n\x14ListRulesetsResponse\x12-\n\x08rulesets\x18\x01 \x03(\x0b\x32\x1b.quire.validator.v1.Ruleset\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xf6\x01\n\x06Review\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x17\n\x0fruleset_version\x18\x03 \x01(\t\x12\x33\n\tdecisions\x18\x04 \x03(\x0b\x32 .quire.validator.v1.RuleDecision\x12\x10\n\x08operator\x18\x05 \x01(\t\x12\x0c\n\x04note\x18\x06 \x01(\t\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0cresolve_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\";\n\x12ListReviewsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"[\n\x13ListReviewsResponse\x12+\n\x07reviews\x18\x01 \x03(\x0b\x32\x1a.quire.validator.v1.Review\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"h\n\x14ResolveReviewRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07\x61pprove\x18\x02 \x01(\x08\x12\x0c\n\x04note\x18\x03 \x01(\t\x12\x10\n\x08operator\x18\x04 \x01(\t\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"7\n\x17\x45valuateManifestRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07ruleset\x18\x02 \x01(\t\"\xdd\x01\n\nEvaluation\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x17\n\x0fruleset_version\x18\x02 \x01(\t\x12\x16\n\x0eruleset_digest\x18\x03 \x01(\t\x12\x0f\n\x07verdict\x18\x04 \x01(\t\x12\x13\n\x0breason_code\x18\x05 \x01(\t\x12\x36\n\tdocuments\x18\x06 \x03(\x0b\x32#.quire.validator.v1.DocumentFinding\x12\x33\n\tdecisions\x18\x07 \x03(\x0b\x32 .quire.validator.v1.RuleDecision\"%\n\x16ListSourceWaitsRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"@\n\x17ListSourceWaitsResponse\x12%\n\x05waits\x18\x01 \x03(\x0b\x32\x16.quire.type.SourceWait2\xd4\x04\n\x10ValidatorService\x12Y\n\rGetValidation\x12(.quire.validator.v1.GetValidationRequest\x1a\x1e.quire.validator.v1.Validation\x12\x61\n\x0cListRulesets\x12\'.quire.validator.v1.ListRulesetsRequest\x1a(.quire.validator.v1.ListRulesetsResponse\x12^\n\x0bListReviews\x12&.quire.validator.v1.ListReviewsRequest\x1a\'.quire.validator.v1.ListReviewsResponse\x12U\n\rResolveReview\x12(.quire.validator.v1.ResolveReviewRequest\x1a\x1a.quire.validator.v1.Review\x12_\n\x10\x45valuateManifest\x12+.quire.validator.v1.EvaluateManifestRequest\x1a\x1e.quire.validator.v1.Evaluation\x12j\n\x0fListSourceWaits\x12*.quire.validator.v1.ListSourceWaitsRequest\x1a+.quire.validator.v1.ListSourceWaitsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*quire/validator/v1/validator_service.proto\x12\x12quire.validator.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14quire/type/job.proto\"#\n\x14GetValidationRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"s\n\x0f\x44ocumentFinding\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x15\n\rdetected_type\x18\x03 \x01(\t\x12\x12\n\npage_count\x18\x04 \x01(\x05\x12\x13\n\x0breason_code\x18\x05 \x01(\t\"d\n\x0cRuleDecision\x12\x0c\n\x04rule\x18\x01 \x01(\t\x12\x0f\n\x07outcome\x18\x02 \x01(\t\x12\x13\n\x0breason_code\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\x10\n\x08position\x18\x05 \x01(\x05\"\xf2\x01\n\nValidation\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07verdict\x18\x02 \x01(\t\x12\x13\n\x0breason_code\x18\x03 \x01(\t\x12\x36\n\tdocuments\x18\x04 \x03(\x0b\x32#.quire.validator.v1.DocumentFinding\x12\x13\n\x0blease_token\x18\x05 \x01(\x03\x12\x17\n\x0fruleset_version\x18\x06 \x01(\t\x12\x16\n\x0eruleset_digest\x18\x07 \x01(\t\x12\x33\n\tdecisions\x18\x08 \x03(\x0b\x32 .quire.validator.v1.RuleDecision\"M\n\x07Ruleset\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x0c\n\x04\x62ody\x18\x04 \x01(\t\"<\n\x13ListRulesetsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"^\n\x14ListRulesetsResponse\x12-\n\x08rulesets\x18\x01 \x03(\x0b\x32\x1b.quire.validator.v1.Ruleset\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xb9\x02\n\x06Review\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x17\n\x0fruleset_version\x18\x03 \x01(\t\x12\x33\n\tdecisions\x18\x04 \x03(\x0b\x32 .quire.validator.v1.RuleDecision\x12\x10\n\x08operator\x18\x05 \x01(\t\x12\x0c\n\x04note\x18\x06 \x01(\t\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0cresolve_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06tenant\x18\t \x01(\t\x12\x31\n\x07sources\x18\n \x03(\x0b\x32 .quire.validator.v1.ReviewSource\"\x9b\x01\n\x0cReviewSource\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x15\n\rdetected_type\x18\x03 \x01(\t\x12\x12\n\npage_count\x18\x04 \x01(\x05\x12\x10\n\x08repaired\x18\x05 \x01(\x08\x12\x16\n\x0erewrite_sha256\x18\x06 \x01(\t\x12\x14\n\x0c\x64\x61mage_codes\x18\x07 \x03(\t\"\x8b\x01\n\x12ListReviewsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x0f\n\x07ruleset\x18\x04 \x01(\t\x12\x13\n\x0breason_code\x18\x05 \x01(\t\x12\x18\n\x10include_resolved\x18\x06 \x01(\x08\"\x1f\n\x10GetReviewRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"#\n\x14\x45xplainReviewRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"\x9d\x01\n\rReviewFinding\x12\x0c\n\x04rule\x18\x01 \x01(\t\x12\x0f\n\x07outcome\x18\x02 \x01(\t\x12\x13\n\x0breason_code\x18\x03 \x01(\t\x12\x10\n\x08position\x18\x04 \x01(\x05\x12\x0f\n\x07subject\x18\x05 \x01(\t\x12\x10\n\x08\x65xpected\x18\x06 \x01(\t\x12\r\n\x05\x66ound\x18\x07 \x01(\t\x12\x14\n\x0c\x64\x61mage_codes\x18\x08 \x03(\t\"U\n\x11ReviewExplanation\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x33\n\x08\x66indings\x18\x02 \x03(\x0b\x32!.quire.validator.v1.ReviewFinding\"\x81\x01\n\x11RenderPageRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x10\n\x08position\x18\x02 \x01(\x05\x12\x30\n\x07variant\x18\x03 \x01(\x0e\x32\x1f.quire.validator.v1.PageVariant\x12\x0c\n\x04page\x18\x04 \x01(\x05\x12\r\n\x05width\x18\x05 \x01(\x05\"N\n\x0cRenderedPage\x12\x0b\n\x03png\x18\x01 \x01(\x0c\x12\r\n\x05width\x18\x02 \x01(\x05\x12\x0e\n\x06height\x18\x03 \x01(\x05\x12\x12\n\npage_count\x18\x04 \x01(\x05\"[\n\x13ListReviewsResponse\x12+\n\x07reviews\x18\x01 \x03(\x0b\x32\x1a.quire.validator.v1.Review\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"h\n\x14ResolveReviewRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07\x61pprove\x18\x02 \x01(\x08\x12\x0c\n\x04note\x18\x03 \x01(\t\x12\x10\n\x08operator\x18\x04 \x01(\t\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"7\n\x17\x45valuateManifestRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07ruleset\x18\x02 \x01(\t\"\xdd\x01\n\nEvaluation\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x17\n\x0fruleset_version\x18\x02 \x01(\t\x12\x16\n\x0eruleset_digest\x18\x03 \x01(\t\x12\x0f\n\x07verdict\x18\x04 \x01(\t\x12\x13\n\x0breason_code\x18\x05 \x01(\t\x12\x36\n\tdocuments\x18\x06 \x03(\x0b\x32#.quire.validator.v1.DocumentFinding\x12\x33\n\tdecisions\x18\x07 \x03(\x0b\x32 .quire.validator.v1.RuleDecision\"%\n\x16ListSourceWaitsRequest\x12\x0b\n\x03job\x18\x01 \x01(\t\"@\n\x17ListSourceWaitsResponse\x12%\n\x05waits\x18\x01 \x03(\x0b\x32\x16.quire.type.SourceWait*`\n\x0bPageVariant\x12\x1c\n\x18PAGE_VARIANT_UNSPECIFIED\x10\x00\x12\x19\n\x15PAGE_VARIANT_ORIGINAL\x10\x01\x12\x18\n\x14PAGE_VARIANT_REWRITE\x10\x02\x32\xdc\x06\n\x10ValidatorService\x12Y\n\rGetValidation\x12(.quire.validator.v1.GetValidationRequest\x1a\x1e.quire.validator.v1.Validation\x12\x61\n\x0cListRulesets\x12\'.quire.validator.v1.ListRulesetsRequest\x1a(.quire.validator.v1.ListRulesetsResponse\x12^\n\x0bListReviews\x12&.quire.validator.v1.ListReviewsRequest\x1a\'.quire.validator.v1.ListReviewsResponse\x12M\n\tGetReview\x12$.quire.validator.v1.GetReviewRequest\x1a\x1a.quire.validator.v1.Review\x12U\n\rResolveReview\x12(.quire.validator.v1.ResolveReviewRequest\x1a\x1a.quire.validator.v1.Review\x12`\n\rExplainReview\x12(.quire.validator.v1.ExplainReviewRequest\x1a%.quire.validator.v1.ReviewExplanation\x12U\n\nRenderPage\x12%.quire.validator.v1.RenderPageRequest\x1a .quire.validator.v1.RenderedPage\x12_\n\x10\x45valuateManifest\x12+.quire.validator.v1.EvaluateManifestRequest\x1a\x1e.quire.validator.v1.Evaluation\x12j\n\x0fListSourceWaits\x12*.quire.validator.v1.ListSourceWaitsRequest\x1a+.quire.validator.v1.ListSourceWaitsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'quire.validator.v1.validator_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_PAGEVARIANT']._serialized_start=2589
+  _globals['_PAGEVARIANT']._serialized_end=2685
   _globals['_GETVALIDATIONREQUEST']._serialized_start=121
   _globals['_GETVALIDATIONREQUEST']._serialized_end=156
   _globals['_DOCUMENTFINDING']._serialized_start=158
@@ -48,21 +50,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTRULESETSRESPONSE']._serialized_start=763
   _globals['_LISTRULESETSRESPONSE']._serialized_end=857
   _globals['_REVIEW']._serialized_start=860
-  _globals['_REVIEW']._serialized_end=1106
-  _globals['_LISTREVIEWSREQUEST']._serialized_start=1108
-  _globals['_LISTREVIEWSREQUEST']._serialized_end=1167
-  _globals['_LISTREVIEWSRESPONSE']._serialized_start=1169
-  _globals['_LISTREVIEWSRESPONSE']._serialized_end=1260
-  _globals['_RESOLVEREVIEWREQUEST']._serialized_start=1262
-  _globals['_RESOLVEREVIEWREQUEST']._serialized_end=1366
-  _globals['_EVALUATEMANIFESTREQUEST']._serialized_start=1368
-  _globals['_EVALUATEMANIFESTREQUEST']._serialized_end=1423
-  _globals['_EVALUATION']._serialized_start=1426
-  _globals['_EVALUATION']._serialized_end=1647
-  _globals['_LISTSOURCEWAITSREQUEST']._serialized_start=1649
-  _globals['_LISTSOURCEWAITSREQUEST']._serialized_end=1686
-  _globals['_LISTSOURCEWAITSRESPONSE']._serialized_start=1688
-  _globals['_LISTSOURCEWAITSRESPONSE']._serialized_end=1752
-  _globals['_VALIDATORSERVICE']._serialized_start=1755
-  _globals['_VALIDATORSERVICE']._serialized_end=2351
+  _globals['_REVIEW']._serialized_end=1173
+  _globals['_REVIEWSOURCE']._serialized_start=1176
+  _globals['_REVIEWSOURCE']._serialized_end=1331
+  _globals['_LISTREVIEWSREQUEST']._serialized_start=1334
+  _globals['_LISTREVIEWSREQUEST']._serialized_end=1473
+  _globals['_GETREVIEWREQUEST']._serialized_start=1475
+  _globals['_GETREVIEWREQUEST']._serialized_end=1506
+  _globals['_EXPLAINREVIEWREQUEST']._serialized_start=1508
+  _globals['_EXPLAINREVIEWREQUEST']._serialized_end=1543
+  _globals['_REVIEWFINDING']._serialized_start=1546
+  _globals['_REVIEWFINDING']._serialized_end=1703
+  _globals['_REVIEWEXPLANATION']._serialized_start=1705
+  _globals['_REVIEWEXPLANATION']._serialized_end=1790
+  _globals['_RENDERPAGEREQUEST']._serialized_start=1793
+  _globals['_RENDERPAGEREQUEST']._serialized_end=1922
+  _globals['_RENDEREDPAGE']._serialized_start=1924
+  _globals['_RENDEREDPAGE']._serialized_end=2002
+  _globals['_LISTREVIEWSRESPONSE']._serialized_start=2004
+  _globals['_LISTREVIEWSRESPONSE']._serialized_end=2095
+  _globals['_RESOLVEREVIEWREQUEST']._serialized_start=2097
+  _globals['_RESOLVEREVIEWREQUEST']._serialized_end=2201
+  _globals['_EVALUATEMANIFESTREQUEST']._serialized_start=2203
+  _globals['_EVALUATEMANIFESTREQUEST']._serialized_end=2258
+  _globals['_EVALUATION']._serialized_start=2261
+  _globals['_EVALUATION']._serialized_end=2482
+  _globals['_LISTSOURCEWAITSREQUEST']._serialized_start=2484
+  _globals['_LISTSOURCEWAITSREQUEST']._serialized_end=2521
+  _globals['_LISTSOURCEWAITSRESPONSE']._serialized_start=2523
+  _globals['_LISTSOURCEWAITSRESPONSE']._serialized_end=2587
+  _globals['_VALIDATORSERVICE']._serialized_start=2688
+  _globals['_VALIDATORSERVICE']._serialized_end=3548
 # @@protoc_insertion_point(module_scope)

@@ -49,10 +49,25 @@ class ValidatorServiceStub:
                 request_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ListReviewsRequest.SerializeToString,
                 response_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ListReviewsResponse.FromString,
                 _registered_method=True)
+        self.GetReview = channel.unary_unary(
+                '/quire.validator.v1.ValidatorService/GetReview',
+                request_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.GetReviewRequest.SerializeToString,
+                response_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.Review.FromString,
+                _registered_method=True)
         self.ResolveReview = channel.unary_unary(
                 '/quire.validator.v1.ValidatorService/ResolveReview',
                 request_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ResolveReviewRequest.SerializeToString,
                 response_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.Review.FromString,
+                _registered_method=True)
+        self.ExplainReview = channel.unary_unary(
+                '/quire.validator.v1.ValidatorService/ExplainReview',
+                request_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ExplainReviewRequest.SerializeToString,
+                response_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ReviewExplanation.FromString,
+                _registered_method=True)
+        self.RenderPage = channel.unary_unary(
+                '/quire.validator.v1.ValidatorService/RenderPage',
+                request_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.RenderPageRequest.SerializeToString,
+                response_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.RenderedPage.FromString,
                 _registered_method=True)
         self.EvaluateManifest = channel.unary_unary(
                 '/quire.validator.v1.ValidatorService/EvaluateManifest',
@@ -82,7 +97,14 @@ class ValidatorServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListReviews(self, request, context):
-        """Jobs parked in NEEDS_REVIEW, oldest first.
+        """Jobs parked in NEEDS_REVIEW, oldest first. Staff: operators and reviewers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetReview(self, request, context):
+        """One job's review, pending or resolved. Staff.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -90,6 +112,27 @@ class ValidatorServiceServicer:
 
     def ResolveReview(self, request, context):
         """Approve (the job moves on to assembly) or reject (it ends REJECTED).
+        Staff; the actor recorded in the ledger is the caller's token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExplainReview(self, request, context):
+        """Why a parked job was parked, in the terms a reviewer decides on: each
+        finding's rule, the clause or field it concerns, the expected and found
+        values and the damage codes. Computed on request from the job's sealed
+        sources in the validator's sandbox; never stored, never logged. Staff.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenderPage(self, request, context):
+        """One page of a parked job's source as an image, drawn by the independent
+        reader (pdfium) in the validator's sandbox from the tenant's sealed blob,
+        in memory: for a repaired source, the original or the rewrite. Staff;
+        only for jobs with a review.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -130,10 +173,25 @@ def add_ValidatorServiceServicer_to_server(servicer, server):
                     request_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ListReviewsRequest.FromString,
                     response_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ListReviewsResponse.SerializeToString,
             ),
+            'GetReview': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetReview,
+                    request_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.GetReviewRequest.FromString,
+                    response_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.Review.SerializeToString,
+            ),
             'ResolveReview': grpc.unary_unary_rpc_method_handler(
                     servicer.ResolveReview,
                     request_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ResolveReviewRequest.FromString,
                     response_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.Review.SerializeToString,
+            ),
+            'ExplainReview': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExplainReview,
+                    request_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ExplainReviewRequest.FromString,
+                    response_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.ReviewExplanation.SerializeToString,
+            ),
+            'RenderPage': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenderPage,
+                    request_deserializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.RenderPageRequest.FromString,
+                    response_serializer=quire_dot_validator_dot_v1_dot_validator__service__pb2.RenderedPage.SerializeToString,
             ),
             'EvaluateManifest': grpc.unary_unary_rpc_method_handler(
                     servicer.EvaluateManifest,
@@ -238,6 +296,33 @@ class ValidatorService:
             _registered_method=True)
 
     @staticmethod
+    def GetReview(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.validator.v1.ValidatorService/GetReview',
+            quire_dot_validator_dot_v1_dot_validator__service__pb2.GetReviewRequest.SerializeToString,
+            quire_dot_validator_dot_v1_dot_validator__service__pb2.Review.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def ResolveReview(request,
             target,
             options=(),
@@ -254,6 +339,60 @@ class ValidatorService:
             '/quire.validator.v1.ValidatorService/ResolveReview',
             quire_dot_validator_dot_v1_dot_validator__service__pb2.ResolveReviewRequest.SerializeToString,
             quire_dot_validator_dot_v1_dot_validator__service__pb2.Review.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExplainReview(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.validator.v1.ValidatorService/ExplainReview',
+            quire_dot_validator_dot_v1_dot_validator__service__pb2.ExplainReviewRequest.SerializeToString,
+            quire_dot_validator_dot_v1_dot_validator__service__pb2.ReviewExplanation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenderPage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/quire.validator.v1.ValidatorService/RenderPage',
+            quire_dot_validator_dot_v1_dot_validator__service__pb2.RenderPageRequest.SerializeToString,
+            quire_dot_validator_dot_v1_dot_validator__service__pb2.RenderedPage.FromString,
             options,
             channel_credentials,
             insecure,
