@@ -59,7 +59,7 @@ class Actor(_message.Message):
     def __init__(self, service: _Optional[str] = ..., instance: _Optional[str] = ..., build_version: _Optional[str] = ...) -> None: ...
 
 class TransitionEvent(_message.Message):
-    __slots__ = ("event_id", "job", "tenant", "from_state", "to_state", "actor", "attempt", "lease_token", "reason_code", "manifest_digest", "source_digests", "output_digest", "ruleset_version", "key_version", "certificate_sha256", "occur_time", "item_count", "ruleset_digest", "note", "signer_identity", "signature_level", "generation", "retirement", "repairs", "reason_detail", "timings", "deadline", "pins", "track", "disagreements", "ruleset_change")
+    __slots__ = ("event_id", "job", "tenant", "from_state", "to_state", "actor", "attempt", "lease_token", "reason_code", "manifest_digest", "source_digests", "output_digest", "ruleset_version", "key_version", "certificate_sha256", "occur_time", "item_count", "ruleset_digest", "note", "signer_identity", "signature_level", "generation", "retirement", "repairs", "reason_detail", "timings", "deadline", "pins", "track", "disagreements", "ruleset_change", "trace_id")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -91,6 +91,7 @@ class TransitionEvent(_message.Message):
     TRACK_FIELD_NUMBER: _ClassVar[int]
     DISAGREEMENTS_FIELD_NUMBER: _ClassVar[int]
     RULESET_CHANGE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     job: str
     tenant: str
@@ -122,7 +123,8 @@ class TransitionEvent(_message.Message):
     track: str
     disagreements: _containers.RepeatedCompositeFieldContainer[_job_pb2.PageDisagreement]
     ruleset_change: RulesetChange
-    def __init__(self, event_id: _Optional[str] = ..., job: _Optional[str] = ..., tenant: _Optional[str] = ..., from_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., to_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., actor: _Optional[_Union[Actor, _Mapping]] = ..., attempt: _Optional[int] = ..., lease_token: _Optional[int] = ..., reason_code: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., source_digests: _Optional[_Iterable[str]] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., key_version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., occur_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., item_count: _Optional[int] = ..., ruleset_digest: _Optional[str] = ..., note: _Optional[str] = ..., signer_identity: _Optional[str] = ..., signature_level: _Optional[str] = ..., generation: _Optional[int] = ..., retirement: _Optional[_Union[Retirement, _Mapping]] = ..., repairs: _Optional[_Iterable[_Union[_job_pb2.SourceRepair, _Mapping]]] = ..., reason_detail: _Optional[str] = ..., timings: _Optional[_Iterable[_Union[_job_pb2.PhaseTiming, _Mapping]]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pins: _Optional[_Iterable[_Union[_job_pb2.SourcePin, _Mapping]]] = ..., track: _Optional[str] = ..., disagreements: _Optional[_Iterable[_Union[_job_pb2.PageDisagreement, _Mapping]]] = ..., ruleset_change: _Optional[_Union[RulesetChange, _Mapping]] = ...) -> None: ...
+    trace_id: str
+    def __init__(self, event_id: _Optional[str] = ..., job: _Optional[str] = ..., tenant: _Optional[str] = ..., from_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., to_state: _Optional[_Union[_job_pb2.JobState, str]] = ..., actor: _Optional[_Union[Actor, _Mapping]] = ..., attempt: _Optional[int] = ..., lease_token: _Optional[int] = ..., reason_code: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., source_digests: _Optional[_Iterable[str]] = ..., output_digest: _Optional[str] = ..., ruleset_version: _Optional[str] = ..., key_version: _Optional[str] = ..., certificate_sha256: _Optional[str] = ..., occur_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., item_count: _Optional[int] = ..., ruleset_digest: _Optional[str] = ..., note: _Optional[str] = ..., signer_identity: _Optional[str] = ..., signature_level: _Optional[str] = ..., generation: _Optional[int] = ..., retirement: _Optional[_Union[Retirement, _Mapping]] = ..., repairs: _Optional[_Iterable[_Union[_job_pb2.SourceRepair, _Mapping]]] = ..., reason_detail: _Optional[str] = ..., timings: _Optional[_Iterable[_Union[_job_pb2.PhaseTiming, _Mapping]]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., pins: _Optional[_Iterable[_Union[_job_pb2.SourcePin, _Mapping]]] = ..., track: _Optional[str] = ..., disagreements: _Optional[_Iterable[_Union[_job_pb2.PageDisagreement, _Mapping]]] = ..., ruleset_change: _Optional[_Union[RulesetChange, _Mapping]] = ..., trace_id: _Optional[str] = ...) -> None: ...
 
 class RulesetChange(_message.Message):
     __slots__ = ("name", "previous_version", "current_version", "cause", "rollout")

@@ -25,6 +25,10 @@ class ReasonCode(StrEnum):
     name that is empty, too long or taken, a negative quota or retention period, a scheduling
     weight out of range, or a source-system registration the field violations say is wrong
     (INVALID_ARGUMENT)."""
+    CSRF_TOKEN_INVALID = "CSRF_TOKEN_INVALID"
+    """A console form came back without the secret the console put in it (a
+    forged cross-site post, or a page opened before the session it was served
+    in ended): refused, nothing done (HTTP 403); open the page again."""
     CALLER_NOT_ALLOWED = "CALLER_NOT_ALLOWED"
     """The caller proved who it is, but this RPC does not admit it: a service
     calling an RPC not meant for it, or a call that needs an operator token (PERMISSION_DENIED,

@@ -6,11 +6,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf import timestamp_pb2
+from opentelemetry import trace
 
 from quire.jobs import job_id, state_value
 from quire.type import queue_pb2
 
-__all__ = ["EventFactory", "event_id"]
+__all__ = ["EventFactory", "current_trace_id", "event_id"]
+
+
+def current_trace_id() -> str:
+    """The current span's trace id as 32 hex digits; "" when there is no
+    valid trace context (tracing off and nothing propagated)."""
+    context = trace.get_current_span().get_span_context()
+    return f"{context.trace_id:032x}" if context.is_valid else ""
 
 
 def event_id(job: str, to_state: str, generation: int = 0) -> str:
@@ -68,6 +76,7 @@ class EventFactory:
         )
         if task.HasField("deadline"):
             event.deadline.CopyFrom(task.deadline)
+        event.trace_id = current_trace_id()
         # What the validator pinned for sources named by reference: every later
         # entry carries it, as every entry carries the source digests.
         event.pins.extend(source.pin for source in task.sources if source.HasField("pin"))

@@ -46,12 +46,14 @@ from pathlib import Path
 
 import grpc
 import httpx
+from cryptography.fernet import Fernet
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from quire.backoff import Backoff, Jitter
 from quire.identity import provision_identities
 from quire.kek import DEVELOPMENT_RING, provision_development_ring
 from quire.natsauth import KEEPER, OPERATOR, authorization_config, provision_nats_passwords
+from quire.privatefiles import write_private
 from quire.runtime import CONFIGURATION_REFUSED, connect_nats
 from quire.settings import (
     SERVICES,
@@ -231,6 +233,10 @@ class Stack:
         provision_identities(self.data_dir / "identity", SERVICES)
         if self.uses_development_kek:
             provision_development_ring(self.kek_ring)
+        if GATEWAY in self._processes:
+            # The console's session key: sign-ins outlast a gateway restart.
+            self.console_key.parent.mkdir(exist_ok=True)
+            write_private(self.console_key, Fernet.generate_key(), exclusive=True)
         if not self._external_nats:
             passwords = provision_nats_passwords(
                 self.credentials_dir, (*SERVICES, KEEPER, OPERATOR)
@@ -282,6 +288,11 @@ class Stack:
     def kek_ring(self) -> Path:
         """The embedded stack's development KEK ring (production configures its own)."""
         return self.data_dir / DEVELOPMENT_RING
+
+    @property
+    def console_key(self) -> Path:
+        """The key sealing the console's session cookies (QUIRE_CONSOLE_KEY_FILE)."""
+        return self.data_dir / "gateway" / "console-key"
 
     @property
     def credentials_dir(self) -> Path:
@@ -338,6 +349,7 @@ class Stack:
         env.update({service_metrics_var(s): a for s, a in self.metrics_endpoints.items()})
         if self.gateway_address:
             env[service_address_var(GATEWAY)] = self.gateway_address
+            env.setdefault("QUIRE_CONSOLE_KEY_FILE", str(self.console_key))
         # Everything listens on loopback here: a callback receiver or a source
         # system on this machine may be called, and over http.
         env.setdefault("QUIRE_NOTIFY_LOOPBACK_HTTP", "1")

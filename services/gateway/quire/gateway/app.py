@@ -17,6 +17,9 @@ from fastapi.openapi.utils import get_openapi
 from quire.gateway import batches, evidence, jobs, sources
 from quire.gateway.admission import Admission
 from quire.gateway.config import GatewaySettings
+from quire.gateway.console.mount import mount_console
+from quire.gateway.console.sessions import load_key
+from quire.gateway.console.staff import StaffChannels
 from quire.gateway.httpmetrics import RequestMetrics
 from quire.gateway.problems import install_problem_handlers
 from quire.gateway.schemas import Health, Problem
@@ -33,9 +36,14 @@ def create_app(
     settings: GatewaySettings,
     channel: grpc.aio.Channel,
     metrics: ServiceMetrics | None = None,
+    *,
+    console: StaffChannels | None = None,
+    console_key: bytes | None = None,
 ) -> FastAPI:
     """The gateway's app over ``channel`` to admission; the caller owns the
-    channel. With ``metrics``, every request is counted and timed on them."""
+    channel. With ``metrics``, every request is counted and timed on them;
+    with ``console`` (the staff services' channels, which the caller owns
+    too), the operator console is served under ``/console``."""
     app = FastAPI(
         title="Quire HTTP API",
         version=API_VERSION,
@@ -55,6 +63,14 @@ def create_app(
     app.include_router(evidence.router)
     app.include_router(sources.router)
     app.include_router(batches.router)
+    if console is not None:
+        mount_console(
+            app,
+            console,
+            key=console_key or load_key(None),
+            session_seconds=settings.console_session_seconds,
+            trace_url=settings.console_trace_url,
+        )
 
     @app.get("/healthz", response_model=Health, tags=["health"], summary="The gateway serves.")
     async def healthz() -> Health:

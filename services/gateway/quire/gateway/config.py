@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from quire.environment import setting_float, setting_text
@@ -16,6 +16,8 @@ from quire.tls import TlsSettings
 __all__ = ["GatewaySettings", "GATEWAY_ADDRESS_VAR", "SERVICE"]
 
 SERVICE = "gateway"
+STAFF_SERVICES = ("validator", "assembler", "signer", "audit")
+"""The services the console calls besides admission."""
 GATEWAY_ADDRESS_VAR = "QUIRE_GATEWAY_ADDR"
 DEFAULT_PORT = 7780
 DEFAULT_ADDRESS = f"127.0.0.1:{DEFAULT_PORT}"
@@ -49,6 +51,21 @@ class GatewaySettings:
     instance: str = ""
     trace_file: Path | None = None
     log_format: str = "json"
+    staff_addresses: Mapping[str, str] = field(default_factory=dict)
+    """``host:port`` of each service the console asks for staff
+    (``QUIRE_<SERVICE>_ADDR``): validator, assembler, signer and audit."""
+    console_key_file: Path | None = None
+    """A Fernet key (``quire.gateway.console.sessions``) that seals the
+    console's session cookies, shared by every replica
+    (``QUIRE_CONSOLE_KEY_FILE``); unset, each process makes its own, so a
+    restart signs everyone out."""
+    console_session_seconds: float = 1800.0
+    """How long a console sign-in lasts, from the sign-in
+    (``QUIRE_CONSOLE_SESSION_SECONDS``)."""
+    console_trace_url: str = ""
+    """Link to a job's trace in the operators' tracing backend, with
+    ``{trace_id}`` in it (``QUIRE_CONSOLE_TRACE_URL``, say
+    ``https://jaeger.example/trace/{trace_id}``); empty shows the id alone."""
 
     @property
     def host(self) -> str:
@@ -73,4 +90,14 @@ class GatewaySettings:
             instance=setting_text(env, "QUIRE_INSTANCE", f"{socket.gethostname()}-{os.getpid()}"),
             trace_file=Path(trace) if trace else None,
             log_format=log_format(env),
+            staff_addresses={
+                service: env.get(service_address_var(service), "")
+                for service in STAFF_SERVICES
+                if env.get(service_address_var(service), "")
+            },
+            console_key_file=Path(key) if (key := env.get("QUIRE_CONSOLE_KEY_FILE", "")) else None,
+            console_session_seconds=setting_float(
+                env, "QUIRE_CONSOLE_SESSION_SECONDS", 1800, minimum=1
+            ),
+            console_trace_url=setting_text(env, "QUIRE_CONSOLE_TRACE_URL", ""),
         )

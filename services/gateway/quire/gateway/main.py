@@ -12,6 +12,8 @@ import uvicorn
 
 from quire.gateway.app import create_app
 from quire.gateway.config import SERVICE, GatewaySettings
+from quire.gateway.console.sessions import load_key
+from quire.gateway.console.staff import StaffChannels
 from quire.gateway.slowclients import bounded_headers
 from quire.grpcserver import TraceClientInterceptors
 from quire.metrics import ServiceMetrics, serve_metrics
@@ -28,10 +30,12 @@ async def main() -> None:
     configure_tracing(SERVICE, settings.instance, settings.trace_file)
     metrics = ServiceMetrics(SERVICE)
     serve_metrics(metrics, settings.metrics_address)
+    console_key = load_key(settings.console_key_file)
     channel = aio_channel(settings.admission_address, settings.tls, TraceClientInterceptors())
+    staff = StaffChannels(channel, settings.staff_addresses, settings.tls)
     try:
         config = uvicorn.Config(
-            create_app(settings, channel, metrics),
+            create_app(settings, channel, metrics, console=staff, console_key=console_key),
             host=settings.host,
             port=settings.port,
             log_config=None,
@@ -44,6 +48,7 @@ async def main() -> None:
         )
         await uvicorn.Server(config).serve()
     finally:
+        await staff.close()
         await channel.close()
 
 
