@@ -3,7 +3,8 @@
 # PostgreSQL server for the tests that run on it), poppler-utils (pdfsig,
 # a second opinion on signatures), softhsm2 (a PKCS#11 token) and prometheus
 # (a real Prometheus to scrape the stack, and promtool to test the alerts),
-# npm (buf, the protos' linter and compatibility check, comes from npm), and
+# npm (buf, the protos' linter and compatibility check, comes from npm),
+# chromium (the console's browser tests drive it with Playwright), and
 # fontconfig with the DejaVu fonts (the fidelity harness rasterizes with them
 # alone: bench/eval/fonts.conf). Installed
 # only when missing, and only where apt-get can run (root on Debian).
@@ -15,6 +16,7 @@ command -v softhsm2-util >/dev/null 2>&1 || need="$need softhsm2"
 command -v promtool >/dev/null 2>&1 || need="$need prometheus"
 command -v npm >/dev/null 2>&1 || need="$need npm"
 command -v fc-list >/dev/null 2>&1 || need="$need fontconfig"
+command -v chromium >/dev/null 2>&1 || need="$need chromium"
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need="$need fonts-dejavu-core"
 [ -z "$need" ] && exit 0
 if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
