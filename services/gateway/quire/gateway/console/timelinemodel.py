@@ -53,6 +53,8 @@ class Bar:
 
 @dataclass(frozen=True)
 class Timeline:
+    """A job's bars and what the page says beside them."""
+
     bars: tuple[Bar, ...]
     start: datetime | None
     seconds: float
