@@ -43,9 +43,8 @@ from quire.admission.watches.relay import WatchRelay
 from quire.announcements import Announcer
 from quire.audit.v1 import audit_service_pb2_grpc
 from quire.database import Database
-from quire.export.v1 import export_service_pb2_grpc as export_grpc
 from quire.exportservice import SERVICE_NAME as EXPORT_SERVICE
-from quire.exportservice import ExportServicer
+from quire.exportservice import ExportServicer, with_export
 from quire.jobgate import JobGate
 from quire.metrics import ServiceMetrics, transaction_counter
 from quire.paging import PageTokens
@@ -218,7 +217,11 @@ async def main() -> None:
             ),
             server,
         )
-        export_grpc.add_ExportServiceServicer_to_server(
+
+    await keeper.start()  # a first reading before the first request; leftovers swept
+    await run.serve(
+        register=with_export(
+            register,
             ExportServicer(
                 database,
                 admission_records.collections(),
@@ -226,12 +229,7 @@ async def main() -> None:
                 pages=pages,
                 domain=f"{SERVICE}.quire",
             ),
-            server,
-        )
-
-    await keeper.start()  # a first reading before the first request; leftovers swept
-    await run.serve(
-        register=register,
+        ),
         service_names=(
             "quire.admission.v1.AdmissionService",
             "quire.admission.v1.TenantAdminService",
