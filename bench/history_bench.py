@@ -21,11 +21,11 @@ from typing import Any
 from sqlalchemy import Connection, select, union_all
 
 from quire.admission import tables
-from quire.admission.dispatch import undispatched
-from quire.admission.finishes import _watched
-from quire.admission.outstanding import count_outstanding
-from quire.admission.reconciler import _unfinished
-from quire.admission.storagepolicy import stored_bytes, summed_bytes
+from quire.admission.batches.finishes import _watched
+from quire.admission.jobs.dispatch import undispatched
+from quire.admission.jobs.outstanding import count_outstanding
+from quire.admission.jobs.reconciler import _unfinished
+from quire.admission.tenants.storagepolicy import stored_bytes, summed_bytes
 from quire.database import Database
 
 READS = 30

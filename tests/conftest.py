@@ -11,6 +11,8 @@ import os
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from quire.runtime import connect_nats
 from quire.settings import QueueSettings
 from quire.stack.natsserver import NatsServer
 from quire.stack.ports import free_port
-from quire.workqueue import ensure_topology
+from quire.workqueue import ensure_topology, redriven, task_message_id
 
 pytest_plugins = ["pytester", "quire.testing.tiers", "quire.testing.timings"]
 
@@ -150,6 +152,110 @@ async def jetstream(nats_server: NatsServer, fast_queue: QueueSettings) -> Async
     await ensure_topology(js, fast_queue)
     yield js
     await nc.close()
+
+
+class KeptTasks:
+    """A publisher that keeps each task it is handed, and its message id, as
+    the real one names it; refuses the next ``fail`` publishes (the queue away)."""
+
+    def __init__(self) -> None:
+        self.tasks: list[Any] = []
+        self.sent: list[str] = []
+        self.fail = 0
+
+    async def publish_task(self, stage: str, task: Any, redrive: int = 0) -> None:
+        if self.fail:
+            self.fail -= 1
+            raise ConnectionError("queue away")
+        self.tasks.append(task)
+        self.sent.append(redriven(task_message_id(task.job, stage, task.generation), redrive))
+
+
+class _OpenGate:
+    """A job gate that reopens every job: nothing cancelled it."""
+
+    async def reopen(self, job: str, generation: int) -> str:
+        return ""
+
+
+@dataclass(frozen=True)
+class DeadLetters:
+    """Audit's dead-letter desk on audit's own database, its tasks kept."""
+
+    database: Any
+    desk: Any
+    publisher: KeptTasks
+
+    def seed(
+        self,
+        job: str,
+        *,
+        stage: str,
+        reason_code: str,
+        generation: int = 0,
+        deliveries: int = 1,
+        deadline: datetime | None = None,
+    ) -> None:
+        """What the dead-letter office leaves: ``job`` FAILED at ``stage``,
+        its letter dead (what was recorded of the job before is replaced)."""
+        from quire.audit import tables
+        from quire.type import queue_pb2
+
+        now = datetime.now(UTC)
+        task = queue_pb2.JobTask(
+            job=job, tenant="t1", priority="interactive", generation=generation
+        )
+        if deadline is not None:
+            task.deadline.FromDatetime(deadline)
+        job_row = {
+            "job": job,
+            "tenant": "t1",
+            "state": "FAILED",
+            "reason_code": reason_code,
+            "item_count": 1,
+            "manifest_digest": "0" * 64,
+            "output_digest": "",
+            "ruleset_version": "default@1",
+            "key_version": "",
+            "created_at": now,
+            "updated_at": now,
+        }
+        letter = {
+            "job": job,
+            "tenant": "t1",
+            "stage": stage,
+            "reason_code": reason_code,
+            "deliveries": deliveries,
+            "generation": generation,
+            "task": task.SerializeToString(),
+            "status": "dead",
+            "dead_at": now,
+            "resolved_by": "",
+        }
+
+        def write(session: Any) -> None:
+            for table in (tables.dead_letters, tables.jobs):
+                session.execute(table.delete().where(table.c.job == job))
+            session.execute(tables.jobs.insert().values(job_row))
+            session.execute(tables.dead_letters.insert().values(letter))
+
+        self.database.transaction(write)
+
+
+@pytest.fixture
+def dead_letters(tmp_path: Path) -> Iterator[DeadLetters]:
+    """Audit's dead-letter desk without a stack: its database in ``tmp_path``
+    (``seed`` leaves a dead letter there), its publisher keeping the retry
+    tasks the desk, or a retry re-driver handed it, would send."""
+    from quire.audit import tables
+    from quire.audit.deadletterdesk import DeadLetterDesk
+    from quire.database import Database
+
+    database = Database(f"sqlite:///{tmp_path / 'audit.db'}", tables.metadata)
+    database.create_schema()
+    publisher = KeptTasks()
+    yield DeadLetters(database, DeadLetterDesk(database, publisher, _OpenGate(), "test"), publisher)  # type: ignore[arg-type]
+    database.close()
 
 
 @pytest.fixture(scope="session")

@@ -364,7 +364,7 @@ async def test_parked_children_are_counted_shown_as_parked_on_cancel_and_leave_t
 
 
 def test_deficit_round_robin_makes_busy_tenants_children_in_their_weights_ratio() -> None:
-    from quire.admission.fairshare import DeficitRoundRobin
+    from quire.admission.batches.fairshare import DeficitRoundRobin
 
     fair = DeficitRoundRobin(page_size=16)
     weights = {"heavy": 3, "light": 1}
@@ -383,7 +383,7 @@ def test_deficit_round_robin_keeps_the_ratio_when_a_full_window_frees_a_few_slot
     """The dispatcher's steady state under load: each tick only the slots of
     the children that ended are free. A turn the window cuts short goes on
     next tick, so the slots are shared by weight, not by turns."""
-    from quire.admission.fairshare import DeficitRoundRobin
+    from quire.admission.batches.fairshare import DeficitRoundRobin
 
     fair = DeficitRoundRobin(page_size=16)
     weights = {"heavy": 3, "light": 1}

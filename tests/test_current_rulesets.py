@@ -13,10 +13,10 @@ from google.protobuf import timestamp_pb2
 from sqlalchemy import select
 
 from quire.admission import tables as admission_tables
-from quire.admission.catalog import resolve_ruleset
-from quire.admission.currentrulesets import CurrentRulesets, adopt, promote, read_current
-from quire.admission.rollouts import PROMOTED, RolloutRecord
-from quire.admission.rulesetledger import RulesetLedger
+from quire.admission.rollouts.records import PROMOTED, RolloutRecord
+from quire.admission.rulesets.catalog import resolve_ruleset
+from quire.admission.rulesets.currents import CurrentRulesets, adopt, promote, read_current
+from quire.admission.rulesets.ledger import RulesetLedger
 from quire.audit import tables as audit_tables
 from quire.audit.rulesetchanges import CHAIN, record_ruleset_change
 from quire.audit.v1 import audit_service_pb2

@@ -9,9 +9,9 @@ from pathlib import Path
 from nats.js import JetStreamContext
 
 from quire.admission import tables
-from quire.admission.dispatch import Dispatcher
-from quire.admission.intake import Intake
-from quire.admission.tenants import Tenant
+from quire.admission.jobs.dispatch import Dispatcher
+from quire.admission.jobs.intake import Intake
+from quire.admission.tenants.directory import Tenant
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database
 from quire.settings import AdmissionSettings

@@ -289,7 +289,7 @@ def test_one_service_imports_with_only_what_it_needs_and_the_whole_systems_comma
         "import quire, quire.signer.main, quire.signer.work, quire.signer.v1.signer_service_pb2\n"
         "import importlib.metadata, importlib.util\n"
         "assert importlib.util.find_spec('quire.cli') is None, 'no operator tools'\n"
-        "assert importlib.util.find_spec('quire.admission.intake') is None, 'no other service'\n"
+        "assert importlib.util.find_spec('quire.admission.jobs') is None, 'no other service'\n"
         "(command,) = importlib.metadata.entry_points(group='console_scripts', name='quire-signer')\n"
         "assert callable(command.load()), 'the service command'\n"
         "print('\\n'.join(quire.__path__))\n" + IMPORTED_FROM,
@@ -401,7 +401,7 @@ def test_one_service_installs_from_its_wheel_with_only_what_it_needs_then_the_wh
         "import quire, quire.signer.main, quire.signer.work, quire.signer.v1.signer_service_pb2\n"
         "import importlib.util\n"
         "assert importlib.util.find_spec('quire.cli') is None, 'no operator tools'\n"
-        "assert importlib.util.find_spec('quire.admission.intake') is None, 'no other service'\n"
+        "assert importlib.util.find_spec('quire.admission.jobs') is None, 'no other service'\n"
         "print('\\n'.join(quire.__path__))",
         tmp_path,
     )

@@ -1,5 +1,5 @@
 """Admission relays every client's watch over one FollowJobs stream to audit
-(``quire.admission.feed``, ``quire.audit.follow``), on a real gRPC server
+(``quire.admission.watches.feed``, ``quire.audit.follow``), on a real gRPC server
 over a SQLite ledger: each relay gets its own job's changes and nothing
 else, many relays cost one call, a client going away frees audit's watch,
 audit's bound refuses a follow as it refuses a watch, audit going away ends
@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import pytest
 
-from quire.admission.watch import WatchRelay
+from quire.admission.watches.relay import WatchRelay
 from quire.audit import ledger, tables
 from quire.audit.servicer import AuditServicer
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc

@@ -18,14 +18,14 @@ from alembic import command
 from sqlalchemy import event
 
 from quire.admission import tables
-from quire.admission.batchdispatch import _plan
-from quire.admission.dispatch import undispatched
-from quire.admission.finishes import _watched
-from quire.admission.outstanding import count_outstanding
-from quire.admission.reconciler import _unfinished
-from quire.admission.storagepolicy import forget_source, stored_bytes, summed_bytes
-from quire.admission.storageusage import UsageRecount
-from quire.admission.uploads import StoredSource, remember, remember_all
+from quire.admission.batches.dispatch import _plan
+from quire.admission.batches.finishes import _watched
+from quire.admission.jobs.dispatch import undispatched
+from quire.admission.jobs.outstanding import count_outstanding
+from quire.admission.jobs.reconciler import _unfinished
+from quire.admission.tenants.storagepolicy import forget_source, stored_bytes, summed_bytes
+from quire.admission.tenants.storageusage import UsageRecount
+from quire.admission.uploads.gate import StoredSource, remember, remember_all
 from quire.database import Database
 from quire.migrations import _config
 from quire.schema import upgrade_schema

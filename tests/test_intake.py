@@ -13,11 +13,11 @@ import pytest
 from sqlalchemy import func, select
 
 from quire.admission import tables
-from quire.admission.inlinesources import KeptSources
-from quire.admission.intake import Intake
-from quire.admission.storagepolicy import stored_bytes
-from quire.admission.tenants import Tenant
-from quire.admission.uploads import StoredSource
+from quire.admission.jobs.intake import Intake
+from quire.admission.tenants.directory import Tenant
+from quire.admission.tenants.storagepolicy import stored_bytes
+from quire.admission.uploads.gate import StoredSource
+from quire.admission.uploads.inlinesources import KeptSources
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database
 from quire.errors import Conflict, Overloaded

@@ -8,7 +8,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quire.admission.manifests import KNOWN_PROFILES, check_manifest
+from quire.admission.jobs.manifests import KNOWN_PROFILES, check_manifest
 from quire.jobs import manifest_digest
 from quire.type import job_pb2
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quire.admission.manifests import check_manifest
+from quire.admission.jobs.manifests import check_manifest
 from quire.jobs import manifest_digest
 from quire.type import job_pb2
 

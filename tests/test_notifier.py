@@ -16,9 +16,9 @@ import pytest
 from sqlalchemy import insert, select
 
 from quire.admission import tables
-from quire.admission.notifier import Notifier
-from quire.admission.notifysecrets import NotificationSecrets
-from quire.admission.outbox import queue_notification
+from quire.admission.notifications.notifier import Notifier
+from quire.admission.notifications.outbox import queue_notification
+from quire.admission.notifications.secrets import NotificationSecrets
 from quire.database import Database
 from quire.datakeys import DataKeys
 from quire.errors import PermanentError

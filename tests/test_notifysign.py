@@ -1,5 +1,5 @@
 """The completion notification's signature scheme (``quire.notifysign``) and
-which callback URLs a tenant may register (``quire.admission.callbackurl``)."""
+which callback URLs a tenant may register (``quire.admission.notifications.callbackurl``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from quire.admission.callbackurl import MAX_URL_CHARS, check_callback_url, redacted
+from quire.admission.notifications.callbackurl import MAX_URL_CHARS, check_callback_url, redacted
 from quire.errors import InvalidInput
 from quire.notifysign import (
     ReplayedNotification,

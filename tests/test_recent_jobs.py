@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from quire.admission import tables
-from quire.admission.intake import AcceptedJob
-from quire.admission.jobviews import JobViews
+from quire.admission.jobs.intake import AcceptedJob
+from quire.admission.jobs.views import JobViews
 from quire.database import Database
 from quire.errors import NotFound
 

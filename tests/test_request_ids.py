@@ -15,17 +15,16 @@ import hashlib
 import json
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+from conftest import DeadLetters
 
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.admission.v1 import tenant_admin_service_pb2 as admin_pb
 from quire.audit import tables as audit_tables
-from quire.audit.deadletterdesk import DeadLetterDesk
 from quire.audit.servicer import AuditServicer
 from quire.audit.v1 import audit_service_pb2 as apb
 from quire.audit.v1 import audit_service_pb2_grpc as agrpc
@@ -43,10 +42,8 @@ from quire.signer.v1 import signer_service_pb2_grpc as sgrpc
 from quire.stack.supervisor import StackInfo
 from quire.testing.operatorcalls import AsOperator
 from quire.testing.pdfs import write_text_pdf
-from quire.type import queue_pb2
 from quire.validator.v1 import validator_service_pb2 as vpb
 from quire.validator.v1 import validator_service_pb2_grpc as vgrpc
-from quire.workqueue import redriven, task_message_id
 
 REUSED = "IDEMPOTENCY_KEY_REUSED"
 
@@ -257,22 +254,6 @@ class _Operators:
         return "op-test"
 
 
-class _Publisher:
-    def __init__(self) -> None:
-        self.sent: list[str] = []
-
-    async def publish(self, subject: str, message: object, msg_id: str) -> None:
-        self.sent.append(msg_id)
-
-    async def publish_task(self, stage: str, task: Any, redrive: int = 0) -> None:
-        self.sent.append(redriven(task_message_id(task.job, stage, task.generation), redrive))
-
-
-class _Gate:
-    async def reopen(self, job: str, generation: int) -> str:
-        return ""
-
-
 async def _serve(register: Any) -> tuple[grpc.aio.Server, str]:
     server = grpc.aio.server()
     register(server)
@@ -303,59 +284,28 @@ async def test_rotate_key_once_per_request_id(tmp_path: Path) -> None:
         database.close()
 
 
-def _seed_dead_letter(database: Database, job: str, generation: int) -> None:
-    """What the dead-letter office leaves: the job FAILED, its letter dead."""
-    now = datetime.now(UTC)
-    task = queue_pb2.JobTask(job=job, tenant="t1", priority="interactive", generation=generation)
+async def test_dead_letter_retry_and_discard_once_per_request_id(
+    dead_letters: DeadLetters,
+) -> None:
+    database, publisher = dead_letters.database, dead_letters.publisher
+    servicer = AuditServicer(database, dead_letters=dead_letters.desk, operators=_Operators())  # type: ignore[arg-type]
 
-    def write(session: Any) -> None:
-        for table in (audit_tables.dead_letters, audit_tables.jobs):
-            session.execute(table.delete().where(table.c.job == job))
-        session.execute(
-            audit_tables.jobs.insert().values(
-                job=job,
-                tenant="t1",
-                state="FAILED",
-                reason_code="RETRY_LIMIT_REACHED",
-                item_count=1,
-                manifest_digest="0" * 64,
-                output_digest="",
-                ruleset_version="default@1",
-                key_version="",
-                created_at=now,
-                updated_at=now,
-            )
-        )
-        session.execute(
-            audit_tables.dead_letters.insert().values(
-                job=job,
-                tenant="t1",
-                stage="sign",
-                reason_code="RETRY_LIMIT_REACHED",
-                deliveries=2,
-                generation=generation,
-                task=task.SerializeToString(),
-                status="dead",
-                dead_at=now,
-                resolved_by="",
-            )
+    def dead(job: str, generation: int) -> None:
+        """``job`` FAILED at sign after its retries, its letter dead."""
+        dead_letters.seed(
+            job,
+            stage="sign",
+            reason_code="RETRY_LIMIT_REACHED",
+            generation=generation,
+            deliveries=2,
         )
 
-    database.transaction(write)
-
-
-async def test_dead_letter_retry_and_discard_once_per_request_id(tmp_path: Path) -> None:
-    database = Database(f"sqlite:///{tmp_path / 'audit.db'}", audit_tables.metadata)
-    database.create_schema()
-    publisher = _Publisher()
-    desk = DeadLetterDesk(database, publisher, _Gate(), "test")  # type: ignore[arg-type]
-    servicer = AuditServicer(database, dead_letters=desk, operators=_Operators())  # type: ignore[arg-type]
     server, address = await _serve(lambda s: agrpc.add_AuditServiceServicer_to_server(servicer, s))
     job, other = "jobs/" + "a1" * 14, "jobs/" + "b2" * 14
     try:
         async with grpc.aio.insecure_channel(address) as channel:
             audit = agrpc.AuditServiceStub(channel)
-            _seed_dead_letter(database, job, 0)
+            dead(job, 0)
             rid = _rid()
             retried = await audit.RetryDeadLetter(
                 apb.RetryDeadLetterRequest(job=job, request_id=rid)
@@ -363,7 +313,7 @@ async def test_dead_letter_retry_and_discard_once_per_request_id(tmp_path: Path)
             assert retried.status == "retried" and len(publisher.sent) == 1
             # The retried job dies again: a repeat of the first request must
             # not retry it a second time, a new request does.
-            _seed_dead_letter(database, job, 1)
+            dead(job, 1)
             again = await audit.RetryDeadLetter(apb.RetryDeadLetterRequest(job=job, request_id=rid))
             assert again == retried and len(publisher.sent) == 1, "one retry"
             await _reused(
@@ -372,13 +322,13 @@ async def test_dead_letter_retry_and_discard_once_per_request_id(tmp_path: Path)
             await audit.RetryDeadLetter(apb.RetryDeadLetterRequest(job=job, request_id=_rid()))
             assert len(publisher.sent) == 2
 
-            _seed_dead_letter(database, other, 0)
+            dead(other, 0)
             rid = _rid()
             discarded = await audit.DiscardDeadLetter(
                 apb.DiscardDeadLetterRequest(job=other, request_id=rid)
             )
             assert discarded.status == "discarded"
-            _seed_dead_letter(database, other, 1)
+            dead(other, 1)
             assert (
                 await audit.DiscardDeadLetter(
                     apb.DiscardDeadLetterRequest(job=other, request_id=rid)

@@ -5,95 +5,30 @@ deadline the retry's ledger entry recorded, and only that one."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
 
 import pytest
+from conftest import DeadLetters
 from google.protobuf import duration_pb2
 
-from quire.audit import tables
-from quire.audit.deadletterdesk import DeadLetterDesk
 from quire.audit.retrybudget import checked_budget, retry_entry
 from quire.audit.retrydrive import RetryRedriver
-from quire.database import Database
 from quire.errors import InvalidInput
 from quire.jobs import timestamp
 from quire.settings import ReconcileSettings
-from quire.type import queue_pb2
 
 JOB = "jobs/" + "e5" * 14
 OLD_DEADLINE = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-class _Publisher:
-    """Keeps what would be published; refuses the next ``fail`` publishes."""
-
-    def __init__(self) -> None:
-        self.tasks: list[queue_pb2.JobTask] = []
-        self.fail = 0
-
-    async def publish(self, subject: str, message: Any, msg_id: str) -> None:
-        if self.fail:
-            self.fail -= 1
-            raise ConnectionError("queue away")
-        self.tasks.append(message)
-
-    async def publish_task(self, stage: str, task: queue_pb2.JobTask, redrive: int = 0) -> None:
-        await self.publish(stage, task, f"{task.job}.{redrive}")
-
-
-class _Gate:
-    async def reopen(self, job: str, generation: int) -> str:
-        return ""
-
-
-def _dead(database: Database) -> None:
-    """The job FAILED at validate, past its deadline; its letter dead."""
-    now = datetime.now(UTC)
-    task = queue_pb2.JobTask(job=JOB, tenant="t1", priority="interactive")
-    task.deadline.CopyFrom(timestamp(OLD_DEADLINE))
-
-    def write(session: Any) -> None:
-        session.execute(
-            tables.jobs.insert().values(
-                job=JOB,
-                tenant="t1",
-                state="FAILED",
-                reason_code="SOURCE_UNAVAILABLE",
-                item_count=1,
-                manifest_digest="0" * 64,
-                output_digest="",
-                ruleset_version="default@1",
-                key_version="",
-                created_at=now,
-                updated_at=now,
-            )
-        )
-        session.execute(
-            tables.dead_letters.insert().values(
-                job=JOB,
-                tenant="t1",
-                stage="validate",
-                reason_code="SOURCE_UNAVAILABLE",
-                deliveries=1,
-                generation=0,
-                task=task.SerializeToString(),
-                status="dead",
-                dead_at=now,
-                resolved_by="",
-            )
-        )
-
-    database.transaction(write)
-
-
 @pytest.fixture
-def database(tmp_path: Path) -> Database:
-    database = Database(f"sqlite:///{tmp_path / 'audit.db'}", tables.metadata)
-    database.create_schema()
-    _dead(database)
-    return database
+def letters(dead_letters: DeadLetters) -> DeadLetters:
+    """The job FAILED at validate, past its deadline; its letter dead."""
+    dead_letters.seed(
+        JOB, stage="validate", reason_code="SOURCE_UNAVAILABLE", deadline=OLD_DEADLINE
+    )
+    return dead_letters
 
 
 def _budget(seconds: int) -> duration_pb2.Duration:
@@ -101,10 +36,9 @@ def _budget(seconds: int) -> duration_pb2.Duration:
 
 
 async def test_the_retry_and_its_redrive_carry_the_new_deadline_the_ledger_records(
-    database: Database,
+    letters: DeadLetters,
 ) -> None:
-    publisher = _Publisher()
-    desk = DeadLetterDesk(database, publisher, _Gate(), "test")  # type: ignore[arg-type]
+    database, desk, publisher = letters.database, letters.desk, letters.publisher
     await desk.retry(JOB, "op-1", _budget(30))
     entry = await database.read(lambda s: retry_entry(s, JOB, 1))
     assert entry is not None and entry.reason_detail == "NEW_BUDGET"
@@ -126,10 +60,9 @@ async def test_the_retry_and_its_redrive_carry_the_new_deadline_the_ledger_recor
 
 
 async def test_a_retry_finished_by_asking_again_keeps_the_first_asks_deadline(
-    database: Database,
+    letters: DeadLetters,
 ) -> None:
-    publisher = _Publisher()
-    desk = DeadLetterDesk(database, publisher, _Gate(), "test")  # type: ignore[arg-type]
+    database, desk, publisher = letters.database, letters.desk, letters.publisher
     publisher.fail = 1
     with pytest.raises(ConnectionError):
         await desk.retry(JOB, "op-1", _budget(60))  # recorded, not published
@@ -142,9 +75,8 @@ async def test_a_retry_finished_by_asking_again_keeps_the_first_asks_deadline(
     assert row.status == "retried" and len(publisher.tasks) == 1
 
 
-async def test_a_retry_without_a_budget_keeps_the_jobs_deadline(database: Database) -> None:
-    publisher = _Publisher()
-    desk = DeadLetterDesk(database, publisher, _Gate(), "test")  # type: ignore[arg-type]
+async def test_a_retry_without_a_budget_keeps_the_jobs_deadline(letters: DeadLetters) -> None:
+    database, desk, publisher = letters.database, letters.desk, letters.publisher
     await desk.retry(JOB, "op-1")
     entry = await database.read(lambda s: retry_entry(s, JOB, 1))
     assert entry is not None and entry.reason_detail == ""
@@ -162,10 +94,10 @@ async def test_a_retry_without_a_budget_keeps_the_jobs_deadline(database: Databa
     ],
 )
 async def test_a_budget_out_of_bounds_is_refused_before_anything_is_done(
-    database: Database, budget: duration_pb2.Duration, reason: str
+    letters: DeadLetters, budget: duration_pb2.Duration, reason: str
 ) -> None:
-    publisher = _Publisher()
-    desk = DeadLetterDesk(database, publisher, _Gate(), "test", max_budget_seconds=3600)  # type: ignore[arg-type]
+    database, publisher = letters.database, letters.publisher
+    desk = replace(letters.desk, max_budget_seconds=3600)
     with pytest.raises(InvalidInput) as refused:
         await desk.retry(JOB, "op-1", budget)
     assert refused.value.reason == reason

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from nats.js import JetStreamContext
 
-from quire.admission.rollouts import candidate_ruleset
+from quire.admission.rollouts.records import candidate_ruleset
 from quire.rolloutboard import CANARY, PROMOTED, ROLLED_BACK, StageRollout
 from quire.settings import QueueSettings
 from quire.tracks import BASELINE, CANDIDATE

@@ -9,8 +9,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from quire.admission import catalog as catalog_module
-from quire.admission.catalog import RulesetCatalog
+from quire.admission.rulesets import catalog as catalog_module
+from quire.admission.rulesets.catalog import RulesetCatalog
 from quire.errors import TransientError
 from quire.stack.ports import free_port
 from quire.validator.v1 import validator_service_pb2 as pb

@@ -551,7 +551,7 @@ async def test_the_http_door_takes_references_and_a_budget(stack, admin) -> None
 def test_budget_settings_that_leave_no_room_stop_admission_at_start(
     env: dict[str, str], variable: str
 ) -> None:
-    from quire.admission.budgets import JobBudgets
+    from quire.admission.jobs.budgets import JobBudgets
     from quire.errors import InvalidSetting
 
     with pytest.raises(InvalidSetting) as refused:

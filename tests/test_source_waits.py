@@ -23,7 +23,7 @@ import httpx
 import pytest
 from google.protobuf import duration_pb2
 
-from quire.admission.jobviews import WAITS_TIMEOUT_SECONDS, JobViews
+from quire.admission.jobs.views import WAITS_TIMEOUT_SECONDS, JobViews
 from quire.cli.jobcommands import wait_lines
 from quire.database import Database
 from quire.errors import SystemFailure

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from nats.js import JetStreamContext
 
-from quire.admission.tempguard import TempSpaceGuard
+from quire.admission.uploads.tempguard import TempSpaceGuard
 from quire.blobstore import storage_error
 from quire.errors import Overloaded, SystemFailure, TransientError
 from quire.faultyblobs import FaultInjectingBlobStore

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from quire.admission import rollouts, tables
+from quire.admission import tables
+from quire.admission.rollouts import records as rollouts
 from quire.admission.v1 import rollout_pb2
 from quire.database import Database
 from quire.errors import FailedPrecondition, InvalidInput

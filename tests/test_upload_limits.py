@@ -29,9 +29,9 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 from prometheus_client.parser import text_string_to_metric_families
 
-from quire.admission.typesniff import looks_like
-from quire.admission.uploadlimits import UploadLedger
-from quire.admission.uploadpace import ANSWER_GRACE_SECONDS, PacedRequests, UploadPace, hear_out
+from quire.admission.uploads.limits import UploadLedger
+from quire.admission.uploads.pace import ANSWER_GRACE_SECONDS, PacedRequests, UploadPace, hear_out
+from quire.admission.uploads.typesniff import looks_like
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.errors import InvalidInput, Overloaded

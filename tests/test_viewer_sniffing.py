@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from quire.admission.typesniff import check_declared_type, looks_like
+from quire.admission.uploads.typesniff import check_declared_type, looks_like
 from quire.assembler.merge import PacketSource, assemble_packet
 from quire.blobstore import sha256_file
 from quire.client import AdmissionClient, PacketItem

@@ -1,6 +1,6 @@
 """Each stage's current rollout, as its workers see it.
 
-Admission keeps the rollout records (``quire.admission.rollouts``); its
+Admission keeps the rollout records (``quire.admission.rollouts.records``); its
 ``RolloutSync`` writes, for every stage that has had a rollout, the latest
 one into the key-value bucket ``quire_rollouts`` (key: the stage's name),
 signed by admission like a job-gate entry, so a worker acts only on what

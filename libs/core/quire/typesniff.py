@@ -1,7 +1,7 @@
 """Magic bytes: whether a body's first bytes may be of the type it declares.
 
 One rule for every door bytes come in by: admission applies it to an upload
-before it opens a temporary file (``quire.admission.typesniff``), the
+before it opens a temporary file (``quire.admission.uploads.typesniff``), the
 validator to a source it fetched from a source system before it stores a
 byte (``quire.validator.sources.fetcher``). Deliberately small rules on at
 most ``SNIFF_BYTES`` held in memory, not libmagic: nothing of a hostile body

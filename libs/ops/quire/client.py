@@ -658,7 +658,7 @@ class TenantAdminClient:
         )
         return reply.deleted
 
-    # -- rollouts (quire.admission.rollouts) --------------------------------
+    # -- rollouts (quire.admission.rollouts.records) --------------------------------
 
     async def start_rollout(
         self,

@@ -11,8 +11,8 @@ says, so it is a finding like any other disagreement, never an error.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cryptography.exceptions import UnsupportedAlgorithm
 
@@ -20,12 +20,25 @@ from quire.checkpointfiles import CheckpointFiles, read_checkpoint_documents
 from quire.export.v1 import export_service_pb2 as pb
 from quire.ledgerchain import LedgerReport, verify_chains
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 __all__ = ["StoredRow", "IndexRow", "HeadRow", "stored_row", "checkpoint_files", "verify_answer"]
 
 
 def _claimed(message: Any, name: str) -> Any:
     """An optional field's value, or None when the exporter left it unset."""
     return getattr(message, name) if message.HasField(name) else None
+
+
+Claimed = TypeVar("Claimed", bound="DataclassInstance")
+
+
+def _as_claimed(kind: type[Claimed], message: Any, **given: Any) -> Claimed:
+    """``kind`` as ``message`` claims it: the fields ``given``, and each other
+    field the message's value of the same name (None where it was left unset)."""
+    claimed = {f.name: _claimed(message, f.name) for f in fields(kind) if f.name not in given}
+    return kind(**given, **claimed)
 
 
 @dataclass(frozen=True)
@@ -45,18 +58,7 @@ class StoredRow:
 
 
 def stored_row(row: pb.LedgerRow) -> StoredRow:
-    return StoredRow(
-        sequence=row.sequence,
-        event_id=_claimed(row, "event_id"),
-        job=_claimed(row, "job"),
-        tenant=_claimed(row, "tenant"),
-        from_state=_claimed(row, "from_state"),
-        to_state=_claimed(row, "to_state"),
-        reason_code=_claimed(row, "reason_code"),
-        event=_claimed(row, "event"),
-        prev_hash=_claimed(row, "prev_hash"),
-        entry_hash=_claimed(row, "entry_hash"),
-    )
+    return _as_claimed(StoredRow, row, sequence=row.sequence)
 
 
 @dataclass(frozen=True)
@@ -75,17 +77,7 @@ class IndexRow:
 
 
 def _index_row(row: pb.JobIndexRow) -> IndexRow:
-    return IndexRow(
-        job=row.job,
-        tenant=_claimed(row, "tenant"),
-        state=_claimed(row, "state"),
-        reason_code=_claimed(row, "reason_code"),
-        item_count=_claimed(row, "item_count"),
-        manifest_digest=_claimed(row, "manifest_digest"),
-        output_digest=_claimed(row, "output_digest"),
-        ruleset_version=_claimed(row, "ruleset_version"),
-        key_version=_claimed(row, "key_version"),
-    )
+    return _as_claimed(IndexRow, row, job=row.job)
 
 
 @dataclass(frozen=True)

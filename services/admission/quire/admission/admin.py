@@ -15,12 +15,19 @@ import grpc
 from google.protobuf.message import Message
 from sqlalchemy import Connection
 
-from quire.admission import rollouts, sourcesystems, tables
-from quire.admission.currentrulesets import current_messages
-from quire.admission.rolloutrulesets import RolloutRulesets
-from quire.admission.rolloutsync import RolloutSync
-from quire.admission.storagepolicy import PERIODS, TenantStorage, forget_source, read_storage
-from quire.admission.tenants import Tenant, TenantDirectory, TokenRecord
+from quire.admission import tables
+from quire.admission.rollouts import records as rollouts
+from quire.admission.rollouts.rulesets import RolloutRulesets
+from quire.admission.rollouts.sync import RolloutSync
+from quire.admission.rulesets.currents import current_messages
+from quire.admission.tenants import sourcesystems
+from quire.admission.tenants.directory import Tenant, TenantDirectory, TokenRecord
+from quire.admission.tenants.storagepolicy import (
+    PERIODS,
+    TenantStorage,
+    forget_source,
+    read_storage,
+)
 from quire.admission.v1 import rollout_pb2
 from quire.admission.v1 import tenant_admin_service_pb2 as pb
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as pb_grpc

@@ -6,8 +6,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from quire.admission.budgets import JobBudgets
-from quire.admission.tenants import configured_operator_token
+from quire.admission.jobs.budgets import JobBudgets
+from quire.admission.tenants.directory import configured_operator_token
 from quire.egress import EgressPolicy
 from quire.settings import (
     AdmissionSettings,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from quire.admission.tenants import Tenant
+from quire.admission.tenants.directory import Tenant
 from quire.admission.v1 import batch_pb2, notification_pb2
 
 __all__ = ["BatchDesk", "NotificationDesk"]

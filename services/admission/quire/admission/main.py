@@ -12,40 +12,39 @@ import grpc
 from quire.admission import records as admission_records
 from quire.admission import tables
 from quire.admission.admin import TenantAdminServicer
-from quire.admission.batchdispatch import BatchDispatcher
-from quire.admission.batches import Batches
-from quire.admission.cancellation import Canceller
-from quire.admission.catalog import RulesetCatalog
+from quire.admission.batches.desk import Batches
+from quire.admission.batches.dispatch import BatchDispatcher
+from quire.admission.batches.dispatchlease import DispatchLease
+from quire.admission.batches.finishes import EndTracker
 from quire.admission.config import AdmissionConfig
-from quire.admission.dispatch import Dispatcher
-from quire.admission.dispatchlease import DispatchLease
-from quire.admission.evidence import EvidenceDesk
-from quire.admission.finishes import EndTracker
-from quire.admission.intake import Intake
-from quire.admission.jobviews import JobViews
-from quire.admission.notificationdesk import Notifications
-from quire.admission.notifier import Notifier
-from quire.admission.notifysecrets import NotificationSecrets
-from quire.admission.outstanding import OutstandingJobs
-from quire.admission.reconciler import Reconciler
-from quire.admission.rolloutrulesets import RolloutRulesets
-from quire.admission.rolloutsync import RolloutSync
-from quire.admission.rulesetledger import RulesetLedger
+from quire.admission.jobs.cancellation import Canceller
+from quire.admission.jobs.dispatch import Dispatcher
+from quire.admission.jobs.evidence import EvidenceDesk
+from quire.admission.jobs.intake import Intake
+from quire.admission.jobs.outstanding import OutstandingJobs
+from quire.admission.jobs.reconciler import Reconciler
+from quire.admission.jobs.views import JobViews
+from quire.admission.notifications.desk import Notifications
+from quire.admission.notifications.notifier import Notifier
+from quire.admission.notifications.secrets import NotificationSecrets
+from quire.admission.rollouts.rulesets import RolloutRulesets
+from quire.admission.rollouts.sync import RolloutSync
+from quire.admission.rulesets.catalog import RulesetCatalog
+from quire.admission.rulesets.ledger import RulesetLedger
 from quire.admission.servicer import AdmissionServicer
-from quire.admission.storageusage import UsageRecount
-from quire.admission.tempguard import TempSpaceGuard
-from quire.admission.tenants import TenantDirectory
-from quire.admission.uploadlimits import UploadLedger
-from quire.admission.uploads import UploadGate
+from quire.admission.tenants.directory import TenantDirectory
+from quire.admission.tenants.storageusage import UsageRecount
+from quire.admission.uploads.gate import UploadGate
+from quire.admission.uploads.limits import UploadLedger
+from quire.admission.uploads.tempguard import TempSpaceGuard
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
-from quire.admission.watch import WatchRelay
+from quire.admission.watches.relay import WatchRelay
 from quire.announcements import Announcer
 from quire.audit.v1 import audit_service_pb2_grpc
 from quire.database import Database
-from quire.export.v1 import export_service_pb2_grpc as export_grpc
 from quire.exportservice import SERVICE_NAME as EXPORT_SERVICE
-from quire.exportservice import ExportServicer
+from quire.exportservice import ExportServicer, with_export
 from quire.jobgate import JobGate
 from quire.metrics import ServiceMetrics, transaction_counter
 from quire.paging import PageTokens
@@ -218,7 +217,11 @@ async def main() -> None:
             ),
             server,
         )
-        export_grpc.add_ExportServiceServicer_to_server(
+
+    await keeper.start()  # a first reading before the first request; leftovers swept
+    await run.serve(
+        register=with_export(
+            register,
             ExportServicer(
                 database,
                 admission_records.collections(),
@@ -226,12 +229,7 @@ async def main() -> None:
                 pages=pages,
                 domain=f"{SERVICE}.quire",
             ),
-            server,
-        )
-
-    await keeper.start()  # a first reading before the first request; leftovers swept
-    await run.serve(
-        register=register,
+        ),
         service_names=(
             "quire.admission.v1.AdmissionService",
             "quire.admission.v1.TenantAdminService",

@@ -18,19 +18,19 @@ from collections.abc import AsyncIterator
 import grpc
 
 from quire.admission import tables
-from quire.admission.cancellation import Canceller
 from quire.admission.desks import BatchDesk, NotificationDesk
-from quire.admission.dispatch import Dispatcher
-from quire.admission.evidence import EvidenceDesk
-from quire.admission.inlinesources import InlineSources, KeptSources
-from quire.admission.intake import Intake
-from quire.admission.jobviews import JobViews, accepted_view, with_intake
-from quire.admission.tenants import TenantDirectory
-from quire.admission.uploads import UploadGate
+from quire.admission.jobs.cancellation import Canceller
+from quire.admission.jobs.dispatch import Dispatcher
+from quire.admission.jobs.evidence import EvidenceDesk
+from quire.admission.jobs.intake import Intake
+from quire.admission.jobs.views import JobViews, accepted_view, with_intake
+from quire.admission.tenants.directory import TenantDirectory
+from quire.admission.uploads.gate import UploadGate
+from quire.admission.uploads.inlinesources import InlineSources, KeptSources
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.admission.v1 import admission_service_pb2_grpc as pb_grpc
 from quire.admission.v1 import batch_pb2, notification_pb2
-from quire.admission.watch import WatchRelay
+from quire.admission.watches.relay import WatchRelay
 from quire.blobstore import BlobStore
 from quire.database import Database
 from quire.errors import (

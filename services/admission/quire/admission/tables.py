@@ -75,7 +75,7 @@ tenant_storage = Table(
 # Bytes of the uploads admission holds for each tenant (the sum of its
 # ``sources`` rows), moved in the transaction that adds or forgets a source, so
 # that the quota check at every upload reads one row instead of summing them
-# all; recounted from ``sources`` at start and hourly (``storageusage``).
+# all; recounted from ``sources`` at start and hourly (``tenants.storageusage``).
 tenant_usage = Table(
     "tenant_usage",
     metadata,
@@ -122,7 +122,7 @@ jobs = Table(
     Column("bundle_id", String(128), nullable=True),
     Column("batch", String(64), nullable=True),
     # Set by the end tracker once it has recorded the job's end for its batch
-    # and the tenant's notifications (``quire.admission.finishes``).
+    # and the tenant's notifications (``quire.admission.batches.finishes``).
     Column("end_recorded_at", DateTime(timezone=True), nullable=True),
     # When the job's budget runs out (``JobTask.deadline``); NULL: no budget.
     Column("deadline", DateTime(timezone=True), nullable=True),
@@ -166,7 +166,7 @@ idempotency_keys = Table(
     Column("expires_at", DateTime(timezone=True), nullable=False, index=True),
 )
 # How often the reconciler re-drove a stalled job; the number makes each
-# re-drive's messages new to JetStream (see quire.admission.reconciler).
+# re-drive's messages new to JetStream (see quire.admission.jobs.reconciler).
 redrives = Table(
     "redrives",
     metadata,
@@ -274,7 +274,7 @@ dispatch_lease = Table(
     Column("expires_at", DateTime(timezone=True), nullable=False),
 )
 # A tenant's source systems: where the pipeline fetches the sources a
-# manifest names by reference (``quire.admission.sourcesystems``). A job copies
+# manifest names by reference (``quire.admission.tenants.sourcesystems``). A job copies
 # its systems' rows into its task when accepted, so a later change here never
 # changes a running job. ``credential_ref`` names where the fetching service
 # finds the credential ("env:NAME" or "file:/path"), never the credential.
@@ -290,7 +290,7 @@ source_systems = Table(
     Column("schema", String(128), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
-# Operators' rollouts (``quire.admission.rollouts``): a candidate and the
+# Operators' rollouts (``quire.admission.rollouts.records``): a candidate and the
 # share of new jobs pinned to it. Rows are never deleted; ``open_stage`` holds
 # the stage while the rollout is open (CANARY) and is NULL after, so the
 # unique index allows at most one open rollout per stage.
@@ -311,7 +311,7 @@ rollouts = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
-# The current version of each ruleset name (``quire.admission.currentrulesets``):
+# The current version of each ruleset name (``quire.admission.rulesets.currents``):
 # what a job naming no version is pinned to. One row per name, made when
 # admission first sees the name, changed only by promoting a rollout.
 current_rulesets = Table(

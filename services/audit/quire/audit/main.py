@@ -31,9 +31,8 @@ from quire.audit.witnessing import Witnessing
 from quire.audit.writes import AuditWrites
 from quire.auditword import WordTeller
 from quire.database import Database
-from quire.export.v1 import export_service_pb2_grpc as export_grpc
 from quire.exportservice import SERVICE_NAME as EXPORT_SERVICE
-from quire.exportservice import ExportServicer
+from quire.exportservice import ExportServicer, with_export
 from quire.jobgate import JobGate
 from quire.metrics import ServiceMetrics, transaction_counter
 from quire.paging import PageTokens
@@ -54,6 +53,7 @@ from quire.workqueue.topology import (
     DEAD_STREAM,
     EVENTS_CONSUMER,
 )
+from quire.workqueue.worker import Handler
 
 SERVICE = "audit"
 COMMIT = STAGES[-1].name
@@ -110,52 +110,46 @@ async def main() -> None:
     )
     peers = Peers.load(settings)
     operators = peers.operators()
+
+    def consume(stream: str, consumers: dict[str, int], handler: Handler) -> WorkQueueWorker:
+        """One of audit's consumers, on the queue settings they all share."""
+        return WorkQueueWorker(
+            js,
+            stream=stream,
+            consumers=consumers,
+            handler=handler,
+            ack_wait_seconds=settings.queue.ack_wait_seconds,
+            fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
+            verifier=wire.verifier,
+        )
+
+    recorder = EventRecorder(
+        writes,
+        history,
+        settings.queue.backoff,
+        measures,
+        unexplained_seconds=audit.unexplained_seconds,
+        word=WordTeller(nc, wire.signer),
+    )
     workers = [
-        WorkQueueWorker(
-            js,
-            stream=DEAD_STREAM,
-            consumers={DEAD_BOOK_CONSUMER: 1},
-            handler=DeadLetterBook(database, settings.queue.backoff).handle,
-            ack_wait_seconds=settings.queue.ack_wait_seconds,
-            fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
-            verifier=wire.verifier,
+        consume(
+            DEAD_STREAM,
+            {DEAD_BOOK_CONSUMER: 1},
+            DeadLetterBook(database, settings.queue.backoff).handle,
         ),
-        WorkQueueWorker(
-            js,
-            stream=DEAD_STREAM,
-            consumers={DEAD_CONSUMER: 1},
-            handler=office.handle,
-            ack_wait_seconds=settings.queue.ack_wait_seconds,
-            fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
-            verifier=wire.verifier,
+        consume(DEAD_STREAM, {DEAD_CONSUMER: 1}, office.handle),
+        consume(
+            EVENTS_STREAM,
+            {EVENTS_CONSUMER: max(settings.concurrency, EVENTS_IN_FLIGHT)},
+            recorder.handle,
         ),
-        WorkQueueWorker(
-            js,
-            stream=EVENTS_STREAM,
-            consumers={EVENTS_CONSUMER: max(settings.concurrency, EVENTS_IN_FLIGHT)},
-            handler=EventRecorder(
-                writes,
-                history,
-                settings.queue.backoff,
-                measures,
-                unexplained_seconds=audit.unexplained_seconds,
-                word=WordTeller(nc, wire.signer),
-            ).handle,
-            ack_wait_seconds=settings.queue.ack_wait_seconds,
-            fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
-            verifier=wire.verifier,
-        ),
-        WorkQueueWorker(
-            js,
-            stream=WORK_STREAM,
-            consumers={
+        consume(
+            WORK_STREAM,
+            {
                 consumer_name(COMMIT, "interactive"): settings.concurrency,
                 consumer_name(COMMIT, "batch"): batch_slots(settings.concurrency),
             },
-            handler=desk.handle,
-            ack_wait_seconds=settings.queue.ack_wait_seconds,
-            fetch_timeout_seconds=settings.queue.fetch_timeout_seconds,
-            verifier=wire.verifier,
+            desk.handle,
         ),
     ]
 
@@ -207,7 +201,10 @@ async def main() -> None:
             ),
             server,
         )
-        export_grpc.add_ExportServiceServicer_to_server(
+
+    await run.serve(
+        register=with_export(
+            register,
             ExportServicer(
                 database,
                 audit_records.collections(
@@ -217,11 +214,8 @@ async def main() -> None:
                 pages=pages,
                 domain=f"{SERVICE}.quire",
             ),
-            server,
-        )
-
-    await run.serve(
-        register=register, service_names=("quire.audit.v1.AuditService", EXPORT_SERVICE)
+        ),
+        service_names=("quire.audit.v1.AuditService", EXPORT_SERVICE),
     )
 
 

@@ -7,7 +7,7 @@ Create Date: 2026-12-02 05:45:00.000000
 Expand only: a new table, filled here from ``sources``, which the previous
 release ignores. Sources that a previous release's replica adds or forgets
 while both run are not counted in it; admission recounts every tenant from
-``sources`` at start and hourly (``quire.admission.storageusage``).
+``sources`` at start and hourly (``quire.admission.tenants.storageusage``).
 """
 
 from collections.abc import Sequence

@@ -23,7 +23,7 @@ from google.protobuf import duration_pb2
 from sqlalchemy import Connection, bindparam, delete, select, update
 
 from quire.admission import tables
-from quire.admission.budgets import duration_seconds
+from quire.admission.jobs.budgets import duration_seconds
 from quire.admission.v1 import tenant_admin_service_pb2 as pb
 from quire.database import insert_if_absent
 from quire.egress import EgressPolicy

@@ -8,8 +8,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from quire.admission.intake import bundle_id_violations
-from quire.admission.manifests import check_manifest
+from quire.admission.jobs.intake import bundle_id_violations
+from quire.admission.jobs.manifests import check_manifest
 from quire.admission.v1 import batch_pb2
 from quire.errors import FieldViolation, InvalidInput
 from quire.reasons import ReasonCode

@@ -3,7 +3,7 @@ relayed to the tenant that owns the job.
 
 Ownership is checked first (``JobViews.owned``: another tenant's job is
 NOT_FOUND, as in GetJob). The relays share one stream to audit
-(``quire.admission.feed``): each follows its job there and unfollows when
+(``quire.admission.watches.feed``): each follows its job there and unfollows when
 its caller goes away (or its deadline passes); audit ending the follow ends
 the relay. Against an audit without that stream, each relay calls audit's
 WatchJob, the caller's deadline going on to it.
@@ -22,8 +22,8 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from quire.admission.feed import AuditFeed, Follow
-from quire.admission.outstanding import OutstandingJobs
+from quire.admission.jobs.outstanding import OutstandingJobs
+from quire.admission.watches.feed import AuditFeed, Follow
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.errors import Overloaded, QuotaViolation, TransientError
 from quire.jobs import TERMINAL_STATES, state_name

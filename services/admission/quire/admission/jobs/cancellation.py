@@ -29,9 +29,9 @@ import logging
 from sqlalchemy import select
 
 from quire.admission import tables
-from quire.admission.intake import AcceptedJob
-from quire.admission.jobviews import JobViews
-from quire.admission.outstanding import OutstandingJobs
+from quire.admission.jobs.intake import AcceptedJob
+from quire.admission.jobs.outstanding import OutstandingJobs
+from quire.admission.jobs.views import JobViews
 from quire.database import Database
 from quire.errors import TransientError
 from quire.jobgate import CANCELLED, ENDED, SIGNING, JobGate

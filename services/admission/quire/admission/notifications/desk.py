@@ -3,7 +3,7 @@
 ``ListNotificationAttempts`` answer (``quire.admission.desks``).
 
 The endpoint's secret is made here, shown in the reply that made it and
-stored only sealed (``quire.admission.notifysecrets``). A retry of
+stored only sealed (``quire.admission.notifications.secrets``). A retry of
 ``SetNotificationEndpoint`` with the same request id replays the first
 reply without the secret (``secret_withheld``), as ``CreateToken`` does.
 """
@@ -17,10 +17,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from sqlalchemy import Connection, delete, select, update
 
 from quire.admission import tables
-from quire.admission.callbackurl import check_callback_destination, check_callback_url
-from quire.admission.notifier import tenant_outcome
-from quire.admission.notifysecrets import NotificationSecrets
-from quire.admission.tenants import Tenant
+from quire.admission.notifications.callbackurl import check_callback_destination, check_callback_url
+from quire.admission.notifications.notifier import tenant_outcome
+from quire.admission.notifications.secrets import NotificationSecrets
+from quire.admission.tenants.directory import Tenant
 from quire.admission.v1 import notification_pb2 as pb
 from quire.database import Database, as_utc, insert_if_absent
 from quire.egress import EgressPolicy

@@ -1,6 +1,6 @@
 """Sources carried inside a SubmitJob, so that a small packet costs one call.
 
-Every inline source meets the checks an upload meets (``uploads``): the
+Every inline source meets the checks an upload meets (``gate``): the
 declared digest, size and type (``incoming``, ``typesniff``), the tenant's
 ceiling and storage quota, content addressing; refusals carry the same
 reason codes and name the inline source (``inline_sources[i]...``). They
@@ -27,10 +27,9 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
-from quire.admission.incoming import IncomingSource
-from quire.admission.storagepolicy import check_quota
-from quire.admission.tenants import Tenant
-from quire.admission.uploads import (
+from quire.admission.tenants.directory import Tenant
+from quire.admission.tenants.storagepolicy import check_quota
+from quire.admission.uploads.gate import (
     StoredSource,
     UploadGate,
     check_header,
@@ -38,6 +37,7 @@ from quire.admission.uploads import (
     recorded_as_stored,
     remember_all,
 )
+from quire.admission.uploads.incoming import IncomingSource
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.blobstore import BlobWriter, source_key
 from quire.database import Database

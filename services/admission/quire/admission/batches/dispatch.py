@@ -37,11 +37,11 @@ from typing import Any
 from sqlalchemy import Connection, func, select, update
 
 from quire.admission import tables
-from quire.admission.dispatch import Dispatcher
-from quire.admission.dispatchlease import DispatchLease
-from quire.admission.fairshare import DeficitRoundRobin, TokenBucket
-from quire.admission.intake import CHILD_KEY_PREFIX, Intake
-from quire.admission.outstanding import OutstandingJobs, count_outstanding
+from quire.admission.batches.dispatchlease import DispatchLease
+from quire.admission.batches.fairshare import DeficitRoundRobin, TokenBucket
+from quire.admission.jobs.dispatch import Dispatcher
+from quire.admission.jobs.intake import CHILD_KEY_PREFIX, Intake
+from quire.admission.jobs.outstanding import OutstandingJobs, count_outstanding
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database
 from quire.errors import QuireError

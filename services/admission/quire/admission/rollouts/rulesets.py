@@ -7,9 +7,9 @@
   (FAILED_PRECONDITION, ``RULESET_UNKNOWN``): it would become the version
   every job naming none is pinned to.
 - Promoting makes the candidate ruleset its name's current version, in the
-  promotion's transaction (``quire.admission.currentrulesets``); right after,
+  promotion's transaction (``quire.admission.rulesets.currents``); right after,
   intake reads the current versions again and the change is taken to
-  audit's ledger (``quire.admission.rulesetledger``). A rollback changes no
+  audit's ledger (``quire.admission.rulesets.ledger``). A rollback changes no
   current version.
 """
 
@@ -19,10 +19,10 @@ import logging
 
 from sqlalchemy import Connection
 
-from quire.admission import currentrulesets
-from quire.admission.catalog import RulesetCatalog
-from quire.admission.rollouts import CANARY, RolloutRecord
-from quire.admission.rulesetledger import RulesetLedger
+from quire.admission.rollouts.records import CANARY, RolloutRecord
+from quire.admission.rulesets.catalog import RulesetCatalog
+from quire.admission.rulesets.currents import CurrentRulesets, adopt, promote
+from quire.admission.rulesets.ledger import RulesetLedger
 from quire.errors import FailedPrecondition, FieldViolation, InvalidInput
 from quire.reasons import ReasonCode
 
@@ -38,7 +38,7 @@ class RolloutRulesets:
     def __init__(
         self,
         catalog: RulesetCatalog,
-        currents: currentrulesets.CurrentRulesets,
+        currents: CurrentRulesets,
         ledger: RulesetLedger,
         *,
         build_version: str,
@@ -83,10 +83,8 @@ class RolloutRulesets:
         (every name known adopted first, so the change says what it replaced)."""
         if not record.candidate_ruleset:
             return
-        currentrulesets.adopt(connection, known)
-        currentrulesets.promote(
-            connection, record, operator=operator, build_version=self._build_version
-        )
+        adopt(connection, known)
+        promote(connection, record, operator=operator, build_version=self._build_version)
 
     async def promoted(self) -> None:
         """After the promotion's commit: intake reads the current versions

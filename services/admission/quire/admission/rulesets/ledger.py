@@ -1,6 +1,6 @@
 """Promotions of a ruleset's current version, taken to audit's ledger.
 
-``quire.admission.currentrulesets`` writes each promotion as a row of
+``quire.admission.rulesets.currents`` writes each promotion as a row of
 ``ruleset_changes`` in the promotion's transaction. ``record_pending`` asks
 audit to record every row it has not yet acknowledged
 (``RecordRulesetChange``: audit appends each change once, however often it
@@ -21,8 +21,8 @@ from typing import Any
 from sqlalchemy import Connection, select, update
 
 from quire.admission import tables
-from quire.admission.catalog import RulesetCatalog
-from quire.admission.currentrulesets import CurrentRulesets
+from quire.admission.rulesets.catalog import RulesetCatalog
+from quire.admission.rulesets.currents import CurrentRulesets
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.database import Database, as_utc
 from quire.errors import TransientError

@@ -25,7 +25,7 @@ from typing import Any
 from nats.js import JetStreamContext
 from sqlalchemy import Connection
 
-from quire.admission import rollouts
+from quire.admission.rollouts import records as rollouts
 from quire.rolloutboard import CANARY, PROMOTED, ROLLED_BACK, RolloutBoardWriter, StageRollout
 from quire.settings import QueueSettings
 from quire.workqueue import WORK_STREAM

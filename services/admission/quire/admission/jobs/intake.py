@@ -35,21 +35,21 @@ from google.protobuf.duration_pb2 import Duration
 from sqlalchemy import Connection, bindparam, delete, select
 
 from quire.admission import tables
-from quire.admission.budgets import JobBudgets
-from quire.admission.catalog import RulesetCatalog, resolve_ruleset
-from quire.admission.currentrulesets import CurrentRulesets
-from quire.admission.inlinesources import KeptSources
-from quire.admission.manifests import (
+from quire.admission.jobs.budgets import JobBudgets
+from quire.admission.jobs.manifests import (
     PRIORITIES,
     check_manifest,
     has_references,
     referenced_systems,
 )
-from quire.admission.outstanding import OutstandingJobs, count_outstanding
-from quire.admission.rollouts import OpenRollouts, candidate_ruleset
-from quire.admission.sourcesystems import SourceSystem, fetch_of, read_systems
-from quire.admission.tempguard import TempSpaceGuard
-from quire.admission.tenants import Tenant
+from quire.admission.jobs.outstanding import OutstandingJobs, count_outstanding
+from quire.admission.rollouts.records import OpenRollouts, candidate_ruleset
+from quire.admission.rulesets.catalog import RulesetCatalog, resolve_ruleset
+from quire.admission.rulesets.currents import CurrentRulesets
+from quire.admission.tenants.directory import Tenant
+from quire.admission.tenants.sourcesystems import SourceSystem, fetch_of, read_systems
+from quire.admission.uploads.inlinesources import KeptSources
+from quire.admission.uploads.tempguard import TempSpaceGuard
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database, insert_if_absent
 from quire.datakeys import DataKeys

@@ -23,9 +23,9 @@ from typing import Any
 from sqlalchemy import Connection, func, select, update
 
 from quire.admission import tables
-from quire.admission.auditjobs import AUDIT_PAGE, ask_audit
-from quire.admission.batchviews import batch_document
-from quire.admission.outbox import queue_notification
+from quire.admission.batches.views import batch_document
+from quire.admission.jobs.auditjobs import AUDIT_PAGE, ask_audit
+from quire.admission.notifications.outbox import queue_notification
 from quire.audit.v1 import audit_service_pb2_grpc
 from quire.database import Database
 from quire.jobs import TERMINAL_STATES, state_name

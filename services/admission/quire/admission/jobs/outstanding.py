@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Connection, bindparam, func, select, update
 
 from quire.admission import tables
-from quire.admission.auditjobs import ask_audit
+from quire.admission.jobs.auditjobs import ask_audit
 from quire.audit.v1 import audit_service_pb2_grpc
 from quire.database import Database
 from quire.jobs import TERMINAL_STATES, state_name

@@ -3,7 +3,7 @@ callback URLs, signed (``quire.notifysign``), retried with capped exponential
 backoff and full jitter, every try recorded.
 
 It runs beside admission's other loops and never holds up completion: the
-end tracker only writes an outbox row (``quire.admission.outbox``). Rows are
+end tracker only writes an outbox row (``quire.admission.notifications.outbox``). Rows are
 durable, so a restart resumes them. A row is claimed before its POST: the
 claiming transaction counts the attempt and moves ``next_attempt_at`` past
 the POST's timeout, so another replica leaves it alone (PostgreSQL also
@@ -33,7 +33,7 @@ import httpx
 from sqlalchemy import Connection, select, update
 
 from quire.admission import tables
-from quire.admission.notifysecrets import NotificationSecrets
+from quire.admission.notifications.secrets import NotificationSecrets
 from quire.database import Database, insert_if_absent
 from quire.egress import EgressPolicy, guarded_transport, was_refused
 from quire.errors import PermanentError

@@ -18,10 +18,10 @@ admission replica sees a change within a second.
 
 The queues route a candidate-track job to the candidate's workers
 (``quire.workqueue.routing``; the candidate consumer holds
-``concurrency_cap``, set by ``quire.admission.rolloutsync``). A rollout with
+``concurrency_cap``, set by ``quire.admission.rollouts.sync``). A rollout with
 a candidate ruleset gives it to its candidate-track jobs; promoting it makes
 that ruleset the current version of its name, the one a job that names no
-version is pinned to (``quire.admission.currentrulesets``).
+version is pinned to (``quire.admission.rulesets.currents``).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import Connection, select, update
 
 from quire.admission import tables
-from quire.admission.outstanding import OutstandingJobs
+from quire.admission.jobs.outstanding import OutstandingJobs
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.database import Database, as_utc, insert_if_absent
 from quire.jobs import PARKED_STATES, TERMINAL_STATES, state_name

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from types import TracebackType
 
-from quire.admission.typesniff import SNIFF_BYTES, check_declared_type
+from quire.admission.uploads.typesniff import SNIFF_BYTES, check_declared_type
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.blobstore import BlobStore, BlobWriter
 from quire.errors import InvalidInput

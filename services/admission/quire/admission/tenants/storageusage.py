@@ -18,7 +18,7 @@ from functools import partial
 from sqlalchemy import Connection, select, update
 
 from quire.admission import tables
-from quire.admission.storagepolicy import summed_bytes
+from quire.admission.tenants.storagepolicy import summed_bytes
 from quire.database import Database, insert_if_absent
 
 __all__ = ["UsageRecount", "RECOUNT_SECONDS"]

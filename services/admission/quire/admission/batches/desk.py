@@ -2,7 +2,7 @@
 
 SubmitBatch checks every packet as SubmitJob checks a manifest, then
 persists the batch and all its packets in one transaction and answers at
-once: no job is made here. The dispatcher (``batchdispatch``) makes them;
+once: no job is made here. The dispatcher (``dispatch``) makes them;
 the end tracker (``finishes``) records their ends. Another tenant's batch is
 NOT_FOUND, like one that never was.
 """
@@ -18,16 +18,16 @@ from typing import Any
 from sqlalchemy import Connection, func, select, update
 
 from quire.admission import tables
-from quire.admission.auditjobs import ask_audit
-from quire.admission.batchmanifests import bundle_ids, check_packets, packets_from_json
-from quire.admission.batchviews import BATCH_PREFIX, batch_message
-from quire.admission.catalog import RulesetCatalog, resolve_ruleset
-from quire.admission.currentrulesets import CurrentRulesets
-from quire.admission.finishes import EndTracker, settle_batch
-from quire.admission.intake import shown_violations
-from quire.admission.manifests import referenced_systems
-from quire.admission.sourcesystems import read_systems
-from quire.admission.tenants import Tenant
+from quire.admission.batches.finishes import EndTracker, settle_batch
+from quire.admission.batches.manifests import bundle_ids, check_packets, packets_from_json
+from quire.admission.batches.views import BATCH_PREFIX, batch_message
+from quire.admission.jobs.auditjobs import ask_audit
+from quire.admission.jobs.intake import shown_violations
+from quire.admission.jobs.manifests import referenced_systems
+from quire.admission.rulesets.catalog import RulesetCatalog, resolve_ruleset
+from quire.admission.rulesets.currents import CurrentRulesets
+from quire.admission.tenants.directory import Tenant
+from quire.admission.tenants.sourcesystems import read_systems
 from quire.admission.v1 import batch_pb2
 from quire.audit.v1 import audit_service_pb2_grpc
 from quire.blobstore import BlobStore

@@ -22,9 +22,9 @@ import grpc
 from sqlalchemy import Connection, select
 
 from quire.admission import tables
-from quire.admission.auditjobs import ask_audit
-from quire.admission.intake import AcceptedJob, accepted_from_row
-from quire.admission.outstanding import OutstandingJobs
+from quire.admission.jobs.auditjobs import ask_audit
+from quire.admission.jobs.intake import AcceptedJob, accepted_from_row
+from quire.admission.jobs.outstanding import OutstandingJobs
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.database import Database
 from quire.errors import NotFound, TransientError

@@ -13,13 +13,13 @@ known when admission first sees it (``adopt``): on a new deployment that is
 the version loaded with it; on one upgraded from a release that pinned the
 newest version, it is the version its jobs already got, so the upgrade
 itself changes no job's ruleset. Admission looks for new names at its start
-and every few seconds after (``quire.admission.rulesetledger``), and before
+and every few seconds after (``quire.admission.rulesets.ledger``), and before
 pinning a job, so a version loaded later never becomes current by being
 first. What a job was pinned to is on its ACCEPTED ledger entry
 (``ruleset_version``).
 
 Each promotion is a row of ``ruleset_changes``, written in the promotion's
-transaction, which ``quire.admission.rulesetledger`` then records in
+transaction, which ``quire.admission.rulesets.ledger`` then records in
 audit's ledger (from, to, the rollout, the operator).
 """
 
@@ -34,8 +34,8 @@ from datetime import UTC, datetime
 from sqlalchemy import Connection, select, update
 
 from quire.admission import tables
-from quire.admission.catalog import newest_versions
-from quire.admission.rollouts import RolloutRecord
+from quire.admission.rollouts.records import RolloutRecord
+from quire.admission.rulesets.catalog import newest_versions
 from quire.admission.v1 import rollout_pb2
 from quire.database import Database, as_utc, insert_if_absent
 from quire.jobs import timestamp

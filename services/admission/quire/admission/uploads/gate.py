@@ -5,16 +5,16 @@ Refusals come in the order of what they cost. Before the header is read,
 temporary space must not be low (``TempSpaceGuard``) and the tenant and the
 process must have room for one more upload; once it is read, for its declared
 bytes (``UploadLedger``), which must also fit the tenant's storage quota
-(``storagepolicy``). The first bytes are held in memory until they show
+(``tenants.storagepolicy``). The first bytes are held in memory until they show
 the declared type (``typesniff``, ``incoming``); only then is a temporary blob
 opened. The first byte past the declared size stops the stream, and a stream
-that stalls or crawls is closed (``uploadpace``). Nothing is kept until every check has
+that stalls or crawls is closed (``pace``). Nothing is kept until every check has
 passed: the temporary blob is discarded and the slot and its reservation are
 returned on every path, the caller's disconnect included. Bytes a tenant
 already has are stored once (content addressing).
 
 An answer given while the caller is still sending is given only once the
-caller has finished, within bounds (``uploadpace.hear_out``), so that its
+caller has finished, within bounds (``pace.hear_out``), so that its
 client reports the reason rather than a broken stream.
 """
 
@@ -28,12 +28,12 @@ from datetime import UTC, datetime
 from sqlalchemy import Connection, bindparam, select
 
 from quire.admission import tables
-from quire.admission.incoming import IncomingSource
-from quire.admission.storagepolicy import check_quota, count_stored
-from quire.admission.tempguard import TempSpaceGuard
-from quire.admission.tenants import Tenant
-from quire.admission.uploadlimits import UploadLedger
-from quire.admission.uploadpace import PacedRequests, hear_out
+from quire.admission.tenants.directory import Tenant
+from quire.admission.tenants.storagepolicy import check_quota, count_stored
+from quire.admission.uploads.incoming import IncomingSource
+from quire.admission.uploads.limits import UploadLedger
+from quire.admission.uploads.pace import PacedRequests, hear_out
+from quire.admission.uploads.tempguard import TempSpaceGuard
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.blobstore import BlobStore, source_key
 from quire.database import Database, insert_each_if_absent

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Protocol
 
-from quire.admission.catalog import ruleset_known
+from quire.admission.rulesets.catalog import ruleset_known
 from quire.declarations import SHA256_HEX
 from quire.errors import FieldViolation
 from quire.type import job_pb2
