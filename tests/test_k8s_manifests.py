@@ -908,8 +908,11 @@ def test_the_gateway_serves_http_with_probes_on_healthz_and_its_own_command(
     assert {"cpu", "memory"} <= set(resources["requests"])
     assert "memory" in resources["limits"]
 
-    # A translator: no secret, no database, no NATS login, no identity key.
-    assert not [v for v in pod["spec"].get("volumes", []) if "secret" in v or "projected" in v]
+    # A translator: no database, no NATS login, no identity key; its one
+    # secret seals the console's sessions.
+    secrets = [v for v in pod["spec"].get("volumes", []) if "secret" in v or "projected" in v]
+    assert [v["secret"]["secretName"] for v in secrets] == ["quire-console-key"]
+    assert _env(container)["QUIRE_CONSOLE_KEY_FILE"]["value"] == "/etc/quire/console/key"
     assert not [i for i in container.get("env", []) if "secretKeyRef" in i.get("valueFrom", {})]
     assert not [name for name in _env(container) if name.endswith("_FILE")]
     # Not one of the services: NATS, PostgreSQL and the peers' ports admit only those.
@@ -940,7 +943,9 @@ def test_admission_and_the_gateway_scale_on_cpu_and_the_stages_on_lag(docs: list
         assert "replicas" not in deployment["spec"], f"{name}: apply must not fight its autoscaler"
 
 
-def test_the_gateway_dials_only_dns_admission_and_the_otlp_collector(docs: list[Doc]) -> None:
+def test_the_gateway_dials_only_dns_the_services_and_the_otlp_collector(docs: list[Doc]) -> None:
+    """The API calls admission; the console calls every service with the
+    signed-in person's token. Nothing else: not NATS, not PostgreSQL."""
     labels = _one(docs, "Deployment", GATEWAY)["spec"]["template"]["metadata"]["labels"]
     egress = [p for p in _of(docs, "NetworkPolicy") if "Egress" in p["spec"]["policyTypes"]]
     assert egress, "the gateway's egress is restricted"
@@ -971,32 +976,37 @@ def test_the_gateway_dials_only_dns_admission_and_the_otlp_collector(docs: list[
         OTLP_NAMESPACE,
         OTLP_PORT,
     )
-    admission_port = int(GatewaySettings.from_env(config).admission_address.rpartition(":")[2])
+    ports = {
+        service: int(config[f"QUIRE_{service.upper()}_ADDR"].rpartition(":")[2])
+        for service in SERVICES
+    }
     assert allowed == {
         ("kube-system", (("k8s-app", "kube-dns"),), frozenset({(53, "UDP"), (53, "TCP")})),
-        (
-            NAMESPACE,
-            (("app.kubernetes.io/name", "admission"),),
-            frozenset({(admission_port, "TCP")}),
+        *(
+            (NAMESPACE, (("app.kubernetes.io/name", service),), frozenset({(port, "TCP")}))
+            for service, port in ports.items()
         ),
         (OTLP_NAMESPACE, (), frozenset({(OTLP_PORT, "TCP")})),
     }, allowed
-    # ... and admission lets it in on that port.
-    admits = [
-        rule
-        for policy in _of(docs, "NetworkPolicy")
-        if _selects(policy["spec"]["podSelector"], {"app.kubernetes.io/name": "admission"})
-        for rule in policy["spec"].get("ingress", [])
-        if admission_port in {p["port"] for p in rule.get("ports", [])}
-        and (
-            not rule.get("from")
-            or any(
-                "namespaceSelector" not in peer and _selects(peer.get("podSelector", {}), labels)
-                for peer in rule["from"]
+    # ... and each service lets it in on that port.
+    for service, port in ports.items():
+        pod = _one(docs, "Deployment", service)["spec"]["template"]["metadata"]["labels"]
+        admits = [
+            rule
+            for policy in _of(docs, "NetworkPolicy")
+            if _selects(policy["spec"]["podSelector"], pod)
+            for rule in policy["spec"].get("ingress", [])
+            if port in {p["port"] for p in rule.get("ports", [])}
+            and (
+                not rule.get("from")
+                or any(
+                    "namespaceSelector" not in peer
+                    and _selects(peer.get("podSelector", {}), labels)
+                    for peer in rule["from"]
+                )
             )
-        )
-    ]
-    assert admits, "admission admits the gateway on its gRPC port"
+        ]
+        assert admits, f"{service} admits the gateway on its gRPC port"
 
 
 def test_prometheus_scrapes_every_metrics_port_and_may_reach_it(docs: list[Doc]) -> None:
