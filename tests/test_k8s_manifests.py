@@ -914,8 +914,10 @@ def test_the_gateway_serves_http_with_probes_on_healthz_and_its_own_command(
     assert [v["secret"]["secretName"] for v in secrets] == ["quire-console-key"]
     assert _env(container)["QUIRE_CONSOLE_KEY_FILE"]["value"] == "/etc/quire/console/key"
     assert not [i for i in container.get("env", []) if "secretKeyRef" in i.get("valueFrom", {})]
-    assert not [name for name in _env(container) if name.endswith("_FILE")]
-    # Not one of the services: NATS, PostgreSQL and the peers' ports admit only those.
+    assert [name for name in _env(container) if name.endswith("_FILE")] == [
+        "QUIRE_CONSOLE_KEY_FILE"
+    ]
+    # Not one of the services: NATS and PostgreSQL admit only those.
     assert pod["metadata"]["labels"]["app.kubernetes.io/component"] != "service"
 
     service = _one(docs, "Service", GATEWAY)
