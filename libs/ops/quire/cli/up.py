@@ -78,6 +78,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
         for service, address in info.endpoints.items():
             out.note(f"{service:>10}: {address}")
         out.note(f"{'HTTP':>10}: {info.gateway_url}")
+        out.note(f"{'console':>10}: {info.gateway_url}/console/ (the operator token signs in)")
         out.note(f"development token: {info.token()}")
         document: dict[str, Any] = {**asdict(info), "token": info.token()}
         if example is not None:
