@@ -15,13 +15,13 @@ from sqlalchemy import func, select
 from quire.admission import tables
 from quire.admission.inlinesources import KeptSources
 from quire.admission.intake import Intake
+from quire.admission.settings import AdmissionSettings
 from quire.admission.storagepolicy import stored_bytes
 from quire.admission.tenants import Tenant
 from quire.admission.uploads import StoredSource
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database
 from quire.errors import Conflict, Overloaded
-from quire.settings import AdmissionSettings
 from quire.transitions import EventFactory
 from quire.type import job_pb2
 

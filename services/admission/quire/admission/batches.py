@@ -26,6 +26,7 @@ from quire.admission.currentrulesets import CurrentRulesets
 from quire.admission.finishes import EndTracker, settle_batch
 from quire.admission.intake import shown_violations
 from quire.admission.manifests import referenced_systems
+from quire.admission.settings import AdmissionSettings, BatchSettings
 from quire.admission.sourcesystems import read_systems
 from quire.admission.tenants import Tenant
 from quire.admission.v1 import batch_pb2
@@ -37,7 +38,6 @@ from quire.idempotency import RequestOnce, check_request_id
 from quire.jobs import state_name, state_value
 from quire.paging import PageTokens
 from quire.reasons import ReasonCode
-from quire.settings import AdmissionSettings, BatchSettings
 
 __all__ = ["Batches"]
 

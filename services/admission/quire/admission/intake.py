@@ -47,6 +47,7 @@ from quire.admission.manifests import (
 )
 from quire.admission.outstanding import OutstandingJobs, count_outstanding
 from quire.admission.rollouts import OpenRollouts, candidate_ruleset
+from quire.admission.settings import AdmissionSettings
 from quire.admission.sourcesystems import SourceSystem, fetch_of, read_systems
 from quire.admission.tempguard import TempSpaceGuard
 from quire.admission.tenants import Tenant
@@ -67,7 +68,6 @@ from quire.jobs import job_name, manifest_digest, new_job_id, timestamp
 from quire.metrics import ServiceMetrics
 from quire.pipeline import State
 from quire.reasons import ReasonCode
-from quire.settings import AdmissionSettings
 from quire.tracks import CANDIDATE, track_for
 from quire.transitions import EventFactory
 from quire.type import job_pb2, queue_pb2

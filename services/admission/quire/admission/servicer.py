@@ -25,6 +25,7 @@ from quire.admission.evidence import EvidenceDesk
 from quire.admission.inlinesources import InlineSources, KeptSources
 from quire.admission.intake import Intake
 from quire.admission.jobviews import JobViews, accepted_view, with_intake
+from quire.admission.settings import AdmissionSettings
 from quire.admission.tenants import TenantDirectory
 from quire.admission.uploads import UploadGate
 from quire.admission.v1 import admission_service_pb2 as pb
@@ -48,7 +49,6 @@ from quire.grpcstatus import at_the_edge
 from quire.idempotency import RequestOnce
 from quire.jobs import job_id
 from quire.reasons import ReasonCode
-from quire.settings import AdmissionSettings
 from quire.type import job_pb2
 
 __all__ = ["AdmissionServicer"]

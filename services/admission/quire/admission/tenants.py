@@ -26,12 +26,12 @@ import grpc
 from sqlalchemy import Connection, bindparam, select, update
 
 from quire.admission import tables
+from quire.admission.settings import AdmissionSettings, read_secret_file
 from quire.admission.storagepolicy import TenantStorage, forget_source, read_storage, write_storage
 from quire.database import Database, insert_if_absent
 from quire.errors import InvalidInput, InvalidSetting, NotFound, Unauthenticated
 from quire.paging import Position, keyset_after
 from quire.reasons import ReasonCode
-from quire.settings import AdmissionSettings, read_secret_file
 
 __all__ = ["Tenant", "TokenRecord", "TenantDirectory", "hash_token", "DEV_TENANT"]
 
