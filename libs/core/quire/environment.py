@@ -44,11 +44,14 @@ __all__ = [
     "ENTRY_POINTS",
     "NOT_SETTINGS",
     "Expect",
+    "Described",
     "Given",
     "Keyed",
     "Reads",
     "Settings",
     "Variable",
+    "declared",
+    "describe",
     "known",
     "readers",
     "unknown_settings",
@@ -85,17 +88,21 @@ class Variable:
 
 @dataclass(frozen=True)
 class Keyed:
-    """A mapping field read from one variable per key: ``template`` with
-    ``{KEY}`` replaced by the key's part (``QUIRE_STALL_{KEY}_SECONDS``).
+    """A mapping field read from one variable per key: ``template`` with the
+    ``placeholder`` replaced by the key's part (``QUIRE_STALL_{STATE}_SECONDS``).
     A key whose variable is unset is left out of the mapping."""
 
     template: str
     parts: Mapping[str, str]
     """Each key of the mapping, and its part of the variable's name."""
+    placeholder: str = "KEY"
 
     def variables(self, names: Mapping[str, str]) -> dict[str, str]:
         """Each key's variable."""
-        return {key: self.template.format_map({**names, "KEY": p}) for key, p in self.parts.items()}
+        return {
+            key: self.template.format_map({**names, self.placeholder: part})
+            for key, part in self.parts.items()
+        }
 
 
 @dataclass(frozen=True)
@@ -167,6 +174,79 @@ class Settings(BaseSettings):
                 found |= nested.variables(names)
             found |= dict.fromkeys(_variables_of(cls, name, info, names or {}), _about(info))
         return found
+
+
+@dataclass(frozen=True)
+class Described:
+    """One variable as the settings reference shows it."""
+
+    model: type[Settings]
+    """The model whose field it is."""
+    variable: str
+    """Its name, a placeholder still to fill shown as ``<SERVICE>``."""
+    kind: str
+    default: str
+    about: str
+
+
+class _Shown(dict[str, str]):
+    def __missing__(self, key: str) -> str:
+        return f"<{key}>"
+
+
+def describe(
+    model: type[Settings], names: Mapping[str, str], given: Mapping[str, object] | None = None
+) -> Iterator[Described]:
+    """The variables of ``model`` and the models it holds, for the settings
+    reference (``tools/docgen.py``); ``given`` the defaults its reader gives."""
+    for name, info in model.model_fields.items():
+        nested = _nested(info)
+        if nested is not None:
+            yield from describe(nested, names)
+            continue
+        if any(isinstance(m, Given) for m in info.metadata):
+            continue
+        keyed = next((m for m in info.metadata if isinstance(m, Keyed)), None)
+        if keyed is not None:
+            placeholders = _Shown(names)
+            placeholders.pop(keyed.placeholder, None)
+            variable = keyed.template.format_map(placeholders)
+        else:
+            (variable,) = _variables_of(model, name, info, _Shown(names))
+        default = (given or {}).get(name, info.get_default(call_default_factory=False))
+        shown = "" if info.is_required() else _default_shown(name, info, default)
+        yield Described(model, variable, _kind_name(info), shown, _about(info))
+
+
+def _kind_name(info: FieldInfo) -> str:
+    annotation = info.annotation
+    origin = get_origin(annotation)
+    prefix = ""
+    if isinstance(origin, type) and issubclass(origin, Mapping):
+        annotation = get_args(annotation)[-1]
+    elif origin is tuple:
+        annotation, prefix = get_args(annotation)[0], "comma-separated "
+    kinds = [k for k in _kinds(annotation) if k is not type(None)]
+    if kinds and all(isinstance(k, str) for k in kinds):
+        return " or ".join(f"`{k}`" for k in kinds)
+    names = {int: "whole number", float: "number", bool: "1 or 0", str: "text"}
+    shown = [names.get(k, getattr(k, "__name__", str(k)).lower()) for k in kinds]
+    shown = ["path" if k == "path" else "network" if "network" in k else k for k in shown]
+    return prefix + " or ".join(dict.fromkeys(shown))
+
+
+def _default_shown(name: str, info: FieldInfo, default: object) -> str:
+    if info.default_factory is not None or default in (None, "", (), {}):
+        return ""
+    if isinstance(default, bool):
+        return "1" if default else "0"
+    if isinstance(default, int) and "bytes" in name and default >= 1024 * 1024:
+        for unit, size in (("GiB", 1024**3), ("MiB", 1024**2)):
+            if default % size == 0:
+                return f"{default // size} {unit}"
+    if isinstance(default, float):
+        return f"{default:g}"
+    return str(default)
 
 
 def _nested(info: FieldInfo) -> type[Settings] | None:
@@ -311,12 +391,14 @@ class Reads:
 
     model: type[Settings]
     names: Mapping[str, str] = field(default_factory=dict)
+    given: Mapping[str, object] = field(default_factory=dict)
+    """The defaults its reader gives (the quarantine lane's own)."""
 
     def variables(self, process: str) -> dict[str, str]:
         return self.model.variables({"SERVICE": process.upper(), **self.names})
 
 
-def _declared() -> Iterator[tuple[str, Reads]]:
+def declared() -> Iterator[tuple[str, Reads]]:
     """(process, what it reads) from every installed distribution."""
     for point in sorted(entry_points(group=ENTRY_POINTS), key=lambda p: p.name):
         for reads in point.load():
@@ -327,7 +409,7 @@ def _declared() -> Iterator[tuple[str, Reads]]:
 def readers() -> dict[str, tuple[str, tuple[str, ...]]]:
     """Every settings variable: its description and the processes that read it."""
     found: dict[str, tuple[str, tuple[str, ...]]] = {}
-    for process, reads in _declared():
+    for process, reads in declared():
         for variable, about in reads.variables(process).items():
             before = found.get(variable, (about, ()))
             found[variable] = (before[0] or about, tuple(dict.fromkeys((*before[1], process))))

@@ -129,7 +129,9 @@ class QueueSettings(Settings):
     event with its outcome, in one message (0 announces at once)."""
     stage_limits: Annotated[
         Mapping[str, Annotated[int, Field(ge=2)]],
-        Keyed("QUIRE_{KEY}_STAGE_LIMIT", {s.name: s.service.upper() for s in STAGES}),
+        Keyed(
+            "QUIRE_{SERVICE}_STAGE_LIMIT", {s.name: s.service.upper() for s in STAGES}, "SERVICE"
+        ),
         Expect("at least 2 (interactive and batch work), a whole number"),
     ] = Field(default_factory=dict)
     """Jobs a stage works on at once, across all its replicas (64 unless set):
@@ -248,7 +250,7 @@ class ServiceSettings(Settings):
     queue: QueueSettings = QueueSettings()
     peers: Annotated[
         Mapping[str, str],
-        Keyed("QUIRE_{KEY}_ADDR", {name: name.upper() for name in DEFAULT_PORTS}),
+        Keyed("QUIRE_{SERVICE}_ADDR", {name: name.upper() for name in DEFAULT_PORTS}, "SERVICE"),
         AfterValidator(lambda given: _peers() | given),
     ] = Field(default_factory=lambda: _peers())
     """``host:port`` of the other services, by name."""
@@ -409,7 +411,11 @@ class ReconcileSettings(Settings):
     """How often accepted, unfinished jobs are compared with audit's view."""
     stall_seconds: Annotated[
         Mapping[str, float],
-        Keyed("QUIRE_STALL_{KEY}_SECONDS", {str(state): str(state) for state in STALL_STATES}),
+        Keyed(
+            "QUIRE_STALL_{STATE}_SECONDS",
+            {str(state): str(state) for state in STALL_STATES},
+            "STATE",
+        ),
     ] = Field(default_factory=dict)
     """One state's stall budget; a state not set uses ``QUIRE_STALL_SECONDS``."""
     default_stall_seconds: Annotated[float, Variable("QUIRE_STALL_SECONDS")] = 600.0

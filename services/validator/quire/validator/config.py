@@ -20,7 +20,7 @@ __all__ = ["ValidatorConfig", "SETTINGS"]
 SERVICE = "validator"
 SETTINGS = (
     *StageConfig.READS,
-    Reads(SandboxSettings, {"LANE": "QUARANTINE"}),
+    Reads(SandboxSettings, {"LANE": "QUARANTINE"}, SandboxSettings.QUARANTINE),
     Reads(BudgetRule),
     Reads(ValidationLimits),
     Reads(RulesetSettings),
