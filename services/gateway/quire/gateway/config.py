@@ -5,15 +5,17 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, ClassVar
 
-from quire.environment import setting_float, setting_text
-from quire.logs import log_format
-from quire.settings import METRICS_PORT_OFFSET, service_address_var, service_metrics_var
+from pydantic import Field
+
+from quire.environment import Reads, Settings, Variable
+from quire.logs import LogFormat
+from quire.settings import METRICS_PORT_OFFSET, EventLoopSettings
 from quire.tls import TlsSettings
 
-__all__ = ["GatewaySettings", "GATEWAY_ADDRESS_VAR", "SERVICE"]
+__all__ = ["GatewaySettings", "GATEWAY_ADDRESS_VAR", "SERVICE", "SETTINGS"]
 
 SERVICE = "gateway"
 GATEWAY_ADDRESS_VAR = "QUIRE_GATEWAY_ADDR"
@@ -22,33 +24,39 @@ DEFAULT_ADDRESS = f"127.0.0.1:{DEFAULT_PORT}"
 DEFAULT_METRICS_ADDRESS = f"127.0.0.1:{DEFAULT_PORT + METRICS_PORT_OFFSET}"
 
 
-@dataclass(frozen=True)
-class GatewaySettings:
+class GatewaySettings(Settings):
     """What the gateway needs: where it listens and where admission is."""
 
-    address: str = DEFAULT_ADDRESS
-    """``host:port`` the HTTP server binds (``QUIRE_GATEWAY_ADDR``); loopback by default."""
-    admission_address: str = "127.0.0.1:7700"
-    """``host:port`` of admission's gRPC API (``QUIRE_ADMISSION_ADDR``)."""
-    metrics_address: str = DEFAULT_METRICS_ADDRESS
-    """``host:port`` of its Prometheus ``/metrics`` (``QUIRE_GATEWAY_METRICS_ADDR``,
-    the HTTP port plus 200 unless set, as for the services); empty turns it off."""
+    address: Annotated[str, Variable(GATEWAY_ADDRESS_VAR)] = DEFAULT_ADDRESS
+    """``host:port`` the HTTP server binds; loopback by default."""
+    admission_address: Annotated[str, Variable("QUIRE_ADMISSION_ADDR")] = "127.0.0.1:7700"
+    """``host:port`` of admission's gRPC API."""
+    metrics_address: Annotated[
+        str, Variable("QUIRE_GATEWAY_METRICS_ADDR", empty_is_a_value=True)
+    ] = DEFAULT_METRICS_ADDRESS
+    """``host:port`` of its Prometheus ``/metrics`` (the HTTP port plus 200
+    unless set, as for the services); set empty, not served."""
     tls: TlsSettings | None = None
     """Mutual TLS towards admission, as every Quire gRPC client uses it, when set."""
-    upload_chunk_bytes: int = 256 * 1024
+    upload_chunk_bytes: ClassVar[int] = 256 * 1024
     """Largest chunk of an HTTP upload body forwarded as one gRPC message."""
     drain_seconds: float = 20.0
-    """On SIGTERM: time allowed to finish requests in flight (``QUIRE_DRAIN_SECONDS``)."""
-    header_seconds: float = 10.0
+    """On SIGTERM: time allowed to finish requests in flight."""
+    header_seconds: Annotated[float, Variable("QUIRE_GATEWAY_HEADER_SECONDS")] = Field(
+        default=10.0, ge=0.1
+    )
     """From a connection's first byte (or its first byte after a reply) to the
-    end of the request's headers; a slower client is disconnected
-    (``QUIRE_GATEWAY_HEADER_SECONDS``)."""
-    idle_seconds: float = 5.0
-    """How long a kept-alive connection may wait for its next request
-    (``QUIRE_GATEWAY_IDLE_SECONDS``)."""
-    instance: str = ""
+    end of the request's headers; a slower client is disconnected."""
+    idle_seconds: Annotated[float, Variable("QUIRE_GATEWAY_IDLE_SECONDS")] = Field(
+        default=5.0, ge=0.1
+    )
+    """How long a kept-alive connection may wait for its next request."""
+    instance: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    """This process's name: host and pid unless set."""
     trace_file: Path | None = None
-    log_format: str = "json"
+    """When set, finished spans are appended to this file as JSON lines."""
+    log_format: LogFormat = "json"
+    """``json`` (a JSON object per line) or ``text`` (for people)."""
 
     @property
     def host(self) -> str:
@@ -60,17 +68,8 @@ class GatewaySettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> GatewaySettings:
-        env = os.environ if env is None else env
-        trace = env.get("QUIRE_TRACE_FILE", "")
-        return cls(
-            address=setting_text(env, GATEWAY_ADDRESS_VAR, DEFAULT_ADDRESS),
-            admission_address=setting_text(env, service_address_var("admission"), "127.0.0.1:7700"),
-            metrics_address=env.get(service_metrics_var(SERVICE), DEFAULT_METRICS_ADDRESS),
-            tls=TlsSettings.from_env(env),
-            drain_seconds=setting_float(env, "QUIRE_DRAIN_SECONDS", 20),
-            header_seconds=setting_float(env, "QUIRE_GATEWAY_HEADER_SECONDS", 10, minimum=0.1),
-            idle_seconds=setting_float(env, "QUIRE_GATEWAY_IDLE_SECONDS", 5, minimum=0.1),
-            instance=setting_text(env, "QUIRE_INSTANCE", f"{socket.gethostname()}-{os.getpid()}"),
-            trace_file=Path(trace) if trace else None,
-            log_format=log_format(env),
-        )
+        return cls.read(env, tls=TlsSettings.from_env(env))
+
+
+SETTINGS = (Reads(GatewaySettings), Reads(EventLoopSettings))
+"""Every settings model the gateway reads (its ``quire.settings`` entry point)."""
