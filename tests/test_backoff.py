@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from quire.admission.settings import NotificationSettings
 from quire.backoff import Backoff, Jitter
-from quire.settings import NotificationSettings, QueueSettings
+from quire.settings import QueueSettings
 from quire.stack import supervisor
 from quire.validator.sources.settings import SourceSettings
 

@@ -11,10 +11,10 @@ from nats.js import JetStreamContext
 from quire.admission import tables
 from quire.admission.jobs.dispatch import Dispatcher
 from quire.admission.jobs.intake import Intake
+from quire.admission.settings import AdmissionSettings
 from quire.admission.tenants.directory import Tenant
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database
-from quire.settings import AdmissionSettings
 from quire.transitions import EventFactory
 from quire.type import job_pb2
 from quire.workqueue import WORK_STREAM, Publisher, consumer_name

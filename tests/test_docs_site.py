@@ -36,6 +36,16 @@ def test_a_metric_added_without_regenerating_is_caught(monkeypatch: pytest.Monke
     assert _docgen().stale() == ["metrics.md"]
 
 
+def test_a_setting_added_without_regenerating_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import create_model
+
+    from quire.settings import WatchSettings
+
+    grown = create_model("WatchSettings", __base__=WatchSettings, made_up_seconds=(float, 1.0))
+    monkeypatch.setattr(WatchSettings, "model_fields", grown.model_fields)
+    assert _docgen().stale() == ["settings.md"]
+
+
 def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     built = subprocess.run(
@@ -47,5 +57,10 @@ def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
         timeout=300,
     )
     assert built.returncode == 0, built.stderr[-2000:]
-    for page in ("index.html", "reference/metrics/index.html", "reference/grpc/index.html"):
+    for page in (
+        "index.html",
+        "reference/metrics/index.html",
+        "reference/grpc/index.html",
+        "reference/settings/index.html",
+    ):
         assert (tmp_path / "site" / page).is_file(), page

@@ -8,7 +8,6 @@ invariant 3); audit records each once, whichever message brought it."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from pathlib import Path
 
 from nats.js import JetStreamContext
@@ -96,7 +95,7 @@ async def _deliver(
 async def test_work_that_ends_before_its_announcement_sends_one_message(
     tmp_path: Path, jetstream: JetStreamContext, fast_queue: QueueSettings
 ) -> None:
-    queue = dataclasses.replace(fast_queue, announce_after_seconds=5.0)
+    queue = fast_queue.model_copy(update={"announce_after_seconds": 5.0})
     received = await _deliver(tmp_path, jetstream, queue, seconds=0.3)
     assert received == [
         ("quire.events.validator.batch", ["VALIDATING", "REVIEWING", "ASSEMBLING"])
@@ -107,7 +106,7 @@ async def test_work_that_ends_before_its_announcement_sends_one_message(
 async def test_longer_work_announces_its_state_while_it_runs(
     tmp_path: Path, jetstream: JetStreamContext, fast_queue: QueueSettings
 ) -> None:
-    queue = dataclasses.replace(fast_queue, announce_after_seconds=0.1)
+    queue = fast_queue.model_copy(update={"announce_after_seconds": 0.1})
     received = await _deliver(tmp_path, jetstream, queue, seconds=0.5)
     assert received == [
         ("quire.events.validator", ["VALIDATING"]),
@@ -118,7 +117,7 @@ async def test_longer_work_announces_its_state_while_it_runs(
 async def test_work_that_fetches_from_a_source_system_announces_at_once(
     tmp_path: Path, jetstream: JetStreamContext, fast_queue: QueueSettings
 ) -> None:
-    queue = dataclasses.replace(fast_queue, announce_after_seconds=5.0)
+    queue = fast_queue.model_copy(update={"announce_after_seconds": 5.0})
     by_reference = job_pb2.SourceRef(
         position=0, fetch=job_pb2.SourceFetch(system="tax", key="records/1")
     )

@@ -23,13 +23,13 @@ from quire.admission.batches.finishes import _watched
 from quire.admission.jobs.dispatch import undispatched
 from quire.admission.jobs.outstanding import count_outstanding
 from quire.admission.jobs.reconciler import _unfinished
+from quire.admission.settings import AdmissionSettings
 from quire.admission.tenants.storagepolicy import forget_source, stored_bytes, summed_bytes
 from quire.admission.tenants.storageusage import UsageRecount
 from quire.admission.uploads.gate import StoredSource, remember, remember_all
 from quire.database import Database
 from quire.migrations import _config
 from quire.schema import upgrade_schema
-from quire.settings import AdmissionSettings
 
 
 def _database(tmp_path: Path) -> Database:

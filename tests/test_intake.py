@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 
 from quire.admission import tables
 from quire.admission.jobs.intake import Intake
+from quire.admission.settings import AdmissionSettings
 from quire.admission.tenants.directory import Tenant
 from quire.admission.tenants.storagepolicy import stored_bytes
 from quire.admission.uploads.gate import StoredSource
@@ -21,7 +22,6 @@ from quire.admission.uploads.inlinesources import KeptSources
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database
 from quire.errors import Conflict, Overloaded
-from quire.settings import AdmissionSettings
 from quire.transitions import EventFactory
 from quire.type import job_pb2
 

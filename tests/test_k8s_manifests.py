@@ -33,7 +33,7 @@ import pytest
 import yaml
 from opentelemetry.sdk import environment_variables as otel_variables
 
-from quire.environment import KNOWN
+from quire.environment import known
 from quire.gateway.config import DEFAULT_PORT as GATEWAY_PORT
 from quire.gateway.config import SERVICE as GATEWAY
 from quire.gateway.config import GatewaySettings
@@ -686,7 +686,7 @@ def test_every_setting_named_is_one_quire_reads(docs: list[Doc]) -> None:
         for container in template["spec"]["containers"]:
             named |= {name for name in _env(container) if name.startswith("QUIRE_")}
     quire = {name for name in named if not name.startswith("OTEL_")}
-    assert quire - KNOWN == set(), "misspelt or unknown QUIRE_* settings"
+    assert quire - known() == set(), "misspelt or unknown QUIRE_* settings"
     standard = {getattr(otel_variables, n) for n in dir(otel_variables) if n.startswith("OTEL_")}
     assert named - quire <= standard, "OpenTelemetry's own variables, spelt as its SDK reads them"
 

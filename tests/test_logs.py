@@ -23,9 +23,10 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from quire.client import AdmissionClient, PacketItem
 from quire.errors import InvalidSetting
+from quire.gateway.config import GatewaySettings
 from quire.jobs import state_name
-from quire.logs import log_format, log_handler
-from quire.settings import SERVICES
+from quire.logs import log_handler
+from quire.settings import SERVICES, ServiceSettings
 from quire.testing.pdfs import write_text_pdf
 
 SECRET = "Quarterly results: confidential"
@@ -139,10 +140,15 @@ def test_the_text_format_has_the_same_context_and_no_traceback(tracer: Any) -> N
     assert SECRET not in line
 
 
+def log_format(env: dict[str, str]) -> str:
+    return GatewaySettings.from_env(env).log_format
+
+
 def test_the_format_setting_is_json_by_default_and_refuses_what_it_does_not_know() -> None:
     assert log_format({}) == "json"
     assert log_format({"QUIRE_LOG_FORMAT": "text"}) == "text"
     assert log_format({"QUIRE_LOG_FORMAT": "JSON"}) == "json"
+    assert ServiceSettings.from_env("audit", {"QUIRE_LOG_FORMAT": "Text"}).log_format == "text"
     with pytest.raises(InvalidSetting) as refused:
         log_format({"QUIRE_LOG_FORMAT": "xml-ish"})
     assert refused.value.variable == "QUIRE_LOG_FORMAT"

@@ -19,11 +19,11 @@ from quire.admission import tables
 from quire.admission.notifications.notifier import Notifier
 from quire.admission.notifications.outbox import queue_notification
 from quire.admission.notifications.secrets import NotificationSecrets
+from quire.admission.settings import NotificationSettings
 from quire.database import Database
 from quire.datakeys import DataKeys
 from quire.errors import PermanentError
 from quire.kek import KekRing, SoftwareKek
-from quire.settings import NotificationSettings
 from quire.stack.ports import free_port
 from quire.testing.callbackreceiver import CallbackReceiver
 from quire.testing.loopbackegress import LOOPBACK_EGRESS

@@ -175,7 +175,9 @@ def test_every_replica_of_a_service_and_every_restart_derives_the_same_key(
 
     def loaded(service: str) -> PageTokens:
         return PageTokens.for_service(
-            IdentitySettings(service, tmp_path / f"{service}.key", tmp_path)
+            IdentitySettings(
+                service=service, key_file=tmp_path / f"{service}.key", trust_dir=tmp_path
+            )
         )
 
     token = loaded("audit").page("a/List", 1, "").next_token((41,))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -34,12 +33,13 @@ class _Open(grpc.aio.ServerInterceptor):
 
 
 async def test_ready_loops_drain_and_close_run_in_one_order(tmp_path: Path) -> None:
-    settings = replace(
-        ServiceSettings.from_env("audit", {"QUIRE_DATA_DIR": str(tmp_path)}),
-        grpc_address=f"127.0.0.1:{free_port()}",
-        health_address=f"127.0.0.1:{free_port()}",
-        metrics_address="",
-        drain_seconds=5.0,
+    settings = ServiceSettings.from_env("audit", {"QUIRE_DATA_DIR": str(tmp_path)}).model_copy(
+        update={
+            "grpc_address": f"127.0.0.1:{free_port()}",
+            "health_address": f"127.0.0.1:{free_port()}",
+            "metrics_address": "",
+            "drain_seconds": 5.0,
+        }
     )
     said: list[str] = []
     run = ServiceRun(settings, access=_Open(), announcer=_Announcer(said))  # type: ignore[arg-type]

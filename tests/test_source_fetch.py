@@ -368,7 +368,7 @@ async def test_a_truncated_body_is_retried_then_pinned_once_the_system_recovers(
     rig.server.put("dms", "bol/cut", pdf, content_type=PDF)
     rig.server.behave("dms", truncate=True)
     task = job_task(reference(rig.server, 0, "dms", "bol/cut", PDF))
-    patient = _breakers(replace(SETTINGS, breaker_failures=10))  # stays closed here
+    patient = _breakers(SETTINGS.model_copy(update={"breaker_failures": 10}))  # stays closed here
 
     with pytest.raises(SourceDeferred) as deferred:
         await rig.pinner(breakers=patient).pin_sources(task, 1)
@@ -417,8 +417,8 @@ async def test_a_refused_credential_fails_the_job_and_a_good_one_is_sent_as_a_be
         await rig.pinner().pin_sources(job_task(reference(rig.server, 0, "erp", "ord/1")), 1)
     assert refused.value.reason is ReasonCode.SOURCE_REFUSED
     # The variables the validator started with (read once, at its start).
-    wrong_env = replace(
-        SETTINGS, credential_variables={"QUIRE_SOURCE_CREDENTIAL_ERP": "wrong-token"}
+    wrong_env = SETTINGS.model_copy(
+        update={"credential_variables": {"QUIRE_SOURCE_CREDENTIAL_ERP": "wrong-token"}}
     )
     with pytest.raises(SystemFailure) as wrong:
         await rig.pinner(settings=wrong_env).pin_sources(
@@ -443,8 +443,8 @@ async def test_a_refused_credential_fails_the_job_and_a_good_one_is_sent_as_a_be
     assert unset.value.reason is ReasonCode.SOURCE_REFUSED
     assert rig.calls("erp") == 2, "no call without the credential"
 
-    good_env = replace(
-        SETTINGS, credential_variables={"QUIRE_SOURCE_CREDENTIAL_ERP": "s3cret-token"}
+    good_env = SETTINGS.model_copy(
+        update={"credential_variables": {"QUIRE_SOURCE_CREDENTIAL_ERP": "s3cret-token"}}
     )
     by_env = await rig.pinner(settings=good_env).pin_sources(
         job_task(
@@ -456,7 +456,7 @@ async def test_a_refused_credential_fails_the_job_and_a_good_one_is_sent_as_a_be
     )
     secret = tmp_path / "erp.token"  # in the validator's source-credentials directory
     secret.write_text("s3cret-token\n")
-    confined = replace(SETTINGS, credentials_dir=tmp_path)
+    confined = SETTINGS.model_copy(update={"credentials_dir": tmp_path})
     by_file = await rig.pinner(settings=confined).pin_sources(
         job_task(reference(rig.server, 0, "erp", "ord/1", credential_ref=f"file:{secret}")), 1
     )
@@ -541,7 +541,7 @@ async def test_the_breaker_opens_after_failures_calls_nothing_while_open_and_clo
 
 
 async def test_a_half_open_breaker_lets_one_trial_through_and_defers_the_rest(rig: Rig) -> None:
-    settings = replace(SETTINGS, breaker_failures=1, breaker_open_seconds=0.5)
+    settings = SETTINGS.model_copy(update={"breaker_failures": 1, "breaker_open_seconds": 0.5})
     breakers = _breakers(settings)
     rig.server.put_json("slow", "rec/2", EVENTS)
     rig.server.behave("slow", status=503)
@@ -572,7 +572,7 @@ async def test_a_half_open_breaker_lets_one_trial_through_and_defers_the_rest(ri
 
 
 async def test_deferrals_are_jittered_and_stay_within_the_budget(rig: Rig) -> None:
-    settings = replace(SETTINGS, breaker_failures=1, breaker_open_seconds=4.0)
+    settings = SETTINGS.model_copy(update={"breaker_failures": 1, "breaker_open_seconds": 4.0})
     breakers = _breakers(settings)
     rig.server.behave("down", status=502)
     source = reference(rig.server, 0, "down", "rec/3")
@@ -735,8 +735,8 @@ async def test_calls_show_in_metrics_and_in_the_deliverys_fetch_timings(
 async def test_a_deferral_comes_back_with_room_for_a_call_and_a_redelivery_reason(
     rig: Rig,
 ) -> None:
-    settings = replace(
-        SETTINGS, breaker_failures=1, breaker_open_seconds=4.0, budget_reserve_seconds=5.0
+    settings = SETTINGS.model_copy(
+        update={"breaker_failures": 1, "breaker_open_seconds": 4.0, "budget_reserve_seconds": 5.0}
     )
     breakers = _breakers(settings)
     rig.server.put_json("late", "rec/9", EVENTS)

@@ -29,6 +29,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 from prometheus_client.parser import text_string_to_metric_families
 
+from quire.admission.settings import AdmissionSettings
 from quire.admission.uploads.limits import UploadLedger
 from quire.admission.uploads.pace import ANSWER_GRACE_SECONDS, PacedRequests, UploadPace, hear_out
 from quire.admission.uploads.typesniff import looks_like
@@ -37,7 +38,6 @@ from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.errors import InvalidInput, Overloaded
 from quire.grpcstatus import reason_of
 from quire.runtime import connect_nats
-from quire.settings import AdmissionSettings
 from quire.stack.supervisor import Stack, StackInfo
 from quire.testing.consumers import resume_promptly
 from quire.testing.pdfs import write_text_pdf

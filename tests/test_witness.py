@@ -55,7 +55,8 @@ def witness(tmp_path: Path) -> Witness:
     database = Database(f"sqlite:///{tmp_path / 'signer.db'}", tables.metadata)
     database.create_schema()
     return Witness(
-        database, WitnessSettings("witness.example", tmp_path / "witness.key", generate=True)
+        database,
+        WitnessSettings(name="witness.example", key_file=tmp_path / "witness.key", generate=True),
     )
 
 

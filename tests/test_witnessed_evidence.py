@@ -73,7 +73,8 @@ async def scene(tmp_path: Path) -> AsyncIterator[Scene]:
     witness_db = Database(f"sqlite:///{tmp_path / 'signer.db'}", signer_tables.metadata)
     witness_db.create_schema()
     witness = Witness(
-        witness_db, WitnessSettings("quire-witness", tmp_path / "witness.key", generate=True)
+        witness_db,
+        WitnessSettings(name="quire-witness", key_file=tmp_path / "witness.key", generate=True),
     )
     server = grpc.aio.server()
     pb_grpc.add_WitnessServiceServicer_to_server(WitnessServicer(witness), server)

@@ -1,7 +1,7 @@
 """The documentation's reference pages, generated from the code that defines
 what they describe: every reason code and damage code from their
 declarations, every metric from the catalogue, every CLI command from its
-parser, the HTTP API from the gateway's OpenAPI document and the gRPC API
+parser, every setting from the settings models, the HTTP API from the gateway's OpenAPI document and the gRPC API
 from the protos' comments.
 
     python tools/docgen.py           writes docs/reference/*.md
@@ -279,6 +279,45 @@ there). Every service also serves gRPC health and server reflection.
     )
 
 
+def settings() -> str:
+    from quire.environment import NOT_SETTINGS, Described, declared, describe
+
+    sections: dict[str, dict[str, tuple[Described, list[str]]]] = {}
+    for process, reads in declared():
+        lane = "".join(f" ({value.lower()})" for value in reads.names.values())
+        for row in describe(reads.model, reads.names, reads.given):
+            section = sections.setdefault(row.model.__name__ + lane, {})
+            section.setdefault(row.variable, (row, []))[1].append(process)
+    body: list[str] = []
+    for name, rows in sorted(sections.items()):
+        model = next(iter(rows.values()))[0].model
+        intro = (model.__doc__ or "").split("\n\n")[0]
+        body += ["", f"## {name}", "", _cell(intro), ""]
+        body += ["| variable | type | default | read by | meaning |", "|---|---|---|---|---|"]
+        for variable, (row, readers) in rows.items():
+            shown = row.default.replace(f"{ROOT}/", "")
+            default = f"`{shown}`" if shown else " "
+            body.append(
+                f"| `{variable}` | {row.kind} | {default} | "
+                f"{', '.join(dict.fromkeys(readers))} | {_cell(row.about) or ' '} |"
+            )
+    body += ["", "## Not settings", "", "| variable | meaning |", "|---|---|"]
+    body += [f"| `{variable}` | {_cell(about)} |" for variable, about in NOT_SETTINGS.items()]
+    return _page(
+        "Settings",
+        """
+Every `QUIRE_*` variable a Quire process reads, from the settings models
+each service reads in its `main` (a field is a variable: its name, type,
+default and docstring). `<SERVICE>` is the reading service's name in
+capitals (`QUIRE_VALIDATOR_CONCURRENCY`); `<STATE>` a job state a job waits
+or works in. An unset or empty variable keeps the default; a default left
+blank is worked out as the meaning says. Variables in the last table are
+read by the CLI, the embedded stack or the tests, not by a service.
+""",
+        body,
+    )
+
+
 PAGES: dict[str, Callable[[], str]] = {
     "reason-codes.md": reason_codes,
     "damage-codes.md": damage_codes,
@@ -286,6 +325,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "cli.md": cli,
     "http.md": http_api,
     "grpc.md": grpc_api,
+    "settings.md": settings,
 }
 
 

@@ -23,14 +23,14 @@ import asyncio
 import ipaddress
 import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 import httpcore
 import httpx
+from pydantic import BeforeValidator
 
-from quire.errors import InvalidSetting
+from quire.environment import Expect, Settings, Variable
 
 __all__ = [
     "EgressPolicy",
@@ -43,7 +43,6 @@ __all__ = [
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-ALLOW_VARIABLE = "QUIRE_EGRESS_ALLOW"
 REGISTRATION_LOOKUP_SECONDS = 2.0
 """How long a registration waits for its host's name to resolve."""
 
@@ -59,24 +58,30 @@ def _judged(address: IPAddress) -> IPAddress:
     return address
 
 
-@dataclass(frozen=True)
-class EgressPolicy:
+def _networks(value: object) -> object:
+    """Comma-separated networks (``10.2.0.0/16,::1/128``) as a tuple."""
+    if not isinstance(value, str):
+        return value
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    return tuple(ipaddress.ip_network(item, strict=False) for item in items)
+
+
+class EgressPolicy(Settings):
     """Global addresses, and the operator's ``allowed`` networks."""
 
-    allowed: tuple[IPNetwork, ...] = ()
+    allowed: Annotated[
+        tuple[IPNetwork, ...],
+        BeforeValidator(_networks),
+        Variable("QUIRE_EGRESS_ALLOW"),
+        Expect("comma-separated CIDR networks"),
+    ] = ()
+    """Networks that callbacks (admission) and source systems (the validator)
+    may be called at besides global addresses, comma-separated CIDRs; ``quire
+    up`` allows loopback."""
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> EgressPolicy:
-        """``QUIRE_EGRESS_ALLOW``: comma-separated networks (``10.2.0.0/16,::1/128``)."""
-        networks = []
-        for item in env.get(ALLOW_VARIABLE, "").split(","):
-            if not item.strip():
-                continue
-            try:
-                networks.append(ipaddress.ip_network(item.strip(), strict=False))
-            except ValueError:
-                raise InvalidSetting(ALLOW_VARIABLE, "comma-separated CIDR networks") from None
-        return cls(tuple(networks))
+    def from_env(cls, env: Mapping[str, str] | None = None) -> EgressPolicy:
+        return cls.read(env)
 
     def permits(self, address: IPAddress) -> bool:
         address = _judged(address)

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -25,6 +25,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
 )
+from pydantic import Field
+
+from quire.environment import Given, Settings, Variable
 
 __all__ = [
     "IdentitySettings",
@@ -39,29 +42,31 @@ PUBLIC_SUFFIX = ".pub"
 PRIVATE_SUFFIX = ".key"
 
 
-@dataclass(frozen=True)
-class IdentitySettings:
+class IdentitySettings(Settings):
     """Where a process finds its own private key and the keys it trusts."""
 
-    service: str
+    service: Annotated[str, Given()]
     """The identity this process acts as (``admission``, ``validator``, ...)."""
-    key_file: Path
-    """PEM (PKCS#8) Ed25519 private key of ``service``; read at start, never logged."""
-    trust_dir: Path
-    """Directory of ``<service>.pub`` PEM public keys this process trusts."""
+    directory: Annotated[Path, Variable("QUIRE_IDENTITY_DIR")] = Path("identity")
+    """The identity directory: ``<data dir>/identity`` unless set."""
+    key_file: Annotated[Path, Variable("QUIRE_{SERVICE}_IDENTITY_KEY_FILE")] = Field(
+        default_factory=lambda data: data["directory"] / f"{data['service']}{PRIVATE_SUFFIX}"
+    )
+    """PEM (PKCS#8) Ed25519 private key of the service, read at start and never
+    logged: ``<service>.key`` in the identity directory unless set."""
+    trust_dir: Annotated[Path, Variable("QUIRE_IDENTITY_TRUST_DIR")] = Field(
+        default_factory=lambda data: data["directory"]
+    )
+    """Directory of ``<service>.pub`` PEM public keys this process trusts: the
+    identity directory unless set."""
 
     @classmethod
     def from_env(
         cls, service: str, data_dir: Path, env: Mapping[str, str] | None = None
     ) -> IdentitySettings:
-        env = os.environ if env is None else env
-        directory = Path(env.get("QUIRE_IDENTITY_DIR", "") or data_dir / "identity")
-        key = env.get(f"QUIRE_{service.upper()}_IDENTITY_KEY_FILE", "")
-        return cls(
-            service=service,
-            key_file=Path(key) if key else directory / f"{service}{PRIVATE_SUFFIX}",
-            trust_dir=Path(env.get("QUIRE_IDENTITY_TRUST_DIR", "") or directory),
-        )
+        """``service``'s identity as ``env`` sets it, under ``data_dir`` by default."""
+        names = {"SERVICE": service.upper()}
+        return cls.read(env, names, service=service, directory=data_dir / "identity")
 
 
 class ServiceIdentity:

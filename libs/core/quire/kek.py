@@ -27,14 +27,16 @@ import base64
 import binascii
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from pydantic import BeforeValidator
+from pydantic_settings import SettingsConfigDict
 
+from quire.environment import Settings, Variable
 from quire.errors import TransientError
 from quire.privatefiles import write_private
 from quire.reasons import ReasonCode
@@ -154,30 +156,36 @@ class KekRing:
         return list(self._by_id)
 
 
-@dataclass(frozen=True)
-class KekSettings:
-    ring_file: Path | None = None
+def _listed(value: object) -> object:
+    """A comma-separated variable as a tuple."""
+    if isinstance(value, str):
+        return tuple(item.strip() for item in value.split(",") if item.strip())
+    return value
+
+
+class KekSettings(Settings):
+    """Where the key-encryption keys that wrap tenants' data keys come from."""
+
+    model_config = SettingsConfigDict(env_prefix="QUIRE_KEK_")
+
+    ring_file: Annotated[Path | None, Variable("QUIRE_KEK_FILE")] = None
+    """The KEK ring: ``<id> <base64 key>`` a line, the first wraps; outside the
+    data directory except in the embedded stack (``quire up`` makes
+    ``<data dir>/keys/kek-ring``)."""
     pkcs11_module: str = ""
+    """KEKs inside a PKCS#11 token instead: the module's path."""
     pkcs11_token: str = ""
-    pkcs11_labels: tuple[str, ...] = ()
+    """The token's label."""
+    pkcs11_labels: Annotated[tuple[str, ...], BeforeValidator(_listed)] = ()
+    """The KEKs' labels in the token, comma-separated; the first wraps."""
     pkcs11_pin_file: Path | None = None
+    """A file (a mounted Secret) holding the token's PIN."""
     development: bool = False
     """Set only by the embedded stack: its ring may live in the data directory."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> KekSettings:
-        env = os.environ if env is None else env
-        ring = env.get("QUIRE_KEK_FILE", "")
-        pin = env.get("QUIRE_KEK_PKCS11_PIN_FILE", "")
-        labels = env.get("QUIRE_KEK_PKCS11_LABELS", "")
-        return cls(
-            ring_file=Path(ring) if ring else None,
-            pkcs11_module=env.get("QUIRE_KEK_PKCS11_MODULE", ""),
-            pkcs11_token=env.get("QUIRE_KEK_PKCS11_TOKEN", ""),
-            pkcs11_labels=tuple(x.strip() for x in labels.split(",") if x.strip()),
-            pkcs11_pin_file=Path(pin) if pin else None,
-            development=env.get("QUIRE_KEK_DEVELOPMENT", "") == "1",
-        )
+        return cls.read(env)
 
 
 def _read_ring(path: Path) -> list[SoftwareKek]:

@@ -20,23 +20,20 @@ record for people reading a terminal, with the same fields.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import IO, Annotated, Any, Literal
 
 from opentelemetry import trace
+from pydantic import BeforeValidator
 from pythonjsonlogger.core import RESERVED_ATTRS, merge_record_extra
 from pythonjsonlogger.json import JsonFormatter
-
-from quire.environment import setting_text
-from quire.errors import InvalidSetting
 
 __all__ = [
     "FORMATS",
     "JobContext",
     "JsonLines",
     "TextLines",
-    "log_format",
+    "LogFormat",
     "log_handler",
 ]
 
@@ -51,12 +48,13 @@ _SPAN_ATTRIBUTES = {"job": "quire.job", "tenant": "quire.tenant"}
 _OWN = {"service", "error", *CONTEXT_FIELDS}
 
 
-def log_format(env: Mapping[str, str]) -> str:
-    """``QUIRE_LOG_FORMAT``: ``json`` (default) or ``text``."""
-    chosen = setting_text(env, "QUIRE_LOG_FORMAT", "json").strip().lower()
-    if chosen not in FORMATS:
-        raise InvalidSetting("QUIRE_LOG_FORMAT", " or ".join(FORMATS))
-    return chosen
+def _lower(value: object) -> object:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+LogFormat = Annotated[Literal["json", "text"], BeforeValidator(_lower)]
+"""A process's ``log_format`` setting: ``json`` (one object per line) or
+``text`` (for people), in any case."""
 
 
 def log_handler(service: str, chosen: str, stream: IO[str]) -> logging.Handler:

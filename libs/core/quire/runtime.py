@@ -17,12 +17,12 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
 from quire import faults
-from quire.environment import setting_text, unknown_settings
+from quire.environment import unknown_settings
 from quire.errors import InvalidSetting
 from quire.identity import ServiceIdentity, TrustStore
 from quire.logs import QUIET_LOGGERS, log_handler
 from quire.natsauth import inbox_prefix
-from quire.settings import ServiceSettings
+from quire.settings import EventLoopSettings, ServiceSettings
 from quire.telemetry import configure_tracing
 from quire.threadnames import named_pool
 from quire.wire import WireSigner, WireVerifier
@@ -66,17 +66,12 @@ async def _with_named_io_threads(main: Coroutine[Any, Any, None]) -> None:
 
 
 def event_loop(env: Mapping[str, str]) -> Callable[[Coroutine[Any, Any, None]], None]:
-    """How a service runs its ``main``: on uvloop (libuv's loop: the same
-    asyncio API, a fifth or so less CPU per job on the pipeline bench), or
-    on the standard library's loop with ``QUIRE_EVENT_LOOP=asyncio``."""
-    chosen = setting_text(env, "QUIRE_EVENT_LOOP", "uvloop")
-    if chosen == "uvloop":
+    """How a service runs its ``main`` (``EventLoopSettings``)."""
+    if EventLoopSettings.read(env).event_loop == "uvloop":
         import uvloop
 
         return uvloop.run
-    if chosen == "asyncio":
-        return asyncio.run
-    raise InvalidSetting("QUIRE_EVENT_LOOP", "uvloop or asyncio")
+    return asyncio.run
 
 
 def configure_logging(service: str, chosen: str = "json") -> None:

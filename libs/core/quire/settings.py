@@ -1,5 +1,8 @@
-"""Settings: read from the environment once, in each process's ``main``, into
-frozen dataclasses that are passed to whatever needs them.
+"""The settings several services share, read from the environment once, in
+each process's ``main``, into frozen models that are passed to whatever
+needs them (``quire.environment`` says how a model names its variables).
+A setting only one service reads lives in that service (``settings.py`` or
+``config.py`` beside its ``main``).
 
 Every variable is ``QUIRE_*``; per-service ones are ``QUIRE_<SERVICE>_*``
 (for example ``QUIRE_VALIDATOR_CONCURRENCY``, ``QUIRE_AUDIT_DATABASE_URL``).
@@ -8,19 +11,19 @@ Every variable is ``QUIRE_*``; per-service ones are ``QUIRE_<SERVICE>_*``
 from __future__ import annotations
 
 import os
-import re
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import AfterValidator, Field, model_validator
+from pydantic_settings import SettingsConfigDict
 
 from quire.backoff import Backoff, Jitter
-from quire.blobbackend import blob_backend
-from quire.environment import setting_float, setting_int, setting_text
-from quire.errors import InvalidSetting
+from quire.environment import Expect, Given, Keyed, Reads, Settings, Variable
 from quire.identity import IdentitySettings
 from quire.kek import KekSettings
-from quire.logs import log_format
+from quire.logs import LogFormat
 from quire.pipeline import HISTORY_BEFORE_COMPLETION, SERVICES, STAGES
 from quire.tls import TlsSettings
 
@@ -30,23 +33,20 @@ __all__ = [
     "ServiceSettings",
     "QueueSettings",
     "SandboxSettings",
-    "AdmissionSettings",
     "TempSpaceSettings",
     "RetentionSettings",
-    "ValidationLimits",
+    "ReconcileSettings",
     "WatchSettings",
-    "NotificationSettings",
-    "BatchSettings",
     "DiagnosticsSettings",
+    "EventLoopSettings",
+    "EVERY_SERVICE_READS",
     "service_address_var",
     "service_health_var",
     "HEALTH_PORT_OFFSET",
     "METRICS_PORT_OFFSET",
     "service_metrics_var",
     "DEFAULT_STAGE_LIMIT",
-    "read_secret_file",
     "BUILD_VERSION",
-    "build_version",
 ]
 
 DEFAULT_PORTS = {
@@ -62,12 +62,24 @@ METRICS_PORT_OFFSET = 200
 """A service's ``/metrics`` port is its gRPC port plus this, unless set."""
 BUILD_VERSION = "0.1.0"
 """The deployable version when ``QUIRE_BUILD_VERSION`` is unset: the distribution's."""
-_BUILD_VERSION = re.compile(r"[A-Za-z0-9._+-]{1,64}")
 GIB = 1024 * 1024 * 1024
 DEFAULT_STAGE_LIMIT = 64
+"""Jobs one stage works on at once across its replicas, unless configured."""
 WORKER_TTL_HEARTBEATS = 3
 """Heartbeats an announcement outlives: one or two may be late without the entry vanishing."""
-"""Jobs one stage works on at once across its replicas, unless configured."""
+DAY = 86400.0
+
+
+def _loopback(service: str, offset: int = 0) -> str:
+    return f"127.0.0.1:{DEFAULT_PORTS.get(service, 0) + offset}"
+
+
+def _peers() -> dict[str, str]:
+    return {name: _loopback(name) for name in DEFAULT_PORTS}
+
+
+def _password(directory: Path | None, user: str) -> Path | None:
+    return directory / f"{user}.password" if directory and user else None
 
 
 def service_address_var(service: str) -> str:
@@ -86,39 +98,7 @@ def service_metrics_var(service: str) -> str:
     return f"QUIRE_{service.upper()}_METRICS_ADDR"
 
 
-_get = setting_text
-
-
-def _optional_path(env: Mapping[str, str], name: str) -> Path | None:
-    value = env.get(name, "")
-    return Path(value) if value else None
-
-
-def build_version(env: Mapping[str, str]) -> str:
-    """``QUIRE_BUILD_VERSION``: the deployable version this process runs (an
-    image tag, say ``2026.12.1-3``), 1 to 64 of ``A-Z a-z 0-9 . _ + -``; unset,
-    :data:`BUILD_VERSION`. It is the ``build_version`` of the actor on every
-    ledger entry the process writes, and what it announces (``quire.announcements``)."""
-    value = setting_text(env, "QUIRE_BUILD_VERSION", BUILD_VERSION)
-    if not _BUILD_VERSION.fullmatch(value):
-        raise InvalidSetting("QUIRE_BUILD_VERSION", "1 to 64 of A-Z a-z 0-9 . _ + -")
-    return value
-
-
-def read_secret_file(path: Path, variable: str) -> str:
-    """The one line a mounted Secret holds; ``InvalidSetting`` naming the
-    variable when it cannot be read or is empty."""
-    try:
-        value = path.read_text().strip()
-    except OSError:
-        raise InvalidSetting(variable, "a readable file") from None
-    if not value:
-        raise InvalidSetting(variable, "a file that is not empty")
-    return value
-
-
-@dataclass(frozen=True)
-class QueueSettings:
+class QueueSettings(Settings):
     """How JetStream leases and retries work items."""
 
     ack_wait_seconds: float = 30.0
@@ -126,31 +106,37 @@ class QueueSettings:
     max_deliver: int = 5
     """Deliveries before the job ends FAILED (RETRY_LIMIT_REACHED)."""
     backoff_base_seconds: float = 0.5
+    """The first redelivery's wait (``quire.backoff.Backoff``, equal jitter)."""
     backoff_cap_seconds: float = 30.0
-    """Redeliveries wait ``quire.backoff.Backoff`` from these (equal jitter)."""
-    fetch_timeout_seconds: float = 5.0
+    """The longest wait between two deliveries."""
+    fetch_timeout_seconds: Annotated[float, Given()] = 5.0
     """Long-poll length of one pull request; not a sleep."""
-    duplicate_window_seconds: float = 600.0
+    duplicate_window_seconds: Annotated[float, Given()] = 600.0
     """Window in which a republish with the same Nats-Msg-Id is dropped."""
-    replicas: int = 1
+    replicas: Annotated[int, Variable("QUIRE_NATS_REPLICAS")] = 1
     """Copies JetStream keeps of every stream, consumer and bucket: 1 on the
     embedded stack, 3 in a cluster (so losing one NATS node stalls nothing)."""
-    age_budget_seconds: float = 60.0
+    age_budget_seconds: Annotated[float, Variable("QUIRE_QUEUE_AGE_BUDGET_SECONDS")] = 60.0
     """How long a ready message may wait before admission sheds new work and
-    the queue-age alert fires (``QUIRE_QUEUE_AGE_BUDGET_SECONDS``)."""
-    worker_heartbeat_seconds: float = 10.0
+    the queue-age alert fires."""
+    worker_heartbeat_seconds: float = Field(default=10.0, ge=0.5)
     """How often each process refreshes its announcement in the workers bucket
-    (``QUIRE_WORKER_HEARTBEAT_SECONDS``); the bucket keeps an entry for
-    ``WORKER_TTL_HEARTBEATS`` of them, so a dead process's entry expires."""
+    (``quire workers``); the bucket keeps an entry for three of them, so a
+    dead process's entry expires."""
     announce_after_seconds: float = 1.0
     """How long a stage works on a job before it announces the working state
     (``VALIDATING``, say) on its own; work that ends sooner sends the entry
-    event with its outcome, in one message (``QUIRE_ANNOUNCE_AFTER_SECONDS``;
-    0 announces at once)."""
-    stage_limits: Mapping[str, int] = field(default_factory=dict)
-    """Jobs a stage works on at once, across all its replicas, by stage name;
-    a stage missing here gets ``DEFAULT_STAGE_LIMIT``. Enforced by JetStream
-    (``max_ack_pending`` of the stage's consumers), not by each pod."""
+    event with its outcome, in one message (0 announces at once)."""
+    stage_limits: Annotated[
+        Mapping[str, Annotated[int, Field(ge=2)]],
+        Keyed(
+            "QUIRE_{SERVICE}_STAGE_LIMIT", {s.name: s.service.upper() for s in STAGES}, "SERVICE"
+        ),
+        Expect("at least 2 (interactive and batch work), a whole number"),
+    ] = Field(default_factory=dict)
+    """Jobs a stage works on at once, across all its replicas (64 unless set):
+    enforced by JetStream (``max_ack_pending`` of the stage's consumers, two
+    thirds interactive, a third batch), not by each pod."""
 
     def stage_limit(self, stage: str) -> int:
         return self.stage_limits.get(stage, DEFAULT_STAGE_LIMIT)
@@ -166,36 +152,19 @@ class QueueSettings:
         return self.worker_heartbeat_seconds * WORKER_TTL_HEARTBEATS
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> QueueSettings:
-        """``QUIRE_NATS_REPLICAS``; ``QUIRE_<SERVICE>_STAGE_LIMIT`` for the stage
-        that service works (``QUIRE_VALIDATOR_STAGE_LIMIT``, say)."""
-        limits = {}
-        for stage in STAGES:
-            name = f"QUIRE_{stage.service.upper()}_STAGE_LIMIT"
-            limit = setting_int(env, name, DEFAULT_STAGE_LIMIT)
-            if limit < 2:
-                raise InvalidSetting(name, "at least 2 (interactive and batch work)")
-            limits[stage.name] = limit
-        return cls(
-            ack_wait_seconds=setting_float(env, "QUIRE_ACK_WAIT_SECONDS", 30),
-            max_deliver=setting_int(env, "QUIRE_MAX_DELIVER", 5),
-            backoff_base_seconds=setting_float(env, "QUIRE_BACKOFF_BASE_SECONDS", 0.5),
-            backoff_cap_seconds=setting_float(env, "QUIRE_BACKOFF_CAP_SECONDS", 30),
-            replicas=setting_int(env, "QUIRE_NATS_REPLICAS", 1),
-            age_budget_seconds=setting_float(env, "QUIRE_QUEUE_AGE_BUDGET_SECONDS", 60),
-            worker_heartbeat_seconds=setting_float(
-                env, "QUIRE_WORKER_HEARTBEAT_SECONDS", 10, minimum=0.5
-            ),
-            announce_after_seconds=setting_float(env, "QUIRE_ANNOUNCE_AFTER_SECONDS", 1.0),
-            stage_limits=limits,
-        )
+    def from_env(cls, env: Mapping[str, str] | None = None) -> QueueSettings:
+        return cls.read(env)
 
 
-@dataclass(frozen=True)
-class SandboxSettings:
-    """Limits for the worker processes that open untrusted PDFs."""
+class SandboxSettings(Settings):
+    """Limits for the worker processes that open untrusted PDFs: the shared
+    pool (``QUIRE_<SERVICE>_SANDBOX_*``) and the validator's quarantine lane
+    (``QUIRE_VALIDATOR_QUARANTINE_*``: one worker at nice 19 unless set)."""
 
-    workers: int = 2
+    model_config = SettingsConfigDict(env_prefix="QUIRE_{SERVICE}_{LANE}_")
+
+    workers: int = Field(default=2, ge=1)
+    """Worker processes."""
     memory_bytes: int = 1536 * 1024 * 1024
     """RLIMIT_AS of each worker process."""
     cpu_seconds: int = 20
@@ -204,16 +173,19 @@ class SandboxSettings:
     """Wall-clock timeout of one task; the worker is killed when it passes."""
     nice: int = 0
     """Added to the workers' scheduling niceness (a quarantine lane yields the CPU)."""
-    reserved_workers: int = 1
+    reserved_workers: int = Field(default=1, ge=0)
     """Workers only interactive work may take: batch work holds at most
     ``workers - reserved_workers`` at once, and always at least one."""
-    batch_nice: int = 10
+    batch_nice: int = Field(default=10, ge=0)
     """Added to ``nice`` for the processes that run batch work, so on a busy
     machine the kernel gives interactive PDF work the CPU first."""
-    in_memory_bytes: int = 4 * 1024 * 1024
+    in_memory_bytes: int = Field(default=4 * 1024 * 1024, ge=0)
     """Documents up to this size go to a worker as bytes over its pipe and
     stay in memory (``quire.attemptfiles``); larger ones are files in the
     attempt's private directory. 0: always files."""
+
+    QUARANTINE: ClassVar[Mapping[str, int]] = {"workers": 1, "nice": 19}
+    """The quarantine lane's own defaults: one worker, at the lowest CPU priority."""
 
     def batch_workers(self) -> int:
         """How many tasks batch work may run at once (``quire.sandboxlanes``)."""
@@ -224,141 +196,108 @@ class SandboxSettings:
         cls, env: Mapping[str, str], service: str, lane: str = "sandbox"
     ) -> SandboxSettings:
         """``QUIRE_<SERVICE>_SANDBOX_*``, or ``QUIRE_<SERVICE>_QUARANTINE_*`` for the
-        quarantine lane (one worker at lower CPU priority by default)."""
-        prefix = f"QUIRE_{service.upper()}_{lane.upper()}_"
-        base = cls(workers=1, nice=19) if lane == "quarantine" else cls()
-        return cls(
-            workers=setting_int(env, prefix + "WORKERS", base.workers, minimum=1),
-            memory_bytes=setting_int(env, prefix + "MEMORY_BYTES", base.memory_bytes),
-            cpu_seconds=setting_int(env, prefix + "CPU_SECONDS", base.cpu_seconds),
-            wall_seconds=setting_float(env, prefix + "WALL_SECONDS", base.wall_seconds),
-            nice=setting_int(env, prefix + "NICE", base.nice),
-            reserved_workers=setting_int(
-                env, prefix + "RESERVED_WORKERS", base.reserved_workers, minimum=0
-            ),
-            batch_nice=setting_int(env, prefix + "BATCH_NICE", base.batch_nice, minimum=0),
-            in_memory_bytes=setting_int(
-                env, prefix + "IN_MEMORY_BYTES", base.in_memory_bytes, minimum=0
-            ),
-        )
+        quarantine lane."""
+        given = cls.QUARANTINE if lane == "quarantine" else {}
+        return cls.read(env, {"SERVICE": service.upper(), "LANE": lane.upper()}, **given)
 
 
-@dataclass(frozen=True)
-class ValidationLimits:
-    """What the validator refuses regardless of ruleset."""
-
-    max_pages: int = 2000
-    max_decompressed_bytes: int = 256 * 1024 * 1024
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> ValidationLimits:
-        env = os.environ if env is None else env
-        return cls(
-            max_pages=setting_int(env, "QUIRE_MAX_PAGES", 2000),
-            max_decompressed_bytes=setting_int(
-                env, "QUIRE_MAX_DECOMPRESSED_BYTES", 256 * 1024 * 1024
-            ),
-        )
-
-
-def _nats_login(env: Mapping[str, str], service: str) -> tuple[str, Path | None]:
-    """``QUIRE_NATS_USER`` + ``QUIRE_NATS_PASSWORD_FILE`` (a mounted Secret), or the
-    service's own user in ``QUIRE_NATS_CREDENTIALS_DIR`` (the embedded stack)."""
-    user = env.get("QUIRE_NATS_USER", "")
-    password = env.get("QUIRE_NATS_PASSWORD_FILE", "")
-    directory = env.get("QUIRE_NATS_CREDENTIALS_DIR", "")
-    if not user and directory:
-        user, password = service, str(Path(directory) / f"{service}.password")
-    return user, Path(password) if password else None
-
-
-@dataclass(frozen=True)
-class ServiceSettings:
+class ServiceSettings(Settings):
     """What every Quire service process needs to start."""
 
-    service: str
-    data_dir: Path
-    nats_url: str
-    grpc_address: str
-    """``host:port`` this service binds; loopback by default."""
-    health_address: str
-    """``host:port`` where ``grpc.health.v1`` alone is served in plaintext (probes)."""
-    metrics_address: str
-    """``host:port`` where Prometheus scrapes ``/metrics``; empty: not served."""
-    database_url: str
-    blob_root: Path
-    instance: str
-    build_version: str
-    concurrency: int
-    """Jobs this process works on at once."""
-    queue: QueueSettings
-    peers: Mapping[str, str]
+    service: Annotated[str, Given()]
+    """The service this process runs."""
+    data_dir: Annotated[Path, AfterValidator(Path.resolve)] = Path(".quire")
+    """Databases, blobs, keys and logs (made absolute)."""
+    nats_url: str = "nats://127.0.0.1:4222"
+    """The NATS server (``quire up`` starts one, unless this is set); several
+    servers of a cluster comma-separated."""
+    grpc_address: Annotated[str, Variable("QUIRE_{SERVICE}_ADDR")] = Field(
+        default_factory=lambda data: _loopback(data["service"])
+    )
+    """``host:port`` this service binds: loopback and the service's own port
+    (admission 7700 to audit 7704) unless set."""
+    health_address: Annotated[str, Variable("QUIRE_{SERVICE}_HEALTH_ADDR")] = Field(
+        default_factory=lambda data: _loopback(data["service"], HEALTH_PORT_OFFSET)
+    )
+    """``host:port`` where ``grpc.health.v1`` alone is served in plaintext
+    (probes): the gRPC port + 100 unless set."""
+    metrics_address: Annotated[
+        str, Variable("QUIRE_{SERVICE}_METRICS_ADDR", empty_is_a_value=True)
+    ] = Field(default_factory=lambda data: _loopback(data["service"], METRICS_PORT_OFFSET))
+    """``host:port`` where Prometheus scrapes ``/metrics``: the gRPC port + 200
+    unless set; set empty, not served."""
+    database_url: Annotated[str, Variable("QUIRE_{SERVICE}_DATABASE_URL")] = Field(
+        default_factory=lambda data: (
+            f"sqlite:///{data['data_dir'] / data['service']}/{data['service']}.db"
+        )
+    )
+    """SQLAlchemy URL of the service's database: SQLite (WAL) under the data
+    directory unless set (``postgresql://...``)."""
+    blob_root: Path = Field(default_factory=lambda data: data["data_dir"] / "blobs")
+    """Where local blobs live: ``<data dir>/blobs`` unless set."""
+    instance: str = Field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    """This process's name in announcements and leases: host and pid unless set."""
+    build_version: Annotated[
+        str,
+        Field(pattern=r"^[A-Za-z0-9._+-]{1,64}$"),
+        Expect("1 to 64 of A-Z a-z 0-9 . _ + -"),
+    ] = BUILD_VERSION
+    """The deployable version this process runs (an image tag, say
+    ``2026.12.1-3``): the ``build_version`` of the actor on every ledger
+    entry the process writes, and what it announces (``quire.announcements``)."""
+    concurrency: Annotated[int, Variable("QUIRE_{SERVICE}_CONCURRENCY")] = 4
+    """Interactive jobs this process works on at once (batch work gets half)."""
+    queue: QueueSettings = QueueSettings()
+    peers: Annotated[
+        Mapping[str, str],
+        Keyed("QUIRE_{SERVICE}_ADDR", {name: name.upper() for name in DEFAULT_PORTS}, "SERVICE"),
+        AfterValidator(lambda given: _peers() | given),
+    ] = Field(default_factory=lambda: _peers())
     """``host:port`` of the other services, by name."""
     trace_file: Path | None = None
-    """When set, finished spans are appended to this file as JSON lines."""
+    """When set, finished spans are appended to this file as JSON lines (a
+    test aid; OTLP is the way out)."""
     drain_seconds: float = 20.0
     """On SIGTERM: time allowed to finish in-flight work before stopping."""
     tls: TlsSettings | None = None
     """Mutual TLS for every gRPC server and client of this process, when set."""
     identity: IdentitySettings | None = None
     """This service's signing key and the public keys it trusts (see ``quire.identity``)."""
-    nats_user: str = ""
-    """NATS user this service connects as; empty connects without credentials."""
-    nats_password_file: Path | None = None
-    """File holding that user's password (a mounted Secret, or the stack's credentials)."""
-    kek: KekSettings = field(default_factory=KekSettings)
+    nats_credentials_dir: Path | None = None
+    """A directory of ``<user>.password`` files, one per NATS user (the
+    embedded stack's ``<data dir>/credentials/nats``)."""
+    nats_user: str = Field(
+        default_factory=lambda data: data["service"] if data["nats_credentials_dir"] else ""
+    )
+    """NATS user this service connects as: the service's own when
+    ``QUIRE_NATS_CREDENTIALS_DIR`` is set, else none (no credentials)."""
+    nats_password_file: Path | None = Field(
+        default_factory=lambda data: _password(data["nats_credentials_dir"], data["nats_user"])
+    )
+    """File holding that user's password (a mounted Secret): the user's in
+    ``QUIRE_NATS_CREDENTIALS_DIR`` unless set."""
+    kek: KekSettings = KekSettings()
     """Where the key-encryption keys that wrap tenants' data keys come from (``quire.kek``)."""
-    blob_backend: str = "local"
+    blob_backend: Literal["local", "nats"] = "local"
+    """Where blobs live: ``local`` (a directory) or ``nats`` (a replicated
+    JetStream object store, for clusters with no shared disk)."""
     faults_dir: Path | None = None
-    """Where the fault tests put their faults (``QUIRE_FAULTS_DIR``); never set in production."""
-    log_format: str = "json"
-    """``json`` (a JSON object per line) or ``text`` (``QUIRE_LOG_FORMAT``; ``quire.logs``)."""
-    """Where blobs live: ``local`` (a directory) or ``nats`` (``QUIRE_BLOB_BACKEND``)."""
+    """Where the fault tests put their faults; never set in production."""
+    log_format: LogFormat = "json"
+    """``json`` (a JSON object per line) or ``text`` (for people)."""
 
     @classmethod
     def from_env(cls, service: str, env: Mapping[str, str] | None = None) -> ServiceSettings:
-        env = os.environ if env is None else env
-        upper = service.upper()
-        data_dir = Path(_get(env, "QUIRE_DATA_DIR", ".quire")).resolve()
-        db_default = f"sqlite:///{data_dir / service / (service + '.db')}"
-        trace = env.get("QUIRE_TRACE_FILE", "")
-        return cls(
+        settings = cls.read(
+            env,
+            {"SERVICE": service.upper()},
             service=service,
-            data_dir=data_dir,
-            nats_url=_get(env, "QUIRE_NATS_URL", "nats://127.0.0.1:4222"),
-            grpc_address=_get(
-                env, service_address_var(service), f"127.0.0.1:{DEFAULT_PORTS[service]}"
-            ),
-            health_address=_get(
-                env,
-                service_health_var(service),
-                f"127.0.0.1:{DEFAULT_PORTS[service] + HEALTH_PORT_OFFSET}",
-            ),
-            metrics_address=env.get(
-                service_metrics_var(service),
-                f"127.0.0.1:{DEFAULT_PORTS[service] + METRICS_PORT_OFFSET}",
-            ),
-            database_url=_get(env, f"QUIRE_{upper}_DATABASE_URL", db_default),
-            blob_root=Path(_get(env, "QUIRE_BLOB_ROOT", str(data_dir / "blobs"))),
-            instance=_get(env, "QUIRE_INSTANCE", f"{socket.gethostname()}-{os.getpid()}"),
-            build_version=build_version(env),
-            concurrency=setting_int(env, f"QUIRE_{upper}_CONCURRENCY", 4),
             queue=QueueSettings.from_env(env),
-            peers={
-                name: _get(env, service_address_var(name), f"127.0.0.1:{port}")
-                for name, port in DEFAULT_PORTS.items()
-            },
-            trace_file=Path(trace) if trace else None,
-            drain_seconds=setting_float(env, "QUIRE_DRAIN_SECONDS", 20),
             tls=TlsSettings.from_env(env),
-            identity=IdentitySettings.from_env(service, data_dir, env),
-            nats_user=_nats_login(env, service)[0],
-            nats_password_file=_nats_login(env, service)[1],
             kek=KekSettings.from_env(env),
-            blob_backend=blob_backend(env),
-            faults_dir=_optional_path(env, "QUIRE_FAULTS_DIR"),
-            log_format=log_format(env),
         )
+        identity = IdentitySettings.from_env(service, settings.data_dir, env)
+        return settings.model_copy(update={"identity": identity})
 
     @property
     def service_dir(self) -> Path:
@@ -366,123 +305,60 @@ class ServiceSettings:
         return self.data_dir / self.service
 
 
-@dataclass(frozen=True)
-class AdmissionSettings:
-    """The front door's limits. Upload ceiling and outstanding quota are
-    defaults that a tenant's own limits override."""
+class EventLoopSettings(Settings):
+    """The asyncio loop a service's ``main`` runs on (``quire.runtime``)."""
 
-    max_upload_bytes: int = 25 * 1024 * 1024
-    allowed_content_types: frozenset[str] = frozenset({"application/pdf", "application/json"})
-    max_manifest_items: int = 200
-    chunk_bytes: int = 256 * 1024
-    """Size of each chunk of a download stream."""
-    max_outstanding_jobs: int = 100
-    """Non-terminal jobs a tenant may have before new ones are refused."""
-    queue_age_budget_seconds: float = 60.0
-    """Refuse new work when the oldest ready validate message is older than this."""
-    queue_age_cache_seconds: float = 1.0
-    """How long a reading of the queue's age is reused."""
-    idempotency_window_seconds: float = 24 * 3600.0
-    """How long a request_id keeps returning the job it made."""
-    retry_after_seconds: float = 5.0
-    """The retry hint given when refusing for load."""
-    max_tenant_uploads: int = 16
-    """Uploads one tenant may have open at once in this process."""
-    max_uploads_in_flight: int = 1024
-    """Uploads open at once in this process, all tenants together (each may hold a descriptor)."""
-    upload_bytes_in_flight: int = 512 * 1024 * 1024
-    """Declared bytes of the uploads open in this process, reserved when the header arrives."""
-    tenant_upload_share_bytes: int = 128 * 1024 * 1024
-    """Declared bytes one tenant's open uploads may reserve; a quarter of the above by default."""
-    upload_idle_seconds: float = 30.0
-    """An upload that moves fewer than ``upload_min_bytes_per_second`` for this long is closed."""
-    upload_min_bytes_per_second: int = 8 * 1024
-    """The slowest rate an upload may keep up, measured over windows of ``upload_idle_seconds``."""
-    upload_max_seconds: float = 900.0
-    """The longest an upload may take from its first message to its last."""
-    upload_linger_seconds: float = 5.0
-    """How long a refused upload is still read (and discarded) so the caller hears the reason."""
-    upload_linger_bytes: int = 64 * 1024 * 1024
-    """How many bytes of a refused upload are read and discarded at most."""
-    storage_quota_bytes: int = 10 * GIB
-    """Bytes of stored uploads one tenant may keep (its own quota overrides it)."""
-    inline_source_bytes: int = 4 * 1024 * 1024
-    """Bytes of sources a SubmitJob may carry inline, all together; admission
-    accepts request messages this much larger than gRPC's default."""
-    operator_token_file: Path | None = None
-    """A file (a mounted Secret) holding the first operator token, so every
-    replica and the operators agree on it. Unset, admission makes one on first
-    start and writes it, with a development tenant's, into its own directory."""
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> AdmissionSettings:
-        env = os.environ if env is None else env
-        in_flight = setting_int(env, "QUIRE_UPLOAD_BYTES_IN_FLIGHT", 512 * 1024 * 1024)
-        return cls(
-            max_upload_bytes=setting_int(env, "QUIRE_MAX_UPLOAD_BYTES", 25 * 1024 * 1024),
-            max_manifest_items=setting_int(env, "QUIRE_MAX_MANIFEST_ITEMS", 200),
-            max_outstanding_jobs=setting_int(env, "QUIRE_MAX_OUTSTANDING_JOBS", 100),
-            queue_age_budget_seconds=setting_float(env, "QUIRE_QUEUE_AGE_BUDGET_SECONDS", 60),
-            queue_age_cache_seconds=setting_float(env, "QUIRE_QUEUE_AGE_CACHE_SECONDS", 1),
-            idempotency_window_seconds=setting_float(
-                env, "QUIRE_IDEMPOTENCY_WINDOW_SECONDS", 24 * 3600
-            ),
-            retry_after_seconds=setting_float(env, "QUIRE_RETRY_AFTER_SECONDS", 5),
-            max_tenant_uploads=setting_int(env, "QUIRE_MAX_TENANT_UPLOADS", 16),
-            max_uploads_in_flight=setting_int(env, "QUIRE_MAX_UPLOADS_IN_FLIGHT", 1024),
-            upload_bytes_in_flight=in_flight,
-            tenant_upload_share_bytes=setting_int(
-                env, "QUIRE_TENANT_UPLOAD_SHARE_BYTES", in_flight // 4
-            ),
-            upload_idle_seconds=setting_float(env, "QUIRE_UPLOAD_IDLE_SECONDS", 30),
-            upload_min_bytes_per_second=setting_int(
-                env, "QUIRE_UPLOAD_MIN_BYTES_PER_SECOND", 8 * 1024
-            ),
-            upload_max_seconds=setting_float(env, "QUIRE_UPLOAD_MAX_SECONDS", 900),
-            upload_linger_seconds=setting_float(env, "QUIRE_UPLOAD_LINGER_SECONDS", 5),
-            upload_linger_bytes=setting_int(env, "QUIRE_UPLOAD_LINGER_BYTES", 64 * 1024 * 1024),
-            storage_quota_bytes=setting_int(env, "QUIRE_STORAGE_QUOTA_BYTES", 10 * GIB),
-            inline_source_bytes=setting_int(env, "QUIRE_INLINE_SOURCE_BYTES", 4 * 1024 * 1024),
-            operator_token_file=_optional_path(env, "QUIRE_OPERATOR_TOKEN_FILE"),
-        )
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
+    """``uvloop`` (libuv's loop: the same asyncio API, a fifth or so less CPU
+    per job on the pipeline bench), or ``asyncio``, the standard library's."""
 
 
-DAY = 86400.0
+EVERY_SERVICE_READS = (Reads(ServiceSettings), Reads(EventLoopSettings))
+"""What every service process reads; its ``quire.settings`` entry point adds its own."""
 
 
-@dataclass(frozen=True)
-class RetentionSettings:
+class RetentionSettings(Settings):
     """How long stored bytes are kept when a tenant sets no period of its own
     (``quire retention``). Ledger facts are kept whatever these say."""
 
-    sources_seconds: float = 30 * DAY
+    model_config = SettingsConfigDict(env_prefix="QUIRE_RETENTION_")
+
+    sources_days: float = 30
     """Uploaded sources, from the end of the last job that used them."""
-    packets_seconds: float = 7 * DAY
+    packets_days: float = 7
     """Assembled packets, from the end of their job (the signed artifact holds them)."""
-    artifacts_seconds: float = 365 * DAY
+    artifacts_days: float = 365
     """Signed artifacts, from the end of their job."""
-    unused_uploads_seconds: float = DAY
+    unused_upload_hours: float = 24
     """Uploads no job used, from the upload."""
+
+    @property
+    def sources_seconds(self) -> float:
+        return self.sources_days * DAY
+
+    @property
+    def packets_seconds(self) -> float:
+        return self.packets_days * DAY
+
+    @property
+    def artifacts_seconds(self) -> float:
+        return self.artifacts_days * DAY
+
+    @property
+    def unused_uploads_seconds(self) -> float:
+        return self.unused_upload_hours * 3600.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RetentionSettings:
-        """``QUIRE_RETENTION_{SOURCES,PACKETS,ARTIFACTS}_DAYS`` and
-        ``QUIRE_RETENTION_UNUSED_UPLOAD_HOURS`` (fractions allowed)."""
-        env = os.environ if env is None else env
-        return cls(
-            sources_seconds=setting_float(env, "QUIRE_RETENTION_SOURCES_DAYS", 30) * DAY,
-            packets_seconds=setting_float(env, "QUIRE_RETENTION_PACKETS_DAYS", 7) * DAY,
-            artifacts_seconds=setting_float(env, "QUIRE_RETENTION_ARTIFACTS_DAYS", 365) * DAY,
-            unused_uploads_seconds=setting_float(env, "QUIRE_RETENTION_UNUSED_UPLOAD_HOURS", 24)
-            * 3600.0,
-        )
+        return cls.read(env)
 
 
-@dataclass(frozen=True)
-class TempSpaceSettings:
+class TempSpaceSettings(Settings):
     """Limits and housekeeping of the blob store's temporary space (``.tmp``)."""
 
-    budget_bytes: int = 2 * GIB
+    model_config = SettingsConfigDict(env_prefix="QUIRE_TEMP_")
+
+    budget_bytes: Annotated[int, Variable("QUIRE_{SERVICE}_TEMP_BUDGET_BYTES")] = 2 * GIB
     """This service's own temporary bytes above which its queue worker stops pulling."""
     space_limit_bytes: int = 8 * GIB
     """The whole pipeline's temporary space; admission sheds new work near it."""
@@ -499,45 +375,31 @@ class TempSpaceSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], service: str) -> TempSpaceSettings:
-        return cls(
-            budget_bytes=setting_int(env, f"QUIRE_{service.upper()}_TEMP_BUDGET_BYTES", 2 * GIB),
-            space_limit_bytes=setting_int(env, "QUIRE_TEMP_SPACE_LIMIT_BYTES", 8 * GIB),
-            shed_fraction=setting_float(env, "QUIRE_TEMP_SHED_FRACTION", 0.9),
-            free_reserve_bytes=setting_int(env, "QUIRE_TEMP_FREE_RESERVE_BYTES", GIB),
-            measure_seconds=setting_float(env, "QUIRE_TEMP_MEASURE_SECONDS", 1),
-            sweep_seconds=setting_float(env, "QUIRE_TEMP_SWEEP_SECONDS", 60),
-            stale_seconds=setting_float(env, "QUIRE_TEMP_STALE_SECONDS", 3600),
-        )
+        return cls.read(env, {"SERVICE": service.upper()})
 
 
-@dataclass(frozen=True)
-class DiagnosticsSettings:
+class DiagnosticsSettings(Settings):
     """How long a stage keeps the original text of its errors for operators
     (``quire.diagnosticstore``), and how often it deletes what has expired."""
 
-    retention_days: int = 7
+    model_config = SettingsConfigDict(env_prefix="QUIRE_DIAGNOSTICS_")
+
+    retention_days: int = Field(default=7, ge=1, le=365)
     """Days a diagnostic is kept (and served) after it was recorded: 1 to 365."""
-    sweep_seconds: float = 3600.0
+    sweep_seconds: ClassVar[float] = 3600.0
     """How often each stage process deletes expired diagnostics (never more
     often than this; expired ones are never served meanwhile)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> DiagnosticsSettings:
-        """``QUIRE_DIAGNOSTICS_RETENTION_DAYS`` (a whole number from 1 to 365)."""
-        env = os.environ if env is None else env
-        name = "QUIRE_DIAGNOSTICS_RETENTION_DAYS"
-        days = setting_int(env, name, 7)
-        if not 1 <= days <= 365:
-            raise InvalidSetting(name, "a whole number from 1 to 365")
-        return cls(retention_days=days)
+        return cls.read(env)
 
 
 STALL_STATES = HISTORY_BEFORE_COMPLETION
 """The states a job waits or works in on its way to COMPLETED: each has a stall budget."""
 
 
-@dataclass(frozen=True)
-class ReconcileSettings:
+class ReconcileSettings(Settings):
     """When admission's reconciler re-drives a job that sits still.
 
     A job that stays in one non-terminal state (``NEEDS_REVIEW`` is parked,
@@ -545,153 +407,52 @@ class ReconcileSettings:
     stages' committed records: its messages were lost or purged.
     """
 
-    interval_seconds: float = 30.0
+    interval_seconds: Annotated[float, Variable("QUIRE_RECONCILE_SECONDS")] = 30.0
     """How often accepted, unfinished jobs are compared with audit's view."""
-    stall_seconds: Mapping[str, float] = field(default_factory=dict)
-    """Budget per state; a state missing here uses ``default_stall_seconds``."""
-    default_stall_seconds: float = 600.0
-    """Longer than a stage's ack wait times its deliveries, so a slow worker is not raced."""
+    stall_seconds: Annotated[
+        Mapping[str, float],
+        Keyed(
+            "QUIRE_STALL_{STATE}_SECONDS",
+            {str(state): str(state) for state in STALL_STATES},
+            "STATE",
+        ),
+    ] = Field(default_factory=dict)
+    """One state's stall budget; a state not set uses ``QUIRE_STALL_SECONDS``."""
+    default_stall_seconds: Annotated[float, Variable("QUIRE_STALL_SECONDS")] = 600.0
+    """How long a job may sit in one state: longer than a stage's ack wait
+    times its deliveries, so a slow worker is not raced."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _every_state(cls, values: dict[str, Any]) -> dict[str, Any]:
+        """Every stall state's budget, the default where none is set."""
+        default = values.get("default_stall_seconds")
+        if default is None:
+            default = cls.model_fields["default_stall_seconds"].default
+        budgets = dict.fromkeys((str(state) for state in STALL_STATES), default)
+        return {**values, "stall_seconds": {**budgets, **values.get("stall_seconds", {})}}
 
     def budget(self, state: str) -> float:
         return self.stall_seconds.get(state, self.default_stall_seconds)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ReconcileSettings:
-        """``QUIRE_STALL_SECONDS`` for every state, ``QUIRE_STALL_<STATE>_SECONDS`` for one."""
-        env = os.environ if env is None else env
-        default = setting_float(env, "QUIRE_STALL_SECONDS", 600)
-        return cls(
-            interval_seconds=setting_float(env, "QUIRE_RECONCILE_SECONDS", 30),
-            stall_seconds={
-                state: setting_float(env, f"QUIRE_STALL_{state}_SECONDS", default)
-                for state in STALL_STATES
-            },
-            default_stall_seconds=default,
-        )
+        return cls.read(env)
 
 
-@dataclass(frozen=True)
-class WatchSettings:
+class WatchSettings(Settings):
     """Open ``WatchJob`` streams: how many one process holds, and how often
     audit looks for entries another replica appended (its own appends wake
     the watches at once)."""
 
     max_watches: int = 1024
     """Beyond this, per process, WatchJob is refused (RESOURCE_EXHAUSTED, ``WATCHES_EXCEEDED``)."""
-    max_tenant_watches: int = 256
+    max_tenant_watches: int = Field(default=256, ge=1)
     """One tenant's share of them (``TENANT_WATCHES_EXCEEDED``), so that no
     tenant can take every watch from the others."""
-    poll_seconds: float = 0.5
+    poll_seconds: Annotated[float, Variable("QUIRE_WATCH_POLL_SECONDS")] = 0.5
     """One query per process per interval, for every open watch together."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WatchSettings:
-        """``QUIRE_MAX_WATCHES``, ``QUIRE_MAX_TENANT_WATCHES`` and ``QUIRE_WATCH_POLL_SECONDS``."""
-        env = os.environ if env is None else env
-        return cls(
-            max_watches=setting_int(env, "QUIRE_MAX_WATCHES", 1024),
-            max_tenant_watches=setting_int(env, "QUIRE_MAX_TENANT_WATCHES", 256, minimum=1),
-            poll_seconds=setting_float(env, "QUIRE_WATCH_POLL_SECONDS", 0.5),
-        )
-
-
-@dataclass(frozen=True)
-class BatchSettings:
-    """Batches: how big one may be, and how fast admission's dispatcher turns
-    their packets into jobs (``quire.admission.batchdispatch``)."""
-
-    max_packets: int = 10_000
-    """Packets one SubmitBatch may carry."""
-    max_manifest_bytes: int = 16 * 1024 * 1024
-    """The largest uploaded batch manifest (JSON) SubmitBatch reads."""
-    window: int = 32
-    """Batch children in flight (created, not yet known ended), all tenants
-    together, while no interactive work is in the pipeline."""
-    shared_window: int = 3
-    """The window while interactive work waits or runs at some stage (or did
-    within ``interactive_hold_seconds``): the capacity batch work leaves to it."""
-    interactive_hold_seconds: float = 3.0
-    """How long interactive work counts as present after it was last seen."""
-    rate: float = 50.0
-    """Children created per second at most (a token bucket)."""
-    page_size: int = 16
-    """Children created in one transaction."""
-    tick_seconds: float = 0.2
-    """How often the dispatcher looks for work when it has none."""
-    lease_seconds: float = 5.0
-    """How long the dispatch lease lasts unless renewed; another replica takes it after."""
-    finish_poll_seconds: float = 0.5
-    """How often the end tracker asks audit which children and notified jobs ended."""
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> BatchSettings:
-        """``QUIRE_BATCH_*``: MAX_PACKETS, MAX_MANIFEST_BYTES, WINDOW, SHARED_WINDOW,
-        INTERACTIVE_HOLD_SECONDS, RATE, PAGE_SIZE, TICK_SECONDS, LEASE_SECONDS,
-        FINISH_POLL_SECONDS."""
-        env = os.environ if env is None else env
-        return cls(
-            max_packets=setting_int(env, "QUIRE_BATCH_MAX_PACKETS", 10_000, minimum=1),
-            max_manifest_bytes=setting_int(
-                env, "QUIRE_BATCH_MAX_MANIFEST_BYTES", 16 * 1024 * 1024, minimum=1
-            ),
-            window=setting_int(env, "QUIRE_BATCH_WINDOW", 32, minimum=1),
-            shared_window=setting_int(env, "QUIRE_BATCH_SHARED_WINDOW", 3, minimum=1),
-            interactive_hold_seconds=setting_float(
-                env, "QUIRE_BATCH_INTERACTIVE_HOLD_SECONDS", 3, minimum=0
-            ),
-            rate=setting_float(env, "QUIRE_BATCH_RATE", 50, minimum=0.01),
-            page_size=setting_int(env, "QUIRE_BATCH_PAGE_SIZE", 16, minimum=1),
-            tick_seconds=setting_float(env, "QUIRE_BATCH_TICK_SECONDS", 0.2, minimum=0.01),
-            lease_seconds=setting_float(env, "QUIRE_BATCH_LEASE_SECONDS", 5, minimum=0.5),
-            finish_poll_seconds=setting_float(
-                env, "QUIRE_BATCH_FINISH_POLL_SECONDS", 0.5, minimum=0.05
-            ),
-        )
-
-
-@dataclass(frozen=True)
-class NotificationSettings:
-    """Delivery of completion notifications to tenants' callback URLs
-    (admission's notifier; ``quire.notifysign`` says how they are signed)."""
-
-    max_attempts: int = 12
-    """Tries per notification before it is abandoned (each is listed to the tenant)."""
-    backoff_base_seconds: float = 2.0
-    """The first retry waits up to this; each further one up to twice as long (full jitter)."""
-    backoff_cap_seconds: float = 600.0
-    """The longest wait between two tries."""
-    timeout_seconds: float = 10.0
-    """One POST, from connecting to the last byte of the reply."""
-    concurrency: int = 16
-    """POSTs in flight at once in this process."""
-    tenant_concurrency: int = 4
-    """POSTs in flight at once to one tenant, so one slow receiver cannot take every slot."""
-    poll_seconds: float = 1.0
-    """How often the outbox is looked at for notifications due."""
-    allow_loopback_http: bool = False
-    """Accept ``http://`` URLs to a loopback address (the embedded stack sets it: tests,
-    a receiver on the same machine). Otherwise only ``https://``."""
-
-    @property
-    def backoff(self) -> Backoff:
-        """How long the next try waits (full jitter: many receivers' retries spread out)."""
-        return Backoff(self.backoff_base_seconds, self.backoff_cap_seconds, Jitter.FULL)
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> NotificationSettings:
-        """``QUIRE_NOTIFY_*``; ``QUIRE_NOTIFY_LOOPBACK_HTTP=1`` allows http to loopback."""
-        env = os.environ if env is None else env
-        return cls(
-            max_attempts=setting_int(env, "QUIRE_NOTIFY_MAX_ATTEMPTS", 12, minimum=1),
-            backoff_base_seconds=setting_float(
-                env, "QUIRE_NOTIFY_BACKOFF_BASE_SECONDS", 2, minimum=0
-            ),
-            backoff_cap_seconds=setting_float(
-                env, "QUIRE_NOTIFY_BACKOFF_CAP_SECONDS", 600, minimum=0
-            ),
-            timeout_seconds=setting_float(env, "QUIRE_NOTIFY_TIMEOUT_SECONDS", 10, minimum=0.1),
-            concurrency=setting_int(env, "QUIRE_NOTIFY_CONCURRENCY", 16, minimum=1),
-            tenant_concurrency=setting_int(env, "QUIRE_NOTIFY_TENANT_CONCURRENCY", 4, minimum=1),
-            poll_seconds=setting_float(env, "QUIRE_NOTIFY_POLL_SECONDS", 1, minimum=0.05),
-            allow_loopback_http=env.get("QUIRE_NOTIFY_LOOPBACK_HTTP", "") == "1",
-        )
+        return cls.read(env)

@@ -6,9 +6,10 @@ import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 import grpc
+from pydantic import Field
 from sqlalchemy import MetaData, Table
 
 from quire.announcements import Announcer
@@ -20,7 +21,7 @@ from quire.database import Database
 from quire.diagnosticsservice import SERVICE_NAME as DIAGNOSTICS_SERVICE
 from quire.diagnosticsservice import DiagnosticsServicer, with_diagnostics
 from quire.diagnosticstore import DiagnosticsStore, DiagnosticTables
-from quire.environment import setting_float
+from quire.environment import Reads, Settings
 from quire.exportrecords import Collections
 from quire.exportservice import SERVICE_NAME as EXPORT_SERVICE
 from quire.exportservice import ExportServicer, with_export
@@ -37,6 +38,7 @@ from quire.sandbox import SandboxPool
 from quire.schema import upgrade_schema
 from quire.servicerun import ServiceRun
 from quire.settings import (
+    EVERY_SERVICE_READS,
     DiagnosticsSettings,
     SandboxSettings,
     ServiceSettings,
@@ -91,6 +93,19 @@ def batch_slots(concurrency: int) -> int:
     return max(1, concurrency // 2)
 
 
+class StageSettings(Settings):
+    """A stage's own settings besides those every service has."""
+
+    authority_patience_seconds: float = Field(default=30.0, ge=0)
+    """How long one delivery waits for audit to record a job at this stage
+    before it is delivered again (``quire.authority``; the assembler and the
+    signer ask)."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> StageSettings:
+        return cls.read(env)
+
+
 @dataclass(frozen=True)
 class StageConfig:
     """Every setting a stage process reads, read at once in its ``main``."""
@@ -101,9 +116,16 @@ class StageConfig:
     temp_space: TempSpaceSettings
     diagnostics: DiagnosticsSettings = field(default_factory=DiagnosticsSettings)
     """How long failed deliveries' error texts are kept (``quire.diagnosticstore``)."""
-    authority_patience_seconds: float = 30.0
-    """How long one delivery waits for audit to record a job at this stage
-    before it is delivered again (``quire.authority``)."""
+    stage: StageSettings = field(default_factory=StageSettings)
+
+    READS: ClassVar[tuple[Reads, ...]] = (
+        *EVERY_SERVICE_READS,
+        Reads(SandboxSettings, {"LANE": "SANDBOX"}),
+        Reads(TempSpaceSettings),
+        Reads(DiagnosticsSettings),
+        Reads(StageSettings),
+    )
+    """The settings models every stage reads (its ``quire.settings`` entry point adds its own)."""
 
     @classmethod
     def from_env(cls, service: str, env: Mapping[str, str]) -> StageConfig:
@@ -112,9 +134,7 @@ class StageConfig:
             sandbox=SandboxSettings.from_env(env, service),
             temp_space=TempSpaceSettings.from_env(env, service),
             diagnostics=DiagnosticsSettings.from_env(env),
-            authority_patience_seconds=setting_float(
-                env, "QUIRE_AUTHORITY_PATIENCE_SECONDS", 30, minimum=0
-            ),
+            stage=StageSettings.from_env(env),
         )
 
 
@@ -229,7 +249,7 @@ async def run_stage_service(
             JobAuthority(
                 AuditServiceStub(peers.channel("audit")),
                 spec.stage,
-                patience_seconds=config.authority_patience_seconds,
+                patience_seconds=config.stage.authority_patience_seconds,
                 word=word,
                 confirmed=lambda by: confirmations.labels(stage=stage_name, by=by).inc(),
             )

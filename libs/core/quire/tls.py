@@ -11,18 +11,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from pydantic_settings import SettingsConfigDict
 
+from quire.environment import Settings
 from quire.errors import InvalidSetting
 
 __all__ = ["TlsSettings", "aio_channel", "sync_channel"]
 
 
-@dataclass(frozen=True)
-class TlsSettings:
+class TlsSettings(Settings):
+    """The files of mutual TLS: set all three or none."""
+
+    model_config = SettingsConfigDict(env_prefix="QUIRE_TLS_")
+
     cert_file: Path
     """PEM certificate chain this process presents (as server and as client)."""
     key_file: Path
@@ -32,15 +36,16 @@ class TlsSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> TlsSettings | None:
+        """The three files, or None when none is set; one or two set is refused."""
         env = os.environ if env is None else env
-        names = ("QUIRE_TLS_CERT_FILE", "QUIRE_TLS_KEY_FILE", "QUIRE_TLS_CA_FILE")
-        values = [env.get(name, "") for name in names]
-        if not any(values):
+        names = list(cls.variables())
+        present = [bool(env.get(name)) for name in names]
+        if not any(present):
             return None
-        if not all(values):
-            missing = next(name for name, value in zip(names, values, strict=True) if not value)
+        if not all(present):
+            missing = next(name for name, there in zip(names, present, strict=True) if not there)
             raise InvalidSetting(missing, "set with the other QUIRE_TLS_* files, or none of them")
-        return cls(Path(values[0]), Path(values[1]), Path(values[2]))
+        return cls.read(env)
 
     def server_credentials(self) -> grpc.ServerCredentials:
         return grpc.ssl_server_credentials(

@@ -8,10 +8,17 @@ from pathlib import Path
 
 from quire.cli.errors import CliError
 from quire.cli.exitcodes import ExitCode
+from quire.environment import Reads
+from quire.settings import RetentionSettings
 from quire.stack.info import StackInfo
 from quire.tls import TlsSettings
 
-__all__ = ["ClientConfig"]
+__all__ = ["ClientConfig", "SETTINGS"]
+
+SETTINGS = (Reads(RetentionSettings), Reads(TlsSettings))
+"""The settings models the CLI reads (its ``quire.settings`` entry point): the
+default retention periods (``quire retention``) and mutual TLS; its own
+variables (``QUIRE_TOKEN``...) are ``quire.environment.NOT_SETTINGS``."""
 
 
 @dataclass(frozen=True)

@@ -7,21 +7,33 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from quire.admission.jobs.budgets import JobBudgets
+from quire.admission.settings import AdmissionSettings, BatchSettings, NotificationSettings
 from quire.admission.tenants.directory import configured_operator_token
 from quire.egress import EgressPolicy
+from quire.environment import Reads
 from quire.settings import (
-    AdmissionSettings,
-    BatchSettings,
-    NotificationSettings,
+    EVERY_SERVICE_READS,
     ReconcileSettings,
     ServiceSettings,
     TempSpaceSettings,
     WatchSettings,
 )
 
-__all__ = ["AdmissionConfig"]
+__all__ = ["AdmissionConfig", "SETTINGS"]
 
 SERVICE = "admission"
+SETTINGS = (
+    *EVERY_SERVICE_READS,
+    Reads(AdmissionSettings),
+    Reads(TempSpaceSettings),
+    Reads(WatchSettings),
+    Reads(ReconcileSettings),
+    Reads(BatchSettings),
+    Reads(NotificationSettings),
+    Reads(JobBudgets),
+    Reads(EgressPolicy),
+)
+"""Every settings model admission reads (its ``quire.settings`` entry point)."""
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from quire.admission.jobs.dispatch import Dispatcher
 from quire.admission.jobs.evidence import EvidenceDesk
 from quire.admission.jobs.intake import Intake
 from quire.admission.jobs.views import JobViews, accepted_view, with_intake
+from quire.admission.settings import AdmissionSettings
 from quire.admission.tenants.directory import TenantDirectory
 from quire.admission.uploads.gate import UploadGate
 from quire.admission.uploads.inlinesources import InlineSources, KeptSources
@@ -48,7 +49,6 @@ from quire.grpcstatus import at_the_edge
 from quire.idempotency import RequestOnce
 from quire.jobs import job_id
 from quire.reasons import ReasonCode
-from quire.settings import AdmissionSettings
 from quire.type import job_pb2
 
 __all__ = ["AdmissionServicer"]

@@ -6,13 +6,16 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from quire.signer.keystore import KeySource, key_source_from_env
+from quire.environment import Reads
+from quire.signer.keystore import KeySource, SignerSettings, key_source
 from quire.signer.witness import WitnessSettings
 from quire.stageservice import StageConfig
 
-__all__ = ["SignerConfig"]
+__all__ = ["SignerConfig", "SETTINGS"]
 
 SERVICE = "signer"
+SETTINGS = (*StageConfig.READS, Reads(SignerSettings), Reads(WitnessSettings))
+"""Every settings model the signer reads (its ``quire.settings`` entry point)."""
 
 
 @dataclass(frozen=True)
@@ -32,9 +35,10 @@ class SignerConfig:
     def from_env(cls, env: Mapping[str, str] | None = None) -> SignerConfig:
         env = os.environ if env is None else env
         stage = StageConfig.from_env(SERVICE, env)
+        keys = SignerSettings.from_env(env)
         return cls(
             stage=stage,
-            keys=key_source_from_env(stage.service.service_dir, env),
-            tsa_url=env.get("QUIRE_SIGNER_TSA_URL") or None,
+            keys=key_source(stage.service.service_dir, keys),
+            tsa_url=keys.tsa_url,
             witness=WitnessSettings.from_env(stage.service.service_dir, env),
         )

@@ -17,10 +17,13 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
 from sqlalchemy import Connection, select, update
 from sqlalchemy.exc import IntegrityError
 
 from quire.database import Database
+from quire.environment import Settings
 from quire.errors import FailedPrecondition, InvalidSetting
 from quire.paging import Position, keyset_after
 from quire.pdfsignature import certificate_sha256
@@ -37,6 +40,8 @@ __all__ = [
     "ConfiguredKeyFiles",
     "TokenKeys",
     "key_source_from_env",
+    "key_source",
+    "SignerSettings",
 ]
 
 CERT_VALIDITY = timedelta(days=3650)
@@ -161,26 +166,55 @@ def _configured_certificate(path: Path, variable: str) -> str:
         raise InvalidSetting(variable, "a readable PEM certificate") from None
 
 
+class SignerSettings(Settings):
+    """Where the signer's keys come from — a PKCS#11 token (with a certificate
+    file), configured key files, or, with neither, keys it generates under
+    its own directory (a new certificate becomes a new key version at the
+    next start) — and its timestamp authority."""
+
+    model_config = SettingsConfigDict(env_prefix="QUIRE_SIGNER_")
+
+    cert_file: Path | None = None
+    """The signing certificate (PEM), from a Secret every replica mounts."""
+    key_file: Path | None = None
+    """Its private key (PEM), from the same Secret."""
+    pkcs11_module: str = ""
+    """Sign with a key inside a PKCS#11 token instead: the module's path."""
+    pkcs11_token: str = ""
+    """The token's label."""
+    pkcs11_key_label: str = ""
+    """The key's label in the token."""
+    pkcs11_pin: str = Field(default="", repr=False)
+    """The token's PIN."""
+    tsa_url: str | None = None
+    """An RFC 3161 timestamp authority: signatures become PAdES B-T."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> SignerSettings:
+        return cls.read(env)
+
+
 def key_source_from_env(service_dir: Path, env: Mapping[str, str] | None = None) -> KeySource:
-    """The signer's key source, from ``QUIRE_SIGNER_*``: a PKCS#11 token (with
-    a certificate file), configured key files, or keys generated under the
-    service's directory."""
-    env = os.environ if env is None else env
+    """The signer's key source, from ``QUIRE_SIGNER_*`` (``SignerSettings``)."""
+    return key_source(service_dir, SignerSettings.from_env(env))
+
+
+def key_source(service_dir: Path, settings: SignerSettings) -> KeySource:
+    """A PKCS#11 token (with a certificate file), configured key files, or keys
+    generated under the service's directory; half of one is refused."""
     key_dir = service_dir / "keys"
-    cert_file = env.get("QUIRE_SIGNER_CERT_FILE", "")
-    module = env.get("QUIRE_SIGNER_PKCS11_MODULE", "")
-    if module and cert_file:
+    cert_file = settings.cert_file
+    if settings.pkcs11_module and cert_file:
         token = Pkcs11Key(
-            module=module,
-            token_label=env.get("QUIRE_SIGNER_PKCS11_TOKEN", ""),
-            key_label=env.get("QUIRE_SIGNER_PKCS11_KEY_LABEL", ""),
-            pin=env.get("QUIRE_SIGNER_PKCS11_PIN", ""),
+            module=settings.pkcs11_module,
+            token_label=settings.pkcs11_token,
+            key_label=settings.pkcs11_key_label,
+            pin=settings.pkcs11_pin,
         )
-        return TokenKeys(token, Path(cert_file))
-    key_file = env.get("QUIRE_SIGNER_KEY_FILE", "")
-    if key_file and cert_file:
-        return ConfiguredKeyFiles(Path(key_file), Path(cert_file), key_dir)
-    if key_file or cert_file or module:
+        return TokenKeys(token, cert_file)
+    if settings.key_file and cert_file:
+        return ConfiguredKeyFiles(settings.key_file, cert_file, key_dir)
+    if settings.key_file or cert_file or settings.pkcs11_module:
         raise InvalidSetting(
             "QUIRE_SIGNER_CERT_FILE",
             "set with QUIRE_SIGNER_KEY_FILE or QUIRE_SIGNER_PKCS11_MODULE, or neither",

@@ -21,16 +21,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Annotated
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from pydantic import BeforeValidator
+from pydantic_settings import SettingsConfigDict
 from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from quire.checkpoint import Checkpoint, open_checkpoint
 from quire.cosignature import cosign, witness_key
 from quire.database import Database
-from quire.errors import FailedPrecondition, InvalidInput
+from quire.environment import Given, Settings
+from quire.errors import FailedPrecondition, InvalidInput, InvalidSetting
 from quire.merkle import ProofError, verify_consistency
 from quire.reasons import ReasonCode
 from quire.signednote import NoteError, parse_note
@@ -44,27 +48,34 @@ log = logging.getLogger(__name__)
 DEFAULT_NAME = "quire-witness"
 
 
-@dataclass(frozen=True)
-class WitnessSettings:
+def _lower(value: object) -> object:
+    return value.lower() if isinstance(value, str) else value
+
+
+class WitnessSettings(Settings):
     """The witness's name and key, and audit's checkpoint key if its operator
     pinned one."""
 
-    name: str
-    """The key name on cosignature lines (``QUIRE_WITNESS_NAME``)."""
-    key_file: Path
-    """Ed25519 private key, PEM (``QUIRE_WITNESS_KEY_FILE``)."""
-    generate: bool = False
+    model_config = SettingsConfigDict(env_prefix="QUIRE_WITNESS_")
+
+    name: str = DEFAULT_NAME
+    """The key name on cosignature lines."""
+    key_file: Path | None = None
+    """The witness's Ed25519 private key (PEM), a Secret every signer replica
+    mounts: ``witness.key`` in the signer's directory, generated on first
+    start, unless set."""
+    generate: Annotated[bool, Given()] = False
     """Whether ``key_file`` is the default one, generated on first start."""
-    log_key_sha256: str = ""
-    """Audit's checkpoint key pinned by the operator; empty: the first one given."""
+    log_key_sha256: Annotated[str, BeforeValidator(_lower)] = ""
+    """Audit's checkpoint key pinned by the operator; empty: the first one audit shows."""
 
     @classmethod
     def from_env(cls, service_dir: Path, env: Mapping[str, str]) -> WitnessSettings:
-        return cls(
-            name=env.get("QUIRE_WITNESS_NAME") or DEFAULT_NAME,
-            key_file=Path(env.get("QUIRE_WITNESS_KEY_FILE") or service_dir / "witness.key"),
-            generate=not env.get("QUIRE_WITNESS_KEY_FILE"),
-            log_key_sha256=(env.get("QUIRE_WITNESS_LOG_KEY_SHA256") or "").lower(),
+        configured = cls.read(env)
+        if configured.key_file is not None:
+            return configured
+        return configured.model_copy(
+            update={"key_file": service_dir / "witness.key", "generate": True}
         )
 
 
@@ -97,6 +108,10 @@ class Witness:
     def __init__(self, database: Database, settings: WitnessSettings) -> None:
         self._db = database
         self._settings = settings
+        if settings.key_file is None:
+            raise InvalidSetting(
+                "QUIRE_WITNESS_KEY_FILE", "a key file (from_env gives the default)"
+            )
         self._key = ed25519_key(
             settings.key_file, variable="QUIRE_WITNESS_KEY_FILE", generate=settings.generate
         )

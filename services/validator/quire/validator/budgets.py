@@ -21,9 +21,12 @@ busy machine inflates by a third does not turn one file's verdict.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import Annotated
 
-from quire.environment import setting_float
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from quire.environment import Settings, Variable
 from quire.sandbox import Budget
 
 __all__ = ["BudgetRule", "MIB"]
@@ -31,12 +34,15 @@ __all__ = ["BudgetRule", "MIB"]
 MIB = 1024 * 1024
 
 
-@dataclass(frozen=True)
-class BudgetRule:
+class BudgetRule(Settings):
     """How a task's sandbox budget is worked out from its size and pages, in each
     lane; the pool's own limits still cap it."""
 
-    base_seconds: float = 0.25
+    model_config = SettingsConfigDict(env_prefix="QUIRE_VALIDATOR_")
+
+    base_seconds: Annotated[float, Variable("QUIRE_VALIDATOR_BUDGET_BASE_SECONDS")] = Field(
+        default=0.25, ge=0
+    )
     """A quarter of a second: a small ordinary file's checks take milliseconds
     (0.2 ms for a one-page text PDF; the corpus's slowest validation, repair
     included, is well under this), while a small hostile one holds a shared
@@ -45,42 +51,37 @@ class BudgetRule:
     with 4 hostile ones, 2 cores): ordinary p99 mixed/clean 3.00x with 1 s
     and hostile jobs holding their pull slots, 2.31x at 0.5 s once they give
     them back, 1.84-1.88x at 0.25 s with the quarantine worker at nice 19."""
-    seconds_per_mib: float = 2.0
-    seconds_per_page: float = 0.05
-    wall_factor: float = 10.0
+    seconds_per_mib: Annotated[float, Variable("QUIRE_VALIDATOR_BUDGET_SECONDS_PER_MIB")] = Field(
+        default=2.0, ge=0
+    )
+    """CPU seconds added per MiB of the document."""
+    seconds_per_page: Annotated[float, Variable("QUIRE_VALIDATOR_BUDGET_SECONDS_PER_PAGE")] = Field(
+        default=0.05, ge=0
+    )
+    """CPU seconds added per page."""
+    wall_factor: Annotated[float, Variable("QUIRE_VALIDATOR_BUDGET_WALL_FACTOR")] = Field(
+        default=10.0, ge=0
+    )
     """The wall-clock backstop as a multiple of the CPU budget: far above it,
     so a worker blocked a moment on a busy machine's disk is not stopped for
     it, and the verdict stays the CPU budget's."""
-    quarantine_scale: float = 3.0
+    quarantine_scale: Annotated[float, Variable("QUIRE_VALIDATOR_QUARANTINE_BUDGET_SCALE")] = Field(
+        default=3.0, ge=0
+    )
     """The quarantine lane's budget, as a multiple of the shared lane's."""
-    quarantine_floor_seconds: float = 4.0
+    quarantine_floor_seconds: float = Field(default=4.0, ge=0)
     """The least CPU time the quarantine lane gives a task (the pool's own
     limit still caps it): the line a verdict is drawn at."""
-    quarantine_wait_seconds: float = 120.0
+    quarantine_wait_seconds: float = Field(default=120.0, ge=0)
     """How long a task waits for a free quarantine worker before it is retried later."""
-    quarantine_slots: int = 4
+    quarantine_slots: int = Field(default=4, ge=0)
     """How many jobs may wait on the quarantine lane having given their stage
     pull slot back (``quire.workqueue.worker.step_aside``), so that ordinary
     jobs are pulled meanwhile; past that, a quarantined job keeps its slot."""
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> BudgetRule:
-        def number(name: str, default: float) -> float:
-            return setting_float(env, f"QUIRE_VALIDATOR_{name}", default, minimum=0)
-
-        base = cls()
-        return cls(
-            base_seconds=number("BUDGET_BASE_SECONDS", base.base_seconds),
-            seconds_per_mib=number("BUDGET_SECONDS_PER_MIB", base.seconds_per_mib),
-            seconds_per_page=number("BUDGET_SECONDS_PER_PAGE", base.seconds_per_page),
-            wall_factor=number("BUDGET_WALL_FACTOR", base.wall_factor),
-            quarantine_scale=number("QUARANTINE_BUDGET_SCALE", base.quarantine_scale),
-            quarantine_floor_seconds=number(
-                "QUARANTINE_FLOOR_SECONDS", base.quarantine_floor_seconds
-            ),
-            quarantine_wait_seconds=number("QUARANTINE_WAIT_SECONDS", base.quarantine_wait_seconds),
-            quarantine_slots=int(number("QUARANTINE_SLOTS", base.quarantine_slots)),
-        )
+    def from_env(cls, env: Mapping[str, str] | None = None) -> BudgetRule:
+        return cls.read(env)
 
     def budget(self, size_bytes: int, pages: int = 0) -> Budget:
         """The shared lane's budget for opening ``size_bytes`` over ``pages`` pages

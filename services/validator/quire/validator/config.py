@@ -8,16 +8,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quire.egress import EgressPolicy
-from quire.environment import setting_text
-from quire.settings import SandboxSettings, ValidationLimits
+from quire.environment import Reads
+from quire.settings import SandboxSettings
 from quire.stageservice import StageConfig
 from quire.validator.budgets import BudgetRule
-from quire.validator.rulesets import DEFAULT_DIRECTORY
+from quire.validator.settings import RulesetSettings, ValidationLimits
 from quire.validator.sources.settings import SourceSettings
 
-__all__ = ["ValidatorConfig"]
+__all__ = ["ValidatorConfig", "SETTINGS"]
 
 SERVICE = "validator"
+SETTINGS = (
+    *StageConfig.READS,
+    Reads(SandboxSettings, {"LANE": "QUARANTINE"}, SandboxSettings.QUARANTINE),
+    Reads(BudgetRule),
+    Reads(ValidationLimits),
+    Reads(RulesetSettings),
+    Reads(SourceSettings),
+    Reads(EgressPolicy),
+)
+"""Every settings model the validator reads (its ``quire.settings`` entry point)."""
 
 
 @dataclass(frozen=True)
@@ -39,12 +49,13 @@ class ValidatorConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ValidatorConfig:
         env = os.environ if env is None else env
+        stage = StageConfig.from_env(SERVICE, env)
         return cls(
-            stage=StageConfig.from_env(SERVICE, env),
+            stage=stage,
             quarantine=SandboxSettings.from_env(env, SERVICE, lane="quarantine"),
             budgets=BudgetRule.from_env(env),
             limits=ValidationLimits.from_env(env),
-            rulesets_dir=Path(setting_text(env, "QUIRE_RULESETS_DIR", str(DEFAULT_DIRECTORY))),
-            sources=SourceSettings.from_env(env),
+            rulesets_dir=RulesetSettings.from_env(env).rulesets_dir,
+            sources=SourceSettings.from_env(env, stage.service.data_dir),
             egress=EgressPolicy.from_env(env),
         )

@@ -26,6 +26,7 @@ from quire.admission.jobs.intake import shown_violations
 from quire.admission.jobs.manifests import referenced_systems
 from quire.admission.rulesets.catalog import RulesetCatalog, resolve_ruleset
 from quire.admission.rulesets.currents import CurrentRulesets
+from quire.admission.settings import AdmissionSettings, BatchSettings
 from quire.admission.tenants.directory import Tenant
 from quire.admission.tenants.sourcesystems import read_systems
 from quire.admission.v1 import batch_pb2
@@ -37,7 +38,6 @@ from quire.idempotency import RequestOnce, check_request_id
 from quire.jobs import state_name, state_value
 from quire.paging import PageTokens
 from quire.reasons import ReasonCode
-from quire.settings import AdmissionSettings, BatchSettings
 
 __all__ = ["Batches"]
 

@@ -42,11 +42,11 @@ from quire.admission.batches.fairshare import DeficitRoundRobin, TokenBucket
 from quire.admission.jobs.dispatch import Dispatcher
 from quire.admission.jobs.intake import CHILD_KEY_PREFIX, Intake
 from quire.admission.jobs.outstanding import OutstandingJobs, count_outstanding
+from quire.admission.settings import AdmissionSettings, BatchSettings
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database
 from quire.errors import QuireError
 from quire.metrics import ServiceMetrics
-from quire.settings import AdmissionSettings, BatchSettings
 from quire.type import job_pb2
 from quire.workqueue.backlog import QueueAgeProbe
 from quire.workqueue.interactive import InteractivePresence

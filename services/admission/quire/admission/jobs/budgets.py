@@ -12,14 +12,14 @@ the reserve plus one second, and at most ``QUIRE_MAX_JOB_BUDGET_SECONDS``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import timedelta
+from typing import Annotated, Self
 
 from google.protobuf import duration_pb2
+from pydantic import Field, model_validator
 
-from quire.environment import setting_float
+from quire.environment import Settings, Variable
 from quire.errors import FieldViolation, InvalidSetting
 
 __all__ = ["JobBudgets", "BUDGET_FIELD", "MIN_SOURCE_CALL_SECONDS"]
@@ -41,21 +41,25 @@ def duration_seconds(duration: duration_pb2.Duration) -> float | None:
     return duration.seconds + duration.nanos / 1e9
 
 
-@dataclass(frozen=True)
-class JobBudgets:
+class JobBudgets(Settings):
     """The limits every job's budget is held to, checked against each other as
     soon as they are made (``InvalidSetting``)."""
 
-    source_job_budget_seconds: float = 60.0
+    source_job_budget_seconds: Annotated[float, Variable("QUIRE_SOURCE_JOB_BUDGET_SECONDS")] = (
+        Field(default=60.0, ge=0)
+    )
     """The budget of a job that names a source by reference and asks for none."""
-    reserve_seconds: float = 5.0
+    reserve_seconds: Annotated[float, Variable("QUIRE_JOB_BUDGET_RESERVE_SECONDS")] = Field(
+        default=5.0, ge=0
+    )
     """The slice of every budget reserved for render, signing and storage."""
-    max_seconds: float = 3600.0
-    """The longest budget a request may ask for."""
+    max_seconds: Annotated[float, Variable("QUIRE_MAX_JOB_BUDGET_SECONDS")] = Field(
+        default=3600.0, ge=0
+    )
+    """The longest budget a request (or a dead-letter retry's ``--budget``) may ask for."""
 
-    def __post_init__(self) -> None:
-        if not self.reserve_seconds >= 0:
-            raise InvalidSetting("QUIRE_JOB_BUDGET_RESERVE_SECONDS", "a number, at least 0")
+    @model_validator(mode="after")
+    def _fit_together(self) -> Self:
         shortest = self.reserve_seconds + MIN_SOURCE_CALL_SECONDS
         if not self.max_seconds > shortest:
             raise InvalidSetting(
@@ -68,17 +72,11 @@ class JobBudgets:
                 "a number of seconds above QUIRE_JOB_BUDGET_RESERVE_SECONDS + 1"
                 " and at most QUIRE_MAX_JOB_BUDGET_SECONDS",
             )
+        return self
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> JobBudgets:
-        env = os.environ if env is None else env
-        return cls(
-            source_job_budget_seconds=setting_float(
-                env, "QUIRE_SOURCE_JOB_BUDGET_SECONDS", 60, minimum=0
-            ),
-            reserve_seconds=setting_float(env, "QUIRE_JOB_BUDGET_RESERVE_SECONDS", 5, minimum=0),
-            max_seconds=setting_float(env, "QUIRE_MAX_JOB_BUDGET_SECONDS", 3600, minimum=0),
-        )
+        return cls.read(env)
 
     def violations(self, given: duration_pb2.Duration | None) -> list[FieldViolation]:
         """What is wrong with the budget a request asks for (None: it asks for none)."""

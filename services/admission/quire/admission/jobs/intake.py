@@ -46,6 +46,7 @@ from quire.admission.jobs.outstanding import OutstandingJobs, count_outstanding
 from quire.admission.rollouts.records import OpenRollouts, candidate_ruleset
 from quire.admission.rulesets.catalog import RulesetCatalog, resolve_ruleset
 from quire.admission.rulesets.currents import CurrentRulesets
+from quire.admission.settings import AdmissionSettings
 from quire.admission.tenants.directory import Tenant
 from quire.admission.tenants.sourcesystems import SourceSystem, fetch_of, read_systems
 from quire.admission.uploads.inlinesources import KeptSources
@@ -67,7 +68,6 @@ from quire.jobs import job_name, manifest_digest, new_job_id, timestamp
 from quire.metrics import ServiceMetrics
 from quire.pipeline import State
 from quire.reasons import ReasonCode
-from quire.settings import AdmissionSettings
 from quire.tracks import CANDIDATE, track_for
 from quire.transitions import EventFactory
 from quire.type import job_pb2, queue_pb2

@@ -20,13 +20,13 @@ from quire.admission import tables
 from quire.admission.notifications.callbackurl import check_callback_destination, check_callback_url
 from quire.admission.notifications.notifier import tenant_outcome
 from quire.admission.notifications.secrets import NotificationSecrets
+from quire.admission.settings import NotificationSettings
 from quire.admission.tenants.directory import Tenant
 from quire.admission.v1 import notification_pb2 as pb
 from quire.database import Database, as_utc, insert_if_absent
 from quire.egress import EgressPolicy
 from quire.errors import NotFound
 from quire.idempotency import RequestOnce
-from quire.settings import NotificationSettings
 
 __all__ = ["Notifications"]
 

@@ -34,13 +34,13 @@ from sqlalchemy import Connection, select, update
 
 from quire.admission import tables
 from quire.admission.notifications.secrets import NotificationSecrets
+from quire.admission.settings import NotificationSettings
 from quire.database import Database, insert_if_absent
 from quire.egress import EgressPolicy, guarded_transport, was_refused
 from quire.errors import PermanentError
 from quire.metrics import ServiceMetrics
 from quire.notifysign import DELIVERY_HEADER, SIGNATURE_HEADER, signature_header
 from quire.reasons import ReasonCode
-from quire.settings import NotificationSettings
 
 __all__ = ["Claim", "Notifier", "Outcome"]
 

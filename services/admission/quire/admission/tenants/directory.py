@@ -26,6 +26,7 @@ import grpc
 from sqlalchemy import Connection, bindparam, select, update
 
 from quire.admission import tables
+from quire.admission.settings import AdmissionSettings, read_secret_file
 from quire.admission.tenants.storagepolicy import (
     TenantStorage,
     forget_source,
@@ -36,7 +37,6 @@ from quire.database import Database, insert_if_absent
 from quire.errors import InvalidInput, InvalidSetting, NotFound, Unauthenticated
 from quire.paging import Position, keyset_after
 from quire.reasons import ReasonCode
-from quire.settings import AdmissionSettings, read_secret_file
 
 __all__ = ["Tenant", "TokenRecord", "TenantDirectory", "hash_token", "DEV_TENANT"]
 

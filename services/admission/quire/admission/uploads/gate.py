@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from sqlalchemy import Connection, bindparam, select
 
 from quire.admission import tables
+from quire.admission.settings import AdmissionSettings
 from quire.admission.tenants.directory import Tenant
 from quire.admission.tenants.storagepolicy import check_quota, count_stored
 from quire.admission.uploads.incoming import IncomingSource
@@ -41,7 +42,6 @@ from quire.declarations import check_declared_digest, check_declared_size
 from quire.errors import FieldViolation, InvalidInput, QuireError
 from quire.metrics import ServiceMetrics
 from quire.reasons import ReasonCode
-from quire.settings import AdmissionSettings
 
 __all__ = [
     "UploadGate",

@@ -27,9 +27,9 @@ from collections import Counter
 from dataclasses import dataclass
 from types import TracebackType
 
+from quire.admission.settings import AdmissionSettings
 from quire.errors import Overloaded, QuotaViolation
 from quire.reasons import ReasonCode
-from quire.settings import AdmissionSettings
 
 __all__ = ["UploadLedger", "UploadSlot", "UploadUsage"]
 

@@ -37,10 +37,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+from quire.admission.settings import AdmissionSettings
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.errors import InvalidInput
 from quire.reasons import ReasonCode
-from quire.settings import AdmissionSettings
 
 __all__ = ["UploadPace", "PacedRequests", "hear_out", "ANSWER_GRACE_SECONDS"]
 
