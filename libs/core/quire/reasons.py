@@ -29,6 +29,11 @@ class ReasonCode(StrEnum):
     """The caller proved who it is, but this RPC does not admit it: a service
     calling an RPC not meant for it, or a call that needs an operator token (PERMISSION_DENIED,
     HTTP 403)."""
+    REVIEWER_NOT_ALLOWED = "REVIEWER_NOT_ALLOWED"
+    """A reviewer's token on a call other than a review's: a reviewer may list,
+    read, explain, see the pages of and resolve parked jobs' reviews, and nothing else (dead
+    letters, diagnostics, exports, rollouts, tenants, tokens, keys and every other operator
+    call are refused, PERMISSION_DENIED, HTTP 403); ask an operator."""
     # Uploads.
     UPLOAD_HEADER_MISSING = "UPLOAD_HEADER_MISSING"
     """An upload without its declaration: an UploadSource stream whose first

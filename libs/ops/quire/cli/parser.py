@@ -257,10 +257,13 @@ def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> No
         dest="action", required=True, help="what to do"
     )
     tokens.add_parser(
-        "create", parents=[common, once], help="a new token for a tenant"
-    ).add_argument("tenant", help="tenants/ID")
+        "create", parents=[common, once], help="a new token for a tenant, or a reviewer's"
+    ).add_argument(
+        "tenant",
+        help="tenants/ID, or reviewers for a reviewer's token (review calls only)",
+    )
     tokens.add_parser("revoke", parents=[common, once], help="revoke a token").add_argument(
-        "token", help="tenants/ID/tokens/ID"
+        "token", help="tenants/ID/tokens/ID, or reviewers/-/tokens/ID"
     )
     review = command("review", help="operators: jobs parked for review").add_subparsers(
         dest="action", required=True, help="what to do"
