@@ -275,7 +275,11 @@ def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> No
         )
         decide.add_argument("job", help="the job id or jobs/ID")
         decide.add_argument("--note", required=True, help="why (recorded in the ledger)")
-        decide.add_argument("--operator", default="", help="who decides (default: your login)")
+        decide.add_argument(
+            "--operator",
+            default="",
+            help="ignored: the ledger records the token you decide with (kept for old scripts)",
+        )
     audit = command("audit", help="operators: the ledger").add_subparsers(
         dest="action", required=True, help="what to do"
     )

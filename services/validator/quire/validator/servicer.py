@@ -1,5 +1,10 @@
 """ValidatorService: decisions, rulesets, reviews, shadow evaluation, and
-the source systems a deferred job waits for."""
+the source systems a deferred job waits for.
+
+The review calls are staff's: operators' and reviewers' (``STAFF`` in the
+access policy, ``OperatorCheck.staff_of`` here); a decision is recorded
+under the caller's staff token, never a name the request carries. Shadow
+evaluation stays the operators'."""
 
 from __future__ import annotations
 
@@ -20,7 +25,9 @@ from quire.reasons import ReasonCode
 from quire.type import queue_pb2
 from quire.validator import tables
 from quire.validator.evaluation import Evaluator
+from quire.validator.reviewfilters import ReviewFilter
 from quire.validator.reviews import ReviewDesk, ReviewRow
+from quire.validator.reviewsources import SourceSeen, sources_of
 from quire.validator.rulesets import Ruleset, RulesetBook, canonical, int_or_text
 from quire.validator.sources.waits import SourceWaits
 from quire.validator.v1 import validator_service_pb2 as pb
@@ -32,6 +39,8 @@ DOMAIN = "validator.quire"
 RESOLVE_REVIEW = "quire.validator.v1.ValidatorService/ResolveReview"
 LIST_RULESETS = "quire.validator.v1.ValidatorService/ListRulesets"
 LIST_REVIEWS = "quire.validator.v1.ValidatorService/ListReviews"
+MAX_NOTE = 1000
+"""Characters of a review decision's note (the reviews table's column)."""
 
 
 def _ruleset_order(name: str, version: str) -> tuple[str, tuple[int, str]]:
@@ -73,7 +82,22 @@ def _decisions(decisions: list[dict[str, Any]]) -> list[pb.RuleDecision]:
     ]
 
 
-def _review(review: ReviewRow) -> pb.Review:
+def _sources(seen: list[SourceSeen]) -> list[pb.ReviewSource]:
+    return [
+        pb.ReviewSource(
+            position=source.position,
+            sha256=source.sha256,
+            detected_type=source.detected_type,
+            page_count=source.page_count,
+            repaired=source.repaired,
+            rewrite_sha256=source.rewrite_sha256,
+            damage_codes=list(source.damage_codes),
+        )
+        for source in seen
+    ]
+
+
+def _review(review: ReviewRow, seen: list[SourceSeen] | None = None) -> pb.Review:
     message = pb.Review(
         job=review.job,
         status=review.status,
@@ -82,6 +106,8 @@ def _review(review: ReviewRow) -> pb.Review:
         operator=review.operator or "",
         note=review.note or "",
         create_time=timestamp(review.created_at),
+        tenant=f"tenants/{review.tenant}" if review.tenant else "",
+        sources=_sources(seen or []),
     )
     if review.resolved_at is not None:
         message.resolve_time.CopyFrom(timestamp(review.resolved_at))
@@ -90,7 +116,8 @@ def _review(review: ReviewRow) -> pb.Review:
 
 class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
     """The validator's ValidatorService: validations, rulesets, what deferred jobs
-    wait for, and, for operators only, reviews and shadow evaluation."""
+    wait for, reviews for staff (operators and reviewers), and shadow
+    evaluation for operators only."""
 
     def __init__(
         self,
@@ -162,35 +189,61 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
     async def ListReviews(  # noqa: N802 - gRPC method name
         self, request: pb.ListReviewsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListReviewsResponse:
-        await self._operators.operator_of(context)
-        page = self._pages.page(LIST_REVIEWS, request.page_size, request.page_token)
-        # Only reviews still decidable: a job the client cancelled (or that
-        # ended otherwise) while parked is left out (``ReviewDesk``).
-        rows = await self._reviews.decidable_page(after=page.after, limit=page.fetch)
+        await self._operators.staff_of(context)
+        filters = ReviewFilter.of(
+            tenant=request.tenant,
+            ruleset=request.ruleset,
+            reason_code=request.reason_code,
+            include_resolved=request.include_resolved,
+        )
+        page = self._pages.page(
+            LIST_REVIEWS, request.page_size, request.page_token, filters.fingerprint()
+        )
+        # Only reviews still decidable, or already decided: a job the client
+        # cancelled (or that ended otherwise) while parked is left out (``ReviewDesk``).
+        rows = await self._reviews.decidable_page(
+            after=page.after, limit=page.fetch, filters=filters
+        )
         served, token = page.cut(rows, lambda r: (r.created_at, r.job))
-        return pb.ListReviewsResponse(reviews=[_review(r) for r in served], next_page_token=token)
+        seen = await sources_of(self._db, [r.job for r in served])
+        return pb.ListReviewsResponse(
+            reviews=[_review(r, seen.get(r.job)) for r in served], next_page_token=token
+        )
+
+    @at_the_edge(DOMAIN)
+    async def GetReview(  # noqa: N802 - gRPC method name
+        self, request: pb.GetReviewRequest, context: grpc.aio.ServicerContext
+    ) -> pb.Review:
+        """A pending review whose job the client cancelled shows as CANCELLED."""
+        await self._operators.staff_of(context)
+        review = await self._reviews.get(job_name(job_id(request.job)))
+        seen = await sources_of(self._db, [review.job])
+        return _review(review, seen.get(review.job))
 
     @at_the_edge(DOMAIN)
     async def ResolveReview(  # noqa: N802 - gRPC method name
         self, request: pb.ResolveReviewRequest, context: grpc.aio.ServicerContext
     ) -> pb.Review:
-        if not request.operator or len(request.operator) > 128 or len(request.note) > 1000:
+        """``request.operator`` is ignored (kept for old clients): the decider
+        recorded is the caller's staff token."""
+        if len(request.note) > MAX_NOTE:
             raise InvalidInput(
                 ReasonCode.INVALID_MANIFEST,
-                "an operator name (≤128) and a note (≤1000) are required",
-                (FieldViolation("operator", "required, at most 128 characters"),),
+                f"a note of at most {MAX_NOTE} characters",
+                (FieldViolation("note", f"at most {MAX_NOTE} characters"),),
             )
-        token = await self._operators.operator_of(context)
+        staff = await self._operators.staff_of(context)
         once = RequestOnce(tables.request_ids, OPERATORS, RESOLVE_REVIEW, request, pb.Review)
 
         async def resolve() -> pb.Review:
             review = await self._reviews.resolve(
                 job_name(job_id(request.job)),
                 approve=request.approve,
-                operator=f"{request.operator} (token {token})",
+                operator=staff.token,
                 note=request.note,
             )
-            return _review(review)
+            seen = await sources_of(self._db, [review.job])
+            return _review(review, seen.get(review.job))
 
         return await once.around(self._db, resolve)
 
