@@ -25,7 +25,9 @@ from quire.reasons import ReasonCode
 from quire.type import queue_pb2
 from quire.validator import tables
 from quire.validator.evaluation import Evaluator
+from quire.validator.explaining import Explained
 from quire.validator.reviewfilters import ReviewFilter
+from quire.validator.reviewinspector import ReviewInspector, checked_width
 from quire.validator.reviews import ReviewDesk, ReviewRow
 from quire.validator.reviewsources import SourceSeen, sources_of
 from quire.validator.rulesets import Ruleset, RulesetBook, canonical, int_or_text
@@ -114,6 +116,24 @@ def _review(review: ReviewRow, seen: list[SourceSeen] | None = None) -> pb.Revie
     return message
 
 
+def _review_findings(explained: list[Explained], seen: list[SourceSeen]) -> list[pb.ReviewFinding]:
+    """Each decision's values, with the damage codes of the source it concerns."""
+    damage = {source.position: list(source.damage_codes) for source in seen}
+    return [
+        pb.ReviewFinding(
+            rule=finding.rule,
+            outcome=finding.outcome,
+            reason_code=finding.reason_code,
+            position=finding.position,
+            subject=finding.subject,
+            expected=finding.expected,
+            found=finding.found,
+            damage_codes=damage.get(finding.position, []),
+        )
+        for finding in explained
+    ]
+
+
 class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
     """The validator's ValidatorService: validations, rulesets, what deferred jobs
     wait for, reviews for staff (operators and reviewers), and shadow
@@ -129,6 +149,7 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
         operators: OperatorCheck,
         pages: PageTokens,
         waits: SourceWaits | None = None,
+        inspector: ReviewInspector | None = None,
     ) -> None:
         self._db = database
         self._waits = waits or SourceWaits(database)
@@ -137,6 +158,8 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
         self._book = book
         self._reviews = reviews
         self._evaluator = evaluator
+        self._inspector = inspector
+        """Explains reviews and draws their pages, in the sandbox."""
 
     async def _validation_row(self, name: str):  # type: ignore[no-untyped-def]
         job = job_name(job_id(name))
@@ -246,6 +269,42 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
             return _review(review, seen.get(review.job))
 
         return await once.around(self._db, resolve)
+
+    @at_the_edge(DOMAIN)
+    async def ExplainReview(  # noqa: N802 - gRPC method name
+        self, request: pb.ExplainReviewRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReviewExplanation:
+        """Computed in the sandbox from the sealed sources; the values it holds
+        are the document's, and are neither stored nor logged."""
+        await self._operators.staff_of(context)
+        review = await self._reviews.get(job_name(job_id(request.job)))
+        seen = (await sources_of(self._db, [review.job])).get(review.job, [])
+        explained = await self._review_inspector().explain(review, seen)
+        return pb.ReviewExplanation(job=review.job, findings=_review_findings(explained, seen))
+
+    @at_the_edge(DOMAIN)
+    async def RenderPage(  # noqa: N802 - gRPC method name
+        self, request: pb.RenderPageRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RenderedPage:
+        """Only for a job with a review (NOT_FOUND otherwise)."""
+        await self._operators.staff_of(context)
+        width = checked_width(request.width)
+        review = await self._reviews.get(job_name(job_id(request.job)))
+        image = await self._review_inspector().render(
+            review,
+            position=request.position,
+            rewrite=request.variant == pb.PAGE_VARIANT_REWRITE,
+            page=request.page,
+            width=width,
+        )
+        return pb.RenderedPage(
+            png=image.png, width=image.width, height=image.height, page_count=image.page_count
+        )
+
+    def _review_inspector(self) -> ReviewInspector:
+        if self._inspector is None:
+            raise NotFound("this validator shows no review's sources")
+        return self._inspector
 
     @at_the_edge(DOMAIN)
     async def EvaluateManifest(  # noqa: N802 - gRPC method name
