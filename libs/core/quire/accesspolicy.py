@@ -84,6 +84,11 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
                 "PromoteRollout": BEARER,
                 "RollbackRollout": BEARER,
                 "ListCurrentRulesets": BEARER,
+                # The operator console's reads: operators only (the servicer checks).
+                "ListQueues": BEARER,
+                "ListTenantBatches": BEARER,
+                "GetTenantBatch": BEARER,
+                "ListTenantBatchJobs": BEARER,
             },
         ),
         # Admission owns the operator tokens: its servicer checks them itself.

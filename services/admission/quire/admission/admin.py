@@ -1,7 +1,8 @@
 """TenantAdminService: operators create tenants, set their limits and
 retention periods, issue and revoke tokens, and register the source systems
 a tenant's manifests may name by reference; ``quire retention apply`` has
-admission forget the uploads it retired. Every call needs the operator token but
+admission forget the uploads it retired; the operator console reads the
+queues and every tenant's batches. Every call needs the operator token but
 WhoAmI, which names an operator's or a reviewer's token; a reviewer's token
 is refused every other call (PERMISSION_DENIED, ``REVIEWER_NOT_ALLOWED``).
 Reviewer tokens are made and revoked here, as ``reviewers/-/tokens/{id}``."""
@@ -18,6 +19,8 @@ from google.protobuf.message import Message
 from sqlalchemy import Connection
 
 from quire.admission import tables
+from quire.admission.batches.everyone import TenantBatches
+from quire.admission.jobs.queues import QueueReadings
 from quire.admission.rollouts import records as rollouts
 from quire.admission.rollouts.rulesets import RolloutRulesets
 from quire.admission.rollouts.sync import RolloutSync
@@ -36,7 +39,7 @@ from quire.admission.tenants.storagepolicy import (
     forget_source,
     read_storage,
 )
-from quire.admission.v1 import rollout_pb2
+from quire.admission.v1 import batch_pb2, rollout_pb2
 from quire.admission.v1 import tenant_admin_service_pb2 as pb
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as pb_grpc
 from quire.declarations import SHA256_HEX
@@ -161,8 +164,14 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         rollout_sync: RolloutSync | None = None,
         rollout_rulesets: RolloutRulesets | None = None,
         egress: EgressPolicy | None = None,
+        batches: TenantBatches | None = None,
+        queues: QueueReadings | None = None,
     ) -> None:
         self._tenants = tenants
+        self._batches = batches
+        """Every tenant's batches, for the console."""
+        self._queues = queues
+        """The stages' queues, for the console."""
         self._egress = egress or EgressPolicy()
         """Where a source system's base URL may point."""
         self._pages = pages
@@ -451,6 +460,41 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         await self._tenants.authenticate_operator(context)
         current = await asyncio.to_thread(self._tenants.transaction, current_messages)
         return rollout_pb2.ListCurrentRulesetsResponse(rulesets=current)
+
+    @at_the_edge(DOMAIN)
+    async def ListQueues(  # noqa: N802 - gRPC method name
+        self, request: pb.ListQueuesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListQueuesResponse:
+        await self._tenants.authenticate_operator(context)
+        if self._queues is None:
+            raise NotFound("this admission service reads no queues")
+        return await self._queues.read()
+
+    @at_the_edge(DOMAIN)
+    async def ListTenantBatches(  # noqa: N802 - gRPC method name
+        self, request: pb.ListTenantBatchesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListTenantBatchesResponse:
+        await self._tenants.authenticate_operator(context)
+        return await self._tenant_batches().list(request)
+
+    @at_the_edge(DOMAIN)
+    async def GetTenantBatch(  # noqa: N802 - gRPC method name
+        self, request: pb.GetTenantBatchRequest, context: grpc.aio.ServicerContext
+    ) -> batch_pb2.Batch:
+        await self._tenants.authenticate_operator(context)
+        return await self._tenant_batches().get(request)
+
+    @at_the_edge(DOMAIN)
+    async def ListTenantBatchJobs(  # noqa: N802 - gRPC method name
+        self, request: pb.ListTenantBatchJobsRequest, context: grpc.aio.ServicerContext
+    ) -> batch_pb2.ListBatchJobsResponse:
+        await self._tenants.authenticate_operator(context)
+        return await self._tenant_batches().list_jobs(request)
+
+    def _tenant_batches(self) -> TenantBatches:
+        if self._batches is None:
+            raise NotFound("this admission service takes no batches")
+        return self._batches
 
     async def _close(
         self,
