@@ -5,14 +5,16 @@ sees the call.
 A call is let through when
 - its caller proof (``quire.callers``) names a service the rule admits, or
 - the rule admits operators and its bearer token is an operator's (asked of
-  admission, which owns the tokens: ``quire.operatorcheck``), or
+  admission, which owns the tokens: ``quire.operatorcheck``), or a reviewer's
+  where the rule admits reviewers too (the review calls: ``STAFF``), or
 - the rule leaves the bearer token to the servicer (admission's own API,
   whose servicers authenticate tenants and operators) and one is present.
 
 Everything else is refused before the request is even parsed: no
 credentials, or bad ones, UNAUTHENTICATED; a proven service the rule does not
-admit PERMISSION_DENIED (``CALLER_NOT_ALLOWED``); an RPC missing from the
-table PERMISSION_DENIED for everyone (fail closed). Health and reflection
+admit PERMISSION_DENIED (``CALLER_NOT_ALLOWED``); a reviewer's token where
+the rule admits operators only PERMISSION_DENIED (``REVIEWER_NOT_ALLOWED``);
+an RPC missing from the table PERMISSION_DENIED for everyone (fail closed). Health and reflection
 stay open, because probes carry no credentials.
 """
 
@@ -29,7 +31,7 @@ from quire.errors import PermissionDenied, QuireError, Unauthenticated
 from quire.grpcstatus import abort_with
 from quire.operatorcheck import OperatorCheck
 
-__all__ = ["Rule", "OPERATOR", "BEARER", "read_by", "AccessInterceptor", "OPEN_PREFIXES"]
+__all__ = ["Rule", "OPERATOR", "STAFF", "BEARER", "read_by", "AccessInterceptor", "OPEN_PREFIXES"]
 
 OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 """Methods every caller may use: health checks and server reflection."""
@@ -45,12 +47,16 @@ class Rule:
     """Services whose proven identity is enough."""
     operator: bool = False
     """An operator's bearer token is enough."""
+    reviewer: bool = False
+    """With ``operator``: a reviewer's bearer token is enough too (review calls)."""
     bearer: bool = False
     """Any bearer token gets the call to the servicer, which decides whose it is."""
 
 
 OPERATOR = Rule(operator=True)
 """Operators only: every write, and reads that span tenants."""
+STAFF = Rule(operator=True, reviewer=True)
+"""Operators and reviewers: the review calls, and nothing else."""
 BEARER = Rule(bearer=True)
 """Admission's own API: a token must be present; the servicer checks it."""
 
@@ -108,7 +114,8 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):
         return handler
 
     async def admit(self, method: str, metadata: Metadata) -> str:
-        """Who the call is from (a service, ``operator``, or ``bearer``); raises to refuse."""
+        """Who the call is from (a service, ``operator``, ``reviewer`` or
+        ``bearer``); raises to refuse."""
         rule = self._rules.get(method)
         if rule is None:
             raise PermissionDenied("this RPC admits no caller")
@@ -120,6 +127,8 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):
             if rule.bearer:
                 return "bearer"
             if rule.operator and self._operators is not None:
+                if rule.reviewer:
+                    return (await self._operators.staff_in(metadata)).role
                 await self._operators.operator_in(metadata)
                 return "operator"
         if caller is not None:

@@ -3,7 +3,8 @@
 Reads of one job's records are open to admission (the front door, the one
 service that answers tenants, after checking the job is theirs) and to
 operators. Every write, and every read that spans tenants, needs an
-operator. Admission's own API keeps its bearer tokens, checked by its
+operator; the review calls admit reviewers too (``STAFF``), and nothing else
+does. Admission's own API keeps its bearer tokens, checked by its
 servicers. An RPC missing here is refused to everyone; the caller-auth tests
 enumerate the generated service descriptors, so a new RPC fails them until
 it has a rule.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from quire.access import BEARER, OPERATOR, Rule, read_by
+from quire.access import BEARER, OPERATOR, STAFF, Rule, read_by
 
 __all__ = ["POLICIES", "policy_for"]
 
@@ -83,6 +84,11 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
                 "PromoteRollout": BEARER,
                 "RollbackRollout": BEARER,
                 "ListCurrentRulesets": BEARER,
+                # The operator console's reads: operators only (the servicer checks).
+                "ListQueues": BEARER,
+                "ListTenantBatches": BEARER,
+                "GetTenantBatch": BEARER,
+                "ListTenantBatchJobs": BEARER,
             },
         ),
         # Admission owns the operator tokens: its servicer checks them itself.
@@ -117,8 +123,12 @@ POLICIES: Mapping[str, Mapping[str, Rule]] = {
         {
             "GetValidation": FRONT_DOOR_READ,
             "ListRulesets": FRONT_DOOR_READ,  # admission pins a job's ruleset
-            "ListReviews": OPERATOR,  # every tenant's parked jobs
-            "ResolveReview": OPERATOR,
+            # Every tenant's parked jobs: operators and reviewers.
+            "ListReviews": STAFF,
+            "GetReview": STAFF,
+            "ResolveReview": STAFF,
+            "ExplainReview": STAFF,  # document values, computed in the sandbox
+            "RenderPage": STAFF,  # page images, drawn in the sandbox
             "EvaluateManifest": OPERATOR,  # shadow evaluation runs the sandbox
             "ListSourceWaits": FRONT_DOOR_READ,  # a job's status while it waits
         },

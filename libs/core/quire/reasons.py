@@ -33,6 +33,11 @@ class ReasonCode(StrEnum):
     """The caller proved who it is, but this RPC does not admit it: a service
     calling an RPC not meant for it, or a call that needs an operator token (PERMISSION_DENIED,
     HTTP 403)."""
+    REVIEWER_NOT_ALLOWED = "REVIEWER_NOT_ALLOWED"
+    """A reviewer's token on a call other than a review's: a reviewer may list,
+    read, explain, see the pages of and resolve parked jobs' reviews, and nothing else (dead
+    letters, diagnostics, exports, rollouts, tenants, tokens, keys and every other operator
+    call are refused, PERMISSION_DENIED, HTTP 403); ask an operator."""
     # Uploads.
     UPLOAD_HEADER_MISSING = "UPLOAD_HEADER_MISSING"
     """An upload without its declaration: an UploadSource stream whose first
@@ -237,6 +242,21 @@ class ReasonCode(StrEnum):
     REVIEW_ALREADY_RESOLVED = "REVIEW_ALREADY_RESOLVED"
     """A review decision after another operator had decided the other way
     (FAILED_PRECONDITION): the first decision stands."""
+    PAGE_OUT_OF_RANGE = "PAGE_OUT_OF_RANGE"
+    """RenderPage asked for a page the source does not have: pages count from 1
+    to the page_count of the variant asked for, and a structured (JSON) source has none
+    (INVALID_ARGUMENT)."""
+    WIDTH_OUT_OF_RANGE = "WIDTH_OUT_OF_RANGE"
+    """RenderPage asked for an image narrower than 200 or wider than 1600 pixels
+    (0 means 800) (INVALID_ARGUMENT)."""
+    SOURCE_NOT_REPAIRED = "SOURCE_NOT_REPAIRED"
+    """RenderPage asked for the rewrite of a source the validator did not repair:
+    only a repaired source has one; ask for the original (NOT_FOUND)."""
+    RENDER_LIMIT_EXCEEDED = "RENDER_LIMIT_EXCEEDED"
+    """ExplainReview or RenderPage cannot show a review's source within its limits:
+    the source is larger than the validator decrypts in memory to show it (64 MiB), or the page
+    would make an image past what RenderPage returns (40 megapixels, a 3 MiB PNG; ask for a
+    narrower width) (FAILED_PRECONDITION)."""
     RENDER_UNAVAILABLE = "RENDER_UNAVAILABLE"
     """No longer given: before the assembler could render structured (JSON)
     sources, it REJECTED jobs that had them with this code. Kept for the jobs and ledger entries

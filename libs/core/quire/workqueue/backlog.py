@@ -98,6 +98,23 @@ class QueueAgeProbe:
         info = await self._js.consumer_info(WORK_STREAM, candidate_consumer_name(self._stage))
         return int(info.num_pending or 0)
 
+    async def ready(self, *, candidate: bool = False) -> tuple[int, float]:
+        """The stage's queue as one reading, both priorities together: the
+        messages not yet delivered, and the oldest one's age in seconds (0 if
+        none); the candidate track's with ``candidate``. (0, 0.0) for a queue
+        with no consumer; QUEUE_UNAVAILABLE when NATS cannot say."""
+        try:
+            if candidate:
+                pending = await self.candidate_pending()
+            else:
+                pending = sum([await self.pending(priority) for priority in PRIORITIES])
+        except NotFoundError:
+            return 0, 0.0
+        except Exception as error:  # noqa: BLE001 - NATS unreachable: say so, typed
+            raise TransientError(ReasonCode.QUEUE_UNAVAILABLE, "cannot read the queue") from error
+        ages = [await self.oldest_ready_age(p, candidate=candidate) for p in PRIORITIES]
+        return pending, max(ages)
+
     async def _age(self, consumer: str, subject: str) -> float:
         """The age of the oldest message on ``subject`` that ``consumer`` has not delivered."""
         info = await self._js.consumer_info(WORK_STREAM, consumer)

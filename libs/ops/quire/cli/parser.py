@@ -257,10 +257,13 @@ def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> No
         dest="action", required=True, help="what to do"
     )
     tokens.add_parser(
-        "create", parents=[common, once], help="a new token for a tenant"
-    ).add_argument("tenant", help="tenants/ID")
+        "create", parents=[common, once], help="a new token for a tenant, or a reviewer's"
+    ).add_argument(
+        "tenant",
+        help="tenants/ID, or reviewers for a reviewer's token (review calls only)",
+    )
     tokens.add_parser("revoke", parents=[common, once], help="revoke a token").add_argument(
-        "token", help="tenants/ID/tokens/ID"
+        "token", help="tenants/ID/tokens/ID, or reviewers/-/tokens/ID"
     )
     review = command("review", help="operators: jobs parked for review").add_subparsers(
         dest="action", required=True, help="what to do"
@@ -272,7 +275,11 @@ def _operator_commands(command: _Command, common: argparse.ArgumentParser) -> No
         )
         decide.add_argument("job", help="the job id or jobs/ID")
         decide.add_argument("--note", required=True, help="why (recorded in the ledger)")
-        decide.add_argument("--operator", default="", help="who decides (default: your login)")
+        decide.add_argument(
+            "--operator",
+            default="",
+            help="ignored: the ledger records the token you decide with (kept for old scripts)",
+        )
     audit = command("audit", help="operators: the ledger").add_subparsers(
         dest="action", required=True, help="what to do"
     )

@@ -1,9 +1,9 @@
-"""``quire review list|approve|reject``: operators decide parked jobs."""
+"""``quire review list|approve|reject``: operators and reviewers decide parked
+jobs; the ledger records the token each decision was made with."""
 
 from __future__ import annotations
 
 import argparse
-import getpass
 
 from quire.cli.args import job_resource, operator_metadata
 from quire.cli.config import ClientConfig
@@ -45,7 +45,6 @@ async def _resolve(
         job=job_resource(args.job),
         approve=approve,
         note=args.note,
-        operator=args.operator or getpass.getuser(),
         request_id=args.request_id or new_request_id(),
     )
     async with aio_channel(config.validator, config.tls) as channel:

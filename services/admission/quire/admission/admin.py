@@ -1,8 +1,11 @@
 """TenantAdminService: operators create tenants, set their limits and
 retention periods, issue and revoke tokens, and register the source systems
 a tenant's manifests may name by reference; ``quire retention apply`` has
-admission forget the uploads it retired. Every call needs the operator
-token."""
+admission forget the uploads it retired; the operator console reads the
+queues and every tenant's batches. Every call needs the operator token but
+WhoAmI, which names an operator's or a reviewer's token; a reviewer's token
+is refused every other call (PERMISSION_DENIED, ``REVIEWER_NOT_ALLOWED``).
+Reviewer tokens are made and revoked here, as ``reviewers/-/tokens/{id}``."""
 
 from __future__ import annotations
 
@@ -16,19 +19,27 @@ from google.protobuf.message import Message
 from sqlalchemy import Connection
 
 from quire.admission import tables
+from quire.admission.batches.everyone import TenantBatches
+from quire.admission.jobs.queues import QueueReadings
 from quire.admission.rollouts import records as rollouts
 from quire.admission.rollouts.rulesets import RolloutRulesets
 from quire.admission.rollouts.sync import RolloutSync
 from quire.admission.rulesets.currents import current_messages
 from quire.admission.tenants import sourcesystems
-from quire.admission.tenants.directory import Tenant, TenantDirectory, TokenRecord
+from quire.admission.tenants.directory import (
+    REVIEWER_ROLE,
+    TENANT_ROLE,
+    Tenant,
+    TenantDirectory,
+    TokenRecord,
+)
 from quire.admission.tenants.storagepolicy import (
     PERIODS,
     TenantStorage,
     forget_source,
     read_storage,
 )
-from quire.admission.v1 import rollout_pb2
+from quire.admission.v1 import batch_pb2, rollout_pb2
 from quire.admission.v1 import tenant_admin_service_pb2 as pb
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as pb_grpc
 from quire.declarations import SHA256_HEX
@@ -46,6 +57,9 @@ DOMAIN = "admission.quire"
 M = TypeVar("M", bound=Message)
 SecretReply = TypeVar("SecretReply", pb.CreateTenantResponse, pb.CreateTokenResponse)
 LIST_TENANTS = "quire.admission.v1.TenantAdminService/ListTenants"
+REVIEWERS = "reviewers"
+"""CreateToken's ``tenant`` for a reviewer's token."""
+REVIEWER_TOKEN = "reviewers/-/tokens/"
 log = logging.getLogger(__name__)
 
 
@@ -67,8 +81,11 @@ def _tenant_id(name: str) -> str:
 
 
 def _token(record: TokenRecord) -> pb.Token:
+    name = f"tenants/{record.tenant}/tokens/{record.token_id}"
+    if record.role == REVIEWER_ROLE:
+        name = f"{REVIEWER_TOKEN}{record.token_id}"
     token = pb.Token(
-        name=f"tenants/{record.tenant}/tokens/{record.token_id}",
+        name=name,
         create_time=timestamp(record.created_at),
     )
     if record.revoked_at is not None:
@@ -147,8 +164,14 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         rollout_sync: RolloutSync | None = None,
         rollout_rulesets: RolloutRulesets | None = None,
         egress: EgressPolicy | None = None,
+        batches: TenantBatches | None = None,
+        queues: QueueReadings | None = None,
     ) -> None:
         self._tenants = tenants
+        self._batches = batches
+        """Every tenant's batches, for the console."""
+        self._queues = queues
+        """The stages' queues, for the console."""
         self._egress = egress or EgressPolicy()
         """Where a source system's base URL may point."""
         self._pages = pages
@@ -263,10 +286,13 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         self, request: pb.CreateTokenRequest, context: grpc.aio.ServicerContext
     ) -> pb.CreateTokenResponse:
         await self._tenants.authenticate_operator(context)
-        tenant_id = _tenant_id(request.tenant)
+        tenant_id = None if request.tenant == REVIEWERS else _tenant_id(request.tenant)
 
         def create(connection: Connection) -> pb.CreateTokenResponse:
-            record, secret = self._tenants.create_token_in(connection, tenant_id)
+            if tenant_id is None:
+                record, secret = self._tenants.create_reviewer_token_in(connection)
+            else:
+                record, secret = self._tenants.create_token_in(connection, tenant_id)
             return pb.CreateTokenResponse(token=_token(record), secret=secret)
 
         return await self._run(
@@ -277,8 +303,9 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
     async def WhoAmI(  # noqa: N802 - gRPC method name
         self, request: pb.WhoAmIRequest, context: grpc.aio.ServicerContext
     ) -> pb.Operator:
-        token_id = await self._tenants.authenticate_operator(context)
-        return pb.Operator(token=f"operators/-/tokens/{token_id}")
+        token_id, role = await self._tenants.authenticate_staff(context)
+        prefix = REVIEWER_TOKEN if role == REVIEWER_ROLE else "operators/-/tokens/"
+        return pb.Operator(token=f"{prefix}{token_id}", role=role)
 
     @at_the_edge(DOMAIN)
     async def RevokeToken(  # noqa: N802 - gRPC method name
@@ -286,11 +313,16 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
     ) -> pb.Token:
         await self._tenants.authenticate_operator(context)
         parts = request.name.split("/")
-        if len(parts) != 4 or parts[0] != "tenants" or parts[2] != "tokens":
+        if len(parts) != 4 or parts[0] not in ("tenants", REVIEWERS) or parts[2] != "tokens":
             raise NotFound("token not found")
+        if parts[0] == REVIEWERS and parts[1] != "-":
+            raise NotFound("token not found")
+        tenant_id, role = (
+            (None, REVIEWER_ROLE) if parts[0] == REVIEWERS else (parts[1], TENANT_ROLE)
+        )
         reply = await self._run(
             self._once(request, pb.Token),
-            lambda s: _token(self._tenants.revoke_token_in(s, parts[1], parts[3])),
+            lambda s: _token(self._tenants.revoke_token_in(s, tenant_id, parts[3], role)),
         )
         self._tenants.forget_verified()
         return reply
@@ -428,6 +460,41 @@ class TenantAdminServicer(pb_grpc.TenantAdminServiceServicer):
         await self._tenants.authenticate_operator(context)
         current = await asyncio.to_thread(self._tenants.transaction, current_messages)
         return rollout_pb2.ListCurrentRulesetsResponse(rulesets=current)
+
+    @at_the_edge(DOMAIN)
+    async def ListQueues(  # noqa: N802 - gRPC method name
+        self, request: pb.ListQueuesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListQueuesResponse:
+        await self._tenants.authenticate_operator(context)
+        if self._queues is None:
+            raise NotFound("this admission service reads no queues")
+        return await self._queues.read()
+
+    @at_the_edge(DOMAIN)
+    async def ListTenantBatches(  # noqa: N802 - gRPC method name
+        self, request: pb.ListTenantBatchesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListTenantBatchesResponse:
+        await self._tenants.authenticate_operator(context)
+        return await self._tenant_batches().list(request)
+
+    @at_the_edge(DOMAIN)
+    async def GetTenantBatch(  # noqa: N802 - gRPC method name
+        self, request: pb.GetTenantBatchRequest, context: grpc.aio.ServicerContext
+    ) -> batch_pb2.Batch:
+        await self._tenants.authenticate_operator(context)
+        return await self._tenant_batches().get(request)
+
+    @at_the_edge(DOMAIN)
+    async def ListTenantBatchJobs(  # noqa: N802 - gRPC method name
+        self, request: pb.ListTenantBatchJobsRequest, context: grpc.aio.ServicerContext
+    ) -> batch_pb2.ListBatchJobsResponse:
+        await self._tenants.authenticate_operator(context)
+        return await self._tenant_batches().list_jobs(request)
+
+    def _tenant_batches(self) -> TenantBatches:
+        if self._batches is None:
+            raise NotFound("this admission service takes no batches")
+        return self._batches
 
     async def _close(
         self,

@@ -15,6 +15,7 @@ from quire.admission.admin import TenantAdminServicer
 from quire.admission.batches.desk import Batches
 from quire.admission.batches.dispatch import BatchDispatcher
 from quire.admission.batches.dispatchlease import DispatchLease
+from quire.admission.batches.everyone import TenantBatches
 from quire.admission.batches.finishes import EndTracker
 from quire.admission.config import AdmissionConfig
 from quire.admission.jobs.cancellation import Canceller
@@ -22,6 +23,7 @@ from quire.admission.jobs.dispatch import Dispatcher
 from quire.admission.jobs.evidence import EvidenceDesk
 from quire.admission.jobs.intake import Intake
 from quire.admission.jobs.outstanding import OutstandingJobs
+from quire.admission.jobs.queues import QueueReadings
 from quire.admission.jobs.reconciler import Reconciler
 from quire.admission.jobs.views import JobViews
 from quire.admission.notifications.desk import Notifications
@@ -130,6 +132,17 @@ async def main() -> None:
         ),
         metrics=metrics,
     )
+    batches = Batches(
+        database,
+        blobs,
+        audit,
+        config.batch,
+        admission,
+        ends=ends,
+        pages=pages,
+        currents=intake.currents,
+        catalog=catalog,
+    )
     servicer = AdmissionServicer(
         database=database,
         blobs=blobs,
@@ -155,17 +168,7 @@ async def main() -> None:
         ),
         settings=admission,
         watches=watches,
-        batches=Batches(
-            database,
-            blobs,
-            audit,
-            config.batch,
-            admission,
-            ends=ends,
-            pages=pages,
-            currents=intake.currents,
-            catalog=catalog,
-        ),
+        batches=batches,
         notifications=Notifications(
             database, notify_secrets, config.notifications, egress=config.egress
         ),
@@ -214,6 +217,8 @@ async def main() -> None:
                     catalog, intake.currents, ruleset_ledger, build_version=settings.build_version
                 ),
                 egress=config.egress,
+                batches=TenantBatches(database, batches, pages=pages),
+                queues=QueueReadings.of(js, cache_seconds=admission.queue_age_cache_seconds),
             ),
             server,
         )

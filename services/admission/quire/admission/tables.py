@@ -82,7 +82,8 @@ tenant_usage = Table(
     Column("tenant", String(64), ForeignKey("tenants.id"), primary_key=True),
     Column("stored_bytes", BigInteger, nullable=False),
 )
-# Only the sha256 of a bearer token is stored. Operator tokens have no tenant.
+# Only the sha256 of a bearer token is stored. Its role: "tenant", "operator" or
+# "reviewer"; operators' and reviewers' tokens have no tenant.
 tokens = Table(
     "tokens",
     metadata,

@@ -20,6 +20,7 @@ from quire.validator import tables
 from quire.validator.config import ValidatorConfig
 from quire.validator.evaluation import Evaluator
 from quire.validator.pdfchecks import PdfLimits
+from quire.validator.reviewinspector import ReviewInspector
 from quire.validator.reviews import ReviewDesk
 from quire.validator.rulesets import RulesetBook, load_directory
 from quire.validator.servicer import ValidatorServicer
@@ -100,6 +101,7 @@ async def main() -> None:
             operators=peers.operators(),
             pages=PageTokens.for_service(settings.identity),
             waits=waits,
+            inspector=ReviewInspector(blobs=blobs, sandbox=pool, book=book, budgets=budgets),
         )
 
         def register(server: grpc.aio.Server) -> None:

@@ -1,7 +1,9 @@
-"""Human review: an operator approves or rejects a parked job.
+"""Human review: staff (an operator or a reviewer) approve or reject a parked job.
 
-The decision is a compare-and-swap on the review's status, so two operators
-cannot both decide. The ledger records the operator as the actor. Repeating
+The decision is a compare-and-swap on the review's status, so two people
+cannot both decide. The ledger records the decider's staff token
+(``operators/-/tokens/{id}`` or ``reviewers/-/tokens/{id}``) as the actor,
+never a name the client sends. Repeating
 the same decision republishes its messages (same ids, so nothing doubles),
 which finishes a hand-off a crash interrupted; a different decision on a
 resolved review is refused.
@@ -16,14 +18,15 @@ view waits for the cancel's event). A row whose job the gate holds CANCELLED
 is marked CANCELLED in the reviews table, so later listings skip it without
 asking again; one the gate holds ended otherwise (REJECTED, FAILED) is left
 out and kept PENDING, so repeating a decision a crash interrupted still
-finishes it.
+finishes it. Resolved reviews are listed on request, as they were decided;
+the filters are ``quire.validator.reviewfilters``.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 
@@ -39,6 +42,7 @@ from quire.settings import BUILD_VERSION
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
 from quire.validator import tables
+from quire.validator.reviewfilters import PENDING, ReviewFilter
 from quire.workqueue import Publisher, event_subject
 
 __all__ = ["ReviewDesk", "ReviewRow"]
@@ -49,7 +53,7 @@ GATE_READS = 16
 """Gate reads one listing keeps in flight at once."""
 CANCELLED_REVIEW = "CANCELLED"
 """A review row's status once its job's cancel was found in the gate (never
-sent in a Review: ResolveReview refuses a cancelled job first)."""
+listed, and shown by GetReview only: ResolveReview refuses a cancelled job first)."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,8 @@ class ReviewRow:
     created_at: datetime
     resolved_at: datetime | None
     next_task: bytes
+    tenant: str = ""
+    """The job's tenant id ("" on a review parked by a release before it was kept)."""
 
 
 def _row(row: object) -> ReviewRow:
@@ -78,12 +84,14 @@ def _row(row: object) -> ReviewRow:
         created_at=row.created_at,  # type: ignore[attr-defined]
         resolved_at=row.resolved_at,  # type: ignore[attr-defined]
         next_task=row.next_task,  # type: ignore[attr-defined]
+        tenant=row.tenant,  # type: ignore[attr-defined]
     )
 
 
 class ReviewDesk:
-    """Operators' reviews of parked jobs: lists those still decidable and records
-    one decision per review, then hands the job on or ends it."""
+    """Staff's reviews of parked jobs: lists those still decidable (and, asked,
+    those decided), and records one decision per review, then hands the job
+    on or ends it."""
 
     def __init__(
         self,
@@ -99,51 +107,63 @@ class ReviewDesk:
         self._build_version = build_version
         """The deployable version on the ledger entries of operators' decisions."""
 
-    async def pending(self) -> list[ReviewRow]:
-        table = tables.reviews
-        rows = await self._db.read(
-            lambda s: s.execute(
-                select(table).where(table.c.status == "PENDING").order_by(table.c.created_at)
-            ).all()
-        )
-        return [_row(row) for row in rows]
-
-    async def pending_page(self, *, after: Position | None, limit: int) -> list[ReviewRow]:
-        """At most ``limit`` pending reviews, oldest first, after ``after``
-        (a ``(created_at, job)`` position: a page of ListReviews)."""
+    async def listed_page(
+        self, *, after: Position | None, limit: int, filters: ReviewFilter | None = None
+    ) -> list[ReviewRow]:
+        """At most ``limit`` reviews the filters choose (pending ones only, by
+        default), oldest first, after ``after`` (a ``(created_at, job)``
+        position: a page of ListReviews)."""
         table = tables.reviews
         order = (table.c.created_at, table.c.job)
-        query = select(table).where(table.c.status == "PENDING").order_by(*order).limit(limit)
+        query = select(table).where((filters or ReviewFilter()).condition())
+        query = query.order_by(*order).limit(limit)
         beyond = keyset_after(order, after)
         if beyond is not None:
             query = query.where(beyond)
         rows = await self._db.read(lambda s: s.execute(query).all())
         return [_row(row) for row in rows]
 
-    async def decidable_page(self, *, after: Position | None, limit: int) -> list[ReviewRow]:
-        """At most ``limit`` reviews an operator can still decide, oldest first,
-        after ``after``: pending ones whose job the gate holds neither cancelled
-        nor ended (a page of ListReviews)."""
+    async def decidable_page(
+        self, *, after: Position | None, limit: int, filters: ReviewFilter | None = None
+    ) -> list[ReviewRow]:
+        """At most ``limit`` reviews the filters choose, oldest first, after
+        ``after``: of the pending ones, only those staff can still decide, whose
+        job the gate holds neither cancelled nor ended (a page of ListReviews)."""
         found: list[ReviewRow] = []
         while len(found) < limit:
             wanted = limit - len(found)
-            rows = await self.pending_page(after=after, limit=wanted)
+            rows = await self.listed_page(after=after, limit=wanted, filters=filters)
             if not rows:
                 break
-            held = await self._gate_holds(rows)
-            cancelled = [row.job for row in rows if held[row.job] == CANCELLED]
+            held = await self._gate_holds([row for row in rows if row.status == PENDING])
+            cancelled = [job for job, state in held.items() if state == CANCELLED]
             if cancelled:
                 await self._db.run(partial(_mark_cancelled, jobs=cancelled))
-            found.extend(row for row in rows if not held[row.job])
+            found.extend(row for row in rows if not held.get(row.job))
             after = (rows[-1].created_at, rows[-1].job)
             if len(rows) < wanted:
                 break
         return found
 
+    async def get(self, job: str) -> ReviewRow:
+        """One job's review, pending or decided; a pending one whose job the
+        client cancelled shows as CANCELLED. NOT_FOUND for a job never parked."""
+        table = tables.reviews
+        row = await self._db.read(
+            lambda s: s.execute(select(table).where(table.c.job == job)).first()
+        )
+        if row is None:
+            raise NotFound("no review for this job")
+        review = _row(row)
+        if review.status == PENDING and (await self._gate_holds([review]))[job] == CANCELLED:
+            await self._db.run(partial(_mark_cancelled, jobs=[job]))
+            review = replace(review, status=CANCELLED_REVIEW)
+        return review
+
     async def _gate_holds(self, rows: Sequence[ReviewRow]) -> dict[str, str]:
         """For each row's job, the ending the gate holds (CANCELLED, REJECTED,
         FAILED), or "" while the job may still be decided."""
-        if self._gate is None:
+        if self._gate is None or not rows:
             return {row.job: "" for row in rows}
         gate = self._gate
         limit = asyncio.Semaphore(GATE_READS)
@@ -162,6 +182,8 @@ class ReviewDesk:
         return {row.job: state for row, state in zip(rows, states, strict=True)}
 
     async def resolve(self, job: str, *, approve: bool, operator: str, note: str) -> ReviewRow:
+        """Decide the review; ``operator`` is the decider's staff token name,
+        recorded in the review and as the ledger's actor."""
         status = "APPROVED" if approve else "REJECTED"
         if self._gate is not None and not approve:
             if await self._gate.end(job, State.REJECTED) == CANCELLED:

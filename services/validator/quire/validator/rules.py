@@ -19,7 +19,16 @@ from quire.reasons import ReasonCode
 from quire.validator.facts import DocumentFacts
 from quire.validator.rulesets import Ruleset
 
-__all__ = ["Decision", "evaluate", "verdict"]
+__all__ = [
+    "Decision",
+    "InvoiceFigures",
+    "amount",
+    "evaluate",
+    "invoice_figures",
+    "lookup",
+    "normalised",
+    "verdict",
+]
 
 PDF = "application/pdf"
 JSON = "application/json"
@@ -41,11 +50,11 @@ class Decision:
     position: int = -1
 
 
-def _normalise(text: str) -> str:
+def normalised(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def _lookup(data: Any, path: str) -> Any:
+def lookup(data: Any, path: str) -> Any:
     value = data
     for part in path.split("."):
         if not isinstance(value, dict) or part not in value:
@@ -54,7 +63,7 @@ def _lookup(data: Any, path: str) -> Any:
     return value
 
 
-def _decimal(value: Any) -> Decimal | None:
+def amount(value: Any) -> Decimal | None:
     """An amount as an exact decimal, or None when it is not a sane amount."""
     if isinstance(value, bool) or value is None:
         return None
@@ -90,8 +99,8 @@ def _required_field(rule: dict[str, Any], docs: list[DocumentFacts]) -> Iterable
 
 
 def _required_clause(rule: dict[str, Any], docs: list[DocumentFacts]) -> Iterable[Decision]:
-    wanted = _normalise(rule["text"])
-    if any(wanted in _normalise(doc.text) for doc in docs):
+    wanted = normalised(rule["text"])
+    if any(wanted in normalised(doc.text) for doc in docs):
         yield Decision(rule["id"], "pass", detail="clause present")
     else:
         yield _missing(rule, "REQUIRED_CLAUSE_MISSING", f"clause {rule['id']} not found")
@@ -111,7 +120,7 @@ def _json_schema(rule: dict[str, Any], doc: DocumentFacts) -> Decision:
 
 
 def _required_value(rule: dict[str, Any], doc: DocumentFacts) -> Decision:
-    value = _lookup(doc.data, rule["path"])
+    value = lookup(doc.data, rule["path"])
     reason = rule.get("reason", "REQUIRED_VALUE_INVALID")
     ok = isinstance(value, str) and bool(value)
     if ok and "one_of" in rule:
@@ -125,9 +134,9 @@ def _required_value(rule: dict[str, Any], doc: DocumentFacts) -> Decision:
 
 
 def _positive_quantities(rule: dict[str, Any], doc: DocumentFacts) -> Decision:
-    lines = _lookup(doc.data, "lines") or []
+    lines = lookup(doc.data, "lines") or []
     for index, line in enumerate(lines if isinstance(lines, list) else []):
-        quantity = _decimal(line.get("quantity") if isinstance(line, dict) else None)
+        quantity = amount(line.get("quantity") if isinstance(line, dict) else None)
         if quantity is None or quantity <= 0:
             return Decision(
                 rule["id"], "fail", "QUANTITY_INVALID", f"lines[{index}].quantity", doc.position
@@ -135,25 +144,41 @@ def _positive_quantities(rule: dict[str, Any], doc: DocumentFacts) -> Decision:
     return Decision(rule["id"], "pass", position=doc.position)
 
 
-def _invoice_totals(rule: dict[str, Any], doc: DocumentFacts) -> Decision:
-    """Sum of quantity × unit price, plus tax at ``tax_rate`` percent, against ``total``."""
-    lines = _lookup(doc.data, "lines")
-    declared = _decimal(_lookup(doc.data, "total"))
+@dataclass(frozen=True)
+class InvoiceFigures:
+    """An invoice's total as recomputed from its lines, and as it declares it."""
+
+    computed: Decimal
+    declared: Decimal
+
+
+def invoice_figures(data: Any) -> InvoiceFigures | str:
+    """Sum of quantity × unit price, plus tax at ``tax_rate`` percent, and the
+    declared ``total``; or where the data is no invoice (a rule's detail)."""
+    lines = lookup(data, "lines")
+    declared = amount(lookup(data, "total"))
     if not isinstance(lines, list) or declared is None:
-        return Decision(rule["id"], "fail", "SCHEMA_INVALID", "lines or total", doc.position)
+        return "lines or total"
     subtotal = Decimal(0)
     for index, line in enumerate(lines):
-        quantity = _decimal(line.get("quantity")) if isinstance(line, dict) else None
-        price = _decimal(line.get("unit_price")) if isinstance(line, dict) else None
+        quantity = amount(line.get("quantity")) if isinstance(line, dict) else None
+        price = amount(line.get("unit_price")) if isinstance(line, dict) else None
         if quantity is None or price is None:
-            return Decision(rule["id"], "fail", "SCHEMA_INVALID", f"lines[{index}]", doc.position)
+            return f"lines[{index}]"
         subtotal += _cents(quantity * price)
-    raw_rate = _lookup(doc.data, "tax_rate")
-    rate = Decimal(0) if raw_rate is None else _decimal(raw_rate)
+    raw_rate = lookup(data, "tax_rate")
+    rate = Decimal(0) if raw_rate is None else amount(raw_rate)
     if rate is None:
-        return Decision(rule["id"], "fail", "SCHEMA_INVALID", "tax_rate", doc.position)
-    computed = subtotal + _cents(subtotal * rate / 100)
-    if computed != declared:  # exact: a declared total finer than cents does not match
+        return "tax_rate"
+    return InvoiceFigures(subtotal + _cents(subtotal * rate / 100), declared)
+
+
+def _invoice_totals(rule: dict[str, Any], doc: DocumentFacts) -> Decision:
+    """The recomputed total (``invoice_figures``) against the declared one."""
+    figures = invoice_figures(doc.data)
+    if isinstance(figures, str):
+        return Decision(rule["id"], "fail", "SCHEMA_INVALID", figures, doc.position)
+    if figures.computed != figures.declared:  # exact: a total finer than cents does not match
         return Decision(
             rule["id"], "fail", "TOTAL_MISMATCH", "declared total differs", doc.position
         )
@@ -161,7 +186,7 @@ def _invoice_totals(rule: dict[str, Any], doc: DocumentFacts) -> Decision:
 
 
 def _review_above(rule: dict[str, Any], doc: DocumentFacts) -> Decision:
-    value = _decimal(_lookup(doc.data, rule["path"]))
+    value = amount(lookup(doc.data, rule["path"]))
     if value is not None and value > Decimal(rule["threshold"]):
         return Decision(
             rule["id"], "review", "REVIEW_REQUIRED", f"{rule['path']} over threshold", doc.position

@@ -20,7 +20,15 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PageView", "Reading", "differing_pages", "read_with_pdfium", "visible_change"]
+__all__ = [
+    "PageView",
+    "Reading",
+    "differing_pages",
+    "pdfium_document",
+    "pdfium_page",
+    "read_with_pdfium",
+    "visible_change",
+]
 
 RASTER_SIDE = 96
 """The longer side of each page's raster, in pixels: enough to tell a blank
@@ -70,7 +78,7 @@ def _raster(page: object, scale: float) -> bytes:
 
 
 @contextmanager
-def _opened(path: str) -> Iterator[Any]:
+def pdfium_document(path: str) -> Iterator[Any]:
     """pdfium's document for ``path``, forms loaded as a viewer loads them,
     closed on the way out whatever happens."""
     import pypdfium2
@@ -91,7 +99,7 @@ def _opened(path: str) -> Iterator[Any]:
 
 
 @contextmanager
-def _page(document: Any, index: int) -> Iterator[Any]:
+def pdfium_page(document: Any, index: int) -> Iterator[Any]:
     page = document[index]
     try:
         yield page
@@ -105,10 +113,10 @@ def read_with_pdfium(path: str) -> Reading | None:
     import pypdfium2  # lazy: only sandbox workers load pdfium
 
     try:
-        with _opened(path) as document:
+        with pdfium_document(path) as document:
             views = []
             for index in range(len(document)):
-                with _page(document, index) as page:
+                with pdfium_page(document, index) as page:
                     views.append(_page_view(page))
             return Reading(tuple(views))
     except pypdfium2.PdfiumError:
@@ -142,14 +150,17 @@ def visible_change(original: str, other: str) -> tuple[float, ...] | None:
 
     try:
         with ExitStack() as held:
-            first = held.enter_context(_opened(original))
-            second = held.enter_context(_opened(other))
+            first = held.enter_context(pdfium_document(original))
+            second = held.enter_context(pdfium_document(other))
             shares = []
             for index in range(max(len(first), len(second))):
                 if index >= min(len(first), len(second)):
                     shares.append(1.0)
                     continue
-                with _page(first, index) as left_page, _page(second, index) as right_page:
+                with (
+                    pdfium_page(first, index) as left_page,
+                    pdfium_page(second, index) as right_page,
+                ):
                     width, height = left_page.get_size()
                     scale = RASTER_SIDE / max(width, height, 1.0)
                     left, right = _raster(left_page, scale), _raster(right_page, scale)

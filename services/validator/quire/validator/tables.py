@@ -31,6 +31,7 @@ __all__ = [
     "validations",
     "rulesets",
     "reviews",
+    "review_reasons",
     "request_ids",
     "source_pins",
     "source_waits",
@@ -69,6 +70,9 @@ rulesets = Table(
     Column("loaded_at", DateTime(timezone=True), nullable=False),
 )
 # Jobs parked for a human decision, with the task that approval hands on.
+# ``operator`` is who decided: the staff token's name (``operators/-/tokens/…``
+# or ``reviewers/-/tokens/…``). ``tenant`` is the job's (its task's), for
+# ListReviews' filter.
 reviews = Table(
     "reviews",
     metadata,
@@ -81,6 +85,16 @@ reviews = Table(
     Column("note", String(1000), nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("resolved_at", DateTime(timezone=True), nullable=True),
+    Column("tenant", String(64), nullable=False, server_default=""),
+    Index("ix_reviews_tenant_created", "tenant", "created_at"),
+)
+# The reason codes of a review's decisions, one row each, for ListReviews'
+# filter (the decisions themselves are JSON, which SQL filters poorly).
+review_reasons = Table(
+    "review_reasons",
+    metadata,
+    Column("job", String(64), primary_key=True),
+    Column("reason_code", String(64), primary_key=True),
 )
 # Request ids of creates and operators' mutations and their replies
 # (AIP-155; ``quire.idempotency``).

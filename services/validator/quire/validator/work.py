@@ -26,6 +26,7 @@ from quire.stage import StageResult, Step
 from quire.type import queue_pb2
 from quire.validator import tables
 from quire.validator.evaluation import Evaluation, Evaluator
+from quire.validator.reviewfilters import record_reasons
 from quire.validator.rulesets import Ruleset, RulesetBook
 from quire.validator.sources.pinning import SourcePinner, wants_fetching
 
@@ -60,8 +61,10 @@ def _record(
                     decisions=evaluation.decisions_json(),
                     next_task=task.SerializeToString(),
                     created_at=now,
+                    tenant=task.tenant,
                 )
             )
+            record_reasons(connection, task.job, evaluation.decisions)
 
     return write
 

@@ -225,10 +225,14 @@ class Batches:
         )
 
     async def get(self, tenant: Tenant, name: str) -> batch_pb2.Batch:
+        return await self.get_of(tenant.id, name)
+
+    async def get_of(self, tenant_id: str, name: str) -> batch_pb2.Batch:
+        """The tenant's batch ``name`` (GetBatch, and an operator's GetTenantBatch)."""
         name = batch_name(name)
-        await self._db.read(lambda s: _owned(s, tenant.id, name))
+        await self._db.read(lambda s: _owned(s, tenant_id, name))
         running = await self._ends.refresh_batch(name)
-        return await self._db.read(lambda s: self._view(s, tenant.id, name, running))
+        return await self._db.read(lambda s: self._view(s, tenant_id, name, running))
 
     def _view(
         self, connection: Connection, tenant: str, name: str, running: dict[str, Any]
@@ -238,18 +242,25 @@ class Batches:
     async def list_jobs(
         self, tenant: Tenant, request: batch_pb2.ListBatchJobsRequest
     ) -> batch_pb2.ListBatchJobsResponse:
+        return await self.list_jobs_of(tenant.id, request)
+
+    async def list_jobs_of(
+        self, tenant_id: str, request: batch_pb2.ListBatchJobsRequest, *, rpc: str = LIST_BATCH_JOBS
+    ) -> batch_pb2.ListBatchJobsResponse:
+        """The tenant's batch's packets (ListBatchJobs, and an operator's
+        ListTenantBatchJobs: ``rpc``, whose page tokens these are)."""
         name = batch_name(request.parent)
         page = self._pages.page(
-            LIST_BATCH_JOBS,
+            rpc,
             request.page_size,
             request.page_token,
-            {"tenant": tenant.id, "parent": name},
+            {"tenant": tenant_id, "parent": name},
         )
         after = int(str(page.after[0])) if page.after else -1
         packets = tables.batch_packets
 
         def read(connection: Connection) -> list[Any]:
-            _owned(connection, tenant.id, name)
+            _owned(connection, tenant_id, name)
             return list(
                 connection.execute(
                     select(packets)

@@ -5,7 +5,9 @@ body. Tokens look like ``qt_<id>_<secret>``: the id names the token (for
 listing and revoking) and is harmless to show; only the sha256 of the whole
 token is stored. A tenant may hold several valid tokens at once, which is how
 tokens rotate without downtime. Operator tokens (role ``operator``) call the
-admin API and belong to no tenant.
+admin API and belong to no tenant; so do reviewer tokens (role ``reviewer``),
+which make review calls only and are refused every other staff call
+(``REVIEWER_NOT_ALLOWED``).
 """
 
 from __future__ import annotations
@@ -35,15 +37,27 @@ from quire.admission.tenants.storagepolicy import (
 )
 from quire.database import Database, insert_if_absent
 from quire.errors import InvalidInput, InvalidSetting, NotFound, Unauthenticated
+from quire.operatorcheck import refuse_reviewer
 from quire.paging import Position, keyset_after
 from quire.reasons import ReasonCode
 
-__all__ = ["Tenant", "TokenRecord", "TenantDirectory", "hash_token", "DEV_TENANT"]
+__all__ = [
+    "Tenant",
+    "TokenRecord",
+    "TenantDirectory",
+    "hash_token",
+    "DEV_TENANT",
+    "OPERATOR_ROLE",
+    "REVIEWER_ROLE",
+    "TENANT_ROLE",
+]
 
 log = logging.getLogger(__name__)
 DEV_TENANT = "dev"
 TENANT_ROLE = "tenant"
 OPERATOR_ROLE = "operator"
+REVIEWER_ROLE = "reviewer"
+STAFF_ROLES = (OPERATOR_ROLE, REVIEWER_ROLE)
 T = TypeVar("T")
 _TENANT_OF_TOKEN = (
     select(tables.tenants)
@@ -79,12 +93,13 @@ class Tenant:
 @dataclass(frozen=True)
 class TokenRecord:
     """A bearer token as listed: its id, never its secret. ``tenant`` is None for
-    an operator token."""
+    an operator's or a reviewer's token."""
 
     token_id: str
     tenant: str | None
     created_at: datetime
     revoked_at: datetime | None
+    role: str = TENANT_ROLE
 
 
 def hash_token(token: str) -> str:
@@ -396,22 +411,32 @@ class TenantDirectory:
         token_id = token.split("_")[1]
         return TokenRecord(token_id, tenant_id, datetime.now(UTC), None), token
 
+    def create_reviewer_token_in(self, connection: Connection) -> tuple[TokenRecord, str]:
+        """A reviewer's token, in the caller's transaction: no tenant's, good
+        for review calls only."""
+        token = self._issue(connection, REVIEWER_ROLE, None)
+        record = TokenRecord(token.split("_")[1], None, datetime.now(UTC), None, REVIEWER_ROLE)
+        return record, token
+
     def revoke_token(self, tenant_id: str, token_id: str) -> TokenRecord:
         record = self._db.transaction(lambda s: self.revoke_token_in(s, tenant_id, token_id))
         self._verified.clear()
         return record
 
     @staticmethod
-    def revoke_token_in(connection: Connection, tenant_id: str, token_id: str) -> TokenRecord:
-        """``revoke_token`` in the caller's transaction (then ``forget_verified``)."""
+    def revoke_token_in(
+        connection: Connection, tenant_id: str | None, token_id: str, role: str = TENANT_ROLE
+    ) -> TokenRecord:
+        """``revoke_token`` in the caller's transaction (then ``forget_verified``);
+        a reviewer's token with ``role`` reviewer and no ``tenant_id``."""
 
         def write(connection: Connection) -> TokenRecord:
             table = tables.tokens
             row = connection.execute(
                 select(table).where(
                     table.c.token_id == token_id,
-                    table.c.tenant == tenant_id,
-                    table.c.role == TENANT_ROLE,
+                    table.c.tenant == tenant_id,  # IS NULL for a reviewer's
+                    table.c.role == role,
                 )
             ).first()
             if row is None:
@@ -420,7 +445,7 @@ class TenantDirectory:
             connection.execute(
                 update(table).where(table.c.token_id == token_id).values(revoked_at=revoked)
             )
-            return TokenRecord(token_id, tenant_id, row.created_at, revoked)
+            return TokenRecord(token_id, tenant_id, row.created_at, revoked, role)
 
         return write(connection)
 
@@ -520,19 +545,27 @@ class TenantDirectory:
         return await self.authenticate(context)
 
     async def authenticate_operator(self, context: grpc.aio.ServicerContext) -> str:
-        """The id of the caller's operator token."""
+        """The id of the caller's operator token; PERMISSION_DENIED for a
+        reviewer's (``REVIEWER_NOT_ALLOWED``)."""
+        token_id, role = await self.authenticate_staff(context)
+        if role != OPERATOR_ROLE:
+            raise refuse_reviewer()
+        return token_id
+
+    async def authenticate_staff(self, context: grpc.aio.ServicerContext) -> tuple[str, str]:
+        """The id and role of the caller's operator or reviewer token."""
         digest = hash_token(_bearer(context) or "-")
 
-        def read(connection: Connection) -> str | None:
+        def read(connection: Connection) -> Any:
             return connection.execute(
-                select(tables.tokens.c.token_id).where(
+                select(tables.tokens.c.token_id, tables.tokens.c.role).where(
                     tables.tokens.c.token_sha256 == digest,
-                    tables.tokens.c.role == OPERATOR_ROLE,
+                    tables.tokens.c.role.in_(STAFF_ROLES),
                     tables.tokens.c.revoked_at.is_(None),
                 )
-            ).scalar_one_or_none()
+            ).first()
 
-        token_id = await self._db.read(read)
-        if token_id is None:
+        row = await self._db.read(read)
+        if row is None:
             raise Unauthenticated("missing or invalid operator token")
-        return token_id
+        return row.token_id, row.role
