@@ -309,7 +309,7 @@ def test_a_reviewer_reviews_but_cannot_open_operators_pages(
         for path in ("dead-letters", f"jobs/{ident}", "batches", f"jobs/{ident}/diagnostics"):
             response = page.goto(f"{info.gateway_url}/console/{path}")
             assert response is not None and response.status == 403, path
-            assert "CALLER_NOT_ALLOWED" in page.inner_text("main")
+            assert "REVIEWER_NOT_ALLOWED" in page.inner_text("main")
         page.goto(f"{info.gateway_url}/console/reviews/{ident}")
         page.fill("#note", "missing page confirmed with the sender")
         with page.expect_navigation():

@@ -124,7 +124,7 @@ async def serve(request: Request, page: Page, *, operators_only: bool = False) -
         return RedirectResponse(f"{PATH}/sign-in", status_code=303)
     try:
         if operators_only and not session.is_operator:
-            raise Refusal(403, ReasonCode.CALLER_NOT_ALLOWED, "this page is for operators")
+            raise Refusal(403, ReasonCode.REVIEWER_NOT_ALLOWED, "this page is for operators")
         return await page(request, Staff(console.channels, session))
     except Refusal as refusal:
         return _refused(request, session, refusal.status, refusal.reason, refusal.message)
