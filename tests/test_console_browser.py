@@ -100,6 +100,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, S
             "QUIRE_BACKOFF_BASE_SECONDS": "0.1",
             "QUIRE_DRAIN_SECONDS": "3",
             "QUIRE_CONSOLE_TRACE_URL": "https://traces.example/trace/{trace_id}",
+            "QUIRE_TRACE_FILE": str(folder / "spans.jsonl"),
         },
     )
     info = stack.start()
@@ -218,6 +219,9 @@ def test_an_operator_approves_a_parked_job_seeing_its_pages_and_watches_it_compl
         sources = {img.get_attribute("alt") for img in images.all()}
         assert "source 1, page 1, original" in sources and "source 1, page 1, rewrite" in sources
         for img in images.all():
+            answer = page.request.get(f"{info.gateway_url}{img.get_attribute('src')}")
+            assert answer.status == 200, (img.get_attribute("alt"), answer.text()[:300])
+            img.scroll_into_view_if_needed()
             drawn = img.evaluate("i => i.complete && i.naturalWidth")
             assert drawn and drawn > 100, img.get_attribute("alt")
         assert "STREAM_LENGTH" in page.inner_text("main")
@@ -239,6 +243,14 @@ def test_an_operator_approves_a_parked_job_seeing_its_pages_and_watches_it_compl
         states = page.locator("ol.timeline strong").all_inner_texts()
         assert states[0] == "ACCEPTED" and "NEEDS_REVIEW" in states and states[-1] == "COMPLETED"
         assert "operator" in page.inner_text("ol.timeline"), "the decision's actor is shown"
+        widths = {
+            state: float(bar.get_attribute("width") or 0)
+            for state, bar in zip(states, page.locator("svg.track rect.bar").all(), strict=True)
+        }
+        assert widths["NEEDS_REVIEW"] > widths["ACCEPTED"], "bars are drawn to their durations"
+        trace = page.locator("a[href^='https://traces.example/trace/']")
+        assert trace.count() == 1 and len(trace.inner_text()) == 32, "the trace is linked"
+        assert page.locator("[style]").count() == 0, "no inline style: the CSP forbids it"
         _fits(page)
         page.screenshot(path=str(SHOTS / "timeline.png"), full_page=True)
     assert _state(info, job) == "COMPLETED"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from quire.jobs import state_name
-from quire.pipeline import TERMINAL
+from quire.pipeline import STAGE_NAMES, TERMINAL, stage
 from quire.type import queue_pb2
 
 __all__ = ["Bar", "Phase", "Timeline", "timeline_of"]
@@ -88,31 +88,32 @@ def timeline_of(events: Sequence[queue_pb2.TransitionEvent], now: datetime) -> T
     stop = times[-1] if ended else max(now, times[-1])
     start = times[0]
     total = max((stop - start).total_seconds(), 1e-3)
-    bars = []
-    for index, event in enumerate(moves):
-        begin = times[index]
+    spans = []
+    for index in range(len(moves)):
         end = times[index + 1] if index + 1 < len(moves) else stop
-        seconds = max(0.0, (end - begin).total_seconds())
-        leaving = moves[index + 1] if index + 1 < len(moves) else None
-        bars.append(
-            Bar(
-                state=state_name(event.to_state),
-                start=begin,
-                seconds=seconds,
-                offset=100.0 * (begin - start).total_seconds() / total,
-                width=100.0 * seconds / total,
-                actor=_actor(event),
-                attempt=event.attempt,
-                reason_code=event.reason_code,
-                ongoing=leaving is None and not ended,
-                phases=_phases(leaving, seconds) if leaving is not None else (),
-                note=event.note,
-            )
+        spans.append(max(0.0, (end - times[index]).total_seconds()))
+    states = [state_name(e.to_state) for e in moves]
+    phases = _placed_phases(moves, states, spans)
+    bars = tuple(
+        Bar(
+            state=states[index],
+            start=times[index],
+            seconds=spans[index],
+            offset=100.0 * (times[index] - start).total_seconds() / total,
+            width=100.0 * spans[index] / total,
+            actor=_actor(event),
+            attempt=event.attempt,
+            reason_code=event.reason_code,
+            ongoing=index == len(moves) - 1 and not ended,
+            phases=tuple(phases[index]),
+            note=event.note,
         )
+        for index, event in enumerate(moves)
+    )
     deadline = next((e.deadline.ToDatetime() for e in moves if e.HasField("deadline")), None)
     budget = (deadline - start).total_seconds() if deadline is not None else None
     return Timeline(
-        bars=tuple(bars),
+        bars=bars,
         start=start,
         seconds=(stop - start).total_seconds(),
         deadline=deadline,
@@ -135,14 +136,27 @@ def _seconds(duration: object) -> float:
     return duration.ToTimedelta() / timedelta(seconds=1)  # type: ignore[attr-defined, no-any-return]
 
 
-def _phases(leaving: queue_pb2.TransitionEvent, seconds: float) -> tuple[Phase, ...]:
-    """The timings the entry that left the state carries: its stage's queue
-    wait and work, as shares of the state's bar."""
-    phases = []
-    for timing in leaving.timings:
-        took = _seconds(timing.duration)
-        share = 100.0 * took / seconds if seconds > 0 else 0.0
-        phases.append(
-            Phase(timing.stage, timing.phase, took, min(share, 100.0), timing.source_system)
-        )
-    return tuple(phases)
+def _placed_phases(
+    moves: Sequence[queue_pb2.TransitionEvent], states: Sequence[str], spans: Sequence[float]
+) -> list[list[Phase]]:
+    """Each bar's measured phases. A stage reports its timings on the last
+    entry its delivery made; a queue wait belongs to the state the job waited
+    in (the stage's ``waiting`` state), the work to the state it was worked
+    in (``working``): the latest such bar before the reporting entry."""
+    placed: list[list[Phase]] = [[] for _ in moves]
+    for index, event in enumerate(moves):
+        for timing in event.timings:
+            known = timing.stage in STAGE_NAMES
+            wanted = ""
+            if known:
+                step = stage(timing.stage)
+                wanted = step.waiting if timing.phase == "queue_wait" else step.working
+            target = next(
+                (j for j in range(index - 1, -1, -1) if states[j] == wanted), max(index - 1, 0)
+            )
+            took = _seconds(timing.duration)
+            share = 100.0 * took / spans[target] if spans[target] > 0 else 0.0
+            placed[target].append(
+                Phase(timing.stage, timing.phase, took, min(share, 100.0), timing.source_system)
+            )
+    return placed
