@@ -53,25 +53,32 @@ class SystemAccess:
     """Each tenant's token by tenant id (``tenants/`` optional): admission
     answers ``GetJob`` and ``DownloadArtifact`` to a job's own tenant only."""
     tls: TlsSettings | None = None
+    default_token: str = ""
+    """The token for a tenant ``tenant_tokens`` does not name (the embedded
+    stack's development tenant's); none when empty."""
 
     @classmethod
-    def of_stack(cls, info: StackInfo, tenant_tokens: Mapping[str, str]) -> SystemAccess:
-        """The embedded stack's addresses and operator token."""
+    def of_stack(
+        cls, info: StackInfo, tenant_tokens: Mapping[str, str] | None = None
+    ) -> SystemAccess:
+        """The embedded stack's addresses and operator token; its development
+        tenant's token for any tenant not in ``tenant_tokens``."""
         endpoints = info.endpoints
         return cls(
             admission=endpoints[ADMISSION],
             audit=endpoints["audit"],
             signer=endpoints["signer"],
             operator_token=info.operator_token(),
-            tenant_tokens=tenant_tokens,
+            tenant_tokens=tenant_tokens or {},
+            default_token=info.token(),
         )
 
     def token_of(self, tenant: str) -> str:
         tokens = {key.removeprefix("tenants/"): token for key, token in self.tenant_tokens.items()}
-        try:
-            return tokens[tenant.removeprefix("tenants/")]
-        except KeyError:
-            raise ValueError(f"no token for tenants/{tenant}: name it in tenant_tokens") from None
+        token = tokens.get(tenant.removeprefix("tenants/"), self.default_token)
+        if not token:
+            raise ValueError(f"no token for tenants/{tenant}: name it in tenant_tokens")
+        return token
 
 
 class Operator:

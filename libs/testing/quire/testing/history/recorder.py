@@ -108,6 +108,9 @@ class RecordingClient(AdmissionClient):
         super().__init__(address, token, tls=tls)
         self.history = history
 
+    async def __aenter__(self) -> RecordingClient:
+        return self
+
     async def submit_request(self, request: pb.SubmitJobRequest) -> job_pb2.Job:
         log, request_id = self.history, request.request_id
         call = log.invoke(Rpc.SUBMIT, request_id=request_id)
