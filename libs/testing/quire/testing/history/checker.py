@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from quire.invariants_jobs import generations, outcome, transitions
 from quire.jobs import HISTORY_BEFORE_COMPLETION, PARKED_STATES, TERMINAL_STATES
 from quire.pipeline import State
+from quire.testing.history.calls import one_job_per_request, refusals_typed
 from quire.testing.history.facts import JobRecord, LedgerEntry, SystemFacts
 from quire.testing.history.observations import no_contradiction
 from quire.testing.history.ops import History
-from quire.testing.history.requests import one_job_per_request, refusals_typed
 from quire.testing.history.signatures import completed, one_signature
 from quire.testing.history.verdicts import (
     ENDED,

@@ -11,7 +11,7 @@ outcomes with ``quire.invariants_jobs``' rules rather than its own.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from quire.invariants_snapshot import LedgerEntry
 
@@ -129,5 +129,5 @@ class SystemFacts:
     acknowledged with (a submit whose answer was lost, or a duplicate)."""
     grace_seconds: float = 0.0
     """How long jobs still running at the end were given to finish."""
-    tenants: tuple[str, ...] = field(default_factory=tuple)
+    tenants: tuple[str, ...] = ()
     """The tenants whose accepted jobs were compared (``unclaimed``)."""
