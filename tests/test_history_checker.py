@@ -457,6 +457,13 @@ def test_a_duplicated_submit_is_reported() -> None:
     assert found == {"request r1": ["acknowledged with 2 jobs: jobs/a, jobs/d"]}
 
 
+def test_one_job_answering_two_request_ids_is_reported() -> None:
+    clients, records = _clean()
+    clients[1].submit("r9", "jobs/b")
+    found = _violations(_history(*clients), _facts(*records), "one_job_per_request")
+    assert found == {"jobs/b": ["acknowledged for 2 request ids"]}
+
+
 def test_a_job_accepted_for_no_client_is_a_duplicate() -> None:
     """Every submit was answered, yet admission accepted one job more."""
     clients, records = _clean()
