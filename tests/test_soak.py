@@ -4,8 +4,10 @@ kill once the stack has recovered from the one before. The killer's seed is
 one whose first six victims are the five services and the NATS server, each
 once, and the submissions are paced by the kills (two jobs between kills,
 the last after the sixth), so every kind of process dies at least once while
-jobs are in flight. Every job ends in exactly one outcome, and `quire check`
-passes afterwards.
+jobs are in flight. Every job ends in exactly one outcome, `quire check`
+passes afterwards, and so does the history checker over every call the
+client made (``quire.testing.history``), its facts gathered through the
+services' APIs before the stack stops.
 
 `make soak` runs the full-size version (1,000 jobs) and prints its figures.
 """
@@ -18,7 +20,9 @@ from pathlib import Path
 import pytest
 
 from quire.invariants import check
-from quire.stack.supervisor import Stack
+from quire.stack.supervisor import Stack, StackInfo
+from quire.testing.history import History, SystemAccess, gather_facts, verdicts_markdown
+from quire.testing.history import check as check_history
 from quire.testing.soak import SOAK_ENV, VICTIMS, soak
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
@@ -46,7 +50,11 @@ async def test_jobs_survive_random_kills_with_exactly_one_outcome_each(tmp_path:
             timeout=300,
             seed=SEED,
             min_kills=len(VICTIMS),
+            history=tmp_path / "soak.jsonl",
         )
+        history = History.read([tmp_path / "soak.jsonl"])
+        access = SystemAccess.of_stack(StackInfo.read(stack.data_dir))
+        facts = await gather_facts(access, history, tmp_path / "facts", grace=60)
     finally:
         await asyncio.to_thread(stack.stop)
     print("\n".join(report.lines()))
@@ -56,3 +64,7 @@ async def test_jobs_survive_random_kills_with_exactly_one_outcome_each(tmp_path:
     assert report.terminal_entries == {1: JOBS}, "exactly one terminal ledger entry per job"
     result = await asyncio.to_thread(check, stack.data_dir)
     assert result.ok, result.findings
+    verdicts = check_history(history, facts)
+    print(verdicts_markdown(verdicts))
+    assert verdicts.ok, verdicts.summary()
+    assert verdicts["ended"].checked == JOBS

@@ -1,6 +1,7 @@
 """A soak run: many jobs through the real stack while a random process is
 SIGKILLed every few seconds; afterwards every job must have exactly one
-outcome and the invariant checker must pass.
+outcome and the invariant checker must pass, and, when the client's calls
+were recorded, every property of the history checker must hold.
 
 Used by ``tests/test_soak.py`` (a bounded run inside the suite) and by
 ``bench/soak.py`` (``make soak``: 1,000 jobs, figures printed).
@@ -14,6 +15,7 @@ import random
 import time
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem
 from quire.jobs import TERMINAL_STATES, state_name
 from quire.stack.supervisor import Stack, StackInfo
+from quire.testing.history import HistoryLog, RecordingClient
 from quire.testing.pdfs import write_text_pdf
 from quire.tls import aio_channel
 
@@ -145,6 +148,7 @@ async def soak(
     timeout: float = 1800.0,
     seed: int = 7,
     min_kills: int = 0,
+    history: Path | None = None,
 ) -> SoakReport:
     """Run ``jobs`` jobs through a started ``stack`` while killing processes.
 
@@ -152,11 +156,13 @@ async def soak(
     position ``i`` (from 1) is submitted once ``min_kills * i / jobs`` kills
     have landed, so that many kills fall among jobs in flight however fast the
     pipeline is, and however slowly a loaded machine restarts what was killed.
+    With ``history``, every call the client makes is recorded in that file
+    (``quire.testing.history``), for the history checker.
     """
     report = SoakReport(jobs=jobs)
     token = (stack.data_dir / "admission" / "dev-token").read_text().strip()
     deadline = time.monotonic() + timeout
-    async with AdmissionClient(stack.endpoints["admission"], token) as client:
+    async with _client(stack, token, history) as client:
         digests = []
         for index in range(8):
             path = write_text_pdf(inputs / f"s{index}.pdf", [f"soak source {index}", "page 2"])
@@ -204,6 +210,19 @@ async def soak(
             report.outcomes[state_name(job.state)] += 1
     await _read_ledger(StackInfo.read(stack.data_dir), names, report)
     return report
+
+
+@contextlib.asynccontextmanager
+async def _client(stack: Stack, token: str, history: Path | None) -> AsyncIterator[AdmissionClient]:
+    """The soak's admission client; one that records its calls in ``history`` if given."""
+    address = stack.endpoints["admission"]
+    if history is None:
+        async with AdmissionClient(address, token) as client:
+            yield client
+        return
+    with HistoryLog(history, "soak") as log:
+        async with RecordingClient(address, token, history=log) as recording:
+            yield recording
 
 
 async def _read_ledger(info: StackInfo, names: list[str], report: SoakReport) -> None:

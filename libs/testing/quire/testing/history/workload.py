@@ -1,0 +1,130 @@
+"""A small recorded workload: several clients, each with its own history
+file, each sending its jobs one after another as a careful user would:
+submit (again under the same request id while the refusal says try again),
+wait for the end, read the job, fetch the artifact of a completed one.
+
+A refusal that says try again (``RETRYABLE_CODES``) is retried after a
+short pause until the workload's deadline; any other ends the client with
+the error. Every call and answer is in the history either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import TypeVar
+
+import grpc
+
+from quire.client import PacketItem
+from quire.jobs import state_name
+from quire.pipeline import State
+from quire.testing.history.ops import History
+from quire.testing.history.recorder import RETRYABLE_CODES, HistoryLog, RecordingClient
+from quire.testing.pdfs import write_text_pdf
+from quire.tls import TlsSettings
+
+__all__ = ["Progress", "run_workload"]
+
+RETRY_PAUSE_SECONDS = 0.2
+SOURCES_PER_CLIENT = 2
+
+Answer = TypeVar("Answer")
+
+
+class Progress:
+    """How many submits were acknowledged so far, for whoever paces faults by it."""
+
+    def __init__(self) -> None:
+        self.acknowledged = 0
+        self._changed = asyncio.Condition()
+
+    async def count(self) -> None:
+        async with self._changed:
+            self.acknowledged += 1
+            self._changed.notify_all()
+
+    async def reached(self, acknowledged: int) -> None:
+        """Until ``acknowledged`` submits have been acknowledged."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.acknowledged >= acknowledged)
+
+
+async def _retrying(call: Callable[[], Awaitable[Answer]], deadline: float) -> Answer:
+    while True:
+        try:
+            return await call()
+        except grpc.aio.AioRpcError as error:
+            if error.code() not in RETRYABLE_CODES or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(RETRY_PAUSE_SECONDS)
+
+
+async def _client(
+    client: RecordingClient,
+    inputs: Path,
+    jobs: int,
+    progress: Progress,
+    deadline: float,
+) -> None:
+    digests = []
+    for index in range(SOURCES_PER_CLIENT):
+        path = write_text_pdf(
+            inputs / f"{index}.pdf", [f"history source {index}", uuid.uuid4().hex]
+        )
+        digests.append((await _retrying(functools.partial(client.upload, path), deadline)).sha256)
+    for index in range(jobs):
+        items = [PacketItem(f"d{i}", digests[(index + i) % len(digests)]) for i in range(2)]
+        await _one_job(client, items, inputs, progress, deadline)
+
+
+async def _one_job(
+    client: RecordingClient,
+    items: list[PacketItem],
+    inputs: Path,
+    progress: Progress,
+    deadline: float,
+) -> None:
+    """Submit, wait, read and fetch one job."""
+    request_id = str(uuid.uuid4())
+    job = await _retrying(lambda: client.submit(items, request_id=request_id), deadline)
+    await progress.count()
+    name = job.name
+    await _retrying(
+        lambda: client.wait(name, timeout=max(1.0, deadline - time.monotonic())), deadline
+    )
+    job = await _retrying(lambda: client.get_job(name), deadline)
+    if state_name(job.state) == State.COMPLETED:
+        output = inputs / f"{name.removeprefix('jobs/')}.pdf"
+        await _retrying(lambda: client.download(name, output), deadline)
+
+
+async def run_workload(
+    address: str,
+    tokens: Sequence[str],
+    folder: Path,
+    *,
+    jobs_per_client: int,
+    progress: Progress | None = None,
+    timeout: float = 300.0,
+    tls: TlsSettings | None = None,
+) -> History:
+    """One client per token, each sending ``jobs_per_client`` jobs and
+    writing ``<folder>/client-<n>.jsonl``; the history they wrote."""
+    progress = progress or Progress()
+    deadline = time.monotonic() + timeout
+
+    async def one(index: int, token: str) -> None:
+        process = f"client-{index}"
+        inputs = folder / process
+        inputs.mkdir(parents=True, exist_ok=True)
+        with HistoryLog(folder / f"{process}.jsonl", process) as log:
+            async with RecordingClient(address, token, history=log, tls=tls) as client:
+                await _client(client, inputs, jobs_per_client, progress, deadline)
+
+    await asyncio.gather(*(one(index, token) for index, token in enumerate(tokens)))
+    return History.read(folder.glob("client-*.jsonl"))
