@@ -15,6 +15,7 @@ from quire.audit.v1 import audit_service_pb2_grpc as audit_grpc
 from quire.diagnostics.v1 import diagnostics_service_pb2_grpc as diagnostics_grpc
 from quire.gateway.console.sessions import Session
 from quire.grpcserver import TraceClientInterceptors
+from quire.pipeline import WORKER_SERVICES
 from quire.tls import TlsSettings, aio_channel
 from quire.validator.v1 import validator_service_pb2_grpc as validator_grpc
 
@@ -22,7 +23,7 @@ __all__ = ["DIAGNOSING", "Staff", "StaffChannels", "CALL_SECONDS"]
 
 CALL_SECONDS = 20.0
 """Deadline of each call a page makes."""
-DIAGNOSING = ("validator", "assembler", "signer")
+DIAGNOSING = WORKER_SERVICES
 """The stages that keep diagnostics of failed deliveries."""
 
 Metadata = tuple[tuple[str, str], ...]
