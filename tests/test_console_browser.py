@@ -20,9 +20,7 @@ folder); the README's console section shows copies of them.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -45,6 +43,7 @@ from quire.stack.ports import free_port
 from quire.stack.supervisor import Stack, StackInfo
 from quire.testing.damaged import EVERYDAY
 from quire.testing.pdfs import write_text_pdf
+from quire.testing.reviews import review_stack_env
 from quire.tls import aio_channel
 from quire.validator.rulesets import DEFAULT_DIRECTORY
 
@@ -72,27 +71,11 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, S
     repaired files to review, a checkpoint every second (evidence verifies
     soon after a job ends), and a fault point to make dead letters."""
     folder = tmp_path_factory.mktemp("console")
-    rulesets = folder / "rulesets"
-    rulesets.mkdir()
-    for shipped in DEFAULT_DIRECTORY.glob("*.json"):
-        shutil.copy(shipped, rulesets / shipped.name)
-    (rulesets / "repair-review-1.json").write_text(
-        json.dumps(
-            {
-                "name": "repair-review",
-                "version": "1",
-                "description": "Structural checks only; damaged PDFs: repair, then review.",
-                "active_content": "refuse",
-                "repair": "review",
-                "rules": [],
-            }
-        )
-    )
     stack = Stack(
         folder / "stack",
         gateway=True,
         env={
-            "QUIRE_RULESETS_DIR": str(rulesets),
+            **review_stack_env(folder / "rulesets", DEFAULT_DIRECTORY),
             "QUIRE_AUDIT_CHECKPOINT_SECONDS": "1",
             "QUIRE_FAULTS_DIR": str(folder / "faults"),
             "QUIRE_MAX_DELIVER": "2",
