@@ -35,6 +35,8 @@ In one run, on the same inputs, it prints:
                                # class) instead of 3 documents of 4, 5 and 3 pages
     BENCH_INLINE=0             # upload each source first instead of sending
                                # the packet inside SubmitJob
+    BENCH_IN_FLIGHT=64         # jobs the closed loop keeps in flight (16); above 16
+                               # raise QUIRE_MAX_TENANT_UPLOADS too, for inline packets
 
 Every figure is wall-clock or CPU on whatever else the machine is doing; the
 machine-wide CPU counts other users' processes too.
@@ -108,7 +110,7 @@ PAGES_PER_DOCUMENT = tuple(
 """Pages of each document of a packet: 3 documents, 12 pages by default;
 ``BENCH_PAGES=200`` is ``make load``'s lease class, one 200-page document."""
 PACKET_SOURCES = len(PAGES_PER_DOCUMENT)
-IN_FLIGHT = 16
+IN_FLIGHT = int(os.environ.get("BENCH_IN_FLIGHT", "16"))
 FLOOR_MESSAGES = 3000
 FLOOR_CALLS = 2000
 FLOOR_TRANSACTIONS = 1000
