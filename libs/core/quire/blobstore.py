@@ -388,10 +388,11 @@ class SealedBlobStore:
     def materialize(self, key: str, sha256: str, directory: Path) -> Path:
         """A plaintext copy of the blob in ``directory`` (an attempt's private
         directory), checked against ``sha256``; the caller removes it."""
-        fd, name = tempfile.mkstemp(dir=directory, prefix="plain-")
+        with StorageWrite("plaintext copy not created"):
+            fd, name = tempfile.mkstemp(dir=directory, prefix="plain-")
         path = Path(name)
         try:
-            with os.fdopen(fd, "wb") as out:
+            with StorageWrite("plaintext copy not written"), os.fdopen(fd, "wb") as out:
                 for data in self.read_verified(key, sha256):
                     out.write(data)
         except BaseException:

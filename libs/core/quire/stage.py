@@ -48,6 +48,7 @@ from quire.errors import (
     TransientError,
 )
 from quire.faults import fault_point
+from quire.fullstorage import as_storage_error
 from quire.jobgate import CANCELLED, ENDED, JobGate
 from quire.leases import Lease, LeaseStore, lease_key
 from quire.metrics import StageMeter, delivery_timings
@@ -469,24 +470,25 @@ class StageRunner:
             elif isinstance(error, SystemFailure):
                 state = State.FAILED
             return await self._end(task, lease, attempt, state, error, entry=entry)
-        except Exception as error:  # noqa: BLE001 - transient by default
-            reason = error.reason if isinstance(error, QuireError) else ReasonCode.INTERNAL
-            if not isinstance(error, QuireError):
+        except Exception as raised:  # noqa: BLE001 - transient by default
+            failure = as_storage_error(raised)  # a full disk met outside the blob store
+            reason = failure.reason if isinstance(failure, QuireError) else ReasonCode.INTERNAL
+            if not isinstance(failure, QuireError):
                 # The type only: exception text may carry document content.
-                log.warning("job %s: unexpected %s", task.job, type(error).__name__)
+                log.warning("job %s: unexpected %s", task.job, type(failure).__name__)
             if await self._leases.current_token(lease.job) != lease.token:
-                await self._keep(task.job, attempt, reason, error)
+                await self._keep(task.job, attempt, reason, failure)
                 return LEAVE  # superseded: the newer delivery owns the message
             if attempt < self._max_deliver:
-                await self._keep(task.job, attempt, reason, error)
-                return retry(self._backoff, attempt, error)
+                await self._keep(task.job, attempt, reason, failure)
+                return retry(self._backoff, attempt, failure)
             log.warning("job %s failed after %d attempts (%s)", task.job, attempt, reason)
             return await self._end(
                 task,
                 lease,
                 attempt,
                 State.FAILED,
-                error,
+                failure,
                 reason=ReasonCode.RETRY_LIMIT_REACHED,
                 entry=entry,
             )

@@ -1,0 +1,140 @@
+"""A full disk, part by part (issue 42), on a real tmpfs of a few
+megabytes filled to ``ENOSPC``: what a stage meets there is a transient
+``STORAGE_UNAVAILABLE`` however it meets it, a sandbox worker that cannot
+write its output survives to say so, and a stage stops taking work while
+the disk holding its temporary space is full.
+
+Each fix here has its test: without ``quire.memoryfiles._KeptFailure``
+qpdf aborts the worker (``std::terminate``) when a packet saved with a
+deterministic ``/ID`` meets ``ENOSPC``, which the sandbox reports as a
+hostile file (the validator would reject a repaired source as
+``PARSER_LIMIT_EXCEEDED``); a plaintext copy that cannot be written raised a
+bare ``OSError`` (``INTERNAL`` in the diagnostics); and a stage's pull gate
+ignored the disk's free space, so a full disk used up every job's
+deliveries."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pikepdf
+import pytest
+
+from quire.blobstore import source_key
+from quire.errors import TransientError
+from quire.fullstorage import as_storage_error, is_full
+from quire.memoryfiles import save_pdf
+from quire.reasons import ReasonCode
+from quire.sandbox import SandboxPool
+from quire.settings import SandboxSettings
+from quire.tempspace import TempBudget, TempSpaceMonitor
+from quire.testing.sealedstore import sealed_store
+from quire.testing.smallfs import MIB, Filler, SmallFileSystem
+
+TENANT = "acme"
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[SmallFileSystem]:
+    with SmallFileSystem(tmp_path / "disk", 4 * MIB) as mounted:
+        yield mounted
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[SandboxPool]:
+    pool = SandboxPool(SandboxSettings(workers=1), name="full-disk-test")
+    await pool.warm()
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+def _packet(source: str, out: str) -> int:
+    """Runs in the worker: the source's pages saved as the assembler saves
+    a packet (deterministic /ID, compressed streams)."""
+    packet = pikepdf.new()
+    with pikepdf.open(source) as opened:
+        packet.pages.extend(opened.pages)
+        save_pdf(packet, out, deterministic_id=True, compress_streams=True)
+    return len(packet.pages)
+
+
+def _many_pages(path: Path, pages: int) -> str:
+    pdf = pikepdf.new()
+    for _ in range(pages):
+        pdf.add_blank_page()
+    pdf.save(path)
+    return str(path)
+
+
+async def test_a_worker_saving_onto_a_full_disk_raises_enospc_and_lives(
+    disk: SmallFileSystem, pool: SandboxPool
+) -> None:
+    source = _many_pages(disk.path / "source.pdf", 3000)
+    replaced: list[int] = []
+    pool.count_replacements(lambda: replaced.append(1))
+    filler = Filler(disk.path)
+    filler.fill(leave=100 * 1024)  # the first writes pass, a later one fails
+    with pytest.raises(OSError) as failed:
+        await pool.run(_packet, source, str(disk.path / "packet.pdf"))
+    assert failed.value.errno == errno.ENOSPC, failed.value
+    assert replaced == [], "the worker lived"
+    filler.free()
+    (disk.path / "packet.pdf").unlink()
+    assert await pool.run(_packet, source, str(disk.path / "packet.pdf")) == 3000
+
+
+def test_a_plaintext_copy_onto_a_full_disk_is_storage_unavailable(
+    disk: SmallFileSystem,
+) -> None:
+    store = sealed_store(disk.path / "blobs")
+    data = b"%PDF-1.7 " + bytes(range(256)) * 4096  # 1 MiB
+    digest = hashlib.sha256(data).hexdigest()
+    key = source_key(TENANT, digest)
+    assert store.promote_bytes(data, key)
+    attempt = store.new_temp_dir()
+    filler = Filler(disk.path)
+    filler.fill()
+    with pytest.raises(TransientError) as failed:
+        store.materialize(key, digest, attempt)
+    assert failed.value.reason == ReasonCode.STORAGE_UNAVAILABLE
+    assert list(attempt.iterdir()) == [], "no half-written copy is left"
+    filler.free()
+    copy = store.materialize(key, digest, attempt)
+    assert copy.read_bytes() == data
+
+
+def test_a_full_disk_met_anywhere_is_storage_unavailable() -> None:
+    for code in (errno.ENOSPC, errno.EDQUOT):
+        converted = as_storage_error(OSError(code, "full"))
+        assert isinstance(converted, TransientError)
+        assert converted.reason == ReasonCode.STORAGE_UNAVAILABLE
+        assert is_full(converted.__cause__)  # type: ignore[arg-type]
+    other = OSError(errno.EIO, "io")
+    assert as_storage_error(other) is other, "only a full disk is classified here"
+
+
+async def test_a_stage_takes_no_work_while_its_disk_is_full(disk: SmallFileSystem) -> None:
+    tmp = disk.path / ".tmp"
+    tmp.mkdir()
+    monitor = TempSpaceMonitor(tmp, interval_seconds=0.05)
+    budget = TempBudget(
+        monitor,
+        service="assembler",
+        budget_bytes=2**40,
+        poll_seconds=0.05,
+        pause_free_bytes=MIB,
+    )
+    await monitor.refresh()
+    assert budget.is_open()
+    filler = Filler(disk.path)
+    filler.fill()
+    await monitor.refresh()
+    assert not budget.is_open(), "closed while the disk is full, whoever filled it"
+    filler.free()
+    await monitor.refresh()
+    assert budget.is_open()
