@@ -375,6 +375,10 @@ class Stack:
         configured = {**os.environ, **self._extra_env}
         return not (configured.get("QUIRE_KEK_FILE") or configured.get("QUIRE_KEK_PKCS11_MODULE"))
 
+    def own_env(self, service: str) -> dict[str, str]:
+        """The variables ``service`` is given besides every service's."""
+        return dict(self._service_env.get(service, {}))
+
     def env_of(self, service: str) -> dict[str, str]:
         """What ``service`` is started with: ``service_env()`` and its own additions."""
         return {**self.service_env(), **self._service_env.get(service, {})}
@@ -550,7 +554,11 @@ class Stack:
         child.process.terminate()
         child.process.wait(timeout=30)
 
-    def start_service(self, service: str) -> None:
+    def start_service(self, service: str, env: Mapping[str, str] | None = None) -> None:
+        """Start a stopped service; ``env``: its own additions from now on
+        (instead of those it was given), kept when the watcher restarts it."""
+        if env is not None:
+            self._service_env[service] = dict(env)
         self._spawn(service)
 
     def stop(self, timeout: float = 30.0) -> None:
