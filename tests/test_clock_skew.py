@@ -16,6 +16,9 @@ property of the history checker holds.
 - **The validator** five minutes ahead: likewise, and admission keeps
   taking jobs on its last answer of the validator's rulesets while its
   calls to the validator are refused.
+- **The validator** five minutes ahead judges a job's deadline (admission's
+  clock) on JetStream's clock, as its tasks bound it, and ends no job
+  before its deadline.
 - **Admission** five minutes ahead: it acknowledges submits (its own
   database's clock alone decides its windows), its calls to audit and the
   validator are refused ``CLOCK_SKEW`` (logged by both), clients' reads
@@ -37,6 +40,7 @@ from pathlib import Path
 import pytest
 
 from quire.client import PacketItem, TenantAdminClient
+from quire.jobs import state_name
 from quire.stack.supervisor import Stack, StackInfo
 from quire.testing.history import (
     History,
@@ -52,6 +56,8 @@ from quire.testing.history.workload import Progress, run_workload
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.skewedclock import SkewedClock
 from quire.testing.soak import SOAK_ENV
+from quire.testing.sourcerecords import TAX_RECORD
+from quire.testing.sourceserver import SourceServer
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
@@ -267,3 +273,72 @@ async def test_a_skewed_admission_accepts_and_nothing_is_lost(tmp_path: Path) ->
     log = (stack.data_dir / "logs" / "audit.log").read_text()
     assert "calls from admission refused: its clock is +300 s" in log
     print(f"{time.monotonic() - started:.1f} s in all; refusals {len(refused)}")
+
+
+async def test_a_validator_ahead_ends_no_job_before_its_deadline(tmp_path: Path) -> None:
+    """A job naming a source by reference has a deadline (admission's clock,
+    a 120 s budget); the validator, five minutes ahead, judges it on
+    JetStream's clock (``quire.queueclock``) and fetches, where its own
+    clock would have ended the job DEADLINE_EXCEEDED at once."""
+    started = time.monotonic()
+    clock = SkewedClock(tmp_path / "validator.clock")
+    stack = Stack(
+        tmp_path / "stack",
+        env={**ENV, "QUIRE_JOB_BUDGET_RESERVE_SECONDS": "2"},
+        service_env={"validator": clock.env()},
+    )
+    info = await asyncio.to_thread(stack.start)
+    history_dir = tmp_path / "history"
+    history_dir.mkdir()
+    try:
+        with SourceServer() as server:
+            server.put_json("tax", "records/NL-1", TAX_RECORD)
+            async with TenantAdminClient(
+                info.endpoints["admission"], info.operator_token()
+            ) as admin:
+                made = await admin.create_tenant("deadline")
+                await admin.put_source_system(
+                    made.tenant.name,
+                    "tax",
+                    base_url=server.base_url("tax"),
+                    timeout=2.0,
+                    schema="tax-record@1",
+                )
+            with HistoryLog(history_dir / "client-0.jsonl", "client-0") as log:
+                async with RecordingClient(
+                    info.endpoints["admission"], made.secret, history=log
+                ) as client:
+                    cover = write_text_pdf(tmp_path / "cover.pdf", ["cover", uuid.uuid4().hex])
+                    digest = (await client.upload(cover)).sha256
+                    first = await client.submit([PacketItem("cover", digest)])
+                    await client.wait(first.name, timeout=EVENT_SECONDS)  # the clocks agree
+                    clock.set(SKEW_SECONDS)
+                    job = await client.submit(
+                        [
+                            PacketItem("cover", digest),
+                            PacketItem.reference("tax", "tax", "records/NL-1"),
+                        ],
+                        budget=120,
+                    )
+                    await client.wait(job.name, timeout=EVENT_SECONDS)
+                    ended = await client.get_job(job.name)
+                    clock.set(0)
+                    if state_name(ended.state) == "COMPLETED":
+                        await client.download(job.name, tmp_path / "out.pdf")
+        history = History.read(history_dir.glob("client-*.jsonl"))
+        facts = await gather_facts(
+            SystemAccess.of_stack(info, {made.tenant.name: made.secret}),
+            history,
+            tmp_path / "facts",
+            grace=GRACE_SECONDS,
+        )
+    finally:
+        clock.set(0)
+        await asyncio.to_thread(stack.stop)
+    verdicts = check(history, facts)
+    print(verdicts_markdown(verdicts))
+    assert state_name(ended.state) == "COMPLETED", (state_name(ended.state), ended.reason_code)
+    assert verdicts.ok, verdicts.summary()
+    log_text = (stack.data_dir / "logs" / "validator.log").read_text()
+    assert "this host's clock may run ahead" in log_text
+    print(f"{time.monotonic() - started:.1f} s in all")

@@ -17,6 +17,10 @@ minutes off may and may not do, each with the fix that made it so.
   ``CLOCK_SKEW`` (UNAVAILABLE, so it is retried, and logged with the skew),
   where it was an UNAUTHENTICATED indistinguishable from a forgery; a forged
   proof is still UNAUTHENTICATED whatever its time.
+- **A job's deadline is judged on JetStream's clock.** The validator ended a
+  job naming a source by reference ``DEADLINE_EXCEEDED`` as soon as its own
+  clock ran past admission's deadline, five minutes early on a clock five
+  minutes ahead; it now judges on JetStream's clock as its tasks bound it.
 """
 
 from __future__ import annotations
@@ -38,9 +42,11 @@ from quire.checkpointfiles import ChainCheckpoint
 from quire.database import Database
 from quire.errors import Unauthenticated
 from quire.identity import ServiceIdentity, TrustStore
+from quire.queueclock import QueueClock
 from quire.reasons import ReasonCode
 from quire.transitions import EventFactory
 from quire.type import queue_pb2
+from quire.validator.sources.budget import FetchBudget
 
 FACTORY = EventFactory("test", "instance", "0")
 SKEW = timedelta(minutes=5)
@@ -156,3 +162,36 @@ def test_a_call_from_a_skewed_clock_is_refused_as_clock_skew(
     stranger = ServiceIdentity.generate("admission")
     with pytest.raises(Unauthenticated):
         verifier.verify(prove(stranger, method, now=now + SKEW.total_seconds()), method)
+
+
+def test_a_deadline_is_judged_on_jetstreams_clock_however_this_hosts_runs() -> None:
+    """A stage bounds JetStream's clock from the tasks it receives
+    (``quire.queueclock``): its own clock set five minutes ahead, then five
+    behind (stepped, as libfaketime or an NTP step sets it), it still judges
+    a deadline on JetStream's time, never early, late at most by the
+    shortest wait seen; its own clock would have ended a healthy job."""
+    true, skew, monotonic = [1_000_000.0], [0.0], [50.0]
+
+    def local() -> float:
+        return true[0] + skew[0]
+
+    clock = QueueClock(clock=local, monotonic=lambda: monotonic[0])
+    clock.observe(true[0] - 0.5)  # a task stored half a second ago, the clock right
+
+    def advance(seconds: float) -> None:
+        true[0] += seconds
+        monotonic[0] += seconds
+
+    skew[0] = SKEW.total_seconds()
+    advance(10)
+    assert true[0] - 0.5 <= clock.now() <= true[0], "stepped ahead: the old gap is counted as now"
+    clock.observe(true[0] - 2.0)  # a task that waited two seconds
+    assert true[0] - 0.5 <= clock.now() <= true[0]
+    deadline = true[0] + 60
+    assert FetchBudget(deadline, 0, local).passed(), "the host's clock alone ends a live job"
+    assert not FetchBudget(deadline, 0, clock.now).passed()
+    skew[0] = -SKEW.total_seconds()
+    advance(100)
+    assert true[0] - 0.5 <= clock.now() <= true[0], "stepped behind"
+    assert FetchBudget(true[0] - 1, 0, clock.now).passed(), "a passed deadline is passed"
+    assert not FetchBudget(true[0] - 1, 0, local).passed(), "the host's clock alone lets it run"

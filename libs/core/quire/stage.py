@@ -53,6 +53,7 @@ from quire.jobgate import CANCELLED, ENDED, JobGate
 from quire.leases import Lease, LeaseStore, lease_key
 from quire.metrics import StageMeter, delivery_timings
 from quire.pipeline import Stage, State
+from quire.queueclock import QueueClock
 from quire.reasons import ReasonCode
 from quire.sandboxlanes import BATCH, INTERACTIVE, sandbox_lane
 from quire.settings import QueueSettings
@@ -223,8 +224,11 @@ class StageRunner:
         diagnostics: Diagnostics | None = None,
         deferrals: Deferrals | None = None,
         authority: JobAuthority | None = None,
+        queue_clock: QueueClock | None = None,
     ) -> None:
         self._authority = authority
+        self._queue_clock = queue_clock
+        """Told when JetStream stored each task, before its work judges a time."""
         """Audit, asked before any work (the assembler and the signer)."""
         self._stage = stage
         self._deferrals = deferrals
@@ -257,6 +261,8 @@ class StageRunner:
         attempt = prior_deliveries(msg.headers) + msg.metadata.num_delivered
         priority = task.priority or "interactive"
         queued = _queued_since(msg)
+        if queued is not None and self._queue_clock is not None:
+            self._queue_clock.observe(queued / 1e9)
         parent = extract_context(msg.headers)
         if queued is not None:
             # The wait on the queue as its own span, so a waterfall shows it.
