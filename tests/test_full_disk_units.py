@@ -9,7 +9,9 @@ qpdf aborts the worker (``std::terminate``) when a packet saved with a
 deterministic ``/ID`` meets ``ENOSPC``, which the sandbox reports as a
 hostile file (the validator would reject a repaired source as
 ``PARSER_LIMIT_EXCEEDED``); a plaintext copy that cannot be written raised a
-bare ``OSError`` (``INTERNAL`` in the diagnostics); and a stage's pull gate
+bare ``OSError`` (``INTERNAL`` in the diagnostics), and so did a new
+tenant's first write, whose data key is stored on the same disk (admission
+answered an upload INTERNAL); and a stage's pull gate
 ignored the disk's free space, so a full disk used up every job's
 deliveries."""
 
@@ -106,6 +108,24 @@ def test_a_plaintext_copy_onto_a_full_disk_is_storage_unavailable(
     filler.free()
     copy = store.materialize(key, digest, attempt)
     assert copy.read_bytes() == data
+
+
+def test_a_new_tenants_first_write_onto_a_full_disk_is_storage_unavailable(
+    disk: SmallFileSystem,
+) -> None:
+    """Its data key is made then, and stored on the same disk: before the
+    fix a bare OSError, which admission answered INTERNAL to an upload."""
+    store = sealed_store(disk.path / "blobs")
+    assert store.promote_bytes(b"first", source_key(TENANT, "a" * 64))
+    filler = Filler(disk.path)
+    filler.fill()
+    with pytest.raises(TransientError) as failed:
+        store.writer("newcomer")
+    assert failed.value.reason == ReasonCode.STORAGE_UNAVAILABLE
+    filler.free()
+    with store.writer("newcomer") as writer:
+        writer.write(b"second")
+        assert writer.promote(source_key("newcomer", "b" * 64))
 
 
 def test_a_full_disk_met_anywhere_is_storage_unavailable() -> None:

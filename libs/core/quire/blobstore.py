@@ -167,7 +167,10 @@ class BlobWriter:
         self._store = store
         self.tenant = tenant
         self._max_bytes = max_bytes
-        version, key = store.keys.for_writing(tenant)
+        # A tenant's first write makes its data key, stored beside the blobs
+        # (or in a bucket): on a full disk that fails like the blob would.
+        with StorageWrite("data key not stored"):
+            version, key = store.keys.for_writing(tenant)
         self._sealer = Sealer(tenant, version, key)
         fd, self.path = store.make_temp_file("write")
         self._file: BinaryIO = os.fdopen(fd, "wb")
