@@ -25,6 +25,7 @@ and dead-lettered nothing; and no temporary file is left.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -68,6 +69,9 @@ MAX_HOLD_SECONDS = 20.0
 """Bound on holding the disk full until the struck stage has retried."""
 MIN_HOLD_SECONDS = 8.0
 """Long enough for a stage that kept retrying to use up every delivery."""
+MISS_SECONDS = 5.0
+"""A strike the stage has not retried within this long missed: freed."""
+STRIKES = 3
 PROBE_SUBMITS = 20
 LEAVE_BYTES = 6 * MIB
 """Left free until the strike (above admission's reserve), so that filling
@@ -119,6 +123,9 @@ class Strike:
     held_bytes: int = 0
     entry: str = ""
     """The struck stage's temporary entry whose making set the fault off."""
+    strikes: int = 0
+    windows: list[tuple[float, float]] = field(default_factory=list)
+    """When the disk was full, strike by strike (monotonic)."""
     probe: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the disk is full: the probe client submits then."""
     refused: asyncio.Event = field(default_factory=asyncio.Event)
@@ -128,38 +135,57 @@ class Strike:
 async def _strike(
     stack: Stack, disk: SmallFileSystem, stage: str, progress: Progress, strike: Strike
 ) -> None:
-    """Once some submits were acknowledged and ``stage`` holds a job: fill
-    the disk, keep it full until ``stage`` has retried (and at least
-    ``MIN_HOLD_SECONDS``), then free it."""
+    """Once some submits were acknowledged: fill the disk the moment
+    ``stage`` begins an attempt, keep it full until ``stage`` has retried
+    (and at least ``MIN_HOLD_SECONDS``), then free it. An attempt may still
+    get through (another job's attempt ends meanwhile and frees what it
+    held, which the struck one takes before the filler does): then the disk
+    is freed after ``MISS_SECONDS`` and struck again at the next attempt,
+    ``STRIKES`` times at most."""
     address = stack.metrics_endpoints[stage]
+    await progress.reached(CLIENTS)
+    strike.before = await asyncio.to_thread(_stage_reading, address)
+    for _ in range(STRIKES):
+        strike.strikes += 1
+        if await _one_strike(disk, stage, address, strike):
+            return
+
+
+async def _one_strike(disk: SmallFileSystem, stage: str, address: str, strike: Strike) -> bool:
+    """One strike, held and freed; whether ``stage`` retried meanwhile."""
     filler = Filler(disk.path)
     try:
         await asyncio.to_thread(filler.fill, LEAVE_BYTES)
-        await progress.reached(CLIENTS)
-        strike.before = await asyncio.to_thread(_stage_reading, address)
-        # The moment the stage makes a temporary entry (an attempt's private
-        # directory, a blob being written), it is working on a job and about
-        # to write there.
+        # The moment the stage makes an attempt's private directory, it has
+        # begun a job's work and is about to write its documents there (a
+        # small blob's own write may be over before the disk fills).
         strike.entry = await asyncio.to_thread(
-            filler.fill_when_made, disk.path / ".tmp", f"{stage}.", STRIKE_WAIT_SECONDS
+            functools.partial(
+                filler.fill_when_made,
+                disk.path / ".tmp",
+                f"{stage}.",
+                STRIKE_WAIT_SECONDS,
+                containing=".attempt-",
+            )
         )
         strike.full_from = time.monotonic()
         strike.held_bytes = filler.held
         strike.probe.set()
-        deadline = time.monotonic() + MAX_HOLD_SECONDS
         while True:
             await filler.hold(0.2)
             reading = await asyncio.to_thread(_stage_reading, address)
             held = time.monotonic() - strike.full_from
             retried = reading.retries > strike.before.retries
-            if (retried and strike.refused.is_set() and held >= MIN_HOLD_SECONDS) or (
-                time.monotonic() > deadline
-            ):
+            if retried and strike.refused.is_set() and held >= MIN_HOLD_SECONDS:
                 strike.at_free = reading
-                break
+                return True
+            if (not retried and held >= MISS_SECONDS) or held >= MAX_HOLD_SECONDS:
+                strike.at_free = reading
+                return retried
     finally:
         filler.free()
         strike.full_until = time.monotonic()
+        strike.windows.append((strike.full_from, strike.full_until))
 
 
 async def _probe(address: str, token: str, folder: Path, strike: Strike, timeout: float) -> None:
@@ -264,7 +290,8 @@ async def _run(tmp_path: Path, env: dict[str, str], stage: str) -> None:
     print(verdicts_markdown(verdicts))
     print(
         f"{time.monotonic() - started:.1f} s in all; {strike.held_bytes} bytes filled the disk"
-        f" as {stage} made {strike.entry}; {strike.before} before, {strike.at_free} when"
+        f" as {stage} made {strike.entry} (strike {strike.strikes});"
+        f" {strike.before} before, {strike.at_free} when"
         f" freed after {strike.full_until - strike.full_from:.1f} s; diagnosed {reasons}"
     )
     assert verdicts.ok, verdicts.summary()
@@ -273,7 +300,7 @@ async def _run(tmp_path: Path, env: dict[str, str], stage: str) -> None:
     assert verdicts["ended"].checked == jobs
     assert {record.state for record in facts.jobs.values()} == {"COMPLETED"}
     assert verdicts["one_signature"].checked == jobs
-    assert strike.entry.startswith(f"{stage}."), "struck as the stage made a file of its work"
+    assert strike.entry.startswith(f"{stage}."), "struck as the stage began an attempt"
     assert strike.at_free is not None and strike.at_free.retries > strike.before.retries, (
         f"{stage} retried while the disk was full"
     )
@@ -281,7 +308,7 @@ async def _run(tmp_path: Path, env: dict[str, str], stage: str) -> None:
     refused = [
         op
         for op in history.of(Kind.REFUSED)
-        if strike.full_from <= op.monotonic <= strike.full_until + 2.0
+        if any(start <= op.monotonic <= end + 2.0 for start, end in strike.windows)
     ]
     assert refused, "a client was refused while the disk was full"
     assert all(op.retryable for op in refused), refused

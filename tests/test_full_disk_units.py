@@ -11,7 +11,9 @@ hostile file (the validator would reject a repaired source as
 ``PARSER_LIMIT_EXCEEDED``); a plaintext copy that cannot be written raised a
 bare ``OSError`` (``INTERNAL`` in the diagnostics), and so did a new
 tenant's first write, whose data key is stored on the same disk (admission
-answered an upload INTERNAL); and a stage's pull gate
+answered an upload INTERNAL), and a read from the NATS backend, which
+stages the blob in the temporary space (admission answered a download
+INTERNAL); and a stage's pull gate
 ignored the disk's free space, so a full disk used up every job's
 deliveries."""
 
@@ -29,11 +31,15 @@ from quire.blobstore import source_key
 from quire.errors import TransientError
 from quire.fullstorage import as_storage_error, is_full
 from quire.memoryfiles import save_pdf
+from quire.natsblobs import NatsBlobStore, ensure_blob_buckets
+from quire.natsport import NatsPort
 from quire.reasons import ReasonCode
+from quire.runtime import connect_nats
 from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings
+from quire.stack.natsserver import NatsServer
 from quire.tempspace import TempBudget, TempSpaceMonitor
-from quire.testing.sealedstore import sealed_store
+from quire.testing.sealedstore import made_up_ring, sealed_store
 from quire.testing.smallfs import MIB, Filler, SmallFileSystem
 
 TENANT = "acme"
@@ -126,6 +132,30 @@ def test_a_new_tenants_first_write_onto_a_full_disk_is_storage_unavailable(
     with store.writer("newcomer") as writer:
         writer.write(b"second")
         assert writer.promote(source_key("newcomer", "b" * 64))
+
+
+def test_a_blob_read_from_nats_onto_a_full_temporary_disk_is_storage_unavailable(
+    disk: SmallFileSystem, nats_server: NatsServer
+) -> None:
+    """The NATS backend stages a blob's sealed bytes in the temporary space
+    to read them: on a full disk that raised a bare OSError, which admission
+    answered a download INTERNAL."""
+    port = NatsPort(lambda: connect_nats(nats_server.url, "quire-test-full"), name="full")
+    port.run(ensure_blob_buckets, port.js, 1)
+    store = NatsBlobStore.open(port, made_up_ring(), disk.path / "tmp")
+    try:
+        data = bytes(range(256)) * 4096  # 1 MiB
+        key = source_key(TENANT, hashlib.sha256(data).hexdigest())
+        assert store.promote_bytes(data, key)
+        filler = Filler(disk.path)
+        filler.fill()
+        with pytest.raises(TransientError) as failed:
+            b"".join(store.read_plain(key))
+        assert failed.value.reason == ReasonCode.STORAGE_UNAVAILABLE
+        filler.free()
+        assert b"".join(store.read_plain(key)) == data
+    finally:
+        store.close()
 
 
 def test_a_full_disk_met_anywhere_is_storage_unavailable() -> None:

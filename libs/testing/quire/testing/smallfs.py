@@ -203,25 +203,34 @@ class Filler:
         the whole disk."""
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = self._fd
+        if not leave:
+            # The free space in one call, the moment it is asked: a strike
+            # lands before a service's next write, not a write loop later.
+            with contextlib.suppress(OSError):
+                os.posix_fallocate(fd, os.fstat(fd).st_size, max(_free(fd), 1))
+        os.lseek(fd, 0, os.SEEK_END)
         for size in _CHUNKS:
             block = b"\0" * size
-            while not leave or _free(self._fd) > leave + size:
+            while not leave or _free(fd) > leave + size:
                 try:
-                    written = os.write(self._fd, block)
+                    os.write(fd, block)
                 except OSError as error:
                     if error.errno != errno.ENOSPC:
                         raise
                     break
-                self.held += written
+        self.held = os.fstat(fd).st_size
         if self.full_at is None and not leave:
             self.full_at = time.monotonic()
         return self.held
 
-    def fill_when_made(self, directory: Path, prefix: str, timeout: float) -> str:
-        """Block until an entry whose name starts with ``prefix`` is made in
-        ``directory`` (inotify: no entry is missed, however briefly it
-        lives), then fill at once; the entry's name. TimeoutError if none
-        is made within ``timeout`` seconds."""
+    def fill_when_made(
+        self, directory: Path, prefix: str, timeout: float, *, containing: str = ""
+    ) -> str:
+        """Block until an entry whose name starts with ``prefix`` (and holds
+        ``containing``) is made in ``directory`` (inotify: no entry is
+        missed, however briefly it lives), then fill at once; the entry's
+        name. TimeoutError if none is made within ``timeout`` seconds."""
         with _Creations(directory) as creations:
             deadline = time.monotonic() + timeout
             while True:
@@ -229,7 +238,7 @@ class Filler:
                 if remaining <= 0:
                     raise TimeoutError(f"no {prefix}* made in {timeout:g} s")
                 for name in creations.next_names(remaining):
-                    if name.startswith(prefix):
+                    if name.startswith(prefix) and containing in name:
                         self.fill()
                         return name
 
