@@ -1,8 +1,12 @@
 """Full disks lose nothing (issue 42), on real stacks with a real ``ENOSPC``:
 a small tmpfs is mounted where the services keep their blobs or their
 temporary space, and while a recorded workload runs it is filled to the
-last byte at a moment a chosen stage holds jobs, kept full until that
-stage has had to retry one, and freed.
+last byte the moment a chosen stage begins an attempt (makes its private
+directory), kept full until that stage has had to retry, a probe client
+has been refused, and at least 8 s (jobs get five deliveries, at most a
+second apart: a stage that kept taking work from a full disk would end
+them FAILED), and freed. A strike the attempt still got through is freed
+after 5 s and made again at the stage's next attempt (three at most).
 
 - **The blob disk** (the local backend: blobs and the temporary space with
   the attempts' private directories, on one file system, as promotion by
