@@ -7,8 +7,8 @@ the disk holding its temporary space is full.
 Each fix here has its test: without ``quire.memoryfiles._KeptFailure``
 qpdf aborts the worker (``std::terminate``) when a packet saved with a
 deterministic ``/ID`` meets ``ENOSPC``, which the sandbox reports as a
-hostile file (the validator would reject a repaired source as
-``PARSER_LIMIT_EXCEEDED``); a plaintext copy that cannot be written raised a
+hostile file: the validator REJECTED a damaged but repairable source
+(``PARSER_LIMIT_EXCEEDED``) because its temporary disk was full; a plaintext copy that cannot be written raised a
 bare ``OSError`` (``INTERNAL`` in the diagnostics), and so did a new
 tenant's first write, whose data key is stored on the same disk (admission
 answered an upload INTERNAL), and a read from the NATS backend, which
@@ -39,8 +39,13 @@ from quire.sandbox import SandboxPool
 from quire.settings import SandboxSettings
 from quire.stack.natsserver import NatsServer
 from quire.tempspace import TempBudget, TempSpaceMonitor
+from quire.testing.damaged import EVERYDAY
 from quire.testing.sealedstore import made_up_ring, sealed_store
 from quire.testing.smallfs import MIB, Filler, SmallFileSystem
+from quire.type import job_pb2, queue_pb2
+from quire.validator.evaluation import Evaluator
+from quire.validator.pdfchecks import PdfLimits
+from quire.validator.rulesets import Ruleset
 
 TENANT = "acme"
 
@@ -188,3 +193,54 @@ async def test_a_stage_takes_no_work_while_its_disk_is_full(disk: SmallFileSyste
     filler.free()
     await monitor.refresh()
     assert budget.is_open()
+
+
+async def test_a_repair_written_onto_a_full_disk_is_no_verdict_on_the_file(
+    disk: SmallFileSystem,
+) -> None:
+    """The validator rewrites a damaged PDF into the attempt's private
+    directory. On a full disk qpdf aborted the worker, the shared lane and
+    then the quarantine lane reported the file as exhausting them, and the
+    job was REJECTED (PARSER_LIMIT_EXCEEDED) for a full disk: now the
+    ENOSPC comes back from the worker, a transient fault of the stage."""
+    blobs = sealed_store(disk.path / "blobs")
+    settings = SandboxSettings(workers=1, in_memory_bytes=0)
+    pool = SandboxPool(settings, name="full-disk-repair")
+    quarantine = SandboxPool(settings, name="full-disk-quarantine")
+    await pool.warm()
+    await quarantine.warm()
+    try:
+        evaluator = Evaluator(blobs=blobs, sandbox=pool, limits=PdfLimits(), quarantine=quarantine)
+        build, _code = EVERYDAY["xref-missing"]
+        source = build(disk.path / "damaged.pdf")
+        data = source.read_bytes()
+        source.unlink()
+        digest = hashlib.sha256(data).hexdigest()
+        assert blobs.promote_bytes(data, source_key(TENANT, digest))
+        task = queue_pb2.JobTask(
+            job="jobs/j1",
+            tenant=TENANT,
+            sources=[
+                job_pb2.SourceRef(
+                    position=0,
+                    document_id="d",
+                    sha256=digest,
+                    content_type="application/pdf",
+                    size_bytes=len(data),
+                    blob_key=source_key(TENANT, digest),
+                )
+            ],
+        )
+        ruleset = Ruleset.from_body({"name": "t", "version": "1", "rules": []})
+        filler = Filler(disk.path)
+        # Room for the source's plaintext copy, none for its rewrite.
+        filler.fill(leave=-(-len(data) // 4096) * 4096)
+        with pytest.raises(OSError) as failed:
+            await evaluator.evaluate(task, ruleset)
+        assert is_full(failed.value), failed.value
+        filler.free()
+        evaluation = await evaluator.evaluate(task, ruleset)
+        assert evaluation.verdict == "PASSED", evaluation
+    finally:
+        pool.close()
+        quarantine.close()
