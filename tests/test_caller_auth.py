@@ -28,13 +28,14 @@ from quire.access import OPEN_PREFIXES
 from quire.accesspolicy import POLICIES
 from quire.audit.v1 import audit_service_pb2 as apb
 from quire.audit.v1 import audit_service_pb2_grpc as agrpc
-from quire.callers import PROOF_HEADER, CallerProofInterceptors, CallerVerifier, prove
+from quire.callers import PROOF_HEADER, CallerProofInterceptors, CallerVerifier, ClockSkew, prove
 from quire.cli.args import bearer_metadata
 from quire.errors import Unauthenticated
 from quire.export.v1 import export_service_pb2 as xpb
 from quire.export.v1 import export_service_pb2_grpc as export_grpc
 from quire.grpcstatus import reason_of
 from quire.identity import IdentitySettings, ServiceIdentity, TrustStore
+from quire.reasons import ReasonCode
 from quire.settings import SERVICES
 from quire.signer.v1 import signer_service_pb2 as spb
 from quire.signer.v1 import signer_service_pb2_grpc as sgrpc
@@ -198,7 +199,9 @@ async def test_a_replayed_late_early_or_misdirected_proof_is_refused(stack: Stac
         assert await get_job(fresh) == grpc.StatusCode.UNAUTHENTICATED, "replayed"
         for late_or_early in (time.time() - 120, time.time() + 120):
             proof = prove(admission, method, now=late_or_early)
-            assert await get_job(proof) == grpc.StatusCode.UNAUTHENTICATED
+            # A trusted service's proof from another time: its clock or ours
+            # is wrong (CLOCK_SKEW), a refusal that may pass later.
+            assert await get_job(proof) == grpc.StatusCode.UNAVAILABLE
         other = prove(admission, "/quire.audit.v1.AuditService/BatchGetJobs")
         assert await get_job(other) == grpc.StatusCode.UNAUTHENTICATED, "made for another RPC"
         forged = fresh.rsplit(".", 1)[0] + "." + prove(admission, method).rsplit(".", 1)[1]
@@ -282,10 +285,13 @@ def test_the_verifier_holds_a_proof_to_its_method_window_and_one_use() -> None:
     method = "/quire.signer.v1.SignerService/GetSignature"
     proof = prove(admission, method, now=now[0])
     assert verifier.verify(proof, method) == "admission"
+    for skewed in (now[0] - 61, now[0] + 61):
+        with pytest.raises(ClockSkew) as refused_for_clock:
+            verifier.verify(prove(admission, method, now=skewed), method)
+        assert refused_for_clock.value.reason == ReasonCode.CLOCK_SKEW
     refused = [
         (proof, method),  # replayed
-        (prove(admission, method, now=now[0] - 61), method),
-        (prove(admission, method, now=now[0] + 61), method),
+        (prove(admission, method, now=now[0] - 61)[:-2] + "AA", method),  # forged, and late
         (prove(admission, method, now=now[0]), ROTATE_KEY),
         (prove(ServiceIdentity.generate("admission"), method, now=now[0]), method),
         ("admission.1.2", method),

@@ -292,6 +292,17 @@ def test_a_signature_of_a_job_that_did_not_complete_is_reported() -> None:
     assert found == {"jobs/d": ["ended CANCELLED, yet the signer keeps a signature of it"]}
 
 
+def test_the_signers_intent_alone_is_no_signature_of_a_failed_job() -> None:
+    """The signer records its intent before it signs; a job that failed
+    afterwards (its artifact never stored, on a full disk) keeps the intent,
+    which has no digest: nothing was signed, nothing is reported."""
+    clients, records = _clean()
+    clients[0].submit("r4", "jobs/d")
+    failed = _record("jobs/d", (*PATH[:5], State.FAILED), start=100)
+    failed = dataclasses.replace(failed, signature_records=("",))
+    assert _violations(_history(*clients), _facts(*records, failed), "one_signature") == {}
+
+
 def test_a_completion_without_its_whole_history_is_reported() -> None:
     clients, records = _clean()
     skipped = tuple(s for s in PATH if s != State.SIGNING)

@@ -167,7 +167,10 @@ class BlobWriter:
         self._store = store
         self.tenant = tenant
         self._max_bytes = max_bytes
-        version, key = store.keys.for_writing(tenant)
+        # A tenant's first write makes its data key, stored beside the blobs
+        # (or in a bucket): on a full disk that fails like the blob would.
+        with StorageWrite("data key not stored"):
+            version, key = store.keys.for_writing(tenant)
         self._sealer = Sealer(tenant, version, key)
         fd, self.path = store.make_temp_file("write")
         self._file: BinaryIO = os.fdopen(fd, "wb")
@@ -388,10 +391,11 @@ class SealedBlobStore:
     def materialize(self, key: str, sha256: str, directory: Path) -> Path:
         """A plaintext copy of the blob in ``directory`` (an attempt's private
         directory), checked against ``sha256``; the caller removes it."""
-        fd, name = tempfile.mkstemp(dir=directory, prefix="plain-")
+        with StorageWrite("plaintext copy not created"):
+            fd, name = tempfile.mkstemp(dir=directory, prefix="plain-")
         path = Path(name)
         try:
-            with os.fdopen(fd, "wb") as out:
+            with StorageWrite("plaintext copy not written"), os.fdopen(fd, "wb") as out:
                 for data in self.read_verified(key, sha256):
                     out.write(data)
         except BaseException:

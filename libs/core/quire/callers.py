@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
+import math
 import secrets
 import time
 from collections import OrderedDict
@@ -40,13 +42,21 @@ __all__ = [
     "prove",
     "CallerProofInterceptors",
     "CallerVerifier",
+    "ClockSkew",
 ]
 
 PROOF_HEADER = "quire-caller"
 WINDOW_SECONDS = 60.0
-"""A proof is accepted this long either side of its time (clock skew included)."""
+"""A proof is accepted this long either side of its time (clock skew
+included): the clock skew tolerated between two services. A trusted
+service's proof beyond it is refused as ``CLOCK_SKEW`` (UNAVAILABLE: the
+call may pass once the clocks agree), a forged or malformed one as
+UNAUTHENTICATED."""
+SKEW_LOG_SECONDS = 60.0
+"""A caller refused for its clock is logged at most this often."""
 MAX_REMEMBERED = 1_000_000
 """Nonces held for replay detection; beyond this, calls are refused (UNAVAILABLE)."""
+log = logging.getLogger(__name__)
 _CONTEXT = b"quire-call-v1"
 _MAX_NONCE = 64
 
@@ -119,6 +129,15 @@ def CallerProofInterceptors(  # noqa: N802 - reads as a value
     ]
 
 
+class ClockSkew(TransientError):
+    """A trusted service's proof made at a time too far from this service's
+    clock: ``CLOCK_SKEW`` (UNAVAILABLE), retried by stages, and never
+    admitted (``WINDOW_SECONDS`` is the skew tolerated)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ReasonCode.CLOCK_SKEW, message)
+
+
 class CallerVerifier:
     """Checks ``quire-caller`` proofs against the trusted services' public keys."""
 
@@ -136,6 +155,7 @@ class CallerVerifier:
         self._clock = clock
         # (service, nonce) -> when it may be forgotten; insertion order is expiry order.
         self._seen: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._skew_logged: dict[str, float] = {}
 
     def verify(self, proof: str, method: str) -> str:
         """The calling service's name; UNAUTHENTICATED for anything but a fresh,
@@ -150,13 +170,34 @@ class CallerVerifier:
             signature = _unb64(signature_text)
         except (binascii.Error, ValueError):
             raise Unauthenticated("malformed caller proof") from None
-        now = self._clock()
-        if abs(now - int(millis_text) / 1000) > self._window:
-            raise Unauthenticated("caller proof outside its time window")
         if not self._trust.verify(service, signature, _signed(method, int(millis_text), nonce)):
             raise Unauthenticated("caller proof not from a trusted service")
+        now = self._clock()
+        skew = int(millis_text) / 1000 - now
+        if abs(skew) > self._window:
+            # Signed by a trusted service, only at another time: one host's
+            # clock is wrong (a replay this old is refused all the same).
+            self._report_skew(service, skew)
+            raise ClockSkew(
+                f"the caller's clock is {skew:+.0f} s from this service's;"
+                f" at most {self._window:.0f} s is tolerated"
+            )
         self._remember((service, nonce), now)
         return service
+
+    def _report_skew(self, service: str, skew: float) -> None:
+        """Log a caller refused for its clock, at most once a minute per caller."""
+        now = time.monotonic()
+        if now - self._skew_logged.get(service, -math.inf) < SKEW_LOG_SECONDS:
+            return
+        self._skew_logged[service] = now
+        log.warning(
+            "calls from %s refused: its clock is %+.0f s from this service's"
+            " (at most %.0f s tolerated); one of the two hosts' clocks is wrong",
+            service,
+            skew,
+            self._window,
+        )
 
     @property
     def remembered(self) -> int:

@@ -33,11 +33,28 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, MetaData, Table, bindparam, create_engine, event
+from sqlalchemy import (
+    Connection,
+    Engine,
+    MetaData,
+    Table,
+    bindparam,
+    create_engine,
+    event,
+    func,
+    select,
+)
 
 from quire.threadnames import named_pool
 
-__all__ = ["Database", "insert_if_absent", "insert_each_if_absent", "upsert_insert", "as_utc"]
+__all__ = [
+    "Database",
+    "insert_if_absent",
+    "insert_each_if_absent",
+    "upsert_insert",
+    "as_utc",
+    "database_now",
+]
 
 READ_ONLY = "quire_read_only"
 
@@ -193,6 +210,20 @@ def _nothing() -> None:
 def as_utc(moment: datetime) -> datetime:
     """SQLite hands back naive datetimes; Quire stores them in UTC."""
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def database_now(connection: Connection, clock: Callable[[], datetime] | None = None) -> datetime:
+    """Now, by the clock every replica of a service shares: the database
+    server's (PostgreSQL's ``now()``, the start of the caller's transaction)
+    when it has one; else ``clock`` (this process's, by default), which on
+    SQLite is the only writer's anyway (one process, one host).
+
+    Leases that several replicas judge are judged on it, so a replica
+    whose own clock is skewed neither takes a live lease nor gives up its
+    own early."""
+    if connection.dialect.name == "postgresql":
+        return as_utc(connection.execute(select(func.now())).scalar_one())
+    return clock() if clock is not None else datetime.now(UTC)
 
 
 def insert_if_absent(connection: Connection, table: Table, values: dict[str, Any]) -> bool:

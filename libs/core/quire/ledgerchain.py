@@ -27,6 +27,9 @@ What each finding means:
   sign as it stands (an edited or forged checkpoint); ``column`` names it;
 - ``checkpoint_missing``: a checkpoint a later one names as its predecessor
   is gone;
+- ``checkpoint_time``: a checkpoint is dated before a shorter checkpoint of
+  its tenant (its time went back), or its time is not a time; the
+  sequence is its length;
 - ``column``: a stored column (event id, job, tenant, states, reason) says
   something other than the hashed event it sits beside — ``column`` names it;
 - ``undecodable``: the hashed bytes are not an event at all;
@@ -48,6 +51,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
@@ -255,7 +259,32 @@ def _checkpoint_findings(
         ):
             at = chain[min(len(chain), checkpoint.length) - 1].sequence if chain else 0
             findings.append(Finding("checkpoint", at, checkpoint.tenant))
+    findings.extend(_time_findings(checkpoints))
     return checked, findings
+
+
+def _time_findings(checkpoints: Iterable[ChainCheckpoint]) -> list[Finding]:
+    """A checkpoint dated before one of a shorter length of its tenant's
+    (its time went back: audit's clock was set back, and the rule that
+    stamps it never earlier than its predecessor was not kept)."""
+    findings = []
+    by_tenant: dict[str, list[ChainCheckpoint]] = {}
+    for checkpoint in checkpoints:
+        by_tenant.setdefault(checkpoint.tenant, []).append(checkpoint)
+    for tenant, signed in by_tenant.items():
+        latest: datetime | None = None
+        for checkpoint in sorted(signed, key=lambda c: c.length):
+            try:
+                when = datetime.fromisoformat(checkpoint.time)
+            except ValueError:
+                findings.append(Finding("checkpoint_time", checkpoint.length, tenant))
+                continue
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=UTC)
+            if latest is not None and when < latest:
+                findings.append(Finding("checkpoint_time", checkpoint.length, tenant))
+            latest = when if latest is None else max(latest, when)
+    return findings
 
 
 def verify_chains(

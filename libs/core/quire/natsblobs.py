@@ -56,6 +56,7 @@ from nats.js import JetStreamContext, api
 from quire.blobstore import (
     DEFAULT_OWNER,
     SealedBlobStore,
+    StorageWrite,
     check_key,
 )
 from quire.datakeys import DataKeys
@@ -311,8 +312,11 @@ class NatsBlobStore(SealedBlobStore):
         fd, path = self.make_temp_file("read")
         try:
             with os.fdopen(fd, "w+b") as handle:
-                self._download(key, handle)
-                handle.seek(0)
+                # Staged in the temporary space: a full disk there is a
+                # storage fault (STORAGE_UNAVAILABLE), as for a write.
+                with StorageWrite("blob not staged for reading"):
+                    self._download(key, handle)
+                    handle.seek(0)
                 yield handle
         finally:
             path.unlink(missing_ok=True)

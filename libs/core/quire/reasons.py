@@ -15,7 +15,7 @@ class ReasonCode(StrEnum):
     UNAUTHENTICATED = "UNAUTHENTICATED"
     """The call carries no valid credential: a missing, unknown or revoked bearer
     token, no operator token where one is required, or a service's caller proof that is
-    malformed, stale or replayed (UNAUTHENTICATED, HTTP 401); call again with a valid token."""
+    malformed or replayed (UNAUTHENTICATED, HTTP 401); call again with a valid token."""
     NOT_FOUND = "NOT_FOUND"
     """No such resource for this caller: a job, batch, review, ruleset or tenant that
     does not exist or is another tenant's, an RPC this service does not serve, or an unknown
@@ -332,6 +332,12 @@ class ReasonCode(StrEnum):
     """A service the call or task needs did not answer, or has not yet
     recorded what it needs (audit behind a stage, say) (UNAVAILABLE); stages retry, and a caller
     may retry later."""
+    CLOCK_SKEW = "CLOCK_SKEW"
+    """A service's call was refused because its clock and the called
+    service's differ by more than the skew Quire tolerates (a caller proof
+    more than 60 s from the receiver's time; ``quire.callers``) (UNAVAILABLE):
+    one of the two hosts' clocks is wrong; the call succeeds again once it is
+    set right, and stages retry meanwhile."""
     LEDGER_DAMAGED = "LEDGER_DAMAGED"
     """An entry of the tenant's ledger cannot be read as recorded bytes (a row
     rewritten in the database): no evidence or checkpoint is made over it;

@@ -366,6 +366,11 @@ class TempSpaceSettings(Settings):
     """Admission refuses new work at this fraction of ``space_limit_bytes``."""
     free_reserve_bytes: int = GIB
     """Admission refuses new work when the disk holding ``.tmp`` has less free."""
+    pause_free_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    """A stage takes no new work (nor a retry) while the disk holding
+    ``.tmp`` has less free: a full disk pauses it instead of using up jobs'
+    deliveries. Below admission's ``free_reserve_bytes``, so work already
+    accepted can finish."""
     measure_seconds: float = 1.0
     """How often usage is measured (in the background, never per request or message)."""
     sweep_seconds: float = 60.0

@@ -48,10 +48,12 @@ from quire.errors import (
     TransientError,
 )
 from quire.faults import fault_point
+from quire.fullstorage import as_storage_error
 from quire.jobgate import CANCELLED, ENDED, JobGate
 from quire.leases import Lease, LeaseStore, lease_key
 from quire.metrics import StageMeter, delivery_timings
 from quire.pipeline import Stage, State
+from quire.queueclock import QueueClock
 from quire.reasons import ReasonCode
 from quire.sandboxlanes import BATCH, INTERACTIVE, sandbox_lane
 from quire.settings import QueueSettings
@@ -222,8 +224,11 @@ class StageRunner:
         diagnostics: Diagnostics | None = None,
         deferrals: Deferrals | None = None,
         authority: JobAuthority | None = None,
+        queue_clock: QueueClock | None = None,
     ) -> None:
         self._authority = authority
+        self._queue_clock = queue_clock
+        """Told when JetStream stored each task, before its work judges a time."""
         """Audit, asked before any work (the assembler and the signer)."""
         self._stage = stage
         self._deferrals = deferrals
@@ -256,6 +261,8 @@ class StageRunner:
         attempt = prior_deliveries(msg.headers) + msg.metadata.num_delivered
         priority = task.priority or "interactive"
         queued = _queued_since(msg)
+        if queued is not None and self._queue_clock is not None:
+            self._queue_clock.observe(queued / 1e9)
         parent = extract_context(msg.headers)
         if queued is not None:
             # The wait on the queue as its own span, so a waterfall shows it.
@@ -469,24 +476,25 @@ class StageRunner:
             elif isinstance(error, SystemFailure):
                 state = State.FAILED
             return await self._end(task, lease, attempt, state, error, entry=entry)
-        except Exception as error:  # noqa: BLE001 - transient by default
-            reason = error.reason if isinstance(error, QuireError) else ReasonCode.INTERNAL
-            if not isinstance(error, QuireError):
+        except Exception as raised:  # noqa: BLE001 - transient by default
+            failure = as_storage_error(raised)  # a full disk met outside the blob store
+            reason = failure.reason if isinstance(failure, QuireError) else ReasonCode.INTERNAL
+            if not isinstance(failure, QuireError):
                 # The type only: exception text may carry document content.
-                log.warning("job %s: unexpected %s", task.job, type(error).__name__)
+                log.warning("job %s: unexpected %s", task.job, type(failure).__name__)
             if await self._leases.current_token(lease.job) != lease.token:
-                await self._keep(task.job, attempt, reason, error)
+                await self._keep(task.job, attempt, reason, failure)
                 return LEAVE  # superseded: the newer delivery owns the message
             if attempt < self._max_deliver:
-                await self._keep(task.job, attempt, reason, error)
-                return retry(self._backoff, attempt, error)
+                await self._keep(task.job, attempt, reason, failure)
+                return retry(self._backoff, attempt, failure)
             log.warning("job %s failed after %d attempts (%s)", task.job, attempt, reason)
             return await self._end(
                 task,
                 lease,
                 attempt,
                 State.FAILED,
-                error,
+                failure,
                 reason=ReasonCode.RETRY_LIMIT_REACHED,
                 entry=entry,
             )

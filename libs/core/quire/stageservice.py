@@ -32,6 +32,7 @@ from quire.metrics import ServiceMetrics, StageMeter, transaction_counter
 from quire.paging import PageTokens
 from quire.peers import Peers
 from quire.pipeline import TEMP_SPACE_SERVICES, Stage
+from quire.queueclock import QueueClock
 from quire.rolloutboard import RolloutBoard, StageRollout
 from quire.runtime import load_wire, start_runtime
 from quire.sandbox import SandboxPool
@@ -165,8 +166,10 @@ async def run_stage_service(
     sandbox: SandboxPool,
     peers: Peers,
     metrics: ServiceMetrics | None = None,
+    queue_clock: QueueClock | None = None,
 ) -> None:
-    """Run one stage process.
+    """Run one stage process. ``queue_clock``: told when JetStream stored
+    each task (``quire.queueclock``), for work that judges a deadline.
 
     Before taking work it sweeps what dead processes left in the temporary
     space and warms ``sandbox``; while its temporary bytes are over budget it
@@ -256,6 +259,7 @@ async def run_stage_service(
             if word is not None
             else None
         ),
+        queue_clock=queue_clock,
     )
     queues = QueueGauges(js, stage_name, metrics, budget_seconds=settings.queue.age_budget_seconds)
     if settings.service in TEMP_SPACE_SERVICES:

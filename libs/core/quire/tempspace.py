@@ -229,19 +229,32 @@ class TempSpaceMonitor:
 
 
 class TempBudget:
-    """A stage's pull gate: closed while its own temporary bytes are over budget.
+    """A stage's pull gate: closed while its own temporary bytes are over
+    budget, or while the disk holding the temporary space has less than
+    ``pause_free_bytes`` free (a full disk: every attempt would fail on it).
 
-    Work already taken is not touched: it finishes and frees its space, and a
-    later reading opens the gate again. The gate is checked against the
-    monitor's cached reading, so waiting costs no directory scan.
+    Work already taken is not touched: it finishes and frees its space (or
+    fails its delivery with STORAGE_UNAVAILABLE and is retried later), and a
+    later reading opens the gate again. While the gate is closed the stage
+    pulls nothing, so a retried message is not delivered again, and a full
+    disk does not use up the job's deliveries (``QUIRE_MAX_DELIVER``) however
+    long it stays full. The gate is checked against the monitor's cached
+    reading, so waiting costs no directory scan.
     """
 
     def __init__(
-        self, monitor: TempSpaceMonitor, *, service: str, budget_bytes: int, poll_seconds: float
+        self,
+        monitor: TempSpaceMonitor,
+        *,
+        service: str,
+        budget_bytes: int,
+        poll_seconds: float,
+        pause_free_bytes: int = 0,
     ) -> None:
         self._monitor = monitor
         self._service = service
         self._budget = budget_bytes
+        self._pause_free = pause_free_bytes
         self._poll = poll_seconds
         self._paused = False
 
@@ -255,8 +268,17 @@ class TempBudget:
         return 0 if reading is None else reading.of(self._service)
 
     def over(self) -> bool:
+        return self._why_closed() is not None
+
+    def _why_closed(self) -> str | None:
         reading = self._monitor.reading
-        return reading is not None and reading.of(self._service) > self._budget
+        if reading is None:
+            return None
+        if reading.of(self._service) > self._budget:
+            return "temporary space over its budget"
+        if reading.free_bytes < self._pause_free:
+            return "disk holding the temporary space nearly full"
+        return None
 
     def is_open(self) -> bool:
         """Whether this service may take new work now."""
@@ -264,16 +286,17 @@ class TempBudget:
 
     async def wait_open(self) -> None:
         """Return once this service may take new work."""
-        if not self.over():
+        why = self._why_closed()
+        if why is None:
             return
         if not self._paused:
             self._paused = True
-            log.warning("%s temporary space over its budget; not taking new work", self._service)
+            log.warning("%s %s; not taking new work", self._service, why)
         while self.over():
             await asyncio.sleep(self._poll)
         if self._paused:
             self._paused = False
-            log.info("%s temporary space back under its budget; taking work", self._service)
+            log.info("%s temporary space usable again; taking work", self._service)
 
 
 class TempKeeper:
@@ -289,6 +312,7 @@ class TempKeeper:
             service=service,
             budget_bytes=settings.budget_bytes,
             poll_seconds=settings.measure_seconds,
+            pause_free_bytes=settings.pause_free_bytes,
         )
         self._tasks: list[asyncio.Task[None]] = []
 

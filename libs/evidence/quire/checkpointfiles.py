@@ -17,6 +17,7 @@ import base64
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from cryptography.hazmat.primitives import serialization
@@ -68,6 +69,21 @@ class CheckpointFiles:
     missing: list[tuple[str, int]] = field(default_factory=list)
     """(tenant, length) of checkpoints a later one names as its predecessor
     that the folder does not hold (deleted)."""
+
+    def latest_times(self) -> dict[str, datetime]:
+        """Each tenant's latest checkpoint time (times that do not parse are
+        left out: verification reports them)."""
+        latest: dict[str, datetime] = {}
+        for checkpoint in self.checkpoints:
+            try:
+                when = datetime.fromisoformat(checkpoint.time)
+            except ValueError:
+                continue
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=UTC)
+            if checkpoint.tenant not in latest or when > latest[checkpoint.tenant]:
+                latest[checkpoint.tenant] = when
+        return latest
 
     def latest_heads(self) -> dict[str, LogHead]:
         """Each tenant's largest signed log head."""

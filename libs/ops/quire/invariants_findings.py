@@ -33,7 +33,8 @@ Kinds, by invariant:
   ``ledger_inserted``, ``ledger_reordered``, ``ledger_checkpoint``,
   ``ledger_checkpoint_file`` (a checkpoint file audit's key does not vouch
   for as it stands), ``ledger_checkpoint_missing`` (a checkpoint a later one
-  names as its predecessor is gone) (from audit's own verification), ``ledger_row_mismatch`` (a row's columns
+  names as its predecessor is gone), ``ledger_checkpoint_time`` (a
+  checkpoint dated before a shorter one of its tenant's) (from audit's own verification), ``ledger_row_mismatch`` (a row's columns
   disagree with the hashed event), ``ledger_undecodable``,
   ``job_view_mismatch`` (audit's job index disagrees with what the job's
   events fold to; the detail names the field);
@@ -85,6 +86,7 @@ KINDS = frozenset(
         "ledger_checkpoint",
         "ledger_checkpoint_file",
         "ledger_checkpoint_missing",
+        "ledger_checkpoint_time",
         "ledger_row_mismatch",
         "ledger_undecodable",
         "job_view_mismatch",

@@ -41,6 +41,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,6 +100,8 @@ NATS_BACKOFF_CAP_SECONDS = 5.0
 _NATS_BACKOFF = Backoff(NATS_BACKOFF_BASE_SECONDS, NATS_BACKOFF_CAP_SECONDS, Jitter.NONE)
 NATS_STABLE_SECONDS = 10.0
 """A nats-server that ran this long before it died is restarted at once."""
+PRELOAD_VAR = "LD_PRELOAD"
+"""A service whose environment changes it is started afresh, not forked."""
 EMBEDDED_EGRESS_ALLOW = "127.0.0.0/8,::1/128"
 """The embedded stack calls loopback receivers (tests, examples); nothing else private."""
 
@@ -174,16 +177,22 @@ class Stack:
         restart: bool = True,
         gateway: bool = False,
         forked: bool = True,
+        service_env: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         """``gateway``: also run the HTTP gateway (``quire up`` does; a stack
         started for a test or a benchmark that speaks gRPC only need not).
         ``forked``: fork the services from a zygote that has imported their
         code once (``quire.stack.zygote``); False starts each as
-        ``python -m quire.<service>.main``, as a container does."""
+        ``python -m quire.<service>.main``, as a container does.
+        ``service_env``: variables added for one service alone, by its name
+        (a fault test's skewed clock, say). A service whose variables preload
+        a library (``LD_PRELOAD``) is started with ``python -m`` even when
+        the others are forked: a fork of the zygote would not load it."""
         self.data_dir = data_dir.resolve()
         self._processes = (*SERVICES, GATEWAY) if gateway else SERVICES
         self._external_nats = nats_url
         self._extra_env = env or {}
+        self._service_env = {name: dict(added) for name, added in (service_env or {}).items()}
         self._restart = restart
         self._forked = forked
         self.nats: NatsServer | None = None
@@ -366,16 +375,26 @@ class Stack:
         configured = {**os.environ, **self._extra_env}
         return not (configured.get("QUIRE_KEK_FILE") or configured.get("QUIRE_KEK_PKCS11_MODULE"))
 
+    def own_env(self, service: str) -> dict[str, str]:
+        """The variables ``service`` is given besides every service's."""
+        return dict(self._service_env.get(service, {}))
+
+    def env_of(self, service: str) -> dict[str, str]:
+        """What ``service`` is started with: ``service_env()`` and its own additions."""
+        return {**self.service_env(), **self._service_env.get(service, {})}
+
     def _spawn(self, service: str) -> None:
         module, log = f"quire.{service}.main", self.data_dir / "logs" / f"{service}.log"
         process: subprocess.Popen[bytes] | ForkedProcess
-        if self._forked:
-            process = spawn_service(module, self.service_env(), log)
+        env = self.env_of(service)
+        # The zygote's children inherit its loaded libraries, never a new preload.
+        if self._forked and env.get(PRELOAD_VAR) == os.environ.get(PRELOAD_VAR):
+            process = spawn_service(module, env, log)
         else:
             with open(log, "ab") as output:
                 process = subprocess.Popen(
                     [sys.executable, "-m", module],
-                    env=self.service_env(),
+                    env=env,
                     stdout=output,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
@@ -535,7 +554,11 @@ class Stack:
         child.process.terminate()
         child.process.wait(timeout=30)
 
-    def start_service(self, service: str) -> None:
+    def start_service(self, service: str, env: Mapping[str, str] | None = None) -> None:
+        """Start a stopped service; ``env``: its own additions from now on
+        (instead of those it was given), kept when the watcher restarts it."""
+        if env is not None:
+            self._service_env[service] = dict(env)
         self._spawn(service)
 
     def stop(self, timeout: float = 30.0) -> None:

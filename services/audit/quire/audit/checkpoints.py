@@ -74,8 +74,15 @@ class CheckpointSigner:
     mounted Secret every replica shares), else generated at first start in
     ``directory`` (mode 0600)."""
 
-    def __init__(self, directory: Path, key_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        key_file: Path | None = None,
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
         self.directory = directory
+        self._clock = clock
         directory.mkdir(parents=True, exist_ok=True)
         loaded = ed25519_key(
             key_file or directory / "checkpoint.key",
@@ -98,10 +105,18 @@ class CheckpointSigner:
         """Sign every chain head as it stands, with no earlier head to extend."""
         return self.take_round(connection, {}).documents
 
-    def take_round(self, connection: Connection, last: Mapping[str, LogHead]) -> CheckpointRound:
+    def take_round(
+        self,
+        connection: Connection,
+        last: Mapping[str, LogHead],
+        times: Mapping[str, datetime] | None = None,
+    ) -> CheckpointRound:
         """Sign each tenant's head that grew since ``last`` (its last signed log
-        head), once the stored log is proved to extend it."""
-        now = datetime.now(UTC).isoformat()
+        head), once the stored log is proved to extend it. ``times``: each
+        tenant's latest checkpoint time; a new one is never dated earlier
+        (``stamp``)."""
+        now = self._clock()
+        times = times or {}
         documents: list[dict[str, Any]] = []
         inconsistent: list[str] = []
         for head in connection.execute(select(tables.chain_heads)).all():
@@ -123,7 +138,11 @@ class CheckpointSigner:
                 continue  # nothing new to sign
             note = sign_checkpoint(LogHead(origin(head.tenant), size, tree.root(size)), self._key)
             checkpoint = Checkpoint(
-                head.tenant, size, head.head_hash, now, before.size if before else 0
+                head.tenant,
+                size,
+                head.head_hash,
+                stamp(now, times.get(head.tenant)).isoformat(),
+                before.size if before else 0,
             )
             signature = self._key.sign(checkpoint.payload())
             documents.append(
@@ -149,6 +168,24 @@ class CheckpointSigner:
                 log.warning(
                     "checkpoint file exists; kept as it is", extra={"tenant": checkpoint["tenant"]}
                 )
+
+
+def stamp(now: datetime, previous: datetime | None) -> datetime:
+    """A new checkpoint's time: audit's clock, never earlier than the
+    tenant's checkpoint before it. A clock set back (by an operator, or a
+    skew corrected) would otherwise date a longer log before a shorter one;
+    verification reports such a pair (``checkpoint_time``)."""
+    if previous is None:
+        return now
+    if previous.tzinfo is None:
+        previous = previous.replace(tzinfo=UTC)
+    if now < previous:
+        log.warning(
+            "audit's clock reads %.0f s before the last checkpoint; dated at that one's time",
+            (previous - now).total_seconds(),
+        )
+        return previous
+    return now
 
 
 def _file_name(tenant: str, length: int) -> str:
@@ -207,8 +244,9 @@ class CheckpointBook:
         """Has each tenant's newest checkpoint cosigned by the witness."""
 
     async def take(self, publish: Callable[[bytes], Awaitable[None]] | None = None) -> int:
-        last = (await asyncio.to_thread(self.files)).latest_heads()
-        taken = await self._db.read(lambda c: self._signer.take_round(c, last))
+        files = await asyncio.to_thread(self.files)
+        last, times = files.latest_heads(), files.latest_times()
+        taken = await self._db.read(lambda c: self._signer.take_round(c, last, times))
         for tenant in taken.inconsistent:
             log.error(
                 "a tenant's ledger no longer extends its last checkpoint: nothing signed",

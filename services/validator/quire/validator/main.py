@@ -12,6 +12,7 @@ from quire.metrics import ServiceMetrics
 from quire.paging import PageTokens
 from quire.peers import Peers
 from quire.pipeline import stage
+from quire.queueclock import QueueClock
 from quire.runtime import run_service
 from quire.sandbox import SandboxPool
 from quire.stageservice import Registrar, StageService, run_stage_service
@@ -74,6 +75,8 @@ async def main() -> None:
         on_state=meter.breaker,
     )
 
+    queue_clock = QueueClock()
+
     def build(
         database: Database,
         blobs: BlobStore,
@@ -116,6 +119,9 @@ async def main() -> None:
             max_deliver=settings.queue.max_deliver,
             meter=meter,
             waits=waits,
+            # A deadline is admission's; it is judged on JetStream's clock,
+            # never on this host's alone (quire.queueclock).
+            clock=queue_clock.now,
         )
         return ValidatorWork(evaluator=evaluator, book=book, sources=sources), register
 
@@ -134,6 +140,7 @@ async def main() -> None:
             sandbox=pool,
             peers=peers,
             metrics=metrics,
+            queue_clock=queue_clock,
         )
     finally:
         await client.aclose()

@@ -80,7 +80,8 @@ class JobRecord:
     (``quire.jobview``): what a watch shows at that entry's sequence."""
     signature_records: tuple[str, ...] = ()
     """The digest of each signature record the signer keeps for the job
-    (its export, ``COLLECTION_SIGNATURES``): one for a completed job."""
+    (its export, ``COLLECTION_SIGNATURES``): one for a completed job; ""
+    for a record of the signer's intent alone (it had not signed yet)."""
     signature: Signed | None = None
     artifact: Artifact | None = None
     """None when the job is not completed (nothing was downloaded)."""

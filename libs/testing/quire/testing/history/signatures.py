@@ -41,7 +41,11 @@ def one_signature(history: History, facts: SystemFacts) -> Verdict:
     ]
     for job, record in sorted(facts.jobs.items()):
         state = outcome(transitions(list(record.entries)))
-        if record.signature_records and state in TERMINAL_STATES - {State.COMPLETED}:
+        # A record without a digest is the signer's intent, written before it
+        # signs (a job that then failed storing its artifact, on a full disk
+        # say, keeps it): no signature exists.
+        signed = [digest for digest in record.signature_records if digest]
+        if signed and state in TERMINAL_STATES - {State.COMPLETED}:
             found.append(Violation(job, f"ended {state}, yet the signer keeps a signature of it"))
     return Verdict(ONE_SIGNATURE, len(jobs), tuple(found))
 

@@ -7,17 +7,23 @@ that stalled past its lease (and was replaced) commits no page after that.
 Exactly-once child creation does not rest on the lease — each page re-reads
 the batch's ``next_index`` under the batch row's lock — the lease keeps one
 dispatcher's window, rate and fair-share bookkeeping the only one in force.
+
+Expiry is judged on the database's clock (``quire.database.database_now``:
+PostgreSQL's ``now()``), never on a replica's own: a replica whose clock runs
+minutes ahead would otherwise take a live lease, and one that runs behind
+would keep dispatching past its own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Connection, or_, select, update
 
 from quire.admission import tables
-from quire.database import as_utc, insert_if_absent
+from quire.database import as_utc, database_now, insert_if_absent
 
 __all__ = ["DispatchLease"]
 
@@ -32,11 +38,13 @@ class DispatchLease:
     holder: str
     """This process: unique per start, so a restarted replica is a new holder."""
     seconds: float
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC), repr=False)
+    """This process's clock, used only where the database has none (SQLite)."""
 
     def take(self, connection: Connection) -> bool:
         """Take or renew the lease; False while another holder's is live."""
         table = tables.dispatch_lease
-        now = datetime.now(UTC)
+        now = database_now(connection, self.clock)
         expires = now + timedelta(seconds=self.seconds)
         row = {"duty": DUTY, "holder": self.holder, "expires_at": expires}
         if insert_if_absent(connection, table, row):
@@ -58,7 +66,7 @@ class DispatchLease:
         return (
             row is not None
             and row.holder == self.holder
-            and as_utc(row.expires_at) > datetime.now(UTC)
+            and as_utc(row.expires_at) > database_now(connection, self.clock)
         )
 
     def release(self, connection: Connection) -> None:
@@ -67,5 +75,5 @@ class DispatchLease:
         connection.execute(
             update(table)
             .where(table.c.duty == DUTY, table.c.holder == self.holder)
-            .values(expires_at=datetime.now(UTC))
+            .values(expires_at=database_now(connection, self.clock))
         )
