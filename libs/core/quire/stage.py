@@ -227,9 +227,9 @@ class StageRunner:
         queue_clock: QueueClock | None = None,
     ) -> None:
         self._authority = authority
+        """Audit, asked before any work (the assembler and the signer)."""
         self._queue_clock = queue_clock
         """Told when JetStream stored each task, before its work judges a time."""
-        """Audit, asked before any work (the assembler and the signer)."""
         self._stage = stage
         self._deferrals = deferrals
         self._diagnostics = diagnostics
