@@ -22,6 +22,7 @@ from test_caller_auth import METHODS, _raw_call
 
 from quire.access import STAFF
 from quire.accesspolicy import POLICIES
+from quire.admission.v1 import batch_pb2
 from quire.admission.v1 import tenant_admin_service_pb2 as admin_pb
 from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
 from quire.cli.args import bearer_metadata
@@ -47,6 +48,16 @@ def _created(stack: Stack, tenant: str) -> tuple[str, str]:
     name, secret_line = made.stdout.splitlines()[:2]
     assert secret_line.startswith("token (shown once): qt_")
     return name, secret_line.rsplit(" ", 1)[1]
+
+
+async def _settled(client: AdmissionClient, name: str, timeout: float = 120.0) -> None:
+    """Until the batch is done or cancelled (bounded)."""
+    final = {batch_pb2.BATCH_STATE_DONE, batch_pb2.BATCH_STATE_CANCELLED}
+    for _ in range(int(timeout / 0.2)):
+        if (await client.get_batch(name)).state in final:
+            return
+        await asyncio.sleep(0.2)
+    raise TimeoutError("the batch did not finish")
 
 
 async def _answer(call: Any) -> tuple[grpc.StatusCode, str | None]:
@@ -170,6 +181,9 @@ async def test_operators_read_every_tenants_batches_as_the_tenant_does(
             "INVALID_PAGE",
         )
 
+        # Compared once the batch has stopped moving: while it runs, two reads
+        # a moment apart may rightly differ.
+        await _settled(first, older.name)
         shown = await admin.GetTenantBatch(
             admin_pb.GetTenantBatchRequest(tenant=first.tenant, name=older.name),  # type: ignore[attr-defined]
             metadata=operator,
