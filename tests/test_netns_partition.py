@@ -2,7 +2,10 @@
 JetStream cluster with an R3 stream, each node in its own network namespace.
 Cut one node from the other two while the test still reaches it: the
 majority keeps acknowledging, the cut-off node acknowledges nothing, and
-once healed it holds every acknowledged message (none lost, none doubled)."""
+once healed every node holds every acknowledged message once (none lost,
+none doubled). The cut-off node's publishes time out, and a timeout is an
+unknown outcome: routes survive a blackhole, so the kernel may deliver one
+to the leader after the heal; each is then stored at most once."""
 
 from __future__ import annotations
 
@@ -64,6 +67,28 @@ def _until(check, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def
             pass
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.3)
+
+
+async def _agreed_subjects(
+    network: Network, js: nats.js.JetStreamContext, timeout: float = 60.0
+) -> dict[str, int]:
+    """The stream's messages by subject once every node holds as many as the
+    leader says it has (bounded)."""
+    deadline = time.monotonic() + timeout
+    held: list[int] = []
+    while time.monotonic() < deadline:
+        info = await js.stream_info("PART", subjects_filter=">")
+        try:
+            held = [
+                await asyncio.to_thread(_messages_on, network.nodes[n].address, "PART")
+                for n in NODES
+            ]
+        except OSError:
+            held = []
+        if held and all(count == info.state.messages for count in held):
+            return dict(info.state.subjects or {})
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"the nodes never agreed: {held}")
 
 
 @pytest.fixture
@@ -146,11 +171,15 @@ async def test_a_node_cut_from_its_peers_acknowledges_nothing_and_loses_nothing(
         assert refused == 3, "a node without a quorum acknowledges nothing"
 
         cluster.heal()
-        await asyncio.to_thread(
-            _until, lambda: all(_messages_on(cluster.nodes[n].address, "PART") == 20 for n in NODES)
-        )
-        info = await js.stream_info("PART")
-        assert info.state.messages == 20, "every acknowledged message, once"
+        # A publish that timed out is an unknown outcome, not a refusal: the
+        # blackhole leaves the cut node's route connections open, and the
+        # kernel retransmits what they hold once healed, so the leader may
+        # store a minority publish late. Every acknowledged message must be
+        # there once; each timed-out one at most once; every node the same.
+        subjects = await _agreed_subjects(cluster, js)
+        print(f"stored after the heal: {subjects}")
+        assert subjects["part.before"] == 10 and subjects["part.during"] == 10, subjects
+        assert subjects.get("part.minority", 0) <= 3, subjects
     finally:
         await minority.close()
         await majority.close()
