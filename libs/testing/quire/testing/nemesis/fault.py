@@ -36,14 +36,25 @@ class Process(Protocol):
     """One process of the cluster: a nats-server (``nats-1``), PostgreSQL
     (``postgres``) or a service replica (``admission-1``, ``signer-2``)."""
 
-    name: str
-    role: str
-    """``"nats"``, ``"postgres"`` or the service's name (``"audit"``)."""
-    namespace_node: str
-    """Its node in ``Cluster.network`` (the namespace it runs in)."""
-    directory: Path
-    """Its own directory; a replica keeps its data in ``directory / "data"``,
-    a nats-server its JetStream store in ``directory / "jetstream"``."""
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def role(self) -> str:
+        """``"nats"``, ``"postgres"`` or the service's name (``"audit"``)."""
+        ...
+
+    @property
+    def namespace_node(self) -> str:
+        """Its node in ``Cluster.network`` (the namespace it runs in)."""
+        ...
+
+    @property
+    def directory(self) -> Path:
+        """Its own directory; a replica keeps its data in ``directory / "data"``,
+        a nats-server its JetStream store in ``directory / "jetstream"``."""
+        ...
+
     env: dict[str, str]
     """The environment it is started with (without ``extra_env``)."""
 
