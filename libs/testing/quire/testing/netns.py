@@ -4,16 +4,25 @@ on one bridge, on a private /24 that exists only while the test runs.
 
 ``partition(a, b)`` cuts the path between two nodes both ways (a blackhole
 route to the other's address in each namespace), so a node may lose its
-peers while a client on the bridge still reaches it; ``isolate(node)`` takes
-its link down (nothing reaches it); ``heal()`` undoes every cut. Processes
-run inside a node with ``ip netns exec``. Needs root (``ip netns``); every
-name carries a per-network id, and ``close()`` removes all it made.
+peers while a client on the bridge still reaches it; ``mend(a, b)`` undoes
+one cut; ``isolate(node)`` takes its link down (nothing reaches it);
+``heal()`` undoes every cut. Processes run inside a node with ``ip netns
+exec``, which execs the command in place (the pid is the process's own).
+Needs root (``ip netns``); every name carries a per-network id, the subnet
+is one no other bridge on the machine routes, and ``close()`` removes all
+it made.
+
+A blackhole fails new connections at once but leaves established TCP
+connections open: what they were sending waits in the kernel and is
+retransmitted once the cut is mended, so a request that timed out during
+a cut may still arrive after it.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import random
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +44,20 @@ def _ip(*args: str, namespace: str = "") -> None:
     subprocess.run(command, check=True, capture_output=True, timeout=10)
 
 
+def _free_subnet() -> int:
+    """A third octet for 10.213.<n>.0/24 that no route on this machine uses
+    (other tests' networks among them), from a random start."""
+    routes = subprocess.run(
+        ["ip", "-4", "route", "show"], check=True, capture_output=True, text=True, timeout=10
+    ).stdout
+    start = random.randrange(100, 250)
+    for offset in range(150):
+        subnet = 100 + (start - 100 + offset) % 150
+        if f"10.213.{subnet}.0/24" not in routes:
+            return subnet
+    raise RuntimeError("no free 10.213.x.0/24 subnet")
+
+
 @dataclass(frozen=True)
 class Node:
     """One namespace on the bridge."""
@@ -50,7 +73,7 @@ class Node:
 class Network:
     """A bridge and its nodes; the host reaches every node through the bridge."""
 
-    subnet: int = field(default_factory=lambda: 100 + (os.getpid() + next(_IDS)) % 150)
+    subnet: int = field(default_factory=_free_subnet)
     """The third octet of 10.213.<subnet>.0/24."""
     nodes: dict[str, Node] = field(default_factory=dict)
     _cuts: set[tuple[str, str]] = field(default_factory=set)
@@ -83,6 +106,14 @@ class Network:
         self.nodes[name] = node
         return node
 
+    @property
+    def cidr(self) -> str:
+        return f"10.213.{self.subnet}.0/24"
+
+    def prefix(self, name: str) -> tuple[str, ...]:
+        """The command that runs what follows inside node ``name``'s namespace."""
+        return ("ip", "netns", "exec", self.nodes[name].namespace)
+
     def run(
         self,
         name: str,
@@ -93,7 +124,7 @@ class Network:
     ) -> subprocess.Popen[bytes]:
         """Start ``argv`` inside node ``name``'s namespace."""
         return subprocess.Popen(
-            ["ip", "netns", "exec", self.nodes[name].namespace, *argv],
+            [*self.prefix(name), *argv],
             env=dict(env) if env is not None else None,
             stdout=output,
             stderr=output,
@@ -102,10 +133,26 @@ class Network:
     def partition(self, a: str, b: str) -> None:
         """Nothing passes between ``a`` and ``b``, either way; both still
         reach, and are reached from, everyone else."""
+        if self.cut(a, b):
+            return
         first, second = self.nodes[a], self.nodes[b]
         _ip("route", "add", "blackhole", f"{second.address}/32", namespace=first.namespace)
         _ip("route", "add", "blackhole", f"{first.address}/32", namespace=second.namespace)
         self._cuts.add((a, b))
+
+    def mend(self, a: str, b: str) -> None:
+        """Undo ``partition(a, b)`` (either order)."""
+        cut = (a, b) if (a, b) in self._cuts else (b, a)
+        if cut not in self._cuts:
+            return
+        first, second = self.nodes[cut[0]], self.nodes[cut[1]]
+        _ip("route", "del", "blackhole", f"{second.address}/32", namespace=first.namespace)
+        _ip("route", "del", "blackhole", f"{first.address}/32", namespace=second.namespace)
+        self._cuts.discard(cut)
+
+    def cut(self, a: str, b: str) -> bool:
+        """Whether ``a`` and ``b`` are partitioned."""
+        return (a, b) in self._cuts or (b, a) in self._cuts
 
     def isolate(self, name: str) -> None:
         """Nothing reaches ``name`` and nothing leaves it."""
@@ -117,10 +164,7 @@ class Network:
     def heal(self) -> None:
         """Every cut undone and every node's link up."""
         for a, b in sorted(self._cuts):
-            first, second = self.nodes[a], self.nodes[b]
-            _ip("route", "del", "blackhole", f"{second.address}/32", namespace=first.namespace)
-            _ip("route", "del", "blackhole", f"{first.address}/32", namespace=second.namespace)
-        self._cuts.clear()
+            self.mend(a, b)
         for name in self.nodes:
             self.rejoin(name)
 
