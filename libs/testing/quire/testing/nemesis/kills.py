@@ -1,0 +1,51 @@
+"""The kills the suite already had, as faults: SIGKILL a service replica
+(``kill-replica``) or a nats-server member (``kill-nats``); healing starts
+it again in its namespace on the same data and waits until it serves."""
+
+from __future__ import annotations
+
+import asyncio
+
+from quire.settings import SERVICES
+from quire.testing.nemesis.fault import Cluster
+from quire.testing.nemesis.namespaced import namespaced
+
+__all__ = ["NatsKill", "ReplicaKill"]
+
+
+class ReplicaKill:
+    kind = "kill-replica"
+
+    def targets(self, cluster: Cluster) -> list[str]:
+        return [replica.name for service in SERVICES for replica in cluster.replicas(service)]
+
+    async def strike(self, cluster: Cluster, target: str) -> dict[str, str]:
+        process = cluster.processes()[target]
+        pid = process.pid
+        await asyncio.to_thread(process.kill)
+        return {"signal": "SIGKILL", "pid": str(pid)}
+
+    async def heal(self, cluster: Cluster, target: str) -> None:
+        process = cluster.processes()[target]
+        if not process.alive:
+            await asyncio.to_thread(process.start)
+
+
+class NatsKill:
+    kind = "kill-nats"
+
+    def targets(self, cluster: Cluster) -> list[str]:
+        return [node.name for node in cluster.nats_nodes()]
+
+    async def strike(self, cluster: Cluster, target: str) -> dict[str, str]:
+        node = namespaced(cluster).processes()[target]
+        pid = node.pid
+        await asyncio.to_thread(node.kill)
+        return {"signal": "SIGKILL", "pid": str(pid)}
+
+    async def heal(self, cluster: Cluster, target: str) -> None:
+        found = namespaced(cluster)
+        node = found.processes()[target]
+        if not node.alive:
+            await asyncio.to_thread(node.start)
+        await asyncio.to_thread(found.deployment.cluster.wait_jetstream)
