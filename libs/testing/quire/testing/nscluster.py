@@ -31,7 +31,7 @@ from quire.settings import SERVICES
 from quire.stack.natsserver import NatsServer
 from quire.stack.placement import Placement
 from quire.stack.postgres import PostgresServer
-from quire.testing.multinode import MultiNode, Replica
+from quire.testing.multinode import MultiNode, Replica, wait_serving
 from quire.testing.netns import Network
 
 __all__ = ["NamespaceCluster", "NatsNode", "PostgresNode", "monitor"]
@@ -212,6 +212,18 @@ class NamespaceCluster:
         """The member JetStream calls ``server_name`` (``n2``)."""
         (node,) = [n for n in self._nats if n.server_name == server_name]
         return node
+
+    def wait_whole(self) -> None:
+        """Until every process runs and serves (a schedule starts on a whole
+        cluster): each service replica answers SERVING, every member sees
+        the JetStream meta leader. Raises when one has died."""
+        dead = [name for name, process in self.processes().items() if not process.alive]
+        if dead:
+            raise RuntimeError(f"not running: {', '.join(dead)}")
+        for replicas in self.deployment.replicas.values():
+            for replica in replicas:
+                wait_serving(replica)
+        self.deployment.cluster.wait_jetstream()
 
     def start(self) -> NamespaceCluster:
         try:

@@ -1,7 +1,7 @@
 """``lease-cut``: a stage replica cut from every NATS member while it holds
 a lease (its own figures say it is working on a delivery), kept cut until
 the lease has run out and JetStream has handed the work to another replica
-(the stage's consumers count a redelivery), then mended. The cut replica
+(a sibling replica commits a delivery after a first one), then mended. The cut replica
 still reaches PostgreSQL and goes on with its work where it can; when it
 finally commits, its lease token is stale and the result must be discarded
 (``quire.leases``): the history then shows one artifact and one signature
@@ -17,43 +17,39 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from quire.pipeline import WORKER_SERVICES, stage_of_service
+from quire.pipeline import WORKER_SERVICES
 from quire.settings import service_metrics_var
 from quire.testing.nemesis.fault import Cluster
 from quire.testing.nemesis.namespaced import namespaced
 from quire.testing.nemesis.probes import replica_metric
-from quire.testing.nscluster import NamespaceCluster, monitor
-from quire.workqueue.topology import WORK_STREAM
 
 __all__ = ["LeaseCut", "fenced_after"]
 
 IN_FLIGHT = "quire_stage_in_flight"
-REDELIVERY_TIMEOUT_SECONDS = 60.0
+DELIVERIES = "quire_stage_deliveries"
+TAKEOVER_TIMEOUT_SECONDS = 30.0
 POLL_SECONDS = 0.2
 STALE = "stale lease for job"
 _STALE_JOB = re.compile(r"stale lease for job (\S+) \(token")
 
 
-def _redelivered(cluster: NamespaceCluster, stage: str) -> int:
-    """The stage's consumers' redeliveries, as the best-informed member says."""
-    best = -1
-    for node in cluster.nats_nodes():
-        if not node.alive:
+def _taken_over(cluster: Cluster, target: str) -> float | None:
+    """How many deliveries after a first one the target's sibling replicas
+    have committed (their ``quire_stage_deliveries`` past its first bucket):
+    it grows when a sibling takes over work whose lease ran out. None when
+    a sibling does not answer."""
+    service = cluster.processes()[target].role
+    total = 0.0
+    for sibling in cluster.replicas(service):
+        if sibling.name == target:
             continue
-        try:
-            document = monitor(node.server, "jsz?consumers=true")
-        except (OSError, ValueError):
-            continue
-        total = 0
-        for account in document.get("account_details") or []:
-            for stream in account.get("stream_detail") or []:
-                if stream.get("name") != WORK_STREAM:
-                    continue
-                for consumer in stream.get("consumer_detail") or []:
-                    if str(consumer.get("name", "")).startswith(f"{stage}-"):
-                        total += int(consumer.get("num_redelivered") or 0)
-        best = max(best, total)
-    return best
+        address = sibling.env[service_metrics_var(service)]
+        every = replica_metric(address, f"{DELIVERIES}_count")
+        first = replica_metric(address, f"{DELIVERIES}_bucket", 'le="1.0"')
+        if every is None or first is None:
+            return None
+        total += every - first
+    return total
 
 
 def fenced_after(directory: Path, wall: float) -> list[str]:
@@ -80,6 +76,10 @@ def fenced_after(directory: Path, wall: float) -> list[str]:
 
 class LeaseCut:
     kind = "lease-cut"
+    hold = 0.5
+    """Mended this soon after another replica took the work over, so that
+    the cut replica's own calls, held in its kernel, may still complete
+    within their timeouts and its work reach its (stale) commit."""
 
     def targets(self, cluster: Cluster) -> list[str]:
         """The stage replicas holding a lease now."""
@@ -94,26 +94,26 @@ class LeaseCut:
     async def strike(self, cluster: Cluster, target: str) -> dict[str, str]:
         found = namespaced(cluster)
         replica = found.processes()[target]
-        found_stage = stage_of_service(replica.role)
-        assert found_stage is not None, "a stage replica"
-        stage = found_stage.name
         address = replica.env[service_metrics_var(replica.role)]
         held = await asyncio.to_thread(replica_metric, address, IN_FLIGHT)
-        before = await asyncio.to_thread(_redelivered, found, stage)
+        before = await asyncio.to_thread(_taken_over, found, target)
         for node in found.nats_nodes():
             found.network.partition(target, node.name)
         cut = time.monotonic()
-        after = before
-        while time.monotonic() - cut < REDELIVERY_TIMEOUT_SECONDS:
-            after = await asyncio.to_thread(_redelivered, found, stage)
-            if after > before:
+        taken = 0.0
+        while time.monotonic() - cut < TAKEOVER_TIMEOUT_SECONDS:
+            after = await asyncio.to_thread(_taken_over, found, target)
+            if before is None:
+                before = after
+            elif after is not None and after > before:
+                taken = after - before
                 break
             await asyncio.sleep(POLL_SECONDS)
         return {
-            "cut_from": "nats-1,nats-2,nats-3",
+            "cut_from": ",".join(node.name for node in found.nats_nodes()),
             "leases_held": f"{held or 0:g}",
-            "redelivered": str(max(0, after - before)),
-            "lease_taken_after_s": f"{time.monotonic() - cut:.1f}",
+            "taken_over": f"{taken:g}",
+            "taken_over_after_s": f"{time.monotonic() - cut:.1f}",
         }
 
     async def heal(self, cluster: Cluster, target: str) -> None:

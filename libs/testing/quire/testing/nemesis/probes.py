@@ -75,22 +75,26 @@ def connected_replicas(cluster: NamespaceCluster, node: NatsNode) -> list[str]:
     return sorted(name for name in found if name)
 
 
-def replica_metric(address: str, family: str) -> float | None:
-    """The sum of ``family``'s samples on a replica's ``/metrics``; None
-    when it does not answer."""
+def replica_metric(address: str, family: str, having: str = "") -> float | None:
+    """The sum of ``family``'s samples (those whose labels include
+    ``having``, when given) on a replica's ``/metrics``; None when it does
+    not answer."""
     try:
         url = f"http://{address}/metrics"
         with urllib.request.urlopen(url, timeout=METRICS_TIMEOUT_SECONDS) as reply:  # noqa: S310
             text = reply.read().decode()
     except OSError:
         return None
-    return metric_sum(text, family)
+    return metric_sum(text, family, having)
 
 
-def metric_sum(text: str, family: str) -> float:
-    """The sum of ``family``'s samples in a Prometheus text exposition."""
+def metric_sum(text: str, family: str, having: str = "") -> float:
+    """The sum of ``family``'s samples in a Prometheus text exposition
+    (those whose labels include ``having``, when given)."""
     total = 0.0
     for line in text.splitlines():
+        if having and having not in line.partition(" ")[0]:
+            continue
         if line.startswith(family) and line[len(family) : len(family) + 1] in ("{", " "):
             try:
                 total += float(line.rsplit(" ", 1)[1])

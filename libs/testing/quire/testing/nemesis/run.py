@@ -5,8 +5,9 @@ the history checked. Its verdicts stand on their own: the schedule's
 tenants are its own, and only the jobs its history names are judged (the
 ledger's own verification covers every chain).
 
-While it runs, admission's queue reading (``ListQueues``) is sampled every
-second for the report's queue age; completions come from the history.
+While it runs, the work stream is sampled every second for the report's
+queue age (its tasks, queued or leased, and the oldest one's age);
+completions come from the history.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
-import grpc
+import nats.errors
 
-from quire.admission.v1 import tenant_admin_service_pb2 as admin_pb
-from quire.admission.v1 import tenant_admin_service_pb2_grpc as admin_grpc
 from quire.client import TenantAdminClient
 from quire.jobs import TERMINAL_STATES
+from quire.runtime import connect_nats
 from quire.testing.history import (
     History,
     Kind,
@@ -39,7 +40,7 @@ from quire.testing.nemesis.inflight import in_flight, worked_on
 from quire.testing.nemesis.leasecut import LeaseCut, fenced_after
 from quire.testing.nemesis.scheduler import Nemesis, Planned, plan
 from quire.testing.nscluster import NamespaceCluster
-from quire.tls import aio_channel
+from quire.workqueue.topology import WORK_STREAM
 
 __all__ = ["QueueSample", "ScheduleResult", "run_schedule", "access_of"]
 
@@ -51,9 +52,9 @@ CALL_SECONDS = 2.0
 class QueueSample:
     monotonic: float
     ready: int
-    """Messages waiting in every stage's queue."""
+    """Tasks in the work stream: queued, or leased and not yet acknowledged."""
     oldest_age: float
-    """Seconds the oldest of them has waited (0 when none)."""
+    """Seconds the oldest of them has been there (0 when none)."""
 
 
 @dataclass
@@ -99,27 +100,25 @@ async def _tenants(cluster: NamespaceCluster, count: int) -> dict[str, str]:
 async def _sample_queues(
     cluster: NamespaceCluster, samples: list[QueueSample], stop: asyncio.Event
 ) -> None:
-    channel = aio_channel(cluster.target("admission"), None)
-    stub = admin_grpc.TenantAdminServiceStub(channel)
-    metadata = (("authorization", f"Bearer {cluster.operator_token}"),)
+    """Every second: the work stream's tasks (queued or leased: a work queue
+    keeps a task until it is acknowledged) and the oldest one's age, read
+    from JetStream through any member that answers."""
+    nc = await connect_nats(cluster.nats_url, "quire-nemesis-sampler")
+    js = nc.jetstream(timeout=CALL_SECONDS)
     try:
         while not stop.is_set():
-            with contextlib.suppress(grpc.aio.AioRpcError, TimeoutError):
-                reply = await stub.ListQueues(
-                    admin_pb.ListQueuesRequest(), metadata=metadata, timeout=CALL_SECONDS
-                )
-                ages = [q.oldest_age.ToTimedelta().total_seconds() for q in reply.queues]
-                samples.append(
-                    QueueSample(
-                        time.monotonic(),
-                        sum(q.ready for q in reply.queues),
-                        max([0.0, *ages]),
-                    )
-                )
+            with contextlib.suppress(nats.errors.Error, TimeoutError):
+                state = (await js.stream_info(WORK_STREAM)).state
+                age = 0.0
+                if state.messages:
+                    oldest = await js.get_msg(WORK_STREAM, seq=state.first_seq, next=True)
+                    if oldest.time is not None:
+                        age = max(0.0, (datetime.now(UTC) - oldest.time).total_seconds())
+                samples.append(QueueSample(time.monotonic(), state.messages, age))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), SAMPLE_SECONDS)
     finally:
-        await channel.close()
+        await nc.close()
 
 
 class _LiveHistory:
@@ -158,6 +157,7 @@ async def run_schedule(
     """Run schedule ``seed`` on ``cluster``; files under ``folder``."""
     started = time.monotonic()
     folder.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(cluster.wait_whole)
     tokens = await _tenants(cluster, 2)
     secrets = [list(tokens.values())[index % len(tokens)] for index in range(clients)]
     planned = plan(

@@ -104,7 +104,8 @@ class Nemesis:
                 record = await self._strike(planned)
                 if record is None:
                     continue
-                await self._hold(planned.hold, stop)
+                # A fault may say how long it lasts once struck (its own ``hold``).
+                await self._hold(getattr(self.faults[planned.kind], "hold", planned.hold), stop)
                 await self._heal(record)
         finally:
             for record in self.timeline.open():
