@@ -13,7 +13,7 @@ from quire.testing.history import History, Kind, Op, Rpc
 from quire.testing.history.verdicts import PROPERTIES, Verdict, Verdicts
 from quire.testing.nemesis.catalogue import FAULTS, faults
 from quire.testing.nemesis.fault import FaultRecord, Timeline
-from quire.testing.nemesis.inflight import in_flight, worked_on
+from quire.testing.nemesis.inflight import in_flight, open_calls, worked_on
 from quire.testing.nemesis.leasecut import fenced_after
 from quire.testing.nemesis.report import schedule_markdown, timeline_png
 from quire.testing.nemesis.run import QueueSample, ScheduleResult
@@ -54,16 +54,20 @@ def test_in_flight_is_acknowledged_and_not_yet_seen_ended() -> None:
     assert in_flight(history, 7.0) == ()
 
 
-def test_worked_on_names_the_jobs_whose_spans_were_open(tmp_path: Path) -> None:
+def test_worked_on_names_the_jobs_whose_spans_were_open_and_counts_open_calls(
+    tmp_path: Path,
+) -> None:
     spans = [
         {"name": "signer.process", "start_ns": 10 * 10**9, "end_ns": 20 * 10**9,
          "attributes": {"quire.job": "01open"}},
         {"name": "signer.process", "start_ns": 1 * 10**9, "end_ns": 5 * 10**9,
          "attributes": {"quire.job": "01done"}},
-        {"name": "grpc", "start_ns": 10 * 10**9, "end_ns": 20 * 10**9, "attributes": {}},
+        {"name": "/quire.admission.v1.AdmissionService/WatchJob", "start_ns": 10 * 10**9,
+         "end_ns": 20 * 10**9, "attributes": {}},
     ]  # fmt: skip
     (tmp_path / "spans.jsonl").write_text("".join(json.dumps(s) + "\n" for s in spans) + "{torn")
     assert worked_on([tmp_path, tmp_path / "missing"], 15.0) == ("jobs/01open",)
+    assert open_calls([tmp_path], 15.0) == 1 and open_calls([tmp_path], 30.0) == 0
 
 
 def test_fenced_after_reads_the_stale_lease_lines_after_the_strike(tmp_path: Path) -> None:

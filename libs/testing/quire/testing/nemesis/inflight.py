@@ -4,19 +4,22 @@
   client had yet seen it end;
 - the services (``worked_on``): the jobs whose work spans on a replica
   (``<service>.process`` and every span naming a ``quire.job``) began
-  before the moment and ended after it, from the replica's own span file.
+  before the moment and ended after it, from the replica's own span file;
+  and the calls it was serving then (``open_calls``: admission's spans
+  name no job). A killed process never wrote the spans it had open.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from quire.jobs import TERMINAL_STATES
 from quire.testing.history import History, Kind
 
-__all__ = ["in_flight", "worked_on"]
+__all__ = ["in_flight", "open_calls", "worked_on"]
 
 JOB_ATTRIBUTE = "quire.job"
 
@@ -38,11 +41,9 @@ def in_flight(history: History, moment: float) -> tuple[str, ...]:
     )
 
 
-def worked_on(directories: Iterable[Path], wall: float) -> tuple[str, ...]:
-    """Jobs some span in ``<directory>/spans.jsonl`` was open on at ``wall``
-    (``time.time()``)."""
+def _open_spans(directories: Iterable[Path], wall: float) -> Iterator[dict[str, Any]]:
+    """The spans in ``<directory>/spans.jsonl`` open at ``wall`` (``time.time()``)."""
     moment = int(wall * 1e9)
-    jobs: set[str] = set()
     for directory in directories:
         try:
             lines = (directory / "spans.jsonl").read_text(errors="replace").splitlines()
@@ -53,8 +54,24 @@ def worked_on(directories: Iterable[Path], wall: float) -> tuple[str, ...]:
                 span = json.loads(line)
             except ValueError:
                 continue
-            job = (span.get("attributes") or {}).get(JOB_ATTRIBUTE)
             start, end = span.get("start_ns"), span.get("end_ns")
-            if job and isinstance(start, int) and isinstance(end, int) and start <= moment <= end:
-                jobs.add(f"jobs/{str(job).removeprefix('jobs/')}")
+            if isinstance(start, int) and isinstance(end, int) and start <= moment <= end:
+                yield span
+
+
+def worked_on(directories: Iterable[Path], wall: float) -> tuple[str, ...]:
+    """Jobs some span in ``<directory>/spans.jsonl`` was open on at ``wall``
+    (``time.time()``)."""
+    jobs = {
+        f"jobs/{str(job).removeprefix('jobs/')}"
+        for span in _open_spans(directories, wall)
+        if (job := (span.get("attributes") or {}).get(JOB_ATTRIBUTE))
+    }
     return tuple(sorted(jobs))
+
+
+def open_calls(directories: Iterable[Path], wall: float) -> int:
+    """The gRPC calls (server spans, ``/package.Service/Method``) open at ``wall``."""
+    return sum(
+        1 for span in _open_spans(directories, wall) if str(span.get("name")).startswith("/")
+    )

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
-from quire.settings import SERVICES
+from quire.pipeline import WORKER_SERVICES
+from quire.settings import SERVICES, service_metrics_var
 from quire.testing.nemesis.fault import Cluster
+from quire.testing.nemesis.leasecut import IN_FLIGHT
 from quire.testing.nemesis.namespaced import namespaced
+from quire.testing.nemesis.probes import replica_metric
 
 __all__ = ["NatsKill", "ReplicaKill"]
 
@@ -21,9 +24,13 @@ class ReplicaKill:
 
     async def strike(self, cluster: Cluster, target: str) -> dict[str, str]:
         process = cluster.processes()[target]
-        pid = process.pid
+        detail = {"signal": "SIGKILL", "pid": str(process.pid)}
+        if process.role in WORKER_SERVICES:  # what it held, as it said just before
+            address = process.env[service_metrics_var(process.role)]
+            held = await asyncio.to_thread(replica_metric, address, IN_FLIGHT)
+            detail["leases_held"] = "?" if held is None else f"{held:g}"
         await asyncio.to_thread(process.kill)
-        return {"signal": "SIGKILL", "pid": str(pid)}
+        return detail
 
     async def heal(self, cluster: Cluster, target: str) -> None:
         process = cluster.processes()[target]

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import nats
 import nats.errors
 
 from quire.client import TenantAdminClient
 from quire.jobs import TERMINAL_STATES
-from quire.runtime import connect_nats
 from quire.testing.history import (
     History,
     Kind,
@@ -36,7 +36,7 @@ from quire.testing.history import (
 )
 from quire.testing.history.workload import Progress, run_workload
 from quire.testing.nemesis.fault import Fault, FaultRecord, Timeline
-from quire.testing.nemesis.inflight import in_flight, worked_on
+from quire.testing.nemesis.inflight import in_flight, open_calls, worked_on
 from quire.testing.nemesis.leasecut import LeaseCut, fenced_after
 from quire.testing.nemesis.scheduler import Nemesis, Planned, plan
 from quire.testing.nscluster import NamespaceCluster
@@ -97,13 +97,23 @@ async def _tenants(cluster: NamespaceCluster, count: int) -> dict[str, str]:
     return {reply.tenant.name: reply.secret for reply in made}
 
 
+async def _expected(_error: Exception) -> None:
+    return None
+
+
 async def _sample_queues(
     cluster: NamespaceCluster, samples: list[QueueSample], stop: asyncio.Event
 ) -> None:
     """Every second: the work stream's tasks (queued or leased: a work queue
     keeps a task until it is acknowledged) and the oldest one's age, read
     from JetStream through any member that answers."""
-    nc = await connect_nats(cluster.nats_url, "quire-nemesis-sampler")
+    nc = await nats.connect(
+        cluster.nats_url.split(","),
+        name="quire-nemesis-sampler",
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
+        error_cb=_expected,  # a member the nemesis killed or cut: it reconnects
+    )
     js = nc.jetstream(timeout=CALL_SECONDS)
     try:
         while not stop.is_set():
@@ -231,7 +241,10 @@ def _explain(cluster: NamespaceCluster, history: History, record: FaultRecord) -
         names = []
     else:
         names = [record.target]
-    record.on_target = worked_on((processes[name].directory for name in names), record.wall_start)
+    directories = [processes[name].directory for name in names]
+    record.on_target = worked_on(directories, record.wall_start)
+    if names:
+        record.detail["open_calls"] = str(open_calls(directories, record.wall_start))
     if record.kind == LeaseCut.kind:
         fenced = fenced_after(processes[record.target].directory, record.wall_start)
         record.detail["fenced"] = ",".join(fenced) or "none"
