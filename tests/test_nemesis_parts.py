@@ -82,11 +82,14 @@ def test_fenced_after_reads_the_stale_lease_lines_after_the_strike(tmp_path: Pat
                 line(now - 60, "stale lease for job jobs/01before (token 3); result discarded"),
                 line(now + 1, "job jobs/01x done at attempt 2"),
                 line(now + 2, "stale lease for job jobs/01after (token 4); result discarded"),
+                line(now + 3, "stale lease for job jobs/01after (token 4); result discarded"),
+                line(now + 90, "stale lease for job jobs/01later (token 2); result discarded"),
                 "not json",
             ]
         )
     )
-    assert fenced_after(tmp_path, now) == ["jobs/01after"]
+    assert fenced_after(tmp_path, now, now + 60) == ["jobs/01after"]
+    assert fenced_after(tmp_path, now) == ["jobs/01after", "jobs/01later"]
 
 
 def test_a_schedules_report_says_the_seed_the_verdicts_and_each_strike(tmp_path: Path) -> None:

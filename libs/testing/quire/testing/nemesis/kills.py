@@ -1,6 +1,7 @@
 """The kills the suite already had, as faults: SIGKILL a service replica
-(``kill-replica``) or a nats-server member (``kill-nats``); healing starts
-it again in its namespace on the same data and waits until it serves."""
+(``kill-replica``: one that holds a lease, or an admission or audit
+replica) or a nats-server member (``kill-nats``); healing starts it again
+in its namespace on the same data and waits until it serves."""
 
 from __future__ import annotations
 
@@ -20,7 +21,17 @@ class ReplicaKill:
     kind = "kill-replica"
 
     def targets(self, cluster: Cluster) -> list[str]:
-        return [replica.name for service in SERVICES for replica in cluster.replicas(service)]
+        """Admission and audit replicas (they serve every job in flight), and
+        the stage replicas holding a lease now: a kill lands on work."""
+        found = []
+        for service in SERVICES:
+            for replica in cluster.replicas(service):
+                if service in WORKER_SERVICES:
+                    address = replica.env[service_metrics_var(service)]
+                    if not (replica_metric(address, IN_FLIGHT) or 0) > 0:
+                        continue
+                found.append(replica.name)
+        return found
 
     async def strike(self, cluster: Cluster, target: str) -> dict[str, str]:
         process = cluster.processes()[target]

@@ -52,10 +52,11 @@ def _taken_over(cluster: Cluster, target: str) -> float | None:
     return total
 
 
-def fenced_after(directory: Path, wall: float) -> list[str]:
+def fenced_after(directory: Path, wall: float, until: float = float("inf")) -> list[str]:
     """The jobs whose result the replica in ``directory`` discarded as stale
-    after ``wall`` (``time.time()``), from its log's JSON lines."""
-    jobs = []
+    between ``wall`` and ``until`` (``time.time()``), from its log's JSON
+    lines; each once."""
+    jobs: list[str] = []
     try:
         lines = (directory / "service.log").read_text(errors="replace").splitlines()
     except OSError:
@@ -69,7 +70,7 @@ def fenced_after(directory: Path, wall: float) -> list[str]:
         except (ValueError, KeyError):
             continue
         found = _STALE_JOB.search(str(entry.get("message", "")))
-        if found and when.timestamp() >= wall:
+        if found and wall <= when.timestamp() <= until and found.group(1) not in jobs:
             jobs.append(found.group(1))
     return jobs
 

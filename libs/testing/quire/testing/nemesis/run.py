@@ -215,8 +215,9 @@ async def run_schedule(
         await sampling
     facts = await gather_facts(access_of(cluster, tokens), history, folder / "facts", grace=grace)
     verdicts = check(history, facts)
-    for record in timeline.records:
-        _explain(cluster, history, record)
+    for record, following in zip(timeline.records, [*timeline.records[1:], None], strict=True):
+        until = following.wall_start if following is not None else time.time()
+        _explain(cluster, history, record, until)
     return ScheduleResult(
         seed=seed,
         planned=planned,
@@ -229,8 +230,11 @@ async def run_schedule(
     )
 
 
-def _explain(cluster: NamespaceCluster, history: History, record: FaultRecord) -> None:
-    """Fill in what the record could not know when it struck."""
+def _explain(
+    cluster: NamespaceCluster, history: History, record: FaultRecord, until: float
+) -> None:
+    """Fill in what the record could not know when it struck (``until``:
+    when the next strike came, ``time.time()``)."""
     record.in_flight = in_flight(history, record.start)
     processes = cluster.processes()
     if not record.target:
@@ -246,5 +250,5 @@ def _explain(cluster: NamespaceCluster, history: History, record: FaultRecord) -
     if names:
         record.detail["open_calls"] = str(open_calls(directories, record.wall_start))
     if record.kind == LeaseCut.kind:
-        fenced = fenced_after(processes[record.target].directory, record.wall_start)
+        fenced = fenced_after(processes[record.target].directory, record.wall_start, until)
         record.detail["fenced"] = ",".join(fenced) or "none"
