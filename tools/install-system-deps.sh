@@ -4,9 +4,10 @@
 # a second opinion on signatures), softhsm2 (a PKCS#11 token) and prometheus
 # (a real Prometheus to scrape the stack, and promtool to test the alerts),
 # npm (buf, the protos' linter and compatibility check, comes from npm),
-# chromium (the console's browser tests drive it with Playwright), and
+# chromium (the console's browser tests drive it with Playwright),
 # fontconfig with the DejaVu fonts (the fidelity harness rasterizes with them
-# alone: bench/eval/fonts.conf). Installed
+# alone: bench/eval/fonts.conf), and iproute2 (`ip netns`: the partition
+# tests put each node of a cluster in a network namespace). Installed
 # only when missing, and only where apt-get can run (root on Debian).
 set -eu
 need=""
@@ -18,6 +19,7 @@ command -v npm >/dev/null 2>&1 || need="$need npm"
 command -v fc-list >/dev/null 2>&1 || need="$need fontconfig"
 command -v chromium >/dev/null 2>&1 || need="$need chromium"
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need="$need fonts-dejavu-core"
+command -v ip >/dev/null 2>&1 || need="$need iproute2"
 [ -z "$need" ] && exit 0
 if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "note: install$need from your distribution to run every test (under CI, their tests fail)" >&2
