@@ -12,7 +12,8 @@ from quire.settings import SERVICES, service_metrics_var
 from quire.testing.nemesis.fault import Cluster
 from quire.testing.nemesis.leasecut import IN_FLIGHT
 from quire.testing.nemesis.namespaced import namespaced
-from quire.testing.nemesis.probes import replica_metric
+from quire.testing.nemesis.probes import connected_replicas, replica_metric
+from quire.testing.nscluster import NatsNode
 
 __all__ = ["NatsKill", "ReplicaKill"]
 
@@ -56,10 +57,13 @@ class NatsKill:
         return [node.name for node in cluster.nats_nodes()]
 
     async def strike(self, cluster: Cluster, target: str) -> dict[str, str]:
-        node = namespaced(cluster).processes()[target]
+        found = namespaced(cluster)
+        node = found.processes()[target]
+        assert isinstance(node, NatsNode)
+        clients = await asyncio.to_thread(connected_replicas, found, node)
         pid = node.pid
         await asyncio.to_thread(node.kill)
-        return {"signal": "SIGKILL", "pid": str(pid)}
+        return {"signal": "SIGKILL", "pid": str(pid), "clients_on_it": ",".join(clients) or "none"}
 
     async def heal(self, cluster: Cluster, target: str) -> None:
         found = namespaced(cluster)
