@@ -18,7 +18,7 @@ from pathlib import Path
 
 import nats
 import pytest
-from nats.js.api import StreamConfig
+from nats.js.api import ClusterInfo, StreamConfig
 
 from quire.testing.netns import Network
 
@@ -67,6 +67,13 @@ def _until(check, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def
             pass
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.3)
+
+
+async def _stream_led(js: nats.js.JetStreamContext, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not ((await js.stream_info("PART")).cluster or ClusterInfo()).leader:
+        assert time.monotonic() < deadline, "the stream elected no leader"
+        await asyncio.sleep(0.1)
 
 
 async def _agreed_subjects(
@@ -137,6 +144,8 @@ async def test_a_node_cut_from_its_peers_acknowledges_nothing_and_loses_nothing(
     try:
         js = majority.jetstream()
         await js.add_stream(StreamConfig(name="PART", subjects=["part.>"], num_replicas=3))
+        # An R3 stream takes its publishes once its replicas elected a leader.
+        await _stream_led(js)
         for index in range(10):
             await js.publish("part.before", str(index).encode(), timeout=5)
 
