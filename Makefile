@@ -14,7 +14,7 @@ PROTO_FILES := $(shell find protos -name '*.proto' | sort)
 # built as wheels by `make wheels`.
 DIST_PROJECTS := gen libs/core libs/evidence libs/ops libs/testing $(sort $(wildcard services/*))
 
-.PHONY: run test test-unit docs buf lint style typecheck system-deps openapi protos protos-check protos-lint protos-release bench profile bench-admission bench-validator bench-assembly bench-ledger bench-history bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine bench-fairness bench-sources eval load soak multinode batch-kills stage-limit corpus venv wheels clean
+.PHONY: run test test-unit docs buf lint style typecheck system-deps openapi protos protos-check protos-lint protos-release bench profile bench-admission bench-validator bench-assembly bench-ledger bench-history bench-slow-uploads bench-proofs bench-corpus bench-decoding bench-quarantine bench-fairness bench-sources eval load soak multinode partitions batch-kills stage-limit corpus venv wheels clean
 
 venv: $(VENV)/.installed
 
@@ -88,6 +88,12 @@ soak: venv
 # jobs, a NATS node and one replica of each killed midway (the suite runs 12).
 multinode: venv system-deps
 	MULTINODE_JOBS=200 $(PY) -m pytest -q tests/test_multinode.py
+
+# Seeded fault schedules on the cluster in network namespaces (issue 42): 20 by
+# default, each history-checked; reports in reports/partitions/. Root only.
+# SEEDS=7 reproduces one; SCHEDULES, FAULTS, STRIKES, JOBS_PER_CLIENT size it.
+partitions: venv system-deps
+	$(PY) bench/partitions.py
 
 # A 1,000-packet batch while admission (the batch dispatcher) is SIGKILLed
 # five times: one job per packet, and quire check (the suite runs 150 and 3).

@@ -54,6 +54,7 @@ HEAVY_FIRST = (
     "test_encryption_at_rest.py",
     "test_load_harness.py",
     "test_multinode.py",
+    "test_partitions.py",
     "test_reconcile.py",
     "test_retention.py",
     "test_fault_matrix.py",

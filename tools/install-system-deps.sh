@@ -6,8 +6,10 @@
 # npm (buf, the protos' linter and compatibility check, comes from npm),
 # chromium (the console's browser tests drive it with Playwright),
 # fontconfig with the DejaVu fonts (the fidelity harness rasterizes with them
-# alone: bench/eval/fonts.conf), and faketime (libfaketime skews one
-# service's clock in the clock-skew tests: quire.testing.skewedclock). Installed
+# alone: bench/eval/fonts.conf), faketime (libfaketime skews one service's
+# clock in the clock-skew tests: quire.testing.skewedclock) and iproute2
+# (`ip netns`: the partition tests put each node of a cluster in a network
+# namespace). Installed
 # only when missing, and only where apt-get can run (root on Debian).
 set -eu
 need=""
@@ -20,6 +22,7 @@ command -v fc-list >/dev/null 2>&1 || need="$need fontconfig"
 command -v chromium >/dev/null 2>&1 || need="$need chromium"
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need="$need fonts-dejavu-core"
 ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1 || need="$need faketime"
+command -v ip >/dev/null 2>&1 || need="$need iproute2"
 [ -z "$need" ] && exit 0
 if [ "$(id -u)" != "0" ] || ! command -v apt-get >/dev/null 2>&1; then
   echo "note: install$need from your distribution to run every test (under CI, their tests fail)" >&2

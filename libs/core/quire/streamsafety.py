@@ -14,6 +14,7 @@ streams, can call it as well as provisioning.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Iterable
@@ -28,6 +29,14 @@ _EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
 _TAKEN = frozenset({10071, 10077})
 """JetStream's answers when a subject holds a message already: the expected
 last sequence does not hold, or the per-subject limit refuses a second."""
+_IN_PROCESS = 10164
+"""A replicated stream's answer while another write expecting the subject's
+last sequence is in flight ("wrong last sequence", without one): that write
+may yet land or fail, so the subject is neither taken nor free until it
+settles. Asked again after a pause, the answer is one of the others."""
+IN_PROCESS_PAUSES = (0.02, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
+"""The pauses before asking again (about 6 s in all, a few raft rounds on a
+loaded cluster); past them the last answer is raised."""
 
 
 async def create_entry(js: JetStreamContext, subject: str, value: bytes) -> bool:
@@ -37,14 +46,20 @@ async def create_entry(js: JetStreamContext, subject: str, value: bytes) -> bool
 
 async def create_entry_at(js: JetStreamContext, subject: str, value: bytes) -> int | None:
     """``create_entry``: the stream sequence the entry was stored at, or
-    None when the subject has a message already."""
-    try:
-        ack = await js.publish(subject, value, headers={_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
-    except nats.js.errors.APIError as error:
-        if error.err_code in _TAKEN:
-            return None
-        raise
-    return ack.seq
+    None when the subject has a message already. Two writers racing on a
+    replicated stream: the loser is told so once the winner's write settled."""
+    for pause in (*IN_PROCESS_PAUSES, None):
+        try:
+            ack = await js.publish(subject, value, headers={_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
+        except nats.js.errors.APIError as error:
+            if error.err_code in _TAKEN:
+                return None
+            if error.err_code != _IN_PROCESS or pause is None:
+                raise
+            await asyncio.sleep(pause)
+            continue
+        return ack.seq
+    raise AssertionError("unreachable: the last pause raises")
 
 
 def create_only_stream(

@@ -6,6 +6,10 @@ Every member listens on loopback, stores its own file store with
 ``sync_interval: always`` and routes to every other member. Streams made
 with ``QUIRE_NATS_REPLICAS=3`` then keep a copy on each, so losing one
 member (SIGKILL) stalls no queue.
+
+``placements`` puts each member elsewhere (``quire.stack.placement``): a
+network namespace of its own on a private address, so that a test can cut
+the routes between members (``quire.testing.nscluster``).
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from quire.stack.natsserver import ClusterRoute, NatsServer
+from quire.stack.placement import LOOPBACK, Placement
 from quire.stack.ports import free_port
 
 __all__ = ["NatsCluster"]
@@ -24,15 +30,34 @@ READY_TIMEOUT_SECONDS = 60.0
 
 
 class NatsCluster:
-    def __init__(self, directory: Path, *, size: int = 3, name: str = "quire") -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        size: int = 3,
+        name: str = "quire",
+        placements: Sequence[Placement] = (),
+    ) -> None:
         self.directory = directory
+        places = tuple(placements) or (LOOPBACK,) * size
+        if len(places) != size:
+            raise ValueError("one placement per member")
         route_ports = tuple(free_port() for _ in range(size))
+        hosts = tuple(place.host for place in places)
         self.servers = [
             NatsServer(
                 directory / f"n{index + 1}",
                 port=free_port(),
                 monitor_port=free_port(),
-                cluster=ClusterRoute(name, f"n{index + 1}", route_ports[index], route_ports),
+                cluster=ClusterRoute(
+                    name,
+                    f"n{index + 1}",
+                    route_ports[index],
+                    route_ports,
+                    host=places[index].host,
+                    hosts=hosts,
+                ),
+                placement=places[index],
             )
             for index in range(size)
         ]
@@ -67,9 +92,9 @@ class NatsCluster:
 
     @staticmethod
     def _sees_leader(server: NatsServer) -> bool:
-        url = f"http://127.0.0.1:{server.monitor_port}/jsz"
+        url = f"{server.monitor_url}/jsz"
         try:
-            with urllib.request.urlopen(url, timeout=1) as reply:  # noqa: S310 - loopback
+            with urllib.request.urlopen(url, timeout=1) as reply:  # noqa: S310 - a test's address
                 meta = json.load(reply).get("meta_cluster") or {}
         except OSError:
             return False

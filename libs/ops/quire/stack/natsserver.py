@@ -6,10 +6,15 @@ so an acknowledged publish survives a crash of the server or the machine.
 ``start`` after the process died (``Stack`` does it when it supervises the
 server) runs it again on the same port, store directory, config and
 logins; while one is running, ``start`` starts no second one.
+
+A test cluster may place a server elsewhere than loopback
+(``quire.stack.placement``): in a network namespace of its own, bound to
+that namespace's private address.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -18,6 +23,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from quire.stack.placement import LOOPBACK, Placement
 
 __all__ = ["ClusterRoute", "NatsServer", "nats_server_binary"]
 
@@ -38,20 +45,27 @@ def nats_server_binary() -> str:
 class ClusterRoute:
     """One server's cluster settings: its name, its route port, and every
     member's route port (its own among them; nats-server ignores a route to
-    itself)."""
+    itself), each at the address in ``hosts`` (loopback when empty)."""
 
     name: str
     server_name: str
     port: int
     routes: tuple[int, ...]
+    host: str = LOOPBACK.host
+    """The address this server's route port listens on."""
+    hosts: tuple[str, ...] = ()
+    """Every member's address, in the order of ``routes``."""
 
     def config_lines(self) -> list[str]:
-        routes = ", ".join(f"nats-route://127.0.0.1:{port}" for port in self.routes)
+        hosts = self.hosts or (LOOPBACK.host,) * len(self.routes)
+        routes = ", ".join(
+            f"nats-route://{host}:{port}" for host, port in zip(hosts, self.routes, strict=True)
+        )
         return [
             f"server_name: {self.server_name}",
             "cluster {",
             f"  name: {self.name}",
-            f"  listen: 127.0.0.1:{self.port}",
+            f"  listen: {self.host}:{self.port}",
             f"  routes: [{routes}]",
             "}",
         ]
@@ -66,8 +80,11 @@ class NatsServer:
         monitor_port: int,
         authorization: str | None = None,
         cluster: ClusterRoute | None = None,
+        placement: Placement = LOOPBACK,
     ) -> None:
         self.directory = directory
+        self.placement = placement
+        """Where it runs: the address it listens on, and the command's wrapper."""
         self.port = port
         self.monitor_port = monitor_port
         self.authorization = authorization
@@ -80,7 +97,12 @@ class NatsServer:
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        return f"nats://{self.placement.host}:{self.port}"
+
+    @property
+    def monitor_url(self) -> str:
+        """Its HTTP monitoring endpoint (``/jsz``, ``/connz``)."""
+        return f"http://{self.placement.host}:{self.monitor_port}"
 
     def _write_config(self) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -89,8 +111,8 @@ class NatsServer:
         config.write_text(
             "\n".join(
                 [
-                    f"listen: 127.0.0.1:{self.port}",
-                    f"http: 127.0.0.1:{self.monitor_port}",
+                    f"listen: {self.placement.host}:{self.port}",
+                    f"http: {self.placement.host}:{self.monitor_port}",
                     *(self.cluster.config_lines() if self.cluster else []),
                     "jetstream {",
                     f'  store_dir: "{store}"',
@@ -104,16 +126,18 @@ class NatsServer:
         config.chmod(0o600)
         return config
 
-    def start(self, *, wait: bool = True) -> bool:
+    def start(self, *, wait: bool = True, extra_env: dict[str, str] | None = None) -> bool:
         """Run nats-server unless it already runs; True if this call started it.
-        ``wait``: until it accepts connections (either way)."""
+        ``wait``: until it accepts connections (either way). ``extra_env``:
+        variables on top of this process's environment."""
         with self._lock:
             started = not self.alive
             if started:
                 config = self._write_config()
                 log = open(self.directory / "nats-server.log", "ab")
                 self._process = subprocess.Popen(
-                    [nats_server_binary(), "-c", str(config)],
+                    self.placement.command([nats_server_binary(), "-c", str(config)]),
+                    env={**os.environ, **extra_env} if extra_env else None,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
@@ -129,7 +153,7 @@ class NatsServer:
             if self._process is not None and self._process.poll() is not None:
                 raise RuntimeError(f"nats-server exited with {self._process.returncode}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                with socket.create_connection((self.placement.host, self.port), timeout=0.5):
                     return
             except OSError:
                 time.sleep(0.05)

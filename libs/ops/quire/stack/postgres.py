@@ -4,6 +4,10 @@ that must run against the real thing rather than SQLite.
 Runs as the ``postgres`` system user when started by root (PostgreSQL refuses
 to run as root), listens on loopback only, and keeps everything in one
 directory that is removed when the server stops.
+
+A test cluster may place it in a network namespace of its own
+(``quire.stack.placement``): it then listens on that namespace's private
+address and trusts connections from ``clients`` (the namespaces' subnet).
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+
+from quire.stack.placement import LOOPBACK, Placement
 
 __all__ = ["PostgresServer", "postgres_binaries"]
 
@@ -32,16 +38,34 @@ def postgres_binaries() -> Path | None:
 
 
 class PostgresServer:
-    def __init__(self, directory: Path, *, port: int, binaries: Path) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        port: int,
+        binaries: Path,
+        placement: Placement = LOOPBACK,
+        clients: str = "",
+    ) -> None:
         self.directory = directory
         self.port = port
+        self.placement = placement
+        self.clients = clients
+        """A CIDR whose connections are trusted besides loopback's ("" for none)."""
         self._bin = binaries
         self._as_root = os.geteuid() == 0
 
-    def _run(self, *args: str) -> None:
+    @property
+    def host(self) -> str:
+        return self.placement.host
+
+    def _run(self, *args: str, placed: bool = False) -> None:
+        """Run a PostgreSQL tool (``placed``: in the server's namespace)."""
         command = list(args)
         if self._as_root:
             command = ["runuser", "-u", "postgres", "--", *command]
+        if placed:
+            command = self.placement.command(command)
         subprocess.run(command, check=True, capture_output=True, timeout=60)
 
     def start(self) -> None:
@@ -52,7 +76,14 @@ class PostgresServer:
         self._run(
             str(self._bin / "initdb"), "-D", str(data), "-U", "quire", "--auth=trust", "-E", "UTF8"
         )
-        options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 -c fsync=on"
+        if self.clients:
+            with open(data / "pg_hba.conf", "a") as hba:
+                hba.write(f"host all all {self.clients} trust\n")
+        self._launch()
+
+    def _launch(self) -> None:
+        data = self.directory / "data"
+        options = f"-p {self.port} -k {self.directory} -c listen_addresses={self.host} -c fsync=on"
         self._run(
             str(self._bin / "pg_ctl"),
             "-D",
@@ -63,29 +94,41 @@ class PostgresServer:
             str(self.directory / "log"),
             "-w",
             "start",
+            placed=True,
         )
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
             try:
-                self._run(str(self._bin / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port))
+                self._run(str(self._bin / "pg_isready"), "-h", self.host, "-p", str(self.port))
                 return
             except subprocess.CalledProcessError:
                 time.sleep(0.1)
         raise TimeoutError("PostgreSQL did not become ready")
+
+    def control(self, mode: str) -> None:
+        """Shut the server down (``mode``: ``fast``, or ``immediate`` as a
+        crash would), keeping its data; ``restart`` runs it again."""
+        self._run(
+            str(self._bin / "pg_ctl"), "-D", str(self.directory / "data"), "-m", mode, "-w", "stop"
+        )
+
+    def restart(self) -> None:
+        """Run the server again on its data, port and address."""
+        self._launch()
 
     def create_database(self, name: str) -> str:
         """Create a database and return its SQLAlchemy URL."""
         self._run(
             str(self._bin / "createdb"),
             "-h",
-            "127.0.0.1",
+            self.host,
             "-p",
             str(self.port),
             "-U",
             "quire",
             name,
         )
-        return f"postgresql+psycopg://quire@127.0.0.1:{self.port}/{name}"
+        return f"postgresql+psycopg://quire@{self.host}:{self.port}/{name}"
 
     def stop(self) -> None:
         data = self.directory / "data"

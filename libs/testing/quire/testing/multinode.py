@@ -8,17 +8,24 @@ every table in PostgreSQL.
 Services find each other through a list of every replica's address
 (``ipv4:a,b`` targets: gRPC fails over between them, as a Kubernetes Service
 would spread them); each replica binds its own.
+
+Everything runs on loopback unless ``place`` says otherwise: given a node's
+name (``nats-1``, ``postgres``, ``admission-1``) it answers where that node
+runs (``quire.stack.placement``), e.g. in a network namespace of its own on
+a private address (``quire.testing.nscluster``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +46,7 @@ from quire.settings import (
 )
 from quire.signer.keystore import _generate as generate_signing_key
 from quire.stack.natscluster import NatsCluster
+from quire.stack.placement import LOOPBACK, Placement
 from quire.stack.ports import free_port
 from quire.stack.postgres import PostgresServer, postgres_binaries
 from quire.workqueue.topology import ensure_topology
@@ -57,20 +65,42 @@ class Replica:
     health: str
     process: subprocess.Popen[bytes] | None = None
     env: dict[str, str] = field(default_factory=dict)
+    placement: Placement = LOOPBACK
 
     @property
     def name(self) -> str:
         return f"{self.service}-{self.number}"
 
-    def start(self) -> None:
+    @property
+    def role(self) -> str:
+        return self.service
+
+    @property
+    def namespace_node(self) -> str:
+        return self.placement.node
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        """The service's own pid (``ip netns exec`` execs in place)."""
+        return None if self.process is None else self.process.pid
+
+    def start(self, extra_env: Mapping[str, str] | None = None, *, wait: bool = True) -> None:
+        """Run the service with ``env`` (and ``extra_env`` on top); ``wait``:
+        until it serves."""
         with open(self.directory / "service.log", "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", f"quire.{self.service}.main"],
-                env=self.env,
+                self.placement.command([sys.executable, "-m", f"quire.{self.service}.main"]),
+                env={**self.env, **(extra_env or {})},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        if wait:
+            wait_serving(self)
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -87,19 +117,44 @@ class Replica:
             self.kill()
 
 
+def _loopback(_node: str) -> Placement:
+    return LOOPBACK
+
+
 class MultiNode:
-    def __init__(self, root: Path, *, replicas: int = 2, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        replicas: int = 2,
+        env: dict[str, str] | None = None,
+        place: Callable[[str], Placement] = _loopback,
+        clients: str = "",
+        spans: bool = False,
+    ) -> None:
+        """``place``: where each node runs, by name; ``clients``: the CIDR
+        PostgreSQL trusts besides loopback (where the nodes are placed);
+        ``spans``: each replica writes its finished spans to
+        ``spans.jsonl`` in its directory."""
         self.root = root.resolve()
+        self.spans = spans
         self.count = replicas
         self.extra_env = env or {}
-        self.cluster = NatsCluster(self.root / "nats")
+        self.place = place
+        self.cluster = NatsCluster(
+            self.root / "nats", placements=[place(f"nats-{n}") for n in range(1, 4)]
+        )
         binaries = postgres_binaries()
         if binaries is None:
             raise RuntimeError("PostgreSQL server binaries are not installed")
         # Its own folder under /tmp: the server runs as the ``postgres`` user,
         # who cannot enter a test's private temporary directory.
         self.postgres = PostgresServer(
-            Path(tempfile.mkdtemp(prefix="quire-pg-")), port=free_port(), binaries=binaries
+            Path(tempfile.mkdtemp(prefix="quire-pg-")),
+            port=free_port(),
+            binaries=binaries,
+            placement=place("postgres"),
+            clients=clients,
         )
         self.database_urls: dict[str, str] = {}
         self.operator_token = f"qt_{secrets.token_hex(6)}_{secrets.token_urlsafe(32)}"
@@ -131,8 +186,6 @@ class MultiNode:
         return f"ipv4:{addresses}"
 
     def _replica_env(self, replica: Replica, secrets_copy: Path) -> dict[str, str]:
-        import os
-
         env = {k: v for k, v in os.environ.items() if not k.startswith("QUIRE_")}
         env.update(
             {
@@ -158,7 +211,9 @@ class MultiNode:
             env[service_address_var(service)] = self.target(service)
         env[service_address_var(replica.service)] = replica.address
         env[service_health_var(replica.service)] = replica.health
-        env[service_metrics_var(replica.service)] = f"127.0.0.1:{free_port()}"
+        env[service_metrics_var(replica.service)] = f"{replica.placement.host}:{free_port()}"
+        if self.spans:
+            env["QUIRE_TRACE_FILE"] = str(replica.directory / "spans.jsonl")
         env.update(self.extra_env)
         return env
 
@@ -180,14 +235,7 @@ class MultiNode:
         asyncio.run(self._provision())
         for service in SERVICES:
             self.replicas[service] = [
-                Replica(
-                    service,
-                    number,
-                    self.root / f"{service}-{number}",
-                    f"127.0.0.1:{free_port()}",
-                    f"127.0.0.1:{free_port()}",
-                )
-                for number in range(1, self.count + 1)
+                self._replica(service, number) for number in range(1, self.count + 1)
             ]
         for replicas in self.replicas.values():
             for replica in replicas:
@@ -195,10 +243,21 @@ class MultiNode:
                 copy = replica.directory / "secrets"  # its own copy, as a mounted Secret
                 shutil.copytree(folder, copy)
                 replica.env = self._replica_env(replica, copy)
-                replica.start()
+                replica.start(wait=False)
         for replicas in self.replicas.values():
             for replica in replicas:
                 wait_serving(replica)
+
+    def _replica(self, service: str, number: int) -> Replica:
+        placement = self.place(f"{service}-{number}")
+        return Replica(
+            service,
+            number,
+            self.root / f"{service}-{number}",
+            f"{placement.host}:{free_port()}",
+            f"{placement.host}:{free_port()}",
+            placement=placement,
+        )
 
     async def _provision(self) -> None:
         nc = await connect_nats(self.cluster.url, "quire-provision")

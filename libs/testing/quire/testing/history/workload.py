@@ -70,6 +70,7 @@ async def _client(
     jobs: int,
     progress: Progress,
     deadline: float,
+    until: asyncio.Event | None,
 ) -> None:
     digests = []
     for index in range(SOURCES_PER_CLIENT):
@@ -77,9 +78,13 @@ async def _client(
             inputs / f"{index}.pdf", [f"history source {index}", uuid.uuid4().hex]
         )
         digests.append((await _retrying(functools.partial(client.upload, path), deadline)).sha256)
-    for index in range(jobs):
+    index = 0
+    while index < jobs or (
+        until is not None and not until.is_set() and time.monotonic() < deadline
+    ):
         items = [PacketItem(f"d{i}", digests[(index + i) % len(digests)]) for i in range(2)]
         await _one_job(client, items, inputs, progress, deadline)
+        index += 1
 
 
 async def _one_job(
@@ -112,9 +117,11 @@ async def run_workload(
     progress: Progress | None = None,
     timeout: float = 300.0,
     tls: TlsSettings | None = None,
+    until: asyncio.Event | None = None,
 ) -> History:
-    """One client per token, each sending ``jobs_per_client`` jobs and
-    writing ``<folder>/client-<n>.jsonl``; the history they wrote."""
+    """One client per token, each sending ``jobs_per_client`` jobs (and,
+    when ``until`` is given, more until it is set) and writing
+    ``<folder>/client-<n>.jsonl``; the history they wrote."""
     progress = progress or Progress()
     deadline = time.monotonic() + timeout
 
@@ -124,7 +131,7 @@ async def run_workload(
         inputs.mkdir(parents=True, exist_ok=True)
         with HistoryLog(folder / f"{process}.jsonl", process) as log:
             async with RecordingClient(address, token, history=log, tls=tls) as client:
-                await _client(client, inputs, jobs_per_client, progress, deadline)
+                await _client(client, inputs, jobs_per_client, progress, deadline, until)
 
     await asyncio.gather(*(one(index, token) for index, token in enumerate(tokens)))
     return History.read(folder.glob("client-*.jsonl"))

@@ -1,0 +1,254 @@
+"""One schedule: a recorded workload on the namespace cluster while the
+nemesis strikes as its seed planned, then every fault healed, the jobs
+given time to settle, the facts gathered through the services' APIs and
+the history checked. Its verdicts stand on their own: the schedule's
+tenants are its own, and only the jobs its history names are judged (the
+ledger's own verification covers every chain).
+
+While it runs, the work stream is sampled every second for the report's
+queue age (its tasks, queued or leased, and the oldest one's age);
+completions come from the history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import nats
+import nats.errors
+
+from quire.client import TenantAdminClient
+from quire.jobs import TERMINAL_STATES
+from quire.testing.history import (
+    History,
+    Kind,
+    SystemAccess,
+    Verdicts,
+    check,
+    gather_facts,
+)
+from quire.testing.history.workload import Progress, run_workload
+from quire.testing.nemesis.fault import Fault, FaultRecord, Timeline
+from quire.testing.nemesis.inflight import in_flight, open_calls, worked_on
+from quire.testing.nemesis.leasecut import LeaseCut, fenced_after
+from quire.testing.nemesis.scheduler import Nemesis, Planned, plan
+from quire.testing.nscluster import NamespaceCluster
+from quire.workqueue.topology import WORK_STREAM
+
+__all__ = ["QueueSample", "ScheduleResult", "run_schedule", "access_of"]
+
+SAMPLE_SECONDS = 1.0
+CALL_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class QueueSample:
+    monotonic: float
+    ready: int
+    """Tasks in the work stream: queued, or leased and not yet acknowledged."""
+    oldest_age: float
+    """Seconds the oldest of them has been there (0 when none)."""
+
+
+@dataclass
+class ScheduleResult:
+    seed: int
+    planned: list[Planned]
+    timeline: Timeline
+    history: History
+    verdicts: Verdicts
+    started: float
+    seconds: float
+    queues: list[QueueSample] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdicts.ok
+
+    def completions(self) -> list[float]:
+        """When a client first saw each job COMPLETED (``time.monotonic()``)."""
+        first: dict[str, float] = {}
+        for op in self.history.of(Kind.OBSERVED):
+            if op.state == "COMPLETED":
+                first[op.job] = min(first.get(op.job, op.monotonic), op.monotonic)
+        return sorted(first.values())
+
+
+def access_of(cluster: NamespaceCluster, tokens: dict[str, str]) -> SystemAccess:
+    return SystemAccess(
+        admission=cluster.target("admission"),
+        audit=cluster.target("audit"),
+        signer=cluster.target("signer"),
+        operator_token=cluster.operator_token,
+        tenant_tokens=tokens,
+    )
+
+
+async def _tenants(cluster: NamespaceCluster, count: int) -> dict[str, str]:
+    async with TenantAdminClient(cluster.target("admission"), cluster.operator_token) as admin:
+        made = [await admin.create_tenant(f"nemesis-{uuid.uuid4().hex[:8]}") for _ in range(count)]
+    return {reply.tenant.name: reply.secret for reply in made}
+
+
+async def _expected(_error: Exception) -> None:
+    return None
+
+
+async def _sample_queues(
+    cluster: NamespaceCluster, samples: list[QueueSample], stop: asyncio.Event
+) -> None:
+    """Every second: the work stream's tasks (queued or leased: a work queue
+    keeps a task until it is acknowledged) and the oldest one's age, read
+    from JetStream through any member that answers."""
+    nc = await nats.connect(
+        cluster.nats_url.split(","),
+        name="quire-nemesis-sampler",
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
+        error_cb=_expected,  # a member the nemesis killed or cut: it reconnects
+    )
+    js = nc.jetstream(timeout=CALL_SECONDS)
+    try:
+        while not stop.is_set():
+            with contextlib.suppress(nats.errors.Error, TimeoutError):
+                state = (await js.stream_info(WORK_STREAM)).state
+                age = 0.0
+                if state.messages:
+                    oldest = await js.get_msg(WORK_STREAM, seq=state.first_seq, next=True)
+                    if oldest.time is not None:
+                        age = max(0.0, (datetime.now(UTC) - oldest.time).total_seconds())
+                samples.append(QueueSample(time.monotonic(), state.messages, age))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), SAMPLE_SECONDS)
+    finally:
+        await nc.close()
+
+
+class _LiveHistory:
+    """The history as its files hold it so far, read at most every 0.2 s."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._read_at = 0.0
+        self._history = History(())
+
+    def now(self) -> History:
+        if time.monotonic() - self._read_at > 0.2:
+            self._history = History.read(self.folder.glob("client-*.jsonl"))
+            self._read_at = time.monotonic()
+        return self._history
+
+    def in_flight(self) -> tuple[str, ...]:
+        history = self.now()
+        ended = {op.job for op in history.of(Kind.OBSERVED) if op.state in TERMINAL_STATES}
+        return tuple(sorted(set(history.acknowledged()) - ended))
+
+
+async def run_schedule(
+    cluster: NamespaceCluster,
+    seed: int,
+    faults: Sequence[Fault],
+    folder: Path,
+    *,
+    clients: int = 4,
+    jobs_per_client: int = 4,
+    strikes: int = 3,
+    hold: tuple[float, float] = (3.0, 8.0),
+    grace: float = 60.0,
+    workload_timeout: float = 240.0,
+) -> ScheduleResult:
+    """Run schedule ``seed`` on ``cluster``; files under ``folder``."""
+    started = time.monotonic()
+    folder.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(cluster.wait_whole)
+    tokens = await _tenants(cluster, 2)
+    secrets = [list(tokens.values())[index % len(tokens)] for index in range(clients)]
+    planned = plan(
+        seed,
+        [fault.kind for fault in faults],
+        strikes=strikes,
+        jobs=clients * jobs_per_client,
+        hold=hold,
+    )
+    timeline = Timeline(seed)
+    progress = Progress()
+    live = _LiveHistory(folder / "history")
+    nemesis = Nemesis(
+        cluster,
+        faults,
+        planned,
+        timeline,
+        acknowledged=lambda: progress.acknowledged,
+        in_flight=live.in_flight,
+    )
+    stop, done = asyncio.Event(), asyncio.Event()
+    samples: list[QueueSample] = []
+    sampling = asyncio.create_task(_sample_queues(cluster, samples, stop))
+
+    async def strike() -> Timeline:
+        try:
+            return await nemesis.run(stop)
+        finally:
+            done.set()  # the clients send their last jobs
+
+    striking = asyncio.create_task(strike())
+    try:
+        history = await run_workload(
+            cluster.target("admission"),
+            secrets,
+            folder / "history",
+            jobs_per_client=jobs_per_client,
+            progress=progress,
+            timeout=workload_timeout,
+            until=done,
+        )
+    finally:
+        stop.set()
+        await striking  # heals whatever is still open
+        await sampling
+    facts = await gather_facts(access_of(cluster, tokens), history, folder / "facts", grace=grace)
+    verdicts = check(history, facts)
+    for record, following in zip(timeline.records, [*timeline.records[1:], None], strict=True):
+        until = following.wall_start if following is not None else time.time()
+        _explain(cluster, history, record, until)
+    return ScheduleResult(
+        seed=seed,
+        planned=planned,
+        timeline=timeline,
+        history=history,
+        verdicts=verdicts,
+        started=started,
+        seconds=time.monotonic() - started,
+        queues=samples,
+    )
+
+
+def _explain(
+    cluster: NamespaceCluster, history: History, record: FaultRecord, until: float
+) -> None:
+    """Fill in what the record could not know when it struck (``until``:
+    when the next strike came, ``time.time()``)."""
+    record.in_flight = in_flight(history, record.start)
+    processes = cluster.processes()
+    if not record.target:
+        return
+    if processes[record.target].role == "nats":
+        names = [n for n in record.detail.get("clients_on_it", "").split(",") if n in processes]
+    elif processes[record.target].role == "postgres":
+        names = []
+    else:
+        names = [record.target]
+    directories = [processes[name].directory for name in names]
+    record.on_target = worked_on(directories, record.wall_start)
+    if names:
+        record.detail["open_calls"] = str(open_calls(directories, record.wall_start))
+    if record.kind == LeaseCut.kind:
+        fenced = fenced_after(processes[record.target].directory, record.wall_start, until)
+        record.detail["fenced"] = ",".join(fenced) or "none"
