@@ -29,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from quire.testing.nemesis.catalogue import faults  # noqa: E402
+from quire.testing.nemesis.catalogue import faults, preparers  # noqa: E402
 from quire.testing.nemesis.report import write_report  # noqa: E402
 from quire.testing.nemesis.run import ScheduleResult, run_schedule  # noqa: E402
 from quire.testing.nscluster import NamespaceCluster  # noqa: E402
@@ -76,12 +76,14 @@ def _index(results: list[ScheduleResult], failed: dict[int, str], seconds: float
 def main() -> int:
     args = _arguments()
     seeds = [int(s) for s in args.seeds.split(",") if s] or list(range(1, args.schedules + 1))
-    chosen = faults([k for k in args.faults.split(",") if k])
+    chosen = faults([k for k in args.faults.split(",") if k], seed=seeds[0])
     started = time.monotonic()
     results: list[ScheduleResult] = []
     failed: dict[int, str] = {}
     with tempfile.TemporaryDirectory(prefix="quire-partitions-") as temp:
-        with NamespaceCluster(Path(temp) / "cluster", env=SOAK_ENV) as cluster:
+        with NamespaceCluster(
+            Path(temp) / "cluster", env=SOAK_ENV, preparers=preparers(chosen)
+        ) as cluster:
             print(f"cluster up in {time.monotonic() - started:.0f} s", flush=True)
             for seed in seeds:
                 try:

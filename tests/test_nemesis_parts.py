@@ -11,7 +11,8 @@ from pathlib import Path
 
 from quire.testing.history import History, Kind, Op, Rpc
 from quire.testing.history.verdicts import PROPERTIES, Verdict, Verdicts
-from quire.testing.nemesis.catalogue import FAULTS, faults
+from quire.testing.nemesis.catalogue import KINDS as CATALOGUE_KINDS
+from quire.testing.nemesis.catalogue import faults
 from quire.testing.nemesis.fault import FaultRecord, Timeline
 from quire.testing.nemesis.inflight import in_flight, open_calls, worked_on
 from quire.testing.nemesis.leasecut import fenced_after
@@ -19,7 +20,7 @@ from quire.testing.nemesis.report import schedule_markdown, timeline_png
 from quire.testing.nemesis.run import QueueSample, ScheduleResult
 from quire.testing.nemesis.scheduler import plan
 
-KINDS = [fault.kind for fault in FAULTS]
+KINDS = list(CATALOGUE_KINDS)
 
 
 def test_a_seed_plans_the_same_schedule_every_time_and_every_kind_before_a_second() -> None:

@@ -19,7 +19,8 @@ import pytest
 
 from quire.settings import SERVICES
 from quire.testing.history import verdicts_markdown
-from quire.testing.nemesis.catalogue import faults
+from quire.testing.nemesis.catalogue import faults, preparers
+from quire.testing.nemesis.fault import Fault
 from quire.testing.nemesis.report import write_report
 from quire.testing.nemesis.run import run_schedule
 from quire.testing.nscluster import NamespaceCluster
@@ -28,15 +29,44 @@ from quire.testing.soak import SOAK_ENV
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
 SEED = 13
-"""Plans lease-cut, nats-minority, kill-replica and postgres-cut, in that order."""
+NETWORK_KINDS = (
+    "nats-minority",
+    "nats-meta-leader",
+    "nats-stream-leader",
+    "lease-cut",
+    "postgres-cut",
+    "kill-replica",
+    "kill-nats",
+)
+"""With these kinds, seed 13 plans lease-cut, nats-minority, kill-replica
+and postgres-cut, in that order."""
 STRIKES = 4
+DISK_AND_CLOCK_KINDS = ("blob-disk-full", "temp-disk-full", "clock-skew")
+"""Struck once each, in the order the seed draws."""
 COMMANDS = {"nats": "nats-server", "postgres": "postgres"}
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NamespaceCluster]:
-    with NamespaceCluster(tmp_path_factory.mktemp("partitions") / "cluster", env=SOAK_ENV) as nodes:
+def chosen() -> list[Fault]:
+    """Every fault, made for this module's cluster (the disk and clock
+    faults ready its processes before they start)."""
+    return faults(seed=SEED)
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, chosen: list[Fault]
+) -> Iterator[NamespaceCluster]:
+    with NamespaceCluster(
+        tmp_path_factory.mktemp("partitions") / "cluster",
+        env=SOAK_ENV,
+        preparers=preparers(chosen),
+    ) as nodes:
         yield nodes
+
+
+def _of(chosen: list[Fault], kinds: tuple[str, ...]) -> list[Fault]:
+    return [fault for fault in chosen if fault.kind in kinds]
 
 
 def _namespace_of(pid: int) -> str:
@@ -68,11 +98,18 @@ def test_every_node_runs_in_a_namespace_of_its_own(cluster: NamespaceCluster) ->
 
 
 def test_a_seeded_schedule_strikes_mid_work_and_every_property_holds(
-    cluster: NamespaceCluster, tmp_path: Path
+    cluster: NamespaceCluster, chosen: list[Fault], tmp_path: Path
 ) -> None:
     started = time.monotonic()
     result = asyncio.run(
-        run_schedule(cluster, SEED, faults(), tmp_path / "run", strikes=STRIKES, jobs_per_client=3)
+        run_schedule(
+            cluster,
+            SEED,
+            _of(chosen, NETWORK_KINDS),
+            tmp_path / "run",
+            strikes=STRIKES,
+            jobs_per_client=3,
+        )
     )
     report = write_report(result, tmp_path / "report")
     print(report.read_text())
@@ -89,3 +126,35 @@ def test_a_seeded_schedule_strikes_mid_work_and_every_property_holds(
     assert by_kind["nats-minority"].detail["clients_on_it"] != "none", "clients on both sides"
     assert all(process.alive for process in cluster.processes().values()), "all healed"
     assert (tmp_path / "report" / f"seed-{SEED}.png").stat().st_size > 0
+
+
+def test_full_disks_and_a_skewed_clock_strike_mid_work_and_every_property_holds(
+    cluster: NamespaceCluster, chosen: list[Fault], tmp_path: Path
+) -> None:
+    """A nats-server's JetStream store full, a replica's temporary disk
+    full, a replica's clock minutes off: each once, with jobs in flight,
+    on the same cluster, and the history holds."""
+    result = asyncio.run(
+        run_schedule(
+            cluster,
+            SEED,
+            _of(chosen, DISK_AND_CLOCK_KINDS),
+            tmp_path / "run",
+            strikes=len(DISK_AND_CLOCK_KINDS),
+            jobs_per_client=3,
+        )
+    )
+    write_report(result, tmp_path / "report")
+    assert result.ok, verdicts_markdown(result.verdicts)
+    records = result.timeline.records
+    assert sorted(r.kind for r in records) == sorted(DISK_AND_CLOCK_KINDS), "every strike struck"
+    for record in records:
+        assert not record.error, (record.kind, record.error)
+        assert record.end is not None, (record.kind, "healed")
+        assert record.in_flight, (record.kind, "struck with no job in flight")
+    by_kind = {record.kind: record for record in records}
+    assert int(by_kind["blob-disk-full"].detail["filled_bytes"]) > 0
+    assert int(by_kind["temp-disk-full"].detail["filled_bytes"]) > 0
+    assert by_kind["clock-skew"].detail["how"] == "restarted with it"
+    assert abs(int(by_kind["clock-skew"].detail["offset_seconds"])) >= 60
+    assert all(process.alive for process in cluster.processes().values()), "all healed"

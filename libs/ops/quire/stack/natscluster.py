@@ -67,10 +67,13 @@ class NatsCluster:
         """Every member, comma-separated (``quire.runtime.connect_nats`` fails over)."""
         return ",".join(server.url for server in self.servers)
 
-    def start(self) -> None:
+    def start(self, envs: Sequence[dict[str, str]] = ()) -> None:
+        """Start every member (``envs``: each one's extra variables, in order)."""
         try:
-            for server in self.servers:
-                server.start(wait=False)
+            for server, env in zip(
+                self.servers, [*envs, *([{}] * len(self.servers))], strict=False
+            ):
+                server.start(wait=False, extra_env=env or None)
             for server in self.servers:
                 server.wait_ready()
             self.wait_jetstream()

@@ -131,12 +131,18 @@ class MultiNode:
         place: Callable[[str], Placement] = _loopback,
         clients: str = "",
         spans: bool = False,
+        prepare: Callable[[Path, str], dict[str, str]] | None = None,
     ) -> None:
         """``place``: where each node runs, by name; ``clients``: the CIDR
         PostgreSQL trusts besides loopback (where the nodes are placed);
         ``spans``: each replica writes its finished spans to
-        ``spans.jsonl`` in its directory."""
+        ``spans.jsonl`` in its directory; ``prepare``: called with each
+        nats-server's and replica's directory and role (``"nats"`` or the
+        service) before it first starts, and returns variables it starts
+        with (on every start)."""
         self.root = root.resolve()
+        self.prepare = prepare or (lambda _directory, _role: {})
+        self.nats_env: list[dict[str, str]] = []
         self.spans = spans
         self.count = replicas
         self.extra_env = env or {}
@@ -226,7 +232,8 @@ class MultiNode:
 
     def _start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        self.cluster.start()
+        self.nats_env = [self.prepare(server.directory, "nats") for server in self.cluster.servers]
+        self.cluster.start(self.nats_env)
         self.postgres.start()
         self.database_urls = {
             service: self.postgres.create_database(f"quire_{service}") for service in SERVICES
@@ -242,7 +249,10 @@ class MultiNode:
                 replica.directory.mkdir(parents=True)
                 copy = replica.directory / "secrets"  # its own copy, as a mounted Secret
                 shutil.copytree(folder, copy)
-                replica.env = self._replica_env(replica, copy)
+                replica.env = {
+                    **self._replica_env(replica, copy),
+                    **self.prepare(replica.directory, replica.service),
+                }
                 replica.start(wait=False)
         for replicas in self.replicas.values():
             for replica in replicas:

@@ -32,6 +32,7 @@ from quire.stack.natsserver import NatsServer
 from quire.stack.placement import Placement
 from quire.stack.postgres import PostgresServer
 from quire.testing.multinode import MultiNode, Replica, wait_serving
+from quire.testing.nemesis.fault import Preparing
 from quire.testing.netns import Network
 
 __all__ = ["NamespaceCluster", "NatsNode", "PostgresNode", "monitor"]
@@ -141,9 +142,17 @@ class NamespaceCluster:
     (also on failure) takes every process, namespace and link down."""
 
     def __init__(
-        self, root: Path, *, replicas: int = 2, env: Mapping[str, str] | None = None
+        self,
+        root: Path,
+        *,
+        replicas: int = 2,
+        env: Mapping[str, str] | None = None,
+        preparers: Sequence[Preparing] = (),
     ) -> None:
+        """``preparers``: faults that ready each process before it starts
+        (``quire.testing.nemesis.catalogue.preparers``); released at ``stop``."""
         self.network = Network()
+        self._preparers = list(preparers)
         try:
             for name in self._names(replicas):
                 self.network.add(name)
@@ -154,6 +163,7 @@ class NamespaceCluster:
                 place=self._place,
                 clients=self.network.cidr,
                 spans=True,
+                prepare=self._prepare,
             )
         except BaseException:
             self.network.close()
@@ -171,6 +181,12 @@ class NamespaceCluster:
             "postgres",
             *(f"{service}-{n}" for service in SERVICES for n in range(1, replicas + 1)),
         ]
+
+    def _prepare(self, directory: Path, role: str) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for preparer in self._preparers:
+            env.update(preparer.prepare(directory, role))
+        return env
 
     def _place(self, name: str) -> Placement:
         node = self.network.nodes[name]
@@ -230,8 +246,15 @@ class NamespaceCluster:
             self.deployment.start()
         except BaseException:
             self.network.close()
+            self._release()
             raise
+        for node, env in zip(self._nats, self.deployment.nats_env, strict=True):
+            node.env = dict(env)  # kept on every restart
         return self
+
+    def _release(self) -> None:
+        for preparer in self._preparers:
+            preparer.release()
 
     def stop(self) -> None:
         try:
@@ -243,6 +266,7 @@ class NamespaceCluster:
                 self.deployment.stop()
             finally:
                 self.network.close()
+                self._release()
 
     def __enter__(self) -> NamespaceCluster:
         return self.start()

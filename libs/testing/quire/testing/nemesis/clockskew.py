@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
 from quire.settings import SERVICES
@@ -48,10 +49,23 @@ def clock_file(directory: Path) -> Path:
 class ClockSkew:
     kind = CLOCK_SKEW
 
-    def __init__(self, *, seconds: int = DEFAULT_SECONDS, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        seconds: int = DEFAULT_SECONDS,
+        rng: random.Random | None = None,
+        preload: bool = True,
+        services: Sequence[str] = SERVICES,
+    ) -> None:
         """``seconds``: how far a struck clock runs from the right time; each
-        strike draws ahead or behind from ``rng``."""
+        strike draws ahead or behind from ``rng``. ``preload``: whether
+        ``prepare`` preloads libfaketime into every replica (its clock then
+        moves while it runs); without it ``prepare`` does nothing and a
+        strike restarts its target with the library. ``services``: whose
+        replicas it strikes."""
         self.seconds = seconds
+        self._services = tuple(services)
+        self._preload = preload
         self._rng = rng or random.Random()
         self._clocks: dict[Path, SkewedClock] = {}
         self._restarted: set[str] = set()
@@ -59,7 +73,7 @@ class ClockSkew:
     def prepare(self, directory: Path, role: str) -> dict[str, str]:
         """The variables a service replica in ``directory`` is started with,
         so that its clock can be moved while it runs; none for another role."""
-        if role not in SERVICES:
+        if role not in SERVICES or not self._preload:
             return {}
         clock = self._clocks.get(directory.resolve())
         if clock is None:
@@ -68,9 +82,14 @@ class ClockSkew:
             self._clocks[directory.resolve()] = clock
         return clock.env()
 
+    def release(self) -> None:
+        """Forget the prepared clocks (their files go with the replicas' directories)."""
+        self._clocks.clear()
+        self._restarted.clear()
+
     def targets(self, cluster: Cluster) -> list[str]:
-        """Every service replica."""
-        return sorted(name for name, p in cluster.processes().items() if p.role in SERVICES)
+        """Every replica of its services."""
+        return sorted(name for name, p in cluster.processes().items() if p.role in self._services)
 
     async def strike(self, cluster: Cluster, target: str) -> dict[str, str]:
         process = cluster.processes()[target]

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from quire.testing.netns import Network
 
-__all__ = ["Cluster", "Fault", "FaultRecord", "Process", "Timeline"]
+__all__ = ["Cluster", "Fault", "FaultRecord", "Preparing", "Process", "Timeline"]
 
 
 class Process(Protocol):
@@ -114,6 +114,18 @@ class Fault(Protocol):
     async def heal(self, cluster: Cluster, target: str) -> None:
         """Undo it; the target serves again when this returns."""
         ...
+
+
+@runtime_checkable
+class Preparing(Protocol):
+    """A fault that must ready a process before it starts (mount its small
+    disk, preload its clock): the cluster calls ``prepare`` for every
+    process before its first start and keeps what it returns in the
+    process's environment; ``release`` once everything has stopped."""
+
+    def prepare(self, directory: Path, role: str) -> dict[str, str]: ...
+
+    def release(self) -> None: ...
 
 
 @dataclass
