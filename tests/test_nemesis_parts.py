@@ -24,9 +24,10 @@ KINDS = list(CATALOGUE_KINDS)
 
 
 def test_a_seed_plans_the_same_schedule_every_time_and_every_kind_before_a_second() -> None:
-    first = plan(7, KINDS, strikes=9, jobs=40, hold=(2.0, 5.0))
-    assert first == plan(7, KINDS, strikes=9, jobs=40, hold=(2.0, 5.0))
-    assert first != plan(8, KINDS, strikes=9, jobs=40, hold=(2.0, 5.0))
+    strikes = len(KINDS) + 2
+    first = plan(7, KINDS, strikes=strikes, jobs=40, hold=(2.0, 5.0))
+    assert first == plan(7, KINDS, strikes=strikes, jobs=40, hold=(2.0, 5.0))
+    assert first != plan(8, KINDS, strikes=strikes, jobs=40, hold=(2.0, 5.0))
     assert sorted(p.kind for p in first[: len(KINDS)]) == sorted(KINDS)
     marks = [p.after_acknowledged for p in first]
     assert marks == sorted(marks) and 1 <= marks[0] and marks[-1] <= 30
