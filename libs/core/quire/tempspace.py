@@ -39,6 +39,7 @@ __all__ = [
     "local_owner",
     "owner_of",
     "owner_alive",
+    "pid_running",
     "leftover_entries",
     "entry_bytes",
     "measure_usage",
@@ -82,7 +83,8 @@ def owner_of(path: Path) -> TempOwner | None:
     return TempOwner(service=parts[0], host=parts[1], pid=int(parts[2]))
 
 
-def _pid_running(pid: int) -> bool:
+def pid_running(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -100,7 +102,7 @@ def owner_alive(path: Path, *, stale_seconds: float = 3600.0) -> bool:
     """
     owner = owner_of(path)
     if owner is not None and owner.host == _HOST:
-        return _pid_running(owner.pid)
+        return pid_running(owner.pid)
     try:
         age = time.time() - path.lstat().st_mtime
     except FileNotFoundError:

@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from quire.tempspace import pid_running
+
 __all__ = ["MIB", "SOURCE_PREFIX", "Filler", "SmallFileSystem", "sweep_left_mounts"]
 
 MIB = 1024 * 1024
@@ -53,16 +55,6 @@ def _mounts() -> list[tuple[str, str]]:
         if len(fields) >= 2:
             found.append((fields[0], fields[1].replace("\\040", " ")))
     return found
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _unmount(point: str) -> None:
@@ -126,7 +118,7 @@ def sweep_left_mounts() -> int:
         if not source.startswith(SOURCE_PREFIX):
             continue
         pid = source.removeprefix(SOURCE_PREFIX)
-        if pid.isdigit() and not _pid_alive(int(pid)):
+        if pid.isdigit() and not pid_running(int(pid)):
             with contextlib.suppress(subprocess.CalledProcessError):
                 _unmount(point)
                 swept += 1
