@@ -4,6 +4,7 @@ fenced results a replica's log names, and a schedule's report."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from datetime import UTC, datetime
@@ -18,7 +19,7 @@ from quire.testing.nemesis.inflight import in_flight, open_calls, worked_on
 from quire.testing.nemesis.leasecut import fenced_after
 from quire.testing.nemesis.report import schedule_markdown, timeline_png
 from quire.testing.nemesis.run import QueueSample, ScheduleResult
-from quire.testing.nemesis.scheduler import plan
+from quire.testing.nemesis.scheduler import Nemesis, Planned, plan
 
 KINDS = list(CATALOGUE_KINDS)
 
@@ -33,6 +34,52 @@ def test_a_seed_plans_the_same_schedule_every_time_and_every_kind_before_a_secon
     assert marks == sorted(marks) and 1 <= marks[0] and marks[-1] <= 30
     assert all(2.0 <= p.hold <= 5.0 and 0 <= p.pick < 1 for p in first)
     assert [f.kind for f in faults(["lease-cut", "kill-nats"])] == ["lease-cut", "kill-nats"]
+
+
+class _FlickeringWork:
+    """A fault whose targets take a moment to find, beside a workload whose
+    one job in flight ends while they are found and a next one starts later."""
+
+    kind = "kill-replica"
+
+    def __init__(self) -> None:
+        self.answers = [("jobs/a",), (), (), ("jobs/b",)]
+        self.looks: list[tuple[float, tuple[str, ...]]] = []
+        self.struck_at: float | None = None
+
+    def in_flight(self) -> tuple[str, ...]:
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        self.looks.append((time.monotonic(), answer))
+        return answer
+
+    def targets(self, cluster: object) -> list[str]:
+        return ["validator-2"]
+
+    async def strike(self, cluster: object, target: str) -> dict[str, str]:
+        self.struck_at = time.monotonic()
+        return {}
+
+    async def heal(self, cluster: object, target: str) -> None:
+        return None
+
+
+def test_a_strike_waits_again_when_the_work_it_waited_for_ended_while_targets_were_found() -> None:
+    fault = _FlickeringWork()
+    nemesis = Nemesis(
+        object(),  # type: ignore[arg-type]  # the fault asks nothing of it
+        [fault],  # type: ignore[list-item]
+        [Planned(fault.kind, 0, 0.0, 0.0)],
+        Timeline(1),
+        acknowledged=lambda: 1,
+        in_flight=fault.in_flight,
+    )
+    timeline = asyncio.run(nemesis.run(asyncio.Event()))
+    (record,) = timeline.records
+    assert record.target == "validator-2" and fault.struck_at is not None
+    # The last look before the strike saw work; the empty looks came before it.
+    before = [answer for at, answer in fault.looks if at <= record.start]
+    assert before[-1] == ("jobs/b",), fault.looks
+    assert () in before
 
 
 def _op(index: int, kind: Kind, at: float, job: str, state: str = "") -> Op:

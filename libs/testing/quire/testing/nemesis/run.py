@@ -132,21 +132,13 @@ async def _sample_queues(
 
 
 class _LiveHistory:
-    """The history as its files hold it so far, read at most every 0.2 s."""
+    """The history as its files hold it at this moment (a strike counts on it)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self._read_at = 0.0
-        self._history = History(())
-
-    def now(self) -> History:
-        if time.monotonic() - self._read_at > 0.2:
-            self._history = History.read(self.folder.glob("client-*.jsonl"))
-            self._read_at = time.monotonic()
-        return self._history
 
     def in_flight(self) -> tuple[str, ...]:
-        history = self.now()
+        history = History.read(self.folder.glob("client-*.jsonl"))
         ended = {op.job for op in history.of(Kind.OBSERVED) if op.state in TERMINAL_STATES}
         return tuple(sorted(set(history.acknowledged()) - ended))
 

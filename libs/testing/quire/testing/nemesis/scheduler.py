@@ -9,7 +9,11 @@ long it lasts. What the cluster offers (which member leads, which replica
 holds a lease) is the cluster's; the timeline says what was struck.
 
 A strike waits until some job is in flight (the history shows it
-acknowledged and not ended), so that it lands mid-work; every fault is
+acknowledged and not ended), so that it lands mid-work: the last look at
+the history and the strike's start happen with no await between them, so
+the jobs in flight that the record later shows are the ones it waited
+for (a job seen to end while the targets were found is not counted on).
+Every fault is
 healed after its hold, and ``run`` heals whatever is still open when it
 ends, however it ends.
 """
@@ -142,7 +146,13 @@ class Nemesis:
 
     async def _strike(self, planned: Planned) -> FaultRecord | None:
         fault = self.faults[planned.kind]
-        targets = await self._targets(fault)
+        deadline = time.monotonic() + IN_FLIGHT_WAIT_SECONDS
+        while True:
+            targets = await self._targets(fault)
+            # No await from this look at the history to the record's start.
+            if not targets or self._in_flight() or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(POLL_SECONDS)
         if not targets:
             self.timeline.records.append(
                 FaultRecord(planned.kind, "", time.monotonic(), time.monotonic(), error="NoTarget")
