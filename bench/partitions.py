@@ -106,7 +106,8 @@ def main() -> int:
                 struck = ", ".join(f"{r.kind}@{r.target}" for r in result.timeline.records)
                 verdict = "clean" if result.ok else "VIOLATED: " + result.verdicts.summary()
                 print(
-                    f"seed {seed}: {verdict} ({result.seconds:.0f} s; {struck}) -> "
+                    f"seed {seed}: {verdict} ({result.seconds:.0f} s, "
+                    f"{result.checking_seconds:.0f} s checking; {struck}) -> "
                     f"{report.relative_to(ROOT) if report.is_relative_to(ROOT) else report}",
                     flush=True,
                 )

@@ -52,7 +52,8 @@ def schedule_markdown(result: ScheduleResult, png: str = "") -> str:
         f"# Partition schedule, seed {result.seed}: {verdict}",
         "",
         f"Reproduce: `make partitions SEEDS={result.seed}`. {jobs} jobs acknowledged, "
-        f"{len(result.completions())} seen completed, {result.seconds:.0f} s in all.",
+        f"{len(result.completions())} seen completed, {result.seconds:.0f} s in all "
+        f"({result.checking_seconds:.0f} s of them checking, after the workload).",
         "",
         verdicts_markdown(result.verdicts, heading="Verdicts", level=2),
         "## Fault timeline",

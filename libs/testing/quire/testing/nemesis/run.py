@@ -67,6 +67,9 @@ class ScheduleResult:
     started: float
     seconds: float
     queues: list[QueueSample] = field(default_factory=list)
+    checking_seconds: float = 0.0
+    """Of ``seconds``, those spent after the workload: jobs given time to
+    end, then the system's facts gathered and checked."""
 
     @property
     def ok(self) -> bool:
@@ -205,8 +208,10 @@ async def run_schedule(
         stop.set()
         await striking  # heals whatever is still open
         await sampling
+    checking = time.monotonic()
     facts = await gather_facts(access_of(cluster, tokens), history, folder / "facts", grace=grace)
     verdicts = check(history, facts)
+    checking_seconds = time.monotonic() - checking
     for record, following in zip(timeline.records, [*timeline.records[1:], None], strict=True):
         until = following.wall_start if following is not None else time.time()
         _explain(cluster, history, record, until)
@@ -219,6 +224,7 @@ async def run_schedule(
         started=started,
         seconds=time.monotonic() - started,
         queues=samples,
+        checking_seconds=checking_seconds,
     )
 
 
