@@ -393,6 +393,41 @@ async def test_no_checkpoint_is_signed_over_a_rewrite(audit) -> None:  # type: i
     assert {f.kind for f in findings} == {"checkpoint"} and {f.tenant for f in findings} == {"t1"}
 
 
+async def test_a_checkpoint_for_one_tenant_reads_and_proves_that_tenants_log_only(  # type: ignore[no-untyped-def]
+    audit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What an evidence export takes: a round for one tenant builds one
+    tree and reads that tenant's files (a tenant named with another's name
+    as its tail included), so its cost does not grow with other tenants'
+    logs; the others grow until the next whole round."""
+    from quire.audit import checkpoints
+    from quire.audit.checkpoints import CheckpointBook
+
+    database, signer, folder = audit
+    book = CheckpointBook(database, signer, folder)
+    for tenant, job in (("t1", "jobs/ee"), ("t2", "jobs/ff"), ("x-t1", "jobs/dd")):
+        _grow(database, tenant, job)
+    built: list[int] = []
+    real_tree = checkpoints.tenant_tree
+
+    def counted(entries):  # type: ignore[no-untyped-def]
+        built.append(len(entries))
+        return real_tree(entries)
+
+    monkeypatch.setattr(checkpoints, "tenant_tree", counted)
+    before = {path.name for path in folder.glob("*.json")}
+    assert await book.take(tenant="t1") == 1
+    assert built == [8], "one tree, of t1's eight entries"
+    (signed,) = {path.name for path in folder.glob("*.json")} - before
+    assert signed == "000000000008-t1.json"
+    assert {d["checkpoint"]["tenant"] for d in book.documents("t1")} == {"t1"}
+    assert [c.length for c in book.load("t1")] == [7, 8]
+    assert {d["checkpoint"]["tenant"] for d in book.documents("x-t1")} == set()
+    assert await book.take() == 2, "t2 and x-t1 at the next whole round"
+    assert {d["checkpoint"]["tenant"] for d in book.documents("x-t1")} == {"x-t1"}
+    assert not _verify(audit).findings
+
+
 def test_a_deleted_checkpoint_is_a_finding(audit) -> None:  # type: ignore[no-untyped-def]
     database, signer, folder = audit
     first = {path.name for path in folder.glob("*-t2.json")}

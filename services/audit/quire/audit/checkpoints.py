@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import glob
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -110,16 +111,21 @@ class CheckpointSigner:
         connection: Connection,
         last: Mapping[str, LogHead],
         times: Mapping[str, datetime] | None = None,
+        *,
+        tenant: str | None = None,
     ) -> CheckpointRound:
         """Sign each tenant's head that grew since ``last`` (its last signed log
         head), once the stored log is proved to extend it. ``times``: each
         tenant's latest checkpoint time; a new one is never dated earlier
-        (``stamp``)."""
+        (``stamp``). ``tenant``: that tenant's head only."""
         now = self._clock()
         times = times or {}
         documents: list[dict[str, Any]] = []
         inconsistent: list[str] = []
-        for head in connection.execute(select(tables.chain_heads)).all():
+        heads = select(tables.chain_heads)
+        if tenant is not None:
+            heads = heads.where(tables.chain_heads.c.tenant == tenant)
+        for head in connection.execute(heads).all():
             size, before = int(head.length), last.get(head.tenant)
             if not size:
                 continue
@@ -192,6 +198,12 @@ def _file_name(tenant: str, length: int) -> str:
     return f"{length:012d}-{tenant}.json"
 
 
+def _tenant_of(name: str) -> str:
+    """The tenant a checkpoint file is named for (``_file_name``)."""
+    length, _, rest = name.partition("-")
+    return rest.removesuffix(".json") if length.isdigit() else ""
+
+
 def extends(tree: MerkleTree, size: int, before: LogHead) -> bool:
     """Whether the first ``size`` leaves of ``tree`` extend the signed head
     ``before``: an RFC 9162 consistency proof from ``before.size`` to ``size``,
@@ -207,20 +219,40 @@ def extends(tree: MerkleTree, size: int, before: LogHead) -> bool:
     return True
 
 
-def read_checkpoint_files(folder: Path, trusted_public_pem: str) -> CheckpointFiles:
-    """The checkpoint files in ``folder`` as audit's key vouches for them
-    (``quire.checkpointfiles``)."""
-    return read_checkpoint_documents(checkpoint_documents(folder), trusted_public_pem)
+def read_checkpoint_files(
+    folder: Path, trusted_public_pem: str, tenant: str | None = None
+) -> CheckpointFiles:
+    """The checkpoint files in ``folder`` (of ``tenant``'s log only, when
+    named) as audit's key vouches for them (``quire.checkpointfiles``)."""
+    files = read_checkpoint_documents(checkpoint_documents(folder, tenant), trusted_public_pem)
+    if tenant is not None:  # a file named for one tenant may hold another's
+        files.checkpoints[:] = [c for c in files.checkpoints if c.tenant == tenant]
+        files.heads[:] = [(t, head) for t, head in files.heads if t == tenant]
+        files.missing[:] = [(t, length) for t, length in files.missing if t == tenant]
+    return files
 
 
-def checkpoint_documents(folder: Path) -> list[tuple[str, bytes]]:
-    """(name, bytes) of every checkpoint file in ``folder``, in name order."""
-    return [(path.name, path.read_bytes()) for path in sorted(folder.glob("*.json"))]
+def checkpoint_documents(folder: Path, tenant: str | None = None) -> list[tuple[str, bytes]]:
+    """(name, bytes) of every checkpoint file in ``folder``, in name order;
+    with ``tenant``, only the files named for that tenant's log, so that
+    reading one tenant's checkpoints costs what that tenant has, not what
+    the whole ledger has."""
+    if tenant is None:
+        paths = folder.glob("*.json")
+    else:
+        paths = (
+            path
+            for path in folder.glob(f"*-{glob.escape(tenant)}.json")
+            if _tenant_of(path.name) == tenant
+        )
+    return [(path.name, path.read_bytes()) for path in sorted(paths)]
 
 
-def load_checkpoints(folder: Path, trusted_public_pem: str) -> list[Checkpoint]:
+def load_checkpoints(
+    folder: Path, trusted_public_pem: str, tenant: str | None = None
+) -> list[Checkpoint]:
     """Checkpoints signed by audit's key; anything else is ignored, not trusted."""
-    return read_checkpoint_files(folder, trusted_public_pem).checkpoints
+    return read_checkpoint_files(folder, trusted_public_pem, tenant).checkpoints
 
 
 class CheckpointBook:
@@ -243,10 +275,20 @@ class CheckpointBook:
         self._witnessing = witnessing
         """Has each tenant's newest checkpoint cosigned by the witness."""
 
-    async def take(self, publish: Callable[[bytes], Awaitable[None]] | None = None) -> int:
-        files = await asyncio.to_thread(self.files)
+    async def take(
+        self,
+        publish: Callable[[bytes], Awaitable[None]] | None = None,
+        *,
+        tenant: str | None = None,
+    ) -> int:
+        """Sign every tenant's head that grew (``tenant``'s only, when named:
+        an evidence export reads and proves that tenant's log, not the
+        whole ledger); the number of checkpoints signed."""
+        files = await asyncio.to_thread(self.files, tenant)
         last, times = files.latest_heads(), files.latest_times()
-        taken = await self._db.read(lambda c: self._signer.take_round(c, last, times))
+        taken = await self._db.read(
+            lambda c: self._signer.take_round(c, last, times, tenant=tenant)
+        )
         for tenant in taken.inconsistent:
             log.error(
                 "a tenant's ledger no longer extends its last checkpoint: nothing signed",
@@ -282,25 +324,32 @@ class CheckpointBook:
                 continue  # gone since: verification reports it
         return newest
 
-    def load(self) -> list[Checkpoint]:
-        return load_checkpoints(self.folder, self._signer.public_pem)
+    def load(self, tenant: str | None = None) -> list[Checkpoint]:
+        return load_checkpoints(self.folder, self._signer.public_pem, tenant)
 
-    def files(self) -> CheckpointFiles:
-        return read_checkpoint_files(self.folder, self._signer.public_pem)
+    def files(self, tenant: str | None = None) -> CheckpointFiles:
+        return read_checkpoint_files(self.folder, self._signer.public_pem, tenant)
 
     @property
     def public_pem(self) -> str:
         return self._signer.public_pem
 
-    def documents(self) -> list[dict[str, Any]]:
-        """The signed checkpoint documents that verify with audit's key, each
-        note with the witness's cosignature line when there is one
-        (``witnessed``: True)."""
-        trusted = {(c.tenant, c.length, c.head_hash, c.time) for c in self.load()}
+    def documents(self, tenant: str | None = None) -> list[dict[str, Any]]:
+        """The signed checkpoint documents that verify with audit's key (of
+        ``tenant``'s log only, when named), each note with the witness's
+        cosignature line when there is one (``witnessed``: True)."""
         found = []
-        for path in sorted(self.folder.glob("*.json")):
-            document = json.loads(path.read_text())
-            c = document["checkpoint"]
+        files = checkpoint_documents(self.folder, tenant)
+        vouched = read_checkpoint_documents(files, self._signer.public_pem).checkpoints
+        trusted = {(c.tenant, c.length, c.head_hash, c.time) for c in vouched}
+        for _name, data in files:
+            try:
+                document = json.loads(data)
+                c = document["checkpoint"]
+            except (ValueError, KeyError, TypeError):
+                continue  # not audit's: verification reports it
+            if not isinstance(c, dict) or not isinstance(document, dict):
+                continue
             if (c["tenant"], c["length"], c["head_hash"], c["time"]) in trusted:
                 line = cosignature_of(self.folder, c["tenant"], c["length"])
                 if line and document.get("note"):

@@ -40,7 +40,7 @@ from quire.evidenceverify import FORMAT, public_key_fingerprint, shown_fields
 from quire.reasons import ReasonCode
 from quire.type import queue_pb2
 
-__all__ = ["build_evidence", "dumps", "NO_ENTRIES"]
+__all__ = ["build_evidence", "dumps", "job_owner", "NO_ENTRIES"]
 
 NO_ENTRIES = "no ledger entries for this job"
 
@@ -57,6 +57,17 @@ def _decoded(data: bytes) -> queue_pb2.TransitionEvent:
     except (DecodeError, ValueError):
         raise DataLoss(ReasonCode.LEDGER_DAMAGED, DAMAGED) from None
     return event
+
+
+def job_owner(connection: Connection, job: str) -> str:
+    """The tenant whose log holds ``job``'s first entry; NOT_FOUND if none does."""
+    table = tables.ledger
+    row = connection.execute(
+        select(table.c.tenant).where(table.c.job == job).order_by(table.c.sequence).limit(1)
+    ).first()
+    if row is None:
+        raise NotFound(NO_ENTRIES)
+    return str(row.tenant)
 
 
 def build_evidence(

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, select
 from quire.audit import tables
 from quire.audit.checkpoints import CheckpointBook, CheckpointFiles
 from quire.audit.deadletterdesk import DeadLetterDesk
-from quire.audit.evidence import NO_ENTRIES, build_evidence, dumps
+from quire.audit.evidence import NO_ENTRIES, build_evidence, dumps, job_owner
 from quire.audit.follow import Follows
 from quire.audit.retirement import record_retirement
 from quire.audit.rulesetchanges import record_ruleset_change
@@ -327,8 +327,10 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
         name = job_name(job_id(request.job))
         tenant = await self._evidence_scope(request.tenant, context)
         book = self._checkpoints
-        await book.take()  # so that a checkpoint covers even the newest entry
-        documents = await asyncio.to_thread(book.documents)
+        # The one tenant's log: an export costs what that tenant has, not the ledger.
+        owner = tenant or await self._db.read(lambda s: job_owner(s, name))
+        await book.take(tenant=owner)  # so that a checkpoint covers even the newest entry
+        documents = await asyncio.to_thread(book.documents, owner)
         evidence = await self._db.read(
             lambda s: build_evidence(
                 s, name, documents, book.public_pem, since_size=request.since_size, tenant=tenant
