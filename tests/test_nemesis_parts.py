@@ -15,7 +15,7 @@ from quire.testing.history.verdicts import PROPERTIES, Verdict, Verdicts
 from quire.testing.nemesis.catalogue import KINDS as CATALOGUE_KINDS
 from quire.testing.nemesis.catalogue import faults
 from quire.testing.nemesis.fault import FaultRecord, Timeline
-from quire.testing.nemesis.inflight import in_flight, open_calls, worked_on
+from quire.testing.nemesis.inflight import in_flight, open_calls, taken_unfinished, worked_on
 from quire.testing.nemesis.leasecut import fenced_after
 from quire.testing.nemesis.report import schedule_markdown, timeline_png
 from quire.testing.nemesis.run import QueueSample, ScheduleResult
@@ -117,6 +117,27 @@ def test_worked_on_names_the_jobs_whose_spans_were_open_and_counts_open_calls(
     (tmp_path / "spans.jsonl").write_text("".join(json.dumps(s) + "\n" for s in spans) + "{torn")
     assert worked_on([tmp_path, tmp_path / "missing"], 15.0) == ("jobs/01open",)
     assert open_calls([tmp_path], 15.0) == 1 and open_calls([tmp_path], 30.0) == 0
+
+
+def test_a_killed_replica_held_the_deliveries_it_took_and_never_finished(
+    tmp_path: Path,
+) -> None:
+    def span(name: str, end: int, job: str, attempt: int) -> dict[str, object]:
+        attributes = {"quire.job": job, "quire.attempt": attempt}
+        return {"name": name, "start_ns": 0, "end_ns": end * 10**9, "attributes": attributes}
+
+    spans = [
+        span("validate.queue_wait", 1, "01done", 1),
+        span("validator.process", 4, "01done", 1),
+        span("validate.queue_wait", 6, "01held", 1),  # taken; the kill at 10 s came first
+        span("validate.queue_wait", 7, "01again", 1),
+        span("validator.process", 8, "01again", 1),  # its first attempt ended (a retry)...
+        span("validate.queue_wait", 9, "01again", 2),  # ...its second was held
+        span("validate.queue_wait", 12, "01later", 1),  # after the restart
+    ]
+    (tmp_path / "spans.jsonl").write_text("".join(json.dumps(s) + "\n" for s in spans))
+    assert taken_unfinished([tmp_path], 10.0) == ("jobs/01again", "jobs/01held")
+    assert taken_unfinished([tmp_path], 3.0) == ("jobs/01done",)
 
 
 def test_fenced_after_reads_the_stale_lease_lines_after_the_strike(tmp_path: Path) -> None:

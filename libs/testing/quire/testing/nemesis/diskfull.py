@@ -41,6 +41,8 @@ from pathlib import Path
 
 from quire.settings import SERVICES
 from quire.testing.nemesis.fault import Cluster
+from quire.testing.nemesis.probes import connected_replicas
+from quire.testing.nscluster import NamespaceCluster, NatsNode
 from quire.testing.smallfs import MIB, Filler, SmallFileSystem
 
 __all__ = ["BLOB_DISK_FULL", "TEMP_DISK_FULL", "DiskFull", "mount_point"]
@@ -125,7 +127,13 @@ class DiskFull:
         held = await asyncio.to_thread(filler.fill)
         holding = asyncio.create_task(self._hold(filler), name=f"{self.kind}-{target}")
         self._struck[target] = _Struck(filler, holding)
-        return {"disk_bytes": str(disk.size_bytes), "filled_bytes": str(held)}
+        detail = {"disk_bytes": str(disk.size_bytes), "filled_bytes": str(held)}
+        node = cluster.processes()[target]
+        if isinstance(cluster, NamespaceCluster) and isinstance(node, NatsNode):
+            # Whose work the full store holds up: the replicas connected to it.
+            clients = await asyncio.to_thread(connected_replicas, cluster, node)
+            detail["clients_on_it"] = ",".join(clients) or "none"
+        return detail
 
     @staticmethod
     async def _hold(filler: Filler) -> None:

@@ -6,7 +6,10 @@
   (``<service>.process`` and every span naming a ``quire.job``) began
   before the moment and ended after it, from the replica's own span file;
   and the calls it was serving then (``open_calls``: admission's spans
-  name no job). A killed process never wrote the spans it had open.
+  name no job). A killed process never wrote the spans it had open, so
+  for a kill the jobs it had taken (``taken_unfinished``) are those whose
+  delivery it received (its ``<stage>.queue_wait`` span ends when a
+  delivery is taken) before the moment and whose work it never finished.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 from quire.jobs import TERMINAL_STATES
 from quire.testing.history import History, Kind
 
-__all__ = ["in_flight", "open_calls", "worked_on"]
+__all__ = ["in_flight", "open_calls", "taken_unfinished", "worked_on"]
 
 JOB_ATTRIBUTE = "quire.job"
 
@@ -41,9 +44,7 @@ def in_flight(history: History, moment: float) -> tuple[str, ...]:
     )
 
 
-def _open_spans(directories: Iterable[Path], wall: float) -> Iterator[dict[str, Any]]:
-    """The spans in ``<directory>/spans.jsonl`` open at ``wall`` (``time.time()``)."""
-    moment = int(wall * 1e9)
+def _spans(directories: Iterable[Path]) -> Iterator[dict[str, Any]]:
     for directory in directories:
         try:
             lines = (directory / "spans.jsonl").read_text(errors="replace").splitlines()
@@ -54,9 +55,41 @@ def _open_spans(directories: Iterable[Path], wall: float) -> Iterator[dict[str, 
                 span = json.loads(line)
             except ValueError:
                 continue
-            start, end = span.get("start_ns"), span.get("end_ns")
-            if isinstance(start, int) and isinstance(end, int) and start <= moment <= end:
+            if isinstance(span, dict):
                 yield span
+
+
+def taken_unfinished(directories: Iterable[Path], wall: float) -> tuple[str, ...]:
+    """Jobs whose delivery a replica took before ``wall`` (``time.time()``)
+    and whose work on that delivery (``<service>.process``, same attempt) it
+    had not finished by then: what a replica killed at ``wall`` held."""
+    moment = int(wall * 1e9)
+    taken: set[tuple[str, object]] = set()
+    finished: set[tuple[str, object]] = set()
+    for span in _spans(directories):
+        attributes = span.get("attributes") or {}
+        job, attempt, end = (
+            attributes.get(JOB_ATTRIBUTE),
+            attributes.get("quire.attempt"),
+            span.get("end_ns"),
+        )
+        if not job or not isinstance(end, int) or end > moment:
+            continue
+        name = str(span.get("name"))
+        if name.endswith(".queue_wait"):
+            taken.add((str(job), attempt))
+        elif name.endswith(".process"):
+            finished.add((str(job), attempt))
+    return tuple(sorted({f"jobs/{job.removeprefix('jobs/')}" for job, attempt in taken - finished}))
+
+
+def _open_spans(directories: Iterable[Path], wall: float) -> Iterator[dict[str, Any]]:
+    """The spans in ``<directory>/spans.jsonl`` open at ``wall`` (``time.time()``)."""
+    moment = int(wall * 1e9)
+    for span in _spans(directories):
+        start, end = span.get("start_ns"), span.get("end_ns")
+        if isinstance(start, int) and isinstance(end, int) and start <= moment <= end:
+            yield span
 
 
 def worked_on(directories: Iterable[Path], wall: float) -> tuple[str, ...]:

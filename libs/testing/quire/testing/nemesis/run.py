@@ -36,7 +36,8 @@ from quire.testing.history import (
 )
 from quire.testing.history.workload import Progress, run_workload
 from quire.testing.nemesis.fault import Fault, FaultRecord, Timeline
-from quire.testing.nemesis.inflight import in_flight, open_calls, worked_on
+from quire.testing.nemesis.inflight import in_flight, open_calls, taken_unfinished, worked_on
+from quire.testing.nemesis.kills import ReplicaKill
 from quire.testing.nemesis.leasecut import LeaseCut, fenced_after
 from quire.testing.nemesis.scheduler import Nemesis, Planned, plan
 from quire.testing.nscluster import NamespaceCluster
@@ -245,6 +246,9 @@ def _explain(
         names = [record.target]
     directories = [processes[name].directory for name in names]
     record.on_target = worked_on(directories, record.wall_start)
+    if record.kind == ReplicaKill.kind:  # it never wrote the spans it had open
+        taken = taken_unfinished(directories, record.wall_start)
+        record.on_target = tuple(sorted({*record.on_target, *taken}))
     if names:
         record.detail["open_calls"] = str(open_calls(directories, record.wall_start))
     if record.kind == LeaseCut.kind:
