@@ -9,6 +9,7 @@ import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 from quire.testing.history import History, Kind, Op, Rpc
 from quire.testing.history.verdicts import PROPERTIES, Verdict, Verdicts
@@ -18,7 +19,7 @@ from quire.testing.nemesis.fault import FaultRecord, Timeline
 from quire.testing.nemesis.inflight import in_flight, open_calls, taken_unfinished, worked_on
 from quire.testing.nemesis.leasecut import fenced_after
 from quire.testing.nemesis.report import schedule_markdown, timeline_png
-from quire.testing.nemesis.run import QueueSample, ScheduleResult
+from quire.testing.nemesis.run import QueueSample, ScheduleResult, client_targets
 from quire.testing.nemesis.scheduler import Nemesis, Planned, plan
 
 KINDS = list(CATALOGUE_KINDS)
@@ -133,11 +134,26 @@ def test_a_killed_replica_held_the_deliveries_it_took_and_never_finished(
         span("validate.queue_wait", 7, "01again", 1),
         span("validator.process", 8, "01again", 1),  # its first attempt ended (a retry)...
         span("validate.queue_wait", 9, "01again", 2),  # ...its second was held
+        span("validate.queue_wait", 2, "01stuck", 1),  # never finished (its ack cut off)...
+        span("validate.queue_wait", 5, "01stuck", 2),
+        span("validator.process", 6, "01stuck", 2),  # ...but the next attempt ended
         span("validate.queue_wait", 12, "01later", 1),  # after the restart
     ]
     (tmp_path / "spans.jsonl").write_text("".join(json.dumps(s) + "\n" for s in spans))
     assert taken_unfinished([tmp_path], 10.0) == ("jobs/01again", "jobs/01held")
-    assert taken_unfinished([tmp_path], 3.0) == ("jobs/01done",)
+    assert taken_unfinished([tmp_path], 3.0) == ("jobs/01done", "jobs/01stuck")
+
+
+def test_clients_are_given_every_replica_once_starting_from_each() -> None:
+    class Replicas:
+        def replicas(self, service: str) -> list[SimpleNamespace]:
+            return [SimpleNamespace(address=f"10.0.0.{n}:50051") for n in (1, 2, 3)]
+
+    assert client_targets(Replicas(), "admission") == [  # type: ignore[arg-type]
+        "ipv4:10.0.0.1:50051,10.0.0.2:50051,10.0.0.3:50051",
+        "ipv4:10.0.0.2:50051,10.0.0.3:50051,10.0.0.1:50051",
+        "ipv4:10.0.0.3:50051,10.0.0.1:50051,10.0.0.2:50051",
+    ]
 
 
 def test_fenced_after_reads_the_stale_lease_lines_after_the_strike(tmp_path: Path) -> None:

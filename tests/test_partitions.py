@@ -126,6 +126,9 @@ def test_a_seeded_schedule_strikes_mid_work_and_every_property_holds(
     assert by_kind["nats-minority"].detail["clients_on_it"] != "none", "clients on both sides"
     assert all(process.alive for process in cluster.processes().values()), "all healed"
     assert (tmp_path / "report" / f"seed-{SEED}.png").stat().st_size > 0
+    for replica in cluster.replicas("admission"):  # the clients spread over both
+        spans = (replica.directory / "spans.jsonl").read_text()
+        assert "AdmissionService/SubmitJob" in spans, replica.name
 
 
 def test_full_disks_and_a_skewed_clock_strike_mid_work_and_every_property_holds(

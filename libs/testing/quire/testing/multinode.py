@@ -309,7 +309,7 @@ def wait_healthy(
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                raise RuntimeError(f"{name} exited before serving")
+                raise RuntimeError(f"{name} exited before serving ({process.returncode})")
             try:
                 reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:

@@ -60,6 +60,8 @@ class SkewedClock:
             "FAKETIME_TIMESTAMP_FILE": str(self.path),
             "FAKETIME_NO_CACHE": "1",
             "DONT_FAKE_MONOTONIC": "1",
+            # A crash inside the preloaded library leaves a trace in the log.
+            "PYTHONFAULTHANDLER": "1",
         }
 
     def set(self, seconds: float) -> None:

@@ -109,7 +109,7 @@ async def _one_job(
 
 
 async def run_workload(
-    address: str,
+    address: str | Sequence[str],
     tokens: Sequence[str],
     folder: Path,
     *,
@@ -121,7 +121,9 @@ async def run_workload(
 ) -> History:
     """One client per token, each sending ``jobs_per_client`` jobs (and,
     when ``until`` is given, more until it is set) and writing
-    ``<folder>/client-<n>.jsonl``; the history they wrote."""
+    ``<folder>/client-<n>.jsonl``; the history they wrote. ``address``: one
+    gRPC target for every client, or a list the clients take in turn."""
+    addresses = [address] if isinstance(address, str) else list(address)
     progress = progress or Progress()
     deadline = time.monotonic() + timeout
 
@@ -130,7 +132,8 @@ async def run_workload(
         inputs = folder / process
         inputs.mkdir(parents=True, exist_ok=True)
         with HistoryLog(folder / f"{process}.jsonl", process) as log:
-            async with RecordingClient(address, token, history=log, tls=tls) as client:
+            target = addresses[index % len(addresses)]
+            async with RecordingClient(target, token, history=log, tls=tls) as client:
                 await _client(client, inputs, jobs_per_client, progress, deadline, until)
 
     await asyncio.gather(*(one(index, token) for index, token in enumerate(tokens)))

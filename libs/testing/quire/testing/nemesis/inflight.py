@@ -60,12 +60,14 @@ def _spans(directories: Iterable[Path]) -> Iterator[dict[str, Any]]:
 
 
 def taken_unfinished(directories: Iterable[Path], wall: float) -> tuple[str, ...]:
-    """Jobs whose delivery a replica took before ``wall`` (``time.time()``)
-    and whose work on that delivery (``<service>.process``, same attempt) it
-    had not finished by then: what a replica killed at ``wall`` held."""
+    """Jobs whose latest delivery a replica took before ``wall``
+    (``time.time()``) it had not finished by then (no ``<service>.process``
+    span of that attempt had ended): what a replica killed at ``wall`` held.
+    An earlier attempt it never finished (its settling cut off, say) while
+    a later one ended does not count."""
     moment = int(wall * 1e9)
-    taken: set[tuple[str, object]] = set()
-    finished: set[tuple[str, object]] = set()
+    latest: dict[str, int] = {}
+    finished: set[tuple[str, int]] = set()
     for span in _spans(directories):
         attributes = span.get("attributes") or {}
         job, attempt, end = (
@@ -73,14 +75,15 @@ def taken_unfinished(directories: Iterable[Path], wall: float) -> tuple[str, ...
             attributes.get("quire.attempt"),
             span.get("end_ns"),
         )
-        if not job or not isinstance(end, int) or end > moment:
+        if not job or not isinstance(attempt, int) or not isinstance(end, int) or end > moment:
             continue
         name = str(span.get("name"))
         if name.endswith(".queue_wait"):
-            taken.add((str(job), attempt))
+            latest[str(job)] = max(latest.get(str(job), 0), attempt)
         elif name.endswith(".process"):
             finished.add((str(job), attempt))
-    return tuple(sorted({f"jobs/{job.removeprefix('jobs/')}" for job, attempt in taken - finished}))
+    held = {job for job, attempt in latest.items() if (job, attempt) not in finished}
+    return tuple(sorted(f"jobs/{job.removeprefix('jobs/')}" for job in held))
 
 
 def _open_spans(directories: Iterable[Path], wall: float) -> Iterator[dict[str, Any]]:

@@ -1,5 +1,8 @@
 """``lease-cut``: a stage replica cut from every NATS member while it holds
-a lease (its own figures say it is working on a delivery), kept cut until
+a lease (its own figures say it is working on a delivery; its spans, read
+once the cut is in place, name the deliveries it held then, and a cut that
+came as its work ended is mended and made again when it next holds one),
+kept cut until
 the lease has run out and JetStream has handed the work to another replica
 (a sibling replica commits a delivery after a first one), then mended. The cut replica
 still reaches PostgreSQL and goes on with its work where it can; when it
@@ -20,6 +23,7 @@ from pathlib import Path
 from quire.pipeline import WORKER_SERVICES
 from quire.settings import service_metrics_var
 from quire.testing.nemesis.fault import Cluster
+from quire.testing.nemesis.inflight import taken_unfinished
 from quire.testing.nemesis.namespaced import namespaced
 from quire.testing.nemesis.probes import replica_metric
 
@@ -28,6 +32,11 @@ __all__ = ["LeaseCut", "fenced_after"]
 IN_FLIGHT = "quire_stage_in_flight"
 DELIVERIES = "quire_stage_deliveries"
 TAKEOVER_TIMEOUT_SECONDS = 30.0
+CUT_TRIES = 5
+"""Cuts made until one leaves the target holding a lease."""
+LEASE_WAIT_SECONDS = 10.0
+SPAN_EXPORT_SECONDS = 0.5
+"""A replica writes its finished spans within 0.2 s (``quire.telemetry``)."""
 POLL_SECONDS = 0.2
 STALE = "stale lease for job"
 _STALE_JOB = re.compile(r"stale lease for job (\S+) \(token")
@@ -96,10 +105,24 @@ class LeaseCut:
         found = namespaced(cluster)
         replica = found.processes()[target]
         address = replica.env[service_metrics_var(replica.role)]
-        held = await asyncio.to_thread(replica_metric, address, IN_FLIGHT)
-        before = await asyncio.to_thread(_taken_over, found, target)
-        for node in found.nats_nodes():
-            found.network.partition(target, node.name)
+        for tries in range(1, CUT_TRIES + 1):
+            before = await asyncio.to_thread(_taken_over, found, target)
+            for node in found.nats_nodes():
+                found.network.partition(target, node.name)
+            wall = time.time()  # cut from every member from here on
+            # What it held at the cut, from its own spans (written locally,
+            # so the cut does not hold them back): work that ended before
+            # the cut took effect leaves nothing to take over.
+            await asyncio.sleep(SPAN_EXPORT_SECONDS)
+            held = await asyncio.to_thread(taken_unfinished, [replica.directory], wall)
+            if held or tries == CUT_TRIES:
+                break
+            await self.heal(cluster, target)
+            deadline = time.monotonic() + LEASE_WAIT_SECONDS
+            while time.monotonic() < deadline:
+                if (await asyncio.to_thread(replica_metric, address, IN_FLIGHT) or 0) > 0:
+                    break
+                await asyncio.sleep(POLL_SECONDS / 4)
         cut = time.monotonic()
         taken = 0.0
         while time.monotonic() - cut < TAKEOVER_TIMEOUT_SECONDS:
@@ -112,7 +135,8 @@ class LeaseCut:
             await asyncio.sleep(POLL_SECONDS)
         return {
             "cut_from": ",".join(node.name for node in found.nats_nodes()),
-            "leases_held": f"{held or 0:g}",
+            "leases_held": str(len(held)),
+            "cut_tries": str(tries),
             "taken_over": f"{taken:g}",
             "taken_over_after_s": f"{time.monotonic() - cut:.1f}",
         }

@@ -85,6 +85,17 @@ class ScheduleResult:
         return sorted(first.values())
 
 
+def client_targets(cluster: NamespaceCluster, service: str) -> list[str]:
+    """Every replica of ``service`` as one gRPC target, once starting from
+    each: a client's channel picks the first that answers, so clients given
+    these in turn spread over the replicas (and a fault on any of them
+    meets clients), and each still fails over to the others."""
+    addresses = [replica.address for replica in cluster.replicas(service)]
+    return [
+        "ipv4:" + ",".join(addresses[first:] + addresses[:first]) for first in range(len(addresses))
+    ]
+
+
 def access_of(cluster: NamespaceCluster, tokens: dict[str, str]) -> SystemAccess:
     return SystemAccess(
         admission=cluster.target("admission"),
@@ -197,7 +208,7 @@ async def run_schedule(
     striking = asyncio.create_task(strike())
     try:
         history = await run_workload(
-            cluster.target("admission"),
+            client_targets(cluster, "admission"),
             secrets,
             folder / "history",
             jobs_per_client=jobs_per_client,
