@@ -55,6 +55,7 @@ __all__ = [
     "inject_headers",
     "extract_context",
     "record_failure",
+    "name_job",
     "JsonLinesSpanExporter",
     "child_span",
 ]
@@ -168,6 +169,15 @@ def configure_tracing(
         )
     trace.set_tracer_provider(provider)
     return provider
+
+
+def name_job(job: str) -> None:
+    """Name ``job`` (``jobs/{id}`` or its id) on the current span, as every
+    stage's spans name theirs (``quire.job``), so a call about one job (a
+    watch, a download) is found with the rest of its work."""
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.set_attribute("quire.job", job.removeprefix("jobs/"))
 
 
 def record_failure(span: Span, error: BaseException, reason: str = "") -> None:

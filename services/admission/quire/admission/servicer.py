@@ -49,6 +49,7 @@ from quire.grpcstatus import at_the_edge
 from quire.idempotency import RequestOnce
 from quire.jobs import job_id
 from quire.reasons import ReasonCode
+from quire.telemetry import name_job
 from quire.type import job_pb2
 
 __all__ = ["AdmissionServicer"]
@@ -140,6 +141,7 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
                 # the tenant's all the same (a later packet may name them).
                 await _record_alone(kept)
         fault_point("admission.after_commit")
+        name_job(accepted.name)
         self._views.accepted(tenant.id, accepted)
         if not accepted.dispatched:
             # Before the reply, so that nothing the client does next (a cancel)

@@ -32,6 +32,7 @@ from quire.jobs import TERMINAL_STATES, job_id, job_name, state_name, timestamp
 from quire.paging import MAX_PAGE_SIZE, Page, PageTokens, Position, keyset_after
 from quire.pipeline import State
 from quire.reasons import ReasonCode
+from quire.telemetry import name_job
 from quire.type import job_pb2
 from quire.validator.v1 import validator_service_pb2, validator_service_pb2_grpc
 
@@ -127,6 +128,7 @@ class JobViews:
 
     async def owned(self, tenant: str, name: str) -> AcceptedJob:
         job = job_name(job_id(name))
+        name_job(job)
         recent = self._recent.get((tenant, job))
         if recent is not None and time.monotonic() - recent[0] < RECENT_SECONDS:
             return recent[1]
