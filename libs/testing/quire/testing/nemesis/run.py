@@ -258,7 +258,9 @@ def _explain(
     directories = [processes[name].directory for name in names]
     record.on_target = worked_on(directories, record.wall_start)
     if record.kind == ReplicaKill.kind:  # it never wrote the spans it had open
-        taken = taken_unfinished(directories, record.wall_start)
+        # Of the jobs in flight: an attempt left unfinished long ago (a cut
+        # replica's, an earlier schedule's) is not what it held.
+        taken = set(taken_unfinished(directories, record.wall_start)) & set(record.in_flight)
         record.on_target = tuple(sorted({*record.on_target, *taken}))
     if names:
         record.detail["open_calls"] = str(open_calls(directories, record.wall_start))
