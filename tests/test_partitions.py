@@ -144,6 +144,7 @@ def test_full_disks_and_a_skewed_clock_strike_mid_work_and_every_property_holds(
             _of(chosen, DISK_AND_CLOCK_KINDS),
             tmp_path / "run",
             strikes=len(DISK_AND_CLOCK_KINDS),
+            clients=2,  # the clock's two restarts are slow under the suite's load
             jobs_per_client=3,
         )
     )
