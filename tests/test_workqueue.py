@@ -104,6 +104,49 @@ async def test_drain_waits_for_in_flight_work(jetstream: JetStreamContext) -> No
     assert finished.is_set()
 
 
+async def test_halt_stops_pulling_and_leaves_stuck_work_to_be_redelivered(
+    jetstream: JetStreamContext,
+) -> None:
+    """What closes a stage whose drain ran out of time: no more pulls, the
+    stuck handler cancelled, its message unacknowledged, so it comes again."""
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+    seen: list[int] = []
+
+    async def stuck(msg) -> None:  # type: ignore[no-untyped-def]
+        seen.append(msg.metadata.num_delivered)
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    await jetstream.publish(work_subject("sign", "batch"), b"stuck")
+    worker = WorkQueueWorker(
+        jetstream,
+        stream=WORK_STREAM,
+        consumers={consumer_name("sign", "batch"): 2},
+        handler=stuck,
+        ack_wait_seconds=1.0,
+        fetch_timeout_seconds=0.5,
+    )
+    worker.start()
+    await asyncio.wait_for(started.wait(), 10)
+    await asyncio.wait_for(worker.halt(), 5)
+    assert cancelled.is_set()
+    await jetstream.publish(work_subject("sign", "batch"), b"later")
+    await asyncio.sleep(1.5)
+    assert seen == [1], "a halted worker pulls nothing more"
+    again = await jetstream.pull_subscribe_bind(
+        durable=consumer_name("sign", "batch"), stream=WORK_STREAM
+    )
+    messages = await again.fetch(batch=2, timeout=5)
+    assert sorted(m.data for m in messages) == [b"later", b"stuck"], "nothing was lost"
+    for message in messages:
+        await message.ack()
+
+
 async def test_topology_can_be_ensured_again(
     jetstream: JetStreamContext, fast_queue: QueueSettings
 ) -> None:

@@ -299,6 +299,8 @@ async def run_stage_service(
     run.on_close(nc.close)  # workers are drained; nothing is in flight
     for stop in (queues.stop, diagnostics.stop, binder.stop):
         run.on_close(stop)
+    # First of all (newest first): a drain that timed out left it pulling.
+    run.on_close(worker.halt)
     run.on_ready(keeper.start)
     run.on_ready(diagnostics.start)  # sweeps expired diagnostics, at most hourly
     run.on_ready(sandbox.warm)

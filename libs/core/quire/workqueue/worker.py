@@ -176,6 +176,16 @@ class WorkQueueWorker:
         if self._inflight:
             await asyncio.gather(*self._inflight, return_exceptions=True)
 
+    async def halt(self) -> None:
+        """Stop pulling at once and cancel the handlers still running, their
+        deliveries left to be redelivered: for a drain that ran out of time
+        (or never reached ``drain``), so the process still ends."""
+        self._stopping.set()
+        tasks = [*self._loops.values(), *self._inflight]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def _pull_loop(self, consumer: str, slots: asyncio.Semaphore) -> None:
         subscription = await self._js.pull_subscribe_bind(durable=consumer, stream=self._stream)
         try:
