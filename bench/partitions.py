@@ -25,6 +25,7 @@ import os
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,6 +101,7 @@ def main() -> int:
                 except Exception as error:  # noqa: BLE001 - reported, the run goes on
                     failed[seed] = type(error).__name__
                     print(f"seed {seed}: did not run ({type(error).__name__})", flush=True)
+                    traceback.print_exc()  # the test harness's own frames: no document data
                     continue
                 results.append(result)
                 report = write_report(result, args.reports)

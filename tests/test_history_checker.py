@@ -6,9 +6,11 @@ clean history passes every property."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 
+import grpc
 import pytest
 
 from quire.pipeline import State
@@ -540,3 +542,31 @@ def test_a_damaged_line_inside_a_history_is_refused(tmp_path: Path) -> None:
     path.write_text("not json\n" + path.read_text())
     with pytest.raises(HistoryDamaged, match="line 1"):
         History.read([path])
+
+
+def test_the_gatherer_asks_again_while_told_to_and_no_longer_when_refused() -> None:
+    """A read refused as transient (a replica just healed) is asked again;
+    any other refusal is the gatherer's error at once."""
+    from grpc.aio import AioRpcError, Metadata
+
+    from quire.testing.history import gather
+
+    def refusal(code: grpc.StatusCode) -> AioRpcError:
+        return AioRpcError(code, Metadata(), Metadata(), "said")
+
+    answers: list[object] = [refusal(grpc.StatusCode.UNAVAILABLE)] * 2 + ["read"]
+    calls = 0
+
+    async def read() -> object:
+        nonlocal calls
+        calls += 1
+        answer = answers.pop(0)
+        if isinstance(answer, AioRpcError):
+            raise answer
+        return answer
+
+    assert asyncio.run(gather.patiently(read)) == "read" and calls == 3
+    answers[:] = [refusal(grpc.StatusCode.PERMISSION_DENIED), "never"]
+    with pytest.raises(AioRpcError):
+        asyncio.run(gather.patiently(read))
+    assert answers == ["never"]

@@ -17,10 +17,12 @@ watched through audit's view; those that do not are the checker's to count.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 
@@ -39,11 +41,31 @@ from quire.testing.history.facts import (
 )
 from quire.testing.history.operator import Operator, SystemAccess, artifact_of, evidence_of
 from quire.testing.history.ops import History
+from quire.testing.history.recorder import RETRYABLE_CODES
 
-__all__ = ["SystemAccess", "gather_facts", "settle"]
+__all__ = ["SystemAccess", "gather_facts", "patiently", "settle"]
 
 SETTLE_POLL_SECONDS = 0.25
 """How often ``settle`` asks audit for the jobs not yet ended."""
+PATIENCE_SECONDS = 60.0
+"""How long a read refused as transient (a replica just healed, a member
+still electing) is asked again before the gathering fails."""
+RETRY_PAUSE_SECONDS = 0.5
+
+Answer = TypeVar("Answer")
+
+
+async def patiently(call: Callable[[], Awaitable[Answer]]) -> Answer:
+    """``call()``, asked again while the answer says try again (as any
+    careful operator's tool does), for up to ``PATIENCE_SECONDS``."""
+    deadline = time.monotonic() + PATIENCE_SECONDS
+    while True:
+        try:
+            return await call()
+        except grpc.aio.AioRpcError as error:
+            if error.code() not in RETRYABLE_CODES or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(RETRY_PAUSE_SECONDS)
 
 
 def _jobs_named(history: History) -> list[str]:
@@ -56,7 +78,7 @@ async def settle(operator: Operator, jobs: Iterable[str], grace: float) -> None:
     waiting = set(jobs)
     deadline = time.monotonic() + grace
     while waiting:
-        views = await operator.views(sorted(waiting))
+        views = await patiently(functools.partial(operator.views, sorted(waiting)))
         waiting = {
             name
             for name in waiting
@@ -81,24 +103,26 @@ async def gather_facts(
     jobs = _jobs_named(history)
     async with Operator(access) as operator:
         await settle(operator, jobs, grace)
-        signatures = await _signature_records(access)
+        signatures = await patiently(lambda: _signature_records(access))
         gate = asyncio.Semaphore(concurrency)
         tenants: dict[str, AdmissionClient] = {}
         try:
 
             async def one(job: str) -> JobRecord:
                 async with gate:
-                    return await _job_record(operator, access, tenants, job, signatures, workdir)
+                    return await patiently(
+                        lambda: _job_record(operator, access, tenants, job, signatures, workdir)
+                    )
 
             records = await asyncio.gather(*(one(job) for job in jobs))
         finally:
             for client in tenants.values():
                 await client.close()
         # After the evidence: its exports took the checkpoints this verifies.
-        ledger = await operator.verify_ledger()
+        ledger = await patiently(operator.verify_ledger)
     by_job = {record.job: record for record in records}
     held = sorted({record.tenant for record in records if record.tenant})
-    accepted = await _accepted_jobs(access)
+    accepted = await patiently(lambda: _accepted_jobs(access))
     unclaimed = sorted(
         job for job, tenant in accepted.items() if tenant in held and job not in by_job
     )

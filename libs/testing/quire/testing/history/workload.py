@@ -4,14 +4,16 @@ submit (again under the same request id while the refusal says try again),
 wait for the end, read the job, fetch the artifact of a completed one.
 
 A refusal that says try again (``RETRYABLE_CODES``) is retried after a
-short pause until the workload's deadline; any other ends the client with
-the error. Every call and answer is in the history either way.
+short pause until the workload's deadline; any other ends that client (the
+others go on). Every call and answer is in the history either way, and the
+checker judges each refusal (``refusals_typed``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,6 +33,7 @@ from quire.tls import TlsSettings
 __all__ = ["Progress", "run_workload"]
 
 RETRY_PAUSE_SECONDS = 0.2
+logger = logging.getLogger(__name__)
 SOURCES_PER_CLIENT = 2
 
 Answer = TypeVar("Answer")
@@ -134,7 +137,11 @@ async def run_workload(
         with HistoryLog(folder / f"{process}.jsonl", process) as log:
             target = addresses[index % len(addresses)]
             async with RecordingClient(target, token, history=log, tls=tls) as client:
-                await _client(client, inputs, jobs_per_client, progress, deadline, until)
+                try:
+                    await _client(client, inputs, jobs_per_client, progress, deadline, until)
+                except grpc.aio.AioRpcError as error:
+                    # In the history already: the checker judges the refusal.
+                    logger.warning("%s stopped at %s", process, error.code().name)
 
     await asyncio.gather(*(one(index, token) for index, token in enumerate(tokens)))
     return History.read(folder.glob("client-*.jsonl"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import uuid
 from collections.abc import Sequence
@@ -34,6 +35,7 @@ from quire.testing.history import (
     check,
     gather_facts,
 )
+from quire.testing.history.gather import patiently
 from quire.testing.history.workload import Progress, run_workload
 from quire.testing.nemesis.fault import Fault, FaultRecord, Timeline
 from quire.testing.nemesis.inflight import in_flight, open_calls, taken_unfinished, worked_on
@@ -108,7 +110,14 @@ def access_of(cluster: NamespaceCluster, tokens: dict[str, str]) -> SystemAccess
 
 async def _tenants(cluster: NamespaceCluster, count: int) -> dict[str, str]:
     async with TenantAdminClient(cluster.target("admission"), cluster.operator_token) as admin:
-        made = [await admin.create_tenant(f"nemesis-{uuid.uuid4().hex[:8]}") for _ in range(count)]
+        # Asked again while refused as transient: the schedule before may have
+        # just healed the replica that answers.
+        made = [
+            await patiently(
+                functools.partial(admin.create_tenant, f"nemesis-{i}-{uuid.uuid4().hex[:8]}")
+            )
+            for i in range(count)
+        ]
     return {reply.tenant.name: reply.secret for reply in made}
 
 
