@@ -59,9 +59,10 @@ def schedule_markdown(result: ScheduleResult, png: str = "") -> str:
         "## Fault timeline",
         "",
         "Seconds from the schedule's start. *In flight*: jobs acknowledged and not yet "
-        "seen ended by any client when it struck (the history). *On the target*: jobs "
-        "whose work spans on the struck replica (on the replicas connected to a struck "
-        "NATS member) were open when it struck (the services' own spans).",
+        "seen ended by any client when it struck (the history). *On the target*: those "
+        "of them whose work spans on the struck replica (on the replicas connected to a "
+        "struck NATS member) were open when it struck (the services' own spans; for a "
+        "killed replica, the deliveries it had taken and not finished).",
         "",
         "| # | kind | target | struck | healed | detail | in flight | on the target |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",

@@ -265,12 +265,13 @@ def _explain(
     else:
         names = [record.target]
     directories = [processes[name].directory for name in names]
-    record.on_target = worked_on(directories, record.wall_start)
+    on_it = set(worked_on(directories, record.wall_start))
     if record.kind == ReplicaKill.kind:  # it never wrote the spans it had open
-        # Of the jobs in flight: an attempt left unfinished long ago (a cut
-        # replica's, an earlier schedule's) is not what it held.
-        taken = set(taken_unfinished(directories, record.wall_start)) & set(record.in_flight)
-        record.on_target = tuple(sorted({*record.on_target, *taken}))
+        on_it |= set(taken_unfinished(directories, record.wall_start))
+    # Of the jobs in flight: a span open across the moment for another job
+    # (a stale redelivery's wait in the queue, an attempt a cut replica left
+    # unfinished in an earlier schedule) is not work it was doing for them.
+    record.on_target = tuple(sorted(on_it & set(record.in_flight)))
     if names:
         record.detail["open_calls"] = str(open_calls(directories, record.wall_start))
     if record.kind == LeaseCut.kind:
