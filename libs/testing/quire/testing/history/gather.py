@@ -41,7 +41,7 @@ from quire.testing.history.facts import (
 )
 from quire.testing.history.operator import Operator, SystemAccess, artifact_of, evidence_of
 from quire.testing.history.ops import History
-from quire.testing.history.recorder import RETRYABLE_CODES
+from quire.testing.history.workload import retrying
 
 __all__ = ["SystemAccess", "gather_facts", "patiently", "settle"]
 
@@ -50,7 +50,6 @@ SETTLE_POLL_SECONDS = 0.25
 PATIENCE_SECONDS = 60.0
 """How long a read refused as transient (a replica just healed, a member
 still electing) is asked again before the gathering fails."""
-RETRY_PAUSE_SECONDS = 0.5
 
 Answer = TypeVar("Answer")
 
@@ -58,14 +57,7 @@ Answer = TypeVar("Answer")
 async def patiently(call: Callable[[], Awaitable[Answer]]) -> Answer:
     """``call()``, asked again while the answer says try again (as any
     careful operator's tool does), for up to ``PATIENCE_SECONDS``."""
-    deadline = time.monotonic() + PATIENCE_SECONDS
-    while True:
-        try:
-            return await call()
-        except grpc.aio.AioRpcError as error:
-            if error.code() not in RETRYABLE_CODES or time.monotonic() > deadline:
-                raise
-        await asyncio.sleep(RETRY_PAUSE_SECONDS)
+    return await retrying(call, time.monotonic() + PATIENCE_SECONDS)
 
 
 def _jobs_named(history: History) -> list[str]:

@@ -30,7 +30,7 @@ from quire.testing.history.recorder import RETRYABLE_CODES, HistoryLog, Recordin
 from quire.testing.pdfs import write_text_pdf
 from quire.tls import TlsSettings
 
-__all__ = ["Progress", "run_workload"]
+__all__ = ["Progress", "retrying", "run_workload"]
 
 RETRY_PAUSE_SECONDS = 0.2
 logger = logging.getLogger(__name__)
@@ -57,7 +57,9 @@ class Progress:
             await self._changed.wait_for(lambda: self.acknowledged >= acknowledged)
 
 
-async def _retrying(call: Callable[[], Awaitable[Answer]], deadline: float) -> Answer:
+async def retrying(call: Callable[[], Awaitable[Answer]], deadline: float) -> Answer:
+    """``call()``, asked again after a short pause while refused with a code
+    that says try again, until ``deadline`` (``time.monotonic()``)."""
     while True:
         try:
             return await call()
@@ -80,7 +82,7 @@ async def _client(
         path = write_text_pdf(
             inputs / f"{index}.pdf", [f"history source {index}", uuid.uuid4().hex]
         )
-        digests.append((await _retrying(functools.partial(client.upload, path), deadline)).sha256)
+        digests.append((await retrying(functools.partial(client.upload, path), deadline)).sha256)
     index = 0
     while index < jobs or (
         until is not None and not until.is_set() and time.monotonic() < deadline
@@ -99,16 +101,16 @@ async def _one_job(
 ) -> None:
     """Submit, wait, read and fetch one job."""
     request_id = str(uuid.uuid4())
-    job = await _retrying(lambda: client.submit(items, request_id=request_id), deadline)
+    job = await retrying(lambda: client.submit(items, request_id=request_id), deadline)
     await progress.count()
     name = job.name
-    await _retrying(
+    await retrying(
         lambda: client.wait(name, timeout=max(1.0, deadline - time.monotonic())), deadline
     )
-    job = await _retrying(lambda: client.get_job(name), deadline)
+    job = await retrying(lambda: client.get_job(name), deadline)
     if state_name(job.state) == State.COMPLETED:
         output = inputs / f"{name.removeprefix('jobs/')}.pdf"
-        await _retrying(lambda: client.download(name, output), deadline)
+        await retrying(lambda: client.download(name, output), deadline)
 
 
 async def run_workload(
