@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,19 @@ Code = trace_pb2.Status.StatusCode
 def _asked(span: ReceivedSpan) -> bool:
     """A call to admission about a job already submitted."""
     return span.span.kind == Kind.SPAN_KIND_SERVER and not span.span.name.endswith("/SubmitJob")
+
+
+async def _arrived(
+    receiver: OtlpReceiver, wanted: Callable[[ReceivedSpan], bool], timeout: float = 20.0
+) -> bool:
+    """Whether a span ``wanted`` arrives within ``timeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not any(wanted(s) for s in receiver.spans()):
+        if loop.time() > deadline:
+            return False
+        await asyncio.sleep(0.2)
+    return True
 
 
 def _admission_calls(spans: list[ReceivedSpan]) -> set[str]:
@@ -89,8 +103,11 @@ async def test_one_job_arrives_at_the_collector_as_one_linked_trace(
     assert roots[0].span.kind == Kind.SPAN_KIND_SERVER
     ident = job.name.removeprefix("jobs/")
     assert roots[0].attributes.get("quire.job") == ident, "the submitting call names its job"
-    watches = [s for s in otlp_receiver.spans() if s.span.name.endswith("/WatchJob")]
-    assert any(s.attributes.get("quire.job") == ident for s in watches), "so does the watch"
+    watch = await _arrived(
+        otlp_receiver,
+        lambda s: s.span.name.endswith("/WatchJob") and s.attributes.get("quire.job") == ident,
+    )
+    assert watch, "so does the watch (its span ends, and is exported, after the job's last)"
     for span in spans:
         assert span.parent_id in ids | {""}, f"{span.span.name}'s parent is in the trace"
         assert 0 < span.span.start_time_unix_nano <= span.span.end_time_unix_nano
