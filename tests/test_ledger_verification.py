@@ -4,6 +4,10 @@ every hash is caught by a signed checkpoint held outside the database."""
 
 from __future__ import annotations
 
+import resource
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -450,6 +454,36 @@ def test_a_checkpoint_file_is_written_once(audit, tmp_path: Path) -> None:  # ty
     assert later != documents
     signer.write(later, folder)
     assert {path.name: path.read_text() for path in folder.glob("*.json")} == written
+
+
+@contextmanager
+def _files_limited_to(size: int) -> Iterator[None]:
+    """Writes past ``size`` bytes fail (``EFBIG``), as on a disk that fills
+    mid-write; the limit is this process's own and is restored after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+
+
+def test_a_checkpoint_file_is_whole_or_absent(audit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A write that fails midway leaves nothing under the checkpoint's name
+    (a reader would have read it torn, and the next round, finding the name
+    taken, would have kept the torn file for good); the next round writes it
+    whole."""
+    database, signer, _folder = audit
+    folder = tmp_path / "torn"
+    folder.mkdir()
+    documents = database.transaction(signer.take)
+    with _files_limited_to(64), pytest.raises(OSError):
+        signer.write(documents, folder)
+    assert list(folder.iterdir()) == [], "no file, torn or temporary, is left"
+    signer.write(documents, folder)
+    assert len(load_checkpoints(folder, signer.public_pem)) == len(documents)
 
 
 @pytest.mark.stack

@@ -44,6 +44,7 @@ from quire.cosignature import cosigned_note
 from quire.database import Database
 from quire.errors import DataLoss
 from quire.merkle import MerkleTree, ProofError, verify_consistency
+from quire.privatefiles import write_private
 from quire.signingkeyfiles import ed25519_key
 
 log = logging.getLogger(__name__)
@@ -162,15 +163,17 @@ class CheckpointSigner:
         return CheckpointRound(documents, inconsistent)
 
     def write(self, documents: list[dict[str, Any]], folder: Path) -> None:
-        """Each document as a new file; an existing file is never replaced."""
+        """Each document as a new file, whole or not at all: written and
+        fsynced beside its name, then linked to it, so a reader (an export,
+        another replica, ``quire verify``) never sees it half written and a
+        crash never leaves a torn file under the name. An existing file is
+        never replaced."""
         folder.mkdir(parents=True, exist_ok=True)
         for document in documents:
             checkpoint = document["checkpoint"]
             name = _file_name(checkpoint["tenant"], checkpoint["length"])
-            try:
-                with (folder / name).open("x") as handle:
-                    handle.write(json.dumps(document, sort_keys=True))
-            except FileExistsError:
+            data = json.dumps(document, sort_keys=True).encode()
+            if not write_private(folder / name, data, exclusive=True):
                 log.warning(
                     "checkpoint file exists; kept as it is", extra={"tenant": checkpoint["tenant"]}
                 )
