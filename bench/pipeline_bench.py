@@ -30,6 +30,9 @@ In one run, on the same inputs, it prints:
                                # BENCH_PROFILE_FORMAT=collapsed writes stacks as text;
                                # BENCH_PROFILE_GIL=1 samples only the thread holding the GIL;
                                # BENCH_PROFILE_RATE samples per second, 50)
+    BENCH_PERF=1 make bench    # also each process kind's CPU per job by code
+                               # (interpreter, kernel, SQLite, gRPC, ...: perf
+                               # across the machine, bench/cpusplit.py)
     BENCH_LOAD_SECONDS=15      # length of the open-loop phase
     BENCH_PAGES=200            # one 200-page document per packet (make load's lease
                                # class) instead of 3 documents of 4, 5 and 3 pages
@@ -64,6 +67,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
+import cpusplit  # noqa: E402
 from costmodel import (  # noqa: E402
     cost_parts,
     count_blobs,
@@ -517,21 +521,32 @@ def main() -> None:
             client0, machine0 = own_cpu_seconds(), machine_busy_ticks()
             phase_started = time.perf_counter()
             collapsed = os.environ.get("BENCH_PROFILE_FORMAT", "svg") == "collapsed"
+            by_code = os.environ.get("BENCH_PERF", "") == "1"
             with (
-                recording(
-                    profiled,
-                    Path(profiles),
-                    collapsed=collapsed,
-                    gil=os.environ.get("BENCH_PROFILE_GIL", "") == "1",
-                    rate=int(os.environ.get("BENCH_PROFILE_RATE", RATE)),
-                )
-                if profiles
-                else nullcontext()
+                (
+                    recording(
+                        profiled,
+                        Path(profiles),
+                        collapsed=collapsed,
+                        gil=os.environ.get("BENCH_PROFILE_GIL", "") == "1",
+                        rate=int(os.environ.get("BENCH_PROFILE_RATE", RATE)),
+                    )
+                    if profiles
+                    else nullcontext()
+                ),
+                cpusplit.sampling(folder / "perf") if by_code else nullcontext() as perf_data,
             ):
                 _uploaded, (elapsed, latencies, outcomes) = asyncio.run(throughput())
             phase_seconds = time.perf_counter() - phase_started
             client_cpu, machine = own_cpu_seconds() - client0, machine_busy_ticks() - machine0
             sampler.stop()
+            code_samples = (
+                cpusplit.split(
+                    cpusplit.script_lines(perf_data), {**sampler.kinds(), os.getpid(): "client"}
+                )
+                if perf_data is not None
+                else {}
+            )
             by_thread = {
                 kind: _ticks_between(threads0[kind], thread_role_ticks(pid, ROLES))
                 for pid, kind in profiled.items()
@@ -669,6 +684,15 @@ def main() -> None:
         print(f"{label:<22}{ms:>12.1f}{ms / total_ms:>8.1%}")
     print(f"{'total':<22}{total_ms:>12.1f}{1:>8.0%}")
     thread_rows = print_threads(by_thread, jobs)
+    if by_code:
+        print()
+        print("== CPU per job by code (perf across the machine, each kind's CPU shared by samples)")
+        if code_samples:
+            per_kind = {kind: seconds / jobs * 1000 for kind, seconds in cpu.items()}
+            for line in cpusplit.report(code_samples, per_kind):
+                print(line)
+        else:
+            print("no samples: perf is missing here, or may not sample the whole machine")
     upload_seconds = upload_marks[0] - phase_started
     upload_machine_ms = (upload_marks[2] - machine0) * TICK_SECONDS / jobs * 1000
     upload_client_ms = (upload_marks[1] - client0) / jobs * 1000

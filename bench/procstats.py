@@ -253,6 +253,12 @@ class TreeSampler:
             ticks[kind] = ticks.get(kind, 0) + max(reaped, sampled)
         return {kind: value * TICK_SECONDS for kind, value in ticks.items()}
 
+    def kinds(self) -> dict[int, str]:
+        """The kind of every process seen during the phase, by pid (for
+        charging another tool's samples, ``cpusplit``)."""
+        with self._lock:
+            return {proc.pid: proc.kind for proc in self._procs.values()}
+
     def memory(self) -> dict[str, tuple[int, int, int]]:
         """Per kind: (current RSS summed over live processes, peak single-process
         RSS seen while sampling, live process count)."""
