@@ -166,19 +166,34 @@ def _checkpoints(stack: Stack) -> list[dict[str, object]]:
     return [json.loads(path.read_text())["checkpoint"] for path in sorted(folder.glob("*.json"))]
 
 
-async def _a_checkpoint_extended(stack: Stack, _info: StackInfo, _offset: int) -> object:
+async def _a_checkpoint_extended(stack: Stack, _info: StackInfo, offset: int) -> object:
     """Until audit signs, under the offset, a checkpoint that extends an
-    earlier one; its time and its predecessor's."""
+    earlier one; its time and its predecessor's.
+
+    A round stamped just before the offset may write its file after this
+    starts; its time tells it apart. Behind, audit's own clock reads earlier
+    than any checkpoint it signed in the last ``-offset`` seconds, so a
+    checkpoint signed under the offset is dated at most at its predecessor
+    (at it, by the stamping rule; before it, without the rule): one dated
+    after it was stamped before the offset. Ahead, one dated less than half
+    the offset past now was stamped before it."""
+    set_at = datetime.now(UTC)
     before = {(c["tenant"], c["length"]) for c in _checkpoints(stack)}
     while True:
         signed = {(c["tenant"], c["length"]): c for c in _checkpoints(stack)}
         for key, c in signed.items():
             previous = signed.get((c["tenant"], c.get("previous_length", 0)))
-            if key not in before and previous is not None:
-                return (
-                    datetime.fromisoformat(str(c["time"])),
-                    datetime.fromisoformat(str(previous["time"])),
-                )
+            if key in before or previous is None:
+                continue
+            when = datetime.fromisoformat(str(c["time"]))
+            its_predecessor = datetime.fromisoformat(str(previous["time"]))
+            stamped_before_the_offset = (
+                when > its_predecessor
+                if offset < 0
+                else (when - set_at).total_seconds() < offset / 2
+            )
+            if not stamped_before_the_offset:
+                return when, its_predecessor
         await asyncio.sleep(0.1)
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from quire.stack import forked
 from quire.stack.forked import LOST, Zygote, reaped_cpu_seconds, spawn_service
+from quire.stackdump import STACK_DUMP_SIGNAL
 
 PROBE = "quire.testing.forkprobe"
 
@@ -77,6 +78,24 @@ def test_a_killed_service_reports_the_signal_that_ended_it(zygote: Zygote, tmp_p
     process.kill()
     assert process.wait(timeout=30) == -signal.SIGKILL
     process.kill()  # already ended: nothing to signal, no error
+
+
+def test_a_forked_service_writes_where_its_threads_are_when_asked_and_goes_on(
+    zygote: Zygote, tmp_path: Path
+) -> None:
+    """What the supervisor asks of a service that never became healthy."""
+    log = tmp_path / "probe.log"
+    process = zygote.spawn(PROBE, _probe_env(tmp_path, "wait"), log)
+    _facts(tmp_path)
+    process.send_signal(STACK_DUMP_SIGNAL)
+    deadline = time.monotonic() + 10
+    while "forkprobe.py" not in log.read_text():
+        assert time.monotonic() < deadline, "no stack was written"
+        time.sleep(0.05)
+    assert "in main" in log.read_text(), "the frame it waits in, named"
+    assert process.poll() is None, "and it goes on"
+    process.kill()
+    assert process.wait(timeout=30) == -signal.SIGKILL
 
 
 def test_a_dead_zygote_is_replaced_and_its_orphans_still_end(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from quire.identity import ServiceIdentity, TrustStore
 from quire.logs import QUIET_LOGGERS, log_handler
 from quire.natsauth import inbox_prefix
 from quire.settings import EventLoopSettings, ServiceSettings
+from quire.stackdump import answer_stack_dumps
 from quire.telemetry import configure_tracing
 from quire.threadnames import named_pool
 from quire.wire import WireSigner, WireVerifier
@@ -48,6 +49,7 @@ def run_service(service: str, main: Callable[[], Coroutine[Any, Any, None]]) -> 
     with the variable's name and what it expects (exit status 2), not a
     traceback. A ``QUIRE_*`` variable no Quire process reads (misspelt, say)
     is reported first: its default would otherwise be used in silence."""
+    answer_stack_dumps()
     for line in unknown_settings(os.environ):
         print(f"quire-{service}: warning: {line}", file=sys.stderr)
     faults.configure(os.environ)

@@ -34,6 +34,7 @@ pull loops pull again (``quire.workqueue.worker``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import logging
 import os
@@ -70,6 +71,7 @@ from quire.stack.natsserver import NatsServer
 from quire.stack.ports import free_port
 from quire.stack.refusals import ConfigurationRefused, refusal_line
 from quire.stack.scrapeconfig import SCRAPE_FILE, write_scrape_config
+from quire.stackdump import STACK_DUMP_SIGNAL
 from quire.tls import sync_channel
 from quire.workqueue.topology import ensure_topology
 
@@ -86,6 +88,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 HEALTH_TIMEOUT_SECONDS = 60.0
+STACK_DUMP_SECONDS = 1.0
+"""How long a service that never became healthy is given to write its stacks."""
 # A service that exits before it is healthy (most often: another process took
 # its port between the pick and the bind) makes the stack pick fresh ports and
 # start every service again, this many times in all.
@@ -428,12 +432,23 @@ class Stack:
                     except grpc.RpcError:
                         pass
                     if time.monotonic() > deadline:
+                        self._ask_for_stacks(child)
                         raise TimeoutError(
-                            f"{service} did not become healthy; see logs/{service}.log"
+                            f"{service} did not become healthy; see logs/{service}.log "
+                            "(where its threads were, at the end)"
                         )
                     time.sleep(0.1)
         if self.gateway_address:
             self._wait_gateway(deadline, during_startup)
+
+    @staticmethod
+    def _ask_for_stacks(child: _Child) -> None:
+        """Have a live service write its threads' stacks to its log
+        (``quire.stackdump``), and give it a moment to."""
+        if child.process.poll() is None:
+            with contextlib.suppress(OSError):
+                child.process.send_signal(STACK_DUMP_SIGNAL)
+                time.sleep(STACK_DUMP_SECONDS)
 
     def _wait_gateway(self, deadline: float, during_startup: bool) -> None:
         """Until the gateway's ``/healthz`` answers 200."""

@@ -32,6 +32,8 @@ import signal
 import sys
 from typing import Any
 
+from quire.stackdump import answer_stack_dumps
+
 PRELOAD = (
     "quire.admission.main",
     "quire.validator.main",
@@ -117,6 +119,7 @@ def _become(request: dict[str, Any]) -> None:
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    answer_stack_dumps()  # into the log, even while the module is still loading
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):  # PYTHONUNBUFFERED was read at the zygote's start
             stream.reconfigure(line_buffering=True, write_through=True)
