@@ -23,7 +23,7 @@ from quire.identity import ServiceIdentity, TrustStore
 from quire.logs import QUIET_LOGGERS, log_handler
 from quire.natsauth import inbox_prefix
 from quire.settings import EventLoopSettings, ServiceSettings
-from quire.stackdump import answer_stack_dumps
+from quire.stackdump import answer_stack_dumps, answer_task_dumps
 from quire.telemetry import configure_tracing
 from quire.threadnames import named_pool
 from quire.wire import WireSigner, WireVerifier
@@ -63,7 +63,9 @@ def run_service(service: str, main: Callable[[], Coroutine[Any, Any, None]]) -> 
 async def _with_named_io_threads(main: Coroutine[Any, Any, None]) -> None:
     """``main``, with the loop's default executor (blob and file work) made of
     threads the OS knows as ``io_<n>`` (``quire.threadnames``)."""
-    asyncio.get_running_loop().set_default_executor(named_pool("io"))
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(named_pool("io"))
+    answer_task_dumps(loop)
     await main
 
 

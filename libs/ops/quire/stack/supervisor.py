@@ -71,7 +71,7 @@ from quire.stack.natsserver import NatsServer
 from quire.stack.ports import free_port
 from quire.stack.refusals import ConfigurationRefused, refusal_line
 from quire.stack.scrapeconfig import SCRAPE_FILE, write_scrape_config
-from quire.stackdump import STACK_DUMP_SIGNAL
+from quire.stackdump import STACK_DUMP_SIGNAL, TASK_DUMP_SIGNAL
 from quire.tls import sync_channel
 from quire.workqueue.topology import ensure_topology
 
@@ -443,11 +443,12 @@ class Stack:
 
     @staticmethod
     def _ask_for_stacks(child: _Child) -> None:
-        """Have a live service write its threads' stacks to its log
-        (``quire.stackdump``), and give it a moment to."""
+        """Have a live service write its threads' and its tasks' stacks to
+        its log (``quire.stackdump``), and give it a moment to."""
         if child.process.poll() is None:
             with contextlib.suppress(OSError):
                 child.process.send_signal(STACK_DUMP_SIGNAL)
+                child.process.send_signal(TASK_DUMP_SIGNAL)
                 time.sleep(STACK_DUMP_SECONDS)
 
     def _wait_gateway(self, deadline: float, during_startup: bool) -> None:
