@@ -18,10 +18,11 @@ from nats.js import JetStreamContext
 
 from quire import faults
 from quire.environment import unknown_settings
-from quire.errors import InvalidSetting
+from quire.errors import InvalidSetting, TransientError
 from quire.identity import ServiceIdentity, TrustStore
 from quire.logs import QUIET_LOGGERS, log_handler
 from quire.natsauth import inbox_prefix
+from quire.reasons import ReasonCode
 from quire.settings import EventLoopSettings, ServiceSettings
 from quire.stackdump import answer_stack_dumps, answer_task_dumps
 from quire.telemetry import configure_tracing
@@ -42,6 +43,8 @@ __all__ = [
 CONFIGURATION_REFUSED = 2
 """The exit status of a service that refuses its configuration: starting it
 again as it is cannot help (``quire.stack.supervisor`` does not)."""
+
+log = logging.getLogger(__name__)
 
 
 def run_service(service: str, main: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -103,19 +106,37 @@ async def connect_nats_briefly(
     return await _connect(url, name, user, password, reconnect=False)
 
 
+HANDSHAKE_TRIES = 10
+"""Connections made again when the server's first PING came before its PONG."""
+
+
 async def _connect(url: str, name: str, user: str, password: str, *, reconnect: bool) -> NatsClient:
+    """A client whose handshake completed.
+
+    A server slow to take a CONNECT (its bcrypt check, on a loaded host)
+    sends its first PING two seconds after accepting the connection, before
+    the PONG the client waits for; nats-py then returns a client that is
+    not connected and never sends anything (its writer stops at once), so
+    every request would time out in silence. Such a client is closed and
+    the connection made again."""
     login: dict[str, str] = {}
     if user:
         login = {"user": user, "password": password, "inbox_prefix": inbox_prefix(user)}
-    return await nats.connect(
-        [server.strip() for server in url.split(",") if server.strip()],
-        name=name,
-        max_reconnect_attempts=-1 if reconnect else 1,
-        reconnect_time_wait=0.5,
-        connect_timeout=5,
-        allow_reconnect=reconnect,
-        **login,  # type: ignore[arg-type]
-    )
+    for _attempt in range(HANDSHAKE_TRIES):
+        client = await nats.connect(
+            [server.strip() for server in url.split(",") if server.strip()],
+            name=name,
+            max_reconnect_attempts=-1 if reconnect else 1,
+            reconnect_time_wait=0.5,
+            connect_timeout=5,
+            allow_reconnect=reconnect,
+            **login,  # type: ignore[arg-type]
+        )
+        if client.is_connected:
+            return client
+        log.warning("NATS handshake incomplete (a PING came before the PONG); connecting again")
+        await client.close()
+    raise TransientError(ReasonCode.QUEUE_UNAVAILABLE, "NATS handshake never completed")
 
 
 @dataclass(frozen=True)
