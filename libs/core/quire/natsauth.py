@@ -62,12 +62,24 @@ __all__ = [
     "inbox_prefix",
     "provision_nats_passwords",
     "authorization_config",
+    "bcrypt_rounds",
 ]
 
 OPERATOR = "operator"
 KEEPER = "keeper"
 """The data-lifecycle login: retention, crypto-shredding, KEK rotation."""
 BCRYPT_ROUNDS = 10
+"""bcrypt's cost for a password someone wrote into the credentials directory."""
+GENERATED_ROUNDS = 4
+"""bcrypt's least cost, for the passwords Quire generates. A cost slows the
+guessing of a password a person chose; these are 256 random bits
+(``secrets.token_urlsafe(32)``), beyond guessing at any cost, and
+nats-server checks the hash at every connection: at cost 10 that took 60 ms
+of its CPU per login, and on a loaded host long enough to stall handshakes
+(``quire.runtime``)."""
+_GENERATED_LENGTH = 43
+"""``secrets.token_urlsafe(32)``'s length: a password this long or longer is
+taken as generated."""
 _KV_STREAM = f"KV_{GATE_BUCKET}"
 _TOPOLOGY_READ = ("$JS.API.STREAM.INFO.*",)
 
@@ -271,6 +283,12 @@ def provision_nats_passwords(directory: Path, users: Iterable[str]) -> dict[str,
     return passwords
 
 
+def bcrypt_rounds(password: str) -> int:
+    """The cost to hash ``password`` at: the least for one as long as those
+    Quire generates, the usual cost for anything shorter."""
+    return GENERATED_ROUNDS if len(password) >= _GENERATED_LENGTH else BCRYPT_ROUNDS
+
+
 def _quoted(subjects: Iterable[str]) -> str:
     return ", ".join(f'"{subject}"' for subject in subjects)
 
@@ -284,7 +302,7 @@ def authorization_config(passwords: Mapping[str, str]) -> str:
     """
     lines = ["authorization {", "  users = ["]
     for user, password in sorted(passwords.items()):
-        hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(BCRYPT_ROUNDS)).decode()
+        hashed = bcrypt.hashpw(password.encode(), bcrypt.gensalt(bcrypt_rounds(password))).decode()
         if user == OPERATOR:
             permissions = '{ publish: ">", subscribe: ">" }'
         else:

@@ -13,6 +13,7 @@ time.
 
 from __future__ import annotations
 
+import json
 import resource
 from collections import defaultdict
 from collections.abc import Generator
@@ -58,14 +59,24 @@ def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
 class TimingReport:
     """Adds up each test's phases as their reports arrive; prints at the end."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeline: str = "") -> None:
+        """``timeline``: a file to write every test phase to, one JSON line
+        each (worker, test, phase, start, stop, and at teardown the test's CPU
+        seconds): which worker ran what, when, at what cost."""
         self.seconds: dict[str, float] = defaultdict(float)
         self.tier: dict[str, str] = {}
         self.stack_starts: list[float] = []
         self.cpu: dict[str, float] = defaultdict(float)
+        self.timeline = open(timeline, "w", encoding="utf-8") if timeline else None  # noqa: SIM115
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[report.nodeid] += report.duration
+        if self.timeline is not None:
+            node = getattr(report, "node", None)
+            worker = getattr(getattr(node, "gateway", None), "id", "main")
+            cpu = dict(report.user_properties).get(CPU) if report.when == "teardown" else None
+            line = [worker, report.nodeid, report.when, report.start, report.stop, cpu]
+            self.timeline.write(json.dumps(line) + "\n")
         if report.when == "teardown":  # each phase's report carries the test's properties so far
             for name, value in report.user_properties:
                 if name == STACK_START:
@@ -76,6 +87,8 @@ class TimingReport:
             self.tier[report.nodeid] = tier_of(report.keywords)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.timeline is not None:
+            self.timeline.close()
         if not self.seconds:
             return
         write = terminalreporter.write_line
@@ -104,7 +117,17 @@ class TimingReport:
             write(f"{seconds:7.1f} s {cpu:6.1f} s CPU  {tier:>6}  {nodeid}")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--suite-timeline",
+        default="",
+        metavar="PATH",
+        help="write every test phase's worker, start and stop to PATH (JSON lines)",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # In a pytest-xdist worker, the controller prints what the workers report.
     if not hasattr(config, "workerinput"):
-        config.pluginmanager.register(TimingReport(), "quire-timings")
+        timeline = config.getoption("suite_timeline", "")
+        config.pluginmanager.register(TimingReport(timeline), "quire-timings")
