@@ -34,7 +34,7 @@ class _FailingSandbox:
 class _Recorded:
     """A connection on which the job's signing intent is already recorded."""
 
-    def execute(self, _statement: Any) -> Any:
+    def execute(self, _statement: Any, _parameters: Any = None) -> Any:
         return self
 
     def first(self) -> object:

@@ -55,6 +55,7 @@ from typing import BinaryIO, Protocol
 
 from quire.datakeys import KEYRING_DIR, DataKeys
 from quire.errors import InvalidInput, PermanentError, QuireError, SystemFailure, TransientError
+from quire.filedigest import sha256_file
 from quire.reasons import ReasonCode
 from quire.sealing import Sealer, open_sealed, read_header
 from quire.tempspace import temp_prefix
@@ -126,17 +127,6 @@ def check_key(key: str) -> str:
     if key.startswith(("/", ".tmp", KEYRING_DIR)) or ".." in key.split("/") or not key:
         raise PermanentError(ReasonCode.INTERNAL, "invalid blob key")
     return key
-
-
-def sha256_file(path: str | Path) -> tuple[str, int]:
-    """Digest and size of a file, read in chunks."""
-    digest = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as handle:
-        while chunk := handle.read(READ_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
 
 
 class StorageWrite:

@@ -34,15 +34,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from quire import memoryfiles
 from quire.diagnosticstext import carry_causes, causes_of
 from quire.errors import TransientError
 from quire.reasons import ReasonCode
 from quire.sandboxlanes import BATCH, INTERACTIVE, LANES, LaneGate, current_lane, sandbox_lane
-from quire.settings import SandboxSettings
 from quire.threadnames import named_pool
+
+if TYPE_CHECKING:  # not at run time: a sandbox worker never reads settings
+    from quire.settings import SandboxSettings
 
 __all__ = ["Budget", "SandboxBusy", "SandboxPool", "SandboxExhausted", "sandbox_lane"]
 

@@ -122,7 +122,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--suite-timeline",
         default="",
         metavar="PATH",
-        help="write every test phase's worker, start and stop to PATH (JSON lines)",
+        help="write every test phase's worker, start and stop to PATH (JSON lines); give it as --suite-timeline=PATH",
     )
 
 

@@ -23,13 +23,13 @@ from quire.stageservice import Registrar, StageConfig, StageService, run_stage_s
 from quire.workqueue import Publisher
 
 SERVICE = "assembler"
+SANDBOX_MODULES = ("pikepdf", "quire.assembler.merge")
+"""What each merge worker's forkserver loads once (tests/test_sandbox_imports.py)."""
 
 
 async def main() -> None:
     config = StageConfig.from_env(SERVICE, os.environ)  # every setting, read once
-    pool = SandboxPool(
-        config.sandbox, name="pdf-merge", preload=("pikepdf", "quire.assembler.merge")
-    )
+    pool = SandboxPool(config.sandbox, name="pdf-merge", preload=SANDBOX_MODULES)
 
     def build(
         database: Database,

@@ -20,7 +20,7 @@ from pathlib import Path
 from quire.assembler.forms import SourceCopy, carry_outline, finish_forms, kept_appearances
 from quire.assembler.layers import carry_layers
 from quire.assembler.render import form_mode, render_structured
-from quire.blobstore import sha256_file
+from quire.filedigest import sha256_file
 from quire.memoryfiles import InMemory, save_pdf
 
 __all__ = ["MergedPacket", "PacketSource", "assemble_packet", "SourceDigestMismatch"]

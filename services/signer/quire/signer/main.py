@@ -30,6 +30,8 @@ from quire.witness.v1 import witness_service_pb2_grpc as witness_grpc
 from quire.workqueue import Publisher
 
 SERVICE = "signer"
+SANDBOX_MODULES = ("pyhanko.sign", "pyhanko.sign.validation", "quire.signer.signing")
+"""What each signing worker's forkserver loads once (tests/test_sandbox_imports.py)."""
 log = logging.getLogger(__name__)
 
 
@@ -40,7 +42,7 @@ async def main() -> None:
     pool = SandboxPool(
         config.stage.sandbox,
         name="pdf-signing",
-        preload=("pyhanko.sign", "pyhanko.sign.validation", "quire.signer.signing"),
+        preload=SANDBOX_MODULES,
     )
 
     def build(

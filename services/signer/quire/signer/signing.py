@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from quire.blobstore import sha256_file
+from quire.filedigest import sha256_file
 
 __all__ = ["SignedPacket", "sign_packet", "PacketDigestMismatch", "SIGNATURE_FIELD", "Pkcs11Key"]
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import cast
 
 from prometheus_client import Counter
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, bindparam, select, update
 
 from quire.attemptfiles import AttemptFiles, keep, written
 from quire.blobstore import BlobStore, signed_key, storage_error
@@ -188,21 +188,45 @@ class SignerWork:
         return SignedPacket(sha256=digest, size_bytes=size), used
 
 
+# Built once: the signer runs each for every job, and building a statement
+# costs more CPU than running it.
+_INTENT_EXISTS = select(tables.signatures.c.job).where(tables.signatures.c.job == bindparam("job"))
+_INSERT_INTENT = tables.signatures.insert()
+_RECORD_SIGNATURE = (
+    update(tables.signatures)
+    .where(tables.signatures.c.job == bindparam("b_job"))
+    .values(
+        {
+            name: bindparam(f"b_{name}")
+            for name in (
+                "key_version",
+                "sha256",
+                "size_bytes",
+                "page_count",
+                "certificate_sha256",
+                "signer_identity",
+                "level",
+                "lease_token",
+                "signed_at",
+            )
+        }
+    )
+)
+
+
 def _record_intent(
     connection: Connection, job: str, version: str, blob_key: str, token: int
 ) -> None:
-    exists = connection.execute(
-        select(tables.signatures.c.job).where(tables.signatures.c.job == job)
-    ).first()
-    if exists is None:
+    if connection.execute(_INTENT_EXISTS, {"job": job}).first() is None:
         connection.execute(
-            tables.signatures.insert().values(
-                job=job,
-                key_version=version,
-                blob_key=blob_key,
-                lease_token=token,
-                intent_at=datetime.now(UTC),
-            )
+            _INSERT_INTENT,
+            {
+                "job": job,
+                "key_version": version,
+                "blob_key": blob_key,
+                "lease_token": token,
+                "intent_at": datetime.now(UTC),
+            },
         )
 
 
@@ -214,19 +238,19 @@ def _record_signature(
 
     def write(connection: Connection) -> None:
         connection.execute(
-            update(tables.signatures)
-            .where(tables.signatures.c.job == job)
-            .values(
-                key_version=signing.key_version,
-                sha256=artifact.sha256,
-                size_bytes=artifact.size_bytes,
-                page_count=artifact.page_count,
-                certificate_sha256=signing.certificate_sha256,
-                signer_identity=signing.signer_identity,
-                level=signing.level,
-                lease_token=token,
-                signed_at=datetime.now(UTC),
-            )
+            _RECORD_SIGNATURE,
+            {
+                "b_job": job,
+                "b_key_version": signing.key_version,
+                "b_sha256": artifact.sha256,
+                "b_size_bytes": artifact.size_bytes,
+                "b_page_count": artifact.page_count,
+                "b_certificate_sha256": signing.certificate_sha256,
+                "b_signer_identity": signing.signer_identity,
+                "b_level": signing.level,
+                "b_lease_token": token,
+                "b_signed_at": datetime.now(UTC),
+            },
         )
 
     return write

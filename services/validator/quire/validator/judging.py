@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from quire.validator.facts import DocumentFacts, extract_facts
 from quire.validator.rules import Decision, evaluate
-from quire.validator.rulesets import Ruleset
+from quire.validator.ruleset import Ruleset
 
 
 def judge(sources: list[tuple[str, int, str]], ruleset: Ruleset) -> list[Decision]:

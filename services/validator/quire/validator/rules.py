@@ -17,7 +17,7 @@ from typing import Any
 from quire.pipeline import Verdict
 from quire.reasons import ReasonCode
 from quire.validator.facts import DocumentFacts
-from quire.validator.rulesets import Ruleset
+from quire.validator.ruleset import Ruleset
 
 __all__ = [
     "Decision",

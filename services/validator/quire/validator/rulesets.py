@@ -12,20 +12,17 @@ exit status 2) with one line naming the file, not a traceback.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import time
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import Connection, select
 
 from quire.database import Database, insert_if_absent
 from quire.errors import InvalidSetting
-from quire.reasons import ReasonCode
 from quire.validator import tables
+from quire.validator.ruleset import Ruleset, canonical
 
 __all__ = ["Ruleset", "RulesetBook", "load_directory", "DEFAULT_DIRECTORY", "canonical"]
 
@@ -34,74 +31,6 @@ RELOAD_SECONDS = 1.0
 """At most one reading of the rulesets table per second for a key not known here."""
 DEFAULT_DIRECTORY = Path(__file__).resolve().parent / "shipped_rulesets"
 """The rulesets that ship with the validator, inside its distribution."""
-KNOWN_KINDS = {
-    "required_field",
-    "required_clause",
-    "json_schema",
-    "required_value",
-    "positive_quantities",
-    "invoice_totals",
-    "review_above",
-}
-REPAIR_POLICIES = ("refuse", "normalize", "review")
-"""What a ruleset does with a damaged PDF that qpdf's recovery can repair:
-refuse it (MALFORMED_PDF), accept the clean rewrite, or accept it only after
-an operator's review. ``normalize`` when the ruleset says nothing."""
-
-
-def canonical(body: dict[str, Any]) -> bytes:
-    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-
-
-@dataclass(frozen=True)
-class Ruleset:
-    """One published ruleset, ``name@version``, and the digest that pins it.
-    ``from_body`` refuses a body with an unknown rule, reason or repair policy."""
-
-    name: str
-    version: str
-    body: dict[str, Any] = field(repr=False)
-    digest: str
-    file: Path | None = field(default=None, compare=False)
-    """The file it was read from (None when read from the database)."""
-
-    @property
-    def key(self) -> str:
-        return f"{self.name}@{self.version}"
-
-    @property
-    def rules(self) -> list[dict[str, Any]]:
-        return list(self.body.get("rules", []))
-
-    @property
-    def allows_active_content(self) -> bool:
-        return self.body.get("active_content", "refuse") == "allow"
-
-    @property
-    def repair_policy(self) -> str:
-        return str(self.body.get("repair", "normalize"))
-
-    @property
-    def reads_content(self) -> bool:
-        """Whether any rule needs the documents' text, fields or data."""
-        return bool(self.rules)
-
-    @classmethod
-    def from_body(cls, body: dict[str, Any], file: Path | None = None) -> Ruleset:
-        if body.get("repair", "normalize") not in REPAIR_POLICIES:
-            raise ValueError(f"ruleset {body.get('name')}: repair must be one of {REPAIR_POLICIES}")
-        for rule in body.get("rules", []):
-            if rule.get("kind") not in KNOWN_KINDS or not rule.get("id"):
-                raise ValueError(f"ruleset {body.get('name')}: unknown rule {rule.get('id')!r}")
-            if "reason" in rule and rule["reason"] not in ReasonCode.__members__:
-                raise ValueError(f"ruleset {body.get('name')}: unknown reason in {rule['id']!r}")
-        return cls(
-            name=str(body["name"]),
-            version=str(body["version"]),
-            body=body,
-            digest=hashlib.sha256(canonical(body)).hexdigest(),
-            file=file,
-        )
 
 
 def load_directory(directory: Path) -> list[Ruleset]:

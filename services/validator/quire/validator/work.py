@@ -33,24 +33,29 @@ from quire.validator.sources.pinning import SourcePinner, wants_fetching
 __all__ = ["ValidatorWork"]
 
 
+_INSERT_VALIDATION = tables.validations.insert()
+"""Built once: building a statement per call costs more CPU than running it."""
+
+
 def _record(
     task: queue_pb2.JobTask, ruleset: Ruleset, evaluation: Evaluation, token: int
 ) -> Callable[[Connection], None]:
     def write(connection: Connection) -> None:
         now = datetime.now(UTC)
         connection.execute(
-            tables.validations.insert().values(
-                job=task.job,
-                verdict=evaluation.verdict,
-                reason_code=evaluation.reason,
-                findings=evaluation.findings,
-                decisions=evaluation.decisions_json(),
-                ruleset=ruleset.key,
-                ruleset_digest=ruleset.digest,
-                task=task.SerializeToString(),
-                lease_token=token,
-                decided_at=now,
-            )
+            _INSERT_VALIDATION,
+            {
+                "job": task.job,
+                "verdict": evaluation.verdict,
+                "reason_code": evaluation.reason,
+                "findings": evaluation.findings,
+                "decisions": evaluation.decisions_json(),
+                "ruleset": ruleset.key,
+                "ruleset_digest": ruleset.digest,
+                "task": task.SerializeToString(),
+                "lease_token": token,
+                "decided_at": now,
+            },
         )
         if evaluation.verdict is Verdict.NEEDS_REVIEW:
             connection.execute(

@@ -1,0 +1,24 @@
+"""A file's sha256 and size, read in chunks.
+
+Its own module, with nothing else imported, so the sandbox workers that check
+a document's digest (assembler, signer) load it without the blob store."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+__all__ = ["sha256_file"]
+
+_CHUNK = 1024 * 1024
+
+
+def sha256_file(path: str | Path) -> tuple[str, int]:
+    """Digest and size of a file, read in chunks."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return digest.hexdigest(), size
