@@ -62,3 +62,34 @@ def test_exclusive_promotion_never_replaces_an_existing_blob(tmp_path: Path) -> 
 def test_keys_cannot_leave_the_store(tmp_path: Path, key: str) -> None:
     with pytest.raises(PermanentError):
         sealed_store(tmp_path).local_path(key)
+
+
+def test_blobs_promoted_together_fsync_their_directory_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each promotion alone fsyncs its directory; promoted together (one
+    job's sources), the directory is fsynced once, after the last."""
+    import quire.localblobs
+
+    synced: list[Path] = []
+    real = quire.localblobs.fsync_dir
+    monkeypatch.setattr(
+        quire.localblobs, "fsync_dir", lambda path: (synced.append(path), real(path))
+    )
+    store = sealed_store(tmp_path)
+
+    def put(key: str, **kwargs: bool) -> None:
+        with store.writer("t") as writer:
+            writer.write(key.encode())
+            writer.promote(key, **kwargs)
+
+    for n in range(3):
+        put(f"sources/t/alone-{n}")
+    assert len(synced) == 3
+    synced.clear()
+    keys = [f"sources/t/together-{n}" for n in range(3)]
+    for key in keys:
+        put(key, sync_directory=False)
+    assert synced == [], "nothing synced before the caller asks"
+    store.sync_directories(keys)
+    assert synced == [store.local_path(keys[0]).parent]

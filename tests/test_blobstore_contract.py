@@ -318,3 +318,17 @@ def test_nats_the_sweep_purges_only_old_chunks_no_object_names(
         assert b"".join(store.read_plain("sources/t/kept")) == data
     finally:
         store.close()
+
+
+def test_blobs_kept_together_are_made_durable_at_once(store: SealedBlobStore) -> None:
+    """One job's sources promoted without a directory sync each, then synced
+    together, read back as if each had been synced on its own."""
+    data = {f"sources/t/{n}": os.urandom(1000 + n) for n in range(3)}
+    for key, body in data.items():
+        with store.writer("t") as writer:
+            writer.write(body)
+            assert writer.promote(key, sync_directory=False)
+    store.sync_directories(list(data))
+    for key, body in data.items():
+        assert b"".join(store.read_verified(key, _sha(body))) == body
+    assert _temp_entries(store) == []

@@ -188,13 +188,17 @@ class BlobWriter:
             os.fsync(self._file.fileno())
             self._file.close()
 
-    def promote(self, key: str, *, exclusive: bool = False) -> bool:
-        """Move the blob under ``key``. Returns False when ``exclusive`` and the key exists."""
+    def promote(self, key: str, *, exclusive: bool = False, sync_directory: bool = True) -> bool:
+        """Move the blob under ``key``. Returns False when ``exclusive`` and the key exists.
+        ``sync_directory=False`` leaves the move's durability to the caller's
+        ``sync_directories`` (several blobs kept together, one fsync)."""
         if tenant_of_key(key) != self.tenant:
             raise PermanentError(ReasonCode.INTERNAL, "blob key of another tenant")
         if not self._file.closed:
             self.finish()
-        created = self._store.promote_sealed(self.path, key, exclusive=exclusive)
+        created = self._store.promote_sealed(
+            self.path, key, exclusive=exclusive, sync_directory=sync_directory
+        )
         self._done = True
         return created
 
@@ -246,6 +250,7 @@ class BlobStore(Protocol):
     def writer(self, tenant: str, *, max_bytes: int | None = None) -> BlobWriter: ...
     def promote_file(self, temp: Path, key: str, *, exclusive: bool = False) -> bool: ...
     def promote_bytes(self, data: bytes, key: str, *, exclusive: bool = False) -> bool: ...
+    def sync_directories(self, keys: list[str]) -> None: ...
     def exists(self, key: str) -> bool: ...
     def delete(self, key: str) -> None: ...
     def list_keys(self, prefix: str) -> list[str]: ...
@@ -271,10 +276,19 @@ class SealedBlobStore:
         self.tmp_dir = tmp_dir
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
 
-    def promote_sealed(self, temp: Path, key: str, *, exclusive: bool = False) -> bool:
+    def promote_sealed(
+        self, temp: Path, key: str, *, exclusive: bool = False, sync_directory: bool = True
+    ) -> bool:
         """Promote a finished sealed temporary file (``BlobWriter.finish``
-        flushed and fsynced it); it is gone afterwards."""
+        flushed and fsynced it); it is gone afterwards. With
+        ``sync_directory=False`` the promotion is durable only once
+        ``sync_directories`` has been called with its key."""
         raise NotImplementedError
+
+    def sync_directories(self, keys: list[str]) -> None:
+        """Make the promotions of ``keys`` durable (each directory they are
+        in fsynced once); nothing for a backend whose writes are durable
+        when acknowledged."""
 
     def open_sealed(self, key: str) -> AbstractContextManager[BinaryIO]:
         """The sealed bytes of ``key``, readable from the start; SOURCE_MISSING

@@ -59,13 +59,13 @@ class _FaultyWriter(BlobWriter):
         self._faults.check("blob write failed")
         self._inner.finish()
 
-    def promote(self, key: str, *, exclusive: bool = False) -> bool:
+    def promote(self, key: str, *, exclusive: bool = False, sync_directory: bool = True) -> bool:
         try:
             self._faults.check("blob not promoted")
         except BaseException:
             self._inner.discard()
             raise
-        return self._inner.promote(key, exclusive=exclusive)
+        return self._inner.promote(key, exclusive=exclusive, sync_directory=sync_directory)
 
     def discard(self) -> None:
         self._inner.discard()
@@ -120,6 +120,10 @@ class FaultInjectingBlobStore:
     def promote_bytes(self, data: bytes, key: str, *, exclusive: bool = False) -> bool:
         self._faults.check("blob write failed")
         return self._inner.promote_bytes(data, key, exclusive=exclusive)
+
+    def sync_directories(self, keys: list[str]) -> None:
+        self._faults.check("blob not promoted")
+        self._inner.sync_directories(keys)
 
     def new_temp(self, kind: str = "part") -> Path:
         self._faults.check("temporary file not created")

@@ -69,12 +69,14 @@ class LocalBlobStore(SealedBlobStore):
         with handle:
             yield handle
 
-    def promote_sealed(self, temp: Path, key: str, *, exclusive: bool = False) -> bool:
+    def promote_sealed(
+        self, temp: Path, key: str, *, exclusive: bool = False, sync_directory: bool = True
+    ) -> bool:
         # Its bytes are on disk already: the writer's ``finish`` fsynced the
         # file before this is called; the rename is made durable below.
         try:
             with StorageWrite("blob not promoted"):
-                return self._promote(temp, key, exclusive=exclusive)
+                return self._promote(temp, key, exclusive=exclusive, sync=sync_directory)
         finally:
             with contextlib.suppress(OSError):
                 temp.unlink(missing_ok=True)
@@ -82,7 +84,12 @@ class LocalBlobStore(SealedBlobStore):
     def delete(self, key: str) -> None:
         self.local_path(key).unlink(missing_ok=True)
 
-    def _promote(self, temp: Path, key: str, *, exclusive: bool) -> bool:
+    def sync_directories(self, keys: list[str]) -> None:
+        with StorageWrite("blob not promoted"):
+            for directory in sorted({self.local_path(key).parent for key in keys}):
+                fsync_dir(directory)
+
+    def _promote(self, temp: Path, key: str, *, exclusive: bool, sync: bool) -> bool:
         target = self.local_path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
         if exclusive:
@@ -92,5 +99,6 @@ class LocalBlobStore(SealedBlobStore):
                 return False
         else:
             os.replace(temp, target)
-        fsync_dir(target.parent)
+        if sync:
+            fsync_dir(target.parent)
         return True

@@ -259,7 +259,9 @@ class NatsBlobStore(SealedBlobStore):
                 swept += 1
         return swept
 
-    def promote_sealed(self, temp: Path, key: str, *, exclusive: bool = False) -> bool:
+    def promote_sealed(
+        self, temp: Path, key: str, *, exclusive: bool = False, sync_directory: bool = True
+    ) -> bool:
         """Upload a finished sealed temporary file under ``key``; it is gone afterwards.
 
         The key's object is its first meta message. When it exists already

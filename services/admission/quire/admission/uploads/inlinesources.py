@@ -161,9 +161,13 @@ class InlineSources:
                     writers.append(
                         (source_key(tenant, item.source.header.sha256), incoming.complete())
                     )
+            # One job's sources share their tenant's directory: it is
+            # fsynced once, after the last of them is in place.
             for key, writer in writers:
-                writer.promote(key)
-            return [key for key, _writer in writers]
+                writer.promote(key, sync_directory=False)
+            keys = [key for key, _writer in writers]
+            self._gate.blobs.sync_directories(keys)
+            return keys
 
     def _check(self, request: pb.SubmitJobRequest) -> None:
         total = sum(len(source.content) for source in request.inline_sources)
