@@ -55,7 +55,7 @@ from typing import BinaryIO, Protocol
 
 from quire.datakeys import KEYRING_DIR, DataKeys
 from quire.errors import InvalidInput, PermanentError, QuireError, SystemFailure, TransientError
-from quire.filedigest import sha256_file
+from quire.filedigest import READ_CHUNK, sha256_file
 from quire.reasons import ReasonCode
 from quire.sealing import Sealer, open_sealed, read_header
 from quire.tempspace import temp_prefix
@@ -75,7 +75,6 @@ __all__ = [
     "tenant_of_key",
 ]
 
-READ_CHUNK = 1024 * 1024
 DEFAULT_OWNER = "quire"
 """The temporary-space owner of a store built without one (tools, tests)."""
 REFUSING_WRITES = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})

@@ -8,9 +8,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-__all__ = ["sha256_file"]
+__all__ = ["READ_CHUNK", "sha256_file"]
 
-_CHUNK = 1024 * 1024
+READ_CHUNK = 1024 * 1024
+"""How much of a file is read at a time (the blob store reads by the same)."""
 
 
 def sha256_file(path: str | Path) -> tuple[str, int]:
@@ -18,7 +19,7 @@ def sha256_file(path: str | Path) -> tuple[str, int]:
     digest = hashlib.sha256()
     size = 0
     with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
+        while chunk := handle.read(READ_CHUNK):
             digest.update(chunk)
             size += len(chunk)
     return digest.hexdigest(), size
