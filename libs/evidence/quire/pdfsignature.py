@@ -16,6 +16,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from quire.asn1backport import mend
+
 __all__ = ["SignatureReport", "verify_signed_pdf", "certificate_sha256"]
 
 
@@ -69,6 +71,7 @@ def verify_signed_pdf(path: str, trusted_pems: list[str]) -> SignatureReport:
     from asn1crypto import pem as asn1_pem
     from asn1crypto import x509 as asn1_x509
 
+    mend()
     roots = []
     for pem_text in trusted_pems:
         _kind, _headers, der = asn1_pem.unarmor(pem_text.encode())

@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from quire.asn1backport import mend
 from quire.filedigest import sha256_file
 
 __all__ = ["SignedPacket", "sign_packet", "PacketDigestMismatch", "SIGNATURE_FIELD", "Pkcs11Key"]
@@ -60,6 +61,7 @@ def sign_packet(
     """PAdES B-B, or B-T when a timestamp authority is given; the key is read
     from ``key_path`` or used inside a PKCS#11 token."""
 
+    mend()  # asn1crypto encodes each structure once, not hundreds of times
     if sha256_file(input_path)[0] != input_sha256:
         raise PacketDigestMismatch(input_sha256)
     if pkcs11 is not None:
