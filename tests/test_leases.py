@@ -12,7 +12,7 @@ from quire.database import Database
 from quire.leases import LeaseStore, lease_table
 from quire.pipeline import State, stage
 from quire.settings import QueueSettings
-from quire.stage import StageResult, StageRunner, Step
+from quire.stage import Decided, StageResult, StageRunner, Step
 from quire.transitions import EventFactory
 from quire.type import job_pb2, queue_pb2
 from quire.workqueue import WORK_STREAM, Publisher, consumer_name, work_subject
@@ -155,3 +155,134 @@ async def test_a_failing_job_in_a_group_is_rolled_back_alone(tmp_path: Path) -> 
         else:
             assert again.committed is not None
             assert again.committed.next_subject == f"done {n}"
+
+
+class _EarlyWork:
+    """Judges before its lease (``StartsEarly``), marking its verdict with the
+    call number; the first call waits for the test. ``process`` is never used."""
+
+    def __init__(self, *, hold_first: bool = True) -> None:
+        self.started = asyncio.Event()
+        self.release_first = asyncio.Event()
+        if not hold_first:
+            self.release_first.set()
+        self.calls = 0
+        self.tokens: list[int] = []
+
+    async def process(self, task: queue_pb2.JobTask, lease, attempt: int) -> StageResult:  # type: ignore[no-untyped-def]
+        raise AssertionError("a delivery judged early is not processed again")
+
+    def early(self, task: queue_pb2.JobTask, attempt: int):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        return self._judged(task, self.calls)
+
+    async def _judged(self, task: queue_pb2.JobTask, call: int) -> Decided:
+        self.started.set()
+        if call == 1:
+            await self.release_first.wait()
+        next_task = queue_pb2.JobTask()
+        next_task.CopyFrom(task)
+        next_task.assembled.CopyFrom(job_pb2.Artifact(sha256=f"call-{call}"))
+
+        def decided(lease) -> StageResult:  # type: ignore[no-untyped-def]
+            self.tokens.append(lease.token)
+            return StageResult.hand_on(next_task, steps=(Step(State.VALIDATING, State.REVIEWING),))
+
+        return decided
+
+
+def _runner(
+    work: object, leases: LeaseStore, jetstream: JetStreamContext, queue: QueueSettings
+) -> StageRunner:
+    return StageRunner(
+        stage=stage("validate"),
+        work=work,  # type: ignore[arg-type]
+        leases=leases,
+        publisher=Publisher(jetstream),
+        events=EventFactory("validator", "test", "0"),
+        queue=queue,
+    )
+
+
+async def _handed_on(jetstream: JetStreamContext) -> list[str]:
+    assemble = await jetstream.pull_subscribe_bind(
+        durable=consumer_name("assemble", "interactive"), stream=WORK_STREAM
+    )
+    try:
+        messages = await assemble.fetch(5, timeout=1)
+    except TimeoutError:
+        return []
+    return [queue_pb2.JobTask.FromString(m.data).assembled.sha256 for m in messages]
+
+
+async def test_an_early_verdict_runs_beside_the_lease_and_is_recorded_under_it(
+    tmp_path: Path, jetstream: JetStreamContext, fast_queue: QueueSettings
+) -> None:
+    work = _EarlyWork()
+    leases = _lease_store(tmp_path)
+    runner = _runner(work, leases, jetstream, fast_queue)
+    task = queue_pb2.JobTask(job=JOB, tenant="t1", priority="interactive")
+    await jetstream.publish(work_subject("validate", "interactive"), task.SerializeToString())
+    validate = await jetstream.pull_subscribe_bind(
+        durable=consumer_name("validate", "interactive"), stream=WORK_STREAM
+    )
+    (delivery,) = await validate.fetch(1, timeout=5)
+    handled = asyncio.create_task(runner.handle(delivery))
+    await asyncio.wait_for(work.started.wait(), 5)
+    # The lease is taken while the judgement is still under way.
+    for _ in range(100):
+        if await leases.current_token(JOB) == 1:
+            break
+        await asyncio.sleep(0.02)
+    assert await leases.current_token(JOB) == 1
+    assert not handled.done()
+    work.release_first.set()
+    await handled
+    assert work.tokens == [1], "the verdict is recorded under the lease taken beside it"
+    assert await _handed_on(jetstream) == ["call-1"]
+    again = await leases.acquire(JOB)
+    assert again.committed is not None
+
+
+async def test_an_early_verdict_is_dropped_when_an_earlier_delivery_committed(
+    tmp_path: Path, jetstream: JetStreamContext, fast_queue: QueueSettings
+) -> None:
+    work = _EarlyWork(hold_first=False)
+    leases = _lease_store(tmp_path)
+    runner = _runner(work, leases, jetstream, fast_queue)
+    task = queue_pb2.JobTask(job=JOB, tenant="t1", priority="interactive")
+    validate = await jetstream.pull_subscribe_bind(
+        durable=consumer_name("validate", "interactive"), stream=WORK_STREAM
+    )
+    for _ in range(2):  # the task twice (a producer's retry): two deliveries
+        await jetstream.publish(work_subject("validate", "interactive"), task.SerializeToString())
+        (delivery,) = await validate.fetch(1, timeout=5)
+        await runner.handle(delivery)
+    assert work.calls == 2, "the second delivery was judged early too"
+    assert work.tokens == [1], "but only the first verdict was recorded"
+    assert await _handed_on(jetstream) == ["call-1"], "the committed outcome, handed on once"
+
+
+async def test_a_stale_early_verdict_commits_and_publishes_nothing(
+    tmp_path: Path, jetstream: JetStreamContext, fast_queue: QueueSettings
+) -> None:
+    work = _EarlyWork()
+    leases = _lease_store(tmp_path)
+    runner = _runner(work, leases, jetstream, fast_queue)
+    task = queue_pb2.JobTask(job=JOB, tenant="t1", priority="interactive")
+    await jetstream.publish(work_subject("validate", "interactive"), task.SerializeToString())
+    validate = await jetstream.pull_subscribe_bind(
+        durable=consumer_name("validate", "interactive"), stream=WORK_STREAM
+    )
+    (stale_delivery,) = await validate.fetch(1, timeout=5)
+    stale = asyncio.create_task(runner.handle(stale_delivery))
+    await asyncio.sleep(0.2)
+    # No heartbeat: the ack wait lapses and JetStream hands the job to a new worker.
+    (fresh_delivery,) = await validate.fetch(1, timeout=5)
+    assert fresh_delivery.metadata.num_delivered == 2
+    await runner.handle(fresh_delivery)
+    work.release_first.set()
+    await stale
+    assert await _handed_on(jetstream) == ["call-2"], "the stale verdict published nothing"
+    assert sorted(work.tokens) == [1, 2]
+    assert await leases.current_token(JOB) == 2

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from nats.aio.msg import Msg
 from opentelemetry import trace
@@ -75,7 +75,16 @@ from quire.workqueue.topology import (
     task_subject,
 )
 
-__all__ = ["Verdict", "Step", "StageResult", "StageWork", "Diagnostics", "StageRunner"]
+__all__ = [
+    "Verdict",
+    "Step",
+    "StageResult",
+    "StageWork",
+    "StartsEarly",
+    "Decided",
+    "Diagnostics",
+    "StageRunner",
+]
 
 Record = Callable[[Connection], None]
 """A stage's own rows, written in the transaction that commits its outcome."""
@@ -159,6 +168,23 @@ class StageWork(Protocol):
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult: ...
 
 
+Decided = Callable[[Lease], StageResult]
+"""A verdict reached before the lease was taken, waiting for it to record under."""
+
+
+@runtime_checkable
+class StartsEarly(Protocol):
+    """A stage's work that can judge a delivery while its lease is being
+    taken, because until it records it only reads (and stores nothing a
+    later delivery would not store the same): the runner starts ``early``
+    with the lease, and uses its verdict instead of ``process`` once the
+    lease is taken and the job may still move. None: this delivery waits
+    for its lease (``process``). Fencing is unchanged: the verdict is
+    recorded under the lease and committed only if it is still current."""
+
+    def early(self, task: queue_pb2.JobTask, attempt: int) -> Awaitable[Decided] | None: ...
+
+
 class Diagnostics(Protocol):
     """Where a failed delivery's original error text is kept for operators
     (``quire.diagnosticstore``); never raises, never changes the outcome."""
@@ -190,6 +216,18 @@ def _queued_since(msg: Msg) -> int | None:
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=UTC)
     return int(stamp.timestamp() * 1e9)
+
+
+def _leave(early: asyncio.Future[Decided]) -> None:
+    """An early verdict this delivery did not use (its job had moved on, or
+    an earlier delivery's outcome was committed): left to finish rather than
+    cancelled, since cancelling a sandbox call kills its worker; its result
+    or error is read and dropped."""
+    if early.done():
+        if not early.cancelled():
+            early.exception()
+    else:
+        early.add_done_callback(lambda done: done.cancelled() or done.exception())
 
 
 @dataclass(frozen=True)
@@ -320,6 +358,31 @@ class StageRunner:
             return settlement
 
     async def _run(self, task: queue_pb2.JobTask, attempt: int, span: trace.Span) -> Settlement:
+        early = self._early(task, attempt)
+        try:
+            return await self._leased(task, attempt, span, early)
+        except asyncio.CancelledError:
+            if early is not None:
+                early.cancel()
+            raise
+        finally:
+            if early is not None:
+                _leave(early)
+
+    def _early(self, task: queue_pb2.JobTask, attempt: int) -> asyncio.Future[Decided] | None:
+        """The work's early verdict, started now, if it judges before its lease."""
+        if not isinstance(self._work, StartsEarly):
+            return None
+        judged = self._work.early(task, attempt)
+        return None if judged is None else asyncio.ensure_future(judged)
+
+    async def _leased(
+        self,
+        task: queue_pb2.JobTask,
+        attempt: int,
+        span: trace.Span,
+        early: asyncio.Future[Decided] | None,
+    ) -> Settlement:
         # The gate is read and audit asked while the lease is taken: none
         # depends on the others, and a cancel or an ending recorded after the
         # read is still caught when this delivery ends the job or claims signing.
@@ -372,7 +435,7 @@ class StageRunner:
             announced = asyncio.create_task(self._announce_start(entry, due, publishing))
             decided: _Commit | Settlement | None = None
             try:
-                decided = await self._decide(task, lease, attempt, entry)
+                decided = await self._decide(task, lease, attempt, entry, early)
             finally:
                 if isinstance(decided, _Commit) and not publishing.is_set():
                     announced.cancel()
@@ -466,9 +529,13 @@ class StageRunner:
         lease: Lease,
         attempt: int,
         entry: list[queue_pb2.TransitionEvent],
+        early: asyncio.Future[Decided] | None = None,
     ) -> _Commit | Settlement:
         try:
-            result = await self._work.process(task, lease, attempt)
+            if early is not None:
+                result = (await early)(lease)
+            else:
+                result = await self._work.process(task, lease, attempt)
         except PermanentError as error:
             state = State.REJECTED
             if isinstance(error, JobCancelled):

@@ -12,7 +12,7 @@ hand on, until an operator resolves the review.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from sqlalchemy import Connection
@@ -22,7 +22,7 @@ from quire.leases import Lease
 from quire.pipeline import State, Verdict
 from quire.reasons import ReasonCode
 from quire.rolloutboard import StageRollout
-from quire.stage import StageResult, Step
+from quire.stage import Decided, StageResult, Step
 from quire.type import queue_pb2
 from quire.validator import tables
 from quire.validator.evaluation import Evaluation, Evaluator
@@ -99,6 +99,18 @@ class ValidatorWork:
         return [ruleset.key for ruleset in self._book.all()]
 
     async def process(self, task: queue_pb2.JobTask, lease: Lease, attempt: int) -> StageResult:
+        return (await self._judged(task, attempt))(lease)
+
+    def early(self, task: queue_pb2.JobTask, attempt: int) -> Awaitable[Decided] | None:
+        """The evaluation, started while the runner takes the lease: it reads
+        and judges, and the one thing it may store (a repaired source's clean
+        rewrite, under its own digest) any delivery stores the same. A job
+        whose sources must be fetched first waits for its lease: fetching
+        spends the tenant's budget and an outside system's patience."""
+        return None if wants_fetching(task) else self._judged(task, attempt)
+
+    async def _judged(self, task: queue_pb2.JobTask, attempt: int) -> Decided:
+        """The verdict on ``task``, waiting for the lease to record it under."""
         # A validate rollout's candidate ruleset while that rollout is open;
         # once it is rolled back (the baseline finishing the candidate's
         # jobs, say) or promoted, the job's own. The ledger records which ran.
@@ -122,40 +134,50 @@ class ValidatorWork:
             try:
                 fetched = await self._sources.pin_sources(pinned, attempt)
             except SystemFailure as failure:  # out of budget, refused, ...
-                return StageResult.fail(await self._sources.with_pins(pinned), failure)
+                failed = StageResult.fail(await self._sources.with_pins(pinned), failure)
+                return lambda _lease: failed
             pinned = fetched.task
             if fetched.rejection is not None:
-                return StageResult.reject(pinned, fetched.rejection)
+                rejected = StageResult.reject(pinned, fetched.rejection)
+                return lambda _lease: rejected
         try:
             evaluation = await self._evaluator.evaluate(pinned, ruleset, attempt=attempt)
         except (JobCancelled, SystemFailure):
             raise
         except PermanentError as refused:  # DATA_SHREDDED and the like
-            return StageResult.reject(pinned, refused)
+            refusal = StageResult.reject(pinned, refused)
+            return lambda _lease: refusal
         # Later stages read a repaired source's clean rewrite; its digest in the
         # manifest (source.sha256) stays the uploaded bytes'.
         repaired = {repair.position: repair for repair in evaluation.repairs}
         for source in pinned.sources:
             if source.position in repaired:
                 source.repair.CopyFrom(repaired[source.position])
-        record = _record(pinned, ruleset, evaluation, lease.token)
-        if evaluation.verdict is Verdict.REJECTED:
-            rejection = Rejected(
-                evaluation.reason,
-                "job rejected",
-                detail=evaluation.detail,
-                disagreements=tuple(evaluation.disagreements),
-            )
-            return StageResult.reject(pinned, rejection, record=record)
-        accepted: dict[str, object] = {}
-        if evaluation.repairs:
-            accepted["repairs"] = evaluation.repairs
-        if evaluation.disagreements:
-            accepted["disagreements"] = evaluation.disagreements
-        reviewing = Step(State.VALIDATING, State.REVIEWING, accepted)
-        if evaluation.verdict is Verdict.NEEDS_REVIEW:
-            parked = Step(
-                State.REVIEWING, State.NEEDS_REVIEW, {"reason_code": ReasonCode.REVIEW_REQUIRED}
-            )
-            return StageResult.park(pinned, steps=(reviewing, parked), record=record)
-        return StageResult.hand_on(pinned, steps=(reviewing,), record=record)
+        return lambda lease: _result(pinned, ruleset, evaluation, lease.token)
+
+
+def _result(
+    pinned: queue_pb2.JobTask, ruleset: Ruleset, evaluation: Evaluation, token: int
+) -> StageResult:
+    """The stage's result for an evaluation, recorded under lease ``token``."""
+    record = _record(pinned, ruleset, evaluation, token)
+    if evaluation.verdict is Verdict.REJECTED:
+        rejection = Rejected(
+            evaluation.reason,
+            "job rejected",
+            detail=evaluation.detail,
+            disagreements=tuple(evaluation.disagreements),
+        )
+        return StageResult.reject(pinned, rejection, record=record)
+    accepted: dict[str, object] = {}
+    if evaluation.repairs:
+        accepted["repairs"] = evaluation.repairs
+    if evaluation.disagreements:
+        accepted["disagreements"] = evaluation.disagreements
+    reviewing = Step(State.VALIDATING, State.REVIEWING, accepted)
+    if evaluation.verdict is Verdict.NEEDS_REVIEW:
+        parked = Step(
+            State.REVIEWING, State.NEEDS_REVIEW, {"reason_code": ReasonCode.REVIEW_REQUIRED}
+        )
+        return StageResult.park(pinned, steps=(reviewing, parked), record=record)
+    return StageResult.hand_on(pinned, steps=(reviewing,), record=record)
