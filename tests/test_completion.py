@@ -317,3 +317,28 @@ async def test_history_grown_while_the_completion_reads_it_is_not_waited_out(
     )
     assert verdict is Verdict.COMPLETED
     assert reads == 2
+
+
+async def test_a_try_that_finds_the_history_incomplete_writes_nothing(tmp_path: Path) -> None:
+    """The commit task usually overtakes the signer's last events: that try
+    takes no token and changes nothing, so it costs no durable commit."""
+    completion, database, blobs = _make_desk(tmp_path, history_wait_seconds=0.0)
+    task = _signed_task(blobs)
+    _record_history(database, task, ("ACCEPTED", "VALIDATING", "REVIEWING", "COMMITTING"))
+
+    def tokens() -> list[int]:
+        return (
+            database.transaction(
+                lambda s: s.execute(select(tables.leases.c.token).where(tables.leases.c.job == JOB))
+            )
+            .scalars()
+            .all()
+        )
+
+    verdict = await completion._complete_when_evident(task, 1, None)  # noqa: SLF001
+    assert verdict is Verdict.HISTORY_INCOMPLETE
+    assert tokens() == [], "no token taken"
+    _record_history(database, task, ("ASSEMBLING", "SIGNING"))
+    verdict = await completion._complete_when_evident(task, 2, None)  # noqa: SLF001
+    assert verdict is Verdict.COMPLETED
+    assert tokens() == [1], "the deciding try took the first token"

@@ -1,9 +1,9 @@
 """Completion: the only way a job becomes COMPLETED.
 
 Audit takes the commit task, hashes the signed artifact that the signer
-reported, and then, in one transaction, takes the delivery's lease token,
-checks that the ledger holds the job's whole history (ACCEPTED through
-COMMITTING) with the same output digest, and appends the COMPLETED entry.
+reported, and then, in one transaction, checks that the ledger holds the
+job's whole history (ACCEPTED through COMMITTING) with the same output
+digest, takes the delivery's lease token and appends the COMPLETED entry.
 Missing history is not an error: the events are late, so the task is retried
 with backoff and the job stays COMMITTING. A missing or different artifact
 ends the job FAILED.
@@ -186,40 +186,47 @@ class CompletionDesk:
         lease: Lease | None,
         refusal: ReasonCode | None,
     ) -> Verdict:
-        """One try, in one transaction: with ``lease`` None, the token is taken in it."""
+        """One try, in one transaction: with ``lease`` None, the token is taken
+        in it, once the job is found still open and (unless refused) its
+        history whole. A try that decides nothing (the job ended, or its last
+        events are still on the way) writes nothing: no token, no commit to
+        make durable."""
         if refusal is not None:
             log.warning("job %s: completion refused (%s)", task.job, refusal)
         else:
             fault_point("audit.before_commit")
 
         def decide(connection: Connection) -> tuple[Verdict, list[_Entry]]:
-            held = lease or self.leases.acquire_in(connection, lease_key(task.job, task.generation))
-            if refusal is None:
-                return self._complete(connection, task, attempt, held)
             state = connection.execute(_STATE, {"job": task.job}).scalar_one_or_none()
             if state in TERMINAL_STATES:
                 return Verdict.ALREADY_DONE, []
-            return self._end(connection, task, attempt, held, refusal)
+            reported = None if refusal is not None else self._reported(connection, task)
+            if refusal is None and reported is None:
+                log.info("job %s: history incomplete, completion deferred", task.job)
+                return Verdict.HISTORY_INCOMPLETE, []
+            held = lease or self.leases.acquire_in(connection, lease_key(task.job, task.generation))
+            if reported is not None and reported.output_digest != task.signed.sha256:
+                refused: str = ReasonCode.ARTIFACT_DIGEST_MISMATCH
+            else:
+                refused = refusal or ""
+            return self._end(connection, task, attempt, held, refused)
 
         verdict, entries = await self._writes.run(decide, tenant=task.tenant)
         if entries:
             self._history.appended(task.job, entries)
         return verdict
 
-    def _complete(
-        self, connection: Connection, task: queue_pb2.JobTask, attempt: int, lease: Lease
-    ) -> tuple[Verdict, list[_Entry]]:
-        state = connection.execute(_STATE, {"job": task.job}).scalar_one_or_none()
-        if state in TERMINAL_STATES:
-            return Verdict.ALREADY_DONE, []
+    @staticmethod
+    def _reported(
+        connection: Connection, task: queue_pb2.JobTask
+    ) -> queue_pb2.TransitionEvent | None:
+        """The signer's COMMITTING event, once the ledger holds the job's whole
+        history before completion; None while any of it is missing."""
         history = connection.execute(_HISTORY, {"job": task.job}).all()
         if not set(HISTORY_BEFORE_COMPLETION) <= {row.to_state for row in history}:
-            log.info("job %s: history incomplete, completion deferred", task.job)
-            return Verdict.HISTORY_INCOMPLETE, []
+            return None
         reported = next(row.event for row in reversed(history) if row.to_state == State.COMMITTING)
-        if queue_pb2.TransitionEvent.FromString(reported).output_digest != task.signed.sha256:
-            return self._end(connection, task, attempt, lease, ReasonCode.ARTIFACT_DIGEST_MISMATCH)
-        return self._end(connection, task, attempt, lease, "")
+        return queue_pb2.TransitionEvent.FromString(reported)
 
     def _end(
         self,
