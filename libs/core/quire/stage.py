@@ -2,7 +2,9 @@
 
     take a new lease token ── already committed? ──▶ republish outcome, ack
             │
-        process (the stage's own work; heartbeats run meanwhile) ─▶ its verdict:
+        process (the stage's own work, or the verdict it began beside the lease
+            │    when it judges before one: ``StartsEarly``; heartbeats run meanwhile)
+            │    ─▶ its verdict:
             │ hand on / park ─▶ outcome: its steps (and the next stage's task)
             │ reject ─────────▶ outcome: REJECTED with reason, then term
             │ permanent error ─▶ outcome: REJECTED, FAILED or CANCELLED, then term
