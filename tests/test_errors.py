@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import pickle
 
-from google.rpc import code_pb2, error_details_pb2
+import grpc
+import pytest
+from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from quire.errors import (
     Conflict,
@@ -15,7 +18,7 @@ from quire.errors import (
     Rejected,
     TransientError,
 )
-from quire.grpcstatus import status_for
+from quire.grpcstatus import abort_with, status_for
 from quire.reasons import ReasonCode
 
 
@@ -73,3 +76,40 @@ def test_errors_survive_crossing_a_process_boundary() -> None:
     assert isinstance(error, Rejected)
     assert error.reason is ReasonCode.ENCRYPTED_PDF
     assert error.permanent
+
+
+class _Aborted(Exception):
+    pass
+
+
+class _Context:
+    """The one call ``abort_with`` makes on a servicer context."""
+
+    def __init__(self) -> None:
+        self.status: object = None
+
+    async def abort_with_status(self, status: object) -> None:
+        self.status = status
+        raise _Aborted()
+
+
+async def test_a_full_disk_met_anywhere_in_a_call_is_storage_unavailable(caplog) -> None:  # type: ignore[no-untyped-def]
+    for error, code, reason in (
+        (
+            OSError(errno.ENOSPC, "No space left on device"),
+            grpc.StatusCode.UNAVAILABLE,
+            "STORAGE_UNAVAILABLE",
+        ),
+        (OSError(errno.EIO, "/secret/path"), grpc.StatusCode.INTERNAL, "INTERNAL"),
+    ):
+        context = _Context()
+        with pytest.raises(_Aborted):
+            await abort_with(context, error, "admission.quire")  # type: ignore[arg-type]
+        assert context.status.code == code  # type: ignore[attr-defined]
+        metadata = dict(context.status.trailing_metadata)  # type: ignore[attr-defined]
+        sent = status_pb2.Status.FromString(metadata["grpc-status-details-bin"])
+        (info,) = _details(sent, error_details_pb2.ErrorInfo)
+        assert info.reason == reason
+    # The unexpected one is logged by its type and errno name, never its text.
+    assert "unexpected OSError (EIO)" in caplog.text
+    assert "/secret/path" not in caplog.text

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -158,6 +159,38 @@ def test_a_blob_read_from_nats_onto_a_full_temporary_disk_is_storage_unavailable
             b"".join(store.read_plain(key))
         assert failed.value.reason == ReasonCode.STORAGE_UNAVAILABLE
         filler.free()
+        assert b"".join(store.read_plain(key)) == data
+    finally:
+        store.close()
+
+
+def test_a_blob_read_from_nats_onto_a_nearly_full_disk_is_storage_unavailable(
+    disk: SmallFileSystem, nats_server: NatsServer
+) -> None:
+    """Room for all but the last few KiB of the blob: the disk takes part of
+    a write, the rest waits in the file's buffer, and the flush that fails
+    comes again when the file is closed. That second failure escaped as a
+    bare OSError (a download answered INTERNAL while a temporary disk was
+    nearly full)."""
+    port = NatsPort(lambda: connect_nats(nats_server.url, "quire-test-nearly"), name="nearly")
+    port.run(ensure_blob_buckets, port.js, 1)
+    store = NatsBlobStore.open(port, made_up_ring(), disk.path / "tmp")
+    try:
+        data = bytes(range(256)) * 120  # 30 KiB: a signed packet's size
+        key = source_key(TENANT, hashlib.sha256(data).hexdigest())
+        assert store.promote_bytes(data, key)
+        filler = disk.path / "filler"
+        page = 4096
+        with open(filler, "wb") as held:
+            for room in range(len(data) - 4 * page, len(data) + 2 * page, page // 2):
+                held.truncate(0)
+                spare = os.statvfs(disk.path).f_bavail * page
+                os.posix_fallocate(held.fileno(), 0, max(spare - room, page))
+                try:
+                    assert b"".join(store.read_plain(key)) == data
+                except TransientError as failed:
+                    assert failed.reason == ReasonCode.STORAGE_UNAVAILABLE, room
+        filler.unlink()
         assert b"".join(store.read_plain(key)) == data
     finally:
         store.close()

@@ -7,6 +7,7 @@ service). Manifests add ``BadRequest`` field violations; load shedding adds
 
 from __future__ import annotations
 
+import errno
 import functools
 import inspect
 import logging
@@ -32,6 +33,7 @@ from quire.errors import (
     QuireError,
     Unauthenticated,
 )
+from quire.fullstorage import as_storage_error
 from quire.reasons import ReasonCode
 from quire.telemetry import record_failure
 
@@ -105,10 +107,17 @@ def status_for(error: BaseException, domain: str) -> status_pb2.Status:
 async def abort_with(
     context: grpc.aio.ServicerContext, error: BaseException, domain: str
 ) -> NoReturn:
-    """Abort the RPC with the status for ``error``."""
+    """Abort the RPC with the status for ``error``; a full disk met anywhere
+    is ``STORAGE_UNAVAILABLE`` (``quire.fullstorage``), retryable."""
+    if isinstance(error, Exception):
+        error = as_storage_error(error)
     if not isinstance(error, QuireError):
-        # The type only: exception text may carry document content.
-        log.error("unexpected %s in %s", type(error).__name__, domain)
+        # The type (and an OSError's errno name) only: exception text may
+        # carry document content or paths.
+        code = errno.errorcode.get(error.errno or 0, "") if isinstance(error, OSError) else ""
+        log.error(
+            "unexpected %s%s in %s", type(error).__name__, f" ({code})" if code else "", domain
+        )
     reason = error.reason.value if isinstance(error, QuireError) else ReasonCode.INTERNAL.value
     record_failure(trace.get_current_span(), error, reason)
     await context.abort_with_status(rpc_status.to_status(status_for(error, domain)))

@@ -313,12 +313,13 @@ class NatsBlobStore(SealedBlobStore):
     def open_sealed(self, key: str) -> Iterator[BinaryIO]:
         fd, path = self.make_temp_file("read")
         try:
-            with os.fdopen(fd, "w+b") as handle:
-                # Staged in the temporary space: a full disk there is a
-                # storage fault (STORAGE_UNAVAILABLE), as for a write.
-                with StorageWrite("blob not staged for reading"):
-                    self._download(key, handle)
-                    handle.seek(0)
+            # Staged in the temporary space: a full disk there is a storage
+            # fault (STORAGE_UNAVAILABLE), as for a write. The close is inside
+            # too: a write the disk took only in part leaves the rest
+            # buffered, and the close's flush meets the full disk again.
+            with StorageWrite("blob not staged for reading"), os.fdopen(fd, "w+b") as handle:
+                self._download(key, handle)
+                handle.seek(0)
                 yield handle
         finally:
             path.unlink(missing_ok=True)
