@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
+import pytest
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from sqlalchemy import MetaData
 
@@ -57,42 +60,17 @@ class _BlockingWork:
         return StageResult.hand_on(next_task, steps=(Step(State.VALIDATING, State.REVIEWING),))
 
 
-async def test_stale_worker_cannot_commit(
-    tmp_path: Path, jetstream: JetStreamContext, fast_queue: QueueSettings
+@pytest.mark.parametrize("kind", ["process", "early"])
+async def test_a_stale_delivery_commits_and_publishes_nothing(
+    tmp_path: Path, jetstream: JetStreamContext, fast_queue: QueueSettings, kind: str
 ) -> None:
-    work = _BlockingWork()
+    """Whether the work ran under its lease (``process``) or judged beside it
+    (``StartsEarly``), the delivery whose lease was superseded commits and
+    publishes nothing."""
+    work = _BlockingWork() if kind == "process" else _EarlyWork()
     leases = _lease_store(tmp_path)
-    runner = StageRunner(
-        stage=stage("validate"),
-        work=work,
-        leases=leases,
-        publisher=Publisher(jetstream),
-        events=EventFactory("validator", "test", "0"),
-        queue=fast_queue,
-    )
-    task = queue_pb2.JobTask(job=JOB, tenant="t1", priority="interactive")
-    await jetstream.publish(work_subject("validate", "interactive"), task.SerializeToString())
-    validate = await jetstream.pull_subscribe_bind(
-        durable=consumer_name("validate", "interactive"), stream=WORK_STREAM
-    )
-
-    (stale_delivery,) = await validate.fetch(1, timeout=5)
-    stale = asyncio.create_task(runner.handle(stale_delivery))
-    await asyncio.sleep(0.2)
-    # No heartbeat: the ack wait lapses and JetStream hands the job to a new worker.
-    (fresh_delivery,) = await validate.fetch(1, timeout=5)
-    assert fresh_delivery.metadata.num_delivered == 2
-    await runner.handle(fresh_delivery)
-
-    work.release_first.set()
-    await stale
-
-    assemble = await jetstream.pull_subscribe_bind(
-        durable=consumer_name("assemble", "interactive"), stream=WORK_STREAM
-    )
-    handed_on = await assemble.fetch(5, timeout=1)
-    assert len(handed_on) == 1, "the stale worker must publish nothing"
-    assert queue_pb2.JobTask.FromString(handed_on[0].data).assembled.sha256 == "call-2"
+    await _superseded(_runner(work, leases, jetstream, fast_queue), work.release_first, jetstream)
+    assert await _handed_on(jetstream) == ["call-2"], "the stale delivery must publish nothing"
     assert work.calls == 2
     assert await leases.current_token(JOB) == 2
 
@@ -221,12 +199,7 @@ async def test_an_early_verdict_runs_beside_the_lease_and_is_recorded_under_it(
     work = _EarlyWork()
     leases = _lease_store(tmp_path)
     runner = _runner(work, leases, jetstream, fast_queue)
-    task = queue_pb2.JobTask(job=JOB, tenant="t1", priority="interactive")
-    await jetstream.publish(work_subject("validate", "interactive"), task.SerializeToString())
-    validate = await jetstream.pull_subscribe_bind(
-        durable=consumer_name("validate", "interactive"), stream=WORK_STREAM
-    )
-    (delivery,) = await validate.fetch(1, timeout=5)
+    delivery, _validate = await _task_delivered(jetstream)
     handled = asyncio.create_task(runner.handle(delivery))
     await asyncio.wait_for(work.started.wait(), 5)
     # The lease is taken while the judgement is still under way.
@@ -250,39 +223,40 @@ async def test_an_early_verdict_is_dropped_when_an_earlier_delivery_committed(
     work = _EarlyWork(hold_first=False)
     leases = _lease_store(tmp_path)
     runner = _runner(work, leases, jetstream, fast_queue)
-    task = queue_pb2.JobTask(job=JOB, tenant="t1", priority="interactive")
-    validate = await jetstream.pull_subscribe_bind(
-        durable=consumer_name("validate", "interactive"), stream=WORK_STREAM
-    )
+    validate = None
     for _ in range(2):  # the task twice (a producer's retry): two deliveries
-        await jetstream.publish(work_subject("validate", "interactive"), task.SerializeToString())
-        (delivery,) = await validate.fetch(1, timeout=5)
+        delivery, validate = await _task_delivered(jetstream, validate)
         await runner.handle(delivery)
     assert work.calls == 2, "the second delivery was judged early too"
     assert work.tokens == [1], "but only the first verdict was recorded"
     assert await _handed_on(jetstream) == ["call-1"], "the committed outcome, handed on once"
 
 
-async def test_a_stale_early_verdict_commits_and_publishes_nothing(
-    tmp_path: Path, jetstream: JetStreamContext, fast_queue: QueueSettings
+async def _superseded(
+    runner: StageRunner, release: asyncio.Event, jetstream: JetStreamContext
 ) -> None:
-    work = _EarlyWork()
-    leases = _lease_store(tmp_path)
-    runner = _runner(work, leases, jetstream, fast_queue)
-    task = queue_pb2.JobTask(job=JOB, tenant="t1", priority="interactive")
-    await jetstream.publish(work_subject("validate", "interactive"), task.SerializeToString())
-    validate = await jetstream.pull_subscribe_bind(
-        durable=consumer_name("validate", "interactive"), stream=WORK_STREAM
-    )
-    (stale_delivery,) = await validate.fetch(1, timeout=5)
+    """The job's task delivered and held by its work until JetStream, with no
+    heartbeat, hands it to a second delivery, which runs to its end; then the
+    first delivery's work is released and it ends too."""
+    stale_delivery, validate = await _task_delivered(jetstream)
     stale = asyncio.create_task(runner.handle(stale_delivery))
     await asyncio.sleep(0.2)
     # No heartbeat: the ack wait lapses and JetStream hands the job to a new worker.
     (fresh_delivery,) = await validate.fetch(1, timeout=5)
     assert fresh_delivery.metadata.num_delivered == 2
     await runner.handle(fresh_delivery)
-    work.release_first.set()
+    release.set()
     await stale
-    assert await _handed_on(jetstream) == ["call-2"], "the stale verdict published nothing"
-    assert sorted(work.tokens) == [1, 2]
-    assert await leases.current_token(JOB) == 2
+
+
+async def _task_delivered(jetstream: JetStreamContext, validate: Any = None) -> tuple[Msg, Any]:
+    """The job's validate task published, and its delivery (and the pull
+    subscription it came on, made unless given)."""
+    task = queue_pb2.JobTask(job=JOB, tenant="t1", priority="interactive")
+    await jetstream.publish(work_subject("validate", "interactive"), task.SerializeToString())
+    if validate is None:
+        validate = await jetstream.pull_subscribe_bind(
+            durable=consumer_name("validate", "interactive"), stream=WORK_STREAM
+        )
+    (delivery,) = await validate.fetch(1, timeout=5)
+    return delivery, validate
