@@ -145,6 +145,9 @@ class _EarlyWork:
         if not hold_first:
             self.release_first.set()
         self.calls = 0
+        self.finished = 0
+        self.slow_second = False
+        """The second judgement takes a while (0.3 s)."""
         self.tokens: list[int] = []
 
     async def process(self, task: queue_pb2.JobTask, lease, attempt: int) -> StageResult:  # type: ignore[no-untyped-def]
@@ -158,6 +161,9 @@ class _EarlyWork:
         self.started.set()
         if call == 1:
             await self.release_first.wait()
+        if call == 2 and self.slow_second:
+            await asyncio.sleep(0.3)
+        self.finished += 1
         next_task = queue_pb2.JobTask()
         next_task.CopyFrom(task)
         next_task.assembled.CopyFrom(job_pb2.Artifact(sha256=f"call-{call}"))
@@ -221,6 +227,7 @@ async def test_an_early_verdict_is_dropped_when_an_earlier_delivery_committed(
     tmp_path: Path, jetstream: JetStreamContext, fast_queue: QueueSettings
 ) -> None:
     work = _EarlyWork(hold_first=False)
+    work.slow_second = True
     leases = _lease_store(tmp_path)
     runner = _runner(work, leases, jetstream, fast_queue)
     validate = None
@@ -228,6 +235,9 @@ async def test_an_early_verdict_is_dropped_when_an_earlier_delivery_committed(
         delivery, validate = await _task_delivered(jetstream, validate)
         await runner.handle(delivery)
     assert work.calls == 2, "the second delivery was judged early too"
+    # Unused, its judgement still ran to its end inside the delivery (within
+    # the stage's limit), neither cancelled nor left running behind it.
+    assert work.finished == 2
     assert work.tokens == [1], "but only the first verdict was recorded"
     assert await _handed_on(jetstream) == ["call-1"], "the committed outcome, handed on once"
 

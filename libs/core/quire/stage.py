@@ -220,16 +220,15 @@ def _queued_since(msg: Msg) -> int | None:
     return int(stamp.timestamp() * 1e9)
 
 
-def _leave(early: asyncio.Future[Decided]) -> None:
-    """An early verdict this delivery did not use (its job had moved on, or
-    an earlier delivery's outcome was committed): left to finish rather than
-    cancelled, since cancelling a sandbox call kills its worker; its result
-    or error is read and dropped."""
-    if early.done():
-        if not early.cancelled():
-            early.exception()
-    else:
-        early.add_done_callback(lambda done: done.cancelled() or done.exception())
+async def _drained(early: asyncio.Future[Decided]) -> None:
+    """An early verdict, seen to its end before its delivery ends: one the
+    delivery did not use (its job had moved on, or an earlier delivery's
+    outcome was committed) still holds the delivery's slot while it runs, so
+    the stage's limit bounds it; it is not cancelled, since cancelling a
+    sandbox call kills the worker. Its result or error is dropped."""
+    await asyncio.wait({early})  # its own end, however it ends; a cancel of ours still stops us
+    if not early.cancelled():
+        early.exception()  # read, and dropped
 
 
 @dataclass(frozen=True)
@@ -361,15 +360,18 @@ class StageRunner:
 
     async def _run(self, task: queue_pb2.JobTask, attempt: int, span: trace.Span) -> Settlement:
         early = self._early(task, attempt)
+        if early is None:
+            return await self._leased(task, attempt, span, None)
         try:
-            return await self._leased(task, attempt, span, early)
+            settlement = await self._leased(task, attempt, span, early)
         except asyncio.CancelledError:
-            if early is not None:
-                early.cancel()
+            early.cancel()  # the worker is halting: nothing waits for it
             raise
-        finally:
-            if early is not None:
-                _leave(early)
+        except BaseException:
+            await _drained(early)
+            raise
+        await _drained(early)
+        return settlement
 
     def _early(self, task: queue_pb2.JobTask, attempt: int) -> asyncio.Future[Decided] | None:
         """The work's early verdict, started now, if it judges before its lease."""
