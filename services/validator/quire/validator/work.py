@@ -134,19 +134,18 @@ class ValidatorWork:
             try:
                 fetched = await self._sources.pin_sources(pinned, attempt)
             except SystemFailure as failure:  # out of budget, refused, ...
-                failed = StageResult.fail(await self._sources.with_pins(pinned), failure)
-                return lambda _lease: failed
+                return _whatever_the_lease(
+                    StageResult.fail(await self._sources.with_pins(pinned), failure)
+                )
             pinned = fetched.task
             if fetched.rejection is not None:
-                rejected = StageResult.reject(pinned, fetched.rejection)
-                return lambda _lease: rejected
+                return _whatever_the_lease(StageResult.reject(pinned, fetched.rejection))
         try:
             evaluation = await self._evaluator.evaluate(pinned, ruleset, attempt=attempt)
         except (JobCancelled, SystemFailure):
             raise
         except PermanentError as refused:  # DATA_SHREDDED and the like
-            refusal = StageResult.reject(pinned, refused)
-            return lambda _lease: refusal
+            return _whatever_the_lease(StageResult.reject(pinned, refused))
         # Later stages read a repaired source's clean rewrite; its digest in the
         # manifest (source.sha256) stays the uploaded bytes'.
         repaired = {repair.position: repair for repair in evaluation.repairs}
@@ -154,6 +153,11 @@ class ValidatorWork:
             if source.position in repaired:
                 source.repair.CopyFrom(repaired[source.position])
         return lambda lease: _result(pinned, ruleset, evaluation, lease.token)
+
+
+def _whatever_the_lease(result: StageResult) -> Decided:
+    """A verdict that records nothing of its own, so needs no lease token."""
+    return lambda _lease: result
 
 
 def _result(
