@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import (
     Column,
@@ -34,6 +33,7 @@ from sqlalchemy import (
 )
 
 from quire.database import Database, upsert_insert
+from quire.driversql import DriverStatement
 from quire.groupcommit import GroupCommit, Writes
 from quire.type import queue_pb2
 
@@ -79,8 +79,8 @@ class LeaseStore:
         self._writes: Writes = writes or GroupCommit(database, name="leases")
         self._table = table
         # Built once: building a statement per call costs more than running it.
-        self._takes: dict[str, Any] = {}
-        self._commit = (
+        self._takes: dict[str, DriverStatement] = {}
+        self._commit = DriverStatement(
             update(table)
             .where(
                 table.c.job == bindparam("b_job"),
@@ -91,7 +91,7 @@ class LeaseStore:
             .returning(table.c.job)
         )
 
-    def _take(self, dialect: str) -> Any:
+    def _take(self, dialect: str) -> DriverStatement:
         """The job's first token (1), or the next one: one upsert, built once
         per dialect."""
         statement = self._takes.get(dialect)
@@ -108,6 +108,7 @@ class LeaseStore:
                     "leased_at": insert.excluded.leased_at,
                 },
             ).returning(table.c.token, table.c.outcome)
+            statement = DriverStatement(statement)
             self._takes[dialect] = statement
         return statement
 
@@ -119,10 +120,9 @@ class LeaseStore:
         """``acquire`` inside the caller's transaction."""
         # One atomic statement, so concurrent deliveries always get distinct tokens.
         now = datetime.now(UTC)
-        row = connection.execute(
-            self._take(connection.dialect.name),
-            {"job": job, "token": 1, "updated_at": now, "leased_at": now},
-        ).one()
+        (row,) = self._take(connection.dialect.name).rows(
+            connection, {"job": job, "token": 1, "updated_at": now, "leased_at": now}
+        )
         committed = None
         if row.outcome is not None:
             committed = queue_pb2.StageOutcome.FromString(row.outcome)
@@ -145,15 +145,15 @@ class LeaseStore:
         record: Callable[[Connection], None] | None = None,
     ) -> bool:
         """``complete`` inside the caller's transaction."""
-        result = connection.execute(
-            self._commit,
+        result = self._commit.first(
+            connection,
             {
                 "b_job": lease.job,
                 "b_token": lease.token,
                 "b_outcome": outcome.SerializeToString(),
                 "b_now": datetime.now(UTC),
             },
-        ).first()
+        )
         if result is None:
             return False
         if record is not None:

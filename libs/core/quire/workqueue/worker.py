@@ -289,6 +289,8 @@ class WorkQueueWorker:
         closed: that message is held (leased, heartbeated, not started).
         """
         assert self._pull_gate is not None
+        if self._pull_gate.is_open():
+            return True  # the common case, without the two tasks a wait costs
         opened = asyncio.create_task(self._pull_gate.wait_open())
         stopping = asyncio.create_task(self._stopping.wait())
         try:

@@ -23,6 +23,7 @@ from sqlalchemy import Connection, bindparam, func, null, select, union_all, upd
 from quire.audit import tables
 from quire.audit.succession import Refusal, Wait, judge_step
 from quire.database import insert_if_absent
+from quire.driversql import DriverStatement
 from quire.jobs import state_name
 from quire.jobview import COMPARED, JobFacts, apply, moves_no_job
 from quire.ledgerchain import GENESIS, entry_hash
@@ -42,8 +43,9 @@ __all__ = [
 ]
 
 # The hot statements, built once: building a statement and its cache key on
-# every call costs more CPU than SQLite takes to run it.
-_LOCKED_HEAD = (
+# every call costs more CPU than SQLite takes to run it. Those every append
+# runs go to SQLite's cursor directly (``quire.driversql``).
+_LOCKED_HEAD = DriverStatement(
     select(tables.chain_heads)
     .where(tables.chain_heads.c.tenant == bindparam("tenant"))
     .with_for_update()
@@ -62,13 +64,15 @@ _KNOWN_EITHER = union_all(
 )
 """Both look-ups in one statement: a ledger row has no ``event`` here, a
 finding has its refused event."""
-_MOVE_HEAD = (
+_MOVE_HEAD = DriverStatement(
     update(tables.chain_heads)
     .where(tables.chain_heads.c.tenant == bindparam("b_tenant"))
     .values(head_hash=bindparam("b_hash"), length=bindparam("b_length"))
 )
-_INSERT_ENTRIES = tables.ledger.insert().returning(
-    tables.ledger.c.sequence, sort_by_parameter_order=True
+_INSERT_ENTRIES = DriverStatement(
+    tables.ledger.insert()
+    .values({c.name: bindparam(c.name) for c in tables.ledger.c if c.name != "sequence"})
+    .returning(tables.ledger.c.sequence, sort_by_parameter_order=True)
 )
 """Each entry's sequence comes back, in the order of the rows inserted."""
 _LAST_OF_JOB = (
@@ -79,11 +83,12 @@ _LAST_OF_JOB = (
 _VIEWS_OF = select(tables.jobs, _LAST_OF_JOB.label("last_sequence")).where(
     tables.jobs.c.job.in_(bindparam("jobs", expanding=True))
 )
-_VIEW_UPDATE = (
+_VIEW_UPDATE = DriverStatement(
     update(tables.jobs)
     .where(tables.jobs.c.job == bindparam("b_job"))
     .values({name: bindparam(f"b_{name}") for name in (*COMPARED, "updated_at")})
 )
+_NEW_VIEWS = DriverStatement(tables.jobs.insert())
 
 
 def append(connection: Connection, event: queue_pb2.TransitionEvent) -> bool:
@@ -274,10 +279,10 @@ def _append(
             }
         )
         heads[event.tenant] = (digest, length + 1)
-    sequences = connection.execute(_INSERT_ENTRIES, rows).scalars().all()
+    sequences = _INSERT_ENTRIES.returned_each(connection, rows)
     touched = {event.tenant for event in fresh}
-    connection.execute(
-        _MOVE_HEAD,
+    _MOVE_HEAD.run_each(
+        connection,
         [
             {"b_tenant": tenant, "b_hash": digest, "b_length": length}
             for tenant, (digest, length) in heads.items()
@@ -295,10 +300,8 @@ def _append(
         for job in sorted(moved)
         if job not in stored
     ]
-    if changed:
-        connection.execute(_VIEW_UPDATE, changed)
-    if new:
-        connection.execute(tables.jobs.insert(), new)
+    _VIEW_UPDATE.run_each(connection, changed)
+    _NEW_VIEWS.run_each(connection, new)
     return [
         (event, (sequence, row["event"]))
         for event, sequence, row in zip(fresh, sequences, rows, strict=True)
@@ -343,10 +346,10 @@ def _locked_head(connection: Connection, tenant: str) -> Any:
     """The tenant's chain head, locked for this transaction (created at
     genesis first if the tenant has none, so that a new tenant's first
     appends serialize on it too)."""
-    head = connection.execute(_LOCKED_HEAD, {"tenant": tenant}).first()
+    head = _LOCKED_HEAD.first(connection, {"tenant": tenant})
     if head is None:
         insert_if_absent(
             connection, tables.chain_heads, {"tenant": tenant, "head_hash": GENESIS, "length": 0}
         )
-        head = connection.execute(_LOCKED_HEAD, {"tenant": tenant}).one()
+        (head,) = _LOCKED_HEAD.rows(connection, {"tenant": tenant})
     return head

@@ -1,0 +1,152 @@
+"""Hot statements run on SQLite's own cursor, compiled once.
+
+SQLAlchemy Core spends 50-80 µs of CPU around each statement it runs
+(parameters, an execution context, a result object), several times what
+SQLite itself spends on a small indexed statement. For the few statements
+every job runs several times (a stage's lease, audit's ledger appends), a
+``DriverStatement`` compiles the statement once per dialect and, on SQLite,
+runs it on the driver's cursor, with each value converted by the bind
+processor SQLAlchemy itself would have used and each result value by its
+result processor: the same SQL and the same bytes on disk. On any other
+database the statement runs through SQLAlchemy as before.
+
+Only statements SQLAlchemy would send as they are qualify: a bind that
+expands (``IN`` a list) or is rendered into the SQL text is refused when the
+statement is first compiled, never silently sent wrong. A driver error is
+raised as SQLAlchemy would raise it (its ``DBAPIError`` kinds, parameters
+hidden), so callers see one exception tree either way.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, exc
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql.base import Executable
+
+__all__ = ["DriverStatement"]
+
+_Processor = Callable[[Any], Any] | None
+
+
+class _Compiled:
+    """One statement as SQLite's driver takes it: SQL text, where each
+    parameter comes from, and how values and rows are converted."""
+
+    def __init__(self, statement: Executable, dialect: Dialect) -> None:
+        compiled = statement.compile(dialect=dialect)
+        self.sql = compiled.string
+        names = compiled.positiontup
+        if names is None:
+            raise TypeError("a driver statement needs positional parameters (SQLite's)")
+        if compiled.insert_prefetch or compiled.update_prefetch:
+            # SQLAlchemy computes these columns' values in Python as it runs the
+            # statement; the driver would be sent nothing for them.
+            raise TypeError("a column's default or onupdate is filled in by SQLAlchemy")
+        self.sources: list[tuple[str, Any, _Processor]] = []
+        for name in names:
+            bind = compiled.binds[name]
+            if bind.expanding or bind.literal_execute:
+                raise TypeError(f"parameter {name!r} is not sent as it is")
+            constant = None if bind.required else bind.effective_value
+            processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            self.sources.append((bind.key, constant, processor))
+        columns = list(getattr(statement, "exported_columns", ()))
+        self.row = namedtuple("Row", [column.key for column in columns]) if columns else None  # type: ignore[misc]
+        self.results: list[_Processor] = [
+            column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns
+        ]
+        self.converts = any(p is not None for p in self.results)
+
+    def values(self, params: Mapping[str, Any]) -> list[Any]:
+        out = []
+        for key, constant, processor in self.sources:
+            value = params[key] if constant is None else constant
+            out.append(value if processor is None or value is None else processor(value))
+        return out
+
+    def rows(self, raw: Sequence[tuple[Any, ...]]) -> list[Any]:
+        assert self.row is not None
+        make = self.row._make
+        if not self.converts:
+            return [make(row) for row in raw]
+        results = self.results
+        return [
+            make(value if p is None else p(value) for p, value in zip(results, row, strict=True))
+            for row in raw
+        ]
+
+
+class DriverStatement:
+    """A statement built once, run on SQLite's cursor (through SQLAlchemy elsewhere)."""
+
+    def __init__(self, statement: Executable) -> None:
+        self.statement = statement
+        self._compiled: _Compiled | None = None
+
+    def _for(self, connection: Connection) -> _Compiled | None:
+        if connection.dialect.name != "sqlite":
+            return None
+        if self._compiled is None:
+            self._compiled = _Compiled(self.statement, connection.dialect)
+        return self._compiled
+
+    def rows(self, connection: Connection, params: Mapping[str, Any]) -> list[Any]:
+        """The rows the statement returns (each with its columns as attributes)."""
+        compiled = self._for(connection)
+        if compiled is None:
+            return list(connection.execute(self.statement, dict(params)))
+        return compiled.rows(_executed(connection, compiled, params).fetchall())
+
+    def first(self, connection: Connection, params: Mapping[str, Any]) -> Any:
+        """The first row the statement returns, or None."""
+        rows = self.rows(connection, params)
+        return rows[0] if rows else None
+
+    def returned_each(self, connection: Connection, each: Sequence[Mapping[str, Any]]) -> list[Any]:
+        """The statement run once for each of ``each``; the first column of the
+        row each run returns, in order (elsewhere one ``executemany``, which
+        needs the statement's RETURNING to be sorted by parameter order)."""
+        compiled = self._for(connection)
+        if compiled is None:
+            return list(connection.execute(self.statement, [dict(p) for p in each]).scalars())
+        return [_executed(connection, compiled, params).fetchone()[0] for params in each]
+
+    def run_each(self, connection: Connection, each: Sequence[Mapping[str, Any]]) -> None:
+        """The statement, which returns no rows, run once for each of ``each``."""
+        if not each:
+            return
+        compiled = self._for(connection)
+        if compiled is None:
+            connection.execute(self.statement, [dict(p) for p in each])
+            return
+        for params in each:
+            _executed(connection, compiled, params)
+
+    def run(self, connection: Connection, params: Mapping[str, Any]) -> int:
+        """Run a statement that returns no rows; the number of rows it changed."""
+        compiled = self._for(connection)
+        if compiled is None:
+            return connection.execute(self.statement, dict(params)).rowcount
+        return _executed(connection, compiled, params).rowcount
+
+
+def _executed(connection: Connection, compiled: _Compiled, params: Mapping[str, Any]) -> Any:
+    """The driver's cursor after running ``compiled`` with ``params``."""
+    driver: Any = connection.connection.driver_connection
+    dialect = connection.dialect
+    try:
+        return driver.execute(compiled.sql, compiled.values(params))
+    except dialect.loaded_dbapi.Error as error:
+        raise exc.DBAPIError.instance(
+            compiled.sql,
+            None,
+            error,
+            dialect.loaded_dbapi.Error,
+            hide_parameters=True,
+            dialect=dialect,
+            ismulti=False,
+        ) from error
