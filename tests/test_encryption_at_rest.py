@@ -23,7 +23,7 @@ import pikepdf
 import pytest
 
 from quire.admission.v1 import batch_pb2
-from quire.client import AdmissionClient, PacketItem, TenantAdminClient
+from quire.client import AdmissionClient, PacketItem, TenantAdminClient, inline_source
 from quire.grpcstatus import reason_of
 from quire.invariants import check
 from quire.jobs import state_name
@@ -141,14 +141,21 @@ async def test_no_blob_holds_plaintext_and_a_shredded_tenant_is_unreadable_while
         manifest = job_pb2.Manifest(
             items=[job_pb2.ManifestItem(position=0, document_id="d", sha256=digest)]
         )
+        # Nor from one carried inside the request (checked once, as it is kept):
+        # nothing of it is stored.
+        fresh = write_text_pdf(tmp_path / "fresh.pdf", ["sent after the shred"]).read_bytes()
+        carried = inline_source(fresh)
+        stored_before = {p for p in blob_root.rglob("*") if p.is_file()}
         for new_work in (
             leaving.submit([PacketItem("d", digest)]),
             leaving.submit_batch([batch_pb2.BatchPacket(bundle_id="b", manifest=manifest)]),
+            leaving.submit([PacketItem("d", carried.header.sha256)], inline=[carried]),
         ):
             with pytest.raises(grpc.aio.AioRpcError) as work_refused:
                 await new_work
             assert work_refused.value.code() is grpc.StatusCode.FAILED_PRECONDITION
             assert reason_of(work_refused.value) == "TENANT_SHREDDED"
+        assert {p for p in blob_root.rglob("*") if p.is_file()} == stored_before
         assert await staying.download(kept_job, tmp_path / "kept.pdf")
 
         verified = _quire(sealed_stack, ring, "audit", "verify")

@@ -7,11 +7,13 @@ come out byte for byte the same either way."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pikepdf
 import pytest
@@ -113,6 +115,44 @@ async def test_a_larger_document_goes_through_the_private_directory(tmp_path: Pa
         output = await files.output("packet", in_memory=False)
         assert isinstance(output, Path) and output.parent == directory
     assert not directory.exists()
+
+
+async def test_several_documents_come_in_order_small_ones_read_in_one_trip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blobs = sealed_store(tmp_path / "blobs", owner="validator")
+    small = [b"%PDF-1.7 first", b"%PDF-1.7 second"]
+    large = os.urandom(4096)
+    kept = [(_kept(blobs, tmp_path, d), hashlib.sha256(d).hexdigest()) for d in (*small, large)]
+    trips: list[str] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(function: Any, *args: Any, **kwargs: Any) -> Any:
+        trips.append(getattr(function, "__name__", "?"))
+        return await to_thread(function, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    async with AttemptFiles(blobs, in_memory_bytes=1024) as files:
+        first, second, third = await files.documents([kept[0], kept[2], kept[1]])
+        assert (first, third) == (InMemory(small[0]), InMemory(small[1]))
+        assert isinstance(second, str) and Path(second).read_bytes() == large
+    # The small ones in one trip; the large one was read until it was too
+    # large, then copied into the private directory.
+    assert trips.count("_read_small") == 1
+    assert "plain_bytes" not in trips
+
+
+async def test_a_wrong_digest_among_several_documents_is_refused(tmp_path: Path) -> None:
+    blobs = sealed_store(tmp_path / "blobs", owner="validator")
+    good = b"%PDF-1.7 good"
+    key = _kept(blobs, tmp_path, good)
+    other = _kept(blobs, tmp_path, b"%PDF-1.7 the stored bytes")
+    async with AttemptFiles(blobs, in_memory_bytes=1024) as files:
+        with pytest.raises(PermanentError) as refused:
+            await files.documents(
+                [(key, hashlib.sha256(good).hexdigest()), (other, hashlib.sha256(b"x").hexdigest())]
+            )
+    assert refused.value.reason == ReasonCode.DIGEST_MISMATCH
 
 
 @pytest.mark.parametrize("in_memory_bytes", [0, 1 << 20])

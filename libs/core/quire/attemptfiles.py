@@ -21,6 +21,7 @@ import asyncio
 import itertools
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -75,6 +76,33 @@ class AttemptFiles:
                 count_source_read(len(data))
                 return InMemory(data)
         return await self.plain(key, sha256)
+
+    async def documents(self, blobs: Sequence[tuple[str, str]]) -> list[Document]:
+        """Each of ``blobs`` (key, sha256) as ``document`` gives it. The small
+        ones are read together, in one trip to a thread: reading a small
+        document costs less than a trip. Those too large to stay in memory
+        are then copied side by side, each on its own thread."""
+        if self._in_memory_bytes <= 0 or len(blobs) < 2:
+            return list(await asyncio.gather(*(self.document(k, s) for k, s in blobs)))
+        with phase("fetch"):
+            held = await asyncio.to_thread(self._read_small, blobs)
+        for data in held:
+            if data is not None:
+                count_source_read(len(data))
+        copies = iter(
+            await asyncio.gather(
+                *(
+                    self.plain(k, s)
+                    for (k, s), data in zip(blobs, held, strict=True)
+                    if data is None
+                )
+            )
+        )
+        return [InMemory(data) if data is not None else next(copies) for data in held]
+
+    def _read_small(self, blobs: Sequence[tuple[str, str]]) -> list[bytes | None]:
+        """Each blob's checked bytes, or None for one too large to hold."""
+        return [self._blobs.plain_bytes(k, s, self._in_memory_bytes) for k, s in blobs]
 
     async def output(self, kind: str, *, in_memory: bool) -> Output:
         """Where a worker writes a ``kind`` of output: memory (its inputs were

@@ -124,6 +124,7 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
     ) -> job_pb2.Job:
         tenant = await self._tenants.authenticate(context)
         kept = None
+        key_checked = False
         if request.inline_sources:
             self._intake.check_fields(request)  # nothing is kept for a malformed request
             try:
@@ -132,9 +133,10 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
                 raise TransientError(
                     error.reason, "storage refuses writes; try again later"
                 ) from None
+            key_checked = True  # keeping checked that the tenant takes work
             request.ClearField("inline_sources")  # kept: the manifest names them by digest
         try:
-            accepted = await self._intake.submit(tenant, request, kept)
+            accepted = await self._intake.submit(tenant, request, kept, key_checked=key_checked)
         finally:
             if kept is not None and not kept.recorded:
                 # Refused before the job's transaction: the stored sources are

@@ -26,7 +26,7 @@ from quire.assembler.merge import (
     SourceDigestMismatch,
     assemble_packet,
 )
-from quire.attemptfiles import AttemptFiles, Document, Output, in_memory, keep, written
+from quire.attemptfiles import AttemptFiles, Output, in_memory, keep, written
 from quire.blobstore import BlobStore, assembled_key, normalized_key, storage_error
 from quire.errors import PermanentError
 from quire.faults import fault_point
@@ -41,12 +41,12 @@ from quire.type import job_pb2, queue_pb2
 __all__ = ["AssemblerWork", "assembled_key"]
 
 
-async def _plain(files: AttemptFiles, tenant: str, source: job_pb2.SourceRef) -> Document:
-    """The bytes to merge: a repaired source's clean rewrite, else the upload."""
+def _merged_blob(tenant: str, source: job_pb2.SourceRef) -> tuple[str, str]:
+    """The blob to merge (key, digest): a repaired source's clean rewrite, else the upload."""
     if source.repair.normalized_sha256:
         digest = source.repair.normalized_sha256
-        return await files.document(normalized_key(tenant, digest), digest)
-    return await files.document(source.blob_key, source.sha256)
+        return normalized_key(tenant, digest), digest
+    return source.blob_key, source.sha256
 
 
 class AssemblerWork:
@@ -64,9 +64,7 @@ class AssemblerWork:
         async with AttemptFiles(
             self._blobs, in_memory_bytes=self._sandbox.in_memory_bytes
         ) as files:
-            # Decrypted side by side (the reads are threads): a packet's sources
-            # wait for the slowest, not for the sum.
-            paths = await asyncio.gather(*(_plain(files, task.tenant, s) for s in task.sources))
+            paths = await files.documents([_merged_blob(task.tenant, s) for s in task.sources])
             # Structured sources are rendered into files in the private directory.
             merged_in_memory = in_memory(paths) and all(s.content_type == PDF for s in task.sources)
             sources = [

@@ -304,9 +304,7 @@ class Evaluator:
         if len(sources) < 2 or any((s.sha256,) in self._hostile for s in sources):
             return None
         try:
-            documents = await asyncio.gather(
-                *(files.document(s.blob_key, s.sha256) for s in sources)
-            )
+            documents = await files.documents([(s.blob_key, s.sha256) for s in sources])
         except PermanentError:
             return None  # an unreadable source is judged on its own
         if not in_memory(documents):

@@ -235,15 +235,21 @@ class Intake:
         self._outstanding = outstanding
 
     async def submit(
-        self, tenant: Tenant, request: pb.SubmitJobRequest, kept: KeptSources | None = None
+        self,
+        tenant: Tenant,
+        request: pb.SubmitJobRequest,
+        kept: KeptSources | None = None,
+        *,
+        key_checked: bool = False,
     ) -> AcceptedJob:
         """Accept the job (or return the one this request made before), or refuse.
         ``kept``: the request's inline sources, stored and still to be recorded:
         they count as uploaded, and are recorded in the job's transaction (left
         recorded should the job be refused there; the caller records them if
-        the refusal comes before)."""
+        the refusal comes before). ``key_checked``: the caller already found,
+        for this request, that the tenant takes work (``check_takes_work``)."""
         try:
-            accepted = await self._submit(tenant, request, kept)
+            accepted = await self._submit(tenant, request, kept, key_checked)
         except QuireError as refused:
             if self._refused is not None:
                 self._refused.labels(reason=refused.reason.value).inc()
@@ -287,10 +293,14 @@ class Intake:
             )
 
     async def _submit(
-        self, tenant: Tenant, request: pb.SubmitJobRequest, kept: KeptSources | None
+        self,
+        tenant: Tenant,
+        request: pb.SubmitJobRequest,
+        kept: KeptSources | None,
+        key_checked: bool,
     ) -> AcceptedJob:
         self._check_fields(request)
-        if self._keys is not None:
+        if self._keys is not None and not key_checked:
             await asyncio.to_thread(self._keys.check_takes_work, tenant.id)
         priority = request.priority or "interactive"
         digest = manifest_digest(request.manifest)

@@ -109,8 +109,9 @@ class InlineSources:
             with _about(index):
                 check_header(source.header, gate.settings, ceiling)
         with gate.ledger.open(tenant.id) as slot:
-            # The tenant's data key first: a shredded tenant is refused here.
-            await asyncio.to_thread(gate.blobs.keys.for_writing, tenant.id)
+            # The tenant's data key first: a shredded tenant takes no new work
+            # (SubmitJob's own check, made here once for the whole request).
+            await asyncio.to_thread(gate.blobs.keys.check_takes_work, tenant.id)
             known = await gate.database.read(
                 lambda c: self._known_or_within_quota(c, tenant.id, sources)
             )
