@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import (
+    JSON,
     Column,
     DateTime,
     Integer,
@@ -36,6 +37,7 @@ ROWS = Table(
     Column("data", LargeBinary, nullable=False),
     Column("at", DateTime(timezone=True), nullable=False),
     Column("note", String(32), nullable=True),
+    Column("facts", JSON, nullable=False),
 )
 DEFAULTED = Table(
     "defaulted",
@@ -43,7 +45,7 @@ DEFAULTED = Table(
     Column("name", String(32), primary_key=True),
     Column("count", Integer, nullable=False, default=7),
 )
-VALUES = ("name", "count", "data", "at", "note")
+VALUES = ("name", "count", "data", "at", "note", "facts")
 INSERT = ROWS.insert().values({name: bindparam(name) for name in VALUES})
 AT = datetime(2026, 12, 6, 9, 30, 1, 123456, tzinfo=UTC)
 
@@ -57,15 +59,23 @@ def database(tmp_path: Path) -> Any:
 
 
 def _row(name: str, **changes: Any) -> dict[str, Any]:
-    return {"name": name, "count": 3, "data": b"\x00\xffbytes", "at": AT, "note": None, **changes}
+    return {
+        "name": name,
+        "count": 3,
+        "data": b"\x00\xffbytes",
+        "at": AT,
+        "note": None,
+        "facts": {"b": [1, "é"], "a": None},
+        **changes,
+    }
 
 
 def _stored(path: Path, name: str) -> list[tuple[Any, ...]]:
     """Each column's storage class and value, as SQLite holds them."""
     with sqlite3.connect(path) as raw:
         return raw.execute(
-            "SELECT typeof(count), count, typeof(data), data, typeof(at), at, typeof(note), note "
-            "FROM rows WHERE name = ?",
+            "SELECT typeof(count), count, typeof(data), data, typeof(at), at, typeof(note), note, "
+            "typeof(facts), facts FROM rows WHERE name = ?",
             (name,),
         ).fetchall()
 
@@ -166,3 +176,15 @@ def test_on_another_database_the_statement_runs_through_sqlalchemy() -> None:
     assert [call[0] for call in other.calls] == [INSERT, INSERT]
     assert other.calls[0][1] == _row("a")
     assert [p["name"] for p in other.calls[1][1]] == ["b", "c"]
+
+
+def test_values_the_statement_holds_are_sent_even_when_null(database: Database) -> None:
+    database.transaction(lambda c: c.execute(INSERT, _row("held", note="set")))
+    cleared = DriverStatement(
+        update(ROWS).where(ROWS.c.name == bindparam("n")).values(note=None, count=ROWS.c.count + 2)
+    )
+    assert database.transaction(lambda c: cleared.run(c, {"n": "held"})) == 1
+    row = database.transaction(
+        lambda c: c.execute(select(ROWS.c.note, ROWS.c.count).where(ROWS.c.name == "held")).one()
+    )
+    assert (row.note, row.count) == (None, 5)

@@ -34,11 +34,11 @@ class _FailingSandbox:
 class _Recorded:
     """A connection on which the job's signing intent is already recorded."""
 
-    def execute(self, _statement: Any, _parameters: Any = None) -> Any:
-        return self
+    class dialect:  # noqa: N801 - mirrors Connection.dialect
+        name = "recorded"
 
-    def first(self) -> object:
-        return object()
+    def execute(self, _statement: Any, _parameters: Any = None) -> Any:
+        return [object()]  # the intent's row
 
 
 class _NoDatabase:

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection, exc
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.base import Executable
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ClauseElement
 
 __all__ = ["DriverStatement"]
 
@@ -37,7 +39,7 @@ class _Compiled:
     parameter comes from, and how values and rows are converted."""
 
     def __init__(self, statement: Executable, dialect: Dialect) -> None:
-        compiled = statement.compile(dialect=dialect)
+        compiled = cast(SQLCompiler, cast(ClauseElement, statement).compile(dialect=dialect))
         self.sql = compiled.string
         names = compiled.positiontup
         if names is None:
@@ -46,16 +48,17 @@ class _Compiled:
             # SQLAlchemy computes these columns' values in Python as it runs the
             # statement; the driver would be sent nothing for them.
             raise TypeError("a column's default or onupdate is filled in by SQLAlchemy")
-        self.sources: list[tuple[str, Any, _Processor]] = []
+        self.sources: list[tuple[str, bool, Any, _Processor]] = []
+        """Each parameter's key, whether the caller gives it (else the statement
+        holds its value), that value, and its conversion."""
         for name in names:
             bind = compiled.binds[name]
             if bind.expanding or bind.literal_execute:
                 raise TypeError(f"parameter {name!r} is not sent as it is")
-            constant = None if bind.required else bind.effective_value
             processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
-            self.sources.append((bind.key, constant, processor))
+            self.sources.append((bind.key, bind.required, bind.effective_value, processor))
         columns = list(getattr(statement, "exported_columns", ()))
-        self.row = namedtuple("Row", [column.key for column in columns]) if columns else None  # type: ignore[misc]
+        self.row: Any = namedtuple("Row", [column.key for column in columns]) if columns else None  # type: ignore[misc]
         self.results: list[_Processor] = [
             column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns
         ]
@@ -63,8 +66,8 @@ class _Compiled:
 
     def values(self, params: Mapping[str, Any]) -> list[Any]:
         out = []
-        for key, constant, processor in self.sources:
-            value = params[key] if constant is None else constant
+        for key, given, constant, processor in self.sources:
+            value = params[key] if given else constant
             out.append(value if processor is None or value is None else processor(value))
         return out
 

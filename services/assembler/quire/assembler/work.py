@@ -28,6 +28,7 @@ from quire.assembler.merge import (
 )
 from quire.attemptfiles import AttemptFiles, Output, in_memory, keep, written
 from quire.blobstore import BlobStore, assembled_key, normalized_key, storage_error
+from quire.driversql import DriverStatement
 from quire.errors import PermanentError
 from quire.faults import fault_point
 from quire.leases import Lease
@@ -119,14 +120,14 @@ class AssemblerWork:
         return packet
 
 
-_INSERT_ASSEMBLY = tables.assemblies.insert()
+_INSERT_ASSEMBLY = DriverStatement(tables.assemblies.insert())
 """Built once: building a statement per call costs more CPU than running it."""
 
 
 def _record(job: str, artifact: job_pb2.Artifact, token: int) -> Callable[[Connection], None]:
     def write(connection: Connection) -> None:
-        connection.execute(
-            _INSERT_ASSEMBLY,
+        _INSERT_ASSEMBLY.run(
+            connection,
             {
                 "job": job,
                 "blob_key": artifact.blob_key,

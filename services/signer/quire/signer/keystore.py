@@ -23,6 +23,7 @@ from sqlalchemy import Connection, select, update
 from sqlalchemy.exc import IntegrityError
 
 from quire.database import Database
+from quire.driversql import DriverStatement
 from quire.environment import Settings
 from quire.errors import FailedPrecondition, InvalidSetting
 from quire.paging import Position, keyset_after
@@ -44,7 +45,9 @@ __all__ = [
     "SignerSettings",
 ]
 
-_ACTIVE_KEY = select(tables.signing_keys).where(tables.signing_keys.c.active.is_(True))
+_ACTIVE_KEY = DriverStatement(
+    select(tables.signing_keys).where(tables.signing_keys.c.active.is_(True))
+)
 """Built once: the signer reads it for every job, and building a statement
 costs more CPU than running it."""
 
@@ -348,7 +351,7 @@ class KeyStore:
 
     @staticmethod
     def _active(connection: Connection) -> SigningKey | None:
-        row = connection.execute(_ACTIVE_KEY).first()
+        row = _ACTIVE_KEY.first(connection, {})
         return None if row is None else _to_key(row)
 
     async def active(self) -> SigningKey:

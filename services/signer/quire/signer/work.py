@@ -20,6 +20,7 @@ from sqlalchemy import Connection, bindparam, select, update
 from quire.attemptfiles import AttemptFiles, keep, written
 from quire.blobstore import BlobStore, signed_key, storage_error
 from quire.database import Database
+from quire.driversql import DriverStatement
 from quire.errors import JobCancelled, PermanentError, TransientError
 from quire.faults import fault_point
 from quire.groupcommit import Writes
@@ -190,9 +191,18 @@ class SignerWork:
 
 # Built once: the signer runs each for every job, and building a statement
 # costs more CPU than running it.
-_INTENT_EXISTS = select(tables.signatures.c.job).where(tables.signatures.c.job == bindparam("job"))
-_INSERT_INTENT = tables.signatures.insert()
-_RECORD_SIGNATURE = (
+_INTENT_EXISTS = DriverStatement(
+    select(tables.signatures.c.job).where(tables.signatures.c.job == bindparam("job"))
+)
+_INSERT_INTENT = DriverStatement(
+    tables.signatures.insert().values(
+        {
+            name: bindparam(name)
+            for name in ("job", "key_version", "blob_key", "lease_token", "intent_at")
+        }
+    )
+)
+_RECORD_SIGNATURE = DriverStatement(
     update(tables.signatures)
     .where(tables.signatures.c.job == bindparam("b_job"))
     .values(
@@ -217,9 +227,9 @@ _RECORD_SIGNATURE = (
 def _record_intent(
     connection: Connection, job: str, version: str, blob_key: str, token: int
 ) -> None:
-    if connection.execute(_INTENT_EXISTS, {"job": job}).first() is None:
-        connection.execute(
-            _INSERT_INTENT,
+    if _INTENT_EXISTS.first(connection, {"job": job}) is None:
+        _INSERT_INTENT.run(
+            connection,
             {
                 "job": job,
                 "key_version": version,
@@ -237,8 +247,8 @@ def _record_signature(
     outcome, whose hand-off event carries the same ``signing`` fields."""
 
     def write(connection: Connection) -> None:
-        connection.execute(
-            _RECORD_SIGNATURE,
+        _RECORD_SIGNATURE.run(
+            connection,
             {
                 "b_job": job,
                 "b_key_version": signing.key_version,

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Connection
 
+from quire.driversql import DriverStatement
 from quire.errors import JobCancelled, PermanentError, Rejected, SystemFailure
 from quire.leases import Lease
 from quire.pipeline import State, Verdict
@@ -33,7 +34,7 @@ from quire.validator.sources.pinning import SourcePinner, wants_fetching
 __all__ = ["ValidatorWork"]
 
 
-_INSERT_VALIDATION = tables.validations.insert()
+_INSERT_VALIDATION = DriverStatement(tables.validations.insert())
 """Built once: building a statement per call costs more CPU than running it."""
 
 
@@ -42,8 +43,8 @@ def _record(
 ) -> Callable[[Connection], None]:
     def write(connection: Connection) -> None:
         now = datetime.now(UTC)
-        connection.execute(
-            _INSERT_VALIDATION,
+        _INSERT_VALIDATION.run(
+            connection,
             {
                 "job": task.job,
                 "verdict": evaluation.verdict,
