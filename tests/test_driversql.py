@@ -188,3 +188,20 @@ def test_values_the_statement_holds_are_sent_even_when_null(database: Database) 
         lambda c: c.execute(select(ROWS.c.note, ROWS.c.count).where(ROWS.c.name == "held")).one()
     )
     assert (row.note, row.count) == (None, 5)
+
+
+def test_insert_if_absent_says_what_it_inserted_on_the_driver_or_not(database: Database) -> None:
+    from quire.database import insert_each_if_absent, insert_if_absent
+
+    rows = [_row("x"), _row("y")]
+    assert database.transaction(lambda c: insert_if_absent(c, ROWS, rows[0]))
+    assert not database.transaction(lambda c: insert_if_absent(c, ROWS, rows[0]))
+    added = database.transaction(
+        lambda c: insert_each_if_absent(c, ROWS, [rows[0], rows[1], _row("z")], "name")
+    )
+    assert added == {"y", "z"}
+    # A column SQLAlchemy fills in (its default) goes through SQLAlchemy, filled.
+    assert database.transaction(lambda c: insert_if_absent(c, DEFAULTED, {"name": "d"}))
+    assert not database.transaction(lambda c: insert_if_absent(c, DEFAULTED, {"name": "d"}))
+    count = database.transaction(lambda c: c.execute(select(DEFAULTED.c.count)).scalar_one())
+    assert count == 7

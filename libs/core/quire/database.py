@@ -45,6 +45,7 @@ from sqlalchemy import (
     select,
 )
 
+from quire.driversql import DriverStatement
 from quire.threadnames import named_pool
 
 __all__ = [
@@ -229,7 +230,7 @@ def database_now(connection: Connection, clock: Callable[[], datetime] | None = 
 def insert_if_absent(connection: Connection, table: Table, values: dict[str, Any]) -> bool:
     """INSERT ... ON CONFLICT DO NOTHING; True when a row was inserted."""
     statement = _insert_if_absent(table, connection.dialect.name, tuple(sorted(values)))
-    return connection.execute(statement, values).first() is not None
+    return statement.first(connection, values) is not None
 
 
 def insert_each_if_absent(
@@ -240,19 +241,23 @@ def insert_each_if_absent(
     if not rows:
         return set()
     statement = _insert_if_absent(table, connection.dialect.name, tuple(sorted(rows[0])), returning)
-    return set(connection.execute(statement, rows).scalars())
+    return set(statement.returned_each(connection, rows))
 
 
 @functools.lru_cache(maxsize=256)
 def _insert_if_absent(
     table: Table, dialect: str, columns: tuple[str, ...], returning: str = ""
-) -> Any:
+) -> DriverStatement:
     """The statement, built once per table, dialect and set of columns (building
     it on every call costs more CPU than running it); it returns the primary
-    key's first column, or ``returning``."""
+    key's first column, or ``returning``. On SQLite it runs on the driver's
+    cursor unless a column's value is SQLAlchemy's to fill in."""
     key = table.c[returning] if returning else next(iter(table.primary_key.columns))
     values: dict[str, Any] = {column: bindparam(column) for column in columns}
-    return upsert_insert(table, dialect).values(values).on_conflict_do_nothing().returning(key)
+    return DriverStatement(
+        upsert_insert(table, dialect).values(values).on_conflict_do_nothing().returning(key),
+        strict=False,
+    )
 
 
 def upsert_insert(table: Table, dialect: str) -> Any:

@@ -86,15 +86,26 @@ class _Compiled:
 class DriverStatement:
     """A statement built once, run on SQLite's cursor (through SQLAlchemy elsewhere)."""
 
-    def __init__(self, statement: Executable) -> None:
+    def __init__(self, statement: Executable, *, strict: bool = True) -> None:
+        """``strict``: a statement the driver would be sent wrong raises
+        ``TypeError`` when first run on SQLite; otherwise it quietly runs
+        through SQLAlchemy (for helpers that build statements for any table)."""
         self.statement = statement
+        self._strict = strict
         self._compiled: _Compiled | None = None
+        self._unfit = False
 
     def _for(self, connection: Connection) -> _Compiled | None:
-        if connection.dialect.name != "sqlite":
+        if self._unfit or connection.dialect.name != "sqlite":
             return None
         if self._compiled is None:
-            self._compiled = _Compiled(self.statement, connection.dialect)
+            try:
+                self._compiled = _Compiled(self.statement, connection.dialect)
+            except TypeError:
+                if self._strict:
+                    raise
+                self._unfit = True
+                return None
         return self._compiled
 
     def rows(self, connection: Connection, params: Mapping[str, Any]) -> list[Any]:
@@ -110,13 +121,19 @@ class DriverStatement:
         return rows[0] if rows else None
 
     def returned_each(self, connection: Connection, each: Sequence[Mapping[str, Any]]) -> list[Any]:
-        """The statement run once for each of ``each``; the first column of the
-        row each run returns, in order (elsewhere one ``executemany``, which
-        needs the statement's RETURNING to be sorted by parameter order)."""
+        """The statement run once for each of ``each``; the first column of each
+        row the runs return, in order (an insert that did nothing returns none).
+        Elsewhere it is one ``executemany``, whose RETURNING must be sorted by
+        parameter order for the order to hold."""
         compiled = self._for(connection)
         if compiled is None:
             return list(connection.execute(self.statement, [dict(p) for p in each]).scalars())
-        return [_executed(connection, compiled, params).fetchone()[0] for params in each]
+        returned = []
+        for params in each:
+            row = _executed(connection, compiled, params).fetchone()
+            if row is not None:
+                returned.append(row[0])
+        return returned
 
     def run_each(self, connection: Connection, each: Sequence[Mapping[str, Any]]) -> None:
         """The statement, which returns no rows, run once for each of ``each``."""

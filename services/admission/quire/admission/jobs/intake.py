@@ -54,6 +54,7 @@ from quire.admission.uploads.tempguard import TempSpaceGuard
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database, insert_if_absent
 from quire.datakeys import DataKeys
+from quire.driversql import DriverStatement
 from quire.errors import (
     Conflict,
     FieldViolation,
@@ -84,22 +85,46 @@ __all__ = [
 
 # The statements every submission runs, built once (building a statement on
 # every call costs more CPU than SQLite takes to run it).
-_KEY = select(tables.idempotency_keys).where(
-    tables.idempotency_keys.c.tenant == bindparam("tenant"),
-    tables.idempotency_keys.c.request_id == bindparam("request_id"),
+_KEY = DriverStatement(
+    select(tables.idempotency_keys).where(
+        tables.idempotency_keys.c.tenant == bindparam("tenant"),
+        tables.idempotency_keys.c.request_id == bindparam("request_id"),
+    )
 )
-_JOB = select(tables.jobs).where(tables.jobs.c.job == bindparam("job"))
+_JOB = DriverStatement(select(tables.jobs).where(tables.jobs.c.job == bindparam("job")))
 _SOURCES = select(tables.sources).where(
     tables.sources.c.tenant == bindparam("tenant"),
     tables.sources.c.sha256.in_(bindparam("digests", expanding=True)),
 )
-_LOCK_TENANT = (
+_LOCK_TENANT = DriverStatement(
     select(tables.tenants.c.id).where(tables.tenants.c.id == bindparam("tenant")).with_for_update()
 )
-_EXPIRED_KEY = delete(tables.idempotency_keys).where(
-    tables.idempotency_keys.c.tenant == bindparam("tenant"),
-    tables.idempotency_keys.c.request_id == bindparam("request_id"),
-    tables.idempotency_keys.c.expires_at <= bindparam("now"),
+_EXPIRED_KEY = DriverStatement(
+    delete(tables.idempotency_keys).where(
+        tables.idempotency_keys.c.tenant == bindparam("tenant"),
+        tables.idempotency_keys.c.request_id == bindparam("request_id"),
+        tables.idempotency_keys.c.expires_at <= bindparam("now"),
+    )
+)
+_NEW_JOB = DriverStatement(
+    tables.jobs.insert().values(
+        {
+            name: bindparam(name)
+            for name in (
+                "job",
+                "tenant",
+                "request_id",
+                "manifest_digest",
+                "item_count",
+                "task",
+                "accepted_event",
+                "created_at",
+                "bundle_id",
+                "batch",
+                "deadline",
+            )
+        }
+    )
 )
 
 CHILD_KEY_PREFIX = "batch:"
@@ -376,7 +401,7 @@ class Intake:
         self, connection: Connection, tenant: str, request: pb.SubmitJobRequest, request_sha: str
     ) -> AcceptedJob | None:
         """The job a live key already made, or None; refuses a key reused differently."""
-        key = connection.execute(_KEY, {"tenant": tenant, "request_id": request.request_id}).first()
+        key = _KEY.first(connection, {"tenant": tenant, "request_id": request.request_id})
         return self._replay_of(connection, key, request_sha)
 
     @staticmethod
@@ -387,7 +412,7 @@ class Intake:
             raise Conflict(
                 ReasonCode.IDEMPOTENCY_KEY_REUSED, "request_id was used for a different request"
             )
-        row = connection.execute(_JOB, {"job": key.job}).one()
+        (row,) = _JOB.rows(connection, {"job": key.job})
         return accepted_from_row(row)
 
     def _replay_or_check(
@@ -404,7 +429,7 @@ class Intake:
         transaction need not look for it again: one made meanwhile is live,
         and taking the key finds it). ``coming``: digests of sources recorded
         with the job (inline)."""
-        key = connection.execute(_KEY, {"tenant": tenant, "request_id": request.request_id}).first()
+        key = _KEY.first(connection, {"tenant": tenant, "request_id": request.request_id})
         replay = self._replay_of(connection, key, request_sha)
         if replay is None:
             self._check(connection, tenant, request, rulesets, coming)
@@ -491,7 +516,7 @@ class Intake:
     ) -> AcceptedJob:
         """``keyless``: the read before found no key for the request."""
         # Serialize a tenant's submissions (PostgreSQL; SQLite's write lock already does).
-        connection.execute(_LOCK_TENANT, {"tenant": tenant}).one()
+        (_tenant,) = _LOCK_TENANT.rows(connection, {"tenant": tenant})
         now = datetime.now(UTC)
         if not keyless:
             replay = self._live_replay(connection, tenant, request, request_sha, now)
@@ -532,8 +557,8 @@ class Intake:
     ) -> AcceptedJob | None:
         """Forget the request's key if its window has passed, then the job a
         live key made (or None), in the writing transaction."""
-        connection.execute(
-            _EXPIRED_KEY, {"tenant": tenant, "request_id": request.request_id, "now": now}
+        _EXPIRED_KEY.run(
+            connection, {"tenant": tenant, "request_id": request.request_id, "now": now}
         )
         return self._replay(connection, tenant, request, request_sha)
 
@@ -583,8 +608,8 @@ class Intake:
         if deadline is not None:
             task.deadline.CopyFrom(timestamp(deadline))
         accepted = self._events.transition(task, "", State.ACCEPTED, attempt=1, lease_token=0)
-        connection.execute(
-            tables.jobs.insert(),
+        _NEW_JOB.run(
+            connection,
             {
                 "job": job,
                 "tenant": tenant,

@@ -19,6 +19,7 @@ from quire.admission import tables
 from quire.admission.jobs.auditjobs import ask_audit
 from quire.audit.v1 import audit_service_pb2_grpc
 from quire.database import Database
+from quire.driversql import DriverStatement
 from quire.jobs import TERMINAL_STATES, state_name
 
 __all__ = ["OutstandingJobs", "count_outstanding"]
@@ -30,8 +31,8 @@ FLUSH_SECONDS = 0.5
 """How often the ends a watch relayed are marked, together."""
 
 
-_OUTSTANDING = (
-    select(func.count())
+_OUTSTANDING = DriverStatement(
+    select(func.count().label("outstanding"))
     .select_from(tables.jobs)
     .where(tables.jobs.c.tenant == bindparam("tenant"), tables.jobs.c.finished_at.is_(None))
 )
@@ -39,7 +40,8 @@ _OUTSTANDING = (
 
 
 def count_outstanding(connection: Connection, tenant: str) -> int:
-    return int(connection.execute(_OUTSTANDING, {"tenant": tenant}).scalar_one())
+    (row,) = _OUTSTANDING.rows(connection, {"tenant": tenant})
+    return int(row.outstanding)
 
 
 class OutstandingJobs:

@@ -19,6 +19,7 @@ from sqlalchemy import Connection, bindparam, delete, func, select, update
 
 from quire.admission import tables
 from quire.database import insert_if_absent
+from quire.driversql import DriverStatement
 from quire.errors import Overloaded, QuotaViolation
 from quire.reasons import ReasonCode
 
@@ -79,10 +80,12 @@ def write_storage(connection: Connection, tenant: str, **values: int | None) -> 
     return read_storage(connection, [tenant])[tenant]
 
 
-_USAGE = select(tables.tenant_usage.c.stored_bytes).where(
-    tables.tenant_usage.c.tenant == bindparam("tenant")
+_USAGE = DriverStatement(
+    select(tables.tenant_usage.c.stored_bytes).where(
+        tables.tenant_usage.c.tenant == bindparam("tenant")
+    )
 )
-_COUNT = (
+_COUNT = DriverStatement(
     update(tables.tenant_usage)
     .where(tables.tenant_usage.c.tenant == bindparam("b_tenant"))
     .values(stored_bytes=tables.tenant_usage.c.stored_bytes + bindparam("b_bytes"))
@@ -94,15 +97,15 @@ def stored_bytes(connection: Connection, tenant: str) -> int:
     """Bytes of the uploads admission holds for ``tenant``: one row, kept by
     ``count_stored`` (not a sum over every source, which would make each
     upload cost more the more a tenant has stored)."""
-    total = connection.execute(_USAGE, {"tenant": tenant}).scalar_one_or_none()
-    return int(total or 0)
+    row = _USAGE.first(connection, {"tenant": tenant})
+    return int(row.stored_bytes or 0) if row is not None else 0
 
 
 def count_stored(connection: Connection, tenant: str, added: int) -> None:
     """Move ``tenant``'s stored bytes by ``added`` (negative: forgotten), in the
     transaction that adds or forgets the source."""
     insert_if_absent(connection, tables.tenant_usage, {"tenant": tenant, "stored_bytes": 0})
-    connection.execute(_COUNT, {"b_tenant": tenant, "b_bytes": added})
+    _COUNT.run(connection, {"b_tenant": tenant, "b_bytes": added})
 
 
 def summed_bytes(connection: Connection, tenant: str) -> int:
@@ -114,13 +117,15 @@ def summed_bytes(connection: Connection, tenant: str) -> int:
     return int(total)
 
 
-_POLICY = select(tables.tenant_storage).where(tables.tenant_storage.c.tenant == bindparam("tenant"))
+_POLICY = DriverStatement(
+    select(tables.tenant_storage).where(tables.tenant_storage.c.tenant == bindparam("tenant"))
+)
 """Built once: every upload reads its tenant's policy."""
 
 
 def check_quota(connection: Connection, tenant: str, adding: int, default_quota: int) -> None:
     """Refuse ``adding`` new bytes past the tenant's storage quota."""
-    policy = _storage(connection.execute(_POLICY, {"tenant": tenant}).first())
+    policy = _storage(_POLICY.first(connection, {"tenant": tenant}))
     quota = policy.quota(default_quota)
     if stored_bytes(connection, tenant) + adding > quota:
         raise Overloaded(
