@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import pickle
+import socket
+from pathlib import Path
 
 import grpc
 import pytest
@@ -113,3 +115,58 @@ async def test_a_full_disk_met_anywhere_in_a_call_is_storage_unavailable(caplog)
     # The unexpected one is logged by its type and errno name, never its text.
     assert "unexpected OSError (EIO)" in caplog.text
     assert "/secret/path" not in caplog.text
+
+
+async def test_a_database_that_cannot_answer_is_database_unavailable(
+    tmp_path: Path,
+    caplog,  # type: ignore[no-untyped-def]
+) -> None:
+    """A real SQLite held locked past its busy timeout and a PostgreSQL port
+    nobody listens on are passing faults; a statement that is simply wrong is
+    an internal error."""
+    import sqlite3
+
+    from sqlalchemy import create_engine, text
+
+    path = tmp_path / "held.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE t (x TEXT)")
+    holder.execute("BEGIN IMMEDIATE")
+    engine = create_engine(
+        f"sqlite:///{path}", connect_args={"timeout": 0.05}, hide_parameters=True
+    )
+    try:
+        with pytest.raises(Exception) as locked, engine.begin() as connection:
+            connection.execute(text("INSERT INTO t VALUES (:x)"), {"x": "secret-value"})
+        with pytest.raises(Exception) as wrong, engine.begin() as connection:
+            connection.execute(text("SELECT nothing FROM nowhere"))
+    finally:
+        holder.close()
+        engine.dispose()
+    # A PostgreSQL that does not answer at all (nothing listens on the port).
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    away = create_engine(f"postgresql+psycopg://quire@127.0.0.1:{port}/quire", hide_parameters=True)
+    try:
+        with pytest.raises(Exception) as unreachable, away.connect():
+            pass
+    finally:
+        away.dispose()
+    for error, code, reason in (
+        (locked.value, grpc.StatusCode.UNAVAILABLE, "DATABASE_UNAVAILABLE"),
+        (unreachable.value, grpc.StatusCode.UNAVAILABLE, "DATABASE_UNAVAILABLE"),
+        (wrong.value, grpc.StatusCode.INTERNAL, "INTERNAL"),
+        (ValueError("not the database"), grpc.StatusCode.INTERNAL, "INTERNAL"),
+    ):
+        context = _Context()
+        with pytest.raises(_Aborted):
+            await abort_with(context, error, "admission.quire")  # type: ignore[arg-type]
+        assert context.status.code == code  # type: ignore[attr-defined]
+        metadata = dict(context.status.trailing_metadata)  # type: ignore[attr-defined]
+        sent = status_pb2.Status.FromString(metadata["grpc-status-details-bin"])
+        (info,) = _details(sent, error_details_pb2.ErrorInfo)
+        assert info.reason == reason
+        assert "secret-value" not in sent.message
+    assert "database unavailable (OperationalError, OperationalError)" in caplog.text
+    assert "secret-value" not in caplog.text

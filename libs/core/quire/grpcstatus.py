@@ -21,6 +21,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 from opentelemetry import trace
 
+from quire.databasefaults import as_database_error
 from quire.errors import (
     Conflict,
     DataLoss,
@@ -108,9 +109,11 @@ async def abort_with(
     context: grpc.aio.ServicerContext, error: BaseException, domain: str
 ) -> NoReturn:
     """Abort the RPC with the status for ``error``; a full disk met anywhere
-    is ``STORAGE_UNAVAILABLE`` (``quire.fullstorage``), retryable."""
+    is ``STORAGE_UNAVAILABLE`` (``quire.fullstorage``) and a database that
+    cannot answer ``DATABASE_UNAVAILABLE`` (``quire.databasefaults``), both
+    retryable."""
     if isinstance(error, Exception):
-        error = as_storage_error(error)
+        error = as_database_error(as_storage_error(error))
     if not isinstance(error, QuireError):
         # The type (and an OSError's errno name) only: exception text may
         # carry document content or paths.

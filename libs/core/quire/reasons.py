@@ -313,6 +313,10 @@ class ReasonCode(StrEnum):
     """The blob store could not be read or written just now (NATS did not
     answer, an I/O error) (UNAVAILABLE); stages retry with backoff, and a caller may retry
     later."""
+    DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"
+    """The service's database could not be reached, dropped the connection or
+    stayed locked (UNAVAILABLE); a caller may retry later, and stages retry
+    with backoff."""
     STORAGE_FAILED = "STORAGE_FAILED"
     """Storage refuses writes (read-only, permission denied): the job ends FAILED at
     once, as retrying cannot help until an operator fixes the storage and retries it
