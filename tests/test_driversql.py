@@ -132,11 +132,11 @@ def test_each_run_returns_its_own_row_in_order(database: Database) -> None:
 
 
 def test_statements_the_driver_would_be_sent_wrong_are_refused(database: Database) -> None:
-    listed = DriverStatement(
-        select(ROWS.c.name).where(ROWS.c.name.in_(bindparam("names", expanding=True)))
+    rendered = DriverStatement(
+        select(ROWS.c.name).where(ROWS.c.count == bindparam("n", literal_execute=True))
     )
     with pytest.raises(TypeError, match="not sent as it is"):
-        database.transaction(lambda c: listed.rows(c, {"names": ["a"]}))
+        database.transaction(lambda c: rendered.rows(c, {"n": 1}))
     defaulted = DriverStatement(DEFAULTED.insert().values(name=bindparam("name")))
     with pytest.raises(TypeError, match="default"):
         database.transaction(lambda c: defaulted.run(c, {"name": "a"}))
@@ -205,3 +205,32 @@ def test_insert_if_absent_says_what_it_inserted_on_the_driver_or_not(database: D
     assert not database.transaction(lambda c: insert_if_absent(c, DEFAULTED, {"name": "d"}))
     count = database.transaction(lambda c: c.execute(select(DEFAULTED.c.count)).scalar_one())
     assert count == 7
+
+
+def test_a_list_is_sent_as_one_parameter_per_value(database: Database) -> None:
+    database.transaction(
+        lambda c: c.execute(INSERT, [_row(f"l{i}", at=AT.replace(second=i)) for i in range(4)])
+    )
+    listed = DriverStatement(
+        select(ROWS.c.name, ROWS.c.at)
+        .where(ROWS.c.name.in_(bindparam("names", expanding=True)), ROWS.c.count == bindparam("c"))
+        .order_by(ROWS.c.name)
+    )
+    twice = DriverStatement(
+        select(ROWS.c.name)
+        .where(ROWS.c.name.in_(bindparam("names", expanding=True)))
+        .union_all(select(ROWS.c.name).where(ROWS.c.name.in_(bindparam("names", expanding=True))))
+    )
+    by_time = DriverStatement(
+        select(ROWS.c.name).where(ROWS.c.at.in_(bindparam("moments", expanding=True)))
+    )
+    for names in ([], ["l1"], ["l3", "l0", "missing"]):
+        found = database.transaction(lambda c: listed.rows(c, {"names": names, "c": 3}))  # noqa: B023
+        assert [r.name for r in found] == sorted(n for n in names if n != "missing")
+        assert all(r.at.second == int(r.name[1]) for r in found)
+        doubled = database.transaction(lambda c: twice.rows(c, {"names": names}))  # noqa: B023
+        assert sorted(r.name for r in doubled) == sorted(2 * [n for n in names if n != "missing"])
+    # Each value converted as SQLAlchemy converts it (a datetime, here).
+    moments = [AT.replace(second=2), AT.replace(second=0)]
+    found = database.transaction(lambda c: by_time.rows(c, {"moments": moments}))
+    assert sorted(r.name for r in found) == ["l0", "l2"]

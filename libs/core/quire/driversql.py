@@ -10,8 +10,9 @@ processor SQLAlchemy itself would have used and each result value by its
 result processor: the same SQL and the same bytes on disk. On any other
 database the statement runs through SQLAlchemy as before.
 
-Only statements SQLAlchemy would send as they are qualify: a bind that
-expands (``IN`` a list) or is rendered into the SQL text is refused when the
+A list bound for ``IN`` is sent as one placeholder per value (SQLAlchemy's
+own way, done once per list length). A bind SQLAlchemy would render into the
+SQL text, or a column whose default SQLAlchemy fills in, is refused when the
 statement is first compiled, never silently sent wrong. A driver error is
 raised as SQLAlchemy would raise it (its ``DBAPIError`` kinds, parameters
 hidden), so callers see one exception tree either way.
@@ -32,6 +33,8 @@ from sqlalchemy.sql.elements import ClauseElement
 __all__ = ["DriverStatement"]
 
 _Processor = Callable[[Any], Any] | None
+_KEPT_SHAPES = 64
+"""SQL texts kept per statement, one per set of list lengths."""
 
 
 class _Compiled:
@@ -48,15 +51,25 @@ class _Compiled:
             # SQLAlchemy computes these columns' values in Python as it runs the
             # statement; the driver would be sent nothing for them.
             raise TypeError("a column's default or onupdate is filled in by SQLAlchemy")
-        self.sources: list[tuple[str, bool, Any, _Processor]] = []
+        self.sources: list[tuple[str, bool, Any, _Processor, bool]] = []
         """Each parameter's key, whether the caller gives it (else the statement
-        holds its value), that value, and its conversion."""
+        holds its value), that value, its conversion, and whether it is a list
+        (``IN``) that stands for as many parameters as it holds."""
+        self.lists: list[str] = []
+        """The keys of the list parameters, once each."""
         for name in names:
             bind = compiled.binds[name]
-            if bind.expanding or bind.literal_execute:
+            if bind.literal_execute:
                 raise TypeError(f"parameter {name!r} is not sent as it is")
             processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
-            self.sources.append((bind.key, bind.required, bind.effective_value, processor))
+            self.sources.append(
+                (bind.key, bind.required, bind.effective_value, processor, bind.expanding)
+            )
+            if bind.expanding and bind.key not in self.lists:
+                if f"__[POSTCOMPILE_{bind.key}]" not in self.sql:
+                    raise TypeError(f"list parameter {name!r} is not where it is expected")
+                self.lists.append(bind.key)
+        self._sql_for: dict[tuple[int, ...], str] = {}
         columns = list(getattr(statement, "exported_columns", ()))
         self.row: Any = namedtuple("Row", [column.key for column in columns]) if columns else None  # type: ignore[misc]
         self.results: list[_Processor] = [
@@ -64,12 +77,27 @@ class _Compiled:
         ]
         self.converts = any(p is not None for p in self.results)
 
-    def values(self, params: Mapping[str, Any]) -> list[Any]:
-        out = []
-        for key, given, constant, processor in self.sources:
+    def bound(self, params: Mapping[str, Any]) -> tuple[str, list[Any]]:
+        """The SQL for these parameters (a list's placeholders as many as it
+        holds; SQLite takes ``IN ()``), and the values in order."""
+        out: list[Any] = []
+        for key, given, constant, processor, listed in self.sources:
             value = params[key] if given else constant
-            out.append(value if processor is None or value is None else processor(value))
-        return out
+            if listed:
+                out.extend(v if processor is None or v is None else processor(v) for v in value)
+            else:
+                out.append(value if processor is None or value is None else processor(value))
+        if not self.lists:
+            return self.sql, out
+        lengths = tuple(len(params[key]) for key in self.lists)
+        sql = self._sql_for.get(lengths)
+        if sql is None:
+            sql = self.sql
+            for key, length in zip(self.lists, lengths, strict=True):
+                sql = sql.replace(f"__[POSTCOMPILE_{key}]", ", ".join("?" * length))
+            if len(self._sql_for) < _KEPT_SHAPES:
+                self._sql_for[lengths] = sql
+        return sql, out
 
     def rows(self, raw: Sequence[tuple[Any, ...]]) -> list[Any]:
         assert self.row is not None
@@ -158,11 +186,12 @@ def _executed(connection: Connection, compiled: _Compiled, params: Mapping[str, 
     """The driver's cursor after running ``compiled`` with ``params``."""
     driver: Any = connection.connection.driver_connection
     dialect = connection.dialect
+    sql, values = compiled.bound(params)
     try:
-        return driver.execute(compiled.sql, compiled.values(params))
+        return driver.execute(sql, values)
     except dialect.loaded_dbapi.Error as error:
         raise exc.DBAPIError.instance(
-            compiled.sql,
+            sql,
             None,
             error,
             dialect.loaded_dbapi.Error,

@@ -50,17 +50,21 @@ _LOCKED_HEAD = DriverStatement(
     .where(tables.chain_heads.c.tenant == bindparam("tenant"))
     .with_for_update()
 )
-_KNOWN_IDS = select(tables.ledger.c.event_id).where(
-    tables.ledger.c.event_id.in_(bindparam("ids", expanding=True))
+_KNOWN_IDS = DriverStatement(
+    select(tables.ledger.c.event_id).where(
+        tables.ledger.c.event_id.in_(bindparam("ids", expanding=True))
+    )
 )
 _KNOWN_REFUSED = select(tables.refused_events.c.event_id, tables.refused_events.c.event).where(
     tables.refused_events.c.event_id.in_(bindparam("ids", expanding=True))
 )
-_KNOWN_EITHER = union_all(
-    select(tables.ledger.c.event_id, null().label("event")).where(
-        tables.ledger.c.event_id.in_(bindparam("ids", expanding=True))
-    ),
-    _KNOWN_REFUSED,
+_KNOWN_EITHER = DriverStatement(
+    union_all(
+        select(tables.ledger.c.event_id, null().label("event")).where(
+            tables.ledger.c.event_id.in_(bindparam("ids", expanding=True))
+        ),
+        _KNOWN_REFUSED,
+    )
 )
 """Both look-ups in one statement: a ledger row has no ``event`` here, a
 finding has its refused event."""
@@ -80,8 +84,10 @@ _LAST_OF_JOB = (
     .where(tables.ledger.c.job == tables.jobs.c.job)
     .scalar_subquery()
 )
-_VIEWS_OF = select(tables.jobs, _LAST_OF_JOB.label("last_sequence")).where(
-    tables.jobs.c.job.in_(bindparam("jobs", expanding=True))
+_VIEWS_OF = DriverStatement(
+    select(tables.jobs, _LAST_OF_JOB.label("last_sequence")).where(
+        tables.jobs.c.job.in_(bindparam("jobs", expanding=True))
+    )
 )
 _VIEW_UPDATE = DriverStatement(
     update(tables.jobs)
@@ -178,13 +184,13 @@ def record_many(connection: Connection, arrivals: list[Arrival]) -> list[Outcome
     known: set[str] = set()
     findings: dict[str, bytes] = {}
     if any(a.judged for a in arrivals):
-        for row in connection.execute(_KNOWN_EITHER, {"ids": ids}):
+        for row in _KNOWN_EITHER.rows(connection, {"ids": ids}):
             if row.event is None:
                 known.add(row.event_id)
             else:
                 findings[row.event_id] = row.event
     else:
-        known = set(connection.execute(_KNOWN_IDS, {"ids": ids}).scalars())
+        known = {row.event_id for row in _KNOWN_IDS.rows(connection, {"ids": ids})}
     stored, last = _stored_views(connection, sorted({a.event.job for a in arrivals}))
     views: dict[str, JobFacts] = dict(stored)
     outcomes: list[Outcome] = []
@@ -321,7 +327,7 @@ def _stored_views(
         return {}, {}
     views: dict[str, JobFacts] = {}
     last: dict[str, int] = {}
-    for row in connection.execute(_VIEWS_OF, {"jobs": jobs}):
+    for row in _VIEWS_OF.rows(connection, {"jobs": jobs}):
         views[row.job] = _facts(row)
         if row.last_sequence is not None:
             last[row.job] = int(row.last_sequence)

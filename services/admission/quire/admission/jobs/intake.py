@@ -92,9 +92,11 @@ _KEY = DriverStatement(
     )
 )
 _JOB = DriverStatement(select(tables.jobs).where(tables.jobs.c.job == bindparam("job")))
-_SOURCES = select(tables.sources).where(
-    tables.sources.c.tenant == bindparam("tenant"),
-    tables.sources.c.sha256.in_(bindparam("digests", expanding=True)),
+_SOURCES = DriverStatement(
+    select(tables.sources).where(
+        tables.sources.c.tenant == bindparam("tenant"),
+        tables.sources.c.sha256.in_(bindparam("digests", expanding=True)),
+    )
 )
 _LOCK_TENANT = DriverStatement(
     select(tables.tenants.c.id).where(tables.tenants.c.id == bindparam("tenant")).with_for_update()
@@ -444,11 +446,7 @@ class Intake:
         coming: frozenset[str] = frozenset(),
     ) -> None:
         digests = sorted({item.sha256 for item in request.manifest.items if item.sha256} - coming)
-        rows = (
-            connection.execute(_SOURCES, {"tenant": tenant, "digests": digests}).all()
-            if digests
-            else []
-        )
+        rows = _SOURCES.rows(connection, {"tenant": tenant, "digests": digests}) if digests else []
         systems = (
             read_systems(connection, tenant, referenced_systems(request.manifest))
             if has_references(request.manifest)
@@ -653,7 +651,7 @@ class Intake:
         uploaded = (
             {
                 row.sha256: row
-                for row in connection.execute(_SOURCES, {"tenant": tenant, "digests": digests})
+                for row in _SOURCES.rows(connection, {"tenant": tenant, "digests": digests})
             }
             if digests
             else {}

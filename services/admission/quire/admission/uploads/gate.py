@@ -39,6 +39,7 @@ from quire.admission.v1 import admission_service_pb2 as pb
 from quire.blobstore import BlobStore, source_key
 from quire.database import Database, insert_each_if_absent
 from quire.declarations import check_declared_digest, check_declared_size
+from quire.driversql import DriverStatement
 from quire.errors import FieldViolation, InvalidInput, QuireError
 from quire.metrics import ServiceMetrics
 from quire.reasons import ReasonCode
@@ -235,20 +236,25 @@ async def _discard_rest(requests: PacedRequests, declared: int) -> None:
             raise InvalidInput(ReasonCode.SIZE_EXCEEDS_DECLARATION, "more bytes than declared")
 
 
-_SOURCE = select(tables.sources).where(
-    tables.sources.c.tenant == bindparam("tenant"), tables.sources.c.sha256 == bindparam("sha256")
+_SOURCE = DriverStatement(
+    select(tables.sources).where(
+        tables.sources.c.tenant == bindparam("tenant"),
+        tables.sources.c.sha256 == bindparam("sha256"),
+    )
 )
 """Built once: every upload looks."""
 
 
-_SOURCES = select(tables.sources).where(
-    tables.sources.c.tenant == bindparam("tenant"),
-    tables.sources.c.sha256.in_(bindparam("digests", expanding=True)),
+_SOURCES = DriverStatement(
+    select(tables.sources).where(
+        tables.sources.c.tenant == bindparam("tenant"),
+        tables.sources.c.sha256.in_(bindparam("digests", expanding=True)),
+    )
 )
 
 
 def known_source(connection: Connection, tenant: str, sha256: str) -> StoredSource | None:
-    row = connection.execute(_SOURCE, {"tenant": tenant, "sha256": sha256}).first()
+    row = _SOURCE.first(connection, {"tenant": tenant, "sha256": sha256})
     return None if row is None else StoredSource(row.sha256, row.size_bytes, row.content_type)
 
 
@@ -256,7 +262,7 @@ def known_sources(
     connection: Connection, tenant: str, digests: list[str]
 ) -> dict[str, StoredSource]:
     """``known_source`` for several digests, in one statement."""
-    rows = connection.execute(_SOURCES, {"tenant": tenant, "digests": digests})
+    rows = _SOURCES.rows(connection, {"tenant": tenant, "digests": digests})
     return {row.sha256: StoredSource(row.sha256, row.size_bytes, row.content_type) for row in rows}
 
 
