@@ -615,15 +615,19 @@ def main() -> None:
             replica_packets = make_packets(folder / "inputs", jobs, prefix="replicas")
 
             async def with_replicas() -> Any:
-                async with second_replicas(stack), client_for(stack) as client:
+                async with second_replicas(stack) as extra, client_for(stack) as client:
                     await warm_up(client, replica_warm_packets)
                     ready = await upload_all(client, replica_packets)
+                    both = TreeSampler({**roots, **extra})
+                    both.start()
                     ticks = machine_busy_ticks()
                     result = await run_pipeline(client, ready)
-                    return result, machine_busy_ticks() - ticks
+                    ticks = machine_busy_ticks() - ticks
+                    both.stop()
+                    return result, ticks, both.cpu_seconds()
 
-            (replica_elapsed, _latencies, replica_outcomes), replica_ticks = asyncio.run(
-                with_replicas()
+            (replica_elapsed, _latencies, replica_outcomes), replica_ticks, replica_cpu = (
+                asyncio.run(with_replicas())
             )
             replica_rate = replica_outcomes.get(State.COMPLETED, 0) / replica_elapsed
             sign_us, verify_us, message_bytes = wire_cost(folder / "stack")
@@ -685,6 +689,15 @@ def main() -> None:
         f"{machine * TICK_SECONDS / jobs * 1000:.1f}, the machine "
         f"{replica_ticks * TICK_SECONDS / replica_elapsed / cores:.0%} busy against "
         f"{machine * TICK_SECONDS / phase_seconds / cores:.0%}"
+    )
+    print(
+        "CPU ms per job by process kind, one replica -> two (both replicas together): "
+        + ", ".join(
+            f"{kind} {cpu.get(kind, 0.0) / jobs * 1000:.1f} -> "
+            f"{replica_cpu.get(kind, 0.0) / jobs * 1000:.1f}"
+            for kind in sorted(set(cpu) | set(replica_cpu))
+            if kind != "client" and max(cpu.get(kind, 0.0), replica_cpu.get(kind, 0.0)) > 0
+        )
     )
     print(
         f"Quire / machine's limit: {pipeline_rate:.2f} / {limit:.2f} = {ratio:.2f} "

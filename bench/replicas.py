@@ -19,11 +19,14 @@ SCALED = ("validator", "assembler", "signer", "audit")
 
 
 @asynccontextmanager
-async def second_replicas(stack: Stack) -> AsyncIterator[None]:
-    """A second replica of each scaled service, serving, until the block ends."""
+async def second_replicas(stack: Stack) -> AsyncIterator[dict[int, str]]:
+    """A second replica of each scaled service, serving, until the block ends;
+    yields each replica's pid and service."""
     async with AsyncExitStack() as replicas:
+        pids = {}
         for service in SCALED:
-            await replicas.enter_async_context(
+            process = await replicas.enter_async_context(
                 extra_process(stack, service, f"{service}-replica-2")
             )
-        yield
+            pids[process.pid] = service
+        yield pids
