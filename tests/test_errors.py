@@ -95,6 +95,16 @@ class _Context:
         raise _Aborted()
 
 
+async def _aborted(error: BaseException) -> tuple[grpc.StatusCode, status_pb2.Status]:
+    """The code and rich status ``abort_with`` sends for ``error`` at admission's edge."""
+    context = _Context()
+    with pytest.raises(_Aborted):
+        await abort_with(context, error, "admission.quire")  # type: ignore[arg-type]
+    metadata = dict(context.status.trailing_metadata)  # type: ignore[attr-defined]
+    sent = status_pb2.Status.FromString(metadata["grpc-status-details-bin"])
+    return context.status.code, sent  # type: ignore[attr-defined]
+
+
 async def test_a_full_disk_met_anywhere_in_a_call_is_storage_unavailable(caplog) -> None:  # type: ignore[no-untyped-def]
     for error, code, reason in (
         (
@@ -104,12 +114,8 @@ async def test_a_full_disk_met_anywhere_in_a_call_is_storage_unavailable(caplog)
         ),
         (OSError(errno.EIO, "/secret/path"), grpc.StatusCode.INTERNAL, "INTERNAL"),
     ):
-        context = _Context()
-        with pytest.raises(_Aborted):
-            await abort_with(context, error, "admission.quire")  # type: ignore[arg-type]
-        assert context.status.code == code  # type: ignore[attr-defined]
-        metadata = dict(context.status.trailing_metadata)  # type: ignore[attr-defined]
-        sent = status_pb2.Status.FromString(metadata["grpc-status-details-bin"])
+        sent_code, sent = await _aborted(error)
+        assert sent_code == code
         (info,) = _details(sent, error_details_pb2.ErrorInfo)
         assert info.reason == reason
     # The unexpected one is logged by its type and errno name, never its text.
@@ -159,12 +165,8 @@ async def test_a_database_that_cannot_answer_is_database_unavailable(
         (wrong.value, grpc.StatusCode.INTERNAL, "INTERNAL"),
         (ValueError("not the database"), grpc.StatusCode.INTERNAL, "INTERNAL"),
     ):
-        context = _Context()
-        with pytest.raises(_Aborted):
-            await abort_with(context, error, "admission.quire")  # type: ignore[arg-type]
-        assert context.status.code == code  # type: ignore[attr-defined]
-        metadata = dict(context.status.trailing_metadata)  # type: ignore[attr-defined]
-        sent = status_pb2.Status.FromString(metadata["grpc-status-details-bin"])
+        sent_code, sent = await _aborted(error)
+        assert sent_code == code
         (info,) = _details(sent, error_details_pb2.ErrorInfo)
         assert info.reason == reason
         assert "secret-value" not in sent.message
