@@ -67,10 +67,17 @@ class _OlderAudit(AuditServicer):
 
 
 class _Audit:
-    def __init__(self, database: Database, watches: JobWatches, older: bool = False) -> None:
+    def __init__(
+        self,
+        database: Database,
+        watches: JobWatches,
+        older: bool = False,
+        kind: type[AuditServicer] | None = None,
+    ) -> None:
         self.calls = _Calls()
         self.server = grpc.aio.server(interceptors=[self.calls])
-        servicer = (_OlderAudit if older else AuditServicer)(database, watches=watches)
+        kind = kind or (_OlderAudit if older else AuditServicer)
+        servicer = kind(database, watches=watches)
         audit_service_pb2_grpc.add_AuditServiceServicer_to_server(servicer, self.server)
         self.port = self.server.add_insecure_port("127.0.0.1:0")
         self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{self.port}")
@@ -202,3 +209,40 @@ async def test_an_audit_without_the_stream_is_watched_job_by_job(database: Datab
         assert states == ["ACCEPTED", "CANCELLED"]
         assert relay.feed.unsupported
         assert audit.calls.seen["WatchJob"] == 1
+
+
+class _IgnoringAudit(_OlderAudit):
+    """An older audit that knows no settled-only watch: it sends every change."""
+
+    async def WatchJob(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
+        request.settled_only = False
+        async for change in super().WatchJob(request, context):
+            yield change
+
+
+_PARKED_THEN_DONE = [
+    ("", "ACCEPTED"),
+    ("ACCEPTED", "VALIDATING"),
+    ("VALIDATING", "NEEDS_REVIEW"),
+    ("NEEDS_REVIEW", "ASSEMBLING"),
+    ("ASSEMBLING", "FAILED"),
+]
+
+
+@pytest.mark.parametrize("older", [False, True], ids=["followed", "older-audit"])
+async def test_a_settled_only_relay_passes_only_the_states_a_job_rests_in(
+    database: Database, older: bool
+) -> None:
+    watches = JobWatches(database, WatchSettings(poll_seconds=60))
+    job = "jobs/ab01"
+    async with _Audit(database, watches, kind=_IgnoringAudit if older else None) as audit:
+        relay, outstanding = _relay(audit)
+        settled = asyncio.create_task(_states(relay.relay("t1", job, 0, None, settled_only=True)))
+        every = asyncio.create_task(_states(relay.relay("t1", job, 0, None)))
+        await _until(lambda: watches.open == 2)
+        for before, after in _PARKED_THEN_DONE:
+            _append(database, watches, job, before, after)
+        assert await asyncio.wait_for(settled, 10) == ["NEEDS_REVIEW", "FAILED"]
+        assert await asyncio.wait_for(every, 10) == [after for _b, after in _PARKED_THEN_DONE]
+        assert outstanding.ends == [job, job], "a settled-only relay notes the end too"
+        assert audit.calls.seen["WatchJob" if older else "FollowJobs"] >= 1

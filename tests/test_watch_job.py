@@ -131,6 +131,10 @@ async def test_a_watch_delivers_every_state_change_in_ledger_order(
     assert [state_name(job.state) for job in jobs] == states
     assert await client.wait(name, timeout=10) == changes[-1].job
 
+    # Settled only: the terminal change alone, at the ledger's sequence.
+    settled = client.watch_changes(name, timeout=10, settled_only=True)
+    assert _seen([c async for c in settled]) == seen[-1:]
+
 
 @pytest.mark.stack
 async def test_every_watched_change_carries_the_jobs_bundle_id(
@@ -238,6 +242,8 @@ async def test_a_rejected_jobs_watch_ends_at_rejected(
     assert seen == await _ledger_changes(stack, name)
     final = await client.wait(name, timeout=10)
     assert state_name(final.state) == "REJECTED"
+    settled = client.watch_changes(name, timeout=10, settled_only=True)
+    assert _seen([c async for c in settled]) == seen[-1:]
 
 
 FACTORY = EventFactory("test", "instance", "0")
@@ -287,6 +293,36 @@ async def test_an_append_wakes_the_watch_at_once_and_a_resume_repeats_nothing(
     resumed = [(f.state, s) async for f, s in watches.changes(JOB, second)]
     assert resumed == [("REJECTED", third)]
     assert [s async for s in watches.changes(JOB, third)] == []
+
+
+async def test_a_settled_only_watch_is_told_only_of_parked_and_terminal_states(
+    database: Database,
+) -> None:
+    watches = JobWatches(database, WatchSettings(poll_seconds=60))
+    changes = watches.changes(JOB, 0, settled_only=True)
+    pending = asyncio.ensure_future(anext(changes))
+    await asyncio.sleep(0.05)
+    for before, after in [("", "ACCEPTED"), ("ACCEPTED", "VALIDATING")]:
+        _append(database, before, after)
+        watches.notify(JOB)
+    await asyncio.sleep(0.05)
+    assert not pending.done(), "the stages' states are not told"
+    _append(database, "VALIDATING", "NEEDS_REVIEW")
+    watches.notify(JOB)
+    facts, parked = await asyncio.wait_for(pending, 1)
+    assert facts.state == "NEEDS_REVIEW"
+    _append(database, "NEEDS_REVIEW", "ASSEMBLING")
+    _append(database, "ASSEMBLING", "FAILED")
+    watches.notify(JOB)
+    facts, failed = await asyncio.wait_for(anext(changes), 1)
+    assert facts.state == "FAILED" and failed > parked
+    with pytest.raises(StopAsyncIteration):
+        await anext(changes)
+    # Resuming after the parked state's sequence: the rest, settled only.
+    resumed = [(f.state, s) async for f, s in watches.changes(JOB, parked, settled_only=True)]
+    assert resumed == [("FAILED", failed)]
+    every = [f.state async for f, _s in watches.changes(JOB, 0)]
+    assert every == ["ACCEPTED", "VALIDATING", "NEEDS_REVIEW", "ASSEMBLING", "FAILED"]
 
 
 async def test_the_poll_finds_appends_it_was_not_told_of(database: Database) -> None:

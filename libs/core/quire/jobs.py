@@ -24,6 +24,7 @@ __all__ = [
     "state_value",
     "TERMINAL_STATES",
     "PARKED_STATES",
+    "SETTLED_STATES",
     "HISTORY_BEFORE_COMPLETION",
     "state_rank",
     "manifest_digest",
@@ -35,6 +36,8 @@ _PREFIX = "JOB_STATE_"
 
 TERMINAL_STATES = TERMINAL
 PARKED_STATES = PARKED
+SETTLED_STATES = TERMINAL | PARKED
+"""The states a job rests in: what a settled-only watch is told of."""
 _RANK: dict[str, float] = {
     name: index for index, name in enumerate((*HISTORY_BEFORE_COMPLETION, State.COMPLETED))
 }

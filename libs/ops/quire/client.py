@@ -374,10 +374,16 @@ class AdmissionClient:
         )
 
     async def watch_changes(
-        self, name: str, *, after_sequence: int = 0, timeout: float | None = None
+        self,
+        name: str,
+        *,
+        after_sequence: int = 0,
+        timeout: float | None = None,
+        settled_only: bool = False,
     ) -> AsyncGenerator[pb.WatchJobResponse, None]:
         """Each change of the job's state after ``after_sequence`` (0: from its
-        first), with its ledger sequence, until a terminal state. A broken
+        first), with its ledger sequence, until a terminal state; only those
+        into a terminal or parked state if ``settled_only``. A broken
         stream is watched again after the last sequence seen; DEADLINE_EXCEEDED
         once ``timeout`` has passed."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -386,7 +392,7 @@ class AdmissionClient:
         while True:
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0.001)
             call = self._stub.WatchJob(
-                pb.WatchJobRequest(name=name, after_sequence=position),
+                pb.WatchJobRequest(name=name, after_sequence=position, settled_only=settled_only),
                 metadata=self._metadata,
                 timeout=remaining,
             )
@@ -432,7 +438,10 @@ class AdmissionClient:
             while True:
                 seen = position
                 changes = self.watch_changes(
-                    name, after_sequence=position, timeout=max(deadline - time.monotonic(), 0.001)
+                    name,
+                    after_sequence=position,
+                    timeout=max(deadline - time.monotonic(), 0.001),
+                    settled_only=True,  # the states in between are not waited for
                 )
                 async with contextlib.aclosing(changes):
                     async for change in changes:

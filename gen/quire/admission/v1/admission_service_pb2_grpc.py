@@ -141,7 +141,9 @@ class AdmissionServiceServicer:
         """Each change of the job's state the moment audit records it, in order,
         ending after a terminal state (COMPLETED, REJECTED, FAILED, CANCELLED).
         A broken watch resumes without gaps or repeats by sending the last
-        sequence it saw as after_sequence.
+        sequence it saw as after_sequence. With settled_only, only the changes
+        into a terminal or parked state: what a client waiting for the outcome
+        needs.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

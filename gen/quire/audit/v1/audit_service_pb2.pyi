@@ -258,12 +258,14 @@ class GetJobRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class WatchJobRequest(_message.Message):
-    __slots__ = ("name", "after_sequence")
+    __slots__ = ("name", "after_sequence", "settled_only")
     NAME_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_ONLY_FIELD_NUMBER: _ClassVar[int]
     name: str
     after_sequence: int
-    def __init__(self, name: _Optional[str] = ..., after_sequence: _Optional[int] = ...) -> None: ...
+    settled_only: bool
+    def __init__(self, name: _Optional[str] = ..., after_sequence: _Optional[int] = ..., settled_only: _Optional[bool] = ...) -> None: ...
 
 class WatchJobResponse(_message.Message):
     __slots__ = ("job", "sequence")
@@ -282,14 +284,16 @@ class FollowJobsRequest(_message.Message):
     def __init__(self, follow: _Optional[_Iterable[_Union[FollowedJob, _Mapping]]] = ..., unfollow: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class FollowedJob(_message.Message):
-    __slots__ = ("id", "name", "after_sequence")
+    __slots__ = ("id", "name", "after_sequence", "settled_only")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_ONLY_FIELD_NUMBER: _ClassVar[int]
     id: int
     name: str
     after_sequence: int
-    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., after_sequence: _Optional[int] = ...) -> None: ...
+    settled_only: bool
+    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., after_sequence: _Optional[int] = ..., settled_only: _Optional[bool] = ...) -> None: ...
 
 class FollowJobsResponse(_message.Message):
     __slots__ = ("changes",)

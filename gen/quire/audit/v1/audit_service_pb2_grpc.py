@@ -121,6 +121,7 @@ class AuditServiceServicer:
         the job as it stood after each ledger entry (after after_sequence) that
         changed its state. Ends after a terminal state (COMPLETED, REJECTED,
         FAILED, CANCELLED); a FAILED job an operator retries is watched again.
+        With settled_only, only the changes into a terminal or parked state.
         RESOURCE_EXHAUSTED (WATCHES_EXCEEDED) past the process's open watches.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

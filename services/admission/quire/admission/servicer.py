@@ -188,7 +188,11 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         if self._watches is None:
             raise NotFound("this admission service relays no watches")
         changes = self._watches.relay(
-            tenant.id, accepted.name, request.after_sequence, context.time_remaining()
+            tenant.id,
+            accepted.name,
+            request.after_sequence,
+            context.time_remaining(),
+            settled_only=request.settled_only,
         )
         async for change in changes:
             # Source waits as of the relay (a deferral is no change of its own).

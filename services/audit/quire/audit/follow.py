@@ -102,7 +102,10 @@ class Follows:
                     (FieldViolation("after_sequence", "negative"),),
                 )
             name = job_name(job_id(followed.name))
-            async for facts, sequence in self._watches.changes(name, followed.after_sequence):
+            changes = self._watches.changes(
+                name, followed.after_sequence, settled_only=followed.settled_only
+            )
+            async for facts, sequence in changes:
                 out.put_nowait(
                     pb.FollowedChange(
                         id=followed.id,

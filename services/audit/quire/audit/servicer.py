@@ -279,7 +279,10 @@ class AuditServicer(pb_grpc.AuditServiceServicer):
                 "after_sequence must not be negative",
                 (FieldViolation("after_sequence", "negative"),),
             )
-        async for facts, sequence in self._watches.changes(name, request.after_sequence):
+        changes = self._watches.changes(
+            name, request.after_sequence, settled_only=request.settled_only
+        )
+        async for facts, sequence in changes:
             yield pb.WatchJobResponse(job=_job(facts), sequence=sequence)
 
     async def FollowJobs(  # noqa: N802 - gRPC method name

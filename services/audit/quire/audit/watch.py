@@ -42,7 +42,7 @@ from quire.audit import tables
 from quire.audit.history import HistoryWatch
 from quire.database import Database
 from quire.errors import Overloaded, QuotaViolation, TransientError
-from quire.jobs import TERMINAL_STATES
+from quire.jobs import SETTLED_STATES, TERMINAL_STATES
 from quire.jobview import JobFacts, apply, is_retirement
 from quire.reasons import ReasonCode
 from quire.settings import WatchSettings
@@ -229,9 +229,12 @@ class JobWatches:
         if self._closed:
             raise TransientError(ReasonCode.SERVICE_DRAINING, "audit is shutting down; watch again")
 
-    async def changes(self, job: str, after: int) -> AsyncIterator[tuple[JobFacts, int]]:
+    async def changes(
+        self, job: str, after: int, *, settled_only: bool = False
+    ) -> AsyncIterator[tuple[JobFacts, int]]:
         """The job's view after each entry past ``after`` that changed its
-        state, with the entry's sequence; ends after a terminal state."""
+        state, with the entry's sequence; ends after a terminal state.
+        ``settled_only``: only the changes into a terminal or parked state."""
         self._refuse_if_closed()
         limit = self._settings.max_watches
         if self._open >= limit:
@@ -261,7 +264,12 @@ class JobWatches:
                         continue
                     before = facts
                     facts = apply(facts, event)
-                    if sequence > after and (before is None or before.state != facts.state):
+                    changed = before is None or before.state != facts.state
+                    if (
+                        changed
+                        and sequence > after
+                        and (not settled_only or facts.state in SETTLED_STATES)
+                    ):
                         yield facts, sequence
                         if facts.state in TERMINAL_STATES:
                             return

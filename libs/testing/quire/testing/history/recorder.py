@@ -142,11 +142,18 @@ class RecordingClient(AdmissionClient):
         return job
 
     async def watch_changes(
-        self, name: str, *, after_sequence: int = 0, timeout: float | None = None
+        self,
+        name: str,
+        *,
+        after_sequence: int = 0,
+        timeout: float | None = None,
+        settled_only: bool = False,
     ) -> AsyncGenerator[pb.WatchJobResponse, None]:
         log = self.history
         call = log.invoke(Rpc.WATCH, job=name, sequence=after_sequence)
-        changes = super().watch_changes(name, after_sequence=after_sequence, timeout=timeout)
+        changes = super().watch_changes(
+            name, after_sequence=after_sequence, timeout=timeout, settled_only=settled_only
+        )
         async with contextlib.aclosing(changes):
             try:
                 async for change in changes:

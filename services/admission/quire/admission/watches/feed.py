@@ -42,6 +42,7 @@ class Follow:
     id: int
     name: str
     after: int
+    settled_only: bool
     changes: asyncio.Queue[audit_service_pb2.FollowedChange] = field(default_factory=asyncio.Queue)
 
 
@@ -66,9 +67,10 @@ class AuditFeed:
     def following(self) -> int:
         return len(self._follows)
 
-    def follow(self, name: str, after: int) -> Follow:
-        """Follow ``name`` after ``after``; its changes arrive in ``changes``."""
-        follow = Follow(next(self._ids), name, after)
+    def follow(self, name: str, after: int, *, settled_only: bool = False) -> Follow:
+        """Follow ``name`` after ``after`` (only its settled states if
+        ``settled_only``); its changes arrive in ``changes``."""
+        follow = Follow(next(self._ids), name, after, settled_only)
         self._follows[follow.id] = follow
         self._to_follow.append(follow)
         self._send_soon()
@@ -122,7 +124,12 @@ class AuditFeed:
                     continue
                 request = audit_service_pb2.FollowJobsRequest(
                     follow=[
-                        audit_service_pb2.FollowedJob(id=f.id, name=f.name, after_sequence=f.after)
+                        audit_service_pb2.FollowedJob(
+                            id=f.id,
+                            name=f.name,
+                            after_sequence=f.after,
+                            settled_only=f.settled_only,
+                        )
                         for f in follows
                     ],
                     unfollow=unfollows,

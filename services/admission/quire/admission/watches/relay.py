@@ -26,7 +26,7 @@ from quire.admission.jobs.outstanding import OutstandingJobs
 from quire.admission.watches.feed import AuditFeed, Follow
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.errors import Overloaded, QuotaViolation, TransientError
-from quire.jobs import TERMINAL_STATES, state_name
+from quire.jobs import SETTLED_STATES, TERMINAL_STATES, state_name
 from quire.reasons import ReasonCode
 from quire.settings import WatchSettings
 
@@ -53,6 +53,11 @@ def _over_share(limit: int) -> Overloaded:
         "tenant:watches",
         f"at most {limit} open watches per tenant",
     )
+
+
+def _wanted(change: audit_service_pb2.WatchJobResponse, settled_only: bool) -> bool:
+    """Whether a settled-only relay (or any other) passes ``change`` on."""
+    return not settled_only or state_name(change.job.state) in SETTLED_STATES
 
 
 class _Unsupported(Exception):
@@ -98,10 +103,18 @@ class WatchRelay:
         self._feed.close()
 
     async def relay(
-        self, tenant: str, name: str, after: int, timeout: float | None
+        self,
+        tenant: str,
+        name: str,
+        after: int,
+        timeout: float | None,
+        *,
+        settled_only: bool = False,
     ) -> AsyncIterator[audit_service_pb2.WatchJobResponse]:
         """Audit's changes of the job ``name`` (already known to be
-        ``tenant``'s) after ``after``, until audit ends the stream."""
+        ``tenant``'s) after ``after``, until audit ends the stream; only
+        those into a terminal or parked state if ``settled_only`` (an older
+        audit that sends every change has the others left out here)."""
         if self._closed.is_set():
             raise TransientError(ReasonCode.SERVICE_DRAINING, "admission is shutting down")
         if self._by_tenant[tenant] >= self._settings.max_tenant_watches:
@@ -114,14 +127,16 @@ class WatchRelay:
             seen = after
             if not self._feed.unsupported:
                 try:
-                    async for change in self._followed(name, after):
+                    async for change in self._followed(name, after, settled_only):
                         seen = change.sequence
-                        yield self._noted(change)
+                        if _wanted(change, settled_only):
+                            yield self._noted(change)
                     return
                 except _Unsupported:
                     pass  # an older audit, mid-rollout: a call of this watch's own
-            async for change in self._one_call(name, seen, timeout):
-                yield self._noted(change)
+            async for change in self._one_call(name, seen, timeout, settled_only):
+                if _wanted(change, settled_only):
+                    yield self._noted(change)
         finally:
             self._open -= 1
             self._by_tenant[tenant] -= 1
@@ -136,10 +151,10 @@ class WatchRelay:
         return change
 
     async def _followed(
-        self, name: str, after: int
+        self, name: str, after: int, settled_only: bool
     ) -> AsyncIterator[audit_service_pb2.WatchJobResponse]:
         """The job's changes through the shared stream."""
-        follow = self._feed.follow(name, after)
+        follow = self._feed.follow(name, after, settled_only=settled_only)
         self._following.add(follow)
         try:
             while True:
@@ -170,11 +185,13 @@ class WatchRelay:
         return TransientError(ReasonCode.DEPENDENCY_UNAVAILABLE, "audit unavailable; watch again")
 
     async def _one_call(
-        self, name: str, after: int, timeout: float | None
+        self, name: str, after: int, timeout: float | None, settled_only: bool
     ) -> AsyncIterator[audit_service_pb2.WatchJobResponse]:
         """The job's changes through a WatchJob call of its own."""
         call = self._audit.WatchJob(
-            audit_service_pb2.WatchJobRequest(name=name, after_sequence=after),
+            audit_service_pb2.WatchJobRequest(
+                name=name, after_sequence=after, settled_only=settled_only
+            ),
             timeout=timeout,
             wait_for_ready=True,
         )
