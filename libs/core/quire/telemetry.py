@@ -198,7 +198,14 @@ def child_span(
     start_time: int | None = None,
     attributes: Mapping[str, str | int | bool] | None = None,
 ) -> Iterator[Span]:
-    """A span under the current one that records any failure escaping it."""
+    """A span under the current one that records any failure escaping it.
+    Under a span that records nothing (tracing off, or the trace not
+    sampled) no child is made: the current span is yielded as it is, since
+    a child of an unsampled parent is not sampled either."""
+    current = trace.get_current_span()
+    if not current.is_recording():
+        yield current
+        return
     with tracer.start_as_current_span(
         name,
         kind=kind,
