@@ -89,3 +89,39 @@ async def test_a_lone_replica_sends_no_news_until_another_starts(nats_server: Na
         second.close()
         await first_nc.close()
         await second_nc.close()
+
+
+async def test_a_replica_connected_as_services_connect_is_not_sent_its_own_news(
+    nats_server: NatsServer,
+) -> None:
+    # Services connect with echo off (quire.runtime.start_runtime): a
+    # replica's news goes to the others only, not back to itself as well.
+    first_nc = await connect_nats(nats_server.url, "audit-a", echo=False)
+    second_nc = await connect_nats(nats_server.url, "audit-b", echo=False)
+    own: list[bytes] = []
+    theirs: list[bytes] = []
+    first = ReplicaNews(first_nc, "audit-a", lambda job: None)
+    second = ReplicaNews(second_nc, "audit-b", lambda job: None)
+    try:
+        await first_nc.subscribe(NEWS_SUBJECT, cb=_with_jobs(own))
+        await second_nc.subscribe(NEWS_SUBJECT, cb=_with_jobs(theirs))
+        await first.start()
+        await second.start()
+        for _ in range(100):
+            if not first.alone:
+                break
+            await asyncio.sleep(0.02)
+        first.grew("jobs/told")
+        for _ in range(100):
+            if theirs:
+                break
+            await asyncio.sleep(0.02)
+        await first_nc.flush()
+        await asyncio.sleep(0.1)
+        assert theirs and b"jobs/told" in theirs[0]
+        assert own == [], "the sender's own connection is not sent its news"
+    finally:
+        first.close()
+        second.close()
+        await first_nc.close()
+        await second_nc.close()

@@ -90,11 +90,15 @@ def configure_logging(service: str, chosen: str = "json") -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-async def connect_nats(url: str, name: str, *, user: str = "", password: str = "") -> NatsClient:
+async def connect_nats(
+    url: str, name: str, *, user: str = "", password: str = "", echo: bool = True
+) -> NatsClient:
     """Connect as ``user`` (replies on that user's own inbox prefix), or
     anonymously. ``url`` may list several servers of a cluster, comma-separated;
-    the client fails over between them (and learns the others from the first)."""
-    return await _connect(url, name, user, password, reconnect=True)
+    the client fails over between them (and learns the others from the first).
+    ``echo=False``: the server does not send this connection the core
+    messages it publishes itself (JetStream's deliveries are the server's own)."""
+    return await _connect(url, name, user, password, reconnect=True, echo=echo)
 
 
 async def connect_nats_briefly(
@@ -103,14 +107,16 @@ async def connect_nats_briefly(
     """``connect_nats`` for a command a person waits for: each server is
     tried twice, half a second apart, then ``NoServersError``, instead of
     retrying forever; a connection lost later is not re-established."""
-    return await _connect(url, name, user, password, reconnect=False)
+    return await _connect(url, name, user, password, reconnect=False, echo=True)
 
 
 HANDSHAKE_TRIES = 10
 """Connections made again when the server's first PING came before its PONG."""
 
 
-async def _connect(url: str, name: str, user: str, password: str, *, reconnect: bool) -> NatsClient:
+async def _connect(
+    url: str, name: str, user: str, password: str, *, reconnect: bool, echo: bool
+) -> NatsClient:
     """A client whose handshake completed.
 
     A server slow to take a CONNECT (its bcrypt check, on a loaded host)
@@ -130,6 +136,7 @@ async def _connect(url: str, name: str, user: str, password: str, *, reconnect: 
             reconnect_time_wait=0.5,
             connect_timeout=5,
             allow_reconnect=reconnect,
+            no_echo=not echo,
             **login,  # type: ignore[arg-type]
         )
         if client.is_connected:
@@ -164,8 +171,14 @@ async def start_runtime(settings: ServiceSettings) -> tuple[NatsClient, JetStrea
     password = ""
     if settings.nats_password_file is not None:
         password = settings.nats_password_file.read_text().strip()
+    # No service listens for its own core messages (an audit replica's news
+    # is for the others), so none is sent back to it.
     nc = await connect_nats(
-        settings.nats_url, f"quire-{settings.service}", user=settings.nats_user, password=password
+        settings.nats_url,
+        f"quire-{settings.service}",
+        user=settings.nats_user,
+        password=password,
+        echo=False,
     )
     js = nc.jetstream(timeout=10)
     if settings.nats_user:
