@@ -118,3 +118,49 @@ async def test_a_fresh_claim_reads_the_bucket_twice(
     reads = 0
     assert await gate["signer"].claim_signing(JOB) == State.SIGNING  # a redelivery
     assert reads == 2 + 2  # the first read finds the entry; written already: all again
+
+
+async def test_a_claim_after_the_lease_time_read_reads_the_bucket_once(
+    jetstream: JetStreamContext, direct: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stage reads the gate as it takes the lease; its claim then starts
+    from that read and reads on only up to its own entry."""
+    gate = _gates(jetstream, direct)
+    reads = 0
+    get_msg = jetstream.get_msg
+
+    async def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal reads
+        reads += 1
+        return await get_msg(*args, **kwargs)
+
+    monkeypatch.setattr(jetstream, "get_msg", counted)
+    assert await gate["signer"].claim_of(JOB) == ("", "")
+    assert reads == 1
+    reads = 0
+    assert await gate["signer"].claim_signing(JOB) == State.SIGNING
+    assert reads == 1, "only the read on to its own entry"
+
+
+async def test_a_cancel_after_the_lease_time_read_still_wins(
+    jetstream: JetStreamContext, direct: bool
+) -> None:
+    gate = _gates(jetstream, direct)
+    assert await gate["signer"].claim_of(JOB) == ("", "")
+    assert await gate["admission"].cancel(JOB) == State.CANCELLED
+    assert await gate["signer"].claim_signing(JOB) == State.CANCELLED
+
+
+async def test_a_claim_is_for_the_generation_a_retry_began_after_the_earlier_read(
+    jetstream: JetStreamContext, direct: bool
+) -> None:
+    """Read at generation 0; before the claim, audit ends it and an operator's
+    retry begins generation 1: the claim is decided in generation 1, as a
+    claim that read the gate afresh would be."""
+    gate = _gates(jetstream, direct)
+    assert await gate["signer"].claim_of(JOB) == ("", "")
+    assert await gate["audit"].end(JOB, State.FAILED, 0) == State.FAILED
+    assert await gate["audit"].reopen(JOB, 1) == ""
+    assert await gate["signer"].claim_signing(JOB) == State.SIGNING
+    assert await gate["admission"].cancel(JOB) == State.SIGNING, "the claim won generation 1"
+    assert await gate["validator"].claim_of(JOB, 1) == (State.SIGNING, "signer")

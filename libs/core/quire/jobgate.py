@@ -33,6 +33,7 @@ without the identity key can therefore block only its own service's keys.
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import nats.js.errors
@@ -71,6 +72,11 @@ CLAIMANTS: dict[str, frozenset[str]] = {
 }
 _SEPARATOR = "|"
 _GENERATION = re.compile(r"[0-9]{1,9}")
+_CLAIMS = 3
+"""Claims one call makes at most, each for a retry begun while the one
+before was written (a job is retried only after an operator asks)."""
+_REMEMBERED_JOBS = 1024
+"""Jobs whose last read a gate keeps for a claim that follows (``_claim``)."""
 
 
 def gate_config(replicas: int) -> api.StreamConfig:
@@ -122,6 +128,9 @@ class JobGate:
         self._signer = signer
         self._verifier = verifier
         self._direct = direct
+        self._read_before: OrderedDict[str, tuple[list[_Entry], int]] = OrderedDict()
+        """By job: the entries this gate last read of it and the stream
+        sequence to read on from, which a claim that follows starts from."""
 
     @classmethod
     async def open(
@@ -174,8 +183,14 @@ class JobGate:
         return _Entry(sequence, service, state, int(number))
 
     async def _entries(self, job: str) -> list[_Entry]:
-        """The job's genuine entries, in stream order (one read of the leader each)."""
-        return (await self._read(job, 1, None))[0]
+        """The job's genuine entries, in stream order (one read of the leader
+        each); kept for a claim of the same job that follows."""
+        entries, upto = await self._read(job, 1, None)
+        self._read_before[job] = (entries, upto)
+        self._read_before.move_to_end(job)
+        while len(self._read_before) > _REMEMBERED_JOBS:
+            self._read_before.popitem(last=False)
+        return entries
 
     async def _read(self, job: str, sequence: int, mine: _Entry | None) -> tuple[list[_Entry], int]:
         """The job's genuine entries from stream sequence ``sequence`` on, in
@@ -227,19 +242,31 @@ class JobGate:
         genuine held means this service's own key holds a forgery (its login
         was used without its identity key): the claim counts as made.
 
-        Once the claim is written, the entries are read on from where the
-        first read ended, only up to the claim itself: whatever the gate
-        holds is decided at or before it (``_held`` stops at the first entry
-        that decides, and the claim decides if nothing before it did)."""
-        entries, upto = await self._read(job, 1, None)
-        if generation is None:
-            generation = self._current(entries)
-        mine = await self._record(job, state, generation)
-        if mine is None:  # written before (a redelivery, or a forgery): read it all
-            entries = await self._entries(job)
-        else:
-            entries += (await self._read(job, upto, mine))[0]
-        return self._held(entries, generation)[0] or state
+        The claim starts from this gate's last read of the job when there is
+        one (a stage reads the gate as it takes a job's lease, then claims),
+        else from a read of its own. Once the claim is written, the entries
+        are read on from where that read ended, only up to the claim itself:
+        whatever the gate holds is decided at or before it (``_held`` stops at
+        the first entry that decides, and the claim decides if nothing before
+        it did). The claim is for the generation the job is in as it is
+        written: should the entries up to it show a retry begun since the
+        earlier read, the claim is made again for the retry's generation
+        (the first one, of a generation a retry follows, ended before it and
+        is void)."""
+        known = self._read_before.pop(job, None)
+        entries, upto = (list(known[0]), known[1]) if known else await self._read(job, 1, None)
+        claimed = self._current(entries) if generation is None else generation
+        for _ in range(_CLAIMS):
+            mine = await self._record(job, state, claimed)
+            if mine is None:  # written before (a redelivery, or a forgery): read it all
+                entries = (await self._read(job, 1, None))[0]
+                break
+            more, upto = await self._read(job, upto, mine)
+            entries += more
+            if generation is not None or self._current(entries) == claimed:
+                break
+            claimed = self._current(entries)  # a retry began meanwhile: claim in it
+        return self._held(entries, claimed)[0] or state
 
     async def claim_signing(self, job: str) -> str:
         """SIGNING if the signer may go ahead, CANCELLED if the client was first
