@@ -45,8 +45,21 @@ def test_no_child_is_made_under_a_span_that_records_nothing() -> None:
         assert not parent.is_recording()
         with child_span(unsampled, "phase") as child:
             assert child is parent
-    with child_span(_tracer(exporter), "outside any span") as orphan:
-        assert orphan is trace.INVALID_SPAN
-    with pytest.raises(KeyError), child_span(unsampled, "failing"):
-        raise KeyError("still raised")
+        with pytest.raises(KeyError), child_span(unsampled, "failing"):
+            raise KeyError("still raised")
     assert exporter.get_finished_spans() == ()
+
+
+def test_with_tracing_off_no_span_is_made_and_outside_any_span_a_trace_begins() -> None:
+    # No provider installed (as configure_tracing leaves it where no spans go):
+    # the API's tracer, and nothing made.
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    with child_span(trace.get_tracer("test"), "phase") as span:
+        assert span is trace.INVALID_SPAN
+    # Tracing on, outside any span (a background loop's publish): a trace's
+    # first span, as before.
+    exporter = InMemorySpanExporter()
+    with child_span(_tracer(exporter), "publish") as first:
+        assert first.is_recording()
+    (finished,) = exporter.get_finished_spans()
+    assert finished.name == "publish" and finished.parent is None

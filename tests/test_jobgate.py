@@ -164,3 +164,37 @@ async def test_a_claim_is_for_the_generation_a_retry_began_after_the_earlier_rea
     assert await gate["signer"].claim_signing(JOB) == State.SIGNING
     assert await gate["admission"].cancel(JOB) == State.SIGNING, "the claim won generation 1"
     assert await gate["validator"].claim_of(JOB, 1) == (State.SIGNING, "signer")
+
+
+async def test_a_claim_already_written_in_an_earlier_generation_is_made_again_in_the_retry(
+    jetstream: JetStreamContext, direct: bool
+) -> None:
+    """The validator's read remembers generation 0, in which its own ending is
+    already written; a retry begins and the client cancels generation 1. The
+    validator's ending then (a reviewer's rejection, say) is decided in
+    generation 1, where the cancel came first."""
+    gate = _gates(jetstream, direct)
+    assert await gate["validator"].end(JOB, State.REJECTED, 0) == State.REJECTED
+    assert await gate["validator"].claim_of(JOB) == (State.REJECTED, "validator")
+    assert await gate["audit"].reopen(JOB, 1) == ""
+    assert await gate["admission"].cancel(JOB) == State.CANCELLED
+    assert await gate["validator"].end(JOB, State.REJECTED) == State.CANCELLED
+
+
+async def test_an_old_read_is_not_started_from(
+    jetstream: JetStreamContext, direct: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = _gates(jetstream, direct)
+    assert await gate["signer"].claim_of(JOB) == ("", "")
+    monkeypatch.setattr("quire.jobgate._REMEMBERED_SECONDS", -1.0)
+    reads = 0
+    get_msg = jetstream.get_msg
+
+    async def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        nonlocal reads
+        reads += 1
+        return await get_msg(*args, **kwargs)
+
+    monkeypatch.setattr(jetstream, "get_msg", counted)
+    assert await gate["signer"].claim_signing(JOB) == State.SIGNING
+    assert reads == 2, "read afresh, then on to its own entry"

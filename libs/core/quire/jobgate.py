@@ -33,6 +33,7 @@ without the identity key can therefore block only its own service's keys.
 from __future__ import annotations
 
 import re
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -76,6 +77,9 @@ _CLAIMS = 3
 """Claims one call makes at most, each for a retry begun while the one
 before was written (a job is retried only after an operator asks)."""
 _REMEMBERED_JOBS = 1024
+_REMEMBERED_SECONDS = 30.0
+"""How old a read a claim starts from at most (a stage claims within its
+delivery); an older one is read again."""
 """Jobs whose last read a gate keeps for a claim that follows (``_claim``)."""
 
 
@@ -128,9 +132,10 @@ class JobGate:
         self._signer = signer
         self._verifier = verifier
         self._direct = direct
-        self._read_before: OrderedDict[str, tuple[list[_Entry], int]] = OrderedDict()
-        """By job: the entries this gate last read of it and the stream
-        sequence to read on from, which a claim that follows starts from."""
+        self._read_before: OrderedDict[str, tuple[list[_Entry], int, float]] = OrderedDict()
+        """By job: the entries this gate last read of it, the stream sequence
+        to read on from, and when (monotonic): a claim that follows soon
+        starts from them."""
 
     @classmethod
     async def open(
@@ -186,7 +191,7 @@ class JobGate:
         """The job's genuine entries, in stream order (one read of the leader
         each); kept for a claim of the same job that follows."""
         entries, upto = await self._read(job, 1, None)
-        self._read_before[job] = (entries, upto)
+        self._read_before[job] = (entries, upto, time.monotonic())
         self._read_before.move_to_end(job)
         while len(self._read_before) > _REMEMBERED_JOBS:
             self._read_before.popitem(last=False)
@@ -243,26 +248,29 @@ class JobGate:
         was used without its identity key): the claim counts as made.
 
         The claim starts from this gate's last read of the job when there is
-        one (a stage reads the gate as it takes a job's lease, then claims),
-        else from a read of its own. Once the claim is written, the entries
+        a recent one (a stage reads the gate as it takes a job's lease, then
+        claims), else from a read of its own. Once the claim is written, the entries
         are read on from where that read ended, only up to the claim itself:
         whatever the gate holds is decided at or before it (``_held`` stops at
         the first entry that decides, and the claim decides if nothing before
         it did). The claim is for the generation the job is in as it is
-        written: should the entries up to it show a retry begun since the
-        earlier read, the claim is made again for the retry's generation
-        (the first one, of a generation a retry follows, ended before it and
-        is void)."""
+        written: should the entries up to it (or all of them, when it was
+        written before) show a retry begun since the earlier read, the claim
+        is made again for the retry's generation (the first one, of a
+        generation a retry follows, ended before it and is void)."""
         known = self._read_before.pop(job, None)
-        entries, upto = (list(known[0]), known[1]) if known else await self._read(job, 1, None)
+        if known is not None and time.monotonic() - known[2] <= _REMEMBERED_SECONDS:
+            entries, upto = list(known[0]), known[1]
+        else:
+            entries, upto = await self._read(job, 1, None)
         claimed = self._current(entries) if generation is None else generation
         for _ in range(_CLAIMS):
             mine = await self._record(job, state, claimed)
             if mine is None:  # written before (a redelivery, or a forgery): read it all
-                entries = (await self._read(job, 1, None))[0]
-                break
-            more, upto = await self._read(job, upto, mine)
-            entries += more
+                entries, upto = await self._read(job, 1, None)
+            else:
+                more, upto = await self._read(job, upto, mine)
+                entries += more
             if generation is not None or self._current(entries) == claimed:
                 break
             claimed = self._current(entries)  # a retry began meanwhile: claim in it

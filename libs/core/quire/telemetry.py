@@ -198,12 +198,12 @@ def child_span(
     start_time: int | None = None,
     attributes: Mapping[str, str | int | bool] | None = None,
 ) -> Iterator[Span]:
-    """A span under the current one that records any failure escaping it.
-    Under a span that records nothing (tracing off, or the trace not
-    sampled) no child is made: the current span is yielded as it is, since
-    a child of an unsampled parent is not sampled either."""
+    """A span under the current one (or a new trace's first, outside any)
+    that records any failure escaping it. None is made where it would record
+    nothing: tracing off, or under a span of a trace not sampled (its child
+    is not sampled either); the current span is yielded as it is."""
     current = trace.get_current_span()
-    if not current.is_recording():
+    if not current.is_recording() and (current.get_span_context().is_valid or _tracing_off(tracer)):
         yield current
         return
     with tracer.start_as_current_span(
@@ -219,6 +219,15 @@ def child_span(
         except BaseException as error:
             record_failure(span, error, str(getattr(error, "reason", "") or ""))
             raise
+
+
+def _tracing_off(tracer: trace.Tracer) -> bool:
+    """Whether ``tracer`` makes no spans: the API's own, with no provider
+    installed (``configure_tracing`` installs one only where spans go)."""
+    return isinstance(tracer, trace.NoOpTracer) or (
+        isinstance(tracer, trace.ProxyTracer)
+        and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    )
 
 
 def inject_headers(headers: dict[str, str] | None = None) -> dict[str, str]:
