@@ -110,13 +110,11 @@ class InlineSources:
                 check_header(source.header, gate.settings, ceiling)
         with gate.ledger.open(tenant.id) as slot:
             # The tenant's data key first: a shredded tenant takes no new work
-            # (SubmitJob's own check, made here once for the whole request),
-            # on the same trip to a worker thread as the read.
-            def known_if_taking_work(connection: Connection) -> list[StoredSource | None]:
-                gate.blobs.keys.check_takes_work(tenant.id)
-                return self._known_or_within_quota(connection, tenant.id, sources)
-
-            known = await gate.database.read(known_if_taking_work)
+            # (SubmitJob's own check, made here once for the whole request).
+            await asyncio.to_thread(gate.blobs.keys.check_takes_work, tenant.id)
+            known = await gate.database.read(
+                lambda c: self._known_or_within_quota(c, tenant.id, sources)
+            )
             new: list[_New] = []
             for index, (source, stored) in enumerate(zip(sources, known, strict=True)):
                 if stored is None:
