@@ -33,6 +33,20 @@ def _gates(js: JetStreamContext, direct: bool) -> dict[str, JobGate]:
     }
 
 
+class _ReadCounter:
+    """Counts the gate's reads of the bucket (``get_msg``) from now on."""
+
+    def __init__(self, jetstream: JetStreamContext, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        get_msg = jetstream.get_msg
+
+        async def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+            self.count += 1
+            return await get_msg(*args, **kwargs)
+
+        monkeypatch.setattr(jetstream, "get_msg", counted)
+
+
 async def test_the_first_genuine_claim_wins_and_the_other_side_is_told(
     jetstream: JetStreamContext,
     direct: bool,
@@ -104,20 +118,12 @@ async def test_a_fresh_claim_reads_the_bucket_twice(
     """Once to find the generation (nothing there), once after writing (its
     own entry, which ends the read); a redelivered claim reads it all."""
     gate = _gates(jetstream, direct)
-    reads = 0
-    get_msg = jetstream.get_msg
-
-    async def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
-        nonlocal reads
-        reads += 1
-        return await get_msg(*args, **kwargs)
-
-    monkeypatch.setattr(jetstream, "get_msg", counted)
+    reads = _ReadCounter(jetstream, monkeypatch)
     assert await gate["signer"].claim_signing(JOB) == State.SIGNING
-    assert reads == 2
-    reads = 0
+    assert reads.count == 2
+    reads.count = 0
     assert await gate["signer"].claim_signing(JOB) == State.SIGNING  # a redelivery
-    assert reads == 2 + 2  # the first read finds the entry; written already: all again
+    assert reads.count == 2 + 2  # the first read finds the entry; written already: all again
 
 
 async def test_a_claim_after_the_lease_time_read_reads_the_bucket_once(
@@ -126,20 +132,12 @@ async def test_a_claim_after_the_lease_time_read_reads_the_bucket_once(
     """A stage reads the gate as it takes the lease; its claim then starts
     from that read and reads on only up to its own entry."""
     gate = _gates(jetstream, direct)
-    reads = 0
-    get_msg = jetstream.get_msg
-
-    async def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
-        nonlocal reads
-        reads += 1
-        return await get_msg(*args, **kwargs)
-
-    monkeypatch.setattr(jetstream, "get_msg", counted)
+    reads = _ReadCounter(jetstream, monkeypatch)
     assert await gate["signer"].claim_of(JOB) == ("", "")
-    assert reads == 1
-    reads = 0
+    assert reads.count == 1
+    reads.count = 0
     assert await gate["signer"].claim_signing(JOB) == State.SIGNING
-    assert reads == 1, "only the read on to its own entry"
+    assert reads.count == 1, "only the read on to its own entry"
 
 
 async def test_a_cancel_after_the_lease_time_read_still_wins(
@@ -187,14 +185,6 @@ async def test_an_old_read_is_not_started_from(
     gate = _gates(jetstream, direct)
     assert await gate["signer"].claim_of(JOB) == ("", "")
     monkeypatch.setattr("quire.jobgate._REMEMBERED_SECONDS", -1.0)
-    reads = 0
-    get_msg = jetstream.get_msg
-
-    async def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
-        nonlocal reads
-        reads += 1
-        return await get_msg(*args, **kwargs)
-
-    monkeypatch.setattr(jetstream, "get_msg", counted)
+    reads = _ReadCounter(jetstream, monkeypatch)
     assert await gate["signer"].claim_signing(JOB) == State.SIGNING
-    assert reads == 2, "read afresh, then on to its own entry"
+    assert reads.count == 2, "read afresh, then on to its own entry"
