@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import nats
 from nats.aio.client import Client as NatsClient
@@ -36,6 +36,7 @@ __all__ = [
     "start_runtime",
     "connect_nats",
     "connect_nats_briefly",
+    "NatsLogin",
     "Wire",
     "load_wire",
 ]
@@ -88,6 +89,13 @@ def configure_logging(service: str, chosen: str = "json") -> None:
     logging.basicConfig(level=logging.INFO, handlers=[log_handler(service, chosen, sys.stderr)])
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+class NatsLogin(TypedDict, total=False):
+    """``connect_nats`` keywords of a login (none for an anonymous one)."""
+
+    user: str
+    password: str
 
 
 async def connect_nats(

@@ -56,7 +56,7 @@ from quire.identity import provision_identities
 from quire.kek import DEVELOPMENT_RING, provision_development_ring
 from quire.natsauth import KEEPER, OPERATOR, authorization_config, provision_nats_passwords
 from quire.privatefiles import write_private
-from quire.runtime import CONFIGURATION_REFUSED, connect_nats
+from quire.runtime import CONFIGURATION_REFUSED, NatsLogin, connect_nats
 from quire.settings import (
     SERVICES,
     QueueSettings,
@@ -312,7 +312,7 @@ class Stack:
         """The embedded NATS server's passwords, one file per user."""
         return self.data_dir / "credentials" / "nats"
 
-    def nats_login(self, user: str = OPERATOR) -> dict[str, str]:
+    def nats_login(self, user: str = OPERATOR) -> NatsLogin:
         """``connect_nats`` keywords for ``user`` on the embedded NATS (none for an external one)."""
         if self._external_nats:
             return {}
