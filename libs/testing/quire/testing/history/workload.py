@@ -40,10 +40,12 @@ Answer = TypeVar("Answer")
 
 
 class Progress:
-    """How many submits were acknowledged so far, for whoever paces faults by it."""
+    """How many submits were acknowledged so far, and how many of those jobs
+    were seen to end, for whoever paces faults by them."""
 
     def __init__(self) -> None:
         self.acknowledged = 0
+        self.ended = 0
         self._changed = asyncio.Condition()
 
     async def count(self) -> None:
@@ -51,10 +53,21 @@ class Progress:
             self.acknowledged += 1
             self._changed.notify_all()
 
-    async def reached(self, acknowledged: int) -> None:
-        """Until ``acknowledged`` submits have been acknowledged."""
+    async def count_end(self) -> None:
         async with self._changed:
-            await self._changed.wait_for(lambda: self.acknowledged >= acknowledged)
+            self.ended += 1
+            self._changed.notify_all()
+
+    async def reached(self, acknowledged: int, *, in_flight: int = 0) -> None:
+        """Until ``acknowledged`` submits have been acknowledged and at least
+        ``in_flight`` of those jobs have not yet been seen to end."""
+        async with self._changed:
+            await self._changed.wait_for(
+                lambda: (
+                    self.acknowledged >= acknowledged
+                    and self.acknowledged - self.ended >= in_flight
+                )
+            )
 
 
 async def retrying(call: Callable[[], Awaitable[Answer]], deadline: float) -> Answer:
@@ -107,6 +120,7 @@ async def _one_job(
     await retrying(
         lambda: client.wait(name, timeout=max(1.0, deadline - time.monotonic())), deadline
     )
+    await progress.count_end()
     job = await retrying(lambda: client.get_job(name), deadline)
     if state_name(job.state) == State.COMPLETED:
         output = inputs / f"{name.removeprefix('jobs/')}.pdf"
