@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -14,7 +15,7 @@ from quire.blobstore import sha256_file
 from quire.sandbox import SandboxExhausted, SandboxPool
 from quire.settings import SandboxSettings
 from quire.testing.pdfs import write_text_pdf
-from quire.validator.inspection import inspect_source
+from quire.validator.inspection import Finding, inspect_source
 
 PDF = "application/pdf"
 
@@ -22,6 +23,23 @@ PDF = "application/pdf"
 def _inspect(path: Path, declared: str = PDF) -> str:
     digest, _size = sha256_file(path)
     return inspect_source(str(path), digest, declared).reason
+
+
+def test_a_findings_record_holds_every_field_as_asdict_would() -> None:
+    """What the validation record keeps of each source (``Finding.as_record``)."""
+    finding = Finding(
+        PDF,
+        3,
+        "MALFORMED_PDF",
+        detail="TWO_READINGS",
+        warnings=("xref_rebuilt", "stream_length"),
+        normalized_sha256="ab" * 32,
+        normalized_size=1234,
+        differing_pages=(1, 3),
+    )
+    record = finding.as_record()
+    assert record == dataclasses.asdict(finding)
+    assert list(record) == [f.name for f in dataclasses.fields(Finding)]
 
 
 def test_an_ordinary_pdf_passes(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import time
 from datetime import datetime
 
@@ -33,6 +34,10 @@ __all__ = [
 
 JobState = job_pb2.JobState
 _PREFIX = "JOB_STATE_"
+_STATE_NAMES = {
+    state.number: state.name.removeprefix(_PREFIX) for state in JobState.DESCRIPTOR.values
+}
+"""Each state's name by value, looked up many times a job."""
 
 TERMINAL_STATES = TERMINAL
 PARKED_STATES = PARKED
@@ -42,6 +47,9 @@ _RANK: dict[str, float] = {
     name: index for index, name in enumerate((*HISTORY_BEFORE_COMPLETION, State.COMPLETED))
 }
 _RANK[State.NEEDS_REVIEW] = _RANK[State.REVIEWING] + 0.5  # parked after review, before assembly
+
+
+_JOB_ID = re.compile(r"[0-9a-f]+")
 
 
 def new_job_id() -> str:
@@ -56,13 +64,16 @@ def job_name(job: str) -> str:
 def job_id(name: str) -> str:
     """The id in ``jobs/{job}``; anything else is NOT_FOUND."""
     prefix, _, ident = name.partition("/")
-    if prefix != "jobs" or not ident or not all(c in "0123456789abcdef" for c in ident):
+    if prefix != "jobs" or _JOB_ID.fullmatch(ident) is None:
         raise NotFound("job not found")
     return ident
 
 
 def state_name(value: int) -> str:
-    return JobState.Name(value).removeprefix(_PREFIX)  # type: ignore[arg-type]
+    name = _STATE_NAMES.get(value)
+    if name is None:  # not a state: the enum's own error
+        return JobState.Name(value).removeprefix(_PREFIX)  # type: ignore[arg-type]
+    return name
 
 
 def state_value(name: str) -> int:

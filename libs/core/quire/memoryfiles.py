@@ -67,9 +67,15 @@ class WithOutputs:
     outputs: list[bytes]
 
 
+_PLAIN = frozenset({str, bytes, int, float, bool, type(None)})
+"""Types that hold no placeholder: most of a call's arguments, passed at once."""
+
+
 def _mapped(value: Any, swap: Callable[[Any], Any]) -> Any:
     """``value`` with each placeholder in it replaced by ``swap(placeholder)``
     (depth first, in order); the value itself when it holds none."""
+    if type(value) in _PLAIN:
+        return value
     if isinstance(value, InMemory | MemoryOutput):
         return swap(value)
     if isinstance(value, list | tuple):

@@ -472,6 +472,9 @@ class StageMeter:
         self._in_flight = metrics.gauge("quire_stage_in_flight").labels(stage=stage)
         metrics.gauge("quire_stage_concurrency_limit").labels(stage=stage).set(limit)
         self._phases = metrics.histogram("quire_stage_phase_seconds")
+        self._phase_series: dict[tuple[str, str], Histogram] = {}
+        """Each (class, phase) series of ``_phases``, looked up once (a
+        delivery observes several, each a locked lookup in the client)."""
         self._outcomes = metrics.counter("quire_stage_outcomes_total")
         self._retries = metrics.counter("quire_stage_retries_total")
         self._deliveries = metrics.histogram("quire_stage_deliveries")
@@ -496,9 +499,11 @@ class StageMeter:
             self._in_flight.dec()
 
     def observe(self, priority: str, name: str, seconds: float) -> None:
-        self._phases.labels(stage=self.stage, **{"class": priority}, phase=name).observe(
-            max(0.0, seconds)
-        )
+        series = self._phase_series.get((priority, name))
+        if series is None:
+            series = self._phases.labels(stage=self.stage, **{"class": priority}, phase=name)
+            self._phase_series[(priority, name)] = series
+        series.observe(max(0.0, seconds))
 
     def settled(self, priority: str, outcome: str, attempt: int) -> None:
         self._outcomes.labels(stage=self.stage, **{"class": priority}, outcome=outcome).inc()

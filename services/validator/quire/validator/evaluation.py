@@ -233,7 +233,7 @@ class Evaluator:
             if reads_two_ways(finding):
                 disagreements.append(_disagreement_of(source, finding))
             findings.append(
-                {"position": source.position, "sha256": source.sha256, **asdict(finding)}
+                {"position": source.position, "sha256": source.sha256, **finding.as_record()}
             )
             if finding.reason:
                 return Evaluation(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 from quire.pdfheader import has_pdf_header
@@ -69,6 +69,14 @@ class Finding:
     @property
     def repaired(self) -> bool:
         return bool(self.normalized_sha256)
+
+    def as_record(self) -> dict[str, object]:
+        """The fields by name, as ``dataclasses.asdict`` gives them (each a
+        plain value or a tuple of them), without its deep copy."""
+        return {name: getattr(self, name) for name in _FINDING_FIELDS}
+
+
+_FINDING_FIELDS = tuple(f.name for f in fields(Finding))
 
 
 @lru_cache(maxsize=1)
