@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -31,9 +32,12 @@ from quire.audit.v1 import audit_service_pb2_grpc as agrpc
 from quire.cli.args import bearer_metadata
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.database import Database
+from quire.errors import InvalidInput
 from quire.grpcstatus import reason_of
+from quire.idempotency import check_request_id
 from quire.jobs import state_name
 from quire.paging import PageTokens
+from quire.reasons import ReasonCode
 from quire.signer import tables as signer_tables
 from quire.signer.keystore import GeneratedKeys, KeyStore
 from quire.signer.servicer import SignerServicer
@@ -353,6 +357,21 @@ async def test_dead_letter_retry_and_discard_once_per_request_id(
     finally:
         await server.stop(None)
         database.close()
+
+
+def test_a_request_id_is_refused_for_exactly_the_control_characters_it_holds() -> None:
+    """Every ASCII character and a sample beyond: refused iff its Unicode
+    category is C (control, format, surrogate, private use, unassigned)."""
+    sample = [*range(0x80), 0x85, 0xA0, 0xE9, 0x200B, 0x202E, 0x2028, 0x3000, 0xE000, 0x1F600]
+    for code in sample:
+        request_id = f"a{chr(code)}b"
+        unprintable = unicodedata.category(chr(code)).startswith("C")
+        try:
+            check_request_id(request_id)
+        except InvalidInput as refused:
+            assert unprintable and refused.reason == ReasonCode.REQUEST_ID_INVALID, hex(code)
+        else:
+            assert not unprintable, hex(code)
 
 
 @pytest.mark.stack

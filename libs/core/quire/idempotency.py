@@ -118,7 +118,10 @@ def check_request_id(request_id: str, *, required: bool = False) -> None:
             f"request_id is limited to {MAX_REQUEST_ID} characters",
             (FieldViolation("request_id", "too long"),),
         )
-    if any(unicodedata.category(character).startswith("C") for character in request_id):
+    # Printable ASCII holds no control character: most ids are told at once.
+    if not (request_id.isascii() and request_id.isprintable()) and any(
+        unicodedata.category(character).startswith("C") for character in request_id
+    ):
         raise InvalidInput(
             ReasonCode.REQUEST_ID_INVALID,
             "request_id may hold only printable characters",
