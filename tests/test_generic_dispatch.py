@@ -29,7 +29,8 @@ async def _widest_wait(
     monkeypatch: pytest.MonkeyPatch, made: Callable[[grpc.aio.Server], grpc.aio.Server]
 ) -> int:
     """The most futures one ``asyncio.wait`` was given while a server made by
-    ``made`` took ``CALLS`` health checks (every check must answer SERVING)."""
+    ``made`` took ``CALLS`` health checks (every check must answer SERVING),
+    a health watch and a call to a method it does not have."""
     widths: list[int] = []
     real = asyncio.wait
 
@@ -53,6 +54,16 @@ async def _widest_wait(
             for _ in range(CALLS):
                 answer = await stub.Check(health_pb2.HealthCheckRequest(), timeout=5)
                 assert answer.status == health_pb2.HealthCheckResponse.SERVING
+            # A streaming method answers too, and a method no servicer has is
+            # UNIMPLEMENTED, as before.
+            watch = stub.Watch(health_pb2.HealthCheckRequest(), timeout=5)
+            first = await watch.read()
+            assert first.status == health_pb2.HealthCheckResponse.SERVING
+            watch.cancel()
+            unknown = channel.unary_unary("/quire.admission.v1.AdmissionService/NoSuchMethod")
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await unknown(b"", timeout=5)
+            assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
     finally:
         await server.stop(None)
         monkeypatch.undo()
