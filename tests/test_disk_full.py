@@ -1,11 +1,11 @@
 """Full disks lose nothing (issue 42), on real stacks with a real ``ENOSPC``:
 a small tmpfs is mounted where the services keep their blobs or their
-temporary space, and while a recorded workload runs it is filled to the
-last byte the moment a chosen stage begins an attempt (makes its private
-directory), kept full until that stage has had to retry, a probe client
-has been refused, and at least 8 s (jobs get five deliveries, at most a
-second apart: a stage that kept taking work from a full disk would end
-them FAILED), and freed. A strike the attempt still got through is freed
+temporary space, and while a recorded workload runs (until the last strike
+is over) it is filled to the last byte the moment a chosen stage begins an
+attempt (makes its private directory), kept full until that stage has had
+to retry, a probe client has been refused, and at least 8 s (jobs get five
+deliveries, at most a second apart: a stage that kept taking work from a
+full disk would end them FAILED), and freed. A strike the attempt still got through is freed
 after 5 s and made again at the stage's next attempt (three at most).
 
 - **The blob disk** (the local backend: blobs and the temporary space with
@@ -267,6 +267,11 @@ async def _run(tmp_path: Path, env: dict[str, str], stage: str) -> None:
             strike = Strike()
             history_dir = tmp_path / "history"
             striking = asyncio.create_task(_strike(stack, disk, stage, progress, strike))
+            # The clients keep sending until the last strike is over, so the
+            # struck stage always has an attempt to strike (on a busy machine
+            # the first jobs can all be past it before the disk is filled).
+            struck = asyncio.Event()
+            striking.add_done_callback(lambda _done: struck.set())
             probing = asyncio.create_task(
                 _probe(info.endpoints["admission"], made[0].secret, history_dir, strike, 120)
             )
@@ -277,6 +282,7 @@ async def _run(tmp_path: Path, env: dict[str, str], stage: str) -> None:
                 jobs_per_client=JOBS_PER_CLIENT,
                 progress=progress,
                 timeout=120,
+                until=struck,
             )
             await asyncio.wait_for(striking, timeout=60)
             await asyncio.wait_for(probing, timeout=120)

@@ -19,6 +19,7 @@ deliveries."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hashlib
 import os
@@ -225,6 +226,38 @@ async def test_a_stage_takes_no_work_while_its_disk_is_full(disk: SmallFileSyste
     assert not budget.is_open(), "closed while the disk is full, whoever filled it"
     filler.free()
     await monitor.refresh()
+    assert budget.is_open()
+
+
+async def test_a_disk_filled_since_the_last_reading_closes_the_gate_at_once(
+    disk: SmallFileSystem,
+) -> None:
+    """No new reading between the fill and the check: the gate asks the file
+    system for its free space itself, so a stage does not pull retries onto
+    a full disk for up to a reading's interval (spending their deliveries)."""
+    tmp = disk.path / ".tmp"
+    tmp.mkdir()
+    monitor = TempSpaceMonitor(tmp, interval_seconds=3600)
+    budget = TempBudget(
+        monitor,
+        service="assembler",
+        budget_bytes=2**40,
+        poll_seconds=0.05,
+        pause_free_bytes=MIB,
+    )
+    await monitor.refresh()
+    assert budget.is_open()
+    filler = Filler(disk.path)
+    filler.fill()
+    try:
+        assert monitor.reading is not None and monitor.reading.free_bytes >= MIB
+        assert not budget.is_open(), "closed by the disk's own free space, before a reading"
+        waiting = asyncio.create_task(budget.wait_open())
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+    finally:
+        filler.free()
+    await asyncio.wait_for(waiting, timeout=5)
     assert budget.is_open()
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "pid_running",
     "leftover_entries",
     "entry_bytes",
+    "free_bytes",
     "measure_usage",
     "sweep_leftovers",
 ]
@@ -166,8 +167,14 @@ def measure_usage(tmp_dir: Path) -> TempUsage:
     return TempUsage(
         total_bytes=sum(by_service.values()),
         by_service=by_service,
-        free_bytes=shutil.disk_usage(tmp_dir if tmp_dir.exists() else tmp_dir.parent).free,
+        free_bytes=free_bytes(tmp_dir),
     )
+
+
+def free_bytes(tmp_dir: Path) -> int:
+    """Free bytes on the file system that holds ``tmp_dir``: one ``statvfs``,
+    no scan (the file system's own counters)."""
+    return shutil.disk_usage(tmp_dir if tmp_dir.exists() else tmp_dir.parent).free
 
 
 def _remove(path: Path) -> bool:
@@ -206,7 +213,7 @@ class TempSpaceMonitor:
     """
 
     def __init__(self, tmp_dir: Path, *, interval_seconds: float) -> None:
-        self._tmp_dir = tmp_dir
+        self.tmp_dir = tmp_dir
         self._interval = interval_seconds
         self._reading: TempUsage | None = None
 
@@ -216,7 +223,7 @@ class TempSpaceMonitor:
         return self._reading
 
     async def refresh(self) -> TempUsage:
-        reading = await asyncio.to_thread(measure_usage, self._tmp_dir)
+        reading = await asyncio.to_thread(measure_usage, self.tmp_dir)
         self._reading = reading
         return reading
 
@@ -240,8 +247,12 @@ class TempBudget:
     later reading opens the gate again. While the gate is closed the stage
     pulls nothing, so a retried message is not delivered again, and a full
     disk does not use up the job's deliveries (``QUIRE_MAX_DELIVER``) however
-    long it stays full. The gate is checked against the monitor's cached
-    reading, so waiting costs no directory scan.
+    long it stays full. The budget is checked against the monitor's cached
+    reading, so waiting costs no directory scan; the free space is asked of
+    the file system at each check (one ``statvfs``), so a disk filled since
+    the last reading closes the gate before the next pull, not up to a
+    reading later (jobs retried a few tenths of a second apart used up
+    three deliveries in that second).
     """
 
     def __init__(
@@ -278,9 +289,16 @@ class TempBudget:
             return None
         if reading.of(self._service) > self._budget:
             return "temporary space over its budget"
-        if reading.free_bytes < self._pause_free:
+        if self._pause_free and self._free_now(reading) < self._pause_free:
             return "disk holding the temporary space nearly full"
         return None
+
+    def _free_now(self, reading: TempUsage) -> int:
+        """The disk's free bytes now, or at the last reading if it cannot say."""
+        try:
+            return free_bytes(self._monitor.tmp_dir)
+        except OSError:
+            return reading.free_bytes
 
     def is_open(self) -> bool:
         """Whether this service may take new work now."""
