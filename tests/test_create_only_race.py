@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from nats.js import JetStreamContext
 
 from quire.runtime import connect_nats
 from quire.stack.natscluster import NatsCluster
@@ -20,6 +21,7 @@ from quire.streamsafety import create_entry_at, create_only_stream
 
 WRITERS = 4
 ROUNDS = 5
+LEADER_SECONDS = 30.0
 
 
 @pytest.fixture
@@ -32,6 +34,19 @@ def cluster(tmp_path: Path) -> Iterator[NatsCluster]:
         members.stop()
 
 
+async def _led(js: JetStreamContext, stream: str) -> None:
+    """Until the new stream's replicas have elected a leader: before that a
+    write has no responder (a busy machine takes seconds to elect one), which
+    is not the race this test is about."""
+    deadline = asyncio.get_running_loop().time() + LEADER_SECONDS
+    while True:
+        info = await js.stream_info(stream)
+        if info.cluster is not None and info.cluster.leader:
+            return
+        assert asyncio.get_running_loop().time() < deadline, "no leader elected"
+        await asyncio.sleep(0.1)
+
+
 async def test_racing_writers_on_a_replicated_stream_get_one_winner_and_no_error(
     cluster: NatsCluster,
 ) -> None:
@@ -39,6 +54,7 @@ async def test_racing_writers_on_a_replicated_stream_get_one_winner_and_no_error
     try:
         js = nc.jetstream(timeout=30)
         await js.add_stream(create_only_stream("RACE", ["race.>"], 3))
+        await _led(js, "RACE")
         for round_ in range(ROUNDS):
             subject = f"race.{round_}"
             answers = await asyncio.gather(
