@@ -207,10 +207,14 @@ def test_a_full_disk_met_anywhere_is_storage_unavailable() -> None:
     assert as_storage_error(other) is other, "only a full disk is classified here"
 
 
-async def test_a_stage_takes_no_work_while_its_disk_is_full(disk: SmallFileSystem) -> None:
+async def _assembler_gate(
+    disk: SmallFileSystem, *, interval_seconds: float
+) -> tuple[TempSpaceMonitor, TempBudget]:
+    """The assembler's pull gate on ``disk`` (paused below 1 MiB free), after
+    a first reading, and found open."""
     tmp = disk.path / ".tmp"
     tmp.mkdir()
-    monitor = TempSpaceMonitor(tmp, interval_seconds=0.05)
+    monitor = TempSpaceMonitor(tmp, interval_seconds=interval_seconds)
     budget = TempBudget(
         monitor,
         service="assembler",
@@ -220,6 +224,11 @@ async def test_a_stage_takes_no_work_while_its_disk_is_full(disk: SmallFileSyste
     )
     await monitor.refresh()
     assert budget.is_open()
+    return monitor, budget
+
+
+async def test_a_stage_takes_no_work_while_its_disk_is_full(disk: SmallFileSystem) -> None:
+    monitor, budget = await _assembler_gate(disk, interval_seconds=0.05)
     filler = Filler(disk.path)
     filler.fill()
     await monitor.refresh()
@@ -235,18 +244,7 @@ async def test_a_disk_filled_since_the_last_reading_closes_the_gate_at_once(
     """No new reading between the fill and the check: the gate asks the file
     system for its free space itself, so a stage does not pull retries onto
     a full disk for up to a reading's interval (spending their deliveries)."""
-    tmp = disk.path / ".tmp"
-    tmp.mkdir()
-    monitor = TempSpaceMonitor(tmp, interval_seconds=3600)
-    budget = TempBudget(
-        monitor,
-        service="assembler",
-        budget_bytes=2**40,
-        poll_seconds=0.05,
-        pause_free_bytes=MIB,
-    )
-    await monitor.refresh()
-    assert budget.is_open()
+    monitor, budget = await _assembler_gate(disk, interval_seconds=3600)
     filler = Filler(disk.path)
     filler.fill()
     try:
