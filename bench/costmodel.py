@@ -178,10 +178,12 @@ def print_parts(parts: list[Part], total_ms: float) -> list[str]:
     return rows
 
 
-def write_document(path: Path, sections: list[str], command: str) -> None:
-    """Replace the generated section of ``path`` with ``sections``."""
+def write_document(path: Path, sections: list[str], command: str, where: str) -> None:
+    """Replace the generated section of ``path`` with ``sections``; ``where``:
+    the file system the stack's data was on (``bench/volume.py``)."""
     text = path.read_text()
     start, end = text.index(BEGIN), text.index(END)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    body = "\n".join([BEGIN, "", f"Run {stamp}: `{command}`", "", *sections, "", END])
+    header = f"Run {stamp}: `{command}`, the stack's data on {where}"
+    body = "\n".join([BEGIN, "", header, "", *sections, "", END])
     path.write_text(text[:start] + body + text[end + len(END) :])

@@ -43,6 +43,8 @@ In one run, on the same inputs, it prints:
     BENCH_IN_FLIGHT=64         # jobs the closed loop keeps in flight (16); above 16
                                # raise QUIRE_MAX_TENANT_UPLOADS too, for inline packets
     BENCH_WARMUP=0             # warm-up jobs before each throughput phase (2 x in flight)
+    BENCH_FS=tmpdir            # keep the stack's data in TMPDIR, not on a fresh ext4
+                               # volume of the bench's own (bench/volume.py; needs root)
 
 Every figure is wall-clock or CPU on whatever else the machine is doing; the
 machine-wide CPU counts other users' processes too.
@@ -94,6 +96,7 @@ from procstats import (  # noqa: E402
     thread_role_ticks,
 )
 from replicas import SCALED, second_replicas  # noqa: E402
+from volume import bench_file_system  # noqa: E402
 
 from quire.admission.v1 import admission_service_pb2 as pb  # noqa: E402
 from quire.blobstore import sha256_file  # noqa: E402
@@ -487,6 +490,12 @@ KIND_ORDER = (
 
 
 def main() -> None:
+    with bench_file_system() as where:
+        run(where)
+
+
+def run(where: str) -> None:
+    """The whole bench, its temporary files (the stack's data among them) on ``where``."""
     jobs = int(os.environ.get("BENCH_JOBS", "40"))
     load_seconds = float(os.environ.get("BENCH_LOAD_SECONDS", "15"))
     cores = os.cpu_count() or 1
@@ -495,6 +504,7 @@ def main() -> None:
         f"{sys.executable} {' '.join(sys.argv)}  ({cores} cores, "
         f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())} at start)"
     )
+    print(f"file system: {where} (BENCH_FS)")
     with tempfile.TemporaryDirectory(prefix="quire-bench-") as temp:
         if os.environ.get("BENCH_KEEP"):
             temp = tempfile.mkdtemp(prefix="quire-bench-kept-")
@@ -912,6 +922,7 @@ def main() -> None:
                 *thread_rows,
             ],
             f"BENCH_JOBS={jobs} make bench",
+            where,
         )
         print(f"\nwrote the generated section of {document}")
 

@@ -1,0 +1,110 @@
+"""The file system a benchmark's stack keeps its data on (``BENCH_FS``).
+
+A stack's cost depends on the file system under it, and on a shared one it
+also depends on what ran there before. On an ext4 without a journal (this
+kind of machine's root), every new file's inode is searched for past every
+inode freed in the last minutes: the blobs a job keeps pay for the files
+earlier runs deleted, so two runs of the same code an hour apart differ by a
+tenth. A data volume of its own is what a deployment gives each service's
+data (a Kubernetes persistent volume), and it makes runs comparable.
+
+- ``volume`` (the default): a fresh ext4 with ``mkfs.ext4``'s defaults
+  (journaled, as a data volume is made), in a sparse image file under
+  ``TMPDIR``, loop-mounted for the run and removed after it. It needs root,
+  ``mkfs.ext4`` and loop devices; without them the run says so and uses
+  ``tmpdir``.
+- ``tmpdir``: ``TMPDIR`` as it is.
+
+Within the context, ``TMPDIR`` (for the processes the bench starts) and
+``tempfile.tempdir`` (for the bench itself) name the chosen file system.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["IMAGE_BYTES", "bench_file_system"]
+
+IMAGE_BYTES = 4 * 1024**3
+"""The volume's size (a run writes a few hundred MiB); the image is sparse,
+so only what the run writes takes space."""
+CHOICES = ("volume", "tmpdir")
+
+
+def _run(*command: str) -> None:
+    subprocess.run(command, check=True, capture_output=True, timeout=120)
+
+
+def _why_not_volume() -> str | None:
+    """Why a volume of the bench's own cannot be made here, or None."""
+    if os.geteuid() != 0:
+        return "not root"
+    for tool in ("mkfs.ext4", "mount", "umount"):
+        if shutil.which(tool) is None:
+            return f"no {tool}"
+    return None
+
+
+@contextlib.contextmanager
+def _volume(parent: Path) -> Iterator[Path]:
+    """A fresh journaled ext4, mounted under ``parent``; unmounted and its
+    image removed afterwards."""
+    image = parent / "volume.img"
+    mount_point = parent / "volume"
+    mount_point.mkdir()
+    with open(image, "wb") as sparse:
+        sparse.truncate(IMAGE_BYTES)
+    # Inode tables and journal written now, not by the kernel's lazy
+    # initialization in the background of the measurement.
+    _run("mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", str(image))
+    _run("mount", "-o", "loop", str(image), str(mount_point))
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=False, timeout=120)
+
+
+@contextlib.contextmanager
+def _temp_dir_at(folder: Path) -> Iterator[None]:
+    """``TMPDIR`` and ``tempfile.tempdir`` name ``folder`` within."""
+    before_env, before_module = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = str(folder)
+    tempfile.tempdir = str(folder)
+    try:
+        yield
+    finally:
+        tempfile.tempdir = before_module
+        if before_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = before_env
+
+
+@contextlib.contextmanager
+def bench_file_system(choice: str | None = None) -> Iterator[str]:
+    """Run the block with temporary files on the chosen file system
+    (``BENCH_FS`` when ``choice`` is None); yields what it is, for the report."""
+    choice = choice or os.environ.get("BENCH_FS", "volume")
+    if choice not in CHOICES:
+        raise SystemExit(f"BENCH_FS must be one of {', '.join(CHOICES)}, not {choice!r}")
+    refused = _why_not_volume() if choice == "volume" else None
+    if choice == "tmpdir" or refused is not None:
+        reason = f" (no volume of its own: {refused})" if refused else ""
+        yield f"TMPDIR {tempfile.gettempdir()}{reason}"
+        return
+    with tempfile.TemporaryDirectory(prefix="quire-bench-volume-") as parent:
+        try:
+            volume = contextlib.ExitStack()
+            mount_point = volume.enter_context(_volume(Path(parent)))
+        except (OSError, subprocess.SubprocessError) as error:
+            with _temp_dir_at(Path(parent)):
+                yield f"TMPDIR {parent} (no volume of its own: {type(error).__name__})"
+            return
+        with volume, _temp_dir_at(mount_point):
+            yield "a fresh ext4 volume of its own (journaled, loop-mounted)"
