@@ -50,11 +50,14 @@ def test_a_run_keeps_its_temporary_files_on_a_fresh_journaled_ext4_removed_after
             ["dumpe2fs", "-h", mount[0]], capture_output=True, text=True, check=True
         ).stdout
         assert "has_journal" in features
+        loop = Path("/sys/block") / Path(mount[0]).name / "loop"
+        assert (loop / "dio").read_text().strip() == "1", "the image is written with direct I/O"
         assert os.listdir(folder) == ["lost+found"]  # fresh: nothing from earlier runs
         with tempfile.TemporaryDirectory() as stack_data:
             assert Path(stack_data).parent == Path(folder)
     assert _mount_of(folder) is None
     assert not Path(folder).exists()
+    assert not (loop / "backing_file").exists(), "the loop device is let go"
     assert (os.environ.get("TMPDIR"), tempfile.tempdir) == (tmpdir_before, module_before)
 
 
