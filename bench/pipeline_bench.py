@@ -44,7 +44,8 @@ In one run, on the same inputs, it prints:
                                # raise QUIRE_MAX_TENANT_UPLOADS too, for inline packets
     BENCH_WARMUP=0             # warm-up jobs before each throughput phase (2 x in flight)
     BENCH_FS=tmpdir            # keep the stack's data in TMPDIR, not on a fresh ext4
-                               # volume of the bench's own (bench/volume.py; needs root)
+                               # volume of the bench's own (bench/volume.py; needs root;
+                               # BENCH_KEEP implies it)
 
 Every figure is wall-clock or CPU on whatever else the machine is doing; the
 machine-wide CPU counts other users' processes too.
@@ -490,7 +491,9 @@ KIND_ORDER = (
 
 
 def main() -> None:
-    with bench_file_system() as where:
+    # Data kept after the run stays where it can be read: not on the bench's
+    # volume, which goes with the run.
+    with bench_file_system("tmpdir" if os.environ.get("BENCH_KEEP") else None) as where:
         run(where)
 
 

@@ -10,11 +10,11 @@ data (a Kubernetes persistent volume), and it makes runs comparable.
 
 - ``volume`` (the default): a fresh ext4 with ``mkfs.ext4``'s defaults
   (journaled, as a data volume is made) on a loop device over a sparse image
-  file under ``TMPDIR``, for the run only. The loop device reads and writes
-  its image with direct I/O, so the volume's pages are not cached twice and
-  its fsyncs reach the disk under it as a dedicated disk's would. It needs
-  root, ``losetup``, ``mkfs.ext4`` and loop devices; without them the run
-  says so and uses ``tmpdir``.
+  file under ``TMPDIR``, for the run only. Where the file system under the
+  image takes direct I/O, the loop device uses it, so the volume's pages are
+  not cached twice and its fsyncs reach the disk under it as a dedicated
+  disk's would. It needs root, ``losetup``, ``mkfs.ext4`` and loop devices;
+  without them the run says why and uses ``tmpdir``.
 - ``tmpdir``: ``TMPDIR`` as it is.
 
 Within the context, ``TMPDIR`` (for the processes the bench starts) and
@@ -31,20 +31,32 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["IMAGE_BYTES", "bench_file_system"]
+from quire.testing.smallfs import unmount
 
-IMAGE_BYTES = 4 * 1024**3
-"""The volume's size (a run writes a few hundred MiB); the image is sparse,
-so only what the run writes takes space."""
+__all__ = ["IMAGE_BYTES", "bench_file_system", "why_not_volume"]
+
+IMAGE_BYTES = 8 * 1024**3
+"""The volume's size: a run writes a few hundred MiB, and admission stops
+taking work with less than 1 GiB free. The image is sparse, so only what the
+run writes takes space."""
 CHOICES = ("volume", "tmpdir")
 
 
+class _NoVolume(Exception):
+    """The volume could not be made; the message says which step refused."""
+
+
 def _run(*command: str) -> str:
-    done = subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
+    try:
+        done = subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
+    except subprocess.CalledProcessError as error:
+        raise _NoVolume(f"{command[0]}: {error.stderr.strip() or error.returncode}") from None
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise _NoVolume(f"{command[0]}: {type(error).__name__}") from None
     return done.stdout.strip()
 
 
-def _why_not_volume() -> str | None:
+def why_not_volume() -> str | None:
     """Why a volume of the bench's own cannot be made here, or None."""
     if os.geteuid() != 0:
         return "not root"
@@ -54,27 +66,39 @@ def _why_not_volume() -> str | None:
     return None
 
 
+def _attach(image: Path) -> tuple[str, bool]:
+    """A loop device over ``image``, and whether it reads and writes with
+    direct I/O (not every file system under the image takes it)."""
+    try:
+        device = _run(
+            "losetup", "--find", "--show", "--direct-io=on", "--sector-size", "4096", str(image)
+        )
+    except _NoVolume:
+        device = _run("losetup", "--find", "--show", str(image))
+    dio = Path("/sys/block") / Path(device).name / "loop" / "dio"
+    return device, dio.exists() and dio.read_text().strip() == "1"
+
+
 @contextlib.contextmanager
-def _volume(parent: Path) -> Iterator[Path]:
-    """A fresh journaled ext4 on a loop device, mounted under ``parent``;
-    unmounted and the device let go afterwards (the image is ``parent``'s)."""
+def _volume(parent: Path) -> Iterator[tuple[Path, bool]]:
+    """A fresh journaled ext4 on a loop device, mounted under ``parent``, and
+    whether the device uses direct I/O; unmounted (lazily if still busy) and
+    the device let go afterwards. The image is ``parent``'s to remove."""
     image = parent / "volume.img"
     mount_point = parent / "volume"
     mount_point.mkdir()
     with open(image, "wb") as sparse:
         sparse.truncate(IMAGE_BYTES)
-    device = _run(
-        "losetup", "--find", "--show", "--direct-io=on", "--sector-size", "4096", str(image)
-    )
+    device, direct = _attach(image)
     try:
         # Inode tables and journal written now, not by the kernel's lazy
         # initialization in the background of the measurement.
         _run("mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", device)
         _run("mount", device, str(mount_point))
         try:
-            yield mount_point
+            yield mount_point, direct
         finally:
-            subprocess.run(["umount", str(mount_point)], check=False, timeout=120)
+            unmount(str(mount_point))
     finally:
         subprocess.run(["losetup", "--detach", device], check=False, timeout=120)
 
@@ -99,21 +123,21 @@ def _temp_dir_at(folder: Path) -> Iterator[None]:
 def bench_file_system(choice: str | None = None) -> Iterator[str]:
     """Run the block with temporary files on the chosen file system
     (``BENCH_FS`` when ``choice`` is None); yields what it is, for the report."""
-    choice = choice or os.environ.get("BENCH_FS", "volume")
+    choice = choice or os.environ.get("BENCH_FS") or "volume"
     if choice not in CHOICES:
         raise SystemExit(f"BENCH_FS must be one of {', '.join(CHOICES)}, not {choice!r}")
-    refused = _why_not_volume() if choice == "volume" else None
-    if choice == "tmpdir" or refused is not None:
-        reason = f" (no volume of its own: {refused})" if refused else ""
-        yield f"TMPDIR {tempfile.gettempdir()}{reason}"
-        return
-    with tempfile.TemporaryDirectory(prefix="quire-bench-volume-") as parent:
-        try:
+    refused = why_not_volume() if choice == "volume" else None
+    if choice == "volume" and refused is None:
+        with tempfile.TemporaryDirectory(prefix="quire-bench-volume-") as parent:
             volume = contextlib.ExitStack()
-            mount_point = volume.enter_context(_volume(Path(parent)))
-        except (OSError, subprocess.SubprocessError) as error:
-            with _temp_dir_at(Path(parent)):
-                yield f"TMPDIR {parent} (no volume of its own: {type(error).__name__})"
-            return
-        with volume, _temp_dir_at(mount_point):
-            yield "a fresh ext4 volume of its own (journaled; a loop device with direct I/O)"
+            try:
+                mount_point, direct = volume.enter_context(_volume(Path(parent)))
+            except _NoVolume as error:
+                refused = str(error)
+            else:
+                with volume, _temp_dir_at(mount_point):
+                    how = "a loop device with direct I/O" if direct else "a loop device"
+                    yield f"a fresh ext4 volume of its own (journaled; {how})"
+                return
+    reason = f" (no volume of its own: {refused})" if refused else ""
+    yield f"TMPDIR {tempfile.gettempdir()}{reason}"

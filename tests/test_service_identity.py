@@ -39,6 +39,10 @@ def test_the_trust_store_believes_nothing_else() -> None:
     trust = TrustStore.of([validator])
     signature = validator.sign(MESSAGE)
     assert trust.verify("validator", signature, MESSAGE)
+    # Any bytes-like signature and message, as OpenSSL's Ed25519 took them.
+    assert trust.verify("validator", bytearray(signature), memoryview(MESSAGE))
+    assert trust.verify("validator", memoryview(signature), bytearray(MESSAGE))
+    assert _signs_bytes_like(validator)
     assert not trust.verify("assembler", signature, MESSAGE), "a service it does not know"
     assert not trust.verify("validator", assembler.sign(MESSAGE), MESSAGE), "another key"
     assert not trust.verify("validator", signature, MESSAGE + b"\x00"), "other bytes"
@@ -53,6 +57,11 @@ def test_the_trust_store_believes_nothing_else() -> None:
     # Without its signature, a message that begins with one is not taken as signed.
     assert not trust.verify("validator", b"", signature + MESSAGE)
     assert not trust.verify("validator", None, signature + MESSAGE)  # type: ignore[arg-type]
+
+
+def _signs_bytes_like(identity: ServiceIdentity) -> bool:
+    signature = identity.sign(MESSAGE)
+    return identity.sign(bytearray(MESSAGE)) == identity.sign(memoryview(MESSAGE)) == signature
 
 
 def test_keys_from_the_identity_directory_sign_what_the_published_keys_check(

@@ -101,7 +101,7 @@ class ServiceIdentity:
 
     def sign(self, data: bytes) -> bytes:
         """``data``'s Ed25519 signature (64 bytes)."""
-        return self._signing.sign(data).signature
+        return self._signing.sign(bytes(data)).signature
 
     def public_key(self) -> Ed25519PublicKey:
         return self._key.public_key()
@@ -135,11 +135,13 @@ class TrustStore:
     def verify(self, service: str, signature: bytes, data: bytes) -> bool:
         """True only when ``service`` is trusted and signed ``data``."""
         key = self._keys.get(service)
+        if isinstance(signature, bytearray | memoryview):
+            signature = bytes(signature)
         if key is None or type(signature) is not bytes or len(signature) != SIGNATURE_BYTES:
             # (PyNaCl would read a missing signature as one prefixed to ``data``.)
             return False
         try:
-            key.verify(data, signature)
+            key.verify(bytes(data), signature)
         except (BadSignatureError, ValueError, TypeError):
             return False
         return True

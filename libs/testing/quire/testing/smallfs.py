@@ -35,7 +35,7 @@ from types import TracebackType
 
 from quire.tempspace import pid_running
 
-__all__ = ["MIB", "SOURCE_PREFIX", "Filler", "SmallFileSystem", "sweep_left_mounts"]
+__all__ = ["MIB", "SOURCE_PREFIX", "Filler", "SmallFileSystem", "sweep_left_mounts", "unmount"]
 
 MIB = 1024 * 1024
 SOURCE_PREFIX = "quire-test-"
@@ -57,7 +57,7 @@ def _mounts() -> list[tuple[str, str]]:
     return found
 
 
-def _unmount(point: str) -> None:
+def unmount(point: str) -> None:
     """Unmount ``point``; a mount still busy after a few tries (a process
     that has not let go of a file yet) is detached lazily."""
     for _ in range(UNMOUNT_TRIES):
@@ -120,7 +120,7 @@ def sweep_left_mounts() -> int:
         pid = source.removeprefix(SOURCE_PREFIX)
         if pid.isdigit() and not pid_running(int(pid)):
             with contextlib.suppress(subprocess.CalledProcessError):
-                _unmount(point)
+                unmount(point)
                 swept += 1
     return swept
 
@@ -156,7 +156,7 @@ class SmallFileSystem:
 
     def unmount(self) -> None:
         if self.mounted:
-            _unmount(str(self.path))
+            unmount(str(self.path))
             self.mounted = False
 
     def free_bytes(self) -> int:
