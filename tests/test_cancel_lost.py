@@ -44,7 +44,15 @@ pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
 @asynccontextmanager
 async def _stack_with_gateway(directory: Path) -> AsyncIterator[tuple[Stack, StackInfo]]:
-    stack = Stack(directory, env=dict(BASE_ENV), gateway=True)
+    # The job must rest at COMMITTING in audit's ledger while completions are
+    # paused: the signer sends its events on the events stream, not with its
+    # commit task (which the pause holds back).
+    stack = Stack(
+        directory,
+        env=dict(BASE_ENV),
+        gateway=True,
+        service_env={"signer": {"QUIRE_EVENTS_WITH_COMMIT": "0"}},
+    )
     info = await asyncio.to_thread(stack.start)
     try:
         yield stack, info

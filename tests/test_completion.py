@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from sqlalchemy import select
@@ -14,6 +16,7 @@ from sqlalchemy import select
 from quire.audit import ledger, tables
 from quire.audit.completion import CompletionDesk, Verdict
 from quire.audit.history import HistoryWatch
+from quire.audit.recorder import EventRecorder
 from quire.audit.writes import AuditWrites
 from quire.database import Database
 from quire.jobs import HISTORY_BEFORE_COMPLETION
@@ -22,6 +25,7 @@ from quire.settings import QueueSettings
 from quire.testing.sealedstore import sealed_store
 from quire.transitions import EventFactory
 from quire.type import job_pb2, queue_pb2
+from quire.wire import SIGNATURE_HEADER
 
 JOB = "jobs/0a0b0c0d0e0f"
 EVENTS = EventFactory("test", "instance", "0")
@@ -342,3 +346,153 @@ async def test_a_try_that_finds_the_history_incomplete_writes_nothing(tmp_path: 
     verdict = await completion._complete_when_evident(task, 2, None)  # noqa: SLF001
     assert verdict is Verdict.COMPLETED
     assert tokens() == [1], "the deciding try took the first token"
+
+
+# --- The signer's events, riding on its commit task ------------------------------
+
+SIGNER = EventFactory("signer", "instance", "0")
+
+
+class _Delivery:
+    """A commit task as the queue worker hands it on, its signature already
+    checked (the producer is the header's); records how it was settled."""
+
+    def __init__(self, task: queue_pb2.JobTask, producer: str = "signer") -> None:
+        self.subject = "quire.work.commit.interactive"
+        self.data = task.SerializeToString()
+        self.headers = {SIGNATURE_HEADER: f"{producer}.signature"}
+        self.metadata = SimpleNamespace(num_delivered=1, timestamp=datetime.now(UTC))
+        self.settled: list[str] = []
+
+    async def ack(self) -> None:
+        self.settled.append("ack")
+
+    async def nak(self, delay: float | None = None) -> None:
+        self.settled.append("nak")
+
+    async def term(self) -> None:
+        self.settled.append("term")
+
+
+def _carrying_desk(
+    tmp_path: Path, history_wait_seconds: float = 3.0
+) -> tuple[CompletionDesk, Database, LocalBlobStore]:
+    database = Database(f"sqlite:///{tmp_path / 'audit.db'}", tables.metadata)
+    database.create_schema()
+    writes = AuditWrites(database)
+    history = HistoryWatch()
+    recorder = EventRecorder(writes, history, QueueSettings().backoff)
+    desk = CompletionDesk(
+        database=database,
+        blobs=sealed_store(tmp_path / "blobs"),
+        events=EVENTS,
+        queue=QueueSettings(),
+        history=history,
+        history_wait_seconds=history_wait_seconds,
+        writes=writes,
+        recorder=recorder,
+    )
+    return desk, database, desk._blobs  # type: ignore[return-value]  # noqa: SLF001
+
+
+def _carrying(task: queue_pb2.JobTask, *states: str) -> queue_pb2.JobTask:
+    """``task`` carrying the signer's steps from SIGNING through ``states``."""
+    carried = queue_pb2.JobTask()
+    carried.CopyFrom(task)
+    previous = "SIGNING"
+    for state in states:
+        fields = {"output_digest": task.signed.sha256} if state == "COMMITTING" else {}
+        carried.events.append(
+            SIGNER.transition(task, previous, state, attempt=1, lease_token=1, **fields)
+        )
+        previous = state
+    return carried
+
+
+def _recorded_states(database: Database) -> list[str]:
+    return [
+        str(row.to_state)
+        for row in database.transaction(
+            lambda s: s.execute(
+                select(tables.ledger.c.to_state).order_by(tables.ledger.c.sequence)
+            ).all()
+        )
+    ]
+
+
+async def test_a_commit_task_carrying_the_signers_events_completes_in_one_delivery(
+    tmp_path: Path,
+) -> None:
+    desk, database, blobs = _carrying_desk(tmp_path)
+    task = _signed_task(blobs)
+    _record_history(
+        database, task, ("ACCEPTED", "VALIDATING", "REVIEWING", "ASSEMBLING", "SIGNING")
+    )
+    delivery = _Delivery(_carrying(task, "COMMITTING"))
+    await desk.handle(delivery)  # type: ignore[arg-type]
+    assert delivery.settled == ["ack"]
+    assert _state(database) == "COMPLETED"
+    again = _Delivery(_carrying(task, "COMMITTING"))
+    await desk.handle(again)  # type: ignore[arg-type]
+    assert again.settled == ["ack"]
+    assert _recorded_states(database).count("COMMITTING") == 1, "each event recorded once"
+    assert _recorded_states(database).count("COMPLETED") == 1
+
+
+async def test_carried_events_that_wait_for_earlier_ones_complete_once_those_arrive(
+    tmp_path: Path,
+) -> None:
+    """The assembler's hand-off is still on the events stream: the carried
+    step waits for it (bounded), and is recorded in order once it is in."""
+    desk, database, blobs = _carrying_desk(tmp_path)
+    task = _signed_task(blobs)
+    _record_history(database, task, ("ACCEPTED", "VALIDATING", "REVIEWING", "ASSEMBLING"))
+    delivery = _Delivery(_carrying(task, "COMMITTING"))
+    handling = asyncio.create_task(desk.handle(delivery))  # type: ignore[arg-type]
+    await asyncio.sleep(0.3)
+    assert not handling.done() and "COMMITTING" not in _recorded_states(database)
+    (signing,) = _history(task, ("ASSEMBLING", "SIGNING"))[1:]
+    database.transaction(lambda s: ledger.append(s, signing))
+    desk._history.notify(JOB)  # noqa: SLF001 - as the events consumer does
+    await asyncio.wait_for(handling, timeout=10)
+    assert delivery.settled == ["ack"]
+    assert _recorded_states(database)[-3:] == ["SIGNING", "COMMITTING", "COMPLETED"]
+
+
+async def test_carried_events_still_waiting_after_the_wait_retry_the_task(tmp_path: Path) -> None:
+    desk, database, blobs = _carrying_desk(tmp_path, history_wait_seconds=0.2)
+    task = _signed_task(blobs)
+    _record_history(database, task, ("ACCEPTED", "VALIDATING", "REVIEWING", "ASSEMBLING"))
+    delivery = _Delivery(_carrying(task, "COMMITTING"))
+    await desk.handle(delivery)  # type: ignore[arg-type]
+    assert delivery.settled == ["nak"]
+    assert _state(database) == "ASSEMBLING", "nothing appended out of turn, nothing completed"
+
+
+@pytest.mark.parametrize(
+    ("producer", "actor", "state"),
+    [
+        ("signer", "signer", "VALIDATING"),  # a step the signer never takes
+        ("signer", "signer", "COMPLETED"),  # audit's alone
+        ("signer", "validator", "COMMITTING"),  # another service's event
+    ],
+)
+async def test_a_commit_task_carrying_a_step_its_producer_may_not_take_is_refused(
+    tmp_path: Path, producer: str, actor: str, state: str
+) -> None:
+    desk, database, blobs = _carrying_desk(tmp_path)
+    task = _signed_task(blobs)
+    _record_history(
+        database, task, ("ACCEPTED", "VALIDATING", "REVIEWING", "ASSEMBLING", "SIGNING")
+    )
+    carried = queue_pb2.JobTask()
+    carried.CopyFrom(task)
+    carried.events.append(
+        EventFactory(actor, "instance", "0").transition(
+            task, "SIGNING", state, attempt=1, lease_token=1, output_digest=task.signed.sha256
+        )
+    )
+    delivery = _Delivery(carried, producer)
+    await desk.handle(delivery)  # type: ignore[arg-type]
+    assert delivery.settled == ["term"]
+    assert _state(database) == "SIGNING", "nothing recorded, nothing completed"

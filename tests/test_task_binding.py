@@ -1,6 +1,6 @@
-"""A task may name only its own job's and tenant's blobs; a source named by
-reference names none until the validator pinned it, then only the pinned
-bytes under ``fetched/``."""
+"""A task may name only its own job's and tenant's blobs (and carry only its
+own job's events); a source named by reference names none until the
+validator pinned it, then only the pinned bytes under ``fetched/``."""
 
 from __future__ import annotations
 
@@ -64,3 +64,19 @@ def test_an_upload_and_a_pinned_or_unpinned_reference_are_bound() -> None:
 def test_a_source_outside_its_binding_is_refused(source: job_pb2.SourceRef) -> None:
     with pytest.raises(ForgedMessage):
         check_task_binding(_task(source))
+
+
+def test_a_task_may_carry_events_only_of_its_own_job_and_tenant() -> None:
+    task = _task()
+    own = queue_pb2.TransitionEvent(event_id="e1", job=task.job, tenant=TENANT)
+    task.events.append(own)
+    check_task_binding(task)
+    for other in (
+        queue_pb2.TransitionEvent(event_id="e2", job=job_name(new_job_id()), tenant=TENANT),
+        queue_pb2.TransitionEvent(event_id="e3", job=task.job, tenant="other"),
+    ):
+        carrying = queue_pb2.JobTask()
+        carrying.CopyFrom(task)
+        carrying.events.append(other)
+        with pytest.raises(ForgedMessage):
+            check_task_binding(carrying)

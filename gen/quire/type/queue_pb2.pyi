@@ -11,7 +11,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class JobTask(_message.Message):
-    __slots__ = ("job", "tenant", "manifest_digest", "sources", "ruleset", "render_profile", "priority", "assembled", "signed", "signing", "ruleset_digest", "generation", "redrive", "deadline", "track", "candidate_stages", "candidate_ruleset")
+    __slots__ = ("job", "tenant", "manifest_digest", "sources", "ruleset", "render_profile", "priority", "assembled", "signed", "signing", "ruleset_digest", "generation", "redrive", "deadline", "track", "candidate_stages", "candidate_ruleset", "events")
     JOB_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +29,7 @@ class JobTask(_message.Message):
     TRACK_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_STAGES_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_RULESET_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
     job: str
     tenant: str
     manifest_digest: str
@@ -46,7 +47,8 @@ class JobTask(_message.Message):
     track: str
     candidate_stages: _containers.RepeatedScalarFieldContainer[str]
     candidate_ruleset: str
-    def __init__(self, job: _Optional[str] = ..., tenant: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[_job_pb2.SourceRef, _Mapping]]] = ..., ruleset: _Optional[str] = ..., render_profile: _Optional[str] = ..., priority: _Optional[str] = ..., assembled: _Optional[_Union[_job_pb2.Artifact, _Mapping]] = ..., signed: _Optional[_Union[_job_pb2.Artifact, _Mapping]] = ..., signing: _Optional[_Union[_job_pb2.SigningRecord, _Mapping]] = ..., ruleset_digest: _Optional[str] = ..., generation: _Optional[int] = ..., redrive: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., track: _Optional[str] = ..., candidate_stages: _Optional[_Iterable[str]] = ..., candidate_ruleset: _Optional[str] = ...) -> None: ...
+    events: _containers.RepeatedCompositeFieldContainer[TransitionEvent]
+    def __init__(self, job: _Optional[str] = ..., tenant: _Optional[str] = ..., manifest_digest: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[_job_pb2.SourceRef, _Mapping]]] = ..., ruleset: _Optional[str] = ..., render_profile: _Optional[str] = ..., priority: _Optional[str] = ..., assembled: _Optional[_Union[_job_pb2.Artifact, _Mapping]] = ..., signed: _Optional[_Union[_job_pb2.Artifact, _Mapping]] = ..., signing: _Optional[_Union[_job_pb2.SigningRecord, _Mapping]] = ..., ruleset_digest: _Optional[str] = ..., generation: _Optional[int] = ..., redrive: _Optional[int] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., track: _Optional[str] = ..., candidate_stages: _Optional[_Iterable[str]] = ..., candidate_ruleset: _Optional[str] = ..., events: _Optional[_Iterable[_Union[TransitionEvent, _Mapping]]] = ...) -> None: ...
 
 class Actor(_message.Message):
     __slots__ = ("service", "instance", "build_version")

@@ -127,6 +127,11 @@ class QueueSettings(Settings):
     """How long a stage works on a job before it announces the working state
     (``VALIDATING``, say) on its own; work that ends sooner sends the entry
     event with its outcome, in one message (0 announces at once)."""
+    events_with_commit: bool = True
+    """The signer's events ride on its task to audit's commit stage (one
+    message, not two); audit records them before it completes the job. Turn
+    it off while audit replicas of a release before this setting still run:
+    they would not read them, and jobs would wait in ``COMMITTING``."""
     stage_limits: Annotated[
         Mapping[str, Annotated[int, Field(ge=2)]],
         Keyed(

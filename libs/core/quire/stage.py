@@ -54,7 +54,8 @@ from quire.fullstorage import as_storage_error
 from quire.jobgate import CANCELLED, ENDED, JobGate
 from quire.leases import Lease, LeaseStore, lease_key
 from quire.metrics import StageMeter, delivery_timings
-from quire.pipeline import Stage, State
+from quire.pipeline import AUDIT, Stage, State
+from quire.pipeline import stage as stage_named
 from quire.queueclock import QueueClock
 from quire.reasons import ReasonCode
 from quire.sandboxlanes import BATCH, INTERACTIVE, sandbox_lane
@@ -281,6 +282,12 @@ class StageRunner:
         self._events = events
         self._max_deliver = queue.max_deliver
         self._announce_after = queue.announce_after_seconds
+        self._events_ride = (
+            queue.events_with_commit
+            and stage.next is not None
+            and stage_named(stage.next).service == AUDIT
+        )
+        """Whether this stage's events go with its task to audit, in one message."""
         self._backoff = queue.backoff
         self._tracer = trace.get_tracer(f"quire.{stage.service}")
 
@@ -718,10 +725,15 @@ class StageRunner:
         queue acknowledged them) are not sent twice; they come first in the
         outcome, so the order holds. Should the next stage's step reach audit
         before these events, audit holds it until they are recorded
-        (``quire.audit.succession``)."""
+        (``quire.audit.succession``). A task to audit itself (the signer's, to
+        the commit stage) carries the events instead (``events_with_commit``):
+        one message, which audit records them from before it completes the job."""
         publishing: list[Awaitable[object]] = []
         pending = [event for event in outcome.events if event.event_id not in stored]
-        if len(pending) == 1:
+        riding = self._events_ride and outcome.HasField("next_task")
+        if riding:
+            pass  # they go with the task, below
+        elif len(pending) == 1:
             (event,) = pending
             publishing.append(
                 self._publisher.publish(
@@ -741,6 +753,10 @@ class StageRunner:
             task = queue_pb2.JobTask()
             task.CopyFrom(outcome.next_task)
             task.redrive = max(task.redrive, redrive)
+            # Never events a task came with from elsewhere: only this commit's.
+            del task.events[:]
+            if riding:
+                task.events.extend(pending)
             publishing.append(self._publisher.publish_task(self._stage.next, task, task.redrive))
         await asyncio.gather(*publishing)
         if outcome.HasField("dead_letter"):

@@ -1,4 +1,4 @@
-"""A task may only name blobs of its own job and tenant.
+"""A task may only name blobs (and carry events) of its own job and tenant.
 
 A genuine signature says which service produced a task; this check says the
 task is about what it claims to be about: every source key is the tenant's
@@ -45,6 +45,9 @@ def check_task_binding(task: queue_pb2.JobTask) -> None:
         raise ForgedMessage("assembled packet outside the job's tenant")
     if task.HasField("signed") and task.signed.blob_key != signed_key(task.tenant, task.job):
         raise ForgedMessage("signed artifact not the job's own")
+    for event in task.events:
+        if event.job != task.job or event.tenant != task.tenant:
+            raise ForgedMessage("an event carried for another job")
 
 
 def _source_blob(tenant: str, source: job_pb2.SourceRef) -> str:

@@ -27,6 +27,7 @@ from sqlalchemy import Connection, bindparam, select
 from quire.audit import ledger, tables
 from quire.audit.history import HistoryWatch, grew
 from quire.audit.measures import AuditMeasures
+from quire.audit.recorder import EventRecorder
 from quire.audit.writes import AuditWrites
 from quire.blobstore import BlobStore
 from quire.database import Database
@@ -90,7 +91,11 @@ class CompletionDesk:
         history_wait_seconds: float = 5.0,
         measures: AuditMeasures | None = None,
         writes: AuditWrites | None = None,
+        recorder: EventRecorder | None = None,
     ) -> None:
+        """``recorder`` records the events a commit task carries (the
+        signer's, riding on it); without one they are not read."""
+        self._recorder = recorder
         self._measures = measures
         self._db = database
         self._writes = writes or AuditWrites(database)
@@ -120,6 +125,9 @@ class CompletionDesk:
             attributes={"quire.job": ident, "quire.attempt": attempt},
         ) as span:
             try:
+                carried = await self._record_carried(task, msg)
+                if carried is not None:
+                    return carried
                 refusal = await self._refusal(task)
                 verdict = await self._complete_when_evident(task, attempt, refusal)
             except Exception as error:  # noqa: BLE001 - database or storage trouble: retry
@@ -138,6 +146,27 @@ class CompletionDesk:
             return TERM
         fault_point("audit.after_commit")
         return ACK
+
+    async def _record_carried(self, task: queue_pb2.JobTask, msg: Msg) -> Settlement | None:
+        """Record the events ``task`` carries (the signer's commit): None once
+        every one is in the ledger, else how to settle the task. One its
+        producer may not make refuses the task (TERM), as the events consumer
+        refuses their message; one that waits for its job's earlier events
+        (still on the events stream) is waited for, bounded, then the task is
+        retried."""
+        if not task.events or self._recorder is None:
+            return None
+        events = list(task.events)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._history_wait
+        with self._history.watching(task.job) as grown:
+            settlement, waiting = await self._recorder.record_carried(events, msg)
+            while waiting:
+                remaining = deadline - loop.time()
+                if remaining <= 0 or not await grew(grown, remaining):
+                    return settlement
+                settlement, waiting = await self._recorder.record_carried(events, msg)
+        return None if settlement is ACK else settlement
 
     async def _complete_when_evident(
         self, task: queue_pb2.JobTask, attempt: int, refusal: ReasonCode | None

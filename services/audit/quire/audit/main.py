@@ -83,6 +83,14 @@ async def main() -> None:
     blobs = await asyncio.to_thread(open_blob_store, settings, owner=SERVICE)
     measures = AuditMeasures(metrics)
     writes = AuditWrites(database)
+    recorder = EventRecorder(
+        writes,
+        history,
+        settings.queue.backoff,
+        measures,
+        unexplained_seconds=audit.unexplained_seconds,
+        word=WordTeller(nc, wire.signer),
+    )
     desk = CompletionDesk(
         database=database,
         writes=writes,
@@ -91,6 +99,7 @@ async def main() -> None:
         queue=settings.queue,
         history=history,
         measures=measures,
+        recorder=recorder,
     )
     gate = await JobGate.open(js, wire.signer, wire.verifier)
     office = DeadLetterOffice(
@@ -123,14 +132,6 @@ async def main() -> None:
             verifier=wire.verifier,
         )
 
-    recorder = EventRecorder(
-        writes,
-        history,
-        settings.queue.backoff,
-        measures,
-        unexplained_seconds=audit.unexplained_seconds,
-        word=WordTeller(nc, wire.signer),
-    )
     workers = [
         consume(
             DEAD_STREAM,

@@ -115,11 +115,32 @@ class EventRecorder:
 
     async def handle(self, msg: Msg) -> None:
         settlement, appended = await self._record(msg)
+        self._tell(appended)
+        await settle(msg, settlement)
+        self._heard(appended)
+
+    async def record_carried(
+        self, events: list[queue_pb2.TransitionEvent], msg: Msg
+    ) -> tuple[Settlement, bool]:
+        """Judge and append the events a task to audit carried (the signer's
+        commit, riding on its commit task ``msg``), as ``handle`` does a
+        batch's, their producer the task's verified one: how the task is to
+        be settled on their account (ACK once every one is in the ledger), and
+        whether one still waits for its job's history to grow."""
+        settlement, appended, waiting = await self._recorded(
+            events, verified_producer(msg.headers), msg
+        )
+        self._tell(appended)
+        self._heard(appended)
+        return settlement, waiting
+
+    def _tell(self, appended: dict[str, _Appended]) -> None:
         if self._word is not None:
             for facts, _entries in appended.values():
                 if facts is not None:
                     self._word.tell(facts.job, facts.tenant, facts.manifest_digest, facts.state)
-        await settle(msg, settlement)
+
+    def _heard(self, appended: dict[str, _Appended]) -> None:
         for job, (_facts, entries) in appended.items():
             self._history.appended(job, entries)
 
@@ -134,11 +155,25 @@ class EventRecorder:
         or a step its producer may not take) refuses the whole message."""
         try:
             events = _events_of(msg)
-            idents = [job_id(event.job) for event in events]
-        except (DecodeError, QuireError):
+        except DecodeError:
             log.warning("undecodable event terminated")
             return TERM, {}
-        producer = verified_producer(msg.headers)
+        settlement, appended, _waiting = await self._recorded(
+            events, verified_producer(msg.headers), msg
+        )
+        return settlement, appended
+
+    async def _recorded(
+        self, events: list[queue_pb2.TransitionEvent], producer: str, msg: Msg
+    ) -> tuple[Settlement, dict[str, _Appended], bool]:
+        """``events`` (of one commit, in order, from ``producer``, which ``msg``
+        brought) judged and appended in one group: the settlement, the jobs
+        whose history grew, and whether an event waits for its job's history."""
+        try:
+            idents = [job_id(event.job) for event in events]
+        except QuireError:
+            log.warning("undecodable event terminated")
+            return TERM, {}, False
         for event in events:
             if (
                 event.to_state == COMPLETED
@@ -150,10 +185,10 @@ class EventRecorder:
                 # RecordRetirement for bytes retired under the retention policy
                 # and RecordRulesetChange for a ruleset's current version.
                 log.warning("event %s claims a step only audit takes; dropped", event.event_id)
-                return TERM, {}
+                return TERM, {}, False
             if not may_record(producer, event):
                 log.warning("event %s is not a step its producer takes; refused", event.event_id)
-                return TERM, {}
+                return TERM, {}, False
         last_chance = self._waited_enough(msg)
         arrivals = [ledger.Arrival(event, producer, last_chance=last_chance) for event in events]
         with self._tracer.start_as_current_span(
@@ -169,7 +204,7 @@ class EventRecorder:
                 outcomes = await self._writes.record(arrivals)
             except Exception as error:  # noqa: BLE001 - database trouble: retry
                 log.warning("events not recorded (%s)", type(error).__name__)
-                return retry(self._backoff, msg.metadata.num_delivered, error), {}
+                return retry(self._backoff, msg.metadata.num_delivered, error), {}, False
             span.set_attribute("quire.recorded", outcomes[-1].recorded.value)
             appended: dict[str, _Appended] = {}
             waiting = False
@@ -188,8 +223,8 @@ class EventRecorder:
         fault_point("audit.after_record")
         if waiting:
             # What was appended stays; delivered again, it is found recorded.
-            return retry(self._backoff, msg.metadata.num_delivered), appended
-        return ACK, appended
+            return retry(self._backoff, msg.metadata.num_delivered), appended, True
+        return ACK, appended, False
 
     def _appended(self, event: queue_pb2.TransitionEvent, ident: str, *, lagged: bool) -> None:
         if self._measures is not None:
