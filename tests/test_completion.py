@@ -375,9 +375,13 @@ class _Delivery:
 
 
 def _carrying_desk(
-    tmp_path: Path, history_wait_seconds: float = 3.0
+    tmp_path: Path,
+    history_wait_seconds: float = 3.0,
+    transactions: Callable[[str], Callable[[], None]] | None = None,
 ) -> tuple[CompletionDesk, Database, LocalBlobStore]:
-    database = Database(f"sqlite:///{tmp_path / 'audit.db'}", tables.metadata)
+    database = Database(
+        f"sqlite:///{tmp_path / 'audit.db'}", tables.metadata, transactions=transactions
+    )
     database.create_schema()
     writes = AuditWrites(database)
     history = HistoryWatch()
@@ -423,15 +427,20 @@ def _recorded_states(database: Database) -> list[str]:
 async def test_a_commit_task_carrying_the_signers_events_completes_in_one_delivery(
     tmp_path: Path,
 ) -> None:
-    desk, database, blobs = _carrying_desk(tmp_path)
+    kinds: list[str] = []
+    desk, database, blobs = _carrying_desk(
+        tmp_path, transactions=lambda kind: lambda: kinds.append(kind)
+    )
     task = _signed_task(blobs)
     _record_history(
         database, task, ("ACCEPTED", "VALIDATING", "REVIEWING", "ASSEMBLING", "SIGNING")
     )
     delivery = _Delivery(_carrying(task, "COMMITTING"))
+    kinds.clear()
     await desk.handle(delivery)  # type: ignore[arg-type]
     assert delivery.settled == ["ack"]
     assert _state(database) == "COMPLETED"
+    assert kinds == ["write"], "the carried events and the completion in one transaction"
     again = _Delivery(_carrying(task, "COMMITTING"))
     await desk.handle(again)  # type: ignore[arg-type]
     assert again.settled == ["ack"]

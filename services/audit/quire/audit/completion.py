@@ -1,9 +1,11 @@
 """Completion: the only way a job becomes COMPLETED.
 
 Audit takes the commit task, hashes the signed artifact that the signer
-reported, and then, in one transaction, checks that the ledger holds the
-job's whole history (ACCEPTED through COMMITTING) with the same output
-digest, takes the delivery's lease token and appends the COMPLETED entry.
+reported, and then, in one transaction, appends the signer's events the task
+carries (judged as the events consumer judges any), checks that the ledger
+holds the job's whole history (ACCEPTED through COMMITTING) with the same
+output digest, takes the delivery's lease token and appends the COMPLETED
+entry.
 Missing history is not an error: the events are late, so the task is retried
 with backoff and the job stays COMMITTING. A missing or different artifact
 ends the job FAILED.
@@ -74,6 +76,9 @@ class Verdict(Enum):
     ALREADY_DONE = "already_done"
     HISTORY_INCOMPLETE = "history_incomplete"
     FAILED = "failed"
+    REFUSED = "refused"
+    """The task carried an event its producer may not make: nothing was
+    written, and the task is terminated."""
 
 
 class CompletionDesk:
@@ -125,11 +130,8 @@ class CompletionDesk:
             attributes={"quire.job": ident, "quire.attempt": attempt},
         ) as span:
             try:
-                carried = await self._record_carried(task, msg)
-                if carried is not None:
-                    return carried
                 refusal = await self._refusal(task)
-                verdict = await self._complete_when_evident(task, attempt, refusal)
+                verdict = await self._complete_when_evident(task, attempt, refusal, msg)
             except Exception as error:  # noqa: BLE001 - database or storage trouble: retry
                 log.warning("job %s: completion check failed (%s)", task.job, type(error).__name__)
                 return retry(self._backoff, attempt, error)
@@ -142,49 +144,34 @@ class CompletionDesk:
             return retry(self._backoff, attempt)
         if verdict is Verdict.STALE:
             return LEAVE  # a newer delivery of this task owns it
-        if verdict is Verdict.FAILED:
+        if verdict in (Verdict.FAILED, Verdict.REFUSED):
             return TERM
         fault_point("audit.after_commit")
         return ACK
 
-    async def _record_carried(self, task: queue_pb2.JobTask, msg: Msg) -> Settlement | None:
-        """Record the events ``task`` carries (the signer's commit): None once
-        every one is in the ledger, else how to settle the task. One its
-        producer may not make refuses the task (TERM), as the events consumer
-        refuses their message; one that waits for its job's earlier events
-        (still on the events stream) is waited for, bounded, then the task is
-        retried."""
-        if not task.events or self._recorder is None:
-            return None
-        events = list(task.events)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._history_wait
-        with self._history.watching(task.job) as grown:
-            settlement, waiting = await self._recorder.record_carried(events, msg)
-            while waiting:
-                remaining = deadline - loop.time()
-                if remaining <= 0 or not await grew(grown, remaining):
-                    return settlement
-                settlement, waiting = await self._recorder.record_carried(events, msg)
-        return None if settlement is ACK else settlement
-
     async def _complete_when_evident(
-        self, task: queue_pb2.JobTask, attempt: int, refusal: ReasonCode | None
+        self,
+        task: queue_pb2.JobTask,
+        attempt: int,
+        refusal: ReasonCode | None,
+        carried: Msg | None = None,
     ) -> Verdict:
         """Complete, waiting (bounded) for late events of this job's history;
-        each try takes its own lease token in the transaction that decides."""
+        each try takes its own lease token in the transaction that decides.
+        ``carried``: the delivery of ``task``, whose events (the signer's,
+        riding on it) each try appends first, in the transaction that decides."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._history_wait
         # Watched from before the first read: events another replica records
         # while this one reads are heard, not waited out.
         with self._history.watching(task.job) as grown:
-            verdict = await self._judged(task, attempt, None, refusal)
+            verdict = await self._judged(task, attempt, None, refusal, carried)
             while verdict is Verdict.HISTORY_INCOMPLETE:
                 remaining = deadline - loop.time()
                 if remaining <= 0 or not await grew(grown, remaining):
                     return verdict
                 # The artifact was checked above; only the history can have changed.
-                verdict = await self._judged(task, attempt, None, None)
+                verdict = await self._judged(task, attempt, None, None, carried)
         return verdict
 
     async def complete(self, task: queue_pb2.JobTask, attempt: int, lease: Lease) -> Verdict:
@@ -214,12 +201,16 @@ class CompletionDesk:
         attempt: int,
         lease: Lease | None,
         refusal: ReasonCode | None,
+        carried: Msg | None = None,
     ) -> Verdict:
         """One try, in one transaction: with ``lease`` None, the token is taken
         in it, once the job is found still open and (unless refused) its
         history whole. A try that decides nothing (the job ended, or its last
-        events are still on the way) writes nothing: no token, no commit to
-        make durable."""
+        events are still on the way) takes no token. With ``carried`` (the
+        task's delivery), the events the
+        task carries are judged and appended first, in the same transaction
+        (``EventRecorder.record_carried``): REFUSED if one is not its
+        producer's to make."""
         if refusal is not None:
             log.warning("job %s: completion refused (%s)", task.job, refusal)
         else:
@@ -240,7 +231,15 @@ class CompletionDesk:
                 refused = refusal or ""
             return self._end(connection, task, attempt, held, refused)
 
-        verdict, entries = await self._writes.run(decide, tenant=task.tenant)
+        if carried is not None and task.events and self._recorder is not None:
+            _settlement, _waiting, decided = await self._recorder.record_carried(
+                list(task.events), carried, decide, tenant=task.tenant
+            )
+            if decided is None:  # an event refused before the ledger was asked
+                return Verdict.REFUSED
+            verdict, entries = decided
+        else:
+            verdict, entries = await self._writes.run(decide, tenant=task.tenant)
         if entries:
             self._history.appended(task.job, entries)
         return verdict

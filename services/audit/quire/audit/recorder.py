@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from google.protobuf.message import DecodeError
 from nats.aio.msg import Msg
 from opentelemetry import trace
+from sqlalchemy import Connection
 
 from quire.audit import ledger
 from quire.audit.history import HistoryWatch
@@ -49,6 +52,7 @@ from quire.workqueue.topology import is_event_batch
 __all__ = ["EventRecorder", "EVENTS_IN_FLIGHT"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 EVENTS_IN_FLIGHT = 32
 COMPLETED = State.COMPLETED.number
 AUDITS_OWN = frozenset(
@@ -120,19 +124,27 @@ class EventRecorder:
         self._heard(appended)
 
     async def record_carried(
-        self, events: list[queue_pb2.TransitionEvent], msg: Msg
-    ) -> tuple[Settlement, bool]:
+        self,
+        events: list[queue_pb2.TransitionEvent],
+        msg: Msg,
+        then: Callable[[Connection], T],
+        *,
+        tenant: str,
+    ) -> tuple[Settlement, bool, T | None]:
         """Judge and append the events a task to audit carried (the signer's
         commit, riding on its commit task ``msg``), as ``handle`` does a
-        batch's, their producer the task's verified one: how the task is to
-        be settled on their account (ACK once every one is in the ledger), and
-        whether one still waits for its job's history to grow."""
-        settlement, appended, waiting = await self._recorded(
-            events, verified_producer(msg.headers), msg
+        batch's, their producer the task's verified one; ``then`` runs in the
+        same transaction, after them (the completion they allow). How the task
+        is to be settled on their account (ACK once every one is in the
+        ledger), whether one still waits for its job's history to grow, and
+        what ``then`` returned (None when an event was refused and nothing
+        ran). Database trouble raises."""
+        settlement, appended, waiting, done = await self._recorded(
+            events, verified_producer(msg.headers), msg, (then, tenant)
         )
         self._tell(appended)
         self._heard(appended)
-        return settlement, waiting
+        return settlement, waiting, done
 
     def _tell(self, appended: dict[str, _Appended]) -> None:
         if self._word is not None:
@@ -158,22 +170,28 @@ class EventRecorder:
         except DecodeError:
             log.warning("undecodable event terminated")
             return TERM, {}
-        settlement, appended, _waiting = await self._recorded(
-            events, verified_producer(msg.headers), msg
+        settlement, appended, _waiting, _done = await self._recorded(
+            events, verified_producer(msg.headers), msg, None
         )
         return settlement, appended
 
     async def _recorded(
-        self, events: list[queue_pb2.TransitionEvent], producer: str, msg: Msg
-    ) -> tuple[Settlement, dict[str, _Appended], bool]:
+        self,
+        events: list[queue_pb2.TransitionEvent],
+        producer: str,
+        msg: Msg,
+        then: tuple[Callable[[Connection], T], str] | None,
+    ) -> tuple[Settlement, dict[str, _Appended], bool, T | None]:
         """``events`` (of one commit, in order, from ``producer``, which ``msg``
-        brought) judged and appended in one group: the settlement, the jobs
-        whose history grew, and whether an event waits for its job's history."""
+        brought) judged and appended in one group, with ``then`` (work, and
+        the tenant whose chain it may append to) after them in it: the
+        settlement, the jobs whose history grew, whether an event waits for
+        its job's history, and what the work returned."""
         try:
             idents = [job_id(event.job) for event in events]
         except QuireError:
             log.warning("undecodable event terminated")
-            return TERM, {}, False
+            return TERM, {}, False, None
         for event in events:
             if (
                 event.to_state == COMPLETED
@@ -185,10 +203,10 @@ class EventRecorder:
                 # RecordRetirement for bytes retired under the retention policy
                 # and RecordRulesetChange for a ruleset's current version.
                 log.warning("event %s claims a step only audit takes; dropped", event.event_id)
-                return TERM, {}, False
+                return TERM, {}, False, None
             if not may_record(producer, event):
                 log.warning("event %s is not a step its producer takes; refused", event.event_id)
-                return TERM, {}, False
+                return TERM, {}, False, None
         last_chance = self._waited_enough(msg)
         arrivals = [ledger.Arrival(event, producer, last_chance=last_chance) for event in events]
         with self._tracer.start_as_current_span(
@@ -200,11 +218,19 @@ class EventRecorder:
                 "quire.events": len(events),
             },
         ) as span:
+            done: T | None = None
             try:
-                outcomes = await self._writes.record(arrivals)
+                if then is None:
+                    outcomes = await self._writes.record(arrivals)
+                else:
+                    outcomes, done = await self._writes.record_then(
+                        arrivals, then[0], tenant=then[1]
+                    )
             except Exception as error:  # noqa: BLE001 - database trouble: retry
+                if then is not None:
+                    raise  # the work's caller settles its own message
                 log.warning("events not recorded (%s)", type(error).__name__)
-                return retry(self._backoff, msg.metadata.num_delivered, error), {}, False
+                return retry(self._backoff, msg.metadata.num_delivered, error), {}, False, None
             span.set_attribute("quire.recorded", outcomes[-1].recorded.value)
             appended: dict[str, _Appended] = {}
             waiting = False
@@ -223,8 +249,8 @@ class EventRecorder:
         fault_point("audit.after_record")
         if waiting:
             # What was appended stays; delivered again, it is found recorded.
-            return retry(self._backoff, msg.metadata.num_delivered), appended, True
-        return ACK, appended, False
+            return retry(self._backoff, msg.metadata.num_delivered), appended, True, done
+        return ACK, appended, False, done
 
     def _appended(self, event: queue_pb2.TransitionEvent, ident: str, *, lagged: bool) -> None:
         if self._measures is not None:

@@ -72,6 +72,16 @@ class AuditWrites:
         """Judge and append ``arrivals``, in order, in one group."""
         return await self._batches.run_all(arrivals)
 
+    async def record_then(
+        self, arrivals: Sequence[ledger.Arrival], work: Callable[[Connection], T], *, tenant: str
+    ) -> tuple[list[ledger.Outcome], T]:
+        """``record(arrivals)`` and ``run(work)`` in one group: ``work`` sees the
+        events appended. Either failing raises (what was written stays)."""
+        results = await self._batches.run_all([*arrivals, _Work(work, tenant)])
+        outcomes: list[ledger.Outcome] = results[:-1]
+        done: T = results[-1]
+        return outcomes, done
+
     async def run(self, work: Callable[[Connection], T], *, tenant: str = "") -> T:
         """Run ``work`` in the next group's transaction; ``tenant``: the one
         whose chain it may append to (its head is locked in order first)."""
