@@ -96,37 +96,31 @@ async def test_an_unparsable_or_unsigned_entry_counts_as_absent(
 async def test_a_cancel_that_lands_between_the_signers_reads_still_wins(
     jetstream: JetStreamContext, direct: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The signer's claim is written only if no entry came since its read; a
-    cancel written in between makes the stream refuse it, and the claim is
-    written as ever and read on from where the first read ended, up to its
-    own entry: the cancel is found there, and wins."""
+    """After writing its claim the signer reads on only from where its first
+    read ended, up to its own entry: a cancel written in between is found
+    there, and wins."""
     gate = _gates(jetstream, direct)
     signer = gate["signer"]
     record = signer._record  # noqa: SLF001 - the moment between read and write
-    writes: list[int | None] = []
 
-    async def cancel_first(job: str, state: str, generation: int, **given):  # type: ignore[no-untyped-def]
-        if not writes:
-            assert await gate["admission"].cancel(job) == State.CANCELLED
-        writes.append(given.get("following"))
-        return await record(job, state, generation, **given)
+    async def cancel_first(job: str, state: str, generation: int):  # type: ignore[no-untyped-def]
+        assert await gate["admission"].cancel(job) == State.CANCELLED
+        return await record(job, state, generation)
 
     monkeypatch.setattr(signer, "_record", cancel_first)
     assert await signer.claim_signing(JOB) == State.CANCELLED
-    assert writes == [0, None], "expected no entry; refused, then written as ever"
     assert await gate["validator"].claim_of(JOB) == (State.CANCELLED, "admission")
 
 
 async def test_a_fresh_claim_reads_the_bucket_twice(
     jetstream: JetStreamContext, direct: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Once to find the generation (nothing there); the claim, written only if
-    nothing came since, needs no read on. A redelivered claim finds its entry
-    written already, and reads it all again."""
+    """Once to find the generation (nothing there), once after writing (its
+    own entry, which ends the read); a redelivered claim reads it all."""
     gate = _gates(jetstream, direct)
     reads = _ReadCounter(jetstream, monkeypatch)
     assert await gate["signer"].claim_signing(JOB) == State.SIGNING
-    assert reads.count == 1
+    assert reads.count == 2
     reads.count = 0
     assert await gate["signer"].claim_signing(JOB) == State.SIGNING  # a redelivery
     assert reads.count == 2 + 2  # the first read finds the entry; written already: all again
@@ -136,14 +130,14 @@ async def test_a_claim_after_the_lease_time_read_reads_the_bucket_once(
     jetstream: JetStreamContext, direct: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A stage reads the gate as it takes the lease; its claim then starts
-    from that read, and follows it directly when nothing came since."""
+    from that read and reads on only up to its own entry."""
     gate = _gates(jetstream, direct)
     reads = _ReadCounter(jetstream, monkeypatch)
     assert await gate["signer"].claim_of(JOB) == ("", "")
     assert reads.count == 1
     reads.count = 0
     assert await gate["signer"].claim_signing(JOB) == State.SIGNING
-    assert reads.count == 0, "no read on: nothing came between the read and the claim"
+    assert reads.count == 1, "only the read on to its own entry"
 
 
 async def test_a_cancel_after_the_lease_time_read_still_wins(
@@ -193,4 +187,4 @@ async def test_an_old_read_is_not_started_from(
     monkeypatch.setattr("quire.jobgate._REMEMBERED_SECONDS", -1.0)
     reads = _ReadCounter(jetstream, monkeypatch)
     assert await gate["signer"].claim_signing(JOB) == State.SIGNING
-    assert reads.count == 1, "read afresh; nothing came since"
+    assert reads.count == 2, "read afresh, then on to its own entry"

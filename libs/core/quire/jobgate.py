@@ -42,7 +42,7 @@ from nats.js import JetStreamContext, api
 
 from quire.jobs import job_id
 from quire.pipeline import ADMISSION, AUDIT, WORKER_SERVICES, State, stage
-from quire.streamsafety import FilterMoved, create_entry_at, create_only_stream
+from quire.streamsafety import create_entry_at, create_only_stream
 from quire.wire import SIGNATURE_HEADER, ForgedMessage, WireSigner, WireVerifier
 
 __all__ = [
@@ -154,19 +154,14 @@ class JobGate:
     def _signed(state: str, generation: int) -> bytes:
         return f"{state}{_SEPARATOR}{generation}".encode()
 
-    async def _record(
-        self, job: str, state: str, generation: int, *, following: int | None = None
-    ) -> _Entry | None:
+    async def _record(self, job: str, state: str, generation: int) -> _Entry | None:
         """Write this service's entry, and return it; one already there (a
         redelivery, or a forgery under this service's own login) is left as
-        it is, and None returned. ``following``: the stream sequence of the
-        job's last entry this gate read (0: none); the entry is then written
-        only if the job has had no other since (else ``FilterMoved``)."""
+        it is, and None returned."""
         subject = self._subject(job, self._service, state, generation)
         signed = self._signed(state, generation)
         value = signed + f"{_SEPARATOR}{self._signer.header(subject, signed)}".encode()
-        after = None if following is None else (f"{_PREFIX}{job_id(job)}.>", following)
-        sequence = await create_entry_at(self._js, subject, value, following=after)
+        sequence = await create_entry_at(self._js, subject, value)
         return None if sequence is None else _Entry(sequence, self._service, state, generation)
 
     def _opened(self, subject: str, sequence: int, value: bytes) -> _Entry | None:
@@ -262,10 +257,7 @@ class JobGate:
         written: should the entries up to it (or all of them, when it was
         written before) show a retry begun since the earlier read, the claim
         is made again for the retry's generation (the first one, of a
-        generation a retry follows, ended before it and is void). The claim
-        is written expecting the job's last entry to be the last one read
-        (the stream checks it as it stores it): when that holds, nothing came
-        between, and the read on is not needed."""
+        generation a retry follows, ended before it and is void)."""
         known = self._read_before.pop(job, None)
         if known is not None and time.monotonic() - known[2] <= _REMEMBERED_SECONDS:
             entries, upto = list(known[0]), known[1]
@@ -273,20 +265,9 @@ class JobGate:
             entries, upto = await self._read(job, 1, None)
         claimed = self._current(entries) if generation is None else generation
         for _ in range(_CLAIMS):
-            # Every entry of the job before ``upto`` has been read, the last at
-            # ``upto - 1`` (or none: 0). Written only if none came since, the
-            # claim follows them directly and needs no read on to find itself.
-            try:
-                mine = await self._record(job, state, claimed, following=upto - 1)
-                directly = True
-            except FilterMoved:  # an entry came between: written as ever, then read on
-                mine = await self._record(job, state, claimed)
-                directly = False
+            mine = await self._record(job, state, claimed)
             if mine is None:  # written before (a redelivery, or a forgery): read it all
                 entries, upto = await self._read(job, 1, None)
-            elif directly:
-                entries.append(mine)
-                upto = mine.sequence + 1
             else:
                 more, upto = await self._read(job, upto, mine)
                 entries += more

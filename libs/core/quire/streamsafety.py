@@ -23,19 +23,10 @@ from typing import Any
 import nats.js.errors
 from nats.js import JetStreamContext, api
 
-__all__ = [
-    "FilterMoved",
-    "create_entry",
-    "create_entry_at",
-    "create_only_stream",
-    "ensure_safe_stream",
-]
+__all__ = ["create_entry", "create_entry_at", "create_only_stream", "ensure_safe_stream"]
 
 _EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
-_EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
-_WRONG_LAST_SEQUENCE = 10071
-_PER_SUBJECT_LIMIT = 10077
-_TAKEN = frozenset({_WRONG_LAST_SEQUENCE, _PER_SUBJECT_LIMIT})
+_TAKEN = frozenset({10071, 10077})
 """JetStream's answers when a subject holds a message already: the expected
 last sequence does not hold, or the per-subject limit refuses a second."""
 _IN_PROCESS = 10164
@@ -53,40 +44,14 @@ async def create_entry(js: JetStreamContext, subject: str, value: bytes) -> bool
     return await create_entry_at(js, subject, value) is not None
 
 
-class FilterMoved(Exception):
-    """A message arrived on the filter after the one an entry was to follow."""
-
-
-async def create_entry_at(
-    js: JetStreamContext,
-    subject: str,
-    value: bytes,
-    *,
-    following: tuple[str, int] | None = None,
-) -> int | None:
+async def create_entry_at(js: JetStreamContext, subject: str, value: bytes) -> int | None:
     """``create_entry``: the stream sequence the entry was stored at, or
     None when the subject has a message already. Two writers racing on a
-    replicated stream: the loser is told so once the winner's write settled.
-
-    ``following``: a subject filter that ``subject`` falls under, and the
-    sequence of the last message on it the caller knows of (0: none). The
-    entry is then stored only if no message came on the filter since, which
-    the stream checks as it stores it; else ``FilterMoved`` is raised and
-    nothing is stored. The stream's one message a subject still makes it an
-    entry that is never replaced."""
-    if following is None:
-        headers = {_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"}
-    else:
-        headers = {
-            _EXPECTED_LAST_SUBJECT_SEQUENCE: str(following[1]),
-            _EXPECTED_LAST_SUBJECT_SEQUENCE_SUBJECT: following[0],
-        }
+    replicated stream: the loser is told so once the winner's write settled."""
     for pause in (*IN_PROCESS_PAUSES, None):
         try:
-            ack = await js.publish(subject, value, headers=headers)
+            ack = await js.publish(subject, value, headers={_EXPECTED_LAST_SUBJECT_SEQUENCE: "0"})
         except nats.js.errors.APIError as error:
-            if following is not None and error.err_code == _WRONG_LAST_SEQUENCE:
-                raise FilterMoved() from None
             if error.err_code in _TAKEN:
                 return None
             if error.err_code != _IN_PROCESS or pause is None:
