@@ -61,7 +61,18 @@ async def running(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Run
         yield stack
 
 
-async def test_a_job_waiting_in_line_is_not_redriven(running: Running, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("held", "shown"),
+    [
+        ("validate", "ACCEPTED"),
+        # The signer's events ride on its commit task: a job held in audit's
+        # own queue is still shown at SIGNING, and is in line all the same.
+        ("commit", "SIGNING"),
+    ],
+)
+async def test_a_job_waiting_in_line_is_not_redriven(
+    running: Running, tmp_path: Path, held: str, shown: str
+) -> None:
     """A backlog is not a loss: jobs whose tasks still wait in the queue, however
     long past their budget, are left alone (no re-drive doubles a backlog)."""
     nc = await connect_nats(running.stack.nats_url, "operator-hold", **running.stack.nats_login())
@@ -69,18 +80,24 @@ async def test_a_job_waiting_in_line_is_not_redriven(running: Running, tmp_path:
     until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
         for priority in PRIORITIES:
-            await js.pause_consumer(WORK_STREAM, consumer_name("validate", priority), until)
+            await js.pause_consumer(WORK_STREAM, consumer_name(held, priority), until)
         names = await submit_text_jobs(running.client, tmp_path / "waiting", 3)
+
+        async def arrived() -> bool:
+            views = [await running.client.get_job(name) for name in names]
+            return all(state_name(view.state) == shown for view in views)
+
+        await eventually(arrived, 60, f"jobs shown {shown}")
         # Past the budget, then several passes (one a second) that find them there.
         await asyncio.sleep(
             float(ENV["QUIRE_STALL_SECONDS"]) + 4 * float(ENV["QUIRE_RECONCILE_SECONDS"])
         )
         for name in names:
-            assert state_name((await running.client.get_job(name)).state) == "ACCEPTED"
+            assert state_name((await running.client.get_job(name)).state) == shown
         assert _redrives(running.data_dir, names) == 0
     finally:
         for priority in PRIORITIES:
-            await resume_promptly(js, WORK_STREAM, consumer_name("validate", priority))
+            await resume_promptly(js, WORK_STREAM, consumer_name(held, priority))
         await nc.close()
     jobs = await wait_terminal(running.client, names, timeout=60)
     assert {state_name(job.state) for job in jobs.values()} == {"COMPLETED"}

@@ -129,9 +129,9 @@ class QueueSettings(Settings):
     event with its outcome, in one message (0 announces at once)."""
     events_with_commit: bool = True
     """The signer's events ride on its task to audit's commit stage (one
-    message, not two); audit records them before it completes the job. Turn
-    it off while audit replicas of a release before this setting still run:
-    they would not read them, and jobs would wait in ``COMMITTING``."""
+    message, not two); audit records them as it completes the job. Turn it
+    off while audit replicas of a release before this setting still run:
+    they would not read them, and jobs would stay at ``SIGNING``."""
     stage_limits: Annotated[
         Mapping[str, Annotated[int, Field(ge=2)]],
         Keyed(

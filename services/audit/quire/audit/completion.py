@@ -76,9 +76,6 @@ class Verdict(Enum):
     ALREADY_DONE = "already_done"
     HISTORY_INCOMPLETE = "history_incomplete"
     FAILED = "failed"
-    REFUSED = "refused"
-    """The task carried an event its producer may not make: nothing was
-    written, and the task is terminated."""
 
 
 class CompletionDesk:
@@ -144,7 +141,7 @@ class CompletionDesk:
             return retry(self._backoff, attempt)
         if verdict is Verdict.STALE:
             return LEAVE  # a newer delivery of this task owns it
-        if verdict in (Verdict.FAILED, Verdict.REFUSED):
+        if verdict is Verdict.FAILED:
             return TERM
         fault_point("audit.after_commit")
         return ACK
@@ -209,8 +206,8 @@ class CompletionDesk:
         events are still on the way) takes no token. With ``carried`` (the
         task's delivery), the events the
         task carries are judged and appended first, in the same transaction
-        (``EventRecorder.record_carried``): REFUSED if one is not its
-        producer's to make."""
+        (``EventRecorder.record_carried``); when one is not its producer's to
+        make, none of them is, and the try goes on without them."""
         if refusal is not None:
             log.warning("job %s: completion refused (%s)", task.job, refusal)
         else:
@@ -235,9 +232,13 @@ class CompletionDesk:
             _settlement, _waiting, decided = await self._recorder.record_carried(
                 list(task.events), carried, decide, tenant=task.tenant
             )
-            if decided is None:  # an event refused before the ledger was asked
-                return Verdict.REFUSED
-            verdict, entries = decided
+            if decided is None:
+                # An event its producer may not make, refused before the ledger
+                # was asked (and logged), as the events consumer refuses one: the
+                # task goes on without it, as it would had it never come.
+                verdict, entries = await self._writes.run(decide, tenant=task.tenant)
+            else:
+                verdict, entries = decided
         else:
             verdict, entries = await self._writes.run(decide, tenant=task.tenant)
         if entries:

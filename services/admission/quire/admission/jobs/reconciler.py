@@ -18,7 +18,9 @@ already absorb. ``NEEDS_REVIEW`` is parked, not stalled, and is left alone.
 A job that merely waits its turn is not re-driven: if the queue of the stage
 it waits for holds an undelivered message at least as old as the job's stall,
 the job's own task may still be in line (queues are first in, first out), so
-a backlog never multiplies itself.
+a backlog never multiplies itself. A job audit shows at signing may be
+waiting in audit's own commit queue (the signer's events ride on that task),
+which is looked at too.
 
 A job in a later generation (an operator's dead-letter retry) started from a
 task only audit keeps; audit re-drives those itself (``quire.audit.retrydrive``).
@@ -37,7 +39,7 @@ from quire.admission.jobs.outstanding import OutstandingJobs
 from quire.audit.v1 import audit_service_pb2, audit_service_pb2_grpc
 from quire.database import Database, as_utc, insert_if_absent
 from quire.jobs import PARKED_STATES, TERMINAL_STATES, state_name
-from quire.pipeline import STAGES, State, stage_working_in
+from quire.pipeline import AUDIT, STAGES, State, stage, stage_working_in
 from quire.settings import ReconcileSettings
 from quire.type import job_pb2, queue_pb2
 from quire.workqueue import Publisher, event_subject, redriven, task_subject
@@ -143,10 +145,23 @@ class Reconciler:
         waits_on = stage_working_in(state)
         if waits_on is None:
             return False
+        queues = [waits_on]
+        if waits_on.next is not None and stage(waits_on.next).service == AUDIT:
+            # Its events ride on its task to audit (events_with_commit): a job
+            # audit still shows here may be waiting in audit's own queue.
+            queues.append(stage(waits_on.next))
         priority = task.priority or "interactive"
-        candidate = task_subject(waits_on.name, task) == candidate_subject(waits_on.name, priority)
-        oldest = await self._queues[waits_on.name].oldest_ready_age(priority, candidate=candidate)
-        return oldest + CLOCK_SLACK_SECONDS >= stalled_seconds
+        for waiting in queues:
+            candidate = task_subject(waiting.name, task) == candidate_subject(
+                waiting.name, priority
+            )
+            probe = self._queues.get(waiting.name)
+            if probe is None:
+                continue
+            oldest = await probe.oldest_ready_age(priority, candidate=candidate)
+            if oldest + CLOCK_SLACK_SECONDS >= stalled_seconds:
+                return True
+        return False
 
     async def _redrive(self, job: str, state: str, stalled_seconds: float, now: datetime) -> bool:
         row = await self._db.read(
