@@ -507,3 +507,45 @@ async def test_events_a_commit_task_carries_that_its_producer_may_not_make_are_n
     # message alone): the history stays short, and the task is tried again.
     assert delivery.settled == ["nak"]
     assert _state(database) == "SIGNING", "nothing recorded, nothing completed"
+
+
+class _Notices(HistoryWatch):
+    """Which jobs' histories were said to have grown, however."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobs: list[str] = []
+
+    def notify(self, job: str) -> None:
+        self.jobs.append(job)
+        super().notify(job)
+
+    def appended(self, job: str, entries: list[tuple[int | None, tuple[int, bytes]]]) -> None:
+        self.jobs.append(job)
+        super().appended(job, entries)
+
+
+async def test_carried_events_written_before_the_completion_failed_are_announced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The completion fails after the group is written again item by item:
+    the carried event that did commit is in the ledger, the task is tried
+    again, and the job's watchers are told its history grew."""
+    desk, database, blobs = _carrying_desk(tmp_path, history_wait_seconds=0.2)
+    notices = _Notices()
+    desk._history = notices  # noqa: SLF001
+    desk._recorder._history = notices  # type: ignore[union-attr]  # noqa: SLF001
+    task = _signed_task(blobs)
+    _record_history(
+        database, task, ("ACCEPTED", "VALIDATING", "REVIEWING", "ASSEMBLING", "SIGNING")
+    )
+
+    def broken(*_args: object) -> None:
+        raise RuntimeError("the completion's write failed")
+
+    monkeypatch.setattr(desk, "_end", broken)
+    delivery = _Delivery(_carrying(task, "COMMITTING"))
+    await desk.handle(delivery)  # type: ignore[arg-type]
+    assert delivery.settled == ["nak"]
+    assert _recorded_states(database)[-1] == "COMMITTING", "the event committed alone"
+    assert JOB in notices.jobs

@@ -228,6 +228,11 @@ class EventRecorder:
                     )
             except Exception as error:  # noqa: BLE001 - database trouble: retry
                 if then is not None:
+                    # A group that failed is written again item by item: some
+                    # of these events may be in the ledger now. Whoever waits
+                    # on or watches the job reads its history again.
+                    for job in dict.fromkeys(event.job for event in events):
+                        self._history.notify(job)
                     raise  # the work's caller settles its own message
                 log.warning("events not recorded (%s)", type(error).__name__)
                 return retry(self._backoff, msg.metadata.num_delivered, error), {}, False, None
