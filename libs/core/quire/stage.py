@@ -727,7 +727,7 @@ class StageRunner:
         before these events, audit holds it until they are recorded
         (``quire.audit.succession``). A task to audit itself (the signer's, to
         the commit stage) carries the events instead (``events_with_commit``):
-        one message, which audit records them from before it completes the job."""
+        one message, and audit records them as it completes the job."""
         publishing: list[Awaitable[object]] = []
         pending = [event for event in outcome.events if event.event_id not in stored]
         riding = self._events_ride and outcome.HasField("next_task")
