@@ -730,17 +730,16 @@ class StageRunner:
         one message, and audit records them as it completes the job."""
         publishing: list[Awaitable[object]] = []
         pending = [event for event in outcome.events if event.event_id not in stored]
+        # Riding, they go with the task, below.
         riding = self._events_ride and outcome.HasField("next_task")
-        if riding:
-            pass  # they go with the task, below
-        elif len(pending) == 1:
+        if not riding and len(pending) == 1:
             (event,) = pending
             publishing.append(
                 self._publisher.publish(
                     event_subject(self._service), event, redriven(event.event_id, redrive)
                 )
             )
-        elif pending:
+        elif not riding and pending:
             publishing.append(
                 self._publisher.publish(
                     event_batch_subject(self._service),

@@ -229,7 +229,7 @@ class CompletionDesk:
             return self._end(connection, task, attempt, held, refused)
 
         if carried is not None and task.events and self._recorder is not None:
-            _settlement, _waiting, decided = await self._recorder.record_carried(
+            decided = await self._recorder.record_carried(
                 list(task.events), carried, decide, tenant=task.tenant
             )
             if decided is None:

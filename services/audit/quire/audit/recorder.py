@@ -130,21 +130,21 @@ class EventRecorder:
         then: Callable[[Connection], T],
         *,
         tenant: str,
-    ) -> tuple[Settlement, bool, T | None]:
+    ) -> T | None:
         """Judge and append the events a task to audit carried (the signer's
         commit, riding on its commit task ``msg``), as ``handle`` does a
         batch's, their producer the task's verified one; ``then`` runs in the
-        same transaction, after them (the completion they allow). How the task
-        is to be settled on their account (ACK once every one is in the
-        ledger), whether one still waits for its job's history to grow, and
-        what ``then`` returned (None when an event was refused and nothing
-        ran). Database trouble raises."""
-        settlement, appended, waiting, done = await self._recorded(
+        same transaction, after them (the completion they allow). What
+        ``then`` returned, or None when an event was refused before the
+        ledger was asked and nothing ran. One still waiting for its job's
+        history is left out of the ledger, as ``handle`` leaves it, and
+        ``then`` finds the history short. Database trouble raises."""
+        _settlement, appended, _waiting, done = await self._recorded(
             events, verified_producer(msg.headers), msg, (then, tenant)
         )
         self._tell(appended)
         self._heard(appended)
-        return settlement, waiting, done
+        return done
 
     def _tell(self, appended: dict[str, _Appended]) -> None:
         if self._word is not None:
