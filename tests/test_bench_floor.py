@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import socket
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -102,3 +103,46 @@ def test_the_floor_is_set_against_the_room_each_aim_leaves(
     assert "(1/0.35 - 1) x bare = 22.66 ms" in out
     # 2 cores / (12.2 + 6.07) ms and 2 / 12.2 ms
     assert "cannot pass 109.5 packets/s of the bare 163.9" in out
+
+
+def test_the_durable_floor_keeps_sources_and_commits_in_a_process_of_its_own(
+    tmp_path: Path,
+) -> None:
+    latencyfloor = _bench_module("latencyfloor")
+    sizes = [3000, 5000]
+    floor = latencyfloor.start_probe(tmp_path, 1.0, 20.0, sizes).result()
+    assert len(floor.commit) >= 3 and len(floor.sources) >= 3
+    assert all(0 < took < 5 for took in floor.commit + floor.sources)
+    # Every chain committed, and the transactions reached the database.
+    assert floor.commits == len(floor.commit) + len(floor.sources)
+    with sqlite3.connect(tmp_path / "floor.db") as database:
+        (committed,) = database.execute("SELECT v FROM jobs").fetchone()
+    assert committed == floor.commits
+    # Each chain with sources kept every source as a file of its size, in place.
+    kept = sorted((tmp_path / "blobs").iterdir())
+    assert len(kept) == len(sizes) * len(floor.sources)
+    assert not [path for path in kept if path.name.startswith(".tmp-")]
+    assert sorted({path.stat().st_size for path in kept}) == sizes
+    assert floor.blob_bytes == sum(sizes) * len(floor.sources)
+
+
+def test_the_durable_floor_is_set_against_the_submit_aim(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench = _bench_module("pipeline_bench")
+    latencyfloor = _bench_module("latencyfloor")
+    idle = latencyfloor.DurableFloor(commit=[0.001] * 10, sources=[0.003] * 10)
+    slow = latencyfloor.DurableFloor(
+        commit=[0.002] * 99 + [0.030], sources=[0.004] * 98 + [0.014] * 2
+    )
+    assert bench.print_durable_floor(idle, slow, 25.0, {"COMPLETED": 40}) == pytest.approx(0.014)
+    out = capsys.readouterr().out
+    assert "the floor's p99 under load, 14.0 ms: the aim is below the floor" in out
+    assert "40 of its 40 jobs completed" in out
+    quick = latencyfloor.DurableFloor(commit=[0.001] * 10, sources=[0.004] * 10)
+    assert bench.print_durable_floor(idle, quick, 25.0, {"COMPLETED": 39, "FAILED": 1}) == (
+        pytest.approx(0.004)
+    )
+    out = capsys.readouterr().out
+    assert "the aim leaves 6.0 ms for the call and Quire's code" in out
+    assert "39 of its 40 jobs completed" in out
