@@ -6,7 +6,9 @@ ceiling and storage quota, content addressing; refusals carry the same
 reason codes and name the inline source (``inline_sources[i]...``). They
 are checked and kept together, in as few steps as the checks allow: one
 read for what the tenant already has and its quota, one thread hop that
-seals, writes and promotes the new blobs. The new sources are then
+seals, writes and promotes the new blobs (their fsyncs made at once, so
+the file system may join their flushes, and their directory fsync'd once).
+The new sources are then
 recorded in the job's own transaction (``KeptSources.record``, before the
 job's rows, which go in a savepoint of their own): a packet costs one
 commit, not two. A job refused in that transaction leaves its sources
@@ -23,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
@@ -43,8 +46,12 @@ from quire.blobstore import BlobWriter, source_key
 from quire.database import Database
 from quire.errors import FieldViolation, InvalidInput, QuireError
 from quire.reasons import ReasonCode
+from quire.threadnames import named_pool
 
-__all__ = ["InlineSources", "KeptSources"]
+__all__ = ["InlineSources", "KeptSources", "finish_at_once"]
+
+SYNC_THREADS = 4
+"""Threads that fsync a request's other sources while its own thread fsyncs the first."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,8 @@ class InlineSources:
     def __init__(self, gate: UploadGate, *, limit_bytes: int) -> None:
         self._gate = gate
         self._limit = limit_bytes
+        self._syncs: ThreadPoolExecutor = named_pool("io", SYNC_THREADS)
+        """Its threads start with the first packet of more than one new source."""
 
     async def keep(self, tenant: Tenant, request: pb.SubmitJobRequest) -> KeptSources | None:
         """Store every inline source of ``request`` under its digest, or raise
@@ -162,6 +171,7 @@ class InlineSources:
                     writers.append(
                         (source_key(tenant, item.source.header.sha256), incoming.complete())
                     )
+            finish_at_once([writer for _key, writer in writers], self._syncs)
             # One job's sources share their tenant's directory: it is
             # fsynced once, after the last of them is in place.
             for key, writer in writers:
@@ -199,6 +209,23 @@ class InlineSources:
                     (FieldViolation(f"inline_sources[{index}].header.sha256", "sent twice"),),
                 )
             seen.add(digest)
+
+
+def finish_at_once(writers: Sequence[BlobWriter], threads: Executor) -> None:
+    """Seal, flush and fsync every writer, the first on this thread and the
+    others at the same time on ``threads``; raises the first failure once
+    all have ended (none is left writing a file its caller discards)."""
+    if len(writers) < 2:
+        for writer in writers:
+            writer.finish()
+        return
+    others = [threads.submit(writer.finish) for writer in writers[1:]]
+    try:
+        writers[0].finish()
+    finally:
+        wait(others)
+    for other in others:
+        other.result()
 
 
 @contextlib.contextmanager
