@@ -927,7 +927,8 @@ def run(where: str) -> None:
             f"| `SubmitJob` p99 at {LOAD_SHARE:.0%} of measured capacity | {p99 * 1000:.1f} ms "
             f"| ≤ {AIM_SUBMIT_P99 * 1000:.0f} ms |",
             f"| its floor: sources kept, then the job committed, no Quire code (p99 at "
-            f"{LOAD_SHARE:.0%}) | {floor_p99 * 1000:.1f} ms | below the aim above |",
+            f"{LOAD_SHARE:.0%}) | {floor_p99 * 1000:.1f} ms | under "
+            f"{AIM_SUBMIT_P99 * 1000:.0f} ms, or the aim above cannot be met |",
             f"| completed jobs/s, two replicas of every stage ÷ one | "
             f"{replica_rate / pipeline_rate:.2f} ({replica_rate:.1f} / {pipeline_rate:.1f}) | ≥ 1 |",
         ]
