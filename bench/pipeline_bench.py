@@ -131,7 +131,7 @@ FLOOR_MESSAGES = 3000
 FLOOR_CALLS = 2000
 FLOOR_TRANSACTIONS = 1000
 FLOOR_BLOBS = 300
-PROBE_RATE = 20.0
+PROBE_RATE = 10.0
 """Durable chains a second the latency floor's probe makes (``bench/latencyfloor.py``)."""
 IDLE_PROBE_SECONDS = 3.0
 IDLE_JOBS = 20
@@ -655,7 +655,7 @@ def run(where: str) -> None:
                     )
                     floor_pass = await open_loop(client, probe_uploaded, rate)
                     load_floor = await asyncio.to_thread(probe.result)
-                    return idle, loaded, (idle_floor, load_floor, floor_pass[2])
+                    return idle, loaded, (idle_floor, load_floor, floor_pass[0], floor_pass[2])
 
             idle, (rpc, late, load_outcomes, drain), durable = asyncio.run(afterwards())
             replica_packets = make_packets(folder / "inputs", jobs, prefix="replicas")
@@ -853,9 +853,9 @@ def run(where: str) -> None:
         f"jobs: {load_outcomes}; {'all' if completed == len(rpc) else 'NOT all'} completed, "
         f"the last {drain:.1f} s after the last arrival"
     )
-    idle_floor, load_floor, probe_outcomes = durable
+    idle_floor, load_floor, probe_rpc, probe_outcomes = durable
     print()
-    floor_p99 = print_durable_floor(idle_floor, load_floor, load_rate, probe_outcomes)
+    floor_p99 = print_durable_floor(idle_floor, load_floor, load_rate, probe_rpc, probe_outcomes)
 
     print()
     wire_ms = per_job * (sign_us + verify_us) / 1000
@@ -1031,11 +1031,16 @@ def print_budgets(cpu: dict[str, float], bare_part_ms: dict[str, float], jobs: i
 
 
 def print_durable_floor(
-    idle: DurableFloor, loaded: DurableFloor, rate: float, outcomes: dict[str, int]
+    idle: DurableFloor,
+    loaded: DurableFloor,
+    rate: float,
+    submits: list[float],
+    outcomes: dict[str, int],
 ) -> float:
     """What any accepted submit must make durable before it answers, timed on
-    the idle stack and beside a second open-loop pass at ``rate``, against the
-    aim on SubmitJob's p99; the floor's p99 under load."""
+    the idle stack and beside a second open-loop pass at ``rate`` (whose
+    SubmitJob latencies are ``submits``), against the aim on SubmitJob's
+    p99; the floor's p99 under load."""
     print(
         "== SubmitJob's durable floor: the packet's sources kept as blobs, then the job "
         "committed, with no Quire code (bench/latencyfloor.py)"
@@ -1050,7 +1055,8 @@ def print_durable_floor(
     total = sum(outcomes.values())
     print(
         f"(under load: a second open-loop pass at {rate:.2f} arrivals/s, the probe making "
-        f"{PROBE_RATE:g} chains/s beside it; {completed} of its {total} jobs completed)"
+        f"{PROBE_RATE:g} chains/s beside it; SubmitJob in that pass {spread(submits)}; "
+        f"{completed} of its {total} jobs completed)"
     )
     floor_p99 = percentile(loaded.sources, 0.99)
     room = AIM_SUBMIT_P99 - floor_p99

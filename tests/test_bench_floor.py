@@ -135,14 +135,18 @@ def test_the_durable_floor_is_set_against_the_submit_aim(
     slow = latencyfloor.DurableFloor(
         commit=[0.002] * 99 + [0.030], sources=[0.004] * 98 + [0.014] * 2
     )
-    assert bench.print_durable_floor(idle, slow, 25.0, {"COMPLETED": 40}) == pytest.approx(0.014)
+    submits = [0.020] * 99 + [0.050]
+    assert bench.print_durable_floor(idle, slow, 25.0, submits, {"COMPLETED": 40}) == (
+        pytest.approx(0.014)
+    )
     out = capsys.readouterr().out
     assert "the floor's p99 under load, 14.0 ms: the aim is below the floor" in out
+    assert "SubmitJob in that pass p50 20.0 ms, p99 20.0 ms, max 50.0 ms" in out
     assert "40 of its 40 jobs completed" in out
     quick = latencyfloor.DurableFloor(commit=[0.001] * 10, sources=[0.004] * 10)
-    assert bench.print_durable_floor(idle, quick, 25.0, {"COMPLETED": 39, "FAILED": 1}) == (
-        pytest.approx(0.004)
-    )
+    assert bench.print_durable_floor(
+        idle, quick, 25.0, submits, {"COMPLETED": 39, "FAILED": 1}
+    ) == (pytest.approx(0.004))
     out = capsys.readouterr().out
     assert "the aim leaves 6.0 ms for the call and Quire's code" in out
     assert "39 of its 40 jobs completed" in out
