@@ -33,6 +33,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import nats
@@ -43,7 +44,14 @@ from procstats import own_cpu_seconds, process_cpu_seconds
 from quire.stack.natsserver import NatsServer
 from quire.stack.ports import free_port
 
-__all__ = ["Floor", "messaging_floor", "rpc_floor", "commit_floor", "blob_floor"]
+__all__ = [
+    "Floor",
+    "messaging_floor",
+    "rpc_floor",
+    "commit_floor",
+    "blob_floor",
+    "counter_database",
+]
 
 
 @dataclass(frozen=True)
@@ -141,19 +149,26 @@ async def _rpcs(endpoint: str, service_pid: int, calls: int, concurrency: int) -
     return Floor(service_seconds / calls * 1000, own_seconds / calls * 1000)
 
 
-def commit_floor(folder: Path, transactions: int) -> tuple[float, float]:
-    """CPU ms of this process per write transaction and per read transaction."""
+def counter_database(path: Path) -> tuple[Any, Any, Any]:
+    """A SQLite database at ``path`` as every service configures it
+    (``quire.database``), holding one counter: the database, the statement
+    that adds one to the counter, and the one that reads it."""
     from sqlalchemy import Column, Integer, MetaData, String, Table, select, update
 
     from quire.database import Database
 
     metadata = MetaData()
     table = Table("floor", metadata, Column("k", String(8), primary_key=True), Column("v", Integer))
-    database = Database(f"sqlite:///{folder / 'floor.db'}", metadata)
+    database = Database(f"sqlite:///{path}", metadata)
     database.create_schema()
     database.transaction(lambda c: c.execute(table.insert().values(k="a", v=0)))
     bump = update(table).where(table.c.k == "a").values(v=table.c.v + 1)
-    look = select(table.c.v).where(table.c.k == "a")
+    return database, bump, select(table.c.v).where(table.c.k == "a")
+
+
+def commit_floor(folder: Path, transactions: int) -> tuple[float, float]:
+    """CPU ms of this process per write transaction and per read transaction."""
+    database, bump, look = counter_database(folder / "floor.db")
 
     async def run() -> tuple[float, float]:
         await database.run(lambda c: c.execute(bump))

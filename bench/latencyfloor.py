@@ -27,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import queue
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -50,18 +52,11 @@ class DurableFloor:
 def durable_floor(folder: Path, seconds: float, rate: float, sizes: list[int]) -> DurableFloor:
     """Alternate the two chains ``rate`` times a second for ``seconds`` in
     ``folder`` (on the file system to measure); their latencies."""
-    from sqlalchemy import Column, Integer, MetaData, String, Table, update
-
-    from quire.database import Database
+    from floor import counter_database
 
     blobs = folder / "blobs"
     blobs.mkdir(parents=True, exist_ok=True)
-    metadata = MetaData()
-    table = Table("jobs", metadata, Column("k", String(8), primary_key=True), Column("v", Integer))
-    database = Database(f"sqlite:///{folder / 'floor.db'}", metadata)
-    database.create_schema()
-    database.transaction(lambda c: c.execute(table.insert().values(k="a", v=0)))
-    bump = update(table).where(table.c.k == "a").values(v=table.c.v + 1)
+    database, bump, _look = counter_database(folder / "floor.db")
     payloads = [os.urandom(size) for size in sizes]
     floor = DurableFloor()
 
@@ -119,6 +114,11 @@ class ProbeRun:
     """``durable_floor`` running in a process of its own."""
 
     def __init__(self, folder: Path, seconds: float, rate: float, sizes: list[int]) -> None:
+        # The child imports this module (and ``floor``) by name, from the
+        # path it is given at its start.
+        here = str(Path(__file__).resolve().parent)
+        if here not in sys.path:
+            sys.path.insert(0, here)
         context = multiprocessing.get_context("spawn")
         self._answer = context.Queue()
         self._process = context.Process(
@@ -129,13 +129,24 @@ class ProbeRun:
 
     def result(self) -> DurableFloor:
         """Its latencies, once it has run its time (raises if it died)."""
+        deadline = time.monotonic() + self._seconds + 60
         try:
-            floor: DurableFloor = self._answer.get(timeout=self._seconds + 60)
+            while True:
+                try:
+                    floor: DurableFloor = self._answer.get(timeout=0.5)
+                    return floor
+                except queue.Empty:
+                    if not self._process.is_alive() and self._answer.empty():
+                        # Its answer is in the pipe before it exits, if it gave one.
+                        raise RuntimeError(
+                            "the latency floor's probe ended without an answer"
+                        ) from None
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the latency floor's probe did not answer") from None
         finally:
             self._process.join(timeout=10)
             if self._process.is_alive():
                 self._process.kill()
-        return floor
 
 
 def start_probe(folder: Path, seconds: float, rate: float, sizes: list[int]) -> ProbeRun:

@@ -116,7 +116,7 @@ def test_the_durable_floor_keeps_sources_and_commits_in_a_process_of_its_own(
     # Every chain committed, and the transactions reached the database.
     assert floor.commits == len(floor.commit) + len(floor.sources)
     with sqlite3.connect(tmp_path / "floor.db") as database:
-        (committed,) = database.execute("SELECT v FROM jobs").fetchone()
+        (committed,) = database.execute("SELECT v FROM floor").fetchone()
     assert committed == floor.commits
     # Each chain with sources kept every source as a file of its size, in place.
     kept = sorted((tmp_path / "blobs").iterdir())
