@@ -150,3 +150,13 @@ def test_the_durable_floor_is_set_against_the_submit_aim(
     out = capsys.readouterr().out
     assert "the aim leaves 6.0 ms for the call and Quire's code" in out
     assert "39 of its 40 jobs completed" in out
+
+
+def test_a_probe_that_dies_is_reported_at_once(tmp_path: Path) -> None:
+    latencyfloor = _bench_module("latencyfloor")
+    occupied = tmp_path / "a-file"
+    occupied.write_text("not a folder")
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="ended without an answer"):
+        latencyfloor.start_probe(occupied, 1.0, 20.0, [1000]).result()
+    assert time.monotonic() - started < 30
