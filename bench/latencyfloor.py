@@ -1,41 +1,53 @@
-"""SubmitJob's durable floor: how long what any accepted submit must make
-durable takes, on the stack's own file system, with no Quire code around it.
+"""SubmitJob's durable floor: how long what a submit must make durable takes,
+on the stack's own file system beside the stack, with no service code.
 
-A submit may be answered only once nothing it accepted can be lost: the
-packet's sources are kept as blobs (DESIGN.md's storage rules: written,
-fsync'd, promoted atomically, their directory fsync'd), and then the job is
-committed (SQLite, WAL, ``synchronous=FULL``). The job's row names its
-sources, so the blobs come first: a row committed ahead of them could name
-bytes a crash had lost. This probe times that chain, and the commit alone,
-as the bench's stack runs beside it:
+A submit may be answered only once nothing it accepted can be lost. With
+the local blob store (DESIGN.md's storage rules), the packet's sources are
+kept as blobs (written, fsync'd, renamed into place, their directory
+fsync'd), and then the job is committed (SQLite, WAL, ``synchronous=FULL``).
+The blobs come first because the job's row names them: a row committed ahead
+of them could name bytes a crash had lost. This probe times that chain, and
+the commit alone:
 
-- ``commit``: one write transaction through ``quire.database`` on SQLite as
-  every service configures it (its writer thread included);
+- ``commit``: one write transaction of one statement through
+  ``quire.database`` (the storage layer every service uses, its writer
+  thread included) on SQLite as every service configures it;
 - ``sources + commit``: the packet's sources written and fsync'd at once
   (one thread each, so the file system may join their flushes), renamed
   into place and their directory fsync'd once, then the same transaction.
 
-The two alternate at a steady rate, in a process of their own (spawned, so
-that its threads share nothing with the bench's client). No gRPC, no
-protobuf, no queue publish, no Quire code: a lower bound for SubmitJob's
-latency at the same moment, which the aim on ``SubmitJob``'s p99 must leave
-room above.
+The two alternate at a steady rate, in a process of their own: this file run
+as a script, which imports nothing of the bench's and says when it is ready,
+so its start is not inside what it measures. No gRPC, protobuf, queue
+publish or service code. What it measures under load includes what the
+stack's own durable writes make the disk wait for, since they share it:
+the floor of SubmitJob as designed, on this file system, beside this stack.
+
+    python bench/latencyfloor.py FOLDER SECONDS RATE SIZE...
+
+prints ``ready``, then the latencies as JSON.
 """
 
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
+import dataclasses
+import json
 import os
-import queue
+import select
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 __all__ = ["DurableFloor", "ProbeRun", "durable_floor", "start_probe"]
+
+READY = "ready"
+START_SECONDS = 60.0
+"""How long the probe's process may take to start, and to answer past its run."""
 
 
 @dataclass
@@ -49,9 +61,17 @@ class DurableFloor:
     commits: int = 0
 
 
-def durable_floor(folder: Path, seconds: float, rate: float, sizes: list[int]) -> DurableFloor:
+def durable_floor(
+    folder: Path,
+    seconds: float,
+    rate: float,
+    sizes: list[int],
+    *,
+    ready: Callable[[], None] = lambda: None,
+) -> DurableFloor:
     """Alternate the two chains ``rate`` times a second for ``seconds`` in
-    ``folder`` (on the file system to measure); their latencies."""
+    ``folder`` (on the file system to measure); their latencies. ``ready``
+    is called once everything is set up, just before the first chain."""
     from floor import counter_database
 
     blobs = folder / "blobs"
@@ -77,6 +97,8 @@ def durable_floor(folder: Path, seconds: float, rate: float, sizes: list[int]) -
 
     async def run(threads: ThreadPoolExecutor) -> None:
         loop = asyncio.get_running_loop()
+        await loop.run_in_executor(threads, sync_directory)  # the pool's threads started
+        ready()
         ends = time.monotonic() + seconds
         index = 0
         while time.monotonic() < ends:
@@ -106,49 +128,60 @@ def durable_floor(folder: Path, seconds: float, rate: float, sizes: list[int]) -
     return floor
 
 
-def _serve(folder: str, seconds: float, rate: float, sizes: list[int], answer: Any) -> None:
-    answer.put(durable_floor(Path(folder), seconds, rate, sizes))
-
-
 class ProbeRun:
-    """``durable_floor`` running in a process of its own."""
+    """``durable_floor`` running as a process of its own (this file as a
+    script, so it imports nothing of the bench's), started and ready to time."""
 
     def __init__(self, folder: Path, seconds: float, rate: float, sizes: list[int]) -> None:
-        # The child imports this module (and ``floor``) by name, from the
-        # path it is given at its start.
-        here = str(Path(__file__).resolve().parent)
-        if here not in sys.path:
-            sys.path.insert(0, here)
-        context = multiprocessing.get_context("spawn")
-        self._answer = context.Queue()
-        self._process = context.Process(
-            target=_serve, args=(str(folder), seconds, rate, sizes, self._answer), daemon=True
-        )
-        self._process.start()
         self._seconds = seconds
+        self._process = subprocess.Popen(
+            [sys.executable, __file__, str(folder), str(seconds), str(rate), *map(str, sizes)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._process.stdout is not None
+        ready, _, _ = select.select([self._process.stdout], [], [], START_SECONDS)
+        line = self._process.stdout.readline() if ready else ""
+        if line.strip() != READY:
+            self._process.kill()
+            self._process.wait(timeout=10)
+            raise RuntimeError(
+                f"the latency floor's probe did not start (exit code {self._process.returncode})"
+            )
 
     def result(self) -> DurableFloor:
-        """Its latencies, once it has run its time (raises if it died)."""
-        deadline = time.monotonic() + self._seconds + 60
+        """Its latencies, once it has run its time (raises if it ended without them)."""
         try:
-            while True:
-                try:
-                    floor: DurableFloor = self._answer.get(timeout=0.5)
-                    return floor
-                except queue.Empty:
-                    if not self._process.is_alive() and self._answer.empty():
-                        # Its answer is in the pipe before it exits, if it gave one.
-                        raise RuntimeError(
-                            "the latency floor's probe ended without an answer"
-                        ) from None
-                    if time.monotonic() > deadline:
-                        raise RuntimeError("the latency floor's probe did not answer") from None
-        finally:
-            self._process.join(timeout=10)
-            if self._process.is_alive():
-                self._process.kill()
+            out, _ = self._process.communicate(timeout=self._seconds + START_SECONDS)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(timeout=10)
+            raise RuntimeError("the latency floor's probe did not answer") from None
+        if self._process.returncode != 0 or not out.strip():
+            raise RuntimeError(
+                "the latency floor's probe ended without an answer "
+                f"(exit code {self._process.returncode})"
+            )
+        return DurableFloor(**json.loads(out))
 
 
 def start_probe(folder: Path, seconds: float, rate: float, sizes: list[int]) -> ProbeRun:
-    """Start ``durable_floor`` in a spawned process; ``.result()`` waits for it."""
+    """Start ``durable_floor`` in a process of its own and wait until it is
+    ready to time (its imports and setup done); ``.result()`` waits for it."""
     return ProbeRun(folder, seconds, rate, sizes)
+
+
+def main(argv: list[str]) -> None:
+    folder, seconds, rate, *sizes = argv
+    floor = durable_floor(
+        Path(folder),
+        float(seconds),
+        float(rate),
+        [int(size) for size in sizes],
+        ready=lambda: print(READY, flush=True),
+    )
+    print(json.dumps(dataclasses.asdict(floor)), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -61,6 +61,7 @@ import asyncio
 import concurrent.futures
 import hashlib
 import io
+import math
 import multiprocessing
 import os
 import resource
@@ -436,11 +437,12 @@ def at_rest_cost(data_dir: Path, jobs: int) -> tuple[float, float, float, float,
     and opened by the validator and the assembler; its packet is sealed by the
     assembler and opened by the signer; its artifact is sealed by the signer
     and opened by audit (to hash it) and by the download. The AES-GCM figure
-    is the cipher alone. A stage's opening of a document over the sandbox's
-    in-memory bound (``in_memory_bytes``, the stack's default) also needs a
-    file: the copy figure is that work (decrypt, check the digest, write the
-    plaintext into the attempt's private directory, remove it), for those
-    openings only; smaller documents go to the sandbox as bytes."""
+    is the cipher alone. A stage's opening of a source or a packet over the
+    sandbox's in-memory bound (``in_memory_bytes``, the stack's default) also
+    needs a file: the copy figure is that work (decrypt, check the digest,
+    write the plaintext into the attempt's private directory, remove it),
+    for those openings only. Smaller documents go to the sandbox as bytes,
+    and the artifact's openings (audit's hash, the download) stream."""
     from quire.cli.retention import open_blobs
     from quire.sealing import Sealer, open_sealed, read_header
     from quire.settings import SandboxSettings
@@ -471,7 +473,7 @@ def at_rest_cost(data_dir: Path, jobs: int) -> tuple[float, float, float, float,
                     handle = io.BytesIO(sealed)
                     b"".join(open_sealed(handle, read_header(handle), data_key))
                 cipher_seconds += time.perf_counter() - started
-                if len(plain) > in_memory:
+                if kind != "signed" and len(plain) > in_memory:
                     digest = hashlib.sha256(plain).hexdigest()
                     started = time.perf_counter()
                     for _ in range(opens):
@@ -640,18 +642,21 @@ def run(where: str) -> None:
                     load_uploaded = await upload_all(client, load_packets)
                     probe_uploaded = await upload_all(client, probe_packets)
                     await asyncio.sleep(1.0)
-                    idle_floor = await asyncio.to_thread(
-                        start_probe(
-                            probes / "idle", IDLE_PROBE_SECONDS, PROBE_RATE, source_sizes
-                        ).result
+                    idle_probe = await asyncio.to_thread(
+                        start_probe, probes / "idle", IDLE_PROBE_SECONDS, PROBE_RATE, source_sizes
                     )
+                    idle_floor = await asyncio.to_thread(idle_probe.result)
                     idle = await idle_latency(client, idle_uploaded)
                     rate = max(LOAD_SHARE * completed_rate, 0.1)
                     loaded = await open_loop(client, load_uploaded, rate)
                     # The floor under load: the same arrivals again, the probe
                     # beside them (not beside the pass the aim is measured on).
-                    probe = start_probe(
-                        probes / "load", len(probe_uploaded) / rate, PROBE_RATE, source_sizes
+                    probe = await asyncio.to_thread(
+                        start_probe,
+                        probes / "load",
+                        len(probe_uploaded) / rate,
+                        PROBE_RATE,
+                        source_sizes,
                     )
                     floor_pass = await open_loop(client, probe_uploaded, rate)
                     load_floor = await asyncio.to_thread(probe.result)
@@ -682,7 +687,9 @@ def run(where: str) -> None:
             call_floor = rpc_floor(
                 stack.endpoints["admission"], stack.pid("admission"), FLOOR_CALLS, IN_FLIGHT
             )
-            all_jobs = jobs + IDLE_JOBS + 2 * load_count
+            # Every job whose blobs are in the store: the warm-ups, both
+            # throughput phases, the idle jobs and both open-loop passes.
+            all_jobs = 2 * (WARMUP_JOBS + jobs + load_count) + IDLE_JOBS
             sealed, opened, cipher_ms, copies, copy_ms = at_rest_cost(folder / "stack", all_jobs)
             restarts = {service: stack.restarts(service) for service in SERVICES}
         finally:
@@ -855,7 +862,9 @@ def run(where: str) -> None:
     )
     idle_floor, load_floor, probe_rpc, probe_outcomes = durable
     print()
-    floor_p99 = print_durable_floor(idle_floor, load_floor, load_rate, probe_rpc, probe_outcomes)
+    floor_p99 = print_durable_floor(
+        idle_floor, load_floor, load_rate, probe_rpc, probe_outcomes, keeps_sources=INLINE
+    )
 
     print()
     wire_ms = per_job * (sign_us + verify_us) / 1000
@@ -926,9 +935,10 @@ def run(where: str) -> None:
             f"| ≤ {AIM_IDLE_P50 * 1000:.0f} ms |",
             f"| `SubmitJob` p99 at {LOAD_SHARE:.0%} of measured capacity | {p99 * 1000:.1f} ms "
             f"| ≤ {AIM_SUBMIT_P99 * 1000:.0f} ms |",
-            f"| its floor: sources kept, then the job committed, no Quire code (p99 at "
-            f"{LOAD_SHARE:.0%}) | {floor_p99 * 1000:.1f} ms | under "
-            f"{AIM_SUBMIT_P99 * 1000:.0f} ms, or the aim above cannot be met |",
+            f"| its floor: {'sources kept, then ' if INLINE else ''}the job committed, no "
+            f"service code, beside the stack (p99 at {LOAD_SHARE:.0%}) | "
+            f"{floor_p99 * 1000:.1f} ms | under {AIM_SUBMIT_P99 * 1000:.0f} ms, or the aim "
+            "above cannot be met |",
             f"| completed jobs/s, two replicas of every stage ÷ one | "
             f"{replica_rate / pipeline_rate:.2f} ({replica_rate:.1f} / {pipeline_rate:.1f}) | ≥ 1 |",
         ]
@@ -1036,40 +1046,55 @@ def print_durable_floor(
     rate: float,
     submits: list[float],
     outcomes: dict[str, int],
+    *,
+    keeps_sources: bool = True,
 ) -> float:
-    """What any accepted submit must make durable before it answers, timed on
-    the idle stack and beside a second open-loop pass at ``rate`` (whose
-    SubmitJob latencies are ``submits``), against the aim on SubmitJob's
-    p99; the floor's p99 under load."""
+    """What a submit must make durable before it answers, timed on the idle
+    stack and beside a second open-loop pass at ``rate`` (whose SubmitJob
+    latencies are ``submits``), against the aim on SubmitJob's p99; the
+    floor's p99 under load (NaN without samples). A submit that
+    ``keeps_sources`` (they travel inside it) keeps them before its commit;
+    one whose sources were uploaded beforehand only commits."""
     print(
         "== SubmitJob's durable floor: the packet's sources kept as blobs, then the job "
-        "committed, with no Quire code (bench/latencyfloor.py)"
+        "committed, with no service code (bench/latencyfloor.py)"
     )
     for label, floor in (("idle stack", idle), (f"at {LOAD_SHARE:.0%} load", loaded)):
         print(
-            f"{label}: sources + commit {spread(floor.sources)}; "
-            f"the commit alone {spread(floor.commit)} "
+            f"{label}: sources + commit {_spread_of(floor.sources)}; "
+            f"the commit alone {_spread_of(floor.commit)} "
             f"({len(floor.sources)} + {len(floor.commit)} chains)"
         )
     completed = outcomes.get(State.COMPLETED, 0)
     total = sum(outcomes.values())
     print(
         f"(under load: a second open-loop pass at {rate:.2f} arrivals/s, the probe making "
-        f"{PROBE_RATE:g} chains/s beside it; SubmitJob in that pass {spread(submits)}; "
+        f"{PROBE_RATE:g} chains/s beside it; SubmitJob in that pass {_spread_of(submits)}; "
         f"{completed} of its {total} jobs completed)"
     )
-    floor_p99 = percentile(loaded.sources, 0.99)
+    chain, samples = (
+        ("sources + commit", loaded.sources) if keeps_sources else ("the commit", loaded.commit)
+    )
+    if not samples:
+        print("the floor has no samples under load: no verdict")
+        return math.nan
+    floor_p99 = percentile(samples, 0.99)
     room = AIM_SUBMIT_P99 - floor_p99
     verdict = (
-        f"leaves {room * 1000:.1f} ms for the call and Quire's code"
+        f"leaves {room * 1000:.1f} ms for the call and the services' code"
         if room > 0
-        else "is below the floor: no SubmitJob that keeps its sources can meet it here"
+        else "is below the floor: SubmitJob as designed cannot meet it on this file system "
+        "beside this stack"
     )
     print(
-        f"aim p99 <= {AIM_SUBMIT_P99 * 1000:.0f} ms against the floor's p99 under load, "
-        f"{floor_p99 * 1000:.1f} ms: the aim {verdict}"
+        f"aim p99 <= {AIM_SUBMIT_P99 * 1000:.0f} ms against the p99 of {chain} under load, "
+        f"{floor_p99 * 1000:.1f} ms ({len(samples)} chains): the aim {verdict}"
     )
     return floor_p99
+
+
+def _spread_of(values: list[float]) -> str:
+    return spread(values) if values else "no samples"
 
 
 def print_floor(

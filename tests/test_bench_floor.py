@@ -6,6 +6,7 @@ aims."""
 from __future__ import annotations
 
 import importlib
+import math
 import socket
 import sqlite3
 import subprocess
@@ -140,7 +141,7 @@ def test_the_durable_floor_is_set_against_the_submit_aim(
         pytest.approx(0.014)
     )
     out = capsys.readouterr().out
-    assert "the floor's p99 under load, 14.0 ms: the aim is below the floor" in out
+    assert "the p99 of sources + commit under load, 14.0 ms (100 chains): the aim is below" in out
     assert "SubmitJob in that pass p50 20.0 ms, p99 20.0 ms, max 50.0 ms" in out
     assert "40 of its 40 jobs completed" in out
     quick = latencyfloor.DurableFloor(commit=[0.001] * 10, sources=[0.004] * 10)
@@ -148,8 +149,17 @@ def test_the_durable_floor_is_set_against_the_submit_aim(
         idle, quick, 25.0, submits, {"COMPLETED": 39, "FAILED": 1}
     ) == (pytest.approx(0.004))
     out = capsys.readouterr().out
-    assert "the aim leaves 6.0 ms for the call and Quire's code" in out
+    assert "the aim leaves 6.0 ms for the call and the services' code" in out
     assert "39 of its 40 jobs completed" in out
+    # Sources uploaded beforehand: a submit only commits, and only the commit counts.
+    assert bench.print_durable_floor(
+        idle, slow, 25.0, submits, {"COMPLETED": 40}, keeps_sources=False
+    ) == pytest.approx(0.002)
+    assert "the p99 of the commit under load, 2.0 ms (100 chains)" in capsys.readouterr().out
+    # No samples under load: no verdict, and nothing made up.
+    empty = latencyfloor.DurableFloor()
+    assert math.isnan(bench.print_durable_floor(idle, empty, 25.0, [], {}))
+    assert "no verdict" in capsys.readouterr().out
 
 
 def test_a_probe_that_dies_is_reported_at_once(tmp_path: Path) -> None:
@@ -157,6 +167,6 @@ def test_a_probe_that_dies_is_reported_at_once(tmp_path: Path) -> None:
     occupied = tmp_path / "a-file"
     occupied.write_text("not a folder")
     started = time.monotonic()
-    with pytest.raises(RuntimeError, match="ended without an answer"):
-        latencyfloor.start_probe(occupied, 1.0, 20.0, [1000]).result()
+    with pytest.raises(RuntimeError, match="did not start"):
+        latencyfloor.start_probe(occupied, 1.0, 20.0, [1000])
     assert time.monotonic() - started < 30

@@ -3,14 +3,22 @@ and a failing one is raised only once every other has ended."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 from quire.admission.uploads.inlinesources import finish_at_once
+from quire.datakeys import DataKeys
+from quire.errors import TransientError
+from quire.localblobs import LocalBlobStore
+from quire.testing.sealedstore import made_up_ring
 
 
 class _Writer:
@@ -73,3 +81,28 @@ def test_a_failing_source_is_raised_once_the_others_have_ended(
     raised_at = time.monotonic()
     assert slow.finished_on is not None
     assert raised_at - slow.ended_at >= 0.15, "raised before the slow fsync ended"
+
+
+def test_a_source_whose_fsync_fails_leaves_no_blob_and_no_temporary_file(
+    tmp_path: Path, threads: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LocalBlobStore(tmp_path / "blobs", DataKeys(tmp_path / "blobs", made_up_ring()))
+    real_fsync = os.fsync
+    failing: set[int] = set()
+
+    def fsync(fd: int) -> None:
+        if fd in failing:
+            raise OSError(errno.ENOSPC, "no space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr("quire.blobstore.os.fsync", fsync)
+    with pytest.raises(TransientError), contextlib.ExitStack() as cleanup:
+        writers = [cleanup.enter_context(store.writer("tenant-a")) for _ in range(3)]
+        for index, writer in enumerate(writers):
+            writer.write(f"%PDF-1.7 source {index}".encode() * 100)
+        failing.add(writers[1]._file.fileno())  # noqa: SLF001 - the second source's file
+        finish_at_once(writers, threads)
+        for index, writer in enumerate(writers):  # never reached: nothing is promoted
+            writer.promote(f"sources/tenant-a/{index}")
+    assert store.list_keys("sources/") == []
+    assert [path for path in store.tmp_dir.rglob("*") if path.is_file()] == []

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor, wait
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
@@ -50,8 +50,10 @@ from quire.threadnames import named_pool
 
 __all__ = ["InlineSources", "KeptSources", "finish_at_once"]
 
-SYNC_THREADS = 4
-"""Threads that fsync a request's other sources while its own thread fsyncs the first."""
+SYNC_THREADS = 16
+"""Threads that fsync requests' other sources while each request's own thread
+fsyncs its first: enough that concurrent packets rarely queue for one (each
+thread starts only when first needed)."""
 
 
 @dataclass(frozen=True)
@@ -219,8 +221,10 @@ def finish_at_once(writers: Sequence[BlobWriter], threads: Executor) -> None:
         for writer in writers:
             writer.finish()
         return
-    others = [threads.submit(writer.finish) for writer in writers[1:]]
+    others: list[Future[None]] = []
     try:
+        for writer in writers[1:]:
+            others.append(threads.submit(writer.finish))
         writers[0].finish()
     finally:
         wait(others)
