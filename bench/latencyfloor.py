@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import os
 import select
 import subprocess
@@ -43,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["DurableFloor", "ProbeRun", "durable_floor", "start_probe"]
+__all__ = ["DurableFloor", "ProbeRun", "durable_floor", "lower_bound", "start_probe"]
 
 READY = "ready"
 START_SECONDS = 60.0
@@ -59,6 +60,21 @@ class DurableFloor:
     blob_bytes: int = 0
     """Bytes the chains kept as blobs (what a caller can check was written)."""
     commits: int = 0
+
+
+def lower_bound(values: list[float], share: float, confidence: float) -> float | None:
+    """A value the ``share`` quantile of what ``values`` sample is at least,
+    with probability ``confidence``, whatever the distribution: the k-th
+    smallest value, for the largest k at which at least k of the samples
+    fall at or below that quantile with that probability (a binomial
+    tail). None when there are too few samples for any k."""
+    count = len(values)
+    at_least = 0.0
+    for rank in range(count, 0, -1):
+        at_least += math.comb(count, rank) * share**rank * (1 - share) ** (count - rank)
+        if at_least >= confidence:
+            return sorted(values)[rank - 1]
+    return None
 
 
 def durable_floor(
