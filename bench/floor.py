@@ -51,6 +51,8 @@ __all__ = [
     "commit_floor",
     "blob_floor",
     "counter_database",
+    "keep_file",
+    "sync_folder",
 ]
 
 
@@ -187,6 +189,26 @@ def commit_floor(folder: Path, transactions: int) -> tuple[float, float]:
         database.close()
 
 
+def keep_file(folder: Path, name: str, data: bytes) -> None:
+    """``data`` written to a temporary file in ``folder``, fsync'd and renamed
+    to ``name``: a blob kept, but for its directory's fsync (``sync_folder``)."""
+    temporary = folder / f".tmp-{name}"
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, folder / name)
+
+
+def sync_folder(folder: Path) -> None:
+    """Make the renames into ``folder`` durable."""
+    directory = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
 def blob_floor(folder: Path, blobs: int, size: int = 16 * 1024) -> float:
     """CPU ms of this process per durably kept blob of ``size`` bytes."""
     payload = os.urandom(size)
@@ -194,15 +216,6 @@ def blob_floor(folder: Path, blobs: int, size: int = 16 * 1024) -> float:
     target.mkdir(parents=True, exist_ok=True)
     started = own_cpu_seconds()
     for index in range(blobs):
-        temporary = target / f".tmp-{index}"
-        with open(temporary, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, target / f"blob-{index}")
-        directory = os.open(target, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        keep_file(target, f"blob-{index}", payload)
+        sync_folder(target)
     return (own_cpu_seconds() - started) / blobs * 1000

@@ -88,7 +88,7 @@ def durable_floor(
     """Alternate the two chains ``rate`` times a second for ``seconds`` in
     ``folder`` (on the file system to measure); their latencies. ``ready``
     is called once everything is set up, just before the first chain."""
-    from floor import counter_database
+    from floor import counter_database, keep_file, sync_folder
 
     blobs = folder / "blobs"
     blobs.mkdir(parents=True, exist_ok=True)
@@ -96,24 +96,9 @@ def durable_floor(
     payloads = [os.urandom(size) for size in sizes]
     floor = DurableFloor()
 
-    def keep(name: str, data: bytes) -> None:
-        temporary = blobs / f".tmp-{name}"
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, blobs / name)
-
-    def sync_directory() -> None:
-        directory = os.open(blobs, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
-
     async def run(threads: ThreadPoolExecutor) -> None:
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(threads, sync_directory)  # the pool's threads started
+        await loop.run_in_executor(threads, sync_folder, blobs)  # the pool's threads started
         ready()
         ends = time.monotonic() + seconds
         index = 0
@@ -123,11 +108,11 @@ def durable_floor(
             if with_sources:
                 await asyncio.gather(
                     *(
-                        loop.run_in_executor(threads, keep, f"{index}-{part}", data)
+                        loop.run_in_executor(threads, keep_file, blobs, f"{index}-{part}", data)
                         for part, data in enumerate(payloads)
                     )
                 )
-                await loop.run_in_executor(threads, sync_directory)
+                await loop.run_in_executor(threads, sync_folder, blobs)
                 floor.blob_bytes += sum(sizes)
             await database.run(lambda c: c.execute(bump))
             floor.commits += 1
