@@ -21,7 +21,7 @@ from quire.admission.uploads.gate import StoredSource
 from quire.admission.uploads.inlinesources import KeptSources
 from quire.admission.v1 import admission_service_pb2 as pb
 from quire.database import Database
-from quire.errors import Conflict, Overloaded
+from quire.errors import Conflict, InvalidInput, Overloaded
 from quire.transitions import EventFactory
 from quire.type import job_pb2
 
@@ -130,6 +130,79 @@ async def test_a_job_refused_in_its_transaction_leaves_its_inline_sources_record
     assert _count(database, tables.idempotency_keys) == 1
     assert _count(database, tables.sources) == len(DIGESTS) + 1
     assert database.transaction(lambda s: stored_bytes(s, "t1")) == 7
+
+
+def _counting(tmp_path: Path, database: Database) -> tuple[Database, dict[str, int]]:
+    """The fixture's database file again, counting its transactions by kind."""
+    counts = {"read": 0, "write": 0}
+
+    def counter(kind: str):  # type: ignore[no-untyped-def]
+        return lambda: counts.__setitem__(kind, counts[kind] + 1)
+
+    url = str(database.engine.url)
+    return Database(url, tables.metadata, transactions=counter), counts
+
+
+def _sent_inline(request_id: str, *digests: str) -> pb.SubmitJobRequest:
+    """A request whose manifest names ``digests``, the first sent inline."""
+    request = pb.SubmitJobRequest(
+        request_id=request_id,
+        manifest=job_pb2.Manifest(
+            items=[
+                job_pb2.ManifestItem(position=n, document_id=f"doc{n}", sha256=digest)
+                for n, digest in enumerate(digests)
+            ]
+        ),
+    )
+    request.inline_sources.add().header.sha256 = digests[0]
+    return request
+
+
+async def test_a_screened_submit_reads_nothing_again(database: Database, tmp_path: Path) -> None:
+    """The inline sources' look-up reads the job's checks too (``screening``):
+    the submit then goes straight to its writing transaction."""
+    counted, counts = _counting(tmp_path, database)
+    intake = Intake(counted, EventFactory("admission", "t", "0"), AdmissionSettings())
+    # Unscreened, a submit reads for itself (and the current rulesets are
+    # read once, then kept, as in a running admission).
+    await intake.submit(TENANT, _request("unscreened", DIGESTS[0]))
+    assert counts["read"] > 0
+    request = _sent_inline("screened", "c" * 64)
+    screening = intake.screening(TENANT, request)
+    assert screening is not None
+    screened = await counted.read(screening.read)
+    reads = counts["read"]
+    kept = _inline(counted, "c" * 64)
+    accepted = await intake.submit(TENANT, request, kept, key_checked=True, screened=screened)
+    assert counts["read"] == reads, "the submit read again what its screening read"
+    assert kept.recorded and accepted.item_count == 1
+    assert _count(database, tables.jobs) == 2
+    counted.close()
+
+
+async def test_what_a_screening_found_is_what_submit_answers(
+    database: Database, tmp_path: Path
+) -> None:
+    """A refusal the screening found is raised by the submit and writes no
+    job; a live key it found returns that key's job, and no second one."""
+    intake = Intake(database, EventFactory("admission", "t", "0"), AdmissionSettings())
+    missing = _sent_inline("missing", "c" * 64, "d" * 64)  # "d" was never uploaded
+    screening = intake.screening(TENANT, missing)
+    assert screening is not None
+    screened = await database.read(screening.read)
+    with pytest.raises(InvalidInput) as refused:
+        await intake.submit(TENANT, missing, _inline(database, "c" * 64), screened=screened)
+    assert refused.value.reason == "INVALID_MANIFEST"
+    assert _count(database, tables.jobs) == 0
+
+    request = _sent_inline("again", "c" * 64)
+    first = await intake.submit(TENANT, request, _inline(database, "c" * 64))
+    screening = intake.screening(TENANT, request)
+    assert screening is not None
+    screened = await database.read(screening.read)
+    again = await intake.submit(TENANT, request, screened=screened)
+    assert again.name == first.name
+    assert _count(database, tables.jobs) == 1
 
 
 async def test_twin_submissions_at_once_make_one_job_even_at_the_quota(

@@ -123,12 +123,15 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
         self, request: pb.SubmitJobRequest, context: grpc.aio.ServicerContext
     ) -> job_pb2.Job:
         tenant = await self._tenants.authenticate(context)
-        kept = None
+        kept = screened = None
         key_checked = False
         if request.inline_sources:
             self._intake.check_fields(request)  # nothing is kept for a malformed request
             try:
-                kept = await self._inline.keep(tenant, request)
+                # The job's checks are read with the sources' look-up (one read).
+                kept, screened = await self._inline.keep(
+                    tenant, request, self._intake.screening(tenant, request)
+                )
             except SystemFailure as error:
                 raise TransientError(
                     error.reason, "storage refuses writes; try again later"
@@ -136,7 +139,9 @@ class AdmissionServicer(pb_grpc.AdmissionServiceServicer):
             key_checked = True  # keeping checked that the tenant takes work
             request.ClearField("inline_sources")  # kept: the manifest names them by digest
         try:
-            accepted = await self._intake.submit(tenant, request, kept, key_checked=key_checked)
+            accepted = await self._intake.submit(
+                tenant, request, kept, key_checked=key_checked, screened=screened
+            )
         finally:
             if kept is not None and not kept.recorded:
                 # Refused before the job's transaction: the stored sources are

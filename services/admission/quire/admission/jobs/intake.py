@@ -43,6 +43,7 @@ from quire.admission.jobs.manifests import (
     referenced_systems,
 )
 from quire.admission.jobs.outstanding import OutstandingJobs, count_outstanding
+from quire.admission.jobs.screening import Screened, Screening
 from quire.admission.rollouts.records import OpenRollouts, candidate_ruleset
 from quire.admission.rulesets.catalog import RulesetCatalog, resolve_ruleset
 from quire.admission.rulesets.currents import CurrentRulesets
@@ -187,6 +188,12 @@ def _requested_budget(request: pb.SubmitJobRequest) -> Duration | None:
     return request.budget if request.HasField("budget") else None
 
 
+def _request_sha(request: pb.SubmitJobRequest, digest: str) -> str:
+    """The request's own digest: what a reuse of its key must match."""
+    priority = request.priority or "interactive"
+    return _request_sha256(digest, priority, request.bundle_id, _requested_budget(request))
+
+
 def _request_sha256(
     digest: str, priority: str, bundle_id: str = "", budget: Duration | None = None
 ) -> str:
@@ -199,6 +206,10 @@ def _request_sha256(
         fields["budget"] = f"{budget.seconds}.{budget.nanos:09d}"
     canonical = json.dumps(fields, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+_DEFAULT_RULESETS = frozenset({"default@1"})
+"""The rulesets known without a catalog (tests that build an intake alone)."""
 
 
 def accepted_from_row(row: object) -> AcceptedJob:
@@ -268,15 +279,18 @@ class Intake:
         kept: KeptSources | None = None,
         *,
         key_checked: bool = False,
+        screened: Screened | None = None,
     ) -> AcceptedJob:
         """Accept the job (or return the one this request made before), or refuse.
         ``kept``: the request's inline sources, stored and still to be recorded:
         they count as uploaded, and are recorded in the job's transaction (left
         recorded should the job be refused there; the caller records them if
         the refusal comes before). ``key_checked``: the caller already found,
-        for this request, that the tenant takes work (``check_takes_work``)."""
+        for this request, that the tenant takes work (``check_takes_work``).
+        ``screened``: the request's ``screening`` and what it found, read
+        beside the inline sources' own look-up (then not read again)."""
         try:
-            accepted = await self._submit(tenant, request, kept, key_checked)
+            accepted = await self._submit(tenant, request, kept, key_checked, screened)
         except QuireError as refused:
             if self._refused is not None:
                 self._refused.labels(reason=refused.reason.value).inc()
@@ -319,34 +333,60 @@ class Intake:
                 ReasonCode.INVALID_MANIFEST, "bundle_id is invalid", tuple(bad_bundle)
             )
 
+    def screening(self, tenant: Tenant, request: pb.SubmitJobRequest) -> Screening | None:
+        """What ``submit`` reads before it writes, for a caller to read in a
+        transaction of its own (the inline sources' look-up), with every
+        source the request carries inline counted as uploaded; None while the
+        ruleset catalog must first ask the validator (``submit`` reads then)."""
+        known = self._catalog.fresh() if self._catalog else _DEFAULT_RULESETS
+        if known is None:
+            return None
+        digest = manifest_digest(request.manifest)
+        request_sha = _request_sha(request, digest)
+        coming = frozenset(source.header.sha256 for source in request.inline_sources)
+
+        def read(connection: Connection) -> tuple[AcceptedJob | None, bool]:
+            return self._replay_or_check(connection, tenant.id, request, request_sha, known, coming)
+
+        return Screening(known, digest, request_sha, read)
+
     async def _submit(
         self,
         tenant: Tenant,
         request: pb.SubmitJobRequest,
         kept: KeptSources | None,
         key_checked: bool,
+        screened: Screened | None,
     ) -> AcceptedJob:
         self._check_fields(request)
         if self._keys is not None and not key_checked:
             await asyncio.to_thread(self._keys.check_takes_work, tenant.id)
         priority = request.priority or "interactive"
-        digest = manifest_digest(request.manifest)
-        request_sha = _request_sha256(
-            digest, priority, request.bundle_id, _requested_budget(request)
-        )
-        known = self._catalog.fresh() if self._catalog else frozenset({"default@1"})
-        if known is None:
-            # The catalog must ask the validator; a live key answers even when
-            # the validator cannot, so look for one first.
-            replay = await self._db.read(lambda s: self._replay(s, tenant.id, request, request_sha))
-            if replay is not None:
-                return replay
-            assert self._catalog is not None
-            known = await self._catalog.keys()
-        coming = kept.digests if kept is not None else frozenset()
-        replay, keyless = await self._db.read(
-            lambda s: self._replay_or_check(s, tenant.id, request, request_sha, known, coming)
-        )
+        if screened is not None:
+            if isinstance(screened.found, QuireError):
+                raise screened.found
+            screening = screened.screening
+            digest, request_sha = screening.manifest_digest, screening.request_sha
+            known, (replay, keyless) = screening.rulesets, screened.found
+        else:
+            digest = manifest_digest(request.manifest)
+            request_sha = _request_sha(request, digest)
+            fresh = self._catalog.fresh() if self._catalog else _DEFAULT_RULESETS
+            if fresh is None:
+                # The catalog must ask the validator; a live key answers even when
+                # the validator cannot, so look for one first.
+                replay = await self._db.read(
+                    lambda s: self._replay(s, tenant.id, request, request_sha)
+                )
+                if replay is not None:
+                    return replay
+                assert self._catalog is not None
+                fresh = await self._catalog.keys()
+            known = fresh
+            coming = kept.digests if kept is not None else frozenset()
+            replay, keyless = await self._db.read(
+                lambda s: self._replay_or_check(s, tenant.id, request, request_sha, known, coming)
+            )
         if replay is not None:
             return replay
         current = await self.currents.versions(known)

@@ -5,7 +5,8 @@ declared digest, size and type (``incoming``, ``typesniff``), the tenant's
 ceiling and storage quota, content addressing; refusals carry the same
 reason codes and name the inline source (``inline_sources[i]...``). They
 are checked and kept together, in as few steps as the checks allow: one
-read for what the tenant already has and its quota, one thread hop that
+read for what the tenant already has and its quota (with the job's own
+checks beside it, ``quire.admission.jobs.screening``), one thread hop that
 seals, writes and promotes the new blobs (their fsyncs made at once, so
 the file system may join their flushes, and their directory fsync'd once).
 The new sources are then
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
+from quire.admission.jobs.screening import Screened, Screening
 from quire.admission.tenants.directory import Tenant
 from quire.admission.tenants.storagepolicy import check_quota
 from quire.admission.uploads.gate import (
@@ -98,19 +100,30 @@ class InlineSources:
         self._syncs: ThreadPoolExecutor = named_pool("io", SYNC_THREADS)
         """Its threads start with the first packet of more than one new source."""
 
-    async def keep(self, tenant: Tenant, request: pb.SubmitJobRequest) -> KeptSources | None:
+    async def keep(
+        self,
+        tenant: Tenant,
+        request: pb.SubmitJobRequest,
+        screening: Screening | None = None,
+    ) -> tuple[KeptSources | None, Screened | None]:
         """Store every inline source of ``request`` under its digest, or raise
         why not (an upload's reasons, or this module's); the sources new to
-        the tenant, still to be recorded, or None when there are none."""
+        the tenant, still to be recorded, or None when there are none. And
+        what ``screening`` (the job's own checks) found, read in the same
+        transaction as what the tenant has; sources its checks refuse the
+        job for are kept all the same (they are the tenant's: a later
+        manifest may name them)."""
         if not request.inline_sources:
-            return None
+            return None, None
         try:
-            return await self._keep(tenant, request)
+            return await self._keep(tenant, request, screening)
         except QuireError as refused:
             self._gate.count_refusal(refused)
             raise
 
-    async def _keep(self, tenant: Tenant, request: pb.SubmitJobRequest) -> KeptSources | None:
+    async def _keep(
+        self, tenant: Tenant, request: pb.SubmitJobRequest, screening: Screening | None
+    ) -> tuple[KeptSources | None, Screened | None]:
         sources = list(request.inline_sources)
         self._check(request)
         gate = self._gate
@@ -120,11 +133,8 @@ class InlineSources:
             with _about(index):
                 check_header(source.header, gate.settings, ceiling)
         with gate.ledger.open(tenant.id) as slot:
-            # The tenant's data key first: a shredded tenant takes no new work
-            # (SubmitJob's own check, made here once for the whole request).
-            await asyncio.to_thread(gate.blobs.keys.check_takes_work, tenant.id)
-            known = await gate.database.read(
-                lambda c: self._known_or_within_quota(c, tenant.id, sources)
+            known, screened = await gate.database.read(
+                lambda c: self._look_up(c, tenant.id, sources, screening)
             )
             new: list[_New] = []
             for index, (source, stored) in enumerate(zip(sources, known, strict=True)):
@@ -134,7 +144,7 @@ class InlineSources:
                 with _about(index):
                     recorded_as_stored(stored, source.header)
             if not new:
-                return None
+                return None, screened
             slot.reserve(sum(item.source.header.size_bytes for item in new))
             keys = await asyncio.to_thread(self._write_all, tenant.id, new)
         kept = [
@@ -147,7 +157,22 @@ class InlineSources:
             for i, key in zip(new, keys, strict=True)
         ]
 
-        return KeptSources(tenant.id, kept, gate.database)
+        return KeptSources(tenant.id, kept, gate.database), screened
+
+    def _look_up(
+        self,
+        connection: Connection,
+        tenant: str,
+        sources: Sequence[pb.InlineSource],
+        screening: Screening | None,
+    ) -> tuple[list[StoredSource | None], Screened | None]:
+        """(what the tenant has of ``sources``, what ``screening`` found), in
+        one read transaction, once the tenant's data key allows new work (a
+        shredded tenant takes none: SubmitJob's own check, made here once for
+        the whole request) and the new sources fit its storage quota."""
+        self._gate.blobs.keys.check_takes_work(tenant)
+        known = self._known_or_within_quota(connection, tenant, sources)
+        return known, None if screening is None else screening.read(connection)
 
     def _known_or_within_quota(
         self, connection: Connection, tenant: str, sources: Sequence[pb.InlineSource]
