@@ -33,6 +33,7 @@ from quire.audit.recorder import EventRecorder
 from quire.audit.writes import AuditWrites
 from quire.blobstore import BlobStore
 from quire.database import Database
+from quire.driversql import DriverStatement
 from quire.errors import PermanentError
 from quire.faults import fault_point
 from quire.jobs import HISTORY_BEFORE_COMPLETION, TERMINAL_STATES
@@ -56,8 +57,8 @@ log = logging.getLogger(__name__)
 
 
 # Built once: every completion runs them.
-_STATE = select(tables.jobs.c.state).where(tables.jobs.c.job == bindparam("job"))
-_HISTORY = (
+_STATE = DriverStatement(select(tables.jobs.c.state).where(tables.jobs.c.job == bindparam("job")))
+_HISTORY = DriverStatement(
     select(tables.ledger.c.to_state, tables.ledger.c.event)
     .where(tables.ledger.c.job == bindparam("job"))
     .order_by(tables.ledger.c.sequence)
@@ -214,8 +215,8 @@ class CompletionDesk:
             fault_point("audit.before_commit")
 
         def decide(connection: Connection) -> tuple[Verdict, list[_Entry]]:
-            state = connection.execute(_STATE, {"job": task.job}).scalar_one_or_none()
-            if state in TERMINAL_STATES:
+            row = _STATE.first(connection, {"job": task.job})
+            if row is not None and row.state in TERMINAL_STATES:
                 return Verdict.ALREADY_DONE, []
             reported = None if refusal is not None else self._reported(connection, task)
             if refusal is None and reported is None:
@@ -251,7 +252,7 @@ class CompletionDesk:
     ) -> queue_pb2.TransitionEvent | None:
         """The signer's COMMITTING event, once the ledger holds the job's whole
         history before completion; None while any of it is missing."""
-        history = connection.execute(_HISTORY, {"job": task.job}).all()
+        history = _HISTORY.rows(connection, {"job": task.job})
         if not set(HISTORY_BEFORE_COMPLETION) <= {row.to_state for row in history}:
             return None
         reported = next(row.event for row in reversed(history) if row.to_state == State.COMMITTING)
