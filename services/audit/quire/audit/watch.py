@@ -41,6 +41,7 @@ from sqlalchemy import Connection, bindparam, func, select
 from quire.audit import tables
 from quire.audit.history import HistoryWatch
 from quire.database import Database
+from quire.driversql import DriverStatement
 from quire.errors import Overloaded, QuotaViolation, TransientError
 from quire.jobs import SETTLED_STATES, TERMINAL_STATES
 from quire.jobview import JobFacts, apply, is_retirement
@@ -66,20 +67,20 @@ class _Watcher:
         the next wake reads the ledger."""
 
 
-# Built once: every watch runs them on each wake and each poll.
-_ENTRIES_AFTER = (
+# Built once, run through the driver: every watch runs them on each wake and each poll.
+_ENTRIES_AFTER = DriverStatement(
     select(tables.ledger.c.sequence, tables.ledger.c.event)
     .where(tables.ledger.c.job == bindparam("job"), tables.ledger.c.sequence > bindparam("after"))
     .order_by(tables.ledger.c.sequence)
 )
-_HEADS = (
-    select(tables.ledger.c.job, func.max(tables.ledger.c.sequence))
+_HEADS = DriverStatement(
+    select(tables.ledger.c.job, func.max(tables.ledger.c.sequence).label("head"))
     .where(tables.ledger.c.job.in_(bindparam("jobs", expanding=True)))
     .group_by(tables.ledger.c.job)
 )
 
 
-_ENTRIES_OF_JOBS = (
+_ENTRIES_OF_JOBS = DriverStatement(
     select(tables.ledger.c.job, tables.ledger.c.sequence, tables.ledger.c.event)
     .where(
         tables.ledger.c.job.in_(bindparam("jobs", expanding=True)),
@@ -90,7 +91,7 @@ _ENTRIES_OF_JOBS = (
 
 
 def _entries_after(connection: Connection, *, job: str, after: int) -> list[Any]:
-    return list(connection.execute(_ENTRIES_AFTER, {"job": job, "after": after}))
+    return _ENTRIES_AFTER.rows(connection, {"job": job, "after": after})
 
 
 def _entries_of(
@@ -106,8 +107,8 @@ def _entries_of(
             ]
         }
     found: dict[str, list[tuple[int, bytes]]] = {job: [] for job in wanted}
-    rows = connection.execute(
-        _ENTRIES_OF_JOBS, {"jobs": sorted(wanted), "after": min(wanted.values())}
+    rows = _ENTRIES_OF_JOBS.rows(
+        connection, {"jobs": sorted(wanted), "after": min(wanted.values())}
     )
     for row in rows:
         if row.sequence > wanted[row.job]:
@@ -156,8 +157,7 @@ class EntryReads:
 
 
 def _heads(connection: Connection, *, jobs: list[str]) -> dict[str, int]:
-    rows = connection.execute(_HEADS, {"jobs": list(jobs)})
-    return {job: int(head) for job, head in rows}
+    return {row.job: int(row.head) for row in _HEADS.rows(connection, {"jobs": list(jobs)})}
 
 
 class JobWatches:
