@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import MetaData, event, func, select
 
-from quire.database import Database
+from quire.database import Database, savepoint
 from quire.groupcommit import GroupCommit
 from quire.leases import lease_table
 
@@ -62,13 +62,17 @@ async def test_a_group_without_failures_needs_no_savepoints(tmp_path: Path) -> N
     metadata = MetaData()
     table = lease_table(metadata)
     database = Database(f"sqlite:///{tmp_path / 'g.db'}", metadata)
-    database.create_schema()
     statements: list[str] = []
+    # Every statement SQLite runs, those sent to the driver as they are too.
     event.listen(
         database.engine,
-        "before_cursor_execute",
-        lambda _conn, _cursor, sql, *_args: statements.append(sql.split()[0].upper()),
+        "connect",
+        lambda driver, _record: driver.set_trace_callback(
+            lambda sql: statements.append(sql.split()[0].upper())
+        ),
     )
+    database.create_schema()
+    statements.clear()
     writes = GroupCommit(database)
     now = datetime.now(UTC)
 
@@ -79,3 +83,34 @@ async def test_a_group_without_failures_needs_no_savepoints(tmp_path: Path) -> N
     assert statements.count("INSERT") == 30
     assert "SAVEPOINT" not in statements and "RELEASE" not in statements
     assert statements.count("BEGIN") < 30, "writes that arrived together shared a transaction"
+
+
+def test_a_savepoint_undoes_only_its_own_writes(tmp_path: Path) -> None:
+    """On SQLite the savepoint goes to the driver as it is; what its block
+    wrote is undone when the block raises, what came before stays, and an
+    inner savepoint's failure leaves its outer one's writes."""
+    metadata = MetaData()
+    table = lease_table(metadata)
+    database = Database(f"sqlite:///{tmp_path / 'g.db'}", metadata)
+    database.create_schema()
+    now = datetime.now(UTC)
+
+    def insert(session, job: str) -> None:  # type: ignore[no-untyped-def]
+        session.execute(table.insert().values(job=job, token=1, updated_at=now))
+
+    def work(session) -> None:  # type: ignore[no-untyped-def]
+        insert(session, "kept")
+        with pytest.raises(ValueError):
+            with savepoint(session):
+                insert(session, "undone")
+                raise ValueError("refused")
+        with savepoint(session):
+            insert(session, "outer")
+            with pytest.raises(ValueError):
+                with savepoint(session):
+                    insert(session, "inner")
+                    raise ValueError("refused")
+
+    database.transaction(work)
+    stored = database.transaction(lambda s: {row.job for row in s.execute(select(table.c.job))})
+    assert stored == {"kept", "outer"}

@@ -50,6 +50,7 @@ from quire.threadnames import named_pool
 
 __all__ = [
     "Database",
+    "savepoint",
     "insert_if_absent",
     "insert_each_if_absent",
     "upsert_insert",
@@ -99,6 +100,33 @@ def begin_on_driver(connection: Connection, *, read_only: bool = False) -> None:
     if connection.dialect.name == "sqlite":
         driver: Any = connection.connection.driver_connection
         driver.execute("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+_SAVEPOINT = "quire_savepoint"
+
+
+@contextmanager
+def savepoint(connection: Connection) -> Iterator[None]:
+    """A savepoint in the connection's transaction: what the block writes is
+    undone if it raises (and the exception goes on), what came before stays.
+    On SQLite its three statements go to the driver as they are: SQLAlchemy
+    compiles ``SAVEPOINT`` and ``RELEASE`` anew each time, which cost a
+    quarter of a small transaction's CPU. Savepoints nest (SQLite's name a
+    savepoint opened later hides, so the innermost is the one released or
+    rolled back to). Elsewhere it is SQLAlchemy's ``begin_nested``."""
+    if connection.dialect.name != "sqlite":
+        with connection.begin_nested():
+            yield
+        return
+    driver: Any = connection.connection.driver_connection
+    driver.execute(f"SAVEPOINT {_SAVEPOINT}")
+    try:
+        yield
+    except BaseException:
+        driver.execute(f"ROLLBACK TO {_SAVEPOINT}")
+        driver.execute(f"RELEASE {_SAVEPOINT}")
+        raise
+    driver.execute(f"RELEASE {_SAVEPOINT}")
 
 
 @contextmanager

@@ -24,7 +24,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from sqlalchemy import Connection
 
-from quire.database import Database
+from quire.database import Database, savepoint
 from quire.faults import fault_point
 
 __all__ = ["BatchCommit", "GroupCommit", "Writes"]
@@ -133,7 +133,7 @@ class BatchCommit(Generic[I, R]):
         outcomes: list[Outcome] = []
         for item in items:
             try:
-                with connection.begin_nested():
+                with savepoint(connection):
                     outcomes.append((True, self._write(connection, [item])[0]))
             except Exception as error:  # noqa: BLE001 - handed to this item's caller
                 outcomes.append((False, error))

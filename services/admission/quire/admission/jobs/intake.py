@@ -53,7 +53,7 @@ from quire.admission.tenants.sourcesystems import SourceSystem, fetch_of, read_s
 from quire.admission.uploads.inlinesources import KeptSources
 from quire.admission.uploads.tempguard import TempSpaceGuard
 from quire.admission.v1 import admission_service_pb2 as pb
-from quire.database import Database, insert_if_absent
+from quire.database import Database, insert_if_absent, savepoint
 from quire.datakeys import DataKeys
 from quire.driversql import DriverStatement
 from quire.errors import (
@@ -428,7 +428,7 @@ class Intake:
         def record_and_insert(connection: Connection) -> AcceptedJob | Exception:
             kept.record(connection)
             try:
-                with connection.begin_nested():  # a refused job leaves the sources recorded
+                with savepoint(connection):  # a refused job leaves the sources recorded
                     return self._insert(connection, *args)
             except Exception as refused:  # noqa: BLE001 - raised once the sources are committed
                 return refused
