@@ -279,7 +279,7 @@ class Intake:
         kept: KeptSources | None = None,
         *,
         key_checked: bool = False,
-        screened: Screened | None = None,
+        screened: Screened[AcceptedJob] | None = None,
     ) -> AcceptedJob:
         """Accept the job (or return the one this request made before), or refuse.
         ``kept``: the request's inline sources, stored and still to be recorded:
@@ -333,7 +333,9 @@ class Intake:
                 ReasonCode.INVALID_MANIFEST, "bundle_id is invalid", tuple(bad_bundle)
             )
 
-    def screening(self, tenant: Tenant, request: pb.SubmitJobRequest) -> Screening | None:
+    def screening(
+        self, tenant: Tenant, request: pb.SubmitJobRequest
+    ) -> Screening[AcceptedJob] | None:
         """What ``submit`` reads before it writes, for a caller to read in a
         transaction of its own (the inline sources' look-up), with every
         source the request carries inline counted as uploaded; None while the
@@ -356,7 +358,7 @@ class Intake:
         request: pb.SubmitJobRequest,
         kept: KeptSources | None,
         key_checked: bool,
-        screened: Screened | None,
+        screened: Screened[AcceptedJob] | None,
     ) -> AcceptedJob:
         self._check_fields(request)
         if self._keys is not None and not key_checked:

@@ -11,20 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Generic, TypeVar
 
 from sqlalchemy import Connection
 
 from quire.errors import QuireError
 
-if TYPE_CHECKING:
-    from quire.admission.jobs.intake import AcceptedJob
-
 __all__ = ["Screening", "Screened"]
+
+Job = TypeVar("Job")
+"""What a live key answers with (the intake's accepted job)."""
 
 
 @dataclass(frozen=True)
-class Screening:
+class Screening(Generic[Job]):
     """A request's checks before anything is written: whether its key made a
     job already (then that job is the answer), and else its manifest against
     the tenant's sources, systems and the known rulesets (``Intake.screening``)."""
@@ -32,11 +32,11 @@ class Screening:
     rulesets: frozenset[str]
     manifest_digest: str
     request_sha: str
-    checks: Callable[[Connection], tuple[AcceptedJob | None, bool]]
+    checks: Callable[[Connection], tuple[Job | None, bool]]
     """(the job a live key made, or None; whether the key was absent), or
     the refusal raised."""
 
-    def read(self, connection: Connection) -> Screened:
+    def read(self, connection: Connection) -> Screened[Job]:
         """The checks, in the caller's read transaction; a refusal is kept
         for ``Intake.submit`` to raise (and count), not raised here."""
         try:
@@ -46,9 +46,9 @@ class Screening:
 
 
 @dataclass(frozen=True)
-class Screened:
+class Screened(Generic[Job]):
     """A screening and what its read found: the job a live key made (or
     None) and whether the key was absent, or the request's refusal."""
 
-    screening: Screening
-    found: tuple[AcceptedJob | None, bool] | QuireError
+    screening: Screening[Job]
+    found: tuple[Job | None, bool] | QuireError

@@ -28,6 +28,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -104,8 +105,8 @@ class InlineSources:
         self,
         tenant: Tenant,
         request: pb.SubmitJobRequest,
-        screening: Screening | None = None,
-    ) -> tuple[KeptSources | None, Screened | None]:
+        screening: Screening[Any] | None = None,
+    ) -> tuple[KeptSources | None, Screened[Any] | None]:
         """Store every inline source of ``request`` under its digest, or raise
         why not (an upload's reasons, or this module's); the sources new to
         the tenant, still to be recorded, or None when there are none. And
@@ -122,8 +123,8 @@ class InlineSources:
             raise
 
     async def _keep(
-        self, tenant: Tenant, request: pb.SubmitJobRequest, screening: Screening | None
-    ) -> tuple[KeptSources | None, Screened | None]:
+        self, tenant: Tenant, request: pb.SubmitJobRequest, screening: Screening[Any] | None
+    ) -> tuple[KeptSources | None, Screened[Any] | None]:
         sources = list(request.inline_sources)
         self._check(request)
         gate = self._gate
@@ -164,8 +165,8 @@ class InlineSources:
         connection: Connection,
         tenant: str,
         sources: Sequence[pb.InlineSource],
-        screening: Screening | None,
-    ) -> tuple[list[StoredSource | None], Screened | None]:
+        screening: Screening[Any] | None,
+    ) -> tuple[list[StoredSource | None], Screened[Any] | None]:
         """(what the tenant has of ``sources``, what ``screening`` found), in
         one read transaction, once the tenant's data key allows new work (a
         shredded tenant takes none: SubmitJob's own check, made here once for
