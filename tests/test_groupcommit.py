@@ -114,3 +114,29 @@ def test_a_savepoint_undoes_only_its_own_writes(tmp_path: Path) -> None:
     database.transaction(work)
     stored = database.transaction(lambda s: {row.job for row in s.execute(select(table.c.job))})
     assert stored == {"kept", "outer"}
+
+
+def test_a_savepoint_needs_its_transaction(tmp_path: Path) -> None:
+    """Where SQLite has rolled the whole transaction back, a savepoint is
+    refused (it would begin a transaction its release commits), and a block's
+    error is what its savepoint raises even when there is nothing to roll
+    back to."""
+    metadata = MetaData()
+    table = lease_table(metadata)
+    database = Database(f"sqlite:///{tmp_path / 'g.db'}", metadata)
+    database.create_schema()
+    now = datetime.now(UTC)
+
+    def work(session) -> None:  # type: ignore[no-untyped-def]
+        driver = session.connection.driver_connection
+        with pytest.raises(LookupError):
+            with savepoint(session):
+                session.execute(table.insert().values(job="lost", token=1, updated_at=now))
+                driver.execute("ROLLBACK")  # as SQLite does on a full disk
+                raise LookupError("the block's own error")
+        with pytest.raises(RuntimeError):
+            with savepoint(session):
+                session.execute(table.insert().values(job="never", token=1, updated_at=now))
+
+    database.transaction(work)
+    assert database.transaction(lambda s: list(s.execute(select(table.c.job)))) == []

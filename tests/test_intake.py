@@ -10,10 +10,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from quire.admission import tables
 from quire.admission.jobs.intake import Intake
+from quire.admission.rulesets.currents import CurrentRulesets
 from quire.admission.settings import AdmissionSettings
 from quire.admission.tenants.directory import Tenant
 from quire.admission.tenants.storagepolicy import stored_bytes
@@ -162,7 +163,13 @@ async def test_a_screened_submit_reads_nothing_again(database: Database, tmp_pat
     """The inline sources' look-up reads the job's checks too (``screening``):
     the submit then goes straight to its writing transaction."""
     counted, counts = _counting(tmp_path, database)
-    intake = Intake(counted, EventFactory("admission", "t", "0"), AdmissionSettings())
+    intake = Intake(
+        counted,
+        EventFactory("admission", "t", "0"),
+        AdmissionSettings(),
+        # The current rulesets read once and kept, however slow the machine.
+        currents=CurrentRulesets(counted, refresh_seconds=3600),
+    )
     # Unscreened, a submit reads for itself (and the current rulesets are
     # read once, then kept, as in a running admission).
     await intake.submit(TENANT, _request("unscreened", DIGESTS[0]))
@@ -183,13 +190,15 @@ async def test_a_screened_submit_reads_nothing_again(database: Database, tmp_pat
 async def test_what_a_screening_found_is_what_submit_answers(
     database: Database, tmp_path: Path
 ) -> None:
-    """A refusal the screening found is raised by the submit and writes no
-    job; a live key it found returns that key's job, and no second one."""
+    """The submit answers what its screening read found, not what a read of
+    its own would find now: a refusal found stands (and writes no job), and
+    so does a live key's job."""
     intake = Intake(database, EventFactory("admission", "t", "0"), AdmissionSettings())
     missing = _sent_inline("missing", "c" * 64, "d" * 64)  # "d" was never uploaded
     screening = intake.screening(TENANT, missing)
     assert screening is not None
     screened = await database.read(screening.read)
+    _upload(database, "d" * 64)  # a read now would find the manifest whole
     with pytest.raises(InvalidInput) as refused:
         await intake.submit(TENANT, missing, _inline(database, "c" * 64), screened=screened)
     assert refused.value.reason == "INVALID_MANIFEST"
@@ -200,9 +209,26 @@ async def test_what_a_screening_found_is_what_submit_answers(
     screening = intake.screening(TENANT, request)
     assert screening is not None
     screened = await database.read(screening.read)
+    database.transaction(lambda s: s.execute(delete(tables.idempotency_keys)))
+    # A read now would find no key and make a second job.
     again = await intake.submit(TENANT, request, screened=screened)
     assert again.name == first.name
     assert _count(database, tables.jobs) == 1
+
+
+def _upload(database: Database, digest: str) -> None:
+    database.transaction(
+        lambda s: s.execute(
+            tables.sources.insert().values(
+                tenant="t1",
+                sha256=digest,
+                size_bytes=10,
+                content_type="application/pdf",
+                blob_key=f"sources/t1/{digest}",
+                created_at=datetime.now(UTC),
+            )
+        )
+    )
 
 
 async def test_twin_submissions_at_once_make_one_job_even_at_the_quota(

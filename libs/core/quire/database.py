@@ -119,12 +119,19 @@ def savepoint(connection: Connection) -> Iterator[None]:
             yield
         return
     driver: Any = connection.connection.driver_connection
+    if not driver.in_transaction:
+        # SQLite rolled the whole transaction back (a full disk, say): a
+        # savepoint now would begin one of its own, which its release commits.
+        raise RuntimeError("a savepoint outside any transaction")
     driver.execute(f"SAVEPOINT {_SAVEPOINT}")
     try:
         yield
-    except BaseException:
-        driver.execute(f"ROLLBACK TO {_SAVEPOINT}")
-        driver.execute(f"RELEASE {_SAVEPOINT}")
+    except BaseException as error:
+        try:
+            driver.execute(f"ROLLBACK TO {_SAVEPOINT}")
+            driver.execute(f"RELEASE {_SAVEPOINT}")
+        except Exception:  # noqa: BLE001 - the transaction is gone: the block's error is the cause
+            raise error from None
         raise
     driver.execute(f"RELEASE {_SAVEPOINT}")
 

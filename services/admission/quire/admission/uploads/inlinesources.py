@@ -28,7 +28,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Connection
 
@@ -134,8 +134,19 @@ class InlineSources:
             with _about(index):
                 check_header(source.header, gate.settings, ceiling)
         with gate.ledger.open(tenant.id) as slot:
-            known, screened = await gate.database.read(
-                lambda c: self._look_up(c, tenant.id, sources, screening)
+            # The tenant's data key (a shredded tenant takes no new work:
+            # SubmitJob's own check, made here once for the whole request)
+            # beside the read; its refusal comes first, as if it ran first.
+            takes_work, looked_up = await asyncio.gather(
+                asyncio.to_thread(gate.blobs.keys.check_takes_work, tenant.id),
+                gate.database.read(lambda c: self._look_up(c, tenant.id, sources, screening)),
+                return_exceptions=True,
+            )
+            for failed in (takes_work, looked_up):
+                if isinstance(failed, BaseException):
+                    raise failed
+            known, screened = cast(
+                tuple[list[StoredSource | None], Screened[Any] | None], looked_up
             )
             new: list[_New] = []
             for index, (source, stored) in enumerate(zip(sources, known, strict=True)):
@@ -168,10 +179,7 @@ class InlineSources:
         screening: Screening[Any] | None,
     ) -> tuple[list[StoredSource | None], Screened[Any] | None]:
         """(what the tenant has of ``sources``, what ``screening`` found), in
-        one read transaction, once the tenant's data key allows new work (a
-        shredded tenant takes none: SubmitJob's own check, made here once for
-        the whole request) and the new sources fit its storage quota."""
-        self._gate.blobs.keys.check_takes_work(tenant)
+        one read transaction, once the new sources fit its storage quota."""
         known = self._known_or_within_quota(connection, tenant, sources)
         return known, None if screening is None else screening.read(connection)
 
