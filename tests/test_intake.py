@@ -36,21 +36,11 @@ def database(tmp_path: Path) -> Database:
     database.create_schema()
     now = datetime.now(UTC)
 
-    def seed(session) -> None:  # type: ignore[no-untyped-def]
-        session.execute(tables.tenants.insert().values(id="t1", name="tenant", created_at=now))
-        for digest in DIGESTS:
-            session.execute(
-                tables.sources.insert().values(
-                    tenant="t1",
-                    sha256=digest,
-                    size_bytes=10,
-                    content_type="application/pdf",
-                    blob_key=f"sources/t1/{digest}",
-                    created_at=now,
-                )
-            )
-
-    database.transaction(seed)
+    database.transaction(
+        lambda s: s.execute(tables.tenants.insert().values(id="t1", name="tenant", created_at=now))
+    )
+    for digest in DIGESTS:
+        _upload(database, digest)
     return database
 
 
@@ -217,6 +207,7 @@ async def test_what_a_screening_found_is_what_submit_answers(
 
 
 def _upload(database: Database, digest: str) -> None:
+    """A source of tenant t1, recorded as an upload records it (10 bytes)."""
     database.transaction(
         lambda s: s.execute(
             tables.sources.insert().values(
