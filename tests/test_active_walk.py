@@ -6,6 +6,7 @@ done (the search's counter and its per-file bound), not on wall time."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pikepdf
 import pytest
@@ -45,7 +46,7 @@ def _search_all(pdf: pikepdf.Pdf) -> _ActiveSearch:
     """The search as check_pdf runs it: from every object, then /OpenAction."""
     graph = PdfGraph.read(pdf, 10**9)
     search = _ActiveSearch(graph, limit=10**9)
-    for node in graph.objects():
+    for node in graph.containers().values():
         assert not search.reaches_active(node)
     assert not search.reaches_active(_open_action(graph))
     return search
@@ -167,3 +168,29 @@ def test_usage_rights_are_not_an_embedded_file_and_an_attachment_is(tmp_path: Pa
     attached = _usage_rights(tmp_path / "attached.pdf", attachment=True)
     found = inspect_source(str(attached), sha256_file(attached)[0], "application/pdf")
     assert found.reason == ReasonCode.ACTIVE_CONTENT
+
+
+@pytest.mark.parametrize(
+    ("build", "reason"),
+    [
+        (hostile.javascript_in_annotation_array, ReasonCode.ACTIVE_CONTENT),
+        (hostile.attachment_in_annotation_array, ReasonCode.ACTIVE_CONTENT),
+        (hostile.link_in_annotation_array, ""),
+    ],
+)
+def test_a_dictionary_held_in_an_indirect_array_is_searched(
+    tmp_path: Path, build: Any, reason: str
+) -> None:
+    """An array that is an object of its own is searched like a dictionary:
+    a JavaScript link or an attachment held in it directly is found, an
+    ordinary link is not refused."""
+    path = build(tmp_path / "annotations.pdf")
+    with pikepdf.open(path, attempt_recovery=False) as pdf:
+        graph = PdfGraph.read(pdf, 10**9)
+        held = [node for node in graph.containers().values() if isinstance(node.value, list)]
+        assert held, "the annotations array is an indirect object"
+        assert check_pdf(pdf, PdfLimits())[:2] == (1, reason)
+    found = inspect_source(str(path), sha256_file(path)[0], "application/pdf")
+    assert found.reason == reason
+    allowed = PdfLimits(allow_active_content=True)
+    assert inspect_source(str(path), sha256_file(path)[0], "application/pdf", allowed).reason == ""

@@ -72,6 +72,9 @@ async def test_too_many_pages_are_refused(sandbox, folder: Path) -> None:  # typ
         (hostile.chained_javascript, "MALFORMED_PDF"),
         (hostile.embedded_file, "ACTIVE_CONTENT"),
         (hostile.uri_link, ""),
+        (hostile.javascript_in_annotation_array, "ACTIVE_CONTENT"),
+        (hostile.attachment_in_annotation_array, "ACTIVE_CONTENT"),
+        (hostile.link_in_annotation_array, ""),
     ],
 )
 async def test_active_content_is_refused_and_plain_links_are_not(  # type: ignore[no-untyped-def]

@@ -143,6 +143,39 @@ def uri_link(path: Path) -> Path:
     return raw_pdf(path, objects)
 
 
+def javascript_in_annotation_array(path: Path) -> Path:
+    """A link that runs JavaScript, held as a direct dictionary in the page's
+    /Annots array, the array an indirect object of its own."""
+    objects = _one_page(page_extra=b"/Annots 6 0 R ")
+    objects.append(
+        b"[<< /Type /Annot /Subtype /Link /Rect [72 700 200 720]"
+        b" /A << /S /JavaScript /JS (app.alert(1)) >> >>]"
+    )
+    return raw_pdf(path, objects)
+
+
+def attachment_in_annotation_array(path: Path) -> Path:
+    """A file attachment annotation, held as a direct dictionary in an indirect
+    /Annots array."""
+    objects = _one_page(page_extra=b"/Annots 6 0 R ")
+    objects.append(
+        b"[<< /Type /Annot /Subtype /FileAttachment /Rect [72 700 90 720]"
+        b" /FS << /Type /Filespec /F (a.exe) >> >>]"
+    )
+    return raw_pdf(path, objects)
+
+
+def link_in_annotation_array(path: Path) -> Path:
+    """An ordinary hyperlink, held as a direct dictionary in an indirect
+    /Annots array: not active content."""
+    objects = _one_page(page_extra=b"/Annots 6 0 R ")
+    objects.append(
+        b"[<< /Type /Annot /Subtype /Link /Rect [72 700 200 720]"
+        b" /A << /S /URI /URI (https://example.org/) >> >>]"
+    )
+    return raw_pdf(path, objects)
+
+
 def many_objects(path: Path, count: int) -> Path:
     """A valid page plus ``count`` small objects hanging off it (slow to walk)."""
     first = 7

@@ -203,9 +203,11 @@ def _check_pdf(pdf: Any, limits: PdfLimits, graph: PdfGraph) -> PdfCheck:
     tolerated: set[str] = set()
     active = False
     search = _ActiveSearch(graph, active_walk_limit(limits))
-    objects = {node.key: node for node in graph.objects()}
+    # Every object that can hold a dictionary is searched: arrays too, since
+    # an indirect /Annots array may hold a JavaScript link as a direct value.
+    containers = graph.containers()
     for key in graph.order:
-        node = objects.get(key)
+        node = containers.get(key)
         stream = graph.streams.get(key)
         if stream is not None:
             try:

@@ -164,6 +164,16 @@ class PdfGraph:
             if isinstance(value := self._values.get(key), dict)
         ]
 
+    def containers(self) -> dict[Key, Node]:
+        """Every dictionary, stream and array object, by key: all that can hold
+        a dictionary (an indirect array may hold annotations or actions as
+        direct dictionaries)."""
+        return {
+            key: Node(key, value)
+            for key in self.order
+            if type(value := self._values.get(key)) is dict or type(value) is list
+        }
+
     def items(self, node: Node) -> list[Node]:
         """An array node's items, followed."""
         if not isinstance(node.value, list):
