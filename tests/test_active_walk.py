@@ -194,3 +194,22 @@ def test_a_dictionary_held_in_an_indirect_array_is_searched(
     assert found.reason == reason
     allowed = PdfLimits(allow_active_content=True)
     assert inspect_source(str(path), sha256_file(path)[0], "application/pdf", allowed).reason == ""
+
+
+@pytest.mark.parametrize(
+    ("build", "reason"),
+    [
+        (hostile.javascript_in_direct_catalog, ReasonCode.ACTIVE_CONTENT),
+        (hostile.plain_direct_catalog, ""),
+    ],
+)
+def test_a_catalog_written_in_the_trailer_is_searched(
+    tmp_path: Path, build: Any, reason: str
+) -> None:
+    """A catalog that is no object of its own (pdf.js opens it) is searched
+    with everything it holds directly."""
+    path = build(tmp_path / "catalog.pdf")
+    with pikepdf.open(path, attempt_recovery=False) as pdf:
+        assert PdfGraph.read(pdf, 10**9).root.key is None
+        assert check_pdf(pdf, PdfLimits())[:2] == (1, reason)
+    assert inspect_source(str(path), sha256_file(path)[0], "application/pdf").reason == reason

@@ -25,8 +25,9 @@ __all__ = [
 FONT = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"
 
 
-def raw_pdf(path: Path, objects: list[bytes], root: int = 1) -> Path:
-    """Objects numbered from 1 in order; object ``root`` is the catalog."""
+def raw_pdf(path: Path, objects: list[bytes], root: int | bytes = 1) -> Path:
+    """Objects numbered from 1 in order; object ``root`` is the catalog, or
+    ``root`` is the catalog itself, written directly in the trailer."""
     out = bytearray(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")
     offsets = []
     for number, body in enumerate(objects, start=1):
@@ -36,9 +37,10 @@ def raw_pdf(path: Path, objects: list[bytes], root: int = 1) -> Path:
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     for offset in offsets:
         out += b"%010d 00000 n \n" % offset
-    out += b"trailer\n<< /Size %d /Root %d 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+    catalog = root if isinstance(root, bytes) else b"%d 0 R" % root
+    out += b"trailer\n<< /Size %d /Root %s >>\nstartxref\n%d\n%%%%EOF\n" % (
         len(objects) + 1,
-        root,
+        catalog,
         xref,
     )
     path.write_bytes(bytes(out))
@@ -163,6 +165,26 @@ def attachment_in_annotation_array(path: Path) -> Path:
         b" /FS << /Type /Filespec /F (a.exe) >> >>]"
     )
     return raw_pdf(path, objects)
+
+
+def javascript_in_direct_catalog(path: Path) -> Path:
+    """A catalog written directly in the trailer, not as an object, whose
+    additional actions run JavaScript as the document closes."""
+    objects = _one_page()
+    objects[0] = b"null"
+    return raw_pdf(
+        path,
+        objects,
+        root=b"<< /Type /Catalog /Pages 2 0 R"
+        b" /AA << /WC << /S /JavaScript /JS (app.alert(1)) >> >> >>",
+    )
+
+
+def plain_direct_catalog(path: Path) -> Path:
+    """A catalog written directly in the trailer, holding nothing active."""
+    objects = _one_page()
+    objects[0] = b"null"
+    return raw_pdf(path, objects, root=b"<< /Type /Catalog /Pages 2 0 R >>")
 
 
 def link_in_annotation_array(path: Path) -> Path:

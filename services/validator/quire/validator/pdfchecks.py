@@ -233,6 +233,10 @@ def _check_pdf(pdf: Any, limits: PdfLimits, graph: PdfGraph) -> PdfCheck:
     names = pdf.Root.get("/Names")
     if names is not None and "/JavaScript" in names:
         active = True
+    if not active and graph.root.key is None:
+        # A catalog written directly in the trailer is no object of its own:
+        # searched here, with all it holds directly (some viewers open it).
+        active = search.reaches_active(graph.root)
     if not active and "/OpenAction" in pdf.Root:
         active = search.reaches_active(graph.get(graph.root, "/OpenAction"))
     if pdf.get_warnings():
