@@ -53,6 +53,15 @@ async def test_deeply_nested_arrays_are_malformed(sandbox, folder: Path) -> None
     assert await _verdict(sandbox, hostile.nested_arrays(folder / "nested.pdf")) == "MALFORMED_PDF"
 
 
+async def test_a_drawing_bomb_is_refused_before_anything_draws_it(sandbox, folder: Path) -> None:  # type: ignore[no-untyped-def]
+    bomb = hostile.drawing_bomb(folder / "bomb.pdf")
+    assert await _verdict(sandbox, bomb) == "MALFORMED_PDF"
+    loop = hostile.form_drawing_itself_through_the_page(folder / "loop.pdf")
+    assert await _verdict(sandbox, loop) == "CYCLIC_STRUCTURE"
+    fan = hostile.drawing_bomb(folder / "fan.pdf", levels=8)  # 256 draws: an ordinary page
+    assert await _verdict(sandbox, fan) == ""
+
+
 async def test_a_page_tree_loop_is_refused_as_a_cycle(sandbox, folder: Path) -> None:  # type: ignore[no-untyped-def]
     assert (
         await _verdict(sandbox, hostile.page_tree_loop(folder / "loop.pdf")) == "CYCLIC_STRUCTURE"

@@ -186,8 +186,9 @@ class ReasonCode(StrEnum):
     (or the ruleset allows no repair): the job is REJECTED, with the damage code as the reason
     detail."""
     CYCLIC_STRUCTURE = "CYCLIC_STRUCTURE"
-    """A page tree, outline, form-field tree, annotation chain, function or object-stream
-    chain that leads back to itself: refused before anything walks it."""
+    """A page tree, outline, form-field tree, name or number tree, annotation chain,
+    function or object-stream chain that leads back to itself, or a form, pattern,
+    appearance or soft mask that draws itself: refused before anything walks it."""
     PARSER_LIMIT_EXCEEDED = "PARSER_LIMIT_EXCEEDED"
     """Checking a source used up its sandbox (memory, CPU time, wall time,
     or it crashed the worker) and did so again when retried: the job is REJECTED. Split or

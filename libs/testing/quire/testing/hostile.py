@@ -167,6 +167,35 @@ def attachment_in_annotation_array(path: Path) -> Path:
     return raw_pdf(path, objects)
 
 
+def form(content: bytes, resources: bytes = b"") -> bytes:
+    """A form XObject drawing ``content``, with ``resources`` (none when empty)."""
+    extra = b"/Resources << %s >>" % resources if resources else b""
+    return _stream(content, b"/Type /XObject /Subtype /Form /BBox [0 0 10 10] " + extra)
+
+
+def drawing_bomb(path: Path, levels: int = 40, times: int = 2) -> Path:
+    """A page drawing a form that draws the next ``times`` times, ``levels``
+    deep: ``times ** levels`` draws, and no loop."""
+    objects = _one_page(b"/X Do")
+    objects[2] = objects[2].replace(b"/Resources <<", b"/Resources << /XObject << /X 6 0 R >>")
+    for level in range(levels):
+        if level + 1 < levels:
+            drawing = b" ".join([b"q /X Do Q"] * times)
+            objects.append(form(drawing, b"/XObject << /X %d 0 R >>" % (7 + level)))
+        else:
+            objects.append(form(b"0 0 1 1 re f"))
+    return raw_pdf(path, objects)
+
+
+def form_drawing_itself_through_the_page(path: Path) -> Path:
+    """A form without resources of its own, drawing the name the page's
+    resources give the form itself (viewers draw it from the page's)."""
+    objects = _one_page(b"/X Do")
+    objects[2] = objects[2].replace(b"/Resources <<", b"/Resources << /XObject << /X 6 0 R >>")
+    objects.append(form(b"/X Do"))
+    return raw_pdf(path, objects)
+
+
 def javascript_in_direct_catalog(path: Path) -> Path:
     """A catalog written directly in the trailer, not as an object, whose
     additional actions run JavaScript as the document closes."""

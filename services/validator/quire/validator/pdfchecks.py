@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from quire.reasons import ReasonCode
 from quire.validator.calculator import unbounded_calculator
 from quire.validator.decoding import DecodeError, UnsupportedFilter, decoded_size
+from quire.validator.pdfdrawing import drawing_verdict
 from quire.validator.pdfgraph import Node, PdfGraph, text
 
 __all__ = ["PdfCheck", "PdfLimits", "UNREPAIRABLE_SHAPES", "check_pdf"]
@@ -164,14 +165,15 @@ class PdfCheck(NamedTuple):
     reason: str
     """The first reason to refuse; empty when the PDF passes."""
     detail: str = ""
-    """MALFORMED_PDF's sub-code: ``STRUCTURE_TOO_DEEP``, ``TOO_MANY_OBJECTS``
+    """MALFORMED_PDF's sub-code: ``STRUCTURE_TOO_DEEP``, ``TOO_MANY_OBJECTS``,
+    ``DRAWING_UNBOUNDED``
     (hostile shapes a repair cannot help), ``UNDECODABLE_STREAM``,
     ``NO_PAGES`` or ``QPDF_WARNING`` (damage a repair may fix)."""
     damage: tuple[str, ...] = ()
     """Damage the decoders tolerated as viewers do (``FLATE_CHECKSUM_WRONG``)."""
 
 
-UNREPAIRABLE_SHAPES = frozenset({"STRUCTURE_TOO_DEEP", "TOO_MANY_OBJECTS"})
+UNREPAIRABLE_SHAPES = frozenset({"STRUCTURE_TOO_DEEP", "TOO_MANY_OBJECTS", "DRAWING_UNBOUNDED"})
 
 
 def check_pdf(pdf: Any, limits: PdfLimits, graph: PdfGraph | None = None) -> PdfCheck:
@@ -230,6 +232,11 @@ def _check_pdf(pdf: Any, limits: PdfLimits, graph: PdfGraph) -> PdfCheck:
             active = search.reaches_active(node)
     if not graph.complete:
         return _malformed(pages, "TOO_MANY_OBJECTS")
+    drawing = drawing_verdict(graph)
+    if drawing == "cycle":
+        return PdfCheck(pages, ReasonCode.CYCLIC_STRUCTURE)
+    if drawing:
+        return _malformed(pages, "DRAWING_UNBOUNDED")
     names = pdf.Root.get("/Names")
     if names is not None and "/JavaScript" in names:
         active = True

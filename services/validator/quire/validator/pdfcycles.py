@@ -11,7 +11,9 @@ iterative, remembers what it has seen by object number, and is bounded:
 - what a page draws: form XObjects, patterns and Type 3 fonts whose
   resources draw themselves again;
 - the structure tree (``/StructTreeRoot``, ``/K``) that accessibility tools walk;
-- name trees (``/Kids`` of each tree under the catalog's ``/Names``);
+- name trees (``/Kids`` of each tree under the catalog's ``/Names``, and the
+  structure tree's ``/IDTree``) and number trees (``/PageLabels``, the
+  structure tree's ``/ParentTree``);
 - outlines (``/First``, ``/Next``): every item is reached once; and the
   links viewers walk backwards (``/Last``, ``/Prev``) end;
 - annotation reply chains (``/IRT``) and field parent chains (``/Parent``);
@@ -252,6 +254,15 @@ class _Walks:
         structure = graph.get(root, "/StructTreeRoot")
         if structure.value is not None and self.has_cycle(structure, self.structure_kids):
             yield "structure_tree"
+        # Number trees (page labels, the structure's parent tree) and the
+        # structure's ID name tree: /Kids, as any name tree.
+        for tree in (
+            graph.get(root, "/PageLabels"),
+            graph.get(structure, "/ParentTree"),
+            graph.get(structure, "/IDTree"),
+        ):
+            if graph.is_dictionary(tree) and self.tree_has_cycle(tree, "/Kids"):
+                yield "number_trees"
         names = graph.get(root, "/Names")
         if names.value is not None:
             for tree in self.named_trees(names):

@@ -1,0 +1,170 @@
+"""What drawing a page asks of a viewer (``pdfdrawing``): counted, bounded,
+and loops found through inherited resources, appearance streams and soft
+masks. Asserted on the count the walk makes, never on time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pikepdf
+import pytest
+
+from quire.blobstore import sha256_file
+from quire.reasons import ReasonCode
+from quire.testing import hostile
+from quire.testing.hostile import form, raw_pdf
+from quire.validator.inspection import inspect_source
+from quire.validator.pdfdrawing import canonical, drawing_verdict, names_used
+from quire.validator.pdfgraph import PdfGraph
+
+PDF = "application/pdf"
+
+
+def _verdict(path: Path, max_draws: int | None = None) -> str:
+    with pikepdf.open(path, attempt_recovery=False) as pdf:
+        graph = PdfGraph.read(pdf, 10**6)
+        if max_draws is None:
+            return drawing_verdict(graph)
+        return drawing_verdict(graph, max_draws)
+
+
+def _reason(path: Path) -> tuple[str, str]:
+    found = inspect_source(str(path), sha256_file(path)[0], PDF)
+    return found.reason, found.detail
+
+
+def _page_drawing(path: Path, content: bytes, resources: bytes, *more: bytes) -> Path:
+    objects = hostile._one_page(content)  # noqa: SLF001 - the shared one-page skeleton
+    objects[2] = objects[2].replace(b"/Resources <<", b"/Resources << " + resources)
+    objects.extend(more)
+    return raw_pdf(path, objects)
+
+
+def test_each_thing_drawn_counts_once_for_each_time_it_is_named(tmp_path: Path) -> None:
+    """The page draws A three times; A draws B twice: 1 + 3 * (1 + 2 * 1) = 10
+    draws. A bound of 10 passes it and a bound of 9 does not, so the count is
+    exact for forms named as they are drawn."""
+    path = _page_drawing(
+        tmp_path / "ten.pdf",
+        b"/A Do /A Do q /A Do Q",
+        b"/XObject << /A 6 0 R >>",
+        form(b"/B Do /B Do", b"/XObject << /B 7 0 R >>"),
+        form(b"0 0 1 1 re f"),
+    )
+    assert _verdict(path, max_draws=10) == ""
+    assert _verdict(path, max_draws=9) == "unbounded"
+
+
+def test_a_fan_of_forms_without_a_loop_is_refused_as_unbounded(tmp_path: Path) -> None:
+    bomb = hostile.drawing_bomb(tmp_path / "bomb.pdf")
+    assert _verdict(bomb) == "unbounded"
+    assert _reason(bomb) == (ReasonCode.MALFORMED_PDF, "DRAWING_UNBOUNDED")
+    ordinary = hostile.drawing_bomb(tmp_path / "fan.pdf", levels=10)
+    assert _reason(ordinary) == ("", "")
+
+
+def test_a_name_written_with_escapes_is_counted_as_the_name_it_is(tmp_path: Path) -> None:
+    """``/#58`` is ``/X`` to every reader: a bomb that spells its names with
+    escapes is counted the same."""
+    objects = hostile._one_page(b"/#58 Do")  # noqa: SLF001
+    objects[2] = objects[2].replace(b"/Resources <<", b"/Resources << /XObject << /X 6 0 R >>")
+    for level in range(30):
+        if level < 29:
+            objects.append(
+                form(b"q /#58 Do Q q /X#20Y Do Q", b"/XObject << /X 7 0 R /X#20Y 7 0 R >>")
+                .replace(b"/X 7 0 R", b"/X %d 0 R" % (7 + level))
+                .replace(b"/X#20Y 7 0 R", b"/X#20Y %d 0 R" % (7 + level))
+            )
+        else:
+            objects.append(form(b"0 0 1 1 re f"))
+    path = raw_pdf(tmp_path / "escaped.pdf", objects)
+    assert _verdict(path) == "unbounded"
+    assert names_used(b"/#58 Do /X#20Y Do (a) Tj /X Do") == {b"X": 2, b"X Y": 1}
+    assert canonical("/X Y") == b"X Y"
+    assert canonical("n:/X#e9Y") == b"X\xe9Y"
+
+
+def test_a_form_without_resources_draws_from_the_page_and_may_loop_there(tmp_path: Path) -> None:
+    loop = hostile.form_drawing_itself_through_the_page(tmp_path / "loop.pdf")
+    assert _verdict(loop) == "cycle"
+    assert _reason(loop)[0] == ReasonCode.CYCLIC_STRUCTURE
+    # The same form drawing an image the page's resources name: no loop.
+    image = hostile._stream(  # noqa: SLF001
+        b"\x00",
+        b"/Type /XObject /Subtype /Image /Width 1 /Height 1 /ColorSpace /DeviceGray"
+        b" /BitsPerComponent 8",
+    )
+    plain = _page_drawing(
+        tmp_path / "plain.pdf",
+        b"/X Do",
+        b"/XObject << /X 6 0 R /I 7 0 R >>",
+        form(b"/I Do"),
+        image,
+    )
+    assert _verdict(plain) == ""
+    assert _reason(plain) == ("", "")
+
+
+def test_an_appearance_that_draws_itself_is_a_loop(tmp_path: Path) -> None:
+    objects = hostile._one_page(page_extra=b"/Annots [6 0 R] ")  # noqa: SLF001
+    objects.append(b"<< /Type /Annot /Subtype /Square /Rect [0 0 10 10] /AP << /N 7 0 R >> >>")
+    objects.append(form(b"/X Do", b"/XObject << /X 7 0 R >>"))
+    path = raw_pdf(tmp_path / "appearance.pdf", objects)
+    assert _verdict(path) == "cycle"
+    assert _reason(path)[0] == ReasonCode.CYCLIC_STRUCTURE
+
+
+def test_an_appearance_state_that_fans_out_counts_with_its_page(tmp_path: Path) -> None:
+    """An annotation's appearance states (``/N`` a dictionary of streams) are
+    drawn with the page: their draws are the page's."""
+    objects = hostile._one_page(page_extra=b"/Annots [6 0 R] ")  # noqa: SLF001
+    objects.append(
+        b"<< /Type /Annot /Subtype /Widget /Rect [0 0 10 10] /AP << /N << /On 7 0 R >> >> >>"
+    )
+    objects.append(form(b"/A Do /A Do /A Do /A Do", b"/XObject << /A 8 0 R >>"))
+    objects.append(form(b"0 0 1 1 re f"))
+    path = raw_pdf(tmp_path / "states.pdf", objects)
+    assert _verdict(path, max_draws=6) == ""  # the page 1, the appearance 1 + 4
+    assert _verdict(path, max_draws=5) == "unbounded"
+
+
+def test_a_soft_mask_group_that_draws_itself_is_a_loop(tmp_path: Path) -> None:
+    mask = form(
+        b"/G1 gs 0 0 10 10 re f",
+        b"/ExtGState << /G1 6 0 R >>",
+    ).replace(b"/Subtype /Form", b"/Subtype /Form /Group << /S /Transparency >>")
+    path = _page_drawing(
+        tmp_path / "mask.pdf",
+        b"/G1 gs 0 0 10 10 re f",
+        b"/ExtGState << /G1 6 0 R >>",
+        b"<< /Type /ExtGState /SMask << /Type /Mask /S /Luminosity /G 7 0 R >> >>",
+        mask,
+    )
+    assert _verdict(path) == "cycle"
+
+
+def test_pages_are_the_page_tree_leaves_even_without_their_type(tmp_path: Path) -> None:
+    """A leaf of the page tree without ``/Type /Page`` is still drawn by
+    lenient viewers: its drawing is counted too."""
+    objects = hostile._one_page(b"/A Do /A Do")  # noqa: SLF001
+    objects[2] = (
+        objects[2]
+        .replace(b"/Type /Page ", b"")
+        .replace(b"/Resources <<", b"/Resources << /XObject << /A 6 0 R >>")
+    )
+    objects.append(form(b"0 0 1 1 re f"))
+    path = raw_pdf(tmp_path / "untyped.pdf", objects)
+    assert b"/Type /Page " not in path.read_bytes()
+    assert _verdict(path, max_draws=3) == ""
+    assert _verdict(path, max_draws=2) == "unbounded"
+
+
+@pytest.mark.parametrize("tree", [b"/PageLabels 6 0 R", b"/StructTreeRoot 8 0 R"])
+def test_a_number_tree_whose_kids_loop_is_a_cycle(tmp_path: Path, tree: bytes) -> None:
+    objects = hostile._one_page()  # noqa: SLF001
+    objects[0] = b"<< /Type /Catalog /Pages 2 0 R %s >>" % tree
+    objects.append(b"<< /Kids [7 0 R] >>")
+    objects.append(b"<< /Kids [6 0 R] /Limits [0 5] >>")
+    objects.append(b"<< /Type /StructTreeRoot /ParentTree 6 0 R >>")
+    path = raw_pdf(tmp_path / "tree.pdf", objects)
+    assert _reason(path)[0] == ReasonCode.CYCLIC_STRUCTURE
