@@ -186,3 +186,62 @@ def test_a_catalog_found_by_scanning_is_accepted_only_if_the_second_reader_agree
     review = _inspect(lost, tmp_path, PdfLimits(review_ambiguity=True))
     assert review.reason == "" and review.repaired
     assert review.warnings[-1] == SECOND_READER_REFUSED
+
+
+def _dead_second_body(path: Path, body: bytes, number: int, *, entry: bytes) -> Path:
+    """The one-page skeleton with a second, later body for object ``number``
+    that no cross-reference entry names; ``entry`` formats each entry (the
+    standard 20 bytes, or 19, which qpdf reads and pdfium rebuilds past,
+    taking the last body it finds)."""
+    from quire.testing.hostile import _one_page  # noqa: PLC0415 - the shared skeleton
+
+    objects = _one_page()
+    out = bytearray(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")
+    offsets = []
+    for index, obj in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % index + obj + b"\nendobj\n"
+    out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    for offset in offsets:
+        out += entry % offset
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1,
+        xref,
+    )
+    path.write_bytes(bytes(out))
+    return path
+
+
+SCRIPTED_CATALOG = (
+    b"<< /Type /Catalog /Pages 2 0 R /Names << /JavaScript << /Names [(x)"
+    b" << /S /JavaScript /JS (app.alert(1)) >>] >> >> >>"
+)
+SCRIPTED_PAGE = (
+    b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792]"
+    b" /Resources << /Font << /F1 5 0 R >> >> /Contents 4 0 R"
+    b" /Annots [<< /Type /Annot /Subtype /Link /Rect [72 700 200 720] /Border [0 0 0]"
+    b" /A << /S /Launch /F (calc.exe) >> >>] >>"
+)
+
+
+@pytest.mark.parametrize(
+    ("body", "number", "pages"), [(SCRIPTED_CATALOG, 1, ()), (SCRIPTED_PAGE, 3, (1,))]
+)
+def test_what_only_the_second_reader_sees_a_document_do_is_ambiguous(
+    tmp_path: Path, body: bytes, number: int, pages: tuple[int, ...]
+) -> None:
+    """A dead second body that pdfium takes (its table rebuilt) and qpdf does
+    not: document JavaScript, or a page's launch link, that the checks on
+    qpdf's reading never saw. The same file with a table pdfium trusts reads
+    one way and passes."""
+    read_two_ways = _dead_second_body(
+        tmp_path / "short.pdf", body, number, entry=b"%010d 00000 n\n"
+    )
+    assert two_readings(str(read_two_ways))
+    found = _inspect(read_two_ways, tmp_path)
+    assert (found.reason, found.detail) == (ReasonCode.MALFORMED_PDF, AMBIGUOUS_CONTENT)
+    assert found.differing_pages == pages
+    trusted = _dead_second_body(tmp_path / "full.pdf", body, number, entry=b"%010d 00000 n \n")
+    assert _inspect(trusted, tmp_path).reason == ""

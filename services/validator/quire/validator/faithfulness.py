@@ -6,8 +6,9 @@ what damaged bytes meant; an intact file can still be read two ways when it
 carries more than one header or defines one object twice across revisions.
 For each such file, pdfium reads the original and qpdf's rewrite (the clean
 rewrite of a repair, or qpdf's plain reading of an intact file). Any page
-whose text or raster differs, or a page count that differs, makes the file
-``AMBIGUOUS_CONTENT``; an original pdfium cannot open at all is
+whose text, raster or annotations differ, a page count that differs, or
+document JavaScript, attachments or a form only one reading has, makes the
+file ``AMBIGUOUS_CONTENT``; an original pdfium cannot open at all is
 ``SECOND_READER_REFUSED``. The ruleset's repair policy decides what follows
 (``inspection``): refused as ``MALFORMED_PDF`` with that sub-code, or parked
 for review with the pages named.
@@ -102,6 +103,10 @@ def agreement(original: str, rewrite: str) -> Agreement:
     seen, written = read_with_pdfium(original), read_with_pdfium(rewrite)
     if seen is None or written is None:
         return Agreement(SECOND_READER_REFUSED)
+    if seen.document != written.document:
+        # JavaScript, attachments or a form only one reading has: the checks
+        # ran on qpdf's reading, and a pdfium viewer would run the other.
+        return Agreement(AMBIGUOUS_CONTENT)
     if not differing_pages(seen, written):
         return Agreement()
     seen, written = read_with_pdfium(original), read_with_pdfium(rewrite)

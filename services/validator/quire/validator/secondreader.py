@@ -7,8 +7,10 @@ header, an object defined twice), qpdf's reading is only one guess, and a
 viewer built on another engine may show other text. pdfium (Chrome's
 reader, through ``pypdfium2``) reads the original with its own parser and
 its own recovery, and reads qpdf's rewrite too: page count, each page's
-text and a small raster of each page must agree, or the file is ambiguous
-(``faithfulness``). Runs in the sandbox worker, under its limits; nothing
+text, a small raster of each page and what each page and the document do
+beyond drawing (annotations and their link actions; document JavaScript,
+attachments, forms) must agree, or the file is ambiguous
+(``faithfulness``): a viewer would show, or run, what was never checked. Runs in the sandbox worker, under its limits; nothing
 read here (text, pixels) leaves it, only digests and page numbers.
 """
 
@@ -44,6 +46,9 @@ class PageView:
     """sha256 of the page's text as pdfium extracts it."""
     raster: bytes
     """sha256 of the page's grayscale raster (``RASTER_SIDE``)."""
+    annotations: tuple[tuple[int, int], ...] = ()
+    """Each annotation's subtype and, for a link, its action's type (pdfium's
+    numbers; -1 when it has none)."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,8 @@ class Reading:
     """pdfium's reading of one file, page by page."""
 
     pages: tuple[PageView, ...]
+    document: tuple[int, int, int] = (0, 0, 0)
+    """Document JavaScript actions, attachments, and the form type."""
 
 
 def _page_view(page: object) -> PageView:
@@ -65,6 +72,36 @@ def _page_view(page: object) -> PageView:
     return PageView(
         hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest(),
         hashlib.sha256(pixels).digest(),
+        _annotations(page),
+    )
+
+
+def _annotations(page: Any) -> tuple[tuple[int, int], ...]:
+    import pypdfium2.raw as pdfium
+
+    found = []
+    for index in range(pdfium.FPDFPage_GetAnnotCount(page.raw)):
+        annotation = pdfium.FPDFPage_GetAnnot(page.raw, index)
+        if not annotation:
+            found.append((-1, -1))
+            continue
+        try:
+            link = pdfium.FPDFAnnot_GetLink(annotation)
+            action = pdfium.FPDFLink_GetAction(link) if link else None
+            kind = pdfium.FPDFAction_GetType(action) if action else -1
+            found.append((pdfium.FPDFAnnot_GetSubtype(annotation), kind))
+        finally:
+            pdfium.FPDFPage_CloseAnnot(annotation)
+    return tuple(found)
+
+
+def _document(document: Any) -> tuple[int, int, int]:
+    import pypdfium2.raw as pdfium
+
+    return (
+        pdfium.FPDFDoc_GetJavaScriptActionCount(document.raw),
+        pdfium.FPDFDoc_GetAttachmentCount(document.raw),
+        pdfium.FPDF_GetFormType(document.raw),
     )
 
 
@@ -118,7 +155,7 @@ def read_with_pdfium(path: str) -> Reading | None:
             for index in range(len(document)):
                 with pdfium_page(document, index) as page:
                     views.append(_page_view(page))
-            return Reading(tuple(views))
+            return Reading(tuple(views), _document(document))
     except pypdfium2.PdfiumError:
         return None
 
