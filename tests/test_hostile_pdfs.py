@@ -55,7 +55,9 @@ async def test_deeply_nested_arrays_are_malformed(sandbox, folder: Path) -> None
 
 async def test_a_drawing_bomb_is_refused_before_anything_draws_it(sandbox, folder: Path) -> None:  # type: ignore[no-untyped-def]
     bomb = hostile.drawing_bomb(folder / "bomb.pdf")
-    assert await _verdict(sandbox, bomb) == "MALFORMED_PDF"
+    digest, _ = sha256_file(bomb)
+    finding = await sandbox.run(inspect_source, str(bomb), digest, PDF, PdfLimits())
+    assert (finding.reason, finding.detail) == ("MALFORMED_PDF", "DRAWING_UNBOUNDED")
     loop = hostile.form_drawing_itself_through_the_page(folder / "loop.pdf")
     assert await _verdict(sandbox, loop) == "CYCLIC_STRUCTURE"
     fan = hostile.drawing_bomb(folder / "fan.pdf", levels=8)  # 256 draws: an ordinary page

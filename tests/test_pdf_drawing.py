@@ -168,3 +168,142 @@ def test_a_number_tree_whose_kids_loop_is_a_cycle(tmp_path: Path, tree: bytes) -
     objects.append(b"<< /Type /StructTreeRoot /ParentTree 6 0 R >>")
     path = raw_pdf(tmp_path / "tree.pdf", objects)
     assert _reason(path)[0] == ReasonCode.CYCLIC_STRUCTURE
+
+
+def test_a_nul_between_a_name_and_its_operator_still_names_it(tmp_path: Path) -> None:
+    """NUL is white space to PDF readers: ``/X\\x00Do`` draws ``/X``."""
+    assert names_used(b"/X\x00Do /Y\x00\x00Do") == {b"X": 1, b"Y": 1}
+    bomb = hostile.drawing_bomb(tmp_path / "nul.pdf", separator=b"\x00")
+    assert _verdict(bomb) == "unbounded"
+
+
+def test_a_form_without_resources_draws_from_the_form_that_drew_it(tmp_path: Path) -> None:
+    """pdfium and pdf.js give such a form its drawer's resources, not the
+    page's: a form naming itself there loops, and forms alternating with and
+    without resources fan out all the same."""
+    loop = _page_drawing(
+        tmp_path / "parent.pdf",
+        b"/A Do",
+        b"/XObject << /A 6 0 R >>",
+        form(b"/X Do", b"/XObject << /X 7 0 R >>"),
+        form(b"q /X Do Q q /X Do Q"),
+    )
+    assert _verdict(loop) == "cycle"
+    more = []
+    number = 6
+    for _ in range(20):
+        more.append(
+            form(
+                b"q /X Do Q q /X Do Q",
+                b"/XObject << /X %d 0 R /Y %d 0 R >>" % (number + 1, number + 2),
+            )
+        )
+        more.append(form(b"q /Y Do Q q /Y Do Q"))
+        number += 2
+    more.append(form(b"0 0 1 1 re f"))
+    bomb = _page_drawing(tmp_path / "alternating.pdf", b"/A Do", b"/XObject << /A 6 0 R >>", *more)
+    assert _verdict(bomb) == "unbounded"
+
+
+def test_resources_given_as_a_stream_are_read_as_its_dictionary(tmp_path: Path) -> None:
+    """pdfium reads a stream's dictionary where a dictionary is due."""
+    objects = hostile._one_page(b"/X Do")  # noqa: SLF001
+    objects[2] = objects[2].replace(b"/Resources <<", b"/Resources << /XObject 6 0 R")
+    objects.append(hostile._stream(b"", b"/X 7 0 R"))  # noqa: SLF001
+    for level in range(40):
+        if level < 39:
+            objects.append(form(b"q /X Do Q q /X Do Q", b"/XObject << /X %d 0 R >>" % (8 + level)))
+        else:
+            objects.append(form(b"0 0 1 1 re f"))
+    path = raw_pdf(tmp_path / "stream.pdf", objects)
+    assert _verdict(path) == "unbounded"
+
+
+def test_a_soft_mask_or_pattern_that_draws_counts_for_every_painting_after_it(
+    tmp_path: Path,
+) -> None:
+    """Set once, a soft mask (or a pattern) may be drawn again for each thing
+    painted under it: one that draws 2**10 forms under 1,000 fills is past
+    a bound of 250,000; under one fill it is not."""
+    inner = [
+        form(b"q /X Do Q q /X Do Q", b"/XObject << /X %d 0 R >>" % (8 + level))
+        if level < 9
+        else form(b"0 0 1 1 re f")
+        for level in range(10)
+    ]
+    state = b"<< /Type /ExtGState /SMask << /Type /Mask /S /Luminosity /G 7 0 R >> >>"
+    many = _page_drawing(
+        tmp_path / "many.pdf",
+        b"/G gs " + b"0 0 1 1 re f " * 1000,
+        b"/ExtGState << /G 6 0 R >>",
+        state,
+        *inner,
+    )
+    assert _verdict(many) == "unbounded"
+    once = _page_drawing(
+        tmp_path / "once.pdf", b"/G gs 0 0 1 1 re f", b"/ExtGState << /G 6 0 R >>", state, *inner
+    )
+    assert _verdict(once) == ""
+
+
+def test_a_type3_glyph_that_draws_counts_for_every_byte_shown(tmp_path: Path) -> None:
+    font = (
+        b"<< /Type /Font /Subtype /Type3 /FontBBox [0 0 1 1] /FontMatrix [1 0 0 1 0 0]"
+        b" /CharProcs << /a 7 0 R >> /Encoding << /Differences [97 /a] >> /FirstChar 97"
+        b" /LastChar 97 /Widths [1] /Resources << /XObject << /X 8 0 R >> >> >>"
+    )
+    inner = [
+        form(b"q /X Do Q q /X Do Q", b"/XObject << /X %d 0 R >>" % (9 + level))
+        if level < 9
+        else form(b"0 0 1 1 re f")
+        for level in range(10)
+    ]
+    objects = hostile._one_page(b"BT /T 1 Tf (" + b"a" * 1000 + b") Tj ET")  # noqa: SLF001
+    objects[2] = objects[2].replace(b"/Font << /F1 5 0 R >>", b"/Font << /F1 5 0 R /T 6 0 R >>")
+    objects += [font, hostile._stream(b"1 0 d0 /X Do"), *inner]  # noqa: SLF001
+    path = raw_pdf(tmp_path / "glyphs.pdf", objects)
+    assert _verdict(path) == "unbounded"
+
+
+def test_a_deep_chain_is_walked_without_recursion_and_passes(tmp_path: Path) -> None:
+    """1,500 forms each drawing the next once: 1,501 draws, no loop, and deeper
+    than Python's recursion limit."""
+    objects = hostile._one_page(b"/X Do")  # noqa: SLF001
+    objects[2] = objects[2].replace(b"/Resources <<", b"/Resources << /XObject << /X 6 0 R >>")
+    for level in range(1500):
+        last = level == 1499
+        objects.append(
+            form(b"0 0 1 1 re f")
+            if last
+            else form(b"/X Do", b"/XObject << /X %d 0 R >>" % (7 + level))
+        )
+    path = raw_pdf(tmp_path / "deep.pdf", objects)
+    assert _verdict(path) == ""
+    assert _verdict(path, max_draws=1500) == "unbounded"
+
+
+def test_pages_sharing_their_forms_work_them_out_once(tmp_path: Path) -> None:
+    """Two hundred pages drawing the same fifty forms, each once: 51 draws a
+    page, and no work bound is reached by the sharing."""
+    count = 50
+    page_objects = []
+    forms = [form(b"0 0 1 1 re f") for _ in range(count)]
+    first_form = 4 + 200 * 2
+    names = b" ".join(b"/F%d %d 0 R" % (i, first_form + i) for i in range(count))
+    drawing = b" ".join(b"/F%d Do" % i for i in range(count))
+    resources = 3
+    kids = b" ".join(b"%d 0 R" % (4 + 2 * i) for i in range(200))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [%s] /Count 200 >>" % kids,
+        b"<< /XObject << %s >> >>" % names,
+    ]
+    for i in range(200):
+        page_objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 9 9] /Resources %d 0 R"
+            b" /Contents %d 0 R >>" % (resources, 5 + 2 * i)
+        )
+        page_objects.append(hostile._stream(drawing))  # noqa: SLF001
+    path = raw_pdf(tmp_path / "shared.pdf", objects + page_objects + forms)
+    assert _verdict(path, max_draws=count + 1) == ""
+    assert _verdict(path, max_draws=count) == "unbounded"

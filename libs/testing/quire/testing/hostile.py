@@ -173,14 +173,15 @@ def form(content: bytes, resources: bytes = b"") -> bytes:
     return _stream(content, b"/Type /XObject /Subtype /Form /BBox [0 0 10 10] " + extra)
 
 
-def drawing_bomb(path: Path, levels: int = 40, times: int = 2) -> Path:
+def drawing_bomb(path: Path, levels: int = 40, times: int = 2, separator: bytes = b" ") -> Path:
     """A page drawing a form that draws the next ``times`` times, ``levels``
-    deep: ``times ** levels`` draws, and no loop."""
+    deep: ``times ** levels`` draws, and no loop. ``separator`` is the white
+    space between each name and its operator."""
     objects = _one_page(b"/X Do")
     objects[2] = objects[2].replace(b"/Resources <<", b"/Resources << /XObject << /X 6 0 R >>")
     for level in range(levels):
         if level + 1 < levels:
-            drawing = b" ".join([b"q /X Do Q"] * times)
+            drawing = b" ".join([b"q /X" + separator + b"Do Q"] * times)
             objects.append(form(drawing, b"/XObject << /X %d 0 R >>" % (7 + level)))
         else:
             objects.append(form(b"0 0 1 1 re f"))

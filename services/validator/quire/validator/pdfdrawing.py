@@ -3,48 +3,67 @@
 A page draws its content, and its content draws what its resources name:
 forms, tiling patterns, Type 3 fonts' glyphs, and the soft-mask groups of
 its graphics states. Each of those draws what its own resources name in
-turn; a form, pattern or font without ``/Resources`` draws from the page's,
-as viewers do. An annotation's appearance streams are drawn with the page.
+turn. A form, pattern or font without ``/Resources`` draws from the
+resources of what drew it (the page's, or the form's that drew it), as
+pdfium and pdf.js do. An annotation's appearance streams are drawn with the
+page.
 
 A document can make that drawing grow without any loop: forty forms that
 each draw the next twice ask a viewer for 2**40 draws, and it never finishes
-the page. So each page's draws are counted, each drawing thing once for
-every time its name appears in the content that draws it (an upper bound
-for forms, patterns and soft masks; a Type 3 font counts once per naming,
-not per glyph shown), and a page past ``MAX_DRAWS`` is refused. A drawing
-that reaches itself, through inherited resources, an appearance stream or a
-soft mask too, is a loop (``pdfcycles`` finds the ones through a thing's
-own resources).
+the page. So each page's draws are counted, and a page past ``MAX_DRAWS`` is
+refused. A form counts once for every time its name appears in the content
+that draws it. A pattern or a soft mask, once set, may be drawn again for
+every painting operator that follows, and a Type 3 glyph procedure runs
+for every glyph shown: when one of those draws anything in turn, it counts
+once per painting operator (a pattern, a soft mask) or once per byte of the
+content (a glyph), which bounds them from above. A drawing that reaches
+itself is a loop (``pdfcycles`` finds the ones through a thing's own
+resources; here, through inherited resources, appearances and soft masks
+too).
 
 Runs inside a sandbox worker, after every stream's decoded size was measured
-(``pdfchecks``): reading a content stream whole is bounded by then.
+(``pdfchecks``): reading a content stream whole is bounded by then. The walk
+is iterative, and it works out each thing's draws once for the resources
+it draws from.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
-from quire.validator.pdfgraph import NULL, Node, PdfGraph, text
+from quire.validator.pdfgraph import Node, PdfGraph, text
 
-__all__ = ["MAX_DRAWS", "drawing_verdict"]
+__all__ = ["MAX_DRAWS", "MAX_EXPANSIONS", "canonical", "drawing_verdict", "names_used"]
 
 MAX_DRAWS = 250_000
-"""Draws one page may ask for (its forms, patterns, glyph sets and soft masks,
-nested); pdfium draws about 60,000 small forms a second."""
-MAX_VISITS = 500_000
-"""Drawing things one document's walk may visit; beyond it the file is unbounded."""
+"""Draws one page may ask for (its forms, patterns, glyph procedures and soft
+masks, nested); pdfium draws about 60,000 small forms a second."""
+MAX_EXPANSIONS = 500_000
+"""Things one document's walk may work out (each once for the resources it
+draws from); beyond it the file is unbounded."""
 _PARENT_HOPS = 64
 _APPEARANCES = ("/N", "/R", "/D")
-_NAME = re.compile(rb"/([^\s/\[\]()<>{}%]*)")
+_WHITE = rb"\x00\t\n\x0c\r "
+_NAME = re.compile(rb"/([^" + _WHITE + rb"/\[\]()<>{}%]*)")
+"""A name token: PDF's white space (NUL included) and delimiters end it."""
+_PAINT = re.compile(
+    rb"(?:^|(?<=[" + _WHITE + rb"\])>]))(?:f\*?|F|B\*?|b\*?|S|s|sh|Do|Tj|TJ|'|\"|EI)"
+    rb"(?=[" + _WHITE + rb"/\[(<%]|$)"
+)
+"""Operators that paint (fill, stroke, shade, draw an XObject, show text, an
+inline image): each may draw a pattern or a soft mask in effect again. Also
+found inside strings and image data, which only raises the bound."""
 _ESCAPE = re.compile(rb"#([0-9A-Fa-f]{2})")
 _ESCAPE_TEXT = re.compile(r"#([0-9A-Fa-f]{2})")
+_FORM, _PATTERN, _GLYPHS, _MASK = "form", "pattern", "glyphs", "mask"
 
 Key = tuple[int, int]
-Context = tuple[str, Key | None] | None
-"""The page resources a drawing drew from: (``resources``, their key), or
-(``page``, the page's key) when they are not an object of their own."""
+Identity = tuple[str, Any]
+"""An object's key, or a direct value's identity (the graph keeps every value
+it read alive, so an identity names one value for the walk's life)."""
 
 
 class _Loop(Exception):
@@ -57,11 +76,12 @@ class _Unbounded(Exception):
 
 def drawing_verdict(graph: PdfGraph, max_draws: int = MAX_DRAWS) -> str:
     """``"cycle"`` when some drawing reaches itself, ``"unbounded"`` when a
-    page asks for more than ``max_draws`` draws, else empty."""
+    page asks for more than ``max_draws`` draws (or the walk for more work
+    than ``MAX_EXPANSIONS``), else empty."""
     walk = _Drawing(graph, max_draws)
     try:
-        for node in walk.pages():
-            walk.page(node)
+        for page in walk.pages():
+            walk.page(page)
     except _Loop:
         return "cycle"
     except _Unbounded:
@@ -88,17 +108,41 @@ def names_used(content: bytes) -> Counter[bytes]:
     return counts
 
 
+@dataclass
+class _Content:
+    names: Counter[bytes]
+    painting: int
+    """Painting operators in it."""
+    size: int
+
+
+@dataclass
+class _Frame:
+    """One thing being worked out: drawn from ``resources`` (its own when it
+    has them)."""
+
+    node: Node
+    resources: Node
+    memo: tuple[Identity, Identity | None]
+    page_content: bool = False
+    total: int = 1
+    pending: list[tuple[str, int, Node]] = field(default_factory=list)
+    """(how it multiplies, the times named, the thing) still to work out."""
+    content: _Content | None = None
+    waiting: tuple[str, int] | None = None
+    """How the child being worked out now multiplies, and its times named."""
+
+
 class _Drawing:
     def __init__(self, graph: PdfGraph, max_draws: int) -> None:
         self.graph = graph
         self.max_draws = max_draws
-        self.visits = 0
-        self._names: dict[Key, Counter[bytes]] = {}
-        self._children_of: dict[int, list[tuple[bytes, Node]]] = {}
-        self._drawing_of: dict[tuple[str, Key | None], Node | None] = {}
-        self._known: dict[tuple[Key, Context], int] = {}
-        """Draws of a thing, by its key and the page resources it drew from
-        (None when its drawing used none of them)."""
+        self.expansions = 0
+        self._contents: dict[Identity, _Content] = {}
+        self._named_in: dict[Identity, dict[bytes, list[tuple[str, Node]]]] = {}
+        self._known: dict[tuple[Identity, Identity | None], int] = {}
+        """A thing's draws, by its identity and the resources it drew from
+        (None when it has its own)."""
 
     def pages(self) -> list[Node]:
         """The page tree's leaves, as viewers find the pages they draw (each
@@ -109,8 +153,8 @@ class _Drawing:
         pending = [graph.get(graph.root, "/Pages")]
         while pending:
             node = pending.pop()
-            self._visit()
-            if not graph.is_dictionary(node):
+            self._expand()
+            if not isinstance(node.value, dict):
                 continue
             if node.key is not None:
                 if node.key in seen:
@@ -123,35 +167,28 @@ class _Drawing:
                 pages.append(node)
         return pages
 
-    def _visit(self) -> None:
-        self.visits += 1
-        if self.visits > MAX_VISITS:
-            raise _Unbounded()
-
     def page(self, page: Node) -> None:
         graph = self.graph
         resources = self._page_resources(page)
-        context = ("resources", resources.key) if resources.key is not None else ("page", page.key)
-        total = self._draws(page, resources, context, set(), page_content=True)[0]
-        annotations = graph.get(page, "/Annots") if "/Annots" in page.value else NULL
-        for annotation in graph.items(annotations) if isinstance(annotations.value, list) else []:
+        total = self._draws(page, resources, page_content=True)
+        annotations = graph.get(page, "/Annots") if "/Annots" in page.value else None
+        for annotation in graph.items(annotations) if annotations is not None else []:
             appearances = graph.get(annotation, "/AP")
-            if not graph.is_dictionary(appearances):
+            if not isinstance(appearances.value, dict):
                 continue
             for name in _APPEARANCES:
                 appearance = graph.get(appearances, name)
-                streams = (
-                    [appearance]
-                    if graph.is_stream(appearance)
-                    else [graph.node(v) for v in appearance.value.values()]
-                    if graph.is_dictionary(appearance)
-                    else []
-                )
+                if graph.is_stream(appearance):
+                    streams = [appearance]
+                elif isinstance(appearance.value, dict):
+                    streams = [graph.node(v) for v in appearance.value.values()]
+                else:
+                    streams = []
                 for stream in streams:
                     if graph.is_stream(stream):
-                        total += self._draws(stream, resources, context, set())[0]
-            if total > self.max_draws:
-                raise _Unbounded()
+                        total += self._draws(stream, resources)
+                        if total > self.max_draws:
+                            raise _Unbounded()
         if total > self.max_draws:
             raise _Unbounded()
 
@@ -161,138 +198,166 @@ class _Drawing:
         node = page
         for _ in range(_PARENT_HOPS):
             resources = graph.get(node, "/Resources")
-            if graph.is_dictionary(resources):
+            if isinstance(resources.value, dict):
                 return resources
             node = graph.get(node, "/Parent")
-            if not graph.is_dictionary(node):
+            if not isinstance(node.value, dict):
                 break
-        return Node(None, {})
+        return _NO_RESOURCES
 
-    def _draws(
-        self,
-        node: Node,
-        page_resources: Node,
-        context: Context,
-        path: set[Key],
-        *,
-        page_content: bool = False,
-    ) -> tuple[int, bool]:
-        """How many draws drawing ``node`` once asks for, itself included, and
-        whether that depended on the page's resources."""
-        self._visit()
-        key = node.key
-        if key is not None:
-            if key in path:
-                raise _Loop()
-            for memo in ((key, None), (key, context)):
-                if memo in self._known:
-                    return self._known[memo], memo[1] is not None
+    def _expand(self) -> None:
+        self.expansions += 1
+        if self.expansions > MAX_EXPANSIONS:
+            raise _Unbounded()
+
+    def _draws(self, root: Node, resources: Node, *, page_content: bool = False) -> int:
+        """How many draws drawing ``root`` once from ``resources`` asks for,
+        itself included (iterative: a chain of forms as deep as a file may
+        hold is walked without recursion)."""
+        first = self._frame(root, resources, page_content)
+        known = self._known.get(first.memo)
+        if known is not None:
+            return known
+        stack = [first]
+        path = {first.memo}
+        self._open(first)
+        while True:
+            frame = stack[-1]
+            if frame.pending:
+                how, times, child = frame.pending.pop()
+                inner = self._frame(child, frame.resources, False)
+                known = self._known.get(inner.memo)
+                if known is None and inner.memo in path:
+                    raise _Loop()
+                if known is None:
+                    frame.waiting = (how, times)
+                    path.add(inner.memo)
+                    self._open(inner)
+                    stack.append(inner)
+                    continue
+                self._add(frame, how, times, known)
+                continue
+            stack.pop()
+            path.discard(frame.memo)
+            self._known[frame.memo] = frame.total
+            if not stack:
+                return frame.total
+            parent = stack[-1]
+            assert parent.waiting is not None
+            how, times = parent.waiting
+            parent.waiting = None
+            self._add(parent, how, times, frame.total)
+
+    def _frame(self, node: Node, drawer: Node, page_content: bool) -> _Frame:
+        """``node`` drawn by something whose resources are ``drawer``."""
         own = self.graph.get(node, "/Resources")
-        inherited = not page_content and not self.graph.is_dictionary(own)
-        resources = page_resources if page_content or inherited else own
-        children = self._children(resources)
-        total, uses_page = 1, inherited
-        if children:
-            used = self._used(node, page_content)
-            if key is not None:
-                path.add(key)
-            try:
-                for name, child in children:
-                    times = used.get(name, 0)
-                    if not times:
-                        continue
-                    draws, from_page = self._draws(child, page_resources, context, path)
-                    uses_page = uses_page or from_page
-                    total += times * draws
-                    if total > self.max_draws:
-                        raise _Unbounded()
-            finally:
-                if key is not None:
-                    path.discard(key)
-        if key is not None:
-            self._known[(key, context if uses_page else None)] = total
-        return total, uses_page
+        if page_content:
+            return _Frame(node, drawer, (_identity(node), None), page_content=True)
+        if isinstance(own.value, dict):
+            return _Frame(node, own, (_identity(node), None))
+        return _Frame(node, drawer, (_identity(node), _identity(drawer)))
 
-    def _children(self, resources: Node) -> list[tuple[bytes, Node]]:
-        """(name, thing drawn) for each drawing thing ``resources`` names
-        (worked out once per resources dictionary: pages share them)."""
-        graph = self.graph
-        if not graph.is_dictionary(resources):
-            return []
-        # The graph keeps every value it read for as long as it lives, so a
-        # dictionary's identity names it for this walk, direct ones too.
-        known = self._children_of.get(id(resources.value))
-        if known is None:
-            known = self._children_of[id(resources.value)] = self._named(resources)
-        return known
+    def _open(self, frame: _Frame) -> None:
+        """Find what ``frame``'s content draws, each with how often."""
+        self._expand()
+        named = self._named(frame.resources)
+        if not named:
+            return
+        content = self._content(frame.node, frame.page_content)
+        frame.content = content
+        for name, times in content.names.items():
+            for how, child in named.get(name, ()):
+                frame.pending.append((how, times, child))
 
-    def _named(self, resources: Node) -> list[tuple[bytes, Node]]:
+    def _add(self, frame: _Frame, how: str, times: int, draws: int) -> None:
+        """Add a child's ``draws`` to ``frame``'s total, as often as it is drawn."""
+        if draws > 1 and frame.content is not None:
+            if how in (_PATTERN, _MASK):
+                times = max(times, frame.content.painting)
+            elif how == _GLYPHS:
+                times = max(times, frame.content.size)
+        frame.total += times * draws
+        if frame.total > self.max_draws:
+            raise _Unbounded()
+
+    def _named(self, resources: Node) -> dict[bytes, list[tuple[str, Node]]]:
+        """By name, the drawing things ``resources`` names (worked out once per
+        resources dictionary: pages share them)."""
+        identity = _identity(resources)
+        known = self._named_in.get(identity)
+        if known is not None:
+            return known
         graph = self.graph
-        found: list[tuple[bytes, Node]] = []
-        for category in ("/XObject", "/Pattern", "/Font", "/ExtGState"):
-            if category not in resources.value:
-                continue
-            named = graph.get(resources, category)
-            if not graph.is_dictionary(named):
-                continue
-            for name, value in named.value.items():
-                item = graph.node(value)
-                memo = (category, item.key)
-                if item.key is not None and memo in self._drawing_of:
-                    drawn = self._drawing_of[memo]
-                else:
-                    drawn = _drawing(graph, category, item)
-                    if item.key is not None:
-                        self._drawing_of[memo] = drawn
-                if drawn is not None:
-                    found.append((canonical(name), drawn))
+        found: dict[bytes, list[tuple[str, Node]]] = {}
+        if isinstance(resources.value, dict):
+            for category in ("/XObject", "/Pattern", "/Font", "/ExtGState"):
+                if category not in resources.value:
+                    continue
+                named = graph.get(resources, category)  # a dictionary, or a stream's
+                if not isinstance(named.value, dict):
+                    continue
+                for name, value in named.value.items():
+                    drawn = _drawing(graph, category, graph.node(value))
+                    if drawn is not None:
+                        found.setdefault(canonical(name), []).append(drawn)
+        self._named_in[identity] = found
         return found
 
-    def _used(self, node: Node, page_content: bool) -> Counter[bytes]:
-        """The names ``node``'s content uses, counted (read once per stream)."""
+    def _content(self, node: Node, page_content: bool) -> _Content:
+        """What ``node``'s content names and paints (read once per thing)."""
+        identity = _identity(node)
+        known = self._contents.get(identity)
+        if known is not None:
+            return known
         graph = self.graph
-        key = node.key
-        if key is not None and key in self._names:
-            return self._names[key]
         if page_content:
             contents = graph.get(node, "/Contents")
             streams = graph.items(contents) if isinstance(contents.value, list) else [contents]
         elif text(graph.get(node, "/Subtype").value) == "/Type3":
             procs = graph.get(node, "/CharProcs")
-            streams = (
-                [graph.node(v) for v in procs.value.values()] if graph.is_dictionary(procs) else []
-            )
+            values = procs.value.values() if isinstance(procs.value, dict) else ()
+            streams = [graph.node(value) for value in values]
         else:
             streams = [node]
-        counts: Counter[bytes] = Counter()
-        for stream in streams:
-            handle = graph.streams.get(stream.key) if stream.key is not None else None
-            if handle is not None:
-                counts.update(names_used(_content(handle)))
-        if key is not None:
-            self._names[key] = counts
-        return counts
+        data = b"\n".join(
+            _read(graph.streams[stream.key])
+            for stream in streams
+            if stream.key is not None and stream.key in graph.streams
+        )
+        content = _Content(names_used(data), len(_PAINT.findall(data)), len(data))
+        self._contents[identity] = content
+        return content
 
 
-def _drawing(graph: PdfGraph, category: str, item: Node) -> Node | None:
-    """What drawing ``item`` (named under ``category``) draws, or None when it
-    draws nothing in turn: a form, a tiling pattern, a Type 3 font, or a
-    graphics state's soft-mask group."""
+_NO_RESOURCES = Node(None, {})
+
+
+def _identity(node: Node) -> Identity:
+    if node.key is not None:
+        return ("object", node.key)
+    return ("value", id(node.value))
+
+
+def _drawing(graph: PdfGraph, category: str, item: Node) -> tuple[str, Node] | None:
+    """How ``item`` (named under ``category``) is drawn, and what draws, or
+    None when it draws nothing in turn: a form, a tiling pattern, a Type 3
+    font's glyphs, or a graphics state's soft-mask group."""
     if category == "/ExtGState":
         mask = graph.get(item, "/SMask")
-        group = graph.get(mask, "/G") if graph.is_dictionary(mask) else None
-        return group if group is not None and graph.is_stream(group) else None
+        group = graph.get(mask, "/G") if isinstance(mask.value, dict) else None
+        return (_MASK, group) if group is not None and graph.is_stream(group) else None
     if category == "/Font":
-        is_type3 = graph.is_dictionary(item) and text(graph.get(item, "/Subtype").value) == "/Type3"
-        return item if is_type3 else None
+        is_type3 = isinstance(item.value, dict) and text(graph.get(item, "/Subtype").value) == "/Type3"
+        return (_GLYPHS, item) if is_type3 else None
     if not graph.is_stream(item):
-        return None  # an image is a stream too, but draws nothing: see below
-    if category == "/XObject" and text(graph.get(item, "/Subtype").value) != "/Form":
-        return None
-    return item
+        return None  # a shading pattern: a dictionary that draws nothing in turn
+    if category == "/XObject":
+        # An image draws nothing in turn; a form with no /Subtype is not drawn.
+        return (_FORM, item) if text(graph.get(item, "/Subtype").value) == "/Form" else None
+    return (_PATTERN, item)
 
 
-def _content(stream: Any) -> bytes:
+def _read(stream: Any) -> bytes:
     """A content stream's bytes, decoded (raw when qpdf cannot decode them)."""
     import pikepdf
 
