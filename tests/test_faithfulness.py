@@ -188,11 +188,13 @@ def test_a_catalog_found_by_scanning_is_accepted_only_if_the_second_reader_agree
     assert review.warnings[-1] == SECOND_READER_REFUSED
 
 
-def _dead_second_body(path: Path, body: bytes, number: int, *, entry: bytes) -> Path:
-    """The one-page skeleton with a second, later body for object ``number``
-    that no cross-reference entry names; ``entry`` formats each entry (the
-    standard 20 bytes, or 19, which qpdf reads and pdfium rebuilds past,
-    taking the last body it finds)."""
+def _two_bodies(path: Path, body: bytes, number: int, *, entry: bytes, named: str) -> Path:
+    """The one-page skeleton with a second body for object ``number`` after
+    all the others. ``named`` says which body the cross-reference entry
+    names: the ``first`` (the second is hidden from the table) or the
+    ``second`` (an update, as incremental saving writes it). ``entry``
+    formats each entry: the standard 20 bytes, or 19, which qpdf reads and
+    pdfium rebuilds the table past, taking the last body it finds."""
     from quire.testing.hostile import _one_page  # noqa: PLC0415 - the shared skeleton
 
     objects = _one_page()
@@ -201,7 +203,10 @@ def _dead_second_body(path: Path, body: bytes, number: int, *, entry: bytes) -> 
     for index, obj in enumerate(objects, start=1):
         offsets.append(len(out))
         out += b"%d 0 obj\n" % index + obj + b"\nendobj\n"
+    second = len(out)
     out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    if named == "second":
+        offsets[number - 1] = second
     xref = len(out)
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     for offset in offsets:
@@ -224,24 +229,45 @@ SCRIPTED_PAGE = (
     b" /Annots [<< /Type /Annot /Subtype /Link /Rect [72 700 200 720] /Border [0 0 0]"
     b" /A << /S /Launch /F (calc.exe) >> >>] >>"
 )
+SHORT_ENTRY = b"%010d 00000 n\n"
+FULL_ENTRY = b"%010d 00000 n \n"
 
 
-@pytest.mark.parametrize(
-    ("body", "number", "pages"), [(SCRIPTED_CATALOG, 1, ()), (SCRIPTED_PAGE, 3, (1,))]
-)
-def test_what_only_the_second_reader_sees_a_document_do_is_ambiguous(
-    tmp_path: Path, body: bytes, number: int, pages: tuple[int, ...]
+@pytest.mark.parametrize(("body", "number"), [(SCRIPTED_CATALOG, 1), (SCRIPTED_PAGE, 3)])
+@pytest.mark.parametrize("entry", [SHORT_ENTRY, FULL_ENTRY])
+def test_a_body_hidden_from_the_table_is_ambiguous(
+    tmp_path: Path, body: bytes, number: int, entry: bytes
 ) -> None:
-    """A dead second body that pdfium takes (its table rebuilt) and qpdf does
-    not: document JavaScript, or a page's launch link, that the checks on
-    qpdf's reading never saw. The same file with a table pdfium trusts reads
-    one way and passes."""
-    read_two_ways = _dead_second_body(
-        tmp_path / "short.pdf", body, number, entry=b"%010d 00000 n\n"
-    )
-    assert two_readings(str(read_two_ways))
-    found = _inspect(read_two_ways, tmp_path)
+    """A later body the table does not name: qpdf reads the earlier one, a
+    reader that rebuilds the table (pdfium, past 19-byte entries) the later
+    one, with document JavaScript or a page's launch link none of the checks
+    saw. Refused whichever reader takes which; an update the table names
+    (the later body read by every reader) passes."""
+    hidden = _two_bodies(tmp_path / "hidden.pdf", body, number, entry=entry, named="first")
+    found = _inspect(hidden, tmp_path)
     assert (found.reason, found.detail) == (ReasonCode.MALFORMED_PDF, AMBIGUOUS_CONTENT)
-    assert found.differing_pages == pages
-    trusted = _dead_second_body(tmp_path / "full.pdf", body, number, entry=b"%010d 00000 n \n")
-    assert _inspect(trusted, tmp_path).reason == ""
+    update = _two_bodies(
+        tmp_path / "update.pdf", PLAIN_BODIES[number], number, entry=entry, named="second"
+    )
+    assert two_readings(str(update))
+    assert _inspect(update, tmp_path).reason == ""
+
+
+PLAIN_BODIES = {
+    1: b"<< /Type /Catalog /Pages 2 0 R /PageMode /UseNone >>",
+    3: b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792]"
+    b" /Resources << /Font << /F1 5 0 R >> >> /Contents 4 0 R /Rotate 0 >>",
+}
+
+
+def test_what_only_the_second_reader_sees_a_document_do_is_ambiguous(tmp_path: Path) -> None:
+    """pdfium's reading of the original has document JavaScript that its
+    reading of qpdf's rewrite lacks: the readings disagree."""
+    hidden = _two_bodies(
+        tmp_path / "short.pdf", SCRIPTED_CATALOG, 1, entry=SHORT_ENTRY, named="first"
+    )
+    rewrite = _two_bodies(
+        tmp_path / "clean.pdf", PLAIN_BODIES[1], 1, entry=FULL_ENTRY, named="first"
+    )
+    assert agreement(str(hidden), str(rewrite)) == Agreement(AMBIGUOUS_CONTENT)
+    assert agreement(str(rewrite), str(rewrite)) == Agreement()

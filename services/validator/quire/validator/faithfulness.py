@@ -13,6 +13,11 @@ file ``AMBIGUOUS_CONTENT``; an original pdfium cannot open at all is
 (``inspection``): refused as ``MALFORMED_PDF`` with that sub-code, or parked
 for review with the pages named.
 
+An intact file whose table names an earlier body of some object than a
+later, different one (``readings``) is ambiguous before any reading: a
+reader that rebuilds the table takes the later body, and pdfium's
+agreement with qpdf on the file as it is says nothing of that reading.
+
 A page content stream whose bytes run through an ``endstream``/``endobj``
 pair is refused before any of this (``masked_stream``): its ``/Length``
 says one thing and its keywords another, and the readers that trust the
@@ -23,11 +28,12 @@ the length (qpdf and pdfium alike), so comparing those two would not catch it.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from quire.memoryfiles import save_pdf, scratch_beside
-from quire.validator.repair import revisions_disagree
+from quire.validator.repair import bodies_differ, body_digest, object_bodies
 from quire.validator.secondreader import differing_pages, read_with_pdfium
 
 __all__ = [
@@ -37,6 +43,7 @@ __all__ = [
     "agreement",
     "masked_stream",
     "plain_agreement",
+    "readings",
     "two_readings",
 ]
 
@@ -44,7 +51,6 @@ AMBIGUOUS_CONTENT = "AMBIGUOUS_CONTENT"
 SECOND_READER_REFUSED = "SECOND_READER_REFUSED"
 _HEADER = re.compile(rb"%PDF-\d")
 _KEYWORDS_INSIDE = re.compile(rb"endstream\s+endobj\b")
-READ_CHUNK = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -61,20 +67,56 @@ class Agreement:
         return not self.detail
 
 
-def _headers(path: str) -> int:
-    count, tail = 0, b""
+def readings(path: str, table: Mapping[tuple[int, int], Any] | None = None) -> tuple[bool, bool]:
+    """Whether an intact file's structure admits two readings (more than one
+    ``%PDF-`` header, or an object number defined twice with different
+    bodies), and whether a revision is hidden from its cross-reference
+    ``table`` (qpdf's, ``pikepdf.Pdf.get_xref_table``; not judged without
+    one): some object defined again, differently, later in the file than the
+    body its entry names (for an object kept in an object stream, later than
+    that stream).
+
+    Later revisions come later in a file: an incremental update appends its
+    bodies and a table that names them, so every reader takes the last. A
+    later body the table does not name is read by qpdf's table only: a
+    reader that rebuilds the table (pdfium does, for entries it will not
+    parse) takes that body instead, and sees a document none of the checks
+    saw, with its own actions, scripts or annotations. One read and one scan
+    of the file serve both."""
     with open(path, "rb") as handle:
-        while chunk := handle.read(READ_CHUNK):
-            window = tail + chunk
-            count += len(_HEADER.findall(window)) - len(_HEADER.findall(tail))
-            tail = window[-8:]
-    return count
+        data = handle.read()
+    bodies = object_bodies(data)
+    two = len(_HEADER.findall(data)) > 1 or bodies_differ(data, bodies)
+    return two, table is not None and _hidden(data, bodies, table)
 
 
 def two_readings(path: str) -> bool:
-    """Whether an intact file's structure admits two readings: more than one
-    ``%PDF-`` header, or an object number defined twice with different bodies."""
-    return _headers(path) > 1 or revisions_disagree(path)
+    """``readings``' first answer."""
+    return readings(path)[0]
+
+
+def _hidden(
+    data: bytes, bodies: dict[tuple[int, int], list[int]], table: Mapping[tuple[int, int], Any]
+) -> bool:
+    for objgen, found in bodies.items():
+        entry = table.get(objgen)
+        if entry is None:
+            continue
+        if entry.type == 2:  # in an object stream: a plain body after that stream is hidden
+            holder = table.get((entry.obj_stream_number, 0))
+            if holder is not None and holder.type == 1 and found[-1] > holder.offset:
+                return True
+            continue
+        if entry.type != 1 or len(found) < 2:
+            continue
+        named = [after for after in found if after > entry.offset]
+        if not named:
+            continue
+        live = named[0]  # the body the entry names: its header starts at the offset
+        digest = body_digest(data, live)
+        if any(body_digest(data, after) != digest for after in named[1:]):
+            return True
+    return False
 
 
 def masked_stream(pdf: Any) -> tuple[int, ...]:

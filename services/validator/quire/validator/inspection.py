@@ -16,8 +16,10 @@ from __future__ import annotations
 import hashlib
 import os
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
+from typing import Any
 
 from quire.pdfheader import has_pdf_header
 from quire.reasons import ReasonCode
@@ -29,7 +31,7 @@ from quire.validator.faithfulness import (
     agreement,
     masked_stream,
     plain_agreement,
-    two_readings,
+    readings,
 )
 from quire.validator.pdfchecks import UNREPAIRABLE_SHAPES, PdfLimits, check_pdf
 from quire.validator.pdfcycles import find_cycle
@@ -108,6 +110,8 @@ class _Strict:
     differing_pages: tuple[int, ...] = ()
     tolerated: tuple[str, ...] = ()
     """Damage codes of what the strict checks' own decoders tolerated."""
+    table: Mapping[tuple[int, int], Any] | None = None
+    """qpdf's cross-reference table of a file that passed (``readings``)."""
 
 
 def _strict(path: str, limits: PdfLimits, *, rewrite: bool = False) -> _Strict:
@@ -154,7 +158,10 @@ def _strict(path: str, limits: PdfLimits, *, rewrite: bool = False) -> _Strict:
                 checked.reason == ReasonCode.MALFORMED_PDF
                 and checked.detail not in UNREPAIRABLE_SHAPES
             )
-            return _Strict(checked.pages, checked.reason, damaged, detail=checked.detail)
+            table = None if checked.reason else pdf.get_xref_table()
+            return _Strict(
+                checked.pages, checked.reason, damaged, detail=checked.detail, table=table
+            )
     except pikepdf.PasswordError as error:
         return _encrypted(path, str(error), limits)
     except pikepdf.PdfError as error:
@@ -202,7 +209,12 @@ def _checked(path: str, limits: PdfLimits, normalized_path: str) -> Finding:
             strict.detail,
             differing_pages=strict.differing_pages,
         )
-        if strict.reason or not two_readings(path):
+        if strict.reason:
+            return finding
+        two, hidden = readings(path, strict.table)
+        if hidden:
+            return _faithful(finding, Agreement(AMBIGUOUS_CONTENT), limits)
+        if not two:
             return finding
         return _faithful(finding, plain_agreement(path), limits)
     warnings = tuple(codes_of(list(strict.messages))) + strict.tolerated

@@ -347,7 +347,9 @@ def _drawing(graph: PdfGraph, category: str, item: Node) -> tuple[str, Node] | N
         group = graph.get(mask, "/G") if isinstance(mask.value, dict) else None
         return (_MASK, group) if group is not None and graph.is_stream(group) else None
     if category == "/Font":
-        is_type3 = isinstance(item.value, dict) and text(graph.get(item, "/Subtype").value) == "/Type3"
+        is_type3 = (
+            isinstance(item.value, dict) and text(graph.get(item, "/Subtype").value) == "/Type3"
+        )
         return (_GLYPHS, item) if is_type3 else None
     if not graph.is_stream(item):
         return None  # a shading pattern: a dictionary that draws nothing in turn

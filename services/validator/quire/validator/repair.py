@@ -37,7 +37,16 @@ from quire.reasons import ReasonCode
 from quire.validator.damage import codes_of, refusal_of
 from quire.validator.pdfcycles import find_cycle
 
-__all__ = ["RepairResult", "claimed_pages", "object_headers", "repair_pdf", "revisions_disagree"]
+__all__ = [
+    "RepairResult",
+    "bodies_differ",
+    "body_digest",
+    "object_bodies",
+    "claimed_pages",
+    "object_headers",
+    "repair_pdf",
+    "revisions_disagree",
+]
 
 _OBJ = re.compile(rb"obj")
 _HEADER_BEFORE = re.compile(rb"jbo\s+([0-9]{1,5})\s+([0-9]{1,10})(?![0-9])")
@@ -68,22 +77,38 @@ def revisions_disagree(path: str) -> bool:
     """
     with open(path, "rb") as handle:
         data = handle.read()
-    # Only an object number defined more than once has bodies to compare:
-    # most files define each once, and cost one scan of their headers.
-    starts: dict[tuple[bytes, bytes], list[int]] = defaultdict(list)
+    return bodies_differ(data, object_bodies(data))
+
+
+def object_bodies(data: bytes) -> dict[tuple[int, int], list[int]]:
+    """Where each object's bodies start (just past ``obj``), by number and
+    generation, in file order."""
+    starts: dict[tuple[int, int], list[int]] = defaultdict(list)
     for number, generation, after in object_headers(data):
-        starts[(number, generation)].append(after)
-    for offsets in starts.values():
+        starts[(int(number), int(generation))].append(after)
+    return starts
+
+
+def bodies_differ(data: bytes, bodies: dict[tuple[int, int], list[int]]) -> bool:
+    """Whether some object number has two bodies that differ."""
+    # Only an object number defined more than once has bodies to compare:
+    # most files define each once.
+    for offsets in bodies.values():
         if len(offsets) < 2:
             continue
         digests = set()
         for start in offsets:
-            end = _END.search(data, start)
-            body = data[start : end.start() if end else len(data)]
-            digests.add(hashlib.sha256(body.strip()).digest())
+            digests.add(body_digest(data, start))
             if len(digests) > 1:
                 return True
     return False
+
+
+def body_digest(data: bytes, start: int) -> bytes:
+    """sha256 of the object body that starts at ``start`` (just past its
+    ``obj``), up to its ``endobj``, white space around it ignored."""
+    end = _END.search(data, start)
+    return hashlib.sha256(data[start : end.start() if end else len(data)].strip()).digest()
 
 
 def object_headers(data: bytes) -> Iterator[tuple[bytes, bytes, int]]:
