@@ -26,11 +26,19 @@ run_service("probe", waiting_for_a_reply_that_never_comes)
 
 
 def _until_logged(log: Path, text: str, timeout: float = 20.0) -> str:
+    """The log once ``text`` is in it and the writing that brought it has
+    ended (a dump is written line by line: its first line is no sign that
+    the rest is there)."""
     deadline = time.monotonic() + timeout
     while text not in (written := log.read_text()):
         assert time.monotonic() < deadline, f"{text!r} never logged: {written!r}"
         time.sleep(0.05)
-    return written
+    while True:
+        time.sleep(0.2)
+        settled = log.read_text()
+        if settled == written or time.monotonic() >= deadline:
+            return settled
+        written = settled
 
 
 def test_a_service_writes_its_threads_and_its_tasks_when_asked_and_goes_on(

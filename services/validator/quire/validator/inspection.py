@@ -16,10 +16,8 @@ from __future__ import annotations
 import hashlib
 import os
 import zlib
-from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
-from typing import Any
 
 from quire.pdfheader import has_pdf_header
 from quire.reasons import ReasonCode
@@ -110,8 +108,10 @@ class _Strict:
     differing_pages: tuple[int, ...] = ()
     tolerated: tuple[str, ...] = ()
     """Damage codes of what the strict checks' own decoders tolerated."""
-    table: Mapping[tuple[int, int], Any] | None = None
-    """qpdf's cross-reference table of a file that passed (``readings``)."""
+    two_readings: bool = False
+    """A file that passed admits two readings (``faithfulness.readings``)."""
+    hidden_revision: bool = False
+    """A file that passed hides a body from its cross-reference table."""
 
 
 def _strict(path: str, limits: PdfLimits, *, rewrite: bool = False) -> _Strict:
@@ -158,9 +158,14 @@ def _strict(path: str, limits: PdfLimits, *, rewrite: bool = False) -> _Strict:
                 checked.reason == ReasonCode.MALFORMED_PDF
                 and checked.detail not in UNREPAIRABLE_SHAPES
             )
-            table = None if checked.reason else pdf.get_xref_table()
+            two, hidden = (False, False) if checked.reason else readings(path, pdf)
             return _Strict(
-                checked.pages, checked.reason, damaged, detail=checked.detail, table=table
+                checked.pages,
+                checked.reason,
+                damaged,
+                detail=checked.detail,
+                two_readings=two,
+                hidden_revision=hidden,
             )
     except pikepdf.PasswordError as error:
         return _encrypted(path, str(error), limits)
@@ -211,10 +216,9 @@ def _checked(path: str, limits: PdfLimits, normalized_path: str) -> Finding:
         )
         if strict.reason:
             return finding
-        two, hidden = readings(path, strict.table)
-        if hidden:
+        if strict.hidden_revision:
             return _faithful(finding, Agreement(AMBIGUOUS_CONTENT), limits)
-        if not two:
+        if not strict.two_readings:
             return finding
         return _faithful(finding, plain_agreement(path), limits)
     warnings = tuple(codes_of(list(strict.messages))) + strict.tolerated

@@ -13,10 +13,11 @@ each draw the next twice ask a viewer for 2**40 draws, and it never finishes
 the page. So each page's draws are counted, and a page past ``MAX_DRAWS`` is
 refused. A form counts once for every time its name appears in the content
 that draws it. A pattern or a soft mask, once set, may be drawn again for
-every painting operator that follows, and a Type 3 glyph procedure runs
-for every glyph shown: when one of those draws anything in turn, it counts
-once per painting operator (a pattern, a soft mask) or once per byte of the
-content (a glyph), which bounds them from above. A drawing that reaches
+every painting operator that follows, inside the forms drawn meanwhile too,
+and a Type 3 glyph procedure runs for every glyph shown: when one of those
+draws anything in turn, it counts once per painting operator (a pattern, a
+soft mask) or once per byte of content (a glyph) of what sets it and of
+every form that draws, which bounds them from above. A drawing that reaches
 itself is a loop (``pdfcycles`` finds the ones through a thing's own
 resources; here, through inherited resources, appearances and soft masks
 too).
@@ -36,15 +37,14 @@ from typing import Any
 
 from quire.validator.pdfgraph import Node, PdfGraph, text
 
-__all__ = ["MAX_DRAWS", "MAX_EXPANSIONS", "canonical", "drawing_verdict", "names_used"]
+__all__ = ["MAX_DRAWS", "MAX_WORK", "canonical", "drawing_verdict", "names_used"]
 
 MAX_DRAWS = 250_000
 """Draws one page may ask for (its forms, patterns, glyph procedures and soft
 masks, nested); pdfium draws about 60,000 small forms a second."""
-MAX_EXPANSIONS = 500_000
-"""Things one document's walk may work out (each once for the resources it
-draws from); beyond it the file is unbounded."""
-_PARENT_HOPS = 64
+MAX_WORK = 2_000_000
+"""Steps one document's walk may take (pages, page tree nodes, annotations,
+things named and drawn, each once); beyond it the file is unbounded."""
 _APPEARANCES = ("/N", "/R", "/D")
 _WHITE = rb"\x00\t\n\x0c\r "
 _NAME = re.compile(rb"/([^" + _WHITE + rb"/\[\]()<>{}%]*)")
@@ -64,6 +64,9 @@ Key = tuple[int, int]
 Identity = tuple[str, Any]
 """An object's key, or a direct value's identity (the graph keeps every value
 it read alive, so an identity names one value for the walk's life)."""
+Memo = tuple[tuple[Identity, str], Identity | None]
+"""A thing, how it is drawn, and the resources it draws from when it has none
+of its own (None when it has)."""
 
 
 class _Loop(Exception):
@@ -77,7 +80,7 @@ class _Unbounded(Exception):
 def drawing_verdict(graph: PdfGraph, max_draws: int = MAX_DRAWS) -> str:
     """``"cycle"`` when some drawing reaches itself, ``"unbounded"`` when a
     page asks for more than ``max_draws`` draws (or the walk for more work
-    than ``MAX_EXPANSIONS``), else empty."""
+    than ``MAX_WORK``), else empty."""
     walk = _Drawing(graph, max_draws)
     try:
         for page in walk.pages():
@@ -123,24 +126,43 @@ class _Frame:
 
     node: Node
     resources: Node
-    memo: tuple[Identity, Identity | None]
+    memo: Memo
+    how: str = _FORM
     page_content: bool = False
     total: int = 1
+    painting: int = 0
+    """Painting operators drawing this once runs, in the forms it draws too."""
+    size: int = 0
+    """Bytes of content drawing this once reads, in the forms it draws too."""
     pending: list[tuple[str, int, Node]] = field(default_factory=list)
-    """(how it multiplies, the times named, the thing) still to work out."""
-    content: _Content | None = None
+    """(how it is drawn, the times named, the thing) still to work out."""
+    state: list[tuple[str, int, int]] = field(default_factory=list)
+    """Patterns, soft masks and glyphs worked out: (how, times named, draws),
+    added once every form this draws is counted (they stay in effect there)."""
     waiting: tuple[str, int] | None = None
-    """How the child being worked out now multiplies, and its times named."""
+    """How the child being worked out now is drawn, and its times named."""
+
+
+@dataclass(frozen=True)
+class _Drawn:
+    """What drawing a thing once asks for."""
+
+    total: int
+    painting: int
+    size: int
 
 
 class _Drawing:
     def __init__(self, graph: PdfGraph, max_draws: int) -> None:
         self.graph = graph
         self.max_draws = max_draws
-        self.expansions = 0
-        self._contents: dict[Identity, _Content] = {}
+        self.work = 0
+        self._contents: dict[tuple[Identity, bool], _Content] = {}
         self._named_in: dict[Identity, dict[bytes, list[tuple[str, Node]]]] = {}
-        self._known: dict[tuple[Identity, Identity | None], int] = {}
+        self._appearances: dict[tuple[Identity, Identity], int] = {}
+        """Draws of a page's annotations' appearances, by the annotation array
+        and the page resources (pages may share both)."""
+        self._known: dict[Memo, _Drawn] = {}
         """A thing's draws, by its identity and the resources it drew from
         (None when it has its own)."""
 
@@ -153,7 +175,7 @@ class _Drawing:
         pending = [graph.get(graph.root, "/Pages")]
         while pending:
             node = pending.pop()
-            self._expand()
+            self._step()
             if not isinstance(node.value, dict):
                 continue
             if node.key is not None:
@@ -171,8 +193,24 @@ class _Drawing:
         graph = self.graph
         resources = self._page_resources(page)
         total = self._draws(page, resources, page_content=True)
-        annotations = graph.get(page, "/Annots") if "/Annots" in page.value else None
-        for annotation in graph.items(annotations) if annotations is not None else []:
+        if "/Annots" in page.value:
+            annotations = graph.get(page, "/Annots")
+            if isinstance(annotations.value, list):
+                total += self._appearances_of(annotations, resources)
+        if total > self.max_draws:
+            raise _Unbounded()
+
+    def _appearances_of(self, annotations: Node, resources: Node) -> int:
+        """Draws of every appearance stream of the annotations, drawn with the
+        page (worked out once for an array and resources pages share)."""
+        graph = self.graph
+        memo = (_identity(annotations), _identity(resources))
+        known = self._appearances.get(memo)
+        if known is not None:
+            return known
+        total = 0
+        for annotation in graph.items(annotations):
+            self._step()
             appearances = graph.get(annotation, "/AP")
             if not isinstance(appearances.value, dict):
                 continue
@@ -185,39 +223,42 @@ class _Drawing:
                 else:
                     streams = []
                 for stream in streams:
+                    self._step()
                     if graph.is_stream(stream):
                         total += self._draws(stream, resources)
                         if total > self.max_draws:
                             raise _Unbounded()
-        if total > self.max_draws:
-            raise _Unbounded()
+        self._appearances[memo] = total
+        return total
 
     def _page_resources(self, page: Node) -> Node:
-        """The page's resources, its own or the nearest /Pages ancestor's."""
+        """The page's resources, its own or the nearest ``/Parent``
+        ancestor's, as pdfium and pdf.js look them up (however deep)."""
         graph = self.graph
         node = page
-        for _ in range(_PARENT_HOPS):
+        seen: set[Identity] = set()
+        while isinstance(node.value, dict) and _identity(node) not in seen:
+            self._step()
+            seen.add(_identity(node))
             resources = graph.get(node, "/Resources")
             if isinstance(resources.value, dict):
                 return resources
             node = graph.get(node, "/Parent")
-            if not isinstance(node.value, dict):
-                break
         return _NO_RESOURCES
 
-    def _expand(self) -> None:
-        self.expansions += 1
-        if self.expansions > MAX_EXPANSIONS:
+    def _step(self) -> None:
+        self.work += 1
+        if self.work > MAX_WORK:
             raise _Unbounded()
 
     def _draws(self, root: Node, resources: Node, *, page_content: bool = False) -> int:
         """How many draws drawing ``root`` once from ``resources`` asks for,
         itself included (iterative: a chain of forms as deep as a file may
         hold is walked without recursion)."""
-        first = self._frame(root, resources, page_content)
+        first = self._frame(root, resources, _FORM, page_content)
         known = self._known.get(first.memo)
         if known is not None:
-            return known
+            return known.total
         stack = [first]
         path = {first.memo}
         self._open(first)
@@ -225,60 +266,75 @@ class _Drawing:
             frame = stack[-1]
             if frame.pending:
                 how, times, child = frame.pending.pop()
-                inner = self._frame(child, frame.resources, False)
-                known = self._known.get(inner.memo)
-                if known is None and inner.memo in path:
+                self._step()
+                inner = self._frame(child, frame.resources, how, False)
+                drawn = self._known.get(inner.memo)
+                if drawn is None and inner.memo in path:
                     raise _Loop()
-                if known is None:
+                if drawn is None:
                     frame.waiting = (how, times)
                     path.add(inner.memo)
                     self._open(inner)
                     stack.append(inner)
                     continue
-                self._add(frame, how, times, known)
+                self._add(frame, how, times, drawn)
                 continue
             stack.pop()
             path.discard(frame.memo)
-            self._known[frame.memo] = frame.total
+            drawn = self._close(frame)
+            self._known[frame.memo] = drawn
             if not stack:
-                return frame.total
+                return drawn.total
             parent = stack[-1]
             assert parent.waiting is not None
             how, times = parent.waiting
             parent.waiting = None
-            self._add(parent, how, times, frame.total)
+            self._add(parent, how, times, drawn)
 
-    def _frame(self, node: Node, drawer: Node, page_content: bool) -> _Frame:
-        """``node`` drawn by something whose resources are ``drawer``."""
-        own = self.graph.get(node, "/Resources")
+    def _frame(self, node: Node, drawer: Node, how: str, page_content: bool) -> _Frame:
+        """``node`` drawn (as ``how`` says) by something whose resources are
+        ``drawer``."""
+        identity = (_identity(node), how)
         if page_content:
-            return _Frame(node, drawer, (_identity(node), None), page_content=True)
+            return _Frame(node, drawer, (identity, None), how, page_content=True)
+        own = self.graph.get(node, "/Resources")
         if isinstance(own.value, dict):
-            return _Frame(node, own, (_identity(node), None))
-        return _Frame(node, drawer, (_identity(node), _identity(drawer)))
+            return _Frame(node, own, (identity, None), how)
+        return _Frame(node, drawer, (identity, _identity(drawer)), how)
 
     def _open(self, frame: _Frame) -> None:
         """Find what ``frame``'s content draws, each with how often."""
-        self._expand()
+        self._step()
         named = self._named(frame.resources)
+        content = self._content(frame.node, frame.how, frame.page_content)
+        frame.painting, frame.size = content.painting, content.size
         if not named:
             return
-        content = self._content(frame.node, frame.page_content)
-        frame.content = content
         for name, times in content.names.items():
             for how, child in named.get(name, ()):
                 frame.pending.append((how, times, child))
 
-    def _add(self, frame: _Frame, how: str, times: int, draws: int) -> None:
-        """Add a child's ``draws`` to ``frame``'s total, as often as it is drawn."""
-        if draws > 1 and frame.content is not None:
-            if how in (_PATTERN, _MASK):
-                times = max(times, frame.content.painting)
-            elif how == _GLYPHS:
-                times = max(times, frame.content.size)
-        frame.total += times * draws
+    def _add(self, frame: _Frame, how: str, times: int, drawn: _Drawn) -> None:
+        """Count a child drawn ``times`` (named so often) into ``frame``: a form
+        at once, with the painting and content it runs; a pattern, soft mask
+        or glyph set once it is known how much painting it stays in effect for."""
+        if how != _FORM:
+            frame.state.append((how, times, drawn.total))
+            return
+        frame.total += times * drawn.total
+        frame.painting += times * drawn.painting
+        frame.size += times * drawn.size
         if frame.total > self.max_draws:
             raise _Unbounded()
+
+    def _close(self, frame: _Frame) -> _Drawn:
+        for how, times, draws in frame.state:
+            if draws > 1:
+                times = max(times, frame.size if how == _GLYPHS else frame.painting)
+            frame.total += times * draws
+            if frame.total > self.max_draws:
+                raise _Unbounded()
+        return _Drawn(frame.total, frame.painting, frame.size)
 
     def _named(self, resources: Node) -> dict[bytes, list[tuple[str, Node]]]:
         """By name, the drawing things ``resources`` names (worked out once per
@@ -303,9 +359,11 @@ class _Drawing:
         self._named_in[identity] = found
         return found
 
-    def _content(self, node: Node, page_content: bool) -> _Content:
-        """What ``node``'s content names and paints (read once per thing)."""
-        identity = _identity(node)
+    def _content(self, node: Node, how: str, page_content: bool) -> _Content:
+        """What ``node``'s content names and paints, read as what draws it
+        reads it: a page's contents, a Type 3 font's glyph procedures, or the
+        thing's own stream (read once per thing and way)."""
+        identity = (_identity(node), how == _GLYPHS)
         known = self._contents.get(identity)
         if known is not None:
             return known
@@ -313,7 +371,7 @@ class _Drawing:
         if page_content:
             contents = graph.get(node, "/Contents")
             streams = graph.items(contents) if isinstance(contents.value, list) else [contents]
-        elif text(graph.get(node, "/Subtype").value) == "/Type3":
+        elif how == _GLYPHS:
             procs = graph.get(node, "/CharProcs")
             values = procs.value.values() if isinstance(procs.value, dict) else ()
             streams = [graph.node(value) for value in values]

@@ -43,15 +43,22 @@ __all__ = [
     "body_digest",
     "object_bodies",
     "claimed_pages",
+    "object_header_spans",
     "object_headers",
     "repair_pdf",
     "revisions_disagree",
 ]
 
 _OBJ = re.compile(rb"obj")
-_HEADER_BEFORE = re.compile(rb"jbo\s+([0-9]{1,5})\s+([0-9]{1,10})(?![0-9])")
-"""An object header, ``N G obj`` (N of at most 10 digits and not part of a
-longer number, G of at most 5), read backwards from its keyword."""
+_SPACE_BEFORE = rb"(?:[\x00\t\n\x0c\r ]|[\r\n][^\r\n]*%)+"
+"""White space (NUL included) or a comment, read backwards: a comment's end of
+line comes first, then its text back to its ``%``."""
+_HEADER_BEFORE = re.compile(
+    rb"jbo" + _SPACE_BEFORE + rb"([0-9]{1,20})" + _SPACE_BEFORE + rb"([0-9]{1,20})(?![0-9])"
+)
+"""An object header, ``N G obj`` (numbers not part of longer ones, leading
+zeros allowed, comments between the parts, as readers take them), read
+backwards from its keyword."""
 _WORD = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _END = re.compile(rb"\bendobj\b")
 
@@ -84,8 +91,8 @@ def object_bodies(data: bytes) -> dict[tuple[int, int], list[int]]:
     """Where each object's bodies start (just past ``obj``), by number and
     generation, in file order."""
     starts: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for number, generation, after in object_headers(data):
-        starts[(int(number), int(generation))].append(after)
+    for number, generation, _start, after in object_header_spans(data):
+        starts[(number, generation)].append(after)
     return starts
 
 
@@ -113,8 +120,16 @@ def body_digest(data: bytes, start: int) -> bytes:
 
 def object_headers(data: bytes) -> Iterator[tuple[bytes, bytes, int]]:
     """(number, generation, offset just past ``obj``) of every object header in
-    ``data``, in order. Found from the keyword back: a scan for the number
-    that starts the header would try the pattern at every byte of the file."""
+    ``data``, in order."""
+    for number, generation, _start, after in object_header_spans(data):
+        yield b"%d" % number, b"%d" % generation, after
+
+
+def object_header_spans(data: bytes) -> Iterator[tuple[int, int, int, int]]:
+    """(number, generation, where the header starts, where its body starts:
+    just past ``obj``) of every object header in ``data``, in order. Found
+    from the keyword back: a scan for the number that starts the header
+    would try the pattern at every byte of the file."""
     reverse = data[::-1]
     size = len(data)
     for keyword in _OBJ.finditer(data):
@@ -123,7 +138,8 @@ def object_headers(data: bytes) -> Iterator[tuple[bytes, bytes, int]]:
             continue  # "obj" inside a longer word
         header = _HEADER_BEFORE.match(reverse, size - end)
         if header is not None:
-            yield header.group(2)[::-1], header.group(1)[::-1], end
+            number, generation = int(header.group(2)[::-1]), int(header.group(1)[::-1])
+            yield number, generation, size - header.end(), end
 
 
 def claimed_pages(pdf: Any) -> int | None:

@@ -19,12 +19,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
     "PageView",
     "Reading",
+    "differing_actions",
     "differing_pages",
     "pdfium_document",
     "pdfium_page",
@@ -46,9 +47,10 @@ class PageView:
     """sha256 of the page's text as pdfium extracts it."""
     raster: bytes
     """sha256 of the page's grayscale raster (``RASTER_SIDE``)."""
-    annotations: tuple[tuple[int, int], ...] = ()
+    annotations: tuple[tuple[int, int], ...] = field(default=(), compare=False)
     """Each annotation's subtype and, for a link, its action's type (pdfium's
-    numbers; -1 when it has none)."""
+    numbers; -1 when it has none). Not part of what the page shows
+    (``differing_pages``): ``differing_actions`` compares them."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,19 @@ def differing_pages(original: Reading, rewrite: Reading) -> tuple[int, ...]:
     ]
     longer = max(len(original.pages), len(rewrite.pages))
     return tuple(differ + list(range(common + 1, longer + 1)))
+
+
+def differing_actions(original: Reading, rewrite: Reading) -> tuple[int, ...] | None:
+    """What the two readings do beyond drawing, where it differs: None when
+    the documents' own JavaScript, attachments or form differ, else the
+    1-based pages whose annotations (or links' actions) differ."""
+    if original.document != rewrite.document:
+        return None
+    return tuple(
+        number + 1
+        for number, (seen, written) in enumerate(zip(original.pages, rewrite.pages, strict=False))
+        if seen.annotations != written.annotations
+    )
 
 
 DARKER = 64
