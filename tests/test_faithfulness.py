@@ -271,3 +271,76 @@ def test_what_only_the_second_reader_sees_a_document_do_is_ambiguous(tmp_path: P
     )
     assert agreement(str(hidden), str(rewrite)) == Agreement(AMBIGUOUS_CONTENT)
     assert agreement(str(rewrite), str(rewrite)) == Agreement()
+
+
+def _appended(path: Path, tail: bytes, *, objects: list[bytes] | None = None) -> Path:
+    """The one-page skeleton (or ``objects``), then ``tail`` after every body
+    the table names, with standard entries."""
+    from quire.testing.hostile import _one_page  # noqa: PLC0415 - the shared skeleton
+
+    objects = objects or _one_page()
+    out = bytearray(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")
+    offsets = []
+    for index, obj in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % index + obj + b"\nendobj\n"
+    out += tail
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    for offset in offsets:
+        out += FULL_ENTRY % offset
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objects) + 1,
+        xref,
+    )
+    path.write_bytes(bytes(out))
+    return path
+
+
+def _object_stream(number: int, body: bytes) -> bytes:
+    head = b"%d 0 " % number
+    return (
+        b"<< /Type /ObjStm /N 1 /First %d /Length %d >>\nstream\n" % (len(head), len(head + body))
+        + head
+        + body
+        + b"\nendstream"
+    )
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        b"3 1 obj\n" + SCRIPTED_PAGE + b"\nendobj\n",  # another generation
+        b"3 0 %c\nobj\n" + SCRIPTED_PAGE + b"\nendobj\n",  # a comment in the header
+        b"3 000000 obj\n" + SCRIPTED_PAGE + b"\nendobj\n",  # a long generation
+        b"00000000003 0 obj\n" + SCRIPTED_PAGE + b"\nendobj\n",  # leading zeros
+        b"9 0 obj\n" + _object_stream(3, SCRIPTED_PAGE) + b"\nendobj\n",  # in an object stream
+    ],
+    ids=["generation", "comment", "long-generation", "leading-zeros", "object-stream"],
+)
+def test_a_hidden_body_in_any_header_form_is_ambiguous(tmp_path: Path, tail: bytes) -> None:
+    """However its header is written, a later body the table does not name
+    is found: under another generation, with a comment or leading zeros in
+    its header, or inside an object stream no entry names."""
+    path = _appended(tmp_path / "hidden.pdf", tail)
+    found = _inspect(path, tmp_path)
+    assert (found.reason, found.detail) == (ReasonCode.MALFORMED_PDF, AMBIGUOUS_CONTENT)
+
+
+def test_text_that_reads_like_a_header_inside_a_stream_is_no_body(tmp_path: Path) -> None:
+    """A page whose (uncompressed) content shows ``1 0 obj ... endobj`` as
+    text defines nothing: it passes."""
+    from quire.testing.hostile import _one_page  # noqa: PLC0415 - the shared skeleton
+
+    objects = _one_page(b"BT /F1 12 Tf 72 720 Td (1 0 obj << /Type /Catalog >> endobj) Tj ET")
+    path = _appended(tmp_path / "text.pdf", b"", objects=objects)
+    assert two_readings(str(path))
+    assert _inspect(path, tmp_path).reason == ""
+
+
+def test_an_update_written_with_cross_reference_streams_passes(corpus: Path) -> None:
+    """veraPDF's files carry an incremental update whose earlier revision's
+    cross-reference stream no table lists: no hidden body."""
+    path = corpus / "verapdf" / "PDF_UA-1" / "7.2 Text" / "7.2-t02-pass-a.pdf"
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert inspect_source(str(path), digest, "application/pdf").reason == ""

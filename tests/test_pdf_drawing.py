@@ -307,3 +307,118 @@ def test_pages_sharing_their_forms_work_them_out_once(tmp_path: Path) -> None:
     path = raw_pdf(tmp_path / "shared.pdf", objects + page_objects + forms)
     assert _verdict(path, max_draws=count + 1) == ""
     assert _verdict(path, max_draws=count) == "unbounded"
+
+
+def _chain(first: int, levels: int = 40) -> list[bytes]:
+    """Forms numbered from ``first``, each drawing the next twice."""
+    return [
+        form(b"q /X Do Q q /X Do Q", b"/XObject << /X %d 0 R >>" % (first + level + 1))
+        if level + 1 < levels
+        else form(b"0 0 1 1 re f")
+        for level in range(levels)
+    ]
+
+
+@pytest.mark.parametrize("mark", [b"", b"/Subtype /Type3 "])
+def test_a_pattern_is_read_as_a_pattern_whatever_its_subtype_says(
+    tmp_path: Path, mark: bytes
+) -> None:
+    """What draws a thing decides how it is read: a tiling pattern marked
+    ``/Subtype /Type3`` is still a pattern cell, drawing what it names."""
+    pattern = hostile._stream(  # noqa: SLF001
+        b"/X Do",
+        b"/PatternType 1 /PaintType 1 /TilingType 1 /BBox [0 0 1 1] /XStep 1 /YStep 1 "
+        + mark
+        + b"/Resources << /XObject << /X 7 0 R >> >>",
+    )
+    path = _page_drawing(
+        tmp_path / "pattern.pdf",
+        b"/Pattern cs /P scn 0 0 1 1 re f",
+        b"/Pattern << /P 6 0 R >>",
+        pattern,
+        *_chain(7),
+    )
+    assert _verdict(path) == "unbounded"
+
+
+def test_a_pattern_set_on_the_page_counts_for_the_fills_of_the_forms_it_draws(
+    tmp_path: Path,
+) -> None:
+    """The page sets a pattern and draws a form that fills 1,000 times: each
+    fill may draw the pattern's 2**9 forms again."""
+    pattern = hostile._stream(  # noqa: SLF001
+        b"/X Do",
+        b"/PatternType 1 /PaintType 1 /TilingType 1 /BBox [0 0 1 1] /XStep 1 /YStep 1"
+        b" /Resources << /XObject << /X 8 0 R >> >>",
+    )
+    fills = form(b"0 0 1 1 re f " * 1000)
+    path = _page_drawing(
+        tmp_path / "fills.pdf",
+        b"/Pattern cs /P scn /Y Do",
+        b"/Pattern << /P 6 0 R >> /XObject << /Y 7 0 R >>",
+        pattern,
+        fills,
+        *_chain(8, levels=10),
+    )
+    assert _verdict(path) == "unbounded"
+    assert _verdict(path, max_draws=10**9) == ""
+
+
+def test_a_page_deep_in_its_tree_draws_from_its_farthest_ancestor(tmp_path: Path) -> None:
+    """Seventy levels of ``/Pages`` over the page, resources only at the root:
+    viewers find them up the ``/Parent`` chain, and so does the count."""
+    depth = 70
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>"]
+    # Objects 2 .. depth + 1 are /Pages nodes, each the parent of the next.
+    for level in range(depth):
+        number = 2 + level
+        kid = number + 1
+        parent = b"/Parent %d 0 R " % (number - 1) if level else b""
+        resources = (
+            b"/Resources << /XObject << /X %d 0 R >> >> " % (depth + 4) if not level else b""
+        )
+        objects.append(b"<< /Type /Pages /Kids [%d 0 R] /Count 1 %s%s>>" % (kid, parent, resources))
+    page = depth + 2
+    objects.append(
+        b"<< /Type /Page /Parent %d 0 R /MediaBox [0 0 9 9] /Contents %d 0 R >>"
+        % (page - 1, page + 1)
+    )
+    objects.append(hostile._stream(b"/X Do"))  # noqa: SLF001
+    objects += _chain(depth + 4)
+    path = raw_pdf(tmp_path / "deep-tree.pdf", objects)
+    assert _verdict(path) == "unbounded"
+
+
+def test_pages_sharing_their_annotations_work_them_out_once(tmp_path: Path) -> None:
+    """A hundred pages share one array of 500 annotations with appearances:
+    the appearances are worked out once, not once a page."""
+    from quire.validator.pdfdrawing import _Drawing  # noqa: PLC0415 - the walk's own count
+
+    pages, notes = 100, 500
+    first_note = 3 + 2 * pages + 1
+    annots = b"[%s]" % b" ".join(b"%d 0 R" % (first_note + i) for i in range(notes))
+    kids = b" ".join(b"%d 0 R" % (3 + 2 * i) for i in range(pages))
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, pages),
+    ]
+    array = first_note + notes
+    for i in range(pages):
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 9 9] /Contents %d 0 R /Annots %d 0 R >>"
+            % (4 + 2 * i, array)
+        )
+        objects.append(hostile._stream(b"0 0 1 1 re f"))  # noqa: SLF001
+    appearance = array + 1
+    for _ in range(notes):
+        objects.append(
+            b"<< /Type /Annot /Subtype /Square /Rect [0 0 1 1] /AP << /N %d 0 R >> >>" % appearance
+        )
+    objects.append(annots)
+    objects.append(form(b"0 0 1 1 re f"))
+    path = raw_pdf(tmp_path / "shared-notes.pdf", objects)
+    with pikepdf.open(path, attempt_recovery=False) as pdf:
+        walk = _Drawing(PdfGraph.read(pdf, 10**6), 10**6)
+        for page in walk.pages():
+            walk.page(page)
+    assert walk.work < 4 * notes + 10 * pages, walk.work
