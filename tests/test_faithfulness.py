@@ -344,3 +344,73 @@ def test_an_update_written_with_cross_reference_streams_passes(corpus: Path) -> 
     path = corpus / "verapdf" / "PDF_UA-1" / "7.2 Text" / "7.2-t02-pass-a.pdf"
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     assert inspect_source(str(path), digest, "application/pdf").reason == ""
+
+
+def _thumbnail_hiding(generation: int, *, indirect: bool) -> list[bytes]:
+    """The skeleton with a page thumbnail whose data holds ``endstream
+    endobj`` and a page body with a launch link: a reader that cannot find
+    the stream's length (written in another object) ends the stream there."""
+    from quire.testing.hostile import _one_page  # noqa: PLC0415 - the shared skeleton
+
+    objects = _one_page(page_extra=b"/Thumb 6 0 R ")
+    data = b"\nendstream\nendobj\n3 %d obj\n" % generation + SCRIPTED_PAGE + b"\nendobj\n"
+    length = b"7 0 R" if indirect else b"%d" % len(data)
+    objects.append(
+        b"<< /Type /XObject /Subtype /Image /Width 1 /Height 1 /BitsPerComponent 8"
+        b" /ColorSpace /DeviceGray /Length " + length + b" >>\nstream\n" + data + b"\nendstream"
+    )
+    objects.append(b"%d" % len(data))
+    return objects
+
+
+def test_a_body_in_stream_data_whose_length_is_elsewhere_is_hidden(tmp_path: Path) -> None:
+    """Stream data counts as data only when its dictionary writes its length:
+    a reader rebuilding the table cannot look up a length kept in another
+    object, and takes what follows the first ``endstream``."""
+    hidden = _appended(tmp_path / "indirect.pdf", b"", objects=_thumbnail_hiding(1, indirect=True))
+    found = _inspect(hidden, tmp_path)
+    assert (found.reason, found.detail) == (ReasonCode.MALFORMED_PDF, AMBIGUOUS_CONTENT)
+    direct = _appended(tmp_path / "direct.pdf", b"", objects=_thumbnail_hiding(1, indirect=False))
+    assert _inspect(direct, tmp_path).reason == ""
+
+
+def test_a_referenced_body_the_table_lacks_is_hidden(tmp_path: Path) -> None:
+    """The page names an annotation the table lacks (qpdf reads it as null); a
+    rebuilding reader takes its body, a launch link. Text in it that names a
+    cross-reference stream's type changes nothing."""
+    from quire.testing.hostile import _one_page  # noqa: PLC0415 - the shared skeleton
+
+    note = (
+        b"6 0 obj\n<< /Type /Annot /Subtype /Link /Rect [72 700 200 720] /Border [0 0 0]"
+        b" /A << /S /Launch /F (calc.exe) >> /X << /Type /XRef >> >>\nendobj\n"
+    )
+    path = _appended(
+        tmp_path / "unlisted.pdf", note, objects=_one_page(page_extra=b"/Annots [6 0 R] ")
+    )
+    found = _inspect(path, tmp_path)
+    assert (found.reason, found.detail) == (ReasonCode.MALFORMED_PDF, AMBIGUOUS_CONTENT)
+
+
+def test_an_update_that_frees_an_object_hides_nothing(tmp_path: Path) -> None:
+    """An incremental save that deletes an annotation: the page rewritten
+    without it, the annotation's entry freed. Its old body is referred to by
+    nothing live: the file passes."""
+    from quire.testing.hostile import _one_page  # noqa: PLC0415 - the shared skeleton
+
+    objects = _one_page(page_extra=b"/Annots [6 0 R] ")
+    objects.append(b"<< /Type /Annot /Subtype /Square /Rect [72 700 200 720] >>")
+    base = raw_pdf(tmp_path / "base.pdf", objects)
+    data = base.read_bytes()
+    previous = int(data.rsplit(b"startxref", 1)[1].split()[0])
+    out = bytearray(data)
+    page = len(out)
+    out += b"3 0 obj\n" + objects[2].replace(b"/Annots [6 0 R] ", b"") + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 1\n0000000006 65535 f \n3 1\n%010d 00000 n \n6 1\n0000000000 00001 f \n" % page
+    out += b"trailer\n<< /Size 7 /Root 1 0 R /Prev %d >>\nstartxref\n%d\n%%%%EOF\n" % (
+        previous,
+        xref,
+    )
+    updated = tmp_path / "updated.pdf"
+    updated.write_bytes(bytes(out))
+    assert _inspect(updated, tmp_path).reason == ""

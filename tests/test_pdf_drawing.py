@@ -422,3 +422,46 @@ def test_pages_sharing_their_annotations_work_them_out_once(tmp_path: Path) -> N
         for page in walk.pages():
             walk.page(page)
     assert walk.work < 4 * notes + 10 * pages, walk.work
+
+
+def _type3_page(tmp_path: Path, shown: bytes, glyph: bytes, extra: bytes = b"") -> Path:
+    font = (
+        b"<< /Type /Font /Subtype /Type3 /FontBBox [0 0 1 1] /FontMatrix [1 0 0 1 0 0]"
+        b" /CharProcs << /a 7 0 R >> /Encoding << /Differences [97 /a] >> /FirstChar 97"
+        b" /LastChar 97 /Widths [1] >>"
+    )
+    objects = hostile._one_page(b"BT /T 1 Tf " + extra + b"(" + shown + b") Tj ET")  # noqa: SLF001
+    objects[2] = objects[2].replace(b"/Font << /F1 5 0 R >>", b"/Font << /F1 5 0 R /T 6 0 R >>")
+    objects += [font, hostile._stream(b"1 0 d0 " + glyph)]  # noqa: SLF001
+    return raw_pdf(tmp_path / "glyphs.pdf", objects)
+
+
+def test_a_glyph_that_paints_much_counts_for_every_byte_shown(tmp_path: Path) -> None:
+    """4,000 glyphs whose procedure fills 400 times: 1.6 million fills for one
+    string, past the bound; a glyph of one fill shown as often is not."""
+    heavy = _type3_page(tmp_path, b"a" * 4000, b"0 0 1 1 re f " * 400)
+    assert _verdict(heavy) == "unbounded"
+    light = _type3_page(tmp_path, b"a" * 4000, b"0 0 1 1 re f")
+    assert _verdict(light) == ""
+
+
+def test_many_patterns_named_on_a_page_count_as_the_two_in_effect(tmp_path: Path) -> None:
+    """Thirty pattern names on a page of 5,000 fills: at most a fill and a
+    stroke pattern are in effect at a time, so the page is counted as if two
+    of them were set for every fill, not thirty."""
+    pattern = hostile._stream(  # noqa: SLF001
+        b"/X Do",
+        b"/PatternType 1 /PaintType 1 /TilingType 1 /BBox [0 0 1 1] /XStep 1 /YStep 1"
+        b" /Resources << /XObject << /X 7 0 R >> >>",
+    )
+    names = b" ".join(b"/P%d 6 0 R" % i for i in range(30))
+    setting = b" ".join(b"/Pattern cs /P%d scn" % i for i in range(30))
+    path = _page_drawing(
+        tmp_path / "hatches.pdf",
+        setting + b" " + b"0 0 1 1 re f " * 5000,
+        b"/Pattern << %s >>" % names,
+        pattern,
+        form(b"0 0 1 1 re f"),
+    )
+    assert _verdict(path) == ""
+    assert _verdict(path, max_draws=2 * 5000 * 2) == "unbounded"

@@ -158,7 +158,7 @@ def _strict(path: str, limits: PdfLimits, *, rewrite: bool = False) -> _Strict:
                 checked.reason == ReasonCode.MALFORMED_PDF
                 and checked.detail not in UNREPAIRABLE_SHAPES
             )
-            two, hidden = (False, False) if checked.reason else readings(path, pdf)
+            two, hidden = (False, False) if checked.reason else readings(path, pdf, graph)
             return _Strict(
                 checked.pages,
                 checked.reason,

@@ -14,10 +14,11 @@ the page. So each page's draws are counted, and a page past ``MAX_DRAWS`` is
 refused. A form counts once for every time its name appears in the content
 that draws it. A pattern or a soft mask, once set, may be drawn again for
 every painting operator that follows, inside the forms drawn meanwhile too,
-and a Type 3 glyph procedure runs for every glyph shown: when one of those
-draws anything in turn, it counts once per painting operator (a pattern, a
-soft mask) or once per byte of content (a glyph) of what sets it and of
-every form that draws, which bounds them from above. A drawing that reaches
+and a Type 3 glyph procedure runs for every glyph shown. One font, one soft
+mask and a fill and a stroke pattern are in effect at a time, so the
+costliest of each that draws (or, for a glyph, paints) more than once counts
+again for every painting operator, or byte of string shown, of what sets it
+and of the forms it draws: a bound from above. A drawing that reaches
 itself is a loop (``pdfcycles`` finds the ones through a thing's own
 resources; here, through inherited resources, appearances and soft masks
 too).
@@ -56,6 +57,10 @@ _PAINT = re.compile(
 """Operators that paint (fill, stroke, shade, draw an XObject, show text, an
 inline image): each may draw a pattern or a soft mask in effect again. Also
 found inside strings and image data, which only raises the bound."""
+_STRINGS = re.compile(rb"\((?:\\.|[^\\])*?\)|<[^<>]*>")
+"""Literal and hex strings: what text operators show (an escaped parenthesis
+stays inside; a nested pair ends the match early, which a hex string's two
+digits a byte more than make up for in a bound)."""
 _ESCAPE = re.compile(rb"#([0-9A-Fa-f]{2})")
 _ESCAPE_TEXT = re.compile(r"#([0-9A-Fa-f]{2})")
 _FORM, _PATTERN, _GLYPHS, _MASK = "form", "pattern", "glyphs", "mask"
@@ -116,7 +121,8 @@ class _Content:
     names: Counter[bytes]
     painting: int
     """Painting operators in it."""
-    size: int
+    text: int
+    """Bytes of the strings in it (hex strings count two a byte)."""
 
 
 @dataclass
@@ -132,11 +138,11 @@ class _Frame:
     total: int = 1
     painting: int = 0
     """Painting operators drawing this once runs, in the forms it draws too."""
-    size: int = 0
-    """Bytes of content drawing this once reads, in the forms it draws too."""
+    text: int = 0
+    """Bytes of strings drawing this once may show, in the forms it draws too."""
     pending: list[tuple[str, int, Node]] = field(default_factory=list)
     """(how it is drawn, the times named, the thing) still to work out."""
-    state: list[tuple[str, int, int]] = field(default_factory=list)
+    state: list[tuple[str, int, _Drawn]] = field(default_factory=list)
     """Patterns, soft masks and glyphs worked out: (how, times named, draws),
     added once every form this draws is counted (they stay in effect there)."""
     waiting: tuple[str, int] | None = None
@@ -149,7 +155,7 @@ class _Drawn:
 
     total: int
     painting: int
-    size: int
+    text: int
 
 
 class _Drawing:
@@ -307,7 +313,7 @@ class _Drawing:
         self._step()
         named = self._named(frame.resources)
         content = self._content(frame.node, frame.how, frame.page_content)
-        frame.painting, frame.size = content.painting, content.size
+        frame.painting, frame.text = content.painting, content.text
         if not named:
             return
         for name, times in content.names.items():
@@ -319,22 +325,39 @@ class _Drawing:
         at once, with the painting and content it runs; a pattern, soft mask
         or glyph set once it is known how much painting it stays in effect for."""
         if how != _FORM:
-            frame.state.append((how, times, drawn.total))
+            frame.state.append((how, times, drawn))
             return
         frame.total += times * drawn.total
         frame.painting += times * drawn.painting
-        frame.size += times * drawn.size
+        frame.text += times * drawn.text
         if frame.total > self.max_draws:
             raise _Unbounded()
 
     def _close(self, frame: _Frame) -> _Drawn:
-        for how, times, draws in frame.state:
-            if draws > 1:
-                times = max(times, frame.size if how == _GLYPHS else frame.painting)
-            frame.total += times * draws
-            if frame.total > self.max_draws:
-                raise _Unbounded()
-        return _Drawn(frame.total, frame.painting, frame.size)
+        """Count the patterns, soft masks and glyphs ``frame`` sets, now that
+        the painting they may stay in effect for is known. Each counts once
+        for each time it is named; and one font, one soft mask, and a fill
+        and a stroke pattern are in effect at a time, so the costliest of
+        each that draws in turn counts again for every byte of string shown
+        (a glyph, whose own painting counts too) and every painting operator."""
+        costliest: dict[str, int] = {}
+        glyph_painting = 0
+        for how, times, drawn in frame.state:
+            frame.total += times * drawn.total
+            weight = drawn.total
+            if how == _GLYPHS:
+                weight = max(weight, drawn.painting)
+                glyph_painting = max(glyph_painting, drawn.painting)
+            if weight > 1:
+                costliest[how] = max(costliest.get(how, 0), weight)
+        if _GLYPHS in costliest:
+            frame.total += frame.text * costliest[_GLYPHS]
+            frame.painting += frame.text * glyph_painting
+        frame.total += 2 * frame.painting * costliest.get(_PATTERN, 0)
+        frame.total += frame.painting * costliest.get(_MASK, 0)
+        if frame.total > self.max_draws:
+            raise _Unbounded()
+        return _Drawn(frame.total, frame.painting, frame.text)
 
     def _named(self, resources: Node) -> dict[bytes, list[tuple[str, Node]]]:
         """By name, the drawing things ``resources`` names (worked out once per
@@ -382,7 +405,8 @@ class _Drawing:
             for stream in streams
             if stream.key is not None and stream.key in graph.streams
         )
-        content = _Content(names_used(data), len(_PAINT.findall(data)), len(data))
+        text = sum(len(string) for string in _STRINGS.findall(data))
+        content = _Content(names_used(data), len(_PAINT.findall(data)), text)
         self._contents[identity] = content
         return content
 
