@@ -414,3 +414,16 @@ def test_an_update_that_frees_an_object_hides_nothing(tmp_path: Path) -> None:
     updated = tmp_path / "updated.pdf"
     updated.write_bytes(bytes(out))
     assert _inspect(updated, tmp_path).reason == ""
+
+
+def test_a_hidden_body_is_found_behind_junk_before_the_header(tmp_path: Path) -> None:
+    """Offsets count from the header, which junk may precede: a hidden body
+    is found all the same, and the same file without one passes."""
+    hidden = _appended(tmp_path / "hidden.pdf", b"3 1 obj\n" + SCRIPTED_PAGE + b"\nendobj\n")
+    behind = tmp_path / "behind.pdf"
+    behind.write_bytes(b"junk before the header\n" + hidden.read_bytes())
+    found = _inspect(behind, tmp_path)
+    assert (found.reason, found.detail) == (ReasonCode.MALFORMED_PDF, AMBIGUOUS_CONTENT)
+    plain = tmp_path / "plain.pdf"
+    plain.write_bytes(b"junk before the header\n" + _appended(tmp_path / "p.pdf", b"").read_bytes())
+    assert _inspect(plain, tmp_path).reason == ""

@@ -43,6 +43,7 @@ __all__ = [
     "body_digest",
     "object_bodies",
     "claimed_pages",
+    "UNKNOWN",
     "object_header_spans",
     "object_headers",
     "repair_pdf",
@@ -122,12 +123,20 @@ def object_headers(data: bytes) -> Iterator[tuple[bytes, bytes, int]]:
     """(number, generation, offset just past ``obj``) of every object header in
     ``data``, in order."""
     for number, generation, _start, after in object_header_spans(data):
-        yield b"%d" % number, b"%d" % generation, after
+        if number != UNKNOWN:
+            yield b"%d" % number, b"%d" % generation, after
+
+
+UNKNOWN = -1
+"""The number and generation of a header whose numbers may be inside a
+comment: read backwards, a ``%`` earlier on their line cannot be told from
+one that starts a comment, so which numbers the header holds is not known."""
 
 
 def object_header_spans(data: bytes) -> Iterator[tuple[int, int, int, int]]:
     """(number, generation, where the header starts, where its body starts:
-    just past ``obj``) of every object header in ``data``, in order. Found
+    just past ``obj``) of every object header in ``data``, in order; both
+    numbers ``UNKNOWN`` when a ``%`` comes before either on its line. Found
     from the keyword back: a scan for the number that starts the header
     would try the pattern at every byte of the file."""
     reverse = data[::-1]
@@ -137,9 +146,21 @@ def object_header_spans(data: bytes) -> Iterator[tuple[int, int, int, int]]:
         if end < size and data[end] in _WORD:
             continue  # "obj" inside a longer word
         header = _HEADER_BEFORE.match(reverse, size - end)
-        if header is not None:
-            number, generation = int(header.group(2)[::-1]), int(header.group(1)[::-1])
-            yield number, generation, size - header.end(), end
+        if header is None:
+            continue
+        start = size - header.end()
+        generation_start = size - header.end(1)
+        if _commented(data, start) or _commented(data, generation_start):
+            yield UNKNOWN, UNKNOWN, start, end
+            continue
+        number, generation = int(header.group(2)[::-1]), int(header.group(1)[::-1])
+        yield number, generation, start, end
+
+
+def _commented(data: bytes, position: int) -> bool:
+    """Whether a ``%`` comes before ``position`` on its line."""
+    line = max(data.rfind(b"\n", 0, position), data.rfind(b"\r", 0, position)) + 1
+    return data.find(b"%", line, position) >= 0
 
 
 def claimed_pages(pdf: Any) -> int | None:

@@ -15,9 +15,9 @@ hidden is a body the table does not name that a rebuilding reader would
 take: one later than the body the table names for its object (told by
 object number alone: a rebuilding reader takes the later body whatever its
 generation), a plain body later than the object stream the table keeps its
-object in, an object stream no entry names, or a body for an object that
-no entry names but a live object refers to (qpdf reads such a reference as
-null). A body left behind by an update that freed its object, referred to
+object in, an object stream no entry names, a body for an object that no
+entry names but a live object refers to (qpdf reads such a reference as
+null), or a body whose header a comment may be hiding the numbers of. A body left behind by an update that freed its object, referred to
 by nothing, hides nothing.
 
 Text inside a stream's data that reads like a header (``1 0 obj``) is no
@@ -33,9 +33,9 @@ import bisect
 import hashlib
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
-from quire.validator.repair import object_header_spans
+from quire.validator.repair import UNKNOWN, object_header_spans
 
 __all__ = ["Bodies"]
 
@@ -51,6 +51,8 @@ _REFERENCE = re.compile(
 )
 """A reference, ``N G R``, white space or comments between its parts."""
 _START_XREF = re.compile(rb"startxref" + _GAP + rb"([0-9]{1,20})")
+_HEADER_WINDOW = 1024 + 5
+"""Where a reader looks for the ``%PDF-`` header the offsets count from."""
 _TRAILER_BYTES = 65536
 """How much of the last cross-reference section is read for the trailer's references."""
 
@@ -96,11 +98,16 @@ class Bodies:
         take. ``lengths`` gives a live stream's ``/Length`` when its dictionary
         writes it directly (None otherwise), ``object_stream`` the decoded data
         of a live object stream (for the references of the objects in it)."""
+        table = self._placed(table)
         entries = {objgen[0]: entry for objgen, entry in table.items() if entry.type in (1, 2)}
         streams = _StreamData(self.data, table, lengths)
         referenced: frozenset[int] | None = None
         for number, bodies in self.by_number.items():
             entry = entries.get(number)
+            if number == UNKNOWN:  # a header whose numbers a comment may hold
+                if any(not streams.holds(start) for start, _after in bodies):
+                    return True
+                continue
             if entry is None:
                 for start, after in bodies:
                     if streams.holds(start):
@@ -134,8 +141,23 @@ class Bodies:
                     return True
         return False
 
+    def _placed(self, table: Mapping[tuple[int, int], Any]) -> dict[tuple[int, int], _Entry]:
+        """The table's entries with their offsets in the file: qpdf counts
+        them from the header, which junk may precede (viewers allow 1,024
+        bytes of it)."""
+        header = self.data.find(b"%PDF-", 0, _HEADER_WINDOW)
+        shift = max(header, 0)
+        return {
+            objgen: _Entry(
+                entry.type,
+                entry.offset + shift if entry.type == 1 else 0,
+                entry.obj_stream_number if entry.type == 2 else 0,
+            )
+            for objgen, entry in table.items()
+        }
+
     def _referenced(
-        self, table: Mapping[tuple[int, int], Any], object_stream: Callable[[int], bytes]
+        self, table: Mapping[tuple[int, int], _Entry], object_stream: Callable[[int], bytes]
     ) -> frozenset[int]:
         """The object numbers live objects and the last trailer refer to, read
         from the bytes: qpdf reads a reference to an object its table lacks
@@ -145,7 +167,7 @@ class Bodies:
         texts += [object_stream(number) for number in sorted(holders)]
         pointers = _START_XREF.findall(self.data)
         if pointers:
-            offset = int(pointers[-1])
+            offset = int(pointers[-1]) + max(self.data.find(b"%PDF-", 0, _HEADER_WINDOW), 0)
             texts.append(self.data[offset : offset + _TRAILER_BYTES])
         return frozenset(
             int(match.group(1)) for text in texts for match in _REFERENCE.finditer(text)
@@ -168,6 +190,14 @@ class Bodies:
         return _OBJECT_STREAM.search(dictionary) is not None
 
 
+class _Entry(NamedTuple):
+    type: int
+    offset: int
+    """Where the body the entry names starts, in the file (type 1)."""
+    obj_stream_number: int
+    """The object stream the object is kept in (type 2)."""
+
+
 class _StreamData:
     """Whether an offset lies in the data of a stream the table names, whose
     ``/Length`` its dictionary gives directly: the live object just before
@@ -176,7 +206,7 @@ class _StreamData:
     def __init__(
         self,
         data: bytes,
-        table: Mapping[tuple[int, int], Any],
+        table: Mapping[tuple[int, int], _Entry],
         lengths: Callable[[tuple[int, int]], int | None],
     ) -> None:
         self._data = data
