@@ -169,6 +169,9 @@ class _Drawing:
         """Draws of a page's annotations' appearances, by the annotation array
         and the page resources (pages may share both)."""
         self._known: dict[Memo, _Drawn] = {}
+        self._drawing_of: dict[tuple[str, Identity], tuple[str, Node] | None] = {}
+        """How each thing a resources dictionary names is drawn (pages share
+        fonts and forms under dictionaries of their own)."""
         """A thing's draws, by its identity and the resources it drew from
         (None when it has its own)."""
 
@@ -312,6 +315,8 @@ class _Drawing:
         """Find what ``frame``'s content draws, each with how often."""
         self._step()
         named = self._named(frame.resources)
+        if not named and frame.page_content:
+            return  # a page that draws nothing in turn: what it paints sets nothing off
         content = self._content(frame.node, frame.how, frame.page_content)
         frame.painting, frame.text = content.painting, content.text
         if not named:
@@ -376,7 +381,12 @@ class _Drawing:
                 if not isinstance(named.value, dict):
                     continue
                 for name, value in named.value.items():
-                    drawn = _drawing(graph, category, graph.node(value))
+                    item = graph.node(value)
+                    memo = (category, _identity(item))
+                    if memo in self._drawing_of:
+                        drawn = self._drawing_of[memo]
+                    else:
+                        drawn = self._drawing_of[memo] = _drawing(graph, category, item)
                     if drawn is not None:
                         found.setdefault(canonical(name), []).append(drawn)
         self._named_in[identity] = found

@@ -25,6 +25,7 @@ normalised blob under the same digest.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import re
 from collections import defaultdict
@@ -60,6 +61,8 @@ _HEADER_BEFORE = re.compile(
 """An object header, ``N G obj`` (numbers not part of longer ones, leading
 zeros allowed, comments between the parts, as readers take them), read
 backwards from its keyword."""
+_PERCENT = re.compile(rb"%")
+_BREAK = re.compile(rb"[\r\n]")
 _WORD = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _END = re.compile(rb"\bendobj\b")
 
@@ -141,6 +144,7 @@ def object_header_spans(data: bytes) -> Iterator[tuple[int, int, int, int]]:
     would try the pattern at every byte of the file."""
     reverse = data[::-1]
     size = len(data)
+    comments = _Comments(data)
     for keyword in _OBJ.finditer(data):
         end = keyword.end()
         if end < size and data[end] in _WORD:
@@ -149,18 +153,33 @@ def object_header_spans(data: bytes) -> Iterator[tuple[int, int, int, int]]:
         if header is None:
             continue
         start = size - header.end()
-        generation_start = size - header.end(1)
-        if _commented(data, start) or _commented(data, generation_start):
+        if comments.before(start) or comments.before(size - header.end(1)):
             yield UNKNOWN, UNKNOWN, start, end
             continue
         number, generation = int(header.group(2)[::-1]), int(header.group(1)[::-1])
         yield number, generation, start, end
 
 
-def _commented(data: bytes, position: int) -> bool:
-    """Whether a ``%`` comes before ``position`` on its line."""
-    line = max(data.rfind(b"\n", 0, position), data.rfind(b"\r", 0, position)) + 1
-    return data.find(b"%", line, position) >= 0
+class _Comments:
+    """Whether a ``%`` comes before a position on its line: the nearest ``%``
+    before it, and the first line break after that ``%`` (looked for once
+    per ``%``)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._percents = [match.start() for match in _PERCENT.finditer(data)]
+        self._line_ends: dict[int, int] = {}
+
+    def before(self, position: int) -> bool:
+        index = bisect.bisect_left(self._percents, position) - 1
+        if index < 0:
+            return False  # no % before it at all
+        percent = self._percents[index]
+        end = self._line_ends.get(percent)
+        if end is None:
+            found = _BREAK.search(self._data, percent)
+            end = self._line_ends[percent] = found.start() if found else len(self._data)
+        return end > position
 
 
 def claimed_pages(pdf: Any) -> int | None:

@@ -102,8 +102,17 @@ class Bodies:
         entries = {objgen[0]: entry for objgen, entry in table.items() if entry.type in (1, 2)}
         streams = _StreamData(self.data, table, lengths)
         referenced: frozenset[int] | None = None
+        data = self.data
         for number, bodies in self.by_number.items():
             entry = entries.get(number)
+            if (
+                entry is not None
+                and entry.type == 1
+                and len(bodies) == 1
+                and bodies[0][0] >= entry.offset
+                and not data[entry.offset : bodies[0][0]].strip()
+            ):
+                continue  # the one body, the one the table names: most objects
             if number == UNKNOWN:  # a header whose numbers a comment may hold
                 if any(not streams.holds(start) for start, _after in bodies):
                     return True
@@ -129,15 +138,18 @@ class Bodies:
                 (
                     after
                     for start, after in bodies
-                    if start >= entry.offset and not self.data[entry.offset : start].strip()
+                    if start >= entry.offset and not data[entry.offset : start].strip()
                 ),
                 None,
             )
-            digest = self.digest(named) if named is not None else None
-            for start, after in bodies:
-                if start <= entry.offset or after == named or streams.holds(start):
-                    continue
-                if self.digest(after) != digest:
+            later = [
+                after
+                for start, after in bodies
+                if start > entry.offset and after != named and not streams.holds(start)
+            ]
+            if later:
+                digest = self.digest(named) if named is not None else None
+                if any(self.digest(after) != digest for after in later):
                     return True
         return False
 
@@ -145,16 +157,15 @@ class Bodies:
         """The table's entries with their offsets in the file: qpdf counts
         them from the header, which junk may precede (viewers allow 1,024
         bytes of it)."""
-        header = self.data.find(b"%PDF-", 0, _HEADER_WINDOW)
-        shift = max(header, 0)
-        return {
-            objgen: _Entry(
-                entry.type,
-                entry.offset + shift if entry.type == 1 else 0,
-                entry.obj_stream_number if entry.type == 2 else 0,
-            )
-            for objgen, entry in table.items()
-        }
+        shift = max(self.data.find(b"%PDF-", 0, _HEADER_WINDOW), 0)
+        placed: dict[tuple[int, int], _Entry] = {}
+        for objgen, entry in table.items():
+            kind = entry.type
+            if kind == 1:
+                placed[objgen] = _Entry(1, entry.offset + shift, 0)
+            elif kind == 2:
+                placed[objgen] = _Entry(2, 0, entry.obj_stream_number)
+        return placed
 
     def _referenced(
         self, table: Mapping[tuple[int, int], _Entry], object_stream: Callable[[int], bytes]
@@ -211,12 +222,18 @@ class _StreamData:
     ) -> None:
         self._data = data
         self._lengths = lengths
-        live = sorted((entry.offset, objgen) for objgen, entry in table.items() if entry.type == 1)
-        self._offsets = [offset for offset, _objgen in live]
-        self._objects = [objgen for _offset, objgen in live]
+        self._table = table
+        self._offsets: list[int] = []
+        self._objects: list[tuple[int, int]] = []
         self._spans: dict[int, tuple[int, int] | None] = {}
+        self._sorted = False
 
     def holds(self, offset: int) -> bool:
+        if not self._sorted:
+            live = sorted((e.offset, objgen) for objgen, e in self._table.items() if e.type == 1)
+            self._offsets = [start for start, _objgen in live]
+            self._objects = [objgen for _start, objgen in live]
+            self._sorted = True
         index = bisect.bisect_right(self._offsets, offset - 1) - 1
         if index < 0:
             return False
