@@ -201,6 +201,8 @@ class _Drawing:
     def page(self, page: Node) -> None:
         graph = self.graph
         resources = self._page_resources(page)
+        if not self._named(resources) and "/Annots" not in page.value:
+            return  # draws its content and nothing in turn: most pages
         total = self._draws(page, resources, page_content=True)
         if "/Annots" in page.value:
             annotations = graph.get(page, "/Annots")

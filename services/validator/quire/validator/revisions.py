@@ -64,11 +64,18 @@ class Bodies:
         self.data = data
         self._spans = list(object_header_spans(data))
         self._starts = [start for _number, _generation, start, _after in self._spans]
-        self._ends = [match.start() for match in _END.finditer(data)]
+        self._end_list: list[int] | None = None
         self.by_number: dict[int, list[tuple[int, int]]] = {}
         """(where the header starts, where the body starts) of each body."""
         for number, _generation, start, after in self._spans:
             self.by_number.setdefault(number, []).append((start, after))
+
+    @property
+    def _ends(self) -> list[int]:
+        """Where every ``endobj`` starts (found once, when first asked)."""
+        if self._end_list is None:
+            self._end_list = [match.start() for match in _END.finditer(self.data)]
+        return self._end_list
 
     def digest(self, after: int) -> bytes:
         """sha256 of the body starting at ``after``: up to its ``endobj``, or
@@ -98,12 +105,22 @@ class Bodies:
         take. ``lengths`` gives a live stream's ``/Length`` when its dictionary
         writes it directly (None otherwise), ``object_stream`` the decoded data
         of a live object stream (for the references of the objects in it)."""
+        data = self.data
+        shift = max(data.find(b"%PDF-", 0, _HEADER_WINDOW), 0)
+        offsets = {
+            objgen[0]: entry.offset + shift for objgen, entry in table.items() if entry.type == 1
+        }
+        by_number = self.by_number
+        if all(
+            len(bodies) == 1 and offsets.get(number) == bodies[0][0]
+            for number, bodies in by_number.items()
+        ):
+            return False  # every body is the one the table names, where it says: most files
         table = self._placed(table)
         entries = {objgen[0]: entry for objgen, entry in table.items() if entry.type in (1, 2)}
         streams = _StreamData(self.data, table, lengths)
         referenced: frozenset[int] | None = None
-        data = self.data
-        for number, bodies in self.by_number.items():
+        for number, bodies in by_number.items():
             entry = entries.get(number)
             if (
                 entry is not None
