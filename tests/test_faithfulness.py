@@ -197,26 +197,13 @@ def _two_bodies(path: Path, body: bytes, number: int, *, entry: bytes, named: st
     pdfium rebuilds the table past, taking the last body it finds."""
     from quire.testing.hostile import _one_page  # noqa: PLC0415 - the shared skeleton
 
-    objects = _one_page()
-    out = bytearray(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")
-    offsets = []
-    for index, obj in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % index + obj + b"\nendobj\n"
-    second = len(out)
-    out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    if named == "second":
-        offsets[number - 1] = second
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    for offset in offsets:
-        out += entry % offset
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1,
-        xref,
+    return raw_pdf(
+        path,
+        _one_page(),
+        tail=b"%d 0 obj\n" % number + body + b"\nendobj\n",
+        entry=entry,
+        named_in_tail=number if named == "second" else None,
     )
-    path.write_bytes(bytes(out))
-    return path
 
 
 SCRIPTED_CATALOG = (
@@ -278,23 +265,7 @@ def _appended(path: Path, tail: bytes, *, objects: list[bytes] | None = None) ->
     the table names, with standard entries."""
     from quire.testing.hostile import _one_page  # noqa: PLC0415 - the shared skeleton
 
-    objects = objects or _one_page()
-    out = bytearray(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")
-    offsets = []
-    for index, obj in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % index + obj + b"\nendobj\n"
-    out += tail
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    for offset in offsets:
-        out += FULL_ENTRY % offset
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1,
-        xref,
-    )
-    path.write_bytes(bytes(out))
-    return path
+    return raw_pdf(path, objects or _one_page(), tail=tail)
 
 
 def _object_stream(number: int, body: bytes) -> bytes:

@@ -25,18 +25,33 @@ __all__ = [
 FONT = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"
 
 
-def raw_pdf(path: Path, objects: list[bytes], root: int | bytes = 1) -> Path:
+def raw_pdf(
+    path: Path,
+    objects: list[bytes],
+    root: int | bytes = 1,
+    *,
+    tail: bytes = b"",
+    entry: bytes = b"%010d 00000 n \n",
+    named_in_tail: int | None = None,
+) -> Path:
     """Objects numbered from 1 in order; object ``root`` is the catalog, or
-    ``root`` is the catalog itself, written directly in the trailer."""
+    ``root`` is the catalog itself, written directly in the trailer.
+    ``tail`` is written after them, before the table, which names none of
+    it, except that the entry of object ``named_in_tail`` names the tail's
+    start instead of that object's body. ``entry`` formats each entry (20
+    bytes as the standard says, or a malformed length)."""
     out = bytearray(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")
     offsets = []
     for number, body in enumerate(objects, start=1):
         offsets.append(len(out))
         out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    if named_in_tail is not None:
+        offsets[named_in_tail - 1] = len(out)
+    out += tail
     xref = len(out)
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     for offset in offsets:
-        out += b"%010d 00000 n \n" % offset
+        out += entry % offset
     catalog = root if isinstance(root, bytes) else b"%d 0 R" % root
     out += b"trailer\n<< /Size %d /Root %s >>\nstartxref\n%d\n%%%%EOF\n" % (
         len(objects) + 1,
