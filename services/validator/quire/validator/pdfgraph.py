@@ -181,22 +181,6 @@ class PdfGraph:
         length = value.get("/Length") if isinstance(value, dict) else None
         return length if type(length) is int else None
 
-    def referenced(self) -> frozenset[int]:
-        """The object numbers every object read refers to."""
-        numbers: set[int] = set()
-        pending: list[Any] = list(self._values.values())
-        while pending:
-            value = pending.pop()
-            if type(value) is dict:
-                pending.extend(value.values())
-            elif type(value) is list:
-                pending.extend(value)
-            elif type(value) is str and value[:1].isdigit():
-                reference = _REFERENCE.fullmatch(value)
-                if reference is not None:
-                    numbers.add(int(reference.group(1)))
-        return frozenset(numbers)
-
     def items(self, node: Node) -> list[Node]:
         """An array node's items, followed."""
         if not isinstance(node.value, list):
