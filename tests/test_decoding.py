@@ -96,6 +96,85 @@ def test_flate_with_a_predictor_counts_the_inflated_bytes() -> None:
     assert measure(zlib.compress(SAMPLE), ["/FlateDecode"], [parms], 10**9) == len(SAMPLE)
 
 
+def _incremental(data: bytes, budget: int) -> tuple[int | str, set[str]]:
+    """What the incremental decoder alone measures: size (or "error") and damage."""
+    damage: set[str] = set()
+    try:
+        pieces = decoding.capped(inflate([data], damage), budget)
+        size = sum(map(len, pieces))
+    except decoding.Exceeded:
+        return budget + 1, damage
+    except DecodeError:
+        return "error", damage
+    return size, damage
+
+
+def _measured(data: bytes, budget: int) -> tuple[int | str, set[str]]:
+    damage: set[str] = set()
+    try:
+        return measure(data, ["/FlateDecode"], [], budget, damage=damage), damage
+    except DecodeError:
+        return "error", damage
+
+
+FLATE_SHAPES = {
+    "intact": zlib.compress(SAMPLE),
+    "intact, empty": zlib.compress(b""),
+    "no data": b"",
+    "wrong check": zlib.compress(SAMPLE)[:-4] + b"\0\0\0\0",
+    "check cut off": zlib.compress(SAMPLE)[:-2],
+    "truncated": zlib.compress(SAMPLE)[:-40],
+    "trailing junk": zlib.compress(SAMPLE) + b"\r\nendstream",
+    "two members": zlib.compress(SAMPLE) + zlib.compress(b"tail"),
+    "preset dictionary": zlib.compressobj(zdict=b"lease").compress(SAMPLE)
+    + zlib.compressobj(zdict=b"lease").flush(),
+    "window zlib refuses": bytes([0x88, 0x1C]) + zlib.compress(b"hello" * 20)[2:],
+    "corrupt": b"\x78\x9c\xff\xff\xff\xff" * 10,
+    "past the one-call bound": zlib.compress(bytes(2 * decoding.WHOLE_MEMBER_OUTPUT)),
+    "bomb": zlib.compress(bytes(5_000_000), 9),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(FLATE_SHAPES))
+@pytest.mark.parametrize("budget", [0, 100, len(SAMPLE), len(SAMPLE) + 1, 10**9])
+def test_a_lone_flate_stream_measures_as_the_incremental_decoder_does(
+    shape: str, budget: int
+) -> None:
+    """A lone Flate stream is inflated in one call when it is one intact
+    member; whatever the data, the size, the damage named and the refusal
+    are the incremental decoder's."""
+    data = FLATE_SHAPES[shape]
+    assert _measured(data, budget) == _incremental(data, budget)
+
+
+def test_only_an_intact_lone_member_is_inflated_in_one_call() -> None:
+    whole = decoding.whole_member_size
+    assert whole(FLATE_SHAPES["intact"], 10**9) == len(SAMPLE)
+    assert whole(FLATE_SHAPES["intact"], 100) is None  # past the budget: the decoder says
+    for shape in ("wrong check", "check cut off", "truncated", "trailing junk", "two members"):
+        assert whole(FLATE_SHAPES[shape], 10**9) is None, shape
+    for shape in ("preset dictionary", "corrupt", "past the one-call bound", "no data"):
+        assert whole(FLATE_SHAPES[shape], 10**9) is None, shape
+
+
+def test_a_stream_dictionary_read_by_the_graph_gives_the_same_size(tmp_path: Path) -> None:
+    """``decoded_size`` takes a lone Flate filter from the graph's reading of
+    the dictionary; the size and damage are those pikepdf's reading gives."""
+    for shape, data in FLATE_SHAPES.items():
+        path = pdf_with_stream(tmp_path / "s.pdf", data, ["/FlateDecode"])
+        with pikepdf.open(path) as pdf:
+            stream = pdf.pages[0].obj.Thumb
+            outcomes = []
+            for written in (None, {"/Filter": "/FlateDecode"}):
+                damage: set[str] = set()
+                try:
+                    size: int | str = decoding.decoded_size(stream, 10**8, damage, written)
+                except DecodeError:
+                    size = "error"
+                outcomes.append((size, damage))
+            assert outcomes[0] == outcomes[1], shape
+
+
 # --- the other standard filters ------------------------------------------------
 
 

@@ -213,7 +213,12 @@ def _check_pdf(pdf: Any, limits: PdfLimits, graph: PdfGraph) -> PdfCheck:
         stream = graph.streams.get(key)
         if stream is not None:
             try:
-                decoded += decoded_size(stream, limits.max_decompressed_bytes - decoded, tolerated)
+                decoded += decoded_size(
+                    stream,
+                    limits.max_decompressed_bytes - decoded,
+                    tolerated,
+                    node.value if node is not None else None,
+                )
             except (UnsupportedFilter, DecodeError):
                 return _malformed(pages, "UNDECODABLE_STREAM")
             if decoded > limits.max_decompressed_bytes:
