@@ -54,6 +54,8 @@ class _Walks:
         self.graph = graph
         self._ended: dict[str, set[Key]] = {}
         """By link: nodes whose chain is known to end."""
+        self._drawing_of: dict[tuple[str, str], Node | None] = {}
+        """By category and reference: the thing named, when it draws."""
 
     def children(self, node: Node, name: str) -> list[Node]:
         """The dictionaries and streams under ``name``: one, or those of an array."""
@@ -188,19 +190,31 @@ class _Walks:
             named = graph.get(resources, category)
             if not graph.is_dictionary(named):
                 continue
-            absent = "/Form" if category == "/Pattern" else None
             for value in named.value.values():
-                item = graph.node(value)
-                if not isinstance(item.value, dict):
-                    continue
-                subtype = (
-                    text(graph.get(item, "/Subtype").value)
-                    if graph.has(item, "/Subtype")
-                    else absent
-                )
-                if subtype == drawing:
+                item = self._drawing(category, drawing, value)
+                if item is not None:
                     drawn.append(item)
         return drawn
+
+    def _drawing(self, category: str, drawing: str, value: Any) -> Node | None:
+        """What ``value`` names under ``category``, when it is a thing that
+        draws; worked out once per reference (pages share fonts and forms)."""
+        memo = (category, value) if type(value) is str else None
+        if memo is not None and memo in self._drawing_of:
+            return self._drawing_of[memo]
+        graph = self.graph
+        item = graph.node(value)
+        found = None
+        if isinstance(item.value, dict):
+            absent = "/Form" if category == "/Pattern" else None
+            subtype = (
+                text(graph.get(item, "/Subtype").value) if graph.has(item, "/Subtype") else absent
+            )
+            if subtype == drawing:
+                found = item
+        if memo is not None:
+            self._drawing_of[memo] = found
+        return found
 
     def structure_kids(self, node: Node) -> list[Node]:
         """A structure element's children (``/K``: one, or an array), elements
