@@ -124,7 +124,9 @@ class _ActiveSearch:
                 if depth > MAX_WALK_DEPTH:
                     raise _TooDeep()
                 if type(value) is dict:
-                    self._spend()
+                    self.work += 1  # _spend(), inline: once per dictionary of the file
+                    if self.work > self.limit:
+                        raise _TooDeep()
                     if not _NOTABLE.isdisjoint(value):
                         dictionary = Node(key, value)
                         if _is_active(graph, dictionary):
@@ -138,7 +140,9 @@ class _ActiveSearch:
                     inner = value
                 else:
                     continue
-                walk.extend((child, depth + 1, None) for child in inner if type(child) in _NESTED)
+                for child in inner:
+                    if type(child) in _NESTED:
+                        walk.append((child, depth + 1, None))
         return False
 
 
