@@ -5,6 +5,10 @@ slices of at most ``INPUT_CHUNK`` and each stage yields pieces of bounded
 size, so a chain of filters never holds a whole decoded stream in memory and
 never runs past the cap. Every loop in here consumes input or produces output
 on each turn (or stops), so a hostile stream cannot make the measurement spin.
+The one shortcut: a stream under a lone Flate filter that is one intact zlib
+member, and decodes to at most ``WHOLE_MEMBER_OUTPUT``, is inflated in one
+call (most content streams are); anything else about it is left to the
+incremental decoder, which then measures it as it always did.
 
 The image codecs are not decoded: they end a chain, and their output is
 bounded by the image dictionary (``/Width`` × ``/Height`` × bits per component
