@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import socket
 import sqlite3
 import subprocess
@@ -190,3 +191,63 @@ def test_the_lower_bound_of_a_quantile_is_an_order_statistic_with_its_confidence
     assert latencyfloor.lower_bound(values, 0.99, 0.5) == 148.0
     assert latencyfloor.lower_bound([3.0] * 10, 0.99, 0.95) == 3.0
     assert latencyfloor.lower_bound([], 0.99, 0.95) is None
+
+
+def test_each_packet_class_rewrites_its_own_section_of_the_document(tmp_path: Path) -> None:
+    """``make bench`` writes the standard packet's figures and the lease
+    class's into sections of their own: each run replaces its own section,
+    never the other's, and a document without it is refused, not appended to."""
+    costmodel = _bench_module("costmodel")
+    standard, lease = costmodel.markers(), costmodel.markers("200-page packets")
+    document = tmp_path / "performance.md"
+    document.write_text(
+        "\n".join(
+            [
+                "# Performance",
+                standard[0],
+                "old",
+                standard[1],
+                "between",
+                lease[0],
+                "old",
+                lease[1],
+                "after",
+                "",
+            ]
+        )  # fmt: skip
+    )
+    costmodel.write_document(document, ["| lease |"], "lease run", "disk", label="200-page packets")
+    costmodel.write_document(document, ["| standard |"], "standard run", "disk")
+    text = document.read_text()
+    assert text.count("| lease |") == 1 and text.count("| standard |") == 1
+    assert "old" not in text
+    standard_part = text[text.index(standard[0]) : text.index(standard[1])]
+    lease_part = text[text.index(lease[0]) : text.index(lease[1])]
+    assert "| standard |" in standard_part and "`standard run`" in standard_part
+    assert "| lease |" in lease_part and "`lease run`" in lease_part
+    assert text.startswith("# Performance\n") and "between" in text and text.endswith("after\n")
+    document.write_text("# Performance\n" + standard[0] + "\n" + standard[1] + "\n")
+    with pytest.raises(ValueError, match="no generated section"):
+        costmodel.write_document(document, ["| lease |"], "run", "disk", label="200-page packets")
+
+
+def test_the_lease_class_aims_at_a_larger_share_and_writes_its_own_section() -> None:
+    """The packet class is read once, from ``BENCH_PAGES``, as the bench starts."""
+    probe = "import pipeline_bench as b; print(b.LEASE_CLASS, b.AIM_SHARE, b.DOCUMENT_SECTION)"
+    answers = {}
+    for pages in ("4,5,3", "200", "7"):
+        ran = subprocess.run(
+            [sys.executable, "-c", probe],
+            capture_output=True,
+            text=True,
+            cwd=BENCH,
+            env={**os.environ, "BENCH_PAGES": pages},
+            check=True,
+            timeout=120,
+        )
+        answers[pages] = ran.stdout.strip()
+    assert answers == {
+        "4,5,3": "False 0.35",
+        "200": "True 0.6 200-page packets",
+        "7": "False 0.35 None",
+    }
