@@ -1015,8 +1015,8 @@ def run(where: str) -> None:
             ],
             f"BENCH_JOBS={jobs} make bench"
             if not DOCUMENT_SECTION
-            else f"BENCH_PAGES={','.join(map(str, PAGES_PER_DOCUMENT))} BENCH_JOBS={jobs}, "
-            "make bench's second run",
+            else f"BENCH_PAGES={','.join(map(str, PAGES_PER_DOCUMENT))} BENCH_JOBS={jobs} "
+            "python bench/pipeline_bench.py",
             where,
             label=DOCUMENT_SECTION or "",
         )
