@@ -7,6 +7,7 @@ decode past a small cap) so every test is bounded by design, not by a timer.
 
 from __future__ import annotations
 
+import random
 import zlib
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,7 @@ FLATE_SHAPES = {
     "window zlib refuses": bytes([0x88, 0x1C]) + zlib.compress(b"hello" * 20)[2:],
     "corrupt": b"\x78\x9c\xff\xff\xff\xff" * 10,
     "past the one-call bound": zlib.compress(bytes(2 * decoding.WHOLE_MEMBER_OUTPUT)),
+    "past the one-call input": zlib.compress(random.Random(5).randbytes(300 * 1024)),
     "bomb": zlib.compress(bytes(5_000_000), 9),
 }
 
@@ -153,7 +155,13 @@ def test_only_an_intact_lone_member_is_inflated_in_one_call() -> None:
     assert whole(FLATE_SHAPES["intact"], 100) is None  # past the budget: the decoder says
     for shape in ("wrong check", "check cut off", "truncated", "trailing junk", "two members"):
         assert whole(FLATE_SHAPES[shape], 10**9) is None, shape
-    for shape in ("preset dictionary", "corrupt", "past the one-call bound", "no data"):
+    for shape in (
+        "preset dictionary",
+        "corrupt",
+        "past the one-call bound",
+        "past the one-call input",
+        "no data",
+    ):
         assert whole(FLATE_SHAPES[shape], 10**9) is None, shape
 
 

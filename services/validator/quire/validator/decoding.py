@@ -6,8 +6,8 @@ size, so a chain of filters never holds a whole decoded stream in memory and
 never runs past the cap. Every loop in here consumes input or produces output
 on each turn (or stops), so a hostile stream cannot make the measurement spin.
 The one shortcut: a stream under a lone Flate filter that is one intact zlib
-member, and decodes to at most ``WHOLE_MEMBER_OUTPUT``, is inflated in one
-call (most content streams are); anything else about it is left to the
+member, and is small (``WHOLE_MEMBER_INPUT``, ``WHOLE_MEMBER_OUTPUT``), is
+inflated in one call (most content streams are); anything else about it is left to the
 incremental decoder, which then measures it as it always did.
 
 The image codecs are not decoded: they end a chain, and their output is
@@ -49,6 +49,9 @@ SIZE_CHUNK = 1024 * 1024
 """Slice the size-only last stages read at a time: they hold no output."""
 WHOLE_MEMBER_OUTPUT = 1024 * 1024
 """The most a lone Flate stream is inflated to in one call (``whole_member_size``)."""
+WHOLE_MEMBER_INPUT = 256 * 1024
+"""The most raw data inflated in one call: zlib copies what a call leaves
+unread, so a larger stream is sliced by the incremental decoder instead."""
 MAX_FILTERS = 32
 """A longer /Filter array is not something any writer produces: refused as malformed."""
 
@@ -118,6 +121,8 @@ def whole_member_size(raw: bytes, budget: int) -> int | None:
     not end, bytes after it, more output than that), which ``inflate``
     then decides. Most content streams are such a member, and one call costs a
     tenth of the incremental decoder's turns."""
+    if len(raw) > WHOLE_MEMBER_INPUT:
+        return None
     inflater = zlib.decompressobj()
     try:
         out = inflater.decompress(raw, min(budget, WHOLE_MEMBER_OUTPUT) + 1)
