@@ -251,3 +251,43 @@ def test_the_lease_class_aims_at_a_larger_share_and_writes_its_own_section() -> 
         "200": "True 0.6 200-page packets",
         "7": "False 0.35 None",
     }
+
+
+def test_an_open_loop_arrival_admission_refuses_is_counted_not_fatal() -> None:
+    """When the stack falls behind the arrivals, admission refuses work with
+    RESOURCE_EXHAUSTED: the pass counts the refusal (and its call's latency)
+    and goes on; any other error still ends the run."""
+    import asyncio
+
+    import grpc
+
+    from quire.pipeline import State
+    from quire.type import job_pb2
+
+    bench = _bench_module("pipeline_bench")
+
+    def refusal(code: grpc.StatusCode) -> grpc.aio.AioRpcError:
+        return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), "refused")
+
+    class Client:
+        def __init__(self, refused: set[int], code: grpc.StatusCode) -> None:
+            self.calls = 0
+            self.refused, self.code = refused, code
+
+        async def submit(self, _items: object, inline: object = None) -> job_pb2.Job:
+            self.calls += 1
+            if self.calls in self.refused:
+                raise refusal(self.code)
+            return job_pb2.Job(name=f"jobs/{self.calls}")
+
+        async def wait(self, name: str, timeout: float) -> job_pb2.Job:
+            return job_pb2.Job(name=name, state=State.COMPLETED.number)
+
+    packets = [bench.Packet(digests=["0" * 64], inline=[]) for _ in range(5)]
+    client = Client({2, 4}, grpc.StatusCode.RESOURCE_EXHAUSTED)
+    rpc, _late, outcomes, _drain = asyncio.run(bench.open_loop(client, packets, 1000.0))
+    assert len(rpc) == 5
+    assert outcomes == {State.COMPLETED: 3, bench.REFUSED: 2}
+    failing = Client({3}, grpc.StatusCode.UNAVAILABLE)
+    with pytest.raises(grpc.aio.AioRpcError):
+        asyncio.run(bench.open_loop(failing, packets, 1000.0))
