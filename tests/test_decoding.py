@@ -183,6 +183,45 @@ def test_a_stream_dictionary_read_by_the_graph_gives_the_same_size(tmp_path: Pat
             assert outcomes[0] == outcomes[1], shape
 
 
+def test_a_stream_that_is_no_whole_member_is_read_and_tried_in_one_call_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lone Flate stream the one call cannot take (here a wrong check) costs
+    one try of it and one read of its raw data before the incremental decoder
+    measures it: never a second try or read."""
+    tries: list[int] = []
+    real = decoding.whole_member_size
+
+    def counted(raw: bytes, budget: int) -> int | None:
+        tries.append(len(raw))
+        return real(raw, budget)
+
+    monkeypatch.setattr(decoding, "whole_member_size", counted)
+    data = FLATE_SHAPES["wrong check"]
+    path = pdf_with_stream(tmp_path / "s.pdf", data, ["/FlateDecode"])
+    reads: list[int] = []
+
+    class Counted:
+        """The stream, its raw reads counted."""
+
+        def __init__(self, stream: Any) -> None:
+            self._stream = stream
+
+        def read_raw_bytes(self) -> bytes:
+            reads.append(1)
+            return bytes(self._stream.read_raw_bytes())
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._stream, name)
+
+    with pikepdf.open(path) as pdf:
+        stream = Counted(pdf.pages[0].obj.Thumb)
+        damage: set[str] = set()
+        size = decoding.decoded_size(stream, 10**8, damage, {"/Filter": "/FlateDecode"})
+    assert (size, damage) == (len(SAMPLE), {FLATE_CHECKSUM_WRONG})
+    assert tries == [len(data)] and reads == [1]
+
+
 # --- the other standard filters ------------------------------------------------
 
 

@@ -704,9 +704,9 @@ def decoded_size(
 
     named = written.get("/Filter") if written is not None else None
     if type(named) is str and named in FLATE:
-        whole = whole_member_size(stream.read_raw_bytes(), max(budget, 0))
-        if whole is not None:
-            return whole
+        # A lone Flate filter, whose parameters change no size: the raw data
+        # is read once, and measured in one call when it can be (``measure``).
+        return measure(stream.read_raw_bytes(), [named], [], budget, None, damage)
 
     filters = stream.get("/Filter")
     if filters is None:
