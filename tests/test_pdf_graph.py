@@ -89,6 +89,46 @@ def test_references_are_followed_to_null_when_nothing_is_there(tmp_path: Path) -
         assert graph.is_stream(contents) and not graph.is_dictionary(contents)
 
 
+def _references(value: object) -> list[str]:
+    """Every reference written anywhere in ``value`` (qpdf's ``"N G R"``)."""
+    if isinstance(value, dict):
+        return [r for item in value.values() for r in _references(item)]
+    if isinstance(value, list):
+        return [r for item in value for r in _references(item)]
+    return [value] if isinstance(value, str) and value[:1].isdigit() else []
+
+
+@pytest.mark.parametrize("sample", ["refs", *(p.name for p in _sample(120))])
+def test_a_reference_known_at_once_leads_where_following_it_leads(
+    sample: str, tmp_path: Path
+) -> None:
+    """References are resolved as the graph is made (``_KNOWN_AT_ONCE``):
+    each leads to what following it reference by reference gives, chains,
+    rings and references to nothing included."""
+    if sample == "refs":
+        objects = hostile._one_page()  # noqa: SLF001 - the shared one-page skeleton
+        objects[0] = b"<< /Type /Catalog /Pages 2 0 R /Missing 99 0 R /Chain 6 0 R /Ring 8 0 R >>"
+        objects.append(b"7 0 R")  # 6: an object whose whole value is a reference
+        objects.append(b"<< /Deep true >>")  # 7
+        objects.append(b"9 0 R")  # 8 and 9: each the other
+        objects.append(b"8 0 R")
+        path = hostile.raw_pdf(tmp_path / "refs.pdf", objects)
+    else:
+        path = next(p for p in _sample(120) if p.name == sample)
+    pdf = _opened(path)
+    if pdf is None or pdf.is_encrypted:
+        return
+    with pdf:
+        graph = PdfGraph.read(pdf, 500_000)
+        references = {r for node in graph.objects() for r in _references(node.value)}
+        assert references or sample != "refs"
+        for reference in references:
+            assert graph.node(reference) == graph._follow(reference), reference  # noqa: SLF001
+        if sample == "refs":
+            assert graph.get(graph.root, "/Ring").value is None
+            assert graph.get(graph.root, "/Missing").value is None
+
+
 def _spelled(path: Path, action: bytes, *, kids: bytes = b"[3 0 R]") -> Path:
     """A page whose open action is ``action`` beside reals spelled ``+.5``,
     which qpdf copies into its JSON as they are."""

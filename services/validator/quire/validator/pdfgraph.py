@@ -31,6 +31,8 @@ _HOPS = 8
 a reference to another (``1 0 obj 2 0 R endobj``) is followed as qpdf does;
 a ring of them ends as null."""
 _TEXT = "u:"
+_KNOWN_AT_ONCE = 50_000
+"""Objects up to which every reference is resolved as the graph is made."""
 
 
 class Node(NamedTuple):
@@ -70,7 +72,19 @@ class PdfGraph:
         complete: bool,
     ) -> None:
         self._values = values
-        self._followed: dict[str, Node] = {}
+        # What a reference to each object leads to, as qpdf writes one
+        # ("N G R"), known at once for every object whose value is no
+        # reference itself (``_follow`` takes the rest, any other spelling,
+        # and every reference of a file too large to spend the memory on).
+        self._followed: dict[str, Node] = (
+            {
+                f"{key[0]} {key[1]} R": Node(key, value)
+                for key, value in values.items()
+                if not (type(value) is str and value[:1].isdigit())
+            }
+            if len(values) <= _KNOWN_AT_ONCE
+            else {}
+        )
         self.order = order
         """Every object's key, as ``pdf.objects`` lists them."""
         self.streams = streams
