@@ -7,7 +7,7 @@ never runs past the cap. Every loop in here consumes input or produces output
 on each turn (or stops), so a hostile stream cannot make the measurement spin.
 The one shortcut: a stream under a lone Flate filter that is one intact zlib
 member, and is small (``WHOLE_MEMBER_INPUT``, ``WHOLE_MEMBER_OUTPUT``), is
-inflated in one call (most content streams are); anything else about it is left to the
+inflated in one call (most content streams are); any other is left to the
 incremental decoder, which then measures it as it always did.
 
 The image codecs are not decoded: they end a chain, and their output is

@@ -169,11 +169,11 @@ class _Drawing:
         """Draws of a page's annotations' appearances, by the annotation array
         and the page resources (pages may share both)."""
         self._known: dict[Memo, _Drawn] = {}
+        """A thing's draws, by its identity and the resources it drew from
+        (None when it has its own)."""
         self._drawing_of: dict[tuple[str, Identity], tuple[str, Node] | None] = {}
         """How each thing a resources dictionary names is drawn (pages share
         fonts and forms under dictionaries of their own)."""
-        """A thing's draws, by its identity and the resources it drew from
-        (None when it has its own)."""
 
     def pages(self) -> list[Node]:
         """The page tree's leaves, as viewers find the pages they draw (each

@@ -17,8 +17,9 @@ object number alone: a rebuilding reader takes the later body whatever its
 generation), a plain body later than the object stream the table keeps its
 object in, an object stream no entry names, a body for an object that no
 entry names but a live object refers to (qpdf reads such a reference as
-null), or a body whose header a comment may be hiding the numbers of. A body left behind by an update that freed its object, referred to
-by nothing, hides nothing.
+null), or a body whose header a comment may be hiding the numbers of. A
+body left behind by an update that freed its object, referred to by
+nothing, hides nothing.
 
 Text inside a stream's data that reads like a header (``1 0 obj``) is no
 body, when the stream's ``/Length`` is written in its dictionary: a reader
