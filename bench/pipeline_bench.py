@@ -27,7 +27,12 @@ In one run, on the same inputs, it prints:
   sources kept as blobs and then a commit, timed with no Quire code on the
   idle stack and beside a second open-loop pass at the same rate, against
   that aim;
-- what signing/verification, encryption at rest and caller proofs cost.
+- what signing/verification, encryption at rest and caller proofs cost;
+- the design's skeleton (``bench/skeleton.py``): five processes doing only
+  the parts the design requires of a job, with no Quire code and no PDF
+  work, on the same volume and packets; its CPU per job by process beside
+  Quire's budgets, and whether it leaves the CPU, share and idle aims any
+  room.
 
     make bench                 # BENCH_JOBS=40 by default
     BENCH_JOBS=200 make bench
@@ -105,6 +110,7 @@ from procstats import (  # noqa: E402
     thread_role_ticks,
 )
 from replicas import SCALED, second_replicas  # noqa: E402
+from skeleton import Skeleton, skeleton_floor  # noqa: E402
 from volume import bench_file_system  # noqa: E402
 
 from quire.admission.v1 import admission_service_pb2 as pb  # noqa: E402
@@ -753,6 +759,9 @@ def run(where: str) -> None:
         (folder / "floor").mkdir()
         write_ms, read_ms = commit_floor(folder / "floor", FLOOR_TRANSACTIONS)
         blob_ms = blob_floor(folder / "floor", FLOOR_BLOBS)
+        skeleton = skeleton_floor(
+            folder / "skeleton", packets, IN_FLIGHT, min(WARMUP_JOBS, len(packets)), IDLE_JOBS
+        )
 
     pipeline_rate = outcomes.get(State.COMPLETED, 0) / elapsed
     print(
@@ -876,6 +885,7 @@ def run(where: str) -> None:
         {**cpu, "client": client_own},
         {part: seconds / jobs * 1000 for part, seconds in bare_parts.items()},
         jobs,
+        skeleton,
     )
 
     print()
@@ -955,6 +965,9 @@ def run(where: str) -> None:
     )
 
     print()
+    skeleton_rows = print_skeleton(skeleton, bare_ms, total_ms, limit, cores, bare_one / jobs)
+
+    print()
     writes = sum(kinds.get("write", 0.0) for kinds in transactions.values()) / jobs
     reads = sum(kinds.get("read", 0.0) for kinds in transactions.values()) / jobs
     print(
@@ -996,8 +1009,10 @@ def run(where: str) -> None:
             f"({pipeline_rate:.1f} / {limit:.1f}) | ≥ {AIM_SHARE:.2f} |",
             f"| CPU per job, every process ÷ bare libraries | {total_ms / bare_ms:.2f}x "
             f"({total_ms:.1f} / {bare_ms:.1f} ms) | ≤ {AIM_CPU:g}x |",
+            *skeleton_rows["cpu"],
             f"| idle single job, submit to `COMPLETED` (p50) | {p50 * 1000:.0f} ms "
             f"| ≤ {AIM_IDLE_P50 * 1000:.0f} ms |",
+            *skeleton_rows["idle"],
             f"| `SubmitJob` p99 at {LOAD_SHARE:.0%} of measured capacity | {p99 * 1000:.1f} ms "
             f"| ≤ {AIM_SUBMIT_P99 * 1000:.0f} ms |",
             f"| its floor: {'sources kept, then ' if INLINE else ''}the job committed, no "
@@ -1080,14 +1095,20 @@ def print_threads(by_thread: dict[str, dict[str, float]], jobs: int) -> list[str
     return rows
 
 
-def print_budgets(cpu: dict[str, float], bare_part_ms: dict[str, float], jobs: int) -> list[str]:
-    """Each process kind's CPU per job beside its budget; a sandbox's measured
-    figure is its overhead beyond the bare library part it does. Returns the
-    table as Markdown rows too."""
+def print_budgets(
+    cpu: dict[str, float], bare_part_ms: dict[str, float], jobs: int, skeleton: Skeleton
+) -> list[str]:
+    """Each process kind's CPU per job beside its budget and beside what the
+    design's skeleton (``bench/skeleton.py``) spent in the same process kind; a
+    sandbox's measured figure is its overhead beyond the bare library part it
+    does. Returns the table as Markdown rows too."""
     print("== CPU budget per job (ms; a sandbox's figure is beyond the bare library work)")
-    print(f"{'process':<22}{'measured':>10}{'budget':>8}")
-    rows = ["| process | CPU ms per job | budget | |", "|---|---|---|---|"]
-    over = []
+    print(f"{'process':<22}{'measured':>10}{'skeleton':>10}{'budget':>8}")
+    rows = [
+        "| process | CPU ms per job | the skeleton's | budget | |",
+        "|---|---|---|---|---|",
+    ]
+    over, under_skeleton = [], []
     for kind, budget in BUDGET_MS.items():
         ms = cpu.get(kind, 0.0) / jobs * 1000
         label = kind
@@ -1095,18 +1116,95 @@ def print_budgets(cpu: dict[str, float], bare_part_ms: dict[str, float], jobs: i
             part = BARE_PART[kind]
             ms -= bare_part_ms.get(part, 0.0)
             label = f"sandbox {kind[8:]} - {part}"
-        flag = "" if ms <= budget else "  OVER"
-        if flag:
+        least = skeleton.ms_per_job(kind) if kind in skeleton.cpu_seconds else None
+        flags = []
+        if ms > budget:
             over.append(kind)
-        print(f"{label:<22}{ms:>10.1f}{budget:>8.1f}{flag}")
-        rows.append(f"| {label} | {ms:.1f} | {budget:.1f} | {flag.strip().lower()} |")
+            flags.append("over")
+        if least is not None and least > budget:
+            under_skeleton.append(kind)
+            flags.append("budget below the skeleton")
+        shown = "—" if least is None else f"{least:.1f}"
+        print(f"{label:<22}{ms:>10.1f}{shown:>10}{budget:>8.1f}  {'; '.join(flags).upper()}")
+        rows.append(f"| {label} | {ms:.1f} | {shown} | {budget:.1f} | {'; '.join(flags)} |")
     parts = ", ".join(f"{part} {ms:.1f}" for part, ms in bare_part_ms.items())
     print(f"bare library parts, one process: {parts} ms per packet")
     line = f"budget line: {'met' if not over else 'FAILED'}" + (
         f" ({len(over)} over: {', '.join(over)})" if over else ""
     )
+    if under_skeleton:
+        line += f"; the skeleton alone spends more than the budget of {', '.join(under_skeleton)}"
     print(line)
     return [*rows, "", f"Bare library parts, one process: {parts} ms per packet; {line}."]
+
+
+def skeleton_bounds(
+    skeleton_ms: float, bare_ms: float, limit: float, cores: int
+) -> tuple[float, float]:
+    """The least CPU ratio and the greatest share of the machine's ``limit``
+    (packets/s) any Quire could reach if it spent no more than the skeleton's
+    CPU per job beside the bare work: ``(skeleton + bare) / bare``, and every
+    core busy with nothing else, ``cores / (skeleton + bare)`` against the limit."""
+    least = skeleton_ms + bare_ms
+    return least / bare_ms, cores / least * 1000 / limit
+
+
+def print_skeleton(
+    skeleton: Skeleton,
+    bare_ms: float,
+    total_ms: float,
+    limit: float,
+    cores: int,
+    bare_seconds: float,
+) -> dict[str, list[str]]:
+    """The design's skeleton against the room the CPU, share and idle aims
+    leave; returns its rows for the figures table, by aim ("cpu", "idle")."""
+    print("== the design's skeleton: five processes, the design's parts, no Quire code")
+    print(
+        f"{skeleton.jobs} jobs, {skeleton.rate:.1f} jobs/s with no PDF work "
+        f"({skeleton.ledger_entries} ledger entries, {skeleton.left_in_streams} messages "
+        "left on its streams); CPU ms per job: "
+        + ", ".join(f"{kind} {skeleton.ms_per_job(kind):.2f}" for kind in skeleton.cpu_seconds)
+        + f"; total {skeleton.total_ms:.2f}"
+    )
+    ratio, share = skeleton_bounds(skeleton.total_ms, bare_ms, limit, cores)
+    cpu_room = (AIM_CPU - 1) * bare_ms
+    cpu_verdict = "leaves room" if ratio <= AIM_CPU else "CANNOT be met in this design"
+    share_verdict = "leaves room" if share >= AIM_SHARE else "CANNOT be met in this design"
+    print(
+        f"the skeleton with the bare work: {ratio:.2f}x the bare libraries' CPU at the least "
+        f"(CPU aim <= {AIM_CPU:g}x, room {cpu_room:.2f} ms: {cpu_verdict}); {share:.2f} of "
+        f"the limit at the most (share aim >= {AIM_SHARE:.2f}: {share_verdict}); Quire "
+        f"spends {total_ms - bare_ms - skeleton.total_ms:.1f} ms per job more than the "
+        f"skeleton ({total_ms:.1f} against {skeleton.total_ms + bare_ms:.1f} with the bare work)"
+    )
+    rows: dict[str, list[str]] = {"idle": []}
+    rows["cpu"] = [
+        f"| the design's skeleton: CPU per job with no PDF work (five processes, the "
+        f"design's parts, no Quire code) | {skeleton.total_ms:.1f} ms | ≤ {cpu_room:.1f} ms "
+        f"({AIM_CPU - 1:g} x bare), or the CPU aim cannot be met |",
+        f"| the most share the skeleton leaves (its CPU and the bare work on every core) | "
+        f"{share:.2f} | ≥ {AIM_SHARE:.2f}, or the share aim cannot be met |",
+    ]
+    if skeleton.idle_seconds:
+        # One packet's bare work in one process (wall clock) after the idle
+        # skeleton's p50: the least an idle job could take, were the stages'
+        # work no more than the libraries' and none of it overlapped.
+        idle_ms = percentile(list(skeleton.idle_seconds), 0.5) * 1000
+        least_ms = idle_ms + bare_seconds * 1000
+        verdict = "leaves room" if least_ms <= AIM_IDLE_P50 * 1000 else "CANNOT be met"
+        print(
+            f"idle skeleton, {len(skeleton.idle_seconds)} jobs one after another: "
+            f"{spread(list(skeleton.idle_seconds))}; with one packet's bare work "
+            f"({bare_seconds * 1000:.1f} ms) {least_ms:.1f} ms (aim p50 <= "
+            f"{AIM_IDLE_P50 * 1000:.0f} ms: {verdict})"
+        )
+        rows["idle"].append(
+            f"| the idle skeleton's submit to completed (p50), and one packet's bare work "
+            f"| {idle_ms:.1f} + {bare_seconds * 1000:.1f} ms | ≤ {AIM_IDLE_P50 * 1000:.0f} ms, "
+            "or the idle aim cannot be met |"
+        )
+    return rows
 
 
 def print_durable_floor(

@@ -1,0 +1,739 @@
+"""The design's skeleton: Quire's five processes doing only what the design
+requires of every job, with none of Quire's code, so a run can say how much
+of the CPU per job any implementation in this runtime would spend anyway.
+
+``bench/floor.py`` prices each part alone, in a tight loop of one process.
+The skeleton puts the same parts where the design puts them: five processes
+on asyncio (uvloop) and nats-py, joined by JetStream work queues on a
+nats-server configured as the stack's (file store, ``sync_interval: always``),
+and a gRPC door. Per job:
+
+- the client makes two calls: submit (the packet's sources inline) and watch;
+- admission checks each source's sha256, keeps the sources as blobs
+  (AES-256-GCM, written to a temporary name, fsync'd, renamed, the directory
+  fsync'd once), commits the job, publishes the validate task and its event;
+- the validator, the assembler and the signer each pull their task (one long
+  poll, then the waiting ones as a group), check its Ed25519 signature, take
+  the group's leases in one transaction (a token per job, incremented on
+  every delivery: DESIGN.md invariant 4), read and decrypt their inputs and
+  check their digests, keep their output as a blob (the assembler the
+  sources joined, the signer the same bytes again: the PDF work itself is
+  the bare libraries', priced apart), commit the outcomes in one transaction
+  as a compare-and-swap on each token, publish the next task and the event
+  (the signer's event rides with its task to audit), and acknowledge;
+- audit pulls events and commit tasks as groups, appends them to a
+  hash-chained ledger in one transaction per group, completes a job only
+  when its history is whole, and tells admission (one core NATS message).
+
+Every message is signed by its producer and verified by its consumer and
+carries a ``Nats-Msg-Id``. That is seven JetStream messages, one core message,
+two calls, about eight write transactions and five blobs per job.
+
+What Quire does beyond this is left out: protobuf, the gate's reads, trace
+context and spans, metrics, logging, heartbeats, tenants' logins and caller
+proofs, quotas, rulesets, sandboxes, retries and dead letters, announcements.
+So the skeleton's CPU per job is less than any Quire could spend, not a bound
+every conceivable design must pay: it is the price of this design's parts,
+placed as the design places them, in the runtime the brief names.
+
+Run as a script, it is one of the five (``python skeleton.py ROLE CONFIG``);
+``skeleton_floor`` starts them all and drives packets through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from procstats import own_cpu_seconds, process_cpu_seconds
+
+ROLES = ("admission", "validator", "assembler", "signer", "audit")
+STAGES = {"validator": "validate", "assembler": "assemble", "signer": "sign"}
+"""Each pulling stage and the work subject it consumes."""
+NEXT = {"admission": "validate", "validator": "assemble", "assembler": "sign", "signer": "commit"}
+PRODUCER = {"validate": "admission", "assemble": "validator", "sign": "assembler"}
+PRODUCER["commit"] = "signer"
+EVENT = {"admission": "ACCEPTED", "validator": "VALIDATED", "assembler": "ASSEMBLED"}
+HISTORY = tuple(EVENT.values())
+"""The events audit must hold before the signer's commit completes a job."""
+WORK, EVENTS = "SKELWORK", "SKELEVENTS"
+DONE = "skel.done"
+MAX_GROUP = 16
+LONG_POLL_SECONDS = 5.0
+GROUP_PULL_SECONDS = 0.1
+READY_SECONDS = 30.0
+SIGNATURE = "Skel-Signed"
+
+__all__ = ["Skeleton", "skeleton_floor", "ROLES"]
+
+
+@dataclass(frozen=True)
+class Skeleton:
+    """One measured pass of the skeleton."""
+
+    jobs: int
+    seconds: float
+    cpu_seconds: dict[str, float]
+    """By process kind: the five roles, ``nats-server`` and ``client``."""
+    ledger_entries: int
+    """Entries audit appended for the measured jobs (five each when whole)."""
+    left_in_streams: int
+    """Messages still on the work and events streams after the run (none when
+    every one was acknowledged)."""
+    idle_seconds: tuple[float, ...] = ()
+    """Submit to completed, for jobs sent one after another on the idle skeleton."""
+
+    def ms_per_job(self, kind: str) -> float:
+        return self.cpu_seconds.get(kind, 0.0) / self.jobs * 1000
+
+    @property
+    def total_ms(self) -> float:
+        return sum(self.cpu_seconds.values()) / self.jobs * 1000
+
+    @property
+    def rate(self) -> float:
+        return self.jobs / self.seconds
+
+
+# --- what every role shares -------------------------------------------------
+
+
+class Wire:
+    """Ed25519 signatures over subject and payload, with the producer named."""
+
+    def __init__(self, role: str, seeds: dict[str, str]) -> None:
+        from nacl.signing import SigningKey
+
+        self._role = role
+        self._key = SigningKey(base64.b64decode(seeds[role]))
+        self._trust = {
+            name: SigningKey(base64.b64decode(seed)).verify_key for name, seed in seeds.items()
+        }
+
+    def headers(self, subject: str, payload: bytes, message_id: str) -> dict[str, str]:
+        signed = self._key.sign(subject.encode() + b"\0" + payload).signature
+        return {
+            "Nats-Msg-Id": message_id,
+            SIGNATURE: f"{self._role}.{base64.b64encode(signed).decode()}",
+        }
+
+    def check(
+        self, subject: str, payload: bytes, headers: dict[str, str] | None, allowed: str
+    ) -> bool:
+        from nacl.exceptions import BadSignatureError
+
+        producer, _, encoded = (headers or {}).get(SIGNATURE, "").partition(".")
+        if producer != allowed:
+            return False
+        try:
+            self._trust[producer].verify(
+                subject.encode() + b"\0" + payload, base64.b64decode(encoded)
+            )
+        except (BadSignatureError, ValueError, KeyError):
+            return False
+        return True
+
+
+class Blobs:
+    """Blobs sealed with AES-256-GCM, kept durably under one role's folder."""
+
+    def __init__(self, root: Path, role: str, key: bytes) -> None:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        self._root = root
+        self._own = root / role
+        self._own.mkdir(parents=True, exist_ok=True)
+        self._cipher = AESGCM(key)
+
+    def keep(self, named: list[tuple[str, bytes]]) -> None:
+        """Each blob written to a temporary name, fsync'd, renamed; the folder once."""
+        for name, data in named:
+            nonce = os.urandom(12)
+            sealed = nonce + self._cipher.encrypt(nonce, data, name.encode())
+            temporary = self._own / f".{name}.tmp"
+            handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                os.write(handle, sealed)
+                os.fsync(handle)
+            finally:
+                os.close(handle)
+            os.replace(temporary, self._own / name)
+        folder = os.open(self._own, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+
+    def read(self, key: str, digest: str) -> bytes:
+        """The blob at ``key`` (``role/name``), opened; its digest must match."""
+        with open(self._root / key, "rb") as handle:
+            sealed = handle.read()
+        data = self._cipher.decrypt(sealed[:12], sealed[12:], key.split("/", 1)[1].encode())
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise ValueError("a blob does not match its digest")
+        return data
+
+
+def _task(job: str, keys: list[str], digests: list[str]) -> bytes:
+    return f"{job}|{','.join(keys)}|{','.join(digests)}".encode()
+
+
+def _read_task(payload: bytes) -> tuple[str, list[str], list[str]]:
+    job, keys, digests = payload.decode().split("|")
+    return job, keys.split(","), digests.split(",")
+
+
+def _database(path: Path, table: Any) -> Any:
+    """``quire.database`` on SQLite as every service configures it, holding ``table``."""
+    from quire.database import Database
+
+    database = Database(f"sqlite:///{path}", table.metadata)
+    database.create_schema()
+    return database
+
+
+def _waiting(message: Any) -> int:
+    try:
+        return int(message.metadata.num_pending or 0)
+    except Exception:  # noqa: BLE001 - not a JetStream delivery
+        return 0
+
+
+async def _pull(
+    subscription: Any, slots: int, group: Callable[[list[Any]], Awaitable[None]]
+) -> None:
+    """One long poll for a message, then the ones waiting behind it as a group
+    (as many as there are free slots), each group handled as one."""
+    from nats.errors import TimeoutError as NatsTimeoutError
+
+    free = slots
+    freed = asyncio.Event()
+    running: set[asyncio.Task[None]] = set()
+
+    async def handle(messages: list[Any]) -> None:
+        nonlocal free
+        try:
+            await group(messages)
+        finally:
+            free += len(messages)
+            freed.set()
+
+    while True:
+        while free == 0:
+            freed.clear()
+            await freed.wait()
+        try:
+            messages = await subscription.fetch(1, timeout=LONG_POLL_SECONDS)
+        except (NatsTimeoutError, TimeoutError):
+            continue
+        waiting = min(_waiting(messages[-1]), free - 1, MAX_GROUP - 1)
+        if waiting > 0:
+            try:
+                messages += await subscription.fetch(waiting, timeout=GROUP_PULL_SECONDS)
+            except (NatsTimeoutError, TimeoutError):
+                pass
+        free -= len(messages)
+        task = asyncio.create_task(handle(messages))
+        running.add(task)
+        task.add_done_callback(running.discard)
+
+
+# --- the roles ----------------------------------------------------------------
+
+
+class Role:
+    def __init__(self, role: str, config: dict[str, Any]) -> None:
+        self.role = role
+        self.config = config
+        self.folder = Path(config["folder"])
+        self.wire = Wire(role, config["seeds"])
+        self.blobs = Blobs(self.folder / "blobs", role, base64.b64decode(config["key"]))
+        self.nc: Any = None
+        self.js: Any = None
+
+    async def connect(self) -> None:
+        import nats
+
+        self.nc = await nats.connect(self.config["nats"])
+        self.js = self.nc.jetstream()
+
+    async def publish_next(self, job: str, keys: list[str], digests: list[str]) -> None:
+        subject = f"skel.work.{NEXT[self.role]}"
+        payload = _task(job, keys, digests)
+        headers = self.wire.headers(subject, payload, f"{job}.{NEXT[self.role]}")
+        await self.js.publish(subject, payload, headers=headers)
+
+    async def publish_event(self, job: str) -> None:
+        subject = f"skel.events.{self.role}"
+        payload = f"{job}|{EVENT[self.role]}".encode()
+        headers = self.wire.headers(subject, payload, f"{job}.{EVENT[self.role]}")
+        await self.js.publish(subject, payload, headers=headers)
+
+
+class Admission(Role):
+    async def serve(self) -> None:
+        import grpc
+        from sqlalchemy import Column, MetaData, String, Table
+
+        self.jobs = Table(
+            "jobs", MetaData(), Column("job", String, primary_key=True), Column("sources", String)
+        )
+        self.database = _database(self.folder / "admission.db", self.jobs)
+        self.watchers: dict[str, asyncio.Future[None]] = {}
+        self.finished: set[str] = set()
+        await self.connect()
+        await self.nc.subscribe(DONE, cb=self._done)
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    "skel.Admission",
+                    {
+                        "Submit": grpc.unary_unary_rpc_method_handler(self.submit),
+                        "Watch": grpc.unary_stream_rpc_method_handler(self.watch),
+                    },
+                ),
+            )
+        )
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        print(f"ready {port}", flush=True)
+        await server.wait_for_termination()
+
+    async def submit(self, request: bytes, context: Any) -> bytes:
+        import grpc
+
+        job, sources = _read_packet(request)
+        named, keys, digests = [], [], []
+        for index, (digest, data) in enumerate(sources):
+            if hashlib.sha256(data).hexdigest() != digest:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "DIGEST_MISMATCH")
+            named.append((f"{job}-{index}", data))
+            keys.append(f"admission/{job}-{index}")
+            digests.append(digest)
+        await asyncio.to_thread(self.blobs.keep, named)
+        row = {"job": job, "sources": ",".join(digests)}
+        await self.database.run(lambda c: c.execute(self.jobs.insert().values(**row)))
+        await asyncio.gather(self.publish_next(job, keys, digests), self.publish_event(job))
+        return job.encode()
+
+    async def watch(self, request: bytes, context: Any) -> Any:
+        job = request.decode()
+        if job not in self.finished:
+            waiter = self.watchers[job] = asyncio.get_running_loop().create_future()
+            await waiter
+        self.finished.discard(job)
+        yield b"COMPLETED"
+
+    async def _done(self, message: Any) -> None:
+        if not self.wire.check(message.subject, message.data, message.headers, "audit"):
+            return
+        job = message.data.decode()
+        waiter = self.watchers.pop(job, None)
+        if waiter is None:
+            self.finished.add(job)
+        elif not waiter.done():
+            waiter.set_result(None)
+
+
+def _packet(job: str, paths: list[Path]) -> bytes:
+    parts = [job.encode()]
+    for path in paths:
+        data = path.read_bytes()
+        parts += [hashlib.sha256(data).hexdigest().encode(), data]
+    header = json.dumps([len(part) for part in parts]).encode()
+    return len(header).to_bytes(4, "big") + header + b"".join(parts)
+
+
+def _read_packet(request: bytes) -> tuple[str, list[tuple[str, bytes]]]:
+    size = int.from_bytes(request[:4], "big")
+    lengths = json.loads(request[4 : 4 + size])
+    at, parts = 4 + size, []
+    for length in lengths:
+        parts.append(request[at : at + length])
+        at += length
+    job = parts[0].decode()
+    return job, [(parts[i].decode(), parts[i + 1]) for i in range(1, len(parts), 2)]
+
+
+class StageRole(Role):
+    """The validator, the assembler and the signer."""
+
+    async def serve(self) -> None:
+        from sqlalchemy import Column, Integer, MetaData, String, Table
+
+        self.leases = Table(
+            "leases",
+            MetaData(),
+            Column("job", String, primary_key=True),
+            Column("token", Integer, nullable=False),
+            Column("outcome", String),
+        )
+        self.database = _database(self.folder / f"{self.role}.db", self.leases)
+        await self.connect()
+        subject = f"skel.work.{STAGES[self.role]}"
+        subscription = await self.js.pull_subscribe_bind(durable=STAGES[self.role], stream=WORK)
+        print("ready", flush=True)
+        await _pull(subscription, self.config["slots"], lambda group: self.group(subject, group))
+
+    def _lease(self, connection: Any, jobs: list[str]) -> list[int]:
+        from sqlalchemy import select, update
+
+        tokens = []
+        for job in jobs:
+            bumped = connection.execute(
+                update(self.leases)
+                .where(self.leases.c.job == job)
+                .values(token=self.leases.c.token + 1)
+            )
+            if bumped.rowcount == 0:
+                connection.execute(self.leases.insert().values(job=job, token=1))
+                tokens.append(1)
+            else:
+                tokens.append(
+                    connection.execute(
+                        select(self.leases.c.token).where(self.leases.c.job == job)
+                    ).scalar_one()
+                )
+        return tokens
+
+    def _commit(self, connection: Any, leased: list[tuple[str, int, str]]) -> list[bool]:
+        from sqlalchemy import update
+
+        won = []
+        for job, token, outcome in leased:
+            swapped = connection.execute(
+                update(self.leases)
+                .where(self.leases.c.job == job, self.leases.c.token == token)
+                .values(outcome=outcome)
+            )
+            won.append(swapped.rowcount == 1)
+        return won
+
+    def _work(
+        self, tasks: list[tuple[str, list[str], list[str]]]
+    ) -> list[tuple[list[str], list[str]]]:
+        """Inputs read, opened and checked; the output kept (no PDF work)."""
+        outputs: list[tuple[list[str], list[str]]] = []
+        kept: list[tuple[str, bytes]] = []
+        for job, keys, digests in tasks:
+            data = [self.blobs.read(key, digest) for key, digest in zip(keys, digests, strict=True)]
+            if self.role == "validator":
+                outputs.append((keys, digests))
+                continue
+            made = b"".join(data)
+            kept.append((f"{job}-{self.role}", made))
+            outputs.append(([f"{self.role}/{job}-{self.role}"], [hashlib.sha256(made).hexdigest()]))
+        if kept:
+            self.blobs.keep(kept)
+        return outputs
+
+    async def group(self, subject: str, messages: list[Any]) -> None:
+        tasks, genuine = [], []
+        for message in messages:
+            if self.wire.check(subject, message.data, message.headers, PRODUCER[STAGES[self.role]]):
+                tasks.append(_read_task(message.data))
+                genuine.append(message)
+            else:
+                await message.term()
+        if not tasks:
+            return
+        jobs = [job for job, _, _ in tasks]
+        tokens = await self.database.run(lambda c: self._lease(c, jobs))
+        outputs = await asyncio.to_thread(self._work, tasks)
+        leased = [(job, token, "done") for job, token in zip(jobs, tokens, strict=True)]
+        won = await self.database.run(lambda c: self._commit(c, leased))
+        sends = []
+        for job, (keys, digests), fresh in zip(jobs, outputs, won, strict=True):
+            if fresh:
+                sends.append(self.publish_next(job, keys, digests))
+                if self.role in EVENT:
+                    sends.append(self.publish_event(job))
+        await asyncio.gather(*sends)
+        for message in genuine:
+            await message.ack()
+
+
+class Audit(Role):
+    async def serve(self) -> None:
+        from sqlalchemy import Column, Integer, LargeBinary, MetaData, String, Table
+
+        self.ledger = Table(
+            "ledger",
+            MetaData(),
+            Column("seq", Integer, primary_key=True),
+            Column("job", String, nullable=False, index=True),
+            Column("entry", String, nullable=False),
+            Column("hash", LargeBinary, nullable=False),
+        )
+        self.database = _database(self.folder / "audit.db", self.ledger)
+        await self.connect()
+        events = await self.js.pull_subscribe_bind(durable="audit-events", stream=EVENTS)
+        commits = await self.js.pull_subscribe_bind(durable="commit", stream=WORK)
+        print("ready", flush=True)
+        slots = self.config["slots"]
+        await asyncio.gather(_pull(events, slots, self.group), _pull(commits, slots, self.group))
+
+    def _append(
+        self, connection: Any, entries: list[tuple[Any, str, str]]
+    ) -> tuple[list[str], list[Any]]:
+        """Events appended in order; a commit completes its job only when the
+        job's history is whole (else it waits: its message comes back)."""
+        from sqlalchemy import func, select
+
+        last = connection.execute(
+            select(self.ledger.c.hash).order_by(self.ledger.c.seq.desc()).limit(1)
+        ).scalar()
+        chain = [last or b""]
+
+        def add(job: str, entry: str) -> None:
+            link = hashlib.sha256(chain[0] + f"{job}|{entry}".encode()).digest()
+            connection.execute(self.ledger.insert().values(job=job, entry=entry, hash=link))
+            chain[0] = link
+
+        completed, waiting = [], []
+        for _message, job, entry in entries:
+            if entry != "SIGNED":
+                add(job, entry)
+        for message, job, entry in entries:
+            if entry != "SIGNED":
+                continue
+            held = connection.execute(
+                select(func.count()).where(
+                    self.ledger.c.job == job, self.ledger.c.entry.in_(HISTORY)
+                )
+            ).scalar_one()
+            if held < len(HISTORY):
+                waiting.append(message)
+                continue
+            add(job, "SIGNED")
+            add(job, "COMPLETED")
+            completed.append(job)
+        return completed, waiting
+
+    async def group(self, messages: list[Any]) -> None:
+        entries = []
+        for message in messages:
+            subject = message.subject
+            if subject.startswith("skel.events."):
+                producer = subject.rsplit(".", 1)[1]
+                if self.wire.check(subject, message.data, message.headers, producer):
+                    job, entry = message.data.decode().split("|")
+                    entries.append((message, job, entry))
+                    continue
+            elif self.wire.check(subject, message.data, message.headers, "signer"):
+                job, _keys, _digests = _read_task(message.data)
+                entries.append((message, job, "SIGNED"))
+                continue
+            await message.term()
+        completed, waiting = await self.database.run(lambda c: self._append(c, entries))
+        for job in completed:
+            payload = job.encode()
+            await self.nc.publish(DONE, payload, headers=self.wire.headers(DONE, payload, job))
+        late = {id(message) for message in waiting}
+        for message, _job, _entry in entries:
+            if id(message) in late:
+                await message.nak(delay=0.02)
+            else:
+                await message.ack()
+
+
+def _serve(role: str, config_path: str) -> None:
+    import uvloop
+
+    config = json.loads(Path(config_path).read_text())
+    kinds: dict[str, type[Role]] = {"admission": Admission, "audit": Audit}
+    runner = kinds.get(role, StageRole)(role, config)
+    uvloop.run(runner.serve())  # type: ignore[attr-defined]
+
+
+# --- driving it ---------------------------------------------------------------
+
+
+async def _streams(url: str, slots: int) -> None:
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
+
+    connection = await nats.connect(url)
+    try:
+        js = connection.jetstream()
+        for name, subjects in ((WORK, ["skel.work.*"]), (EVENTS, ["skel.events.*"])):
+            await js.add_stream(
+                StreamConfig(
+                    name=name,
+                    subjects=subjects,
+                    retention=RetentionPolicy.WORK_QUEUE,
+                    storage=StorageType.FILE,
+                )
+            )
+        durables = [(WORK, step, f"skel.work.{step}") for step in (*STAGES.values(), "commit")]
+        durables.append((EVENTS, "audit-events", "skel.events.*"))
+        for stream, durable, subject in durables:
+            await js.add_consumer(
+                stream,
+                ConsumerConfig(
+                    durable_name=durable,
+                    filter_subject=subject,
+                    ack_policy=AckPolicy.EXPLICIT,
+                    ack_wait=30,
+                    max_ack_pending=4 * slots,
+                ),
+            )
+    finally:
+        await connection.close()
+
+
+async def _left_in_streams(url: str) -> int:
+    """Messages on the skeleton's streams, once the acks of the last jobs are in
+    (a few tenths of a second at most; counted as they are after five)."""
+    import nats
+
+    connection = await nats.connect(url)
+    try:
+        js = connection.jetstream()
+        for _ in range(50):
+            left = 0
+            for stream in (WORK, EVENTS):
+                left += (await js.stream_info(stream)).state.messages
+            if left == 0:
+                break
+            await asyncio.sleep(0.1)
+        return left
+    finally:
+        await connection.close()
+
+
+def _ready(process: subprocess.Popen[str]) -> str:
+    assert process.stdout is not None
+    deadline = time.monotonic() + READY_SECONDS
+    while time.monotonic() < deadline:
+        readable, _, _ = select.select([process.stdout], [], [], 0.2)
+        if readable:
+            line = process.stdout.readline()
+            if line.startswith("ready"):
+                return line.strip()
+        if process.poll() is not None:
+            raise RuntimeError(f"a skeleton process ended with {process.returncode}")
+    raise RuntimeError("a skeleton process did not become ready")
+
+
+async def _drive(port: int, packets: list[list[Path]], prefix: str, in_flight: int) -> list[float]:
+    """Every packet through the skeleton, ``in_flight`` at a time; each one's
+    seconds from submit to completed."""
+    import grpc
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        submit = channel.unary_unary("/skel.Admission/Submit")
+        watch = channel.unary_stream("/skel.Admission/Watch")
+        queue = list(enumerate(packets))
+        seconds: list[float] = []
+
+        async def one() -> None:
+            while queue:
+                index, paths = queue.pop()
+                packet = _packet(f"{prefix}{index}", paths)
+                started = time.perf_counter()
+                job = (await submit(packet)).decode()
+                async for state in watch(job.encode()):
+                    if state != b"COMPLETED":
+                        raise RuntimeError("a skeleton job did not complete")
+                    seconds.append(time.perf_counter() - started)
+                    break
+
+        await asyncio.gather(*(one() for _ in range(in_flight)))
+        return seconds
+
+
+def _ledger_entries(path: Path, prefix: str) -> int:
+    import sqlite3
+
+    with sqlite3.connect(path) as connection:
+        (count,) = connection.execute(
+            "SELECT count(*) FROM ledger WHERE job LIKE ?", (f"{prefix}%",)
+        ).fetchone()
+    return int(count)
+
+
+def skeleton_floor(
+    folder: Path, packets: list[list[Path]], in_flight: int, warmup: int, idle: int = 0
+) -> Skeleton:
+    """``warmup`` of ``packets`` through the skeleton unmeasured, then all of
+    them measured: CPU of every process (nats-server and this one too); then
+    ``idle`` of them one after another, timed."""
+    from nacl.signing import SigningKey
+
+    from quire.stack.natsserver import NatsServer
+    from quire.stack.ports import free_port
+
+    folder.mkdir(parents=True, exist_ok=True)
+    server = NatsServer(folder / "nats", port=free_port(), monitor_port=free_port())
+    server.start()
+    processes: dict[str, subprocess.Popen[str]] = {}
+    try:
+        assert server.pid is not None
+        asyncio.run(_streams(server.url, in_flight))
+        config = {
+            "folder": str(folder),
+            "nats": server.url,
+            "slots": in_flight,
+            "key": base64.b64encode(os.urandom(32)).decode(),
+            "seeds": {
+                role: base64.b64encode(bytes(SigningKey.generate())).decode() for role in ROLES
+            },
+        }
+        config_path = folder / "skeleton.json"
+        config_path.write_text(json.dumps(config))
+        config_path.chmod(0o600)
+        for role in ROLES:
+            processes[role] = subprocess.Popen(
+                [sys.executable, __file__, role, str(config_path)],
+                stdout=subprocess.PIPE,
+                text=True,
+                cwd=Path(__file__).parent,
+            )
+        port = 0
+        for role, process in processes.items():
+            line = _ready(process)
+            if role == "admission":
+                port = int(line.split()[1])
+        asyncio.run(_drive(port, packets[:warmup], "warm", in_flight))
+        pids = {role: process.pid for role, process in processes.items()}
+        pids["nats-server"] = server.pid
+        before = {kind: process_cpu_seconds(pid) for kind, pid in pids.items()}
+        own = own_cpu_seconds()
+        started = time.perf_counter()
+        asyncio.run(_drive(port, packets, "job", in_flight))
+        seconds = time.perf_counter() - started
+        cpu = {kind: process_cpu_seconds(pid) - before[kind] for kind, pid in pids.items()}
+        cpu["client"] = own_cpu_seconds() - own
+        entries = _ledger_entries(folder / "audit.db", "job")
+        left = asyncio.run(_left_in_streams(server.url))
+        alone = asyncio.run(_drive(port, packets[:idle], "idle", 1)) if idle else []
+        return Skeleton(len(packets), seconds, cpu, entries, left, tuple(alone))
+    finally:
+        for process in processes.values():
+            process.send_signal(signal.SIGTERM)
+        for process in processes.values():
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        server.stop()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    _serve(sys.argv[1], sys.argv[2])
