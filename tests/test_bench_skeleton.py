@@ -42,10 +42,12 @@ def test_the_skeleton_completes_every_job_with_its_whole_history_and_leaves_no_m
 ) -> None:
     skeleton = _bench_module("skeleton")
     packets = _packets(tmp_path / "inputs", 12)
-    measured = skeleton.skeleton_floor(tmp_path / "skeleton", packets, 4, 4, idle=3)
+    measured = skeleton.skeleton_floor(tmp_path / "skeleton", packets, 4, 4, idle=3, passes=2)
     assert measured.jobs == 12
-    # ACCEPTED, VALIDATED, ASSEMBLED, SIGNED, COMPLETED for each measured job.
-    assert measured.ledger_entries == 5 * 12
+    assert len(measured.pass_ms) == 2
+    assert measured.total_ms == pytest.approx(min(measured.pass_ms))
+    # ACCEPTED, VALIDATED, ASSEMBLED, SIGNED, COMPLETED for each job of both passes.
+    assert measured.ledger_entries == 5 * 12 * 2
     assert measured.left_in_streams == 0
     assert len(measured.idle_seconds) == 3
     for kind in (*skeleton.ROLES, "nats-server", "client"):
@@ -58,14 +60,14 @@ def test_the_skeleton_completes_every_job_with_its_whole_history_and_leaves_no_m
         link = hashlib.sha256(link + f"{job}|{entry}".encode()).digest()
         assert kept == link
     completed = [job for job, entry, _ in rows if entry == "COMPLETED"]
-    assert len(completed) == len(set(completed)) == 4 + 12 + 3
+    assert len(completed) == len(set(completed)) == 4 + 2 * 12 + 3
     # Each stage kept its outputs as sealed blobs: the sources, the merge, the signed copy.
     blobs = tmp_path / "skeleton" / "blobs"
-    assert len(list((blobs / "admission").glob("job*"))) == 3 * 12
-    assert len(list((blobs / "assembler").glob("job*"))) == 12
-    assert len(list((blobs / "signer").glob("job*"))) == 12
+    assert len(list((blobs / "admission").glob("job*"))) == 3 * 12 * 2
+    assert len(list((blobs / "assembler").glob("job*"))) == 12 * 2
+    assert len(list((blobs / "signer").glob("job*"))) == 12 * 2
     source = packets[0][0].read_bytes()
-    assert source[:64] not in (blobs / "admission" / "job0-0").read_bytes()
+    assert source[:64] not in (blobs / "admission" / "job0-0-0").read_bytes()
 
 
 def test_a_message_is_believed_only_from_its_producer_and_on_its_subject() -> None:
