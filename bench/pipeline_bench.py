@@ -141,6 +141,9 @@ FLOOR_CALLS = 2000
 FLOOR_TRANSACTIONS = 1000
 FLOOR_BLOBS = 300
 PROBE_RATE = 10.0
+SKELETON_PASSES = 3
+"""Measured passes of the design's skeleton; the cheapest is kept (a slow
+spell of the machine must not make the design look dearer than it is)."""
 """Durable chains a second the latency floor's probe makes (``bench/latencyfloor.py``)."""
 FLOOR_CONFIDENCE = 0.95
 """How sure the verdict must be that the floor's p99 is over the aim (a
@@ -760,7 +763,12 @@ def run(where: str) -> None:
         write_ms, read_ms = commit_floor(folder / "floor", FLOOR_TRANSACTIONS)
         blob_ms = blob_floor(folder / "floor", FLOOR_BLOBS)
         skeleton = skeleton_floor(
-            folder / "skeleton", packets, IN_FLIGHT, min(WARMUP_JOBS, len(packets)), IDLE_JOBS
+            folder / "skeleton",
+            packets,
+            IN_FLIGHT,
+            min(WARMUP_JOBS, len(packets)),
+            idle=IDLE_JOBS,
+            passes=SKELETON_PASSES,
         )
 
     pipeline_rate = outcomes.get(State.COMPLETED, 0) / elapsed
@@ -1161,7 +1169,10 @@ def print_skeleton(
     leave; returns its rows for the figures table, by aim ("cpu", "idle")."""
     print("== the design's skeleton: five processes, the design's parts, no Quire code")
     print(
-        f"{skeleton.jobs} jobs, {skeleton.rate:.1f} jobs/s with no PDF work "
+        f"{skeleton.jobs} jobs, {skeleton.rate:.1f} jobs/s with no PDF work, the cheapest of "
+        f"{len(skeleton.pass_ms)} passes ("
+        + ", ".join(f"{ms:.2f}" for ms in skeleton.pass_ms)
+        + " ms per job) "
         f"({skeleton.ledger_entries} ledger entries, {skeleton.left_in_streams} messages "
         "left on its streams); CPU ms per job: "
         + ", ".join(f"{kind} {skeleton.ms_per_job(kind):.2f}" for kind in skeleton.cpu_seconds)
@@ -1192,7 +1203,12 @@ def print_skeleton(
         # work no more than the libraries' and none of it overlapped.
         idle_ms = percentile(list(skeleton.idle_seconds), 0.5) * 1000
         least_ms = idle_ms + bare_seconds * 1000
-        verdict = "leaves room" if least_ms <= AIM_IDLE_P50 * 1000 else "CANNOT be met"
+        # Not a proof either way when over: the skeleton keeps its fsyncs in turn.
+        verdict = (
+            "leaves room"
+            if least_ms <= AIM_IDLE_P50 * 1000
+            else "over it, though the skeleton does not overlap its fsyncs"
+        )
         print(
             f"idle skeleton, {len(skeleton.idle_seconds)} jobs one after another: "
             f"{spread(list(skeleton.idle_seconds))}; with one packet's bare work "
@@ -1201,8 +1217,8 @@ def print_skeleton(
         )
         rows["idle"].append(
             f"| the idle skeleton's submit to completed (p50), and one packet's bare work "
-            f"| {idle_ms:.1f} + {bare_seconds * 1000:.1f} ms | ≤ {AIM_IDLE_P50 * 1000:.0f} ms, "
-            "or the idle aim cannot be met |"
+            f"| {idle_ms:.1f} + {bare_seconds * 1000:.1f} ms | ≤ {AIM_IDLE_P50 * 1000:.0f} ms "
+            "leaves the idle aim room |"
         )
     return rows
 

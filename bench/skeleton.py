@@ -12,29 +12,33 @@ and a gRPC door. Per job:
 - admission checks each source's sha256, keeps the sources as blobs
   (AES-256-GCM, written to a temporary name, fsync'd, renamed, the directory
   fsync'd once), commits the job, publishes the validate task and its event;
-- the validator, the assembler and the signer each pull their task (one long
-  poll, then the waiting ones as a group), check its Ed25519 signature, take
-  the group's leases in one transaction (a token per job, incremented on
-  every delivery: DESIGN.md invariant 4), read and decrypt their inputs and
-  check their digests, keep their output as a blob (the assembler the
-  sources joined, the signer the same bytes again: the PDF work itself is
-  the bare libraries', priced apart), commit the outcomes in one transaction
-  as a compare-and-swap on each token, publish the next task and the event
-  (the signer's event rides with its task to audit), and acknowledge;
+- the validator, the assembler and the signer each pull their tasks as a
+  group (one long poll, then the waiting ones; the next pull once the group
+  is done, so the next gathers on the queue meanwhile), check each one's
+  Ed25519 signature, take the group's leases in one transaction (a token per
+  job, incremented on every delivery: DESIGN.md invariant 4), read and
+  decrypt their inputs and check their digests, keep their outputs as blobs
+  (the assembler the sources joined, the signer the same bytes again: the
+  PDF work itself is the bare libraries', priced apart) and commit the
+  outcomes as a compare-and-swap on each token in one more transaction (one
+  thread hop for both), publish the next tasks and the group's events in
+  one message (the signer's events ride with its task to audit), and
+  acknowledge;
 - audit pulls events and commit tasks as groups, appends them to a
   hash-chained ledger in one transaction per group, completes a job only
   when its history is whole, and tells admission (one core NATS message).
 
 Every message is signed by its producer and verified by its consumer and
-carries a ``Nats-Msg-Id``. That is seven JetStream messages, one core message,
-two calls, about eight write transactions and five blobs per job.
+carries a ``Nats-Msg-Id``; every statement is built once. That is at most
+seven JetStream messages, one core message, two calls, eight write
+transactions and five blobs per job, fewer as groups form.
 
 What Quire does beyond this is left out: protobuf, the gate's reads, trace
 context and spans, metrics, logging, heartbeats, tenants' logins and caller
 proofs, quotas, rulesets, sandboxes, retries and dead letters, announcements.
 So the skeleton's CPU per job is less than any Quire could spend, not a bound
 every conceivable design must pay: it is the price of this design's parts,
-placed as the design places them, in the runtime the brief names.
+placed as the design places them, in the runtime Quire is written for.
 
 Run as a script, it is one of the five (``python skeleton.py ROLE CONFIG``);
 ``skeleton_floor`` starts them all and drives packets through.
