@@ -17,7 +17,11 @@ and a gRPC door. Per job:
   is done, so the next gathers on the queue meanwhile), check each one's
   Ed25519 signature, take the group's leases in one transaction (a token per
   job, incremented on every delivery: DESIGN.md invariant 4), read and
-  decrypt their inputs and check their digests, keep their outputs as blobs
+  decrypt their inputs and check their digests, send the group's documents
+  to their sandbox worker (a process under limits, invariant 9) and take
+  them back over its pipe (the signer first claims each job in a key-value
+  gate, a key created only if absent: one signature per job, invariant 5),
+  keep their outputs as blobs
   (the assembler the sources joined, the signer the same bytes again: the
   PDF work itself is the bare libraries', priced apart) and commit the
   outcomes as a compare-and-swap on each token in one more transaction (one
@@ -35,7 +39,8 @@ transactions and five blobs per job, fewer as groups form.
 
 What Quire does beyond this is left out: protobuf, the gate's reads, trace
 context and spans, metrics, logging, heartbeats, tenants' logins and caller
-proofs, quotas, rulesets, sandboxes, retries and dead letters, announcements.
+proofs, quotas, rulesets, temporary files, retries and dead letters,
+announcements.
 So the skeleton's CPU per job is less than any Quire could spend, not a bound
 every conceivable design must pay: it is the price of this design's parts,
 placed as the design places them, in the runtime Quire is written for.
@@ -78,6 +83,8 @@ MAX_GROUP = 16
 LONG_POLL_SECONDS = 5.0
 GROUP_PULL_SECONDS = 0.1
 READY_SECONDS = 30.0
+SANDBOX_MEMORY = 1 << 30
+GATES = "SKELGATES"
 DRIVE_SECONDS = 60.0
 DRIVE_SECONDS_PER_JOB = 1.0
 SIGNATURE = "Skel-Signed"
@@ -100,6 +107,8 @@ class Skeleton:
     every one was acknowledged)."""
     idle_seconds: tuple[float, ...] = ()
     """Submit to completed, for jobs sent one after another on the idle skeleton."""
+    claims: int = 0
+    """Jobs the signer claimed in the gate (every job it signed, once each)."""
     pass_ms: tuple[float, ...] = ()
     """CPU ms per job of every measured pass; the figures above are the least's."""
 
@@ -241,6 +250,67 @@ async def _pull(
         await group(messages)
 
 
+class Sandbox:
+    """One sandbox worker process under limits (DESIGN.md invariant 9): a
+    group's documents go to it over its pipe and come back (the PDF work it
+    would do is the bare libraries', priced apart)."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self._process = process
+        self.pid = process.pid
+
+    @classmethod
+    async def start(cls) -> Sandbox:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            __file__,
+            "sandbox",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        return cls(process)
+
+    async def exchange(self, documents: list[bytes]) -> list[bytes]:
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.write(_frame(documents))
+        await self._process.stdin.drain()
+        return _items(await _read_frame(self._process.stdout))
+
+
+def _frame(items: list[bytes]) -> bytes:
+    body = b"".join(len(item).to_bytes(4, "big") + item for item in items)
+    return len(body).to_bytes(4, "big") + body
+
+
+def _items(body: bytes) -> list[bytes]:
+    items, at = [], 0
+    while at < len(body):
+        size = int.from_bytes(body[at : at + 4], "big")
+        items.append(body[at + 4 : at + 4 + size])
+        at += 4 + size
+    return items
+
+
+async def _read_frame(stream: asyncio.StreamReader) -> bytes:
+    size = int.from_bytes(await stream.readexactly(4), "big")
+    return await stream.readexactly(size)
+
+
+def _sandbox() -> None:
+    """The worker: limits set once, then each frame of documents sent back."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (SANDBOX_MEMORY, SANDBOX_MEMORY))
+    source, sink = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        head = source.read(4)
+        if len(head) < 4:
+            return
+        body = source.read(int.from_bytes(head, "big"))
+        sink.write(_frame(_items(body)))
+        sink.flush()
+
+
 # --- the roles ----------------------------------------------------------------
 
 
@@ -380,9 +450,12 @@ class StageRole(Role):
         self.database = _database(self.folder / f"{self.role}.db", self.leases)
         self._prepare()
         await self.connect()
+        self.sandbox = await Sandbox.start()
+        if self.role == "signer":
+            self.gates = await self.js.key_value(GATES)
         subject = f"skel.work.{STAGES[self.role]}"
         subscription = await self.js.pull_subscribe_bind(durable=STAGES[self.role], stream=WORK)
-        print("ready", flush=True)
+        print(f"ready worker {self.sandbox.pid}", flush=True)
         await _pull(subscription, self.config["slots"], lambda group: self.group(subject, group))
 
     def _prepare(self) -> None:
@@ -417,23 +490,40 @@ class StageRole(Role):
             for job, token in leased
         ]
 
-    def _work(
-        self, tasks: list[tuple[str, list[str], list[str]]]
+    def _inputs(self, tasks: list[tuple[str, list[str], list[str]]]) -> list[list[bytes]]:
+        """Each task's inputs read, opened and checked against their digests."""
+        return [
+            [self.blobs.read(key, digest) for key, digest in zip(keys, digests, strict=True)]
+            for _job, keys, digests in tasks
+        ]
+
+    def _keep(
+        self, tasks: list[tuple[str, list[str], list[str]]], made: list[bytes]
     ) -> list[tuple[list[str], list[str]]]:
-        """Inputs read, opened and checked; the output kept (no PDF work)."""
-        outputs: list[tuple[list[str], list[str]]] = []
-        kept: list[tuple[str, bytes]] = []
-        for job, keys, digests in tasks:
-            data = [self.blobs.read(key, digest) for key, digest in zip(keys, digests, strict=True)]
-            if self.role == "validator":
-                outputs.append((keys, digests))
-                continue
-            made = b"".join(data)
-            kept.append((f"{job}-{self.role}", made))
-            outputs.append(([f"{self.role}/{job}-{self.role}"], [hashlib.sha256(made).hexdigest()]))
-        if kept:
-            self.blobs.keep(kept)
-        return outputs
+        """The work's outputs kept as blobs (the validator's are its inputs)."""
+        if self.role == "validator":
+            return [(keys, digests) for _job, keys, digests in tasks]
+        named = [
+            (f"{job}-{self.role}", data) for (job, _, _), data in zip(tasks, made, strict=True)
+        ]
+        self.blobs.keep(named)
+        return [
+            ([f"{self.role}/{name}"], [hashlib.sha256(data).hexdigest()]) for name, data in named
+        ]
+
+    async def _claimed(self, jobs: list[str]) -> list[bool]:
+        """The signer's claim on each job, made once (DESIGN.md invariant 5): a
+        key created only if absent; a job claimed before is not signed again."""
+        from nats.js.errors import KeyWrongLastSequenceError
+
+        async def claim(job: str) -> bool:
+            try:
+                await self.gates.create(f"{job}.signer", b"claimed")
+            except KeyWrongLastSequenceError:
+                return False
+            return True
+
+        return list(await asyncio.gather(*(claim(job) for job in jobs)))
 
     async def group(self, subject: str, messages: list[Any]) -> None:
         tasks, genuine = [], []
@@ -447,11 +537,16 @@ class StageRole(Role):
             return
         jobs = [job for job, _, _ in tasks]
         tokens = await self.database.run(lambda c: self._lease(c, jobs))
+        if self.role == "signer" and not all(await self._claimed(jobs)):
+            raise RuntimeError("a job was claimed before: the skeleton redelivers nothing")
         leased = list(zip(jobs, tokens, strict=True))
+        # The group's documents to the sandbox worker and back, in one exchange.
+        inputs = self._inputs(tasks)
+        made = await self.sandbox.exchange([b"".join(parts) for parts in inputs])
 
         def finish(connection: Any) -> tuple[list[tuple[list[str], list[str]]], list[bool]]:
             # One thread hop: the work's blobs, then the outcomes under the leases.
-            return self._work(tasks), self._commit(connection, leased)
+            return self._keep(tasks, made), self._commit(connection, leased)
 
         outputs, won = await self.database.run(finish)
         sends = []
@@ -599,6 +694,7 @@ async def _streams(url: str, slots: int) -> None:
                     storage=StorageType.FILE,
                 )
             )
+        await js.create_key_value(bucket=GATES, history=1, storage=StorageType.FILE)
         durables = [(WORK, step, f"skel.work.{step}") for step in (*STAGES.values(), "commit")]
         durables.append((EVENTS, "audit-events", "skel.events.*"))
         for stream, durable, subject in durables:
@@ -612,6 +708,17 @@ async def _streams(url: str, slots: int) -> None:
                     max_ack_pending=4 * slots,
                 ),
             )
+    finally:
+        await connection.close()
+
+
+async def _claims(url: str) -> int:
+    """Keys in the signer's gate: one per job it claimed."""
+    import nats
+
+    connection = await nats.connect(url)
+    try:
+        return (await connection.jetstream().stream_info(f"KV_{GATES}")).state.messages
     finally:
         await connection.close()
 
@@ -737,13 +844,17 @@ def skeleton_floor(
                 cwd=Path(__file__).parent,
             )
         port = 0
+        workers: dict[str, int] = {}
         for role, process in processes.items():
-            line = _ready(process)
+            line = _ready(process).split()
             if role == "admission":
-                port = int(line.split()[1])
+                port = int(line[1])
+            elif line[1:2] == ["worker"]:
+                workers[f"workers:{role}"] = int(line[2])
         _driven(port, packets[:warmup], "warm", in_flight)
         pids = {role: process.pid for role, process in processes.items()}
         pids["nats-server"] = server.pid
+        pids.update(workers)
         measured: list[tuple[float, dict[str, float]]] = []
         for index in range(passes):
             before = {kind: process_cpu_seconds(pid) for kind, pid in pids.items()}
@@ -756,10 +867,11 @@ def skeleton_floor(
             measured.append((seconds, cpu))
         entries = _ledger_entries(folder / "audit.db", "job")
         left = asyncio.run(_left_in_streams(server.url))
+        claims = asyncio.run(_claims(server.url))
         alone = _driven(port, packets[:idle], "idle", 1) if idle else []
         seconds, cpu = min(measured, key=lambda each: sum(each[1].values()))
         totals = tuple(sum(each.values()) / len(packets) * 1000 for _, each in measured)
-        return Skeleton(len(packets), seconds, cpu, entries, left, tuple(alone), totals)
+        return Skeleton(len(packets), seconds, cpu, entries, left, tuple(alone), claims, totals)
     finally:
         for process in processes.values():
             process.send_signal(signal.SIGTERM)
@@ -773,5 +885,8 @@ def skeleton_floor(
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).parent))
-    _serve(sys.argv[1], sys.argv[2])
+    if sys.argv[1] == "sandbox":
+        _sandbox()
+    else:
+        sys.path.insert(0, str(Path(__file__).parent))
+        _serve(sys.argv[1], sys.argv[2])

@@ -52,6 +52,9 @@ def test_the_skeleton_completes_every_job_with_its_whole_history_and_leaves_no_m
     assert len(measured.idle_seconds) == 3
     for kind in (*skeleton.ROLES, "nats-server", "client"):
         assert measured.cpu_seconds[kind] > 0, kind
+    # Each stage's sandbox worker is a process of its own, measured on its own.
+    for stage in ("validator", "assembler", "signer"):
+        assert measured.cpu_seconds[f"workers:{stage}"] >= 0
     # The ledger is a hash chain: each entry's hash covers the one before it.
     with sqlite3.connect(tmp_path / "skeleton" / "audit.db") as connection:
         rows = connection.execute("SELECT job, entry, hash FROM ledger ORDER BY seq").fetchall()
@@ -60,6 +63,9 @@ def test_the_skeleton_completes_every_job_with_its_whole_history_and_leaves_no_m
         link = hashlib.sha256(link + f"{job}|{entry}".encode()).digest()
         assert kept == link
     completed = [job for job, entry, _ in rows if entry == "COMPLETED"]
+    # The signer claimed each job once, in the gate, before signing it
+    # (the warm-up's, both passes', not yet the idle jobs').
+    assert measured.claims == 4 + 2 * 12
     assert len(completed) == len(set(completed)) == 4 + 2 * 12 + 3
     # Each stage kept its outputs as sealed blobs: the sources, the merge, the signed copy.
     blobs = tmp_path / "skeleton" / "blobs"
