@@ -94,7 +94,8 @@ __all__ = ["Skeleton", "skeleton_floor", "ROLES"]
 
 @dataclass(frozen=True)
 class Skeleton:
-    """One measured pass of the skeleton."""
+    """What a run of the skeleton measured: its cheapest pass, what the passes
+    left behind, and the idle jobs' latencies."""
 
     jobs: int
     seconds: float
