@@ -9,9 +9,11 @@ nats-server configured as the stack's (file store, ``sync_interval: always``),
 and a gRPC door. Per job:
 
 - the client makes two calls: submit (the packet's sources inline) and watch;
-- admission checks each source's sha256, keeps the sources as blobs
-  (AES-256-GCM, written to a temporary name, fsync'd, renamed, the directory
-  fsync'd once), commits the job, publishes the validate task and its event;
+- admission checks each source's sha256; acceptances arriving together are
+  kept together: their sources as blobs (AES-256-GCM, written to a
+  temporary name, fsync'd, renamed, the directory fsync'd once) and their
+  jobs in one transaction, then their validate tasks and, in one message,
+  their events;
 - the validator, the assembler and the signer each pull their tasks as a
   group (one long poll, then the waiting ones; the next pull once the group
   is done, so the next gathers on the queue meanwhile), check each one's
@@ -53,6 +55,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import json
 import os
@@ -345,6 +348,17 @@ class Role:
         await self.js.publish(subject, payload, headers=self.wire.headers(subject, payload, batch))
 
 
+@dataclass
+class _Acceptance:
+    """A submitted job waiting for the commit that keeps it."""
+
+    job: str
+    named: list[tuple[str, bytes]]
+    keys: list[str]
+    digests: list[str]
+    kept: asyncio.Future[None]
+
+
 class Admission(Role):
     async def serve(self) -> None:
         import grpc
@@ -356,8 +370,11 @@ class Admission(Role):
         self.database = _database(self.folder / "admission.db", self.jobs)
         self.watchers: dict[str, asyncio.Future[None]] = {}
         self.finished: set[str] = set()
+        self.accepted: list[_Acceptance] = []
+        self.arrived = asyncio.Event()
         await self.connect()
         await self.nc.subscribe(DONE, cb=self._done)
+        committer = asyncio.create_task(self._commit_accepted())
         server = grpc.aio.server()
         server.add_generic_rpc_handlers(
             (
@@ -374,6 +391,7 @@ class Admission(Role):
         await server.start()
         print(f"ready {port}", flush=True)
         await server.wait_for_termination()
+        committer.cancel()
 
     async def submit(self, request: bytes, context: Any) -> bytes:
         import grpc
@@ -386,15 +404,46 @@ class Admission(Role):
             named.append((f"{job}-{index}", data))
             keys.append(f"admission/{job}-{index}")
             digests.append(digest)
-        row = {"job": job, "sources": ",".join(digests)}
-
-        def keep(connection: Any) -> None:
-            self.blobs.keep(named)
-            connection.execute(self.jobs.insert(), row)
-
-        await self.database.run(keep)  # one thread hop: the sources, then the job
-        await asyncio.gather(self.publish_next(job, keys, digests), self.publish_events([job]))
+        accepted = _Acceptance(
+            job, named, keys, digests, asyncio.get_running_loop().create_future()
+        )
+        self.accepted.append(accepted)
+        self.arrived.set()
+        await accepted.kept
         return job.encode()
+
+    def _keep(
+        self, connection: Any, *, named: list[tuple[str, bytes]], rows: list[dict[str, str]]
+    ) -> None:
+        """One thread hop: the sources kept, then the jobs committed."""
+        self.blobs.keep(named)
+        connection.execute(self.jobs.insert(), rows)
+
+    async def _commit_accepted(self) -> None:
+        """Acceptances arriving together kept and committed together: their
+        sources (the folder fsync'd once) and their rows in one thread hop and
+        one transaction, then their tasks and, in one message, their events."""
+        while True:
+            await self.arrived.wait()
+            self.arrived.clear()
+            group, self.accepted = self.accepted, []
+            if not group:
+                continue
+            named = [blob for each in group for blob in each.named]
+            rows = [{"job": each.job, "sources": ",".join(each.digests)} for each in group]
+
+            try:
+                await self.database.run(functools.partial(self._keep, named=named, rows=rows))
+                await asyncio.gather(
+                    *(self.publish_next(each.job, each.keys, each.digests) for each in group),
+                    self.publish_events([each.job for each in group]),
+                )
+            except Exception as error:  # noqa: BLE001 - each caller hears of it
+                for each in group:
+                    each.kept.set_exception(error)
+                continue
+            for each in group:
+                each.kept.set_result(None)
 
     async def watch(self, request: bytes, context: Any) -> Any:
         job = request.decode()
