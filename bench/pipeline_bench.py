@@ -1184,7 +1184,8 @@ def print_skeleton(
     share_verdict = "leaves room" if share >= AIM_SHARE else "CANNOT be met in this design"
     print(
         f"the skeleton with the bare work: {ratio:.2f}x the bare libraries' CPU at the least "
-        f"(CPU aim <= {AIM_CPU:g}x, room {cpu_room:.2f} ms: {cpu_verdict}); {share:.2f} of "
+        f"(CPU aim <= {AIM_CPU:g}x, room {cpu_room:.2f} ms, the skeleton "
+        f"{skeleton.total_ms / cpu_room:.2f}x it: {cpu_verdict}); {share:.2f} of "
         f"the limit at the most (share aim >= {AIM_SHARE:.2f}: {share_verdict}); Quire "
         f"spends {total_ms - bare_ms - skeleton.total_ms:.1f} ms per job more than the "
         f"skeleton ({total_ms:.1f} against {skeleton.total_ms + bare_ms:.1f} with the bare work)"

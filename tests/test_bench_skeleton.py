@@ -119,7 +119,7 @@ def test_the_skeleton_is_set_against_the_room_each_aim_leaves(
     out = capsys.readouterr().out
     # 18 ms per job beside 7.9 ms of bare work: 3.28x against 3x; the room is 2 x 7.9.
     assert "3.28x the bare libraries' CPU at the least" in out
-    assert "room 15.80 ms: CANNOT be met in this design" in out
+    assert "room 15.80 ms, the skeleton 1.14x it: CANNOT be met in this design" in out
     assert "Quire spends 24.1 ms per job more than the skeleton" in out
     # p50 30 ms + 12 ms of bare work is under 60 ms.
     assert "with one packet's bare work (12.0 ms) 42.0 ms (aim p50 <= 60 ms: leaves room)" in out
@@ -128,7 +128,7 @@ def test_the_skeleton_is_set_against_the_room_each_aim_leaves(
     cheap = skeleton.Skeleton(100, 2.0, {"admission": 0.5}, 500, 0)
     bench.print_skeleton(cheap, 7.9, 50.0, 249.2, 2, 0.012)
     out = capsys.readouterr().out
-    assert "room 15.80 ms: leaves room" in out
+    assert "room 15.80 ms, the skeleton 0.32x it: leaves room" in out
     assert "idle skeleton" not in out
 
 
