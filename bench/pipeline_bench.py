@@ -141,10 +141,10 @@ FLOOR_CALLS = 2000
 FLOOR_TRANSACTIONS = 1000
 FLOOR_BLOBS = 300
 PROBE_RATE = 10.0
+"""Durable chains a second the latency floor's probe makes (``bench/latencyfloor.py``)."""
 SKELETON_PASSES = 3
 """Measured passes of the design's skeleton; the cheapest is kept (a slow
 spell of the machine must not make the design look dearer than it is)."""
-"""Durable chains a second the latency floor's probe makes (``bench/latencyfloor.py``)."""
 FLOOR_CONFIDENCE = 0.95
 """How sure the verdict must be that the floor's p99 is over the aim (a
 distribution-free bound from the chains' order statistics)."""
@@ -1200,8 +1200,9 @@ def print_skeleton(
     ]
     if skeleton.idle_seconds:
         # One packet's bare work in one process (wall clock) after the idle
-        # skeleton's p50: the least an idle job could take, were the stages'
-        # work no more than the libraries' and none of it overlapped.
+        # skeleton's p50: what an idle job would take were Quire's code to cost
+        # nothing beyond the skeleton's and the stages' work no more than the
+        # libraries'.
         idle_ms = percentile(list(skeleton.idle_seconds), 0.5) * 1000
         least_ms = idle_ms + bare_seconds * 1000
         # Not a proof either way when over: the skeleton keeps its fsyncs in turn.
