@@ -75,14 +75,13 @@ ROLES = ("admission", "validator", "assembler", "signer", "audit")
 STAGES = {"validator": "validate", "assembler": "assemble", "signer": "sign"}
 """Each pulling stage and the work subject it consumes."""
 NEXT = {"admission": "validate", "validator": "assemble", "assembler": "sign", "signer": "commit"}
-PRODUCER = {"validate": "admission", "assemble": "validator", "sign": "assembler"}
-PRODUCER["commit"] = "signer"
+PRODUCER = {v: k for k, v in NEXT.items()}
+"""The one service whose signature makes each work subject's task genuine."""
 EVENT = {"admission": "ACCEPTED", "validator": "VALIDATED", "assembler": "ASSEMBLED"}
 HISTORY = tuple(EVENT.values())
 """The events audit must hold before the signer's commit completes a job."""
 WORK, EVENTS = "SKELWORK", "SKELEVENTS"
 DONE = "skel.done"
-MAX_GROUP = 16
 LONG_POLL_SECONDS = 5.0
 GROUP_PULL_SECONDS = 0.1
 READY_SECONDS = 30.0
