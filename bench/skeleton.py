@@ -69,6 +69,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from floor import keep_file, sync_folder
 from procstats import own_cpu_seconds, process_cpu_seconds
 
 ROLES = ("admission", "validator", "assembler", "signer", "audit")
@@ -181,20 +182,8 @@ class Blobs:
         """Each blob written to a temporary name, fsync'd, renamed; the folder once."""
         for name, data in named:
             nonce = os.urandom(12)
-            sealed = nonce + self._cipher.encrypt(nonce, data, name.encode())
-            temporary = self._own / f".{name}.tmp"
-            handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                os.write(handle, sealed)
-                os.fsync(handle)
-            finally:
-                os.close(handle)
-            os.replace(temporary, self._own / name)
-        folder = os.open(self._own, os.O_RDONLY)
-        try:
-            os.fsync(folder)
-        finally:
-            os.close(folder)
+            keep_file(self._own, name, nonce + self._cipher.encrypt(nonce, data, name.encode()))
+        sync_folder(self._own)
 
     def read(self, key: str, digest: str) -> bytes:
         """The blob at ``key`` (``role/name``), opened; its digest must match."""
@@ -280,8 +269,13 @@ class Sandbox:
         return _items(await _read_frame(self._process.stdout))
 
 
+def _body(items: list[bytes]) -> bytes:
+    """Byte strings, each after its length: a packet, or a frame's body."""
+    return b"".join(len(item).to_bytes(4, "big") + item for item in items)
+
+
 def _frame(items: list[bytes]) -> bytes:
-    body = b"".join(len(item).to_bytes(4, "big") + item for item in items)
+    body = _body(items)
     return len(body).to_bytes(4, "big") + body
 
 
@@ -468,17 +462,11 @@ def _packet(job: str, paths: list[Path]) -> bytes:
     for path in paths:
         data = path.read_bytes()
         parts += [hashlib.sha256(data).hexdigest().encode(), data]
-    header = json.dumps([len(part) for part in parts]).encode()
-    return len(header).to_bytes(4, "big") + header + b"".join(parts)
+    return _body(parts)
 
 
 def _read_packet(request: bytes) -> tuple[str, list[tuple[str, bytes]]]:
-    size = int.from_bytes(request[:4], "big")
-    lengths = json.loads(request[4 : 4 + size])
-    at, parts = 4 + size, []
-    for length in lengths:
-        parts.append(request[at : at + length])
-        at += length
+    parts = _items(request)
     job = parts[0].decode()
     return job, [(parts[i].decode(), parts[i + 1]) for i in range(1, len(parts), 2)]
 
@@ -761,20 +749,10 @@ async def _streams(url: str, slots: int) -> None:
         await connection.close()
 
 
-async def _claims(url: str) -> int:
-    """Keys in the signer's gate: one per job it claimed."""
-    import nats
-
-    connection = await nats.connect(url)
-    try:
-        return (await connection.jetstream().stream_info(f"KV_{GATES}")).state.messages
-    finally:
-        await connection.close()
-
-
-async def _left_in_streams(url: str) -> int:
-    """Messages on the skeleton's streams, once the acks of the last jobs are in
-    (a few tenths of a second at most; counted as they are after five)."""
+async def _after_run(url: str) -> tuple[int, int]:
+    """Messages left on the skeleton's streams, once the acks of the last jobs
+    are in (a few tenths of a second at most; counted as they are after five),
+    and the keys in the signer's gate (one per job it claimed)."""
     import nats
 
     connection = await nats.connect(url)
@@ -787,7 +765,7 @@ async def _left_in_streams(url: str) -> int:
             if left == 0:
                 break
             await asyncio.sleep(0.1)
-        return left
+        return left, (await js.stream_info(f"KV_{GATES}")).state.messages
     finally:
         await connection.close()
 
@@ -915,8 +893,7 @@ def skeleton_floor(
             cpu["client"] = own_cpu_seconds() - own
             measured.append((seconds, cpu))
         entries = _ledger_entries(folder / "audit.db", "job")
-        left = asyncio.run(_left_in_streams(server.url))
-        claims = asyncio.run(_claims(server.url))
+        left, claims = asyncio.run(_after_run(server.url))
         alone = _driven(port, packets[:idle], "idle", 1) if idle else []
         seconds, cpu = min(measured, key=lambda each: sum(each[1].values()))
         totals = tuple(sum(each.values()) / len(packets) * 1000 for _, each in measured)
