@@ -4,10 +4,10 @@ megabytes filled to ``ENOSPC``: what a stage meets there is a transient
 write its output survives to say so, and a stage stops taking work while
 the disk holding its temporary space is full.
 
-Each fix here has its test: without ``quire.memoryfiles._KeptFailure``
-qpdf aborts the worker (``std::terminate``) when a packet saved with a
-deterministic ``/ID`` meets ``ENOSPC``, which the sandbox reports as a
-hostile file: the validator REJECTED a damaged but repairable source
+Each fix here has its test: had ``quire.memoryfiles.save_pdf`` let qpdf
+write to the disk itself, qpdf would abort the worker (``std::terminate``)
+when a packet saved with a deterministic ``/ID`` meets ``ENOSPC``, which the
+sandbox reports as a hostile file; the validator REJECTED a damaged but repairable source
 (``PARSER_LIMIT_EXCEEDED``) because its temporary disk was full; a plaintext copy that cannot be written raised a
 bare ``OSError`` (``INTERNAL`` in the diagnostics), and so did a new
 tenant's first write, whose data key is stored on the same disk (admission

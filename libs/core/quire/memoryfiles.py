@@ -17,12 +17,13 @@ in dataclass fields, in the same order in both processes.
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any
 
 __all__ = [
     "InMemory",
@@ -170,56 +171,24 @@ def delivered(result: Any, outputs: list[MemoryOutput]) -> Any:
 _IN_MEMORY_PREFIX = "/proc/self/fd/"
 
 
-class _KeptFailure:
-    """The file qpdf writes through: a write that fails (a full disk) is
-    kept, not raised into qpdf, and the rest is discarded.
-
-    qpdf aborts the whole process (``std::terminate``) when a write fails
-    while it computes a deterministic ``/ID``: the sandbox worker would die
-    as it does on a hostile file, and a full disk would look like one. The
-    kept error is raised once ``save`` has returned. (Not being a plain file,
-    it is written through ``write``, never straight to its descriptor.)"""
-
-    def __init__(self, raw: BinaryIO) -> None:
-        self._raw = raw
-        self.error: OSError | None = None
-
-    def write(self, data: bytes) -> int:
-        if self.error is None:
-            try:
-                self._raw.write(data)
-            except OSError as error:
-                self.error = error
-        return len(data)
-
-    def flush(self) -> None:
-        if self.error is None:
-            try:
-                self._raw.flush()
-            except OSError as error:
-                self.error = error
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        return self._raw.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self._raw.tell()
-
-
 def save_pdf(pdf: Any, path: str, **options: Any) -> None:
     """pikepdf's ``pdf.save`` into ``path``, written in place. pikepdf
     replaces a path atomically through a temporary file beside it, which an
     in-memory file has no directory for; a task's output is read only after
     the task returns, so nothing sees it half-written either way.
 
-    A write that fails (``ENOSPC``) raises its ``OSError`` here, after qpdf
-    has finished (``_KeptFailure``), never inside it."""
-    with open(path, "wb") as out:
-        kept = _KeptFailure(out)
-        pdf.save(kept, **options)
-        kept.flush()
-        if kept.error is not None:
-            raise kept.error
+    qpdf writes into memory first, then the bytes go to ``path`` in one
+    write. qpdf aborts the whole process (``std::terminate``) when a write
+    fails while it computes a deterministic ``/ID``: written straight to a
+    full disk, the sandbox worker would die as it does on a hostile file.
+    A write into memory cannot meet a full disk, and the one write after
+    ``save`` raises its ``OSError`` (``ENOSPC``) here. It is also the cheap
+    way: ``io.BytesIO``'s ``write`` is C, where a Python ``write`` would be
+    called for every few bytes qpdf emits (thousands of times a packet)."""
+    written = io.BytesIO()
+    pdf.save(written, **options)
+    with open(path, "wb") as out, written.getbuffer() as data:
+        out.write(data)
 
 
 @contextmanager
