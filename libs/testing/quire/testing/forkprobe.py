@@ -1,7 +1,7 @@
 """A stand-in service for the zygote's tests (``quire.stack.zygote``): run as
 a module, it writes what it sees of its process to ``FORKPROBE_FILE`` as
-JSON, prints a line, and exits with ``FORKPROBE_EXIT`` (or waits for a
-signal when that is ``wait``)."""
+JSON, prints a line, and exits with ``FORKPROBE_EXIT`` (or, when that is
+``wait``, waits until it is killed)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ def main() -> None:
     partial.write_text(json.dumps(facts))
     os.replace(partial, target)
     if os.environ["FORKPROBE_EXIT"] == "wait":
-        signal.pause()
+        while True:  # until killed: a signal it answers (a stack dump) wakes ``pause``
+            signal.pause()
     sys.exit(int(os.environ["FORKPROBE_EXIT"]))
 
 
