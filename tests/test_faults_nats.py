@@ -18,8 +18,9 @@ from quire.jobs import state_name
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
 
 JOBS = 10
-"""Submitted one after another: the last is still in flight when the second
-completes, so the outage always hits running jobs."""
+"""Half submitted first, the rest once two of those completed: nats-server
+is killed the moment the last is accepted, so the outage always hits jobs in
+flight, however fast the machine."""
 OUTAGE_SECONDS = 1.5
 
 
@@ -29,16 +30,17 @@ async def test_nats_killed_and_restarted_mid_batch_loses_and_doubles_nothing(
     async with running_stack(tmp_path / "stack", env={"QUIRE_ACK_WAIT_SECONDS": "3"}) as running:
         nats = running.stack.nats
         assert nats is not None
-        names = await submit_text_jobs(running.client, tmp_path / "docs", JOBS)
+        names = await submit_text_jobs(running.client, tmp_path / "first", JOBS // 2)
 
         async def some_completed() -> bool:
             done = [r for r in ledger_rows(running.data_dir) if r[3] == "COMPLETED"]
             return len(done) >= 2
 
         await eventually(some_completed, 60, "the batch got under way", every=0.02)
+        names += await submit_text_jobs(running.client, tmp_path / "rest", JOBS - JOBS // 2)
+        await asyncio.to_thread(nats.kill)
         completed_before = {r[2] for r in ledger_rows(running.data_dir) if r[3] == "COMPLETED"}
         assert len(completed_before) < JOBS, "the outage must hit jobs still in flight"
-        await asyncio.to_thread(nats.kill)
         await asyncio.sleep(OUTAGE_SECONDS)
         await asyncio.to_thread(nats.start)
 

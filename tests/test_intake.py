@@ -6,13 +6,14 @@ when the job is refused there."""
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 
 import pytest
 from sqlalchemy import delete, func, select
 
 from quire.admission import tables
+from quire.admission.jobs import intake as intake_module
 from quire.admission.jobs.intake import Intake
 from quire.admission.rulesets.currents import CurrentRulesets
 from quire.admission.settings import AdmissionSettings
@@ -59,19 +60,33 @@ def _count(database: Database, table) -> int:  # type: ignore[no-untyped-def]
     )
 
 
+class _StoppedClock(datetime):
+    """Intake's clock, moved by the test: the window is measured in its time,
+    not in how long the machine took to commit each submit."""
+
+    moment = datetime.now(UTC)
+
+    @classmethod
+    def now(cls, tz: tzinfo | None = None) -> datetime:
+        return cls.moment.astimezone(tz)
+
+
 async def test_a_key_returns_its_job_within_the_window_and_is_free_after(
-    database: Database,
+    database: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(intake_module, "datetime", _StoppedClock)
+    monkeypatch.setattr(_StoppedClock, "moment", datetime.now(UTC))
     intake = Intake(
         database,
         EventFactory("admission", "t", "0"),
         AdmissionSettings(idempotency_window_seconds=0.5),
     )
     first = await intake.submit(TENANT, _request("k", DIGESTS[0]))
+    _StoppedClock.moment += timedelta(seconds=0.4)
     assert (await intake.submit(TENANT, _request("k", DIGESTS[0]))).name == first.name
     with pytest.raises(Conflict):
         await intake.submit(TENANT, _request("k", DIGESTS[1]))
-    await asyncio.sleep(0.6)
+    _StoppedClock.moment += timedelta(seconds=0.2)
     later = await intake.submit(TENANT, _request("k", DIGESTS[1]))
     assert later.name != first.name
     assert _count(database, tables.jobs) == 2

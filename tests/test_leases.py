@@ -69,7 +69,8 @@ async def test_a_stale_delivery_commits_and_publishes_nothing(
     publishes nothing."""
     work = _BlockingWork() if kind == "process" else _EarlyWork()
     leases = _lease_store(tmp_path)
-    await _superseded(_runner(work, leases, jetstream, fast_queue), work.release_first, jetstream)
+    runner = _runner(work, leases, jetstream, fast_queue)
+    await _superseded(runner, leases, work.release_first, jetstream)
     assert await _handed_on(jetstream) == ["call-2"], "the stale delivery must publish nothing"
     assert work.calls == 2
     assert await leases.current_token(JOB) == 2
@@ -243,14 +244,19 @@ async def test_an_early_verdict_is_dropped_when_an_earlier_delivery_committed(
 
 
 async def _superseded(
-    runner: StageRunner, release: asyncio.Event, jetstream: JetStreamContext
+    runner: StageRunner, leases: LeaseStore, release: asyncio.Event, jetstream: JetStreamContext
 ) -> None:
-    """The job's task delivered and held by its work until JetStream, with no
-    heartbeat, hands it to a second delivery, which runs to its end; then the
-    first delivery's work is released and it ends too."""
+    """The job's task delivered and held by its work, under the lease it
+    took, until JetStream, with no heartbeat, hands it to a second delivery,
+    which runs to its end; then the first delivery's work is released and it
+    ends too."""
     stale_delivery, validate = await _task_delivered(jetstream)
     stale = asyncio.create_task(runner.handle(stale_delivery))
-    await asyncio.sleep(0.2)
+    for _ in range(500):  # the first delivery holds the first lease
+        if await leases.current_token(JOB) == 1:
+            break
+        await asyncio.sleep(0.02)
+    assert await leases.current_token(JOB) == 1
     # No heartbeat: the ack wait lapses and JetStream hands the job to a new worker.
     (fresh_delivery,) = await validate.fetch(1, timeout=5)
     assert fresh_delivery.metadata.num_delivered == 2

@@ -98,23 +98,26 @@ def test_delay_holds_the_answer_and_calls_are_served_concurrently(
     server.behave("erp", delay=0.4)
     url = f"{server.base_url('erp')}/{KEY}"
 
+    client = httpx.Client(timeout=5.0)  # one client, built once: shared by the threads
+
     def timed_get(_: int) -> tuple[int, float]:
         started = time.monotonic()
-        status = httpx.get(url, timeout=5.0).status_code
+        status = client.get(url).status_code
         return status, time.monotonic() - started
 
-    started = time.monotonic()
-    with ThreadPoolExecutor(3) as pool:
+    with client, ThreadPoolExecutor(3) as pool:
         results = list(pool.map(timed_get, range(3)))
-    together = time.monotonic() - started
-    assert all(status == 200 for status, _ in results)
-    assert all(elapsed >= 0.4 for _, elapsed in results)
-    assert together < 1.0, "three delayed calls were served one after another"
+        assert all(status == 200 for status, _ in results)
+        assert all(elapsed >= 0.4 for _, elapsed in results)
+        # Served one after another, each would arrive 0.4 s after the one before.
+        arrivals = [call.at for call in server.calls("erp")]
+        assert len(arrivals) == 3
+        assert max(arrivals) - min(arrivals) < 0.6, "three delayed calls were served in turn"
 
-    server.behave("erp")
-    started = time.monotonic()
-    assert httpx.get(url, timeout=5.0).status_code == 200
-    assert time.monotonic() - started < 0.3
+        server.behave("erp")
+        started = time.monotonic()
+        assert client.get(url).status_code == 200
+        assert time.monotonic() - started < 0.3, "no delay once told so"
 
 
 def test_fail_times_answers_503_that_often_then_serves(
@@ -284,7 +287,11 @@ def test_stop_during_a_long_delay_is_quick() -> None:
 
         waiting = threading.Thread(target=slow_get, daemon=True)
         waiting.start()
-        time.sleep(0.3)
+        for _ in range(500):  # until the server holds it
+            if server.arrived("erp") == 2:
+                break
+            time.sleep(0.02)
+        assert server.arrived("erp") == 2
         started = time.monotonic()
         server.stop()
         assert time.monotonic() - started < 1.5

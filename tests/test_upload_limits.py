@@ -142,13 +142,16 @@ async def test_a_refused_upload_is_heard_out_within_its_bounds() -> None:
             yield pb.UploadSourceRequest(chunk=chunk)
             await asyncio.sleep(gap)
 
-    settings = AdmissionSettings(upload_linger_seconds=0.3, upload_linger_bytes=10 * MIB)
+    # Each bound alone would let the caller go on for far longer than the
+    # upper bounds below, which only a stall of seconds could reach.
+    by_bytes = AdmissionSettings(upload_linger_seconds=60, upload_linger_bytes=10 * MIB)
     started = time.monotonic()
-    await hear_out(endless(b"x" * MIB, 0.0), settings)
-    assert time.monotonic() - started < 0.3, "stopped at the byte bound"
+    await hear_out(endless(b"x" * MIB, 0.0), by_bytes)
+    assert time.monotonic() - started < 10, "stopped at the byte bound"
+    by_time = AdmissionSettings(upload_linger_seconds=0.3, upload_linger_bytes=10 * MIB)
     started = time.monotonic()
-    await hear_out(endless(b"x", 0.05), settings)
-    assert 0.3 <= time.monotonic() - started < 0.6, "stopped after a message past its time"
+    await hear_out(endless(b"x", 0.05), by_time)
+    assert 0.3 <= time.monotonic() - started < 10, "stopped after a message past its time"
 
 
 @pytest.mark.parametrize(

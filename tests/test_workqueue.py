@@ -82,9 +82,10 @@ async def test_heartbeats_keep_a_long_job_leased(jetstream: JetStreamContext) ->
 
 
 async def test_drain_waits_for_in_flight_work(jetstream: JetStreamContext) -> None:
-    finished = asyncio.Event()
+    started, finished = asyncio.Event(), asyncio.Event()
 
     async def handler(msg) -> None:  # type: ignore[no-untyped-def]
+        started.set()
         await asyncio.sleep(0.3)
         await msg.ack()
         finished.set()
@@ -99,7 +100,7 @@ async def test_drain_waits_for_in_flight_work(jetstream: JetStreamContext) -> No
         fetch_timeout_seconds=0.5,
     )
     worker.start()
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(started.wait(), timeout=30)  # the work is in flight
     await worker.drain()
     assert finished.is_set()
 

@@ -104,11 +104,13 @@ class _State:
         self.behaviours: dict[str, _Behaviour] = {}
         self.fails_left: dict[str, int] = {}
         self.log: list[Call] = []
+        self.arrivals: dict[str, int] = {}
         self.connections: dict[socket.socket, threading.Thread] = {}
         self.stopping = threading.Event()
 
     def plan(self, system: str, key: str, authorization: str | None) -> _Plan:
         with self.lock:
+            self.arrivals[system] = self.arrivals.get(system, 0) + 1
             behaviour = self.behaviours.get(system, _Behaviour())
             failing = False
             if behaviour.status is None and self.fails_left.get(system, 0) > 0:
@@ -258,6 +260,12 @@ class SourceServer:
         with self._state.lock:
             self._state.behaviours[system] = behaviour
             self._state.fails_left[system] = fail_times
+
+    def arrived(self, system: str) -> int:
+        """Requests to ``system`` that have arrived, answered or not yet (one
+        held by a ``delay`` counts from the start of its wait)."""
+        with self._state.lock:
+            return self._state.arrivals.get(system, 0)
 
     def calls(self, system: str | None = None) -> list[Call]:
         """The call log (of one system, or all), in order of arrival; a call is
