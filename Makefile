@@ -76,7 +76,7 @@ typecheck: venv
 
 # The standard packet, then make load's lease class (one 200-page document per
 # packet); each run writes its own section of docs/performance.md.
-BENCH_LEASE_JOBS ?= 60
+BENCH_LEASE_JOBS ?= 150
 bench: venv
 	BENCH_DOCS=docs/performance.md $(PY) bench/pipeline_bench.py
 	BENCH_DOCS=docs/performance.md BENCH_PAGES=200 BENCH_JOBS=$(BENCH_LEASE_JOBS) $(PY) bench/pipeline_bench.py
