@@ -44,8 +44,31 @@ async def test_concurrent_lookups_of_a_version_published_elsewhere_all_find_it(
     found = await asyncio.gather(*(book.find("default@2") for _ in range(8)))
     assert [r.key if r else None for r in found] == ["default@2"] * 8
     assert reads == 1, "one reading for every lookup waiting at once"
-    assert await book.find("nobody@1") is None  # within a second: no second reading
-    assert reads == 1
+    # Within the second, a miss waits for the next reading rather than
+    # taking the last one's answer.
+    assert await book.find("nobody@1") is None
+    assert reads == 2
+    ours.close()
+    theirs.close()
+
+
+async def test_a_version_published_just_after_a_reading_is_not_refused(tmp_path: Path) -> None:
+    """The candidate build publishes its ruleset while the baseline's last
+    reading is less than a second old: the list and a lookup asked after the
+    publication both see it (they waited for the next reading; a rollout
+    naming it was refused as unknown)."""
+    url = f"sqlite:///{tmp_path / 'validator.db'}"
+    ours = Database(url, tables.metadata)
+    tables.metadata.create_all(ours.engine)
+    book = RulesetBook(ours)
+    assert await book.published() == []  # a reading, just now
+    theirs = Database(url, tables.metadata)
+    RulesetBook(theirs).install([Ruleset.from_body(DEFAULT_2)])
+    assert [r.key for r in await book.published()] == ["default@2"]
+    assert [r.key for r in await book.published(fresh=False)] == ["default@2"]
+    RulesetBook(theirs).install([Ruleset.from_body({**DEFAULT_2, "version": "3"})])
+    found = await book.find("default@3")
+    assert found is not None and found.key == "default@3"
     ours.close()
     theirs.close()
 

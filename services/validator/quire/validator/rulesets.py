@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,7 +29,8 @@ __all__ = ["Ruleset", "RulesetBook", "load_directory", "DEFAULT_DIRECTORY", "can
 
 DIRECTORY_SETTING = "QUIRE_RULESETS_DIR"
 RELOAD_SECONDS = 1.0
-"""At most one reading of the rulesets table per second for a key not known here."""
+"""At most one reading of the rulesets table per second for the questions
+that need one (a key not known here, the list)."""
 DEFAULT_DIRECTORY = Path(__file__).resolve().parent / "shipped_rulesets"
 """The rulesets that ship with the validator, inside its distribution."""
 
@@ -123,32 +125,38 @@ class RulesetBook:
         return self._by_key.get(key)
 
     async def find(self, key: str) -> Ruleset | None:
-        """``get``, reading the database again (off the event loop, at most
-        once a second) when ``key`` is not known here: another replica, a
-        rollout's candidate build say, may have published it since."""
+        """``get``, reading the database again (off the event loop) when
+        ``key`` is not known here: another replica, a rollout's candidate
+        build say, may have published it since."""
         found = self._by_key.get(key)
         if found is not None or not key:
             return found
-        # Misses at once wait for one reading rather than each being refused
-        # while it runs.
-        async with self._reloading:
-            found = self._by_key.get(key)
-            now = time.monotonic()
-            if found is None and now - self._reloaded_at >= RELOAD_SECONDS:
-                self._reloaded_at = now
-                await asyncio.to_thread(self.reload)
+        await self._read_since(time.monotonic(), lambda: key in self._by_key)
         return self._by_key.get(key)
 
-    async def published(self) -> list[Ruleset]:
-        """``all``, the database read again first (off the event loop, at most
-        once a second): another replica may have published a version since,
-        and admission's catalog must see it before a rollout may name it."""
-        async with self._reloading:
-            now = time.monotonic()
-            if now - self._reloaded_at >= RELOAD_SECONDS:
-                self._reloaded_at = now
-                await asyncio.to_thread(self.reload)
+    async def published(self, *, fresh: bool = True) -> list[Ruleset]:
+        """``all``; with ``fresh``, the database read again first (off the
+        event loop): another replica may have published a version since, and
+        admission's catalog must see it before a rollout may name it."""
+        if fresh:
+            await self._read_since(time.monotonic())
         return self.all()
+
+    async def _read_since(self, asked: float, answered: Callable[[], bool] = lambda: False) -> None:
+        """The table read again, unless a reading began after ``asked`` or
+        the one before answered the question (``answered``): what was
+        published before the question is then known here. Readings are at
+        least ``RELOAD_SECONDS`` apart: a question waits for the next one
+        rather than taking an older answer (a version published within the
+        second would be refused), and questions waiting together share it."""
+        async with self._reloading:
+            if self._reloaded_at > asked or answered():
+                return
+            wait = self._reloaded_at + RELOAD_SECONDS - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._reloaded_at = time.monotonic()
+            await asyncio.to_thread(self.reload)
 
     def all(self) -> list[Ruleset]:
         return sorted(self._by_key.values(), key=lambda r: (r.name, int_or_text(r.version)))

@@ -192,9 +192,10 @@ class ValidatorServicer(pb_grpc.ValidatorServiceServicer):
         self, request: pb.ListRulesetsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListRulesetsResponse:
         page = self._pages.page(LIST_RULESETS, request.page_size, request.page_token)
-        served, token = page.cut(
-            _rulesets_after(await self._book.published(), page), lambda r: (r.name, r.version)
-        )
+        # The first page reads what is published now; a later page goes on
+        # from its cursor (name and version) over what is known here.
+        listed = await self._book.published(fresh=not request.page_token)
+        served, token = page.cut(_rulesets_after(listed, page), lambda r: (r.name, r.version))
         return pb.ListRulesetsResponse(
             rulesets=[
                 pb.Ruleset(
