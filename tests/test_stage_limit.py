@@ -14,11 +14,13 @@ import sqlite3
 import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-from test_faults_common import ledger_rows, most_at_once, running_stack, wait_all
+from test_faults_common import eventually, ledger_rows, most_at_once, running_stack, wait_all
 
 from quire.client import PacketItem
 from quire.errors import InvalidSetting
@@ -33,6 +35,8 @@ from quire.settings import (
 )
 from quire.stack.natsserver import NatsServer
 from quire.stack.ports import free_port
+from quire.stack.supervisor import Stack
+from quire.testing.consumers import resume_promptly
 from quire.testing.multinode import wait_healthy
 from quire.testing.pdfs import write_text_pdf
 from quire.type import queue_pb2
@@ -80,6 +84,31 @@ def _spawn_replica(
     return process, health
 
 
+@asynccontextmanager
+async def _assembling_held(stack: Stack) -> AsyncIterator[Callable[[int], Awaitable[None]]]:
+    """The assemble consumers paused until the block calls ``release(n)``,
+    which waits for ``n`` tasks to wait there and resumes them."""
+    nc = await connect_nats(stack.nats_url, "quire-test-stage-limit", **stack.nats_login())
+    js = nc.jetstream()
+    held = [consumer_name("assemble", priority) for priority in PRIORITIES]
+    try:
+        for consumer in held:
+            await js.pause_consumer(WORK_STREAM, consumer, "2099-01-01T00:00:00Z")
+
+        async def release(count: int) -> None:
+            async def all_waiting() -> bool:
+                infos = [await js.consumer_info(WORK_STREAM, c) for c in held]
+                return sum(info.num_pending for info in infos) >= count
+
+            await eventually(all_waiting, 120, "every job waiting to be assembled")
+            for consumer in held:
+                await resume_promptly(js, WORK_STREAM, consumer)
+
+        yield release
+    finally:
+        await nc.close()
+
+
 def test_the_limit_is_split_between_priorities_without_exceeding_it() -> None:
     for limit in range(2, 200):
         shares = priority_shares(limit)
@@ -103,11 +132,15 @@ async def test_replicas_of_a_stage_never_hold_more_jobs_than_its_limit(
                 path = write_text_pdf(tmp_path / f"source-{index}.pdf", pages)
                 digests.append((await running.client.upload(path)).sha256)
             names = []
-            for index in range(JOBS):
-                order = digests[index % 3 :] + digests[: index % 3]
-                items = [PacketItem(f"d{n}", digest) for n, digest in enumerate(order)]
-                priority = "batch" if index % 3 == 0 else "interactive"
-                names.append((await running.client.submit(items, priority=priority)).name)
+            # Every job waits at the assemble stage before any replica may take
+            # one, so all of them pull at once, however fast assembling is.
+            async with _assembling_held(running.stack) as release:
+                for index in range(JOBS):
+                    order = digests[index % 3 :] + digests[: index % 3]
+                    items = [PacketItem(f"d{n}", digest) for n, digest in enumerate(order)]
+                    priority = "batch" if index % 3 == 0 else "interactive"
+                    names.append((await running.client.submit(items, priority=priority)).name)
+                await release(JOBS)
             jobs = await wait_all(running.client, names, timeout=300)
             assert {state_name(job.state) for job in jobs.values()} == {"COMPLETED"}
         finally:

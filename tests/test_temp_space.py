@@ -20,9 +20,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
+import httpx
 import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+from prometheus_client.parser import text_string_to_metric_families
 from test_faults_common import resume_promptly
 
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
@@ -232,6 +234,19 @@ async def test_leftovers_of_dead_processes_are_swept_when_a_service_starts(scene
     assert scene.live.exists()
 
 
+def _assembler_temp_used(stack: Stack) -> float:
+    """The temporary space the assembler's last reading counted against it
+    (``quire_temp_space_used_bytes``): what its pull gate decides by."""
+    address = StackInfo.read(stack.data_dir).metrics_endpoints["assembler"]
+    text = httpx.get(f"http://{address}/metrics", timeout=10).text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "quire_temp_space_used_bytes"
+    )
+
+
 def _assembler_log(stack: Stack) -> str:
     return (stack.data_dir / "logs" / "assembler.log").read_text(errors="replace")
 
@@ -253,7 +268,11 @@ async def test_a_stage_over_its_temp_budget_takes_no_new_work_until_space_is_fre
         async with _tenant(scene, "budget") as client:
             digest = (await client.upload(write_text_pdf(tmp_path / "b.pdf", ["budget"]))).sha256
             hog.write_bytes(b"\0" * (ASSEMBLER_BUDGET_BYTES + 1))
-            await asyncio.sleep(0.6)  # the assembler's next readings
+            for _ in range(300):  # until the assembler's reading has counted it
+                if _assembler_temp_used(stack) > ASSEMBLER_BUDGET_BYTES:
+                    break
+                await asyncio.sleep(0.1)
+            assert _assembler_temp_used(stack) > ASSEMBLER_BUDGET_BYTES
             name = (await client.submit([PacketItem("doc", digest)])).name
             for _ in range(300):  # validated: 30 s at most
                 state = state_name((await client.get_job(name)).state)
