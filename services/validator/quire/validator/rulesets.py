@@ -29,8 +29,7 @@ __all__ = ["Ruleset", "RulesetBook", "load_directory", "DEFAULT_DIRECTORY", "can
 
 DIRECTORY_SETTING = "QUIRE_RULESETS_DIR"
 RELOAD_SECONDS = 1.0
-"""At most one reading of the rulesets table per second for the questions
-that need one (a key not known here, the list)."""
+"""At most one reading of the rulesets table per second for keys not known here."""
 DEFAULT_DIRECTORY = Path(__file__).resolve().parent / "shipped_rulesets"
 """The rulesets that ship with the validator, inside its distribution."""
 
@@ -127,33 +126,39 @@ class RulesetBook:
     async def find(self, key: str) -> Ruleset | None:
         """``get``, reading the database again (off the event loop) when
         ``key`` is not known here: another replica, a rollout's candidate
-        build say, may have published it since."""
+        build say, may have published it since. Such readings are at least
+        ``RELOAD_SECONDS`` apart: a miss waits for the next one rather than
+        taking an older answer (a version published within the second would
+        be refused), and misses waiting together share it."""
         found = self._by_key.get(key)
         if found is not None or not key:
             return found
-        await self._read_since(time.monotonic(), lambda: key in self._by_key)
+        asked = time.monotonic()
+        await self._read_since(asked, lambda: key in self._by_key, spaced=True)
         return self._by_key.get(key)
 
     async def published(self, *, fresh: bool = True) -> list[Ruleset]:
         """``all``; with ``fresh``, the database read again first (off the
-        event loop): another replica may have published a version since, and
-        admission's catalog must see it before a rollout may name it."""
+        event loop; lists asked together share one reading): another replica
+        may have published a version since, and admission's catalog must
+        see it before a rollout may name it."""
         if fresh:
-            await self._read_since(time.monotonic())
+            await self._read_since(time.monotonic(), lambda: False, spaced=False)
         return self.all()
 
-    async def _read_since(self, asked: float, answered: Callable[[], bool] = lambda: False) -> None:
+    async def _read_since(
+        self, asked: float, answered: Callable[[], bool], *, spaced: bool
+    ) -> None:
         """The table read again, unless a reading began after ``asked`` or
         the one before answered the question (``answered``): what was
-        published before the question is then known here. Readings are at
-        least ``RELOAD_SECONDS`` apart: a question waits for the next one
-        rather than taking an older answer (a version published within the
-        second would be refused), and questions waiting together share it."""
+        published before the question is then known here. ``spaced``: not
+        within ``RELOAD_SECONDS`` of the reading before (the wait is the
+        question's)."""
         async with self._reloading:
             if self._reloaded_at > asked or answered():
                 return
             wait = self._reloaded_at + RELOAD_SECONDS - time.monotonic()
-            if wait > 0:
+            if spaced and wait > 0:
                 await asyncio.sleep(wait)
             self._reloaded_at = time.monotonic()
             await asyncio.to_thread(self.reload)
