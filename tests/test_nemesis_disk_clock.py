@@ -31,6 +31,7 @@ from quire.testing.history.workload import Progress, run_workload
 from quire.testing.nemesis.clockskew import ClockSkew
 from quire.testing.nemesis.diskfull import BLOB_DISK_FULL, TEMP_DISK_FULL, DiskFull
 from quire.testing.nemesis.fault import Fault, FaultRecord
+from quire.testing.nemesis.inflight import in_flight
 from quire.testing.nemesis.stackcluster import StackCluster, nats_directory, service_directory
 from quire.testing.smallfs import MIB
 from quire.testing.soak import SOAK_ENV
@@ -103,8 +104,7 @@ async def _run(
     assert verdicts.ok, verdicts.summary()
     assert verdicts["ended"].checked == CLIENTS * JOBS_PER_CLIENT
     assert {r.state for r in facts.jobs.values()} == {"COMPLETED"}
-    acknowledged = {op.job: op.monotonic for ops in history.acknowledged().values() for op in ops}
-    assert any(at < record.start for at in acknowledged.values()), "struck with jobs in flight"
+    assert in_flight(history, record.start), "struck with jobs in flight"
     return record
 
 

@@ -2,12 +2,13 @@
 process (a service, or the NATS server) is SIGKILLed about every second, each
 kill once the stack has recovered from the one before. The killer's seed is
 one whose first six victims are the five services and the NATS server, each
-once, and the submissions are paced by the kills (two jobs between kills,
-the last after the sixth), so every kind of process dies at least once while
-jobs are in flight. Every job ends in exactly one outcome, `quire check`
-passes afterwards, and so does the history checker over every call the
-client made (``quire.testing.history``), its facts gathered through the
-services' APIs before the stack stops.
+once, and the submissions are paced by the kills (two jobs let go before
+each of the first six, the kill coming the moment they are accepted), so
+every kind of process dies at least once while jobs are in flight. Every
+job ends in exactly one outcome, `quire check` passes afterwards, and so
+does the history checker over every call the client made
+(``quire.testing.history``), its facts gathered through the services' APIs
+before the stack stops.
 
 `make soak` runs the full-size version (1,000 jobs) and prints its figures.
 """
@@ -60,6 +61,7 @@ async def test_jobs_survive_random_kills_with_exactly_one_outcome_each(tmp_path:
     print("\n".join(report.lines()))
     assert sum(report.kills.values()) >= len(VICTIMS), "processes were really killed"
     assert set(report.kills) == set(VICTIMS), "every service and the NATS server was killed"
+    assert set(report.kills_in_flight) == set(VICTIMS), "each of them with jobs in flight"
     assert report.outcomes == {"COMPLETED": JOBS}
     assert report.terminal_entries == {1: JOBS}, "exactly one terminal ledger entry per job"
     result = await asyncio.to_thread(check, stack.data_dir)

@@ -57,6 +57,8 @@ class SoakReport:
     seconds: float = 0.0
     outcomes: Counter[str] = field(default_factory=Counter)
     kills: Counter[str] = field(default_factory=Counter)
+    kills_in_flight: Counter[str] = field(default_factory=Counter)
+    """Kills that came while the client had jobs accepted and not yet ended."""
     client_retries: int = 0
     redeliveries: int = 0
     """Stage deliveries beyond the first, from the attempt counts in the ledger."""
@@ -68,7 +70,8 @@ class SoakReport:
         return [
             f"jobs: {self.jobs} in {self.seconds:.1f} s ({self.jobs / self.seconds:.2f} jobs/s)",
             f"outcomes: {dict(sorted(self.outcomes.items()))}",
-            f"kills: {sum(self.kills.values())} {dict(sorted(self.kills.items()))}",
+            f"kills: {sum(self.kills.values())} {dict(sorted(self.kills.items()))}, "
+            f"{sum(self.kills_in_flight.values())} with jobs in flight",
             f"retries: {self.redeliveries} stage redeliveries (ledger attempt counts), "
             f"{self.client_retries} client calls retried while a service restarted",
             f"terminal ledger entries per job: {dict(self.terminal_entries)}",
@@ -76,19 +79,64 @@ class SoakReport:
         ]
 
 
+class _Flow:
+    """The client's jobs as the killer sees them: how many were let go (with
+    ``min_kills``, the killer lets them go, a few before each kill), accepted
+    and ended."""
+
+    def __init__(self, jobs: int, *, paced: bool) -> None:
+        self.jobs = jobs
+        self.allowed = 0 if paced else None
+        self.accepted = 0
+        self.ended = 0
+        self._changed = asyncio.Condition()
+
+    @property
+    def in_flight(self) -> int:
+        return self.accepted - self.ended
+
+    async def turn(self, index: int) -> None:
+        """Until job ``index`` (from 0) may be submitted."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.allowed is None or index < self.allowed)
+
+    async def note(self, *, accepted: int = 0, ended: int = 0) -> None:
+        async with self._changed:
+            self.accepted += accepted
+            self.ended += ended
+            self._changed.notify_all()
+
+    async def let_go(self, count: int) -> None:
+        """Let ``count`` more jobs be submitted (of the ``jobs`` there are),
+        and wait until every job let go so far was accepted."""
+        async with self._changed:
+            assert self.allowed is not None
+            self.allowed = min(self.allowed + count, self.jobs)
+            self._changed.notify_all()
+            allowed = self.allowed
+            await self._changed.wait_for(lambda: self.accepted >= allowed)
+
+
 class _Killer:
     """SIGKILLs a random process every ``interval`` seconds (jittered, counted
     from kill to kill), each once the stack has recovered from the kill
     before: restarted and serving. On a machine slower than the interval,
     kills never pile onto a stack still coming back (a storm that only
-    measures restarts)."""
+    measures restarts). With a paced ``flow``, each of the first kills comes
+    the moment the jobs it let go were accepted: they are in flight however
+    fast the pipeline is."""
 
-    def __init__(self, stack: Stack, interval: float, seed: int) -> None:
+    def __init__(
+        self, stack: Stack, interval: float, seed: int, flow: _Flow, per_kill: int, paced: int
+    ) -> None:
         self._stack = stack
         self._interval = interval
         self._random = random.Random(seed)
+        self._flow = flow
+        self._per_kill = per_kill
+        self._paced = paced
         self.kills: Counter[str] = Counter()
-        self._killed = asyncio.Condition()
+        self.kills_in_flight: Counter[str] = Counter()
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -98,7 +146,10 @@ class _Killer:
             # slower than the interval delays the next, never stacks kills.
             due = max(due, loop.time()) + self._interval * self._random.uniform(0.5, 1.5)
             await asyncio.sleep(max(0.0, due - loop.time()))
+            if sum(self.kills.values()) < self._paced:
+                await self._flow.let_go(self._per_kill)
             victim = self._random.choice(VICTIMS)
+            in_flight = self._flow.in_flight > 0
             if victim == "nats":
                 nats = self._stack.nats
                 assert nats is not None
@@ -110,14 +161,9 @@ class _Killer:
                 self._stack.kill(victim)
                 await self._restarted(victim, restarts)
             await asyncio.to_thread(self._stack.wait_healthy)
-            async with self._killed:
-                self.kills[victim] += 1
-                self._killed.notify_all()
-
-    async def wait_for(self, count: int) -> None:
-        """Until ``count`` kills have landed (and their victims came back)."""
-        async with self._killed:
-            await self._killed.wait_for(lambda: sum(self.kills.values()) >= count)
+            self.kills[victim] += 1
+            if in_flight:
+                self.kills_in_flight[victim] += 1
 
     async def _restarted(self, victim: str, restarts: int) -> None:
         """Until the supervisor has started ``victim`` again (at most a minute)."""
@@ -152,9 +198,10 @@ async def soak(
 ) -> SoakReport:
     """Run ``jobs`` jobs through a started ``stack`` while killing processes.
 
-    With ``min_kills``, the submissions are paced by the kills: the job at
-    position ``i`` (from 1) is submitted once ``min_kills * i / jobs`` kills
-    have landed, so that many kills fall among jobs in flight however fast the
+    With ``min_kills``, the submissions are paced by the kills: before each
+    of the first ``min_kills`` kills, the killer lets ``jobs / min_kills`` jobs
+    go and kills the moment they are accepted (the last kill lets the rest
+    go), so that many kills fall among jobs in flight however fast the
     pipeline is, and however slowly a loaded machine restarts what was killed.
     With ``history``, every call the client makes is recorded in that file
     (``quire.testing.history``), for the history checker.
@@ -167,20 +214,20 @@ async def soak(
         for index in range(8):
             path = write_text_pdf(inputs / f"s{index}.pdf", [f"soak source {index}", "page 2"])
             digests.append((await client.upload(path)).sha256)
-        killer = _Killer(stack, kill_interval, seed)
+        flow = _Flow(jobs, paced=bool(min_kills))
+        per_kill = -(-jobs // min_kills) if min_kills else 0
+        killer = _Killer(stack, kill_interval, seed, flow, per_kill, min_kills)
         killing = asyncio.create_task(killer.run())
         gate = asyncio.Semaphore(in_flight)
         names: list[str] = []
         started = time.monotonic()
 
         async def one(index: int) -> None:
-            if min_kills:
-                # The last job goes once min_kills have landed; never past the deadline.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        killer.wait_for(min_kills * (index + 1) // jobs),
-                        timeout=max(1.0, deadline - time.monotonic()),
-                    )
+            # Never past the deadline: the jobs not let go by then go anyway.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    flow.turn(index), timeout=max(1.0, deadline - time.monotonic())
+                )
             async with gate:
                 items = [PacketItem(f"d{i}", digests[(index + i) % 8]) for i in range(2)]
                 request_id = uuid.uuid4().hex
@@ -188,11 +235,17 @@ async def soak(
                     lambda: client.submit(items, request_id=request_id), report, deadline
                 )
                 names.append(job.name)
-                await _retrying(
-                    lambda: client.wait(job.name, timeout=max(1.0, deadline - time.monotonic())),
-                    report,
-                    deadline,
-                )
+                await flow.note(accepted=1)
+                try:
+                    await _retrying(
+                        lambda: client.wait(
+                            job.name, timeout=max(1.0, deadline - time.monotonic())
+                        ),
+                        report,
+                        deadline,
+                    )
+                finally:
+                    await flow.note(ended=1)
 
         try:
             await asyncio.gather(*(one(index) for index in range(jobs)))
@@ -204,6 +257,7 @@ async def soak(
                 pass
         report.seconds = time.monotonic() - started
         report.kills = killer.kills
+        report.kills_in_flight = killer.kills_in_flight
         await asyncio.to_thread(stack.wait_healthy)
         for name in names:
             job = await _retrying(lambda: client.get_job(name), report, deadline)  # noqa: B023
