@@ -35,12 +35,14 @@ KILLS = int(os.environ.get("BATCH_KILLS", "3"))
 ENV = {
     **SOAK_ENV,
     "QUIRE_BATCH_PAGE_SIZE": "8",
-    "QUIRE_BATCH_RATE": "200",
+    "QUIRE_BATCH_RATE": "50",
     "QUIRE_BATCH_LEASE_SECONDS": "2",
     "QUIRE_MAX_OUTSTANDING_JOBS": "1000",
 }
-"""Small pages (many page transactions to be killed between) and a short
-lease, so a restarted admission takes the dispatch over within seconds."""
+"""Small pages (many page transactions to be killed between), a rate slow
+enough that the test sees each mark before the dispatch runs past it (a
+packet every 20 ms against a look every 50 ms), and a short lease, so a
+restarted admission takes the dispatch over within seconds."""
 
 
 async def _retrying(call, timeout: float = 60.0):  # type: ignore[no-untyped-def]
@@ -75,10 +77,13 @@ async def test_sigkilled_dispatcher_makes_exactly_one_job_per_packet(tmp_path: P
                 mark = PACKETS * kill // (KILLS + 1)
                 deadline = time.monotonic() + 300
                 while (
-                    await _retrying(lambda: client.get_batch(batch.name))
-                ).dispatched_count < mark:
+                    dispatched := (
+                        await _retrying(lambda: client.get_batch(batch.name))
+                    ).dispatched_count
+                ) < mark:
                     assert time.monotonic() < deadline, f"dispatch reached {mark}"
                     await asyncio.sleep(0.05)
+                assert dispatched < PACKETS, "killed while the batch was partly dispatched"
                 stack.kill("admission")
                 kills += 1
                 await asyncio.to_thread(stack.wait_healthy, 120)

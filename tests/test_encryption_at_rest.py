@@ -196,10 +196,19 @@ async def test_rotating_the_kek_under_load_loses_nothing(
             request_id = uuid.uuid4().hex  # one per job: a retried submit is the same job
             job = await retried(client.submit, [PacketItem("d", digest)], request_id=request_id)
             jobs.append((client, job.name))
-            # About a job a second per tenant: more than the pipeline finishes
-            # at once, so jobs are in flight at every restart, without a
-            # backlog of hundreds to drain afterwards.
+            accepted.set()
+            # About a job a second per tenant: a steady flow, without a backlog
+            # of hundreds to drain afterwards (each restart follows an
+            # acceptance at once, so that job is in flight as it comes).
             await asyncio.sleep(1.0)
+
+    accepted = asyncio.Event()
+
+    async def just_accepted() -> None:
+        """Until a job is accepted: a restart right after finds it in flight
+        (a one-page job takes tens of milliseconds at the least)."""
+        accepted.clear()
+        await asyncio.wait_for(accepted.wait(), timeout=60)
 
     async def restarted(services: tuple[str, ...]) -> None:
         """SIGKILL ``services`` together; back once each was started again and all are healthy."""
@@ -229,13 +238,16 @@ async def test_rotating_the_kek_under_load_loses_nothing(
         # A rolling update in two waves: between them, jobs flow through a
         # pipeline whose restarted services hold the new ring (the new KEK
         # first, the old one still unwrapping) and the others the old KEK alone.
+        await just_accepted()  # the restart finds that job in flight
         await restarted(SERVICES[0::2])
         await more_jobs(1)
+        await just_accepted()
         await restarted(SERVICES[1::2])
         rewrap = await asyncio.to_thread(_quire, sealed_stack, ring, "keys", "rewrap")
         assert rewrap.returncode == 0, rewrap.stderr
         assert "rewrapped" in rewrap.stdout
         ring.write_text(ring.read_text().splitlines(keepends=True)[0])  # the old KEK is gone
+        await just_accepted()
         await restarted(SERVICES)  # all at once: none keeps the old KEK in memory
         await more_jobs(2)  # accepted with the new KEK alone
     finally:
