@@ -20,11 +20,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
-import httpx
 import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
-from prometheus_client.parser import text_string_to_metric_families
 from test_faults_common import resume_promptly
 
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
@@ -34,6 +32,7 @@ from quire.jobs import state_name
 from quire.runtime import connect_nats
 from quire.stack.supervisor import Stack, StackInfo
 from quire.tempspace import local_owner, owner_prefix, temp_prefix
+from quire.testing.nemesis.probes import replica_metric
 from quire.testing.pdfs import write_text_pdf
 from quire.workqueue import WORK_STREAM, consumer_name
 
@@ -238,13 +237,7 @@ def _assembler_temp_used(stack: Stack) -> float:
     """The temporary space the assembler's last reading counted against it
     (``quire_temp_space_used_bytes``): what its pull gate decides by."""
     address = StackInfo.read(stack.data_dir).metrics_endpoints["assembler"]
-    text = httpx.get(f"http://{address}/metrics", timeout=10).text
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "quire_temp_space_used_bytes"
-    )
+    return replica_metric(address, "quire_temp_space_used_bytes") or 0.0
 
 
 def _assembler_log(stack: Stack) -> str:

@@ -81,12 +81,14 @@ class SoakReport:
 
 class _Flow:
     """The client's jobs as the killer sees them: how many were let go (with
-    ``min_kills``, the killer lets them go, a few before each kill), accepted
-    and ended."""
+    ``min_kills``, the killer lets them go, a few before each of the first
+    ``min_kills`` kills), accepted and ended."""
 
-    def __init__(self, jobs: int, *, paced: bool) -> None:
+    def __init__(self, jobs: int, min_kills: int) -> None:
         self.jobs = jobs
-        self.allowed = 0 if paced else None
+        self.min_kills = min_kills
+        self._per_kill = -(-jobs // min_kills) if min_kills else 0
+        self.allowed = 0 if min_kills else None
         self.accepted = 0
         self.ended = 0
         self._changed = asyncio.Condition()
@@ -106,12 +108,15 @@ class _Flow:
             self.ended += ended
             self._changed.notify_all()
 
-    async def let_go(self, count: int) -> None:
-        """Let ``count`` more jobs be submitted (of the ``jobs`` there are),
-        and wait until every job let go so far was accepted."""
+    async def before_kill(self, landed: int) -> None:
+        """Before the kill after ``landed`` kills: while it is one of the
+        first ``min_kills``, let its share of the jobs be submitted and wait
+        until every job let go so far was accepted."""
+        if landed >= self.min_kills:
+            return
         async with self._changed:
             assert self.allowed is not None
-            self.allowed = min(self.allowed + count, self.jobs)
+            self.allowed = min(self.allowed + self._per_kill, self.jobs)
             self._changed.notify_all()
             allowed = self.allowed
             await self._changed.wait_for(lambda: self.accepted >= allowed)
@@ -126,15 +131,11 @@ class _Killer:
     the moment the jobs it let go were accepted: they are in flight however
     fast the pipeline is."""
 
-    def __init__(
-        self, stack: Stack, interval: float, seed: int, flow: _Flow, per_kill: int, paced: int
-    ) -> None:
+    def __init__(self, stack: Stack, interval: float, seed: int, flow: _Flow) -> None:
         self._stack = stack
         self._interval = interval
         self._random = random.Random(seed)
         self._flow = flow
-        self._per_kill = per_kill
-        self._paced = paced
         self.kills: Counter[str] = Counter()
         self.kills_in_flight: Counter[str] = Counter()
 
@@ -146,8 +147,7 @@ class _Killer:
             # slower than the interval delays the next, never stacks kills.
             due = max(due, loop.time()) + self._interval * self._random.uniform(0.5, 1.5)
             await asyncio.sleep(max(0.0, due - loop.time()))
-            if sum(self.kills.values()) < self._paced:
-                await self._flow.let_go(self._per_kill)
+            await self._flow.before_kill(sum(self.kills.values()))
             victim = self._random.choice(VICTIMS)
             in_flight = self._flow.in_flight > 0
             if victim == "nats":
@@ -214,9 +214,8 @@ async def soak(
         for index in range(8):
             path = write_text_pdf(inputs / f"s{index}.pdf", [f"soak source {index}", "page 2"])
             digests.append((await client.upload(path)).sha256)
-        flow = _Flow(jobs, paced=bool(min_kills))
-        per_kill = -(-jobs // min_kills) if min_kills else 0
-        killer = _Killer(stack, kill_interval, seed, flow, per_kill, min_kills)
+        flow = _Flow(jobs, min_kills)
+        killer = _Killer(stack, kill_interval, seed, flow)
         killing = asyncio.create_task(killer.run())
         gate = asyncio.Semaphore(in_flight)
         names: list[str] = []
