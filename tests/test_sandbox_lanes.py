@@ -122,6 +122,27 @@ async def test_a_freed_worker_goes_to_interactive_work_before_waiting_batch_work
         pool.close()
 
 
+async def test_one_call_after_another_runs_in_the_worker_last_used() -> None:
+    """The idle worker handed out is the one most recently given back (its
+    caches hold the work just done), not the one idle longest: calls one
+    after another all run in one process, and two at once in two."""
+    pool = _pool(workers=3, reserved=0)
+    try:
+        await pool.warm()
+        alone = {await pool.run(os.getpid) for _ in range(6)}
+        assert len(alone) == 1
+        together = set(await asyncio.gather(*(pool.run(_pid_after, 0.3) for _ in range(2))))
+        assert len(together) == 2
+        assert alone < together, "the worker used alone is one of the pair"
+    finally:
+        pool.close()
+
+
+def _pid_after(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
+
+
 async def test_batch_workers_run_at_the_configured_niceness() -> None:
     pool = _pool(workers=2, reserved=1, batch_nice=7)
     try:

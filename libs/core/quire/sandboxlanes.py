@@ -5,7 +5,10 @@ processes (a lane never runs more tasks than it has processes). When a slot
 frees, the waiters of the first lane in ``LANES`` are served before any of the
 next: a priority hand-off, not first come first served, so an interactive
 task waits for at most the tasks already running, never for queued batch
-work. Within a lane, callers are served in arrival order.
+work. Within a lane, callers are served in arrival order, and the idle
+worker handed out is the one most recently given back: its caches (the CPU's,
+and the memory its libraries warmed) still hold the work it just did, and at
+low load the same one or two processes serve every task.
 
 Batch work's share is bounded by its processes (``workers - reserved``), so a
 burst of batch work can never hold every slot; interactive work can use all
@@ -78,7 +81,8 @@ class LaneGate(Generic[W]):
             raise
 
     def release(self, lane: str, worker: W) -> None:
-        """Give back a worker and its slot, and hand them on by priority."""
+        """Give back a worker and its slot, and hand them on by priority (the
+        worker is the next one handed out: ``_take``)."""
         self._idle[lane].append(worker)
         self._free += 1
         self._hand_on()
@@ -95,8 +99,9 @@ class LaneGate(Generic[W]):
         return self._free > 0 and bool(self._idle[lane])
 
     def _take(self, lane: str) -> W:
+        """The lane's most recently released idle worker, and a slot."""
         self._free -= 1
-        return self._idle[lane].popleft()
+        return self._idle[lane].pop()
 
     def _hand_on(self) -> None:
         for lane in self._order:
