@@ -1,7 +1,9 @@
 """Quire across machines, on this one: a 3-node JetStream cluster with R3
 streams and object store, PostgreSQL with one database per service, and two
 replicas of every service, each in its own directory with no path shared.
-Midway, one NATS node and one replica of every service are SIGKILLed. Every
+Midway, one NATS node and one replica of every service are SIGKILLed: of each
+stage's service, the replica working on a job when it can be found (its
+``quire_stage_in_flight``), and the kill waits until at least one is. Every
 job still ends COMPLETED exactly once with one artifact, and ``quire check``
 (each service's own database, the blobs in NATS) finds nothing.
 
@@ -25,10 +27,12 @@ from test_faults_common import wait_all
 from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.invariants import check
 from quire.jobs import state_name
+from quire.pipeline import WORKER_SERVICES
 from quire.runtime import connect_nats
-from quire.settings import SERVICES
+from quire.settings import SERVICES, service_metrics_var
 from quire.stack.natsserver import NatsServer
-from quire.testing.multinode import MultiNode
+from quire.testing.multinode import MultiNode, Replica
+from quire.testing.nemesis.probes import replica_metric
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.soak import SOAK_ENV
 from quire.workqueue.topology import TOPOLOGY_STREAMS, WORK_STREAM
@@ -81,12 +85,16 @@ async def test_two_replicas_of_everything_survive_losing_a_nats_node_and_one_of_
             )
             names.append(job.name)
             if index == JOBS // 2:
+                victims = await _working_victims(nodes)
                 # The node the work stream's leader is on, the worst one to lose.
                 victim = await _leader_of(nodes, WORK_STREAM)
                 await asyncio.to_thread(victim.kill)
-                for service in SERVICES:
-                    await asyncio.to_thread(nodes.replicas[service][0].kill)
+                for replica, _working in victims.values():
+                    await asyncio.to_thread(replica.kill)
         jobs = await wait_all(client, names, timeout=600, through_unavailable=True)
+    working = sorted(service for service, (_replica, held) in victims.items() if held)
+    print(f"replicas killed while working on a job: {', '.join(working)}")
+    assert working, "some stage's replica died with a job in hand"
     assert {state_name(job.state) for job in jobs.values()} == {"COMPLETED"}
     assert len({job.output_digest for job in jobs.values()}) == JOBS, "one artifact each"
     assert len(nodes.cluster.running()) == 2
@@ -109,6 +117,32 @@ async def test_two_replicas_of_everything_survive_losing_a_nats_node_and_one_of_
     assert report.jobs_accepted == JOBS
     assert report.jobs_by_state == {"COMPLETED": JOBS}
     assert report.artifacts == JOBS
+
+
+async def _working_victims(
+    nodes: MultiNode, timeout: float = 20.0
+) -> dict[str, tuple[Replica, bool]]:
+    """A replica of every service to kill, and whether it holds a job: of each
+    stage's service, one working on a job if either is (its
+    ``quire_stage_in_flight``), else the first. Waits (up to ``timeout``)
+    until some stage's replica is working, so that the kill finds work in hand."""
+    deadline = time.monotonic() + timeout
+    while True:
+        victims: dict[str, tuple[Replica, bool]] = {}
+        for service in SERVICES:
+            replicas = nodes.replicas[service]
+            chosen = (replicas[0], False)
+            if service in WORKER_SERVICES:
+                for replica in replicas:
+                    address = replica.env[service_metrics_var(service)]
+                    held = await asyncio.to_thread(replica_metric, address, "quire_stage_in_flight")
+                    if held:
+                        chosen = (replica, True)
+                        break
+            victims[service] = chosen
+        if any(held for _replica, held in victims.values()) or time.monotonic() > deadline:
+            return victims
+        await asyncio.sleep(0.02)
 
 
 async def _retrying(call: Callable[[], Awaitable[T]], timeout: float = 120.0) -> T:
