@@ -374,9 +374,7 @@ async def tenants(stack):  # type: ignore[no-untyped-def]
 async def validate_queue(stack):  # type: ignore[no-untyped-def]
     """Pauses and resumes the validator's interactive consumer, so work waits in
     the queue (downstream stalled) without stopping any process."""
-    from datetime import UTC, datetime, timedelta
-
-    from quire.testing.consumers import resume_promptly
+    from quire.testing.consumers import pause, resume_promptly
     from quire.workqueue import WORK_STREAM, consumer_name
 
     nc = await connect_nats(stack.nats_url, "quire-test-control", **stack.nats_login())
@@ -385,8 +383,7 @@ async def validate_queue(stack):  # type: ignore[no-untyped-def]
 
     class Control:
         async def pause(self) -> None:
-            until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
-            await js.pause_consumer(WORK_STREAM, consumer, until)
+            await pause(js, WORK_STREAM, consumer, minutes=5)
 
         async def resume(self) -> None:
             # Served at once: a plain resume leaves the validators' waiting

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -23,7 +22,7 @@ from quire.runtime import connect_nats
 from quire.signer.v1 import signer_service_pb2 as spb
 from quire.signer.v1 import signer_service_pb2_grpc as sgrpc
 from quire.stack.supervisor import Stack, StackInfo
-from quire.testing.consumers import resume_promptly
+from quire.testing.consumers import pause, resume_promptly
 from quire.testing.pdfs import write_text_pdf
 from quire.tls import aio_channel
 from quire.transitions import EventFactory
@@ -70,11 +69,10 @@ async def _signing_with_audit_deaf(
     signer's event messages about it."""
     nc = await connect_nats(stack.nats_url, "quire-test-events", **stack.nats_login())
     js = nc.jetstream()
-    until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
     sign = consumer_name("sign", "interactive")
     heard: list[str] = []
     try:
-        await js.pause_consumer(WORK_STREAM, sign, until)
+        await pause(js, WORK_STREAM, sign, minutes=5)
         digest = (await client.upload(write_text_pdf(tmp_path / "late.pdf", ["late"]))).sha256
         job = await client.submit([PacketItem("d", digest)])
         for _ in range(300):  # audit records the hand-over to signing
@@ -95,7 +93,7 @@ async def _signing_with_audit_deaf(
 
         await nc.subscribe(event_subject("signer"), cb=about_the_job)
         await nc.subscribe(f"{event_subject('signer')}.>", cb=about_the_job)
-        await js.pause_consumer(EVENTS_STREAM, EVENTS_CONSUMER, until)
+        await pause(js, EVENTS_STREAM, EVENTS_CONSUMER, minutes=5)
         await resume_promptly(js, WORK_STREAM, sign)
         yield job.name, heard
     finally:

@@ -21,7 +21,6 @@ import sqlite3
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -34,6 +33,7 @@ from quire.jobgate import GATE_BUCKET
 from quire.jobs import job_id, state_name
 from quire.runtime import connect_nats
 from quire.stack.supervisor import Stack, StackInfo
+from quire.testing.consumers import pause
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.quirecli import run_quire
 from quire.workqueue import EVENTS_STREAM, WORK_STREAM, consumer_name
@@ -81,12 +81,11 @@ async def test_a_cancel_that_loses_to_signing_reports_audits_state_and_says_it_l
     async with _stack_with_gateway(tmp_path / "stack") as (stack, info):
         nc = await connect_nats(stack.nats_url, "quire-test-cancel-lost", **stack.nats_login())
         js: JetStreamContext = nc.jetstream(timeout=10)
-        until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
         sign = consumer_name("sign", "interactive")
         commit = consumer_name("commit", "interactive")
         try:
             async with AdmissionClient(info.endpoints["admission"], info.token()) as client:
-                await js.pause_consumer(WORK_STREAM, sign, until)
+                await pause(js, WORK_STREAM, sign, minutes=5)
                 path = write_text_pdf(tmp_path / "late.pdf", [f"late {uuid.uuid4().hex}"])
                 digest = (await client.upload(path)).sha256
                 job = (await client.submit([PacketItem("doc", digest)])).name
@@ -98,8 +97,8 @@ async def test_a_cancel_that_loses_to_signing_reports_audits_state_and_says_it_l
                 await eventually(signing, 90, "audit shows the job SIGNING")
 
                 # Audit stops taking events (and completions); the job moves on.
-                await js.pause_consumer(EVENTS_STREAM, EVENTS_CONSUMER, until)
-                await js.pause_consumer(WORK_STREAM, commit, until)
+                await pause(js, EVENTS_STREAM, EVENTS_CONSUMER, minutes=5)
+                await pause(js, WORK_STREAM, commit, minutes=5)
                 await resume_promptly(js, WORK_STREAM, sign)
                 claim = f"$KV.{GATE_BUCKET}.{job_id(job)}.signer.s0"
 

@@ -29,7 +29,6 @@ import asyncio
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -45,6 +44,7 @@ from quire.invariants import check as check_invariants
 from quire.jobs import state_name
 from quire.runtime import connect_nats
 from quire.stack.supervisor import Stack, StackInfo
+from quire.testing.consumers import pause
 from quire.testing.pdfs import write_text_pdf
 from quire.tls import aio_channel
 from quire.workqueue import WORK_STREAM, consumer_name
@@ -164,14 +164,12 @@ class Outcome:
     artifacts: int
 
 
-async def _held(
-    js: JetStreamContext, client: AdmissionClient, stage: str, digest: str, until: str
-) -> str:
+async def _held(js: JetStreamContext, client: AdmissionClient, stage: str, digest: str) -> str:
     """Pause ``stage``'s queue and submit a job: it travels the stages before
     and waits there (the round's points are not armed yet)."""
     consumer = consumer_name(stage, "interactive")
     pending = (await js.consumer_info(WORK_STREAM, consumer)).num_pending
-    await js.pause_consumer(WORK_STREAM, consumer, until)
+    await pause(js, WORK_STREAM, consumer, minutes=5)
     name = await _submit_through_kills(client, digest)
 
     async def waiting() -> bool:
@@ -198,14 +196,11 @@ async def _run_round(
     services = {point: point.split(".")[0] for point in points}
     assert len(set(services.values())) == len(points), "one point per service in a round"
     point_of = {service: point for point, service in services.items()}
-    until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
     jobs: dict[str, str] = {}
     held: list[str] = []
     for service, stage in HELD_AT.items():
         if service in point_of:
-            jobs[point_of[service]] = await _held(
-                js, client, stage, digests[point_of[service]], until
-            )
+            jobs[point_of[service]] = await _held(js, client, stage, digests[point_of[service]])
             held.append(stage)
     before = {point: stack.restarts(services[point]) for point in points}
     for point in points:

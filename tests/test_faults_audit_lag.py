@@ -11,7 +11,6 @@ import asyncio
 import sqlite3
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from quire.client import AdmissionClient
 from quire.invariants import check
 from quire.jobs import state_name
 from quire.runtime import connect_nats
+from quire.testing.consumers import pause
 from quire.workqueue import EVENTS_STREAM
 from quire.workqueue.topology import EVENTS_CONSUMER
 
@@ -121,8 +121,7 @@ async def test_no_job_is_shown_complete_while_its_events_lag(tmp_path: Path) -> 
         )
         js: JetStreamContext = nc.jetstream(timeout=10)
         try:
-            until = (datetime.now(UTC) + timedelta(minutes=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
-            await js.pause_consumer(EVENTS_STREAM, EVENTS_CONSUMER, until)
+            await pause(js, EVENTS_STREAM, EVENTS_CONSUMER, minutes=3)
             names = await submit_text_jobs(running.client, tmp_path / "paused", JOBS)
 
             async def held() -> bool:

@@ -13,7 +13,6 @@ import sqlite3
 import uuid
 from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from quire.invariants import check
 from quire.jobs import state_name
 from quire.pipeline import STAGE_NAMES
 from quire.runtime import connect_nats
-from quire.testing.consumers import wait_quiet
+from quire.testing.consumers import pause, wait_quiet
 from quire.testing.sealedstore import plaintext
 from quire.type import job_pb2, queue_pb2
 from quire.wire import SIGNATURE_HEADER, WireSigner
@@ -148,8 +147,7 @@ class Duplicator:
 
 async def _hold(js: JetStreamContext, stream: str, consumer: str) -> None:
     """Pause a durable consumer: its messages wait until it is resumed."""
-    until = (datetime.now(UTC) + timedelta(minutes=3)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    await js.pause_consumer(stream, consumer, until)
+    await pause(js, stream, consumer, minutes=3)
 
 
 KEPT_BY = {

@@ -31,6 +31,7 @@ from quire.faults import arm, fired
 from quire.invariants import check
 from quire.jobs import state_name
 from quire.runtime import connect_nats
+from quire.testing.consumers import HELD_FOREVER
 from quire.workqueue import WORK_STREAM, consumer_name
 
 pytestmark = [pytest.mark.stack, pytest.mark.fault]
@@ -53,7 +54,7 @@ async def _killed_mid_group(tmp_path: Path, point: str) -> None:
         nc = await connect_nats(stack.nats_url, "quire-test-groups", **stack.nats_login())
         try:
             js = nc.jetstream()
-            await js.pause_consumer(WORK_STREAM, CONSUMER, "2099-01-01T00:00:00Z")
+            await js.pause_consumer(WORK_STREAM, CONSUMER, HELD_FOREVER)
             jobs = await submit_text_jobs(running.client, tmp_path / "inputs", JOBS)
 
             async def all_waiting() -> bool:

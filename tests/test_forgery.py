@@ -17,7 +17,6 @@ import contextlib
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from quire.jobgate import GATE_BUCKET
 from quire.jobs import state_name
 from quire.natsauth import audit_word_subject
 from quire.runtime import connect_nats
+from quire.testing.consumers import pause
 from quire.testing.pdfs import write_form_pdf, write_text_pdf
 from quire.transitions import EventFactory
 from quire.type import job_pb2, queue_pb2
@@ -140,9 +140,8 @@ async def _drained(running: Running, stream: str, consumers: list[str]) -> None:
 
 async def _pause_validation(running: Running) -> NatsClient:
     nc = await login(running, "operator")
-    until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
     for priority in PRIORITIES:
-        await nc.jetstream().pause_consumer(WORK_STREAM, consumer_name("validate", priority), until)
+        await pause(nc.jetstream(), WORK_STREAM, consumer_name("validate", priority), minutes=5)
     return nc
 
 

@@ -18,7 +18,6 @@ import sys
 import tempfile
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -41,6 +40,7 @@ from quire.readonlydb import read_only_engine
 from quire.runtime import connect_nats
 from quire.settings import SERVICES
 from quire.tempspace import temp_prefix
+from quire.testing.consumers import pause
 from quire.testing.pdfs import write_form_pdf, write_text_pdf
 from quire.type import queue_pb2
 from quire.workqueue import WORK_STREAM, consumer_name
@@ -73,8 +73,7 @@ async def _cancelled_job(running: Running, digest: str) -> str:
     js = nc.jetstream(timeout=10)
     consumer = consumer_name("validate", "interactive")
     try:
-        until = (datetime.now(UTC) + timedelta(minutes=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        await js.pause_consumer(WORK_STREAM, consumer, until)
+        await pause(js, WORK_STREAM, consumer, minutes=2)
         job = await running.client.submit([PacketItem("c", digest)])
         await running.client.cancel(job.name)
         await js.resume_consumer(WORK_STREAM, consumer)

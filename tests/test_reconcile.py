@@ -13,7 +13,6 @@ import asyncio
 import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -35,6 +34,7 @@ from quire.client import PacketItem
 from quire.invariants import check
 from quire.jobs import state_name
 from quire.runtime import connect_nats
+from quire.testing.consumers import pause
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.quirecli import run_quire
 from quire.workqueue import PRIORITIES, WORK_STREAM, consumer_name
@@ -77,10 +77,9 @@ async def test_a_job_waiting_in_line_is_not_redriven(
     long past their budget, are left alone (no re-drive doubles a backlog)."""
     nc = await connect_nats(running.stack.nats_url, "operator-hold", **running.stack.nats_login())
     js = nc.jetstream()
-    until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
         for priority in PRIORITIES:
-            await js.pause_consumer(WORK_STREAM, consumer_name(held, priority), until)
+            await pause(js, WORK_STREAM, consumer_name(held, priority), minutes=5)
         names = await submit_text_jobs(running.client, tmp_path / "waiting", 3)
 
         async def arrived() -> bool:
@@ -113,12 +112,11 @@ def _redrives(data_dir: Path, names: list[str]) -> int:
 async def test_a_purged_work_stream_strands_no_job(running: Running, tmp_path: Path) -> None:
     nc = await connect_nats(running.stack.nats_url, "operator-purge", **running.stack.nats_login())
     js = nc.jetstream()
-    until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
     held = [consumer_name(stage, p) for stage in ("validate", "assemble") for p in PRIORITIES]
     try:
         # Half the jobs get as far as the assemble queue, half stay in the validate queue.
         for consumer in held[2:]:
-            await js.pause_consumer(WORK_STREAM, consumer, until)
+            await pause(js, WORK_STREAM, consumer, minutes=5)
         early = await submit_text_jobs(running.client, tmp_path / "early", PER_QUEUE)
 
         async def assembling() -> bool:
@@ -127,7 +125,7 @@ async def test_a_purged_work_stream_strands_no_job(running: Running, tmp_path: P
 
         await eventually(assembling, 60, "early jobs waiting for the assembler")
         for consumer in held[:2]:
-            await js.pause_consumer(WORK_STREAM, consumer, until)
+            await pause(js, WORK_STREAM, consumer, minutes=5)
         late = await submit_text_jobs(running.client, tmp_path / "late", PER_QUEUE)
         info = await js.stream_info(WORK_STREAM)
         # Every job's next task is waiting in the stream.
@@ -171,10 +169,9 @@ async def test_a_lost_dead_letter_retry_is_published_again(
     assert state_name(failed.state) == "FAILED"
     nc = await connect_nats(running.stack.nats_url, "operator-purge", **running.stack.nats_login())
     js = nc.jetstream()
-    until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
     try:
         for priority in PRIORITIES:
-            await js.pause_consumer(WORK_STREAM, consumer_name("sign", priority), until)
+            await pause(js, WORK_STREAM, consumer_name("sign", priority), minutes=5)
 
         # Asked of audit directly while it books the dead letter (a quire process
         # per look costs a second of CPU); then the operator's retry, once.

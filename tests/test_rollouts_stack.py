@@ -16,7 +16,6 @@ import asyncio
 import json
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from quire.client import AdmissionClient, PacketItem, TenantAdminClient
 from quire.grpcstatus import reason_of
 from quire.runtime import connect_nats
 from quire.stack.supervisor import Stack, StackInfo
+from quire.testing.consumers import pause
 from quire.testing.pdfs import write_text_pdf
 from quire.testing.quirecli import run_quire
 from quire.testing.replicas import candidate_consumer
@@ -105,9 +105,8 @@ async def _pause_validate(stack: Stack) -> Any:
     """Pause the validator's consumers: accepted jobs wait in the queue."""
     nc = await connect_nats(stack.nats_url, "quire-test-canary", **stack.nats_login())
     js = nc.jetstream(timeout=10)
-    until = (datetime.now(UTC) + timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
     for priority in PRIORITIES:
-        await js.pause_consumer(WORK_STREAM, consumer_name("validate", priority), until)
+        await pause(js, WORK_STREAM, consumer_name("validate", priority), minutes=10)
     return nc
 
 

@@ -36,7 +36,7 @@ from quire.settings import (
 from quire.stack.natsserver import NatsServer
 from quire.stack.ports import free_port
 from quire.stack.supervisor import Stack
-from quire.testing.consumers import resume_promptly
+from quire.testing.consumers import HELD_FOREVER, resume_promptly
 from quire.testing.multinode import wait_healthy
 from quire.testing.pdfs import write_text_pdf
 from quire.type import queue_pb2
@@ -93,7 +93,7 @@ async def _assembling_held(stack: Stack) -> AsyncIterator[Callable[[int], Awaita
     held = [consumer_name("assemble", priority) for priority in PRIORITIES]
     try:
         for consumer in held:
-            await js.pause_consumer(WORK_STREAM, consumer, "2099-01-01T00:00:00Z")
+            await js.pause_consumer(WORK_STREAM, consumer, HELD_FOREVER)
 
         async def release(count: int) -> None:
             async def all_waiting() -> bool:

@@ -16,7 +16,6 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
@@ -32,6 +31,7 @@ from quire.jobs import state_name
 from quire.runtime import connect_nats
 from quire.stack.supervisor import Stack, StackInfo
 from quire.tempspace import local_owner, owner_prefix, temp_prefix
+from quire.testing.consumers import pause
 from quire.testing.nemesis.probes import replica_metric
 from quire.testing.pdfs import write_text_pdf
 from quire.workqueue import WORK_STREAM, consumer_name
@@ -97,8 +97,7 @@ class _ValidateQueue:
             self._stack.nats_url, "quire-test-temp", **self._stack.nats_login()
         )
         self._js = self._nc.jetstream(timeout=10)
-        until = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        await self._js.pause_consumer(WORK_STREAM, self._consumer, until)
+        await pause(self._js, WORK_STREAM, self._consumer, minutes=5)
         return self
 
     async def resume(self) -> None:

@@ -39,7 +39,7 @@ from quire.errors import InvalidInput, Overloaded
 from quire.grpcstatus import reason_of
 from quire.runtime import connect_nats
 from quire.stack.supervisor import Stack, StackInfo
-from quire.testing.consumers import resume_promptly
+from quire.testing.consumers import HELD_FOREVER, resume_promptly
 from quire.testing.pdfs import write_text_pdf
 from quire.workqueue import WORK_STREAM, consumer_name
 
@@ -786,7 +786,7 @@ async def test_a_tenant_holds_only_its_share_of_the_open_watches(
     nc = await connect_nats(tight.nats_url, "quire-test-watches", **tight.nats_login())
     js = nc.jetstream(timeout=10)
     held = consumer_name("validate", "interactive")  # the jobs stay open, watched
-    await js.pause_consumer(WORK_STREAM, held, "2099-01-01T00:00:00Z")
+    await js.pause_consumer(WORK_STREAM, held, HELD_FOREVER)
     calls: list[grpc.aio.UnaryStreamCall] = []
     try:
         async with _tenants(tight, "greedy", "other") as (greedy, other):

@@ -11,7 +11,19 @@ from quire.pipeline import STAGE_NAMES
 from quire.workqueue import EVENTS_STREAM, PRIORITIES, WORK_STREAM, consumer_name
 from quire.workqueue.topology import EVENTS_CONSUMER
 
-__all__ = ["resume_promptly", "wait_quiet"]
+__all__ = ["HELD_FOREVER", "pause", "resume_promptly", "wait_quiet"]
+
+
+HELD_FOREVER = "2099-01-01T00:00:00Z"
+"""A pause no test outlives: only a resume ends it."""
+
+
+async def pause(js: Any, stream: str, consumer: str, *, minutes: float = 5) -> None:
+    """Pause a durable consumer for ``minutes``: its messages wait on the
+    stream, and no worker is stopped (``resume_promptly`` ends it sooner). The
+    pause ends by itself should the test fail before resuming it."""
+    until = datetime.now(UTC) + timedelta(minutes=minutes)
+    await js.pause_consumer(stream, consumer, until.strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
 async def resume_promptly(js: Any, stream: str, consumer: str, after: float = 0.3) -> None:
