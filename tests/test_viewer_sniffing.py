@@ -153,6 +153,36 @@ def test_a_real_pdf_without_the_dash_is_sniffed_as_a_pdf(tmp_path: Path) -> None
     assert finding.reason != ReasonCode.TYPE_MISMATCH
 
 
+def test_a_file_that_begins_with_the_header_is_typed_without_libmagic(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """libmagic costs the validator as much as opening a small PDF. A body that
+    begins with the header cannot be JSON (no JSON text begins with ``%``), the
+    one verdict of libmagic's the sniff would take over the header, so it is
+    not asked; a body with anything before the header still is."""
+    from quire.validator import inspection
+
+    real = inspection._magic()  # noqa: SLF001 - the libmagic handle the sniff asks
+    asked: list[int] = []
+
+    class Counting:
+        def from_buffer(self, head: bytes) -> str:
+            asked.append(len(head))
+            return str(real.from_buffer(head))  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(inspection, "_magic", Counting)
+    for name, data in {"dash": _pdf_bytes(), "nodash": _without_dash(_pdf_bytes())}.items():
+        path, digest = _write(tmp_path / f"{name}.pdf", data)
+        finding = inspect_source(path, digest, PDF)
+        assert finding.detected_type == PDF_TYPE, name
+        assert finding.reason != ReasonCode.TYPE_MISMATCH, name
+        assert real.from_buffer(data) != JSON, "libmagic would not have said otherwise"  # type: ignore[attr-defined]
+    assert asked == []
+    path, digest = _write(tmp_path / "bom.pdf", PREFIXES["bom"] + _pdf_bytes())
+    assert inspect_source(path, digest, PDF).reason == ""
+    assert len(asked) == 1, "a header after other bytes is sniffed as before"
+
+
 def test_qpdf_opens_the_variants(tmp_path: Path) -> None:
     import pikepdf
 

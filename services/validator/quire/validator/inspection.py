@@ -19,7 +19,7 @@ import zlib
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
-from quire.pdfheader import has_pdf_header
+from quire.pdfheader import has_pdf_header, pdf_header_offset
 from quire.reasons import ReasonCode
 from quire.validator.damage import codes_of
 from quire.validator.encryption import encryption_refusal
@@ -278,8 +278,12 @@ def _sniff_type(head: bytes) -> str:
     that libmagic's ``application/pdf`` without such a header (``%PDF-X.Y``) is
     not taken: the PDF type is decided by the header rule alone, as at the door.
     JSON that libmagic recognises stays JSON even if a string in it reads
-    ``%PDF-1.4``.
+    ``%PDF-1.4``. A file that begins with the header is a PDF without asking
+    libmagic: no JSON text begins with ``%``, so its verdict could change
+    nothing (and it costs as much as opening a small PDF).
     """
+    if pdf_header_offset(head) == 0:
+        return PDF_TYPE
     detected = str(_magic().from_buffer(head))  # type: ignore[attr-defined]
     if detected == JSON_TYPE:
         return detected
