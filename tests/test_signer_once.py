@@ -77,6 +77,51 @@ async def test_a_crash_after_the_write_is_reconciled_by_reuse(signer, tmp_path: 
     assert [row.job for row in rows] == [JOB]
 
 
+async def test_only_a_lease_after_the_first_looks_for_an_earlier_artifact(  # type: ignore[no-untyped-def]
+    signer, tmp_path: Path
+) -> None:
+    """The first lease of a job's first generation cannot find an artifact
+    (only a delivery holding an earlier lease writes one), so it does not look;
+    a later lease, or any lease of a retry's generation, does."""
+    work, blobs, _database = signer
+    looked: list[str] = []
+    exists = blobs.exists
+
+    def counting(key: str) -> bool:
+        looked.append(key)
+        return exists(key)
+
+    blobs.exists = counting
+    task = _task(blobs, tmp_path)
+    await work.process(task, Lease(JOB, 1, None), 1)
+    assert looked == []
+    await work.process(task, Lease(JOB, 2, None), 2)
+    assert looked == [signed_key("t1", JOB)]
+    retry = queue_pb2.JobTask()
+    retry.CopyFrom(task)
+    retry.generation = 1
+    await work.process(retry, Lease(JOB, 1, None), 1)
+    assert looked == [signed_key("t1", JOB)] * 2
+
+
+async def test_an_artifact_the_first_lease_did_not_look_for_is_reused_not_replaced(  # type: ignore[no-untyped-def]
+    signer, tmp_path: Path
+) -> None:
+    """A signer database restored from a backup starts a job's leases at 1
+    again while its artifact is in the store: the exclusive write finds it,
+    and the job gets that artifact, not a second one."""
+    work, blobs, database = signer
+    task = _task(blobs, tmp_path)
+    first = await work.process(task, Lease(JOB, 1, None), 1)
+    path = blobs.local_path(signed_key("t1", JOB))
+    written = path.stat().st_mtime_ns
+    database.transaction(lambda s: s.execute(tables.signatures.delete()))
+    again = await work.process(task, Lease(JOB, 1, None), 1)
+    assert again.task.signed.sha256 == first.task.signed.sha256
+    assert path.stat().st_mtime_ns == written, "the artifact was not rewritten"
+    assert len(list(path.parent.iterdir())) == 1
+
+
 async def test_concurrent_signers_produce_one_artifact(signer, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     work, blobs, _database = signer
     task = _task(blobs, tmp_path)

@@ -85,7 +85,7 @@ class SignerWork:
         claimed, intended, found = await asyncio.gather(
             self._claim(task.job),
             self._writes.run(intend),
-            asyncio.to_thread(self._blobs.exists, blob_key),
+            self._earlier_artifact(task, lease, blob_key),
             return_exceptions=True,  # each is awaited to its end, none left unread
         )
         if claimed == CANCELLED:
@@ -125,6 +125,16 @@ class SignerWork:
             },
             record=_record_signature(task.job, artifact, signing, lease.token),
         )
+
+    async def _earlier_artifact(self, task: queue_pb2.JobTask, lease: Lease, key: str) -> bool:
+        """Whether an earlier delivery left the job's artifact. The first lease
+        of a job's first generation need not look: only a delivery that held
+        a lease before it could have written one. Should one exist all the
+        same (the signer's database restored from a backup, say), the
+        exclusive write finds it and it is reused, never replaced."""
+        if lease.token <= 1 and task.generation == 0:
+            return False
+        return await asyncio.to_thread(self._blobs.exists, key)
 
     async def _claim(self, job: str) -> str:
         """The job gate's word on signing ``job`` (``SIGNING`` or what won)."""
