@@ -19,7 +19,7 @@ import zlib
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
-from quire.pdfheader import has_pdf_header, pdf_header_offset
+from quire.pdfheader import pdf_header_offset
 from quire.reasons import ReasonCode
 from quire.validator.damage import codes_of
 from quire.validator.encryption import encryption_refusal
@@ -282,12 +282,13 @@ def _sniff_type(head: bytes) -> str:
     libmagic: no JSON text begins with ``%``, so its verdict could change
     nothing (and it costs as much as opening a small PDF).
     """
-    if pdf_header_offset(head) == 0:
+    header = pdf_header_offset(head)
+    if header == 0:
         return PDF_TYPE
     detected = str(_magic().from_buffer(head))  # type: ignore[attr-defined]
     if detected == JSON_TYPE:
         return detected
-    if has_pdf_header(head):
+    if header is not None:
         return PDF_TYPE
     return UNKNOWN_TYPE if detected == PDF_TYPE else detected
 
