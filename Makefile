@@ -31,8 +31,9 @@ $(VENV)/.installed: pyproject.toml constraints.txt $(DIST_PROJECTS:%=%/pyproject
 run: venv
 	$(VENV)/bin/quire up --data-dir $(DATA_DIR) --example examples/lease-renewal
 
-# The suite runs in three pytest-xdist workers on two cores (most of a stack
-# test's time is waiting on processes), a test file per worker at a time:
+# The suite runs in four pytest-xdist workers on two cores (most of a stack
+# test's time is waiting on processes: with three, the cores sat idle for
+# about half the run), a test file per worker at a time:
 # module fixtures stay whole and each worker has its own session stack. The
 # files go out longest first (conftest.py's HEAVY_FIRST), not re-sorted by
 # their number of tests, and the files that share a stack as one unit
@@ -40,7 +41,7 @@ run: venv
 # TEST_WORKERS=0 runs it in this process. mypy checks the types beside the
 # suite (on one core, for about 20 s, while the suite leaves some idle); its
 # report follows the suite's, and either failing fails `make test`.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 DIST = --dist loadfile --no-loadscope-reorder
 test: venv system-deps protos-check protos-lint style
 	@$(MYPY) > $(VENV)/mypy.log 2>&1 & typecheck=$$!; \
